@@ -1,0 +1,186 @@
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type pg from 'pg';
+import { ConfigError } from './errors.js';
+import type { TaskDefinition, TaskHandler, TaskList } from './job.js';
+import { quoteSchema } from './db/identifiers.js';
+import type { BackoffOptions } from './worker/backoff.js';
+
+export const DEFAULT_SCHEMA = 'sluice';
+export const DEFAULT_QUEUE = 'default';
+const MAX_NAME_LENGTH = 128;
+
+/** Where Sluice gets its connections: a URL (Sluice owns the pool) or your `pg` Pool. */
+export interface ConnectionOptions {
+  /** postgres://user:pass@host:port/db. Ignored when `pool` is given. */
+  connectionString?: string;
+  /** An existing pg Pool; Sluice never ends it. */
+  pool?: pg.Pool;
+  /** Postgres schema holding Sluice's tables. Default 'sluice'. */
+  schema?: string;
+}
+
+export interface WorkerOptions extends ConnectionOptions {
+  /** Task name → handler (or { handler, timeoutMs }). Only these tasks are claimed. */
+  tasks: TaskList;
+  /** Queues to take jobs from. Default ['default']. */
+  queues?: string[];
+  /** Jobs run at once by this worker. Default 10. */
+  concurrency?: number;
+  /** Most jobs claimed by one statement. Default 100. */
+  batchSize?: number;
+  /** Results of finished jobs wait at most this long to be written in a batch. Default 10 ms. */
+  completionFlushMs?: number;
+  /** Fallback poll when no notification arrives. Jittered ±25%. Default 2000 ms. */
+  pollIntervalMs?: number;
+  /** A job whose heartbeat is older than this is taken back from its worker. Default 30 s. */
+  visibilityTimeoutMs?: number;
+  /** How often running jobs' locks are refreshed. Default visibilityTimeoutMs / 6. */
+  heartbeatIntervalMs?: number;
+  /** How often this worker looks for jobs with expired locks. Default visibilityTimeoutMs / 2. */
+  rescueIntervalMs?: number;
+  /** On stop(), how long running jobs may finish before they are aborted. Default 10 s. */
+  shutdownTimeoutMs?: number;
+  /** Retry delay policy. Default: 1 s doubling, capped at 1 h, with jitter. */
+  backoff?: BackoffOptions;
+  /** Name of this worker instance, stored in locked_by. Default host:pid:random. */
+  workerId?: string;
+  /** Connection for LISTEN when `connectionString`/`pool` go through a transaction-mode pooler. */
+  listenConnectionString?: string;
+  /** false: never LISTEN, rely on polling alone (e.g. behind PgBouncer). Default true. */
+  listen?: boolean;
+}
+
+export interface ResolvedTask {
+  handler: TaskHandler;
+  timeoutMs: number | undefined;
+}
+
+export interface ResolvedWorkerConfig {
+  schema: string;
+  tasks: Map<string, ResolvedTask>;
+  queues: string[];
+  concurrency: number;
+  batchSize: number;
+  completionFlushMs: number;
+  pollIntervalMs: number;
+  visibilityTimeoutMs: number;
+  heartbeatIntervalMs: number;
+  rescueIntervalMs: number;
+  shutdownTimeoutMs: number;
+  backoff: Required<BackoffOptions>;
+  workerId: string;
+  listen: boolean;
+  listenConnectionString: string | undefined;
+}
+
+const WORKER_KEYS = new Set([
+  'connectionString', 'pool', 'schema', 'tasks', 'queues', 'concurrency', 'batchSize',
+  'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs',
+  'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen',
+]);
+
+/** Rejects keys that are not options (a typo must not silently mean "default"). */
+export function rejectUnknownKeys(value: object, known: ReadonlySet<string>, what: string): void {
+  for (const key of Object.keys(value)) {
+    if (!known.has(key)) throw new ConfigError(`${what}: unknown option "${key}"`);
+  }
+}
+
+/** An integer option within [min, max], or its default when undefined. */
+export function intOption(name: string, value: unknown, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got ${String(value)}`);
+  }
+  return value;
+}
+
+/** Checks a queue or task name: non-empty, at most 128 characters. */
+export function checkName(kind: string, name: unknown): string {
+  if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
+    throw new ConfigError(`${kind} must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}`);
+  }
+  return name;
+}
+
+export function resolveSchema(schema: unknown): string {
+  if (schema === undefined) return DEFAULT_SCHEMA;
+  if (typeof schema !== 'string') throw new ConfigError('schema must be a string');
+  quoteSchema(schema);
+  return schema;
+}
+
+export function checkConnection(options: ConnectionOptions, what: string): void {
+  if (!options.pool && !options.connectionString) {
+    throw new ConfigError(`${what}: give connectionString or pool`);
+  }
+  if (options.connectionString !== undefined && typeof options.connectionString !== 'string') {
+    throw new ConfigError(`${what}: connectionString must be a string`);
+  }
+}
+
+function resolveTasks(tasks: unknown): Map<string, ResolvedTask> {
+  if (!tasks || typeof tasks !== 'object') throw new ConfigError('Worker: tasks must be an object of handlers');
+  const resolved = new Map<string, ResolvedTask>();
+  for (const [name, entry] of Object.entries(tasks as TaskList)) {
+    checkName('task', name);
+    if (typeof entry === 'function') {
+      resolved.set(name, { handler: entry, timeoutMs: undefined });
+    } else if (entry && typeof (entry as TaskDefinition).handler === 'function') {
+      const def = entry as TaskDefinition;
+      const timeoutMs = def.timeoutMs === undefined
+        ? undefined
+        : intOption(`tasks.${name}.timeoutMs`, def.timeoutMs, 0, 1, 2 ** 31 - 1);
+      resolved.set(name, { handler: def.handler, timeoutMs });
+    } else {
+      throw new ConfigError(`Worker: task "${name}" must be a function or { handler }`);
+    }
+  }
+  if (resolved.size === 0) throw new ConfigError('Worker: tasks is empty; give at least one handler');
+  return resolved;
+}
+
+export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfig {
+  if (!options || typeof options !== 'object') throw new ConfigError('Worker: options object required');
+  rejectUnknownKeys(options, WORKER_KEYS, 'Worker');
+  checkConnection(options, 'Worker');
+  const queues = options.queues ?? [DEFAULT_QUEUE];
+  if (!Array.isArray(queues) || queues.length === 0) throw new ConfigError('Worker: queues must be a non-empty array');
+  queues.forEach((q) => checkName('queue', q));
+
+  const visibilityTimeoutMs = intOption('visibilityTimeoutMs', options.visibilityTimeoutMs, 30_000, 1_000, 86_400_000);
+  const heartbeatIntervalMs = intOption(
+    'heartbeatIntervalMs', options.heartbeatIntervalMs, Math.floor(visibilityTimeoutMs / 6), 100, visibilityTimeoutMs,
+  );
+  // Two missed heartbeats must not be enough to lose a job.
+  if (heartbeatIntervalMs * 2 > visibilityTimeoutMs) {
+    throw new ConfigError('heartbeatIntervalMs must be at most half of visibilityTimeoutMs');
+  }
+  const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
+  const backoff = options.backoff ?? {};
+  if (typeof backoff !== 'object') throw new ConfigError('backoff must be an object');
+  rejectUnknownKeys(backoff, new Set(['baseMs', 'maxMs']), 'backoff');
+  const baseMs = intOption('backoff.baseMs', backoff.baseMs, 1_000, 1, 86_400_000);
+  const maxMs = intOption('backoff.maxMs', backoff.maxMs, 3_600_000, baseMs, 30 * 86_400_000);
+  if (options.workerId !== undefined) checkName('workerId', options.workerId);
+  if (options.listen !== undefined && typeof options.listen !== 'boolean') throw new ConfigError('listen must be a boolean');
+
+  return {
+    schema: resolveSchema(options.schema),
+    tasks: resolveTasks(options.tasks),
+    queues: [...new Set(queues)],
+    concurrency,
+    batchSize: intOption('batchSize', options.batchSize, 100, 1, 10_000),
+    completionFlushMs: intOption('completionFlushMs', options.completionFlushMs, 10, 0, 60_000),
+    pollIntervalMs: intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 3_600_000),
+    visibilityTimeoutMs,
+    heartbeatIntervalMs,
+    rescueIntervalMs: intOption('rescueIntervalMs', options.rescueIntervalMs, Math.floor(visibilityTimeoutMs / 2), 100, 86_400_000),
+    shutdownTimeoutMs: intOption('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 86_400_000),
+    backoff: { baseMs, maxMs },
+    workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
+    listen: options.listen ?? true,
+    listenConnectionString: options.listenConnectionString,
+  };
+}

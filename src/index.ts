@@ -1,0 +1,19 @@
+export { Queue, type EnqueueOptions, type JobSpec, type QueueOptions } from './queue.js';
+export { Worker, type WorkerEvents } from './worker/worker.js';
+export { migrate, type MigrationResult } from './migrate.js';
+export type { WorkerOptions, ConnectionOptions } from './config.js';
+export type { JobRow, JobStatus, JobContext, TaskHandler, TaskDefinition, TaskList } from './job.js';
+export type { Queryable } from './db/executor.js';
+export type { BackoffOptions } from './worker/backoff.js';
+export { retryDelayMs } from './worker/backoff.js';
+export {
+  SluiceError,
+  ConfigError,
+  ValidationError,
+  ConnectionError,
+  DatabaseError,
+  MigrationError,
+  JobTimeoutError,
+  PermanentFailure,
+  type SluiceErrorCode,
+} from './errors.js';

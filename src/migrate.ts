@@ -1,0 +1,103 @@
+import { readdir, readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import type pg from 'pg';
+import { resolveSchema, checkConnection, type ConnectionOptions } from './config.js';
+import { quoteSchema } from './db/identifiers.js';
+import { openPool, connectionError } from './db/connection.js';
+import { MigrationError, isConnectionFailure } from './errors.js';
+
+const MIGRATIONS_DIR = fileURLToPath(new URL('../sql/migrations/', import.meta.url));
+
+export interface Migration {
+  version: number;
+  name: string;
+  sql: string;
+}
+
+export interface MigrationResult {
+  schema: string;
+  /** Migrations applied by this call, in order (empty when already up to date). */
+  applied: { version: number; name: string }[];
+  /** The schema's version afterwards. */
+  version: number;
+}
+
+/** Reads sql/migrations/NNNN_name.sql in version order. */
+export async function loadMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]> {
+  const files = (await readdir(dir)).filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f)).sort();
+  return Promise.all(
+    files.map(async (file) => ({
+      version: Number(file.slice(0, 4)),
+      name: file.slice(5, -4),
+      sql: await readFile(`${dir}/${file}`, 'utf8'),
+    })),
+  );
+}
+
+/**
+ * Brings the schema up to the newest migration. Safe to run from many processes
+ * at once: everything happens in one transaction behind an advisory lock keyed on
+ * the schema, so a second caller waits, then finds nothing left to do. A failing
+ * migration rolls the whole call back.
+ *
+ * @example
+ *   await migrate({ connectionString: process.env.DATABASE_URL });
+ */
+export async function migrate(options: ConnectionOptions): Promise<MigrationResult> {
+  checkConnection(options, 'migrate');
+  const schema = resolveSchema(options.schema);
+  const handle = openPool(options, 1, 'sluice-migrate');
+  let client: pg.PoolClient;
+  try {
+    client = await handle.pool.connect();
+  } catch (err) {
+    await handle.end();
+    throw connectionError(err, options.connectionString);
+  }
+  try {
+    return await migrateWith(client, schema, await loadMigrations());
+  } finally {
+    client.release();
+    await handle.end();
+  }
+}
+
+async function migrateWith(client: pg.PoolClient, schema: string, migrations: Migration[]): Promise<MigrationResult> {
+  const s = quoteSchema(schema);
+  const applied: MigrationResult['applied'] = [];
+  let current: Migration | undefined;
+  try {
+    await client.query('BEGIN');
+    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`sluice:migrate:${schema}`]);
+    await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+    await client.query(`CREATE TABLE IF NOT EXISTS ${s}.migrations (
+      version integer PRIMARY KEY,
+      name text NOT NULL,
+      applied_at timestamptz NOT NULL DEFAULT now())`);
+    const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations`);
+    const done = new Set(rows.map((r) => r.version));
+    const newest = migrations.at(-1)?.version ?? 0;
+    const unknown = [...done].filter((v) => v > newest);
+    if (unknown.length > 0) {
+      throw new MigrationError(
+        `schema "${schema}" has migration ${Math.max(...unknown)}, newer than this version of Sluice knows (${newest}); upgrade Sluice`,
+      );
+    }
+    for (const migration of migrations) {
+      if (done.has(migration.version)) continue;
+      current = migration;
+      // No parameters: the simple query protocol runs a file of many statements.
+      await client.query(migration.sql.replaceAll(':SCHEMA', s));
+      await client.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
+      applied.push({ version: migration.version, name: migration.name });
+    }
+    await client.query('COMMIT');
+    return { schema, applied, version: Math.max(newest, ...done) };
+  } catch (err) {
+    await client.query('ROLLBACK').catch(() => {});
+    if (err instanceof MigrationError) throw err;
+    if (isConnectionFailure(err)) throw new MigrationError(`migration interrupted: ${(err as Error).message}`, { cause: err });
+    const where = current ? `migration ${current.version}_${current.name}` : 'migration setup';
+    throw new MigrationError(`${where} failed: ${(err as Error).message}`, { cause: err });
+  }
+}

@@ -1,0 +1,95 @@
+import type { ResolvedTask } from '../config.js';
+import { JobTimeoutError, PermanentFailure } from '../errors.js';
+import type { JobRow } from '../job.js';
+
+/** How one run of a job ended, as far as the worker is concerned. */
+export type Outcome =
+  | { kind: 'completed' }
+  | { kind: 'failed'; error: unknown; permanent: boolean }
+  /** The worker gave the job back (shutdown): the attempt does not count. */
+  | { kind: 'released' }
+  /** The job was taken away (lock expired): this run's result must not be recorded. */
+  | { kind: 'lost' };
+
+type AbortCause = 'timeout' | 'shutdown' | 'lock-lost';
+
+const MAX_ERROR_LENGTH = 8_000;
+
+/**
+ * One claimed job running in this process. The handler gets an AbortSignal; when
+ * the job times out, the worker stops, or the lock is lost, the signal fires and
+ * the run ends at once, whether or not the handler honours the signal (a handler
+ * that ignores it keeps running in the background, but its result is dropped).
+ */
+export class RunningJob {
+  private readonly controller = new AbortController();
+  private cause: AbortCause | undefined;
+
+  constructor(
+    readonly job: JobRow,
+    private readonly task: ResolvedTask,
+  ) {}
+
+  get attempt(): number {
+    return this.job.attempts;
+  }
+
+  abort(cause: AbortCause, reason: Error): void {
+    if (this.cause) return;
+    this.cause = cause;
+    this.controller.abort(reason);
+  }
+
+  async run(): Promise<Outcome> {
+    const { signal } = this.controller;
+    let timer: NodeJS.Timeout | undefined;
+    if (this.task.timeoutMs !== undefined) {
+      const ms = this.task.timeoutMs;
+      timer = setTimeout(
+        () => this.abort('timeout', new JobTimeoutError(`task "${this.job.task}" timed out after ${ms} ms`)),
+        ms,
+      );
+    }
+    try {
+      // Promise.resolve().then() turns a synchronous throw into a rejection.
+      const handled = Promise.resolve().then(() =>
+        this.task.handler(this.job.payload, { job: this.job, attempt: this.job.attempts, signal }),
+      );
+      // A handler that rejects after we stopped waiting must not become an unhandled rejection.
+      handled.catch(() => {});
+      await Promise.race([handled, abortion(signal)]);
+      if (this.cause === 'shutdown') return { kind: 'released' };
+      if (this.cause === 'lock-lost') return { kind: 'lost' };
+      return { kind: 'completed' };
+    } catch (error) {
+      if (this.cause === 'shutdown') return { kind: 'released' };
+      if (this.cause === 'lock-lost') return { kind: 'lost' };
+      return { kind: 'failed', error, permanent: error instanceof PermanentFailure };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+function abortion(signal: AbortSignal): Promise<never> {
+  return new Promise((_, reject) => {
+    signal.addEventListener('abort', () => reject(signal.reason), { once: true });
+  });
+}
+
+/** The text stored in last_error: the stack when there is one, whatever was thrown otherwise. */
+export function describeError(error: unknown): string {
+  let text: string;
+  if (error instanceof Error) {
+    text = error.stack ?? `${error.name}: ${error.message}`;
+  } else if (typeof error === 'string') {
+    text = error;
+  } else {
+    try {
+      text = `non-Error thrown: ${JSON.stringify(error)}`;
+    } catch {
+      text = `non-Error thrown: ${String(error)}`;
+    }
+  }
+  return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH)}…` : text;
+}

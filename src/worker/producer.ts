@@ -1,0 +1,231 @@
+import type pg from 'pg';
+import type { ResolvedWorkerConfig } from '../config.js';
+import type { Queries } from '../db/queries.js';
+import type { JobRow } from '../job.js';
+import { batchParams, type ResultBatch, type ResultBuffer } from './results.js';
+
+export interface ProducerHooks {
+  /** Slots not taken by running jobs. */
+  freeSlots(): number;
+  /** Jobs this cycle claimed; the worker starts them. */
+  claimed(jobs: JobRow[]): void;
+  /** Results written; ids missing from the sets were rejected (the lock was lost). */
+  applied(batch: ResultBatch, completed: Set<string>, failed: Set<string>): void;
+  error(err: unknown): void;
+}
+
+interface CycleRow extends JobRow {
+  completed_ids: string[] | null;
+  failed_ids: string[] | null;
+}
+
+const RETRY_MIN_MS = 50;
+const RETRY_MAX_MS = 5_000;
+
+/**
+ * The worker's fetch loop. Each cycle is one statement that writes buffered
+ * results and claims up to the free slots, so a busy worker spends one round trip
+ * per batch of jobs, not several per job. Cycles never overlap; requests that
+ * arrive during one are folded into the next.
+ *
+ * It claims only when there may be work: after a notification, a poll tick, a
+ * delayed job falling due, or a claim that came back full. A claim that comes back
+ * short means the backlog is empty, so the worker stops asking until woken. That
+ * is what keeps idle workers from hammering Postgres with empty claims.
+ */
+export class Producer {
+  private mayHaveWork = true;
+  private inFlight = false;
+  private again = false;
+  private scheduled = false;
+  private stopping = false;
+  private failures = 0;
+  private flushTimer: NodeJS.Timeout | undefined;
+  private pollTimer: NodeJS.Timeout | undefined;
+  private dueTimer: NodeJS.Timeout | undefined;
+  private dueAt = Infinity;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private forceFlush = false;
+  private draining = false;
+  private idle: (() => void)[] = [];
+  /** Claim only when this many slots are free, unless a write goes out anyway. */
+  private readonly threshold: number;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly queries: Queries,
+    private readonly config: ResolvedWorkerConfig,
+    private readonly buffer: ResultBuffer,
+    private readonly hooks: ProducerHooks,
+  ) {
+    this.threshold = Math.max(1, Math.floor(Math.min(config.concurrency, config.batchSize) / 4));
+  }
+
+  start(): void {
+    this.stopping = false;
+    this.schedulePoll();
+    this.wake();
+  }
+
+  /** Something may be due now (notification, poll, rescue, reconnect). */
+  wake(): void {
+    this.mayHaveWork = true;
+    this.kick();
+  }
+
+  /** A job becomes due at `at` (ms since epoch): wake then. */
+  wakeAt(at: number): void {
+    const delay = at - Date.now();
+    if (delay <= 0) return this.wake();
+    if (at >= this.dueAt) return;
+    clearTimeout(this.dueTimer);
+    this.dueAt = at;
+    this.dueTimer = setTimeout(() => {
+      this.dueAt = Infinity;
+      this.wake();
+    }, delay + 1);
+    this.dueTimer.unref();
+  }
+
+  /** A job finished and its result is buffered. */
+  resultAdded(): void {
+    const wantClaim = this.mayHaveWork && !this.stopping && this.hooks.freeSlots() >= this.threshold;
+    if (wantClaim || this.buffer.size >= this.config.batchSize) {
+      this.kick();
+    } else {
+      this.armFlushTimer();
+    }
+  }
+
+  /** Stop claiming and timers; results still get written by drain(). */
+  stop(): void {
+    this.stopping = true;
+    clearTimeout(this.pollTimer);
+    clearTimeout(this.dueTimer);
+    this.dueAt = Infinity;
+  }
+
+  /** Writes every buffered result (retrying while the database is unreachable, up to `deadline`). */
+  async drain(deadline: number): Promise<void> {
+    this.draining = true;
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    while (this.inFlight) await new Promise<void>((resolve) => this.idle.push(resolve));
+    clearTimeout(this.retryTimer);
+    while (this.buffer.size > 0) {
+      const ok = await this.cycle(0);
+      if (!ok) {
+        if (Date.now() > deadline) return;
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      }
+    }
+  }
+
+  private kick(flush = false): void {
+    if (flush) this.forceFlush = true;
+    if (this.inFlight) {
+      this.again = true;
+      return;
+    }
+    if (this.scheduled) return;
+    this.scheduled = true;
+    // Jobs that finish in the same turn of the event loop share one statement.
+    setImmediate(() => {
+      this.scheduled = false;
+      void this.step();
+    });
+  }
+
+  private async step(): Promise<void> {
+    if (this.inFlight || this.retryTimer || this.draining) return;
+    const free = this.hooks.freeSlots();
+    const canClaim = this.mayHaveWork && !this.stopping && free > 0;
+    const claimNow = canClaim && free >= this.threshold;
+    const flushNow = this.buffer.size > 0 && (this.forceFlush || this.buffer.size >= this.config.batchSize);
+    if (!claimNow && !flushNow) {
+      if (this.buffer.size > 0) this.armFlushTimer();
+      return;
+    }
+    this.forceFlush = false;
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    // A write that goes out anyway takes a claim along for free, even below the threshold.
+    await this.cycle(canClaim ? Math.min(free, this.config.batchSize) : 0);
+    if (this.again || (this.mayHaveWork && !this.stopping && this.hooks.freeSlots() >= this.threshold)) {
+      this.again = false;
+      this.kick();
+    } else if (this.buffer.size > 0) {
+      this.armFlushTimer();
+    }
+  }
+
+  private armFlushTimer(): void {
+    if (this.flushTimer) return;
+    this.flushTimer = setTimeout(() => {
+      this.flushTimer = undefined;
+      this.kick(true);
+    }, this.config.completionFlushMs);
+  }
+
+  /** One statement: write results, claim up to `limit`. Returns false when it failed. */
+  private async cycle(limit: number): Promise<boolean> {
+    this.inFlight = true;
+    const batch = this.buffer.take();
+    try {
+      const { rows } = await this.pool.query<CycleRow>({
+        name: `sluice-cycle-${this.queries.schema}`,
+        text: this.queries.cycle,
+        values: [
+          this.config.workerId,
+          ...batchParams(batch),
+          this.config.queues,
+          [...this.config.tasks.keys()],
+          limit,
+        ],
+      });
+      this.failures = 0;
+      const first = rows[0];
+      if (batch.completed.length + batch.failed.length > 0) {
+        this.hooks.applied(batch, new Set(first?.completed_ids ?? []), new Set(first?.failed_ids ?? []));
+      }
+      const claimed = rows.filter((r) => r.id !== null);
+      if (limit > 0) this.mayHaveWork = claimed.length >= limit;
+      if (claimed.length > 0) {
+        for (const row of claimed) {
+          delete (row as Partial<CycleRow>).completed_ids;
+          delete (row as Partial<CycleRow>).failed_ids;
+        }
+        this.hooks.claimed(claimed);
+      }
+      return true;
+    } catch (err) {
+      this.buffer.restore(batch);
+      // The claim may have committed with its reply lost: those jobs stay locked to
+      // this worker until the rescuer frees them. Nothing is lost, only delayed.
+      this.mayHaveWork = true;
+      this.hooks.error(err);
+      if (!this.stopping) this.scheduleRetry();
+      return false;
+    } finally {
+      this.inFlight = false;
+      for (const resolve of this.idle.splice(0)) resolve();
+    }
+  }
+
+  private scheduleRetry(): void {
+    const delay = Math.min(RETRY_MAX_MS, RETRY_MIN_MS * 2 ** this.failures++);
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.kick();
+    }, delay * (0.5 + Math.random() / 2));
+  }
+
+  private schedulePoll(): void {
+    const interval = this.config.pollIntervalMs * (0.75 + Math.random() / 2);
+    this.pollTimer = setTimeout(() => {
+      this.wake();
+      if (!this.stopping) this.schedulePoll();
+    }, interval);
+    this.pollTimer.unref();
+  }
+}

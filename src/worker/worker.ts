@@ -1,0 +1,237 @@
+import { EventEmitter } from 'node:events';
+import pg from 'pg';
+import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from '../config.js';
+import { openPool, type PoolHandle } from '../db/connection.js';
+import { buildQueries, type Queries } from '../db/queries.js';
+import { channelFor } from '../db/identifiers.js';
+import { SluiceError, wrapDatabaseError } from '../errors.js';
+import type { JobRow } from '../job.js';
+import { Notifier, type HeldConnection } from '../notifier.js';
+import { Rescuer, type RescuedJob } from '../maintenance/rescuer.js';
+import { retryDelayMs } from './backoff.js';
+import { describeError, RunningJob, type Outcome } from './executor.js';
+import { Heartbeat } from './heartbeat.js';
+import { Producer } from './producer.js';
+import { ResultBuffer, type ResultBatch } from './results.js';
+
+export interface WorkerEvents {
+  'job:start': [JobRow];
+  'job:complete': [JobRow];
+  /** `willRetry` false means the job is now 'failed' for good. */
+  'job:fail': [JobRow, { error: unknown; willRetry: boolean }];
+  /** The job's lock was taken away; this run's result was dropped. */
+  'job:lock-lost': [JobRow];
+  'jobs:rescued': [RescuedJob[]];
+  /** A database or connection problem the worker is riding out (it keeps going). */
+  error: [SluiceError];
+}
+
+/** Connections a worker holds besides LISTEN: the fetch loop and heartbeat/rescue. */
+const POOL_SIZE = 2;
+
+/**
+ * Runs jobs. Uses a fixed handful of connections whatever its concurrency: one for
+ * LISTEN, and a pool of two for claims, results and heartbeats.
+ *
+ * Listen for 'error' (connection trouble it is riding out); like any EventEmitter,
+ * an 'error' with no listener would throw.
+ *
+ * @example
+ *   const worker = new Worker({
+ *     connectionString: process.env.DATABASE_URL,
+ *     tasks: { send_welcome: async ({ userId }, { signal }) => sendMail(userId, { signal }) },
+ *     concurrency: 20,
+ *   });
+ *   worker.on('error', (err) => console.error(err.message));
+ *   await worker.start();
+ *   process.on('SIGTERM', () => worker.stop());
+ */
+export class Worker extends EventEmitter<WorkerEvents> {
+  readonly config: ResolvedWorkerConfig;
+  private readonly queries: Queries;
+  private readonly options: WorkerOptions;
+  private readonly running = new Map<string, RunningJob>();
+  private readonly buffer = new ResultBuffer();
+  private handle: PoolHandle | undefined;
+  private producer: Producer | undefined;
+  private notifier: Notifier | undefined;
+  private heartbeat: Heartbeat | undefined;
+  private rescuer: Rescuer | undefined;
+  private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
+  private stopPromise: Promise<void> | undefined;
+  private drained: (() => void) | undefined;
+
+  constructor(options: WorkerOptions) {
+    super();
+    this.config = resolveWorkerConfig(options);
+    this.options = options;
+    this.queries = buildQueries(this.config.schema);
+  }
+
+  /** Ids of the jobs running right now. */
+  get runningJobIds(): string[] {
+    return [...this.running.keys()];
+  }
+
+  /** Starts claiming. Resolves once the worker is running (LISTEN may still be connecting). */
+  async start(): Promise<void> {
+    if (this.state !== 'idle') throw new SluiceError('CONFIG', 'a Worker can be started once');
+    this.state = 'running';
+    const config = this.config;
+    this.handle = openPool(this.options, POOL_SIZE, 'sluice-worker');
+    const pool = this.handle.pool;
+    const onError = (err: unknown) => this.reportError(err);
+
+    this.producer = new Producer(pool, this.queries, config, this.buffer, {
+      freeSlots: () => config.concurrency - this.running.size,
+      claimed: (jobs) => jobs.forEach((job) => this.run(job)),
+      applied: (batch, completed, failed) => this.applied(batch, completed, failed),
+      error: onError,
+    });
+    this.heartbeat = new Heartbeat(pool, this.queries, config.workerId, config.heartbeatIntervalMs,
+      () => this.runningJobIds, (ids) => this.lockLost(ids), onError);
+    this.rescuer = new Rescuer(pool, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs,
+      (jobs) => {
+        this.emit('jobs:rescued', jobs);
+        this.producer?.wake();
+      }, onError);
+
+    if (config.listen) {
+      this.notifier = new Notifier(() => this.listenConnection(), channelFor(config.schema));
+      this.notifier.on('wake', (hint) => {
+        if (hint.queue === '' || config.queues.includes(hint.queue)) this.producer?.wakeAt(hint.runAt);
+      });
+      this.notifier.on('listening', () => this.producer?.wake());
+      this.notifier.on('connectionError', onError);
+      this.notifier.start();
+    }
+    this.producer.start();
+    this.heartbeat.start();
+    this.rescuer.start();
+  }
+
+  /**
+   * Stops gracefully: claims nothing more, lets running jobs finish for up to
+   * `shutdownTimeoutMs`, then aborts the rest and returns them to pending without
+   * spending their attempt. Writes every buffered result before resolving.
+   */
+  stop(): Promise<void> {
+    if (this.state === 'idle') {
+      this.state = 'stopped';
+      return Promise.resolve();
+    }
+    this.stopPromise ??= this.shutdown();
+    return this.stopPromise;
+  }
+
+  private async shutdown(): Promise<void> {
+    this.state = 'stopping';
+    this.producer!.stop();
+    this.rescuer!.stop();
+    await this.notifier?.stop();
+
+    if (this.running.size > 0) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, this.config.shutdownTimeoutMs);
+        this.drained = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+    }
+    this.heartbeat!.stop();
+    const unfinished = [...this.running.values()];
+    for (const job of unfinished) job.abort('shutdown', new SluiceError('CONFIG', 'worker is shutting down'));
+    const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
+    await this.producer!.drain(deadline);
+    if (unfinished.length > 0) {
+      try {
+        const { rows } = await this.handle!.pool.query<{ id: string; queue: string }>(this.queries.release, [
+          this.config.workerId,
+          unfinished.map((j) => j.job.id),
+        ]);
+        const queues = [...new Set(rows.map((r) => r.queue))];
+        if (queues.length > 0) await this.handle!.pool.query(this.queries.notify, [channelFor(this.config.schema), queues]);
+      } catch (err) {
+        // The rescuer of another worker returns them after the visibility timeout.
+        this.reportError(err);
+      }
+    }
+    this.running.clear();
+    await this.handle!.end();
+    this.state = 'stopped';
+  }
+
+  private run(job: JobRow): void {
+    const task = this.config.tasks.get(job.task);
+    if (!task) return; // cannot happen: the claim filters on known tasks
+    const running = new RunningJob(job, task);
+    this.running.set(job.id, running);
+    this.emit('job:start', job);
+    void running.run().then((outcome) => this.finished(running, outcome));
+  }
+
+  private finished(running: RunningJob, outcome: Outcome): void {
+    const { job } = running;
+    if (this.running.get(job.id) !== running) return;
+    this.running.delete(job.id);
+    const attempt = running.attempt;
+    if (outcome.kind === 'completed') {
+      this.buffer.complete({ job, attempt });
+      this.producer!.resultAdded();
+    } else if (outcome.kind === 'failed') {
+      this.buffer.fail({
+        job,
+        attempt,
+        error: outcome.error,
+        errorText: describeError(outcome.error),
+        delayMs: retryDelayMs(attempt, this.config.backoff),
+        permanent: outcome.permanent,
+      });
+      this.producer!.resultAdded();
+    }
+    // 'released' jobs are returned by shutdown; 'lost' ones belong to someone else now.
+    if (this.running.size === 0) this.drained?.();
+  }
+
+  private applied(batch: ResultBatch, completed: Set<string>, failed: Set<string>): void {
+    for (const { job } of batch.completed) {
+      if (completed.has(job.id)) this.emit('job:complete', job);
+      else this.emit('job:lock-lost', job);
+    }
+    for (const f of batch.failed) {
+      if (!failed.has(f.job.id)) {
+        this.emit('job:lock-lost', f.job);
+        continue;
+      }
+      const willRetry = !f.permanent && f.attempt < f.job.max_attempts;
+      this.emit('job:fail', f.job, { error: f.error, willRetry });
+    }
+  }
+
+  private lockLost(ids: string[]): void {
+    for (const id of ids) {
+      const running = this.running.get(id);
+      if (!running) continue;
+      running.abort('lock-lost', new SluiceError('LOCK_LOST', `job ${id}: lock expired and the job was taken back`));
+      this.emit('job:lock-lost', running.job);
+    }
+  }
+
+  private reportError(err: unknown): void {
+    const wrapped = wrapDatabaseError(err, 'worker');
+    if (this.listenerCount('error') > 0) this.emit('error', wrapped);
+  }
+
+  private async listenConnection(): Promise<HeldConnection> {
+    const url = this.config.listenConnectionString ?? this.options.connectionString;
+    if (url) {
+      const client = new pg.Client({ connectionString: url, application_name: 'sluice-listen' });
+      client.on('error', () => {});
+      await client.connect();
+      return { client, release: () => void client.end().catch(() => {}) };
+    }
+    const client = await this.options.pool!.connect();
+    return { client, release: (err) => client.release(err ?? true) };
+  }
+}

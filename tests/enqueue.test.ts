@@ -1,0 +1,173 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { Queue, ValidationError, ConfigError } from '../src/index.js';
+import { channelFor } from '../src/db/identifiers.js';
+import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
+
+let db: TestDatabase;
+let queue: Queue;
+
+beforeAll(async () => {
+  db = await createTestSchema('enqueue');
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+});
+afterAll(async () => {
+  await queue.close();
+  await db.drop();
+});
+
+async function jobCount(): Promise<number> {
+  const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`);
+  return rows[0].n;
+}
+
+/** A LISTEN connection on the schema's channel that records every notification. */
+async function listen(): Promise<{ received: string[]; client: pg.Client }> {
+  const client = new pg.Client(db.url);
+  await client.connect();
+  const received: string[] = [];
+  client.on('notification', (m) => received.push(m.payload ?? ''));
+  await client.query(`LISTEN "${channelFor(db.schema)}"`);
+  return { received, client };
+}
+
+describe('enqueue', () => {
+  it('stores the job with its options', async () => {
+    const runAt = new Date(Date.now() + 3_600_000);
+    const id = await queue.enqueue('send_welcome', { userId: 42 }, { queue: 'mail', runAt, maxAttempts: 3, priority: 7 });
+    const job = await queue.getJob(id);
+    expect(job).toMatchObject({
+      id, task: 'send_welcome', queue: 'mail', payload: { userId: 42 }, status: 'pending',
+      attempts: 0, max_attempts: 3, priority: 7,
+    });
+    expect(job!.run_at.getTime()).toBe(runAt.getTime());
+  });
+
+  it('computes delayMs on the server clock', async () => {
+    const id = await queue.enqueue('later', {}, { delayMs: 60_000 });
+    const { rows } = await db.pool.query(
+      `SELECT extract(epoch FROM run_at - created_at) AS secs FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    expect(Number(rows[0].secs)).toBeGreaterThanOrEqual(59.9);
+    expect(Number(rows[0].secs)).toBeLessThan(61);
+  });
+
+  it('commits with the caller transaction and wakes listeners once', async () => {
+    const { received, client: listener } = await listen();
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`CREATE TABLE IF NOT EXISTS ${db.s}.users (id serial PRIMARY KEY, email text)`);
+      const { rows } = await client.query(`INSERT INTO ${db.s}.users (email) VALUES ('a@example.com') RETURNING id`);
+      const id = await queue.enqueue('send_welcome', { userId: rows[0].id }, { queue: 'tx-commit', tx: client });
+      // Not visible outside the transaction before commit.
+      expect(await queue.getJob(id)).toBeUndefined();
+      await client.query('COMMIT');
+      expect((await queue.getJob(id))!.status).toBe('pending');
+      await waitFor(() => received.some((p) => JSON.parse(p).q === 'tx-commit'), 'notification');
+    } finally {
+      client.release();
+      await listener.end();
+    }
+  });
+
+  it('leaves no job and sends no notification when the transaction rolls back', async () => {
+    const { received, client: listener } = await listen();
+    const before = await jobCount();
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await queue.enqueue('send_welcome', { userId: 1 }, { queue: 'tx-rollback', tx: client });
+      await queue.enqueueMany([{ task: 'x', queue: 'tx-rollback' }], { tx: client });
+      await client.query('ROLLBACK');
+      // Notifications arrive in commit order: once the marker is here, anything
+      // the rolled-back transaction could have sent would be here too.
+      await db.pool.query(`SELECT pg_notify($1, 'marker')`, [channelFor(db.schema)]);
+      await waitFor(() => received.includes('marker'), 'marker notification');
+      expect(received.filter((p) => p !== 'marker')).toEqual([]);
+      expect(await jobCount()).toBe(before);
+    } finally {
+      client.release();
+      await listener.end();
+    }
+  });
+
+  it('enqueueMany inserts thousands of jobs in one statement, ids in order, one wake-up per queue', async () => {
+    const { received, client: listener } = await listen();
+    const specs = Array.from({ length: 5_000 }, (_, i) => ({
+      task: 'bulk', payload: { i, text: `quote " and \\ backslash ${i}` }, queue: i % 2 ? 'bulk-a' : 'bulk-b',
+    }));
+    const ids = await queue.enqueueMany(specs);
+    expect(ids).toHaveLength(5_000);
+    const { rows } = await db.pool.query(
+      `SELECT id::text AS id, payload FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+    const byId = new Map(rows.map((r) => [r.id, r.payload]));
+    ids.forEach((id, i) => expect(byId.get(id)).toEqual(specs[i]!.payload));
+    await db.pool.query(`SELECT pg_notify($1, 'marker')`, [channelFor(db.schema)]);
+    await waitFor(() => received.includes('marker'), 'marker');
+    const queues = received.filter((p) => p !== 'marker').map((p) => JSON.parse(p).q).sort();
+    expect(queues).toEqual(['bulk-a', 'bulk-b']);
+    await listener.end();
+  });
+
+  it('works from plain SQL with sluice.enqueue_job', async () => {
+    const { rows } = await db.pool.query(
+      `SELECT ${db.s}.enqueue_job('default', '{"task":"send_welcome","user_id":42}') AS id`);
+    const job = await queue.getJob(rows[0].id);
+    expect(job).toMatchObject({ task: 'send_welcome', queue: 'default', max_attempts: 5, payload: { user_id: 42 } });
+    const named = await db.pool.query(
+      `SELECT ${db.s}.enqueue_job('q2', '{"a":1}', _task => 'explicit', _max_attempts => 2) AS id`);
+    expect(await queue.getJob(named.rows[0].id)).toMatchObject({ task: 'explicit', max_attempts: 2 });
+    await expect(db.pool.query(`SELECT ${db.s}.enqueue_job('default', '{"no":"task"}')`)).rejects.toThrow(/no task name/);
+    await expect(db.pool.query(`SELECT ${db.s}.enqueue_job('default', 'not json')`)).rejects.toThrow(/json/i);
+  });
+
+  describe('rejects bad input with a typed error and inserts nothing', () => {
+    const circular: Record<string, unknown> = {};
+    circular.self = circular;
+    const cases: [string, () => Promise<unknown>][] = [
+      ['BigInt payload', () => queue.enqueue('t', { n: 10n })],
+      ['circular payload', () => queue.enqueue('t', circular)],
+      ['function payload', () => queue.enqueue('t', { f: () => 1 })],
+      ['NaN in payload', () => queue.enqueue('t', { n: Number.NaN })],
+      ['NUL in payload', () => queue.enqueue('t', { s: 'a\u0000b' })],
+      ['empty task', () => queue.enqueue('', {})],
+      ['empty queue', () => queue.enqueue('t', {}, { queue: '' })],
+      ['long queue', () => queue.enqueue('t', {}, { queue: 'q'.repeat(200) })],
+      ['invalid date', () => queue.enqueue('t', {}, { runAt: new Date('nope') })],
+      ['runAt not a Date', () => queue.enqueue('t', {}, { runAt: '2020-01-01' as unknown as Date })],
+      ['runAt and delayMs', () => queue.enqueue('t', {}, { runAt: new Date(), delayMs: 5 })],
+      ['negative delay', () => queue.enqueue('t', {}, { delayMs: -1 })],
+      ['zero maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: 0 })],
+      ['NaN maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: Number.NaN })],
+      ['huge maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: 1e9 })],
+      ['unknown option', () => queue.enqueue('t', {}, { qeueu: 'x' } as never)],
+      ['one bad job in a batch', () => queue.enqueueMany([{ task: 'ok' }, { task: 'bad', payload: { n: 1n } }])],
+    ];
+    for (const [name, call] of cases) {
+      it(name, async () => {
+        const before = await jobCount();
+        await expect(call()).rejects.toBeInstanceOf(ValidationError);
+        expect(await jobCount()).toBe(before);
+      });
+    }
+
+    it('payload over the size limit', async () => {
+      const small = new Queue({ pool: db.pool, schema: db.schema, maxPayloadBytes: 100 });
+      await expect(small.enqueue('t', { s: 'x'.repeat(200) })).rejects.toThrow(/over the limit/);
+    });
+
+    it('bad Queue options', () => {
+      expect(() => new Queue({ schema: '' })).toThrow(ConfigError);
+      expect(() => new Queue({ conectionString: 'x' } as never)).toThrow(ConfigError);
+    });
+
+    it('a Queue without a connection needs tx', async () => {
+      await expect(new Queue({ schema: db.schema }).enqueue('t', {})).rejects.toBeInstanceOf(ConfigError);
+    });
+  });
+
+  it('counts stay consistent', async () => {
+    const counts = await statusCounts(db);
+    expect(Object.keys(counts)).toEqual(['pending']);
+  });
+});

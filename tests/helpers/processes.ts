@@ -1,0 +1,36 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const WORKER_SCRIPT = fileURLToPath(new URL('../fixtures/worker-process.ts', import.meta.url));
+
+export interface WorkerProcess {
+  child: ChildProcess;
+  /** Resolves with the exit code (or signal name). */
+  exited: Promise<number | string>;
+  output(): string;
+}
+
+/** Spawns tests/fixtures/worker-process.ts and resolves once it printed "ready". */
+export async function spawnWorker(env: Record<string, string>): Promise<WorkerProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', WORKER_SCRIPT], {
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d) => (out += d));
+  child.stderr!.on('data', (d) => (out += d));
+  const exited = new Promise<number | string>((resolve) =>
+    child.on('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
+  );
+  await new Promise<void>((resolve, reject) => {
+    const onData = () => {
+      if (out.includes('ready')) {
+        child.stdout!.off('data', onData);
+        resolve();
+      }
+    };
+    child.stdout!.on('data', onData);
+    void exited.then((code) => reject(new Error(`worker exited (${code}) before ready:\n${out}`)));
+  });
+  return { child, exited, output: () => out };
+}

@@ -1,0 +1,63 @@
+import { afterAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { randomBytes } from 'node:crypto';
+import { migrate, loadMigrations } from '../src/migrate.js';
+import { MigrationError, ConfigError } from '../src/errors.js';
+import { databaseUrl } from './helpers/database.js';
+
+const url = databaseUrl();
+const pool = new pg.Pool({ connectionString: url });
+const schemas: string[] = [];
+const fresh = (tag: string) => {
+  const s = `t_mig_${tag}_${randomBytes(3).toString('hex')}`;
+  schemas.push(s);
+  return s;
+};
+
+afterAll(async () => {
+  for (const s of schemas) await pool.query(`DROP SCHEMA IF EXISTS "${s.replace(/"/g, '""')}" CASCADE`);
+  await pool.end();
+});
+
+describe('migrate', () => {
+  it('applies every migration once and records the version', async () => {
+    const schema = fresh('once');
+    const all = await loadMigrations();
+    const first = await migrate({ connectionString: url, schema });
+    expect(first.applied.map((m) => m.version)).toEqual(all.map((m) => m.version));
+    const again = await migrate({ connectionString: url, schema });
+    expect(again.applied).toEqual([]);
+    expect(again.version).toBe(all.at(-1)!.version);
+    const { rows } = await pool.query(`SELECT version FROM "${schema}".migrations ORDER BY version`);
+    expect(rows.map((r) => r.version)).toEqual(all.map((m) => m.version));
+  });
+
+  it('is safe when many processes migrate the same schema at once', async () => {
+    const schema = fresh('race');
+    const results = await Promise.all(Array.from({ length: 6 }, () => migrate({ connectionString: url, schema })));
+    const appliedCounts = results.map((r) => r.applied.length);
+    // Exactly one caller did the work; the others waited on the lock and found nothing to do.
+    expect(appliedCounts.filter((n) => n > 0)).toHaveLength(1);
+    expect(new Set(results.map((r) => r.version)).size).toBe(1);
+  });
+
+  it('works with a schema name that needs quoting', async () => {
+    const schema = fresh(`we"ird; drop`);
+    await migrate({ connectionString: url, schema });
+    const { rows } = await pool.query('SELECT count(*)::int AS n FROM pg_namespace WHERE nspname = $1', [schema]);
+    expect(rows[0].n).toBe(1);
+  });
+
+  it('refuses a database that is newer than this code', async () => {
+    const schema = fresh('newer');
+    await migrate({ connectionString: url, schema });
+    await pool.query(`INSERT INTO "${schema}".migrations (version, name) VALUES (9999, 'future')`);
+    await expect(migrate({ connectionString: url, schema })).rejects.toBeInstanceOf(MigrationError);
+  });
+
+  it('rejects bad options with a typed error', async () => {
+    await expect(migrate({ schema: 'x' })).rejects.toBeInstanceOf(ConfigError);
+    await expect(migrate({ connectionString: url, schema: '' })).rejects.toBeInstanceOf(ConfigError);
+    await expect(migrate({ connectionString: url, schema: 'x'.repeat(80) })).rejects.toBeInstanceOf(ConfigError);
+  });
+});

@@ -1,0 +1,13 @@
+import { defineConfig } from 'vitest/config';
+
+export default defineConfig({
+  test: {
+    include: ['tests/**/*.test.ts'],
+    globalSetup: ['tests/helpers/global-setup.ts'],
+    pool: 'forks',
+    // Each file works in its own schema, so files run in parallel safely.
+    fileParallelism: true,
+    testTimeout: 60_000,
+    hookTimeout: 60_000,
+  },
+});
