@@ -35,6 +35,8 @@ const RETRY_MAX_MS = 5_000;
  */
 export class Producer {
   private mayHaveWork = true;
+  /** Bumped by every wake-up, so a cycle that was already running cannot cancel it. */
+  private wakeups = 0;
   private inFlight = false;
   private again = false;
   private scheduled = false;
@@ -70,6 +72,7 @@ export class Producer {
   /** Something may be due now (notification, poll, rescue, reconnect). */
   wake(): void {
     this.mayHaveWork = true;
+    this.wakeups++;
     this.kick();
   }
 
@@ -170,6 +173,7 @@ export class Producer {
   /** One statement: write results, claim up to `limit`. Returns false when it failed. */
   private async cycle(limit: number): Promise<boolean> {
     this.inFlight = true;
+    const wakeupsBefore = this.wakeups;
     const batch = this.buffer.take();
     try {
       const { rows } = await this.pool.query<CycleRow>({
@@ -189,7 +193,8 @@ export class Producer {
         this.hooks.applied(batch, new Set(first?.completed_ids ?? []), new Set(first?.failed_ids ?? []));
       }
       const claimed = rows.filter((r) => r.id !== null);
-      if (limit > 0) this.mayHaveWork = claimed.length >= limit;
+      // A short claim means the backlog is empty, unless a wake-up arrived meanwhile.
+      if (limit > 0) this.mayHaveWork = claimed.length >= limit || this.wakeups !== wakeupsBefore;
       if (claimed.length > 0) {
         for (const row of claimed) {
           delete (row as Partial<CycleRow>).completed_ids;

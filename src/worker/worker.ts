@@ -103,7 +103,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
       });
       this.notifier.on('listening', () => this.producer?.wake());
       this.notifier.on('connectionError', onError);
+      // Resolve start() once LISTEN is in place, so a job enqueued right after is
+      // pushed, not polled. If Postgres is down, start anyway: the notifier retries.
+      const ready = new Promise<void>((resolve) => {
+        this.notifier!.once('listening', resolve);
+        this.notifier!.once('connectionError', () => resolve());
+      });
       this.notifier.start();
+      await ready;
     }
     this.producer.start();
     this.heartbeat.start();
@@ -205,6 +212,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
         continue;
       }
       const willRetry = !f.permanent && f.attempt < f.job.max_attempts;
+      // Other workers find the retry by polling; this one knows when it falls due.
+      if (willRetry) this.producer!.wakeAt(Date.now() + f.delayMs);
       this.emit('job:fail', f.job, { error: f.error, willRetry });
     }
   }

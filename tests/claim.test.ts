@@ -1,0 +1,109 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Queue } from '../src/index.js';
+import { buildQueries } from '../src/db/queries.js';
+import { createTestSchema, type TestDatabase } from './helpers/database.js';
+
+let db: TestDatabase;
+let queue: Queue;
+let schemaName: string;
+
+beforeAll(async () => {
+  db = await createTestSchema('claim');
+  schemaName = db.schema;
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+});
+afterAll(async () => {
+  await queue.close();
+  await db.drop();
+});
+
+/**
+ * Runs the worker's cycle statement with no results to write, so it only claims.
+ * The statement always returns one row of write results; claimed jobs have an id.
+ */
+async function claim(
+  db: { query(text: string, values: unknown[]): Promise<{ rows: any[] }> },
+  workerId: string, queues: string[], tasks: string[], limit: number,
+): Promise<any[]> {
+  const { rows } = await db.query(buildQueries(schemaName).cycle, claimParams(workerId, queues, tasks, limit));
+  return rows.filter((r) => r.id !== null);
+}
+
+function claimParams(workerId: string, queues: string[], tasks: string[], limit: number): unknown[] {
+  return [workerId, [], [], [], [], [], [], [], queues, tasks, limit];
+}
+
+describe('claiming', () => {
+  it('two open transactions claim different rows and neither waits for the other', async () => {
+    await queue.enqueueMany([1, 2, 3].map((i) => ({ task: 'demo', queue: 'two-sessions', payload: { i } })));
+    const a = await db.pool.connect();
+    const b = await db.pool.connect();
+    try {
+      // If the second claim waited on the first one's row locks, it would hit this
+      // timeout instead of returning: SKIP LOCKED is what lets it pass.
+      await a.query("BEGIN; SET LOCAL lock_timeout = '2s'");
+      await b.query("BEGIN; SET LOCAL lock_timeout = '2s'");
+      const first = await claim(a, 'A', ['two-sessions'], ['demo'], 1);
+      const second = await claim(b, 'B', ['two-sessions'], ['demo'], 1);
+      expect(first).toHaveLength(1);
+      expect(second).toHaveLength(1);
+      expect(first[0].id).not.toBe(second[0].id);
+      // The first session's uncommitted claim is invisible to others: its row is still pending for them.
+      const third = await claim(b, 'B', ['two-sessions'], ['demo'], 5);
+      expect(third.map((r) => r.id)).not.toContain(first[0].id);
+      expect(third).toHaveLength(1);
+      await a.query('COMMIT');
+      await b.query('COMMIT');
+    } finally {
+      a.release();
+      b.release();
+    }
+    const { rows } = await db.pool.query(
+      `SELECT locked_by, count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'two-sessions' GROUP BY locked_by ORDER BY 1`);
+    expect(rows).toEqual([{ locked_by: 'A', n: 1 }, { locked_by: 'B', n: 2 }]);
+  });
+
+  it('claims by priority, then run_at, then id, and never jobs that are not due', async () => {
+    const past = (s: number) => new Date(Date.now() - s * 1000);
+    await queue.enqueue('p', { name: 'old-low' }, { queue: 'order', runAt: past(30), priority: 0 });
+    await queue.enqueue('p', { name: 'new-high' }, { queue: 'order', runAt: past(1), priority: 5 });
+    await queue.enqueue('p', { name: 'older-low' }, { queue: 'order', runAt: past(60), priority: 0 });
+    await queue.enqueue('p', { name: 'future-high' }, { queue: 'order', delayMs: 60_000, priority: 10 });
+    const rows = await claim(db.pool, 'W', ['order'], ['p'], 10);
+    // RETURNING order is not guaranteed; the claim order shows in which rows a limit takes.
+    expect(rows.map((r) => r.payload.name).sort()).toEqual(['new-high', 'old-low', 'older-low']);
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'pending', attempts = 0 WHERE queue = 'order'`);
+    const one = await claim(db.pool, 'W', ['order'], ['p'], 1);
+    expect(one.map((r) => r.payload.name)).toEqual(['new-high']);
+    const two = await claim(db.pool, 'W', ['order'], ['p'], 1);
+    expect(two.map((r) => r.payload.name)).toEqual(['older-low']);
+    const three = await claim(db.pool, 'W', ['order'], ['p'], 1);
+    expect(three.map((r) => r.payload.name)).toEqual(['old-low']);
+    expect(await claim(db.pool, 'W', ['order'], ['p'], 1)).toEqual([]);
+  });
+
+  it('claims only tasks it knows and only from its queues', async () => {
+    await queue.enqueue('known', {}, { queue: 'filter' });
+    await queue.enqueue('unknown', {}, { queue: 'filter' });
+    await queue.enqueue('known', {}, { queue: 'other' });
+    const rows = await claim(db.pool, 'W', ['filter'], ['known'], 10);
+    expect(rows.map((r) => [r.task, r.queue])).toEqual([['known', 'filter']]);
+    expect(rows[0]).toMatchObject({ status: 'processing', attempts: 1, locked_by: 'W' });
+  });
+
+  it('uses the partial dequeue index for the claim scan', async () => {
+    await db.pool.query(`ANALYZE ${db.s}.jobs`);
+    const client = await db.pool.connect();
+    try {
+      await client.query('SET enable_seqscan = off');
+      const { rows } = await client.query(
+        `EXPLAIN SELECT id FROM ${db.s}.jobs WHERE status = 'pending' AND queue = ANY($1::text[]) AND task = ANY($2::text[])
+         AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED`,
+        [['default'], ['x']],
+      );
+      expect(rows.map((r) => r['QUERY PLAN']).join('\n')).toContain('jobs_dequeue_idx');
+    } finally {
+      client.release();
+    }
+  });
+});

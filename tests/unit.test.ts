@@ -1,0 +1,63 @@
+import { describe, expect, it } from 'vitest';
+import { retryDelayMs } from '../src/worker/backoff.js';
+import { serializePayload } from '../src/payload.js';
+import { describeError } from '../src/worker/executor.js';
+import { describeTarget } from '../src/db/connection.js';
+import { quoteSchema } from '../src/db/identifiers.js';
+import { ValidationError, ConfigError, isConnectionFailure } from '../src/errors.js';
+
+describe('retryDelayMs', () => {
+  const opts = { baseMs: 1_000, maxMs: 60_000 };
+  it('doubles per attempt between half and the full nominal delay', () => {
+    expect(retryDelayMs(1, opts, () => 0)).toBe(500);
+    expect(retryDelayMs(1, opts, () => 1)).toBe(1_000);
+    expect(retryDelayMs(3, opts, () => 0)).toBe(2_000);
+    expect(retryDelayMs(3, opts, () => 1)).toBe(4_000);
+  });
+  it('is capped', () => {
+    expect(retryDelayMs(50, opts, () => 1)).toBe(60_000);
+    expect(retryDelayMs(5_000, opts, () => 1)).toBe(60_000);
+  });
+});
+
+describe('serializePayload', () => {
+  it('keeps plain JSON', () => {
+    expect(serializePayload({ a: [1, 'x', null, { b: true }] })).toBe('{"a":[1,"x",null,{"b":true}]}');
+    expect(serializePayload(undefined)).toBe('{}');
+  });
+  it.each([
+    ['bigint', { n: 1n }],
+    ['function', { f: () => 0 }],
+    ['symbol', { s: Symbol('x') }],
+    ['infinity', { n: Infinity }],
+    ['NUL', { s: '\u0000' }],
+  ])('refuses %s', (_name, payload) => {
+    expect(() => serializePayload(payload)).toThrow(ValidationError);
+  });
+  it('enforces the size limit in bytes', () => {
+    expect(() => serializePayload({ s: 'é'.repeat(10) }, 20)).toThrow(/over the limit of 20/);
+  });
+});
+
+describe('describeError', () => {
+  it('keeps stacks and describes non-errors', () => {
+    expect(describeError(new Error('boom'))).toMatch(/^Error: boom\n\s+at /);
+    expect(describeError({ code: 7 })).toBe('non-Error thrown: {"code":7}');
+    expect(describeError('x'.repeat(10_000)).length).toBeLessThan(8_010);
+  });
+});
+
+describe('connection helpers', () => {
+  it('never shows the password', () => {
+    expect(describeTarget('postgres://me:secret@db.example:6543/app')).toBe('db.example:6543/app');
+  });
+  it('recognises connection failures', () => {
+    expect(isConnectionFailure(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }))).toBe(true);
+    expect(isConnectionFailure(Object.assign(new Error('x'), { code: '57P01' }))).toBe(true);
+    expect(isConnectionFailure(Object.assign(new Error('x'), { code: '23505' }))).toBe(false);
+  });
+  it('quotes schema names', () => {
+    expect(quoteSchema('a"b')).toBe('"a""b"');
+    expect(() => quoteSchema('')).toThrow(ConfigError);
+  });
+});

@@ -1,0 +1,266 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Queue, Worker, ConfigError, PermanentFailure, type WorkerOptions, type JobRow } from '../src/index.js';
+import { rescueExpired } from '../src/maintenance/rescuer.js';
+import { buildQueries } from '../src/db/queries.js';
+import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
+
+let db: TestDatabase;
+let queue: Queue;
+const workers: Worker[] = [];
+
+beforeAll(async () => {
+  db = await createTestSchema('worker');
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop()));
+});
+afterAll(async () => {
+  await queue.close();
+  await db.drop();
+});
+
+/** A started worker on this file's schema; stopped after each test. */
+async function startWorker(options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker> {
+  const worker = new Worker({ connectionString: db.url, schema: db.schema, ...options });
+  worker.on('error', () => {});
+  workers.push(worker);
+  await worker.start();
+  return worker;
+}
+
+async function job(id: string): Promise<JobRow> {
+  return (await queue.getJob(id))!;
+}
+
+/** A promise with its resolve function, for handlers that wait for the test. */
+function deferred<T = void>(): { promise: Promise<T>; resolve: (v: T) => void } {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+describe('Worker', () => {
+  it('runs a job enqueued from plain SQL, woken by NOTIFY', async () => {
+    const seen: unknown[] = [];
+    // A poll interval far longer than the test: only the notification can wake it.
+    const worker = await startWorker({
+      queues: ['sql'],
+      pollIntervalMs: 3_600_000,
+      tasks: { send_welcome: async (payload, ctx) => void seen.push({ payload, attempt: ctx.attempt }) },
+    });
+    const completed = nextEvent<[JobRow]>(worker, 'job:complete');
+    const { rows } = await db.pool.query(
+      `SELECT ${db.s}.enqueue_job('sql', '{"task":"send_welcome","user_id":42}') AS id`);
+    const [done] = await completed;
+    expect(done.id).toBe(rows[0].id);
+    expect(seen).toEqual([{ payload: { task: 'send_welcome', user_id: 42 }, attempt: 1 }]);
+    expect(await job(rows[0].id)).toMatchObject({ status: 'completed', attempts: 1, locked_at: null });
+    expect((await job(rows[0].id)).finished_at).toBeInstanceOf(Date);
+  });
+
+  it('leaves jobs of unknown tasks for a worker that knows them', async () => {
+    const unknown = await queue.enqueue('nobody_handles_this', {}, { queue: 'unknown' });
+    const known = await queue.enqueue('handled', {}, { queue: 'unknown' });
+    const worker = await startWorker({ queues: ['unknown'], tasks: { handled: async () => {} } });
+    await nextEvent(worker, 'job:complete');
+    expect((await job(known)).status).toBe('completed');
+    expect(await job(unknown)).toMatchObject({ status: 'pending', attempts: 0 });
+  });
+
+  it('does not run a delayed job before its run_at, and runs it after', async () => {
+    const started: Date[] = [];
+    const worker = await startWorker({ queues: ['delayed'], tasks: { later: async () => void started.push(new Date()) } });
+    const id = await queue.enqueue('later', {}, { queue: 'delayed', delayMs: 800 });
+    const [done] = await nextEvent<[JobRow]>(worker, 'job:complete');
+    const row = await job(id);
+    expect(done.id).toBe(id);
+    expect(started).toHaveLength(1);
+    // The claim compares run_at with the server clock; the handler cannot have started earlier.
+    expect(done.locked_at!.getTime()).toBeGreaterThanOrEqual(row.run_at.getTime());
+  });
+
+  it('retries with backoff, then marks the job failed and keeps the error', async () => {
+    const failures: { willRetry: boolean }[] = [];
+    const worker = await startWorker({
+      queues: ['retry'],
+      backoff: { baseMs: 50, maxMs: 200 },
+      tasks: { flaky: async (_p, { attempt }) => { throw new Error(`boom on attempt ${attempt}`); } },
+    });
+    worker.on('job:fail', (_job, info) => failures.push({ willRetry: info.willRetry }));
+    const id = await queue.enqueue('flaky', {}, { queue: 'retry', maxAttempts: 3 });
+    const [first] = await nextEvent<[JobRow]>(worker, 'job:fail');
+    const afterFirst = await job(id);
+    if (afterFirst.status === 'pending') {
+      // The retry waits: run_at was pushed past the moment of failure.
+      expect(afterFirst.run_at.getTime()).toBeGreaterThan(afterFirst.updated_at.getTime());
+    }
+    expect(first.id).toBe(id);
+    const final = await waitFor(async () => {
+      const row = await job(id);
+      return row.status === 'failed' ? row : undefined;
+    }, 'job to fail for good');
+    expect(final.attempts).toBe(3);
+    expect(final.last_error).toContain('boom on attempt 3');
+    expect(final.finished_at).toBeInstanceOf(Date);
+    await waitFor(() => failures.length === 3, 'three fail events');
+    expect(failures.map((f) => f.willRetry)).toEqual([true, true, false]);
+  });
+
+  it('PermanentFailure and non-Error throws are handled', async () => {
+    const worker = await startWorker({
+      queues: ['permanent'],
+      tasks: {
+        give_up: async () => { throw new PermanentFailure('bad input'); },
+        throws_string: async () => { throw 'just a string'; },
+        throws_sync: () => { throw new Error('synchronous'); },
+      },
+    });
+    const a = await queue.enqueue('give_up', {}, { queue: 'permanent', maxAttempts: 5 });
+    const b = await queue.enqueue('throws_string', {}, { queue: 'permanent', maxAttempts: 1 });
+    const c = await queue.enqueue('throws_sync', {}, { queue: 'permanent', maxAttempts: 1 });
+    await waitFor(async () => (await Promise.all([a, b, c].map(job))).every((j) => j.status === 'failed'), 'failures');
+    expect(await job(a)).toMatchObject({ attempts: 1 });
+    expect((await job(a)).last_error).toContain('bad input');
+    expect((await job(b)).last_error).toContain('just a string');
+    expect((await job(c)).last_error).toContain('synchronous');
+    void worker;
+  });
+
+  it('aborts a handler that exceeds its task timeout and retries it', async () => {
+    const signals: AbortSignal[] = [];
+    await startWorker({
+      queues: ['timeout'],
+      backoff: { baseMs: 10, maxMs: 10 },
+      tasks: {
+        stuck: {
+          timeoutMs: 200,
+          handler: (_p, { signal }) => {
+            signals.push(signal);
+            return new Promise(() => {}); // never settles
+          },
+        },
+      },
+    });
+    const id = await queue.enqueue('stuck', {}, { queue: 'timeout', maxAttempts: 2 });
+    const final = await waitFor(async () => ((await job(id)).status === 'failed' ? job(id) : undefined), 'timeout failure');
+    expect(final.attempts).toBe(2);
+    expect(final.last_error).toContain('timed out after 200 ms');
+    expect(signals.every((s) => s.aborted)).toBe(true);
+  });
+
+  it('keeps a long job alive with heartbeats while another worker rescues expired locks', async () => {
+    const release = deferred();
+    const runs: number[] = [];
+    const busy = await startWorker({
+      queues: ['heartbeat'],
+      visibilityTimeoutMs: 1_000,
+      heartbeatIntervalMs: 150,
+      tasks: { long: async (_p, { attempt }) => { runs.push(attempt); await release.promise; } },
+    });
+    const lost: unknown[] = [];
+    busy.on('job:lock-lost', (j) => lost.push(j));
+    const id = await queue.enqueue('long', {}, { queue: 'heartbeat' });
+    await waitFor(() => runs.length === 1, 'job to start');
+    // Rescue as aggressively as the timeout allows, for several timeouts' worth of time.
+    const { rows } = await db.pool.query('SELECT clock_timestamp() AS t');
+    await waitFor(async () => {
+      await rescueExpired(db.pool, buildQueries(db.schema), 1_000);
+      const now = await db.pool.query('SELECT clock_timestamp() AS t');
+      return now.rows[0].t.getTime() - rows[0].t.getTime() > 3_000;
+    }, 'three visibility timeouts to pass', 10_000);
+    release.resolve();
+    await waitFor(async () => (await job(id)).status === 'completed', 'completion');
+    expect(runs).toEqual([1]);
+    expect(lost).toEqual([]);
+    expect((await job(id)).attempts).toBe(1);
+  });
+
+  it('a worker whose lock was taken away cannot complete the job', async () => {
+    const releaseA = deferred();
+    const startedA = deferred();
+    const a = await startWorker({
+      queues: ['stolen'],
+      workerId: 'worker-A',
+      // One slot, busy with the job: A cannot claim it again after the rescue.
+      concurrency: 1,
+      visibilityTimeoutMs: 60_000,
+      tasks: { slow: async () => { startedA.resolve(); await releaseA.promise; } },
+    });
+    const id = await queue.enqueue('slow', {}, { queue: 'stolen' });
+    await startedA.promise;
+    // Simulate A's heartbeat going stale: rescue with a zero timeout.
+    const rescued = await rescueExpired(db.pool, buildQueries(db.schema), 0);
+    expect(rescued.map((r) => r.id)).toContain(id);
+    const b = await startWorker({ queues: ['stolen'], workerId: 'worker-B', tasks: { slow: async () => {} } });
+    await nextEvent(b, 'job:complete');
+    const lockLost = nextEvent<[JobRow]>(a, 'job:lock-lost');
+    releaseA.resolve();
+    const [lostJob] = await lockLost;
+    expect(lostJob.id).toBe(id);
+    expect(await job(id)).toMatchObject({ status: 'completed', attempts: 2, locked_by: 'worker-B' });
+  });
+
+  it('stop() lets running jobs finish, then returns unfinished ones without spending the attempt', async () => {
+    const finishing = deferred();
+    const started: string[] = [];
+    const worker = await startWorker({
+      queues: ['stop'],
+      concurrency: 2,
+      shutdownTimeoutMs: 500,
+      tasks: {
+        quick_after_stop: async (_p, { job: j }) => { started.push(j.id); await finishing.promise; },
+        ignores_abort: async (_p, { job: j }) => { started.push(j.id); await new Promise(() => {}); },
+      },
+    });
+    const quick = await queue.enqueue('quick_after_stop', {}, { queue: 'stop' });
+    const stuck = await queue.enqueue('ignores_abort', {}, { queue: 'stop' });
+    await waitFor(() => started.length === 2, 'both jobs to start');
+    const stopped = worker.stop();
+    // Enqueued after stop began: must not be claimed.
+    const late = await queue.enqueue('quick_after_stop', {}, { queue: 'stop' });
+    finishing.resolve();
+    await stopped;
+    expect(await job(quick)).toMatchObject({ status: 'completed', attempts: 1 });
+    expect(await job(stuck)).toMatchObject({ status: 'pending', attempts: 0, locked_by: null });
+    expect(await job(late)).toMatchObject({ status: 'pending', attempts: 0 });
+  });
+
+  it('never runs more jobs at once than its concurrency', async () => {
+    let now = 0;
+    let peak = 0;
+    const worker = await startWorker({
+      queues: ['concurrency'],
+      concurrency: 3,
+      tasks: {
+        count: async () => {
+          peak = Math.max(peak, ++now);
+          await new Promise((r) => setImmediate(r));
+          now--;
+        },
+      },
+    });
+    await queue.enqueueMany(Array.from({ length: 60 }, () => ({ task: 'count', queue: 'concurrency' })));
+    await waitFor(async () => {
+      const { rows } = await db.pool.query(
+        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'concurrency' AND status = 'completed'`);
+      return rows[0].n === 60;
+    }, 'all jobs');
+    expect(peak).toBeLessThanOrEqual(3);
+    expect(peak).toBeGreaterThan(1);
+    void worker;
+  });
+
+  it('rejects bad options with ConfigError', () => {
+    const base = { connectionString: db.url, tasks: { t: async () => {} } };
+    expect(() => new Worker({ ...base, concurrency: 0 })).toThrow(ConfigError);
+    expect(() => new Worker({ ...base, concurrency: 1.5 })).toThrow(ConfigError);
+    expect(() => new Worker({ ...base, queues: [] })).toThrow(ConfigError);
+    expect(() => new Worker({ ...base, queues: [''] })).toThrow(ConfigError);
+    expect(() => new Worker({ ...base, tasks: {} })).toThrow(ConfigError);
+    expect(() => new Worker({ ...base, tasks: { t: 'nope' as never } })).toThrow(ConfigError);
+    expect(() => new Worker({ ...base, visibilityTimeoutMs: 2_000, heartbeatIntervalMs: 1_500 })).toThrow(ConfigError);
+    expect(() => new Worker({ ...base, concurency: 3 } as never)).toThrow(/unknown option "concurency"/);
+    expect(() => new Worker({ tasks: { t: async () => {} } })).toThrow(ConfigError);
+  });
+});
