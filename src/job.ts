@@ -1,5 +1,5 @@
-/** Where a job is in its life: pending → processing → completed | failed. */
-export type JobStatus = 'pending' | 'processing' | 'completed' | 'failed';
+/** Where a job is in its life: pending → processing → completed | failed (or cancelled). */
+export type JobStatus = 'pending' | 'processing' | 'completed' | 'failed' | 'cancelled';
 
 /** A row of the jobs table as Sluice reads it. Ids are strings: bigint does not fit a JS number. */
 export interface JobRow<P = unknown> {

@@ -20,7 +20,7 @@ CREATE TABLE :SCHEMA.jobs (
   created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
   updated_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
   finished_at  timestamptz,
-  CONSTRAINT jobs_status_check CHECK (status IN ('pending', 'processing', 'completed', 'failed')),
+  CONSTRAINT jobs_status_check CHECK (status IN ('pending', 'processing', 'completed', 'failed', 'cancelled')),
   CONSTRAINT jobs_queue_check CHECK (length(queue) BETWEEN 1 AND 128),
   CONSTRAINT jobs_task_check CHECK (length(task) BETWEEN 1 AND 128),
   CONSTRAINT jobs_max_attempts_check CHECK (max_attempts BETWEEN 1 AND 1000)

@@ -1,0 +1,20 @@
+import type { Command } from 'commander';
+import { migrate } from '../../migrate.js';
+import { globalOptions, requireDatabaseUrl } from '../database.js';
+import { printJson } from '../output.js';
+
+export function registerMigrate(program: Command): void {
+  program
+    .command('migrate')
+    .description('apply Sluice migrations (safe to run from many hosts at once)')
+    .option('--json', 'print the result as JSON')
+    .action(async (opts: { json?: boolean }, command: Command) => {
+      const global = globalOptions(command);
+      const result = await migrate({ connectionString: requireDatabaseUrl(global), schema: global.schema });
+      if (opts.json) return printJson(result);
+      if (result.applied.length === 0) {
+        process.stdout.write(`schema "${result.schema}" is up to date (version ${result.version})\n`);
+      }
+      for (const m of result.applied) process.stdout.write(`applied ${String(m.version).padStart(4, '0')}_${m.name}\n`);
+    });
+}

@@ -1,0 +1,50 @@
+import { Command, CommanderError } from 'commander';
+import { SluiceError } from '../errors.js';
+import { registerDemo } from './commands/demo.js';
+import { registerMigrate } from './commands/migrate.js';
+import { UsageError } from './output.js';
+
+/** Exit codes: 0 success, 1 runtime failure, 2 usage error. */
+export const EXIT_OK = 0;
+export const EXIT_FAILURE = 1;
+export const EXIT_USAGE = 2;
+
+export function buildProgram(): Command {
+  const program = new Command('sluice')
+    .description('A transactional job queue that lives inside PostgreSQL')
+    .option('--database-url <url>', 'Postgres connection string (env: DATABASE_URL)')
+    .option('--schema <name>', 'Postgres schema holding Sluice tables (env: SLUICE_SCHEMA)', process.env.SLUICE_SCHEMA ?? 'sluice')
+    .showHelpAfterError()
+    .exitOverride();
+  registerMigrate(program);
+  registerDemo(program);
+  for (const command of program.commands) command.exitOverride();
+  return program;
+}
+
+/**
+ * Runs the command line and returns the exit code. A user mistake prints one
+ * line, never a stack trace; anything unexpected keeps its stack for a bug report.
+ */
+export async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+    return EXIT_OK;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // --help and --version also come through here, with exit code 0.
+      return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
+    }
+    if (err instanceof UsageError) {
+      process.stderr.write(`sluice: ${err.message}\n`);
+      return EXIT_USAGE;
+    }
+    if (err instanceof SluiceError) {
+      process.stderr.write(`sluice: ${err.message}\n`);
+      return err.code === 'CONFIG' || err.code === 'VALIDATION' ? EXIT_USAGE : EXIT_FAILURE;
+    }
+    process.stderr.write(`sluice: unexpected error: ${err instanceof Error ? err.stack : String(err)}\n`);
+    return EXIT_FAILURE;
+  }
+}

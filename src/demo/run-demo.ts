@@ -1,0 +1,131 @@
+import pg from 'pg';
+import { Queue } from '../queue.js';
+import { Worker } from '../worker/worker.js';
+import { migrate } from '../migrate.js';
+import { quoteSchema } from '../db/identifiers.js';
+
+export interface DemoOptions {
+  connectionString: string;
+  jobs: number;
+  workers: number;
+  concurrency: number;
+  /** Where progress and results go. */
+  out: NodeJS.WritableStream & { isTTY?: boolean };
+}
+
+export interface DemoResult {
+  jobs: number;
+  seconds: number;
+  jobsPerSecond: number;
+  perWorker: Record<string, number>;
+  ranExactlyOnce: boolean;
+}
+
+export const DEMO_SCHEMA = 'sluice_demo';
+
+/**
+ * The quick-start demo: jobs enqueued in the same transaction as the rows they
+ * are about, a rolled-back transaction that leaves no job behind, and several
+ * workers that claim different jobs without waiting on each other.
+ */
+export async function runDemo(options: DemoOptions): Promise<DemoResult> {
+  const { out } = options;
+  const s = quoteSchema(DEMO_SCHEMA);
+  const pool = new pg.Pool({ connectionString: options.connectionString, max: 4 });
+  pool.on('error', () => {});
+  const queue = new Queue({ pool, schema: DEMO_SCHEMA });
+  const workers: Worker[] = [];
+  try {
+    await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
+    await migrate({ connectionString: options.connectionString, schema: DEMO_SCHEMA });
+    await pool.query(`CREATE TABLE ${s}.users (id serial PRIMARY KEY, email text NOT NULL)`);
+    await pool.query(`CREATE TABLE ${s}.runs (job_id bigint PRIMARY KEY, worker text NOT NULL)`);
+    out.write(`schema "${DEMO_SCHEMA}" migrated\n`);
+
+    // 1. Users and their welcome jobs commit together.
+    let ghostId: number;
+    const client = await pool.connect();
+    try {
+      await client.query('BEGIN');
+      const { rows: users } = await client.query<{ id: number }>(
+        `INSERT INTO ${s}.users (email) SELECT 'user' || i || '@example.com' FROM generate_series(1, $1) i RETURNING id`,
+        [options.jobs],
+      );
+      await queue.enqueueMany(users.map((u) => ({ task: 'send_welcome', payload: { userId: u.id } })), { tx: client });
+      await client.query('COMMIT');
+      out.write(`committed ${users.length} users and ${users.length} welcome jobs in one transaction\n`);
+
+      // 2. A rolled-back signup leaves neither a user nor a phantom job.
+      await client.query('BEGIN');
+      const { rows } = await client.query<{ id: number }>(`INSERT INTO ${s}.users (email) VALUES ('ghost@example.com') RETURNING id`);
+      ghostId = rows[0]!.id;
+      await queue.enqueue('send_welcome', { userId: ghostId }, { tx: client });
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    const ghost = await pool.query(`SELECT count(*)::int AS n FROM ${s}.jobs WHERE payload->'userId' = to_jsonb($1::int)`, [ghostId]);
+    out.write(`rolled back a signup: ${ghost.rows[0].n} jobs left behind for it (no phantom job)\n`);
+
+    // 3. Several workers drain the queue; each records which jobs it ran.
+    const started = Date.now();
+    for (let i = 1; i <= options.workers; i++) {
+      const name = `worker-${i}`;
+      const worker = new Worker({
+        connectionString: options.connectionString,
+        schema: DEMO_SCHEMA,
+        workerId: name,
+        concurrency: options.concurrency,
+        tasks: {
+          send_welcome: async (_payload, { job }) => {
+            // Stands in for sending an email.
+            await pool.query(`INSERT INTO ${s}.runs (job_id, worker) VALUES ($1, $2)`, [job.id, name]);
+          },
+        },
+      });
+      worker.on('error', (err) => out.write(`\n${name}: ${err.message}\n`));
+      workers.push(worker);
+    }
+    await Promise.all(workers.map((w) => w.start()));
+    out.write(`started ${options.workers} workers (concurrency ${options.concurrency} each)\n`);
+
+    let done = 0;
+    while (done < options.jobs) {
+      await new Promise((r) => setTimeout(r, 100));
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${s}.jobs WHERE status = 'completed'`);
+      done = rows[0].n;
+      progress(out, done, options.jobs);
+    }
+    const seconds = (Date.now() - started) / 1000;
+    out.write('\n');
+    await Promise.all(workers.map((w) => w.stop()));
+
+    const { rows: per } = await pool.query<{ worker: string; n: number }>(
+      `SELECT worker, count(*)::int AS n FROM ${s}.runs GROUP BY worker ORDER BY worker`);
+    const { rows: check } = await pool.query(
+      `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS distinct_jobs,
+              (SELECT count(*)::int FROM ${s}.jobs WHERE status = 'completed') AS completed FROM ${s}.runs`);
+    const result: DemoResult = {
+      jobs: options.jobs,
+      seconds,
+      jobsPerSecond: Math.round(options.jobs / seconds),
+      perWorker: Object.fromEntries(per.map((r) => [r.worker, r.n])),
+      ranExactlyOnce: check[0].runs === options.jobs && check[0].distinct_jobs === options.jobs && check[0].completed === options.jobs,
+    };
+    out.write(`\n${options.jobs} jobs in ${seconds.toFixed(2)} s = ${result.jobsPerSecond} jobs/s\n`);
+    for (const r of per) out.write(`  ${r.worker} ran ${r.n} jobs\n`);
+    out.write(result.ranExactlyOnce ? 'every job ran exactly once\n' : 'MISMATCH: some job did not run exactly once\n');
+    return result;
+  } finally {
+    await Promise.all(workers.map((w) => w.stop()));
+    await pool.end();
+  }
+}
+
+function progress(out: DemoOptions['out'], done: number, total: number): void {
+  const width = 30;
+  const filled = Math.round((done / total) * width);
+  const line = `[${'#'.repeat(filled)}${' '.repeat(width - filled)}] ${done}/${total} jobs`;
+  if (out.isTTY) out.write(`\r${line}`);
+  else if (done === total) out.write(line);
+}
