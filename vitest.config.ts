@@ -4,6 +4,7 @@ export default defineConfig({
   test: {
     include: ['tests/**/*.test.ts'],
     globalSetup: ['tests/helpers/global-setup.ts'],
+    reporters: ['default', './tests/helpers/summary-reporter.ts'],
     pool: 'forks',
     // Each file works in its own schema, so files run in parallel safely.
     fileParallelism: true,
