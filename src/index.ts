@@ -17,3 +17,17 @@ export {
   PermanentFailure,
   type SluiceErrorCode,
 } from './errors.js';
+export {
+  listJobs,
+  getJob,
+  retryJob,
+  retryFailed,
+  cancelJob,
+  deleteJob,
+  deleteFinished,
+  type ListJobsOptions,
+  type JobPage,
+  type JobActionResult,
+  type DeleteFinishedOptions,
+} from './admin/jobs.js';
+export { getStats, type Stats, type QueueStats } from './admin/stats.js';

@@ -13,7 +13,7 @@ const JOB_FIELDS = [
 ];
 
 /** The select list of a job row; ids travel as text (bigint does not fit a JS number). */
-function jobColumns(alias?: string): string {
+export function jobColumns(alias?: string): string {
   const p = alias ? `${alias}.` : '';
   return [`${p}id::text AS id`, ...JOB_FIELDS.map((f) => p + f)].join(', ');
 }

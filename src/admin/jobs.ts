@@ -1,0 +1,244 @@
+import { checkName, intOption } from '../config.js';
+import { rows, type Queryable } from '../db/executor.js';
+import { ValidationError, wrapDatabaseError } from '../errors.js';
+import type { JobRow, JobStatus } from '../job.js';
+import { queriesFor, wakeQueues } from './queries-cache.js';
+
+/**
+ * The admin API: inspect and repair jobs. Used by `sluice jobs` and by the
+ * dashboard. Every function takes any `Queryable` (a pg Pool, a client inside
+ * your transaction) and the schema; none of them opens connections itself.
+ */
+
+export const JOB_STATUSES: readonly JobStatus[] = ['pending', 'processing', 'completed', 'failed', 'cancelled'];
+
+/** Statuses a job can be retried from. */
+export const RETRYABLE: readonly JobStatus[] = ['failed', 'cancelled'];
+
+/**
+ * Statuses cancelJob takes a job out of. A pending job just becomes 'cancelled'.
+ * A running ('processing') job is not here yet: cancelling it also needs its
+ * worker to abort the handler, which is a separate piece of work; it extends
+ * cancelJob with a branch for 'processing' and adds it here.
+ */
+export const CANCELLABLE: readonly JobStatus[] = ['pending'];
+
+/** Statuses a job can be deleted in: anything a worker is not running right now. */
+export const DELETABLE: readonly JobStatus[] = ['pending', 'completed', 'failed', 'cancelled'];
+
+/** Statuses that deleteFinished may remove. */
+export const FINISHED: readonly JobStatus[] = ['completed', 'failed', 'cancelled'];
+
+export const DEFAULT_LIST_LIMIT = 50;
+export const MAX_LIST_LIMIT = 1000;
+
+export interface ListJobsOptions {
+  status?: JobStatus | readonly JobStatus[];
+  queue?: string | readonly string[];
+  task?: string | readonly string[];
+  /** Jobs per page, 1 to 1000. Default 50. */
+  limit?: number;
+  /** Cursor: jobs with a smaller id (older), newest first. */
+  before?: string | number;
+  /** Cursor: jobs with a larger id (newer). The page is still returned newest first. */
+  after?: string | number;
+}
+
+export interface JobPage {
+  /** Newest first. */
+  jobs: JobRow[];
+  /** Pass as `before` to get the next, older page; null when there is none. */
+  nextBefore: string | null;
+  /** Pass as `after` to get the previous, newer page; null when there is none. */
+  nextAfter: string | null;
+}
+
+/**
+ * What a single-job action did: the job as it is now, or why nothing changed.
+ * A result, not an exception, because "already finished" is a normal answer for
+ * a dashboard button or a script.
+ */
+export type JobActionResult =
+  | { ok: true; job: JobRow }
+  | { ok: false; reason: 'not_found' }
+  | { ok: false; reason: 'wrong_status'; status: JobStatus };
+
+/**
+ * Lists jobs with keyset pagination by id: fast on any page of a large table.
+ *
+ * @example
+ *   let page = await listJobs(pool, 'sluice', { status: 'failed', limit: 100 });
+ *   while (page.nextBefore) page = await listJobs(pool, 'sluice', { status: 'failed', before: page.nextBefore });
+ */
+export async function listJobs(db: Queryable, schema: string, options: ListJobsOptions = {}): Promise<JobPage> {
+  const { admin } = queriesFor(schema);
+  const limit = checked(() => intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT));
+  if (options.before !== undefined && options.after !== undefined) {
+    throw new ValidationError('listJobs: give before or after, not both');
+  }
+  const filters = [
+    listOf('status', options.status, checkStatus),
+    listOf('queue', options.queue, (q) => checked(() => checkName('queue', q))),
+    listOf('task', options.task, (t) => checked(() => checkName('task', t))),
+  ];
+  // One row more than asked tells whether another page exists in that direction.
+  if (options.after !== undefined) {
+    const after = jobId(options.after);
+    const found = await query<JobRow>(db, admin.listNewer, [...filters, after, limit + 1], 'listJobs');
+    const more = found.length > limit;
+    const jobs = found.slice(0, limit).reverse();
+    return { jobs, nextBefore: jobs.at(-1)?.id ?? null, nextAfter: more ? jobs[0]!.id : null };
+  }
+  const before = options.before === undefined ? null : jobId(options.before);
+  const found = await query<JobRow>(db, admin.listOlder, [...filters, before, limit + 1], 'listJobs');
+  const more = found.length > limit;
+  const jobs = found.slice(0, limit);
+  return {
+    jobs,
+    nextBefore: more ? jobs.at(-1)!.id : null,
+    // Coming from a cursor, newer jobs exist (at least the ones paged through).
+    nextAfter: before !== null && jobs.length > 0 ? jobs[0]!.id : null,
+  };
+}
+
+/** One job, or undefined when there is none with that id. */
+export async function getJob(db: Queryable, schema: string, id: string | number): Promise<JobRow | undefined> {
+  const [job] = await query<JobRow>(db, queriesFor(schema).admin.getJob, [jobId(id)], 'getJob');
+  return job;
+}
+
+/**
+ * Puts a failed or cancelled job back to pending, due now. A job that used all
+ * its attempts gets one more. Wakes the queue's workers.
+ */
+export async function retryJob(db: Queryable, schema: string, id: string | number): Promise<JobActionResult> {
+  const result = await act(db, schema, 'retry', id, RETRYABLE);
+  if (result.ok) await wakeQueues(db, schema, [result.job.queue]);
+  return result;
+}
+
+/** Retries every failed job (of one queue, or all). Returns how many, per queue. */
+export async function retryFailed(
+  db: Queryable,
+  schema: string,
+  options: { queue?: string } = {},
+): Promise<{ retried: number; queues: Record<string, number> }> {
+  const queue = options.queue === undefined ? null : checked(() => checkName('queue', options.queue));
+  const counts = await query<{ queue: string; count: number }>(db, queriesFor(schema).admin.retryFailed, [queue], 'retryFailed');
+  await wakeQueues(db, schema, counts.map((c) => c.queue));
+  return {
+    retried: counts.reduce((sum, c) => sum + c.count, 0),
+    queues: Object.fromEntries(counts.map((c) => [c.queue, c.count])),
+  };
+}
+
+/**
+ * Cancels a job that has not started: it becomes 'cancelled' and is never run.
+ * A running job is refused with reason 'wrong_status' (see CANCELLABLE).
+ */
+export async function cancelJob(db: Queryable, schema: string, id: string | number): Promise<JobActionResult> {
+  return act(db, schema, 'cancel', id, CANCELLABLE);
+}
+
+/** Deletes one job that no worker is running. */
+export async function deleteJob(db: Queryable, schema: string, id: string | number): Promise<JobActionResult> {
+  return act(db, schema, 'deleteJob', id, DELETABLE);
+}
+
+export interface DeleteFinishedOptions {
+  /** Only jobs that finished at least this long ago. */
+  olderThanMs: number;
+  /** Which finished statuses to delete. Default ['completed']. */
+  statuses?: readonly JobStatus[];
+  /** Rows per DELETE statement. Default 5000. */
+  batchSize?: number;
+}
+
+/**
+ * Deletes finished jobs older than `olderThanMs`, in batches (each its own
+ * statement, so on a pool each commits on its own and locks stay short).
+ * Returns how many rows went.
+ */
+export async function deleteFinished(db: Queryable, schema: string, options: DeleteFinishedOptions): Promise<{ deleted: number }> {
+  if (!options || typeof options.olderThanMs !== 'number' || !Number.isFinite(options.olderThanMs) || options.olderThanMs < 0) {
+    throw new ValidationError('deleteFinished: olderThanMs must be a number of milliseconds >= 0');
+  }
+  const statuses = [...(options.statuses ?? ['completed'])];
+  if (statuses.length === 0) throw new ValidationError('deleteFinished: statuses is empty');
+  for (const status of statuses) {
+    if (!FINISHED.includes(status)) {
+      throw new ValidationError(`deleteFinished: can only delete ${FINISHED.join(', ')} jobs, not ${JSON.stringify(status)}`);
+    }
+  }
+  const batchSize = checked(() => intOption('batchSize', options.batchSize, 5000, 1, 100_000));
+  const { admin } = queriesFor(schema);
+  let cursor = '0';
+  let deleted = 0;
+  for (;;) {
+    const [batch] = await query<{ count: number; last_id: string | null }>(
+      db, admin.deleteFinishedBatch, [cursor, statuses, options.olderThanMs, batchSize], 'deleteFinished');
+    deleted += batch!.count;
+    if (batch!.count < batchSize || batch!.last_id === null) return { deleted };
+    cursor = batch!.last_id;
+  }
+}
+
+type ActionQuery = 'retry' | 'cancel' | 'deleteJob';
+
+/**
+ * Runs a single-job statement guarded by "status is one of `allowed`"; when it
+ * changes nothing, reads the status to say why (gone, or in another state).
+ */
+async function act(db: Queryable, schema: string, action: ActionQuery, id: string | number, allowed: readonly JobStatus[]): Promise<JobActionResult> {
+  const { admin } = queriesFor(schema);
+  const jobIdText = jobId(id);
+  const [job] = await query<JobRow>(db, admin[action], [jobIdText, allowed], action);
+  if (job) return { ok: true, job };
+  const [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], action);
+  return current ? { ok: false, reason: 'wrong_status', status: current.status } : { ok: false, reason: 'not_found' };
+}
+
+async function query<T>(db: Queryable, text: string, values: unknown[], context: string): Promise<T[]> {
+  try {
+    return await rows<T>(db, text, values);
+  } catch (err) {
+    throw wrapDatabaseError(err, `${context} failed`);
+  }
+}
+
+const MAX_BIGINT = 2n ** 63n - 1n;
+
+/** A job id as the text Postgres gets: a positive bigint, or a ValidationError. */
+export function jobId(value: string | number): string {
+  const text = typeof value === 'number' ? (Number.isSafeInteger(value) ? String(value) : '') : String(value).trim();
+  if (!/^\d{1,19}$/.test(text) || BigInt(text) < 1n || BigInt(text) > MAX_BIGINT) {
+    throw new ValidationError(`not a job id: ${JSON.stringify(value)}`);
+  }
+  return BigInt(text).toString();
+}
+
+/** Checks a status name. */
+export function checkStatus(value: unknown): JobStatus {
+  if (!JOB_STATUSES.includes(value as JobStatus)) {
+    throw new ValidationError(`unknown status ${JSON.stringify(value)} (one of ${JOB_STATUSES.join(', ')})`);
+  }
+  return value as JobStatus;
+}
+
+/** An optional one-or-many filter as a text[] parameter (null: no filter). */
+function listOf<T>(name: string, value: T | readonly T[] | undefined, check: (v: T) => string): string[] | null {
+  if (value === undefined) return null;
+  const list = Array.isArray(value) ? (value as readonly T[]) : [value as T];
+  if (list.length === 0) throw new ValidationError(`listJobs: ${name} filter is empty`);
+  return list.map(check);
+}
+
+/** Option checks report ConfigError; for these call-time arguments it is the caller's input. */
+function checked<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    if (err instanceof ValidationError) throw err;
+    throw new ValidationError((err as Error).message, { cause: err });
+  }
+}

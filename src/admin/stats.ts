@@ -1,0 +1,84 @@
+import { intOption } from '../config.js';
+import { rows, type Queryable } from '../db/executor.js';
+import { ValidationError, wrapDatabaseError } from '../errors.js';
+import { queriesFor } from './queries-cache.js';
+
+/** One queue's numbers. Counts are exact, taken in one snapshot. */
+export interface QueueStats {
+  queue: string;
+  /** All pending jobs, due or not. */
+  pending: number;
+  /** Pending jobs whose run_at is still in the future (a subset of `pending`). */
+  scheduled: number;
+  processing: number;
+  completed: number;
+  failed: number;
+  cancelled: number;
+  /** How long the oldest due pending job has waited past its run_at; null when none is due. */
+  oldestPendingMs: number | null;
+  /** Jobs completed within the window. */
+  completedInWindow: number;
+  /** Jobs that failed for good within the window. */
+  failedInWindow: number;
+  /** completedInWindow per second of the window. */
+  jobsPerSecond: number;
+}
+
+export interface Stats {
+  /** The window of the *InWindow numbers and jobsPerSecond, in ms. */
+  windowMs: number;
+  queues: QueueStats[];
+}
+
+interface StatsRow {
+  queue: string;
+  pending: number;
+  scheduled: number;
+  processing: number;
+  completed: number;
+  failed: number;
+  cancelled: number;
+  oldest_pending_ms: number | null;
+  completed_recently: number;
+  failed_recently: number;
+}
+
+/**
+ * Per-queue counts by status, the age of the oldest due job, throughput and
+ * failures over the last `windowMs` (default one minute). One statement, one
+ * pass over the jobs table.
+ *
+ * @example
+ *   const { queues } = await getStats(pool, 'sluice');
+ *   for (const q of queues) console.log(q.queue, q.pending, q.jobsPerSecond);
+ */
+export async function getStats(db: Queryable, schema: string, options: { windowMs?: number } = {}): Promise<Stats> {
+  let windowMs: number;
+  try {
+    windowMs = intOption('windowMs', options.windowMs, 60_000, 1_000, 86_400_000);
+  } catch (err) {
+    throw new ValidationError((err as Error).message, { cause: err });
+  }
+  let found: StatsRow[];
+  try {
+    found = await rows<StatsRow>(db, queriesFor(schema).admin.stats, [windowMs]);
+  } catch (err) {
+    throw wrapDatabaseError(err, 'stats failed');
+  }
+  return {
+    windowMs,
+    queues: found.map((r) => ({
+      queue: r.queue,
+      pending: r.pending,
+      scheduled: r.scheduled,
+      processing: r.processing,
+      completed: r.completed,
+      failed: r.failed,
+      cancelled: r.cancelled,
+      oldestPendingMs: r.oldest_pending_ms === null ? null : Math.max(0, Math.round(r.oldest_pending_ms)),
+      completedInWindow: r.completed_recently,
+      failedInWindow: r.failed_recently,
+      jobsPerSecond: r.completed_recently / (windowMs / 1000),
+    })),
+  };
+}

@@ -1,0 +1,123 @@
+import { quoteSchema } from './identifiers.js';
+import { jobColumns } from './queries.js';
+
+/**
+ * The statements of the admin API (src/admin/*: the CLI's `jobs` and `stats`
+ * commands, the dashboard), for one schema. Values are always `$n` parameters;
+ * the schema is the only text spliced in, quoted once.
+ *
+ * Optional filters are written `($n IS NULL OR ...)`. node-postgres sends
+ * unnamed statements, which Postgres plans with the actual values, so a NULL
+ * filter folds away and the plan is the one for the filters really given.
+ */
+export interface AdminQueries {
+  readonly schema: string;
+  /** Newest first, ids below the `before` cursor ($4, may be NULL). */
+  readonly listOlder: string;
+  /** Oldest first, ids above the `after` cursor ($4): the page just newer than a cursor. */
+  readonly listNewer: string;
+  readonly getJob: string;
+  readonly statusOf: string;
+  readonly retry: string;
+  readonly retryFailed: string;
+  readonly cancel: string;
+  readonly deleteJob: string;
+  readonly deleteFinishedBatch: string;
+  readonly stats: string;
+}
+
+export function buildAdminQueries(schema: string): AdminQueries {
+  const s = quoteSchema(schema);
+  const jobs = `${s}.jobs`;
+  // $1 statuses, $2 queues, $3 tasks (text[] or NULL for "any").
+  const filters = `($1::text[] IS NULL OR status = ANY($1::text[]))
+      AND ($2::text[] IS NULL OR queue = ANY($2::text[]))
+      AND ($3::text[] IS NULL OR task = ANY($3::text[]))`;
+
+  // Back to pending now, lock fields cleared. A job that spent all its attempts
+  // gets exactly one more (max_attempts is raised to attempts + 1): the attempt
+  // count and last_error stay as history of what happened.
+  const requeue = `status = 'pending', run_at = now(), locked_at = NULL, locked_by = NULL, finished_at = NULL,
+        max_attempts = least(1000, greatest(j.max_attempts, j.attempts + 1)), updated_at = now()`;
+
+  return {
+    schema,
+
+    // Keyset pagination: "id < cursor ORDER BY id DESC LIMIT n" walks the primary
+    // key backwards from the cursor, so page 1,000 costs what page 1 does
+    // (OFFSET would read and discard every earlier row).
+    // ORDER BY says j.id: a bare "id" would mean the output column, id::text,
+    // and sort '10' before '9'.
+    listOlder: `SELECT ${jobColumns('j')} FROM ${jobs} j
+      WHERE ${filters} AND ($4::bigint IS NULL OR j.id < $4::bigint)
+      ORDER BY j.id DESC LIMIT $5`,
+
+    listNewer: `SELECT ${jobColumns('j')} FROM ${jobs} j
+      WHERE ${filters} AND j.id > $4::bigint
+      ORDER BY j.id ASC LIMIT $5`,
+
+    getJob: `SELECT ${jobColumns()} FROM ${jobs} WHERE id = $1::bigint`,
+
+    statusOf: `SELECT status FROM ${jobs} WHERE id = $1::bigint`,
+
+    // $2: the statuses a job may be retried from.
+    retry: `UPDATE ${jobs} j SET ${requeue}
+      WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
+      RETURNING ${jobColumns('j')}`,
+
+    // Counted per queue rather than returning every id: this may touch a million
+    // rows, and the caller only needs to know which queues to wake.
+    retryFailed: `WITH retried AS (
+        UPDATE ${jobs} j SET ${requeue}
+        WHERE j.status = 'failed' AND ($1::text IS NULL OR j.queue = $1::text)
+        RETURNING j.queue
+      )
+      SELECT queue, count(*)::int AS count FROM retried GROUP BY queue ORDER BY queue`,
+
+    // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/admin/jobs.ts).
+    cancel: `UPDATE ${jobs} j
+      SET status = 'cancelled', finished_at = now(), locked_at = NULL, updated_at = now()
+      WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
+      RETURNING ${jobColumns('j')}`,
+
+    // $2: the statuses a job may be deleted in (never while a worker runs it).
+    deleteJob: `DELETE FROM ${jobs} j
+      WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
+      RETURNING ${jobColumns('j')}`,
+
+    // One batch of a bulk delete, walking the primary key upwards from $1 so that
+    // every batch starts where the last stopped: the whole delete reads the table
+    // once, and no single statement holds a million row locks or a huge WAL burst.
+    // Returns how many rows went and the highest id seen (the next cursor).
+    deleteFinishedBatch: `WITH doomed AS (
+        SELECT id FROM ${jobs}
+        WHERE id > $1::bigint AND status = ANY($2::text[])
+          AND finished_at < now() - $3::float8 * interval '1 millisecond'
+        ORDER BY id
+        LIMIT $4
+      ), deleted AS (
+        DELETE FROM ${jobs} j USING doomed d WHERE j.id = d.id RETURNING j.id
+      )
+      SELECT count(*)::int AS count, max(id)::text AS last_id FROM deleted`,
+
+    // Everything `sluice stats` shows, in one pass over the table. Exact counts
+    // cost a sequential scan (about 0.2 s per million rows); a queue that needs
+    // cheaper numbers can prune finished jobs.
+    stats: `SELECT queue,
+        count(*) FILTER (WHERE status = 'pending')::int AS pending,
+        count(*) FILTER (WHERE status = 'pending' AND run_at > now())::int AS scheduled,
+        count(*) FILTER (WHERE status = 'processing')::int AS processing,
+        count(*) FILTER (WHERE status = 'completed')::int AS completed,
+        count(*) FILTER (WHERE status = 'failed')::int AS failed,
+        count(*) FILTER (WHERE status = 'cancelled')::int AS cancelled,
+        (extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now())) * 1000)::float8
+          AS oldest_pending_ms,
+        count(*) FILTER (WHERE status = 'completed' AND finished_at > now() - $1::float8 * interval '1 millisecond')::int
+          AS completed_recently,
+        count(*) FILTER (WHERE status = 'failed' AND finished_at > now() - $1::float8 * interval '1 millisecond')::int
+          AS failed_recently
+      FROM ${jobs}
+      GROUP BY queue
+      ORDER BY queue`,
+  };
+}

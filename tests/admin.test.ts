@@ -1,0 +1,184 @@
+import pg from 'pg';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import {
+  Queue, ValidationError, cancelJob, deleteFinished, deleteJob, getJob, getStats, listJobs, retryFailed, retryJob,
+} from '../src/index.js';
+import { channelFor } from '../src/db/identifiers.js';
+import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
+
+let db: TestDatabase;
+let queue: Queue;
+
+beforeAll(async () => {
+  db = await createTestSchema('admin');
+  queue = new Queue({ connectionString: db.url, schema: db.schema });
+});
+afterAll(async () => {
+  await queue.close();
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.pool.query(`TRUNCATE ${db.s}.jobs`);
+});
+
+/** Puts jobs into a state directly, as a worker would have left them. */
+async function setStatus(ids: string[], status: string, extra = ''): Promise<void> {
+  const finished = ['completed', 'failed', 'cancelled'].includes(status) && !extra.includes('finished_at')
+    ? ', finished_at = now()'
+    : '';
+  await db.pool.query(`UPDATE ${db.s}.jobs SET status = $2 ${finished} ${extra} WHERE id = ANY($1::bigint[])`, [ids, status]);
+}
+
+describe('listJobs', () => {
+  it('pages through every matching job exactly once, in both directions', async () => {
+    const ids = await queue.enqueueMany(Array.from({ length: 23 }, (_, i) => ({ task: i % 2 ? 'odd' : 'even', queue: i % 3 ? 'a' : 'b' })));
+    const expected = ids.filter((_, i) => i % 2 === 1).reverse(); // task 'odd', newest first
+
+    const seen: string[] = [];
+    const cursors: (string | null)[] = [];
+    let page = await listJobs(db.pool, db.schema, { task: 'odd', limit: 5 });
+    expect(page.nextAfter).toBeNull();
+    for (;;) {
+      seen.push(...page.jobs.map((j) => j.id));
+      cursors.push(page.nextAfter);
+      if (!page.nextBefore) break;
+      page = await listJobs(db.pool, db.schema, { task: 'odd', limit: 5, before: page.nextBefore });
+    }
+    expect(seen).toEqual(expected);
+    expect(page.jobs).toHaveLength(expected.length % 5);
+
+    // Walk back up from the last page with `after`: same pages, newest first each.
+    const back: string[] = [];
+    let up = await listJobs(db.pool, db.schema, { task: 'odd', limit: 5, after: page.jobs[0]!.id });
+    for (;;) {
+      back.unshift(...up.jobs.map((j) => j.id));
+      if (!up.nextAfter) break;
+      up = await listJobs(db.pool, db.schema, { task: 'odd', limit: 5, after: up.nextAfter });
+    }
+    expect([...back, ...page.jobs.map((j) => j.id)]).toEqual(expected);
+  });
+
+  it('filters by status, queue and task together', async () => {
+    const ids = await queue.enqueueMany([
+      { task: 't1', queue: 'a' }, { task: 't1', queue: 'b' }, { task: 't2', queue: 'a' }, { task: 't1', queue: 'a' },
+    ]);
+    await setStatus([ids[0]!, ids[2]!], 'failed');
+    const page = await listJobs(db.pool, db.schema, { status: 'failed', queue: 'a', task: 't1' });
+    expect(page.jobs.map((j) => j.id)).toEqual([ids[0]]);
+    const several = await listJobs(db.pool, db.schema, { status: ['failed', 'pending'], queue: ['a'] });
+    expect(several.jobs.map((j) => j.id)).toEqual([ids[3], ids[2], ids[0]]);
+    expect(several.jobs[0]).toMatchObject({ task: 't1', queue: 'a', status: 'pending', payload: {} });
+  });
+
+  it('rejects bad filters and cursors without querying', async () => {
+    await expect(listJobs(db.pool, db.schema, { status: 'done' as never })).rejects.toBeInstanceOf(ValidationError);
+    await expect(listJobs(db.pool, db.schema, { limit: 0 })).rejects.toThrow(/limit must be an integer from 1 to 1000/);
+    await expect(listJobs(db.pool, db.schema, { before: 'abc' })).rejects.toThrow(/not a job id/);
+    await expect(listJobs(db.pool, db.schema, { before: 5, after: 1 })).rejects.toThrow(/not both/);
+  });
+});
+
+describe('single-job actions', () => {
+  it('getJob returns the row or undefined', async () => {
+    const id = await queue.enqueue('hello', { a: 1 }, { queue: 'q' });
+    expect(await getJob(db.pool, db.schema, id)).toMatchObject({ id, task: 'hello', payload: { a: 1 }, queue: 'q' });
+    expect(await getJob(db.pool, db.schema, '999999999')).toBeUndefined();
+    await expect(getJob(db.pool, db.schema, '-1')).rejects.toBeInstanceOf(ValidationError);
+  });
+
+  it('retryJob puts a failed job back to pending with one more attempt, and wakes its queue', async () => {
+    const id = await queue.enqueue('flaky', {}, { queue: 'mail', maxAttempts: 3 });
+    await setStatus([id], 'failed', `, attempts = 3, last_error = 'boom'`);
+
+    const listener = new pg.Client({ connectionString: db.url });
+    await listener.connect();
+    const notes: string[] = [];
+    listener.on('notification', (n) => notes.push(n.payload ?? ''));
+    await listener.query(`LISTEN "${channelFor(db.schema)}"`);
+    try {
+      const result = await retryJob(db.pool, db.schema, id);
+      expect(result).toMatchObject({ ok: true, job: { id, status: 'pending', attempts: 3, max_attempts: 4, last_error: 'boom', finished_at: null } });
+      await waitFor(() => notes.some((n) => JSON.parse(n).q === 'mail'), 'a wake-up for queue mail');
+    } finally {
+      await listener.end();
+    }
+  });
+
+  it('retryJob refuses jobs that are not failed or cancelled, and says why', async () => {
+    const id = await queue.enqueue('x');
+    expect(await retryJob(db.pool, db.schema, id)).toEqual({ ok: false, reason: 'wrong_status', status: 'pending' });
+    expect(await retryJob(db.pool, db.schema, '123456789')).toEqual({ ok: false, reason: 'not_found' });
+  });
+
+  it('cancelJob cancels a pending job and refuses a running one', async () => {
+    const [pending, running] = await queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
+    await setStatus([running!], 'processing');
+    const result = await cancelJob(db.pool, db.schema, pending!);
+    expect(result).toMatchObject({ ok: true, job: { status: 'cancelled' } });
+    expect(result.ok && result.job.finished_at).toBeInstanceOf(Date);
+    expect(await cancelJob(db.pool, db.schema, running!)).toEqual({ ok: false, reason: 'wrong_status', status: 'processing' });
+    expect(await cancelJob(db.pool, db.schema, pending!)).toEqual({ ok: false, reason: 'wrong_status', status: 'cancelled' });
+    // A cancelled job can be retried.
+    expect(await retryJob(db.pool, db.schema, pending!)).toMatchObject({ ok: true, job: { status: 'pending' } });
+  });
+
+  it('deleteJob deletes anything but a running job', async () => {
+    const [a, b] = await queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
+    await setStatus([b!], 'processing');
+    expect(await deleteJob(db.pool, db.schema, a!)).toMatchObject({ ok: true, job: { id: a } });
+    expect(await getJob(db.pool, db.schema, a!)).toBeUndefined();
+    expect(await deleteJob(db.pool, db.schema, a!)).toEqual({ ok: false, reason: 'not_found' });
+    expect(await deleteJob(db.pool, db.schema, b!)).toEqual({ ok: false, reason: 'wrong_status', status: 'processing' });
+  });
+});
+
+describe('bulk actions', () => {
+  it('retryFailed retries the failed jobs of one queue, or of all', async () => {
+    const ids = await queue.enqueueMany([{ task: 'x', queue: 'a' }, { task: 'x', queue: 'a' }, { task: 'x', queue: 'b' }, { task: 'x', queue: 'b' }]);
+    await setStatus(ids.slice(0, 3), 'failed');
+    expect(await retryFailed(db.pool, db.schema, { queue: 'a' })).toEqual({ retried: 2, queues: { a: 2 } });
+    expect(await statusCounts(db)).toEqual({ pending: 3, failed: 1 });
+    expect(await retryFailed(db.pool, db.schema)).toEqual({ retried: 1, queues: { b: 1 } });
+    expect(await retryFailed(db.pool, db.schema)).toEqual({ retried: 0, queues: {} });
+  });
+
+  it('deleteFinished deletes only old jobs of the given statuses, across several batches', async () => {
+    const ids = await queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'x' })));
+    await setStatus(ids.slice(0, 12), 'completed', `, finished_at = now() - interval '2 days'`);
+    await setStatus(ids.slice(12, 15), 'completed'); // finished just now
+    await setStatus(ids.slice(15, 20), 'failed', `, finished_at = now() - interval '2 days'`);
+    const day = 86_400_000;
+
+    expect(await deleteFinished(db.pool, db.schema, { olderThanMs: day, batchSize: 5 })).toEqual({ deleted: 12 });
+    expect(await statusCounts(db)).toEqual({ completed: 3, failed: 5, pending: 10 });
+    expect(await deleteFinished(db.pool, db.schema, { olderThanMs: day, statuses: ['failed', 'completed'] })).toEqual({ deleted: 5 });
+    expect(await statusCounts(db)).toEqual({ completed: 3, pending: 10 });
+    await expect(deleteFinished(db.pool, db.schema, { olderThanMs: day, statuses: ['pending'] })).rejects.toThrow(/can only delete/);
+    await expect(deleteFinished(db.pool, db.schema, { olderThanMs: -1 })).rejects.toBeInstanceOf(ValidationError);
+  });
+});
+
+describe('getStats', () => {
+  it('counts per queue and status, oldest due age and recent throughput', async () => {
+    const ids = await queue.enqueueMany([
+      { task: 'x', queue: 'a' }, { task: 'x', queue: 'a' }, { task: 'x', queue: 'a', delayMs: 3_600_000 },
+      { task: 'x', queue: 'a' }, { task: 'x', queue: 'a' }, { task: 'x', queue: 'b' },
+    ]);
+    await db.pool.query(`UPDATE ${db.s}.jobs SET run_at = now() - interval '10 minutes' WHERE id = $1`, [ids[0]]);
+    await setStatus([ids[3]!], 'completed');
+    await setStatus([ids[4]!], 'failed');
+    await setStatus([ids[5]!], 'completed', `, finished_at = now() - interval '1 hour'`);
+
+    const stats = await getStats(db.pool, db.schema);
+    expect(stats.windowMs).toBe(60_000);
+    expect(stats.queues).toHaveLength(2);
+    const [a, b] = stats.queues;
+    expect(a).toMatchObject({
+      queue: 'a', pending: 3, scheduled: 1, processing: 0, completed: 1, failed: 1, cancelled: 0,
+      completedInWindow: 1, failedInWindow: 1, jobsPerSecond: 1 / 60,
+    });
+    expect(a!.oldestPendingMs).toBeGreaterThanOrEqual(600_000);
+    expect(b).toMatchObject({ queue: 'b', pending: 0, completed: 1, completedInWindow: 0, oldestPendingMs: null });
+    await expect(getStats(db.pool, db.schema, { windowMs: 5 })).rejects.toBeInstanceOf(ValidationError);
+  });
+});
