@@ -234,7 +234,7 @@ function listOf<T>(name: string, value: T | readonly T[] | undefined, check: (v:
 }
 
 /** Option checks report ConfigError; for these call-time arguments it is the caller's input. */
-function checked<T>(fn: () => T): T {
+export function checked<T>(fn: () => T): T {
   try {
     return fn();
   } catch (err) {

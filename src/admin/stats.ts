@@ -1,6 +1,7 @@
 import { intOption } from '../config.js';
 import { rows, type Queryable } from '../db/executor.js';
-import { ValidationError, wrapDatabaseError } from '../errors.js';
+import { wrapDatabaseError } from '../errors.js';
+import { checked } from './jobs.js';
 import { queriesFor } from './queries-cache.js';
 
 /** One queue's numbers. Counts are exact, taken in one snapshot. */
@@ -30,18 +31,8 @@ export interface Stats {
   queues: QueueStats[];
 }
 
-interface StatsRow {
-  queue: string;
-  pending: number;
-  scheduled: number;
-  processing: number;
-  completed: number;
-  failed: number;
-  cancelled: number;
-  oldest_pending_ms: number | null;
-  completed_recently: number;
-  failed_recently: number;
-}
+/** What the statement returns: everything but the derived rate. */
+type StatsRow = Omit<QueueStats, 'jobsPerSecond'>;
 
 /**
  * Per-queue counts by status, the age of the oldest due job, throughput and
@@ -53,12 +44,7 @@ interface StatsRow {
  *   for (const q of queues) console.log(q.queue, q.pending, q.jobsPerSecond);
  */
 export async function getStats(db: Queryable, schema: string, options: { windowMs?: number } = {}): Promise<Stats> {
-  let windowMs: number;
-  try {
-    windowMs = intOption('windowMs', options.windowMs, 60_000, 1_000, 86_400_000);
-  } catch (err) {
-    throw new ValidationError((err as Error).message, { cause: err });
-  }
+  const windowMs = checked(() => intOption('windowMs', options.windowMs, 60_000, 1_000, 86_400_000));
   let found: StatsRow[];
   try {
     found = await rows<StatsRow>(db, queriesFor(schema).admin.stats, [windowMs]);
@@ -68,17 +54,9 @@ export async function getStats(db: Queryable, schema: string, options: { windowM
   return {
     windowMs,
     queues: found.map((r) => ({
-      queue: r.queue,
-      pending: r.pending,
-      scheduled: r.scheduled,
-      processing: r.processing,
-      completed: r.completed,
-      failed: r.failed,
-      cancelled: r.cancelled,
-      oldestPendingMs: r.oldest_pending_ms === null ? null : Math.max(0, Math.round(r.oldest_pending_ms)),
-      completedInWindow: r.completed_recently,
-      failedInWindow: r.failed_recently,
-      jobsPerSecond: r.completed_recently / (windowMs / 1000),
+      ...r,
+      oldestPendingMs: r.oldestPendingMs === null ? null : Math.max(0, Math.round(r.oldestPendingMs)),
+      jobsPerSecond: r.completedInWindow / (windowMs / 1000),
     })),
   };
 }

@@ -100,7 +100,8 @@ export function buildAdminQueries(schema: string): AdminQueries {
       )
       SELECT count(*)::int AS count, max(id)::text AS last_id FROM deleted`,
 
-    // Everything `sluice stats` shows, in one pass over the table. Exact counts
+    // Everything `sluice stats` shows, in one pass over the table, named as the
+    // QueueStats fields (src/admin/stats.ts). Exact counts
     // cost a sequential scan (about 0.2 s per million rows); a queue that needs
     // cheaper numbers can prune finished jobs.
     stats: `SELECT queue,
@@ -111,11 +112,11 @@ export function buildAdminQueries(schema: string): AdminQueries {
         count(*) FILTER (WHERE status = 'failed')::int AS failed,
         count(*) FILTER (WHERE status = 'cancelled')::int AS cancelled,
         (extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now())) * 1000)::float8
-          AS oldest_pending_ms,
+          AS "oldestPendingMs",
         count(*) FILTER (WHERE status = 'completed' AND finished_at > now() - $1::float8 * interval '1 millisecond')::int
-          AS completed_recently,
+          AS "completedInWindow",
         count(*) FILTER (WHERE status = 'failed' AND finished_at > now() - $1::float8 * interval '1 millisecond')::int
-          AS failed_recently
+          AS "failedInWindow"
       FROM ${jobs}
       GROUP BY queue
       ORDER BY queue`,
