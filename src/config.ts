@@ -5,6 +5,7 @@ import { ConfigError } from './errors.js';
 import type { TaskDefinition, TaskHandler, TaskList } from './job.js';
 import { quoteSchema } from './db/identifiers.js';
 import type { BackoffOptions } from './worker/backoff.js';
+import { resolveMaintenanceConfig, type MaintenanceOptions, type ResolvedMaintenanceConfig } from './maintenance/options.js';
 
 export const DEFAULT_SCHEMA = 'sluice';
 export const DEFAULT_QUEUE = 'default';
@@ -37,7 +38,7 @@ export interface WorkerOptions extends ConnectionOptions {
   visibilityTimeoutMs?: number;
   /** How often running jobs' locks are refreshed. Default visibilityTimeoutMs / 6. */
   heartbeatIntervalMs?: number;
-  /** How often this worker looks for jobs with expired locks. Default visibilityTimeoutMs / 2. */
+  /** How often the maintenance leader looks for jobs with expired locks. Default visibilityTimeoutMs / 2. */
   rescueIntervalMs?: number;
   /** On stop(), how long running jobs may finish before they are aborted. Default 10 s. */
   shutdownTimeoutMs?: number;
@@ -49,6 +50,12 @@ export interface WorkerOptions extends ConnectionOptions {
   listenConnectionString?: string;
   /** false: never LISTEN, rely on polling alone (e.g. behind PgBouncer). Default true. */
   listen?: boolean;
+  /**
+   * Cluster-wide maintenance (rescue of expired locks, pruning of finished jobs,
+   * extra periodic tasks), run by one elected worker per schema. false: this
+   * worker never takes part (run it elsewhere).
+   */
+  maintenance?: false | MaintenanceOptions;
 }
 
 export interface ResolvedTask {
@@ -72,12 +79,15 @@ export interface ResolvedWorkerConfig {
   workerId: string;
   listen: boolean;
   listenConnectionString: string | undefined;
+  /** undefined: this worker takes no part in maintenance. */
+  maintenance: ResolvedMaintenanceConfig | undefined;
 }
 
 const WORKER_KEYS = new Set([
   'connectionString', 'pool', 'schema', 'tasks', 'queues', 'concurrency', 'batchSize',
   'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs',
   'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen',
+  'maintenance',
 ]);
 
 /** Rejects keys that are not options (a typo must not silently mean "default"). */
@@ -182,5 +192,6 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
     listen: options.listen ?? true,
     listenConnectionString: options.listenConnectionString,
+    maintenance: resolveMaintenanceConfig(options.maintenance, visibilityTimeoutMs),
   };
 }

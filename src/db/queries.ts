@@ -144,7 +144,16 @@ export function buildQueries(schema: string): Queries {
     notify: `SELECT pg_notify($1, json_build_object('q', q, 't', floor(extract(epoch FROM now()) * 1000))::text)
       FROM unnest($2::text[]) AS q`,
 
-    getJob: `SELECT ${jobColumns()} FROM ${jobs} WHERE id = $1`,
+    // The hot table first, then the history the pruner moved it to. Both branches
+    // read one snapshot and the pruner moves a row in one statement, so a job is
+    // found exactly once even while it is being moved. jsonb_populate_record turns
+    // the archived jsonb back into a jobs row, whatever columns jobs has today.
+    getJob: `SELECT ${jobColumns()} FROM ${jobs} WHERE id = $1
+      UNION ALL
+      SELECT ${jobColumns('h')} FROM ${s}.jobs_history x
+        CROSS JOIN LATERAL jsonb_populate_record(NULL::${jobs}, x.job) h
+      WHERE x.id = $1
+      LIMIT 1`,
 
     countByStatus: `SELECT queue, status, count(*)::int AS count FROM ${jobs} GROUP BY queue, status ORDER BY queue, status`,
   };

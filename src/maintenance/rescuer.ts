@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import type { Queries } from '../db/queries.js';
 import { channelFor } from '../db/identifiers.js';
+import type { PeriodicTask } from './runner.js';
 
 export interface RescuedJob {
   id: string;
@@ -26,41 +27,20 @@ export async function rescueExpired(
   return rows;
 }
 
-/** Runs rescueExpired on a jittered interval. */
-export class Rescuer {
-  private timer: NodeJS.Timeout | undefined;
-  private stopped = true;
-
-  constructor(
-    private readonly pool: pg.Pool,
-    private readonly queries: Queries,
-    private readonly visibilityTimeoutMs: number,
-    private readonly intervalMs: number,
-    private readonly rescued: (jobs: RescuedJob[]) => void,
-    private readonly error: (err: unknown) => void,
-  ) {}
-
-  start(): void {
-    this.stopped = false;
-    this.schedule();
-  }
-
-  stop(): void {
-    this.stopped = true;
-    clearTimeout(this.timer);
-  }
-
-  private schedule(): void {
-    if (this.stopped) return;
-    this.timer = setTimeout(async () => {
-      try {
-        const jobs = await rescueExpired(this.pool, this.queries, this.visibilityTimeoutMs);
-        if (jobs.length > 0) this.rescued(jobs);
-      } catch (err) {
-        this.error(err);
-      }
-      this.schedule();
-    }, this.intervalMs * (0.75 + Math.random() / 2));
-    this.timer.unref();
-  }
+/** rescueExpired as a leader task: runs on one worker of the cluster, every `intervalMs`. */
+export function rescuerTask(
+  pool: pg.Pool,
+  queries: Queries,
+  visibilityTimeoutMs: number,
+  intervalMs: number,
+  rescued: (jobs: RescuedJob[]) => void,
+): PeriodicTask {
+  return {
+    name: 'rescuer',
+    intervalMs,
+    run: async () => {
+      const jobs = await rescueExpired(pool, queries, visibilityTimeoutMs);
+      if (jobs.length > 0) rescued(jobs);
+    },
+  };
 }

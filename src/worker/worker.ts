@@ -7,7 +7,10 @@ import { channelFor } from '../db/identifiers.js';
 import { SluiceError, wrapDatabaseError } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { Notifier, type HeldConnection } from '../notifier.js';
-import { Rescuer, type RescuedJob } from '../maintenance/rescuer.js';
+import { rescuerTask, type RescuedJob } from '../maintenance/rescuer.js';
+import { createMaintenance } from '../maintenance/worker-maintenance.js';
+import type { MaintenanceRunner } from '../maintenance/runner.js';
+import type { PruneResult } from '../maintenance/pruner.js';
 import { retryDelayMs } from './backoff.js';
 import { describeError, RunningJob, type Outcome } from './executor.js';
 import { Heartbeat } from './heartbeat.js';
@@ -21,7 +24,14 @@ export interface WorkerEvents {
   'job:fail': [JobRow, { error: unknown; willRetry: boolean }];
   /** The job's lock was taken away; this run's result was dropped. */
   'job:lock-lost': [JobRow];
+  /** Emitted by the maintenance leader only: jobs whose lock expired went back to pending (or failed). */
   'jobs:rescued': [RescuedJob[]];
+  /** This worker became the maintenance leader of its schema. */
+  'leader:elected': [];
+  /** This worker stopped being the leader (lease lost, or stopping). */
+  'leader:lost': [];
+  /** The leader moved finished jobs out of the hot table. */
+  'jobs:pruned': [PruneResult];
   /** A database or connection problem the worker is riding out (it keeps going). */
   error: [SluiceError];
 }
@@ -56,7 +66,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private producer: Producer | undefined;
   private notifier: Notifier | undefined;
   private heartbeat: Heartbeat | undefined;
-  private rescuer: Rescuer | undefined;
+  private maintenance: MaintenanceRunner | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
   private drained: (() => void) | undefined;
@@ -66,6 +76,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.config = resolveWorkerConfig(options);
     this.options = options;
     this.queries = buildQueries(this.config.schema);
+  }
+
+  /** True while this worker is the elected maintenance leader of its schema. */
+  get isLeader(): boolean {
+    return this.maintenance?.isLeader ?? false;
   }
 
   /** Ids of the jobs running right now. */
@@ -90,11 +105,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     });
     this.heartbeat = new Heartbeat(pool, this.queries, config.workerId, config.heartbeatIntervalMs,
       () => this.runningJobIds, (ids) => this.lockLost(ids), onError);
-    this.rescuer = new Rescuer(pool, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs,
-      (jobs) => {
-        this.emit('jobs:rescued', jobs);
-        this.producer?.wake();
-      }, onError);
+    const rescuer = rescuerTask(pool, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
+      this.emit('jobs:rescued', jobs);
+      this.producer?.wake();
+    });
+    this.maintenance = createMaintenance(pool, config, rescuer, this, onError);
 
     if (config.listen) {
       this.notifier = new Notifier(() => this.listenConnection(), channelFor(config.schema));
@@ -114,7 +129,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     this.producer.start();
     this.heartbeat.start();
-    this.rescuer.start();
+    this.maintenance?.start();
   }
 
   /**
@@ -134,8 +149,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async shutdown(): Promise<void> {
     this.state = 'stopping';
     this.producer!.stop();
-    this.rescuer!.stop();
-    await this.notifier?.stop();
+    await Promise.all([this.maintenance?.stop(), this.notifier?.stop()]);
 
     if (this.running.size > 0) {
       await new Promise<void>((resolve) => {

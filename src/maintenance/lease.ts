@@ -1,0 +1,59 @@
+import type { Queryable } from '../db/executor.js';
+import type { MaintenanceQueries } from './queries.js';
+
+/** The lease row every worker competes for; one holder per schema and role. */
+export const MAINTENANCE_ROLE = 'maintenance';
+
+export interface LeaseHolder {
+  holder: string;
+  elected_at: Date;
+  expires_at: Date;
+  live: boolean;
+}
+
+/**
+ * One worker's side of the leader lease. `tryAcquire` takes a free or expired
+ * lease, or renews the one it holds, and reports whether it holds it now. The
+ * lease is trusted locally only until `validUntil` (measured from *before* the
+ * renewal was sent), so a leader cut off from Postgres stops leading before
+ * another worker can take over.
+ */
+export class Lease {
+  private heldUntil = 0;
+
+  constructor(
+    private readonly db: Queryable,
+    private readonly queries: MaintenanceQueries,
+    readonly holderId: string,
+    readonly leaseMs: number,
+    readonly role = MAINTENANCE_ROLE,
+  ) {}
+
+  /** True while the last successful renewal is younger than the lease. */
+  get held(): boolean {
+    return Date.now() < this.heldUntil;
+  }
+
+  async tryAcquire(): Promise<boolean> {
+    const sentAt = Date.now();
+    const { rows } = await this.db.query(this.queries.acquireLease, [this.holderId, this.role, this.leaseMs]);
+    this.heldUntil = rows.length > 0 ? sentAt + this.leaseMs : 0;
+    return rows.length > 0;
+  }
+
+  /** Gives the lease up so another worker can take it without waiting for expiry. */
+  async resign(): Promise<void> {
+    this.heldUntil = 0;
+    await this.db.query(this.queries.resignLease, [this.holderId, this.role]);
+  }
+}
+
+/** Who holds the maintenance lease of a schema, if anyone (for tests, doctor, dashboards). */
+export async function currentLeader(
+  db: Queryable,
+  queries: MaintenanceQueries,
+  role = MAINTENANCE_ROLE,
+): Promise<LeaseHolder | undefined> {
+  const { rows } = await db.query(queries.currentLease, [role]);
+  return rows[0] as LeaseHolder | undefined;
+}

@@ -1,0 +1,38 @@
+import type pg from 'pg';
+import type { ResolvedWorkerConfig } from '../config.js';
+import { Lease } from './lease.js';
+import { prunerTask, type PruneResult } from './pruner.js';
+import { buildMaintenanceQueries } from './queries.js';
+import { MaintenanceRunner, type PeriodicTask } from './runner.js';
+
+/** What the runner reports back to its worker. */
+interface MaintenanceSink {
+  emit(event: 'leader:elected' | 'leader:lost'): boolean;
+  emit(event: 'jobs:pruned', result: PruneResult): boolean;
+}
+
+/**
+ * The worker's maintenance: the lease, and the leader-only tasks (rescuer, pruner,
+ * then the configured extra tasks such as cron ticks). Undefined when the worker
+ * was told to take no part (`maintenance: false`).
+ */
+export function createMaintenance(
+  pool: pg.Pool,
+  config: ResolvedWorkerConfig,
+  rescuer: PeriodicTask,
+  sink: MaintenanceSink,
+  error: (err: unknown) => void,
+): MaintenanceRunner | undefined {
+  const maintenance = config.maintenance;
+  if (!maintenance) return undefined;
+  const queries = buildMaintenanceQueries(config.schema);
+  const tasks: PeriodicTask[] = [rescuer];
+  if (maintenance.pruner) tasks.push(prunerTask(pool, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r)));
+  tasks.push(...maintenance.tasks);
+  const runner = new MaintenanceRunner(new Lease(pool, queries, config.workerId, maintenance.leaseMs), tasks);
+  runner.on('leader:elected', () => sink.emit('leader:elected'));
+  runner.on('leader:lost', () => sink.emit('leader:lost'));
+  runner.on('task:error', (_name, err) => error(err));
+  runner.on('lease:error', error);
+  return runner;
+}
