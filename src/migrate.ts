@@ -25,6 +25,13 @@ export interface MigrationResult {
 /** Reads sql/migrations/NNNN_name.sql in version order. */
 export async function loadMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]> {
   const files = (await readdir(dir)).filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f)).sort();
+  // Two files with one number would both claim the same row in the migrations table.
+  const seen = new Map<string, string>();
+  for (const file of files) {
+    const other = seen.get(file.slice(0, 4));
+    if (other) throw new MigrationError(`two migrations share version ${file.slice(0, 4)}: ${other} and ${file}`);
+    seen.set(file.slice(0, 4), file);
+  }
   return Promise.all(
     files.map(async (file) => ({
       version: Number(file.slice(0, 4)),

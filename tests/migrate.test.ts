@@ -1,6 +1,9 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { randomBytes } from 'node:crypto';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { migrate, loadMigrations } from '../src/migrate.js';
 import { MigrationError, ConfigError } from '../src/errors.js';
 import { databaseUrl } from './helpers/database.js';
@@ -53,6 +56,13 @@ describe('migrate', () => {
     await migrate({ connectionString: url, schema });
     await pool.query(`INSERT INTO "${schema}".migrations (version, name) VALUES (9999, 'future')`);
     await expect(migrate({ connectionString: url, schema })).rejects.toBeInstanceOf(MigrationError);
+  });
+
+  it('refuses two migration files with the same version', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'sluice-mig-'));
+    await writeFile(join(dir, '0001_a.sql'), 'SELECT 1');
+    await writeFile(join(dir, '0001_b.sql'), 'SELECT 1');
+    await expect(loadMigrations(dir)).rejects.toThrow(/share version 0001/);
   });
 
   it('rejects bad options with a typed error', async () => {
