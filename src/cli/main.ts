@@ -2,7 +2,8 @@ import { Command, CommanderError } from 'commander';
 import { SluiceError } from '../errors.js';
 import { registerDemo } from './commands/demo.js';
 import { registerMigrate } from './commands/migrate.js';
-import { UsageError } from './output.js';
+import { registerDoctor } from './commands/doctor.js';
+import { ExitStatus, UsageError } from './output.js';
 
 /** Exit codes: 0 success, 1 runtime failure, 2 usage error. */
 export const EXIT_OK = 0;
@@ -18,6 +19,7 @@ export function buildProgram(): Command {
     .exitOverride();
   registerMigrate(program);
   registerDemo(program);
+  registerDoctor(program);
   for (const command of program.commands) command.exitOverride();
   return program;
 }
@@ -32,6 +34,7 @@ export async function main(argv: string[]): Promise<number> {
     await program.parseAsync(argv);
     return EXIT_OK;
   } catch (err) {
+    if (err instanceof ExitStatus) return err.exitCode;
     if (err instanceof CommanderError) {
       // --help and --version also come through here, with exit code 0.
       return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;

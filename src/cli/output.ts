@@ -5,3 +5,10 @@ export class UsageError extends Error {}
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value)}\n`);
 }
+
+/** A command that did its work but reports a result through a non-zero exit code (doctor: 1 warn, 2 critical). */
+export class ExitStatus extends Error {
+  constructor(readonly exitCode: number) {
+    super(`exit status ${exitCode}`);
+  }
+}

@@ -1,0 +1,31 @@
+import type { Command } from 'commander';
+import { runDoctor } from '../../doctor/run-doctor.js';
+import type { CheckResult } from '../../doctor/checks.js';
+import { globalOptions, requireDatabaseUrl } from '../database.js';
+import { ExitStatus, printJson } from '../output.js';
+
+const EXIT_BY_STATUS = { ok: 0, warn: 1, critical: 2 } as const;
+const MARK = { ok: 'ok  ', warn: 'WARN', critical: 'CRIT' } as const;
+
+function printCheck(check: CheckResult): void {
+  process.stdout.write(`[${MARK[check.status]}] ${check.title}: ${check.summary}\n`);
+  if (check.advice) process.stdout.write(`       -> ${check.advice}\n`);
+}
+
+export function registerDoctor(program: Command): void {
+  program
+    .command('doctor')
+    .description('inspect the database for what slows a Postgres queue down (exit 0 ok, 1 warn, 2 critical)')
+    .option('--json', 'print the full report as JSON')
+    .action(async (opts: { json?: boolean }, command: Command) => {
+      const global = globalOptions(command);
+      const report = await runDoctor({ connectionString: requireDatabaseUrl(global), schema: global.schema });
+      if (opts.json) printJson(report);
+      else {
+        for (const check of report.checks) printCheck(check);
+        process.stdout.write(`${report.status === 'ok' ? 'all checks passed' : `status: ${report.status}`}\n`);
+      }
+      const code = EXIT_BY_STATUS[report.status];
+      if (code !== 0) throw new ExitStatus(code);
+    });
+}

@@ -1,0 +1,304 @@
+import { formatBytes, formatMs, percent } from './format.js';
+
+export type Severity = 'ok' | 'warn' | 'critical';
+
+/** One finding: what was measured, how bad it is, and what to do about it. */
+export interface CheckResult {
+  id: string;
+  title: string;
+  status: Severity;
+  /** One line with the numbers. */
+  summary: string;
+  /** What to do, when status is not ok. */
+  advice?: string;
+  /** The measurements behind the summary (rows of the catalog views). */
+  details: unknown[];
+}
+
+/** Where warn and critical begin. Durations in ms, ratios as fractions of 1. */
+export interface DoctorThresholds {
+  deadTupleRatio: [warn: number, critical: number];
+  /** Tables with fewer dead tuples than this are never flagged (small tables churn harmlessly). */
+  deadTupleMin: number;
+  idleInTransactionMs: [number, number];
+  snapshotAgeMs: [number, number];
+  /** Age in transactions of a replication slot's xmin. */
+  slotXminAge: [number, number];
+  notifyQueueUsage: [number, number];
+  connectionUsage: [number, number];
+  indexBloatRatio: [number, number];
+  /** Indexes smaller than this are never flagged. */
+  indexBloatMinBytes: number;
+  backlogAgeMs: [number, number];
+  /** A processing job whose heartbeat is older than this is stuck. */
+  stuckMs: [number, number];
+  /** Finished jobs older than this still in the hot table mean the pruner is not keeping up. */
+  unprunedMs: [number, number];
+}
+
+export const DEFAULT_THRESHOLDS: DoctorThresholds = {
+  deadTupleRatio: [0.2, 0.5],
+  deadTupleMin: 10_000,
+  idleInTransactionMs: [60_000, 600_000],
+  snapshotAgeMs: [300_000, 1_800_000],
+  slotXminAge: [10_000_000, 100_000_000],
+  notifyQueueUsage: [0.5, 0.9],
+  connectionUsage: [0.8, 0.95],
+  indexBloatRatio: [0.5, 0.8],
+  indexBloatMinBytes: 10 * 1024 * 1024,
+  backlogAgeMs: [300_000, 3_600_000],
+  stuckMs: [300_000, 3_600_000],
+  unprunedMs: [3_600_000, 86_400_000],
+};
+
+const RANK: Record<Severity, number> = { ok: 0, warn: 1, critical: 2 };
+
+export function worst(levels: Severity[]): Severity {
+  return levels.reduce<Severity>((a, b) => (RANK[b] > RANK[a] ? b : a), 'ok');
+}
+
+function level(value: number, [warn, critical]: [number, number]): Severity {
+  if (value >= critical) return 'critical';
+  if (value >= warn) return 'warn';
+  return 'ok';
+}
+
+function result(id: string, title: string, status: Severity, summary: string, advice: string, details: unknown[]): CheckResult {
+  return status === 'ok' ? { id, title, status, summary, details } : { id, title, status, summary, advice, details };
+}
+
+export interface TableStats {
+  table: string;
+  live: number;
+  dead: number;
+  last_vacuum: Date | null;
+  last_autovacuum: Date | null;
+  last_autoanalyze: Date | null;
+  autovacuum_count: number;
+  total_bytes: number;
+  reloptions: string[] | null;
+}
+
+export function checkTables(rows: TableStats[], t: DoctorThresholds): CheckResult {
+  const details = rows.map((r) => {
+    const ratio = r.live + r.dead > 0 ? r.dead / (r.live + r.dead) : 0;
+    const status = r.dead < t.deadTupleMin ? 'ok' : level(ratio, t.deadTupleRatio);
+    const lastVacuum = [r.last_vacuum, r.last_autovacuum].filter(Boolean).map((d) => d!.getTime());
+    return { ...r, dead_ratio: ratio, status, last_any_vacuum: lastVacuum.length ? new Date(Math.max(...lastVacuum)) : null };
+  });
+  const status = worst(details.map((d) => d.status));
+  const bad = details.filter((d) => d.status !== 'ok');
+  const jobs = details.find((d) => d.table === 'jobs');
+  const describe = (d: (typeof details)[number]) => {
+    const vac = d.last_any_vacuum ? `${formatMs(Date.now() - d.last_any_vacuum.getTime())} ago` : 'never';
+    return `${d.table}: ${d.dead} dead / ${d.live} live (${percent(d.dead_ratio)}), ${formatBytes(d.total_bytes)}, last vacuum ${vac}`;
+  };
+  const summary = bad.length > 0
+    ? bad.map(describe).join('; ')
+    : jobs ? describe(jobs) : `${details.length} tables, none with many dead tuples`;
+  return result('tables', 'dead tuples and vacuum', status, summary,
+    'Dead tuples pile up when vacuum cannot run or cannot remove them. Look at the snapshot and '
+    + 'idle-in-transaction checks first (an old snapshot makes vacuum useless); then run VACUUM (VERBOSE) on '
+    + 'the table, and check that autovacuum is on and not starved (autovacuum_max_workers, cost limits).',
+    details);
+}
+
+export interface SessionRow {
+  pid: number;
+  user: string | null;
+  application: string | null;
+  state: string | null;
+  idle_ms?: number;
+  transaction_ms: number | null;
+  xmin_age?: number;
+  last_query?: string;
+  query?: string;
+}
+
+export function checkIdleInTransaction(rows: SessionRow[], t: DoctorThresholds): CheckResult {
+  const status = worst(rows.map((r) => level(r.idle_ms ?? 0, t.idleInTransactionMs)));
+  const longest = rows[0];
+  const summary = rows.length === 0
+    ? 'no session is idle in a transaction'
+    : `${rows.length} session(s) idle in a transaction; longest: pid ${longest!.pid} (${longest!.application || longest!.user}) idle ${formatMs(longest!.idle_ms ?? 0)}`;
+  return result('idle_in_transaction', 'sessions idle in transaction', status, summary,
+    'A transaction left open holds its snapshot and locks: vacuum cannot remove rows deleted since it began. '
+    + 'Find the code that forgets COMMIT/ROLLBACK (pid, application above); set idle_in_transaction_session_timeout; '
+    + 'pg_terminate_backend(pid) ends it now.',
+    rows);
+}
+
+export interface PreparedRow {
+  gid: string;
+  owner: string;
+  xmin_age: number;
+  transaction_ms: number;
+}
+
+export function checkSnapshots(sessions: SessionRow[], prepared: PreparedRow[], t: DoctorThresholds): CheckResult {
+  const all = [
+    ...sessions.map((s) => ({ kind: 'session', who: `pid ${s.pid} (${s.application || s.user})`, ...s })),
+    ...prepared.map((p) => ({ kind: 'prepared transaction', who: `prepared transaction '${p.gid}'`, ...p })),
+  ];
+  const status = worst(all.map((r) => level(r.transaction_ms ?? 0, t.snapshotAgeMs)));
+  const oldest = [...all].sort((a, b) => (b.transaction_ms ?? 0) - (a.transaction_ms ?? 0))[0];
+  const summary = oldest
+    ? `oldest snapshot: ${oldest.who}, transaction open ${formatMs(oldest.transaction_ms ?? 0)}, ${oldest.xmin_age} transactions behind`
+    : 'no other session holds a snapshot';
+  return result('oldest_snapshot', 'oldest snapshot holding back vacuum', status, summary,
+    'Vacuum keeps every row version that this snapshot might still see, so dead tuples grow for as long as it '
+    + 'lives. End the long transaction (or long-running query / forgotten prepared transaction: COMMIT PREPARED or '
+    + 'ROLLBACK PREPARED); run reports on a replica; set statement_timeout.',
+    all);
+}
+
+export interface SlotRow {
+  slot: string;
+  type: string;
+  active: boolean;
+  xmin_age: number | null;
+  catalog_xmin_age: number | null;
+}
+
+export function checkReplicationSlots(rows: SlotRow[], t: DoctorThresholds): CheckResult {
+  const details = rows.map((r) => {
+    const age = Math.max(r.xmin_age ?? 0, r.catalog_xmin_age ?? 0);
+    let status = level(age, t.slotXminAge);
+    if (!r.active && (r.xmin_age !== null || r.catalog_xmin_age !== null) && status === 'ok') status = 'warn';
+    return { ...r, status };
+  });
+  const bad = details.filter((d) => d.status !== 'ok');
+  const summary = rows.length === 0
+    ? 'no replication slots'
+    : bad.length === 0
+      ? `${rows.length} slot(s), none pinning xmin`
+      : bad.map((d) => `slot ${d.slot} (${d.active ? 'active' : 'inactive'}) pins xmin ${Math.max(d.xmin_age ?? 0, d.catalog_xmin_age ?? 0)} transactions back`).join('; ');
+  return result('replication_slots', 'replication slots pinning xmin', worst(details.map((d) => d.status)), summary,
+    'A slot whose consumer is gone (or lagging) keeps vacuum from removing dead rows and keeps WAL. Reconnect '
+    + 'the consumer, or drop the slot with pg_drop_replication_slot(name) if nothing uses it.',
+    details);
+}
+
+export function checkNotifyQueue(usage: number, t: DoctorThresholds): CheckResult {
+  return result('notify_queue', 'NOTIFY queue', level(usage, t.notifyQueueUsage),
+    `pg_notification_queue_usage() = ${percent(usage)}`,
+    'The notification queue fills when a session that LISTENs stays in a long transaction (it cannot consume). '
+    + 'When it is full, NOTIFY (and so every enqueue) fails. Find the long transaction among the LISTENing sessions.',
+    [{ usage }]);
+}
+
+export interface ConnectionRow {
+  used: number;
+  sluice: number;
+  max: number;
+  reserved: number;
+}
+
+export function checkConnections(row: ConnectionRow, t: DoctorThresholds): CheckResult {
+  const available = Math.max(1, row.max - row.reserved);
+  const usage = row.used / available;
+  return result('connections', 'connections', level(usage, t.connectionUsage),
+    `${row.used} of ${available} connections in use (${percent(usage)}), ${row.sluice} by Sluice`,
+    'Near max_connections new workers and your application cannot connect. Put a pooler (PgBouncer in '
+    + 'transaction mode, with listen: false or a direct listenConnectionString) in front, or lower pool sizes.',
+    [{ ...row, available, usage }]);
+}
+
+export interface IndexRow {
+  index: string;
+  table: string;
+  entries: number;
+  pages: number;
+  block_size: number;
+  key_width: number;
+  bytes: number;
+}
+
+/**
+ * Expected B-tree size from entries × entry size (8-byte tuple header, aligned key,
+ * 4-byte line pointer) at the default 90% leaf fill, plus the meta page; the rest
+ * of the actual pages is the bloat estimate. Rough (ignores inner pages and
+ * deduplication) but enough to tell 20% from 90%.
+ */
+export function estimateIndexBloat(r: IndexRow): { expected_pages: number; bloat_ratio: number | null } {
+  if (r.entries < 0 || r.pages <= 1) return { expected_pages: r.pages, bloat_ratio: r.entries < 0 ? null : 0 };
+  const entry = 8 + Math.ceil(r.key_width / 8) * 8 + 4;
+  const usable = (r.block_size - 24 - 16) * 0.9;
+  const expected = Math.ceil((r.entries * entry) / usable) + 1;
+  return { expected_pages: expected, bloat_ratio: Math.max(0, 1 - expected / r.pages) };
+}
+
+export function checkIndexBloat(rows: IndexRow[], t: DoctorThresholds): CheckResult {
+  const details = rows.map((r) => {
+    const estimate = estimateIndexBloat(r);
+    const status = r.bytes < t.indexBloatMinBytes || estimate.bloat_ratio === null ? 'ok' : level(estimate.bloat_ratio, t.indexBloatRatio);
+    return { ...r, ...estimate, status };
+  });
+  const bad = details.filter((d) => d.status !== 'ok');
+  const largest = [...details].sort((a, b) => b.bytes - a.bytes)[0];
+  const summary = bad.length > 0
+    ? bad.map((d) => `${d.index}: ${formatBytes(d.bytes)}, about ${percent(d.bloat_ratio ?? 0)} bloat`).join('; ')
+    : largest
+      ? `${details.length} indexes; largest ${largest.index} ${formatBytes(largest.bytes)}, about ${percent(largest.bloat_ratio ?? 0)} bloat`
+      : 'no indexes';
+  return result('index_bloat', 'index bloat (estimate)', worst(details.map((d) => d.status)), summary,
+    'Queue indexes see every row come and go; emptied pages are reused only after vacuum. '
+    + 'REINDEX INDEX CONCURRENTLY <index> rebuilds one without blocking the queue. If it comes back, '
+    + 'look for what stops vacuum (snapshots, slots).',
+    details);
+}
+
+export interface BacklogRow {
+  queue: string;
+  due: number;
+  oldest_ms: number;
+}
+
+export function checkBacklog(rows: BacklogRow[], t: DoctorThresholds): CheckResult {
+  const details = rows.map((r) => ({ ...r, status: level(r.oldest_ms, t.backlogAgeMs) }));
+  const summary = rows.length === 0
+    ? 'no due jobs waiting'
+    : details.map((d) => `${d.queue}: ${d.due} due, oldest waiting ${formatMs(d.oldest_ms)}`).join('; ');
+  return result('backlog', 'pending backlog', worst(details.map((d) => d.status)), summary,
+    'Due jobs wait longer than they should: no worker runs for the queue (or for those tasks), or workers '
+    + 'are too few. Start workers with that queue, raise concurrency, or check `sluice jobs` for tasks nobody handles.',
+    details);
+}
+
+export interface StuckRow {
+  queue: string;
+  jobs: number;
+  oldest_ms: number;
+  sample_ids: string[];
+}
+
+export function checkStuck(rows: StuckRow[], t: DoctorThresholds): CheckResult {
+  const details = rows.map((r) => ({ ...r, status: level(r.oldest_ms, t.stuckMs) }));
+  const summary = rows.length === 0
+    ? 'no processing job without a heartbeat'
+    : details.map((d) => `${d.queue}: ${d.jobs} processing without heartbeat for ${formatMs(d.oldest_ms)} (ids ${d.sample_ids.join(', ')})`).join('; ');
+  return result('stuck', 'stuck processing jobs', worst(details.map((d) => d.status)), summary,
+    'Their workers died and nothing rescued them: no worker is running maintenance (the leader runs the rescuer). '
+    + 'Start a worker on this schema; it takes the lease and returns them to pending.',
+    details);
+}
+
+export interface MaintenanceRow {
+  leader: string | null;
+  finished: number;
+  oldest_finished_ms: number | null;
+  active: number;
+}
+
+export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): CheckResult {
+  const lag = row.oldest_finished_ms ?? 0;
+  let status = level(lag, t.unprunedMs);
+  if (!row.leader && row.active > 0 && status === 'ok') status = 'warn';
+  const summary = `leader: ${row.leader ?? 'none'}; ${row.finished} finished jobs in the hot table`
+    + (row.oldest_finished_ms !== null ? `, oldest finished ${formatMs(lag)} ago` : '');
+  return result('maintenance', 'maintenance leader and pruning', status, summary,
+    'Finished jobs are moved out by the maintenance leader. No leader: no worker of this schema is running '
+    + '(or all run with maintenance: false). A leader but old finished jobs: the pruner is disabled (pruner: false) '
+    + 'or failing; see the worker\'s error events.',
+    [row]);
+}

@@ -1,0 +1,106 @@
+import { quoteSchema } from '../db/identifiers.js';
+
+/**
+ * What `sluice doctor` reads. Catalog and statistics views take the schema as a
+ * `$1` value; only the queries of Sluice's own tables splice in the quoted schema.
+ * Durations come back in milliseconds, sizes in bytes.
+ */
+export interface DoctorQueries {
+  readonly tables: string;
+  readonly idleInTransaction: string;
+  readonly oldestSnapshots: string;
+  readonly preparedTransactions: string;
+  readonly replicationSlots: string;
+  readonly notifyQueue: string;
+  readonly connections: string;
+  readonly indexes: string;
+  readonly backlog: string;
+  readonly stuck: string;
+  readonly maintenance: string;
+}
+
+const MS = (expr: string) => `(extract(epoch FROM ${expr}) * 1000)::float8`;
+
+export function buildDoctorQueries(schema: string): DoctorQueries {
+  const s = quoteSchema(schema);
+  return {
+    // Every table in the schema (history partitions included), with the counters
+    // autovacuum itself decides on.
+    tables: `SELECT c.relname AS table, coalesce(st.n_live_tup, 0)::float8 AS live, coalesce(st.n_dead_tup, 0)::float8 AS dead,
+        st.last_vacuum, st.last_autovacuum, st.last_autoanalyze,
+        coalesce(st.autovacuum_count, 0)::int AS autovacuum_count,
+        pg_total_relation_size(c.oid)::float8 AS total_bytes, c.reloptions
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+      LEFT JOIN pg_stat_all_tables st ON st.relid = c.oid
+      WHERE n.nspname = $1 AND c.relkind = 'r'
+      ORDER BY c.relname`,
+
+    idleInTransaction: `SELECT pid, usename AS user, application_name AS application, state,
+        ${MS('now() - state_change')} AS idle_ms, ${MS('now() - xact_start')} AS transaction_ms,
+        left(query, 200) AS last_query
+      FROM pg_stat_activity
+      WHERE state IN ('idle in transaction', 'idle in transaction (aborted)') AND datname = current_database()
+      ORDER BY state_change`,
+
+    // Sessions whose snapshot (backend_xmin) holds back the horizon below which
+    // vacuum may remove dead rows: every row version deleted after it stays.
+    oldestSnapshots: `SELECT pid, usename AS user, application_name AS application, state,
+        age(backend_xmin)::int AS xmin_age, ${MS('now() - xact_start')} AS transaction_ms,
+        left(query, 200) AS query
+      FROM pg_stat_activity
+      WHERE backend_xmin IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
+      ORDER BY age(backend_xmin) DESC
+      LIMIT 5`,
+
+    preparedTransactions: `SELECT gid, owner, age(transaction)::int AS xmin_age, ${MS('now() - prepared')} AS transaction_ms
+      FROM pg_prepared_xacts WHERE database = current_database()`,
+
+    replicationSlots: `SELECT slot_name AS slot, slot_type AS type, active,
+        age(xmin)::int AS xmin_age, age(catalog_xmin)::int AS catalog_xmin_age
+      FROM pg_replication_slots`,
+
+    notifyQueue: `SELECT pg_notification_queue_usage()::float8 AS usage`,
+
+    connections: `SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int AS used,
+        (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND application_name LIKE 'sluice%')::int AS sluice,
+        current_setting('max_connections')::int AS max,
+        current_setting('superuser_reserved_connections')::int AS reserved`,
+
+    // B-tree indexes of the schema with what an estimate needs: entries, pages and
+    // the average width of the key columns (pg_stats; 8 bytes per column when a
+    // column has no statistics or the key is an expression).
+    indexes: `SELECT ic.relname AS index, tc.relname AS table, ic.reltuples::float8 AS entries, ic.relpages::float8 AS pages,
+        current_setting('block_size')::int AS block_size,
+        coalesce((SELECT sum(coalesce(st.avg_width, 8)) FROM unnest(ix.indkey::int2[]) AS k(attnum)
+                  LEFT JOIN pg_attribute a ON a.attrelid = tc.oid AND a.attnum = k.attnum
+                  LEFT JOIN pg_stats st ON st.schemaname = n.nspname AND st.tablename = tc.relname AND st.attname = a.attname),
+                 8)::float8 AS key_width,
+        pg_relation_size(ic.oid)::float8 AS bytes
+      FROM pg_index ix
+      JOIN pg_class ic ON ic.oid = ix.indexrelid
+      JOIN pg_class tc ON tc.oid = ix.indrelid
+      JOIN pg_namespace n ON n.oid = tc.relnamespace
+      JOIN pg_am am ON am.oid = ic.relam
+      WHERE n.nspname = $1 AND am.amname = 'btree' AND ic.relkind = 'i'
+      ORDER BY ic.relname`,
+
+    // Due pending jobs per queue and how long the oldest has waited.
+    backlog: `SELECT queue, count(*)::int AS due, ${MS('now() - min(run_at)')} AS oldest_ms
+      FROM ${s}.jobs WHERE status = 'pending' AND run_at <= now()
+      GROUP BY queue ORDER BY queue`,
+
+    // Processing jobs whose heartbeat stopped longer ago than $1 ms: no worker
+    // holds them and no rescuer has taken them back.
+    stuck: `SELECT queue, count(*)::int AS jobs, ${MS('now() - min(locked_at)')} AS oldest_ms,
+        (array_agg(id::text ORDER BY locked_at))[1:5] AS sample_ids
+      FROM ${s}.jobs WHERE status = 'processing' AND locked_at < now() - $1::float8 * interval '1 millisecond'
+      GROUP BY queue ORDER BY queue`,
+
+    // Is anyone running maintenance, and is the pruner keeping up?
+    maintenance: `SELECT (SELECT holder FROM ${s}.leader WHERE role = 'maintenance' AND expires_at > now()) AS leader,
+        (SELECT count(*) FROM ${s}.jobs WHERE status IN ('completed', 'failed', 'cancelled'))::int AS finished,
+        (SELECT ${MS('now() - min(coalesce(finished_at, updated_at))')} FROM ${s}.jobs
+          WHERE status IN ('completed', 'failed', 'cancelled')) AS oldest_finished_ms,
+        (SELECT count(*) FROM ${s}.jobs WHERE status IN ('pending', 'processing'))::int AS active`,
+  };
+}

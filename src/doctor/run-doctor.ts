@@ -1,0 +1,84 @@
+import { checkConnection, rejectUnknownKeys, resolveSchema, type ConnectionOptions } from '../config.js';
+import { openPool } from '../db/connection.js';
+import { rows, type Queryable } from '../db/executor.js';
+import { quoteSchema } from '../db/identifiers.js';
+import { ConfigError, wrapDatabaseError } from '../errors.js';
+import * as checks from './checks.js';
+import { DEFAULT_THRESHOLDS, worst, type CheckResult, type DoctorThresholds, type Severity } from './checks.js';
+import { buildDoctorQueries } from './queries.js';
+
+export interface DoctorOptions extends ConnectionOptions {
+  /** Run on this connection instead (e.g. a dashboard's pool). */
+  db?: Queryable;
+  /** Override where warn/critical begin. */
+  thresholds?: Partial<DoctorThresholds>;
+}
+
+export interface DoctorReport {
+  /** The worst status of all checks. */
+  status: Severity;
+  schema: string;
+  checkedAt: string;
+  checks: CheckResult[];
+}
+
+const OPTION_KEYS = new Set(['connectionString', 'pool', 'schema', 'db', 'thresholds']);
+
+/**
+ * Inspects the live database the way `sluice doctor` does and returns every
+ * finding with its numbers and advice. Read-only; safe to run any time.
+ * Statistics of other users' sessions need superuser or pg_read_all_stats.
+ *
+ * @example
+ *   const report = await runDoctor({ connectionString: process.env.DATABASE_URL });
+ *   if (report.status !== 'ok') console.log(report.checks.filter((c) => c.status !== 'ok'));
+ */
+export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
+  rejectUnknownKeys(options, OPTION_KEYS, 'runDoctor');
+  const schema = resolveSchema(options.schema);
+  const thresholds = resolveThresholds(options.thresholds);
+  if (options.db) return inspect(options.db, schema, thresholds);
+  checkConnection(options, 'runDoctor');
+  const handle = openPool(options, 1, 'sluice-doctor');
+  try {
+    return await inspect(handle.pool, schema, thresholds);
+  } catch (err) {
+    throw wrapDatabaseError(err, 'doctor');
+  } finally {
+    await handle.end();
+  }
+}
+
+function resolveThresholds(overrides: Partial<DoctorThresholds> | undefined): DoctorThresholds {
+  if (overrides === undefined) return DEFAULT_THRESHOLDS;
+  if (typeof overrides !== 'object' || overrides === null) throw new ConfigError('thresholds must be an object');
+  rejectUnknownKeys(overrides, new Set(Object.keys(DEFAULT_THRESHOLDS)), 'thresholds');
+  return { ...DEFAULT_THRESHOLDS, ...overrides };
+}
+
+async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Promise<DoctorReport> {
+  const q = buildDoctorQueries(schema);
+  const results: CheckResult[] = [];
+  const [found] = await rows<{ installed: boolean }>(db, 'SELECT to_regclass($1) IS NOT NULL AS installed', [`${quoteSchema(schema)}.jobs`]);
+  const installed = found?.installed === true;
+
+  results.push(checks.checkTables(await rows(db, q.tables, [schema]), t));
+  results.push(checks.checkIdleInTransaction(await rows(db, q.idleInTransaction), t));
+  results.push(checks.checkSnapshots(await rows(db, q.oldestSnapshots), await rows(db, q.preparedTransactions), t));
+  results.push(checks.checkReplicationSlots(await rows(db, q.replicationSlots), t));
+  results.push(checks.checkNotifyQueue((await rows<{ usage: number }>(db, q.notifyQueue))[0]!.usage, t));
+  results.push(checks.checkConnections((await rows<checks.ConnectionRow>(db, q.connections))[0]!, t));
+  results.push(checks.checkIndexBloat(await rows(db, q.indexes, [schema]), t));
+  if (installed) {
+    results.push(checks.checkBacklog(await rows(db, q.backlog), t));
+    results.push(checks.checkStuck(await rows(db, q.stuck, [t.stuckMs[0]]), t));
+    results.push(checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance))[0]!, t));
+  } else {
+    results.push({
+      id: 'schema', title: 'Sluice schema', status: 'critical', details: [],
+      summary: `schema "${schema}" has no Sluice jobs table`,
+      advice: 'Run `sluice migrate` (or migrate()) against this database and schema, or pass the right --schema.',
+    });
+  }
+  return { status: worst(results.map((r) => r.status)), schema, checkedAt: new Date().toISOString(), checks: results };
+}

@@ -1,0 +1,139 @@
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { runDoctor, type DoctorReport } from '../src/doctor/run-doctor.js';
+import { estimateIndexBloat } from '../src/doctor/checks.js';
+import { ConfigError } from '../src/errors.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+
+const BIN = fileURLToPath(new URL('../bin/sluice.js', import.meta.url));
+let db: TestDatabase;
+
+beforeAll(async () => {
+  db = await createTestSchema('doctor');
+});
+afterAll(async () => {
+  await db.drop();
+});
+
+function check(report: DoctorReport, id: string) {
+  const found = report.checks.find((c) => c.id === id);
+  if (!found) throw new Error(`no check ${id}`);
+  return found;
+}
+
+/** Runs the real CLI (built by `npm test`) and returns its exit code and stdout. */
+function cli(args: string[]): Promise<{ code: number | null; stdout: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [BIN, ...args], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let stdout = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.on('exit', (code) => resolve({ code, stdout }));
+  });
+}
+
+describe('doctor', () => {
+  it('finds a table full of dead tuples that autovacuum is not cleaning', async () => {
+    await db.pool.query(`CREATE TABLE ${db.s}.bloated (id int, pad text) WITH (autovacuum_enabled = false)`);
+    await db.pool.query(`INSERT INTO ${db.s}.bloated SELECT g, repeat('x', 100) FROM generate_series(1, 30000) g`);
+    await db.pool.query(`DELETE FROM ${db.s}.bloated WHERE id % 10 <> 0`);
+    await db.pool.query('SELECT pg_stat_force_next_flush()');
+    const report = await waitFor(async () => {
+      const r = await runDoctor({ db: db.pool, schema: db.schema });
+      return check(r, 'tables').status === 'critical' ? r : undefined;
+    }, 'the statistics to show the dead tuples');
+    const tables = check(report, 'tables');
+    expect(tables.summary).toMatch(/bloated: 27000 dead \/ 3000 live \(90%\)/);
+    expect(tables.summary).toMatch(/last vacuum never/);
+    expect(tables.advice).toMatch(/VACUUM/);
+    expect(report.status).toBe('critical');
+
+    // After a VACUUM the same check is clean again.
+    await db.pool.query(`VACUUM ${db.s}.bloated`);
+    await db.pool.query('SELECT pg_stat_force_next_flush()');
+    await waitFor(async () => check(await runDoctor({ db: db.pool, schema: db.schema }), 'tables').status === 'ok', 'a clean report after VACUUM');
+  });
+
+  it('finds a session idle in a transaction and the snapshot it holds', async () => {
+    const idle = new pg.Client({ connectionString: db.url, application_name: 'forgot-to-commit' });
+    await idle.connect();
+    try {
+      await idle.query('BEGIN ISOLATION LEVEL REPEATABLE READ');
+      await idle.query(`SELECT count(*) FROM ${db.s}.jobs`);
+      const { rows } = await idle.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      const pid = rows[0]!.pid;
+      const thresholds = { idleInTransactionMs: [1, 3_600_000] as [number, number], snapshotAgeMs: [1, 3_600_000] as [number, number] };
+      const report = await waitFor(async () => {
+        const r = await runDoctor({ db: db.pool, schema: db.schema, thresholds });
+        const sessions = check(r, 'idle_in_transaction').details as { pid: number }[];
+        return sessions.some((s) => s.pid === pid) && check(r, 'idle_in_transaction').status === 'warn' ? r : undefined;
+      }, 'doctor to see the idle transaction');
+      const idleCheck = check(report, 'idle_in_transaction');
+      expect(idleCheck.summary).toMatch(/idle in a transaction/);
+      expect(idleCheck.advice).toMatch(/idle_in_transaction_session_timeout/);
+      const snapshots = check(report, 'oldest_snapshot');
+      expect((snapshots.details as { pid?: number }[]).some((s) => s.pid === pid)).toBe(true);
+      expect(snapshots.status).not.toBe('ok');
+    } finally {
+      await idle.end();
+    }
+  });
+
+  it('reports stuck processing jobs and an old backlog per queue, with no leader running', async () => {
+    await db.pool.query(
+      `INSERT INTO ${db.s}.jobs (queue, task, status, attempts, locked_at, locked_by)
+       VALUES ('mail', 'send', 'processing', 1, now() - interval '2 hours', 'dead-worker')`);
+    await db.pool.query(
+      `INSERT INTO ${db.s}.jobs (queue, task, run_at) VALUES ('reports', 'build', now() - interval '10 minutes')`);
+    const report = await runDoctor({ db: db.pool, schema: db.schema });
+    expect(check(report, 'stuck')).toMatchObject({ status: 'critical' });
+    expect(check(report, 'stuck').summary).toMatch(/mail: 1 processing without heartbeat for 2\.0 h/);
+    expect(check(report, 'backlog')).toMatchObject({ status: 'warn' });
+    expect(check(report, 'backlog').summary).toMatch(/reports: 1 due, oldest waiting 10 min/);
+    expect(check(report, 'maintenance').summary).toMatch(/leader: none/);
+  });
+
+  it('sluice doctor --json prints the report and exits 2 on critical findings', async () => {
+    const { code, stdout } = await cli(['--database-url', db.url, '--schema', db.schema, 'doctor', '--json']);
+    const report = JSON.parse(stdout) as DoctorReport;
+    expect(report.status).toBe('critical');
+    expect(code).toBe(2);
+    expect(report.checks.map((c) => c.id)).toEqual(expect.arrayContaining([
+      'tables', 'idle_in_transaction', 'oldest_snapshot', 'replication_slots', 'notify_queue', 'connections',
+      'index_bloat', 'backlog', 'stuck', 'maintenance',
+    ]));
+    const text = await cli(['--database-url', db.url, '--schema', db.schema, 'doctor']);
+    expect(text.code).toBe(2);
+    expect(text.stdout).toMatch(/\[CRIT\] stuck processing jobs/);
+  });
+
+  it('estimates index bloat close to what a real index has, before and after mass deletes', async () => {
+    await db.pool.query(`CREATE TABLE ${db.s}.indexed (id bigint) WITH (autovacuum_enabled = false)`);
+    await db.pool.query(`INSERT INTO ${db.s}.indexed SELECT g FROM generate_series(1, 100000) g`);
+    await db.pool.query(`CREATE INDEX indexed_id_idx ON ${db.s}.indexed (id)`);
+    await db.pool.query(`ANALYZE ${db.s}.indexed`);
+    const thresholds = { indexBloatMinBytes: 0 };
+    const bloatOf = async () => {
+      const report = await runDoctor({ db: db.pool, schema: db.schema, thresholds });
+      const rows = check(report, 'index_bloat').details as { index: string; bloat_ratio: number; status: string }[];
+      return rows.find((r) => r.index === 'indexed_id_idx')!;
+    };
+    // A freshly built index is packed: the estimate must say so.
+    const fresh = await bloatOf();
+    expect(fresh.bloat_ratio).toBeLessThan(0.2);
+    expect(fresh.status).toBe('ok');
+    // 90% of the entries gone, pages kept: the estimate must see the empty space.
+    await db.pool.query(`DELETE FROM ${db.s}.indexed WHERE id % 10 <> 0`);
+    await db.pool.query(`VACUUM ${db.s}.indexed`);
+    const emptied = await bloatOf();
+    expect(emptied.bloat_ratio).toBeGreaterThan(0.8);
+    expect(emptied.status).toBe('critical');
+    expect(estimateIndexBloat({ index: 'i', table: 't', block_size: 8192, key_width: 8, bytes: 0, entries: -1, pages: 50 }).bloat_ratio).toBeNull();
+  });
+
+  it('rejects unknown options and thresholds', async () => {
+    await expect(runDoctor({ db: db.pool, schema: db.schema, thresholds: { nope: 1 } as never })).rejects.toThrow(ConfigError);
+    await expect(runDoctor({ db: db.pool, schema: db.schema, verbose: true } as never)).rejects.toThrow(/unknown option "verbose"/);
+  });
+});
