@@ -6,6 +6,8 @@ import type { TaskDefinition, TaskHandler, TaskList } from './job.js';
 import { quoteSchema } from './db/identifiers.js';
 import type { BackoffOptions } from './worker/backoff.js';
 import { resolveMaintenanceConfig, type MaintenanceOptions, type ResolvedMaintenanceConfig } from './maintenance/options.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
+import { resolveSchedules, type CronSchedule, type ResolvedSchedule } from './maintenance/cron-schedule.js';
 
 export const DEFAULT_SCHEMA = 'sluice';
 export const DEFAULT_QUEUE = 'default';
@@ -56,6 +58,12 @@ export interface WorkerOptions extends ConnectionOptions {
    * worker never takes part (run it elsewhere).
    */
   maintenance?: false | MaintenanceOptions;
+  /** Handlers' ctx.progress() reports are written at most this often. Default 1000 ms. */
+  progressIntervalMs?: number;
+  /** Largest handler result stored, in bytes of JSON; a larger one fails the job. Default 1 MiB. */
+  maxResultBytes?: number;
+  /** Recurring jobs this worker enqueues (see CronSchedule). Default none. */
+  schedules?: CronSchedule[];
 }
 
 export interface ResolvedTask {
@@ -81,6 +89,9 @@ export interface ResolvedWorkerConfig {
   listenConnectionString: string | undefined;
   /** undefined: this worker takes no part in maintenance. */
   maintenance: ResolvedMaintenanceConfig | undefined;
+  progressIntervalMs: number;
+  maxResultBytes: number;
+  schedules: ResolvedSchedule[];
 }
 
 const WORKER_KEYS = new Set([
@@ -88,6 +99,7 @@ const WORKER_KEYS = new Set([
   'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs',
   'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen',
   'maintenance',
+  'progressIntervalMs', 'maxResultBytes', 'schedules',
 ]);
 
 /** Rejects keys that are not options (a typo must not silently mean "default"). */
@@ -193,5 +205,8 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     listen: options.listen ?? true,
     listenConnectionString: options.listenConnectionString,
     maintenance: resolveMaintenanceConfig(options.maintenance, visibilityTimeoutMs),
+    progressIntervalMs: intOption('progressIntervalMs', options.progressIntervalMs, 1_000, 10, 3_600_000),
+    maxResultBytes: intOption('maxResultBytes', options.maxResultBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024),
+    schedules: resolveSchedules(options.schedules),
   };
 }

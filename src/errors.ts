@@ -11,7 +11,10 @@ export type SluiceErrorCode =
   | 'MIGRATION'
   | 'JOB_TIMEOUT'
   | 'LOCK_LOST'
-  | 'PERMANENT_FAILURE';
+  | 'PERMANENT_FAILURE'
+  | 'DUPLICATE_JOB'
+  | 'WAIT_TIMEOUT'
+  | 'JOB_NOT_FOUND';
 
 export class SluiceError extends Error {
   readonly code: SluiceErrorCode;
@@ -73,6 +76,37 @@ export class JobTimeoutError extends SluiceError {
 export class PermanentFailure extends SluiceError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('PERMANENT_FAILURE', message, options);
+  }
+}
+
+/**
+ * enqueue with `onConflict: 'error'` found another job holding the key. Nothing
+ * was inserted. (In your own transaction the failed statement aborts it, as any
+ * SQL error does: use a savepoint if you want to carry on.)
+ */
+export class DuplicateJobError extends SluiceError {
+  constructor(
+    message: string,
+    /** The job that holds the key. */
+    readonly existingId: string | undefined,
+    readonly jobKey: string | undefined,
+    options?: { cause?: unknown },
+  ) {
+    super('DUPLICATE_JOB', message, options);
+  }
+}
+
+/** Queue.waitFor() gave up before the job finished; the job itself is untouched. */
+export class WaitTimeoutError extends SluiceError {
+  constructor(message: string, readonly jobId: string) {
+    super('WAIT_TIMEOUT', message);
+  }
+}
+
+/** No job has that id (or it was deleted). */
+export class JobNotFoundError extends SluiceError {
+  constructor(readonly jobId: string) {
+    super('JOB_NOT_FOUND', `no job with id ${jobId}`);
   }
 }
 

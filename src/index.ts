@@ -1,8 +1,11 @@
-export { Queue, type EnqueueOptions, type JobSpec, type QueueOptions } from './queue.js';
+export { Queue, type EnqueueOptions, type JobSpec, type QueueOptions, type JobKeyMode, type WaitOptions } from './queue.js';
 export { Worker, type WorkerEvents } from './worker/worker.js';
+export type { CronSchedule } from './maintenance/cron-schedule.js';
+export type { CronTick } from './maintenance/cron.js';
+export type { RescuedJob } from './maintenance/rescuer.js';
 export { migrate, type MigrationResult } from './migrate.js';
 export type { WorkerOptions, ConnectionOptions } from './config.js';
-export type { JobRow, JobStatus, JobContext, TaskHandler, TaskDefinition, TaskList } from './job.js';
+export type { JobRow, JobStatus, JobContext, JobError, TaskHandler, TaskDefinition, TaskList } from './job.js';
 export type { Queryable } from './db/executor.js';
 export type { BackoffOptions } from './worker/backoff.js';
 export { retryDelayMs } from './worker/backoff.js';
@@ -15,6 +18,9 @@ export {
   MigrationError,
   JobTimeoutError,
   PermanentFailure,
+  DuplicateJobError,
+  WaitTimeoutError,
+  JobNotFoundError,
   type SluiceErrorCode,
 } from './errors.js';
 export {

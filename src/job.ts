@@ -18,6 +18,27 @@ export interface JobRow<P = unknown> {
   created_at: Date;
   updated_at: Date;
   finished_at: Date | null;
+  /** The deduplication key given at enqueue, if any (kept after it stops counting). */
+  job_key: string | null;
+  /** Read by getJob / dead-letter views only: 'pending' | 'active' | 'released' while a key exists. */
+  key_scope?: string | null;
+  /** Every failed attempt, oldest first (getJob / dead-letter views only). */
+  errors?: JobError[];
+  /** What the handler returned (getJob only; null until completed or when it returned nothing). */
+  result?: unknown;
+  /** The last progress the handler reported (getJob only). */
+  progress?: unknown;
+}
+
+/** One failed attempt in a job's error history. */
+export interface JobError {
+  attempt: number;
+  /** ISO time of the failure (server clock). */
+  at: string;
+  /** First line of the error ("Name: message"). */
+  message: string;
+  /** The stack (or whatever was thrown, as text); absent for rescues. */
+  stack?: string;
 }
 
 /** What a handler receives besides the payload. */
@@ -32,9 +53,18 @@ export interface JobContext<P = unknown> {
    * Pass it to fetch(), database calls, child processes.
    */
   signal: AbortSignal;
+  /**
+   * Reports progress (a number such as a percentage, or any JSON object). Stored on
+   * the job as `progress`; writes are batched and rate-limited (the newest value
+   * wins), so calling it often is cheap. Throws ValidationError if not JSON.
+   */
+  progress(value: unknown): void;
 }
 
-/** A task handler: resolve to complete the job, throw to fail this attempt. */
+/**
+ * A task handler: resolve to complete the job (a JSON value it resolves to is stored
+ * as the job's `result`), throw to fail this attempt.
+ */
 export type TaskHandler<P = any> = (payload: P, ctx: JobContext<P>) => unknown | Promise<unknown>;
 
 /** Per-task settings, for tasks that need more than a bare function. */

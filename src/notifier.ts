@@ -17,6 +17,8 @@ export interface HeldConnection {
 
 export interface NotifierEvents {
   wake: [WakeHint];
+  /** The raw payload of every notification on the channel (for channels that are not wake hints). */
+  payload: [string];
   /** LISTEN is (again) in place. Notifications sent while it was down are lost: catch up now. */
   listening: [];
   /** The connection failed; the notifier retries on its own. */
@@ -73,7 +75,9 @@ export class Notifier extends EventEmitter<NotifierEvents> {
       held = await this.connect();
       const { client } = held;
       client.on('notification', (msg) => {
-        if (msg.channel === this.channel) this.emit('wake', parseHint(msg.payload));
+        if (msg.channel !== this.channel) return;
+        if (this.listenerCount('payload') > 0) this.emit('payload', msg.payload ?? '');
+        if (this.listenerCount('wake') > 0) this.emit('wake', parseHint(msg.payload));
       });
       client.on('error', (err) => this.lost(held!, err));
       client.on('end', () => this.lost(held!, new Error('LISTEN connection ended')));

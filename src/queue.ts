@@ -3,9 +3,15 @@ import { checkName, intOption, rejectUnknownKeys, resolveSchema, DEFAULT_QUEUE, 
 import { openPool, type PoolHandle } from './db/connection.js';
 import { buildQueries, type Queries } from './db/queries.js';
 import { rows, type Queryable } from './db/executor.js';
-import { ConfigError, ValidationError, wrapDatabaseError } from './errors.js';
-import type { JobRow } from './job.js';
+import {
+  ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, wrapDatabaseError,
+} from './errors.js';
+import type { JobRow, JobStatus } from './job.js';
+import { OutcomeListener } from './outcome-listener.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from './payload.js';
+
+/** What enqueue does when another job holds the same `jobKey`. */
+export type JobKeyMode = 'keep' | 'replace' | 'error';
 
 export interface EnqueueOptions {
   /** Queue name. Default 'default'. */
@@ -18,6 +24,21 @@ export interface EnqueueOptions {
   maxAttempts?: number;
   /** Higher runs first among due jobs. Default 0. */
   priority?: number;
+  /**
+   * Deduplication key (1–512 characters, one namespace for all queues and tasks).
+   * While a job with this key is pending (or also running, with
+   * `jobKeyWhileProcessing`), enqueueing again does not add a second job:
+   * see `jobKeyMode`. Race-free: concurrent enqueues meet in a unique index.
+   */
+  jobKey?: string;
+  /**
+   * 'keep' (default): leave the existing job, return its id. 'replace': give the
+   * existing job this payload and run time if it has not started (a running one is
+   * kept), return its id. 'error': throw DuplicateJobError.
+   */
+  jobKeyMode?: JobKeyMode;
+  /** Also hold the key while the job runs and between its retries. Default false. */
+  jobKeyWhileProcessing?: boolean;
   /**
    * Run the INSERT on this connection: your open transaction (a pg Client or
    * PoolClient after BEGIN, or anything with query(text, values)). The job then
@@ -36,8 +57,18 @@ export interface QueueOptions extends ConnectionOptions {
   maxPayloadBytes?: number;
 }
 
-const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'tx']);
-const SPEC_KEYS = new Set(['task', 'payload', 'queue', 'runAt', 'delayMs', 'maxAttempts', 'priority']);
+const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
+const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'tx', ...KEY_OPTIONS]);
+const SPEC_KEYS = new Set(['task', 'payload', 'queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', ...KEY_OPTIONS]);
+const KEY_MODES: readonly string[] = ['keep', 'replace', 'error'];
+const FINISHED: readonly JobStatus[] = ['completed', 'failed', 'cancelled'];
+
+export interface WaitOptions {
+  /** Give up after this many ms with a WaitTimeoutError. Default 60000. */
+  timeoutMs?: number;
+  /** Re-read the job this often in case a notification was missed. Default 2000 ms. */
+  pollIntervalMs?: number;
+}
 const QUEUE_KEYS = new Set(['connectionString', 'pool', 'schema', 'maxPayloadBytes']);
 
 /** The row parameters of one job, validated. */
@@ -49,6 +80,9 @@ interface JobValues {
   delay_ms: number;
   max_attempts: number;
   priority: number;
+  job_key: string | null;
+  job_key_mode: JobKeyMode;
+  while_processing: boolean;
 }
 
 /**
@@ -68,6 +102,7 @@ export class Queue {
   private readonly queries: Queries;
   private readonly handle: PoolHandle | undefined;
   private readonly maxPayloadBytes: number;
+  private outcomes: OutcomeListener | undefined;
 
   constructor(options: QueueOptions = {}) {
     rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
@@ -89,13 +124,14 @@ export class Queue {
       return this.jobValues({ ...options, task, payload, tx: undefined });
     });
     const db = this.executor(options.tx);
+    const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority];
     try {
-      const [row] = await rows<{ id: string }>(db, this.queries.enqueue, [
-        v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority,
-      ]);
+      const [row] = v.job_key === null
+        ? await rows<{ id: string }>(db, this.queries.enqueue, values)
+        : await rows<{ id: string }>(db, this.queries.enqueueKeyed, [...values, v.job_key, v.job_key_mode, v.while_processing]);
       return row!.id;
     } catch (err) {
-      throw wrapDatabaseError(err, 'enqueue failed');
+      throw enqueueError(err, 'enqueue failed');
     }
   }
 
@@ -119,16 +155,79 @@ export class Queue {
         throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
       }
     });
+    // One statement cannot insert a key twice (nor decide which spec wins), so a
+    // batch names each key once.
+    const keys = new Set<string>();
+    for (const v of values) {
+      if (v.job_key === null) continue;
+      if (keys.has(v.job_key)) throw new ValidationError(`enqueueMany: jobKey ${JSON.stringify(v.job_key)} appears twice in the batch`);
+      keys.add(v.job_key);
+    }
     // Payloads are already JSON text; splice them in rather than parse and re-encode.
     const body = values
       .map((v) => `{"queue":${JSON.stringify(v.queue)},"task":${JSON.stringify(v.task)},"payload":${v.payload},` +
-        `"run_at":${JSON.stringify(v.run_at)},"delay_ms":${v.delay_ms},"max_attempts":${v.max_attempts},"priority":${v.priority}}`)
+        `"run_at":${JSON.stringify(v.run_at)},"delay_ms":${v.delay_ms},"max_attempts":${v.max_attempts},"priority":${v.priority}` +
+        (v.job_key === null ? '}'
+          : `,"job_key":${JSON.stringify(v.job_key)},"job_key_mode":"${v.job_key_mode}","while_processing":${v.while_processing}}`))
       .join(',');
+    // Keyed batches go row by row through enqueue_job(); plain ones stay one INSERT.
+    const text = keys.size > 0 ? this.queries.enqueueManyKeyed : this.queries.enqueueMany;
     try {
-      const result = await rows<{ id: string }>(this.executor(options.tx), this.queries.enqueueMany, [`[${body}]`]);
+      const result = await rows<{ id: string }>(this.executor(options.tx), text, [`[${body}]`]);
       return result.map((r) => r.id);
     } catch (err) {
-      throw wrapDatabaseError(err, 'enqueueMany failed');
+      throw enqueueError(err, 'enqueueMany failed');
+    }
+  }
+
+  /**
+   * Waits until job `id` is finished (completed, failed for good, or cancelled) and
+   * returns its row, with `result` and the error history. Woken by a NOTIFY from
+   * the statement that finishes the job, sent only because this call asked for it;
+   * re-reads the job every `pollIntervalMs` in case a notification is lost.
+   * Throws WaitTimeoutError after `timeoutMs` (the job is not affected) and
+   * JobNotFoundError for an unknown id. Needs the Queue's own pool (not only `tx`).
+   *
+   * @example
+   *   const id = await queue.enqueue('resize', { url });
+   *   const job = await queue.waitFor(id, { timeoutMs: 30_000 });
+   *   if (job.status === 'completed') console.log(job.result);
+   */
+  async waitFor<P = unknown>(id: string | number, options: WaitOptions = {}): Promise<JobRow<P>> {
+    rejectUnknownKeys(options, new Set(['timeoutMs', 'pollIntervalMs']), 'waitFor');
+    const timeoutMs = intOption('timeoutMs', options.timeoutMs, 60_000, 0, 2 ** 31 - 1);
+    const pollIntervalMs = intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 2 ** 31 - 1);
+    const jobId = String(id);
+    if (!/^\d{1,19}$/.test(jobId)) throw new ValidationError(`waitFor: not a job id: ${jobId}`);
+    const pool = this.executor(undefined) as pg.Pool;
+    this.outcomes ??= new OutcomeListener(pool, this.schema);
+    await this.outcomes.start();
+
+    let wake: () => void = () => {};
+    const unsubscribe = this.outcomes.subscribe(jobId, () => wake());
+    const deadline = Date.now() + timeoutMs;
+    try {
+      // Flag the job for a notification first, then read it: an outcome written
+      // after the flag is announced, one written before it is read below.
+      await rows(pool, this.queries.watchJob, [jobId]);
+      for (;;) {
+        const job = await this.getJob<P>(jobId);
+        if (!job) throw new JobNotFoundError(jobId);
+        if (FINISHED.includes(job.status)) return job;
+        const left = deadline - Date.now();
+        if (left <= 0) throw new WaitTimeoutError(`job ${jobId} did not finish within ${timeoutMs} ms (status ${job.status})`, jobId);
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, Math.min(left, pollIntervalMs));
+          wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+      }
+    } catch (err) {
+      throw wrapDatabaseError(err, 'waitFor failed');
+    } finally {
+      unsubscribe();
     }
   }
 
@@ -140,6 +239,7 @@ export class Queue {
 
   /** Ends the pool Sluice made (a pool you passed in is left open). */
   async close(): Promise<void> {
+    await this.outcomes?.stop();
     await this.handle?.end();
   }
 
@@ -169,6 +269,18 @@ export class Queue {
     if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0) {
       throw new ValidationError(`delayMs must be a finite number >= 0, got ${String(spec.delayMs)}`);
     }
+    const jobKey = spec.jobKey ?? null;
+    if (jobKey === null) {
+      if (spec.jobKeyMode !== undefined || spec.jobKeyWhileProcessing !== undefined) {
+        throw new ValidationError('jobKeyMode and jobKeyWhileProcessing need a jobKey');
+      }
+    } else if (typeof jobKey !== 'string' || jobKey.length === 0 || jobKey.length > 512) {
+      throw new ValidationError(`jobKey must be a string of 1 to 512 characters, got ${JSON.stringify(jobKey)}`);
+    }
+    const mode = spec.jobKeyMode ?? 'keep';
+    if (!KEY_MODES.includes(mode)) throw new ValidationError(`jobKeyMode must be keep, replace or error, got ${String(mode)}`);
+    const whileProcessing = spec.jobKeyWhileProcessing ?? false;
+    if (typeof whileProcessing !== 'boolean') throw new ValidationError('jobKeyWhileProcessing must be a boolean');
     return {
       queue,
       task,
@@ -177,8 +289,22 @@ export class Queue {
       delay_ms: delayMs,
       max_attempts: intOption('maxAttempts', spec.maxAttempts, 5, 1, 1000),
       priority: intOption('priority', spec.priority, 0, -32768, 32767),
+      job_key: jobKey,
+      job_key_mode: mode,
+      while_processing: whileProcessing,
     };
   }
+}
+
+/** A key held by another job (mode 'error') becomes a DuplicateJobError; anything else is wrapped as usual. */
+function enqueueError(err: unknown, context: string): Error {
+  const e = err as { code?: string; constraint?: string; detail?: string; message?: string } | null;
+  if (e?.code === '23505' && e.constraint === 'jobs_job_key_idx') {
+    const existing = /existing job id: (\d+)/.exec(e.detail ?? '')?.[1];
+    const key = /holds key (.*)$/.exec(e.message ?? '')?.[1];
+    return new DuplicateJobError(`${context}: ${e.message}`, existing, key, { cause: err });
+  }
+  return wrapDatabaseError(err, context);
 }
 
 /** A bad job is the caller's input, not configuration: report it as a ValidationError. */

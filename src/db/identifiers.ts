@@ -25,6 +25,15 @@ export function channelFor(schema: string): string {
   return `sluice:${schema}`;
 }
 
+/**
+ * The channel on which the statement that finishes a job announces it, for
+ * Queue.waitFor(). Payload: the job id. 'sluice:' + 50-byte schema + ':done' fits
+ * Postgres' 63-byte channel names.
+ */
+export function doneChannelFor(schema: string): string {
+  return `sluice:${schema}:done`;
+}
+
 /** Quotes any identifier (used for LISTEN, which cannot take a parameter). */
 export function quoteIdent(name: string): string {
   return `"${name.replace(/"/g, '""')}"`;

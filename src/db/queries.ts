@@ -9,8 +9,16 @@ import { quoteSchema } from './identifiers.js';
  */
 const JOB_FIELDS = [
   'queue', 'task', 'payload', 'status', 'priority', 'run_at', 'attempts', 'max_attempts',
-  'locked_at', 'locked_by', 'last_error', 'created_at', 'updated_at', 'finished_at',
+  'locked_at', 'locked_by', 'last_error', 'created_at', 'updated_at', 'finished_at', 'job_key',
 ];
+
+/** Read by getJob and the admin views, not by the claim: they can be large. */
+const DETAIL_FIELDS = ['key_scope', 'errors', 'result', 'progress'];
+
+/** The detail columns (migration 0006) of one job, for single-job reads. */
+export function detailColumns(alias?: string): string {
+  return DETAIL_FIELDS.map((f) => (alias ? `${alias}.${f}` : f)).join(', ');
+}
 
 /** The select list of a job row; ids travel as text (bigint does not fit a JS number). */
 export function jobColumns(alias?: string): string {
@@ -28,6 +36,10 @@ export interface Queries {
   readonly rescue: string;
   readonly notify: string;
   readonly getJob: string;
+  readonly enqueueKeyed: string;
+  readonly enqueueManyKeyed: string;
+  readonly watchJob: string;
+  readonly progress: string;
   readonly countByStatus: string;
 }
 
@@ -59,6 +71,24 @@ export function buildQueries(schema: string): Queries {
       ORDER BY j.ord
       RETURNING id::text AS id`,
 
+    // With a job key the insert goes through enqueue_job() (migration 0006), which
+    // does the INSERT ... ON CONFLICT on jobs_job_key_idx and the keep / replace /
+    // error choice in one place for SQL and JS callers alike. Plain jobs keep the
+    // cheaper statements above.
+    enqueueKeyed: `SELECT ${s}.enqueue_job($1, $3::jsonb,
+        coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond',
+        $6, $2, $7, $8, $9, $10)::text AS id`,
+
+    enqueueManyKeyed: `SELECT ${s}.enqueue_job(j.queue, j.payload,
+             coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
+             j.max_attempts, j.task, j.priority, j.job_key, j.job_key_mode, j.while_processing)::text AS id
+      FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (queue text, task text, payload jsonb,
+             run_at timestamptz, delay_ms float8, max_attempts int, priority int,
+             job_key text, job_key_mode text, while_processing bool))
+        WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority,
+             job_key, job_key_mode, while_processing, ord)
+      ORDER BY j.ord`,
+
     // One round trip per worker cycle: record the results of finished jobs and claim
     // the next batch. Data-modifying CTEs all run, referenced or not, in one
     // snapshot; they touch disjoint rows (processing vs pending), so they never
@@ -73,25 +103,33 @@ export function buildQueries(schema: string): Queries {
     // SELECT walks jobs_dequeue_idx in order, stopping after $11 rows.
     cycle: `WITH completed AS (
         UPDATE ${jobs} j
-        SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now()
-        FROM unnest($2::bigint[], $3::int[]) AS d(id, attempt)
+        SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
+            result = d.result -- $12: what each handler returned (JSON text or NULL)
+        FROM unnest($2::bigint[], $3::int[], $12::jsonb[]) AS d(id, attempt, result)
         WHERE j.id = d.id AND j.attempts = d.attempt AND j.status = 'processing' AND j.locked_by = $1
-        RETURNING j.id
+        RETURNING j.id, j.notify_on_finish
       ), failed AS (
         UPDATE ${jobs} j
         SET status = CASE WHEN f.permanent OR j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
             run_at = CASE WHEN f.permanent OR j.attempts >= j.max_attempts THEN j.run_at
                           ELSE now() + f.delay_ms * interval '1 millisecond' END,
             finished_at = CASE WHEN f.permanent OR j.attempts >= j.max_attempts THEN now() END,
-            last_error = f.error, locked_at = NULL, updated_at = now()
+            last_error = f.error, locked_at = NULL, updated_at = now(),
+            -- The full history stays on the row for dead-letter inspection. The
+            -- error text is the stack, whose first line is "Name: message".
+            errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', f.attempt, 'at', now(),
+              'message', split_part(f.error, chr(10), 1), 'stack', f.error))
         FROM unnest($4::bigint[], $5::int[], $6::text[], $7::float8[], $8::bool[])
           AS f(id, attempt, error, delay_ms, permanent)
         WHERE j.id = f.id AND j.attempts = f.attempt AND j.status = 'processing' AND j.locked_by = $1
-        RETURNING j.id
+        RETURNING j.id, j.status, j.notify_on_finish
       ), claimed AS (
         UPDATE ${jobs} j
         SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = $1,
-            updated_at = now()
+            updated_at = now(),
+            -- A key held only while pending is given up when the job starts, so it
+            -- is never taken back when the job returns to pending (see 0006).
+            key_scope = CASE WHEN j.key_scope = 'pending' THEN 'released' ELSE j.key_scope END
         FROM (
           SELECT id FROM ${jobs}
           WHERE status = 'pending' AND queue = ANY($9::text[]) AND task = ANY($10::text[]) AND run_at <= now()
@@ -101,9 +139,18 @@ export function buildQueries(schema: string): Queries {
         ) c
         WHERE j.id = c.id
         RETURNING j.*
+      ), notified AS (
+        -- Outcome notifications ($13 = 'sluice:<schema>:done'), only for jobs that
+        -- Queue.waitFor() flagged and that are finished for good: the common case
+        -- sends nothing. A plain SELECT CTE runs only when referenced: see applied.
+        SELECT count(pg_notify($13, w.id::text)) AS n FROM (
+          SELECT id FROM completed WHERE notify_on_finish
+          UNION ALL SELECT id FROM failed WHERE notify_on_finish AND status = 'failed'
+        ) w
       ), applied AS (
         SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM completed) AS completed_ids,
-               (SELECT coalesce(array_agg(id::text), '{}') FROM failed) AS failed_ids
+               (SELECT coalesce(array_agg(id::text), '{}') FROM failed) AS failed_ids,
+               (SELECT n FROM notified) AS notified
       )
       SELECT a.completed_ids, a.failed_ids, ${jobColumns('c')}
       FROM applied a LEFT JOIN claimed c ON true`,
@@ -129,6 +176,8 @@ export function buildQueries(schema: string): Queries {
       SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
           last_error = 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating',
+          errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
+            'message', 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating')),
           locked_at = NULL, locked_by = NULL, run_at = now(), updated_at = now()
       FROM (
         SELECT id FROM ${jobs}
@@ -148,12 +197,26 @@ export function buildQueries(schema: string): Queries {
     // read one snapshot and the pruner moves a row in one statement, so a job is
     // found exactly once even while it is being moved. jsonb_populate_record turns
     // the archived jsonb back into a jobs row, whatever columns jobs has today.
-    getJob: `SELECT ${jobColumns()} FROM ${jobs} WHERE id = $1
+    getJob: `SELECT ${jobColumns()}, ${detailColumns()} FROM ${jobs} WHERE id = $1
       UNION ALL
-      SELECT ${jobColumns('h')} FROM ${s}.jobs_history x
+      SELECT ${jobColumns('h')}, ${detailColumns('h')} FROM ${s}.jobs_history x
         CROSS JOIN LATERAL jsonb_populate_record(NULL::${jobs}, x.job) h
       WHERE x.id = $1
       LIMIT 1`,
+
+    // Queue.waitFor(): ask for a NOTIFY when the job finishes, in the same statement
+    // that reads its status. The finishing UPDATE waits for this row lock and then
+    // sees the flag; if the job finished first, the status says so. Either way no
+    // outcome slips between the check and the wait.
+    watchJob: `UPDATE ${jobs} SET notify_on_finish = true
+      WHERE id = $1 AND status IN ('pending', 'processing')
+      RETURNING id::text AS id`,
+
+    // Latest progress of running jobs, one statement for all of a worker's reports.
+    // Ignored once the job is no longer this worker's (finished, rescued).
+    progress: `UPDATE ${jobs} j SET progress = p.progress
+      FROM unnest($2::bigint[], $3::jsonb[]) AS p(id, progress)
+      WHERE j.id = p.id AND j.status = 'processing' AND j.locked_by = $1`,
 
     countByStatus: `SELECT queue, status, count(*)::int AS count FROM ${jobs} GROUP BY queue, status ORDER BY queue, status`,
   };

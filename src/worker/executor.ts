@@ -4,7 +4,8 @@ import type { JobRow } from '../job.js';
 
 /** How one run of a job ended, as far as the worker is concerned. */
 export type Outcome =
-  | { kind: 'completed' }
+  /** `value` is what the handler resolved to (stored as the job's result). */
+  | { kind: 'completed'; value: unknown }
   | { kind: 'failed'; error: unknown; permanent: boolean }
   /** The worker gave the job back (shutdown): the attempt does not count. */
   | { kind: 'released' }
@@ -24,10 +25,14 @@ const MAX_ERROR_LENGTH = 8_000;
 export class RunningJob {
   private readonly controller = new AbortController();
   private cause: AbortCause | undefined;
+  /** performance.now() when the run began, for event durations. */
+  readonly startedAt = performance.now();
 
   constructor(
     readonly job: JobRow,
     private readonly task: ResolvedTask,
+    /** Receives the handler's ctx.progress() reports. */
+    private readonly onProgress: (value: unknown) => void = () => {},
   ) {}
 
   get attempt(): number {
@@ -53,14 +58,19 @@ export class RunningJob {
     try {
       // Promise.resolve().then() turns a synchronous throw into a rejection.
       const handled = Promise.resolve().then(() =>
-        this.task.handler(this.job.payload, { job: this.job, attempt: this.job.attempts, signal }),
+        this.task.handler(this.job.payload, {
+          job: this.job,
+          attempt: this.job.attempts,
+          signal,
+          progress: (value: unknown) => this.onProgress(value),
+        }),
       );
       // A handler that rejects after we stopped waiting must not become an unhandled rejection.
       handled.catch(() => {});
-      await Promise.race([handled, abortion(signal)]);
+      const value = await Promise.race([handled, abortion(signal)]);
       if (this.cause === 'shutdown') return { kind: 'released' };
       if (this.cause === 'lock-lost') return { kind: 'lost' };
-      return { kind: 'completed' };
+      return { kind: 'completed', value };
     } catch (error) {
       if (this.cause === 'shutdown') return { kind: 'released' };
       if (this.cause === 'lock-lost') return { kind: 'lost' };

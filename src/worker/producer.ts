@@ -2,7 +2,8 @@ import type pg from 'pg';
 import type { ResolvedWorkerConfig } from '../config.js';
 import type { Queries } from '../db/queries.js';
 import type { JobRow } from '../job.js';
-import { batchParams, type ResultBatch, type ResultBuffer } from './results.js';
+import { doneChannelFor } from '../db/identifiers.js';
+import { batchParams, resultsParam, type ResultBatch, type ResultBuffer } from './results.js';
 
 export interface ProducerHooks {
   /** Slots not taken by running jobs. */
@@ -185,6 +186,9 @@ export class Producer {
           this.config.queues,
           [...this.config.tasks.keys()],
           limit,
+          // Added by migration 0006, after the claim's parameters so those keep their numbers.
+          resultsParam(batch),
+          doneChannelFor(this.queries.schema),
         ],
       });
       this.failures = 0;

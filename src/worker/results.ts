@@ -4,6 +4,10 @@ import type { JobRow } from '../job.js';
 export interface Completion {
   job: JobRow;
   attempt: number;
+  /** What the handler returned, as JSON text (null when it returned nothing). */
+  result?: string | null;
+  /** Handler run time, for events. */
+  durationMs?: number;
 }
 
 export interface Failure extends Completion {
@@ -65,4 +69,9 @@ export function batchParams(batch: ResultBatch): unknown[] {
     batch.failed.map((f) => f.delayMs),
     batch.failed.map((f) => f.permanent),
   ];
+}
+
+/** The handlers' results, parallel to the completed ids ($12 of the cycle statement). */
+export function resultsParam(batch: ResultBatch): (string | null)[] {
+  return batch.completed.map((c) => c.result ?? null);
 }

@@ -11,19 +11,36 @@ import { rescuerTask, type RescuedJob } from '../maintenance/rescuer.js';
 import { createMaintenance } from '../maintenance/worker-maintenance.js';
 import type { MaintenanceRunner } from '../maintenance/runner.js';
 import type { PruneResult } from '../maintenance/pruner.js';
+import { CronRunner, type CronTick } from '../maintenance/cron.js';
+import { serializePayload } from '../payload.js';
+import { ProgressWriter } from './progress.js';
 import { retryDelayMs } from './backoff.js';
 import { describeError, RunningJob, type Outcome } from './executor.js';
 import { Heartbeat } from './heartbeat.js';
 import { Producer } from './producer.js';
 import { ResultBuffer, type ResultBatch } from './results.js';
 
+/**
+ * What a worker reports, for logging and metrics. Every job event's first argument
+ * is the job row as claimed; a second one carries what the event is about.
+ * Events about results fire once the result is written (so a 'job:complete' job
+ * is 'completed' in the database). See README, "Events".
+ */
 export interface WorkerEvents {
+  /** A handler started (attempt = job.attempts). */
   'job:start': [JobRow];
-  'job:complete': [JobRow];
-  /** `willRetry` false means the job is now 'failed' for good. */
-  'job:fail': [JobRow, { error: unknown; willRetry: boolean }];
+  /** The handler reported progress (written to the job, rate-limited). */
+  'job:progress': [JobRow, { progress: unknown }];
+  /** Completed; `result` is what the handler returned. */
+  'job:complete': [JobRow, { result: unknown; durationMs: number }];
+  /** An attempt failed. `willRetry` false means the job is now 'failed' for good (a dead letter). */
+  'job:fail': [JobRow, { error: unknown; willRetry: boolean; durationMs: number }];
+  /** Follows 'job:fail' when the job will run again: when, and which attempt comes next. */
+  'job:retry': [JobRow, { error: unknown; runAt: Date; nextAttempt: number }];
   /** The job's lock was taken away; this run's result was dropped. */
   'job:lock-lost': [JobRow];
+  /** The maintenance leader took back a job whose worker stopped heartbeating (one event per job). */
+  'job:rescued': [RescuedJob];
   /** Emitted by the maintenance leader only: jobs whose lock expired went back to pending (or failed). */
   'jobs:rescued': [RescuedJob[]];
   /** This worker became the maintenance leader of its schema. */
@@ -32,6 +49,8 @@ export interface WorkerEvents {
   'leader:lost': [];
   /** The leader moved finished jobs out of the hot table. */
   'jobs:pruned': [PruneResult];
+  /** A recurring schedule's ticks were enqueued by this worker. */
+  'cron:enqueued': [CronTick[]];
   /** A database or connection problem the worker is riding out (it keeps going). */
   error: [SluiceError];
 }
@@ -67,6 +86,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private notifier: Notifier | undefined;
   private heartbeat: Heartbeat | undefined;
   private maintenance: MaintenanceRunner | undefined;
+  private progress: ProgressWriter | undefined;
+  private cron: CronRunner | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
   private drained: (() => void) | undefined;
@@ -106,10 +127,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.heartbeat = new Heartbeat(pool, this.queries, config.workerId, config.heartbeatIntervalMs,
       () => this.runningJobIds, (ids) => this.lockLost(ids), onError);
     const rescuer = rescuerTask(pool, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
+      for (const job of jobs) this.emit('job:rescued', job);
       this.emit('jobs:rescued', jobs);
       this.producer?.wake();
     });
     this.maintenance = createMaintenance(pool, config, rescuer, this, onError);
+    this.progress = new ProgressWriter(pool, this.queries, config.workerId, config.progressIntervalMs, onError);
+    if (config.schedules.length > 0) {
+      this.cron = new CronRunner(pool, config.schema, config.schedules, (ticks) => this.emit('cron:enqueued', ticks), onError);
+    }
 
     if (config.listen) {
       this.notifier = new Notifier(() => this.listenConnection(), channelFor(config.schema));
@@ -130,6 +156,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.producer.start();
     this.heartbeat.start();
     this.maintenance?.start();
+    await this.cron?.start();
   }
 
   /**
@@ -149,7 +176,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async shutdown(): Promise<void> {
     this.state = 'stopping';
     this.producer!.stop();
-    await Promise.all([this.maintenance?.stop(), this.notifier?.stop()]);
+    await Promise.all([this.maintenance?.stop(), this.notifier?.stop(), this.cron?.stop()]);
 
     if (this.running.size > 0) {
       await new Promise<void>((resolve) => {
@@ -161,6 +188,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       });
     }
     this.heartbeat!.stop();
+    await this.progress!.stop();
     const unfinished = [...this.running.values()];
     for (const job of unfinished) job.abort('shutdown', new SluiceError('CONFIG', 'worker is shutting down'));
     const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
@@ -186,7 +214,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private run(job: JobRow): void {
     const task = this.config.tasks.get(job.task);
     if (!task) return; // cannot happen: the claim filters on known tasks
-    const running = new RunningJob(job, task);
+    const running = new RunningJob(job, task, (value) => this.reportProgress(job, value));
     this.running.set(job.id, running);
     this.emit('job:start', job);
     void running.run().then((outcome) => this.finished(running, outcome));
@@ -197,10 +225,22 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.running.get(job.id) !== running) return;
     this.running.delete(job.id);
     const attempt = running.attempt;
+    const durationMs = performance.now() - running.startedAt;
     if (outcome.kind === 'completed') {
-      this.buffer.complete({ job, attempt });
-      this.producer!.resultAdded();
-    } else if (outcome.kind === 'failed') {
+      let result: string | null;
+      try {
+        result = outcome.value === undefined ? null : serializePayload(outcome.value, this.config.maxResultBytes, 'result');
+      } catch (error) {
+        // A result that cannot be stored would be lost: fail the job instead (no
+        // retry would change what the handler returns).
+        outcome = { kind: 'failed', error, permanent: true };
+      }
+      if (outcome.kind === 'completed') {
+        this.buffer.complete({ job, attempt, result: result!, durationMs });
+        this.producer!.resultAdded();
+      }
+    }
+    if (outcome.kind === 'failed') {
       this.buffer.fail({
         job,
         attempt,
@@ -208,6 +248,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         errorText: describeError(outcome.error),
         delayMs: retryDelayMs(attempt, this.config.backoff),
         permanent: outcome.permanent,
+        durationMs,
       });
       this.producer!.resultAdded();
     }
@@ -216,9 +257,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
   }
 
   private applied(batch: ResultBatch, completed: Set<string>, failed: Set<string>): void {
-    for (const { job } of batch.completed) {
-      if (completed.has(job.id)) this.emit('job:complete', job);
-      else this.emit('job:lock-lost', job);
+    for (const c of batch.completed) {
+      if (!completed.has(c.job.id)) {
+        this.emit('job:lock-lost', c.job);
+        continue;
+      }
+      const result = c.result == null ? null : (JSON.parse(c.result) as unknown);
+      this.emit('job:complete', c.job, { result, durationMs: c.durationMs ?? 0 });
     }
     for (const f of batch.failed) {
       if (!failed.has(f.job.id)) {
@@ -228,8 +273,19 @@ export class Worker extends EventEmitter<WorkerEvents> {
       const willRetry = !f.permanent && f.attempt < f.job.max_attempts;
       // Other workers find the retry by polling; this one knows when it falls due.
       if (willRetry) this.producer!.wakeAt(Date.now() + f.delayMs);
-      this.emit('job:fail', f.job, { error: f.error, willRetry });
+      this.emit('job:fail', f.job, { error: f.error, willRetry, durationMs: f.durationMs ?? 0 });
+      if (willRetry) {
+        this.emit('job:retry', f.job, { error: f.error, runAt: new Date(Date.now() + f.delayMs), nextAttempt: f.attempt + 1 });
+      }
     }
+  }
+
+  /** ctx.progress(): refuse what is not JSON at the call, then write it batched. */
+  private reportProgress(job: JobRow, value: unknown): void {
+    const json = serializePayload(value, this.config.maxResultBytes, 'progress');
+    if (this.running.get(job.id)?.job !== job) return; // reported after the run ended
+    this.progress!.report(job.id, json);
+    this.emit('job:progress', job, { progress: value });
   }
 
   private lockLost(ids: string[]): void {

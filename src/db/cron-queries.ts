@@ -1,0 +1,45 @@
+import { quoteSchema } from './identifiers.js';
+
+/** The statements of recurring schedules (src/maintenance/cron.ts), for one schema. */
+export interface CronQueries {
+  readonly register: string;
+  readonly lockSchedule: string;
+  readonly enqueueTicks: string;
+  readonly advance: string;
+  readonly list: string;
+}
+
+export function buildCronQueries(schema: string): CronQueries {
+  const s = quoteSchema(schema);
+  return {
+    // A worker publishes its definitions. A new schedule starts counting from now
+    // (it does not run for ticks before it existed); an existing one keeps its
+    // last_tick, which is what lets a restart carry on where it stopped.
+    register: `INSERT INTO ${s}.cron_schedules
+        (name, cron, timezone, task, queue, payload, priority, max_attempts, backfill, last_tick)
+      SELECT d.name, d.cron, d.timezone, d.task, d.queue, d.payload, d.priority, d.max_attempts, d.backfill, now()
+      FROM jsonb_to_recordset($1::jsonb) AS d(name text, cron text, timezone text, task text, queue text,
+             payload jsonb, priority int, max_attempts int, backfill int)
+      ON CONFLICT (name) DO UPDATE SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
+        task = EXCLUDED.task, queue = EXCLUDED.queue, payload = EXCLUDED.payload,
+        priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
+        backfill = EXCLUDED.backfill, updated_at = now()`,
+
+    // Workers that pass at once queue up on the row lock; the next one in line
+    // re-reads last_tick after the first commits (READ COMMITTED re-reads a row
+    // it waited for) and finds nothing left. A crashed holder's transaction rolls
+    // back, so the next one enqueues the tick instead: exactly once either way.
+    lockSchedule: `SELECT last_tick, clock_timestamp() AS now FROM ${s}.cron_schedules WHERE name = $1 FOR UPDATE`,
+
+    // One job per tick, keyed 'cron:<name>:<tick ISO>' so a tick's job can be found.
+    // $7: the ticks as ISO strings; each job's run_at is its tick.
+    enqueueTicks: `SELECT ${s}.enqueue_job($2, $3::jsonb, u.tick::timestamptz, $4, $5, $6,
+        'cron:' || $1 || ':' || u.tick)::text AS id
+      FROM unnest($7::text[]) AS u(tick)`,
+
+    advance: `UPDATE ${s}.cron_schedules SET last_tick = $2, next_tick = $3, updated_at = now() WHERE name = $1`,
+
+    list: `SELECT name, cron, timezone, task, queue, payload, priority, max_attempts, backfill,
+        last_tick, next_tick, updated_at FROM ${s}.cron_schedules ORDER BY name`,
+  };
+}

@@ -1,0 +1,138 @@
+import { Cron } from 'croner';
+import { ConfigError, ValidationError } from '../errors.js';
+import { serializePayload } from '../payload.js';
+
+/** Most missed ticks a schedule may backfill after downtime. */
+export const MAX_BACKFILL = 1_000;
+
+/**
+ * A recurring job, defined in code and given to `new Worker({ schedules })`.
+ *
+ * @example
+ *   { name: 'nightly-report', cron: '0 3 * * *', timezone: 'Europe/Berlin',
+ *     task: 'build_report', payload: { kind: 'daily' }, backfill: 2 }
+ */
+export interface CronSchedule {
+  /** Unique across everything that shares the schema; the schedule's identity. */
+  name: string;
+  /** Cron syntax: 5 fields (minute precision) or 6 (with seconds first). */
+  cron: string;
+  /** IANA time zone the cron fields are read in. Default 'UTC'. */
+  timezone?: string;
+  task: string;
+  payload?: unknown;
+  queue?: string;
+  priority?: number;
+  maxAttempts?: number;
+  /**
+   * After downtime, besides the newest missed tick (always enqueued once), also
+   * enqueue up to this many older missed ticks, oldest first. Default 0, at most 1000.
+   */
+  backfill?: number;
+}
+
+export interface ResolvedSchedule {
+  name: string;
+  cron: string;
+  timezone: string;
+  task: string;
+  /** JSON text. */
+  payload: string;
+  queue: string;
+  priority: number;
+  maxAttempts: number;
+  backfill: number;
+  pattern: Cron;
+}
+
+const KEYS = new Set(['name', 'cron', 'timezone', 'task', 'payload', 'queue', 'priority', 'maxAttempts', 'backfill']);
+
+/** Parses a cron expression in a time zone; ConfigError naming the schedule when it is not valid. */
+export function parseCron(name: string, cron: unknown, timezone: unknown): Cron {
+  if (typeof cron !== 'string' || cron.trim() === '') throw new ConfigError(`schedule "${name}": cron must be a non-empty string`);
+  if (typeof timezone !== 'string') throw new ConfigError(`schedule "${name}": timezone must be a string`);
+  try {
+    // Intl rejects unknown zones up front; croner alone would only fail on first use.
+    new Intl.DateTimeFormat('en-US', { timeZone: timezone });
+  } catch {
+    throw new ConfigError(`schedule "${name}": unknown time zone ${JSON.stringify(timezone)}`);
+  }
+  try {
+    return new Cron(cron, { timezone, paused: true });
+  } catch (err) {
+    throw new ConfigError(`schedule "${name}": invalid cron ${JSON.stringify(cron)}: ${(err as Error).message}`, { cause: err });
+  }
+}
+
+/** Validates the schedules of a worker's options (names must be unique). */
+export function resolveSchedules(list: unknown): ResolvedSchedule[] {
+  if (list === undefined) return [];
+  if (!Array.isArray(list)) throw new ConfigError('schedules must be an array');
+  const seen = new Set<string>();
+  return list.map((entry: CronSchedule) => {
+    if (!entry || typeof entry !== 'object') throw new ConfigError('schedules: each schedule must be an object');
+    const name = entry.name;
+    if (typeof name !== 'string' || name.length === 0 || name.length > 128) {
+      throw new ConfigError(`schedules: name must be a string of 1 to 128 characters, got ${JSON.stringify(name)}`);
+    }
+    for (const key of Object.keys(entry)) {
+      if (!KEYS.has(key)) throw new ConfigError(`schedule "${name}": unknown option "${key}"`);
+    }
+    if (seen.has(name)) throw new ConfigError(`schedules: name "${name}" is used twice`);
+    seen.add(name);
+    const timezone = entry.timezone ?? 'UTC';
+    const pattern = parseCron(name, entry.cron, timezone);
+    const task = entry.task;
+    const queue = entry.queue ?? 'default';
+    for (const [what, value] of [['task', task], ['queue', queue]] as const) {
+      if (typeof value !== 'string' || value.length === 0 || value.length > 128) {
+        throw new ConfigError(`schedule "${name}": ${what} must be a string of 1 to 128 characters`);
+      }
+    }
+    let payload: string;
+    try {
+      payload = serializePayload(entry.payload);
+    } catch (err) {
+      throw new ConfigError(`schedule "${name}": ${(err as ValidationError).message}`, { cause: err });
+    }
+    return {
+      name,
+      cron: entry.cron,
+      timezone,
+      task,
+      payload,
+      queue,
+      priority: intIn(name, 'priority', entry.priority, 0, -32768, 32767),
+      maxAttempts: intIn(name, 'maxAttempts', entry.maxAttempts, 5, 1, 1000),
+      backfill: intIn(name, 'backfill', entry.backfill, 0, 0, MAX_BACKFILL),
+      pattern,
+    };
+  });
+}
+
+function intIn(name: string, what: string, value: unknown, fallback: number, min: number, max: number): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(`schedule "${name}": ${what} must be an integer from ${min} to ${max}, got ${String(value)}`);
+  }
+  return value;
+}
+
+/**
+ * The ticks to enqueue now: those after `lastTick` and at or before `now`, newest
+ * `1 + backfill` of them, oldest first. Older missed ticks are skipped.
+ */
+export function dueTicks(pattern: Cron, lastTick: Date, now: Date, backfill: number): Date[] {
+  // croner works in whole seconds and excludes the reference second itself, so ask
+  // from the start of the next second and drop anything past `now`.
+  const reference = new Date(Math.floor(now.getTime() / 1000) * 1000 + 1000);
+  return pattern
+    .previousRuns(backfill + 1, reference)
+    .filter((t) => t.getTime() > lastTick.getTime() && t.getTime() <= now.getTime())
+    .reverse();
+}
+
+/** The first tick strictly after `after`, or null when the pattern has no more. */
+export function nextTick(pattern: Cron, after: Date): Date | null {
+  return pattern.nextRun(after);
+}

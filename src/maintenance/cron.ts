@@ -1,0 +1,126 @@
+import type pg from 'pg';
+import { buildCronQueries, type CronQueries } from '../db/cron-queries.js';
+import { dueTicks, nextTick, type ResolvedSchedule } from './cron-schedule.js';
+
+/** A tick that became a job. */
+export interface CronTick {
+  schedule: string;
+  tick: Date;
+  jobId: string;
+}
+
+/** Longest sleep between passes, so a changed clock or a missed timer heals quickly. */
+const MAX_SLEEP_MS = 60_000;
+/** Shortest sleep, so a client clock ahead of the server's cannot spin. */
+const MIN_SLEEP_MS = 20;
+
+/**
+ * Enqueues the ticks of recurring schedules. Every worker that has schedules runs
+ * one; they need no leader: a tick is enqueued only in the transaction that moves
+ * the schedule's last_tick past it, with the row locked, so it becomes exactly one
+ * job however many workers pass at once (see cron_schedules in 0006). Sleeps until
+ * the next tick, measured on the database clock.
+ */
+export class CronRunner {
+  private readonly queries: CronQueries;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = true;
+  private passing: Promise<void> | undefined;
+  /** Database clock minus local clock, learnt on every pass. */
+  private skewMs = 0;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    schema: string,
+    private readonly schedules: ResolvedSchedule[],
+    private readonly enqueued: (ticks: CronTick[]) => void,
+    private readonly error: (err: unknown) => void,
+  ) {
+    this.queries = buildCronQueries(schema);
+  }
+
+  /** Publishes the definitions, then enqueues what is due (including missed ticks) and keeps going. */
+  async start(): Promise<void> {
+    this.stopped = false;
+    try {
+      await this.register();
+    } catch (err) {
+      this.error(err);
+    }
+    this.pass();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.passing;
+  }
+
+  private async register(): Promise<void> {
+    const defs = this.schedules.map((s) => ({
+      name: s.name, cron: s.cron, timezone: s.timezone, task: s.task, queue: s.queue,
+      payload: JSON.parse(s.payload) as unknown, priority: s.priority, max_attempts: s.maxAttempts, backfill: s.backfill,
+    }));
+    await this.pool.query(this.queries.register, [JSON.stringify(defs)]);
+  }
+
+  private pass(): void {
+    if (this.stopped) return;
+    this.passing = (async () => {
+      let next = Infinity;
+      for (const schedule of this.schedules) {
+        if (this.stopped) break;
+        try {
+          const at = await this.runSchedule(schedule);
+          if (at) next = Math.min(next, at.getTime());
+        } catch (err) {
+          // Try this schedule again soon; the others are unaffected.
+          next = Math.min(next, Date.now() + this.skewMs + 1_000);
+          this.error(err);
+        }
+      }
+      if (this.stopped) return;
+      const sleep = Math.min(MAX_SLEEP_MS, Math.max(MIN_SLEEP_MS, next - (Date.now() + this.skewMs)));
+      this.timer = setTimeout(() => this.pass(), sleep);
+      this.timer.unref();
+    })();
+  }
+
+  /** Enqueues one schedule's due ticks; returns its next tick. */
+  private async runSchedule(schedule: ResolvedSchedule): Promise<Date | null> {
+    const client = await this.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const { rows } = await client.query<{ last_tick: Date; now: Date }>(this.queries.lockSchedule, [schedule.name]);
+      const row = rows[0];
+      if (!row) {
+        // Deleted under us (or registration failed): publish again next time.
+        await client.query('ROLLBACK');
+        await this.register();
+        return new Date(Date.now() + this.skewMs + 1_000);
+      }
+      this.skewMs = row.now.getTime() - Date.now();
+      const ticks = dueTicks(schedule.pattern, row.last_tick, row.now, schedule.backfill);
+      const next = nextTick(schedule.pattern, row.now);
+      let ids: string[] = [];
+      if (ticks.length > 0) {
+        const result = await client.query<{ id: string }>(this.queries.enqueueTicks, [
+          schedule.name, schedule.queue, schedule.payload, schedule.maxAttempts, schedule.task, schedule.priority,
+          ticks.map((t) => t.toISOString()),
+        ]);
+        ids = result.rows.map((r) => r.id);
+        await client.query(this.queries.advance, [schedule.name, ticks.at(-1), next]);
+      }
+      await client.query('COMMIT');
+      if (ids.length > 0) {
+        this.enqueued(ticks.map((tick, i) => ({ schedule: schedule.name, tick, jobId: ids[i]! })));
+      }
+      return next;
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => {});
+      throw err;
+    } finally {
+      client.release();
+    }
+  }
+}
