@@ -1,5 +1,5 @@
 import { quoteSchema } from './identifiers.js';
-import { jobColumns } from './queries.js';
+import { detailColumns, jobColumns } from './queries.js';
 
 /**
  * The statements of the admin API (src/admin/*: the CLI's `jobs` and `stats`
@@ -37,8 +37,11 @@ export function buildAdminQueries(schema: string): AdminQueries {
   // Back to pending now, lock fields cleared. A job that spent all its attempts
   // gets exactly one more (max_attempts is raised to attempts + 1): the attempt
   // count and last_error stay as history of what happened.
+  // A retried job gives up its job key (migration 0006): another job may hold the
+  // key by now, and taking it back here would violate jobs_job_key_idx.
   const requeue = `status = 'pending', run_at = now(), locked_at = NULL, locked_by = NULL, finished_at = NULL,
-        max_attempts = least(1000, greatest(j.max_attempts, j.attempts + 1)), updated_at = now()`;
+        max_attempts = least(1000, greatest(j.max_attempts, j.attempts + 1)), updated_at = now(),
+        key_scope = CASE WHEN j.key_scope IS NULL THEN NULL ELSE 'released' END`;
 
   return {
     schema,
@@ -56,7 +59,8 @@ export function buildAdminQueries(schema: string): AdminQueries {
       WHERE ${filters} AND j.id > $4::bigint
       ORDER BY j.id ASC LIMIT $5`,
 
-    getJob: `SELECT ${jobColumns()} FROM ${jobs} WHERE id = $1::bigint`,
+    // One job in full: also its error history, result and progress.
+    getJob: `SELECT ${jobColumns()}, ${detailColumns()} FROM ${jobs} WHERE id = $1::bigint`,
 
     statusOf: `SELECT status FROM ${jobs} WHERE id = $1::bigint`,
 

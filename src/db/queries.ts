@@ -79,15 +79,22 @@ export function buildQueries(schema: string): Queries {
         coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond',
         $6, $2, $7, $8, $9, $10)::text AS id`,
 
-    enqueueManyKeyed: `SELECT ${s}.enqueue_job(j.queue, j.payload,
-             coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
-             j.max_attempts, j.task, j.priority, j.job_key, j.job_key_mode, j.while_processing)::text AS id
-      FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (queue text, task text, payload jsonb,
-             run_at timestamptz, delay_ms float8, max_attempts int, priority int,
-             job_key text, job_key_mode text, while_processing bool))
-        WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority,
-             job_key, job_key_mode, while_processing, ord)
-      ORDER BY j.ord`,
+    // The keys are taken in key order, whatever the order of the batch: two batches
+    // that share keys then wait for each other instead of deadlocking. (Postgres
+    // evaluates a volatile function in the select list after the ORDER BY's sort.)
+    // The ids come back in the order of the batch.
+    enqueueManyKeyed: `SELECT x.id::text AS id FROM (
+        SELECT j.ord, ${s}.enqueue_job(j.queue, j.payload,
+               coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
+               j.max_attempts, j.task, j.priority, j.job_key, j.job_key_mode, j.while_processing) AS id
+        FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (queue text, task text, payload jsonb,
+               run_at timestamptz, delay_ms float8, max_attempts int, priority int,
+               job_key text, job_key_mode text, while_processing bool))
+          WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority,
+               job_key, job_key_mode, while_processing, ord)
+        ORDER BY j.job_key, j.ord
+      ) x
+      ORDER BY x.ord`,
 
     // One round trip per worker cycle: record the results of finished jobs and claim
     // the next batch. Data-modifying CTEs all run, referenced or not, in one
@@ -142,15 +149,16 @@ export function buildQueries(schema: string): Queries {
       ), notified AS (
         -- Outcome notifications ($13 = 'sluice:<schema>:done'), only for jobs that
         -- Queue.waitFor() flagged and that are finished for good: the common case
-        -- sends nothing. A plain SELECT CTE runs only when referenced: see applied.
+        -- sends nothing. A plain SELECT CTE runs only when something needs its
+        -- value, so applied filters on it (an unused output column would be dropped).
         SELECT count(pg_notify($13, w.id::text)) AS n FROM (
           SELECT id FROM completed WHERE notify_on_finish
           UNION ALL SELECT id FROM failed WHERE notify_on_finish AND status = 'failed'
         ) w
       ), applied AS (
         SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM completed) AS completed_ids,
-               (SELECT coalesce(array_agg(id::text), '{}') FROM failed) AS failed_ids,
-               (SELECT n FROM notified) AS notified
+               (SELECT coalesce(array_agg(id::text), '{}') FROM failed) AS failed_ids
+        WHERE (SELECT n FROM notified) >= 0
       )
       SELECT a.completed_ids, a.failed_ids, ${jobColumns('c')}
       FROM applied a LEFT JOIN claimed c ON true`,
