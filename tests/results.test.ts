@@ -1,42 +1,14 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import pg from 'pg';
-import {
-  JobNotFoundError, Queue, ValidationError, WaitTimeoutError, Worker, type JobRow, type WorkerOptions,
-} from '../src/index.js';
+import { JobNotFoundError, ValidationError, WaitTimeoutError, type JobRow } from '../src/index.js';
 import { doneChannelFor } from '../src/db/identifiers.js';
 import { rescueExpired } from '../src/maintenance/rescuer.js';
 import { buildQueries } from '../src/db/queries.js';
-import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
+import { nextEvent, waitFor } from './helpers/database.js';
+import { deferred, useWorkers } from './helpers/workers.js';
 
-let db: TestDatabase;
-let queue: Queue;
-const workers: Worker[] = [];
-
-beforeAll(async () => {
-  db = await createTestSchema('results');
-  queue = new Queue({ pool: db.pool, schema: db.schema });
-});
-afterEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.stop()));
-});
-afterAll(async () => {
-  await queue.close();
-  await db.drop();
-});
-
-async function startWorker(options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker> {
-  const worker = new Worker({ connectionString: db.url, schema: db.schema, ...options });
-  worker.on('error', () => {});
-  workers.push(worker);
-  await worker.start();
-  return worker;
-}
-
-function deferred(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
-}
+const fx = useWorkers('results');
+const startWorker = fx.start;
 
 describe('results, waitFor and error history', () => {
   it('stores the returned result; waitFor is woken by NOTIFY, across two workers', async () => {
@@ -45,42 +17,42 @@ describe('results, waitFor and error history', () => {
     const [a, b] = [await startWorker(opts), await startWorker(opts)];
     const completions: unknown[] = [];
     for (const w of [a, b]) w.on('job:complete', (job, info) => completions.push([job.id, info.result]));
-    const ids = await queue.enqueueMany(Array.from({ length: 10 }, (_, n) => ({ task: 'double', queue: 'results', payload: { n } })));
-    const jobs = await Promise.all(ids.map((id) => queue.waitFor(id, { timeoutMs: 20_000, pollIntervalMs: 3_600_000 })));
+    const ids = await fx.queue.enqueueMany(Array.from({ length: 10 }, (_, n) => ({ task: 'double', queue: 'results', payload: { n } })));
+    const jobs = await Promise.all(ids.map((id) => fx.queue.waitFor(id, { timeoutMs: 20_000, pollIntervalMs: 3_600_000 })));
     expect(jobs.map((j) => [j.status, j.result])).toEqual(ids.map((_, n) => ['completed', { doubled: n * 2 }]));
     await waitFor(() => completions.length === 10, 'ten completion events');
     expect(completions).toContainEqual([ids[3], { doubled: 6 }]);
   });
 
   it('waitFor returns a finished job at once, and throws typed errors for timeouts and unknown ids', async () => {
-    const id = await queue.enqueue('never_run', {}, { queue: 'nobody' });
-    const err = await queue.waitFor(id, { timeoutMs: 200 }).catch((e) => e);
+    const id = await fx.queue.enqueue('never_run', {}, { queue: 'nobody' });
+    const err = await fx.queue.waitFor(id, { timeoutMs: 200 }).catch((e) => e);
     expect(err).toBeInstanceOf(WaitTimeoutError);
     expect(err).toMatchObject({ code: 'WAIT_TIMEOUT', jobId: id });
-    expect((await queue.getJob(id))!.status).toBe('pending');
-    await expect(queue.waitFor('987654321', { timeoutMs: 1_000 })).rejects.toBeInstanceOf(JobNotFoundError);
-    await expect(queue.waitFor('not-an-id')).rejects.toBeInstanceOf(ValidationError);
-    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed' WHERE id = $1`, [id]);
-    expect((await queue.waitFor(id, { timeoutMs: 1_000 })).status).toBe('completed');
+    expect((await fx.queue.getJob(id))!.status).toBe('pending');
+    await expect(fx.queue.waitFor('987654321', { timeoutMs: 1_000 })).rejects.toBeInstanceOf(JobNotFoundError);
+    await expect(fx.queue.waitFor('not-an-id')).rejects.toBeInstanceOf(ValidationError);
+    await fx.db.pool.query(`UPDATE ${fx.db.s}.jobs SET status = 'completed' WHERE id = $1`, [id]);
+    expect((await fx.queue.waitFor(id, { timeoutMs: 1_000 })).status).toBe('completed');
   });
 
   it('notifies only for jobs someone waits for', async () => {
-    const listener = new pg.Client(db.url);
+    const listener = new pg.Client(fx.db.url);
     await listener.connect();
     const received: string[] = [];
     listener.on('notification', (m) => received.push(m.payload ?? ''));
-    await listener.query(`LISTEN "${doneChannelFor(db.schema)}"`);
+    await listener.query(`LISTEN "${doneChannelFor(fx.db.schema)}"`);
     try {
       await startWorker({ queues: ['quiet'], tasks: { noop: async () => 'ok' } });
-      const plain = await queue.enqueueMany(Array.from({ length: 20 }, () => ({ task: 'noop', queue: 'quiet' })));
-      const watched = await queue.enqueue('noop', {}, { queue: 'quiet' });
-      await queue.waitFor(watched, { timeoutMs: 20_000 });
+      const plain = await fx.queue.enqueueMany(Array.from({ length: 20 }, () => ({ task: 'noop', queue: 'quiet' })));
+      const watched = await fx.queue.enqueue('noop', {}, { queue: 'quiet' });
+      await fx.queue.waitFor(watched, { timeoutMs: 20_000 });
       await waitFor(async () => {
-        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1) AND status = 'completed'`, [plain]);
+        const { rows } = await fx.db.pool.query(`SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE id = ANY($1) AND status = 'completed'`, [plain]);
         return rows[0].n === 20;
       }, 'all plain jobs to complete');
       // Notifications arrive in commit order: once this marker is in, all earlier ones are.
-      await db.pool.query('SELECT pg_notify($1, $2)', [doneChannelFor(db.schema), 'marker']);
+      await fx.db.pool.query('SELECT pg_notify($1, $2)', [doneChannelFor(fx.db.schema), 'marker']);
       await waitFor(() => received.includes('marker'), 'the marker');
       expect(received).toEqual([watched, 'marker']);
     } finally {
@@ -96,8 +68,8 @@ describe('results, waitFor and error history', () => {
     });
     const retries: unknown[] = [];
     worker.on('job:retry', (job, info) => retries.push([job.id, info.nextAttempt, info.runAt instanceof Date]));
-    const id = await queue.enqueue('flaky', {}, { queue: 'history', maxAttempts: 3 });
-    const job = await queue.waitFor(id, { timeoutMs: 20_000 });
+    const id = await fx.queue.enqueue('flaky', {}, { queue: 'history', maxAttempts: 3 });
+    const job = await fx.queue.waitFor(id, { timeoutMs: 20_000 });
     expect(job.status).toBe('failed');
     expect(job.errors!.map((e) => [e.attempt, e.message])).toEqual([[1, 'Error: boom 1'], [2, 'Error: boom 2'], [3, 'Error: boom 3']]);
     expect(job.errors![0]!.stack).toContain('results.test.ts');
@@ -112,14 +84,14 @@ describe('results, waitFor and error history', () => {
       queues: ['rescue'], workerId: 'hangs', visibilityTimeoutMs: 60_000,
       tasks: { hang: async () => { started.resolve(); await release.promise; } },
     });
-    const id = await queue.enqueue('hang', {}, { queue: 'rescue' });
+    const id = await fx.queue.enqueue('hang', {}, { queue: 'rescue' });
     await started.promise;
     const rescuer = await startWorker({ queues: ['elsewhere'], tasks: { x: async () => {} } });
     void rescuer;
-    const rescued = await rescueExpired(db.pool, buildQueries(db.schema), 0);
+    const rescued = await rescueExpired(fx.db.pool, buildQueries(fx.db.schema), 0);
     expect(rescued.map((r) => r.id)).toEqual([id]);
     release.resolve();
-    const job = await queue.getJob(id);
+    const job = await fx.queue.getJob(id);
     expect(job!.errors).toEqual([expect.objectContaining({ attempt: 1, message: expect.stringContaining('lock expired: worker hangs') })]);
   });
 
@@ -145,13 +117,13 @@ describe('results, waitFor and error history', () => {
     });
     const events: unknown[] = [];
     worker.on('job:progress', (_job, info) => events.push(info.progress));
-    const id = await queue.enqueue('report', {}, { queue: 'progress' });
+    const id = await fx.queue.enqueue('report', {}, { queue: 'progress' });
     await waitFor(async () => {
-      const job = await queue.getJob(id);
+      const job = await fx.queue.getJob(id);
       return (job!.progress as { step?: string } | null)?.step === 'upload';
     }, 'the newest progress to be stored');
     release.resolve();
-    const done = await queue.waitFor(id, { timeoutMs: 20_000 });
+    const done = await fx.queue.waitFor(id, { timeoutMs: 20_000 });
     expect(done).toMatchObject({ status: 'completed', result: { ok: true }, progress: { step: 'upload', done: 3, of: 4 } });
     expect(events).toHaveLength(101);
     expect(refused).toEqual([expect.any(ValidationError)]);
@@ -160,10 +132,10 @@ describe('results, waitFor and error history', () => {
   it('a result that is not JSON fails the job for good instead of losing it', async () => {
     const worker = await startWorker({ queues: ['bad-result'], tasks: { weird: async () => ({ n: 1n }) } });
     const failed = nextEvent<[JobRow, { willRetry: boolean }]>(worker, 'job:fail');
-    const id = await queue.enqueue('weird', {}, { queue: 'bad-result', maxAttempts: 5 });
+    const id = await fx.queue.enqueue('weird', {}, { queue: 'bad-result', maxAttempts: 5 });
     const [, info] = await failed;
     expect(info.willRetry).toBe(false);
-    const job = await queue.getJob(id);
+    const job = await fx.queue.getJob(id);
     expect(job).toMatchObject({ status: 'failed', attempts: 1, result: null });
     expect(job!.last_error).toContain('result.n is a bigint');
   });
