@@ -37,7 +37,7 @@ export function buildAdminQueries(schema: string): AdminQueries {
   // Back to pending now, lock fields cleared. A job that spent all its attempts
   // gets exactly one more (max_attempts is raised to attempts + 1): the attempt
   // count and last_error stay as history of what happened.
-  // A retried job gives up its job key (migration 0006): another job may hold the
+  // A retried job gives up its job key (migration 0002): another job may hold the
   // key by now, and taking it back here would violate jobs_job_key_idx.
   const requeue = `status = 'pending', run_at = now(), locked_at = NULL, locked_by = NULL, finished_at = NULL,
         max_attempts = least(1000, greatest(j.max_attempts, j.attempts + 1)), updated_at = now(),

@@ -15,7 +15,7 @@ const JOB_FIELDS = [
 /** Read by getJob and the admin views, not by the claim: they can be large. */
 const DETAIL_FIELDS = ['key_scope', 'errors', 'result', 'progress'];
 
-/** The detail columns (migration 0006) of one job, for single-job reads. */
+/** The detail columns (migration 0002) of one job, for single-job reads. */
 export function detailColumns(alias?: string): string {
   return DETAIL_FIELDS.map((f) => (alias ? `${alias}.${f}` : f)).join(', ');
 }
@@ -71,7 +71,7 @@ export function buildQueries(schema: string): Queries {
       ORDER BY j.ord
       RETURNING id::text AS id`,
 
-    // With a job key the insert goes through enqueue_job() (migration 0006), which
+    // With a job key the insert goes through enqueue_job() (migration 0002), which
     // does the INSERT ... ON CONFLICT on jobs_job_key_idx and the keep / replace /
     // error choice in one place for SQL and JS callers alike. Plain jobs keep the
     // cheaper statements above.
@@ -135,7 +135,7 @@ export function buildQueries(schema: string): Queries {
         SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = $1,
             updated_at = now(),
             -- A key held only while pending is given up when the job starts, so it
-            -- is never taken back when the job returns to pending (see 0006).
+            -- is never taken back when the job returns to pending (see 0002).
             key_scope = CASE WHEN j.key_scope = 'pending' THEN 'released' ELSE j.key_scope END
         FROM (
           SELECT id FROM ${jobs}

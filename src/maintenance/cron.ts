@@ -18,7 +18,7 @@ const MIN_SLEEP_MS = 20;
  * Enqueues the ticks of recurring schedules. Every worker that has schedules runs
  * one; they need no leader: a tick is enqueued only in the transaction that moves
  * the schedule's last_tick past it, with the row locked, so it becomes exactly one
- * job however many workers pass at once (see cron_schedules in 0006). Sleeps until
+ * job however many workers pass at once (see cron_schedules in 0002). Sleeps until
  * the next tick, measured on the database clock.
  */
 export class CronRunner {

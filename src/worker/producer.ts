@@ -186,7 +186,7 @@ export class Producer {
           this.config.queues,
           [...this.config.tasks.keys()],
           limit,
-          // Added by migration 0006, after the claim's parameters so those keep their numbers.
+          // Added by migration 0002, after the claim's parameters so those keep their numbers.
           resultsParam(batch),
           doneChannelFor(this.queries.schema),
         ],
