@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import type pg from 'pg';
+import pg from 'pg';
 import { quoteIdent } from './db/identifiers.js';
 
 /** A wake-up hint from the insert trigger: a queue got jobs due at `runAt` (ms since epoch). */
@@ -23,6 +23,22 @@ export interface NotifierEvents {
   listening: [];
   /** The connection failed; the notifier retries on its own. */
   connectionError: [Error];
+}
+
+/**
+ * A connection to hold for LISTEN: a dedicated client when there is a URL (so it
+ * never takes a slot of the pool that runs statements), otherwise one borrowed
+ * from the pool for as long as the notifier lives.
+ */
+export async function openListenConnection(connectionString: string | undefined, pool: pg.Pool | undefined): Promise<HeldConnection> {
+  if (connectionString) {
+    const client = new pg.Client({ connectionString, application_name: 'sluice-listen' });
+    client.on('error', () => {});
+    await client.connect();
+    return { client, release: () => void client.end().catch(() => {}) };
+  }
+  const client = await pool!.connect();
+  return { client, release: (err) => client.release(err ?? true) };
 }
 
 const MIN_RETRY_MS = 100;

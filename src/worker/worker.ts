@@ -1,12 +1,11 @@
 import { EventEmitter } from 'node:events';
-import pg from 'pg';
 import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from '../config.js';
 import { openPool, type PoolHandle } from '../db/connection.js';
 import { buildQueries, type Queries } from '../db/queries.js';
 import { channelFor } from '../db/identifiers.js';
 import { SluiceError, wrapDatabaseError } from '../errors.js';
 import type { JobRow } from '../job.js';
-import { Notifier, type HeldConnection } from '../notifier.js';
+import { Notifier, openListenConnection, type HeldConnection } from '../notifier.js';
 import { rescuerTask, type RescuedJob } from '../maintenance/rescuer.js';
 import { createMaintenance } from '../maintenance/worker-maintenance.js';
 import type { MaintenanceRunner } from '../maintenance/runner.js';
@@ -302,15 +301,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.listenerCount('error') > 0) this.emit('error', wrapped);
   }
 
-  private async listenConnection(): Promise<HeldConnection> {
-    const url = this.config.listenConnectionString ?? this.options.connectionString;
-    if (url) {
-      const client = new pg.Client({ connectionString: url, application_name: 'sluice-listen' });
-      client.on('error', () => {});
-      await client.connect();
-      return { client, release: () => void client.end().catch(() => {}) };
-    }
-    const client = await this.options.pool!.connect();
-    return { client, release: (err) => client.release(err ?? true) };
+  private listenConnection(): Promise<HeldConnection> {
+    return openListenConnection(this.config.listenConnectionString ?? this.options.connectionString, this.options.pool);
   }
 }

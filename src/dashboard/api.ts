@@ -1,0 +1,107 @@
+import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
+import {
+  cancelJob, checkStatus, deleteJob, getJob, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
+} from '../admin/jobs.js';
+import type { Queryable } from '../db/executor.js';
+import { SluiceError, ValidationError } from '../errors.js';
+import type { LiveFeed } from './live.js';
+import type { Overview } from './overview.js';
+
+export interface ApiContext {
+  db: Queryable;
+  schema: string;
+  feed: LiveFeed;
+  loadOverview: (db: Queryable, schema: string) => Promise<Overview>;
+}
+
+/** Query string of GET api/jobs. Every filter is optional; one value each. */
+interface JobsQuery {
+  status?: string;
+  queue?: string;
+  task?: string;
+  before?: string;
+  after?: string;
+  limit?: string;
+}
+
+const HTTP_STATUS: Partial<Record<SluiceError['code'], number>> = {
+  VALIDATION: 400,
+  CONFIG: 400,
+  CONNECTION: 503,
+};
+
+/**
+ * The JSON API the page uses. Reads are GET; every change is a POST with a JSON
+ * body (the CSRF guard runs before any of these). All work goes through the
+ * admin API (src/admin), the same functions `sluice jobs` uses.
+ */
+export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
+  const { db, schema, feed } = ctx;
+
+  app.setErrorHandler((err: FastifyError | SluiceError, _req, reply) => {
+    if (err instanceof SluiceError) {
+      const status = HTTP_STATUS[err.code] ?? 500;
+      return reply.code(status).send({ error: { code: err.code, message: err.message } });
+    }
+    const status = err.statusCode && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;
+    return reply.code(status).send({ error: { code: err.code ?? 'INTERNAL', message: err.message } });
+  });
+
+  app.get('/api/overview', async (_req, reply) => {
+    return reply.header('cache-control', 'no-store').send(await ctx.loadOverview(db, schema));
+  });
+
+  app.get('/api/jobs', async (req) => {
+    const q = req.query as JobsQuery;
+    return listJobs(db, schema, {
+      status: q.status ? checkStatus(q.status) : undefined,
+      queue: q.queue || undefined,
+      task: q.task || undefined,
+      before: q.before || undefined,
+      after: q.after || undefined,
+      limit: q.limit ? integer('limit', q.limit) : undefined,
+    });
+  });
+
+  app.get('/api/jobs/:id', async (req, reply) => {
+    const job = await getJob(db, schema, jobId(param(req.params, 'id')));
+    if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' } });
+    return { job };
+  });
+
+  const actions = { retry: retryJob, cancel: cancelJob, delete: deleteJob } as const;
+  for (const [name, action] of Object.entries(actions)) {
+    app.post(`/api/jobs/:id/${name}`, async (req, reply) => {
+      const result = await action(db, schema, jobId(param(req.params, 'id')));
+      return sendActionResult(reply, result, name, feed);
+    });
+  }
+
+  app.post('/api/jobs/retry-failed', async (req) => {
+    const body = (req.body ?? {}) as { queue?: unknown };
+    if (body.queue !== undefined && typeof body.queue !== 'string') throw new ValidationError('queue must be a string');
+    const result = await retryFailed(db, schema, { queue: body.queue });
+    feed.changed(body.queue ?? '');
+    return result;
+  });
+}
+
+function sendActionResult(reply: FastifyReply, result: JobActionResult, action: string, feed: LiveFeed) {
+  if (result.ok) {
+    feed.changed(result.job.queue);
+    return reply.send({ job: result.job });
+  }
+  if (result.reason === 'not_found') return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' } });
+  return reply.code(409).send({
+    error: { code: 'WRONG_STATUS', message: `cannot ${action} a job that is ${result.status}`, status: result.status },
+  });
+}
+
+function param(params: unknown, name: string): string {
+  return String((params as Record<string, unknown>)[name]);
+}
+
+function integer(name: string, text: string): number {
+  if (!/^\d{1,9}$/.test(text)) throw new ValidationError(`${name} must be a positive integer, got ${JSON.stringify(text)}`);
+  return Number(text);
+}

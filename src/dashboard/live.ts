@@ -1,0 +1,155 @@
+import type { ServerResponse } from 'node:http';
+import type { Notifier, WakeHint } from '../notifier.js';
+
+/** How long notifications are gathered before one refresh: a burst of enqueues costs one query. */
+const COALESCE_MS = 150;
+/** A comment line now and then keeps proxies from closing an idle stream. */
+const KEEPALIVE_MS = 20_000;
+
+export interface LiveFeedOptions {
+  /** Reads what every browser shows on the overview (one query per refresh for all browsers). */
+  load: () => Promise<unknown>;
+  /** The one LISTEN connection of this dashboard process. */
+  notifier: Notifier;
+  /** While anyone watches, re-read this often to catch changes no NOTIFY announces. */
+  refreshMs: number;
+  /** Database trouble while refreshing; the feed keeps going. */
+  onError: (err: unknown) => void;
+}
+
+/**
+ * Server-sent events for every open browser tab, fed by one LISTEN connection
+ * and one refresh loop per dashboard process, whatever the number of browsers.
+ *
+ * Postgres announces inserts (the jobs trigger NOTIFYs `sluice:<schema>`), so a
+ * new job shows up at once. Completions and failures are not announced: a
+ * NOTIFY per finished job would cost the hot path, so the feed re-reads the
+ * overview every `refreshMs` while someone watches and pushes it only when it
+ * changed. Browsers whose stream breaks fall back to polling on their own.
+ *
+ * Events: `overview` (the new overview, JSON) and `jobs` (`{"queue": ...}`: jobs
+ * were added or changed; a job list on screen should reload).
+ */
+export class LiveFeed {
+  private readonly clients = new Set<ServerResponse>();
+  private refreshTimer: NodeJS.Timeout | undefined;
+  private keepaliveTimer: NodeJS.Timeout | undefined;
+  private coalesceTimer: NodeJS.Timeout | undefined;
+  private pendingQueues = new Set<string>();
+  private last = '';
+  private listening = false;
+  private refreshing: Promise<void> | undefined;
+  private closed = false;
+
+  constructor(private readonly options: LiveFeedOptions) {
+    options.notifier.on('wake', (hint: WakeHint) => this.changed(hint.queue));
+    // After a reconnect, notifications sent meanwhile are lost: refresh now.
+    options.notifier.on('listening', () => this.changed(''));
+    options.notifier.on('connectionError', (err) => options.onError(err));
+  }
+
+  get watchers(): number {
+    return this.clients.size;
+  }
+
+  /** Streams events to one browser until it goes away. */
+  attach(res: ServerResponse): void {
+    if (this.closed) {
+      res.end();
+      return;
+    }
+    res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-store',
+      connection: 'keep-alive',
+      // Tell nginx-style proxies not to buffer the stream.
+      'x-accel-buffering': 'no',
+    });
+    res.write('retry: 3000\n\n');
+    this.clients.add(res);
+    res.on('close', () => {
+      this.clients.delete(res);
+      if (this.clients.size === 0) this.idle();
+    });
+    this.start();
+    // The newcomer gets the current overview even if it did not change.
+    void this.refresh(res);
+  }
+
+  /** Something changed (an action from this dashboard, or a notification): refresh soon. */
+  changed(queue: string): void {
+    if (this.clients.size === 0 || this.closed) return;
+    this.pendingQueues.add(queue);
+    if (this.coalesceTimer) return;
+    this.coalesceTimer = setTimeout(() => {
+      this.coalesceTimer = undefined;
+      const queues = [...this.pendingQueues];
+      this.pendingQueues.clear();
+      for (const q of queues) this.broadcast('jobs', JSON.stringify({ queue: q }));
+      void this.refresh();
+    }, COALESCE_MS);
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    this.idle();
+    for (const res of this.clients) res.end();
+    this.clients.clear();
+    if (this.listening) {
+      this.listening = false;
+      await this.options.notifier.stop();
+    }
+    await this.refreshing;
+  }
+
+  private start(): void {
+    if (!this.listening) {
+      this.listening = true;
+      this.options.notifier.start();
+    }
+    this.refreshTimer ??= setInterval(() => void this.refresh(), this.options.refreshMs);
+    this.keepaliveTimer ??= setInterval(() => this.write(': keepalive\n\n'), KEEPALIVE_MS);
+  }
+
+  /** Nobody watches: stop querying. The LISTEN connection stays, so the next browser is served at once. */
+  private idle(): void {
+    clearInterval(this.refreshTimer);
+    clearInterval(this.keepaliveTimer);
+    clearTimeout(this.coalesceTimer);
+    this.refreshTimer = this.keepaliveTimer = this.coalesceTimer = undefined;
+    this.last = '';
+  }
+
+  /** Loads the overview (never two loads at a time); sends it to all if it changed, else to `only`. */
+  private refresh(only?: ServerResponse): Promise<void> {
+    if (this.refreshing) return this.refreshing.then(() => (only ? this.refresh(only) : undefined));
+    this.refreshing = (async () => {
+      try {
+        const data = JSON.stringify(await this.options.load());
+        if (data !== this.last) {
+          this.last = data;
+          this.broadcast('overview', data);
+        } else if (only) {
+          only.write(frame('overview', data));
+        }
+      } catch (err) {
+        this.options.onError(err);
+      } finally {
+        this.refreshing = undefined;
+      }
+    })();
+    return this.refreshing;
+  }
+
+  private broadcast(event: string, data: string): void {
+    this.write(frame(event, data));
+  }
+
+  private write(text: string): void {
+    for (const res of this.clients) res.write(text);
+  }
+}
+
+function frame(event: string, data: string): string {
+  return `event: ${event}\ndata: ${data}\n\n`;
+}

@@ -1,0 +1,98 @@
+import { checkConnection, intOption, rejectUnknownKeys, resolveSchema, type ConnectionOptions } from '../config.js';
+import { ConfigError } from '../errors.js';
+
+/** Who may use the dashboard. With neither, only loopback clients are served. */
+export interface DashboardAuthOptions {
+  /** A shared secret: `Authorization: Bearer <token>`, or `?token=` once in the browser (then a cookie). */
+  token?: string;
+  /** HTTP basic auth: the browser asks for a user name and password. */
+  basicAuth?: { username: string; password: string };
+}
+
+export interface DashboardOptions extends ConnectionOptions, DashboardAuthOptions {
+  /**
+   * URL path the dashboard is mounted at when it shares a server, e.g. '/sluice'.
+   * Default '' (the root).
+   */
+  basePath?: string;
+  /**
+   * While at least one browser watches, how often the server re-reads the
+   * statistics to push changes that no NOTIFY announces (completions, failures).
+   * Default 2000 ms. One query per dashboard process, not per browser.
+   */
+  refreshMs?: number;
+  /** Database trouble in the background (the live feed's queries, the LISTEN connection). Default: Fastify's log. */
+  onError?: (err: unknown) => void;
+  /** Connection for LISTEN when `connectionString`/`pool` go through a transaction-mode pooler. */
+  listenConnectionString?: string;
+}
+
+export interface ResolvedDashboardOptions {
+  schema: string;
+  basePath: string;
+  refreshMs: number;
+  token: string | undefined;
+  basicAuth: { username: string; password: string } | undefined;
+}
+
+const KEYS = new Set([
+  'connectionString', 'pool', 'schema', 'token', 'basicAuth', 'basePath', 'refreshMs', 'listenConnectionString', 'onError',
+]);
+const MIN_SECRET_LENGTH = 8;
+
+/** Validates dashboard options (unknown keys, weak secrets, a malformed base path) → ConfigError. */
+export function resolveDashboardOptions(options: DashboardOptions): ResolvedDashboardOptions {
+  if (!options || typeof options !== 'object') throw new ConfigError('dashboard: options object required');
+  rejectUnknownKeys(options, KEYS, 'dashboard');
+  checkConnection(options, 'dashboard');
+  return {
+    schema: resolveSchema(options.schema),
+    basePath: resolveBasePath(options.basePath),
+    refreshMs: intOption('refreshMs', options.refreshMs, 2000, 100, 3_600_000),
+    token: options.token === undefined ? undefined : secret('token', options.token),
+    basicAuth: resolveBasicAuth(options.basicAuth),
+  };
+}
+
+function secret(name: string, value: unknown): string {
+  if (typeof value !== 'string' || value.length < MIN_SECRET_LENGTH) {
+    throw new ConfigError(`dashboard: ${name} must be a string of at least ${MIN_SECRET_LENGTH} characters`);
+  }
+  return value;
+}
+
+function resolveBasicAuth(value: DashboardOptions['basicAuth']): ResolvedDashboardOptions['basicAuth'] {
+  if (value === undefined) return undefined;
+  if (!value || typeof value !== 'object') throw new ConfigError('dashboard: basicAuth must be { username, password }');
+  rejectUnknownKeys(value, new Set(['username', 'password']), 'dashboard basicAuth');
+  if (typeof value.username !== 'string' || value.username.length === 0 || value.username.includes(':')) {
+    throw new ConfigError('dashboard: basicAuth.username must be a non-empty string without ":"');
+  }
+  return { username: value.username, password: secret('basicAuth.password', value.password) };
+}
+
+function resolveBasePath(value: unknown): string {
+  if (value === undefined || value === '' || value === '/') return '';
+  if (typeof value !== 'string' || !/^(\/[A-Za-z0-9._~-]+)+\/?$/.test(value)) {
+    throw new ConfigError(`dashboard: basePath must look like "/admin/sluice", got ${JSON.stringify(value)}`);
+  }
+  return value.replace(/\/$/, '');
+}
+
+/** True for addresses only this machine can reach. */
+export function isLoopback(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '').toLowerCase();
+  return h === 'localhost' || h === '::1' || h === '::ffff:127.0.0.1' || /^127(\.\d{1,3}){3}$/.test(h);
+}
+
+/**
+ * The dashboard steers queues: reachable from other machines it must ask who is
+ * calling. Binding beyond loopback without a token or password is refused.
+ */
+export function checkBindSafety(host: string, auth: DashboardAuthOptions): void {
+  if (!isLoopback(host) && auth.token === undefined && auth.basicAuth === undefined) {
+    throw new ConfigError(
+      `dashboard: refusing to listen on ${host} without authentication; give a token or a basic-auth password (or bind 127.0.0.1)`,
+    );
+  }
+}

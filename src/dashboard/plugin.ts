@@ -1,0 +1,118 @@
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
+import { openPool } from '../db/connection.js';
+import { channelFor } from '../db/identifiers.js';
+import { Notifier, openListenConnection } from '../notifier.js';
+import { loadAssets, renderIndex } from './assets.js';
+import { Authenticator, SESSION_COOKIE } from './auth.js';
+import { CsrfGuard } from './csrf.js';
+import { LiveFeed } from './live.js';
+import { resolveDashboardOptions, type DashboardOptions } from './options.js';
+import { registerApi } from './api.js';
+import { loadOverview } from './overview.js';
+
+/** Most connections the dashboard's own pool opens (LISTEN comes on top, on its own connection). */
+const POOL_SIZE = 4;
+
+// The page loads only its own scripts and styles; nothing may frame it (the
+// actions are one click away, so clickjacking matters); no referrer leaks a URL.
+const SECURITY_HEADERS = {
+  'content-security-policy':
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'no-referrer',
+  'cross-origin-resource-policy': 'same-origin',
+};
+
+/**
+ * The dashboard as a Fastify plugin: register it in your own Fastify app, or
+ * let `createDashboardHandler` / `startDashboard` do it for a plain Node server.
+ *
+ * @example
+ *   await app.register(dashboardPlugin, { connectionString: process.env.DATABASE_URL, token: process.env.SLUICE_DASHBOARD_TOKEN, basePath: '/sluice' });
+ */
+export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app, options) => {
+  const config = resolveDashboardOptions(options);
+  const pool = openPool(options, POOL_SIZE, 'sluice-dashboard');
+  const onError = options.onError ?? ((err: unknown) => app.log.warn({ err }, 'sluice dashboard: live feed error'));
+  const notifier = new Notifier(
+    () => openListenConnection(options.listenConnectionString ?? options.connectionString, options.pool),
+    channelFor(config.schema),
+  );
+  const feed = new LiveFeed({ load: () => loadOverview(pool.pool, config.schema), notifier, refreshMs: config.refreshMs, onError });
+  const auth = new Authenticator(config);
+  const csrf = new CsrfGuard();
+  const assets = await loadAssets();
+  const index = assets.get('index.html');
+  if (!index) throw new Error('sluice dashboard: web/index.html is missing from the package');
+
+  // Event streams hold their connections open: end them before the server waits for connections to close.
+  app.addHook('preClose', async () => feed.close());
+  app.addHook('onClose', async () => pool.end());
+
+  await app.register(
+    async (scope: FastifyInstance) => {
+      scope.addHook('onRequest', async (req, reply) => {
+        reply.headers(SECURITY_HEADERS);
+        const decision = auth.check({
+          headers: req.headers,
+          remoteAddress: req.socket.remoteAddress,
+          queryToken: (req.query as { token?: string } | undefined)?.token,
+        });
+        if (!decision.ok) return refuse(req, reply, decision.status, decision.reason, auth.usesBasicAuth);
+        if (decision.via === 'query-token') return startSession(req, reply, auth.session!, `${config.basePath}/`);
+        if (req.method !== 'GET' && req.method !== 'HEAD') {
+          const why = csrf.reject(req.headers);
+          if (why) return reply.code(403).send({ error: { code: 'CSRF', message: why } });
+        }
+      });
+
+      scope.get('/', async (req, reply) => {
+        // The page uses relative URLs, so it must be served from a path ending in '/'.
+        const path = req.url.split('?')[0]!;
+        if (!path.endsWith('/')) return reply.redirect(`${path}/`, 308);
+        return reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').send(renderIndex(index, csrf.token));
+      });
+
+      scope.get('/assets/*', async (req, reply) => {
+        const asset = assets.get(`assets/${(req.params as { '*': string })['*']}`);
+        if (!asset) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such file' } });
+        return reply.type(asset.type).header('cache-control', 'no-cache').send(asset.body);
+      });
+
+      scope.get('/api/events', (req, reply) => {
+        reply.hijack();
+        reply.raw.setHeaders(new Map(Object.entries(SECURITY_HEADERS)));
+        feed.attach(reply.raw);
+      });
+
+      registerApi(scope, { db: pool.pool, schema: config.schema, feed, loadOverview });
+    },
+    { prefix: config.basePath },
+  );
+};
+
+function refuse(req: FastifyRequest, reply: FastifyReply, status: 401 | 403, reason: string, basic: boolean) {
+  if (basic) reply.header('www-authenticate', 'Basic realm="Sluice dashboard", charset="UTF-8"');
+  const wantsHtml = (req.headers.accept ?? '').includes('text/html');
+  if (!wantsHtml) return reply.code(status).send({ error: { code: status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN', message: reason } });
+  const hint = status === 401 && !basic ? '<p>Open this page with <code>?token=…</code> added to the address.</p>' : '';
+  return reply
+    .code(status)
+    .type('text/html; charset=utf-8')
+    .send(`<!doctype html><html lang="en"><meta charset="utf-8"><title>Sluice dashboard</title><h1>Sluice dashboard: ${reason}</h1>${hint}</html>`);
+}
+
+/**
+ * The token arrived in the address: keep it in an HttpOnly, SameSite=Strict
+ * cookie and send the browser to the same address without it, so it does not
+ * stay in the history or the address bar.
+ */
+function startSession(req: FastifyRequest, reply: FastifyReply, session: string, path: string) {
+  const url = new URL(req.url, 'http://x');
+  url.searchParams.delete('token');
+  const secure = req.protocol === 'https' ? '; Secure' : '';
+  reply.header('set-cookie', `${SESSION_COOKIE}=${session}; Path=${path}; HttpOnly; SameSite=Strict${secure}`);
+  return reply.redirect(url.pathname + url.search, 303);
+}

@@ -1,0 +1,69 @@
+import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import Fastify, { type FastifyInstance } from 'fastify';
+import { ConfigError } from '../errors.js';
+import { checkBindSafety, type DashboardOptions } from './options.js';
+import { dashboardPlugin } from './plugin.js';
+
+export interface DashboardHandler {
+  /** Pass requests for `basePath` (and below) here. */
+  handle(req: IncomingMessage, res: ServerResponse): void;
+  /** Ends live streams and the dashboard's connections. */
+  close(): Promise<void>;
+}
+
+/**
+ * The dashboard as a request handler for a Node HTTP server you already run.
+ * Route the requests under `basePath` to it; the rest stay yours.
+ *
+ * @example
+ *   const dashboard = await createDashboardHandler({ connectionString, basePath: '/sluice', token: process.env.SLUICE_DASHBOARD_TOKEN });
+ *   http.createServer((req, res) => req.url?.startsWith('/sluice') ? dashboard.handle(req, res) : app(req, res)).listen(3000);
+ */
+export async function createDashboardHandler(options: DashboardOptions): Promise<DashboardHandler> {
+  let handler: RequestListener | undefined;
+  // Fastify wants a server of its own; this one is never listened on, it only hands us the routing function.
+  const app = Fastify({
+    serverFactory: (h) => {
+      handler = h as RequestListener;
+      return createServer(h);
+    },
+  });
+  await app.register(dashboardPlugin, options);
+  await app.ready();
+  return {
+    handle: (req, res) => handler!(req, res),
+    close: () => app.close(),
+  };
+}
+
+export interface StartDashboardOptions extends DashboardOptions {
+  /** Default 127.0.0.1. Any other address needs `token` or `basicAuth`. */
+  host?: string;
+  /** Default 4000; 0 picks a free port. */
+  port?: number;
+}
+
+export interface RunningDashboard {
+  /** Where the dashboard answers, e.g. http://127.0.0.1:4000/ */
+  url: string;
+  app: FastifyInstance;
+  close(): Promise<void>;
+}
+
+/** Runs the dashboard on its own HTTP server (what `sluice dashboard` does). */
+export async function startDashboard(options: StartDashboardOptions): Promise<RunningDashboard> {
+  const { host = '127.0.0.1', port = 4000, ...dashboardOptions } = options;
+  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new ConfigError(`dashboard: port must be 0 to 65535, got ${port}`);
+  checkBindSafety(host, dashboardOptions);
+  const app = Fastify({ forceCloseConnections: true });
+  await app.register(dashboardPlugin, dashboardOptions);
+  await app.listen({ host, port });
+  const address = app.server.address() as AddressInfo;
+  const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
+  return {
+    url: `http://${shownHost}:${address.port}${dashboardOptions.basePath ?? ''}/`,
+    app,
+    close: () => app.close(),
+  };
+}

@@ -1,0 +1,107 @@
+// One job: every field, its payload and result, its errors, and the actions
+// its status allows (each asks for confirmation first).
+import { get, post } from '../api.js';
+import { h, replace } from '../dom.js';
+import { relative, time } from '../format.js';
+import { badge, confirmed, keepFocus } from '../ui.js';
+
+const TIMES = [['created_at', 'Created'], ['run_at', 'Run at'], ['locked_at', 'Heartbeat'], ['updated_at', 'Updated'], ['finished_at', 'Finished']];
+
+/** @param {HTMLElement} main @param {{ id: string, navigate: (hash: string) => void }} ctx */
+export function jobView(main, ctx) {
+  const load = async () => {
+    try {
+      const { job } = await get(`jobs/${encodeURIComponent(ctx.id)}`);
+      keepFocus(main, () => replace(main, ...jobDetail(job, load, ctx.navigate)));
+      return job;
+    } catch (err) {
+      replace(main, h('h1', null, `Job ${ctx.id}`), h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
+      return undefined;
+    }
+  };
+  let queue = '';
+  void load().then((job) => (queue = job?.queue ?? ''));
+  return {
+    onJobs: (/** @type {{ queue: string }} */ e) => {
+      if (!e.queue || e.queue === queue) void load();
+    },
+    onOverview: () => void load(),
+  };
+}
+
+/** @param {any} job @param {() => Promise<unknown>} reload @param {(hash: string) => void} navigate */
+function jobDetail(job, reload, navigate) {
+  const actions = [];
+  if (job.status === 'failed' || job.status === 'cancelled') {
+    actions.push(button('retry', 'Retry', job, {
+      title: `Retry job ${job.id}?`, text: 'It goes back to pending and runs again.', ok: 'Retry',
+      run: () => post(`jobs/${job.id}/retry`), done: `Job ${job.id} queued again`,
+    }, reload));
+  }
+  if (job.status === 'pending') {
+    actions.push(button('cancel', 'Cancel', job, {
+      title: `Cancel job ${job.id}?`, text: 'It will not run.', ok: 'Cancel job',
+      run: () => post(`jobs/${job.id}/cancel`), done: `Job ${job.id} cancelled`,
+    }, reload));
+  }
+  if (job.status !== 'processing') {
+    actions.push(button('delete', 'Delete', job, {
+      title: `Delete job ${job.id}?`, text: 'The job and its history are removed for good.', ok: 'Delete',
+      run: () => post(`jobs/${job.id}/delete`), done: `Job ${job.id} deleted`,
+    }, async () => navigate(`#/jobs?queue=${encodeURIComponent(job.queue)}`)));
+  }
+
+  return [
+    h('p', { class: 'crumbs' }, h('a', { href: `#/jobs?queue=${encodeURIComponent(job.queue)}` }, `← Jobs of ${job.queue}`)),
+    h('h1', null, `Job ${job.id} `, badge(job.status)),
+    actions.length ? h('div', { class: 'actions' }, actions) : null,
+    h('section', { class: 'card', 'aria-labelledby': 'job-facts' },
+      h('h2', { id: 'job-facts', class: 'sr-only' }, 'Details'),
+      h('dl', { class: 'facts' },
+        fact('Queue', job.queue),
+        fact('Task', job.task),
+        fact('Attempts', `${job.attempts} of ${job.max_attempts}`),
+        fact('Priority', job.priority),
+        job.locked_by ? fact('Worker', job.locked_by) : null,
+        TIMES.filter(([key]) => job[key]).map(([key, label]) =>
+          fact(label, h('time', { datetime: job[key] }, time(job[key]), h('small', null, ` (${relative(job[key])})`)))),
+      )),
+    h('section', { class: 'card', 'aria-labelledby': 'job-payload' },
+      h('h2', { id: 'job-payload' }, 'Payload'), h('pre', { tabindex: 0 }, JSON.stringify(job.payload, null, 2))),
+    'result' in job && job.result !== null
+      ? h('section', { class: 'card', 'aria-labelledby': 'job-result' },
+          h('h2', { id: 'job-result' }, 'Result'), h('pre', { tabindex: 0 }, JSON.stringify(job.result, null, 2)))
+      : null,
+    errorSection(job),
+  ];
+}
+
+/** Every attempt's error when the job row keeps them, else the last one. @param {any} job */
+function errorSection(job) {
+  const errors = Array.isArray(job.errors) ? job.errors : [];
+  if (errors.length === 0 && !job.last_error) return null;
+  return h('section', { class: 'card', 'aria-labelledby': 'job-errors' },
+    h('h2', { id: 'job-errors' }, errors.length ? 'Errors, by attempt' : 'Last error'),
+    errors.length
+      ? h('ol', { class: 'errors' }, errors.map((/** @type {any} */ e) => h('li', null,
+          h('p', null, `Attempt ${e.attempt ?? '?'}`, e.at ? ` — ${time(e.at)}` : ''),
+          h('pre', { tabindex: 0 }, e.stack ?? e.message ?? JSON.stringify(e)))))
+      : h('pre', { tabindex: 0 }, job.last_error));
+}
+
+/** @param {string} label @param {unknown} value */
+function fact(label, value) {
+  return [h('dt', null, label), h('dd', null, value)];
+}
+
+/** @param {string} key @param {string} label @param {any} job @param {any} action @param {() => Promise<unknown>} after */
+function button(key, label, job, action, after) {
+  return h('button', {
+    type: 'button',
+    class: key === 'delete' ? 'danger' : '',
+    'data-focus-key': `${key}:${job.id}`,
+    onclick: async () => {
+      if ((await confirmed(action)) !== undefined) await after();
+    },
+  }, label);
+}

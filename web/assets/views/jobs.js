@@ -1,0 +1,133 @@
+// The job browser: filters in the address (so a view can be bookmarked),
+// keyset pages ("newer" / "older"), and live reload of the first page.
+import { get, post } from '../api.js';
+import { h, replace } from '../dom.js';
+import { relative, time } from '../format.js';
+import { badge, confirmed, keepFocus } from '../ui.js';
+
+const STATUSES = ['pending', 'processing', 'completed', 'failed', 'cancelled'];
+const FILTERS = ['queue', 'status', 'task'];
+
+/**
+ * @param {HTMLElement} main
+ * @param {{ params: URLSearchParams, overview: any, navigate: (hash: string) => void }} ctx
+ */
+export function jobsView(main, ctx) {
+  const params = ctx.params;
+  const list = h('div', { class: 'table-box', 'aria-live': 'off' });
+  const pager = h('nav', { class: 'pager', 'aria-label': 'Pages' });
+  const queues = (ctx.overview?.queues ?? []).map((/** @type {any} */ q) => q.queue);
+
+  const form = h('form', { class: 'filters', role: 'search', onsubmit: (/** @type {SubmitEvent} */ e) => {
+    e.preventDefault();
+    const data = new FormData(/** @type {HTMLFormElement} */ (e.target));
+    const next = new URLSearchParams();
+    for (const key of FILTERS) {
+      const value = String(data.get(key) ?? '').trim();
+      if (value) next.set(key, value);
+    }
+    ctx.navigate(`#/jobs${next.size ? `?${next}` : ''}`);
+  } },
+    field('Queue', h('input', { name: 'queue', id: 'f-queue', value: params.get('queue') ?? '', list: 'known-queues', autocomplete: 'off' })),
+    h('datalist', { id: 'known-queues' }, queues.map((/** @type {string} */ q) => h('option', { value: q }))),
+    field('Status', h('select', { name: 'status', id: 'f-status' },
+      h('option', { value: '' }, 'any'),
+      STATUSES.map((s) => h('option', { value: s, selected: params.get('status') === s }, s)))),
+    field('Task', h('input', { name: 'task', id: 'f-task', value: params.get('task') ?? '', autocomplete: 'off' })),
+    h('button', { type: 'submit' }, 'Filter'),
+  );
+  replace(main, h('h1', null, 'Jobs'), form, list, pager);
+
+  let loading = false;
+  let again = false;
+  const load = async () => {
+    if (loading) {
+      again = true;
+      return;
+    }
+    loading = true;
+    try {
+      const query = Object.fromEntries([...FILTERS, 'before', 'after'].map((k) => [k, params.get(k) ?? undefined]));
+      const page = await get('jobs', query);
+      keepFocus(list, () => replace(list, jobTable(page.jobs, load)));
+      replace(pager, pageLinks(page, params));
+    } catch (err) {
+      replace(list, h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
+    } finally {
+      loading = false;
+      if (again) {
+        again = false;
+        void load();
+      }
+    }
+  };
+  void load();
+
+  // Only the first page follows the live feed: a page further back is a fixed
+  // window the user is reading, and new jobs would only push it around.
+  const live = !params.get('before') && !params.get('after');
+  return {
+    onJobs: (/** @type {{ queue: string }} */ e) => {
+      const queue = params.get('queue');
+      if (live && (!queue || !e.queue || e.queue === queue)) void load();
+    },
+    onOverview: () => live && void load(),
+  };
+}
+
+/** @param {string} label @param {HTMLElement} control */
+function field(label, control) {
+  return h('label', { for: control.id }, h('span', null, label), control);
+}
+
+/** @param {any[]} jobs @param {() => void} reload */
+function jobTable(jobs, reload) {
+  if (jobs.length === 0) return h('p', null, 'No jobs match.');
+  return h('table', { class: 'stack jobs' },
+    h('caption', { class: 'sr-only' }, 'Jobs, newest first'),
+    h('thead', null, h('tr', null,
+      ['ID', 'Queue', 'Task', 'Status', 'Attempts', 'Created', 'Last error', ''].map((t) => h('th', { scope: 'col' }, t)))),
+    h('tbody', null, jobs.map((job) => h('tr', { 'data-job-id': job.id, 'data-status': job.status },
+      h('td', { 'data-label': 'ID' }, h('a', { href: `#/jobs/${job.id}` }, job.id)),
+      h('td', { 'data-label': 'Queue' }, job.queue),
+      h('td', { 'data-label': 'Task' }, job.task),
+      h('td', { 'data-label': 'Status' }, badge(job.status)),
+      h('td', { 'data-label': 'Attempts', class: 'num' }, `${job.attempts}/${job.max_attempts}`),
+      h('td', { 'data-label': 'Created' }, h('time', { datetime: job.created_at, title: time(job.created_at) }, relative(job.created_at))),
+      h('td', { 'data-label': 'Last error', class: 'error-cell' }, job.last_error ? firstLine(job.last_error) : ''),
+      h('td', { 'data-label': '' }, job.status === 'failed' || job.status === 'cancelled'
+        ? h('button', {
+            type: 'button',
+            class: 'small',
+            'data-focus-key': `retry:${job.id}`,
+            'aria-label': `Retry job ${job.id}`,
+            onclick: () => confirmed({
+              title: `Retry job ${job.id}?`,
+              text: `${job.task} on ${job.queue} goes back to pending and runs again.`,
+              ok: 'Retry',
+              run: () => post(`jobs/${job.id}/retry`),
+              done: `Job ${job.id} queued again`,
+            }).then(reload),
+          }, 'Retry')
+        : null),
+    ))));
+}
+
+/** @param {string} text */
+function firstLine(text) {
+  const line = text.split('\n', 1)[0] ?? '';
+  return line.length > 120 ? `${line.slice(0, 117)}…` : line;
+}
+
+/** @param {{ nextBefore: string | null, nextAfter: string | null }} page @param {URLSearchParams} params */
+function pageLinks(page, params) {
+  const link = (/** @type {string} */ key, /** @type {string | null} */ cursor, /** @type {string} */ label) => {
+    if (!cursor) return h('span', { class: 'disabled', 'aria-disabled': 'true' }, label);
+    const next = new URLSearchParams(params);
+    next.delete('before');
+    next.delete('after');
+    next.set(key, cursor);
+    return h('a', { href: `#/jobs?${next}`, rel: key === 'after' ? 'prev' : 'next' }, label);
+  };
+  return [link('after', page.nextAfter, '← Newer'), link('before', page.nextBefore, 'Older →')];
+}

@@ -1,0 +1,83 @@
+// The overview: every queue with its counts, waiting time, throughput and
+// failure rate, the throughput chart of the last hour, and the health panel.
+import { post } from '../api.js';
+import { throughputChart } from '../chart.js';
+import { h, replace } from '../dom.js';
+import { count, duration, percent, rate } from '../format.js';
+import { confirmed, keepFocus } from '../ui.js';
+
+const STATUSES = [
+  ['pending', 'Pending'],
+  ['processing', 'Running'],
+  ['completed', 'Completed'],
+  ['failed', 'Failed'],
+  ['cancelled', 'Cancelled'],
+];
+
+/** @param {HTMLElement} main @param {{ overview: any, refresh: () => void }} ctx */
+export function overviewView(main, ctx) {
+  const chartBox = h('div', { class: 'chart-box' });
+  const queuesBox = h('div', { class: 'table-box' });
+  replace(
+    main,
+    h('h1', null, 'Overview'),
+    h('section', { 'aria-labelledby': 'throughput-title', class: 'card' }, h('h2', { id: 'throughput-title' }, 'Throughput, last hour'), chartBox),
+    h('section', { 'aria-labelledby': 'queues-title', class: 'card' }, h('h2', { id: 'queues-title' }, 'Queues'), queuesBox),
+  );
+
+  /** @param {any} overview */
+  const show = (overview) => {
+    if (!overview) return;
+    replace(chartBox, overview.throughput ? [throughputChart(overview.throughput), legend()] : h('p', null, 'No throughput data.'));
+    keepFocus(queuesBox, () => replace(queuesBox, queueTable(overview, ctx)));
+  };
+  show(ctx.overview);
+  return { onOverview: show };
+}
+
+function legend() {
+  return h('p', { class: 'legend' }, h('span', { class: 'key key-completed' }), 'completed ', h('span', { class: 'key key-failed' }), 'failed');
+}
+
+/** @param {any} overview @param {{ refresh: () => void }} ctx */
+function queueTable(overview, ctx) {
+  if (overview.queues.length === 0) return h('p', null, 'No jobs yet. Enqueue one and it shows up here.');
+  return h(
+    'table',
+    { class: 'stack' },
+    h('caption', { class: 'sr-only' }, 'Jobs per queue and status'),
+    h('thead', null, h('tr', null,
+      h('th', { scope: 'col' }, 'Queue'),
+      STATUSES.map(([, label]) => h('th', { scope: 'col', class: 'num' }, label)),
+      h('th', { scope: 'col', class: 'num' }, 'Oldest waiting'),
+      h('th', { scope: 'col', class: 'num' }, 'Done/s (1 h)'),
+      h('th', { scope: 'col', class: 'num' }, 'Failure rate (1 h)'),
+      h('th', { scope: 'col' }, 'Actions'),
+    )),
+    h('tbody', null, overview.queues.map((/** @type {any} */ q) => h('tr', { 'data-queue': q.queue },
+      h('th', { scope: 'row', 'data-label': 'Queue' }, h('a', { href: `#/jobs?queue=${encodeURIComponent(q.queue)}` }, q.queue)),
+      STATUSES.map(([status, label]) => h('td', { class: 'num', 'data-label': label, 'data-status': status },
+        q[status] > 0
+          ? h('a', { href: `#/jobs?queue=${encodeURIComponent(q.queue)}&status=${status}`, 'aria-label': `${count(q[status])} ${label.toLowerCase()} in ${q.queue}` }, count(q[status]))
+          : '0',
+        status === 'pending' && q.scheduled > 0 ? h('small', null, ` (${count(q.scheduled)} later)`) : null)),
+      h('td', { class: 'num', 'data-label': 'Oldest waiting' }, duration(q.oldestPendingMs)),
+      h('td', { class: 'num', 'data-label': 'Done/s (1 h)' }, rate(q.jobsPerSecond)),
+      h('td', { class: 'num', 'data-label': 'Failure rate (1 h)' }, percent(q.failureRate)),
+      h('td', { 'data-label': 'Actions' }, q.failed > 0
+        ? h('button', {
+            type: 'button',
+            class: 'small',
+            'data-focus-key': `retry-failed:${q.queue}`,
+            onclick: () => confirmed({
+              title: `Retry failed jobs of ${q.queue}?`,
+              text: `${count(q.failed)} failed jobs go back to pending and run again.`,
+              ok: 'Retry all',
+              run: () => post('jobs/retry-failed', { queue: q.queue }),
+              done: (r) => `${count(r.retried)} jobs of ${q.queue} queued again`,
+            }).then(ctx.refresh),
+          }, 'Retry failed')
+        : null),
+    ))),
+  );
+}
