@@ -36,7 +36,7 @@ export {
   type JobActionResult,
   type DeleteFinishedOptions,
 } from './admin/jobs.js';
-export { getStats, type Stats, type QueueStats } from './admin/stats.js';
+export { getStats, getThroughput, type Stats, type QueueStats, type ThroughputPoint } from './admin/stats.js';
 export { runDoctor, type DoctorOptions, type DoctorReport } from './doctor/run-doctor.js';
 export { DEFAULT_THRESHOLDS, type CheckResult, type DoctorThresholds, type Severity } from './doctor/checks.js';
 export { prune, type PruneResult, type Retention } from './maintenance/pruner.js';

@@ -1,4 +1,4 @@
-import { intOption } from '../config.js';
+import { checkName, intOption } from '../config.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { wrapDatabaseError } from '../errors.js';
 import { checked } from './jobs.js';
@@ -59,4 +59,35 @@ export async function getStats(db: Queryable, schema: string, options: { windowM
       jobsPerSecond: r.completedInWindow / (windowMs / 1000),
     })),
   };
+}
+
+/** Jobs finished in one minute. */
+export interface ThroughputPoint {
+  /** Start of the minute. */
+  minute: Date;
+  completed: number;
+  /** Failed for good (no attempts left, or a permanent failure). */
+  failed: number;
+}
+
+/**
+ * Jobs finished per minute over the last `minutes` (default 60, the current
+ * minute last), of one queue or all: the dashboard's throughput chart.
+ *
+ * @example
+ *   const points = await getThroughput(pool, 'sluice', { minutes: 60 });
+ *   const lastHour = points.reduce((n, p) => n + p.completed, 0);
+ */
+export async function getThroughput(
+  db: Queryable,
+  schema: string,
+  options: { minutes?: number; queue?: string } = {},
+): Promise<ThroughputPoint[]> {
+  const minutes = checked(() => intOption('minutes', options.minutes, 60, 1, 1440));
+  const queue = options.queue === undefined ? null : checked(() => checkName('queue', options.queue));
+  try {
+    return await rows<ThroughputPoint>(db, queriesFor(schema).admin.throughput, [minutes, queue]);
+  } catch (err) {
+    throw wrapDatabaseError(err, 'throughput failed');
+  }
 }

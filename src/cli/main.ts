@@ -1,5 +1,6 @@
 import { Command, CommanderError } from 'commander';
 import { SluiceError } from '../errors.js';
+import { registerDashboard } from './commands/dashboard.js';
 import { registerDemo } from './commands/demo.js';
 import { registerMigrate } from './commands/migrate.js';
 import { registerDoctor } from './commands/doctor.js';
@@ -20,6 +21,7 @@ export function buildProgram(): Command {
   registerMigrate(program);
   registerDemo(program);
   registerDoctor(program);
+  registerDashboard(program);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

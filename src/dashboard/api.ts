@@ -3,7 +3,7 @@ import {
   cancelJob, checkStatus, deleteJob, getJob, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
 } from '../admin/jobs.js';
 import type { Queryable } from '../db/executor.js';
-import { SluiceError, ValidationError } from '../errors.js';
+import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
 import type { LiveFeed } from './live.js';
 import type { Overview } from './overview.js';
 
@@ -24,6 +24,8 @@ interface JobsQuery {
   limit?: string;
 }
 
+const UNDEFINED_TABLE = '42P01';
+
 const HTTP_STATUS: Partial<Record<SluiceError['code'], number>> = {
   VALIDATION: 400,
   CONFIG: 400,
@@ -39,6 +41,10 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   const { db, schema, feed } = ctx;
 
   app.setErrorHandler((err: FastifyError | SluiceError, _req, reply) => {
+    if (err instanceof DatabaseError && err.sqlState === UNDEFINED_TABLE) {
+      const message = `no Sluice tables in schema "${schema}": run \`sluice migrate\` (or pick the schema with --schema)`;
+      return reply.code(503).send({ error: { code: 'NOT_MIGRATED', message } });
+    }
     if (err instanceof SluiceError) {
       const status = HTTP_STATUS[err.code] ?? 500;
       return reply.code(status).send({ error: { code: err.code, message: err.message } });

@@ -1,8 +1,13 @@
 import type { ServerResponse } from 'node:http';
 import type { Notifier, WakeHint } from '../notifier.js';
 
-/** How long notifications are gathered before one refresh: a burst of enqueues costs one query. */
+/** How long notifications are gathered into one `jobs` event: a burst of enqueues makes one. */
 const COALESCE_MS = 150;
+/**
+ * The overview costs a pass over the jobs table; under a stream of enqueues
+ * (a NOTIFY each) it is re-read at most this often.
+ */
+const MIN_REFRESH_GAP_MS = 1000;
 /** A comment line now and then keeps proxies from closing an idle stream. */
 const KEEPALIVE_MS = 20_000;
 
@@ -35,6 +40,8 @@ export class LiveFeed {
   private refreshTimer: NodeJS.Timeout | undefined;
   private keepaliveTimer: NodeJS.Timeout | undefined;
   private coalesceTimer: NodeJS.Timeout | undefined;
+  private gapTimer: NodeJS.Timeout | undefined;
+  private lastRefreshAt = 0;
   private pendingQueues = new Set<string>();
   private last = '';
   private listening = false;
@@ -86,8 +93,21 @@ export class LiveFeed {
       const queues = [...this.pendingQueues];
       this.pendingQueues.clear();
       for (const q of queues) this.broadcast('jobs', JSON.stringify({ queue: q }));
-      void this.refresh();
+      this.refreshSoon();
     }, COALESCE_MS);
+  }
+
+  private refreshSoon(): void {
+    if (this.gapTimer) return;
+    const wait = this.lastRefreshAt + MIN_REFRESH_GAP_MS - Date.now();
+    if (wait <= 0) {
+      void this.refresh();
+      return;
+    }
+    this.gapTimer = setTimeout(() => {
+      this.gapTimer = undefined;
+      void this.refresh();
+    }, wait);
   }
 
   async close(): Promise<void> {
@@ -116,7 +136,8 @@ export class LiveFeed {
     clearInterval(this.refreshTimer);
     clearInterval(this.keepaliveTimer);
     clearTimeout(this.coalesceTimer);
-    this.refreshTimer = this.keepaliveTimer = this.coalesceTimer = undefined;
+    clearTimeout(this.gapTimer);
+    this.refreshTimer = this.keepaliveTimer = this.coalesceTimer = this.gapTimer = undefined;
     this.last = '';
   }
 
@@ -124,6 +145,7 @@ export class LiveFeed {
   private refresh(only?: ServerResponse): Promise<void> {
     if (this.refreshing) return this.refreshing.then(() => (only ? this.refresh(only) : undefined));
     this.refreshing = (async () => {
+      this.lastRefreshAt = Date.now();
       try {
         const data = JSON.stringify(await this.options.load());
         if (data !== this.last) {

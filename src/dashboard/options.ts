@@ -18,7 +18,7 @@ export interface DashboardOptions extends ConnectionOptions, DashboardAuthOption
   /**
    * While at least one browser watches, how often the server re-reads the
    * statistics to push changes that no NOTIFY announces (completions, failures).
-   * Default 2000 ms. One query per dashboard process, not per browser.
+   * Default 5000 ms. One read per dashboard process, not per browser.
    */
   refreshMs?: number;
   /** Database trouble in the background (the live feed's queries, the LISTEN connection). Default: Fastify's log. */
@@ -48,7 +48,7 @@ export function resolveDashboardOptions(options: DashboardOptions): ResolvedDash
   return {
     schema: resolveSchema(options.schema),
     basePath: resolveBasePath(options.basePath),
-    refreshMs: intOption('refreshMs', options.refreshMs, 2000, 100, 3_600_000),
+    refreshMs: intOption('refreshMs', options.refreshMs, 5000, 100, 3_600_000),
     token: options.token === undefined ? undefined : secret('token', options.token),
     basicAuth: resolveBasicAuth(options.basicAuth),
   };

@@ -1,6 +1,7 @@
 // The page: a hash router (#/, #/jobs?..., #/jobs/<id>), the live feed, and
 // the current view. Views get new data through onOverview / onJobs.
 import { get } from './api.js';
+import { h } from './dom.js';
 import { startLive } from './live.js';
 import { jobView } from './views/job.js';
 import { jobsView } from './views/jobs.js';
@@ -52,6 +53,10 @@ window.addEventListener('hashchange', () => {
   main.focus({ preventScroll: true });
 });
 route();
+// The live feed brings the overview too, but a plain request can say what is wrong (not migrated, no database).
+refresh().catch((err) => {
+  main.prepend(h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
+});
 
 startLive({
   poll: () => get('overview'),

@@ -3,8 +3,7 @@
 // scales with the page and screen readers get a summary.
 
 const SVG = 'http://www.w3.org/2000/svg';
-const WIDTH = 600;
-const HEIGHT = 160;
+const HEIGHT = 180;
 const PAD = { left: 40, right: 8, top: 10, bottom: 22 };
 
 /** @param {string} tag @param {Record<string, string | number>} attrs */
@@ -22,14 +21,17 @@ function niceMax(n) {
 }
 
 /**
+ * Drawn at the width it gets on screen (not scaled), so labels stay legible from phone to desktop.
  * @param {{ minute: string, completed: number, failed: number }[]} points oldest first, one per minute
+ * @param {number} width in CSS pixels
  * @returns {SVGSVGElement}
  */
-export function throughputChart(points) {
+export function throughputChart(points, width) {
+  const WIDTH = Math.max(280, Math.round(width));
   const total = points.reduce((a, p) => ({ completed: a.completed + p.completed, failed: a.failed + p.failed }), { completed: 0, failed: 0 });
   const peak = Math.max(0, ...points.map((p) => p.completed + p.failed));
   const top = niceMax(peak);
-  const svg = /** @type {SVGSVGElement} */ (s('svg', { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, role: 'img', class: 'chart' }));
+  const svg = /** @type {SVGSVGElement} */ (s('svg', { viewBox: `0 0 ${WIDTH} ${HEIGHT}`, width: WIDTH, height: HEIGHT, role: 'img', class: 'chart' }));
   const label = `Jobs finished per minute over the last hour: ${total.completed} completed, ${total.failed} failed, at most ${peak} in one minute.`;
   svg.setAttribute('aria-label', label);
   const title = s('title', {});
@@ -40,10 +42,11 @@ export function throughputChart(points) {
   const plotH = HEIGHT - PAD.top - PAD.bottom;
   const y = (/** @type {number} */ v) => PAD.top + plotH - (v / top) * plotH;
 
-  for (const v of [0, top / 2, top]) {
+  // Counts are whole numbers: no "0.5" line on a chart whose top is 1.
+  for (const v of [0, top / 2, top].filter(Number.isInteger)) {
     svg.appendChild(s('line', { x1: PAD.left, x2: WIDTH - PAD.right, y1: y(v), y2: y(v), class: 'grid' }));
     const t = s('text', { x: PAD.left - 6, y: y(v) + 4, 'text-anchor': 'end', class: 'axis' });
-    t.textContent = String(Math.round(v));
+    t.textContent = String(v);
     svg.appendChild(t);
   }
 

@@ -25,13 +25,19 @@ export function overviewView(main, ctx) {
     h('section', { 'aria-labelledby': 'queues-title', class: 'card' }, h('h2', { id: 'queues-title' }, 'Queues'), queuesBox),
   );
 
+  /** @type {any} */
+  let current;
+  const drawChart = () => current && replace(chartBox, throughputChart(current.throughput, chartBox.clientWidth), legend());
   /** @param {any} overview */
   const show = (overview) => {
     if (!overview) return;
-    replace(chartBox, overview.throughput ? [throughputChart(overview.throughput), legend()] : h('p', null, 'No throughput data.'));
+    current = overview;
+    drawChart();
     keepFocus(queuesBox, () => replace(queuesBox, queueTable(overview, ctx)));
   };
   show(ctx.overview);
+  // Redrawn at its new width when the window (or phone orientation) changes.
+  new ResizeObserver(drawChart).observe(chartBox);
   return { onOverview: show };
 }
 
@@ -50,7 +56,7 @@ function queueTable(overview, ctx) {
       h('th', { scope: 'col' }, 'Queue'),
       STATUSES.map(([, label]) => h('th', { scope: 'col', class: 'num' }, label)),
       h('th', { scope: 'col', class: 'num' }, 'Oldest waiting'),
-      h('th', { scope: 'col', class: 'num' }, 'Done/s (1 h)'),
+      h('th', { scope: 'col', class: 'num' }, 'Done (1 h)'),
       h('th', { scope: 'col', class: 'num' }, 'Failure rate (1 h)'),
       h('th', { scope: 'col' }, 'Actions'),
     )),
@@ -62,7 +68,7 @@ function queueTable(overview, ctx) {
           : '0',
         status === 'pending' && q.scheduled > 0 ? h('small', null, ` (${count(q.scheduled)} later)`) : null)),
       h('td', { class: 'num', 'data-label': 'Oldest waiting' }, duration(q.oldestPendingMs)),
-      h('td', { class: 'num', 'data-label': 'Done/s (1 h)' }, rate(q.jobsPerSecond)),
+      h('td', { class: 'num', 'data-label': 'Done (1 h)', title: `${rate(q.jobsPerSecond)} on average` }, count(q.completedInWindow)),
       h('td', { class: 'num', 'data-label': 'Failure rate (1 h)' }, percent(q.failureRate)),
       h('td', { 'data-label': 'Actions' }, q.failed > 0
         ? h('button', {

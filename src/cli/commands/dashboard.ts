@@ -1,0 +1,57 @@
+import type { Command } from 'commander';
+import { globalOptions, requireDatabaseUrl } from '../database.js';
+import { UsageError } from '../output.js';
+
+interface DashboardFlags {
+  port: string;
+  host: string;
+  token?: string;
+  user: string;
+  password?: string;
+  refreshMs: string;
+}
+
+export function registerDashboard(program: Command): void {
+  program
+    .command('dashboard')
+    .description('serve the web dashboard: queues, jobs, live updates, retry/cancel/delete')
+    .option('--port <n>', 'port to listen on (0: any free port)', '4000')
+    .option('--host <address>', 'address to bind; anything but loopback needs --token or --password', '127.0.0.1')
+    .option('--token <token>', 'require this token (env: SLUICE_DASHBOARD_TOKEN); open the page once with ?token=<token>')
+    .option('--user <name>', 'user name for --password', 'admin')
+    .option('--password <password>', 'require HTTP basic auth with this password (env: SLUICE_DASHBOARD_PASSWORD)')
+    .option('--refresh-ms <n>', 'while a browser watches, re-read the statistics this often', '5000')
+    .action(async (flags: DashboardFlags, command: Command) => {
+      const global = globalOptions(command);
+      const port = Number(flags.port);
+      if (!/^\d+$/.test(flags.port) || port > 65_535) throw new UsageError('--port must be an integer from 0 to 65535');
+      const refreshMs = Number(flags.refreshMs);
+      if (!/^\d+$/.test(flags.refreshMs) || refreshMs < 100) throw new UsageError('--refresh-ms must be an integer of at least 100');
+      const token = flags.token ?? (process.env.SLUICE_DASHBOARD_TOKEN || undefined);
+      const password = flags.password ?? (process.env.SLUICE_DASHBOARD_PASSWORD || undefined);
+      // Loaded here, not at the top: other commands should not pay for loading a web server.
+      const { startDashboard } = await import('../../dashboard/server.js');
+      const dashboard = await startDashboard({
+        connectionString: requireDatabaseUrl(global),
+        schema: global.schema,
+        host: flags.host,
+        port,
+        refreshMs,
+        token,
+        basicAuth: password === undefined ? undefined : { username: flags.user, password },
+        onError: (err) => process.stderr.write(`sluice dashboard: ${err instanceof Error ? err.message : String(err)}\n`),
+      });
+      const how = token ? ` (open it once with ?token=<your token>)` : password ? ` (user "${flags.user}")` : '';
+      process.stdout.write(`sluice dashboard on ${dashboard.url}${how}\n`);
+      await new Promise<void>((resolve) => {
+        const stop = () => {
+          process.off('SIGINT', stop);
+          process.off('SIGTERM', stop);
+          resolve();
+        };
+        process.on('SIGINT', stop);
+        process.on('SIGTERM', stop);
+      });
+      await dashboard.close();
+    });
+}

@@ -1,0 +1,382 @@
+import { spawn } from 'node:child_process';
+import { createServer, request, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Queue } from '../src/index.js';
+import { createDashboardHandler, startDashboard, type RunningDashboard } from '../src/dashboard/server.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { openEventStream } from './helpers/sse.js';
+
+const TOKEN = 'test-token-0123456789';
+
+let db: TestDatabase;
+let queue: Queue;
+let dash: RunningDashboard;
+let csrf: string;
+
+const auth = { authorization: `Bearer ${TOKEN}` };
+
+async function api(path: string, init: RequestInit & { headers?: Record<string, string> } = {}) {
+  const res = await fetch(new URL(path, dash.url), { ...init, headers: { ...auth, ...init.headers } });
+  return { status: res.status, body: (await res.json()) as any, headers: res.headers };
+}
+
+function post(path: string, body: unknown = {}, headers: Record<string, string> = {}) {
+  return api(path, {
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: { 'content-type': 'application/json', 'x-sluice-csrf': csrf, ...headers },
+  });
+}
+
+async function statusOf(id: string): Promise<string | undefined> {
+  const { rows } = await db.pool.query(`SELECT status FROM ${db.s}.jobs WHERE id = $1`, [id]);
+  return rows[0]?.status;
+}
+
+/** A job that ran and failed for good, as a worker leaves it. */
+async function failedJob(queueName = 'default', task = 'flaky'): Promise<string> {
+  const id = await queue.enqueue(task, { n: 1 }, { queue: queueName });
+  await db.pool.query(
+    `UPDATE ${db.s}.jobs SET status = 'failed', attempts = max_attempts, last_error = 'boom', finished_at = now() WHERE id = $1`,
+    [id],
+  );
+  return id;
+}
+
+/** A request exactly as written: fetch() would normalise the path and forbids setting Host. */
+function rawStatus(port: number, path: string, headers: Record<string, string>): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request({ host: '127.0.0.1', port, path, headers }, (res) => {
+      res.resume();
+      resolve(res.statusCode!);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+function csrfFrom(html: string): string {
+  return /name="sluice-csrf" content="([^"]+)"/.exec(html)![1]!;
+}
+
+beforeAll(async () => {
+  db = await createTestSchema('dashboard');
+  queue = new Queue({ connectionString: db.url, schema: db.schema });
+  dash = await startDashboard({ connectionString: db.url, schema: db.schema, token: TOKEN, port: 0, refreshMs: 100 });
+  csrf = csrfFrom(await (await fetch(dash.url, { headers: auth })).text());
+});
+
+afterAll(async () => {
+  await dash?.close();
+  await queue?.close();
+  await db?.drop();
+});
+
+describe('starting', () => {
+  it('refuses to listen beyond loopback without a token or password', async () => {
+    await expect(startDashboard({ connectionString: db.url, host: '0.0.0.0', port: 0 })).rejects.toMatchObject({
+      code: 'CONFIG',
+      message: expect.stringMatching(/refusing to listen on 0\.0\.0\.0 without authentication/),
+    });
+  });
+
+  it('rejects weak secrets and unknown options', async () => {
+    await expect(startDashboard({ connectionString: db.url, token: 'short', port: 0 })).rejects.toMatchObject({ code: 'CONFIG' });
+    await expect(startDashboard({ connectionString: db.url, port: 0, ...({ tokn: 'x' } as object) })).rejects.toMatchObject({
+      code: 'CONFIG',
+      message: expect.stringContaining('unknown option "tokn"'),
+    });
+  });
+});
+
+describe('authentication', () => {
+  it('answers 401 without the token, for the page and the API', async () => {
+    const page = await fetch(dash.url, { headers: { accept: 'text/html' } });
+    expect(page.status).toBe(401);
+    expect(await page.text()).toContain('authentication required');
+    const apiRes = await fetch(new URL('api/overview', dash.url));
+    expect(apiRes.status).toBe(401);
+    expect(await apiRes.json()).toMatchObject({ error: { code: 'UNAUTHORIZED' } });
+    const wrong = await fetch(new URL('api/overview', dash.url), { headers: { authorization: 'Bearer nope-nope-nope' } });
+    expect(wrong.status).toBe(401);
+    const events = await fetch(new URL('api/events', dash.url));
+    expect(events.status).toBe(401);
+  });
+
+  it('trades ?token= for an HttpOnly SameSite cookie and a redirect without the token', async () => {
+    const res = await fetch(`${dash.url}?token=${TOKEN}`, { redirect: 'manual' });
+    expect(res.status).toBe(303);
+    expect(res.headers.get('location')).toBe('/');
+    const cookie = res.headers.get('set-cookie')!;
+    expect(cookie).toMatch(/HttpOnly/);
+    expect(cookie).toMatch(/SameSite=Strict/);
+    expect(cookie).not.toContain(TOKEN);
+    const session = cookie.split(';')[0]!;
+    expect((await fetch(new URL('api/overview', dash.url), { headers: { cookie: session } })).status).toBe(200);
+    const forged = session.replace(/=.*/, '=forged');
+    expect((await fetch(new URL('api/overview', dash.url), { headers: { cookie: forged } })).status).toBe(401);
+  });
+
+  it('supports basic auth', async () => {
+    const basic = await startDashboard({
+      connectionString: db.url, schema: db.schema, port: 0, basicAuth: { username: 'ops', password: 'correct horse' },
+    });
+    try {
+      const none = await fetch(basic.url);
+      expect(none.status).toBe(401);
+      expect(none.headers.get('www-authenticate')).toMatch(/^Basic realm=/);
+      const header = (user: string, pass: string) => ({ authorization: `Basic ${Buffer.from(`${user}:${pass}`).toString('base64')}` });
+      expect((await fetch(basic.url, { headers: header('ops', 'wrong horse') })).status).toBe(401);
+      expect((await fetch(basic.url, { headers: header('admin', 'correct horse') })).status).toBe(401);
+      expect((await fetch(basic.url, { headers: header('ops', 'correct horse') })).status).toBe(200);
+    } finally {
+      await basic.close();
+    }
+  });
+
+  it('without authentication serves loopback only, and not to a foreign Host (DNS rebinding)', async () => {
+    const open = await startDashboard({ connectionString: db.url, schema: db.schema, port: 0 });
+    try {
+      expect((await fetch(open.url)).status).toBe(200);
+      const { port } = open.app.server.address() as AddressInfo;
+      const rebound = await rawStatus(port, '/api/overview', { host: `attacker.example:${port}` });
+      expect(rebound).toBe(403);
+    } finally {
+      await open.close();
+    }
+  });
+
+  it('sends headers that forbid framing and foreign scripts', async () => {
+    const res = await fetch(dash.url, { headers: auth });
+    expect(res.headers.get('x-frame-options')).toBe('DENY');
+    expect(res.headers.get('content-security-policy')).toContain("frame-ancestors 'none'");
+    expect(res.headers.get('content-security-policy')).toContain("script-src 'self'");
+  });
+});
+
+describe('CSRF', () => {
+  it('refuses an action without the CSRF header, and changes nothing', async () => {
+    const id = await failedJob();
+    const res = await api(`api/jobs/${id}/retry`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+    expect(res.status).toBe(403);
+    expect(res.body.error.code).toBe('CSRF');
+    expect(await statusOf(id)).toBe('failed');
+  });
+
+  it('refuses a wrong token, a foreign Origin and a cross-site fetch even with the right token', async () => {
+    const id = await failedJob();
+    expect((await post(`api/jobs/${id}/retry`, {}, { 'x-sluice-csrf': 'guess' })).status).toBe(403);
+    expect((await post(`api/jobs/${id}/retry`, {}, { origin: 'https://evil.example' })).status).toBe(403);
+    expect((await post(`api/jobs/${id}/retry`, {}, { 'sec-fetch-site': 'cross-site' })).status).toBe(403);
+    expect(await statusOf(id)).toBe('failed');
+    const ok = await post(`api/jobs/${id}/retry`, {}, { origin: new URL(dash.url).origin, 'sec-fetch-site': 'same-origin' });
+    expect(ok.status).toBe(200);
+    expect(await statusOf(id)).toBe('pending');
+  });
+});
+
+describe('API', () => {
+  it('lists jobs newest first with filters and keyset pages', async () => {
+    const ids = await queue.enqueueMany(Array.from({ length: 7 }, (_, i) => ({ task: 'page_me', queue: 'paging', payload: { i } })));
+    const first = await api('api/jobs?queue=paging&limit=3');
+    expect(first.status).toBe(200);
+    expect(first.body.jobs.map((j: any) => j.id)).toEqual(ids.slice(-3).reverse());
+    const second = await api(`api/jobs?queue=paging&limit=3&before=${first.body.nextBefore}`);
+    expect(second.body.jobs.map((j: any) => j.id)).toEqual(ids.slice(1, 4).reverse());
+    const back = await api(`api/jobs?queue=paging&limit=3&after=${second.body.nextAfter}`);
+    expect(back.body.jobs.map((j: any) => j.id)).toEqual(first.body.jobs.map((j: any) => j.id));
+    const byTask = await api('api/jobs?task=page_me&status=pending&limit=100');
+    expect(byTask.body.jobs).toHaveLength(7);
+  });
+
+  it('answers bad filters with 400 and unknown jobs with 404', async () => {
+    expect((await api('api/jobs?status=exploded')).status).toBe(400);
+    expect((await api('api/jobs?limit=0')).status).toBe(400);
+    expect((await api('api/jobs?before=abc')).status).toBe(400);
+    expect((await api('api/jobs/not-a-number')).status).toBe(400);
+    expect((await api('api/jobs/999999999')).status).toBe(404);
+    expect((await post('api/jobs/999999999/retry')).status).toBe(404);
+  });
+
+  it('shows one job with payload and error', async () => {
+    const id = await failedJob('detail', 'explode');
+    const { status, body } = await api(`api/jobs/${id}`);
+    expect(status).toBe(200);
+    expect(body.job).toMatchObject({ id, queue: 'detail', task: 'explode', status: 'failed', payload: { n: 1 }, last_error: 'boom' });
+  });
+
+  it('retries, cancels and deletes, and says 409 when the status does not allow it', async () => {
+    const failed = await failedJob('actions');
+    expect((await post(`api/jobs/${failed}/retry`)).body.job.status).toBe('pending');
+    const again = await post(`api/jobs/${failed}/retry`);
+    expect(again.status).toBe(409);
+    expect(again.body.error).toMatchObject({ code: 'WRONG_STATUS', status: 'pending' });
+
+    const pending = await queue.enqueue('later', {}, { queue: 'actions', delayMs: 60_000 });
+    expect((await post(`api/jobs/${pending}/cancel`)).body.job.status).toBe('cancelled');
+    expect(await statusOf(pending)).toBe('cancelled');
+
+    expect((await post(`api/jobs/${pending}/delete`)).status).toBe(200);
+    expect(await statusOf(pending)).toBeUndefined();
+  });
+
+  it('retries every failed job of one queue in bulk', async () => {
+    const mine = [await failedJob('bulk'), await failedJob('bulk')];
+    const other = await failedJob('bulk-other');
+    const res = await post('api/jobs/retry-failed', { queue: 'bulk' });
+    expect(res.body).toMatchObject({ retried: 2, queues: { bulk: 2 } });
+    expect(await Promise.all(mine.map(statusOf))).toEqual(['pending', 'pending']);
+    expect(await statusOf(other)).toBe('failed');
+    expect((await post('api/jobs/retry-failed', { queue: 42 })).status).toBe(400);
+  });
+
+  it('reports per-queue counts, failure rate and a per-minute throughput series for the last hour', async () => {
+    const done = await queue.enqueueMany(Array.from({ length: 4 }, () => ({ task: 't', queue: 'metered' })));
+    // Finished two minutes ago (three jobs) and now (one failure), as workers would leave them.
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = 'completed', attempts = 1, finished_at = now() - interval '2 minutes' WHERE id = ANY($1)`,
+      [done.slice(0, 3)],
+    );
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'failed', attempts = 1, finished_at = now() WHERE id = $1`, [done[3]]);
+    const { body } = await api('api/overview');
+    const metered = body.queues.find((q: any) => q.queue === 'metered');
+    expect(metered).toMatchObject({ completed: 3, failed: 1, completedInWindow: 3, failedInWindow: 1, failureRate: 0.25 });
+    expect(body.throughput).toHaveLength(60);
+    const last = body.throughput.at(-1);
+    const twoAgo = body.throughput.at(-3);
+    expect(last.failed).toBeGreaterThanOrEqual(1);
+    expect(twoAgo.completed + body.throughput.at(-2).completed + body.throughput.at(-4).completed).toBeGreaterThanOrEqual(3);
+    expect(new Date(last.minute).getUTCSeconds()).toBe(0);
+  });
+});
+
+describe('live feed', () => {
+  it('pushes the overview, then a jobs event as soon as a job is enqueued, over one LISTEN connection for all browsers', async () => {
+    const a = await openEventStream(new URL('api/events', dash.url).href, auth);
+    const b = await openEventStream(new URL('api/events', dash.url).href, auth);
+    try {
+      expect((await a.next('overview')).queues).toBeInstanceOf(Array);
+      await b.next('overview');
+      const listeners = await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1`,
+          [`LISTEN "sluice:${db.schema}"`],
+        );
+        return rows[0].n === 1 ? rows[0].n : 0;
+      }, 'the dashboard to LISTEN');
+      expect(listeners).toBe(1);
+
+      await queue.enqueue('live_one', {}, { queue: 'live' });
+      expect(await a.next('jobs', (d) => d.queue === 'live')).toEqual({ queue: 'live' });
+      expect(await b.next('jobs', (d) => d.queue === 'live')).toEqual({ queue: 'live' });
+      // And the overview that follows counts the new job.
+      const overview = await a.next('overview', (o) => o.queues.some((q: any) => q.queue === 'live'));
+      expect(overview.queues.find((q: any) => q.queue === 'live').pending).toBe(1);
+    } finally {
+      a.close();
+      b.close();
+    }
+  });
+
+  it('pushes changes that no NOTIFY announces (a job finishing) through the refresh loop', async () => {
+    const id = await queue.enqueue('quiet', {}, { queue: 'quiet' });
+    const events = await openEventStream(new URL('api/events', dash.url).href, auth);
+    try {
+      await events.next('overview', (o) => o.queues.some((q: any) => q.queue === 'quiet' && q.pending === 1));
+      await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed', finished_at = now() WHERE id = $1`, [id]);
+      await events.next('overview', (o) => o.queues.some((q: any) => q.queue === 'quiet' && q.completed === 1));
+    } finally {
+      events.close();
+    }
+  });
+});
+
+describe('mounted in an existing Node server', () => {
+  let server: Server;
+  let base: string;
+  let close: () => Promise<void>;
+
+  beforeAll(async () => {
+    const dashboard = await createDashboardHandler({ connectionString: db.url, schema: db.schema, basePath: '/admin/sluice', token: TOKEN });
+    close = dashboard.close;
+    server = createServer((req, res) => {
+      if (req.url?.startsWith('/admin/sluice')) return dashboard.handle(req, res);
+      res.end('the app');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  });
+
+  afterAll(async () => {
+    await close?.();
+    await new Promise((resolve) => server?.close(resolve));
+  });
+
+  it('serves the dashboard under its base path and leaves the rest to the app', async () => {
+    expect(await (await fetch(`${base}/`)).text()).toBe('the app');
+    const redirect = await fetch(`${base}/admin/sluice`, { headers: auth, redirect: 'manual' });
+    expect(redirect.status).toBe(308);
+    expect(redirect.headers.get('location')).toBe('/admin/sluice/');
+    const page = await fetch(`${base}/admin/sluice/`, { headers: auth });
+    expect(await page.text()).toContain('assets/app.js');
+    expect((await fetch(`${base}/admin/sluice/assets/app.js`, { headers: auth })).headers.get('content-type')).toMatch(/javascript/);
+    expect((await fetch(`${base}/admin/sluice/api/overview`, { headers: auth })).status).toBe(200);
+    expect((await fetch(`${base}/admin/sluice/api/overview`)).status).toBe(401);
+    const login = await fetch(`${base}/admin/sluice/?token=${TOKEN}`, { redirect: 'manual' });
+    expect(login.headers.get('set-cookie')).toContain('Path=/admin/sluice/');
+  });
+
+  it('never serves files outside its asset list', async () => {
+    const port = Number(new URL(base).port);
+    for (const path of ['assets/../../package.json', 'assets/..%2f..%2fpackage.json', 'assets/%2e%2e/%2e%2e/package.json', 'assets/index.html']) {
+      expect(await rawStatus(port, `/admin/sluice/${path}`, auth)).toBe(404);
+    }
+  });
+});
+
+describe('sluice dashboard (the command)', () => {
+  const BIN = fileURLToPath(new URL('../bin/sluice.js', import.meta.url));
+
+  it('serves until SIGTERM, then exits 0', async () => {
+    const child = spawn(process.execPath, [BIN, 'dashboard', '--port', '0', '--schema', db.schema], {
+      env: { ...process.env, DATABASE_URL: db.url, SLUICE_DASHBOARD_TOKEN: TOKEN },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (d) => (out += d));
+    child.stderr.on('data', (d) => (out += d));
+    const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+    const url = await waitFor(() => /on (http:\S+)/.exec(out)?.[1], 'the dashboard to print its address');
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/$/);
+    expect((await fetch(url)).status).toBe(401);
+    const overview = await fetch(new URL('api/overview', url), { headers: auth });
+    expect(overview.status).toBe(200);
+    child.kill('SIGTERM');
+    expect(await exited).toBe(0);
+  });
+
+  it('exits 2 when asked to listen on all interfaces without a token', async () => {
+    const child = spawn(process.execPath, [BIN, 'dashboard', '--host', '0.0.0.0', '--port', '0'], {
+      env: { ...process.env, DATABASE_URL: db.url, SLUICE_DASHBOARD_TOKEN: '', SLUICE_DASHBOARD_PASSWORD: '' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let err = '';
+    child.stderr.on('data', (d) => (err += d));
+    const code = await new Promise<number | null>((resolve) => child.on('exit', (c) => resolve(c)));
+    expect(code).toBe(2);
+    expect(err).toMatch(/refusing to listen on 0\.0\.0\.0 without authentication/);
+  });
+
+  it('says to run migrate when the schema has no Sluice tables', async () => {
+    const empty = await startDashboard({ connectionString: db.url, schema: `${db.schema}_none`, port: 0 });
+    try {
+      const res = await fetch(new URL('api/overview', empty.url));
+      expect(res.status).toBe(503);
+      expect(await res.json()).toMatchObject({ error: { code: 'NOT_MIGRATED', message: expect.stringContaining('sluice migrate') } });
+    } finally {
+      await empty.close();
+    }
+  });
+});
