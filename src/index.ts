@@ -1,7 +1,7 @@
 export { Queue, type EnqueueOptions, type JobSpec, type QueueOptions, type JobKeyMode, type WaitOptions } from './queue.js';
 export { Worker, type WorkerEvents } from './worker/worker.js';
 export type { CronSchedule } from './maintenance/cron-schedule.js';
-export type { CronTick } from './maintenance/cron.js';
+export { listSchedules, type CronTick, type ScheduleInfo } from './maintenance/cron.js';
 export type { RescuedJob } from './maintenance/rescuer.js';
 export { migrate, type MigrationResult } from './migrate.js';
 export type { WorkerOptions, ConnectionOptions } from './config.js';

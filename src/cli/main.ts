@@ -4,6 +4,7 @@ import { registerDashboard } from './commands/dashboard.js';
 import { registerDemo } from './commands/demo.js';
 import { registerMigrate } from './commands/migrate.js';
 import { registerDoctor } from './commands/doctor.js';
+import { registerCron } from './commands/cron.js';
 import { ExitStatus, UsageError } from './output.js';
 
 /** Exit codes: 0 success, 1 runtime failure, 2 usage error. */
@@ -22,6 +23,7 @@ export function buildProgram(): Command {
   registerDemo(program);
   registerDoctor(program);
   registerDashboard(program);
+  registerCron(program);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

@@ -40,6 +40,6 @@ export function buildCronQueries(schema: string): CronQueries {
     advance: `UPDATE ${s}.cron_schedules SET last_tick = $2, next_tick = $3, updated_at = now() WHERE name = $1`,
 
     list: `SELECT name, cron, timezone, task, queue, payload, priority, max_attempts, backfill,
-        last_tick, next_tick, updated_at FROM ${s}.cron_schedules ORDER BY name`,
+        last_tick, updated_at FROM ${s}.cron_schedules ORDER BY name`,
   };
 }

@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { buildCronQueries, type CronQueries } from '../db/cron-queries.js';
-import { dueTicks, nextTick, type ResolvedSchedule } from './cron-schedule.js';
+import { rows, type Queryable } from '../db/executor.js';
+import { dueTicks, nextTick, parseCron, type ResolvedSchedule } from './cron-schedule.js';
 
 /** A tick that became a job. */
 export interface CronTick {
@@ -123,4 +124,54 @@ export class CronRunner {
       client.release();
     }
   }
+}
+
+/** A schedule as stored by the workers that run it, with its next tick. */
+export interface ScheduleInfo {
+  name: string;
+  cron: string;
+  timezone: string;
+  task: string;
+  queue: string;
+  payload: unknown;
+  priority: number;
+  maxAttempts: number;
+  backfill: number;
+  /** The newest tick enqueued (or when the schedule was first registered). */
+  lastTick: Date;
+  /** The next tick after now; null if the pattern has no more (or no longer parses). */
+  nextRun: Date | null;
+  /** When a worker last published this definition. */
+  updatedAt: Date;
+}
+
+interface ScheduleRow {
+  name: string; cron: string; timezone: string; task: string; queue: string; payload: unknown;
+  priority: number; max_attempts: number; backfill: number; last_tick: Date; updated_at: Date;
+}
+
+/**
+ * Every schedule any worker has registered in `schema`, with its next run
+ * (computed from the stored definition, on the database clock).
+ *
+ * @example
+ *   for (const s of await listSchedules(pool, 'sluice')) console.log(s.name, s.nextRun);
+ */
+export async function listSchedules(db: Queryable, schema: string): Promise<ScheduleInfo[]> {
+  const q = buildCronQueries(schema);
+  const [{ now }] = (await rows<{ now: Date }>(db, 'SELECT now() AS now')) as [{ now: Date }];
+  const list = await rows<ScheduleRow>(db, q.list);
+  return list.map((r) => {
+    let next: Date | null = null;
+    try {
+      next = nextTick(parseCron(r.name, r.cron, r.timezone), now);
+    } catch {
+      // Written by a newer or older Sluice with a pattern this one cannot read.
+    }
+    return {
+      name: r.name, cron: r.cron, timezone: r.timezone, task: r.task, queue: r.queue, payload: r.payload,
+      priority: r.priority, maxAttempts: r.max_attempts, backfill: r.backfill, lastTick: r.last_tick,
+      nextRun: next, updatedAt: r.updated_at,
+    };
+  });
 }

@@ -5,8 +5,8 @@ import { createTestSchema, type TestDatabase } from './database.js';
 export interface WorkerFixture {
   db: TestDatabase;
   queue: Queue;
-  /** A started worker on the file's schema; stopped after each test. */
-  start(options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker>;
+  /** A started worker on the file's schema; stopped after each test. `before` sees it before it starts. */
+  start(options: Omit<WorkerOptions, 'connectionString' | 'schema'>, before?: (worker: Worker) => void): Promise<Worker>;
 }
 
 /**
@@ -16,9 +16,10 @@ export interface WorkerFixture {
 export function useWorkers(prefix: string): WorkerFixture {
   const workers: Worker[] = [];
   const fixture = {
-    async start(options: Omit<WorkerOptions, 'connectionString' | 'schema'>) {
+    async start(options: Omit<WorkerOptions, 'connectionString' | 'schema'>, before?: (worker: Worker) => void) {
       const worker = new Worker({ connectionString: fixture.db.url, schema: fixture.db.schema, ...options });
       worker.on('error', () => {});
+      before?.(worker);
       workers.push(worker);
       await worker.start();
       return worker;
