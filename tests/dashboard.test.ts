@@ -252,6 +252,25 @@ describe('API', () => {
   });
 });
 
+describe('health', () => {
+  it('reports the same checks as sluice doctor, including a stuck job', async () => {
+    const id = await queue.enqueue('hung', {}, { queue: 'health' });
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = 'processing', attempts = 1, locked_by = 'gone', locked_at = now() - interval '10 minutes' WHERE id = $1`,
+      [id],
+    );
+    const { status, body } = await api('api/health');
+    expect(status).toBe(200);
+    expect(body.schema).toBe(db.schema);
+    expect(body.checks.map((c: any) => c.id)).toEqual(expect.arrayContaining(['tables', 'connections', 'backlog', 'stuck']));
+    const stuck = body.checks.find((c: any) => c.id === 'stuck');
+    expect(stuck.status).toBe('warn');
+    expect(stuck.summary).toContain(id);
+    expect(['warn', 'critical']).toContain(body.status);
+    await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE id = $1`, [id]);
+  });
+});
+
 describe('live feed', () => {
   it('pushes the overview, then a jobs event as soon as a job is enqueued, over one LISTEN connection for all browsers', async () => {
     const a = await openEventStream(new URL('api/events', dash.url).href, auth);

@@ -4,11 +4,13 @@ import {
 } from '../admin/jobs.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
+import type { HealthReports } from './health.js';
 import type { LiveFeed } from './live.js';
 import type { Overview } from './overview.js';
 
 export interface ApiContext {
   db: Queryable;
+  health: HealthReports;
   schema: string;
   feed: LiveFeed;
   loadOverview: (db: Queryable, schema: string) => Promise<Overview>;
@@ -55,6 +57,10 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get('/api/overview', async (_req, reply) => {
     return reply.header('cache-control', 'no-store').send(await ctx.loadOverview(db, schema));
+  });
+
+  app.get('/api/health', async (_req, reply) => {
+    return reply.header('cache-control', 'no-store').send(await ctx.health.get());
   });
 
   app.get('/api/jobs', async (req) => {

@@ -5,6 +5,7 @@ import { Notifier, openListenConnection } from '../notifier.js';
 import { loadAssets, renderIndex } from './assets.js';
 import { Authenticator, SESSION_COOKIE } from './auth.js';
 import { CsrfGuard } from './csrf.js';
+import { HealthReports } from './health.js';
 import { LiveFeed } from './live.js';
 import { resolveDashboardOptions, type DashboardOptions } from './options.js';
 import { registerApi } from './api.js';
@@ -87,7 +88,7 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
         feed.attach(reply.raw);
       });
 
-      registerApi(scope, { db: pool.pool, schema: config.schema, feed, loadOverview });
+      registerApi(scope, { db: pool.pool, schema: config.schema, feed, loadOverview, health: new HealthReports(pool.pool, config.schema) });
     },
     { prefix: config.basePath },
   );

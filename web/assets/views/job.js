@@ -68,6 +68,10 @@ function jobDetail(job, reload, navigate) {
       )),
     h('section', { class: 'card', 'aria-labelledby': 'job-payload' },
       h('h2', { id: 'job-payload' }, 'Payload'), h('pre', { tabindex: 0 }, JSON.stringify(job.payload, null, 2))),
+    job.progress !== undefined && job.progress !== null
+      ? h('section', { class: 'card', 'aria-labelledby': 'job-progress' },
+          h('h2', { id: 'job-progress' }, 'Progress'), h('pre', { tabindex: 0 }, JSON.stringify(job.progress, null, 2)))
+      : null,
     'result' in job && job.result !== null
       ? h('section', { class: 'card', 'aria-labelledby': 'job-result' },
           h('h2', { id: 'job-result' }, 'Result'), h('pre', { tabindex: 0 }, JSON.stringify(job.result, null, 2)))

@@ -1,6 +1,6 @@
 // The overview: every queue with its counts, waiting time, throughput and
 // failure rate, the throughput chart of the last hour, and the health panel.
-import { post } from '../api.js';
+import { get, post } from '../api.js';
 import { throughputChart } from '../chart.js';
 import { h, replace } from '../dom.js';
 import { count, duration, percent, rate } from '../format.js';
@@ -18,9 +18,11 @@ const STATUSES = [
 export function overviewView(main, ctx) {
   const chartBox = h('div', { class: 'chart-box' });
   const queuesBox = h('div', { class: 'table-box' });
+  const healthBox = h('div', null, h('p', null, 'Checking…'));
   replace(
     main,
     h('h1', null, 'Overview'),
+    h('section', { 'aria-labelledby': 'health-title', class: 'card' }, h('h2', { id: 'health-title' }, 'Health'), healthBox),
     h('section', { 'aria-labelledby': 'throughput-title', class: 'card' }, h('h2', { id: 'throughput-title' }, 'Throughput, last hour'), chartBox),
     h('section', { 'aria-labelledby': 'queues-title', class: 'card' }, h('h2', { id: 'queues-title' }, 'Queues'), queuesBox),
   );
@@ -36,9 +38,41 @@ export function overviewView(main, ctx) {
     keepFocus(queuesBox, () => replace(queuesBox, queueTable(overview, ctx)));
   };
   show(ctx.overview);
+  const loadHealth = async () => {
+    try {
+      const report = await get('health');
+      keepFocus(healthBox, () => replace(healthBox, healthPanel(report)));
+    } catch (err) {
+      replace(healthBox, h('p', { class: 'error' }, `Health checks failed: ${err instanceof Error ? err.message : String(err)}`));
+    }
+  };
+  void loadHealth();
+  // While this view is on screen; the server runs the checks at most every 15 s for everyone.
+  const healthTimer = setInterval(() => (main.contains(healthBox) ? void loadHealth() : clearInterval(healthTimer)), HEALTH_MS);
   // Redrawn at its new width when the window (or phone orientation) changes.
   new ResizeObserver(drawChart).observe(chartBox);
   return { onOverview: show };
+}
+
+const HEALTH_MS = 30_000;
+
+/**
+ * The `sluice doctor` report: problems first, each with its numbers and advice;
+ * the checks that passed folded away.
+ * @param {{ status: string, checks: { id: string, title: string, status: string, summary: string, advice?: string }[] }} report
+ */
+function healthPanel(report) {
+  const problems = report.checks.filter((c) => c.status !== 'ok');
+  const fine = report.checks.filter((c) => c.status === 'ok');
+  const line = (/** @type {any} */ c) => h('li', { 'data-check': c.id },
+    h('span', { class: `level level-${c.status}` }, c.status),
+    h('span', null, h('strong', null, c.title), ': ', c.summary, c.advice && c.status !== 'ok' ? h('small', { class: 'advice' }, c.advice) : null));
+  return [
+    h('p', { class: `health-status level-${report.status}` },
+      report.status === 'ok' ? 'All checks pass.' : `${problems.length} of ${report.checks.length} checks need attention.`),
+    problems.length ? h('ul', { class: 'health' }, problems.map(line)) : null,
+    fine.length ? h('details', null, h('summary', null, `${fine.length} checks pass`), h('ul', { class: 'health' }, fine.map(line))) : null,
+  ];
 }
 
 function legend() {
