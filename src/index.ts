@@ -35,6 +35,9 @@ export {
   type JobPage,
   type JobActionResult,
   type DeleteFinishedOptions,
+  getJobAudit,
+  type ActionOptions,
+  type AuditEntry,
 } from './admin/jobs.js';
 export { getStats, getThroughput, type Stats, type QueueStats, type ThroughputPoint } from './admin/stats.js';
 export { runDoctor, type DoctorOptions, type DoctorReport } from './doctor/run-doctor.js';

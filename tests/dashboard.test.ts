@@ -191,6 +191,23 @@ describe('API', () => {
     expect(byTask.body.jobs).toHaveLength(7);
   });
 
+  it('filters by creation time', async () => {
+    const [old, mid, recent] = await queue.enqueueMany([
+      { task: 'timed', queue: 'timed' }, { task: 'timed', queue: 'timed' }, { task: 'timed', queue: 'timed' },
+    ]);
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET created_at = CASE id WHEN $1 THEN '2026-01-01T10:00:00Z'::timestamptz
+         WHEN $2 THEN '2026-01-02T10:00:00Z'::timestamptz ELSE '2026-01-03T10:00:00Z'::timestamptz END
+       WHERE queue = 'timed'`,
+      [old, mid],
+    );
+    const ids = async (qs: string) => (await api(`api/jobs?queue=timed&${qs}`)).body.jobs.map((j: any) => j.id);
+    expect(await ids('from=2026-01-02T00:00:00Z')).toEqual([recent, mid]);
+    expect(await ids('until=2026-01-02T10:00:00Z')).toEqual([old]);
+    expect(await ids('from=2026-01-02T00:00:00Z&until=2026-01-03T00:00:00Z')).toEqual([mid]);
+    expect((await api('api/jobs?from=yesterday')).status).toBe(400);
+  });
+
   it('answers bad filters with 400 and unknown jobs with 404', async () => {
     expect((await api('api/jobs?status=exploded')).status).toBe(400);
     expect((await api('api/jobs?limit=0')).status).toBe(400);
@@ -222,6 +239,21 @@ describe('API', () => {
     expect(await statusOf(pending)).toBeUndefined();
   });
 
+  it("records every action in the job's audit history, with who did it, and keeps it after a delete", async () => {
+    const id = await failedJob('audited');
+    await post(`api/jobs/${id}/retry`);
+    await post(`api/jobs/${id}/cancel`);
+    const shown = await api(`api/jobs/${id}`);
+    const who = 'dashboard token from 127.0.0.1';
+    expect(shown.body.audit.map((a: any) => [a.action, a.actor])).toEqual([['retry', who], ['cancel', who]]);
+    // A refused action (409) leaves no record.
+    expect((await post(`api/jobs/${id}/cancel`)).status).toBe(409);
+    await post(`api/jobs/${id}/delete`);
+    const gone = await api(`api/jobs/${id}`);
+    expect(gone.status).toBe(404);
+    expect(gone.body.audit.map((a: any) => a.action)).toEqual(['retry', 'cancel', 'delete']);
+  });
+
   it('retries every failed job of one queue in bulk', async () => {
     const mine = [await failedJob('bulk'), await failedJob('bulk')];
     const other = await failedJob('bulk-other');
@@ -229,6 +261,8 @@ describe('API', () => {
     expect(res.body).toMatchObject({ retried: 2, queues: { bulk: 2 } });
     expect(await Promise.all(mine.map(statusOf))).toEqual(['pending', 'pending']);
     expect(await statusOf(other)).toBe('failed');
+    const { rows } = await db.pool.query(`SELECT job_id::text, action FROM ${db.s}.audit_log WHERE queue = 'bulk' ORDER BY job_id`);
+    expect(rows).toEqual(mine.map((id) => ({ job_id: id, action: 'retry' })));
     expect((await post('api/jobs/retry-failed', { queue: 42 })).status).toBe(400);
   });
 

@@ -42,6 +42,10 @@ export interface ListJobsOptions {
   before?: string | number;
   /** Cursor: jobs with a larger id (newer). The page is still returned newest first. */
   after?: string | number;
+  /** Only jobs created at or after this time. */
+  createdFrom?: Date;
+  /** Only jobs created before this time. */
+  createdUntil?: Date;
 }
 
 export interface JobPage {
@@ -81,16 +85,17 @@ export async function listJobs(db: Queryable, schema: string, options: ListJobsO
     listOf('queue', options.queue, (q) => checked(() => checkName('queue', q))),
     listOf('task', options.task, (t) => checked(() => checkName('task', t))),
   ];
+  const window = [dateOption('createdFrom', options.createdFrom), dateOption('createdUntil', options.createdUntil)];
   // One row more than asked tells whether another page exists in that direction.
   if (options.after !== undefined) {
     const after = jobId(options.after);
-    const found = await query<JobRow>(db, admin.listNewer, [...filters, after, limit + 1], 'listJobs');
+    const found = await query<JobRow>(db, admin.listNewer, [...filters, after, limit + 1, ...window], 'listJobs');
     const more = found.length > limit;
     const jobs = found.slice(0, limit).reverse();
     return { jobs, nextBefore: jobs.at(-1)?.id ?? null, nextAfter: more ? jobs[0]!.id : null };
   }
   const before = options.before === undefined ? null : jobId(options.before);
-  const found = await query<JobRow>(db, admin.listOlder, [...filters, before, limit + 1], 'listJobs');
+  const found = await query<JobRow>(db, admin.listOlder, [...filters, before, limit + 1, ...window], 'listJobs');
   const more = found.length > limit;
   const jobs = found.slice(0, limit);
   return {
@@ -99,6 +104,35 @@ export async function listJobs(db: Queryable, schema: string, options: ListJobsO
     // Coming from a cursor, newer jobs exist (at least the ones paged through).
     nextAfter: before !== null && jobs.length > 0 ? jobs[0]!.id : null,
   };
+}
+
+/** Options of every action: who is asking, for the audit log. */
+export interface ActionOptions {
+  /**
+   * Who asked, stored with the action in the audit log (migration 0007), e.g.
+   * 'cli', 'dashboard token 10.0.0.7'. 1 to 256 characters. Default 'api'.
+   */
+  actor?: string;
+}
+
+/** One entry of a job's audit log: an action someone took on it. */
+export interface AuditEntry {
+  at: Date;
+  action: 'retry' | 'cancel' | 'delete';
+  actor: string;
+}
+
+function actorOf(options: ActionOptions): string {
+  const actor = options.actor ?? 'api';
+  if (typeof actor !== 'string' || actor.length === 0 || actor.length > 256) {
+    throw new ValidationError('actor must be a string of 1 to 256 characters');
+  }
+  return actor;
+}
+
+/** Every action taken on a job through this API (retry, cancel, delete), oldest first; also for deleted jobs. */
+export async function getJobAudit(db: Queryable, schema: string, id: string | number): Promise<AuditEntry[]> {
+  return query<AuditEntry>(db, queriesFor(schema).admin.auditOfJob, [jobId(id)], 'getJobAudit');
 }
 
 /** One job, or undefined when there is none with that id. */
@@ -111,8 +145,8 @@ export async function getJob(db: Queryable, schema: string, id: string | number)
  * Puts a failed or cancelled job back to pending, due now. A job that used all
  * its attempts gets one more. Wakes the queue's workers.
  */
-export async function retryJob(db: Queryable, schema: string, id: string | number): Promise<JobActionResult> {
-  const result = await act(db, schema, 'retry', id, RETRYABLE);
+export async function retryJob(db: Queryable, schema: string, id: string | number, options: ActionOptions = {}): Promise<JobActionResult> {
+  const result = await act(db, schema, 'retry', id, RETRYABLE, options);
   if (result.ok) await wakeQueues(db, schema, [result.job.queue]);
   return result;
 }
@@ -121,10 +155,11 @@ export async function retryJob(db: Queryable, schema: string, id: string | numbe
 export async function retryFailed(
   db: Queryable,
   schema: string,
-  options: { queue?: string } = {},
+  options: { queue?: string } & ActionOptions = {},
 ): Promise<{ retried: number; queues: Record<string, number> }> {
   const queue = options.queue === undefined ? null : checked(() => checkName('queue', options.queue));
-  const counts = await query<{ queue: string; count: number }>(db, queriesFor(schema).admin.retryFailed, [queue], 'retryFailed');
+  const counts = await query<{ queue: string; count: number }>(
+    db, queriesFor(schema).admin.retryFailed, [queue, actorOf(options)], 'retryFailed');
   await wakeQueues(db, schema, counts.map((c) => c.queue));
   return {
     retried: counts.reduce((sum, c) => sum + c.count, 0),
@@ -136,13 +171,13 @@ export async function retryFailed(
  * Cancels a job that has not started: it becomes 'cancelled' and is never run.
  * A running job is refused with reason 'wrong_status' (see CANCELLABLE).
  */
-export async function cancelJob(db: Queryable, schema: string, id: string | number): Promise<JobActionResult> {
-  return act(db, schema, 'cancel', id, CANCELLABLE);
+export async function cancelJob(db: Queryable, schema: string, id: string | number, options: ActionOptions = {}): Promise<JobActionResult> {
+  return act(db, schema, 'cancel', id, CANCELLABLE, options);
 }
 
 /** Deletes one job that no worker is running. */
-export async function deleteJob(db: Queryable, schema: string, id: string | number): Promise<JobActionResult> {
-  return act(db, schema, 'deleteJob', id, DELETABLE);
+export async function deleteJob(db: Queryable, schema: string, id: string | number, options: ActionOptions = {}): Promise<JobActionResult> {
+  return act(db, schema, 'deleteJob', id, DELETABLE, options);
 }
 
 export interface DeleteFinishedOptions {
@@ -189,10 +224,12 @@ type ActionQuery = 'retry' | 'cancel' | 'deleteJob';
  * Runs a single-job statement guarded by "status is one of `allowed`"; when it
  * changes nothing, reads the status to say why (gone, or in another state).
  */
-async function act(db: Queryable, schema: string, action: ActionQuery, id: string | number, allowed: readonly JobStatus[]): Promise<JobActionResult> {
+async function act(
+  db: Queryable, schema: string, action: ActionQuery, id: string | number, allowed: readonly JobStatus[], options: ActionOptions,
+): Promise<JobActionResult> {
   const { admin } = queriesFor(schema);
   const jobIdText = jobId(id);
-  const [job] = await query<JobRow>(db, admin[action], [jobIdText, allowed], action);
+  const [job] = await query<JobRow>(db, admin[action], [jobIdText, allowed, actorOf(options)], action);
   if (job) return { ok: true, job };
   const [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], action);
   return current ? { ok: false, reason: 'wrong_status', status: current.status } : { ok: false, reason: 'not_found' };
@@ -215,6 +252,12 @@ export function jobId(value: string | number): string {
     throw new ValidationError(`not a job id: ${JSON.stringify(value)}`);
   }
   return BigInt(text).toString();
+}
+
+function dateOption(name: string, value: Date | undefined): Date | null {
+  if (value === undefined) return null;
+  if (!(value instanceof Date) || Number.isNaN(value.getTime())) throw new ValidationError(`listJobs: ${name} must be a valid Date`);
+  return value;
 }
 
 /** Checks a status name. */

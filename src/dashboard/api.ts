@@ -1,6 +1,6 @@
-import type { FastifyError, FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
-  cancelJob, checkStatus, deleteJob, getJob, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
+  cancelJob, checkStatus, deleteJob, getJob, getJobAudit, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
 } from '../admin/jobs.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
@@ -11,6 +11,8 @@ import type { Overview } from './overview.js';
 export interface ApiContext {
   db: Queryable;
   health: HealthReports;
+  /** Who made the request, for the audit log. */
+  actor: (req: FastifyRequest) => string;
   schema: string;
   feed: LiveFeed;
   loadOverview: (db: Queryable, schema: string) => Promise<Overview>;
@@ -24,6 +26,9 @@ interface JobsQuery {
   before?: string;
   after?: string;
   limit?: string;
+  /** ISO 8601 times: jobs created in [from, until). */
+  from?: string;
+  until?: string;
 }
 
 const UNDEFINED_TABLE = '42P01';
@@ -72,19 +77,22 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
       before: q.before || undefined,
       after: q.after || undefined,
       limit: q.limit ? integer('limit', q.limit) : undefined,
+      createdFrom: q.from ? date('from', q.from) : undefined,
+      createdUntil: q.until ? date('until', q.until) : undefined,
     });
   });
 
   app.get('/api/jobs/:id', async (req, reply) => {
-    const job = await getJob(db, schema, jobId(param(req.params, 'id')));
-    if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' } });
-    return { job };
+    const id = jobId(param(req.params, 'id'));
+    const [job, audit] = await Promise.all([getJob(db, schema, id), getJobAudit(db, schema, id)]);
+    if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' }, audit });
+    return { job, audit };
   });
 
   const actions = { retry: retryJob, cancel: cancelJob, delete: deleteJob } as const;
   for (const [name, action] of Object.entries(actions)) {
     app.post(`/api/jobs/:id/${name}`, async (req, reply) => {
-      const result = await action(db, schema, jobId(param(req.params, 'id')));
+      const result = await action(db, schema, jobId(param(req.params, 'id')), { actor: ctx.actor(req) });
       return sendActionResult(reply, result, name, feed);
     });
   }
@@ -92,7 +100,7 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   app.post('/api/jobs/retry-failed', async (req) => {
     const body = (req.body ?? {}) as { queue?: unknown };
     if (body.queue !== undefined && typeof body.queue !== 'string') throw new ValidationError('queue must be a string');
-    const result = await retryFailed(db, schema, { queue: body.queue });
+    const result = await retryFailed(db, schema, { queue: body.queue, actor: ctx.actor(req) });
     feed.changed(body.queue ?? '');
     return result;
   });
@@ -116,4 +124,12 @@ function param(params: unknown, name: string): string {
 function integer(name: string, text: string): number {
   if (!/^\d{1,9}$/.test(text)) throw new ValidationError(`${name} must be a positive integer, got ${JSON.stringify(text)}`);
   return Number(text);
+}
+
+function date(name: string, text: string): Date {
+  const value = new Date(text);
+  if (!/^\d{4}-\d{2}-\d{2}T/.test(text) || Number.isNaN(value.getTime())) {
+    throw new ValidationError(`${name} must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got ${JSON.stringify(text)}`);
+  }
+  return value;
 }

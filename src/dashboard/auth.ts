@@ -13,7 +13,7 @@ export interface AuthRequest {
 }
 
 export type AuthDecision =
-  | { ok: true; via: 'loopback' | 'token' | 'cookie' | 'basic' | 'query-token' }
+  | { ok: true; via: 'loopback' | 'token' | 'cookie' | 'basic' | 'query-token'; user?: string }
   | { ok: false; status: 401 | 403; reason: string };
 
 /**
@@ -68,7 +68,7 @@ export class Authenticator {
       // Compare both parts every time so the answer takes as long for a wrong user as for a wrong password.
       const userOk = safeEqual(decoded.slice(0, Math.max(colon, 0)), basicAuth.username);
       const passOk = safeEqual(decoded.slice(colon + 1), basicAuth.password);
-      if (colon >= 0 && userOk && passOk) return { ok: true, via: 'basic' };
+      if (colon >= 0 && userOk && passOk) return { ok: true, via: 'basic', user: basicAuth.username };
     }
     if (this.sessionValue !== undefined) {
       const cookie = readCookie(req.headers.cookie, SESSION_COOKIE);
@@ -103,4 +103,10 @@ function readCookie(header: string | undefined, name: string): string | undefine
     if (eq > 0 && part.slice(0, eq).trim() === name) return part.slice(eq + 1).trim();
   }
   return undefined;
+}
+
+/** How the audit log names whoever passed authentication, e.g. "dashboard token from 10.0.0.7". */
+export function describeActor(decision: Extract<AuthDecision, { ok: true }>, remoteAddress: string | undefined): string {
+  const who = decision.via === 'basic' ? `user ${decision.user}` : decision.via === 'loopback' ? 'loopback' : 'token';
+  return `dashboard ${who} from ${remoteAddress ?? 'unknown address'}`;
 }

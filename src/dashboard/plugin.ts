@@ -3,7 +3,7 @@ import { openPool } from '../db/connection.js';
 import { channelFor } from '../db/identifiers.js';
 import { Notifier, openListenConnection } from '../notifier.js';
 import { loadAssets, renderIndex } from './assets.js';
-import { Authenticator, SESSION_COOKIE } from './auth.js';
+import { Authenticator, describeActor, SESSION_COOKIE } from './auth.js';
 import { CsrfGuard } from './csrf.js';
 import { HealthReports } from './health.js';
 import { LiveFeed } from './live.js';
@@ -52,6 +52,9 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
   app.addHook('preClose', async () => feed.close());
   app.addHook('onClose', async () => pool.end());
 
+  // Who made each request, for the audit log of the actions it takes.
+  const actors = new WeakMap<FastifyRequest, string>();
+
   await app.register(
     async (scope: FastifyInstance) => {
       scope.addHook('onRequest', async (req, reply) => {
@@ -63,6 +66,7 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
         });
         if (!decision.ok) return refuse(req, reply, decision.status, decision.reason, auth.usesBasicAuth);
         if (decision.via === 'query-token') return startSession(req, reply, auth.session!, `${config.basePath}/`);
+        actors.set(req, describeActor(decision, req.socket.remoteAddress));
         if (req.method !== 'GET' && req.method !== 'HEAD') {
           const why = csrf.reject(req.headers);
           if (why) return reply.code(403).send({ error: { code: 'CSRF', message: why } });
@@ -88,7 +92,14 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
         feed.attach(reply.raw);
       });
 
-      registerApi(scope, { db: pool.pool, schema: config.schema, feed, loadOverview, health: new HealthReports(pool.pool, config.schema) });
+      registerApi(scope, {
+        db: pool.pool,
+        schema: config.schema,
+        feed,
+        loadOverview,
+        health: new HealthReports(pool.pool, config.schema),
+        actor: (req) => actors.get(req) ?? 'dashboard',
+      });
     },
     { prefix: config.basePath },
   );

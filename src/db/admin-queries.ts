@@ -25,15 +25,21 @@ export interface AdminQueries {
   readonly deleteFinishedBatch: string;
   readonly stats: string;
   readonly throughput: string;
+  readonly auditOfJob: string;
 }
 
 export function buildAdminQueries(schema: string): AdminQueries {
   const s = quoteSchema(schema);
   const jobs = `${s}.jobs`;
-  // $1 statuses, $2 queues, $3 tasks (text[] or NULL for "any").
+  // $1 statuses, $2 queues, $3 tasks (text[] or NULL for "any"); $6, $7 a window
+  // of created_at (NULL: open). There is no index on created_at: the time window
+  // is checked along the id walk, which is cheap for recent windows (ids grow
+  // with created_at) and reads the newer rows first for a window far back.
   const filters = `($1::text[] IS NULL OR status = ANY($1::text[]))
       AND ($2::text[] IS NULL OR queue = ANY($2::text[]))
-      AND ($3::text[] IS NULL OR task = ANY($3::text[]))`;
+      AND ($3::text[] IS NULL OR task = ANY($3::text[]))
+      AND ($6::timestamptz IS NULL OR created_at >= $6::timestamptz)
+      AND ($7::timestamptz IS NULL OR created_at < $7::timestamptz)`;
 
   // Back to pending now, lock fields cleared. A job that spent all its attempts
   // gets exactly one more (max_attempts is raised to attempts + 1): the attempt
@@ -43,6 +49,14 @@ export function buildAdminQueries(schema: string): AdminQueries {
   const requeue = `status = 'pending', run_at = now(), locked_at = NULL, locked_by = NULL, finished_at = NULL,
         max_attempts = least(1000, greatest(j.max_attempts, j.attempts + 1)), updated_at = now(),
         key_scope = CASE WHEN j.key_scope IS NULL THEN NULL ELSE 'released' END`;
+
+  // The audit record of a single-job action ($3: actor), written by the same
+  // statement from the rows the action changed (CTE "changed").
+  const audited = (action: string) => `logged AS (
+        INSERT INTO ${s}.audit_log (job_id, queue, action, actor)
+        SELECT id, queue, '${action}', $3::text FROM changed
+      )
+      SELECT ${jobColumns('changed')} FROM changed`;
 
   return {
     schema,
@@ -66,29 +80,39 @@ export function buildAdminQueries(schema: string): AdminQueries {
     statusOf: `SELECT status FROM ${jobs} WHERE id = $1::bigint`,
 
     // $2: the statuses a job may be retried from.
-    retry: `UPDATE ${jobs} j SET ${requeue}
-      WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
-      RETURNING ${jobColumns('j')}`,
+    retry: `WITH changed AS (
+        UPDATE ${jobs} j SET ${requeue}
+        WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
+        RETURNING j.*
+      ), ${audited('retry')}`,
 
     // Counted per queue rather than returning every id: this may touch a million
     // rows, and the caller only needs to know which queues to wake.
+    // $2: actor. Every retried job gets its own audit row.
     retryFailed: `WITH retried AS (
         UPDATE ${jobs} j SET ${requeue}
         WHERE j.status = 'failed' AND ($1::text IS NULL OR j.queue = $1::text)
-        RETURNING j.queue
+        RETURNING j.id, j.queue
+      ), logged AS (
+        INSERT INTO ${s}.audit_log (job_id, queue, action, actor)
+        SELECT id, queue, 'retry', $2::text FROM retried
       )
       SELECT queue, count(*)::int AS count FROM retried GROUP BY queue ORDER BY queue`,
 
     // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/admin/jobs.ts).
-    cancel: `UPDATE ${jobs} j
-      SET status = 'cancelled', finished_at = now(), locked_at = NULL, updated_at = now()
-      WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
-      RETURNING ${jobColumns('j')}`,
+    cancel: `WITH changed AS (
+        UPDATE ${jobs} j
+        SET status = 'cancelled', finished_at = now(), locked_at = NULL, updated_at = now()
+        WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
+        RETURNING j.*
+      ), ${audited('cancel')}`,
 
     // $2: the statuses a job may be deleted in (never while a worker runs it).
-    deleteJob: `DELETE FROM ${jobs} j
-      WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
-      RETURNING ${jobColumns('j')}`,
+    deleteJob: `WITH changed AS (
+        DELETE FROM ${jobs} j
+        WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
+        RETURNING j.*
+      ), ${audited('delete')}`,
 
     // One batch of a bulk delete, walking the primary key upwards from $1 so that
     // every batch starts where the last stopped: the whole delete reads the table
@@ -146,5 +170,8 @@ export function buildAdminQueries(schema: string): AdminQueries {
                            date_trunc('minute', now()), interval '1 minute') AS m(minute)
       LEFT JOIN finished f USING (minute)
       ORDER BY m.minute`,
+
+    // Who did what to one job, oldest first (audit_log: migration 0007).
+    auditOfJob: `SELECT at, action, actor FROM ${s}.audit_log WHERE job_id = $1::bigint ORDER BY id`,
   };
 }

@@ -134,6 +134,9 @@ describe('dashboard in Chromium', () => {
     // The worker runs it again; the page follows the job to 'completed' by itself.
     await page.waitForSelector('h1 .status-completed', { timeout: 20_000 });
     expect(flakyRuns.get(id)).toBe(2);
+    // The retry is in the job's history, with who did it.
+    await page.waitForSelector('.history li[data-kind="action"]');
+    expect(await page.textContent('.history li[data-kind="action"]')).toMatch(/Retried by dashboard token from 127\.0\.0\.1/);
     await shot(page, 'job');
     await page.close();
   });

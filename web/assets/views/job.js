@@ -11,8 +11,8 @@ const TIMES = [['created_at', 'Created'], ['run_at', 'Run at'], ['locked_at', 'H
 export function jobView(main, ctx) {
   const load = async () => {
     try {
-      const { job } = await get(`jobs/${encodeURIComponent(ctx.id)}`);
-      keepFocus(main, () => replace(main, ...jobDetail(job, load, ctx.navigate)));
+      const { job, audit } = await get(`jobs/${encodeURIComponent(ctx.id)}`);
+      keepFocus(main, () => replace(main, ...jobDetail(job, audit, load, ctx.navigate)));
       return job;
     } catch (err) {
       replace(main, h('h1', null, `Job ${ctx.id}`), h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
@@ -29,8 +29,8 @@ export function jobView(main, ctx) {
   };
 }
 
-/** @param {any} job @param {() => Promise<unknown>} reload @param {(hash: string) => void} navigate */
-function jobDetail(job, reload, navigate) {
+/** @param {any} job @param {any[]} audit @param {() => Promise<unknown>} reload @param {(hash: string) => void} navigate */
+function jobDetail(job, audit, reload, navigate) {
   const actions = [];
   if (job.status === 'failed' || job.status === 'cancelled') {
     actions.push(button('retry', 'Retry', job, {
@@ -76,8 +76,31 @@ function jobDetail(job, reload, navigate) {
       ? h('section', { class: 'card', 'aria-labelledby': 'job-result' },
           h('h2', { id: 'job-result' }, 'Result'), h('pre', { tabindex: 0 }, JSON.stringify(job.result, null, 2)))
       : null,
+    historySection(job, audit),
     errorSection(job),
   ];
+}
+
+const ACTION_WORDS = /** @type {Record<string, string>} */ ({ retry: 'Retried', cancel: 'Cancelled', delete: 'Deleted' });
+
+/**
+ * What happened to the job, in time order: enqueued, each failed attempt, each
+ * action someone took (from the audit log), finished.
+ * @param {any} job @param {{ at: string, action: string, actor: string }[]} audit
+ */
+function historySection(job, audit) {
+  /** @type {{ at: string, text: string, kind: string }[]} */
+  const events = [{ at: job.created_at, text: `Enqueued on ${job.queue}`, kind: 'created' }];
+  for (const e of Array.isArray(job.errors) ? job.errors : []) {
+    events.push({ at: e.at, text: `Attempt ${e.attempt} failed: ${e.message ?? ''}`, kind: 'failed' });
+  }
+  for (const a of audit ?? []) events.push({ at: a.at, text: `${ACTION_WORDS[a.action] ?? a.action} by ${a.actor}`, kind: 'action' });
+  if (job.finished_at) events.push({ at: job.finished_at, text: `Finished: ${job.status}`, kind: job.status });
+  events.sort((a, b) => Date.parse(a.at) - Date.parse(b.at));
+  return h('section', { class: 'card', 'aria-labelledby': 'job-history' },
+    h('h2', { id: 'job-history' }, 'History'),
+    h('ol', { class: 'history' }, events.map((e) => h('li', { 'data-kind': e.kind },
+      h('time', { datetime: e.at }, time(e.at)), ' ', e.text))));
 }
 
 /** Every attempt's error when the job row keeps them, else the last one. @param {any} job */

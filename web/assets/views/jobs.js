@@ -6,7 +6,7 @@ import { relative, time } from '../format.js';
 import { badge, confirmed, keepFocus } from '../ui.js';
 
 const STATUSES = ['pending', 'processing', 'completed', 'failed', 'cancelled'];
-const FILTERS = ['queue', 'status', 'task'];
+const FILTERS = ['queue', 'status', 'task', 'from', 'until'];
 
 /**
  * @param {HTMLElement} main
@@ -24,7 +24,8 @@ export function jobsView(main, ctx) {
     const next = new URLSearchParams();
     for (const key of FILTERS) {
       const value = String(data.get(key) ?? '').trim();
-      if (value) next.set(key, value);
+      // datetime-local gives local time without a zone; the address keeps an exact instant.
+      if (value) next.set(key, key === 'from' || key === 'until' ? new Date(value).toISOString() : value);
     }
     ctx.navigate(`#/jobs${next.size ? `?${next}` : ''}`);
   } },
@@ -34,6 +35,8 @@ export function jobsView(main, ctx) {
       h('option', { value: '' }, 'any'),
       STATUSES.map((s) => h('option', { value: s, selected: params.get('status') === s }, s)))),
     field('Task', h('input', { name: 'task', id: 'f-task', value: params.get('task') ?? '', autocomplete: 'off' })),
+    field('Created from', h('input', { type: 'datetime-local', step: 1, name: 'from', id: 'f-from', value: localInput(params.get('from')) })),
+    field('Created before', h('input', { type: 'datetime-local', step: 1, name: 'until', id: 'f-until', value: localInput(params.get('until')) })),
     h('button', { type: 'submit' }, 'Filter'),
   );
   replace(main, h('h1', null, 'Jobs'), form, list, pager);
@@ -73,6 +76,14 @@ export function jobsView(main, ctx) {
     },
     onOverview: () => live && void load(),
   };
+}
+
+/** An ISO time as the value of a datetime-local input (local time, no zone). @param {string | null} iso */
+function localInput(iso) {
+  if (!iso) return '';
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '';
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60_000).toISOString().slice(0, 19);
 }
 
 /** @param {string} label @param {HTMLElement} control */
