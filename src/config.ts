@@ -5,6 +5,8 @@ import { ConfigError } from './errors.js';
 import type { TaskDefinition, TaskHandler, TaskList } from './job.js';
 import { quoteSchema } from './db/identifiers.js';
 import type { BackoffOptions } from './worker/backoff.js';
+import { isLogger, type Logger } from './logger.js';
+import { resolveMetricsOptions, type ResolvedMetricsOptions, type WorkerMetricsOptions } from './metrics/options.js';
 import { resolveMaintenanceConfig, type MaintenanceOptions, type ResolvedMaintenanceConfig } from './maintenance/options.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { resolveSchedules, type CronSchedule, type ResolvedSchedule } from './maintenance/cron-schedule.js';
@@ -58,6 +60,12 @@ export interface WorkerOptions extends ConnectionOptions {
    * worker never takes part (run it elsewhere).
    */
   maintenance?: false | MaintenanceOptions;
+  /** Structured logs of lifecycle, maintenance, failures (jobs at debug). A pino logger fits. Default: silent. */
+  logger?: Logger;
+  /** Prometheus metrics, opt-in: `{ port }` serves GET /metrics; `{ collector }` records into yours. */
+  metrics?: WorkerMetricsOptions;
+  /** OpenTelemetry spans around handlers when @opentelemetry/api is installed. Default true. */
+  tracing?: boolean;
   /** Handlers' ctx.progress() reports are written at most this often. Default 1000 ms. */
   progressIntervalMs?: number;
   /** Largest handler result stored, in bytes of JSON; a larger one fails the job. Default 1 MiB. */
@@ -89,6 +97,9 @@ export interface ResolvedWorkerConfig {
   listenConnectionString: string | undefined;
   /** undefined: this worker takes no part in maintenance. */
   maintenance: ResolvedMaintenanceConfig | undefined;
+  logger: Logger | undefined;
+  metrics: ResolvedMetricsOptions | undefined;
+  tracing: boolean;
   progressIntervalMs: number;
   maxResultBytes: number;
   schedules: ResolvedSchedule[];
@@ -98,7 +109,7 @@ const WORKER_KEYS = new Set([
   'connectionString', 'pool', 'schema', 'tasks', 'queues', 'concurrency', 'batchSize',
   'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs',
   'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen',
-  'maintenance',
+  'maintenance', 'logger', 'metrics', 'tracing',
   'progressIntervalMs', 'maxResultBytes', 'schedules',
 ]);
 
@@ -205,8 +216,23 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     listen: options.listen ?? true,
     listenConnectionString: options.listenConnectionString,
     maintenance: resolveMaintenanceConfig(options.maintenance, visibilityTimeoutMs),
+    logger: resolveLogger(options.logger),
+    metrics: resolveMetricsOptions(options.metrics),
+    tracing: resolveBoolean('tracing', options.tracing, true),
     progressIntervalMs: intOption('progressIntervalMs', options.progressIntervalMs, 1_000, 10, 3_600_000),
     maxResultBytes: intOption('maxResultBytes', options.maxResultBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024),
     schedules: resolveSchedules(options.schedules),
   };
+}
+
+function resolveLogger(logger: unknown): Logger | undefined {
+  if (logger === undefined) return undefined;
+  if (!isLogger(logger)) throw new ConfigError('logger must have debug, info, warn and error methods (a pino logger fits)');
+  return logger;
+}
+
+function resolveBoolean(name: string, value: unknown, fallback: boolean): boolean {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'boolean') throw new ConfigError(`${name} must be a boolean`);
+  return value;
 }

@@ -47,3 +47,6 @@ export { buildMaintenanceQueries } from './maintenance/queries.js';
 export { resolvePrunerConfig, type MaintenanceOptions, type PrunerOptions } from './maintenance/options.js';
 export { currentLeader, type LeaseHolder } from './maintenance/lease.js';
 export type { PeriodicTask } from './maintenance/runner.js';
+export { SluiceMetrics, type SluiceMetricsOptions } from './metrics/metrics.js';
+export type { WorkerMetricsOptions } from './metrics/options.js';
+export type { Logger } from './logger.js';

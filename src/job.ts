@@ -18,6 +18,8 @@ export interface JobRow<P = unknown> {
   created_at: Date;
   updated_at: Date;
   finished_at: Date | null;
+  /** W3C trace context of the span that enqueued the job (OpenTelemetry), or null. */
+  trace_context: Record<string, string> | null;
   /** The deduplication key given at enqueue, if any (kept after it stops counting). */
   job_key: string | null;
   /** Read by getJob / dead-letter views only: 'pending' | 'active' | 'released' while a key exists. */

@@ -2,6 +2,8 @@ import type pg from 'pg';
 import { checkName, intOption, rejectUnknownKeys, resolveSchema, DEFAULT_QUEUE, type ConnectionOptions } from './config.js';
 import { openPool, type PoolHandle } from './db/connection.js';
 import { buildQueries, type Queries } from './db/queries.js';
+import type { SluiceMetrics } from './metrics/metrics.js';
+import { traceEnqueue } from './tracing.js';
 import { rows, type Queryable } from './db/executor.js';
 import {
   ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, wrapDatabaseError,
@@ -55,6 +57,8 @@ export interface JobSpec<P = unknown> extends Omit<EnqueueOptions, 'tx'> {
 export interface QueueOptions extends ConnectionOptions {
   /** Largest payload accepted, in bytes of JSON. Default 1 MiB. */
   maxPayloadBytes?: number;
+  /** Count enqueued jobs into these Prometheus metrics (see SluiceMetrics). */
+  metrics?: SluiceMetrics;
 }
 
 const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
@@ -69,7 +73,7 @@ export interface WaitOptions {
   /** Re-read the job this often in case a notification was missed. Default 2000 ms. */
   pollIntervalMs?: number;
 }
-const QUEUE_KEYS = new Set(['connectionString', 'pool', 'schema', 'maxPayloadBytes']);
+const QUEUE_KEYS = new Set(['connectionString', 'pool', 'schema', 'maxPayloadBytes', 'metrics']);
 
 /** The row parameters of one job, validated. */
 interface JobValues {
@@ -102,6 +106,7 @@ export class Queue {
   private readonly queries: Queries;
   private readonly handle: PoolHandle | undefined;
   private readonly maxPayloadBytes: number;
+  private readonly metrics: SluiceMetrics | undefined;
   private outcomes: OutcomeListener | undefined;
 
   constructor(options: QueueOptions = {}) {
@@ -109,6 +114,10 @@ export class Queue {
     this.schema = resolveSchema(options.schema);
     this.queries = buildQueries(this.schema);
     this.maxPayloadBytes = intOption('maxPayloadBytes', options.maxPayloadBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024);
+    if (options.metrics !== undefined && typeof options.metrics?.enqueued?.inc !== 'function') {
+      throw new ConfigError('Queue: metrics must be a SluiceMetrics');
+    }
+    this.metrics = options.metrics;
     this.handle = options.pool || options.connectionString ? openPool(options, 10, 'sluice-queue') : undefined;
   }
 
@@ -126,10 +135,15 @@ export class Queue {
     const db = this.executor(options.tx);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority];
     try {
-      const [row] = v.job_key === null
-        ? await rows<{ id: string }>(db, this.queries.enqueue, values)
-        : await rows<{ id: string }>(db, this.queries.enqueueKeyed, [...values, v.job_key, v.job_key_mode, v.while_processing]);
-      return row!.id;
+      // Keyed jobs go through enqueue_job(), which carries no trace context.
+      const id = await traceEnqueue(v.queue, v.task, 1, async (traceContext) => {
+        const [row] = v.job_key === null
+          ? await rows<{ id: string }>(db, this.queries.enqueue, [...values, traceContext])
+          : await rows<{ id: string }>(db, this.queries.enqueueKeyed, [...values, v.job_key, v.job_key_mode, v.while_processing]);
+        return row!.id;
+      });
+      this.metrics?.enqueued.inc({ queue: v.queue, task: v.task });
+      return id;
     } catch (err) {
       throw enqueueError(err, 'enqueue failed');
     }
@@ -172,8 +186,13 @@ export class Queue {
       .join(',');
     // Keyed batches go row by row through enqueue_job(); plain ones stay one INSERT.
     const text = keys.size > 0 ? this.queries.enqueueManyKeyed : this.queries.enqueueMany;
+    const db = this.executor(options.tx);
+    const first = values[0]!;
+    const task = values.every((v) => v.task === first.task) ? first.task : 'batch';
     try {
-      const result = await rows<{ id: string }>(this.executor(options.tx), text, [`[${body}]`]);
+      const result = await traceEnqueue(first.queue, task, values.length, (traceContext) =>
+        rows<{ id: string }>(db, text, keys.size > 0 ? [`[${body}]`] : [`[${body}]`, traceContext]));
+      if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
       return result.map((r) => r.id);
     } catch (err) {
       throw enqueueError(err, 'enqueueMany failed');

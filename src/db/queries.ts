@@ -10,6 +10,7 @@ import { quoteSchema } from './identifiers.js';
 const JOB_FIELDS = [
   'queue', 'task', 'payload', 'status', 'priority', 'run_at', 'attempts', 'max_attempts',
   'locked_at', 'locked_by', 'last_error', 'created_at', 'updated_at', 'finished_at', 'job_key',
+  'trace_context',
 ];
 
 /** Read by getJob and the admin views, not by the claim: they can be large. */
@@ -52,19 +53,20 @@ export function buildQueries(schema: string): Queries {
     // A plain INSERT: the cheapest possible enqueue (the statement trigger adds one
     // NOTIFY per statement). run_at is computed by the server so client clocks do
     // not matter for delays.
-    enqueue: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority)
+    // $8: the enqueuing span's trace context (migration 0005), NULL without tracing.
+    enqueue: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority, trace_context)
       VALUES ($1, $2, $3::jsonb,
               coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond',
-              $6, $7)
+              $6, $7, $8::jsonb)
       RETURNING id::text AS id`,
 
     // Many jobs in one statement and one round trip: the rows travel as one JSON
     // array, so 10,000 jobs are a single parameter. One statement also means one
     // trigger call, so one wake-up per queue instead of one per row.
-    enqueueMany: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority)
+    enqueueMany: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority, trace_context)
       SELECT j.queue, j.task, j.payload,
              coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
-             j.max_attempts, j.priority
+             j.max_attempts, j.priority, $2::jsonb
       FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (queue text, task text, payload jsonb,
              run_at timestamptz, delay_ms float8, max_attempts int, priority int))
         WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority, ord)

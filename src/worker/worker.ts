@@ -8,6 +8,7 @@ import type { JobRow } from '../job.js';
 import { Notifier, openListenConnection, type HeldConnection } from '../notifier.js';
 import { rescuerTask, type RescuedJob } from '../maintenance/rescuer.js';
 import { createMaintenance } from '../maintenance/worker-maintenance.js';
+import { instrumentWorker, type Instrumentation } from './instrumentation.js';
 import type { MaintenanceRunner } from '../maintenance/runner.js';
 import type { PruneResult } from '../maintenance/pruner.js';
 import { CronRunner, type CronTick } from '../maintenance/cron.js';
@@ -38,6 +39,8 @@ export interface WorkerEvents {
   'job:retry': [JobRow, { error: unknown; runAt: Date; nextAttempt: number }];
   /** The job's lock was taken away; this run's result was dropped. */
   'job:lock-lost': [JobRow];
+  /** One claim statement returned these jobs (they start next). */
+  'jobs:claimed': [JobRow[]];
   /** The maintenance leader took back a job whose worker stopped heartbeating (one event per job). */
   'job:rescued': [RescuedJob];
   /** Emitted by the maintenance leader only: jobs whose lock expired went back to pending (or failed). */
@@ -85,6 +88,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private notifier: Notifier | undefined;
   private heartbeat: Heartbeat | undefined;
   private maintenance: MaintenanceRunner | undefined;
+  private instrumentation: Instrumentation | undefined;
   private progress: ProgressWriter | undefined;
   private cron: CronRunner | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
@@ -96,6 +100,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.config = resolveWorkerConfig(options);
     this.options = options;
     this.queries = buildQueries(this.config.schema);
+  }
+
+  /** http://host:port where GET /metrics is served, when `metrics.port` was given. */
+  get metricsUrl(): string | undefined {
+    return this.instrumentation?.metricsUrl;
   }
 
   /** True while this worker is the elected maintenance leader of its schema. */
@@ -119,7 +128,10 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
     this.producer = new Producer(pool, this.queries, config, this.buffer, {
       freeSlots: () => config.concurrency - this.running.size,
-      claimed: (jobs) => jobs.forEach((job) => this.run(job)),
+      claimed: (jobs) => {
+        this.emit('jobs:claimed', jobs);
+        jobs.forEach((job) => this.run(job));
+      },
       applied: (batch, completed, failed) => this.applied(batch, completed, failed),
       error: onError,
     });
@@ -135,6 +147,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (config.schedules.length > 0) {
       this.cron = new CronRunner(pool, config.schema, config.schedules, (ticks) => this.emit('cron:enqueued', ticks), onError);
     }
+
+    this.instrumentation = await instrumentWorker(this, config, pool);
 
     if (config.listen) {
       this.notifier = new Notifier(() => this.listenConnection(), channelFor(config.schema));
@@ -206,6 +220,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
     }
     this.running.clear();
+    await this.instrumentation?.stop();
     await this.handle!.end();
     this.state = 'stopped';
   }

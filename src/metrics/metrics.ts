@@ -1,0 +1,123 @@
+import client from 'prom-client';
+import type { Queryable } from '../db/executor.js';
+import { depthQuery } from './queries.js';
+
+export interface SluiceMetricsOptions {
+  /** Register into this prom-client registry (e.g. your app's). Default: a new one. */
+  registry?: client.Registry;
+  /** Prefix of every metric name. Default 'sluice_'. */
+  prefix?: string;
+  /** Run-time histogram buckets in seconds. */
+  durationBuckets?: number[];
+}
+
+interface DepthRow {
+  queue: string;
+  due: number;
+  scheduled: number;
+  processing: number;
+  oldest_due_seconds: number;
+}
+
+/**
+ * Sluice's Prometheus metrics (prom-client). Pass one instance to your Queue
+ * (enqueue counts) and your Worker (`metrics: { port, collector }`) to serve them
+ * together, or register them into your own registry and serve it yourself.
+ *
+ * @example
+ *   const metrics = new SluiceMetrics();
+ *   const queue = new Queue({ connectionString, metrics });
+ *   const worker = new Worker({ connectionString, tasks, metrics: { port: 9464, collector: metrics } });
+ *   // curl http://127.0.0.1:9464/metrics
+ */
+export class SluiceMetrics {
+  readonly registry: client.Registry;
+  readonly enqueued: client.Counter<'queue' | 'task'>;
+  readonly completed: client.Counter<'queue' | 'task'>;
+  readonly failed: client.Counter<'queue' | 'task' | 'final'>;
+  readonly duration: client.Histogram<'queue' | 'task' | 'outcome'>;
+  readonly wait: client.Histogram<'queue' | 'task'>;
+  readonly claimBatch: client.Histogram<string>;
+  readonly running: client.Gauge<string>;
+  readonly leader: client.Gauge<string>;
+  readonly rescued: client.Counter<'queue'>;
+  readonly pruned: client.Counter<'mode'>;
+  private readonly depthSources = new Map<string, Queryable>();
+
+  constructor(options: SluiceMetricsOptions = {}) {
+    const p = options.prefix ?? 'sluice_';
+    const registers = [(this.registry = options.registry ?? new client.Registry())];
+    this.enqueued = new client.Counter({ name: `${p}jobs_enqueued_total`, help: 'Jobs inserted by this process (counted when the INSERT succeeds, even if your transaction later rolls back)', labelNames: ['queue', 'task'], registers });
+    this.completed = new client.Counter({ name: `${p}jobs_completed_total`, help: 'Jobs completed by this worker', labelNames: ['queue', 'task'], registers });
+    this.failed = new client.Counter({ name: `${p}jobs_failed_total`, help: 'Failed attempts; final="true" when no retry is left', labelNames: ['queue', 'task', 'final'], registers });
+    this.duration = new client.Histogram({
+      name: `${p}job_duration_seconds`, help: 'Handler run time', labelNames: ['queue', 'task', 'outcome'], registers,
+      buckets: options.durationBuckets ?? [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    });
+    this.wait = new client.Histogram({
+      name: `${p}job_wait_seconds`, help: 'From run_at (when the job became due) to its start', labelNames: ['queue', 'task'], registers,
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800],
+    });
+    this.claimBatch = new client.Histogram({
+      name: `${p}claim_batch_size`, help: 'Jobs taken by one claim statement (non-empty claims)', registers,
+      buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
+    });
+    this.running = new client.Gauge({ name: `${p}jobs_running`, help: 'Jobs running in this worker now', registers });
+    this.leader = new client.Gauge({ name: `${p}maintenance_leader`, help: '1 while this worker is the maintenance leader', registers });
+    this.rescued = new client.Counter({ name: `${p}jobs_rescued_total`, help: 'Jobs taken back from dead workers by this leader', labelNames: ['queue'], registers });
+    this.pruned = new client.Counter({ name: `${p}jobs_pruned_total`, help: 'Finished jobs moved out of the hot table by this leader', labelNames: ['mode'], registers });
+
+    // Depth and age come from the database at scrape time, so every worker's
+    // endpoint shows the whole queue, not just its own share.
+    const sources = this.depthSources;
+    // Both gauges are collected in the same scrape: they share one read, forgotten
+    // on the next turn of the event loop so the following scrape reads afresh.
+    let pending: Promise<Map<string, DepthRow[]>> | undefined;
+    const read = () => (pending ??= readDepth(sources).finally(() => setTimeout(() => (pending = undefined), 0)));
+    type Labels = Record<string, string>;
+    const depthGauge = (name: string, help: string, labelNames: string[], pick: (row: DepthRow) => [Labels, number][]) =>
+      new client.Gauge({
+        name, help, labelNames: ['schema', 'queue', ...labelNames], registers,
+        async collect() {
+          this.reset();
+          for (const [schema, rows] of await read()) {
+            for (const row of rows) for (const [labels, value] of pick(row)) this.set({ schema, queue: row.queue, ...labels }, value);
+          }
+        },
+      });
+    depthGauge(`${p}queue_depth`, 'Jobs per queue and state (due, scheduled, processing)', ['state'],
+      (r) => [[{ state: 'due' }, r.due], [{ state: 'scheduled' }, r.scheduled], [{ state: 'processing' }, r.processing]]);
+    depthGauge(`${p}queue_oldest_due_age_seconds`, 'How long the oldest due pending job of a queue has waited', [],
+      (r) => [[{}, r.oldest_due_seconds]]);
+  }
+
+  /** Reports depth and age of this schema's queues at scrape time, read through `db`. */
+  watchSchema(schema: string, db: Queryable): void {
+    this.depthSources.set(schema, db);
+  }
+
+  unwatchSchema(schema: string): void {
+    this.depthSources.delete(schema);
+  }
+
+  /** The exposition text, as /metrics serves it. */
+  text(): Promise<string> {
+    return this.registry.metrics();
+  }
+
+  get contentType(): string {
+    return this.registry.contentType;
+  }
+}
+
+async function readDepth(sources: Map<string, Queryable>): Promise<Map<string, DepthRow[]>> {
+  const out = new Map<string, DepthRow[]>();
+  await Promise.all([...sources].map(async ([schema, db]) => {
+    try {
+      out.set(schema, (await db.query(depthQuery(schema))).rows as DepthRow[]);
+    } catch {
+      // A scrape must not fail because the database is briefly away; the gauge is just absent.
+    }
+  }));
+  return out;
+}

@@ -1,0 +1,101 @@
+import type * as OtelApi from '@opentelemetry/api';
+import type { JobRow, TaskHandler } from './job.js';
+
+/**
+ * OpenTelemetry, when the application has it. `@opentelemetry/api` is an optional
+ * peer dependency loaded once, lazily: without it nothing is wrapped and enqueue
+ * sends NULL, so tracing costs nothing. With it but no SDK registered, spans are
+ * the API's no-ops and no context is stored.
+ */
+type Api = typeof OtelApi;
+
+let loading: Promise<Api | undefined> | undefined;
+
+function loadApi(): Promise<Api | undefined> {
+  loading ??= import('@opentelemetry/api').then(
+    (api) => api,
+    () => undefined,
+  );
+  return loading;
+}
+
+/** W3C trace context as stored in jobs.trace_context. */
+export type TraceCarrier = Record<string, string>;
+
+const SYSTEM = 'sluice';
+
+/**
+ * Runs `insert` inside a PRODUCER span "sluice enqueue <task>" and hands it the
+ * span's context to store with the job(s), or null when there is nothing to carry.
+ */
+export async function traceEnqueue<T>(
+  queue: string,
+  task: string,
+  count: number,
+  insert: (carrier: string | null) => Promise<T>,
+): Promise<T> {
+  const api = await loadApi();
+  if (!api) return insert(null);
+  const tracer = api.trace.getTracer(SYSTEM);
+  const span = tracer.startSpan(`${SYSTEM} enqueue ${task}`, {
+    kind: api.SpanKind.PRODUCER,
+    attributes: {
+      'messaging.system': SYSTEM,
+      'messaging.operation.type': 'send',
+      'messaging.destination.name': queue,
+      'messaging.batch.message_count': count,
+      'sluice.task': task,
+    },
+  });
+  const carrier: TraceCarrier = {};
+  api.propagation.inject(api.trace.setSpan(api.context.active(), span), carrier);
+  try {
+    const result = await insert(Object.keys(carrier).length > 0 ? JSON.stringify(carrier) : null);
+    if (count === 1 && typeof result === 'string') span.setAttribute('messaging.message.id', result);
+    return result;
+  } catch (err) {
+    fail(api, span, err);
+    throw err;
+  } finally {
+    span.end();
+  }
+}
+
+/**
+ * Wraps a handler so each run is a CONSUMER span "sluice process <task>", child
+ * of the enqueuing span when the job carries its context, and active while the
+ * handler runs (the handler's own spans nest under it). Returns the handler
+ * unchanged when OpenTelemetry is not installed.
+ */
+export async function traceHandler(task: string, handler: TaskHandler): Promise<TaskHandler> {
+  const api = await loadApi();
+  if (!api) return handler;
+  const tracer = api.trace.getTracer(SYSTEM);
+  return (payload, ctx) => {
+    const job = ctx.job as JobRow & { trace_context?: TraceCarrier | null };
+    const parent = job.trace_context ? api.propagation.extract(api.ROOT_CONTEXT, job.trace_context) : api.context.active();
+    const attributes = {
+      'messaging.system': SYSTEM,
+      'messaging.operation.type': 'process',
+      'messaging.destination.name': job.queue,
+      'messaging.message.id': job.id,
+      'sluice.task': task,
+      'sluice.attempt': ctx.attempt,
+    };
+    return tracer.startActiveSpan(`${SYSTEM} process ${task}`, { kind: api.SpanKind.CONSUMER, attributes }, parent, async (span) => {
+      try {
+        return await handler(payload, ctx);
+      } catch (err) {
+        fail(api, span, err);
+        throw err;
+      } finally {
+        span.end();
+      }
+    });
+  };
+}
+
+function fail(api: Api, span: OtelApi.Span, err: unknown): void {
+  span.recordException(err instanceof Error ? err : String(err));
+  span.setStatus({ code: api.SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
+}

@@ -1,0 +1,51 @@
+import type pg from 'pg';
+import type { ResolvedWorkerConfig } from '../config.js';
+import { traceHandler } from '../tracing.js';
+import { logWorkerEvents } from './log-events.js';
+import type { Worker } from './worker.js';
+
+export interface Instrumentation {
+  /** Where /metrics is served, when a port was configured. */
+  metricsUrl: string | undefined;
+  stop(): Promise<void>;
+}
+
+/**
+ * Attaches what the worker's options ask for: a logger, Prometheus metrics (and
+ * their HTTP endpoint), OpenTelemetry spans around handlers. prom-client and
+ * fastify are imported only when metrics are configured; OpenTelemetry only when
+ * installed. Everything hangs off the worker's events except tracing, which wraps
+ * each handler once here.
+ */
+export async function instrumentWorker(worker: Worker, config: ResolvedWorkerConfig, pool: pg.Pool): Promise<Instrumentation> {
+  const detach: (() => void | Promise<void>)[] = [];
+  if (config.logger) detach.push(logWorkerEvents(worker, config.logger));
+
+  if (config.tracing) {
+    for (const [name, task] of config.tasks) config.tasks.set(name, { ...task, handler: await traceHandler(name, task.handler) });
+  }
+
+  let metricsUrl: string | undefined;
+  if (config.metrics) {
+    const [{ SluiceMetrics }, { observeWorker }] = await Promise.all([
+      import('../metrics/metrics.js'),
+      import('../metrics/observe-worker.js'),
+    ]);
+    const metrics = config.metrics.collector ?? new SluiceMetrics();
+    detach.push(observeWorker(worker, metrics));
+    metrics.watchSchema(config.schema, pool);
+    detach.push(() => metrics.unwatchSchema(config.schema));
+    if (config.metrics.port !== undefined) {
+      const { serveMetrics } = await import('../metrics/server.js');
+      const server = await serveMetrics(metrics, config.metrics.port, config.metrics.host);
+      metricsUrl = server.url;
+      detach.push(() => server.close());
+    }
+  }
+  return {
+    metricsUrl,
+    stop: async () => {
+      for (const undo of detach.reverse()) await undo();
+    },
+  };
+}
