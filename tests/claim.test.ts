@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Queue } from '../src/index.js';
+import { Queue, Worker } from '../src/index.js';
 import { buildQueries } from '../src/db/queries.js';
-import { createTestSchema, type TestDatabase } from './helpers/database.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
 let db: TestDatabase;
 let queue: Queue;
@@ -89,6 +89,53 @@ describe('claiming', () => {
     const rows = await claim(db.pool, 'W', ['filter'], ['known'], 10);
     expect(rows.map((r) => [r.task, r.queue])).toEqual([['known', 'filter']]);
     expect(rows[0]).toMatchObject({ status: 'processing', attempts: 1, locked_by: 'W' });
+  });
+
+  it('three workers take jobs in priority, then run_at, then id order', async () => {
+    // 90 due jobs, enqueued before any worker runs, priorities shuffled against run_at.
+    const specs = Array.from({ length: 90 }, (_, i) => ({
+      task: 'ordered', queue: 'priorities', payload: { i },
+      priority: (i * 7) % 5, runAt: new Date(Date.now() - 60_000 + i * 10),
+    }));
+    await queue.enqueueMany(specs);
+    interface Seen { id: string; key: [number, number, bigint]; claimedAt: number; observedAt: number }
+    const seen: Seen[] = [];
+    const workers = Array.from({ length: 3 }, () => new Worker({
+      connectionString: db.url, schema: schemaName, queues: ['priorities'], concurrency: 1,
+      tasks: {
+        ordered: async (_p, { job }) => {
+          // claimedAt: when the claiming statement began (locked_at = now()); observedAt:
+          // a moment after it committed. Both on the database clock.
+          const { rows } = await db.pool.query('SELECT clock_timestamp() AS t');
+          seen.push({
+            id: job.id, key: [-job.priority, job.run_at.getTime(), BigInt(job.id)],
+            claimedAt: job.locked_at!.getTime(), observedAt: rows[0].t.getTime(),
+          });
+        },
+      },
+    }));
+    try {
+      for (const w of workers) w.on('error', () => {});
+      await Promise.all(workers.map((w) => w.start()));
+      await waitFor(() => seen.length === 90, 'all jobs to run');
+    } finally {
+      await Promise.all(workers.map((w) => w.stop()));
+    }
+    // A claim that began after another claim had committed could also have taken that
+    // one's job, so it must not have taken a better one. (Claims that overlap in time
+    // may take neighbouring jobs in either order: that is SKIP LOCKED at work.)
+    const before = (a: Seen['key'], b: Seen['key']) =>
+      a[0] !== b[0] ? a[0] < b[0] : a[1] !== b[1] ? a[1] < b[1] : a[2] < b[2];
+    let compared = 0;
+    for (const a of seen) {
+      for (const b of seen) {
+        if (b.claimedAt <= a.observedAt) continue;
+        compared++;
+        expect(before(b.key, a.key), `job ${b.id} claimed after job ${a.id} but ranks before it`).toBe(false);
+      }
+    }
+    // Most pairs are ordered in time, so the check above covers nearly all of them.
+    expect(compared).toBeGreaterThan(3_000);
   });
 
   it('uses the partial dequeue index for the claim scan', async () => {
