@@ -39,6 +39,7 @@ export {
   type ActionOptions,
   type AuditEntry,
 } from './admin/jobs.js';
+export { listDeadLetters, redriveDeadLetters, type RedriveTarget, type RedriveResult } from './admin/dead-letters.js';
 export { getStats, getThroughput, type Stats, type QueueStats, type ThroughputPoint } from './admin/stats.js';
 export { runDoctor, type DoctorOptions, type DoctorReport } from './doctor/run-doctor.js';
 export { DEFAULT_THRESHOLDS, type CheckResult, type DoctorThresholds, type Severity } from './doctor/checks.js';

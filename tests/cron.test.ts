@@ -1,13 +1,11 @@
-import { spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { ConfigError, listSchedules, Worker, type CronSchedule, type CronTick } from '../src/index.js';
 import { dueTicks, parseCron } from '../src/maintenance/cron-schedule.js';
 import { waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
+import { runCli } from './helpers/cli.js';
 
 const fx = useWorkers('cron');
-const BIN = fileURLToPath(new URL('../bin/sluice.js', import.meta.url));
 
 async function tickJobs(schedule: string): Promise<{ job_key: string; run_at: Date }[]> {
   const { rows } = await fx.db.pool.query(
@@ -113,13 +111,6 @@ function isLeap(iso: string): boolean {
   return (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0;
 }
 
-function cli(args: string[]): Promise<{ code: number | null; stdout: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [BIN, '--database-url', fx.db.url, '--schema', fx.db.schema, ...args], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
-    let stdout = '';
-    child.stdout.on('data', (d) => (stdout += d));
-    child.on('exit', (code) => resolve({ code, stdout }));
-  });
+function cli(args: string[]) {
+  return runCli(fx.db.url, fx.db.schema, args);
 }

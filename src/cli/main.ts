@@ -5,6 +5,7 @@ import { registerDemo } from './commands/demo.js';
 import { registerMigrate } from './commands/migrate.js';
 import { registerDoctor } from './commands/doctor.js';
 import { registerCron } from './commands/cron.js';
+import { registerDeadLetters } from './commands/dead-letters.js';
 import { ExitStatus, UsageError } from './output.js';
 
 /** Exit codes: 0 success, 1 runtime failure, 2 usage error. */
@@ -24,6 +25,7 @@ export function buildProgram(): Command {
   registerDoctor(program);
   registerDashboard(program);
   registerCron(program);
+  registerDeadLetters(program);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

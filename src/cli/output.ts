@@ -12,3 +12,10 @@ export class ExitStatus extends Error {
     super(`exit status ${exitCode}`);
   }
 }
+
+/** Prints rows as left-aligned columns under a header. */
+export function printTable(header: string[], rows: string[][]): void {
+  const table = [header, ...rows];
+  const widths = header.map((_, i) => Math.max(...table.map((row) => (row[i] ?? '').length)));
+  for (const row of table) process.stdout.write(`${row.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd()}\n`);
+}

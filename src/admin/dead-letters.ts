@@ -1,0 +1,55 @@
+import type { Queryable } from '../db/executor.js';
+import { ValidationError } from '../errors.js';
+import { listJobs, retryFailed, retryJob, type JobActionResult, type JobPage, type ListJobsOptions } from './jobs.js';
+
+/**
+ * Dead letters: jobs that are 'failed' for good (attempts spent, or PermanentFailure),
+ * each keeping its full error history in `errors`. Listing and redriving are the
+ * admin API's listJobs / retryJob / retryFailed seen from this angle; inspect one
+ * with getJob (it returns `errors`).
+ */
+
+/** Failed jobs, newest first, keyset-paged like listJobs. */
+export function listDeadLetters(db: Queryable, schema: string, options: Omit<ListJobsOptions, 'status'> = {}): Promise<JobPage> {
+  if ('status' in options) throw new ValidationError('listDeadLetters: dead letters are the failed jobs; do not pass status');
+  return listJobs(db, schema, { ...options, status: 'failed' });
+}
+
+export type RedriveTarget =
+  /** These jobs (each back to pending, due now). */
+  | { ids: readonly (string | number)[] }
+  /** Every failed job, or every failed job of one queue, in one statement. */
+  | { all: true; queue?: string };
+
+export interface RedriveResult {
+  /** How many jobs went back to pending. */
+  redriven: number;
+  /** Ids that were not redriven, with why (not found, or not failed/cancelled). */
+  skipped: { id: string; reason: string }[];
+}
+
+/**
+ * Re-enqueues dead letters: back to 'pending', due now, error history kept (a job
+ * that spent its attempts gets one more, as with retryJob). Wakes the queues'
+ * workers.
+ *
+ * @example
+ *   await redriveDeadLetters(pool, 'sluice', { ids: ['42', '43'] });
+ *   await redriveDeadLetters(pool, 'sluice', { all: true, queue: 'mail' });
+ */
+export async function redriveDeadLetters(db: Queryable, schema: string, target: RedriveTarget): Promise<RedriveResult> {
+  if ('all' in target && target.all === true) {
+    const { retried } = await retryFailed(db, schema, target.queue === undefined ? {} : { queue: target.queue });
+    return { redriven: retried, skipped: [] };
+  }
+  if (!('ids' in target) || !Array.isArray(target.ids) || target.ids.length === 0) {
+    throw new ValidationError('redriveDeadLetters: give { ids: [...] } (non-empty) or { all: true }');
+  }
+  const result: RedriveResult = { redriven: 0, skipped: [] };
+  for (const id of target.ids) {
+    const outcome: JobActionResult = await retryJob(db, schema, id);
+    if (outcome.ok) result.redriven++;
+    else result.skipped.push({ id: String(id), reason: outcome.reason === 'wrong_status' ? `status is ${outcome.status}` : 'not found' });
+  }
+  return result;
+}

@@ -1,0 +1,75 @@
+import type { Command } from 'commander';
+import { listDeadLetters, redriveDeadLetters } from '../../admin/dead-letters.js';
+import { getJob } from '../../admin/jobs.js';
+import { withDatabase } from '../database.js';
+import { ExitStatus, printJson, printTable, UsageError } from '../output.js';
+
+interface ListFlags { queue?: string; task?: string; limit?: string; before?: string; json?: boolean }
+
+/** First line of an error, cut to fit a table cell. */
+function headline(text: string | null, width = 60): string {
+  const line = (text ?? '').split('\n', 1)[0]!;
+  return line.length > width ? `${line.slice(0, width - 1)}…` : line;
+}
+
+/** `sluice dead-letters list|show|redrive`: failed jobs, their error history, re-enqueueing them. */
+export function registerDeadLetters(program: Command): void {
+  const dl = program.command('dead-letters').description('failed jobs: list, show the error history, redrive');
+
+  dl.command('list')
+    .description('failed jobs, newest first')
+    .option('--queue <name>', 'only this queue')
+    .option('--task <name>', 'only this task')
+    .option('--limit <n>', 'jobs per page (1-1000)', '50')
+    .option('--before <id>', 'the page after this id (printed as "next page")')
+    .option('--json', 'print the page as JSON')
+    .exitOverride()
+    .action(async (flags: ListFlags, command: Command) => {
+      if (!/^\d+$/.test(flags.limit ?? '')) throw new UsageError('--limit must be an integer');
+      const page = await withDatabase(command, (client, schema) => listDeadLetters(client, schema, {
+        queue: flags.queue, task: flags.task, limit: Number(flags.limit), before: flags.before,
+      }));
+      if (flags.json) return printJson(page);
+      if (page.jobs.length === 0) return void process.stdout.write('no dead letters\n');
+      printTable(['ID', 'QUEUE', 'TASK', 'ATTEMPTS', 'FAILED AT', 'LAST ERROR'], page.jobs.map((j) => [
+        j.id, j.queue, j.task, `${j.attempts}/${j.max_attempts}`, j.finished_at?.toISOString() ?? '-', headline(j.last_error),
+      ]));
+      if (page.nextBefore) process.stdout.write(`next page: --before ${page.nextBefore}\n`);
+    });
+
+  dl.command('show <id>')
+    .description('one job with its full error history')
+    .option('--json', 'print the job as JSON')
+    .exitOverride()
+    .action(async (id: string, flags: { json?: boolean }, command: Command) => {
+      const job = await withDatabase(command, (client, schema) => getJob(client, schema, id));
+      if (!job) {
+        process.stderr.write(`sluice: no job with id ${id}\n`);
+        throw new ExitStatus(1);
+      }
+      if (flags.json) return printJson(job);
+      process.stdout.write(`job ${job.id}  ${job.queue}/${job.task}  ${job.status}  attempts ${job.attempts}/${job.max_attempts}\n`);
+      process.stdout.write(`payload ${JSON.stringify(job.payload)}\n`);
+      for (const e of job.errors ?? []) {
+        process.stdout.write(`\nattempt ${e.attempt} at ${e.at}: ${e.message}\n`);
+        if (e.stack && e.stack !== e.message) process.stdout.write(`${e.stack.split('\n').slice(1).join('\n')}\n`);
+      }
+    });
+
+  dl.command('redrive [ids...]')
+    .description('put failed jobs back to pending (by id, or --all [--queue])')
+    .option('--all', 'every failed job (of --queue, if given)')
+    .option('--queue <name>', 'with --all: only this queue')
+    .option('--json', 'print the result as JSON')
+    .exitOverride()
+    .action(async (ids: string[], flags: { all?: boolean; queue?: string; json?: boolean }, command: Command) => {
+      if (flags.all ? ids.length > 0 : ids.length === 0) throw new UsageError('give job ids, or --all (not both)');
+      if (flags.queue !== undefined && !flags.all) throw new UsageError('--queue goes with --all');
+      const result = await withDatabase(command, (client, schema) =>
+        redriveDeadLetters(client, schema, flags.all ? { all: true, queue: flags.queue } : { ids }));
+      if (flags.json) return printJson(result);
+      process.stdout.write(`redriven: ${result.redriven}\n`);
+      for (const s of result.skipped) process.stdout.write(`skipped ${s.id}: ${s.reason}\n`);
+      if (result.skipped.length > 0) throw new ExitStatus(1);
+    });
+}

@@ -1,0 +1,67 @@
+import { describe, expect, it } from 'vitest';
+import { getJob, listDeadLetters, redriveDeadLetters, ValidationError } from '../src/index.js';
+import { statusCounts, waitFor } from './helpers/database.js';
+import { useWorkers } from './helpers/workers.js';
+import { runCli } from './helpers/cli.js';
+
+const fx = useWorkers('deadletters');
+
+describe('dead letters', () => {
+  it('keep their error history; list, show and redrive them by API and CLI with two workers running', async () => {
+    let healthy = false;
+    const tasks = {
+      charge: async ({ n }: { n: number }, { attempt }: { attempt: number }) => {
+        if (!healthy) throw new Error(`card ${n} declined on attempt ${attempt}`);
+        return { charged: n };
+      },
+    };
+    const options = { queues: ['payments', 'other'], backoff: { baseMs: 10, maxMs: 10 }, tasks };
+    await fx.start(options);
+    await fx.start(options);
+    const ids = await fx.queue.enqueueMany(Array.from({ length: 6 }, (_, n) => ({
+      task: 'charge', queue: n < 4 ? 'payments' : 'other', payload: { n }, maxAttempts: 2,
+    })));
+    await waitFor(async () => (await statusCounts(fx.db)).failed === 6, 'six dead letters');
+
+    const page = await listDeadLetters(fx.db.pool, fx.db.schema, { queue: 'payments' });
+    expect(page.jobs.map((j) => j.id).sort()).toEqual(ids.slice(0, 4).sort());
+    const dead = (await getJob(fx.db.pool, fx.db.schema, ids[0]!))!;
+    expect(dead.errors!.map((e) => [e.attempt, e.message])).toEqual([
+      [1, 'Error: card 0 declined on attempt 1'], [2, 'Error: card 0 declined on attempt 2'],
+    ]);
+
+    const listed = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'list', '--queue', 'payments']);
+    expect(listed.code).toBe(0);
+    expect(listed.stdout).toMatch(new RegExp(`${ids[0]}\\s+payments\\s+charge\\s+2/2\\s+\\S+\\s+Error: card 0 declined on attempt 2`));
+    const shown = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'show', ids[0]!]);
+    expect(shown.stdout).toContain('attempt 1 at');
+    expect(shown.stdout).toContain('Error: card 0 declined on attempt 1');
+    expect(shown.stdout).toContain('dead-letters.test.ts'); // the stack
+
+    healthy = true;
+    // One by API; it runs again and completes, its history intact.
+    expect(await redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: [ids[0]!, '999999'] }))
+      .toEqual({ redriven: 1, skipped: [{ id: '999999', reason: 'not found' }] });
+    const again = await fx.queue.waitFor(ids[0]!, { timeoutMs: 20_000 });
+    expect(again).toMatchObject({ status: 'completed', result: { charged: 0 }, attempts: 3 });
+    expect(again.errors).toHaveLength(2);
+    // The rest of one queue by CLI, in bulk; the other queue stays dead.
+    const bulk = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '--all', '--queue', 'payments', '--json']);
+    expect(JSON.parse(bulk.stdout)).toEqual({ redriven: 3, skipped: [] });
+    await waitFor(async () => (await statusCounts(fx.db)).completed === 4, 'the payments jobs to complete');
+    expect((await listDeadLetters(fx.db.pool, fx.db.schema)).jobs.map((j) => j.id).sort()).toEqual(ids.slice(4).sort());
+    // And the last two by id on the command line.
+    const byId = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', ids[4]!, ids[5]!]);
+    expect(byId.stdout).toContain('redriven: 2');
+    await waitFor(async () => (await statusCounts(fx.db)).completed === 6, 'everything to complete');
+  });
+
+  it('refuses unclear requests', async () => {
+    await expect(redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: [] })).rejects.toBeInstanceOf(ValidationError);
+    const both = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '1', '--all']);
+    expect(both.code).toBe(2);
+    expect(both.stderr).toContain('give job ids, or --all');
+    const none = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'show', '123456789']);
+    expect(none.code).toBe(1);
+  });
+});
