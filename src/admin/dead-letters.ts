@@ -1,6 +1,8 @@
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
-import { listJobs, retryFailed, retryJob, type JobActionResult, type JobPage, type ListJobsOptions } from './jobs.js';
+import {
+  listJobs, retryFailed, retryJob, type ActionOptions, type JobActionResult, type JobPage, type ListJobsOptions,
+} from './jobs.js';
 
 /**
  * Dead letters: jobs that are 'failed' for good (attempts spent, or PermanentFailure),
@@ -31,15 +33,20 @@ export interface RedriveResult {
 /**
  * Re-enqueues dead letters: back to 'pending', due now, error history kept (a job
  * that spent its attempts gets one more, as with retryJob). Wakes the queues'
- * workers.
+ * workers. `options.actor` is recorded in the audit log, as with retryJob.
  *
  * @example
  *   await redriveDeadLetters(pool, 'sluice', { ids: ['42', '43'] });
  *   await redriveDeadLetters(pool, 'sluice', { all: true, queue: 'mail' });
  */
-export async function redriveDeadLetters(db: Queryable, schema: string, target: RedriveTarget): Promise<RedriveResult> {
+export async function redriveDeadLetters(
+  db: Queryable,
+  schema: string,
+  target: RedriveTarget,
+  options: ActionOptions = {},
+): Promise<RedriveResult> {
   if ('all' in target && target.all === true) {
-    const { retried } = await retryFailed(db, schema, target.queue === undefined ? {} : { queue: target.queue });
+    const { retried } = await retryFailed(db, schema, target.queue === undefined ? options : { ...options, queue: target.queue });
     return { redriven: retried, skipped: [] };
   }
   if (!('ids' in target) || !Array.isArray(target.ids) || target.ids.length === 0) {
@@ -47,7 +54,7 @@ export async function redriveDeadLetters(db: Queryable, schema: string, target: 
   }
   const result: RedriveResult = { redriven: 0, skipped: [] };
   for (const id of target.ids) {
-    const outcome: JobActionResult = await retryJob(db, schema, id);
+    const outcome: JobActionResult = await retryJob(db, schema, id, options);
     if (outcome.ok) result.redriven++;
     else result.skipped.push({ id: String(id), reason: outcome.reason === 'wrong_status' ? `status is ${outcome.status}` : 'not found' });
   }

@@ -66,7 +66,7 @@ export function registerDeadLetters(program: Command): void {
       if (flags.all ? ids.length > 0 : ids.length === 0) throw new UsageError('give job ids, or --all (not both)');
       if (flags.queue !== undefined && !flags.all) throw new UsageError('--queue goes with --all');
       const result = await withDatabase(command, (client, schema) =>
-        redriveDeadLetters(client, schema, flags.all ? { all: true, queue: flags.queue } : { ids }));
+        redriveDeadLetters(client, schema, flags.all ? { all: true, queue: flags.queue } : { ids }, { actor: 'cli' }));
       if (flags.json) return printJson(result);
       process.stdout.write(`redriven: ${result.redriven}\n`);
       for (const s of result.skipped) process.stdout.write(`skipped ${s.id}: ${s.reason}\n`);
