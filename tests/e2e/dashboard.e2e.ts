@@ -122,14 +122,21 @@ describe('dashboard in Chromium', () => {
     await page.waitForSelector('h1 .status-failed');
     expect(await page.textContent('main')).toContain('upstream said 502 on run 1');
 
-    await page.click('button[data-focus-key="retry:' + id + '"]');
+    // By keyboard first: Enter opens the confirmation with focus on "Cancel",
+    // Escape closes it, focus goes back to the button, and nothing happened.
+    const retryButton = `button[data-focus-key="retry:${id}"]`;
+    await page.focus(retryButton);
+    await page.keyboard.press('Enter');
     await page.waitForSelector('dialog[open]');
+    expect(await page.evaluate('document.activeElement?.id')).toBe('confirm-cancel');
     await shot(page, 'job-retry-confirm');
-    // Cancel first: nothing happens.
-    await page.click('#confirm-cancel');
+    await page.keyboard.press('Escape');
+    await page.waitForSelector('dialog:not([open])', { state: 'attached' });
+    expect(await page.evaluate('document.activeElement?.dataset.focusKey')).toBe(`retry:${id}`);
     expect((await db.pool.query(`SELECT status FROM ${db.s}.jobs WHERE id = $1`, [id])).rows[0].status).toBe('failed');
 
-    await page.click('button[data-focus-key="retry:' + id + '"]');
+    // Then with the mouse, confirmed.
+    await page.click(retryButton);
     await page.click('#confirm-ok');
     // The worker runs it again; the page follows the job to 'completed' by itself.
     await page.waitForSelector('h1 .status-completed', { timeout: 20_000 });

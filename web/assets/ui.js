@@ -22,7 +22,10 @@ export function confirmAction(title, text, okLabel = 'Confirm') {
       cancel.removeEventListener('click', onCancel);
       dialog.removeEventListener('cancel', onCancel);
       if (dialog.open) dialog.close();
-      previous?.focus();
+      // A live update may have re-rendered the page meanwhile: then focus the new copy of the button.
+      const key = previous?.dataset.focusKey;
+      const target = previous?.isConnected || !key ? previous : document.querySelector(`[data-focus-key="${CSS.escape(key)}"]`);
+      /** @type {HTMLElement | null} */ (target)?.focus();
       resolve(answer);
     };
     const onOk = () => done(true);

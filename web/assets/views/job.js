@@ -9,12 +9,19 @@ const TIMES = [['created_at', 'Created'], ['run_at', 'Run at'], ['locked_at', 'H
 
 /** @param {HTMLElement} main @param {{ id: string, navigate: (hash: string) => void }} ctx */
 export function jobView(main, ctx) {
+  let shown = '';
   const load = async () => {
     try {
-      const { job, audit } = await get(`jobs/${encodeURIComponent(ctx.id)}`);
+      const data = await get(`jobs/${encodeURIComponent(ctx.id)}`);
+      const { job, audit } = data;
+      // Redraw only on a change: a redraw would drop the reader's text selection and scroll.
+      const text = JSON.stringify(data);
+      if (text === shown) return job;
+      shown = text;
       keepFocus(main, () => replace(main, ...jobDetail(job, audit, load, ctx.navigate)));
       return job;
     } catch (err) {
+      shown = '';
       replace(main, h('h1', null, `Job ${ctx.id}`), h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
       return undefined;
     }

@@ -43,6 +43,9 @@ export function jobsView(main, ctx) {
 
   let loading = false;
   let again = false;
+  /** Ids already on screen: rows that arrive later are marked so the eye finds them. @type {Set<string> | undefined} */
+  let seen;
+  let shown = '';
   const load = async () => {
     if (loading) {
       again = true;
@@ -52,9 +55,16 @@ export function jobsView(main, ctx) {
     try {
       const query = Object.fromEntries([...FILTERS, 'before', 'after'].map((k) => [k, params.get(k) ?? undefined]));
       const page = await get('jobs', query);
-      keepFocus(list, () => replace(list, jobTable(page.jobs, load)));
+      // Redraw only on a change (keeps the reader's selection and the "new" marks).
+      const text = JSON.stringify(page);
+      if (text === shown) return;
+      shown = text;
+      const fresh = new Set(seen ? page.jobs.map((/** @type {any} */ j) => j.id).filter((/** @type {string} */ id) => !seen?.has(id)) : []);
+      seen = new Set([...(seen ?? []), ...page.jobs.map((/** @type {any} */ j) => j.id)]);
+      keepFocus(list, () => replace(list, jobTable(page.jobs, load, fresh)));
       replace(pager, pageLinks(page, params));
     } catch (err) {
+      shown = '';
       replace(list, h('p', { class: 'error', role: 'alert' }, err instanceof Error ? err.message : String(err)));
     } finally {
       loading = false;
@@ -91,14 +101,14 @@ function field(label, control) {
   return h('label', { for: control.id }, h('span', null, label), control);
 }
 
-/** @param {any[]} jobs @param {() => void} reload */
-function jobTable(jobs, reload) {
+/** @param {any[]} jobs @param {() => void} reload @param {Set<string>} fresh */
+function jobTable(jobs, reload, fresh) {
   if (jobs.length === 0) return h('p', null, 'No jobs match.');
   return h('table', { class: 'stack jobs' },
     h('caption', { class: 'sr-only' }, 'Jobs, newest first'),
     h('thead', null, h('tr', null,
       ['ID', 'Queue', 'Task', 'Status', 'Attempts', 'Created', 'Last error', ''].map((t) => h('th', { scope: 'col' }, t)))),
-    h('tbody', null, jobs.map((job) => h('tr', { 'data-job-id': job.id, 'data-status': job.status },
+    h('tbody', null, jobs.map((job) => h('tr', { 'data-job-id': job.id, 'data-status': job.status, class: fresh.has(job.id) ? 'fresh' : undefined },
       h('td', { 'data-label': 'ID' }, h('a', { href: `#/jobs/${job.id}` }, job.id)),
       h('td', { 'data-label': 'Queue' }, job.queue),
       h('td', { 'data-label': 'Task' }, job.task),
