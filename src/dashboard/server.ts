@@ -62,7 +62,7 @@ export async function startDashboard(options: StartDashboardOptions): Promise<Ru
   const address = app.server.address() as AddressInfo;
   const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return {
-    url: `http://${shownHost}:${address.port}${dashboardOptions.basePath ?? ''}/`,
+    url: `http://${shownHost}:${address.port}${(dashboardOptions.basePath ?? '').replace(/\/$/, '')}/`,
     app,
     close: () => app.close(),
   };
