@@ -4,7 +4,7 @@ import type pg from 'pg';
 import { ConfigError } from './errors.js';
 import type { TaskDefinition, TaskHandler, TaskList } from './job.js';
 import { quoteSchema } from './db/identifiers.js';
-import type { BackoffOptions } from './worker/backoff.js';
+import { BACKOFF_SHAPES, type BackoffOptions } from './worker/backoff.js';
 import { isLogger, type Logger } from './logger.js';
 import { resolveMetricsOptions, type ResolvedMetricsOptions, type WorkerMetricsOptions } from './metrics/options.js';
 import { resolveMaintenanceConfig, type MaintenanceOptions, type ResolvedMaintenanceConfig } from './maintenance/options.js';
@@ -32,6 +32,12 @@ export interface WorkerOptions extends ConnectionOptions {
   queues?: string[];
   /** Jobs run at once by this worker. Default 10. */
   concurrency?: number;
+  /**
+   * Per-queue limits local to this worker: `{ reports: 2 }` runs at most 2 jobs of
+   * 'reports' at once here, whatever `concurrency` is. For a limit across all
+   * workers, use queue.setQueueConcurrency().
+   */
+  queueConcurrency?: Record<string, number>;
   /** Most jobs claimed by one statement. Default 100. */
   batchSize?: number;
   /** Results of finished jobs wait at most this long to be written in a batch. Default 10 ms. */
@@ -46,7 +52,7 @@ export interface WorkerOptions extends ConnectionOptions {
   rescueIntervalMs?: number;
   /** On stop(), how long running jobs may finish before they are aborted. Default 10 s. */
   shutdownTimeoutMs?: number;
-  /** Retry delay policy. Default: 1 s doubling, capped at 1 h, with jitter. */
+  /** Retry delay policy. Default: 1 s doubling (exponential), capped at 1 h, with jitter. A task's own `backoff` wins. */
   backoff?: BackoffOptions;
   /** Name of this worker instance, stored in locked_by. Default host:pid:random. */
   workerId?: string;
@@ -77,6 +83,10 @@ export interface WorkerOptions extends ConnectionOptions {
 export interface ResolvedTask {
   handler: TaskHandler;
   timeoutMs: number | undefined;
+  /** Overrides the job's max_attempts when set. */
+  maxAttempts: number | undefined;
+  /** Overrides the worker's backoff when set. */
+  backoff: Required<BackoffOptions> | undefined;
 }
 
 export interface ResolvedWorkerConfig {
@@ -84,6 +94,8 @@ export interface ResolvedWorkerConfig {
   tasks: Map<string, ResolvedTask>;
   queues: string[];
   concurrency: number;
+  /** Local per-queue limits (only queues this worker takes jobs from). */
+  queueConcurrency: Map<string, number>;
   batchSize: number;
   completionFlushMs: number;
   pollIntervalMs: number;
@@ -106,7 +118,7 @@ export interface ResolvedWorkerConfig {
 }
 
 const WORKER_KEYS = new Set([
-  'connectionString', 'pool', 'schema', 'tasks', 'queues', 'concurrency', 'batchSize',
+  'connectionString', 'pool', 'schema', 'tasks', 'queues', 'concurrency', 'queueConcurrency', 'batchSize',
   'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs',
   'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen',
   'maintenance', 'logger', 'metrics', 'tracing',
@@ -153,25 +165,57 @@ export function checkConnection(options: ConnectionOptions, what: string): void 
   }
 }
 
+const TASK_KEYS = new Set(['handler', 'timeoutMs', 'maxAttempts', 'backoff']);
+
 function resolveTasks(tasks: unknown): Map<string, ResolvedTask> {
   if (!tasks || typeof tasks !== 'object') throw new ConfigError('Worker: tasks must be an object of handlers');
   const resolved = new Map<string, ResolvedTask>();
   for (const [name, entry] of Object.entries(tasks as TaskList)) {
     checkName('task', name);
     if (typeof entry === 'function') {
-      resolved.set(name, { handler: entry, timeoutMs: undefined });
+      resolved.set(name, { handler: entry, timeoutMs: undefined, maxAttempts: undefined, backoff: undefined });
     } else if (entry && typeof (entry as TaskDefinition).handler === 'function') {
       const def = entry as TaskDefinition;
-      const timeoutMs = def.timeoutMs === undefined
-        ? undefined
-        : intOption(`tasks.${name}.timeoutMs`, def.timeoutMs, 0, 1, 2 ** 31 - 1);
-      resolved.set(name, { handler: def.handler, timeoutMs });
+      rejectUnknownKeys(def, TASK_KEYS, `tasks.${name}`);
+      const optional = (key: 'timeoutMs' | 'maxAttempts', max: number) =>
+        def[key] === undefined ? undefined : intOption(`tasks.${name}.${key}`, def[key], 0, 1, max);
+      resolved.set(name, {
+        handler: def.handler,
+        timeoutMs: optional('timeoutMs', 2 ** 31 - 1),
+        maxAttempts: optional('maxAttempts', 1000),
+        backoff: def.backoff === undefined ? undefined : resolveBackoff(def.backoff, `tasks.${name}.backoff`),
+      });
     } else {
       throw new ConfigError(`Worker: task "${name}" must be a function or { handler }`);
     }
   }
   if (resolved.size === 0) throw new ConfigError('Worker: tasks is empty; give at least one handler');
   return resolved;
+}
+
+/** Validates a backoff policy, filling in the defaults. */
+export function resolveBackoff(backoff: unknown, what: string): Required<BackoffOptions> {
+  if (!backoff || typeof backoff !== 'object') throw new ConfigError(`${what} must be an object`);
+  rejectUnknownKeys(backoff, new Set(['baseMs', 'maxMs', 'shape']), what);
+  const { baseMs: base, maxMs: max, shape = 'exponential' } = backoff as BackoffOptions;
+  if (!BACKOFF_SHAPES.includes(shape)) {
+    throw new ConfigError(`${what}.shape must be one of ${BACKOFF_SHAPES.join(', ')}, got ${String(shape)}`);
+  }
+  const baseMs = intOption(`${what}.baseMs`, base, 1_000, 1, 86_400_000);
+  const maxMs = intOption(`${what}.maxMs`, max, Math.max(baseMs, 3_600_000), baseMs, 30 * 86_400_000);
+  return { baseMs, maxMs, shape };
+}
+
+/** Local per-queue limits: each a queue this worker serves, from 1 to its concurrency. */
+function resolveQueueConcurrency(value: unknown, queues: string[], concurrency: number): Map<string, number> {
+  if (value === undefined) return new Map();
+  if (!value || typeof value !== 'object') throw new ConfigError('queueConcurrency must be an object of queue → limit');
+  const limits = new Map<string, number>();
+  for (const [queue, limit] of Object.entries(value)) {
+    if (!queues.includes(queue)) throw new ConfigError(`queueConcurrency: "${queue}" is not one of this worker's queues`);
+    limits.set(queue, intOption(`queueConcurrency.${queue}`, limit, 0, 1, concurrency));
+  }
+  return limits;
 }
 
 export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfig {
@@ -191,11 +235,6 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     throw new ConfigError('heartbeatIntervalMs must be at most half of visibilityTimeoutMs');
   }
   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
-  const backoff = options.backoff ?? {};
-  if (typeof backoff !== 'object') throw new ConfigError('backoff must be an object');
-  rejectUnknownKeys(backoff, new Set(['baseMs', 'maxMs']), 'backoff');
-  const baseMs = intOption('backoff.baseMs', backoff.baseMs, 1_000, 1, 86_400_000);
-  const maxMs = intOption('backoff.maxMs', backoff.maxMs, 3_600_000, baseMs, 30 * 86_400_000);
   if (options.workerId !== undefined) checkName('workerId', options.workerId);
   if (options.listen !== undefined && typeof options.listen !== 'boolean') throw new ConfigError('listen must be a boolean');
 
@@ -204,6 +243,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     tasks: resolveTasks(options.tasks),
     queues: [...new Set(queues)],
     concurrency,
+    queueConcurrency: resolveQueueConcurrency(options.queueConcurrency, queues, concurrency),
     batchSize: intOption('batchSize', options.batchSize, 100, 1, 10_000),
     completionFlushMs: intOption('completionFlushMs', options.completionFlushMs, 10, 0, 60_000),
     pollIntervalMs: intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 3_600_000),
@@ -211,7 +251,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     heartbeatIntervalMs,
     rescueIntervalMs: intOption('rescueIntervalMs', options.rescueIntervalMs, Math.floor(visibilityTimeoutMs / 2), 100, 86_400_000),
     shutdownTimeoutMs: intOption('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 86_400_000),
-    backoff: { baseMs, maxMs },
+    backoff: resolveBackoff(options.backoff ?? {}, 'backoff'),
     workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
     listen: options.listen ?? true,
     listenConnectionString: options.listenConnectionString,

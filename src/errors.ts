@@ -14,7 +14,9 @@ export type SluiceErrorCode =
   | 'PERMANENT_FAILURE'
   | 'DUPLICATE_JOB'
   | 'WAIT_TIMEOUT'
-  | 'JOB_NOT_FOUND';
+  | 'JOB_NOT_FOUND'
+  | 'CANCELLED'
+  | 'SNOOZE';
 
 export class SluiceError extends Error {
   readonly code: SluiceErrorCode;
@@ -107,6 +109,46 @@ export class WaitTimeoutError extends SluiceError {
 export class JobNotFoundError extends SluiceError {
   constructor(readonly jobId: string) {
     super('JOB_NOT_FOUND', `no job with id ${jobId}`);
+  }
+}
+
+/** The reason a handler's AbortSignal carries when its job was cancelled (queue.cancel). */
+export class JobCancelledError extends SluiceError {
+  constructor(message: string) {
+    super('CANCELLED', message);
+  }
+}
+
+/**
+ * Thrown by a handler to run the job again later WITHOUT spending an attempt:
+ * "not yet" rather than "failed" (a rate limit, a resource not ready).
+ *
+ * @example
+ *   if (!(await isReady(payload.reportId))) throw new Snooze(30_000); // again in 30 s
+ *   throw new Snooze(new Date('2030-01-01T09:00:00Z'));               // again at that time
+ */
+export class Snooze extends SluiceError {
+  /** When the job runs again: a Date, or null when `delayMs` counts from the write (server clock). */
+  readonly runAt: Date | null;
+  readonly delayMs: number;
+  constructor(until: number | Date) {
+    const isDate = until instanceof Date;
+    if (isDate ? Number.isNaN(until.getTime()) : typeof until !== 'number' || !Number.isFinite(until) || until < 0) {
+      throw new ValidationError(`Snooze: give a delay in ms (>= 0) or a valid Date, got ${String(until)}`);
+    }
+    super('SNOOZE', isDate ? `snoozed until ${until.toISOString()}` : `snoozed for ${until} ms`);
+    this.runAt = isDate ? until : null;
+    this.delayMs = isDate ? 0 : until;
+  }
+}
+
+/** Runs `fn`; a ConfigError it throws is the caller's bad input, so it becomes a ValidationError. */
+export function validated<T>(fn: () => T): T {
+  try {
+    return fn();
+  } catch (err) {
+    if (err instanceof ConfigError) throw new ValidationError(err.message, { cause: err });
+    throw err;
   }
 }
 

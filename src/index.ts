@@ -7,7 +7,8 @@ export { migrate, type MigrationResult } from './migrate.js';
 export type { WorkerOptions, ConnectionOptions } from './config.js';
 export type { JobRow, JobStatus, JobContext, JobError, TaskHandler, TaskDefinition, TaskList } from './job.js';
 export type { Queryable } from './db/executor.js';
-export type { BackoffOptions } from './worker/backoff.js';
+export type { BackoffOptions, BackoffShape } from './worker/backoff.js';
+export type { QueueSettings, CancelResult } from './control.js';
 export { retryDelayMs } from './worker/backoff.js';
 export {
   SluiceError,
@@ -21,6 +22,8 @@ export {
   DuplicateJobError,
   WaitTimeoutError,
   JobNotFoundError,
+  Snooze,
+  JobCancelledError,
   type SluiceErrorCode,
 } from './errors.js';
 export {

@@ -1,3 +1,5 @@
+import type { BackoffOptions } from './worker/backoff.js';
+
 /** Where a job is in its life: pending → processing → completed | failed (or cancelled). */
 export type JobStatus = 'pending' | 'processing' | 'completed' | 'failed' | 'cancelled';
 
@@ -74,6 +76,13 @@ export interface TaskDefinition<P = any> {
   handler: TaskHandler<P>;
   /** Abort the handler and fail the attempt after this many ms. Default: none. */
   timeoutMs?: number;
+  /**
+   * Attempts before a job of this task is marked failed, overriding the job's own
+   * max_attempts (set at enqueue) for failures its handler reports. 1–1000.
+   */
+  maxAttempts?: number;
+  /** Retry delays for this task (shape, base, cap), overriding the worker's `backoff`. */
+  backoff?: BackoffOptions;
 }
 
 export type TaskList = Record<string, TaskHandler | TaskDefinition>;

@@ -15,10 +15,17 @@ export interface HeldConnection {
   release(err?: Error): void;
 }
 
+/**
+ * A control message (src/db/control-queries.ts): `cancel` names a job to abort
+ * wherever it runs; `queues` means the queues table changed (pause, limits).
+ */
+export type ControlMessage = { c: 'cancel'; id: string } | { c: 'queues' };
+
 export interface NotifierEvents {
   wake: [WakeHint];
   /** The raw payload of every notification on the channel (for channels that are not wake hints). */
   payload: [string];
+  control: [ControlMessage];
   /** LISTEN is (again) in place. Notifications sent while it was down are lost: catch up now. */
   listening: [];
   /** The connection failed; the notifier retries on its own. */
@@ -93,7 +100,10 @@ export class Notifier extends EventEmitter<NotifierEvents> {
       client.on('notification', (msg) => {
         if (msg.channel !== this.channel) return;
         if (this.listenerCount('payload') > 0) this.emit('payload', msg.payload ?? '');
-        if (this.listenerCount('wake') > 0) this.emit('wake', parseHint(msg.payload));
+        if (this.listenerCount('wake') === 0 && this.listenerCount('control') === 0) return;
+        const parsed = parseMessage(msg.payload);
+        if ('c' in parsed) this.emit('control', parsed);
+        else this.emit('wake', parsed);
       });
       client.on('error', (err) => this.lost(held!, err));
       client.on('end', () => this.lost(held!, new Error('LISTEN connection ended')));
@@ -128,9 +138,12 @@ export class Notifier extends EventEmitter<NotifierEvents> {
   }
 }
 
-function parseHint(payload: string | undefined): WakeHint {
+/** Wake-up hints (no `c` field) and control messages share the schema's channel. */
+function parseMessage(payload: string | undefined): WakeHint | ControlMessage {
   try {
-    const parsed = JSON.parse(payload ?? '') as { q?: unknown; t?: unknown };
+    const parsed = JSON.parse(payload ?? '') as { q?: unknown; t?: unknown; c?: unknown; id?: unknown };
+    if (parsed.c === 'cancel') return { c: 'cancel', id: String(parsed.id) };
+    if (parsed.c === 'queues') return { c: 'queues' };
     return { queue: String(parsed.q ?? ''), runAt: Number(parsed.t ?? 0) };
   } catch {
     // A hand-written NOTIFY on our channel: treat it as "something may be due".

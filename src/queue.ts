@@ -4,9 +4,13 @@ import { openPool, type PoolHandle } from './db/connection.js';
 import { buildQueries, type Queries } from './db/queries.js';
 import type { SluiceMetrics } from './metrics/metrics.js';
 import { traceEnqueue } from './tracing.js';
+import { buildControlQueries, type ControlQueries } from './db/control-queries.js';
+import {
+  cancelJob, listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type CancelResult, type QueueSettings,
+} from './control.js';
 import { rows, type Queryable } from './db/executor.js';
 import {
-  ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, wrapDatabaseError,
+  ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, validated, wrapDatabaseError,
 } from './errors.js';
 import type { JobRow, JobStatus } from './job.js';
 import { OutcomeListener } from './outcome-listener.js';
@@ -104,6 +108,7 @@ interface JobValues {
 export class Queue {
   readonly schema: string;
   private readonly queries: Queries;
+  private readonly control: ControlQueries;
   private readonly handle: PoolHandle | undefined;
   private readonly maxPayloadBytes: number;
   private readonly metrics: SluiceMetrics | undefined;
@@ -113,6 +118,7 @@ export class Queue {
     rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
     this.schema = resolveSchema(options.schema);
     this.queries = buildQueries(this.schema);
+    this.control = buildControlQueries(this.schema);
     this.maxPayloadBytes = intOption('maxPayloadBytes', options.maxPayloadBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024);
     if (options.metrics !== undefined && typeof options.metrics?.enqueued?.inc !== 'function') {
       throw new ConfigError('Queue: metrics must be a SluiceMetrics');
@@ -256,6 +262,51 @@ export class Queue {
     return row;
   }
 
+  /**
+   * Cancels a job that has not finished: a pending job never runs; a running job's
+   * AbortSignal fires on the worker that runs it and the job ends 'cancelled', not
+   * retried. Returns undefined when the job does not exist or already finished.
+   *
+   * @example
+   *   const result = await queue.cancel(id);
+   *   if (result?.previousStatus === 'processing') console.log('the worker was told to stop');
+   */
+  async cancel(id: string | number, options: { tx?: Queryable } = {}): Promise<CancelResult | undefined> {
+    return cancelJob(this.executor(options.tx), this.control, id);
+  }
+
+  /**
+   * Pauses a queue for all workers, persisted: no worker claims from it until
+   * resumeQueue(). Jobs still enqueue; running jobs finish.
+   *
+   * @example
+   *   await queue.pauseQueue('emails'); // e.g. while the mail provider is down
+   */
+  async pauseQueue(name: string, options: { tx?: Queryable } = {}): Promise<QueueSettings> {
+    return setQueuePaused(this.executor(options.tx), this.control, name, true);
+  }
+
+  /** Lets workers claim from a paused queue again (they hear of it at once). */
+  async resumeQueue(name: string, options: { tx?: Queryable } = {}): Promise<QueueSettings> {
+    return setQueuePaused(this.executor(options.tx), this.control, name, false);
+  }
+
+  /**
+   * Sets how many jobs of a queue may run at once across ALL workers (null: no
+   * limit). 1 makes a serial queue: one job at a time, in order, cluster-wide.
+   *
+   * @example
+   *   await queue.setQueueConcurrency('ledger', 1);
+   */
+  async setQueueConcurrency(name: string, limit: number | null, options: { tx?: Queryable } = {}): Promise<QueueSettings> {
+    return setQueueConcurrencyLimit(this.executor(options.tx), this.control, name, limit);
+  }
+
+  /** Every queue that has settings (paused or limited, or once was). */
+  async listQueues(options: { tx?: Queryable } = {}): Promise<QueueSettings[]> {
+    return listQueueSettings(this.executor(options.tx), this.control);
+  }
+
   /** Ends the pool Sluice made (a pool you passed in is left open). */
   async close(): Promise<void> {
     await this.outcomes?.stop();
@@ -324,14 +375,4 @@ function enqueueError(err: unknown, context: string): Error {
     return new DuplicateJobError(`${context}: ${e.message}`, existing, key, { cause: err });
   }
   return wrapDatabaseError(err, context);
-}
-
-/** A bad job is the caller's input, not configuration: report it as a ValidationError. */
-function validated<T>(fn: () => T): T {
-  try {
-    return fn();
-  } catch (err) {
-    if (err instanceof ConfigError) throw new ValidationError(err.message, { cause: err });
-    throw err;
-  }
 }

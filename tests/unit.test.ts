@@ -18,6 +18,14 @@ describe('retryDelayMs', () => {
     expect(retryDelayMs(50, opts, () => 1)).toBe(60_000);
     expect(retryDelayMs(5_000, opts, () => 1)).toBe(60_000);
   });
+  it('grows linearly or stays fixed when the shape says so, still capped', () => {
+    const linear = { ...opts, shape: 'linear' as const };
+    expect([1, 2, 3, 10].map((n) => retryDelayMs(n, linear, () => 1))).toEqual([1_000, 2_000, 3_000, 10_000]);
+    expect(retryDelayMs(100, linear, () => 1)).toBe(60_000);
+    const fixed = { ...opts, shape: 'fixed' as const };
+    expect([1, 2, 30].map((n) => retryDelayMs(n, fixed, () => 1))).toEqual([1_000, 1_000, 1_000]);
+    expect(retryDelayMs(7, fixed, () => 0)).toBe(500);
+  });
 });
 
 describe('serializePayload', () => {

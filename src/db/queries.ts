@@ -42,11 +42,15 @@ export interface Queries {
   readonly watchJob: string;
   readonly progress: string;
   readonly countByStatus: string;
+  readonly claimLimited: string;
+  readonly snooze: string;
+  readonly queueState: string;
 }
 
 export function buildQueries(schema: string): Queries {
   const s = quoteSchema(schema);
   const jobs = `${s}.jobs`;
+  const queues = `${s}.queues`;
   return {
     schema,
 
@@ -105,7 +109,9 @@ export function buildQueries(schema: string): Queries {
     //
     // A result counts only while the row is still 'processing', still held by this
     // worker instance ($1) and still on the same attempt: a job rescued from this
-    // worker (and maybe claimed again elsewhere) cannot be finished by it.
+    // worker (and maybe claimed again elsewhere), or cancelled while it ran, cannot
+    // be finished by it. Whether a failure is final ($8) is decided by the worker,
+    // which knows the task's retry policy (maxAttempts may override the row's).
     //
     // The claim is UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED): workers
     // skip rows another claim holds instead of waiting on them, and the inner
@@ -119,17 +125,16 @@ export function buildQueries(schema: string): Queries {
         RETURNING j.id, j.notify_on_finish
       ), failed AS (
         UPDATE ${jobs} j
-        SET status = CASE WHEN f.permanent OR j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
-            run_at = CASE WHEN f.permanent OR j.attempts >= j.max_attempts THEN j.run_at
-                          ELSE now() + f.delay_ms * interval '1 millisecond' END,
-            finished_at = CASE WHEN f.permanent OR j.attempts >= j.max_attempts THEN now() END,
+        SET status = CASE WHEN f.final THEN 'failed' ELSE 'pending' END,
+            run_at = CASE WHEN f.final THEN j.run_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
+            finished_at = CASE WHEN f.final THEN now() END,
             last_error = f.error, locked_at = NULL, updated_at = now(),
             -- The full history stays on the row for dead-letter inspection. The
             -- error text is the stack, whose first line is "Name: message".
             errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', f.attempt, 'at', now(),
               'message', split_part(f.error, chr(10), 1), 'stack', f.error))
         FROM unnest($4::bigint[], $5::int[], $6::text[], $7::float8[], $8::bool[])
-          AS f(id, attempt, error, delay_ms, permanent)
+          AS f(id, attempt, error, delay_ms, final)
         WHERE j.id = f.id AND j.attempts = f.attempt AND j.status = 'processing' AND j.locked_by = $1
         RETURNING j.id, j.status, j.notify_on_finish
       ), claimed AS (
@@ -142,6 +147,12 @@ export function buildQueries(schema: string): Queries {
         FROM (
           SELECT id FROM ${jobs}
           WHERE status = 'pending' AND queue = ANY($9::text[]) AND task = ANY($10::text[]) AND run_at <= now()
+            -- Paused queues are not claimed; limited ones only through claimLimited. The worker
+            -- already leaves them out of $9 (it caches the queues table), so this only
+            -- guards against a stale cache; with no such queues configured it is an
+            -- anti-join against an empty table (see README, "Pause and limits").
+            AND NOT EXISTS (SELECT 1 FROM ${queues} qc
+                            WHERE qc.name = ${jobs}.queue AND (qc.paused OR qc.concurrency_limit IS NOT NULL))
           ORDER BY priority DESC, run_at, id
           LIMIT $11
           FOR UPDATE SKIP LOCKED
@@ -202,6 +213,22 @@ export function buildQueries(schema: string): Queries {
     // Wakes workers of a queue after jobs went back to pending outside an INSERT.
     notify: `SELECT pg_notify($1, json_build_object('q', q, 't', floor(extract(epoch FROM now()) * 1000))::text)
       FROM unnest($2::text[]) AS q`,
+
+    // Claims from one queue with a concurrency limit: see claim_limited() in
+    // sql/migrations/0003_queue_control.sql for why it is a function.
+    claimLimited: `SELECT ${jobColumns()} FROM ${s}.claim_limited($2, $1, $3::text[], $4)`,
+
+    // A handler asked to run again later: back to pending without spending the
+    // attempt the claim took. Guarded like a result ($1 worker, $3 attempt).
+    snooze: `UPDATE ${jobs}
+      SET status = 'pending', attempts = attempts - 1, locked_at = NULL, locked_by = NULL, updated_at = now(),
+          run_at = coalesce($4::timestamptz, now() + $5::float8 * interval '1 millisecond')
+      WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1
+      RETURNING run_at`,
+
+    // What a worker caches about its queues: which are paused or globally limited.
+    queueState: `SELECT name, paused, concurrency_limit FROM ${queues}
+      WHERE name = ANY($1::text[]) AND (paused OR concurrency_limit IS NOT NULL)`,
 
     // The hot table first, then the history the pruner moved it to. Both branches
     // read one snapshot and the pruner moves a row in one statement, so a job is

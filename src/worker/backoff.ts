@@ -1,18 +1,30 @@
+/** How the retry delay grows with the attempt number. */
+export type BackoffShape = 'exponential' | 'linear' | 'fixed';
+
 export interface BackoffOptions {
   /** Delay before the first retry. */
   baseMs?: number;
   /** Upper bound of any delay. */
   maxMs?: number;
+  /** exponential: base·2^(n−1) (default); linear: base·n; fixed: base every time. */
+  shape?: BackoffShape;
 }
 
+export const BACKOFF_SHAPES: readonly BackoffShape[] = ['exponential', 'linear', 'fixed'];
+
 /**
- * Delay before the next attempt after `attempt` failed: exponential (base·2^(n-1)),
- * capped, with "equal jitter" — half fixed, half random — so retries of jobs that
+ * Delay before the next attempt after `attempt` failed: by `shape`, capped at
+ * `maxMs`, with "equal jitter" — half fixed, half random — so retries of jobs that
  * failed together (an outage) spread out instead of returning as a wave, while
  * never retrying sooner than half the nominal delay.
  */
-export function retryDelayMs(attempt: number, options: Required<BackoffOptions>, random = Math.random): number {
-  const exponent = Math.min(Math.max(attempt - 1, 0), 52);
-  const nominal = Math.min(options.maxMs, options.baseMs * 2 ** exponent);
+export function retryDelayMs(
+  attempt: number,
+  options: Required<Omit<BackoffOptions, 'shape'>> & Pick<BackoffOptions, 'shape'>,
+  random = Math.random,
+): number {
+  const n = Math.max(attempt, 1);
+  const growth = options.shape === 'fixed' ? 1 : options.shape === 'linear' ? n : 2 ** Math.min(n - 1, 52);
+  const nominal = Math.min(options.maxMs, options.baseMs * growth);
   return Math.round(nominal / 2 + random() * (nominal / 2));
 }

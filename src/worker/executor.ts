@@ -1,5 +1,5 @@
 import type { ResolvedTask } from '../config.js';
-import { JobTimeoutError, PermanentFailure } from '../errors.js';
+import { JobTimeoutError, PermanentFailure, Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 
 /** How one run of a job ended, as far as the worker is concerned. */
@@ -10,15 +10,26 @@ export type Outcome =
   /** The worker gave the job back (shutdown): the attempt does not count. */
   | { kind: 'released' }
   /** The job was taken away (lock expired): this run's result must not be recorded. */
-  | { kind: 'lost' };
+  | { kind: 'lost' }
+  /** The job was cancelled while it ran: already 'cancelled' in the database, nothing to write. */
+  | { kind: 'cancelled' }
+  /** The handler threw Snooze: run again later, the attempt does not count. */
+  | { kind: 'snoozed'; snooze: Snooze };
 
-type AbortCause = 'timeout' | 'shutdown' | 'lock-lost';
+type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled';
+
+/** Outcomes of a run that was aborted by the worker rather than ended by the handler. */
+const ABORTED: Partial<Record<AbortCause, Outcome>> = {
+  shutdown: { kind: 'released' },
+  'lock-lost': { kind: 'lost' },
+  cancelled: { kind: 'cancelled' },
+};
 
 const MAX_ERROR_LENGTH = 8_000;
 
 /**
  * One claimed job running in this process. The handler gets an AbortSignal; when
- * the job times out, the worker stops, or the lock is lost, the signal fires and
+ * the job times out, the worker stops, the lock is lost or the job is cancelled, the signal fires and
  * the run ends at once, whether or not the handler honours the signal (a handler
  * that ignores it keeps running in the background, but its result is dropped).
  */
@@ -30,7 +41,7 @@ export class RunningJob {
 
   constructor(
     readonly job: JobRow,
-    private readonly task: ResolvedTask,
+    readonly task: ResolvedTask,
     /** Receives the handler's ctx.progress() reports. */
     private readonly onProgress: (value: unknown) => void = () => {},
   ) {}
@@ -68,12 +79,11 @@ export class RunningJob {
       // A handler that rejects after we stopped waiting must not become an unhandled rejection.
       handled.catch(() => {});
       const value = await Promise.race([handled, abortion(signal)]);
-      if (this.cause === 'shutdown') return { kind: 'released' };
-      if (this.cause === 'lock-lost') return { kind: 'lost' };
-      return { kind: 'completed', value };
+      return (this.cause && ABORTED[this.cause]) || { kind: 'completed', value };
     } catch (error) {
-      if (this.cause === 'shutdown') return { kind: 'released' };
-      if (this.cause === 'lock-lost') return { kind: 'lost' };
+      const aborted = this.cause && ABORTED[this.cause];
+      if (aborted) return aborted;
+      if (error instanceof Snooze) return { kind: 'snoozed', snooze: error };
       return { kind: 'failed', error, permanent: error instanceof PermanentFailure };
     } finally {
       clearTimeout(timer);

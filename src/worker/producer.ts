@@ -3,11 +3,16 @@ import type { ResolvedWorkerConfig } from '../config.js';
 import type { Queries } from '../db/queries.js';
 import type { JobRow } from '../job.js';
 import { doneChannelFor } from '../db/identifiers.js';
+import type { ClaimPlan } from './queue-state.js';
 import { batchParams, resultsParam, type ResultBatch, type ResultBuffer } from './results.js';
 
 export interface ProducerHooks {
   /** Slots not taken by running jobs. */
   freeSlots(): number;
+  /** Slots free for one queue, after its local limit (if any). */
+  freeSlotsIn(queue: string): number;
+  /** Which queues the cycle claims from, and which go through claimLimited. */
+  claimPlan(): ClaimPlan;
   /** Jobs this cycle claimed; the worker starts them. */
   claimed(jobs: JobRow[]): void;
   /** Results written; ids missing from the sets were rejected (the lock was lost). */
@@ -176,6 +181,10 @@ export class Producer {
     this.inFlight = true;
     const wakeupsBefore = this.wakeups;
     const batch = this.buffer.take();
+    const plan = this.hooks.claimPlan();
+    // With limited queues configured, keep a slot per limited queue (up to half)
+    // out of the common claim, so a backlog in unlimited queues cannot starve them.
+    const plainLimit = limit - Math.min(plan.limited.length, Math.floor(limit / 2));
     try {
       const { rows } = await this.pool.query<CycleRow>({
         name: `sluice-cycle-${this.queries.schema}`,
@@ -183,9 +192,9 @@ export class Producer {
         values: [
           this.config.workerId,
           ...batchParams(batch),
-          this.config.queues,
+          plan.plain,
           [...this.config.tasks.keys()],
-          limit,
+          plainLimit,
           // Added by migration 0002, after the claim's parameters so those keep their numbers.
           resultsParam(batch),
           doneChannelFor(this.queries.schema),
@@ -198,7 +207,7 @@ export class Producer {
       }
       const claimed = rows.filter((r) => r.id !== null);
       // A short claim means the backlog is empty, unless a wake-up arrived meanwhile.
-      if (limit > 0) this.mayHaveWork = claimed.length >= limit || this.wakeups !== wakeupsBefore;
+      if (limit > 0) this.mayHaveWork = claimed.length >= plainLimit || this.wakeups !== wakeupsBefore;
       if (claimed.length > 0) {
         for (const row of claimed) {
           delete (row as Partial<CycleRow>).completed_ids;
@@ -206,6 +215,10 @@ export class Producer {
         }
         this.hooks.claimed(claimed);
       }
+      // Queues with a concurrency limit take their own statements, only when any
+      // are configured. They run after the results above were written, so a slot
+      // freed by a finished job is seen by the limit count.
+      if (limit > 0 && plan.limited.length > 0 && (await this.claimLimited(plan.limited))) this.mayHaveWork = true;
       return true;
     } catch (err) {
       this.buffer.restore(batch);
@@ -219,6 +232,33 @@ export class Producer {
       this.inFlight = false;
       for (const resolve of this.idle.splice(0)) resolve();
     }
+  }
+
+  /**
+   * Claims from each limited queue up to its free local slots (the global limit is
+   * applied by claim_limited() in the database). Returns true when some queue
+   * filled every slot it asked for, i.e. it may have more. Errors are reported and
+   * leave the queues to the next cycle; they must not undo the cycle's writes.
+   */
+  private async claimLimited(queues: string[]): Promise<boolean> {
+    let more = false;
+    for (const queue of queues) {
+      const max = Math.min(this.hooks.freeSlotsIn(queue), this.config.batchSize);
+      if (max <= 0) continue;
+      try {
+        const { rows } = await this.pool.query<JobRow>({
+          name: `sluice-claim-limited-${this.queries.schema}`,
+          text: this.queries.claimLimited,
+          values: [this.config.workerId, queue, [...this.config.tasks.keys()], max],
+        });
+        if (rows.length >= max) more = true;
+        if (rows.length > 0) this.hooks.claimed(rows);
+      } catch (err) {
+        // Not "more": a persistent error would spin. The next poll tries again.
+        this.hooks.error(err);
+      }
+    }
+    return more;
   }
 
   private scheduleRetry(): void {

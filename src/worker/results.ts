@@ -16,6 +16,7 @@ export interface Failure extends Completion {
   /** What is stored in last_error. */
   errorText: string;
   delayMs: number;
+  /** No more attempts: the handler gave up (PermanentFailure) or the attempts ran out. */
   permanent: boolean;
 }
 

@@ -3,9 +3,9 @@ import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } fr
 import { openPool, type PoolHandle } from '../db/connection.js';
 import { buildQueries, type Queries } from '../db/queries.js';
 import { channelFor } from '../db/identifiers.js';
-import { SluiceError, wrapDatabaseError } from '../errors.js';
+import { JobCancelledError, SluiceError, wrapDatabaseError, type Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
-import { Notifier, openListenConnection, type HeldConnection } from '../notifier.js';
+import { Notifier, openListenConnection, type ControlMessage, type HeldConnection } from '../notifier.js';
 import { rescuerTask, type RescuedJob } from '../maintenance/rescuer.js';
 import { createMaintenance } from '../maintenance/worker-maintenance.js';
 import { instrumentWorker, type Instrumentation } from './instrumentation.js';
@@ -18,6 +18,7 @@ import { retryDelayMs } from './backoff.js';
 import { describeError, RunningJob, type Outcome } from './executor.js';
 import { Heartbeat } from './heartbeat.js';
 import { Producer } from './producer.js';
+import { QueueState } from './queue-state.js';
 import { ResultBuffer, type ResultBatch } from './results.js';
 
 /**
@@ -43,6 +44,10 @@ export interface WorkerEvents {
   'jobs:claimed': [JobRow[]];
   /** The maintenance leader took back a job whose worker stopped heartbeating (one event per job). */
   'job:rescued': [RescuedJob];
+  /** The job was cancelled while this worker ran it; its handler's signal was aborted. */
+  'job:cancelled': [JobRow];
+  /** The handler threw Snooze: the job is pending again at `runAt`, its attempt not spent. */
+  'job:snoozed': [JobRow, { runAt: Date }];
   /** Emitted by the maintenance leader only: jobs whose lock expired went back to pending (or failed). */
   'jobs:rescued': [RescuedJob[]];
   /** This worker became the maintenance leader of its schema. */
@@ -91,6 +96,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private instrumentation: Instrumentation | undefined;
   private progress: ProgressWriter | undefined;
   private cron: CronRunner | undefined;
+  private queueState: QueueState | undefined;
+  /** Snooze writes in flight; stop() waits for them. */
+  private readonly snoozes = new Set<Promise<void>>();
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
   private drained: (() => void) | undefined;
@@ -126,8 +134,14 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const pool = this.handle.pool;
     const onError = (err: unknown) => this.reportError(err);
 
+    // Workers that listen hear of pause/limit changes at once; the timer is the
+    // fallback for missed notifications, and the only source for those that poll.
+    this.queueState = new QueueState(pool, this.queries, config.queues, config.queueConcurrency,
+      config.listen ? 30_000 : config.pollIntervalMs, () => this.producer?.wake(), onError);
     this.producer = new Producer(pool, this.queries, config, this.buffer, {
       freeSlots: () => config.concurrency - this.running.size,
+      freeSlotsIn: (queue) => this.freeSlotsIn(queue),
+      claimPlan: () => this.queueState!.claimPlan,
       claimed: (jobs) => {
         this.emit('jobs:claimed', jobs);
         jobs.forEach((job) => this.run(job));
@@ -155,7 +169,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.notifier.on('wake', (hint) => {
         if (hint.queue === '' || config.queues.includes(hint.queue)) this.producer?.wakeAt(hint.runAt);
       });
-      this.notifier.on('listening', () => this.producer?.wake());
+      this.notifier.on('control', (message) => this.control(message));
+      // Notifications sent while LISTEN was down are lost: re-read queue settings too.
+      this.notifier.on('listening', () => void this.queueState?.refresh());
       this.notifier.on('connectionError', onError);
       // Resolve start() once LISTEN is in place, so a job enqueued right after is
       // pushed, not polled. If Postgres is down, start anyway: the notifier retries.
@@ -166,6 +182,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
       this.notifier.start();
       await ready;
     }
+    await this.queueState.start();
     this.producer.start();
     this.heartbeat.start();
     this.maintenance?.start();
@@ -189,6 +206,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private async shutdown(): Promise<void> {
     this.state = 'stopping';
     this.producer!.stop();
+    this.queueState!.stop();
     await Promise.all([this.maintenance?.stop(), this.notifier?.stop(), this.cron?.stop()]);
 
     if (this.running.size > 0) {
@@ -206,6 +224,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     for (const job of unfinished) job.abort('shutdown', new SluiceError('CONFIG', 'worker is shutting down'));
     const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
     await this.producer!.drain(deadline);
+    await Promise.all(this.snoozes);
     if (unfinished.length > 0) {
       try {
         const { rows } = await this.handle!.pool.query<{ id: string; queue: string }>(this.queries.release, [
@@ -255,16 +274,28 @@ export class Worker extends EventEmitter<WorkerEvents> {
       }
     }
     if (outcome.kind === 'failed') {
+      // The task's retry policy, when it has one, wins over the job's max_attempts.
+      const { task } = running;
+      const maxAttempts = task.maxAttempts ?? job.max_attempts;
       this.buffer.fail({
         job,
         attempt,
         error: outcome.error,
         errorText: describeError(outcome.error),
-        delayMs: retryDelayMs(attempt, this.config.backoff),
-        permanent: outcome.permanent,
+        delayMs: retryDelayMs(attempt, task.backoff ?? this.config.backoff),
+        permanent: outcome.permanent || attempt >= maxAttempts,
         durationMs,
       });
       this.producer!.resultAdded();
+    } else if (outcome.kind === 'snoozed') {
+      this.snooze(job, outcome.snooze);
+    } else if (outcome.kind === 'cancelled') {
+      this.emit('job:cancelled', job);
+    }
+    // A slot of a limited queue opened: it may be claimable again (the statement
+    // that writes this result runs before the limited claims).
+    if (this.config.queueConcurrency.has(job.queue) || this.queueState!.claimPlan.limited.includes(job.queue)) {
+      this.producer!.wake();
     }
     // 'released' jobs are returned by shutdown; 'lost' ones belong to someone else now.
     if (this.running.size === 0) this.drained?.();
@@ -284,7 +315,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         this.emit('job:lock-lost', f.job);
         continue;
       }
-      const willRetry = !f.permanent && f.attempt < f.job.max_attempts;
+      const willRetry = !f.permanent;
       // Other workers find the retry by polling; this one knows when it falls due.
       if (willRetry) this.producer!.wakeAt(Date.now() + f.delayMs);
       this.emit('job:fail', f.job, { error: f.error, willRetry, durationMs: f.durationMs ?? 0 });
@@ -300,6 +331,47 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.running.get(job.id)?.job !== job) return; // reported after the run ended
     this.progress!.report(job.id, json);
     this.emit('job:progress', job, { progress: value });
+  }
+
+  /** Jobs of `queue` this worker may still start: its free slots, within the queue's local limit. */
+  private freeSlotsIn(queue: string): number {
+    const free = this.config.concurrency - this.running.size;
+    const limit = this.config.queueConcurrency.get(queue);
+    if (limit === undefined) return free;
+    let running = 0;
+    for (const r of this.running.values()) if (r.job.queue === queue) running++;
+    return Math.min(free, limit - running);
+  }
+
+  private control(message: ControlMessage): void {
+    if (message.c === 'queues') {
+      void this.queueState?.refresh();
+      return;
+    }
+    const running = this.running.get(message.id);
+    running?.abort('cancelled', new JobCancelledError(`job ${message.id} was cancelled`));
+  }
+
+  /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
+  private snooze(job: JobRow, snooze: Snooze): void {
+    const write = (async () => {
+      try {
+        const { rows } = await this.handle!.pool.query<{ run_at: Date }>(this.queries.snooze, [
+          this.config.workerId, job.id, job.attempts, snooze.runAt, snooze.delayMs,
+        ]);
+        if (rows[0]) {
+          this.producer!.wakeAt(rows[0].run_at.getTime());
+          this.emit('job:snoozed', job, { runAt: rows[0].run_at });
+        } else {
+          this.emit('job:lock-lost', job);
+        }
+      } catch (err) {
+        // The job stays 'processing' until the rescuer returns it (spending the attempt).
+        this.reportError(err);
+      }
+    })();
+    this.snoozes.add(write);
+    void write.finally(() => this.snoozes.delete(write));
   }
 
   private lockLost(ids: string[]): void {

@@ -1,0 +1,102 @@
+import type pg from 'pg';
+import type { Queries } from '../db/queries.js';
+
+interface QueueStateRow {
+  name: string;
+  paused: boolean;
+  concurrency_limit: number | null;
+}
+
+/** Which of a worker's queues are claimed how, as of the last refresh. */
+export interface ClaimPlan {
+  /** Claimed by the common cycle statement: running, no limit anywhere. */
+  readonly plain: string[];
+  /** Claimed one by one through claim_limited(): a local or a global limit. */
+  readonly limited: string[];
+}
+
+/**
+ * The worker's cached view of the queues table (paused queues, global limits) for
+ * the queues it serves, combined with its local per-queue limits into a ClaimPlan.
+ *
+ * The cache keeps the common claim cheap: a paused or limited queue is simply left
+ * out of the queue list the claim scans, instead of being filtered row by row. It
+ * is refreshed at start, when a control notification arrives, when LISTEN
+ * reconnects (notifications may have been missed), and on a slow timer for
+ * workers that do not listen. A stale cache is safe: the claim statement itself
+ * skips paused and globally limited queues, and claim_limited() reads the
+ * queue's row under lock.
+ */
+export class QueueState {
+  private current: ClaimPlan;
+  private timer: NodeJS.Timeout | undefined;
+  private refreshing: Promise<void> | undefined;
+  private again = false;
+
+  constructor(
+    private readonly pool: pg.Pool,
+    private readonly queries: Queries,
+    private readonly queues: string[],
+    private readonly localLimits: ReadonlyMap<string, number>,
+    private readonly refreshIntervalMs: number,
+    private readonly changed: () => void,
+    private readonly onError: (err: unknown) => void,
+  ) {
+    this.current = this.plan([]);
+  }
+
+  get claimPlan(): ClaimPlan {
+    return this.current;
+  }
+
+  /** Reads the queues table once, then keeps refreshing on the timer. Never throws. */
+  async start(): Promise<void> {
+    await this.refresh();
+    this.schedule();
+  }
+
+  stop(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  /** Re-reads the queues table; concurrent calls are folded into one more read. */
+  refresh(): Promise<void> {
+    if (this.refreshing) {
+      this.again = true;
+      return this.refreshing;
+    }
+    this.refreshing = (async () => {
+      do {
+        this.again = false;
+        try {
+          const { rows } = await this.pool.query<QueueStateRow>(this.queries.queueState, [this.queues]);
+          this.current = this.plan(rows);
+          this.changed();
+        } catch (err) {
+          this.onError(err);
+        }
+      } while (this.again);
+      this.refreshing = undefined;
+    })();
+    return this.refreshing;
+  }
+
+  private plan(rows: QueueStateRow[]): ClaimPlan {
+    const paused = new Set(rows.filter((r) => r.paused).map((r) => r.name));
+    const limitedGlobally = new Set(rows.filter((r) => r.concurrency_limit !== null).map((r) => r.name));
+    const running = this.queues.filter((q) => !paused.has(q));
+    const isLimited = (q: string) => this.localLimits.has(q) || limitedGlobally.has(q);
+    return { plain: running.filter((q) => !isLimited(q)), limited: running.filter(isLimited) };
+  }
+
+  private schedule(): void {
+    if (this.refreshIntervalMs <= 0) return;
+    this.timer = setTimeout(() => {
+      void this.refresh().then(() => {
+        if (this.timer) this.schedule();
+      });
+    }, this.refreshIntervalMs);
+    this.timer.unref();
+  }
+}
