@@ -1,0 +1,313 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import {
+  Queue, Worker, Snooze, JobCancelledError, ValidationError, ConfigError, type JobRow, type WorkerOptions,
+} from '../src/index.js';
+import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
+
+let db: TestDatabase;
+let queue: Queue;
+const workers: Worker[] = [];
+
+beforeAll(async () => {
+  db = await createTestSchema('control');
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop()));
+});
+afterAll(async () => {
+  await queue.close();
+  await db.drop();
+});
+
+/** `n` started workers on this file's schema, each with its own connections. */
+async function startWorkers(n: number, options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker[]> {
+  const started = Array.from({ length: n }, (_, i) => {
+    const worker = new Worker({ connectionString: db.url, schema: db.schema, workerId: `w${workers.length + i}`, ...options });
+    worker.on('error', () => {});
+    workers.push(worker);
+    return worker;
+  });
+  await Promise.all(started.map((w) => w.start()));
+  return started;
+}
+
+async function job(id: string): Promise<JobRow> {
+  return (await queue.getJob(id))!;
+}
+
+async function waitForStatus(id: string, status: string): Promise<JobRow> {
+  return waitFor(async () => {
+    const row = await job(id);
+    return row.status === status ? row : undefined;
+  }, `job ${id} to be ${status}`);
+}
+
+/** Resolves with the first of these workers to emit `event`. */
+function firstEvent<T extends unknown[]>(list: Worker[], event: string): Promise<T> {
+  return Promise.race(list.map((w) => nextEvent<T>(w, event)));
+}
+
+describe('cancellation', () => {
+  it('a cancelled pending job never runs', async () => {
+    const ran: string[] = [];
+    // Enqueued before the marker, so the claim order would reach it first.
+    const doomed = await queue.enqueue('note', {}, { queue: 'c-pending' });
+    const result = await queue.cancel(doomed);
+    expect(result).toMatchObject({ previousStatus: 'pending', job: { id: doomed, status: 'cancelled' } });
+    const marker = await queue.enqueue('note', {}, { queue: 'c-pending' });
+    await startWorkers(2, { queues: ['c-pending'], tasks: { note: async (_p, { job: j }) => void ran.push(j.id) } });
+    await waitForStatus(marker, 'completed');
+    expect(ran).toEqual([marker]);
+    expect(await job(doomed)).toMatchObject({ status: 'cancelled', attempts: 0 });
+    expect((await job(doomed)).finished_at).toBeInstanceOf(Date);
+  });
+
+  it('a running job is aborted on whichever worker runs it, ends cancelled and is not retried', async () => {
+    const aborted: { worker: string; reason: unknown }[] = [];
+    const list = await startWorkers(3, {
+      queues: ['c-running'],
+      pollIntervalMs: 3_600_000, // only NOTIFY can tell the worker
+      heartbeatIntervalMs: 10_000, // and not the heartbeat fallback either
+      tasks: {
+        wait: (_p, { signal, job: j }) => new Promise((_, reject) => {
+          signal.addEventListener('abort', () => {
+            aborted.push({ worker: j.locked_by!, reason: signal.reason });
+            reject(signal.reason);
+          });
+        }),
+        quick: async () => {},
+      },
+    });
+    const startedOn = firstEvent<[JobRow]>(list, 'job:start');
+    const id = await queue.enqueue('wait', {}, { queue: 'c-running', maxAttempts: 5 });
+    const [started] = await startedOn;
+    const cancelledEvent = firstEvent<[JobRow]>(list, 'job:cancelled');
+    expect(await queue.cancel(id)).toMatchObject({ previousStatus: 'processing', job: { status: 'cancelled' } });
+    const [cancelled] = await cancelledEvent;
+    expect(cancelled.id).toBe(id);
+    expect(aborted).toHaveLength(1);
+    expect(aborted[0]!.worker).toBe(started.locked_by);
+    expect(aborted[0]!.reason).toBeInstanceOf(JobCancelledError);
+    // Later cycles of every worker write nothing over it: run more jobs through all of them.
+    const later = await queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'quick', queue: 'c-running' })));
+    await Promise.all(later.map((l) => waitForStatus(l, 'completed')));
+    expect(await job(id)).toMatchObject({ status: 'cancelled', attempts: 1, last_error: null });
+  });
+
+  it("a worker's late result (success or failure) does not overwrite a cancellation", async () => {
+    const release = new Map<string, () => void>();
+    // listen: false and a slow heartbeat: the worker never hears of the cancel, so
+    // the only thing between its result and the row is the status guard.
+    const [worker] = await startWorkers(1, {
+      queues: ['c-late'],
+      listen: false,
+      pollIntervalMs: 50,
+      heartbeatIntervalMs: 10_000,
+      tasks: {
+        late: async ({ fail }: { fail: boolean }, { job: j }) => {
+          await new Promise<void>((resolve) => release.set(j.id, resolve));
+          if (fail) throw new Error('failed after the cancel');
+        },
+      },
+    });
+    const lost: string[] = [];
+    worker!.on('job:lock-lost', (j) => lost.push(j.id));
+    const ok = await queue.enqueue('late', { fail: false }, { queue: 'c-late' });
+    const bad = await queue.enqueue('late', { fail: true }, { queue: 'c-late' });
+    await waitFor(() => release.has(ok) && release.has(bad), 'both jobs to start');
+    await queue.cancel(ok);
+    await queue.cancel(bad);
+    release.get(ok)!();
+    release.get(bad)!();
+    await waitFor(() => lost.length === 2, 'both results to be rejected');
+    expect(await job(ok)).toMatchObject({ status: 'cancelled', attempts: 1 });
+    expect(await job(bad)).toMatchObject({ status: 'cancelled', attempts: 1, last_error: null });
+  });
+
+  it('finished or unknown jobs cannot be cancelled; a bad id is a ValidationError', async () => {
+    const id = await queue.enqueue('x', {}, { queue: 'c-done' });
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed' WHERE id = $1`, [id]);
+    expect(await queue.cancel(id)).toBeUndefined();
+    expect(await queue.cancel('999999999')).toBeUndefined();
+    await expect(queue.cancel('12; DROP TABLE x')).rejects.toBeInstanceOf(ValidationError);
+    expect((await job(id)).status).toBe('completed');
+  });
+});
+
+describe('retry control from handlers', () => {
+  it('Snooze runs the job again later without spending an attempt', async () => {
+    const seen: number[] = [];
+    const claimedAt: Date[] = [];
+    const list = await startWorkers(2, {
+      queues: ['snooze'],
+      tasks: {
+        // maxAttempts 1: if a snooze spent the attempt, the job could never run again.
+        nap: async (_p, { attempt, job: j }) => {
+          seen.push(attempt);
+          claimedAt.push(j.locked_at!);
+          if (seen.length < 3) throw new Snooze(seen.length === 1 ? 150 : new Date(Date.now() + 100));
+        },
+      },
+    });
+    const snoozed: Date[] = [];
+    for (const w of list) w.on('job:snoozed', (_j, { runAt }) => snoozed.push(runAt));
+    const id = await queue.enqueue('nap', {}, { queue: 'snooze', maxAttempts: 1 });
+    const [first] = await firstEvent<[JobRow, { runAt: Date }]>(list, 'job:snoozed');
+    expect(first.id).toBe(id);
+    const between = await job(id);
+    // Unless it already runs again, it waits with its attempt given back.
+    if (between.status === 'pending') expect(between).toMatchObject({ attempts: 0, locked_by: null });
+    const done = await waitForStatus(id, 'completed');
+    expect(seen).toEqual([1, 1, 1]);
+    expect(done.attempts).toBe(1);
+    expect(snoozed).toHaveLength(2);
+    // Each run was claimed (server clock) no earlier than the snooze asked for.
+    expect(claimedAt[1]!.getTime()).toBeGreaterThanOrEqual(snoozed[0]!.getTime());
+    expect(claimedAt[2]!.getTime()).toBeGreaterThanOrEqual(snoozed[1]!.getTime());
+    expect(snoozed[0]!.getTime() - claimedAt[0]!.getTime()).toBeGreaterThanOrEqual(150);
+  });
+
+  it('Snooze rejects a bad delay', () => {
+    expect(() => new Snooze(-1)).toThrow(ValidationError);
+    expect(() => new Snooze(new Date('nope'))).toThrow(ValidationError);
+  });
+
+  it("a task's maxAttempts overrides the job's, both up and down", async () => {
+    const runs = new Map<string, number>();
+    const count = (id: string) => runs.set(id, (runs.get(id) ?? 0) + 1);
+    await startWorkers(2, {
+      queues: ['policy'],
+      tasks: {
+        more: {
+          maxAttempts: 3,
+          backoff: { shape: 'fixed', baseMs: 10, maxMs: 10 },
+          handler: async (_p, { job: j }) => { count(j.id); throw new Error('again'); },
+        },
+        fewer: {
+          maxAttempts: 2,
+          backoff: { shape: 'linear', baseMs: 10, maxMs: 50 },
+          handler: async (_p, { job: j }) => { count(j.id); throw new Error('again'); },
+        },
+      },
+    });
+    const more = await queue.enqueue('more', {}, { queue: 'policy', maxAttempts: 1 });
+    const fewer = await queue.enqueue('fewer', {}, { queue: 'policy', maxAttempts: 10 });
+    expect(await waitForStatus(more, 'failed')).toMatchObject({ attempts: 3 });
+    expect(await waitForStatus(fewer, 'failed')).toMatchObject({ attempts: 2 });
+    expect([runs.get(more), runs.get(fewer)]).toEqual([3, 2]);
+  });
+
+  it('rejects a bad per-task policy or local limit with a ConfigError', () => {
+    const make = (options: Partial<WorkerOptions>) =>
+      new Worker({ connectionString: db.url, tasks: { t: async () => {} }, ...options });
+    expect(() => make({ tasks: { t: { handler: async () => {}, maxAttempts: 0 } } })).toThrow(ConfigError);
+    expect(() => make({ tasks: { t: { handler: async () => {}, backoff: { shape: 'cubic' as 'fixed' } } } })).toThrow(/shape/);
+    expect(() => make({ tasks: { t: { handler: async () => {}, retries: 3 } as never } })).toThrow(/unknown option/);
+    expect(() => make({ queueConcurrency: { elsewhere: 1 } })).toThrow(/not one of this worker's queues/);
+    expect(() => make({ concurrency: 4, queueConcurrency: { default: 5 } })).toThrow(ConfigError);
+  });
+});
+
+describe('pause and resume', () => {
+  it('a paused queue is not claimed from by any worker, jobs still enqueue, resume wakes them at once', async () => {
+    const ran: string[] = [];
+    const list = await startWorkers(3, {
+      queues: ['pz', 'pz-other'],
+      pollIntervalMs: 3_600_000, // after resume only the notification can wake them
+      tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) },
+    });
+    expect(await queue.pauseQueue('pz')).toMatchObject({ name: 'pz', paused: true, concurrencyLimit: null });
+    // The workers have the pause in their cache once the notification arrived;
+    // the claim's own check makes it hold even before that.
+    const ids = await queue.enqueueMany(Array.from({ length: 5 }, () => ({ task: 't', queue: 'pz' })));
+    // Enqueued after them: completing it proves the workers were awake and claiming.
+    const marker = await queue.enqueue('t', {}, { queue: 'pz-other' });
+    await waitForStatus(marker, 'completed');
+    expect(ran).toEqual(['pz-other']);
+    for (const id of ids) expect((await job(id)).status).toBe('pending');
+
+    expect(await queue.resumeQueue('pz')).toMatchObject({ paused: false });
+    await Promise.all(ids.map((id) => waitForStatus(id, 'completed')));
+    expect(ran.filter((q) => q === 'pz')).toHaveLength(5);
+    void list;
+  });
+
+  it('the claim itself skips a paused queue even when the workers missed the change', async () => {
+    const ran: string[] = [];
+    await startWorkers(2, { queues: ['pz-stale', 'pz-stale-other'], tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) } });
+    // Paused behind the workers' backs: no notification, their cache says "running".
+    await db.pool.query(`INSERT INTO ${db.s}.queues (name, paused) VALUES ('pz-stale', true)`);
+    const id = await queue.enqueue('t', {}, { queue: 'pz-stale' });
+    const marker = await queue.enqueue('t', {}, { queue: 'pz-stale-other' });
+    await waitForStatus(marker, 'completed');
+    expect(ran).toEqual(['pz-stale-other']);
+    expect((await job(id)).status).toBe('pending');
+  });
+
+  it('pausing a queue with a concurrency limit stops it too; listQueues shows the settings', async () => {
+    await queue.setQueueConcurrency('pz-limited', 2);
+    await queue.pauseQueue('pz-limited');
+    const ran: string[] = [];
+    await startWorkers(2, { queues: ['pz-limited', 'pz-limited-other'], tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) } });
+    const id = await queue.enqueue('t', {}, { queue: 'pz-limited' });
+    const marker = await queue.enqueue('t', {}, { queue: 'pz-limited-other' });
+    await waitForStatus(marker, 'completed');
+    expect((await job(id)).status).toBe('pending');
+    expect((await queue.listQueues()).find((q) => q.name === 'pz-limited')).toMatchObject({ paused: true, concurrencyLimit: 2 });
+    await queue.resumeQueue('pz-limited');
+    await waitForStatus(id, 'completed');
+    await expect(queue.setQueueConcurrency('pz-limited', 0)).rejects.toBeInstanceOf(ValidationError);
+    await expect(queue.pauseQueue('')).rejects.toBeInstanceOf(ValidationError);
+  });
+});
+
+describe('per-queue concurrency', () => {
+  /** A handler that tracks how many of its jobs run at once (across every worker of this process). */
+  function tracker() {
+    let active = 0;
+    let max = 0;
+    const handler = async () => {
+      max = Math.max(max, ++active);
+      await new Promise((r) => setTimeout(r, 15)); // the job's "work", not a synchronisation
+      active--;
+    };
+    return { handler, max: () => max };
+  }
+
+  it('a local limit caps one queue in one worker while others use the rest', async () => {
+    const limited = tracker();
+    const free = tracker();
+    await startWorkers(1, {
+      queues: ['local', 'local-free'],
+      concurrency: 10,
+      queueConcurrency: { local: 2 },
+      tasks: { limited: limited.handler, free: free.handler },
+    });
+    const ids = await queue.enqueueMany([
+      ...Array.from({ length: 20 }, () => ({ task: 'limited', queue: 'local' })),
+      ...Array.from({ length: 20 }, () => ({ task: 'free', queue: 'local-free' })),
+    ]);
+    await Promise.all(ids.map((id) => waitForStatus(id, 'completed')));
+    expect(limited.max()).toBe(2);
+    expect(free.max()).toBeGreaterThan(2);
+  });
+
+  it('a global limit holds across several workers, and lifting it lets them run wider', async () => {
+    const limited = tracker();
+    await queue.setQueueConcurrency('global', 3);
+    await startWorkers(3, { queues: ['global'], concurrency: 8, batchSize: 8, tasks: { limited: limited.handler } });
+    const ids = await queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 'limited', queue: 'global' })));
+    await Promise.all(ids.map((id) => waitForStatus(id, 'completed')));
+    expect(limited.max()).toBeLessThanOrEqual(3);
+    expect(limited.max()).toBeGreaterThan(1);
+
+    const wide = tracker();
+    // Only this worker knows the task 'wide'.
+    await startWorkers(1, { queues: ['global'], concurrency: 8, tasks: { wide: wide.handler } });
+    await queue.setQueueConcurrency('global', null);
+    const more = await queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 'wide', queue: 'global' })));
+    await Promise.all(more.map((id) => waitForStatus(id, 'completed')));
+    expect(wide.max()).toBeGreaterThan(3);
+  });
+});
