@@ -116,6 +116,14 @@ export function buildQueries(schema: string): Queries {
     // The claim is UPDATE ... FROM (SELECT ... FOR UPDATE SKIP LOCKED): workers
     // skip rows another claim holds instead of waiting on them, and the inner
     // SELECT walks jobs_dequeue_idx in order, stopping after $11 rows.
+    //
+    // Paused queues are never claimed, and queues with a global concurrency limit
+    // only through claimLimited. The worker already leaves them out of $9 (it
+    // caches the queues table), so the `<> ALL` line only guards against a stale
+    // cache. Written as `<> ALL (ARRAY(subquery))` the subquery is an InitPlan, run
+    // once per statement, and the scan keeps the index order; a NOT EXISTS
+    // anti-join made the planner drop the index for a full sort (README, "Pause
+    // and concurrency limits", has the numbers).
     cycle: `WITH completed AS (
         UPDATE ${jobs} j
         SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
@@ -147,12 +155,7 @@ export function buildQueries(schema: string): Queries {
         FROM (
           SELECT id FROM ${jobs}
           WHERE status = 'pending' AND queue = ANY($9::text[]) AND task = ANY($10::text[]) AND run_at <= now()
-            -- Paused queues are not claimed; limited ones only through claimLimited. The worker
-            -- already leaves them out of $9 (it caches the queues table), so this only
-            -- guards against a stale cache; with no such queues configured it is an
-            -- anti-join against an empty table (see README, "Pause and limits").
-            AND NOT EXISTS (SELECT 1 FROM ${queues} qc
-                            WHERE qc.name = ${jobs}.queue AND (qc.paused OR qc.concurrency_limit IS NOT NULL))
+            AND queue <> ALL (ARRAY(SELECT name FROM ${queues} WHERE paused OR concurrency_limit IS NOT NULL))
           ORDER BY priority DESC, run_at, id
           LIMIT $11
           FOR UPDATE SKIP LOCKED
