@@ -2,7 +2,6 @@ import { checkName, intOption } from './config.js';
 import type { ControlQueries } from './db/control-queries.js';
 import { rows, type Queryable } from './db/executor.js';
 import { ValidationError, validated, wrapDatabaseError } from './errors.js';
-import type { JobRow, JobStatus } from './job.js';
 
 /** A queue's persisted settings (queues without a row are running and unlimited). */
 export interface QueueSettings {
@@ -11,41 +10,6 @@ export interface QueueSettings {
   /** Most jobs of this queue processing at once across all workers; null = no limit. */
   concurrencyLimit: number | null;
   updatedAt: Date;
-}
-
-/** What cancelling did: the job as it is now, and what it was before. */
-export interface CancelResult {
-  job: JobRow;
-  /** 'processing' means a worker was running it and has been told to abort it. */
-  previousStatus: 'pending' | 'processing';
-}
-
-/** The statuses a job can be cancelled from: the job has not finished yet. */
-export const CANCELLABLE: readonly JobStatus[] = ['pending', 'processing'];
-
-/**
- * Cancels a job that has not finished. A pending job never runs. A running job's
- * handler sees its AbortSignal fire on whichever worker runs it (NOTIFY, so within
- * moments), and the job stays 'cancelled': it is not retried and the worker's late
- * result is not recorded. Returns undefined when there is no such job or it already
- * finished (completed, failed or cancelled).
- */
-export async function cancelJob(
-  db: Queryable,
-  queries: ControlQueries,
-  id: string | number,
-  from: readonly JobStatus[] = CANCELLABLE,
-): Promise<CancelResult | undefined> {
-  const jobId = checkJobId(id);
-  try {
-    const [row] = await rows<JobRow & { previous_status: 'pending' | 'processing'; notified: unknown }>(
-      db, queries.cancel, [jobId, from, queries.channel]);
-    if (!row) return undefined;
-    const { previous_status: previousStatus, notified: _, ...job } = row;
-    return { job, previousStatus };
-  } catch (err) {
-    throw wrapDatabaseError(err, 'cancel failed');
-  }
 }
 
 /** Pauses (true) or resumes (false) a queue for every worker. Jobs still enqueue. */
@@ -93,10 +57,4 @@ async function upsertQueue(db: Queryable, text: string, channel: string, queue: 
 
 function toSettings(row: QueueRow): QueueSettings {
   return { name: row.name, paused: row.paused, concurrencyLimit: row.concurrency_limit, updatedAt: row.updated_at };
-}
-
-function checkJobId(id: string | number): string {
-  const text = String(id);
-  if (!/^[1-9]\d{0,18}$/.test(text)) throw new ValidationError(`job id must be a positive integer, got ${JSON.stringify(id)}`);
-  return text;
 }

@@ -8,7 +8,7 @@ export type { WorkerOptions, ConnectionOptions } from './config.js';
 export type { JobRow, JobStatus, JobContext, JobError, TaskHandler, TaskDefinition, TaskList } from './job.js';
 export type { Queryable } from './db/executor.js';
 export type { BackoffOptions, BackoffShape } from './worker/backoff.js';
-export type { QueueSettings, CancelResult } from './control.js';
+export type { QueueSettings } from './control.js';
 export { retryDelayMs } from './worker/backoff.js';
 export {
   SluiceError,
@@ -37,6 +37,7 @@ export {
   type ListJobsOptions,
   type JobPage,
   type JobActionResult,
+  type CancelJobResult,
   type DeleteFinishedOptions,
   getJobAudit,
   type ActionOptions,

@@ -5,9 +5,8 @@ import { buildQueries, type Queries } from './db/queries.js';
 import type { SluiceMetrics } from './metrics/metrics.js';
 import { traceEnqueue } from './tracing.js';
 import { buildControlQueries, type ControlQueries } from './db/control-queries.js';
-import {
-  cancelJob, listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type CancelResult, type QueueSettings,
-} from './control.js';
+import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from './control.js';
+import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { rows, type Queryable } from './db/executor.js';
 import {
   ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, validated, wrapDatabaseError,
@@ -265,14 +264,15 @@ export class Queue {
   /**
    * Cancels a job that has not finished: a pending job never runs; a running job's
    * AbortSignal fires on the worker that runs it and the job ends 'cancelled', not
-   * retried. Returns undefined when the job does not exist or already finished.
+   * retried. A job that does not exist or already finished is refused
+   * (`{ ok: false, reason }`). Same as the admin API's cancelJob.
    *
    * @example
    *   const result = await queue.cancel(id);
-   *   if (result?.previousStatus === 'processing') console.log('the worker was told to stop');
+   *   if (result.ok && result.previousStatus === 'processing') console.log('its worker was told to stop');
    */
-  async cancel(id: string | number, options: { tx?: Queryable } = {}): Promise<CancelResult | undefined> {
-    return cancelJob(this.executor(options.tx), this.control, id);
+  async cancel(id: string | number, options: { tx?: Queryable } = {}): Promise<CancelJobResult> {
+    return cancelJob(this.executor(options.tx), this.schema, id);
   }
 
   /**

@@ -110,13 +110,17 @@ describe('single-job actions', () => {
     expect(await retryJob(db.pool, db.schema, '123456789')).toEqual({ ok: false, reason: 'not_found' });
   });
 
-  it('cancelJob cancels a pending job and refuses a running one', async () => {
-    const [pending, running] = await queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
+  it('cancelJob cancels a pending or running job and refuses a finished one', async () => {
+    const [pending, running, done] = await queue.enqueueMany([{ task: 'x' }, { task: 'x' }, { task: 'x' }]);
     await setStatus([running!], 'processing');
+    await setStatus([done!], 'completed');
     const result = await cancelJob(db.pool, db.schema, pending!);
-    expect(result).toMatchObject({ ok: true, job: { status: 'cancelled' } });
+    expect(result).toMatchObject({ ok: true, previousStatus: 'pending', job: { status: 'cancelled' } });
     expect(result.ok && result.job.finished_at).toBeInstanceOf(Date);
-    expect(await cancelJob(db.pool, db.schema, running!)).toEqual({ ok: false, reason: 'wrong_status', status: 'processing' });
+    // Only job columns come back (tests/control.test.ts covers the worker side).
+    expect(result.ok && Object.keys(result.job)).not.toContain('previous_status');
+    expect(await cancelJob(db.pool, db.schema, running!)).toMatchObject({ ok: true, previousStatus: 'processing', job: { status: 'cancelled' } });
+    expect(await cancelJob(db.pool, db.schema, done!)).toEqual({ ok: false, reason: 'wrong_status', status: 'completed' });
     expect(await cancelJob(db.pool, db.schema, pending!)).toEqual({ ok: false, reason: 'wrong_status', status: 'cancelled' });
     // A cancelled job can be retried.
     expect(await retryJob(db.pool, db.schema, pending!)).toMatchObject({ ok: true, job: { status: 'pending' } });

@@ -54,7 +54,7 @@ describe('cancellation', () => {
     // Enqueued before the marker, so the claim order would reach it first.
     const doomed = await queue.enqueue('note', {}, { queue: 'c-pending' });
     const result = await queue.cancel(doomed);
-    expect(result).toMatchObject({ previousStatus: 'pending', job: { id: doomed, status: 'cancelled' } });
+    expect(result).toMatchObject({ ok: true, previousStatus: 'pending', job: { id: doomed, status: 'cancelled' } });
     const marker = await queue.enqueue('note', {}, { queue: 'c-pending' });
     await startWorkers(2, { queues: ['c-pending'], tasks: { note: async (_p, { job: j }) => void ran.push(j.id) } });
     await waitForStatus(marker, 'completed');
@@ -83,7 +83,7 @@ describe('cancellation', () => {
     const id = await queue.enqueue('wait', {}, { queue: 'c-running', maxAttempts: 5 });
     const [started] = await startedOn;
     const cancelledEvent = firstEvent<[JobRow]>(list, 'job:cancelled');
-    expect(await queue.cancel(id)).toMatchObject({ previousStatus: 'processing', job: { status: 'cancelled' } });
+    expect(await queue.cancel(id)).toMatchObject({ ok: true, previousStatus: 'processing', job: { status: 'cancelled' } });
     const [cancelled] = await cancelledEvent;
     expect(cancelled.id).toBe(id);
     expect(aborted).toHaveLength(1);
@@ -128,8 +128,8 @@ describe('cancellation', () => {
   it('finished or unknown jobs cannot be cancelled; a bad id is a ValidationError', async () => {
     const id = await queue.enqueue('x', {}, { queue: 'c-done' });
     await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed' WHERE id = $1`, [id]);
-    expect(await queue.cancel(id)).toBeUndefined();
-    expect(await queue.cancel('999999999')).toBeUndefined();
+    expect(await queue.cancel(id)).toEqual({ ok: false, reason: 'wrong_status', status: 'completed' });
+    expect(await queue.cancel('999999999')).toEqual({ ok: false, reason: 'not_found' });
     await expect(queue.cancel('12; DROP TABLE x')).rejects.toBeInstanceOf(ValidationError);
     expect((await job(id)).status).toBe('completed');
   });

@@ -2,6 +2,7 @@ import { checkName, intOption } from '../config.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
 import type { JobRow, JobStatus } from '../job.js';
+import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { queriesFor, wakeQueues } from './queries-cache.js';
 
 /**
@@ -16,12 +17,10 @@ export const JOB_STATUSES: readonly JobStatus[] = ['pending', 'processing', 'com
 export const RETRYABLE: readonly JobStatus[] = ['failed', 'cancelled'];
 
 /**
- * Statuses cancelJob takes a job out of. A pending job just becomes 'cancelled'.
- * A running ('processing') job is not here yet: cancelling it also needs its
- * worker to abort the handler, which is a separate piece of work; it extends
- * cancelJob with a branch for 'processing' and adds it here.
+ * Statuses cancelJob takes a job out of: it has not finished. A pending job just
+ * becomes 'cancelled'; a running one also has its worker abort the handler.
  */
-export const CANCELLABLE: readonly JobStatus[] = ['pending'];
+export const CANCELLABLE: readonly JobStatus[] = ['pending', 'processing'];
 
 /** Statuses a job can be deleted in: anything a worker is not running right now. */
 export const DELETABLE: readonly JobStatus[] = ['pending', 'completed', 'failed', 'cancelled'];
@@ -167,12 +166,30 @@ export async function retryFailed(
   };
 }
 
+/** What cancelJob did; `previousStatus` 'processing' means a worker was told to abort the handler. */
+export type CancelJobResult =
+  | { ok: true; job: JobRow; previousStatus: 'pending' | 'processing' }
+  | Exclude<JobActionResult, { ok: true }>;
+
 /**
- * Cancels a job that has not started: it becomes 'cancelled' and is never run.
- * A running job is refused with reason 'wrong_status' (see CANCELLABLE).
+ * Cancels a job that has not finished; it becomes 'cancelled' and is not retried.
+ * A pending job never runs. A running job's AbortSignal fires on whichever worker
+ * runs it (NOTIFY, so at once when the cancel commits; the worker's heartbeat is
+ * the fallback) and nothing that worker writes afterwards changes the status.
+ * A finished job is refused with reason 'wrong_status'.
+ *
+ * @example
+ *   const result = await cancelJob(pool, 'sluice', id);
+ *   if (result.ok && result.previousStatus === 'processing') console.log('its worker was told to stop');
  */
-export async function cancelJob(db: Queryable, schema: string, id: string | number, options: ActionOptions = {}): Promise<JobActionResult> {
-  return act(db, schema, 'cancel', id, CANCELLABLE, options);
+export async function cancelJob(
+  db: Queryable, schema: string, id: string | number, options: ActionOptions = {},
+): Promise<CancelJobResult> {
+  const result = await act<JobRow & { previous_status: 'pending' | 'processing' }>(
+    db, schema, 'cancel', id, CANCELLABLE, options, [channelFor(schema), doneChannelFor(schema)]);
+  if (!result.ok) return result;
+  const { previous_status: previousStatus, ...job } = result.job;
+  return { ok: true, job, previousStatus };
 }
 
 /** Deletes one job that no worker is running. */
@@ -224,12 +241,13 @@ type ActionQuery = 'retry' | 'cancel' | 'deleteJob';
  * Runs a single-job statement guarded by "status is one of `allowed`"; when it
  * changes nothing, reads the status to say why (gone, or in another state).
  */
-async function act(
-  db: Queryable, schema: string, action: ActionQuery, id: string | number, allowed: readonly JobStatus[], options: ActionOptions,
-): Promise<JobActionResult> {
+async function act<R extends JobRow = JobRow>(
+  db: Queryable, schema: string, action: ActionQuery, id: string | number, allowed: readonly JobStatus[],
+  options: ActionOptions, extra: unknown[] = [],
+): Promise<{ ok: true; job: R } | Exclude<JobActionResult, { ok: true }>> {
   const { admin } = queriesFor(schema);
   const jobIdText = jobId(id);
-  const [job] = await query<JobRow>(db, admin[action], [jobIdText, allowed, actorOf(options)], action);
+  const [job] = await query<R>(db, admin[action], [jobIdText, allowed, actorOf(options), ...extra], action);
   if (job) return { ok: true, job };
   const [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], action);
   return current ? { ok: false, reason: 'wrong_status', status: current.status } : { ok: false, reason: 'not_found' };

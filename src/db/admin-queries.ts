@@ -52,11 +52,11 @@ export function buildAdminQueries(schema: string): AdminQueries {
 
   // The audit record of a single-job action ($3: actor), written by the same
   // statement from the rows the action changed (CTE "changed").
-  const audited = (action: string) => `logged AS (
+  const audited = (action: string, extraColumns = '') => `logged AS (
         INSERT INTO ${s}.audit_log (job_id, queue, action, actor)
         SELECT id, queue, '${action}', $3::text FROM changed
       )
-      SELECT ${jobColumns('changed')} FROM changed`;
+      SELECT ${jobColumns('changed')}${extraColumns} FROM changed`;
 
   return {
     schema,
@@ -99,13 +99,27 @@ export function buildAdminQueries(schema: string): AdminQueries {
       )
       SELECT queue, count(*)::int AS count FROM retried GROUP BY queue ORDER BY queue`,
 
-    // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/admin/jobs.ts).
-    cancel: `WITH changed AS (
+    // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/admin/jobs.ts),
+    // $4: the schema's channel, $5: its outcome channel. A job that was
+    // 'processing' gets a NOTIFY ({"c":"cancel","id":…}) in the same statement, so
+    // the worker running it aborts its handler when this commits (never for a
+    // rolled-back cancel); Queue.waitFor() callers are woken as for any outcome.
+    // The NOTIFYs sit in RETURNING, which is computed for every changed row.
+    // FOR UPDATE makes a cancel that races a claim wait for it and then see
+    // 'processing'. The worker's late result cannot undo the cancel: results are
+    // only written while the row is 'processing'.
+    cancel: `WITH target AS (
+        SELECT id, status FROM ${jobs} WHERE id = $1::bigint AND status = ANY($2::text[]) FOR UPDATE
+      ), changed AS (
         UPDATE ${jobs} j
         SET status = 'cancelled', finished_at = now(), locked_at = NULL, updated_at = now()
-        WHERE j.id = $1::bigint AND j.status = ANY($2::text[])
-        RETURNING j.*
-      ), ${audited('cancel')}`,
+        FROM target t
+        WHERE j.id = t.id
+        RETURNING j.*, t.status AS previous_status,
+          (CASE WHEN t.status = 'processing'
+                THEN pg_notify($4, json_build_object('c', 'cancel', 'id', j.id::text)::text) END) IS NULL AS told_worker,
+          (CASE WHEN j.notify_on_finish THEN pg_notify($5, j.id::text) END) IS NULL AS told_waiters
+      ), ${audited('cancel', ', changed.previous_status')}`,
 
     // $2: the statuses a job may be deleted in (never while a worker runs it).
     deleteJob: `WITH changed AS (
