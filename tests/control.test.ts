@@ -1,39 +1,13 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import {
-  Queue, Worker, Snooze, JobCancelledError, ValidationError, ConfigError, type JobRow, type WorkerOptions,
-} from '../src/index.js';
-import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
+import { describe, expect, it } from 'vitest';
+import { Snooze, JobCancelledError, ValidationError, ConfigError, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
+import { nextEvent, waitFor } from './helpers/database.js';
+import { workerSuite } from './helpers/worker-suite.js';
 
-let db: TestDatabase;
-let queue: Queue;
-const workers: Worker[] = [];
-
-beforeAll(async () => {
-  db = await createTestSchema('control');
-  queue = new Queue({ pool: db.pool, schema: db.schema });
-});
-afterEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.stop()));
-});
-afterAll(async () => {
-  await queue.close();
-  await db.drop();
-});
-
-/** `n` started workers on this file's schema, each with its own connections. */
-async function startWorkers(n: number, options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker[]> {
-  const started = Array.from({ length: n }, (_, i) => {
-    const worker = new Worker({ connectionString: db.url, schema: db.schema, workerId: `w${workers.length + i}`, ...options });
-    worker.on('error', () => {});
-    workers.push(worker);
-    return worker;
-  });
-  await Promise.all(started.map((w) => w.start()));
-  return started;
-}
+const suite = workerSuite('control');
+const { startWorkers } = suite;
 
 async function job(id: string): Promise<JobRow> {
-  return (await queue.getJob(id))!;
+  return (await suite.queue.getJob(id))!;
 }
 
 async function waitForStatus(id: string, status: string): Promise<JobRow> {
@@ -52,10 +26,10 @@ describe('cancellation', () => {
   it('a cancelled pending job never runs', async () => {
     const ran: string[] = [];
     // Enqueued before the marker, so the claim order would reach it first.
-    const doomed = await queue.enqueue('note', {}, { queue: 'c-pending' });
-    const result = await queue.cancel(doomed);
+    const doomed = await suite.queue.enqueue('note', {}, { queue: 'c-pending' });
+    const result = await suite.queue.cancel(doomed);
     expect(result).toMatchObject({ ok: true, previousStatus: 'pending', job: { id: doomed, status: 'cancelled' } });
-    const marker = await queue.enqueue('note', {}, { queue: 'c-pending' });
+    const marker = await suite.queue.enqueue('note', {}, { queue: 'c-pending' });
     await startWorkers(2, { queues: ['c-pending'], tasks: { note: async (_p, { job: j }) => void ran.push(j.id) } });
     await waitForStatus(marker, 'completed');
     expect(ran).toEqual([marker]);
@@ -80,17 +54,17 @@ describe('cancellation', () => {
       },
     });
     const startedOn = firstEvent<[JobRow]>(list, 'job:start');
-    const id = await queue.enqueue('wait', {}, { queue: 'c-running', maxAttempts: 5 });
+    const id = await suite.queue.enqueue('wait', {}, { queue: 'c-running', maxAttempts: 5 });
     const [started] = await startedOn;
     const cancelledEvent = firstEvent<[JobRow]>(list, 'job:cancelled');
-    expect(await queue.cancel(id)).toMatchObject({ ok: true, previousStatus: 'processing', job: { status: 'cancelled' } });
+    expect(await suite.queue.cancel(id)).toMatchObject({ ok: true, previousStatus: 'processing', job: { status: 'cancelled' } });
     const [cancelled] = await cancelledEvent;
     expect(cancelled.id).toBe(id);
     expect(aborted).toHaveLength(1);
     expect(aborted[0]!.worker).toBe(started.locked_by);
     expect(aborted[0]!.reason).toBeInstanceOf(JobCancelledError);
     // Later cycles of every worker write nothing over it: run more jobs through all of them.
-    const later = await queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'quick', queue: 'c-running' })));
+    const later = await suite.queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'quick', queue: 'c-running' })));
     await Promise.all(later.map((l) => waitForStatus(l, 'completed')));
     expect(await job(id)).toMatchObject({ status: 'cancelled', attempts: 1, last_error: null });
   });
@@ -113,11 +87,11 @@ describe('cancellation', () => {
     });
     const lost: string[] = [];
     worker!.on('job:lock-lost', (j) => lost.push(j.id));
-    const ok = await queue.enqueue('late', { fail: false }, { queue: 'c-late' });
-    const bad = await queue.enqueue('late', { fail: true }, { queue: 'c-late' });
+    const ok = await suite.queue.enqueue('late', { fail: false }, { queue: 'c-late' });
+    const bad = await suite.queue.enqueue('late', { fail: true }, { queue: 'c-late' });
     await waitFor(() => release.has(ok) && release.has(bad), 'both jobs to start');
-    await queue.cancel(ok);
-    await queue.cancel(bad);
+    await suite.queue.cancel(ok);
+    await suite.queue.cancel(bad);
     release.get(ok)!();
     release.get(bad)!();
     await waitFor(() => lost.length === 2, 'both results to be rejected');
@@ -126,11 +100,11 @@ describe('cancellation', () => {
   });
 
   it('finished or unknown jobs cannot be cancelled; a bad id is a ValidationError', async () => {
-    const id = await queue.enqueue('x', {}, { queue: 'c-done' });
-    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed' WHERE id = $1`, [id]);
-    expect(await queue.cancel(id)).toEqual({ ok: false, reason: 'wrong_status', status: 'completed' });
-    expect(await queue.cancel('999999999')).toEqual({ ok: false, reason: 'not_found' });
-    await expect(queue.cancel('12; DROP TABLE x')).rejects.toBeInstanceOf(ValidationError);
+    const id = await suite.queue.enqueue('x', {}, { queue: 'c-done' });
+    await suite.db.pool.query(`UPDATE ${suite.db.s}.jobs SET status = 'completed' WHERE id = $1`, [id]);
+    expect(await suite.queue.cancel(id)).toEqual({ ok: false, reason: 'wrong_status', status: 'completed' });
+    expect(await suite.queue.cancel('999999999')).toEqual({ ok: false, reason: 'not_found' });
+    await expect(suite.queue.cancel('12; DROP TABLE x')).rejects.toBeInstanceOf(ValidationError);
     expect((await job(id)).status).toBe('completed');
   });
 });
@@ -152,7 +126,7 @@ describe('retry control from handlers', () => {
     });
     const snoozed: Date[] = [];
     for (const w of list) w.on('job:snoozed', (_j, { runAt }) => snoozed.push(runAt));
-    const id = await queue.enqueue('nap', {}, { queue: 'snooze', maxAttempts: 1 });
+    const id = await suite.queue.enqueue('nap', {}, { queue: 'snooze', maxAttempts: 1 });
     const [first] = await firstEvent<[JobRow, { runAt: Date }]>(list, 'job:snoozed');
     expect(first.id).toBe(id);
     const between = await job(id);
@@ -191,8 +165,8 @@ describe('retry control from handlers', () => {
         },
       },
     });
-    const more = await queue.enqueue('more', {}, { queue: 'policy', maxAttempts: 1 });
-    const fewer = await queue.enqueue('fewer', {}, { queue: 'policy', maxAttempts: 10 });
+    const more = await suite.queue.enqueue('more', {}, { queue: 'policy', maxAttempts: 1 });
+    const fewer = await suite.queue.enqueue('fewer', {}, { queue: 'policy', maxAttempts: 10 });
     expect(await waitForStatus(more, 'failed')).toMatchObject({ attempts: 3 });
     expect(await waitForStatus(fewer, 'failed')).toMatchObject({ attempts: 2 });
     expect([runs.get(more), runs.get(fewer)]).toEqual([3, 2]);
@@ -200,7 +174,7 @@ describe('retry control from handlers', () => {
 
   it('rejects a bad per-task policy or local limit with a ConfigError', () => {
     const make = (options: Partial<WorkerOptions>) =>
-      new Worker({ connectionString: db.url, tasks: { t: async () => {} }, ...options });
+      new Worker({ connectionString: suite.db.url, tasks: { t: async () => {} }, ...options });
     expect(() => make({ tasks: { t: { handler: async () => {}, maxAttempts: 0 } } })).toThrow(ConfigError);
     expect(() => make({ tasks: { t: { handler: async () => {}, backoff: { shape: 'cubic' as 'fixed' } } } })).toThrow(/shape/);
     expect(() => make({ tasks: { t: { handler: async () => {}, retries: 3 } as never } })).toThrow(/unknown option/);
@@ -217,17 +191,17 @@ describe('pause and resume', () => {
       pollIntervalMs: 3_600_000, // after resume only the notification can wake them
       tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) },
     });
-    expect(await queue.pauseQueue('pz')).toMatchObject({ name: 'pz', paused: true, concurrencyLimit: null });
+    expect(await suite.queue.pauseQueue('pz')).toMatchObject({ name: 'pz', paused: true, concurrencyLimit: null });
     // The workers have the pause in their cache once the notification arrived;
     // the claim's own check makes it hold even before that.
-    const ids = await queue.enqueueMany(Array.from({ length: 5 }, () => ({ task: 't', queue: 'pz' })));
+    const ids = await suite.queue.enqueueMany(Array.from({ length: 5 }, () => ({ task: 't', queue: 'pz' })));
     // Enqueued after them: completing it proves the workers were awake and claiming.
-    const marker = await queue.enqueue('t', {}, { queue: 'pz-other' });
+    const marker = await suite.queue.enqueue('t', {}, { queue: 'pz-other' });
     await waitForStatus(marker, 'completed');
     expect(ran).toEqual(['pz-other']);
     for (const id of ids) expect((await job(id)).status).toBe('pending');
 
-    expect(await queue.resumeQueue('pz')).toMatchObject({ paused: false });
+    expect(await suite.queue.resumeQueue('pz')).toMatchObject({ paused: false });
     await Promise.all(ids.map((id) => waitForStatus(id, 'completed')));
     expect(ran.filter((q) => q === 'pz')).toHaveLength(5);
     void list;
@@ -237,28 +211,28 @@ describe('pause and resume', () => {
     const ran: string[] = [];
     await startWorkers(2, { queues: ['pz-stale', 'pz-stale-other'], tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) } });
     // Paused behind the workers' backs: no notification, their cache says "running".
-    await db.pool.query(`INSERT INTO ${db.s}.queues (name, paused) VALUES ('pz-stale', true)`);
-    const id = await queue.enqueue('t', {}, { queue: 'pz-stale' });
-    const marker = await queue.enqueue('t', {}, { queue: 'pz-stale-other' });
+    await suite.db.pool.query(`INSERT INTO ${suite.db.s}.queues (name, paused) VALUES ('pz-stale', true)`);
+    const id = await suite.queue.enqueue('t', {}, { queue: 'pz-stale' });
+    const marker = await suite.queue.enqueue('t', {}, { queue: 'pz-stale-other' });
     await waitForStatus(marker, 'completed');
     expect(ran).toEqual(['pz-stale-other']);
     expect((await job(id)).status).toBe('pending');
   });
 
   it('pausing a queue with a concurrency limit stops it too; listQueues shows the settings', async () => {
-    await queue.setQueueConcurrency('pz-limited', 2);
-    await queue.pauseQueue('pz-limited');
+    await suite.queue.setQueueConcurrency('pz-limited', 2);
+    await suite.queue.pauseQueue('pz-limited');
     const ran: string[] = [];
     await startWorkers(2, { queues: ['pz-limited', 'pz-limited-other'], tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) } });
-    const id = await queue.enqueue('t', {}, { queue: 'pz-limited' });
-    const marker = await queue.enqueue('t', {}, { queue: 'pz-limited-other' });
+    const id = await suite.queue.enqueue('t', {}, { queue: 'pz-limited' });
+    const marker = await suite.queue.enqueue('t', {}, { queue: 'pz-limited-other' });
     await waitForStatus(marker, 'completed');
     expect((await job(id)).status).toBe('pending');
-    expect((await queue.listQueues()).find((q) => q.name === 'pz-limited')).toMatchObject({ paused: true, concurrencyLimit: 2 });
-    await queue.resumeQueue('pz-limited');
+    expect((await suite.queue.listQueues()).find((q) => q.name === 'pz-limited')).toMatchObject({ paused: true, concurrencyLimit: 2 });
+    await suite.queue.resumeQueue('pz-limited');
     await waitForStatus(id, 'completed');
-    await expect(queue.setQueueConcurrency('pz-limited', 0)).rejects.toBeInstanceOf(ValidationError);
-    await expect(queue.pauseQueue('')).rejects.toBeInstanceOf(ValidationError);
+    await expect(suite.queue.setQueueConcurrency('pz-limited', 0)).rejects.toBeInstanceOf(ValidationError);
+    await expect(suite.queue.pauseQueue('')).rejects.toBeInstanceOf(ValidationError);
   });
 });
 
@@ -284,7 +258,7 @@ describe('per-queue concurrency', () => {
       queueConcurrency: { local: 2 },
       tasks: { limited: limited.handler, free: free.handler },
     });
-    const ids = await queue.enqueueMany([
+    const ids = await suite.queue.enqueueMany([
       ...Array.from({ length: 20 }, () => ({ task: 'limited', queue: 'local' })),
       ...Array.from({ length: 20 }, () => ({ task: 'free', queue: 'local-free' })),
     ]);
@@ -295,9 +269,9 @@ describe('per-queue concurrency', () => {
 
   it('a global limit holds across several workers, and lifting it lets them run wider', async () => {
     const limited = tracker();
-    await queue.setQueueConcurrency('global', 3);
+    await suite.queue.setQueueConcurrency('global', 3);
     await startWorkers(3, { queues: ['global'], concurrency: 8, batchSize: 8, tasks: { limited: limited.handler } });
-    const ids = await queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 'limited', queue: 'global' })));
+    const ids = await suite.queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 'limited', queue: 'global' })));
     await Promise.all(ids.map((id) => waitForStatus(id, 'completed')));
     expect(limited.max()).toBeLessThanOrEqual(3);
     expect(limited.max()).toBeGreaterThan(1);
@@ -305,8 +279,8 @@ describe('per-queue concurrency', () => {
     const wide = tracker();
     // Only this worker knows the task 'wide'.
     await startWorkers(1, { queues: ['global'], concurrency: 8, tasks: { wide: wide.handler } });
-    await queue.setQueueConcurrency('global', null);
-    const more = await queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 'wide', queue: 'global' })));
+    await suite.queue.setQueueConcurrency('global', null);
+    const more = await suite.queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 'wide', queue: 'global' })));
     await Promise.all(more.map((id) => waitForStatus(id, 'completed')));
     expect(wide.max()).toBeGreaterThan(3);
   });
