@@ -1,10 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { Snooze, JobCancelledError, ValidationError, ConfigError, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
 import { nextEvent, waitFor } from './helpers/database.js';
-import { workerSuite } from './helpers/worker-suite.js';
+import { useWorkers } from './helpers/workers.js';
 
-const suite = workerSuite('control');
-const { startWorkers } = suite;
+const suite = useWorkers('control');
+let started = 0;
+
+/** `n` started workers on this file's schema, each with its own connections and id. */
+function startWorkers(n: number, options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker[]> {
+  return Promise.all(Array.from({ length: n }, () => suite.start({ workerId: `w${started++}`, ...options })));
+}
 
 async function job(id: string): Promise<JobRow> {
   return (await suite.queue.getJob(id))!;
@@ -55,13 +60,16 @@ describe('cancellation', () => {
     });
     const startedOn = firstEvent<[JobRow]>(list, 'job:start');
     const id = await suite.queue.enqueue('wait', {}, { queue: 'c-running', maxAttempts: 5 });
-    const [started] = await startedOn;
+    const [startedJob] = await startedOn;
+    // A caller waiting for the outcome is woken by the cancel (poll far slower than the test).
+    const outcome = suite.queue.waitFor(id, { pollIntervalMs: 3_600_000, timeoutMs: 20_000 });
     const cancelledEvent = firstEvent<[JobRow]>(list, 'job:cancelled');
     expect(await suite.queue.cancel(id)).toMatchObject({ ok: true, previousStatus: 'processing', job: { status: 'cancelled' } });
     const [cancelled] = await cancelledEvent;
     expect(cancelled.id).toBe(id);
     expect(aborted).toHaveLength(1);
-    expect(aborted[0]!.worker).toBe(started.locked_by);
+    expect(aborted[0]!.worker).toBe(startedJob.locked_by);
+    expect(await outcome).toMatchObject({ id, status: 'cancelled' });
     expect(aborted[0]!.reason).toBeInstanceOf(JobCancelledError);
     // Later cycles of every worker write nothing over it: run more jobs through all of them.
     const later = await suite.queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'quick', queue: 'c-running' })));
