@@ -275,6 +275,24 @@ describe('per-queue concurrency', () => {
     expect(free.max()).toBeGreaterThan(2);
   });
 
+  it('a job claimed through a limited queue gives up its pending-only key, as the common claim does', async () => {
+    await suite.queue.setQueueConcurrency('limited-key', 1);
+    const release = new Map<string, () => void>();
+    await startWorkers(1, {
+      queues: ['limited-key'],
+      tasks: { hold: (_p, { job: j }) => new Promise<void>((resolve) => release.set(j.id, resolve)) },
+    });
+    const first = await suite.queue.enqueue('hold', {}, { queue: 'limited-key', jobKey: 'k' });
+    await waitFor(() => release.has(first), 'the first job to start');
+    // Running, so the key is free: a second job with it is a new job, not the first one.
+    const second = await suite.queue.enqueue('hold', {}, { queue: 'limited-key', jobKey: 'k' });
+    expect(second).not.toBe(first);
+    release.get(first)!();
+    await waitFor(() => release.has(second), 'the second job to start after the first');
+    release.get(second)!();
+    await waitForStatus(second, 'completed');
+  });
+
   it('a global limit holds across several workers, and lifting it lets them run wider', async () => {
     const limited = tracker();
     await suite.queue.setQueueConcurrency('global', 3);

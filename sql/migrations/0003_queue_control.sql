@@ -53,7 +53,9 @@ BEGIN
   RETURN QUERY
     UPDATE :SCHEMA.jobs j
     SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = _worker,
-        updated_at = now()
+        updated_at = now(),
+        -- As in the common claim: a key held only while pending is given up on start (0002).
+        key_scope = CASE WHEN j.key_scope = 'pending' THEN 'released' ELSE j.key_scope END
     FROM (
       SELECT id FROM :SCHEMA.jobs
       WHERE status = 'pending' AND queue = _queue AND task = ANY(_tasks) AND run_at <= now()
