@@ -6,7 +6,11 @@ import { registerMigrate } from './commands/migrate.js';
 import { registerDoctor } from './commands/doctor.js';
 import { registerCron } from './commands/cron.js';
 import { registerDeadLetters } from './commands/dead-letters.js';
-import { ExitStatus, UsageError } from './output.js';
+import { registerEnqueue } from './commands/enqueue.js';
+import { registerJobs } from './commands/jobs.js';
+import { registerStats } from './commands/stats.js';
+import { registerWorker } from './commands/worker.js';
+import { CommandFailed, ExitStatus, UsageError } from './output.js';
 
 /** Exit codes: 0 success, 1 runtime failure, 2 usage error. */
 export const EXIT_OK = 0;
@@ -18,9 +22,14 @@ export function buildProgram(): Command {
     .description('A transactional job queue that lives inside PostgreSQL')
     .option('--database-url <url>', 'Postgres connection string (env: DATABASE_URL)')
     .option('--schema <name>', 'Postgres schema holding Sluice tables (env: SLUICE_SCHEMA)', process.env.SLUICE_SCHEMA ?? 'sluice')
-    .showHelpAfterError()
+    // The error itself is one line; the full help would bury it.
+    .showHelpAfterError('(add --help for usage)')
     .exitOverride();
   registerMigrate(program);
+  registerWorker(program);
+  registerEnqueue(program);
+  registerJobs(program);
+  registerStats(program);
   registerDemo(program);
   registerDoctor(program);
   registerDashboard(program);
@@ -48,6 +57,10 @@ export async function main(argv: string[]): Promise<number> {
     if (err instanceof UsageError) {
       process.stderr.write(`sluice: ${err.message}\n`);
       return EXIT_USAGE;
+    }
+    if (err instanceof CommandFailed) {
+      process.stderr.write(`sluice: ${err.message}\n`);
+      return EXIT_FAILURE;
     }
     if (err instanceof SluiceError) {
       process.stderr.write(`sluice: ${err.message}\n`);

@@ -1,6 +1,12 @@
 /** A mistake in how the command was called: printed as one line, exit code 2. */
 export class UsageError extends Error {}
 
+/**
+ * The command ran but could not do what was asked (no such job, job in the wrong
+ * state): printed as one line, exit code 1.
+ */
+export class CommandFailed extends Error {}
+
 /** Prints a value as one line of JSON (for --json output). */
 export function printJson(value: unknown): void {
   process.stdout.write(`${JSON.stringify(value)}\n`);
@@ -15,7 +21,32 @@ export class ExitStatus extends Error {
 
 /** Prints rows as left-aligned columns under a header. */
 export function printTable(header: string[], rows: string[][]): void {
-  const table = [header, ...rows];
-  const widths = header.map((_, i) => Math.max(...table.map((row) => (row[i] ?? '').length)));
-  for (const row of table) process.stdout.write(`${row.map((c, i) => c.padEnd(widths[i]!)).join('  ').trimEnd()}\n`);
+  process.stdout.write(formatTable(header, rows));
+}
+
+/** Left-aligned columns separated by two spaces: readable, and easy to cut/awk. */
+export function formatTable(header: string[], rows: string[][]): string {
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  const line = (cells: string[]) => cells.map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd();
+  return [line(header), ...rows.map(line)].join('\n') + '\n';
+}
+
+/** A compact duration: 850ms, 12s, 5m, 3h 20m, 2d 4h. */
+export function formatDuration(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)}ms`;
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const m = Math.floor(s / 60);
+  if (m < 60) return `${m}m${s % 60 ? ` ${s % 60}s` : ''}`;
+  const h = Math.floor(m / 60);
+  if (h < 24) return `${h}h${m % 60 ? ` ${m % 60}m` : ''}`;
+  const d = Math.floor(h / 24);
+  return `${d}d${h % 24 ? ` ${h % 24}h` : ''}`;
+}
+
+/** The first line of a (possibly multi-line) error text, shortened to `max` characters. */
+export function firstLine(text: string | null, max = 60): string {
+  if (!text) return '';
+  const line = text.split('\n', 1)[0]!;
+  return line.length > max ? `${line.slice(0, max - 1)}…` : line;
 }

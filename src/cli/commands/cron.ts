@@ -12,7 +12,7 @@ export function registerCron(program: Command): void {
     .option('--json', 'print the schedules as JSON')
     .exitOverride()
     .action(async (opts: { json?: boolean }, command: Command) => {
-      const schedules = await withDatabase(command, (client, schema) => listSchedules(client, schema));
+      const schedules = await withDatabase(command, ({ pool, schema }) => listSchedules(pool, schema));
       if (opts.json) return printJson(schedules);
       if (schedules.length === 0) {
         process.stdout.write('no schedules (a worker registers its schedules when it starts)\n');

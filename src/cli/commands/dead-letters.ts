@@ -26,7 +26,7 @@ export function registerDeadLetters(program: Command): void {
     .exitOverride()
     .action(async (flags: ListFlags, command: Command) => {
       if (!/^\d+$/.test(flags.limit ?? '')) throw new UsageError('--limit must be an integer');
-      const page = await withDatabase(command, (client, schema) => listDeadLetters(client, schema, {
+      const page = await withDatabase(command, ({ pool, schema }) => listDeadLetters(pool, schema, {
         queue: flags.queue, task: flags.task, limit: Number(flags.limit), before: flags.before,
       }));
       if (flags.json) return printJson(page);
@@ -42,7 +42,7 @@ export function registerDeadLetters(program: Command): void {
     .option('--json', 'print the job as JSON')
     .exitOverride()
     .action(async (id: string, flags: { json?: boolean }, command: Command) => {
-      const job = await withDatabase(command, (client, schema) => getJob(client, schema, id));
+      const job = await withDatabase(command, ({ pool, schema }) => getJob(pool, schema, id));
       if (!job) {
         process.stderr.write(`sluice: no job with id ${id}\n`);
         throw new ExitStatus(1);
@@ -65,8 +65,8 @@ export function registerDeadLetters(program: Command): void {
     .action(async (ids: string[], flags: { all?: boolean; queue?: string; json?: boolean }, command: Command) => {
       if (flags.all ? ids.length > 0 : ids.length === 0) throw new UsageError('give job ids, or --all (not both)');
       if (flags.queue !== undefined && !flags.all) throw new UsageError('--queue goes with --all');
-      const result = await withDatabase(command, (client, schema) =>
-        redriveDeadLetters(client, schema, flags.all ? { all: true, queue: flags.queue } : { ids }, { actor: 'cli' }));
+      const result = await withDatabase(command, ({ pool, schema }) =>
+        redriveDeadLetters(pool, schema, flags.all ? { all: true, queue: flags.queue } : { ids }, { actor: 'cli' }));
       if (flags.json) return printJson(result);
       process.stdout.write(`redriven: ${result.redriven}\n`);
       for (const s of result.skipped) process.stdout.write(`skipped ${s.id}: ${s.reason}\n`);

@@ -1,0 +1,58 @@
+import type { Command } from 'commander';
+import { Queue } from '../../queue.js';
+import { withDatabase } from '../database.js';
+import { printJson, UsageError } from '../output.js';
+import { dateTime, duration, integer } from '../parse.js';
+
+interface EnqueueFlags {
+  queue?: string;
+  runAt?: Date;
+  delay?: number;
+  maxAttempts?: number;
+  priority?: number;
+  json?: boolean;
+}
+
+/** The payload argument as a value; bad JSON is the caller's mistake, reported before connecting. */
+function parsePayload(text: string | undefined): unknown {
+  if (text === undefined) return undefined;
+  try {
+    return JSON.parse(text);
+  } catch (err) {
+    throw new UsageError(`payload is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+export function registerEnqueue(program: Command): void {
+  program
+    .command('enqueue')
+    .description('add a job and print its id')
+    .argument('<task>', 'task name')
+    .argument('[payload]', 'JSON payload, e.g. \'{"userId":42}\' (default {})')
+    .option('--queue <name>', 'queue', 'default')
+    .option('--run-at <time>', 'run no earlier than this time (ISO 8601)', dateTime)
+    .option('--delay <duration>', 'run no earlier than this long from now (30s, 5m, 2h)', duration)
+    .option('--max-attempts <n>', 'attempts before the job fails for good (default 5)', integer(1, 1000))
+    .option('--priority <n>', 'higher runs first (default 0)', integer(-32768, 32767))
+    .option('--json', 'print {"id": ...} instead of the bare id')
+    .addHelpText('after', `
+Examples:
+  sluice enqueue send_welcome '{"userId":42}'
+  sluice enqueue report --queue slow --delay 10m --max-attempts 3`)
+    .action(async (task: string, payloadText: string | undefined, flags: EnqueueFlags, command: Command) => {
+      const payload = parsePayload(payloadText);
+      if (flags.runAt && flags.delay !== undefined) throw new UsageError('give --run-at or --delay, not both');
+      await withDatabase(command, async ({ pool, schema }) => {
+        const queue = new Queue({ pool, schema });
+        const id = await queue.enqueue(task, payload, {
+          queue: flags.queue,
+          runAt: flags.runAt,
+          delayMs: flags.delay,
+          maxAttempts: flags.maxAttempts,
+          priority: flags.priority,
+        });
+        if (flags.json) printJson({ id });
+        else process.stdout.write(`${id}\n`);
+      });
+    });
+}

@@ -1,0 +1,167 @@
+import type { Command } from 'commander';
+import {
+  FINISHED, RETRYABLE, CANCELLABLE, DELETABLE, cancelJob, checkStatus, deleteFinished, deleteJob, getJob, listJobs,
+  retryFailed, retryJob, type JobActionResult,
+} from '../../admin/jobs.js';
+import type { JobRow, JobStatus } from '../../job.js';
+import { withDatabase } from '../database.js';
+import { CommandFailed, firstLine, formatDuration, formatTable, printJson, UsageError } from '../output.js';
+import { collect, duration, integer } from '../parse.js';
+
+interface ListFlags {
+  status?: string[];
+  queue?: string[];
+  task?: string[];
+  limit?: number;
+  before?: string;
+  after?: string;
+  json?: boolean;
+}
+
+export function registerJobs(program: Command): void {
+  const jobs = program
+    .command('jobs')
+    .description('list, inspect, retry, cancel and delete jobs');
+
+  jobs
+    .command('list')
+    .description('list jobs, newest first')
+    .option('--status <status>', 'pending, processing, completed, failed or cancelled (repeatable)', collect)
+    .option('--queue <name>', 'only this queue (repeatable)', collect)
+    .option('--task <name>', 'only this task (repeatable)', collect)
+    .option('--limit <n>', 'jobs to show (1-1000)', integer(1, 1000), 50)
+    .option('--before <id>', 'older than this job id (the next page)')
+    .option('--after <id>', 'newer than this job id (the previous page)')
+    .option('--json', 'print {"jobs": [...], "nextBefore", "nextAfter"} as one line')
+    .addHelpText('after', '\nExample:\n  sluice jobs list --status failed --queue mail --limit 20')
+    .action(async (flags: ListFlags, command: Command) => {
+      const status = flags.status?.map(checkStatus);
+      await withDatabase(command, async ({ pool, schema }) => {
+        const page = await listJobs(pool, schema, {
+          status, queue: flags.queue, task: flags.task, limit: flags.limit, before: flags.before, after: flags.after,
+        });
+        if (flags.json) return printJson(page);
+        const now = Date.now();
+        process.stdout.write(formatTable(
+          ['ID', 'STATUS', 'QUEUE', 'TASK', 'ATTEMPTS', 'CREATED', 'LAST ERROR'],
+          page.jobs.map((j) => [
+            j.id, j.status, j.queue, j.task, `${j.attempts}/${j.max_attempts}`,
+            `${formatDuration(now - j.created_at.getTime())} ago`, firstLine(j.last_error),
+          ]),
+        ));
+        if (page.nextBefore) process.stderr.write(`more: --before ${page.nextBefore}\n`);
+      });
+    });
+
+  jobs
+    .command('show')
+    .description('show one job: payload, attempts, errors, timestamps')
+    .argument('<id>', 'job id')
+    .option('--json', 'print the job as one line of JSON')
+    .action(async (id: string, flags: { json?: boolean }, command: Command) => {
+      await withDatabase(command, async ({ pool, schema }) => {
+        const job = await getJob(pool, schema, id);
+        if (!job) throw new CommandFailed(`job ${id} not found`);
+        if (flags.json) printJson(job);
+        else process.stdout.write(describeJob(job));
+      });
+    });
+
+  jobs
+    .command('retry')
+    .description('put a failed or cancelled job back to pending (or every failed job with --failed)')
+    .argument('[id]', 'job id')
+    .option('--failed', 'retry every failed job')
+    .option('--queue <name>', 'with --failed: only this queue')
+    .option('--json', 'print the result as JSON')
+    .addHelpText('after', '\nExamples:\n  sluice jobs retry 42\n  sluice jobs retry --failed --queue mail')
+    .action(async (id: string | undefined, flags: { failed?: boolean; queue?: string; json?: boolean }, command: Command) => {
+      if ((id === undefined) === !flags.failed) throw new UsageError('give a job id or --failed (not both)');
+      if (flags.queue !== undefined && !flags.failed) throw new UsageError('--queue goes with --failed');
+      await withDatabase(command, async ({ pool, schema }) => {
+        if (flags.failed) {
+          const result = await retryFailed(pool, schema, { queue: flags.queue });
+          if (flags.json) return printJson(result);
+          process.stdout.write(`retried ${result.retried} failed job${result.retried === 1 ? '' : 's'}\n`);
+          for (const [queue, n] of Object.entries(result.queues)) process.stdout.write(`  ${queue}: ${n}\n`);
+          return;
+        }
+        report(await retryJob(pool, schema, id!), id!, 'retried', RETRYABLE, flags.json);
+      });
+    });
+
+  jobs
+    .command('cancel')
+    .description('cancel a pending job so it never runs')
+    .argument('<id>', 'job id')
+    .option('--json', 'print the job as JSON')
+    .action(async (id: string, flags: { json?: boolean }, command: Command) => {
+      await withDatabase(command, async ({ pool, schema }) => {
+        report(await cancelJob(pool, schema, id), id, 'cancelled', CANCELLABLE, flags.json);
+      });
+    });
+
+  jobs
+    .command('delete')
+    .description('delete a job, or finished jobs older than a duration')
+    .argument('[id]', 'job id')
+    .option('--completed', 'delete completed jobs (with --older-than)')
+    .option('--failed', 'delete failed jobs (with --older-than)')
+    .option('--cancelled', 'delete cancelled jobs (with --older-than)')
+    .option('--older-than <duration>', 'only jobs that finished longer ago than this (7d, 12h)', duration)
+    .option('--json', 'print the result as JSON')
+    .addHelpText('after', '\nExamples:\n  sluice jobs delete 42\n  sluice jobs delete --completed --older-than 7d')
+    .action(async (id: string | undefined, flags: DeleteFlags, command: Command) => {
+      const statuses = FINISHED.filter((s) => flags[s as keyof DeleteFlags]);
+      const bulk = statuses.length > 0 || flags.olderThan !== undefined;
+      if ((id !== undefined) === bulk) throw new UsageError('give a job id, or --completed/--failed/--cancelled with --older-than');
+      if (bulk && (statuses.length === 0 || flags.olderThan === undefined)) {
+        throw new UsageError('bulk delete needs --older-than and at least one of --completed, --failed, --cancelled');
+      }
+      await withDatabase(command, async ({ pool, schema }) => {
+        if (!bulk) return report(await deleteJob(pool, schema, id!), id!, 'deleted', DELETABLE, flags.json);
+        const result = await deleteFinished(pool, schema, { olderThanMs: flags.olderThan!, statuses });
+        if (flags.json) return printJson(result);
+        process.stdout.write(`deleted ${result.deleted} ${statuses.join('/')} job${result.deleted === 1 ? '' : 's'} ` +
+          `finished more than ${formatDuration(flags.olderThan!)} ago\n`);
+      });
+    });
+}
+
+interface DeleteFlags {
+  completed?: boolean;
+  failed?: boolean;
+  cancelled?: boolean;
+  olderThan?: number;
+  json?: boolean;
+}
+
+/** Prints what a single-job action did, or fails with why it did nothing. */
+function report(result: JobActionResult, id: string, done: string, allowed: readonly JobStatus[], json?: boolean): void {
+  if (!result.ok) {
+    if (result.reason === 'not_found') throw new CommandFailed(`job ${id} not found`);
+    throw new CommandFailed(`job ${id} is ${result.status}; only ${allowed.join(' or ')} jobs can be ${done}`);
+  }
+  if (json) printJson(result.job);
+  else process.stdout.write(`${done} job ${result.job.id} (${result.job.task} on queue ${result.job.queue})\n`);
+}
+
+function describeJob(job: JobRow): string {
+  const time = (d: Date | null) => (d ? d.toISOString() : '-');
+  const lines = [
+    `id:           ${job.id}`,
+    `task:         ${job.task}`,
+    `queue:        ${job.queue}`,
+    `status:       ${job.status}`,
+    `priority:     ${job.priority}`,
+    `attempts:     ${job.attempts} of ${job.max_attempts}`,
+    `run at:       ${time(job.run_at)}`,
+    `created at:   ${time(job.created_at)}`,
+    `updated at:   ${time(job.updated_at)}`,
+    `finished at:  ${time(job.finished_at)}`,
+    `locked by:    ${job.locked_by ?? '-'}${job.locked_at ? ` (heartbeat ${time(job.locked_at)})` : ''}`,
+    `payload:      ${JSON.stringify(job.payload, null, 2).replaceAll('\n', '\n              ')}`,
+    `last error:   ${job.last_error ? job.last_error.replaceAll('\n', '\n              ') : '-'}`,
+  ];
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,78 @@
+import type { Command } from 'commander';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { getStats, type Stats } from '../../admin/stats.js';
+import { withDatabase } from '../database.js';
+import { formatDuration, formatTable, printJson } from '../output.js';
+import { duration } from '../parse.js';
+
+interface StatsFlags {
+  watch?: boolean;
+  interval: number;
+  json?: boolean;
+}
+
+export function registerStats(program: Command): void {
+  program
+    .command('stats')
+    .description('per queue: jobs by status, oldest pending age, jobs/s over the last minute, failures')
+    .option('--watch', 'refresh until interrupted (Ctrl-C)')
+    .option('--interval <duration>', 'with --watch: time between refreshes', duration, 2000)
+    .option('--json', 'print the numbers as one JSON line (one per refresh with --watch)')
+    .addHelpText('after', '\nExamples:\n  sluice stats\n  sluice stats --watch --interval 1s')
+    .action(async (flags: StatsFlags, command: Command) => {
+      await withDatabase(command, async ({ pool, schema }) => {
+        if (!flags.watch) return print(await getStats(pool, schema), flags.json);
+        await watch(flags, async () => getStats(pool, schema));
+      });
+    });
+}
+
+/**
+ * Prints a fresh snapshot every interval until SIGINT/SIGTERM. On a terminal the
+ * previous table is overwritten in place; into a pipe each snapshot is appended.
+ */
+async function watch(flags: StatsFlags, read: () => Promise<Stats>): Promise<void> {
+  const stop = new AbortController();
+  const onSignal = () => stop.abort();
+  process.once('SIGINT', onSignal);
+  process.once('SIGTERM', onSignal);
+  const inPlace = process.stdout.isTTY && !flags.json;
+  let previousLines = 0;
+  try {
+    while (!stop.signal.aborted) {
+      const stats = await read();
+      if (stop.signal.aborted) break;
+      if (inPlace) {
+        // Cursor up over the last table, clear to the end of the screen, redraw.
+        if (previousLines > 0) process.stdout.write(`\x1b[${previousLines}A\x1b[J`);
+        const text = `${render(stats)}${new Date().toLocaleTimeString()}  (refreshing every ${formatDuration(flags.interval)}; Ctrl-C to stop)\n`;
+        process.stdout.write(text);
+        previousLines = text.split('\n').length - 1;
+      } else {
+        print(stats, flags.json);
+      }
+      await sleep(flags.interval, undefined, { signal: stop.signal }).catch(() => {});
+    }
+  } finally {
+    process.off('SIGINT', onSignal);
+    process.off('SIGTERM', onSignal);
+  }
+}
+
+function print(stats: Stats, json?: boolean): void {
+  if (json) printJson({ at: new Date().toISOString(), ...stats });
+  else process.stdout.write(render(stats));
+}
+
+function render(stats: Stats): string {
+  if (stats.queues.length === 0) return 'no jobs\n';
+  const window = formatDuration(stats.windowMs);
+  return formatTable(
+    ['QUEUE', 'PENDING', 'SCHEDULED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'OLDEST PENDING', `JOBS/S (${window})`, `FAILED (${window})`],
+    stats.queues.map((q) => [
+      q.queue, String(q.pending), String(q.scheduled), String(q.processing), String(q.completed), String(q.failed),
+      String(q.cancelled), q.oldestPendingMs === null ? '-' : formatDuration(q.oldestPendingMs),
+      q.jobsPerSecond.toFixed(q.jobsPerSecond < 10 ? 2 : 0), String(q.failedInWindow),
+    ]),
+  );
+}

@@ -1,0 +1,87 @@
+import type { Command } from 'commander';
+import { Worker } from '../../worker/worker.js';
+import { withDatabase } from '../database.js';
+import { loadTasks } from '../task-module.js';
+import { WorkerLog } from '../worker-log.js';
+import { collect, duration, integer } from '../parse.js';
+
+interface WorkerFlags {
+  tasks: string;
+  queue?: string[];
+  concurrency: number;
+  shutdownTimeout: number;
+  json?: boolean;
+}
+
+/** Exit code when a second signal cuts the drain short (not a clean stop). */
+const FORCED_EXIT = 1;
+
+export function registerWorker(program: Command): void {
+  program
+    .command('worker')
+    .description('run jobs with the handlers of a task module until SIGINT/SIGTERM')
+    .requiredOption('--tasks <module>', 'file exporting `tasks` (or a default export): { taskName: handler }')
+    .option('--queue <name>', 'queue to take jobs from (repeatable; default "default")', collect)
+    .option('--concurrency <n>', 'jobs run at once', integer(1, 10_000), 10)
+    .option('--shutdown-timeout <duration>', 'on a signal, how long running jobs may finish before they are aborted', duration, 10_000)
+    .option('--json', 'log JSON lines instead of text')
+    .addHelpText('after', `
+The first SIGINT/SIGTERM stops claiming and lets running jobs finish (up to
+--shutdown-timeout; unfinished ones go back to pending), then exits 0. A second
+signal exits at once (code 1); its running jobs return to pending when their
+lock expires.
+
+Examples:
+  sluice worker --tasks ./dist/tasks.js --queue default --queue mail --concurrency 20
+  node --import tsx ./node_modules/.bin/sluice worker --tasks ./src/tasks.ts --json`)
+    .action(async (flags: WorkerFlags, command: Command) => {
+      const tasks = await loadTasks(flags.tasks);
+      const log = new WorkerLog(flags.json ?? false);
+      await withDatabase(command, async ({ url, schema }) => {
+        const worker = new Worker({
+          connectionString: url,
+          schema,
+          tasks,
+          queues: flags.queue,
+          concurrency: flags.concurrency,
+          shutdownTimeoutMs: flags.shutdownTimeout,
+        });
+        log.follow(worker);
+        const stopped = untilSignal(worker, log);
+        await worker.start();
+        log.line('started', {
+          worker: worker.config.workerId,
+          queues: worker.config.queues.join(','),
+          tasks: [...worker.config.tasks.keys()].join(','),
+          concurrency: worker.config.concurrency,
+        });
+        await stopped;
+        log.line('stopped');
+      });
+    });
+}
+
+/**
+ * Resolves once the worker has drained after the first SIGINT/SIGTERM. The
+ * second signal does not wait for anything: it exits the process.
+ */
+function untilSignal(worker: Worker, log: WorkerLog): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let signalled = false;
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (signalled) {
+        log.line('forced', { signal, running: worker.runningJobIds.length }, process.stderr);
+        process.exit(FORCED_EXIT);
+      }
+      signalled = true;
+      log.line('stopping', { signal, running: worker.runningJobIds.length });
+      worker.stop().then(() => {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+        resolve();
+      }, reject);
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  });
+}

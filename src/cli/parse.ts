@@ -1,0 +1,44 @@
+import { InvalidArgumentError } from 'commander';
+import ms from 'ms';
+
+/**
+ * Argument parsers for commander options. They throw InvalidArgumentError, which
+ * commander reports as a one-line usage error (exit code 2).
+ */
+
+/** An integer within [min, max]. */
+export function integer(min: number, max: number): (value: string) => number {
+  return (value) => {
+    const n = Number(value);
+    if (!/^-?\d+$/.test(value.trim()) || !Number.isSafeInteger(n) || n < min || n > max) {
+      throw new InvalidArgumentError(`must be an integer from ${min} to ${max}`);
+    }
+    return n;
+  };
+}
+
+/**
+ * A duration with a unit, parsed by `ms`: 500ms, 30s, 5m, 2h, 7d. A bare number
+ * is refused: `--older-than 7` meaning seven milliseconds would delete far more
+ * than anyone typing it meant.
+ */
+export function duration(value: string): number {
+  const trimmed = value.trim();
+  const parsed = /^\d+(\.\d+)?$/.test(trimmed) ? undefined : ms(trimmed as ms.StringValue);
+  if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed < 0) {
+    throw new InvalidArgumentError('must be a duration with a unit, like 500ms, 30s, 5m, 2h or 7d');
+  }
+  return parsed;
+}
+
+/** A date and time, ISO 8601 recommended (2026-01-31T09:00:00Z). */
+export function dateTime(value: string): Date {
+  const date = new Date(value);
+  if (Number.isNaN(date.getTime())) throw new InvalidArgumentError('must be a date, like 2026-01-31T09:00:00Z');
+  return date;
+}
+
+/** For repeatable options (`--queue a --queue b`): collects every value. */
+export function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}

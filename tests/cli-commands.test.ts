@@ -1,0 +1,243 @@
+/**
+ * The `sluice` executable as users run it: real processes (node bin/sluice.js,
+ * built by `npm test`), real Postgres, this file's own schema.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { quoteSchema } from '../src/db/identifiers.js';
+import { Queue } from '../src/index.js';
+import { createTestSchema, statusCounts, type TestDatabase } from './helpers/database.js';
+import { runSluice, type CliResult } from './helpers/cli.js';
+
+let db: TestDatabase;
+let env: Record<string, string>;
+// Jobs the tests only need to exist are added through the library: one process
+// spawn per CLI call adds up.
+let queue: Queue;
+
+beforeAll(async () => {
+  db = await createTestSchema('cli');
+  env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.pool.query(`TRUNCATE ${db.s}.jobs`);
+});
+
+const sluice = (...args: string[]) => runSluice(args, env);
+
+/** A failure is one line on stderr, with no stack trace. */
+function expectOneLineError(result: CliResult, code: number, pattern: RegExp): void {
+  expect(result.code, result.stderr).toBe(code);
+  expect(result.stderr).toMatch(pattern);
+  const lines = result.stderr.trim().split('\n').filter((l) => l !== '(add --help for usage)');
+  expect(lines).toHaveLength(1);
+  expect(result.stderr).not.toMatch(/^\s+at /m);
+}
+
+async function job(id: string) {
+  const { rows } = await db.pool.query(`SELECT *, id::text AS id FROM ${db.s}.jobs WHERE id = $1`, [id]);
+  return rows[0];
+}
+
+describe('help', () => {
+  it('every command answers --help with its usage and exit code 0', async () => {
+    const commands = [
+      [], ['migrate'], ['worker'], ['enqueue'], ['jobs'], ['jobs', 'list'], ['jobs', 'show'], ['jobs', 'retry'],
+      ['jobs', 'cancel'], ['jobs', 'delete'], ['stats'], ['demo'],
+    ];
+    const results = await Promise.all(commands.map((c) => runSluice([...c, '--help'])));
+    results.forEach((r, i) => {
+      expect(r.code, commands[i]!.join(' ')).toBe(0);
+      expect(r.stdout).toContain(`Usage: sluice ${commands[i]!.join(' ')}`.trim());
+    });
+    expect(results[3]!.stdout).toMatch(/--delay <duration>/);
+  });
+});
+
+describe('migrate', () => {
+  it('applies the migrations once, then reports the schema up to date', async () => {
+    const schema = `${db.schema}_m`;
+    try {
+      const first = await runSluice(['--database-url', db.url, '--schema', schema, 'migrate']);
+      expect(first.code, first.stderr).toBe(0);
+      expect(first.stdout).toMatch(/^applied 0001_jobs$/m);
+      const again = await runSluice(['--database-url', db.url, '--schema', schema, 'migrate', '--json']);
+      expect(JSON.parse(again.stdout)).toMatchObject({ schema, applied: [] });
+    } finally {
+      await db.pool.query(`DROP SCHEMA IF EXISTS ${quoteSchema(schema)} CASCADE`);
+    }
+  });
+});
+
+describe('enqueue', () => {
+  it('inserts the job and prints its id', async () => {
+    const result = await sluice('enqueue', 'send_welcome', '{"userId":42}', '--queue', 'mail', '--max-attempts', '3', '--priority', '7');
+    expect(result.code, result.stderr).toBe(0);
+    const id = result.stdout.trim();
+    expect(id).toMatch(/^\d+$/);
+    expect(await job(id)).toMatchObject({
+      task: 'send_welcome', queue: 'mail', payload: { userId: 42 }, max_attempts: 3, priority: 7, status: 'pending',
+    });
+  });
+
+  it('schedules with --delay (server clock) and --run-at', async () => {
+    const delayed = await sluice('enqueue', 'later', '--delay', '5m', '--json');
+    const { id } = JSON.parse(delayed.stdout);
+    const { rows } = await db.pool.query(
+      `SELECT run_at > now() + interval '4 minutes' AND run_at <= now() + interval '5 minutes' AS ok FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    expect(rows[0].ok).toBe(true);
+
+    const at = await sluice('enqueue', 'later', '{}', '--run-at', '2031-05-06T07:08:09Z');
+    expect((await job(at.stdout.trim())).run_at.toISOString()).toBe('2031-05-06T07:08:09.000Z');
+  });
+
+  it('rejects a payload that is not JSON with the parse error, exit 2, and inserts nothing', async () => {
+    const result = await sluice('enqueue', 'send_welcome', '{"userId": 42,}');
+    expectOneLineError(result, 2, /payload is not valid JSON: .*JSON at position/);
+    expect(result.stdout).toBe('');
+    expect(await statusCounts(db)).toEqual({});
+  });
+});
+
+describe('usage errors exit 2 with one line', () => {
+  const cases: [string, string[], RegExp][] = [
+    ['unknown command', ['frobnicate'], /unknown command 'frobnicate'/],
+    ['missing task', ['enqueue'], /missing required argument 'task'/],
+    ['run-at and delay', ['enqueue', 't', '--run-at', '2030-01-01T00:00:00Z', '--delay', '1m'], /--run-at or --delay, not both/],
+    ['bad max attempts', ['enqueue', 't', '--max-attempts', '0'], /--max-attempts <n>.*integer from 1 to 1000/],
+    ['duration without a unit', ['enqueue', 't', '--delay', '10'], /duration with a unit/],
+    ['bad date', ['enqueue', 't', '--run-at', 'tomorrowish'], /must be a date/],
+    ['unknown status', ['jobs', 'list', '--status', 'done'], /unknown status "done"/],
+    ['retry without id or --failed', ['jobs', 'retry'], /give a job id or --failed/],
+    ['bulk delete without --older-than', ['jobs', 'delete', '--completed'], /needs --older-than/],
+    ['delete id and bulk', ['jobs', 'delete', '5', '--completed', '--older-than', '1d'], /give a job id, or/],
+    ['worker without --tasks', ['worker'], /required option '--tasks <module>'/],
+    ['worker with a missing module', ['worker', '--tasks', './no/such/tasks.js'], /task module not found/],
+    ['not a job id', ['jobs', 'show', '12abc'], /not a job id/],
+  ];
+  it('for every kind of mistake', async () => {
+    // In parallel: each case is a process start and nothing else.
+    const results = await Promise.all(cases.map(([, args]) => sluice(...args)));
+    results.forEach((result, i) => {
+      const [name, , pattern] = cases[i]!;
+      expect(result.code, name).toBe(2);
+      expectOneLineError(result, 2, pattern);
+    });
+  });
+
+  it('no database configured', async () => {
+    expectOneLineError(await runSluice(['stats']), 2, /no database: pass --database-url or set DATABASE_URL/);
+  });
+});
+
+describe('runtime failures exit 1 with one line', () => {
+  it('an unreachable database is named by host, port and database, never by password', async () => {
+    const url = 'postgres://sluice_user:s3cret-Passw0rd@127.0.0.1:1/orders_db';
+    const commands = [['stats'], ['enqueue', 't', '{}'], ['jobs', 'list']];
+    const results = await Promise.all(commands.map((args) => runSluice(['--database-url', url, ...args])));
+    for (const result of results) {
+      expectOneLineError(result, 1, /cannot reach Postgres at 127\.0\.0\.1:1\/orders_db/);
+      expect(result.stderr).not.toContain('s3cret-Passw0rd');
+    }
+  });
+
+  it('a schema that was never migrated says to run migrate', async () => {
+    const result = await runSluice(['--database-url', db.url, '--schema', `${db.schema}_none`, 'jobs', 'list']);
+    expectOneLineError(result, 1, /no Sluice tables in schema ".*_none" at .*: run `sluice migrate` first/);
+  });
+});
+
+describe('jobs', () => {
+  it('list filters and pages; show prints payload, attempts, error and timestamps', async () => {
+    const ids = await queue.enqueueMany([['a', 'q1'], ['b', 'q1'], ['a', 'q2'], ['a', 'q1']]
+      .map(([task, q]) => ({ task: task!, queue: q, payload: { n: 1 } })));
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'failed', attempts = 5, last_error = 'Error: smtp down\n    at send (mail.js:1)',
+      finished_at = now() WHERE id = $1`, [ids[0]]);
+
+    const table = await sluice('jobs', 'list', '--queue', 'q1', '--task', 'a');
+    expect(table.code, table.stderr).toBe(0);
+    const lines = table.stdout.trim().split('\n');
+    expect(lines[0]).toMatch(/^ID\s+STATUS\s+QUEUE\s+TASK\s+ATTEMPTS\s+CREATED\s+LAST ERROR$/);
+    expect(lines.slice(1).map((l) => l.split(/\s+/)[0])).toEqual([ids[3], ids[0]]);
+    expect(lines[2]).toMatch(/failed\s+q1\s+a\s+5\/5\s+.*Error: smtp down$/);
+
+    const page1 = JSON.parse((await sluice('jobs', 'list', '--limit', '2', '--json')).stdout);
+    expect(page1.jobs.map((j: { id: string }) => j.id)).toEqual([ids[3], ids[2]]);
+    const page2 = JSON.parse((await sluice('jobs', 'list', '--limit', '2', '--before', page1.nextBefore, '--json')).stdout);
+    expect(page2.jobs.map((j: { id: string }) => j.id)).toEqual([ids[1], ids[0]]);
+    expect(page2.nextBefore).toBeNull();
+    const failed = JSON.parse((await sluice('jobs', 'list', '--status', 'failed', '--json')).stdout);
+    expect(failed.jobs.map((j: { id: string }) => j.id)).toEqual([ids[0]]);
+
+    const show = await sluice('jobs', 'show', ids[0]!);
+    expect(show.code).toBe(0);
+    expect(show.stdout).toMatch(/^status: +failed$/m);
+    expect(show.stdout).toMatch(/^attempts: +5 of 5$/m);
+    expect(show.stdout).toMatch(/^payload: +\{\n +"n": 1\n +\}$/m);
+    expect(show.stdout).toMatch(/^last error: +Error: smtp down\n +at send/m);
+    expect(show.stdout).toMatch(/^finished at: +\d{4}-\d\d-\d\dT/m);
+    const shown = JSON.parse((await sluice('jobs', 'show', ids[1]!, '--json')).stdout);
+    expect(shown).toMatchObject({ id: ids[1], task: 'b', payload: { n: 1 } });
+
+    expectOneLineError(await sluice('jobs', 'show', '987654321'), 1, /job 987654321 not found/);
+  });
+
+  it('retry, cancel and delete one job, and refuse the wrong state', async () => {
+    const id = await queue.enqueue('x');
+    expectOneLineError(await sluice('jobs', 'retry', id), 1, new RegExp(`job ${id} is pending; only failed or cancelled jobs can be retried`));
+
+    const cancel = await sluice('jobs', 'cancel', id);
+    expect(cancel.stdout).toBe(`cancelled job ${id} (x on queue default)\n`);
+    expect((await job(id)).status).toBe('cancelled');
+    expectOneLineError(await sluice('jobs', 'cancel', id), 1, /is cancelled; only pending jobs can be cancelled/);
+
+    const retry = await sluice('jobs', 'retry', id, '--json');
+    expect(JSON.parse(retry.stdout)).toMatchObject({ id, status: 'pending' });
+
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'processing' WHERE id = $1`, [id]);
+    expectOneLineError(await sluice('jobs', 'delete', id), 1, /is processing; only pending or completed or failed or cancelled jobs can be deleted/);
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed', finished_at = now() WHERE id = $1`, [id]);
+    expect((await sluice('jobs', 'delete', id)).code).toBe(0);
+    expect(await job(id)).toBeUndefined();
+  });
+
+  it('retry --failed [--queue] and delete --completed --older-than', async () => {
+    await queue.enqueueMany(['a', 'a', 'b', 'b'].map((q) => ({ task: 'x', queue: q })));
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'failed', finished_at = now()`);
+    const one = await sluice('jobs', 'retry', '--failed', '--queue', 'a');
+    expect(one.stdout).toBe('retried 2 failed jobs\n  a: 2\n');
+    expect(JSON.parse((await sluice('jobs', 'retry', '--failed', '--json')).stdout)).toEqual({ retried: 2, queues: { b: 2 } });
+
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed',
+      finished_at = now() - CASE WHEN queue = 'a' THEN interval '8 days' ELSE interval '1 day' END`);
+    const old = await sluice('jobs', 'delete', '--completed', '--older-than', '7d');
+    expect(old.code, old.stderr).toBe(0);
+    expect(old.stdout).toBe('deleted 2 completed jobs finished more than 7d ago\n');
+    expect(await statusCounts(db)).toEqual({ completed: 2 });
+  });
+});
+
+describe('stats', () => {
+  it('prints counts per queue as a table and as JSON', async () => {
+    await queue.enqueueMany([
+      { task: 'x', queue: 'a' }, { task: 'x', queue: 'a' }, { task: 'x', queue: 'b' }, { task: 'x', queue: 'b', delayMs: 3_600_000 },
+    ]);
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed', finished_at = now() WHERE id = (SELECT min(id) FROM ${db.s}.jobs)`);
+
+    const table = await sluice('stats');
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/^QUEUE\s+PENDING\s+SCHEDULED\s+RUNNING\s+COMPLETED\s+FAILED\s+CANCELLED\s+OLDEST PENDING\s+JOBS\/S \(1m\)\s+FAILED \(1m\)$/m);
+    expect(table.stdout).toMatch(/^a\s+1\s+0\s+0\s+1\s+0\s+0\s+\S+\s+0\.02\s+0$/m);
+    expect(table.stdout).toMatch(/^b\s+2\s+1\s+0\s+0\s+0\s+0\s+\S+\s+0\.00\s+0$/m);
+
+    const json = JSON.parse((await sluice('stats', '--json')).stdout);
+    expect(json.windowMs).toBe(60_000);
+    expect(json.queues).toMatchObject([
+      { queue: 'a', pending: 1, completed: 1, completedInWindow: 1 },
+      { queue: 'b', pending: 2, scheduled: 1 },
+    ]);
+  });
+});

@@ -1,0 +1,128 @@
+/**
+ * `sluice worker` and `sluice stats --watch` as long-running processes: real
+ * signals, real Postgres, this file's own schema.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { Queue } from '../src/index.js';
+import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
+import { FIXTURES, spawnCli, type CliProcess } from './helpers/cli.js';
+
+let db: TestDatabase;
+let env: Record<string, string>;
+let queue: Queue;
+const running: CliProcess[] = [];
+
+beforeAll(async () => {
+  db = await createTestSchema('cliw');
+  env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+  await db.pool.query(`CREATE TABLE ${db.s}.gates (name text PRIMARY KEY)`);
+  await db.pool.query(`CREATE TABLE ${db.s}.gate_started (job_id bigint PRIMARY KEY)`);
+});
+afterAll(async () => {
+  for (const p of running) p.child.kill('SIGKILL');
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.pool.query(`TRUNCATE ${db.s}.jobs, ${db.s}.gates, ${db.s}.gate_started`);
+});
+
+function start(args: string[], nodeArgs: string[] = []): CliProcess {
+  const p = spawnCli(args, env, nodeArgs);
+  running.push(p);
+  return p;
+}
+
+async function status(id: string): Promise<string> {
+  const { rows } = await db.pool.query(`SELECT status FROM ${db.s}.jobs WHERE id = $1`, [id]);
+  return rows[0]?.status;
+}
+
+const jsonLines = (text: string) => text.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
+
+describe('sluice worker', () => {
+  it('runs the jobs of a JavaScript task module, logs JSON lines, and exits 0 on SIGTERM', async () => {
+    const [ok, bad] = await queue.enqueueMany([
+      { task: 'hello', payload: { to: 'you' } },
+      { task: 'fail', maxAttempts: 1 },
+    ]);
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--concurrency', '4', '--json']);
+    await waitFor(() => jsonLines(worker.stdout()).filter((l) => ['completed', 'failed'].includes(l.event)).length === 2,
+      'both jobs logged');
+    worker.child.kill('SIGTERM');
+    const result = await worker.exited;
+    expect(result.code, result.stderr).toBe(0);
+
+    const events = jsonLines(result.stdout);
+    expect(events[0]).toMatchObject({ event: 'started', queues: 'default', tasks: 'hello,fail', concurrency: 4 });
+    expect(events).toContainEqual(expect.objectContaining({ event: 'completed', id: ok, task: 'hello', queue: 'default', attempt: 1 }));
+    expect(events).toContainEqual(expect.objectContaining({ event: 'failed', id: bad, task: 'fail', error: 'boom from the fail task' }));
+    expect(events.at(-1)).toMatchObject({ event: 'stopped' });
+    for (const e of events) expect(e.time).toMatch(/^\d{4}-\d\d-\d\dT/);
+    expect(await statusCounts(db)).toEqual({ completed: 1, failed: 1 });
+  });
+
+  it('takes only the --queue queues', async () => {
+    const [mail, other] = await queue.enqueueMany([{ task: 'hello', queue: 'mail' }, { task: 'hello', queue: 'other' }]);
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'mail', '--queue', 'extra']);
+    await waitFor(async () => (await status(mail!)) === 'completed', 'the mail job to complete');
+    expect(worker.stdout()).toMatch(new RegExp(`completed hello #${mail} queue=mail attempt=1 took=\\d+ms`));
+    worker.child.kill('SIGINT');
+    expect((await worker.exited).code).toBe(0);
+    expect(await status(other!)).toBe('pending');
+  });
+
+  it('on SIGTERM lets the job in flight finish (TypeScript module via --import tsx), then exits 0', async () => {
+    const id = await queue.enqueue('gated', { gate: 'g1' });
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`], ['--import', 'tsx']);
+    await waitFor(async () => (await db.pool.query(`SELECT 1 FROM ${db.s}.gate_started WHERE job_id = $1`, [id])).rowCount,
+      'the job to start');
+
+    worker.child.kill('SIGTERM');
+    await waitFor(() => worker.stdout().includes('stopping signal=SIGTERM running=1'), 'the worker to start draining');
+    // Draining: the job is still running and the process waits for it.
+    expect(await status(id)).toBe('processing');
+    expect(worker.child.exitCode).toBeNull();
+
+    await db.pool.query(`INSERT INTO ${db.s}.gates (name) VALUES ('g1')`);
+    const result = await worker.exited;
+    expect(result.code, result.stderr).toBe(0);
+    expect(await status(id)).toBe('completed');
+    expect(result.stdout).toMatch(new RegExp(`completed gated #${id} queue=default attempt=1`));
+    expect(result.stdout.trim().split('\n').at(-1)).toMatch(/ stopped$/);
+  });
+
+  it('a second signal exits at once with code 1, leaving the job to the rescuer', async () => {
+    const id = await queue.enqueue('gated', { gate: 'never' });
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`], ['--import', 'tsx']);
+    await waitFor(async () => (await db.pool.query(`SELECT 1 FROM ${db.s}.gate_started WHERE job_id = $1`, [id])).rowCount,
+      'the job to start');
+    worker.child.kill('SIGINT');
+    await waitFor(() => worker.stdout().includes('stopping signal=SIGINT'), 'the worker to start draining');
+    worker.child.kill('SIGINT');
+    const result = await worker.exited;
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/forced signal=SIGINT running=1/);
+    expect(await status(id)).toBe('processing');
+  });
+
+  it('a TypeScript module without a loader fails with a hint to use one', async () => {
+    const result = await start(['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`]).exited;
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(/cannot load task module .*cli-gated-tasks\.ts: .*Unknown file extension.*--import tsx/);
+  });
+});
+
+describe('sluice stats --watch', () => {
+  it('prints a snapshot per interval and stops cleanly on SIGINT', async () => {
+    await queue.enqueue('x', {}, { queue: 'watched' });
+    const watch = start(['stats', '--watch', '--interval', '100ms', '--json']);
+    await waitFor(() => jsonLines(watch.stdout()).length >= 2, 'two snapshots');
+    watch.child.kill('SIGINT');
+    const result = await watch.exited;
+    expect(result.code, result.stderr).toBe(0);
+    const snapshots = jsonLines(result.stdout);
+    expect(snapshots[0]).toMatchObject({ windowMs: 60_000, queues: [{ queue: 'watched', pending: 1 }] });
+    expect(result.stderr).toBe('');
+  });
+});
