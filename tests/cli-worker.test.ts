@@ -38,6 +38,15 @@ async function status(id: string): Promise<string> {
   return rows[0]?.status;
 }
 
+/** A worker (TypeScript task module, via tsx) running a job that waits for `gate` to open. */
+async function workerWithJobInFlight(gate: string): Promise<{ id: string; worker: CliProcess }> {
+  const id = await queue.enqueue('gated', { gate });
+  const worker = start(['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`], ['--import', 'tsx']);
+  await waitFor(async () => (await db.pool.query(`SELECT 1 FROM ${db.s}.gate_started WHERE job_id = $1`, [id])).rowCount,
+    'the job to start');
+  return { id, worker };
+}
+
 const jsonLines = (text: string) => text.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
 
 describe('sluice worker', () => {
@@ -65,18 +74,17 @@ describe('sluice worker', () => {
   it('takes only the --queue queues', async () => {
     const [mail, other] = await queue.enqueueMany([{ task: 'hello', queue: 'mail' }, { task: 'hello', queue: 'other' }]);
     const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'mail', '--queue', 'extra']);
-    await waitFor(async () => (await status(mail!)) === 'completed', 'the mail job to complete');
-    expect(worker.stdout()).toMatch(new RegExp(`completed hello #${mail} queue=mail attempt=1 took=\\d+ms`));
+    // The log line follows the database write, so wait for the line.
+    const line = new RegExp(`completed hello #${mail} queue=mail attempt=1 took=\\d+ms`);
+    await waitFor(() => line.test(worker.stdout()), 'the mail job to be logged as completed');
+    expect(await status(mail!)).toBe('completed');
     worker.child.kill('SIGINT');
     expect((await worker.exited).code).toBe(0);
     expect(await status(other!)).toBe('pending');
   });
 
   it('on SIGTERM lets the job in flight finish (TypeScript module via --import tsx), then exits 0', async () => {
-    const id = await queue.enqueue('gated', { gate: 'g1' });
-    const worker = start(['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`], ['--import', 'tsx']);
-    await waitFor(async () => (await db.pool.query(`SELECT 1 FROM ${db.s}.gate_started WHERE job_id = $1`, [id])).rowCount,
-      'the job to start');
+    const { id, worker } = await workerWithJobInFlight('g1');
 
     worker.child.kill('SIGTERM');
     await waitFor(() => worker.stdout().includes('stopping signal=SIGTERM running=1'), 'the worker to start draining');
@@ -93,10 +101,7 @@ describe('sluice worker', () => {
   });
 
   it('a second signal exits at once with code 1, leaving the job to the rescuer', async () => {
-    const id = await queue.enqueue('gated', { gate: 'never' });
-    const worker = start(['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`], ['--import', 'tsx']);
-    await waitFor(async () => (await db.pool.query(`SELECT 1 FROM ${db.s}.gate_started WHERE job_id = $1`, [id])).rowCount,
-      'the job to start');
+    const { id, worker } = await workerWithJobInFlight('never');
     worker.child.kill('SIGINT');
     await waitFor(() => worker.stdout().includes('stopping signal=SIGINT'), 'the worker to start draining');
     worker.child.kill('SIGINT');
