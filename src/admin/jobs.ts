@@ -136,7 +136,8 @@ export async function getJobAudit(db: Queryable, schema: string, id: string | nu
 
 /** One job, or undefined when there is none with that id. */
 export async function getJob(db: Queryable, schema: string, id: string | number): Promise<JobRow | undefined> {
-  const [job] = await query<JobRow>(db, queriesFor(schema).admin.getJob, [jobId(id)], 'getJob');
+  // The runtime's statement: it also finds a job the pruner moved to jobs_history.
+  const [job] = await query<JobRow>(db, queriesFor(schema).runtime.getJob, [jobId(id)], 'getJob');
   return job;
 }
 

@@ -1,5 +1,5 @@
 import { quoteSchema } from './identifiers.js';
-import { detailColumns, jobColumns } from './queries.js';
+import { jobColumns } from './queries.js';
 
 /**
  * The statements of the admin API (src/admin/*: the CLI's `jobs` and `stats`
@@ -16,7 +16,6 @@ export interface AdminQueries {
   readonly listOlder: string;
   /** Oldest first, ids above the `after` cursor ($4): the page just newer than a cursor. */
   readonly listNewer: string;
-  readonly getJob: string;
   readonly statusOf: string;
   readonly retry: string;
   readonly retryFailed: string;
@@ -73,9 +72,6 @@ export function buildAdminQueries(schema: string): AdminQueries {
     listNewer: `SELECT ${jobColumns('j')} FROM ${jobs} j
       WHERE ${filters} AND j.id > $4::bigint
       ORDER BY j.id ASC LIMIT $5`,
-
-    // One job in full: also its error history, result and progress.
-    getJob: `SELECT ${jobColumns()}, ${detailColumns()} FROM ${jobs} WHERE id = $1::bigint`,
 
     statusOf: `SELECT status FROM ${jobs} WHERE id = $1::bigint`,
 
