@@ -155,7 +155,7 @@ describe('jobs', () => {
     const ids = await queue.enqueueMany([['a', 'q1'], ['b', 'q1'], ['a', 'q2'], ['a', 'q1']]
       .map(([task, q]) => ({ task: task!, queue: q, payload: { n: 1 } })));
     await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'failed', attempts = 5, last_error = 'Error: smtp down\n    at send (mail.js:1)',
-      finished_at = now() WHERE id = $1`, [ids[0]]);
+      errors = '[{"attempt":1,"at":"2026-01-01T00:00:00Z","message":"Error: smtp busy"}]', finished_at = now() WHERE id = $1`, [ids[0]]);
 
     const table = await sluice('jobs', 'list', '--queue', 'q1', '--task', 'a');
     expect(table.code, table.stderr).toBe(0);
@@ -178,6 +178,7 @@ describe('jobs', () => {
     expect(show.stdout).toMatch(/^attempts: +5 of 5$/m);
     expect(show.stdout).toMatch(/^payload: +\{\n +"n": 1\n +\}$/m);
     expect(show.stdout).toMatch(/^last error: +Error: smtp down\n +at send/m);
+    expect(show.stdout).toMatch(/^error #1 +2026-01-01T00:00:00Z  Error: smtp busy$/m);
     expect(show.stdout).toMatch(/^finished at: +\d{4}-\d\d-\d\dT/m);
     const shown = JSON.parse((await sluice('jobs', 'show', ids[1]!, '--json')).stdout);
     expect(shown).toMatchObject({ id: ids[1], task: 'b', payload: { n: 1 } });

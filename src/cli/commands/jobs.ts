@@ -160,8 +160,17 @@ function describeJob(job: JobRow): string {
     `updated at:   ${time(job.updated_at)}`,
     `finished at:  ${time(job.finished_at)}`,
     `locked by:    ${job.locked_by ?? '-'}${job.locked_at ? ` (heartbeat ${time(job.locked_at)})` : ''}`,
-    `payload:      ${JSON.stringify(job.payload, null, 2).replaceAll('\n', '\n              ')}`,
-    `last error:   ${job.last_error ? job.last_error.replaceAll('\n', '\n              ') : '-'}`,
+    `payload:      ${indent(JSON.stringify(job.payload, null, 2))}`,
   ];
+  if (job.job_key) lines.push(`key:          ${job.job_key}`);
+  if (job.progress !== undefined && job.progress !== null) lines.push(`progress:     ${JSON.stringify(job.progress)}`);
+  if (job.result !== undefined && job.result !== null) lines.push(`result:       ${indent(JSON.stringify(job.result, null, 2))}`);
+  for (const e of job.errors ?? []) lines.push(`error #${String(e.attempt).padEnd(6)}${e.at}  ${e.message}`);
+  lines.push(`last error:   ${job.last_error ? indent(job.last_error) : '-'}`);
   return `${lines.join('\n')}\n`;
+}
+
+/** Continues a multi-line value under the column where it started. */
+function indent(text: string): string {
+  return text.replaceAll('\n', '\n              ');
 }
