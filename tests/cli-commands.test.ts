@@ -203,6 +203,9 @@ describe('jobs', () => {
     await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed', finished_at = now() WHERE id = $1`, [id]);
     expect((await sluice('jobs', 'delete', id)).code).toBe(0);
     expect(await job(id)).toBeUndefined();
+    // Every action is in the audit log, by 'cli'.
+    const { rows: audit } = await db.pool.query(`SELECT action, actor FROM ${db.s}.audit_log WHERE job_id = $1 ORDER BY at, action`, [id]);
+    expect(audit.map((a) => `${a.action}:${a.actor}`).sort()).toEqual(['cancel:cli', 'delete:cli', 'retry:cli']);
   });
 
   it('retry --failed [--queue] and delete --completed --older-than', async () => {

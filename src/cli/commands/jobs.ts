@@ -8,6 +8,9 @@ import { withDatabase } from '../database.js';
 import { CommandFailed, firstLine, formatDuration, formatTable, printJson, UsageError } from '../output.js';
 import { collect, duration, integer } from '../parse.js';
 
+/** Who the audit log says took an action (migration 0007). */
+const ACTOR = 'cli';
+
 interface ListFlags {
   status?: string[];
   queue?: string[];
@@ -80,13 +83,13 @@ export function registerJobs(program: Command): void {
       if (flags.queue !== undefined && !flags.failed) throw new UsageError('--queue goes with --failed');
       await withDatabase(command, async ({ pool, schema }) => {
         if (flags.failed) {
-          const result = await retryFailed(pool, schema, { queue: flags.queue });
+          const result = await retryFailed(pool, schema, { queue: flags.queue, actor: ACTOR });
           if (flags.json) return printJson(result);
           process.stdout.write(`retried ${result.retried} failed job${result.retried === 1 ? '' : 's'}\n`);
           for (const [queue, n] of Object.entries(result.queues)) process.stdout.write(`  ${queue}: ${n}\n`);
           return;
         }
-        report(await retryJob(pool, schema, id!), id!, 'retried', RETRYABLE, flags.json);
+        report(await retryJob(pool, schema, id!, { actor: ACTOR }), id!, 'retried', RETRYABLE, flags.json);
       });
     });
 
@@ -97,7 +100,7 @@ export function registerJobs(program: Command): void {
     .option('--json', 'print the job as JSON')
     .action(async (id: string, flags: { json?: boolean }, command: Command) => {
       await withDatabase(command, async ({ pool, schema }) => {
-        report(await cancelJob(pool, schema, id), id, 'cancelled', CANCELLABLE, flags.json);
+        report(await cancelJob(pool, schema, id, { actor: ACTOR }), id, 'cancelled', CANCELLABLE, flags.json);
       });
     });
 
@@ -119,7 +122,7 @@ export function registerJobs(program: Command): void {
         throw new UsageError('bulk delete needs --older-than and at least one of --completed, --failed, --cancelled');
       }
       await withDatabase(command, async ({ pool, schema }) => {
-        if (!bulk) return report(await deleteJob(pool, schema, id!), id!, 'deleted', DELETABLE, flags.json);
+        if (!bulk) return report(await deleteJob(pool, schema, id!, { actor: ACTOR }), id!, 'deleted', DELETABLE, flags.json);
         const result = await deleteFinished(pool, schema, { olderThanMs: flags.olderThan!, statuses });
         if (flags.json) return printJson(result);
         process.stdout.write(`deleted ${result.deleted} ${statuses.join('/')} job${result.deleted === 1 ? '' : 's'} ` +
