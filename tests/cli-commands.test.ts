@@ -193,7 +193,7 @@ describe('jobs', () => {
     const cancel = await sluice('jobs', 'cancel', id);
     expect(cancel.stdout).toBe(`cancelled job ${id} (x on queue default)\n`);
     expect((await job(id)).status).toBe('cancelled');
-    expectOneLineError(await sluice('jobs', 'cancel', id), 1, /is cancelled; only pending jobs can be cancelled/);
+    expectOneLineError(await sluice('jobs', 'cancel', id), 1, /is cancelled; only pending or processing jobs can be cancelled/);
 
     const retry = await sluice('jobs', 'retry', id, '--json');
     expect(JSON.parse(retry.stdout)).toMatchObject({ id, status: 'pending' });

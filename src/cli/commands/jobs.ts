@@ -95,7 +95,7 @@ export function registerJobs(program: Command): void {
 
   jobs
     .command('cancel')
-    .description('cancel a pending job so it never runs')
+    .description('cancel a job: a pending one never runs, a running one is aborted')
     .argument('<id>', 'job id')
     .option('--json', 'print the job as JSON')
     .action(async (id: string, flags: { json?: boolean }, command: Command) => {
