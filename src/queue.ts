@@ -13,6 +13,7 @@ import {
 } from './errors.js';
 import type { JobRow, JobStatus } from './job.js';
 import { OutcomeListener } from './outcome-listener.js';
+import { channelFor } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from './payload.js';
 
 /** What enqueue does when another job holds the same `jobKey`. */
@@ -233,7 +234,7 @@ export class Queue {
     try {
       // Flag the job for a notification first, then read it: an outcome written
       // after the flag is announced, one written before it is read below.
-      await rows(pool, this.queries.watchJob, [jobId]);
+      await rows(pool, this.queries.watchJob, [jobId, channelFor(this.schema)]);
       for (;;) {
         const job = await this.getJob<P>(jobId);
         if (!job) throw new JobNotFoundError(jobId);

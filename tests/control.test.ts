@@ -63,7 +63,7 @@ describe('cancellation', () => {
     const [startedJob] = await startedOn;
     // A caller waiting for the outcome is woken by the cancel (poll far slower than the test).
     const outcome = suite.queue.waitFor(id, { pollIntervalMs: 3_600_000, timeoutMs: 20_000 });
-    const cancelledEvent = firstEvent<[JobRow]>(list, 'job:cancelled');
+    const cancelledEvent = firstEvent<[JobRow]>(list, 'job:cancel');
     expect(await suite.queue.cancel(id)).toMatchObject({ ok: true, previousStatus: 'processing', job: { status: 'cancelled' } });
     const [cancelled] = await cancelledEvent;
     expect(cancelled.id).toBe(id);
@@ -133,9 +133,9 @@ describe('retry control from handlers', () => {
       },
     });
     const snoozed: Date[] = [];
-    for (const w of list) w.on('job:snoozed', (_j, { runAt }) => snoozed.push(runAt));
+    for (const w of list) w.on('job:snooze', (_j, { runAt }) => snoozed.push(runAt));
     const id = await suite.queue.enqueue('nap', {}, { queue: 'snooze', maxAttempts: 1 });
-    const [first] = await firstEvent<[JobRow, { runAt: Date }]>(list, 'job:snoozed');
+    const [first] = await firstEvent<[JobRow, { runAt: Date }]>(list, 'job:snooze');
     expect(first.id).toBe(id);
     const between = await job(id);
     // Unless it already runs again, it waits with its attempt given back.

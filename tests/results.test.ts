@@ -36,6 +36,26 @@ describe('results, waitFor and error history', () => {
     expect((await fx.queue.waitFor(id, { timeoutMs: 1_000 })).status).toBe('completed');
   });
 
+  it('waitFor wakes the workers of a job that a claim skipped while it was locked', async () => {
+    const locked = await fx.queue.enqueue('echo', { n: 1 }, { queue: 'skipped', priority: 5 });
+    const sentinel = await fx.queue.enqueue('echo', { n: 2 }, { queue: 'skipped' });
+    const holder = await fx.db.pool.connect();
+    try {
+      // Hold the row lock (as a concurrent waitFor or admin action would for a moment).
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM ${fx.db.s}.jobs WHERE id = $1 FOR UPDATE`, [locked]);
+      // The worker's first claim skips the locked job, takes the sentinel, comes back
+      // short and sleeps: its poll is an hour away.
+      await fx.start({ queues: ['skipped'], pollIntervalMs: 3_600_000, tasks: { echo: async (p) => p } });
+      await fx.queue.waitFor(sentinel, { timeoutMs: 20_000 });
+      await holder.query('COMMIT');
+    } finally {
+      holder.release();
+    }
+    expect((await fx.queue.getJob(locked))!.status).toBe('pending');
+    expect(await fx.queue.waitFor(locked, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', result: { n: 1 } });
+  });
+
   it('notifies only for jobs someone waits for', async () => {
     const listener = new pg.Client(fx.db.url);
     await listener.connect();
@@ -93,6 +113,18 @@ describe('results, waitFor and error history', () => {
     release.resolve();
     const job = await fx.queue.getJob(id);
     expect(job!.errors).toEqual([expect.objectContaining({ attempt: 1, message: expect.stringContaining('lock expired: worker hangs') })]);
+  });
+
+  it('the maintenance leader announces each rescued job (job:rescue) and records it in the history', async () => {
+    const { rows } = await fx.db.pool.query(`INSERT INTO ${fx.db.s}.jobs (queue, task, status, attempts, locked_at, locked_by)
+      VALUES ('gone', 'x', 'processing', 1, now() - interval '1 hour', 'dead-worker') RETURNING id::text AS id`);
+    const rescued: unknown[] = [];
+    await fx.start({ queues: ['elsewhere'], visibilityTimeoutMs: 1_000, rescueIntervalMs: 100, tasks: { x: async () => {} } },
+      (w) => w.on('job:rescue', (job) => rescued.push(job)));
+    await waitFor(() => rescued.length > 0, 'a job:rescue event');
+    expect(rescued).toEqual([{ id: rows[0].id, queue: 'gone', status: 'pending' }]);
+    expect((await fx.queue.getJob(rows[0].id))!.errors).toEqual([
+      expect.objectContaining({ attempt: 1, message: expect.stringContaining('dead-worker stopped heartbeating') })]);
   });
 
   it('progress is stored (newest value, rate-limited) and emitted; non-JSON progress throws in the handler', async () => {

@@ -248,9 +248,18 @@ export function buildQueries(schema: string): Queries {
     // that reads its status. The finishing UPDATE waits for this row lock and then
     // sees the flag; if the job finished first, the status says so. Either way no
     // outcome slips between the check and the wait.
-    watchJob: `UPDATE ${jobs} SET notify_on_finish = true
-      WHERE id = $1 AND status IN ('pending', 'processing')
-      RETURNING id::text AS id`,
+    //
+    // The UPDATE locks a pending row for a moment, and a claim running right then
+    // skips it (SKIP LOCKED), comes back short and lets its worker sleep until the
+    // next poll. So a pending job's queue is woken again ($2: the workers' channel).
+    watchJob: `WITH watched AS (
+        UPDATE ${jobs} SET notify_on_finish = true
+        WHERE id = $1 AND status IN ('pending', 'processing')
+        RETURNING id, queue, status, run_at
+      )
+      SELECT id::text AS id, CASE WHEN status = 'pending' THEN pg_notify($2,
+          json_build_object('q', queue, 't', floor(extract(epoch FROM run_at) * 1000))::text) END AS woke
+      FROM watched`,
 
     // Latest progress of running jobs, one statement for all of a worker's reports.
     // Ignored once the job is no longer this worker's (finished, rescued).

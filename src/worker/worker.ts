@@ -43,11 +43,11 @@ export interface WorkerEvents {
   /** One claim statement returned these jobs (they start next). */
   'jobs:claimed': [JobRow[]];
   /** The maintenance leader took back a job whose worker stopped heartbeating (one event per job). */
-  'job:rescued': [RescuedJob];
+  'job:rescue': [RescuedJob];
   /** The job was cancelled while this worker ran it; its handler's signal was aborted. */
-  'job:cancelled': [JobRow];
+  'job:cancel': [JobRow];
   /** The handler threw Snooze: the job is pending again at `runAt`, its attempt not spent. */
-  'job:snoozed': [JobRow, { runAt: Date }];
+  'job:snooze': [JobRow, { runAt: Date }];
   /** Emitted by the maintenance leader only: jobs whose lock expired went back to pending (or failed). */
   'jobs:rescued': [RescuedJob[]];
   /** This worker became the maintenance leader of its schema. */
@@ -152,7 +152,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.heartbeat = new Heartbeat(pool, this.queries, config.workerId, config.heartbeatIntervalMs,
       () => this.runningJobIds, (ids) => this.lockLost(ids), onError);
     const rescuer = rescuerTask(pool, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
-      for (const job of jobs) this.emit('job:rescued', job);
+      for (const job of jobs) this.emit('job:rescue', job);
       this.emit('jobs:rescued', jobs);
       this.producer?.wake();
     });
@@ -290,7 +290,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     } else if (outcome.kind === 'snoozed') {
       this.snooze(job, outcome.snooze);
     } else if (outcome.kind === 'cancelled') {
-      this.emit('job:cancelled', job);
+      this.emit('job:cancel', job);
     }
     // A slot of a limited queue opened: it may be claimable again (the statement
     // that writes this result runs before the limited claims).
@@ -361,7 +361,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
         ]);
         if (rows[0]) {
           this.producer!.wakeAt(rows[0].run_at.getTime());
-          this.emit('job:snoozed', job, { runAt: rows[0].run_at });
+          this.emit('job:snooze', job, { runAt: rows[0].run_at });
         } else {
           this.emit('job:lock-lost', job);
         }
