@@ -141,12 +141,31 @@ export function intOption(name: string, value: unknown, fallback: number, min: n
   return value;
 }
 
-/** Checks a queue or task name: non-empty, at most 128 characters. */
+/**
+ * Checks a queue or task name: non-empty, at most 128 characters, storable as is.
+ * Any other character is fine, quotes and semicolons included: names only ever
+ * travel as bound parameters, so they are stored and matched verbatim.
+ */
 export function checkName(kind: string, name: unknown): string {
   if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
     throw new ConfigError(`${kind} must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}`);
   }
+  const unstorable = unstorableText(name);
+  if (unstorable) throw new ConfigError(`${kind} ${JSON.stringify(name)} contains ${unstorable}`);
   return name;
+}
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/**
+ * Why Postgres cannot store this text unchanged, or undefined when it can: text
+ * columns reject NUL, and a lone UTF-16 surrogate has no UTF-8 form (the driver
+ * would silently turn it into U+FFFD, and jsonb rejects its escape).
+ */
+export function unstorableText(text: string): string | undefined {
+  if (text.includes('\0')) return 'a NUL character, which Postgres text cannot store';
+  if (LONE_SURROGATE.test(text)) return 'a lone UTF-16 surrogate, which is not valid Unicode';
+  return undefined;
 }
 
 export function resolveSchema(schema: unknown): string {

@@ -79,6 +79,11 @@ export interface WaitOptions {
 }
 const QUEUE_KEYS = new Set(['connectionString', 'pool', 'schema', 'maxPayloadBytes', 'metrics']);
 
+// Dates Postgres reads back from an ISO string: JS dates reach far beyond year 9999,
+// but their six-digit-year ISO form ("+275760-09-13...") is not valid input to timestamptz.
+const MIN_RUN_AT = Date.parse('0001-01-01T00:00:00.000Z');
+const MAX_RUN_AT = Date.parse('9999-12-31T23:59:59.999Z');
+
 /** The row parameters of one job, validated. */
 interface JobValues {
   queue: string;
@@ -334,11 +339,14 @@ export class Queue {
       if (!(spec.runAt instanceof Date) || Number.isNaN(spec.runAt.getTime())) {
         throw new ValidationError(`runAt must be a valid Date, got ${String(spec.runAt)}`);
       }
+      if (spec.runAt.getTime() < MIN_RUN_AT || spec.runAt.getTime() > MAX_RUN_AT) {
+        throw new ValidationError(`runAt must be within the years 1 to 9999, got ${spec.runAt.toISOString()}`);
+      }
       runAt = spec.runAt.toISOString();
     }
     const delayMs = spec.delayMs ?? 0;
-    if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0) {
-      throw new ValidationError(`delayMs must be a finite number >= 0, got ${String(spec.delayMs)}`);
+    if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_RUN_AT - Date.now()) {
+      throw new ValidationError(`delayMs must be a finite number >= 0 that stays before the year 10000, got ${String(spec.delayMs)}`);
     }
     const jobKey = spec.jobKey ?? null;
     if (jobKey === null) {
