@@ -196,6 +196,13 @@ export function buildQueries(schema: string): Queries {
     // Jobs whose heartbeat is older than the visibility timeout: their worker died
     // or hung. Back to pending (the attempt stays spent), or failed when none are
     // left. SKIP LOCKED so that several rescuers never fight over the same rows.
+    //
+    // No heartbeat can land while Postgres is down, so right after a restart every
+    // running job looks stale although its worker is alive and about to reconnect.
+    // Heartbeats therefore count as no older than the server's start: workers get a
+    // full visibility timeout after a restart to heartbeat again before anything
+    // of theirs is rescued (the condition is a constant, so jobs_locked_idx still
+    // serves the scan).
     rescue: `UPDATE ${jobs} j
       SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
@@ -206,6 +213,7 @@ export function buildQueries(schema: string): Queries {
       FROM (
         SELECT id FROM ${jobs}
         WHERE status = 'processing' AND locked_at < now() - $1::float8 * interval '1 millisecond'
+          AND pg_postmaster_start_time() < now() - $1::float8 * interval '1 millisecond'
         ORDER BY locked_at
         LIMIT $2
         FOR UPDATE SKIP LOCKED

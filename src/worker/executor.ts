@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 import type { ResolvedTask } from '../config.js';
 import { JobTimeoutError, PermanentFailure, Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
@@ -108,7 +109,8 @@ export function describeError(error: unknown): string {
     try {
       text = `non-Error thrown: ${JSON.stringify(error)}`;
     } catch {
-      text = `non-Error thrown: ${String(error)}`;
+      // Circular or BigInt-holding values: inspect() still shows what they were.
+      text = `non-Error thrown: ${inspect(error, { depth: 2, breakLength: Infinity })}`;
     }
   }
   return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH)}…` : text;

@@ -38,6 +38,11 @@ export class ResultBuffer {
     return this.completed.length + this.failed.length;
   }
 
+  /** Ids of the jobs whose results wait here: their locks must stay fresh until written. */
+  ids(): string[] {
+    return [...this.completed, ...this.failed].map((r) => r.job.id);
+  }
+
   complete(c: Completion): void {
     this.completed.push(c);
   }

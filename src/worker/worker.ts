@@ -149,8 +149,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
       applied: (batch, completed, failed) => this.applied(batch, completed, failed),
       error: onError,
     });
+    // Finished jobs whose results are not written yet (Postgres unreachable, say)
+    // are still this worker's: heartbeat them too, or they would be rescued and run
+    // again once the outage outlasts the visibility timeout.
     this.heartbeat = new Heartbeat(pool, this.queries, config.workerId, config.heartbeatIntervalMs,
-      () => this.runningJobIds, (ids) => this.lockLost(ids), onError);
+      () => [...this.running.keys(), ...this.buffer.ids()], (ids) => this.lockLost(ids), onError);
     const rescuer = rescuerTask(pool, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
       for (const job of jobs) this.emit('job:rescue', job);
       this.emit('jobs:rescued', jobs);
