@@ -142,6 +142,31 @@ describe('enqueue', () => {
       ['huge maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: 1e9 })],
       ['unknown option', () => queue.enqueue('t', {}, { qeueu: 'x' } as never)],
       ['one bad job in a batch', () => queue.enqueueMany([{ task: 'ok' }, { task: 'bad', payload: { n: 1n } }])],
+      ['top-level BigInt payload', () => queue.enqueue('t', 10n)],
+      ['top-level function payload', () => queue.enqueue('t', () => 1)],
+      ['symbol in payload', () => queue.enqueue('t', { s: Symbol('x') })],
+      ['undefined inside an array', () => queue.enqueue('t', { list: [1, undefined, 3] })],
+      ['Map payload', () => queue.enqueue('t', { m: new Map([['a', 1]]) })],
+      ['Set payload', () => queue.enqueue('t', new Set([1]))],
+      ['Infinity in payload', () => queue.enqueue('t', { n: Number.POSITIVE_INFINITY })],
+      ['lone surrogate in payload', () => queue.enqueue('t', { s: 'a\ud800b' })],
+      ['NUL in a payload key', () => queue.enqueue('t', { 'a\u0000': 1 })],
+      ['toJSON that throws', () => queue.enqueue('t', { toJSON() { throw new Error('nope'); } })],
+      ['negative maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: -3 })],
+      ['fractional maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: 2.5 })],
+      ['Infinity maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: Number.POSITIVE_INFINITY })],
+      ['string maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: '3' as unknown as number })],
+      ['runAt before year 1', () => queue.enqueue('t', {}, { runAt: new Date(-8.64e15) })],
+      ['runAt after year 9999', () => queue.enqueue('t', {}, { runAt: new Date(8.64e15) })],
+      ['delay past year 9999', () => queue.enqueue('t', {}, { delayMs: 1e17 })],
+      ['NaN delay', () => queue.enqueue('t', {}, { delayMs: Number.NaN })],
+      ['task too long', () => queue.enqueue('t'.repeat(129), {})],
+      ['task not a string', () => queue.enqueue(42 as unknown as string, {})],
+      ['NUL in task', () => queue.enqueue('a\u0000b', {})],
+      ['NUL in queue', () => queue.enqueue('t', {}, { queue: 'a\u0000b' })],
+      ['lone surrogate in task', () => queue.enqueue('\udc00', {})],
+      ['priority out of range', () => queue.enqueue('t', {}, { priority: 40_000 })],
+      ['NUL in a batch', () => queue.enqueueMany([{ task: 'ok' }, { task: 'ok', queue: '\u0000' }])],
     ];
     for (const [name, call] of cases) {
       it(name, async () => {
@@ -152,8 +177,21 @@ describe('enqueue', () => {
     }
 
     it('payload over the size limit', async () => {
+      const before = await jobCount();
       const small = new Queue({ pool: db.pool, schema: db.schema, maxPayloadBytes: 100 });
       await expect(small.enqueue('t', { s: 'x'.repeat(200) })).rejects.toThrow(/over the limit/);
+      await expect(small.enqueueMany([{ task: 't' }, { task: 't', payload: 'x'.repeat(200) }])).rejects.toBeInstanceOf(ValidationError);
+      // The default limit is 1 MiB of JSON.
+      await expect(queue.enqueue('t', { s: 'x'.repeat(1024 * 1024) })).rejects.toThrow(/over the limit of 1048576/);
+      expect(await jobCount()).toBe(before);
+    });
+
+    it('an undefined payload is an empty one; undefined properties are left out', async () => {
+      const a = await queue.enqueue('t');
+      const b = await queue.enqueue('t', { keep: 1, drop: undefined });
+      expect((await queue.getJob(a))?.payload).toEqual({});
+      expect((await queue.getJob(b))?.payload).toEqual({ keep: 1 });
+      await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [[a, b]]);
     });
 
     it('bad Queue options', () => {

@@ -21,12 +21,20 @@ export interface EmbeddedPostgres {
   url: string;
   port: number;
   stop(): Promise<void>;
+  /**
+   * Stops the server (fast shutdown: every connection is cut), runs `whileDown`
+   * if given, and starts it again on the same port and data directory. For tests
+   * of what clients do when Postgres restarts.
+   */
+  restart(whileDown?: () => Promise<void>): Promise<void>;
 }
 
 export interface EmbeddedOptions {
   dataDir: string;
   /** Keep the data directory after stop() (the demo) or delete it (tests). */
   persistent: boolean;
+  /** Port to listen on; default a free one. */
+  port?: number;
   /** Extra `-c name=value` server settings. */
   settings?: Record<string, string>;
   log?: (line: string) => void;
@@ -86,7 +94,7 @@ async function stopLeftover(dataDir: string): Promise<void> {
 
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedPostgres> {
   const EmbeddedPostgresClass = await importWithoutExitHooks();
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const password = 'sluice';
   const settings = { listen_addresses: '127.0.0.1', unix_socket_directories: '', max_connections: '300', ...options.settings };
   const log = options.log ?? (() => {});
@@ -95,7 +103,9 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     port,
     user: 'postgres',
     password,
-    persistent: options.persistent,
+    // Always kept by the package, so restart() finds the data again; stop() below
+    // deletes the directory itself when the caller did not want it kept.
+    persistent: true,
     createPostgresUser: process.getuid?.() === 0,
     initdbFlags: ['--encoding=UTF8', '--locale=C'],
     postgresFlags: Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`]),
@@ -111,6 +121,17 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   return {
     url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     port,
-    stop: () => pg.stop(),
+    stop: async () => {
+      await pg.stop();
+      if (!options.persistent) await rm(options.dataDir, { recursive: true, force: true });
+    },
+    restart: async (whileDown) => {
+      await pg.stop();
+      try {
+        await whileDown?.();
+      } finally {
+        await pg.start();
+      }
+    },
   };
 }

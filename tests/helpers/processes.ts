@@ -10,9 +10,9 @@ export interface WorkerProcess {
   output(): string;
 }
 
-/** Spawns tests/fixtures/worker-process.ts and resolves once it printed "ready". */
-export async function spawnWorker(env: Record<string, string>): Promise<WorkerProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', WORKER_SCRIPT], {
+/** Spawns a worker script (default tests/fixtures/worker-process.ts) and resolves once it printed "ready". */
+export async function spawnWorker(env: Record<string, string>, script = WORKER_SCRIPT): Promise<WorkerProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', script], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

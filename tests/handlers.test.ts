@@ -1,0 +1,124 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Queue, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { spawnWorker, type WorkerProcess } from './helpers/processes.js';
+
+// Handlers that misbehave must cost their own job an attempt at most: never the
+// worker, never another job, never a result recorded for a run that was given up.
+let db: TestDatabase;
+let queue: Queue;
+const workers: Worker[] = [];
+const children: WorkerProcess[] = [];
+
+beforeAll(async () => {
+  db = await createTestSchema('handlers');
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop()));
+});
+afterAll(async () => {
+  for (const c of children) if (c.child.exitCode === null) c.child.kill('SIGKILL');
+  await queue.close();
+  await db.drop();
+});
+
+async function startWorker(options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker> {
+  const worker = new Worker({ connectionString: db.url, schema: db.schema, ...options });
+  worker.on('error', () => {});
+  workers.push(worker);
+  await worker.start();
+  return worker;
+}
+
+const job = async (id: string): Promise<JobRow> => (await queue.getJob(id))!;
+const settled = (ids: string[]) => waitFor(async () => {
+  const rows = await Promise.all(ids.map(job));
+  return rows.every((r) => r.status === 'completed' || r.status === 'failed') ? rows : undefined;
+}, 'jobs to settle');
+
+describe('misbehaving handlers', () => {
+  it('throwing anything, synchronously or late, fails only that attempt, with what was thrown recorded', async () => {
+    const circular: Record<string, unknown> = { name: 'loop' };
+    circular.self = circular;
+    await startWorker({
+      queues: ['throws'],
+      tasks: {
+        undefined_: () => { throw undefined; },
+        null_: async () => { throw null; },
+        number: () => { throw 42; },
+        object: async () => { throw { reason: 'not an Error' }; },
+        circular: async () => { throw circular; },
+        rejects_late: () => new Promise((_, reject) => setTimeout(() => reject(new Error('rejected late')), 100)),
+        returns_value: () => 'a plain value is success',
+      },
+    });
+    const names = ['undefined_', 'null_', 'number', 'object', 'circular', 'rejects_late', 'returns_value'];
+    const ids = await Promise.all(names.map((t) => queue.enqueue(t, {}, { queue: 'throws', maxAttempts: 1 })));
+    const rows = await settled(ids);
+    const byTask = Object.fromEntries(rows.map((r) => [r.task, r]));
+    expect(byTask.returns_value).toMatchObject({ status: 'completed', last_error: null });
+    for (const name of names.slice(0, -1)) expect(byTask[name]).toMatchObject({ status: 'failed', attempts: 1 });
+    expect(byTask.undefined_!.last_error).toBe('non-Error thrown: undefined');
+    expect(byTask.null_!.last_error).toBe('non-Error thrown: null');
+    expect(byTask.number!.last_error).toBe('non-Error thrown: 42');
+    expect(byTask.object!.last_error).toBe('non-Error thrown: {"reason":"not an Error"}');
+    expect(byTask.circular!.last_error).toBe("non-Error thrown: <ref *1> { name: 'loop', self: [Circular *1] }");
+    expect(byTask.rejects_late!.last_error).toContain('rejected late');
+  });
+
+  it('a result that arrives after the timeout aborted the run is dropped, resolved or rejected', async () => {
+    let lateSettled = 0;
+    const completed: string[] = [];
+    const worker = await startWorker({
+      queues: ['late'],
+      tasks: {
+        // Both ignore the AbortSignal and settle 300 ms after their 100 ms timeout.
+        resolves_after_abort: {
+          timeoutMs: 100,
+          handler: () => new Promise((resolve) => setTimeout(() => { lateSettled++; resolve('too late'); }, 400)),
+        },
+        rejects_after_abort: {
+          timeoutMs: 100,
+          handler: () => new Promise((_, reject) => setTimeout(() => { lateSettled++; reject(new Error('late rejection')); }, 400)),
+        },
+        sentinel: () => {},
+      },
+    });
+    worker.on('job:complete', (j) => completed.push(j.task));
+    const ids = await Promise.all(['resolves_after_abort', 'rejects_after_abort']
+      .map((t) => queue.enqueue(t, {}, { queue: 'late', maxAttempts: 1 })));
+    await settled(ids);
+    await waitFor(() => lateSettled === 2, 'both handlers to settle late');
+    // A later job goes through the same worker's result path after the late settlements.
+    const sentinel = await queue.enqueue('sentinel', {}, { queue: 'late' });
+    await waitFor(async () => (await job(sentinel)).status === 'completed', 'the sentinel');
+    for (const id of ids) {
+      const row = await job(id);
+      expect(row).toMatchObject({ status: 'failed', attempts: 1 });
+      expect(row.last_error).toContain('timed out after 100 ms');
+    }
+    expect(completed).toEqual(['sentinel']);
+  });
+
+  it('a handler that blocks the event loop past the visibility timeout loses the job visibly: job:lock-lost, result dropped', async () => {
+    const blocker = await spawnWorker({
+      DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema, WORKER_NAME: 'blocker', QUEUES: 'block', VISIBILITY_MS: '1000',
+    });
+    children.push(blocker);
+    const id = await queue.enqueue('block', { ms: 4_000 }, { queue: 'block' });
+    await waitFor(async () => (await job(id)).locked_by === 'blocker', 'the blocker to claim the job');
+    // The blocked process cannot heartbeat; this worker rescues the job after 1 s and runs it.
+    const rescuer = await startWorker({
+      queues: ['block'], workerId: 'rescuer', visibilityTimeoutMs: 1_000, rescueIntervalMs: 100, tasks: { block: () => {} },
+    });
+    const rescued = new Promise((resolve) => rescuer.once('jobs:rescued', resolve));
+    await waitFor(async () => (await job(id)).status === 'completed', 'the rescued run to complete');
+    await rescued;
+    await waitFor(() => blocker.output().includes(`lock-lost ${id}`), 'the blocker to report the lost lock', 30_000);
+    expect(blocker.output()).not.toContain(`complete ${id}`);
+    expect(await job(id)).toMatchObject({ status: 'completed', attempts: 2, locked_by: 'rescuer' });
+    blocker.child.kill('SIGTERM');
+    expect(await blocker.exited).toBe(0);
+  });
+});

@@ -1,0 +1,93 @@
+import { randomBytes } from 'node:crypto';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConfigError, migrate, Queue, Worker } from '../src/index.js';
+import { quoteSchema } from '../src/db/identifiers.js';
+import { databaseUrl, waitFor } from './helpers/database.js';
+
+// Names and payloads that look like SQL are data: they travel as bound
+// parameters, so they are stored verbatim and work. The schema, the one
+// identifier in SQL text, is quoted once, so even a quote in it is harmless.
+const SCHEMA = `t_q"uo'te;--${randomBytes(3).toString('hex')}`;
+const QUEUE = `q'; DROP TABLE jobs; --`;
+const TASK = `t"); DELETE FROM jobs; SELECT ('`;
+const PAYLOAD = { sql: "'); DROP SCHEMA public CASCADE; --", dollar: '$1 $$ $tag$', backslash: '\\x00 \\u0000', emoji: '🦀' };
+
+let url: string;
+let pool: pg.Pool;
+let queue: Queue;
+
+beforeAll(async () => {
+  url = databaseUrl();
+  await migrate({ connectionString: url, schema: SCHEMA });
+  pool = new pg.Pool({ connectionString: url, max: 2 });
+  queue = new Queue({ pool, schema: SCHEMA });
+});
+afterAll(async () => {
+  await pool.query(`DROP SCHEMA IF EXISTS ${quoteSchema(SCHEMA)} CASCADE`);
+  await pool.end();
+});
+
+describe('hostile names and payloads', () => {
+  it('a schema named with quotes and semicolons migrates, enqueues, notifies and runs jobs', async () => {
+    const ran: unknown[] = [];
+    // Poll once an hour: the job must arrive through NOTIFY on the channel "sluice:<that schema>".
+    const worker = new Worker({
+      connectionString: url, schema: SCHEMA, queues: [QUEUE], pollIntervalMs: 3_600_000,
+      tasks: { [TASK]: async (payload) => void ran.push(payload) },
+    });
+    worker.on('error', () => {});
+    await worker.start();
+    try {
+      const id = await queue.enqueue(TASK, PAYLOAD, { queue: QUEUE });
+      const [many] = await queue.enqueueMany([{ task: TASK, queue: QUEUE, payload: PAYLOAD }]);
+      const { rows } = await pool.query(`SELECT ${quoteSchema(SCHEMA)}.enqueue_job($1, $2, _task => $3) AS id`,
+        [QUEUE, JSON.stringify(PAYLOAD), TASK]);
+      await waitFor(() => ran.length === 3, 'the three jobs to run');
+      expect(ran).toEqual([PAYLOAD, PAYLOAD, PAYLOAD]);
+      for (const jobId of [id, many!, String(rows[0].id)]) {
+        expect(await queue.getJob(jobId)).toMatchObject({ queue: QUEUE, task: TASK, payload: PAYLOAD, status: 'completed' });
+      }
+      const tables = await pool.query('SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = $1', [SCHEMA]);
+      expect(tables.rows[0].n).toBe(2); // jobs and migrations, both still there
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it('schema names that cannot work are refused up front', () => {
+    expect(() => new Queue({ schema: 'x'.repeat(51) })).toThrow(ConfigError);
+    expect(() => new Queue({ schema: 'a\u0000b' })).toThrow(ConfigError);
+    expect(() => new Worker({ connectionString: url, schema: '', tasks: { t: () => {} } })).toThrow(ConfigError);
+    expect(() => new Worker({ connectionString: url, queues: ['ok', 'a\u0000'], tasks: { t: () => {} } })).toThrow(ConfigError);
+    expect(() => new Worker({ connectionString: url, tasks: { ['x'.repeat(129)]: () => {} } })).toThrow(ConfigError);
+  });
+
+  it('SQL text in src/ splices in nothing but identifiers quoted once; every value is a $n parameter', () => {
+    const srcDir = fileURLToPath(new URL('../src/', import.meta.url));
+    const files = (dir: string): string[] => readdirSync(dir).flatMap((f) => {
+      const path = join(dir, f);
+      return statSync(path).isDirectory() ? files(path) : path.endsWith('.ts') ? [path] : [];
+    });
+    const allowed = /^(s|jobs|quoteIdent\([\w.]+\)|jobColumns\('?\w*'?\))$/;
+    const offenders: string[] = [];
+    let statements = 0;
+    for (const file of files(srcDir)) {
+      const source = readFileSync(file, 'utf8');
+      for (const [, body] of source.matchAll(/`((?:[^`\\]|\\.)*)`/gs)) {
+        if (!/\b(SELECT|INSERT|UPDATE|DELETE|LISTEN|UNLISTEN|CREATE|DROP|ALTER|GRANT|TRUNCATE)\b/.test(body!)) continue;
+        statements++;
+        for (const [, expr] of body!.matchAll(/\$\{([^}]*)\}/g)) {
+          if (!allowed.test(expr!)) offenders.push(`${file}: \${${expr}}`);
+          // `s` and `jobs` must come from quoteSchema in the same file.
+          if (/^(s|jobs)$/.test(expr!) && !/const s = quoteSchema\(/.test(source)) offenders.push(`${file}: ${expr} not from quoteSchema`);
+        }
+      }
+    }
+    expect(statements).toBeGreaterThan(10);
+    expect(offenders).toEqual([]);
+  });
+});

@@ -1,0 +1,172 @@
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { ConnectionError, migrate, Queue, Worker, type SluiceError, type WorkerOptions } from '../src/index.js';
+import type { EmbeddedPostgres } from '../src/dev/embedded-postgres.js';
+import { buildQueries } from '../src/db/queries.js';
+import { rescueExpired } from '../src/maintenance/rescuer.js';
+import { waitFor } from './helpers/database.js';
+import { startPrivatePostgres } from './helpers/private-postgres.js';
+
+// These tests restart Postgres and kill connections, so they run on a private
+// embedded server of their own, never on the shared one.
+let server: EmbeddedPostgres;
+let url: string;
+let admin: pg.Pool;
+let queue: Queue;
+const workers: Worker[] = [];
+
+beforeAll(async () => {
+  server = await startPrivatePostgres('reconnect');
+  // A database of its own, so that connections to it can be refused while the
+  // test keeps its admin connection to 'postgres'.
+  const setup = new pg.Client({ connectionString: server.url });
+  await setup.connect();
+  await setup.query('CREATE DATABASE reconnect');
+  await setup.end();
+  url = server.url.replace(/\/postgres$/, '/reconnect');
+  await migrate({ connectionString: url });
+  admin = new pg.Pool({ connectionString: server.url, max: 2 });
+  admin.on('error', () => {});
+  queue = new Queue({ connectionString: url });
+}, 60_000);
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop()));
+});
+afterAll(async () => {
+  await queue?.close();
+  await admin?.end();
+  await server?.stop();
+});
+
+/** A worker that only finds jobs through NOTIFY or its reconnect catch-up: its poll is an hour. */
+function newWorker(ran: string[], errors: SluiceError[], extra: Partial<WorkerOptions> = {}): Worker {
+  const worker = new Worker({
+    connectionString: url,
+    pollIntervalMs: 3_600_000,
+    tasks: { t: async (_p, { job }) => void ran.push(job.id) },
+    ...extra,
+  });
+  worker.on('error', (err) => errors.push(err));
+  workers.push(worker);
+  return worker;
+}
+
+async function terminate(applicationNames: string[]): Promise<number> {
+  const { rows } = await admin.query(
+    `SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
+     WHERE datname = 'reconnect' AND application_name = ANY($1)`, [applicationNames]);
+  return rows[0].n;
+}
+
+describe('reconnects', () => {
+  it('rides out a Postgres restart; enqueue during the outage is a ConnectionError', async () => {
+    const ran: string[] = [];
+    const errors: SluiceError[] = [];
+    const worker = newWorker(ran, errors);
+    await worker.start();
+    const before = await queue.enqueue('t');
+    await waitFor(() => ran.includes(before), 'the job before the restart');
+
+    let outage: unknown;
+    await server.restart(async () => {
+      outage = await queue.enqueue('t').catch((err: unknown) => err);
+    });
+    expect(outage).toBeInstanceOf(ConnectionError);
+    expect((outage as ConnectionError).code).toBe('CONNECTION');
+    await waitFor(() => errors.some((e) => e.code === 'CONNECTION'), 'the worker to notice the restart');
+
+    const after = await queue.enqueue('t');
+    await waitFor(async () => (await queue.getJob(after))?.status === 'completed', 'the job after the restart', 30_000);
+    expect(ran.filter((id) => id === after)).toHaveLength(1);
+  });
+
+  it('re-LISTENs after its LISTEN connection is killed and catches up on what was enqueued meanwhile', async () => {
+    const ran: string[] = [];
+    const errors: SluiceError[] = [];
+    const worker = newWorker(ran, errors);
+    await worker.start();
+    // Keep the notifier from reconnecting while the job is enqueued: its NOTIFY reaches no one.
+    await admin.query('ALTER DATABASE reconnect ALLOW_CONNECTIONS false');
+    let id: string;
+    try {
+      expect(await terminate(['sluice-listen'])).toBe(1);
+      await waitFor(() => errors.some((e) => e.code === 'CONNECTION'), 'the worker to notice');
+      id = await queue.enqueue('t'); // the Queue's pool still holds a live connection
+      await waitFor(() => errors.length >= 2, 'a refused reconnect');
+      expect(ran).not.toContain(id);
+    } finally {
+      await admin.query('ALTER DATABASE reconnect ALLOW_CONNECTIONS true');
+    }
+    // No notification will come and the poll is an hour away: only the catch-up finds it.
+    await waitFor(() => ran.includes(id), 'the catch-up claim', 30_000);
+    await waitFor(async () => (await listeners()) === 1, 'LISTEN in place again');
+  });
+
+  it('finishes a job whose connections were all killed while it ran, without re-running it', async () => {
+    const ran: string[] = [];
+    const errors: SluiceError[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const worker = newWorker(ran, errors, {
+      tasks: { slow: async (_p, { job }) => { ran.push(job.id); await gate; } },
+      heartbeatIntervalMs: 100,
+      visibilityTimeoutMs: 5_000,
+    });
+    await worker.start();
+    const id = await queue.enqueue('slow');
+    await waitFor(() => ran.includes(id), 'the job to start');
+    expect(await terminate(['sluice-worker', 'sluice-listen'])).toBeGreaterThan(0);
+    await waitFor(() => errors.some((e) => e.code === 'CONNECTION'), 'the worker to notice');
+    release();
+    await waitFor(async () => (await queue.getJob(id))?.status === 'completed', 'the result to be written');
+    expect(await queue.getJob(id)).toMatchObject({ attempts: 1, last_error: null });
+    expect(ran).toEqual([id]);
+  });
+
+  it('starts while Postgres is down and runs jobs once it is up', async () => {
+    const ran: string[] = [];
+    const errors: SluiceError[] = [];
+    const worker = newWorker(ran, errors);
+    await server.restart(async () => {
+      await worker.start(); // resolves: the notifier keeps retrying in the background
+      await waitFor(() => errors.length > 0, 'a refused connection');
+    });
+    const id = await queue.enqueue('t');
+    await waitFor(() => ran.includes(id), 'the job', 30_000);
+    expect(errors.every((e) => e.code === 'CONNECTION')).toBe(true);
+  });
+
+  it('after a restart, heartbeats count as no older than the server start: live workers get a visibility timeout to return', async () => {
+    const id = await queue.enqueue('nobody-runs-this');
+    const pool = queue.pool!;
+    // As if a worker claimed it an hour ago and Postgres then went down.
+    await pool.query(`UPDATE sluice.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+      locked_at = now() - interval '1 hour' WHERE id = $1`, [id]);
+    await server.restart();
+    const queries = buildQueries('sluice');
+    // The server is seconds old: a 60 s visibility timeout has not passed since it started.
+    expect(await waitFor(() => rescueExpired(pool, queries, 60_000).then(() => true), 'Postgres to answer')).toBe(true);
+    expect(await queue.getJob(id)).toMatchObject({ status: 'processing', locked_by: 'gone' });
+    // Once the timeout has passed since the start too, the job is rescued.
+    await waitFor(async () => (await rescueExpired(pool, queries, 200)).some((r) => r.id === id), 'the rescue');
+    expect(await queue.getJob(id)).toMatchObject({ status: 'pending', locked_by: null });
+    await pool.query('DELETE FROM sluice.jobs WHERE id = $1', [id]);
+  });
+
+  it('an enqueue on a connection killed under it is a ConnectionError', async () => {
+    const client = new pg.Client({ connectionString: url, application_name: 'victim' });
+    client.on('error', () => {});
+    await client.connect();
+    await client.query('BEGIN');
+    await terminate(['victim']);
+    const err = await queue.enqueue('t', {}, { tx: client }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ConnectionError);
+    await client.end().catch(() => {});
+  });
+});
+
+async function listeners(): Promise<number> {
+  const { rows } = await admin.query(
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = 'reconnect' AND application_name = 'sluice-listen'`);
+  return rows[0].n;
+}
