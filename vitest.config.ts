@@ -3,6 +3,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['tests/**/*.test.ts'],
+    // Need the Debian package pgbouncer: `npm run test:pgbouncer` (vitest.pgbouncer.config.ts).
+    exclude: ['tests/pgbouncer/**', 'node_modules/**'],
     globalSetup: ['tests/helpers/global-setup.ts'],
     reporters: ['default', './tests/helpers/summary-reporter.ts'],
     pool: 'forks',

@@ -61,6 +61,14 @@ export interface WorkerOptions extends ConnectionOptions {
   /** false: never LISTEN, rely on polling alone (e.g. behind PgBouncer). Default true. */
   listen?: boolean;
   /**
+   * false: send the hot statements (claim cycle, heartbeat) unnamed instead of as
+   * named prepared statements. Needed behind a transaction-mode pooler that does
+   * not track prepared statements (PgBouncer before 1.21, or max_prepared_statements = 0):
+   * there the next transaction may land on a server connection that never saw the
+   * PREPARE. Default true (saves planning on every cycle).
+   */
+  preparedStatements?: boolean;
+  /**
    * Cluster-wide maintenance (rescue of expired locks, pruning of finished jobs,
    * extra periodic tasks), run by one elected worker per schema. false: this
    * worker never takes part (run it elsewhere).
@@ -106,6 +114,7 @@ export interface ResolvedWorkerConfig {
   backoff: Required<BackoffOptions>;
   workerId: string;
   listen: boolean;
+  preparedStatements: boolean;
   listenConnectionString: string | undefined;
   /** undefined: this worker takes no part in maintenance. */
   maintenance: ResolvedMaintenanceConfig | undefined;
@@ -120,7 +129,7 @@ export interface ResolvedWorkerConfig {
 const WORKER_KEYS = new Set([
   'connectionString', 'pool', 'schema', 'tasks', 'queues', 'concurrency', 'queueConcurrency', 'batchSize',
   'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs',
-  'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen',
+  'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen', 'preparedStatements',
   'maintenance', 'logger', 'metrics', 'tracing',
   'progressIntervalMs', 'maxResultBytes', 'schedules',
 ]);
@@ -273,6 +282,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     backoff: resolveBackoff(options.backoff ?? {}, 'backoff'),
     workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
     listen: options.listen ?? true,
+    preparedStatements: resolveBoolean('preparedStatements', options.preparedStatements, true),
     listenConnectionString: options.listenConnectionString,
     maintenance: resolveMaintenanceConfig(options.maintenance, visibilityTimeoutMs),
     logger: resolveLogger(options.logger),

@@ -41,6 +41,8 @@ const worker = new Worker({
   visibilityTimeoutMs: Number(process.env.VISIBILITY_MS ?? 10_000),
   pollIntervalMs: 1_000,
   backoff: { baseMs: 10, maxMs: 100 },
+  // Finished jobs must stay in the jobs table, where the driver checks them.
+  maintenance: { pruner: false },
   tasks: {
     chaos: async (_payload, { job, attempt }) => {
       // Idempotent, keyed on the claim: a retried INSERT whose reply was lost is not a second run.

@@ -115,9 +115,14 @@ class ChaosRun {
       (Object.entries(this.options.faults) as [FaultKind, number][]).flatMap(([kind, n]) => Array<FaultKind>(n).fill(kind)),
     );
     let next = 0;
+    let lastProgress = Date.now();
     for (;;) {
       const completed = await this.completedCount();
       if (completed === jobs) break;
+      if (Date.now() - lastProgress >= 5_000) {
+        lastProgress = Date.now();
+        this.log(`${((Date.now() - started) / 1_000).toFixed(0)} s: ${completed ?? '?'} of ${jobs} completed`);
+      }
       if (Date.now() - started > this.options.timeoutMs) {
         this.violations.push(`the queue did not drain within ${this.options.timeoutMs} ms (${completed ?? '?'} of ${jobs} completed)`);
         break;

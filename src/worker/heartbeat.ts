@@ -16,6 +16,8 @@ export class Heartbeat {
     private readonly queries: Queries,
     private readonly workerId: string,
     private readonly intervalMs: number,
+    /** Name of the prepared statement, or undefined to send it unnamed. */
+    private readonly statementName: string | undefined,
     private readonly runningIds: () => string[],
     private readonly lost: (ids: string[]) => void,
     private readonly error: (err: unknown) => void,
@@ -36,7 +38,7 @@ export class Heartbeat {
     this.beating = true;
     try {
       const { rows } = await this.pool.query<{ id: string }>({
-        name: `sluice-heartbeat-${this.queries.schema}`,
+        name: this.statementName,
         text: this.queries.heartbeat,
         values: [this.workerId, ids],
       });

@@ -187,7 +187,7 @@ export class Producer {
     const plainLimit = limit - Math.min(plan.limited.length, Math.floor(limit / 2));
     try {
       const { rows } = await this.pool.query<CycleRow>({
-        name: `sluice-cycle-${this.queries.schema}`,
+        name: this.config.preparedStatements ? `sluice-cycle-${this.queries.schema}` : undefined,
         text: this.queries.cycle,
         values: [
           this.config.workerId,

@@ -153,6 +153,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // are still this worker's: heartbeat them too, or they would be rescued and run
     // again once the outage outlasts the visibility timeout.
     this.heartbeat = new Heartbeat(pool, this.queries, config.workerId, config.heartbeatIntervalMs,
+      config.preparedStatements ? `sluice-heartbeat-${config.schema}` : undefined,
       () => [...this.running.keys(), ...this.buffer.ids()], (ids) => this.lockLost(ids), onError);
     const rescuer = rescuerTask(pool, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
       for (const job of jobs) this.emit('job:rescue', job);

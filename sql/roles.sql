@@ -1,0 +1,40 @@
+-- Optional least-privilege roles for Sluice. Not a migration: apply it yourself,
+-- as the owner of the schema, after `sluice migrate`, with :SCHEMA replaced by the
+-- quoted schema name, e.g.
+--   sed 's/:SCHEMA/"sluice"/g' node_modules/sluice/sql/roles.sql | psql "$DATABASE_URL"
+-- and then give the group roles to the login roles your processes use:
+--   GRANT sluice_worker TO app_worker;
+--   GRANT sluice_enqueue TO app_web;
+-- Re-running it is harmless. Both roles are NOLOGIN groups.
+
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sluice_enqueue') THEN
+    CREATE ROLE sluice_enqueue NOLOGIN;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sluice_worker') THEN
+    CREATE ROLE sluice_worker NOLOGIN;
+  END IF;
+END
+$$;
+
+-- Enqueue only: Queue.enqueue / enqueueMany and SELECT enqueue_job(...). It can
+-- add jobs and learn their ids, nothing else: it cannot read payloads, claim,
+-- change or delete jobs. (Queue.getJob needs SELECT on jobs and jobs_history.)
+-- The insert trigger's pg_notify needs no grant.
+GRANT USAGE ON SCHEMA :SCHEMA TO sluice_enqueue;
+GRANT INSERT ON :SCHEMA.jobs TO sluice_enqueue;
+GRANT SELECT (id) ON :SCHEMA.jobs TO sluice_enqueue;          -- INSERT ... RETURNING id
+GRANT USAGE ON SEQUENCE :SCHEMA.jobs_id_seq TO sluice_enqueue;
+GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job(text, jsonb, timestamptz, integer, text, integer) TO sluice_enqueue;
+
+-- Worker: claims (SELECT ... FOR UPDATE SKIP LOCKED needs UPDATE), heartbeats,
+-- results, release on stop, and the maintenance lease and rescuer. No INSERT or
+-- DELETE on jobs. The pruner is not covered: moving rows into jobs_history
+-- creates and drops its partitions, which only the owner of the schema may do, so
+-- run workers with this role as `maintenance: { pruner: false }` and prune from
+-- one process that connects as the owner.
+-- A handler that enqueues follow-up jobs needs sluice_enqueue as well.
+GRANT USAGE ON SCHEMA :SCHEMA TO sluice_worker;
+GRANT SELECT, UPDATE ON :SCHEMA.jobs TO sluice_worker;
+GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.leader TO sluice_worker;

@@ -1,0 +1,91 @@
+import pg from 'pg';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Queue, Worker, type WorkerOptions } from '../../src/index.js';
+import { createTestSchema, statusCounts, waitFor, type TestDatabase } from '../helpers/database.js';
+import { startPgBouncer, type PgBouncer } from '../helpers/pgbouncer.js';
+
+// Run by `npm run test:pgbouncer` (needs the Debian package pgbouncer), not by `npm test`.
+let db: TestDatabase;
+let bouncer: PgBouncer;
+let queue: Queue;
+const workers: Worker[] = [];
+/** Errors the workers rode out: through a healthy pooler there must be none. */
+const errors: string[] = [];
+
+beforeAll(async () => {
+  db = await createTestSchema('pgbouncer');
+  bouncer = await startPgBouncer(db.url);
+  // The Queue's pool talks to PgBouncer only.
+  queue = new Queue({ connectionString: bouncer.url, schema: db.schema });
+  await db.pool.query(`CREATE TABLE ${db.s}.runs (job_id bigint PRIMARY KEY, worker text NOT NULL)`);
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop()));
+  // E.g. 'prepared statement "sluice-cycle-..." does not exist' when named statements
+  // are used through a PgBouncer that does not track them.
+  expect(errors.splice(0)).toEqual([]);
+});
+afterAll(async () => {
+  await queue?.close();
+  await bouncer?.stop();
+  await db?.drop();
+});
+
+/**
+ * A worker whose claims, results and heartbeats go through PgBouncer. Named
+ * prepared statements only survive transaction pooling when PgBouncer tracks
+ * them (>= 1.21 with max_prepared_statements > 0); otherwise they are turned off.
+ */
+async function startWorker(name: string, queues: string[], extra: Partial<WorkerOptions>): Promise<Worker> {
+  const record = new pg.Pool({ connectionString: bouncer.url, max: 2 });
+  const worker = new Worker({
+    connectionString: bouncer.url,
+    schema: db.schema,
+    workerId: name,
+    queues,
+    concurrency: 10,
+    preparedStatements: bouncer.tracksPreparedStatements,
+    tasks: {
+      record: async (_p, { job }) => {
+        await record.query(`INSERT INTO ${db.s}.runs (job_id, worker) VALUES ($1, $2)`, [job.id, name]);
+      },
+    },
+    ...extra,
+  });
+  worker.on('error', (err) => errors.push(`${name}: ${err.message}`));
+  const stop = worker.stop.bind(worker);
+  worker.stop = async () => {
+    await stop();
+    await record.end();
+  };
+  workers.push(worker);
+  await worker.start();
+  return worker;
+}
+
+async function runsOf(ids: string[]): Promise<{ runs: number; jobs: number }> {
+  const { rows } = await db.pool.query(
+    `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS jobs FROM ${db.s}.runs WHERE job_id = ANY($1::bigint[])`, [ids]);
+  return rows[0];
+}
+
+describe(`PgBouncer in transaction mode`, () => {
+  it('enqueue and claim through PgBouncer; LISTEN over a separate direct connection wakes the workers', async () => {
+    // Poll once an hour: jobs must arrive through NOTIFY, which needs the direct LISTEN connection.
+    const opts = { listenConnectionString: db.url, pollIntervalMs: 3_600_000 };
+    await Promise.all(['a', 'b', 'c'].map((n) => startWorker(`listen-${n}`, ['listen'], opts)));
+    const first = await queue.enqueue('record', {}, { queue: 'listen' });
+    await waitFor(async () => (await queue.getJob(first))?.status === 'completed', 'the first job, pushed by NOTIFY');
+    const ids = await queue.enqueueMany(Array.from({ length: 600 }, (_, i) => ({ task: 'record', queue: 'listen', payload: { i } })));
+    await waitFor(async () => (await runsOf(ids)).jobs === 600, 'all 600 jobs', 60_000);
+    await waitFor(async () => (await statusCounts(db)).completed === 601, 'all results written');
+    expect(await runsOf(ids)).toEqual({ runs: 600, jobs: 600 });
+  });
+
+  it('a poll-only worker (listen: false) drains through PgBouncer alone', async () => {
+    await Promise.all(['a', 'b'].map((n) => startWorker(`poll-${n}`, ['poll'], { listen: false, pollIntervalMs: 100 })));
+    const ids = await queue.enqueueMany(Array.from({ length: 400 }, (_, i) => ({ task: 'record', queue: 'poll', payload: { i } })));
+    await waitFor(async () => (await runsOf(ids)).jobs === 400, 'all 400 jobs', 60_000);
+    expect(await runsOf(ids)).toEqual({ runs: 400, jobs: 400 });
+  });
+});

@@ -1,0 +1,14 @@
+import { defineConfig } from 'vitest/config';
+
+// `npm run test:pgbouncer`: tests that start the Debian package pgbouncer, kept
+// out of `npm test` so that it runs on a machine with only Node.js.
+export default defineConfig({
+  test: {
+    include: ['tests/pgbouncer/**/*.test.ts'],
+    globalSetup: ['tests/helpers/global-setup.ts'],
+    reporters: ['default', './tests/helpers/summary-reporter.ts'],
+    pool: 'forks',
+    testTimeout: 90_000,
+    hookTimeout: 60_000,
+  },
+});
