@@ -18,15 +18,22 @@ BEGIN
 END
 $$;
 
--- Enqueue only: Queue.enqueue / enqueueMany and SELECT enqueue_job(...). It can
--- add jobs and learn their ids, nothing else: it cannot read payloads, claim,
--- change or delete jobs. (Queue.getJob needs SELECT on jobs and jobs_history.)
+-- Enqueue only: Queue.enqueue / enqueueMany and SELECT enqueue_job(...), with or
+-- without job keys. It can add jobs and learn their ids; it cannot read payloads,
+-- claim, fail or delete jobs (the only change it can make is the payload and
+-- run_at of a pending job, which is what jobKey mode 'replace' does).
+-- Queue.getJob needs SELECT on jobs and jobs_history, not granted here.
 -- The insert trigger's pg_notify needs no grant.
 GRANT USAGE ON SCHEMA :SCHEMA TO sluice_enqueue;
 GRANT INSERT ON :SCHEMA.jobs TO sluice_enqueue;
-GRANT SELECT (id) ON :SCHEMA.jobs TO sluice_enqueue;          -- INSERT ... RETURNING id
 GRANT USAGE ON SEQUENCE :SCHEMA.jobs_id_seq TO sluice_enqueue;
-GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job(text, jsonb, timestamptz, integer, text, integer) TO sluice_enqueue;
+GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_enqueue;
+-- RETURNING id, and finding the holder of a job key (jobKey, mode 'keep'/'error').
+GRANT SELECT (id, queue, status, job_key, key_scope) ON :SCHEMA.jobs TO sluice_enqueue;
+-- jobKey mode 'replace': a pending holder takes the new payload and run_at (and
+-- enqueue_job reads the row's tableoid to find the channel to notify).
+GRANT UPDATE (payload, run_at, updated_at) ON :SCHEMA.jobs TO sluice_enqueue;
+GRANT SELECT (tableoid) ON :SCHEMA.jobs TO sluice_enqueue;
 
 -- Worker: claims (SELECT ... FOR UPDATE SKIP LOCKED needs UPDATE), heartbeats,
 -- results, release on stop, and the maintenance lease and rescuer. No INSERT or

@@ -1,37 +1,19 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Queue, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { JobRow } from '../src/index.js';
+import { waitFor } from './helpers/database.js';
 import { spawnWorker, type WorkerProcess } from './helpers/processes.js';
+import { useWorkers } from './helpers/workers.js';
 
 // Handlers that misbehave must cost their own job an attempt at most: never the
 // worker, never another job, never a result recorded for a run that was given up.
-let db: TestDatabase;
-let queue: Queue;
-const workers: Worker[] = [];
+const fx = useWorkers('handlers');
+const startWorker = fx.start;
 const children: WorkerProcess[] = [];
-
-beforeAll(async () => {
-  db = await createTestSchema('handlers');
-  queue = new Queue({ pool: db.pool, schema: db.schema });
-});
-afterEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.stop()));
-});
-afterAll(async () => {
+afterAll(() => {
   for (const c of children) if (c.child.exitCode === null) c.child.kill('SIGKILL');
-  await queue.close();
-  await db.drop();
 });
 
-async function startWorker(options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker> {
-  const worker = new Worker({ connectionString: db.url, schema: db.schema, ...options });
-  worker.on('error', () => {});
-  workers.push(worker);
-  await worker.start();
-  return worker;
-}
-
-const job = async (id: string): Promise<JobRow> => (await queue.getJob(id))!;
+const job = async (id: string): Promise<JobRow> => (await fx.queue.getJob(id))!;
 const settled = (ids: string[]) => waitFor(async () => {
   const rows = await Promise.all(ids.map(job));
   return rows.every((r) => r.status === 'completed' || r.status === 'failed') ? rows : undefined;
@@ -54,7 +36,7 @@ describe('misbehaving handlers', () => {
       },
     });
     const names = ['undefined_', 'null_', 'number', 'object', 'circular', 'rejects_late', 'returns_value'];
-    const ids = await Promise.all(names.map((t) => queue.enqueue(t, {}, { queue: 'throws', maxAttempts: 1 })));
+    const ids = await Promise.all(names.map((t) => fx.queue.enqueue(t, {}, { queue: 'throws', maxAttempts: 1 })));
     const rows = await settled(ids);
     const byTask = Object.fromEntries(rows.map((r) => [r.task, r]));
     expect(byTask.returns_value).toMatchObject({ status: 'completed', last_error: null });
@@ -87,11 +69,11 @@ describe('misbehaving handlers', () => {
     });
     worker.on('job:complete', (j) => completed.push(j.task));
     const ids = await Promise.all(['resolves_after_abort', 'rejects_after_abort']
-      .map((t) => queue.enqueue(t, {}, { queue: 'late', maxAttempts: 1 })));
+      .map((t) => fx.queue.enqueue(t, {}, { queue: 'late', maxAttempts: 1 })));
     await settled(ids);
     await waitFor(() => lateSettled === 2, 'both handlers to settle late');
     // A later job goes through the same worker's result path after the late settlements.
-    const sentinel = await queue.enqueue('sentinel', {}, { queue: 'late' });
+    const sentinel = await fx.queue.enqueue('sentinel', {}, { queue: 'late' });
     await waitFor(async () => (await job(sentinel)).status === 'completed', 'the sentinel');
     for (const id of ids) {
       const row = await job(id);
@@ -103,10 +85,10 @@ describe('misbehaving handlers', () => {
 
   it('a handler that blocks the event loop past the visibility timeout loses the job visibly: job:lock-lost, result dropped', async () => {
     const blocker = await spawnWorker({
-      DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema, WORKER_NAME: 'blocker', QUEUES: 'block', VISIBILITY_MS: '1000',
+      DATABASE_URL: fx.db.url, SLUICE_SCHEMA: fx.db.schema, WORKER_NAME: 'blocker', QUEUES: 'block', VISIBILITY_MS: '1000',
     });
     children.push(blocker);
-    const id = await queue.enqueue('block', { ms: 4_000 }, { queue: 'block' });
+    const id = await fx.queue.enqueue('block', { ms: 4_000 }, { queue: 'block' });
     await waitFor(async () => (await job(id)).locked_by === 'blocker', 'the blocker to claim the job');
     // The blocked process cannot heartbeat; this worker rescues the job after 1 s and runs it.
     const rescuer = await startWorker({

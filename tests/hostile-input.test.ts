@@ -73,19 +73,23 @@ describe('hostile names and payloads', () => {
       const path = join(dir, f);
       return statSync(path).isDirectory() ? files(path) : path.endsWith('.ts') ? [path] : [];
     });
-    // Allowed: quoteIdent()/jobColumns() calls, and names declared in the same file as
-    // the quoted schema (`const s = quoteSchema(...)`) or as a constant SQL fragment
-    // (`const x = '...'` or a template, itself built from these same parts).
-    const isCall = /^(quoteIdent|jobColumns)\([\w.']*\)$/;
+    // Allowed: quoteIdent(x); calls, with no or constant arguments, of SQL-building
+    // helpers declared in src/ (jobColumns('c')); and names declared in the same
+    // file as the quoted schema (`const s = quoteSchema(...)`) or as a constant SQL
+    // fragment (`const x = '...'` or a template, itself built from these same parts).
+    const sources = new Map(files(srcDir).map((f) => [f, readFileSync(f, 'utf8')]));
+    const helpers = new Set([...sources.values()].flatMap((src) =>
+      [...src.matchAll(/(?:function (\w+)\(|const (\w+) = \()/g)].map((m) => m[1] ?? m[2]!)));
     const offenders: string[] = [];
     let statements = 0;
-    for (const file of files(srcDir)) {
-      const source = readFileSync(file, 'utf8');
+    for (const [file, source] of sources) {
       for (const [, body] of source.matchAll(/`((?:[^`\\]|\\.)*)`/gs)) {
         if (!/\b(SELECT|INSERT|UPDATE|DELETE|LISTEN|UNLISTEN|CREATE|DROP|ALTER|GRANT|TRUNCATE)\b/.test(body!)) continue;
         statements++;
         for (const [, expr] of body!.matchAll(/\$\{([^}]*)\}/g)) {
-          if (isCall.test(expr!)) continue;
+          if (/^quoteIdent\([\w.]+\)$/.test(expr!)) continue;
+          const call = expr!.match(/^(\w+)\(('[^']*')?\)$/);
+          if (call && helpers.has(call[1]!)) continue;
           const declared = /^\w+$/.test(expr!) && new RegExp(`const ${expr} = (quoteSchema\\(|['\`])`).test(source);
           if (!declared) offenders.push(`${file}: \${${expr}}`);
         }

@@ -51,6 +51,12 @@ describe('least-privilege roles (sql/roles.sql)', () => {
     const owner = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`,
       [[id, ...ids, viaSql.rows[0].id]]);
     expect(owner.rows[0].n).toBe(4);
+    // Job keys: the second enqueue finds the holder, 'replace' updates its payload.
+    const keyed = await queue.enqueue('t', { v: 1 }, { jobKey: `k-${tag}` });
+    expect(await queue.enqueue('t', { v: 2 }, { jobKey: `k-${tag}` })).toBe(keyed);
+    expect(await queue.enqueue('t', { v: 3 }, { jobKey: `k-${tag}`, jobKeyMode: 'replace' })).toBe(keyed);
+    const held = await db.pool.query(`SELECT payload FROM ${db.s}.jobs WHERE id = $1`, [keyed]);
+    expect(held.rows[0].payload).toEqual({ v: 3 });
 
     for (const sql of [
       `SELECT payload FROM ${db.s}.jobs`,
