@@ -14,6 +14,7 @@
 import pg from 'pg';
 import { Worker } from '../../src/index.js';
 import { quoteSchema } from '../../src/db/identifiers.js';
+import { serveUntilSigterm } from '../../tests/helpers/processes.js';
 
 const url = process.env.DATABASE_URL!;
 const schema = process.env.SLUICE_SCHEMA!;
@@ -56,12 +57,4 @@ const worker = new Worker({
 });
 // Connection trouble is expected here; the worker rides it out by itself.
 worker.on('error', () => {});
-process.on('SIGTERM', () => {
-  void worker.stop().then(async () => {
-    await pool.end();
-    process.exit(0);
-  });
-});
-
-await worker.start();
-process.stdout.write('ready\n');
+await serveUntilSigterm(worker, () => pool.end());

@@ -34,3 +34,18 @@ export async function spawnWorker(env: Record<string, string>, script = WORKER_S
   });
   return { child, exited, output: () => out };
 }
+
+/**
+ * The child side of spawnWorker: starts the worker, prints "ready", and on
+ * SIGTERM stops it gracefully, runs `cleanup` and exits 0.
+ */
+export async function serveUntilSigterm(worker: { start(): Promise<void>; stop(): Promise<void> }, cleanup: () => Promise<void>): Promise<void> {
+  process.on('SIGTERM', () => {
+    void worker.stop().then(async () => {
+      await cleanup();
+      process.exit(0);
+    });
+  });
+  await worker.start();
+  process.stdout.write('ready\n');
+}
