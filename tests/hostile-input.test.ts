@@ -88,9 +88,11 @@ describe('hostile names and payloads', () => {
         statements++;
         for (const [, expr] of body!.matchAll(/\$\{([^}]*)\}/g)) {
           if (/^quoteIdent\([\w.]+\)$/.test(expr!)) continue;
-          const call = expr!.match(/^(\w+)\(('[^']*')?\)$/);
+          const call = expr!.match(/^(\w+)\(('[^']*'(, '[^']*')*)?\)$/);
           if (call && helpers.has(call[1]!)) continue;
-          const declared = /^\w+$/.test(expr!) && new RegExp(`const ${expr} = (quoteSchema\\(|['\`])`).test(source);
+          // ... or a parameter whose type admits only string constants: (action: 'a' | 'b').
+          const declared = /^\w+$/.test(expr!) && (new RegExp(`const ${expr} = (quoteSchema\\(|['\`])`).test(source) ||
+            new RegExp(`[(,] ?${expr}: '[^']*'( \\| '[^']*')*( = '[^']*')?[,)]`).test(source));
           if (!declared) offenders.push(`${file}: \${${expr}}`);
         }
       }

@@ -51,7 +51,8 @@ export function buildAdminQueries(schema: string): AdminQueries {
 
   // The audit record of a single-job action ($3: actor), written by the same
   // statement from the rows the action changed (CTE "changed").
-  const audited = (action: string, extraColumns = '') => `logged AS (
+  // Both are spliced into the text, so their types admit only these constants.
+  const audited = (action: 'retry' | 'cancel' | 'delete', extraColumns: '' | ', changed.previous_status' = '') => `logged AS (
         INSERT INTO ${s}.audit_log (job_id, queue, action, actor)
         SELECT id, queue, '${action}', $3::text FROM changed
       )

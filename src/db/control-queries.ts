@@ -24,7 +24,8 @@ export const QUEUES_CHANGED = '{"c":"queues"}';
 export function buildControlQueries(schema: string): ControlQueries {
   const s = quoteSchema(schema);
   // $1 queue name, $2 the new value, $3 the channel.
-  const upsert = (column: string) => `WITH q AS (
+  // `column` is spliced into the text, so its type admits only these constants.
+  const upsert = (column: 'paused' | 'concurrency_limit') => `WITH q AS (
         INSERT INTO ${s}.queues AS q (name, ${column}) VALUES ($1, $2)
         ON CONFLICT (name) DO UPDATE SET ${column} = excluded.${column}, updated_at = now()
         RETURNING q.name, q.paused, q.concurrency_limit, q.updated_at
