@@ -73,7 +73,7 @@ describe('hostile names and payloads', () => {
       const path = join(dir, f);
       return statSync(path).isDirectory() ? files(path) : path.endsWith('.ts') ? [path] : [];
     });
-    // Allowed: quoteIdent(x); calls, with no or constant arguments, of SQL-building
+    // Allowed: quoteIdent(x) and quoteSchema(x); calls, with no or constant arguments, of SQL-building
     // helpers declared in src/ (jobColumns('c')); and names declared in the same
     // file as the quoted schema (`const s = quoteSchema(...)`) or as a constant SQL
     // fragment (`const x = '...'` or a template, itself built from these same parts).
@@ -87,7 +87,7 @@ describe('hostile names and payloads', () => {
         if (!/\b(SELECT|INSERT|UPDATE|DELETE|LISTEN|UNLISTEN|CREATE|DROP|ALTER|GRANT|TRUNCATE)\b/.test(body!)) continue;
         statements++;
         for (const [, expr] of body!.matchAll(/\$\{([^}]*)\}/g)) {
-          if (/^quoteIdent\([\w.]+\)$/.test(expr!)) continue;
+          if (/^(quoteIdent|quoteSchema)\([\w.]+\)$/.test(expr!)) continue;
           const call = expr!.match(/^(\w+)\(('[^']*'(, '[^']*')*)?\)$/);
           if (call && helpers.has(call[1]!)) continue;
           // ... or a parameter whose type admits only string constants: (action: 'a' | 'b').
