@@ -45,3 +45,9 @@ GRANT SELECT (tableoid) ON :SCHEMA.jobs TO sluice_enqueue;
 GRANT USAGE ON SCHEMA :SCHEMA TO sluice_worker;
 GRANT SELECT, UPDATE ON :SCHEMA.jobs TO sluice_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.leader TO sluice_worker;
+-- Paused and concurrency-limited queues: the claim reads them and claim_limited()
+-- locks the queue's row (FOR UPDATE needs UPDATE). Pausing is the admin's job.
+GRANT SELECT, UPDATE ON :SCHEMA.queues TO sluice_worker;
+-- Workers given `schedules` write their definitions and ticks here, and enqueue
+-- the ticks: grant such workers sluice_enqueue as well.
+GRANT SELECT, INSERT, UPDATE ON :SCHEMA.cron_schedules TO sluice_worker;

@@ -77,8 +77,10 @@ describe('least-privilege roles (sql/roles.sql)', () => {
     expect((errors[0] as DatabaseError).sqlState).toBe('42501');
   });
 
-  it('the worker role claims, heartbeats, completes, fails and holds the maintenance lease, but cannot add or delete jobs', async () => {
+  it('the worker role claims (also from a limited queue), heartbeats, completes, fails and holds the maintenance lease, but cannot add or delete jobs', async () => {
     const ok = await db.pool.query(`INSERT INTO ${db.s}.jobs (queue, task) VALUES ('w', 'ok'), ('w', 'boom') RETURNING id::text`);
+    // A concurrency limit sends the claim through claim_limited(), which locks the queue's row.
+    await db.pool.query(`INSERT INTO ${db.s}.queues (name, concurrency_limit) VALUES ('w', 5)`);
     const worker = new Worker({
       connectionString: urlAs(logins.worker),
       schema: db.schema,
