@@ -86,6 +86,30 @@ describe('global per-queue concurrency across worker processes', () => {
     expect(await Promise.all(procs.map((p) => p.exited))).toEqual([0, 0, 0]);
   });
 
+  it('claim_limited waits for a locked head job of a limited queue instead of starting the next one', async () => {
+    const q = buildQueries(db.schema);
+    await queue.setQueueConcurrency('head', 1);
+    const [first] = await queue.enqueueMany([{ task: 'span', queue: 'head' }, { task: 'span', queue: 'head' }]);
+    const [locker, claimer] = await Promise.all([0, 1].map(async () => {
+      const c = new pg.Client({ connectionString: db.url });
+      await c.connect();
+      return c;
+    }));
+    try {
+      // Someone holds the head row for a moment (a cancel, a worker with a stale cache).
+      await locker!.query('BEGIN');
+      await locker!.query(`SELECT id FROM ${db.s}.jobs WHERE id = $1 FOR UPDATE`, [first]);
+      const { rows: [me] } = await claimer!.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      const claim = claimer!.query(q.claimLimited, ['head-claimer', 'head', ['span'], 1]);
+      await waitFor(async () => (await db.pool.query(
+        `SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, [me!.pid])).rowCount, 'the claim to wait on the row');
+      await locker!.query('COMMIT');
+      expect((await claim).rows.map((r: { id: string }) => r.id)).toEqual([first]);
+    } finally {
+      await Promise.all([locker!.end(), claimer!.end()]);
+    }
+  });
+
   it('claim_limited never hands out more than the limit to claimers racing on separate connections', async () => {
     const q = buildQueries(db.schema);
     await queue.setQueueConcurrency('race', 2);

@@ -47,23 +47,27 @@ BEGIN
   IF _n <= 0 THEN
     RETURN;
   END IF;
-  -- Same order as the common claim. SKIP LOCKED only skips rows some other
-  -- statement is changing right now (a cancel, say): no other claimer of this
-  -- queue can hold them, because they all wait on the queue row above.
-  RETURN QUERY
+  -- Same order as the common claim. With a global limit the claimers of this
+  -- queue are serialised on its row above, so a pending row can only be locked
+  -- by something else for a moment (a cancel, a worker with a stale cache whose
+  -- common claim skips it): wait for it rather than SKIP LOCKED past it, which
+  -- would start the next job first and break a serial queue's order. With only
+  -- local limits (no row, nothing serialises workers) skip, like the common claim.
+  RETURN QUERY EXECUTE format($q$
     UPDATE :SCHEMA.jobs j
-    SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = _worker,
+    SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = $1,
         updated_at = now(),
         -- As in the common claim: a key held only while pending is given up on start (0002).
         key_scope = CASE WHEN j.key_scope = 'pending' THEN 'released' ELSE j.key_scope END
     FROM (
       SELECT id FROM :SCHEMA.jobs
-      WHERE status = 'pending' AND queue = _queue AND task = ANY(_tasks) AND run_at <= now()
+      WHERE status = 'pending' AND queue = $2 AND task = ANY($3) AND run_at <= now()
       ORDER BY priority DESC, run_at, id
-      LIMIT _n
-      FOR UPDATE SKIP LOCKED
+      LIMIT $4
+      FOR UPDATE %s
     ) c
     WHERE j.id = c.id
-    RETURNING j.*;
+    RETURNING j.*$q$, CASE WHEN _limit IS NULL THEN 'SKIP LOCKED' ELSE '' END)
+    USING _worker, _queue, _tasks, _n;
 END;
 $$;

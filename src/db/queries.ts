@@ -120,10 +120,13 @@ export function buildQueries(schema: string): Queries {
     // Paused queues are never claimed, and queues with a global concurrency limit
     // only through claimLimited. The worker already leaves them out of $9 (it
     // caches the queues table), so the `<> ALL` line only guards against a stale
-    // cache. Written as `<> ALL (ARRAY(subquery))` the subquery is an InitPlan, run
-    // once per statement, and the scan keeps the index order; a NOT EXISTS
-    // anti-join made the planner drop the index for a full sort (README, "Pause
-    // and concurrency limits", has the numbers).
+    // cache. It sits on the outer UPDATE, not in the inner SELECT, on purpose: the
+    // planner estimates `queue <> ALL (<InitPlan>)` as matching ~0.1% of rows, and
+    // inside the SELECT that made it drop the in-order index scan for a sequential
+    // scan and a sort of every due job (so did a NOT EXISTS anti-join). Out here it
+    // is checked once per candidate row (at most $11) and the SELECT's plan is the
+    // one without it. A stale worker may lock such rows for the length of its
+    // statement and leave them pending. `node --import tsx bench/claim-guard.ts`.
     cycle: `WITH completed AS (
         UPDATE ${jobs} j
         SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
@@ -155,12 +158,12 @@ export function buildQueries(schema: string): Queries {
         FROM (
           SELECT id FROM ${jobs}
           WHERE status = 'pending' AND queue = ANY($9::text[]) AND task = ANY($10::text[]) AND run_at <= now()
-            AND queue <> ALL (ARRAY(SELECT name FROM ${queues} WHERE paused OR concurrency_limit IS NOT NULL))
           ORDER BY priority DESC, run_at, id
           LIMIT $11
           FOR UPDATE SKIP LOCKED
         ) c
         WHERE j.id = c.id
+          AND j.queue <> ALL (ARRAY(SELECT name FROM ${queues} WHERE paused OR concurrency_limit IS NOT NULL))
         RETURNING j.*
       ), notified AS (
         -- Outcome notifications ($13 = 'sluice:<schema>:done'), only for jobs that
