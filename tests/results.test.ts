@@ -16,11 +16,18 @@ describe('results, waitFor and error history', () => {
     const opts = { queues: ['results'], pollIntervalMs: 3_600_000, tasks: { double: async ({ n }: { n: number }) => ({ doubled: n * 2 }) } };
     const [a, b] = [await startWorker(opts), await startWorker(opts)];
     const completions: unknown[] = [];
-    for (const w of [a, b]) w.on('job:complete', (job, info) => completions.push([job.id, info.result]));
+    const durations: number[] = [];
+    for (const w of [a, b]) {
+      w.on('job:complete', (job, info) => {
+        completions.push([job.id, info.result]);
+        durations.push(info.durationMs);
+      });
+    }
     const ids = await fx.queue.enqueueMany(Array.from({ length: 10 }, (_, n) => ({ task: 'double', queue: 'results', payload: { n } })));
     const jobs = await Promise.all(ids.map((id) => fx.queue.waitFor(id, { timeoutMs: 20_000, pollIntervalMs: 3_600_000 })));
     expect(jobs.map((j) => [j.status, j.result])).toEqual(ids.map((_, n) => ['completed', { doubled: n * 2 }]));
     await waitFor(() => completions.length === 10, 'ten completion events');
+    durations.forEach((ms) => expect(ms).toBeGreaterThanOrEqual(0));
     expect(completions).toContainEqual([ids[3], { doubled: 6 }]);
   });
 
@@ -95,6 +102,17 @@ describe('results, waitFor and error history', () => {
     expect(job.errors![0]!.stack).toContain('results.test.ts');
     expect(new Date(job.errors![2]!.at).getTime()).toBeGreaterThanOrEqual(new Date(job.errors![0]!.at).getTime());
     expect(retries).toEqual([[id, 2, true], [id, 3, true]]);
+  });
+
+  it('keeps the newest 100 entries of a long history', async () => {
+    const id = await fx.queue.enqueue('fails_once_more', {}, { queue: 'long-history', maxAttempts: 1 });
+    await fx.db.pool.query(`UPDATE ${fx.db.s}.jobs SET errors =
+      (SELECT jsonb_agg(jsonb_build_object('attempt', -i, 'message', 'old')) FROM generate_series(1, 100) i) WHERE id = $1`, [id]);
+    await fx.start({ queues: ['long-history'], tasks: { fails_once_more: async () => { throw new Error('newest'); } } });
+    const job = await fx.queue.waitFor(id, { timeoutMs: 20_000 });
+    expect(job.errors).toHaveLength(100);
+    expect(job.errors![0]!.attempt).toBe(-2);
+    expect(job.errors![99]).toMatchObject({ attempt: 1, message: 'Error: newest' });
   });
 
   it('a rescue is recorded in the error history', async () => {

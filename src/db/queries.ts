@@ -16,6 +16,17 @@ const JOB_FIELDS = [
 /** Read by getJob and the admin views, not by the claim: they can be large. */
 const DETAIL_FIELDS = ['key_scope', 'errors', 'result', 'progress'];
 
+/** Most entries kept in a job's error history (`errors`). */
+export const MAX_ERROR_HISTORY = 100;
+
+/**
+ * The error history without its oldest entry once it is full, ready to take one
+ * more: every failure rewrites the whole array, so it must not grow without bound.
+ */
+function keepRecent(column: string): string {
+  return `(CASE WHEN jsonb_array_length(${column}) >= ${MAX_ERROR_HISTORY} THEN ${column} - 0 ELSE ${column} END)`;
+}
+
 /** The detail columns (migration 0002) of one job, for single-job reads. */
 export function detailColumns(alias?: string): string {
   return DETAIL_FIELDS.map((f) => (alias ? `${alias}.${f}` : f)).join(', ');
@@ -140,9 +151,9 @@ export function buildQueries(schema: string): Queries {
             run_at = CASE WHEN f.final THEN j.run_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
             finished_at = CASE WHEN f.final THEN now() END,
             last_error = f.error, locked_at = NULL, updated_at = now(),
-            -- The full history stays on the row for dead-letter inspection. The
-            -- error text is the stack, whose first line is "Name: message".
-            errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', f.attempt, 'at', now(),
+            -- The history stays on the row for dead-letter inspection. The error
+            -- text is the stack, whose first line is "Name: message". Capped: see keepRecent.
+            errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', f.attempt, 'at', now(),
               'message', split_part(f.error, chr(10), 1), 'stack', f.error))
         FROM unnest($4::bigint[], $5::int[], $6::text[], $7::float8[], $8::bool[])
           AS f(id, attempt, error, delay_ms, final)
@@ -210,7 +221,7 @@ export function buildQueries(schema: string): Queries {
       SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
           finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
           last_error = 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating',
-          errors = j.errors || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
+          errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
             'message', 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating')),
           locked_at = NULL, locked_by = NULL, run_at = now(), updated_at = now()
       FROM (
