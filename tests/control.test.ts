@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { Snooze, JobCancelledError, ValidationError, ConfigError, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
 import { nextEvent, waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
+import { runCli } from './helpers/cli.js';
 
 const suite = useWorkers('control');
 let started = 0;
@@ -225,6 +226,24 @@ describe('pause and resume', () => {
     await waitForStatus(marker, 'completed');
     expect(ran).toEqual(['pz-stale-other']);
     expect((await job(id)).status).toBe('pending');
+  });
+
+  it('the CLI pauses, resumes, limits and lists queues for running workers', async () => {
+    const cli = (...args: string[]) => runCli(suite.db.url, suite.db.schema, ['queues', ...args]);
+    const ran: string[] = [];
+    await startWorkers(2, { queues: ['cli-q', 'cli-other'], pollIntervalMs: 3_600_000, tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) } });
+    expect(await cli('pause', 'cli-q')).toMatchObject({ code: 0, stdout: 'cli-q: paused, no limit\n' });
+    const id = await suite.queue.enqueue('t', {}, { queue: 'cli-q' });
+    await waitForStatus(await suite.queue.enqueue('t', {}, { queue: 'cli-other' }), 'completed');
+    expect((await job(id)).status).toBe('pending');
+    expect((await cli('limit', 'cli-q', '1')).stdout).toBe('cli-q: paused, limit 1\n');
+    const listed = await cli('list', '--json');
+    expect(JSON.parse(listed.stdout)).toContainEqual(expect.objectContaining({ name: 'cli-q', paused: true, concurrencyLimit: 1 }));
+    expect((await cli('resume', 'cli-q')).stdout).toBe('cli-q: running, limit 1\n');
+    await waitForStatus(id, 'completed');
+    expect((await cli('limit', 'cli-q', 'none')).stdout).toBe('cli-q: running, no limit\n');
+    expect((await cli('limit', 'cli-q', 'lots')).code).toBe(2);
+    expect((await cli('limit', 'cli-q', '0')).code).toBe(2);
   });
 
   it('pausing a queue with a concurrency limit stops it too; listQueues shows the settings', async () => {

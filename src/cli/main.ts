@@ -8,6 +8,7 @@ import { registerCron } from './commands/cron.js';
 import { registerDeadLetters } from './commands/dead-letters.js';
 import { registerEnqueue } from './commands/enqueue.js';
 import { registerJobs } from './commands/jobs.js';
+import { registerQueues } from './commands/queues.js';
 import { registerStats } from './commands/stats.js';
 import { registerWorker } from './commands/worker.js';
 import { CommandFailed, ExitStatus, UsageError } from './output.js';
@@ -35,6 +36,7 @@ export function buildProgram(): Command {
   registerDashboard(program);
   registerCron(program);
   registerDeadLetters(program);
+  registerQueues(program);
   for (const command of program.commands) command.exitOverride();
   return program;
 }
