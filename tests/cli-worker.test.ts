@@ -111,6 +111,17 @@ describe('sluice worker', () => {
     expect(await status(id)).toBe('processing');
   });
 
+  it('sluice jobs cancel stops a job the worker is running', async () => {
+    const { id, worker } = await workerWithJobInFlight('never');
+    const cancel = await spawnCli(['jobs', 'cancel', id], env).exited;
+    expect(cancel.code, cancel.stderr).toBe(0);
+    expect(cancel.stdout).toBe(`cancelled job ${id} (gated on queue default)\n`);
+    await waitFor(() => worker.stdout().includes(`cancelled gated #${id} queue=default attempt=1`), 'the worker to log the cancel');
+    expect(await status(id)).toBe('cancelled');
+    worker.child.kill('SIGTERM');
+    expect((await worker.exited).code).toBe(0);
+  });
+
   it('a TypeScript module without a loader fails with a hint to use one', async () => {
     const result = await start(['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`]).exited;
     expect(result.code).toBe(1);

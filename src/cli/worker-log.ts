@@ -10,17 +10,16 @@ type Fields = Record<string, string | number | boolean | null>;
  * or JSON lines ({"time", "event", ...}) for log shippers.
  */
 export class WorkerLog {
-  private readonly startedAt = new Map<string, number>();
-
   constructor(private readonly json: boolean) {}
 
-  /** Logs every job event of the worker. */
+  /** Logs every job outcome of the worker. */
   follow(worker: Worker): void {
-    worker.on('job:start', (job) => this.startedAt.set(job.id, performance.now()));
-    worker.on('job:complete', (job) => this.job('completed', job));
-    worker.on('job:fail', (job, { error, willRetry }) =>
-      this.job(willRetry ? 'retrying' : 'failed', job, { error: firstLine(error instanceof Error ? error.message : String(error), 200) }));
-    worker.on('job:lock-lost', (job) => this.job('lock-lost', job));
+    worker.on('job:complete', (job, { durationMs }) => this.job('completed', job, durationMs));
+    worker.on('job:fail', (job, { error, willRetry, durationMs }) =>
+      this.job(willRetry ? 'retrying' : 'failed', job, durationMs, { error: errorText(error) }));
+    worker.on('job:cancelled', (job) => this.job('cancelled', job, null));
+    worker.on('job:snoozed', (job, { runAt }) => this.job('snoozed', job, null, { until: runAt.toISOString() }));
+    worker.on('job:lock-lost', (job) => this.job('lock-lost', job, null));
     worker.on('jobs:rescued', (jobs) => this.line('rescued', { count: jobs.length }));
     worker.on('error', (err) => this.line('error', { error: err.message }, process.stderr));
   }
@@ -37,13 +36,15 @@ export class WorkerLog {
     out.write(`${time} ${event}${text ? ` ${text}` : ''}\n`);
   }
 
-  private job(event: string, job: JobRow, extra: Fields = {}): void {
-    const started = this.startedAt.get(job.id);
-    this.startedAt.delete(job.id);
-    const ms = started === undefined ? null : Math.round(performance.now() - started);
+  private job(event: string, job: JobRow, durationMs: number | null, extra: Fields = {}): void {
+    const ms = durationMs === null ? null : Math.round(durationMs);
     const fields: Fields = this.json
       ? { id: job.id, task: job.task, queue: job.queue, attempt: job.attempts, durationMs: ms, ...extra }
       : { job: `${job.task} #${job.id}`, queue: job.queue, attempt: job.attempts, ...(ms === null ? {} : { took: `${ms}ms` }), ...extra };
     this.line(event, fields);
   }
+}
+
+function errorText(error: unknown): string {
+  return firstLine(error instanceof Error ? error.message : String(error), 200);
 }
