@@ -17,8 +17,8 @@ export class WorkerLog {
     worker.on('job:complete', (job, { durationMs }) => this.job('completed', job, durationMs));
     worker.on('job:fail', (job, { error, willRetry, durationMs }) =>
       this.job(willRetry ? 'retrying' : 'failed', job, durationMs, { error: errorText(error) }));
-    worker.on('job:cancelled', (job) => this.job('cancelled', job, null));
-    worker.on('job:snoozed', (job, { runAt }) => this.job('snoozed', job, null, { until: runAt.toISOString() }));
+    worker.on('job:cancel', (job) => this.job('cancelled', job, null));
+    worker.on('job:snooze', (job, { runAt }) => this.job('snoozed', job, null, { until: runAt.toISOString() }));
     worker.on('job:lock-lost', (job) => this.job('lock-lost', job, null));
     worker.on('jobs:rescued', (jobs) => this.line('rescued', { count: jobs.length }));
     worker.on('error', (err) => this.line('error', { error: err.message }, process.stderr));
