@@ -123,6 +123,38 @@ describe('reconnects', () => {
     expect(ran).toEqual([id]);
   });
 
+  it('keeps the lock of a finished job whose result it cannot write yet, so the job is not run again', async () => {
+    const ran: string[] = [];
+    const errors: SluiceError[] = [];
+    const worker = newWorker(ran, errors, { visibilityTimeoutMs: 1_000, heartbeatIntervalMs: 100 });
+    // Every write of a completion fails (the whole cycle statement with it) until the
+    // trigger goes; heartbeats, which leave the status alone, still succeed.
+    await queue.pool!.query(`CREATE FUNCTION sluice.refuse_completion() RETURNS trigger LANGUAGE plpgsql AS
+      $$ BEGIN IF NEW.status = 'completed' THEN RAISE EXCEPTION 'completion refused by the test'; END IF; RETURN NEW; END $$`);
+    await queue.pool!.query(`CREATE TRIGGER refuse BEFORE UPDATE ON sluice.jobs FOR EACH ROW EXECUTE FUNCTION sluice.refuse_completion()`);
+    try {
+      await worker.start();
+      const id = await queue.enqueue('t');
+      await waitFor(() => ran.includes(id) && errors.some((e) => e.message.includes('completion refused')), 'a refused write');
+      // Three visibility timeouts with the result stuck in the buffer, rescuing all along.
+      const queries = buildQueries('sluice');
+      const { rows } = await queue.pool!.query('SELECT clock_timestamp() AS t');
+      await waitFor(async () => {
+        expect(await rescueExpired(queue.pool!, queries, 1_000)).toEqual([]);
+        const now = await queue.pool!.query('SELECT clock_timestamp() AS t');
+        return now.rows[0].t.getTime() - rows[0].t.getTime() > 3_000;
+      }, 'three visibility timeouts to pass', 15_000);
+      expect(await queue.getJob(id)).toMatchObject({ status: 'processing', attempts: 1 });
+      await queue.pool!.query('DROP TRIGGER refuse ON sluice.jobs');
+      await waitFor(async () => (await queue.getJob(id))?.status === 'completed', 'the buffered result to be written');
+      expect(await queue.getJob(id)).toMatchObject({ attempts: 1 });
+      expect(ran.filter((r) => r === id)).toHaveLength(1);
+    } finally {
+      await queue.pool!.query('DROP TRIGGER IF EXISTS refuse ON sluice.jobs');
+      await queue.pool!.query('DROP FUNCTION sluice.refuse_completion()');
+    }
+  });
+
   it('starts while Postgres is down and runs jobs once it is up', async () => {
     const ran: string[] = [];
     const errors: SluiceError[] = [];
