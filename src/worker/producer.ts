@@ -39,7 +39,20 @@ const RETRY_MAX_MS = 5_000;
  * short means the backlog is empty, so the worker stops asking until woken. That
  * is what keeps idle workers from hammering Postgres with empty claims.
  */
+/** Counters of the fetch loop, for benchmarks and monitoring. */
+export interface ProducerStats {
+  /** Statements sent (each writes results and/or claims). */
+  cycles: number;
+  /** Cycles that asked for jobs. */
+  claims: number;
+  /** Cycles that asked for jobs and got none: the cost of a wake-up with nothing to do. */
+  emptyClaims: number;
+  /** Jobs claimed. */
+  claimed: number;
+}
+
 export class Producer {
+  readonly stats: ProducerStats = { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0 };
   private mayHaveWork = true;
   /** Bumped by every wake-up, so a cycle that was already running cannot cancel it. */
   private wakeups = 0;
@@ -206,6 +219,7 @@ export class Producer {
         this.hooks.applied(batch, new Set(first?.completed_ids ?? []), new Set(first?.failed_ids ?? []));
       }
       const claimed = rows.filter((r) => r.id !== null);
+      this.count(limit, claimed.length);
       // A short claim means the backlog is empty, unless a wake-up arrived meanwhile.
       if (limit > 0) this.mayHaveWork = claimed.length >= plainLimit || this.wakeups !== wakeupsBefore;
       if (claimed.length > 0) {
@@ -259,6 +273,14 @@ export class Producer {
       }
     }
     return more;
+  }
+
+  private count(limit: number, claimed: number): void {
+    this.stats.cycles++;
+    if (limit === 0) return;
+    this.stats.claims++;
+    this.stats.claimed += claimed;
+    if (claimed === 0) this.stats.emptyClaims++;
   }
 
   private scheduleRetry(): void {

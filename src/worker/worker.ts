@@ -17,7 +17,7 @@ import { ProgressWriter } from './progress.js';
 import { retryDelayMs } from './backoff.js';
 import { describeError, RunningJob, type Outcome } from './executor.js';
 import { Heartbeat } from './heartbeat.js';
-import { Producer } from './producer.js';
+import { Producer, type ProducerStats } from './producer.js';
 import { QueueState } from './queue-state.js';
 import { ResultBuffer, type ResultBatch } from './results.js';
 
@@ -123,6 +123,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Ids of the jobs running right now. */
   get runningJobIds(): string[] {
     return [...this.running.keys()];
+  }
+
+  /** Counters of the fetch loop since start (all zero before start). */
+  get stats(): ProducerStats {
+    return { ...(this.producer?.stats ?? { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0 }) };
   }
 
   /** Starts claiming. Resolves once the worker is running (LISTEN may still be connecting). */
