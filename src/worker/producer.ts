@@ -69,6 +69,8 @@ export class Producer {
   private forceFlush = false;
   private draining = false;
   private idle: (() => void)[] = [];
+  /** The cycle as named statements, for one queue and for several (see queries.ts). */
+  private readonly statements: { one: { name: string; text: string }; many: { name: string; text: string } };
   /** Claim only when this many slots are free, unless a write goes out anyway. */
   private readonly threshold: number;
 
@@ -79,6 +81,10 @@ export class Producer {
     private readonly buffer: ResultBuffer,
     private readonly hooks: ProducerHooks,
   ) {
+    this.statements = {
+      one: { name: `sluice-cycle-${queries.schema}`, text: queries.cycle },
+      many: { name: `sluice-cycle-many-${queries.schema}`, text: queries.cycleManyQueues },
+    };
     this.threshold = Math.max(1, Math.floor(Math.min(config.concurrency, config.batchSize) / 4));
   }
 
@@ -200,8 +206,9 @@ export class Producer {
     const plainLimit = limit - Math.min(plan.limited.length, Math.floor(limit / 2));
     try {
       const { rows } = await this.pool.query<CycleRow>({
-        name: this.config.preparedStatements ? `sluice-cycle-${this.queries.schema}` : undefined,
-        text: this.queries.cycle,
+        // One queue to claim from (or none: a write-only cycle) takes the form whose
+        // plan walks the dequeue index in order.
+        ...this.cycleStatement(plan.plain.length <= 1 ? 'one' : 'many'),
         values: [
           this.config.workerId,
           ...batchParams(batch),
@@ -273,6 +280,12 @@ export class Producer {
       }
     }
     return more;
+  }
+
+  /** The cycle statement, named (prepared) unless preparedStatements is off. */
+  private cycleStatement(form: 'one' | 'many'): { name: string | undefined; text: string } {
+    const { name, text } = this.statements[form];
+    return { name: this.config.preparedStatements ? name : undefined, text };
   }
 
   private count(limit: number, claimed: number): void {
