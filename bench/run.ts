@@ -3,7 +3,7 @@
  * (small sizes, seconds: a smoke test). Uses DATABASE_URL, or a private embedded
  * Postgres with default durable settings. Prints a table and writes JSON to
  * bench/results/ (or --out FILE). Options: --quick, --only enqueue,drain,...,
- * --out FILE. Every scenario works in its own schema and drops it afterwards.
+ * --out FILE, --drain-sizes N[,N]. Every scenario works in its own schema and drops it afterwards.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -27,6 +27,8 @@ const { values: args } = parseArgs({
     quick: { type: 'boolean', default: false },
     only: { type: 'string' },
     out: { type: 'string' },
+    // Override the drain (and SQL-limit) sizes, e.g. --drain-sizes 10000 for a faster rerun.
+    'drain-sizes': { type: 'string' },
   },
 });
 const only = args.only ? args.only.split(',').map((s) => s.trim()) : Object.keys(SCENARIOS);
@@ -39,7 +41,8 @@ for (const name of only) {
 
 const log = (line: string) => console.error(`[bench] ${line}`);
 const server = await openServer(log);
-const sizes = args.quick ? QUICK : FULL;
+const sizes = { ...(args.quick ? QUICK : FULL) };
+if (args['drain-sizes']) sizes.drainSizes = args['drain-sizes'].split(',').map(Number);
 const ctx: BenchContext = { url: server.url, sizes, log };
 const startedAt = new Date();
 const loadBefore = loadavg();

@@ -4,7 +4,7 @@
 // runs, without a TypeScript loader inflating the RSS.
 //
 // Options come as JSON in BENCH_WORKER: { url, schema, concurrency, batchSize?,
-// completionFlushMs?, pollIntervalMs?, recordStarts? }. Messages:
+// prefetch?, completionFlushMs?, pollIntervalMs?, recordStarts? }. Messages:
 //   out: {type:'ready'}, {type:'progress', completed, at}, {type:'stopped', ...}
 //   in:  {type:'go'} starts the worker, {type:'stop'} stops it and reports.
 import { performance } from 'node:perf_hooks';
@@ -23,6 +23,7 @@ const worker = new Worker({
   schema: options.schema,
   concurrency: options.concurrency,
   ...(options.batchSize ? { batchSize: options.batchSize } : {}),
+  ...(options.prefetch !== undefined ? { prefetch: options.prefetch } : {}),
   ...(options.completionFlushMs !== undefined ? { completionFlushMs: options.completionFlushMs } : {}),
   ...(options.pollIntervalMs ? { pollIntervalMs: options.pollIntervalMs } : {}),
   tasks: {

@@ -11,6 +11,7 @@ export interface WorkerProcessOptions {
   schema: string;
   concurrency: number;
   batchSize?: number;
+  prefetch?: number;
   completionFlushMs?: number;
   pollIntervalMs?: number;
   /** Record when each handler started (payload `{ i }`), for latency. */

@@ -85,7 +85,9 @@ export class Producer {
       one: { name: `sluice-cycle-${queries.schema}`, text: queries.cycle },
       many: { name: `sluice-cycle-many-${queries.schema}`, text: queries.cycleManyQueues },
     };
-    this.threshold = Math.max(1, Math.floor(Math.min(config.concurrency, config.batchSize) / 4));
+    // Claiming a few jobs at a time would cost a round trip per few jobs: wait
+    // until a quarter of the capacity (slots plus prefetch, at most a batch) is free.
+    this.threshold = Math.max(1, Math.floor(Math.min(config.concurrency + config.prefetch, config.batchSize) / 4));
   }
 
   start(): void {

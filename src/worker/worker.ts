@@ -87,6 +87,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly queries: Queries;
   private readonly options: WorkerOptions;
   private readonly running = new Map<string, RunningJob>();
+  /** Claimed (prefetched) jobs waiting for a free slot, in claim order. */
+  private readonly waiting = new Map<string, JobRow>();
   private readonly buffer = new ResultBuffer();
   private handle: PoolHandle | undefined;
   private producer: Producer | undefined;
@@ -125,6 +127,11 @@ export class Worker extends EventEmitter<WorkerEvents> {
     return [...this.running.keys()];
   }
 
+  /** Ids of every job this worker holds the lock of: running, or prefetched and waiting. */
+  private get heldJobIds(): string[] {
+    return [...this.running.keys(), ...this.waiting.keys()];
+  }
+
   /** Counters of the fetch loop since start (all zero before start). */
   get stats(): ProducerStats {
     return { ...(this.producer?.stats ?? { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0 }) };
@@ -144,12 +151,13 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.queueState = new QueueState(pool, this.queries, config.queues, config.queueConcurrency,
       config.listen ? 30_000 : config.pollIntervalMs, () => this.producer?.wake(), onError);
     this.producer = new Producer(pool, this.queries, config, this.buffer, {
-      freeSlots: () => config.concurrency - this.running.size,
+      freeSlots: () => config.concurrency + config.prefetch - this.running.size - this.waiting.size,
       freeSlotsIn: (queue) => this.freeSlotsIn(queue),
       claimPlan: () => this.queueState!.claimPlan,
       claimed: (jobs) => {
         this.emit('jobs:claimed', jobs);
-        jobs.forEach((job) => this.run(job));
+        for (const job of jobs) this.waiting.set(job.id, job);
+        this.startWaiting();
       },
       applied: (batch, completed, failed) => this.applied(batch, completed, failed),
       error: onError,
@@ -159,7 +167,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // again once the outage outlasts the visibility timeout.
     this.heartbeat = new Heartbeat(pool, this.queries, config.workerId, config.heartbeatIntervalMs,
       config.preparedStatements ? `sluice-heartbeat-${config.schema}` : undefined,
-      () => [...this.running.keys(), ...this.buffer.ids()], (ids) => this.lockLost(ids), onError);
+      () => [...this.heldJobIds, ...this.buffer.ids()], (ids) => this.lockLost(ids), onError);
     const rescuer = rescuerTask(pool, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
       for (const job of jobs) this.emit('job:rescue', job);
       this.emit('jobs:rescued', jobs);
@@ -216,6 +224,9 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.state = 'stopping';
     this.producer!.stop();
     this.queueState!.stop();
+    // Prefetched jobs never started: they go back with the unfinished ones below.
+    const notStarted = [...this.waiting.values()];
+    this.waiting.clear();
     await Promise.all([this.maintenance?.stop(), this.notifier?.stop(), this.cron?.stop()]);
 
     if (this.running.size > 0) {
@@ -234,11 +245,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
     await this.producer!.drain(deadline);
     await Promise.all(this.snoozes);
-    if (unfinished.length > 0) {
+    const toRelease = [...unfinished.map((j) => j.job.id), ...notStarted.map((j) => j.id)];
+    if (toRelease.length > 0) {
       try {
         const { rows } = await this.handle!.pool.query<{ id: string; queue: string }>(this.queries.release, [
           this.config.workerId,
-          unfinished.map((j) => j.job.id),
+          toRelease,
         ]);
         const queues = [...new Set(rows.map((r) => r.queue))];
         if (queues.length > 0) await this.handle!.pool.query(this.queries.notify, [channelFor(this.config.schema), queues]);
@@ -251,6 +263,16 @@ export class Worker extends EventEmitter<WorkerEvents> {
     await this.instrumentation?.stop();
     await this.handle!.end();
     this.state = 'stopped';
+  }
+
+  /** Starts prefetched jobs while slots are free (not once the worker is stopping). */
+  private startWaiting(): void {
+    if (this.state !== 'running') return;
+    for (const job of this.waiting.values()) {
+      if (this.running.size >= this.config.concurrency) return;
+      this.waiting.delete(job.id);
+      this.run(job);
+    }
   }
 
   private run(job: JobRow): void {
@@ -266,6 +288,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const { job } = running;
     if (this.running.get(job.id) !== running) return;
     this.running.delete(job.id);
+    this.startWaiting();
     const attempt = running.attempt;
     const durationMs = performance.now() - running.startedAt;
     if (outcome.kind === 'completed') {
@@ -344,12 +367,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   /** Jobs of `queue` this worker may still start: its free slots, within the queue's local limit. */
   private freeSlotsIn(queue: string): number {
-    const free = this.config.concurrency - this.running.size;
+    // Limited queues are never prefetched: a job held but not running would still
+    // count against the queue's limit. Prefetched jobs of other queues take slots.
+    const free = this.config.concurrency - this.running.size - this.waiting.size;
     const limit = this.config.queueConcurrency.get(queue);
     if (limit === undefined) return free;
-    let running = 0;
-    for (const r of this.running.values()) if (r.job.queue === queue) running++;
-    return Math.min(free, limit - running);
+    let held = 0;
+    for (const r of this.running.values()) if (r.job.queue === queue) held++;
+    for (const job of this.waiting.values()) if (job.queue === queue) held++;
+    return Math.min(free, limit - held);
   }
 
   private control(message: ControlMessage): void {
@@ -385,6 +411,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
 
   private lockLost(ids: string[]): void {
     for (const id of ids) {
+      const waiting = this.waiting.get(id);
+      if (waiting) {
+        this.waiting.delete(id);
+        this.emit('job:lock-lost', waiting);
+        continue;
+      }
       const running = this.running.get(id);
       if (!running) continue;
       running.abort('lock-lost', new SluiceError('LOCK_LOST', `job ${id}: lock expired and the job was taken back`));
