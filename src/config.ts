@@ -42,9 +42,10 @@ export interface WorkerOptions extends ConnectionOptions {
   batchSize?: number;
   /**
    * Jobs claimed ahead of free slots, held (locked and heartbeated) until a slot
-   * frees: a claim then brings concurrency + prefetch jobs, so fast jobs cost fewer
-   * round trips. 0 claims only for free slots (best for slow jobs shared by many
-   * workers). Default: concurrency.
+   * frees: a claim then brings up to concurrency + prefetch jobs, so fast jobs cost
+   * fewer round trips. Used only while this worker's jobs average under 20 ms, so
+   * slow jobs are never held back from idle workers. 0 turns it off. Default:
+   * concurrency.
    */
   prefetch?: number;
   /** Results of finished jobs wait at most this long to be written in a batch. Default 10 ms. */

@@ -7,6 +7,8 @@ import { traceEnqueue } from './tracing.js';
 import { buildControlQueries, type ControlQueries } from './db/control-queries.js';
 import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from './control.js';
 import { cancelJob, type CancelJobResult } from './admin/jobs.js';
+import { channelFor } from './db/identifiers.js';
+import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
 import {
   ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, validated, wrapDatabaseError,
@@ -118,6 +120,9 @@ export class Queue {
   private readonly maxPayloadBytes: number;
   private readonly metrics: SluiceMetrics | undefined;
   private outcomes: OutcomeListener | undefined;
+  private readonly wakeUps: WakeUps | undefined;
+  /** Enqueues running on this Queue's own pool right now. */
+  private ownInFlight = 0;
 
   constructor(options: QueueOptions = {}) {
     rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
@@ -130,6 +135,7 @@ export class Queue {
     }
     this.metrics = options.metrics;
     this.handle = options.pool || options.connectionString ? openPool(options, 10, 'sluice-queue') : undefined;
+    this.wakeUps = this.handle && new WakeUps(this.handle.pool, this.queries.wake, channelFor(this.schema));
   }
 
   /** The pool the Queue uses when no `tx` is given. */
@@ -145,9 +151,19 @@ export class Queue {
     });
     const db = this.executor(options.tx);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority];
+    // Concurrent enqueues on our own pool defer their wake-up past the COMMIT, so
+    // their commits are not serialised by NOTIFY (migration 0004). A lone enqueue
+    // keeps the trigger's NOTIFY, which reaches workers a round trip sooner.
+    const deferWakeUp = !options.tx && v.job_key === null && this.ownInFlight > 0;
+    if (!options.tx) this.ownInFlight++;
     try {
       // Keyed jobs go through enqueue_job(), which carries no trace context.
       const id = await traceEnqueue(v.queue, v.task, 1, async (traceContext) => {
+        if (deferWakeUp) {
+          const [row] = await rows<{ id: string; run_at_ms: number }>(db, this.queries.enqueueDeferred, [...values, traceContext]);
+          this.wakeUps!.add(v.queue, row!.run_at_ms);
+          return row!.id;
+        }
         const [row] = v.job_key === null
           ? await rows<{ id: string }>(db, this.queries.enqueue, [...values, traceContext])
           : await rows<{ id: string }>(db, this.queries.enqueueKeyed, [...values, v.job_key, v.job_key_mode, v.while_processing]);
@@ -157,6 +173,8 @@ export class Queue {
       return id;
     } catch (err) {
       throw enqueueError(err, 'enqueue failed');
+    } finally {
+      if (!options.tx) this.ownInFlight--;
     }
   }
 
@@ -315,6 +333,7 @@ export class Queue {
 
   /** Ends the pool Sluice made (a pool you passed in is left open). */
   async close(): Promise<void> {
+    await this.wakeUps?.settled();
     await this.outcomes?.stop();
     await this.handle?.end();
   }

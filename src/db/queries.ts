@@ -41,6 +41,8 @@ export function jobColumns(alias?: string): string {
 export interface Queries {
   readonly schema: string;
   readonly enqueue: string;
+  readonly enqueueDeferred: string;
+  readonly wake: string;
   readonly enqueueMany: string;
   /** The worker cycle for a worker of one queue. */
   readonly cycle: string;
@@ -152,6 +154,11 @@ function cycleStatement(jobs: string, queues: string, claimedColumns: string, qu
       FROM applied a LEFT JOIN claimed c ON true`;
 }
 
+const ENQUEUE_COLUMNS = 'queue, task, payload, run_at, max_attempts, priority, trace_context';
+/** $1..$8 of a single enqueue, typed so that they also work in INSERT ... SELECT. */
+const ENQUEUE_VALUES = `$1::text, $2::text, $3::jsonb,
+  coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond', $6::int, $7::int, $8::jsonb`;
+
 export function buildQueries(schema: string): Queries {
   const s = quoteSchema(schema);
   const jobs = `${s}.jobs`;
@@ -163,11 +170,21 @@ export function buildQueries(schema: string): Queries {
     // NOTIFY per statement). run_at is computed by the server so client clocks do
     // not matter for delays.
     // $8: the enqueuing span's trace context (migration 0005), NULL without tracing.
-    enqueue: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority, trace_context)
-      VALUES ($1, $2, $3::jsonb,
-              coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond',
-              $6, $7, $8::jsonb)
+    enqueue: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS}) VALUES (${ENQUEUE_VALUES})
       RETURNING id::text AS id`,
+
+    // The same INSERT with the trigger's NOTIFY turned off for this statement only
+    // (set_config(..., true) lasts until the end of the implicit transaction); the
+    // Queue sends the wake-up after the COMMIT instead (see migration 0004 and
+    // src/wake-ups.ts). Only for statements that are their own transaction.
+    enqueueDeferred: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS})
+      SELECT ${ENQUEUE_VALUES} FROM (SELECT set_config('sluice.wake', 'deferred', true)) AS deferred
+      RETURNING id::text AS id, floor(extract(epoch FROM run_at) * 1000)::float8 AS run_at_ms`,
+
+    // Wake-ups sent after the COMMIT of deferred enqueues: the payload the trigger
+    // would have sent, one per queue. This statement writes nothing.
+    wake: `SELECT pg_notify($1, json_build_object('q', w.q, 't', w.t)::text)
+      FROM unnest($2::text[], $3::float8[]) AS w(q, t)`,
 
     // Many jobs in one statement and one round trip: the rows travel as one JSON
     // array, so 10,000 jobs are a single parameter. One statement also means one

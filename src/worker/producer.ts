@@ -7,7 +7,9 @@ import type { ClaimPlan } from './queue-state.js';
 import { batchParams, resultsParam, type ResultBatch, type ResultBuffer } from './results.js';
 
 export interface ProducerHooks {
-  /** Slots not taken by running jobs. */
+  /** Jobs the worker may hold now: concurrency plus the prefetch in effect. */
+  capacity(): number;
+  /** Room left: capacity minus the jobs held (running or waiting). */
   freeSlots(): number;
   /** Slots free for one queue, after its local limit (if any). */
   freeSlotsIn(queue: string): number;
@@ -71,8 +73,6 @@ export class Producer {
   private idle: (() => void)[] = [];
   /** The cycle as named statements, for one queue and for several (see queries.ts). */
   private readonly statements: { one: { name: string; text: string }; many: { name: string; text: string } };
-  /** Claim only when this many slots are free, unless a write goes out anyway. */
-  private readonly threshold: number;
 
   constructor(
     private readonly pool: pg.Pool,
@@ -85,9 +85,6 @@ export class Producer {
       one: { name: `sluice-cycle-${queries.schema}`, text: queries.cycle },
       many: { name: `sluice-cycle-many-${queries.schema}`, text: queries.cycleManyQueues },
     };
-    // Claiming a few jobs at a time would cost a round trip per few jobs: wait
-    // until a quarter of the capacity (slots plus prefetch, at most a batch) is free.
-    this.threshold = Math.max(1, Math.floor(Math.min(config.concurrency + config.prefetch, config.batchSize) / 4));
   }
 
   start(): void {
@@ -119,7 +116,7 @@ export class Producer {
 
   /** A job finished and its result is buffered. */
   resultAdded(): void {
-    const wantClaim = this.mayHaveWork && !this.stopping && this.hooks.freeSlots() >= this.threshold;
+    const wantClaim = this.mayHaveWork && !this.stopping && this.hooks.freeSlots() >= this.threshold();
     if (wantClaim || this.buffer.size >= this.config.batchSize) {
       this.kick();
     } else {
@@ -170,7 +167,7 @@ export class Producer {
     if (this.inFlight || this.retryTimer || this.draining) return;
     const free = this.hooks.freeSlots();
     const canClaim = this.mayHaveWork && !this.stopping && free > 0;
-    const claimNow = canClaim && free >= this.threshold;
+    const claimNow = canClaim && free >= this.threshold();
     const flushNow = this.buffer.size > 0 && (this.forceFlush || this.buffer.size >= this.config.batchSize);
     if (!claimNow && !flushNow) {
       if (this.buffer.size > 0) this.armFlushTimer();
@@ -181,7 +178,7 @@ export class Producer {
     this.flushTimer = undefined;
     // A write that goes out anyway takes a claim along for free, even below the threshold.
     await this.cycle(canClaim ? Math.min(free, this.config.batchSize) : 0);
-    if (this.again || (this.mayHaveWork && !this.stopping && this.hooks.freeSlots() >= this.threshold)) {
+    if (this.again || (this.mayHaveWork && !this.stopping && this.hooks.freeSlots() >= this.threshold())) {
       this.again = false;
       this.kick();
     } else if (this.buffer.size > 0) {
@@ -296,6 +293,15 @@ export class Producer {
     this.stats.claims++;
     this.stats.claimed += claimed;
     if (claimed === 0) this.stats.emptyClaims++;
+  }
+
+  /**
+   * Claim only when this many slots are free, unless a write goes out anyway:
+   * claiming a few jobs at a time would cost a round trip per few jobs. A quarter
+   * of the capacity (slots plus active prefetch), at most a quarter of a batch.
+   */
+  private threshold(): number {
+    return Math.max(1, Math.floor(Math.min(this.hooks.capacity(), this.config.batchSize) / 4));
   }
 
   private scheduleRetry(): void {

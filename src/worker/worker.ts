@@ -62,6 +62,9 @@ export interface WorkerEvents {
   error: [SluiceError];
 }
 
+/** Prefetch only while jobs take less than this on average (about a loaded round trip). */
+const PREFETCH_MAX_RUN_MS = 20;
+
 /** Connections a worker holds besides LISTEN: the fetch loop and heartbeat/rescue. */
 const POOL_SIZE = 2;
 
@@ -87,6 +90,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private readonly queries: Queries;
   private readonly options: WorkerOptions;
   private readonly running = new Map<string, RunningJob>();
+  /** Moving average of job run time (ms); undefined until a job has finished. */
+  private averageRunMs: number | undefined;
   /** Claimed (prefetched) jobs waiting for a free slot, in claim order. */
   private readonly waiting = new Map<string, JobRow>();
   private readonly buffer = new ResultBuffer();
@@ -151,7 +156,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.queueState = new QueueState(pool, this.queries, config.queues, config.queueConcurrency,
       config.listen ? 30_000 : config.pollIntervalMs, () => this.producer?.wake(), onError);
     this.producer = new Producer(pool, this.queries, config, this.buffer, {
-      freeSlots: () => config.concurrency + config.prefetch - this.running.size - this.waiting.size,
+      capacity: () => this.capacity(),
+      freeSlots: () => this.capacity() - this.running.size - this.waiting.size,
       freeSlotsIn: (queue) => this.freeSlotsIn(queue),
       claimPlan: () => this.queueState!.claimPlan,
       claimed: (jobs) => {
@@ -265,6 +271,17 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.state = 'stopped';
   }
 
+  /**
+   * Jobs this worker may hold: its slots, plus the prefetch while its jobs are
+   * fast. A prefetched job waits for a slot, so prefetching only pays when that
+   * wait is shorter than the round trip it saves; for slow jobs it would keep jobs
+   * from idle workers. Until a job has finished, the speed is unknown: no prefetch.
+   */
+  private capacity(): number {
+    const fast = this.averageRunMs !== undefined && this.averageRunMs < PREFETCH_MAX_RUN_MS;
+    return this.config.concurrency + (fast ? this.config.prefetch : 0);
+  }
+
   /** Starts prefetched jobs while slots are free (not once the worker is stopping). */
   private startWaiting(): void {
     if (this.state !== 'running') return;
@@ -291,6 +308,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     this.startWaiting();
     const attempt = running.attempt;
     const durationMs = performance.now() - running.startedAt;
+    this.averageRunMs = this.averageRunMs === undefined ? durationMs : 0.9 * this.averageRunMs + 0.1 * durationMs;
     if (outcome.kind === 'completed') {
       let result: string | null;
       try {
