@@ -1,41 +1,24 @@
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Queue, Worker, type WorkerOptions } from '../src/index.js';
+import { describe, expect, it } from 'vitest';
 import { buildQueries } from '../src/db/queries.js';
 import { channelFor, quoteIdent } from '../src/db/identifiers.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { waitFor } from './helpers/database.js';
+import { useWorkers } from './helpers/workers.js';
 
-let db: TestDatabase;
-let queue: Queue;
-
-beforeAll(async () => {
-  db = await createTestSchema('throughput');
-  queue = new Queue({ connectionString: db.url, schema: db.schema });
-});
-afterAll(async () => {
-  await queue.close();
-  await db.drop();
-});
-
-async function startWorker(options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker> {
-  const worker = new Worker({ connectionString: db.url, schema: db.schema, ...options });
-  worker.on('error', () => {});
-  await worker.start();
-  return worker;
-}
+const fx = useWorkers('throughput');
 
 describe('deferred wake-ups (migration 0004)', () => {
   it('a deferred INSERT sends no NOTIFY itself, and the setting ends with its statement', async () => {
-    const listener = new pg.Client({ connectionString: db.url });
+    const listener = new pg.Client({ connectionString: fx.db.url });
     await listener.connect();
-    const channel = channelFor(db.schema);
+    const channel = channelFor(fx.db.schema);
     const seen: string[] = [];
     listener.on('notification', (msg) => seen.push(msg.payload ?? ''));
     await listener.query(`LISTEN ${quoteIdent(channel)}`);
-    const client = new pg.Client({ connectionString: db.url });
+    const client = new pg.Client({ connectionString: fx.db.url });
     await client.connect();
     try {
-      const q = buildQueries(db.schema);
+      const q = buildQueries(fx.db.schema);
       const values = (queueName: string) => [queueName, 'noop', '{}', null, 0, 5, 0];
       await client.query(q.enqueueDeferred, values('deferred'));
       // Same connection, next statement: the trigger must notify again.
@@ -52,19 +35,22 @@ describe('deferred wake-ups (migration 0004)', () => {
 
   it('concurrent enqueues wake an idle worker whose poll would take an hour', async () => {
     const done = new Set<number>();
-    const worker = await startWorker({
+    let runs = 0;
+    const worker = await fx.start({
       queues: ['burst'],
       pollIntervalMs: 3_600_000,
-      tasks: { record: (p: { i: number }) => void done.add(p.i) },
+      tasks: { record: (p: { i: number }) => { runs++; done.add(p.i); } },
     });
     try {
       // Started together, so all but the first defer their wake-up past COMMIT.
       for (let round = 0; round < 3; round++) {
-        await Promise.all(Array.from({ length: 20 }, (_, i) => queue.enqueue('record', { i: round * 20 + i }, { queue: 'burst' })));
+        await Promise.all(Array.from({ length: 20 }, (_, i) => fx.queue.enqueue('record', { i: round * 20 + i }, { queue: 'burst' })));
         await waitFor(() => done.size === (round + 1) * 20, `round ${round} to run`);
       }
-      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'burst' AND status = 'completed'`);
-      expect(rows[0].n).toBe(60);
+      const completed = async () => (await fx.db.pool.query(
+        `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'burst' AND status = 'completed'`)).rows[0].n as number;
+      await waitFor(async () => (await completed()) === 60, 'every result written');
+      expect(runs).toBe(60);
     } finally {
       await worker.stop();
     }
@@ -75,7 +61,7 @@ describe('prefetch', () => {
   it('holds at most concurrency + prefetch jobs once jobs are known to be fast, and returns unstarted ones on stop', async () => {
     let gate!: () => void;
     const opened = new Promise<void>((resolve) => (gate = resolve));
-    const worker = await startWorker({
+    const worker = await fx.start({
       queues: ['prefetch'],
       concurrency: 1,
       prefetch: 4,
@@ -89,18 +75,18 @@ describe('prefetch', () => {
         }),
       },
     });
-    const held = async () => (await db.pool.query(
-      `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'prefetch' AND status = 'processing'`)).rows[0].n as number;
+    const held = async () => (await fx.db.pool.query(
+      `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'prefetch' AND status = 'processing'`)).rows[0].n as number;
     try {
       // One fast job first: until a job has finished, the worker does not prefetch.
-      const first = await queue.enqueue('fast', {}, { queue: 'prefetch' });
-      await waitFor(async () => (await queue.getJob(first))?.status === 'completed', 'the fast job');
-      const ids = await queue.enqueueMany(Array.from({ length: 10 }, () => ({ task: 'blocked', queue: 'prefetch' })));
+      const first = await fx.queue.enqueue('fast', {}, { queue: 'prefetch' });
+      await waitFor(async () => (await fx.queue.getJob(first))?.status === 'completed', 'the fast job');
+      const ids = await fx.queue.enqueueMany(Array.from({ length: 10 }, () => ({ task: 'blocked', queue: 'prefetch' })));
       await waitFor(async () => (await held()) >= 5, 'the worker to hold 1 running + 4 prefetched jobs');
       expect(await held()).toBe(5);
       await worker.stop();
-      const { rows } = await db.pool.query(
-        `SELECT status, attempts, locked_by FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+      const { rows } = await fx.db.pool.query(
+        `SELECT status, attempts, locked_by FROM ${fx.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
       // The running one was aborted by stop and returned; the four waiting ones never started.
       expect(rows).toHaveLength(10);
       for (const row of rows) expect(row).toEqual({ status: 'pending', attempts: 0, locked_by: null });
