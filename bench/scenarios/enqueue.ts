@@ -32,7 +32,7 @@ export async function enqueue(ctx: BenchContext): Promise<ScenarioResult> {
     // Same columns, defaults, constraints and indexes; no trigger.
     await db.pool.query(`CREATE TABLE ${db.s}.bare_jobs (LIKE ${db.s}.jobs INCLUDING ALL)`);
     const bareInsert = buildQueries(db.schema).enqueue.replace(`${db.s}.jobs`, `${db.s}.bare_jobs`);
-    const bareValues = ['default', 'noop', '{"i":0}', null, 0, 5, 0];
+    const bareValues = ['default', 'noop', '{"i":0}', null, 0, 5, 0, null];
 
     const bare: number[] = [];
     const sluice: number[] = [];
