@@ -7,7 +7,6 @@ import { traceEnqueue } from './tracing.js';
 import { buildControlQueries, type ControlQueries } from './db/control-queries.js';
 import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from './control.js';
 import { cancelJob, type CancelJobResult } from './admin/jobs.js';
-import { channelFor } from './db/identifiers.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
 import {
