@@ -99,7 +99,11 @@ export interface Queries {
  * candidate row (at most $11). A stale worker may lock such rows for the length of
  * its statement and leave them pending. `node --import tsx bench/claim-guard.ts`.
  */
-function cycleStatement(jobs: string, queues: string, claimedColumns: string, queueFilter: string): string {
+function cycleStatement(
+  jobs: string,
+  queues: string,
+  queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])',
+): string {
   return `WITH completed AS (
         UPDATE ${jobs} j
         SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
@@ -150,7 +154,7 @@ function cycleStatement(jobs: string, queues: string, claimedColumns: string, qu
                (SELECT coalesce(array_agg(id::text), '{}') FROM failed) AS failed_ids
         WHERE (SELECT n FROM notified) >= 0
       )
-      SELECT a.completed_ids, a.failed_ids, ${claimedColumns}
+      SELECT a.completed_ids, a.failed_ids, ${jobColumns('c')}
       FROM applied a LEFT JOIN claimed c ON true`;
 }
 
@@ -226,8 +230,8 @@ export function buildQueries(schema: string): Queries {
 
     // Paused queues are never claimed, and queues with a global concurrency limit
     // only through claimLimited (see cycleStatement).
-    cycle: cycleStatement(jobs, queues, jobColumns('c'), `queue = ($9::text[])[1]`),
-    cycleManyQueues: cycleStatement(jobs, queues, jobColumns('c'), `queue = ANY($9::text[])`),
+    cycle: cycleStatement(jobs, queues, `queue = ($9::text[])[1]`),
+    cycleManyQueues: cycleStatement(jobs, queues, `queue = ANY($9::text[])`),
 
     // Refresh the heartbeat of every job this worker runs, in one statement. Rows
     // not returned were taken away (rescued): their handlers are told to stop.
