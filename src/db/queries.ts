@@ -99,11 +99,7 @@ export interface Queries {
  * candidate row (at most $11). A stale worker may lock such rows for the length of
  * its statement and leave them pending. `node --import tsx bench/claim-guard.ts`.
  */
-function cycleStatement(
-  jobs: string,
-  queues: string,
-  queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])',
-): string {
+function cycleStatement(jobs: string, queues: string, queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])'): string {
   return `WITH completed AS (
         UPDATE ${jobs} j
         SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
