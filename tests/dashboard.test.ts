@@ -222,6 +222,10 @@ describe('API', () => {
     const { status, body } = await api(`api/jobs/${id}`);
     expect(status).toBe(200);
     expect(body.job).toMatchObject({ id, queue: 'detail', task: 'explode', status: 'failed', payload: { n: 1 }, last_error: 'boom' });
+    // The actions the admin API accepts in this status, so the page offers no button that would be refused.
+    expect(body.actions).toEqual(['retry', 'delete']);
+    const pending = await queue.enqueue('later', {}, { queue: 'detail', delayMs: 60_000 });
+    expect((await api(`api/jobs/${pending}`)).body.actions).toEqual(['cancel', 'delete']);
   });
 
   it('retries, cancels and deletes, and says 409 when the status does not allow it', async () => {

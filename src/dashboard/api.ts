@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
-  cancelJob, checkStatus, deleteJob, getJob, getJobAudit, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
+  CANCELLABLE, DELETABLE, RETRYABLE, cancelJob, checkStatus, deleteJob, getJob, getJobAudit, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
 } from '../admin/jobs.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
@@ -32,6 +32,9 @@ interface JobsQuery {
 }
 
 const UNDEFINED_TABLE = '42P01';
+
+/** The statuses each single-job action accepts (the admin API's own lists). */
+const ACTION_STATUSES = { retry: RETRYABLE, cancel: CANCELLABLE, delete: DELETABLE } as const;
 
 const HTTP_STATUS: Partial<Record<SluiceError['code'], number>> = {
   VALIDATION: 400,
@@ -86,7 +89,9 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     const id = jobId(param(req.params, 'id'));
     const [job, audit] = await Promise.all([getJob(db, schema, id), getJobAudit(db, schema, id)]);
     if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' }, audit });
-    return { job, audit };
+    // The page offers exactly the actions the admin API would accept now.
+    const allowed = Object.entries(ACTION_STATUSES).filter(([, statuses]) => statuses.includes(job.status)).map(([a]) => a);
+    return { job, audit, actions: allowed };
   });
 
   const actions = { retry: retryJob, cancel: cancelJob, delete: deleteJob } as const;

@@ -13,12 +13,12 @@ export function jobView(main, ctx) {
   const load = async () => {
     try {
       const data = await get(`jobs/${encodeURIComponent(ctx.id)}`);
-      const { job, audit } = data;
+      const { job, audit, actions } = data;
       // Redraw only on a change: a redraw would drop the reader's text selection and scroll.
       const text = JSON.stringify(data);
       if (text === shown) return job;
       shown = text;
-      keepFocus(main, () => replace(main, ...jobDetail(job, audit, load, ctx.navigate)));
+      keepFocus(main, () => replace(main, ...jobDetail(job, audit, new Set(actions), load, ctx.navigate)));
       return job;
     } catch (err) {
       shown = '';
@@ -36,22 +36,27 @@ export function jobView(main, ctx) {
   };
 }
 
-/** @param {any} job @param {any[]} audit @param {() => Promise<unknown>} reload @param {(hash: string) => void} navigate */
-function jobDetail(job, audit, reload, navigate) {
+/**
+ * @param {any} job @param {any[]} audit @param {Set<string>} allowed the actions the server accepts for this job now
+ * @param {() => Promise<unknown>} reload @param {(hash: string) => void} navigate
+ */
+function jobDetail(job, audit, allowed, reload, navigate) {
   const actions = [];
-  if (job.status === 'failed' || job.status === 'cancelled') {
+  if (allowed.has('retry')) {
     actions.push(button('retry', 'Retry', job, {
       title: `Retry job ${job.id}?`, text: 'It goes back to pending and runs again.', ok: 'Retry',
       run: () => post(`jobs/${job.id}/retry`), done: `Job ${job.id} queued again`,
     }, reload));
   }
-  if (job.status === 'pending') {
+  if (allowed.has('cancel')) {
     actions.push(button('cancel', 'Cancel', job, {
-      title: `Cancel job ${job.id}?`, text: 'It will not run.', ok: 'Cancel job',
+      title: `Cancel job ${job.id}?`,
+      text: job.status === 'processing' ? 'Its handler is told to stop, and it will not be retried.' : 'It will not run.',
+      ok: 'Cancel job',
       run: () => post(`jobs/${job.id}/cancel`), done: `Job ${job.id} cancelled`,
     }, reload));
   }
-  if (job.status !== 'processing') {
+  if (allowed.has('delete')) {
     actions.push(button('delete', 'Delete', job, {
       title: `Delete job ${job.id}?`, text: 'The job and its history are removed for good.', ok: 'Delete',
       run: () => post(`jobs/${job.id}/delete`), done: `Job ${job.id} deleted`,
