@@ -3,7 +3,7 @@ import { createServer, request, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Queue } from '../src/index.js';
+import { Queue, buildMaintenanceQueries, prune, resolvePrunerConfig } from '../src/index.js';
 import { createDashboardHandler, startDashboard, type RunningDashboard } from '../src/dashboard/server.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { openEventStream } from './helpers/sse.js';
@@ -287,6 +287,54 @@ describe('API', () => {
     expect(last.failed).toBeGreaterThanOrEqual(1);
     expect(twoAgo.completed + body.throughput.at(-2).completed + body.throughput.at(-4).completed).toBeGreaterThanOrEqual(3);
     expect(new Date(last.minute).getUTCSeconds()).toBe(0);
+  });
+});
+
+describe('jobs the pruner archived', () => {
+  it('are counted in the window and the chart, listed and shown as archived, with no actions offered', async () => {
+    const [done, failed] = await queue.enqueueMany([{ task: 'old', queue: 'archive' }, { task: 'old', queue: 'archive' }]);
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET attempts = 1, finished_at = now() - interval '5 minutes',
+         status = CASE WHEN id = $1 THEN 'completed' ELSE 'failed' END WHERE id = ANY($2)`,
+      [done, [done, failed]],
+    );
+    const moved = await prune(db.pool, buildMaintenanceQueries(db.schema), resolvePrunerConfig({ delayMs: 0 }));
+    expect(moved.archived).toBeGreaterThanOrEqual(2);
+    expect((await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'archive'`)).rows[0].n).toBe(0);
+
+    const { body } = await api('api/overview');
+    expect(body.queues.find((q: any) => q.queue === 'archive')).toMatchObject({
+      pending: 0, completed: 0, failed: 0, completedInWindow: 1, failedInWindow: 1, failureRate: 0.5,
+    });
+    const chart = body.throughput.slice(-7).reduce((n: any, p: any) => ({ c: n.c + p.completed, f: n.f + p.failed }), { c: 0, f: 0 });
+    expect(chart.c).toBeGreaterThanOrEqual(1);
+    expect(chart.f).toBeGreaterThanOrEqual(1);
+
+    const list = await api('api/jobs?queue=archive');
+    expect(list.body.jobs.map((j: any) => [j.id, j.status, j.archived])).toEqual([[failed, 'failed', true], [done, 'completed', true]]);
+    expect((await api('api/jobs?queue=archive&status=failed')).body.jobs.map((j: any) => j.id)).toEqual([failed]);
+    const detail = await api(`api/jobs/${failed}`);
+    expect(detail.body.job).toMatchObject({ id: failed, status: 'failed' });
+    expect(detail.body.actions).toEqual([]);
+  });
+
+  it('page together with hot jobs by id, in both directions', async () => {
+    const ids = await queue.enqueueMany(Array.from({ length: 6 }, () => ({ task: 'mixed', queue: 'mixed' })));
+    // Every other job finishes and is archived: the pages must interleave both tables.
+    const archivedIds = ids.filter((_, i) => i % 2 === 0);
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = 'completed', attempts = 1, finished_at = now() - interval '5 minutes' WHERE id = ANY($1)`,
+      [archivedIds],
+    );
+    await prune(db.pool, buildMaintenanceQueries(db.schema), resolvePrunerConfig({ delayMs: 0 }));
+    const first = await api('api/jobs?queue=mixed&limit=4');
+    expect(first.body.jobs.map((j: any) => j.id)).toEqual(ids.slice(2).reverse());
+    expect(first.body.jobs.map((j: any) => j.archived)).toEqual([false, true, false, true]);
+    const second = await api(`api/jobs?queue=mixed&limit=4&before=${first.body.nextBefore}`);
+    expect(second.body.jobs.map((j: any) => j.id)).toEqual(ids.slice(0, 2).reverse());
+    expect(second.body.nextBefore).toBeNull();
+    const back = await api(`api/jobs?queue=mixed&limit=4&after=${second.body.nextAfter}`);
+    expect(back.body.jobs.map((j: any) => j.id)).toEqual(ids.slice(2).reverse());
   });
 });
 

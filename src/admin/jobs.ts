@@ -141,6 +141,21 @@ export async function getJob(db: Queryable, schema: string, id: string | number)
   return job;
 }
 
+export type JobAction = 'retry' | 'cancel' | 'delete';
+
+const ACTION_STATUSES: Record<JobAction, readonly JobStatus[]> = { retry: RETRYABLE, cancel: CANCELLABLE, delete: DELETABLE };
+
+/**
+ * The single-job actions this API would accept on the job right now (for a UI
+ * that offers only buttons that work). None for a job the pruner moved to
+ * jobs_history: the history is read-only.
+ */
+export async function allowedActions(db: Queryable, schema: string, id: string | number): Promise<JobAction[]> {
+  const [current] = await query<{ status: JobStatus }>(db, queriesFor(schema).admin.statusOf, [jobId(id)], 'allowedActions');
+  if (!current) return [];
+  return (Object.keys(ACTION_STATUSES) as JobAction[]).filter((a) => ACTION_STATUSES[a].includes(current.status));
+}
+
 /**
  * Puts a failed or cancelled job back to pending, due now. A job that used all
  * its attempts gets one more. Wakes the queue's workers.

@@ -21,6 +21,8 @@ export interface QueueStats {
   completedInWindow: number;
   /** Jobs that failed for good within the window. */
   failedInWindow: number;
+  /** Jobs cancelled within the window. */
+  cancelledInWindow: number;
   /** completedInWindow per second of the window. */
   jobsPerSecond: number;
 }

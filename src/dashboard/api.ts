@@ -1,6 +1,6 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
-  CANCELLABLE, DELETABLE, RETRYABLE, cancelJob, checkStatus, deleteJob, getJob, getJobAudit, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
+  allowedActions, cancelJob, checkStatus, deleteJob, getJob, getJobAudit, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
 } from '../admin/jobs.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
@@ -33,8 +33,6 @@ interface JobsQuery {
 
 const UNDEFINED_TABLE = '42P01';
 
-/** The statuses each single-job action accepts (the admin API's own lists). */
-const ACTION_STATUSES = { retry: RETRYABLE, cancel: CANCELLABLE, delete: DELETABLE } as const;
 
 const HTTP_STATUS: Partial<Record<SluiceError['code'], number>> = {
   VALIDATION: 400,
@@ -87,11 +85,10 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get('/api/jobs/:id', async (req, reply) => {
     const id = jobId(param(req.params, 'id'));
-    const [job, audit] = await Promise.all([getJob(db, schema, id), getJobAudit(db, schema, id)]);
+    const [job, audit, actions] = await Promise.all([getJob(db, schema, id), getJobAudit(db, schema, id), allowedActions(db, schema, id)]);
     if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' }, audit });
     // The page offers exactly the actions the admin API would accept now.
-    const allowed = Object.entries(ACTION_STATUSES).filter(([, statuses]) => statuses.includes(job.status)).map(([a]) => a);
-    return { job, audit, actions: allowed };
+    return { job, audit, actions };
   });
 
   const actions = { retry: retryJob, cancel: cancelJob, delete: deleteJob } as const;

@@ -31,14 +31,34 @@ export function buildAdminQueries(schema: string): AdminQueries {
   const s = quoteSchema(schema);
   const jobs = `${s}.jobs`;
   // $1 statuses, $2 queues, $3 tasks (text[] or NULL for "any"); $6, $7 a window
-  // of created_at (NULL: open). There is no index on created_at: the time window
-  // is checked along the id walk, which is cheap for recent windows (ids grow
-  // with created_at) and reads the newer rows first for a window far back.
-  const filters = `($1::text[] IS NULL OR status = ANY($1::text[]))
-      AND ($2::text[] IS NULL OR queue = ANY($2::text[]))
-      AND ($3::text[] IS NULL OR task = ANY($3::text[]))
-      AND ($6::timestamptz IS NULL OR created_at >= $6::timestamptz)
-      AND ($7::timestamptz IS NULL OR created_at < $7::timestamptz)`;
+  // of created_at (NULL: open). `row` is the alias of the filtered columns and
+  // `created` the created_at expression (jobs_history keeps it inside `job`).
+  // There is no index on created_at: the time window is checked along the id
+  // walk, which is cheap for recent windows (ids grow with created_at) and
+  // reads the newer rows first for a window far back.
+  const filtersOn = (row: string, created: string) => `($1::text[] IS NULL OR ${row}.status = ANY($1::text[]))
+      AND ($2::text[] IS NULL OR ${row}.queue = ANY($2::text[]))
+      AND ($3::text[] IS NULL OR ${row}.task = ANY($3::text[]))
+      AND ($6::timestamptz IS NULL OR ${created} >= $6::timestamptz)
+      AND ($7::timestamptz IS NULL OR ${created} < $7::timestamptz)`;
+
+  // A page of jobs from the hot table and from jobs_history (where the pruner
+  // moves finished jobs), merged by id. Each branch is its own keyset walk down
+  // (or up) an id index and stops after $5 rows, so a page costs two short
+  // index scans whatever the table sizes. One snapshot reads both and the pruner
+  // moves a row in one statement: a job shows up exactly once. `cursor` is the
+  // keyset condition on the id column "id" of either table, `dir` the order.
+  const listPage = (cursor: (id: string) => string, dir: 'ASC' | 'DESC') => `SELECT * FROM (
+        (SELECT ${jobColumns('j')}, false AS archived FROM ${jobs} j
+          WHERE ${filtersOn('j', 'j.created_at')} AND ${cursor('j.id')}
+          ORDER BY j.id ${dir} LIMIT $5)
+        UNION ALL
+        (SELECT ${jobColumns('h')}, true AS archived FROM ${s}.jobs_history x
+          CROSS JOIN LATERAL jsonb_populate_record(NULL::${jobs}, x.job) h
+          WHERE ${filtersOn('x', "(x.job ->> 'created_at')::timestamptz")} AND ${cursor('x.id')}
+          ORDER BY x.id ${dir} LIMIT $5)
+      ) page
+      ORDER BY page.id::bigint ${dir} LIMIT $5`;
 
   // Back to pending now, lock fields cleared. A job that spent all its attempts
   // gets exactly one more (max_attempts is raised to attempts + 1): the attempt
@@ -58,21 +78,20 @@ export function buildAdminQueries(schema: string): AdminQueries {
       )
       SELECT ${jobColumns('changed')}${extraColumns} FROM changed`;
 
+  // "Within the last $n ms", and the first of the last $1 minutes.
+  const since = (ms: string) => `now() - ${ms}::float8 * interval '1 millisecond'`;
+  const minutesBack = `date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute'`;
+
   return {
     schema,
 
     // Keyset pagination: "id < cursor ORDER BY id DESC LIMIT n" walks the primary
     // key backwards from the cursor, so page 1,000 costs what page 1 does
-    // (OFFSET would read and discard every earlier row).
-    // ORDER BY says j.id: a bare "id" would mean the output column, id::text,
-    // and sort '10' before '9'.
-    listOlder: `SELECT ${jobColumns('j')} FROM ${jobs} j
-      WHERE ${filters} AND ($4::bigint IS NULL OR j.id < $4::bigint)
-      ORDER BY j.id DESC LIMIT $5`,
+    // (OFFSET would read and discard every earlier row). Sorting says id::bigint:
+    // the output column id is text and would sort '10' before '9'.
+    listOlder: listPage((id) => `($4::bigint IS NULL OR ${id} < $4::bigint)`, 'DESC'),
 
-    listNewer: `SELECT ${jobColumns('j')} FROM ${jobs} j
-      WHERE ${filters} AND j.id > $4::bigint
-      ORDER BY j.id ASC LIMIT $5`,
+    listNewer: listPage((id) => `${id} > $4::bigint`, 'ASC'),
 
     statusOf: `SELECT status FROM ${jobs} WHERE id = $1::bigint`,
 
@@ -140,46 +159,71 @@ export function buildAdminQueries(schema: string): AdminQueries {
       )
       SELECT count(*)::int AS count, max(id)::text AS last_id FROM deleted`,
 
-    // Everything `sluice stats` shows, in one pass over the table, named as the
-    // QueueStats fields (src/admin/stats.ts). Exact counts
-    // cost a sequential scan (about 0.2 s per million rows); a queue that needs
-    // cheaper numbers can prune finished jobs.
-    stats: `SELECT queue,
-        count(*) FILTER (WHERE status = 'pending')::int AS pending,
-        count(*) FILTER (WHERE status = 'pending' AND run_at > now())::int AS scheduled,
-        count(*) FILTER (WHERE status = 'processing')::int AS processing,
-        count(*) FILTER (WHERE status = 'completed')::int AS completed,
-        count(*) FILTER (WHERE status = 'failed')::int AS failed,
-        count(*) FILTER (WHERE status = 'cancelled')::int AS cancelled,
-        (extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now())) * 1000)::float8
-          AS "oldestPendingMs",
-        count(*) FILTER (WHERE status = 'completed' AND finished_at > now() - $1::float8 * interval '1 millisecond')::int
-          AS "completedInWindow",
-        count(*) FILTER (WHERE status = 'failed' AND finished_at > now() - $1::float8 * interval '1 millisecond')::int
-          AS "failedInWindow"
-      FROM ${jobs}
-      GROUP BY queue
+    // Everything `sluice stats` shows, named as the QueueStats fields
+    // (src/admin/stats.ts). Counts by status are of the hot table (exact, one
+    // pass: about 0.2 s per million rows). The window counts also take the jobs
+    // the pruner already moved to jobs_history (after a minute, by default):
+    // without them a one-hour window would only see the last minute. One
+    // snapshot reads both tables and the pruner moves a row in one statement,
+    // so no job is counted twice or missed. A queue whose jobs are all archived
+    // still appears, with its window counts.
+    stats: `WITH hot AS (
+        SELECT queue,
+          count(*) FILTER (WHERE status = 'pending')::int AS pending,
+          count(*) FILTER (WHERE status = 'pending' AND run_at > now())::int AS scheduled,
+          count(*) FILTER (WHERE status = 'processing')::int AS processing,
+          count(*) FILTER (WHERE status = 'completed')::int AS completed,
+          count(*) FILTER (WHERE status = 'failed')::int AS failed,
+          count(*) FILTER (WHERE status = 'cancelled')::int AS cancelled,
+          (extract(epoch FROM now() - min(run_at) FILTER (WHERE status = 'pending' AND run_at <= now())) * 1000)::float8
+            AS oldest_pending_ms,
+          count(*) FILTER (WHERE status = 'completed' AND finished_at > ${since('$1')})::int AS completed_in_window,
+          count(*) FILTER (WHERE status = 'failed' AND finished_at > ${since('$1')})::int AS failed_in_window,
+          count(*) FILTER (WHERE status = 'cancelled' AND finished_at > ${since('$1')})::int AS cancelled_in_window
+        FROM ${jobs}
+        GROUP BY queue
+      ), archived AS (
+        SELECT queue,
+          count(*) FILTER (WHERE status = 'completed')::int AS completed_in_window,
+          count(*) FILTER (WHERE status = 'failed')::int AS failed_in_window,
+          count(*) FILTER (WHERE status = 'cancelled')::int AS cancelled_in_window
+        FROM ${s}.jobs_history
+        WHERE finished_at > ${since('$1')}
+        GROUP BY queue
+      )
+      SELECT queue,
+        coalesce(h.pending, 0) AS pending, coalesce(h.scheduled, 0) AS scheduled,
+        coalesce(h.processing, 0) AS processing, coalesce(h.completed, 0) AS completed,
+        coalesce(h.failed, 0) AS failed, coalesce(h.cancelled, 0) AS cancelled,
+        h.oldest_pending_ms AS "oldestPendingMs",
+        coalesce(h.completed_in_window, 0) + coalesce(a.completed_in_window, 0) AS "completedInWindow",
+        coalesce(h.failed_in_window, 0) + coalesce(a.failed_in_window, 0) AS "failedInWindow",
+        coalesce(h.cancelled_in_window, 0) + coalesce(a.cancelled_in_window, 0) AS "cancelledInWindow"
+      FROM hot h FULL JOIN archived a USING (queue)
       ORDER BY queue`,
 
     // Jobs finished per minute over the last $1 minutes (the current minute
     // included), of one queue ($2) or all (NULL); minutes without any are 0.
-    // Aggregate first, then join the minutes: one pass over the table (like
-    // stats, no index on finished_at: one would be rewritten by every completion
-    // and cost the hot path its HOT updates).
+    // From the hot table and jobs_history, as in stats. Aggregate first, then
+    // join the minutes. The hot table holds few finished rows once the pruner
+    // runs; jobs_history is read through jobs_history_finished_idx (migration 0008).
     throughput: `WITH finished AS (
+        SELECT finished_at, status FROM ${jobs}
+        WHERE status IN ('completed', 'failed') AND finished_at >= ${minutesBack}
+          AND ($2::text IS NULL OR queue = $2::text)
+        UNION ALL
+        SELECT finished_at, status FROM ${s}.jobs_history
+        WHERE status IN ('completed', 'failed') AND finished_at >= ${minutesBack}
+          AND ($2::text IS NULL OR queue = $2::text)
+      ), per_minute AS (
         SELECT date_trunc('minute', finished_at) AS minute,
                count(*) FILTER (WHERE status = 'completed')::int AS completed,
                count(*) FILTER (WHERE status = 'failed')::int AS failed
-        FROM ${jobs}
-        WHERE status IN ('completed', 'failed')
-          AND finished_at >= date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute'
-          AND ($2::text IS NULL OR queue = $2::text)
-        GROUP BY 1
+        FROM finished GROUP BY 1
       )
       SELECT m.minute, coalesce(f.completed, 0) AS completed, coalesce(f.failed, 0) AS failed
-      FROM generate_series(date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute',
-                           date_trunc('minute', now()), interval '1 minute') AS m(minute)
-      LEFT JOIN finished f USING (minute)
+      FROM generate_series(${minutesBack}, date_trunc('minute', now()), interval '1 minute') AS m(minute)
+      LEFT JOIN per_minute f USING (minute)
       ORDER BY m.minute`,
 
     // Who did what to one job, oldest first (audit_log: migration 0007).

@@ -26,11 +26,6 @@ export function percent(rate) {
   return `${(rate * 100).toFixed(rate > 0 && rate < 0.01 ? 2 : 1)} %`;
 }
 
-/** @param {number} perSecond */
-export function rate(perSecond) {
-  return perSecond >= 10 ? `${Math.round(perSecond)}/s` : `${perSecond.toFixed(2)}/s`;
-}
-
 /** A timestamp from the API (ISO string) in local time, or "–". @param {string | null | undefined} iso */
 export function time(iso) {
   if (!iso) return '–';

@@ -66,6 +66,9 @@ function jobDetail(job, audit, allowed, reload, navigate) {
   return [
     h('p', { class: 'crumbs' }, h('a', { href: `#/jobs?queue=${encodeURIComponent(job.queue)}` }, `← Jobs of ${job.queue}`)),
     h('h1', null, `Job ${job.id} `, badge(job.status)),
+    allowed.size === 0 && job.status !== 'processing'
+      ? h('p', { class: 'note' }, 'Archived: the pruner moved this finished job to the history, which is read-only.')
+      : null,
     actions.length ? h('div', { class: 'actions' }, actions) : null,
     h('section', { class: 'card', 'aria-labelledby': 'job-facts' },
       h('h2', { id: 'job-facts', class: 'sr-only' }, 'Details'),

@@ -112,11 +112,11 @@ function jobTable(jobs, reload, fresh) {
       h('td', { 'data-label': 'ID' }, h('a', { href: `#/jobs/${job.id}` }, job.id)),
       h('td', { 'data-label': 'Queue' }, job.queue),
       h('td', { 'data-label': 'Task' }, job.task),
-      h('td', { 'data-label': 'Status' }, badge(job.status)),
+      h('td', { 'data-label': 'Status' }, badge(job.status), job.archived ? h('small', { title: 'moved to the history by the pruner: read-only' }, ' archived') : null),
       h('td', { 'data-label': 'Attempts', class: 'num' }, `${job.attempts}/${job.max_attempts}`),
       h('td', { 'data-label': 'Created' }, h('time', { datetime: job.created_at, title: time(job.created_at) }, relative(job.created_at))),
       h('td', { 'data-label': 'Last error', class: 'error-cell' }, job.last_error ? firstLine(job.last_error) : ''),
-      h('td', { 'data-label': '' }, job.status === 'failed' || job.status === 'cancelled'
+      h('td', { 'data-label': '' }, !job.archived && (job.status === 'failed' || job.status === 'cancelled')
         ? h('button', {
             type: 'button',
             class: 'small',

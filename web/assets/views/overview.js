@@ -3,15 +3,17 @@
 import { get, post } from '../api.js';
 import { throughputChart } from '../chart.js';
 import { h, replace } from '../dom.js';
-import { count, duration, percent, rate } from '../format.js';
+import { count, duration, percent } from '../format.js';
 import { confirmed, keepFocus } from '../ui.js';
 
-const STATUSES = [
-  ['pending', 'Pending'],
-  ['processing', 'Running'],
-  ['completed', 'Completed'],
-  ['failed', 'Failed'],
-  ['cancelled', 'Cancelled'],
+// [status, field of the queue's stats, column label]. Waiting and running jobs
+// are counted now; finished ones over the last hour (older ones are pruned away).
+const COUNTS = [
+  ['pending', 'pending', 'Pending'],
+  ['processing', 'processing', 'Running'],
+  ['completed', 'completedInWindow', 'Completed (1 h)'],
+  ['failed', 'failedInWindow', 'Failed (1 h)'],
+  ['cancelled', 'cancelledInWindow', 'Cancelled (1 h)'],
 ];
 
 /** @param {HTMLElement} main @param {{ overview: any, refresh: () => void }} ctx */
@@ -88,21 +90,19 @@ function queueTable(overview, ctx) {
     h('caption', { class: 'sr-only' }, 'Jobs per queue and status'),
     h('thead', null, h('tr', null,
       h('th', { scope: 'col' }, 'Queue'),
-      STATUSES.map(([, label]) => h('th', { scope: 'col', class: 'num' }, label)),
+      COUNTS.map(([, , label]) => h('th', { scope: 'col', class: 'num' }, label)),
       h('th', { scope: 'col', class: 'num' }, 'Oldest waiting'),
-      h('th', { scope: 'col', class: 'num' }, 'Done (1 h)'),
       h('th', { scope: 'col', class: 'num' }, 'Failure rate (1 h)'),
       h('th', { scope: 'col' }, 'Actions'),
     )),
     h('tbody', null, overview.queues.map((/** @type {any} */ q) => h('tr', { 'data-queue': q.queue },
       h('th', { scope: 'row', 'data-label': 'Queue' }, h('a', { href: `#/jobs?queue=${encodeURIComponent(q.queue)}` }, q.queue)),
-      STATUSES.map(([status, label]) => h('td', { class: 'num', 'data-label': label, 'data-status': status },
-        q[status] > 0
-          ? h('a', { href: `#/jobs?queue=${encodeURIComponent(q.queue)}&status=${status}`, 'aria-label': `${count(q[status])} ${label.toLowerCase()} in ${q.queue}` }, count(q[status]))
+      COUNTS.map(([status, field, label]) => h('td', { class: 'num', 'data-label': label, 'data-status': status },
+        q[field] > 0
+          ? h('a', { href: `#/jobs?queue=${encodeURIComponent(q.queue)}&status=${status}`, 'aria-label': `${count(q[field])} ${label.toLowerCase()} in ${q.queue}` }, count(q[field]))
           : '0',
         status === 'pending' && q.scheduled > 0 ? h('small', null, ` (${count(q.scheduled)} later)`) : null)),
       h('td', { class: 'num', 'data-label': 'Oldest waiting' }, duration(q.oldestPendingMs)),
-      h('td', { class: 'num', 'data-label': 'Done (1 h)', title: `${rate(q.jobsPerSecond)} on average` }, count(q.completedInWindow)),
       h('td', { class: 'num', 'data-label': 'Failure rate (1 h)' }, percent(q.failureRate)),
       h('td', { 'data-label': 'Actions' }, q.failed > 0
         ? h('button', {
