@@ -32,7 +32,7 @@ export function buildAdminQueries(schema: string): AdminQueries {
   const jobs = `${s}.jobs`;
   // $1 statuses, $2 queues, $3 tasks (text[] or NULL for "any"); $6, $7 a window
   // of created_at (NULL: open). `row` is the alias of the filtered columns and
-  // `created` the created_at expression (jobs_history keeps it inside `job`).
+  // `created` the created_at column (of the rebuilt row, for jobs_history).
   // There is no index on created_at: the time window is checked along the id
   // walk, which is cheap for recent windows (ids grow with created_at) and
   // reads the newer rows first for a window far back.
@@ -46,16 +46,16 @@ export function buildAdminQueries(schema: string): AdminQueries {
   // moves finished jobs), merged by id. Each branch is its own keyset walk down
   // (or up) an id index and stops after $5 rows, so a page costs two short
   // index scans whatever the table sizes. One snapshot reads both and the pruner
-  // moves a row in one statement: a job shows up exactly once. `cursor` is the
-  // keyset condition on the id column "id" of either table, `dir` the order.
-  const listPage = (cursor: (id: string) => string, dir: 'ASC' | 'DESC') => `SELECT * FROM (
+  // moves a row in one statement: a job shows up exactly once. `op` compares
+  // ids with the cursor $4 (NULL: from the newest), `dir` is the walk's order.
+  const listPage = (op: '<' | '>', dir: 'ASC' | 'DESC') => `SELECT * FROM (
         (SELECT ${jobColumns('j')}, false AS archived FROM ${jobs} j
-          WHERE ${filtersOn('j', 'j.created_at')} AND ${cursor('j.id')}
+          WHERE ${filtersOn('j', 'j.created_at')} AND ($4::bigint IS NULL OR j.id ${op} $4::bigint)
           ORDER BY j.id ${dir} LIMIT $5)
         UNION ALL
         (SELECT ${jobColumns('h')}, true AS archived FROM ${s}.jobs_history x
           CROSS JOIN LATERAL jsonb_populate_record(NULL::${jobs}, x.job) h
-          WHERE ${filtersOn('x', "(x.job ->> 'created_at')::timestamptz")} AND ${cursor('x.id')}
+          WHERE ${filtersOn('x', 'h.created_at')} AND ($4::bigint IS NULL OR x.id ${op} $4::bigint)
           ORDER BY x.id ${dir} LIMIT $5)
       ) page
       ORDER BY page.id::bigint ${dir} LIMIT $5`;
@@ -89,9 +89,9 @@ export function buildAdminQueries(schema: string): AdminQueries {
     // key backwards from the cursor, so page 1,000 costs what page 1 does
     // (OFFSET would read and discard every earlier row). Sorting says id::bigint:
     // the output column id is text and would sort '10' before '9'.
-    listOlder: listPage((id) => `($4::bigint IS NULL OR ${id} < $4::bigint)`, 'DESC'),
+    listOlder: listPage('<', 'DESC'),
 
-    listNewer: listPage((id) => `${id} > $4::bigint`, 'ASC'),
+    listNewer: listPage('>', 'ASC'),
 
     statusOf: `SELECT status FROM ${jobs} WHERE id = $1::bigint`,
 
