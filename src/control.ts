@@ -2,6 +2,7 @@ import { checkName, intOption } from './config.js';
 import type { ControlQueries } from './db/control-queries.js';
 import { rows, type Queryable } from './db/executor.js';
 import { ValidationError, validated, wrapDatabaseError } from './errors.js';
+import { actorOf, type ActionOptions } from './admin/jobs.js';
 
 /** A queue's persisted settings (queues without a row are running and unlimited). */
 export interface QueueSettings {
@@ -12,9 +13,18 @@ export interface QueueSettings {
   updatedAt: Date;
 }
 
-/** Pauses (true) or resumes (false) a queue for every worker. Jobs still enqueue. */
-export async function setQueuePaused(db: Queryable, queries: ControlQueries, queue: string, paused: boolean): Promise<QueueSettings> {
-  return upsertQueue(db, queries.setPaused, queries.channel, queue, paused);
+/**
+ * Pauses (true) or resumes (false) a queue for every worker. Jobs still enqueue.
+ * Recorded in the audit log with `options.actor` (default 'api').
+ */
+export async function setQueuePaused(
+  db: Queryable,
+  queries: ControlQueries,
+  queue: string,
+  paused: boolean,
+  options: ActionOptions = {},
+): Promise<QueueSettings> {
+  return upsertQueue(db, queries.setPaused, queries.channel, queue, paused, options);
 }
 
 /** Sets (or with null removes) the cluster-wide concurrency limit of a queue. */
@@ -23,10 +33,11 @@ export async function setQueueConcurrencyLimit(
   queries: ControlQueries,
   queue: string,
   limit: number | null,
+  options: ActionOptions = {},
 ): Promise<QueueSettings> {
   if (limit === undefined) throw new ValidationError('concurrency limit: give a number from 1 to 10000, or null for none');
   const value = limit === null ? null : validated(() => intOption('concurrency limit', limit, 0, 1, 10_000));
-  return upsertQueue(db, queries.setConcurrencyLimit, queries.channel, queue, value);
+  return upsertQueue(db, queries.setConcurrencyLimit, queries.channel, queue, value, options);
 }
 
 /** Every queue that has settings, by name. */
@@ -45,10 +56,13 @@ interface QueueRow {
   updated_at: Date;
 }
 
-async function upsertQueue(db: Queryable, text: string, channel: string, queue: string, value: unknown): Promise<QueueSettings> {
+async function upsertQueue(
+  db: Queryable, text: string, channel: string, queue: string, value: unknown, options: ActionOptions,
+): Promise<QueueSettings> {
   const name = validated(() => checkName('queue', queue));
+  const actor = actorOf(options);
   try {
-    const [row] = await rows<QueueRow>(db, text, [name, value, channel]);
+    const [row] = await rows<QueueRow>(db, text, [name, value, channel, actor]);
     return toSettings(row!);
   } catch (err) {
     throw wrapDatabaseError(err, `updating queue "${name}" failed`);

@@ -290,6 +290,33 @@ describe('API', () => {
   });
 });
 
+describe('pause and resume', () => {
+  it('pauses a queue for every worker, shows it in the overview, and audits both actions', async () => {
+    await queue.enqueue('held', {}, { queue: 'pausable' });
+    const paused = await post('api/queues/pausable/pause');
+    expect(paused.status).toBe(200);
+    expect(paused.body.queue).toMatchObject({ name: 'pausable', paused: true });
+    const { rows } = await db.pool.query(`SELECT paused FROM ${db.s}.queues WHERE name = 'pausable'`);
+    expect(rows[0].paused).toBe(true);
+    expect((await api('api/overview')).body.queues.find((q: any) => q.queue === 'pausable')).toMatchObject({ paused: true, pending: 1 });
+
+    // A queue with no jobs can be paused too, and still shows up.
+    await post('api/queues/empty-but-paused/pause');
+    expect((await api('api/overview')).body.queues.find((q: any) => q.queue === 'empty-but-paused')).toMatchObject({ paused: true, pending: 0 });
+
+    expect((await post('api/queues/pausable/resume')).body.queue.paused).toBe(false);
+    const audit = await db.pool.query(`SELECT job_id, action, actor FROM ${db.s}.audit_log WHERE queue = 'pausable' ORDER BY id`);
+    expect(audit.rows).toEqual([
+      { job_id: null, action: 'pause', actor: 'dashboard token from 127.0.0.1' },
+      { job_id: null, action: 'resume', actor: 'dashboard token from 127.0.0.1' },
+    ]);
+    // Like every action: refused without the CSRF header.
+    const forged = await api('api/queues/pausable/pause', { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+    expect(forged.status).toBe(403);
+    expect((await db.pool.query(`SELECT paused FROM ${db.s}.queues WHERE name = 'pausable'`)).rows[0].paused).toBe(false);
+  });
+});
+
 describe('jobs the pruner archived', () => {
   it('are counted in the window and the chart, listed and shown as archived, with no actions offered', async () => {
     const [done, failed] = await queue.enqueueMany([{ task: 'old', queue: 'archive' }, { task: 'old', queue: 'archive' }]);

@@ -121,7 +121,8 @@ export interface AuditEntry {
   actor: string;
 }
 
-function actorOf(options: ActionOptions): string {
+/** The actor of an action, checked (1 to 256 characters); 'api' when none is given. */
+export function actorOf(options: ActionOptions): string {
   const actor = options.actor ?? 'api';
   if (typeof actor !== 'string' || actor.length === 0 || actor.length > 256) {
     throw new ValidationError('actor must be a string of 1 to 256 characters');

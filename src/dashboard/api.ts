@@ -2,6 +2,8 @@ import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from
 import {
   allowedActions, cancelJob, checkStatus, deleteJob, getJob, getJobAudit, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
 } from '../admin/jobs.js';
+import { setQueuePaused } from '../control.js';
+import { buildControlQueries } from '../db/control-queries.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
 import type { HealthReports } from './health.js';
@@ -96,6 +98,16 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     app.post(`/api/jobs/:id/${name}`, async (req, reply) => {
       const result = await action(db, schema, jobId(param(req.params, 'id')), { actor: ctx.actor(req) });
       return sendActionResult(reply, result, name, feed);
+    });
+  }
+
+  const control = buildControlQueries(schema);
+  for (const [name, paused] of [['pause', true], ['resume', false]] as const) {
+    app.post(`/api/queues/:queue/${name}`, async (req) => {
+      const queue = param(req.params, 'queue');
+      const settings = await setQueuePaused(db, control, queue, paused, { actor: ctx.actor(req) });
+      feed.changed(queue);
+      return { queue: settings };
     });
   }
 

@@ -23,12 +23,19 @@ export const QUEUES_CHANGED = '{"c":"queues"}';
 
 export function buildControlQueries(schema: string): ControlQueries {
   const s = quoteSchema(schema);
-  // $1 queue name, $2 the new value, $3 the channel.
+  // $1 queue name, $2 the new value, $3 the channel, $4 who asked (for the
+  // audit log of migration 0007, written by the same statement: 'pause',
+  // 'resume' or 'concurrency_limit' with the queue and no job).
   // `column` is spliced into the text, so its type admits only these constants.
   const upsert = (column: 'paused' | 'concurrency_limit') => `WITH q AS (
         INSERT INTO ${s}.queues AS q (name, ${column}) VALUES ($1, $2)
         ON CONFLICT (name) DO UPDATE SET ${column} = excluded.${column}, updated_at = now()
         RETURNING q.name, q.paused, q.concurrency_limit, q.updated_at
+      ), logged AS (
+        INSERT INTO ${s}.audit_log (queue, action, actor)
+        SELECT q.name, CASE WHEN '${column}' = 'concurrency_limit' THEN 'concurrency_limit'
+                            WHEN q.paused THEN 'pause' ELSE 'resume' END, $4::text
+        FROM q
       )
       SELECT q.*, pg_notify($3, '${QUEUES_CHANGED}') IS NULL AS notified FROM q`;
   return {

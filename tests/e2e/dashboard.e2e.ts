@@ -90,11 +90,14 @@ describe('dashboard in Chromium', () => {
     expect(await page.textContent('tr[data-queue="emails"] td[data-status="completed"]')).toContain('40');
     expect(await page.textContent('tr[data-queue="reports"] td[data-status="failed"]')).toContain('3');
     expect(await page.getAttribute('svg.chart', 'aria-label')).toMatch(/41 completed, 3 failed/);
+    // The health panel runs the doctor's checks.
+    await page.waitForSelector('.health-status');
     await shot(page, 'overview');
 
     await page.setViewportSize({ width: 390, height: 844 });
     await page.reload();
     await page.waitForSelector('tr[data-queue="emails"]');
+    await page.waitForSelector('.health-status');
     await shot(page, 'overview-phone');
     await page.close();
   });

@@ -58,6 +58,25 @@ export function overviewView(main, ctx) {
 
 const HEALTH_MS = 30_000;
 
+/** Pause or resume, confirmed. @param {any} q @param {{ refresh: () => void }} ctx */
+function pauseButton(q, ctx) {
+  const action = q.paused ? 'resume' : 'pause';
+  return h('button', {
+    type: 'button',
+    class: 'small secondary',
+    'data-focus-key': `${action}:${q.queue}`,
+    onclick: () => confirmed({
+      title: q.paused ? `Resume ${q.queue}?` : `Pause ${q.queue}?`,
+      text: q.paused
+        ? 'Workers start claiming its jobs again.'
+        : 'No worker claims its jobs until it is resumed; running jobs finish and new jobs still enqueue.',
+      ok: q.paused ? 'Resume' : 'Pause',
+      run: () => post(`queues/${encodeURIComponent(q.queue)}/${action}`),
+      done: `${q.queue} ${q.paused ? 'resumed' : 'paused'}`,
+    }).then(ctx.refresh),
+  }, q.paused ? 'Resume' : 'Pause');
+}
+
 /**
  * The `sluice doctor` report: problems first, each with its numbers and advice;
  * the checks that passed folded away.
@@ -93,6 +112,7 @@ function queueTable(overview, ctx) {
       COUNTS.map(([, , label]) => h('th', { scope: 'col', class: 'num' }, label)),
       h('th', { scope: 'col', class: 'num' }, 'Oldest waiting'),
       h('th', { scope: 'col', class: 'num' }, 'Failure rate (1 h)'),
+      h('th', { scope: 'col' }, 'State'),
       h('th', { scope: 'col' }, 'Actions'),
     )),
     h('tbody', null, overview.queues.map((/** @type {any} */ q) => h('tr', { 'data-queue': q.queue },
@@ -104,7 +124,10 @@ function queueTable(overview, ctx) {
         status === 'pending' && q.scheduled > 0 ? h('small', null, ` (${count(q.scheduled)} later)`) : null)),
       h('td', { class: 'num', 'data-label': 'Oldest waiting' }, duration(q.oldestPendingMs)),
       h('td', { class: 'num', 'data-label': 'Failure rate (1 h)' }, percent(q.failureRate)),
-      h('td', { 'data-label': 'Actions' }, q.failed > 0
+      h('td', { 'data-label': 'State', 'data-state': q.paused ? 'paused' : 'running' },
+        h('span', { class: `badge ${q.paused ? 'state-paused' : 'state-running'}` }, q.paused ? 'paused' : 'running'),
+        q.concurrencyLimit !== null ? h('small', null, ` (max ${count(q.concurrencyLimit)} at once)`) : null),
+      h('td', { 'data-label': 'Actions' }, h('div', { class: 'actions-cell' }, pauseButton(q, ctx), q.failed > 0
         ? h('button', {
             type: 'button',
             class: 'small',
@@ -117,7 +140,7 @@ function queueTable(overview, ctx) {
               done: (r) => `${count(r.retried)} jobs of ${q.queue} queued again`,
             }).then(ctx.refresh),
           }, 'Retry failed')
-        : null),
+        : null)),
     ))),
   );
 }
