@@ -4,16 +4,31 @@
  * the size of the jobs table and its live/dead tuples (from pg_stat), the history
  * table, and how many autovacuums ran.
  *
- *   DATABASE_URL=postgres://... npm run bench:bloat -- [jobs=1000000] [--no-prune] [--delay-ms=60000]
+ *   npm run bench:bloat -- [jobs=1000000] [--no-prune] [--delay-ms=60000]
+ *
+ * Without DATABASE_URL it starts a private embedded Postgres with default settings
+ * (autovacuum on, naptime 1 min; fsync off, which bloat does not depend on), so a
+ * shared server's configuration (autovacuum off, other sessions' snapshots) does not
+ * decide the result. With DATABASE_URL it uses that server and prints its settings.
  *
  * --no-prune keeps finished jobs in the jobs table (pruner off) for comparison.
  * Works in its own schema (bench_bloat_<pid>), dropped at the end.
  */
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import pg from 'pg';
 import { migrate, Queue, Worker } from '../src/index.js';
+import { startEmbeddedPostgres } from '../src/dev/embedded-postgres.js';
 
-const url = process.env.DATABASE_URL;
-if (!url) throw new Error('set DATABASE_URL');
+const embedded = process.env.DATABASE_URL
+  ? undefined
+  : await startEmbeddedPostgres({
+    dataDir: await mkdtemp(join(tmpdir(), 'sluice-bloat-pg-')),
+    persistent: false,
+    settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' },
+  });
+const url = process.env.DATABASE_URL ?? embedded!.url;
 const args = process.argv.slice(2);
 const total = Number(args.find((a) => /^\d+$/.test(a)) ?? 1_000_000);
 const prune = !args.includes('--no-prune');
@@ -52,6 +67,9 @@ const mb = (b: number) => `${(b / 1024 / 1024).toFixed(1)} MB`;
 
 try {
   await migrate({ connectionString: url, schema });
+  const settings = await pool.query(`SELECT string_agg(name || '=' || setting, ' ' ORDER BY name) AS s FROM pg_settings
+    WHERE name IN ('autovacuum', 'autovacuum_naptime', 'autovacuum_vacuum_cost_limit', 'autovacuum_vacuum_cost_delay', 'server_version')`);
+  console.log(`${embedded ? 'embedded Postgres' : 'DATABASE_URL'}: ${settings.rows[0].s}`);
   const queue = new Queue({ pool, schema });
   let completed = 0;
   let enqueued = 0;
@@ -116,4 +134,5 @@ try {
 } finally {
   await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
   await pool.end();
+  await embedded?.stop();
 }

@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runDoctor, type DoctorReport } from '../src/doctor/run-doctor.js';
-import { estimateIndexBloat } from '../src/doctor/checks.js';
+import { checkAutovacuum, estimateIndexBloat } from '../src/doctor/checks.js';
 import { ConfigError } from '../src/errors.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
@@ -48,6 +48,10 @@ describe('doctor', () => {
     expect(tables.summary).toMatch(/last vacuum never/);
     expect(tables.advice).toMatch(/VACUUM/);
     expect(report.status).toBe('critical');
+    // The table-level switch that caused it is named (the server-wide one depends on the server).
+    const autovacuum = check(report, 'autovacuum');
+    expect((autovacuum.details[0] as { disabled_tables: string[] }).disabled_tables).toEqual(['bloated']);
+    expect(autovacuum.status).not.toBe('ok');
 
   });
 
@@ -96,7 +100,7 @@ describe('doctor', () => {
     expect(report.status).toBe('critical');
     expect(code).toBe(2);
     expect(report.checks.map((c) => c.id)).toEqual(expect.arrayContaining([
-      'tables', 'idle_in_transaction', 'oldest_snapshot', 'replication_slots', 'notify_queue', 'connections',
+      'tables', 'autovacuum', 'idle_in_transaction', 'oldest_snapshot', 'replication_slots', 'notify_queue', 'connections',
       'index_bloat', 'backlog', 'stuck', 'maintenance',
     ]));
     const text = await cli(['--database-url', db.url, '--schema', db.schema, 'doctor']);
@@ -128,6 +132,12 @@ describe('doctor', () => {
     expect(sparse.bloat_ratio).toBeGreaterThan(0.8);
     expect(sparse.status).toBe('critical');
     expect(estimateIndexBloat({ index: 'i', table: 't', block_size: 8192, key_width: 8, bytes: 0, entries: -1, pages: 50 }).bloat_ratio).toBeNull();
+  });
+
+  it('calls a server with autovacuum off critical', () => {
+    const off = checkAutovacuum({ autovacuum: false, track_counts: true, naptime: '1min', disabled_tables: [] });
+    expect(off).toMatchObject({ status: 'critical', summary: expect.stringMatching(/autovacuum = off/) });
+    expect(checkAutovacuum({ autovacuum: true, track_counts: true, naptime: '1min', disabled_tables: [] }).status).toBe('ok');
   });
 
   it('rejects unknown options and thresholds', async () => {

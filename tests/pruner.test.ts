@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Queue, Worker, ConfigError } from '../src/index.js';
+import { Queue, Worker, ConfigError, getJob } from '../src/index.js';
 import { prune } from '../src/maintenance/pruner.js';
 import { resolvePrunerConfig, type PrunerOptions } from '../src/maintenance/options.js';
 import { buildMaintenanceQueries } from '../src/maintenance/queries.js';
@@ -104,6 +104,8 @@ describe('pruner', () => {
     expect(archived).toMatchObject({ id: ids.done1, status: 'completed', payload: { keep: 'me' }, attempts: 1 });
     expect(archived!.finished_at).toBeInstanceOf(Date);
     expect(await queue.getJob(ids.completedOld)).toBeUndefined();
+    // So does the admin API (CLI, dashboard).
+    expect(await getJob(t.pool, t.schema, ids.failedOld)).toMatchObject({ id: ids.failedOld, status: 'failed' });
   });
 
   it('drops history partitions whose day has passed, whole, and keeps the others', async () => {

@@ -38,6 +38,22 @@ export function jobColumns(alias?: string): string {
   return [`${p}id::text AS id`, ...JOB_FIELDS.map((f) => p + f)].join(', ');
 }
 
+/**
+ * One job in full, by id ($1): the hot table first, then the history the pruner
+ * moved it to. Both branches read one snapshot and the pruner moves a row in one
+ * statement, so a job is found exactly once even while it is being moved.
+ * jsonb_populate_record turns the archived jsonb back into a jobs row, whatever
+ * columns jobs has today. `s` is the quoted schema.
+ */
+export function findJobQuery(s: string): string {
+  return `SELECT ${jobColumns()}, ${detailColumns()} FROM ${s}.jobs WHERE id = $1::bigint
+      UNION ALL
+      SELECT ${jobColumns('h')}, ${detailColumns('h')} FROM ${s}.jobs_history x
+        CROSS JOIN LATERAL jsonb_populate_record(NULL::${s}.jobs, x.job) h
+      WHERE x.id = $1::bigint
+      LIMIT 1`;
+}
+
 export interface Queries {
   readonly schema: string;
   readonly enqueue: string;
@@ -291,16 +307,7 @@ export function buildQueries(schema: string): Queries {
     queueState: `SELECT name, paused, concurrency_limit FROM ${queues}
       WHERE name = ANY($1::text[]) AND (paused OR concurrency_limit IS NOT NULL)`,
 
-    // The hot table first, then the history the pruner moved it to. Both branches
-    // read one snapshot and the pruner moves a row in one statement, so a job is
-    // found exactly once even while it is being moved. jsonb_populate_record turns
-    // the archived jsonb back into a jobs row, whatever columns jobs has today.
-    getJob: `SELECT ${jobColumns()}, ${detailColumns()} FROM ${jobs} WHERE id = $1
-      UNION ALL
-      SELECT ${jobColumns('h')}, ${detailColumns('h')} FROM ${s}.jobs_history x
-        CROSS JOIN LATERAL jsonb_populate_record(NULL::${jobs}, x.job) h
-      WHERE x.id = $1
-      LIMIT 1`,
+    getJob: findJobQuery(s),
 
     // Queue.waitFor(): ask for a NOTIFY when the job finishes, in the same statement
     // that reads its status. The finishing UPDATE waits for this row lock and then

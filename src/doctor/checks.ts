@@ -302,3 +302,25 @@ export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): Chec
     + 'or failing; see the worker\'s error events.',
     [row]);
 }
+
+export interface AutovacuumRow {
+  autovacuum: boolean;
+  track_counts: boolean;
+  naptime: string;
+  disabled_tables: string[];
+}
+
+export function checkAutovacuum(row: AutovacuumRow): CheckResult {
+  const off = [!row.autovacuum && 'autovacuum = off', !row.track_counts && 'track_counts = off'].filter(Boolean);
+  const status: Severity = off.length > 0 ? 'critical' : row.disabled_tables.length > 0 ? 'warn' : 'ok';
+  const summary = off.length > 0
+    ? `${off.join(', ')} on this server: dead tuples are never removed automatically`
+    : row.disabled_tables.length > 0
+      ? `autovacuum is disabled on ${row.disabled_tables.join(', ')}`
+      : `autovacuum on (naptime ${row.naptime})`;
+  return result('autovacuum', 'autovacuum', status, summary,
+    'Every claim and completion leaves a dead row version; without autovacuum the queue table and its indexes '
+    + 'grow without bound and claims slow down. Turn autovacuum (and track_counts) on in postgresql.conf, or '
+    + 'ALTER TABLE ... RESET (autovacuum_enabled); until then run VACUUM on the jobs table from cron.',
+    [row]);
+}

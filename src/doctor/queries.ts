@@ -17,6 +17,7 @@ export interface DoctorQueries {
   readonly backlog: string;
   readonly stuck: string;
   readonly maintenance: string;
+  readonly autovacuum: string;
 }
 
 const MS = (expr: string) => `(extract(epoch FROM ${expr}) * 1000)::float8`;
@@ -95,6 +96,15 @@ export function buildDoctorQueries(schema: string): DoctorQueries {
         (array_agg(id::text ORDER BY locked_at))[1:5] AS sample_ids
       FROM ${s}.jobs WHERE status = 'processing' AND locked_at < now() - $1::float8 * interval '1 millisecond'
       GROUP BY queue ORDER BY queue`,
+
+    // Server-wide switches without which no dead tuple is ever removed, and the
+    // tables of the schema on which autovacuum was turned off.
+    autovacuum: `SELECT current_setting('autovacuum') = 'on' AS autovacuum,
+        current_setting('track_counts') = 'on' AS track_counts,
+        current_setting('autovacuum_naptime') AS naptime,
+        ARRAY(SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+              WHERE n.nspname = $1 AND c.relkind = 'r' AND 'autovacuum_enabled=false' = ANY(coalesce(c.reloptions, '{}'))
+              ORDER BY 1) AS disabled_tables`,
 
     // Is anyone running maintenance, and is the pruner keeping up?
     maintenance: `SELECT (SELECT holder FROM ${s}.leader WHERE role = 'maintenance' AND expires_at > now()) AS leader,

@@ -63,6 +63,7 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
   const installed = found?.installed === true;
 
   results.push(checks.checkTables(await rows(db, q.tables, [schema]), t));
+  results.push(checks.checkAutovacuum((await rows<checks.AutovacuumRow>(db, q.autovacuum, [schema]))[0]!));
   results.push(checks.checkIdleInTransaction(await rows(db, q.idleInTransaction), t));
   results.push(checks.checkSnapshots(await rows(db, q.oldestSnapshots), await rows(db, q.preparedTransactions), t));
   results.push(checks.checkReplicationSlots(await rows(db, q.replicationSlots), t));
