@@ -40,6 +40,7 @@ const ENQUEUE_BATCH = 5_000;
 
 const schema = `bench_bloat_${process.pid}`;
 const pool = new pg.Pool({ connectionString: url, max: 3 });
+pool.on('error', () => {}); // an idle connection dropped while the embedded server stops
 const s = `"${schema}"`;
 
 interface Sample {
