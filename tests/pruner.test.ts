@@ -68,6 +68,7 @@ describe('pruner', () => {
       done2: await insertJob(t, 'completed', 20_000),
       cancelled: await insertJob(t, 'cancelled', 30_000),
       failedOld: await insertJob(t, 'failed', 3 * DAY),
+      failedExpired: await insertJob(t, 'failed', 31 * DAY),
       completedOld: await insertJob(t, 'completed', 3 * DAY),
       noisy: await insertJob(t, 'completed', 10_000, 'noisy'),
     };
@@ -78,15 +79,17 @@ describe('pruner', () => {
       queues: { noisy: { completed: 0 } },
     });
     // 6 rows left the hot table (3 batches of 2, then an empty one ends the run).
-    expect(result).toMatchObject({ removed: 6, archived: 4 });
+    expect(result).toMatchObject({ removed: 6, archived: 3 });
     expect(await where(t, ids.pending)).toBe('jobs');
     expect(await where(t, ids.processing)).toBe('jobs');
     expect(await where(t, ids.fresh)).toBe('jobs');
     expect(await where(t, ids.done1)).toBe('history');
     expect(await where(t, ids.done2)).toBe('history');
     expect(await where(t, ids.cancelled)).toBe('history');
-    // 3 days old with 30 days' retention: archived. Past a 1-day retention: deleted.
-    expect(await where(t, ids.failedOld)).toBe('history');
+    // Failed jobs are dead letters: they stay in the hot table for their 30 days' retention.
+    expect(await where(t, ids.failedOld)).toBe('jobs');
+    expect(await where(t, ids.failedExpired)).toBe('gone');
+    // Past a 1-day retention: deleted.
     expect(await where(t, ids.completedOld)).toBe('gone');
     expect(await where(t, ids.noisy)).toBe('gone');
 
@@ -94,9 +97,9 @@ describe('pruner', () => {
     const { rows } = await t.pool.query(
       `SELECT id::text, tableoid::regclass::text AS part, purge_after - finished_at AS keep
        FROM ${t.s}.jobs_history ORDER BY id`);
-    const failed = rows.find((r) => r.id === ids.failedOld)!;
-    expect(failed.keep).toMatchObject({ days: 30 });
-    expect(failed.part).toMatch(/jobs_history_\d{8}$/);
+    const cancelled = rows.find((r) => r.id === ids.cancelled)!;
+    expect(cancelled.keep).toMatchObject({ days: 7 });
+    expect(cancelled.part).toMatch(/jobs_history_\d{8}$/);
 
     // getJob still finds archived jobs, whole.
     queue = new Queue({ pool: t.pool, schema: t.schema });

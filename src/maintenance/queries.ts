@@ -34,10 +34,16 @@ export function buildMaintenanceQueries(schema: string): MaintenanceQueries {
   // and (delete mode, $5 false) past their retention too. The walk follows
   // jobs_finished_idx and stops after $2 rows. SKIP LOCKED: a row some other
   // statement holds is left for the next batch instead of waited on.
+  //
+  // Failed jobs are the dead-letter queue: they stay in the hot table, where
+  // listDeadLetters, retry and redrive find them, until their retention ends
+  // (then they are deleted). They are few, and outside the partial claim index,
+  // so workers never scan them.
   const due = `SELECT j.id FROM ${jobs} j
       WHERE j.status IN ('completed', 'failed', 'cancelled')
         AND ${FINISHED_AT} < now() - $1::float8 * interval '1 millisecond'
         AND ($5::bool OR ${PURGE_AFTER} <= now())
+        AND (j.status <> 'failed' OR ${PURGE_AFTER} <= now())
       ORDER BY ${FINISHED_AT}
       LIMIT $2`;
 
