@@ -138,6 +138,34 @@ describe('claiming', () => {
     expect(compared).toBeGreaterThan(3_000);
   });
 
+  it('the worker\'s claim is one ordered scan of jobs_dequeue_idx on a real backlog (custom and generic plans)', async () => {
+    // Its own schema: 20,000 due jobs of mixed priority beside 20,000 finished ones,
+    // analysed, no planner settings changed: the plan a busy worker really gets.
+    const big = await createTestSchema('claimplan');
+    try {
+      await big.pool.query(`INSERT INTO ${big.s}.jobs (task, priority, run_at)
+        SELECT 'demo', i % 7, now() - i * interval '1 second' FROM generate_series(1, 20000) i`);
+      await big.pool.query(`INSERT INTO ${big.s}.jobs (task, status) SELECT 'demo', 'completed' FROM generate_series(1, 20000)`);
+      await big.pool.query(`ANALYZE ${big.s}.jobs`);
+      const client = await big.pool.connect();
+      try {
+        for (const mode of ['auto', 'force_generic_plan']) {
+          await client.query(`SET plan_cache_mode = ${mode}`);
+          const { rows } = await client.query(`EXPLAIN ${buildQueries(big.schema).cycle}`, claimParams('W', ['default'], ['demo'], 10));
+          const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+          expect(plan, plan).toMatch(/Index Scan using jobs_dequeue_idx/);
+          // Ordered by the index, stopped by the LIMIT: no sort of the backlog, no full scan.
+          expect(plan, plan).not.toMatch(/Sort/);
+          expect(plan, plan).not.toMatch(/Seq Scan on jobs/);
+        }
+      } finally {
+        client.release();
+      }
+    } finally {
+      await big.drop();
+    }
+  });
+
   it('uses the partial dequeue index for the claim scan', async () => {
     await db.pool.query(`ANALYZE ${db.s}.jobs`);
     const client = await db.pool.connect();
