@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { ConfigError } from './errors.js';
+import type { PostgresJsSql } from './db/drivers/postgres-js.js';
 import type { TaskDefinition, TaskHandler, TaskList } from './job.js';
 import { quoteSchema } from './db/identifiers.js';
 import { BACKOFF_SHAPES, type BackoffOptions } from './worker/backoff.js';
@@ -25,7 +26,17 @@ export interface ConnectionOptions {
   schema?: string;
 }
 
+/** The client library a worker talks to Postgres through. */
+export type DriverName = 'pg' | 'postgres.js';
+
 export interface WorkerOptions extends ConnectionOptions {
+  /**
+   * 'pg' (node-postgres, the default) or 'postgres.js' (needs the optional
+   * `postgres` package). Implied by `pool` (pg) or `sql` (postgres.js).
+   */
+  driver?: DriverName;
+  /** An existing postgres.js instance, `postgres(url)`; Sluice never ends it. */
+  sql?: PostgresJsSql;
   /** Task name → handler (or { handler, timeoutMs }). Only these tasks are claimed. */
   tasks: TaskList;
   /** Queues to take jobs from. Default ['default']. */
@@ -133,10 +144,11 @@ export interface ResolvedWorkerConfig {
   progressIntervalMs: number;
   maxResultBytes: number;
   schedules: ResolvedSchedule[];
+  driver: DriverName;
 }
 
 const WORKER_KEYS = new Set([
-  'connectionString', 'pool', 'schema', 'tasks', 'queues', 'concurrency', 'queueConcurrency', 'batchSize', 'prefetch',
+  'connectionString', 'pool', 'sql', 'driver', 'schema', 'tasks', 'queues', 'concurrency', 'queueConcurrency', 'batchSize', 'prefetch',
   'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs',
   'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen', 'preparedStatements',
   'maintenance', 'logger', 'metrics', 'tracing',
@@ -255,10 +267,26 @@ function resolveQueueConcurrency(value: unknown, queues: string[], concurrency: 
   return limits;
 }
 
+function resolveDriver(options: WorkerOptions): DriverName {
+  const { driver, pool, sql } = options;
+  if (driver !== undefined && driver !== 'pg' && driver !== 'postgres.js') {
+    throw new ConfigError(`Worker: driver must be 'pg' or 'postgres.js', got ${JSON.stringify(driver)}`);
+  }
+  if (pool && sql) throw new ConfigError('Worker: give pool (pg) or sql (postgres.js), not both');
+  if (sql) {
+    if (typeof sql.unsafe !== 'function') throw new ConfigError('Worker: sql must be a postgres.js instance');
+    if (driver === 'pg') throw new ConfigError("Worker: sql is a postgres.js instance; use driver 'postgres.js'");
+    return 'postgres.js';
+  }
+  if (pool && driver === 'postgres.js') throw new ConfigError("Worker: pool is a pg Pool; use driver 'pg' or pass sql");
+  checkConnection(options, 'Worker');
+  return driver ?? 'pg';
+}
+
 export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfig {
   if (!options || typeof options !== 'object') throw new ConfigError('Worker: options object required');
   rejectUnknownKeys(options, WORKER_KEYS, 'Worker');
-  checkConnection(options, 'Worker');
+  const driver = resolveDriver(options);
   const queues = options.queues ?? [DEFAULT_QUEUE];
   if (!Array.isArray(queues) || queues.length === 0) throw new ConfigError('Worker: queues must be a non-empty array');
   queues.forEach((q) => checkName('queue', q));
@@ -301,6 +329,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     progressIntervalMs: intOption('progressIntervalMs', options.progressIntervalMs, 1_000, 10, 3_600_000),
     maxResultBytes: intOption('maxResultBytes', options.maxResultBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024),
     schedules: resolveSchedules(options.schedules),
+    driver,
   };
 }
 

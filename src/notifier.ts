@@ -1,18 +1,10 @@
 import { EventEmitter } from 'node:events';
-import pg from 'pg';
-import { quoteIdent } from './db/identifiers.js';
+import type { Driver, Listening } from './db/driver.js';
 
 /** A wake-up hint from the insert trigger: a queue got jobs due at `runAt` (ms since epoch). */
 export interface WakeHint {
   queue: string;
   runAt: number;
-}
-
-/** A connection the notifier holds for as long as it lives. */
-export interface HeldConnection {
-  client: pg.ClientBase;
-  /** Give the connection back (or destroy it when `err` is set). */
-  release(err?: Error): void;
 }
 
 /**
@@ -32,22 +24,6 @@ export interface NotifierEvents {
   connectionError: [Error];
 }
 
-/**
- * A connection to hold for LISTEN: a dedicated client when there is a URL (so it
- * never takes a slot of the pool that runs statements), otherwise one borrowed
- * from the pool for as long as the notifier lives.
- */
-export async function openListenConnection(connectionString: string | undefined, pool: pg.Pool | undefined): Promise<HeldConnection> {
-  if (connectionString) {
-    const client = new pg.Client({ connectionString, application_name: 'sluice-listen' });
-    client.on('error', () => {});
-    await client.connect();
-    return { client, release: () => void client.end().catch(() => {}) };
-  }
-  const client = await pool!.connect();
-  return { client, release: (err) => client.release(err ?? true) };
-}
-
 const MIN_RETRY_MS = 100;
 const MAX_RETRY_MS = 10_000;
 
@@ -59,13 +35,13 @@ const MAX_RETRY_MS = 10_000;
  * a slow poll for whatever this misses.
  */
 export class Notifier extends EventEmitter<NotifierEvents> {
-  private held: HeldConnection | undefined;
+  private held: Listening | undefined;
   private stopped = false;
   private retryTimer: NodeJS.Timeout | undefined;
   private failures = 0;
 
   constructor(
-    private readonly connect: () => Promise<HeldConnection>,
+    private readonly driver: Driver,
     private readonly channel: string,
   ) {
     super();
@@ -81,51 +57,38 @@ export class Notifier extends EventEmitter<NotifierEvents> {
     clearTimeout(this.retryTimer);
     const held = this.held;
     this.held = undefined;
-    if (!held) return;
-    held.client.removeAllListeners('notification');
-    try {
-      await held.client.query(`UNLISTEN ${quoteIdent(this.channel)}`);
-      held.release();
-    } catch (err) {
-      held.release(err as Error);
-    }
+    await held?.close();
   }
 
   private async open(): Promise<void> {
     if (this.stopped) return;
-    let held: HeldConnection | undefined;
+    let held: Listening | undefined;
     try {
-      held = await this.connect();
-      const { client } = held;
-      client.on('notification', (msg) => {
-        if (msg.channel !== this.channel) return;
-        if (this.listenerCount('payload') > 0) this.emit('payload', msg.payload ?? '');
-        if (this.listenerCount('wake') === 0 && this.listenerCount('control') === 0) return;
-        const parsed = parseMessage(msg.payload);
-        if ('c' in parsed) this.emit('control', parsed);
-        else this.emit('wake', parsed);
+      held = await this.driver.listen(this.channel, {
+        notification: (payload) => {
+          if (this.listenerCount('payload') > 0) this.emit('payload', payload ?? '');
+          if (this.listenerCount('wake') === 0 && this.listenerCount('control') === 0) return;
+          const parsed = parseMessage(payload);
+          if ('c' in parsed) this.emit('control', parsed);
+          else this.emit('wake', parsed);
+        },
+        lost: (err) => this.lost(held, err),
       });
-      client.on('error', (err) => this.lost(held!, err));
-      client.on('end', () => this.lost(held!, new Error('LISTEN connection ended')));
-      await client.query(`LISTEN ${quoteIdent(this.channel)}`);
       if (this.stopped) {
-        held.release();
+        await held.close();
         return;
       }
       this.held = held;
       this.failures = 0;
       this.emit('listening');
     } catch (err) {
-      held?.release(err as Error);
       this.retry(err as Error);
     }
   }
 
-  private lost(held: HeldConnection, err: Error): void {
-    if (this.held !== held) return;
+  private lost(held: Listening | undefined, err: Error): void {
+    if (!held || this.held !== held) return;
     this.held = undefined;
-    held.client.removeAllListeners('notification');
-    held.release(err);
     this.retry(err);
   }
 

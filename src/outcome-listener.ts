@@ -1,6 +1,7 @@
 import type pg from 'pg';
 import { doneChannelFor } from './db/identifiers.js';
 import { Notifier } from './notifier.js';
+import { pgDriver } from './db/drivers/pg.js';
 
 /**
  * The Queue's one LISTEN connection for job outcomes, opened on the first
@@ -15,10 +16,8 @@ export class OutcomeListener {
   private ready: Promise<void> | undefined;
 
   constructor(pool: pg.Pool, schema: string) {
-    this.notifier = new Notifier(async () => {
-      const client = await pool.connect();
-      return { client, release: (err) => client.release(err ?? true) };
-    }, doneChannelFor(schema));
+    // Without a connection string the driver LISTENs on a client of `pool`; it never ends the pool.
+    this.notifier = new Notifier(pgDriver({ pool, max: 1, applicationName: 'sluice-queue' }), doneChannelFor(schema));
     this.notifier.on('payload', (id) => this.waiters.get(id)?.forEach((wake) => wake()));
     // Whatever finished while LISTEN was down is found by re-reading.
     this.notifier.on('listening', () => this.waiters.forEach((set) => set.forEach((wake) => wake())));

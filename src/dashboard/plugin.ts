@@ -1,7 +1,8 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { openPool } from '../db/connection.js';
 import { channelFor } from '../db/identifiers.js';
-import { Notifier, openListenConnection } from '../notifier.js';
+import { Notifier } from '../notifier.js';
+import { pgDriver } from '../db/drivers/pg.js';
 import { loadAssets, renderIndex } from './assets.js';
 import { Authenticator, describeActor, SESSION_COOKIE } from './auth.js';
 import { CsrfGuard } from './csrf.js';
@@ -37,10 +38,9 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
   const config = resolveDashboardOptions(options);
   const pool = openPool(options, POOL_SIZE, 'sluice-dashboard');
   const onError = options.onError ?? ((err: unknown) => app.log.warn({ err }, 'sluice dashboard: live feed error'));
-  const notifier = new Notifier(
-    () => openListenConnection(options.listenConnectionString ?? options.connectionString, options.pool),
-    channelFor(config.schema),
-  );
+  // LISTEN on a client of its own when there is a URL, else on one borrowed from the pool.
+  const listen = pgDriver({ ...options, pool: pool.pool, max: POOL_SIZE, applicationName: 'sluice-dashboard' });
+  const notifier = new Notifier(listen, channelFor(config.schema));
   const feed = new LiveFeed({ load: () => loadOverview(pool.pool, config.schema), notifier, refreshMs: config.refreshMs, onError });
   const auth = new Authenticator(config);
   const csrf = new CsrfGuard();

@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import type { Driver } from '../db/driver.js';
 import { buildCronQueries, type CronQueries } from '../db/cron-queries.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { dueTicks, nextTick, parseCron, type ResolvedSchedule } from './cron-schedule.js';
@@ -31,7 +31,7 @@ export class CronRunner {
   private skewMs = 0;
 
   constructor(
-    private readonly pool: pg.Pool,
+    private readonly db: Driver,
     schema: string,
     private readonly schedules: ResolvedSchedule[],
     private readonly enqueued: (ticks: CronTick[]) => void,
@@ -62,7 +62,7 @@ export class CronRunner {
       name: s.name, cron: s.cron, timezone: s.timezone, task: s.task, queue: s.queue,
       payload: JSON.parse(s.payload) as unknown, priority: s.priority, max_attempts: s.maxAttempts, backfill: s.backfill,
     }));
-    await this.pool.query(this.queries.register, [JSON.stringify(defs)]);
+    await this.db.query(this.queries.register, [JSON.stringify(defs)]);
   }
 
   private pass(): void {
@@ -89,40 +89,35 @@ export class CronRunner {
 
   /** Enqueues one schedule's due ticks; returns its next tick. */
   private async runSchedule(schedule: ResolvedSchedule): Promise<Date | null> {
-    const client = await this.pool.connect();
-    try {
-      await client.query('BEGIN');
-      const { rows } = await client.query<{ last_tick: Date; now: Date }>(this.queries.lockSchedule, [schedule.name]);
-      const row = rows[0];
-      if (!row) {
-        // Deleted under us (or registration failed): publish again next time.
-        await client.query('ROLLBACK');
-        await this.register();
-        return new Date(Date.now() + this.skewMs + 1_000);
-      }
+    const outcome = await this.db.transaction(async (tx) => {
+      const { rows } = await tx.query(this.queries.lockSchedule, [schedule.name]);
+      const row = rows[0] as { last_tick: Date; now: Date } | undefined;
+      // Deleted under us (or registration failed): nothing to commit.
+      if (!row) return undefined;
       this.skewMs = row.now.getTime() - Date.now();
       const ticks = dueTicks(schedule.pattern, row.last_tick, row.now, schedule.backfill);
       const next = nextTick(schedule.pattern, row.now);
       let ids: string[] = [];
       if (ticks.length > 0) {
-        const result = await client.query<{ id: string }>(this.queries.enqueueTicks, [
+        const result = await tx.query(this.queries.enqueueTicks, [
           schedule.name, schedule.queue, schedule.payload, schedule.maxAttempts, schedule.task, schedule.priority,
           ticks.map((t) => t.toISOString()),
         ]);
-        ids = result.rows.map((r) => r.id);
-        await client.query(this.queries.advance, [schedule.name, ticks.at(-1), next]);
+        ids = result.rows.map((r: { id: string }) => r.id);
+        await tx.query(this.queries.advance, [schedule.name, ticks.at(-1), next]);
       }
-      await client.query('COMMIT');
-      if (ids.length > 0) {
-        this.enqueued(ticks.map((tick, i) => ({ schedule: schedule.name, tick, jobId: ids[i]! })));
-      }
-      return next;
-    } catch (err) {
-      await client.query('ROLLBACK').catch(() => {});
-      throw err;
-    } finally {
-      client.release();
+      return { ticks, next, ids };
+    });
+    if (!outcome) {
+      // Publish again, and come back soon.
+      await this.register();
+      return new Date(Date.now() + this.skewMs + 1_000);
     }
+    const { ticks, next, ids } = outcome;
+    if (ids.length > 0) {
+      this.enqueued(ticks.map((tick, i) => ({ schedule: schedule.name, tick, jobId: ids[i]! })));
+    }
+    return next;
   }
 }
 

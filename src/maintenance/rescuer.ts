@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import type { Queryable } from '../db/executor.js';
 import type { Queries } from '../db/queries.js';
 import { channelFor } from '../db/identifiers.js';
 import type { PeriodicTask } from './runner.js';
@@ -17,19 +17,19 @@ const BATCH = 1_000;
  * Rescued jobs that go back to pending wake the workers of their queues.
  */
 export async function rescueExpired(
-  pool: pg.Pool,
+  db: Queryable,
   queries: Queries,
   visibilityTimeoutMs: number,
 ): Promise<RescuedJob[]> {
-  const { rows } = await pool.query<RescuedJob>(queries.rescue, [visibilityTimeoutMs, BATCH]);
+  const { rows } = (await db.query(queries.rescue, [visibilityTimeoutMs, BATCH])) as { rows: RescuedJob[] };
   const queues = [...new Set(rows.filter((r) => r.status === 'pending').map((r) => r.queue))];
-  if (queues.length > 0) await pool.query(queries.notify, [channelFor(queries.schema), queues]);
+  if (queues.length > 0) await db.query(queries.notify, [channelFor(queries.schema), queues]);
   return rows;
 }
 
 /** rescueExpired as a leader task: runs on one worker of the cluster, every `intervalMs`. */
 export function rescuerTask(
-  pool: pg.Pool,
+  db: Queryable,
   queries: Queries,
   visibilityTimeoutMs: number,
   intervalMs: number,
@@ -39,7 +39,7 @@ export function rescuerTask(
     name: 'rescuer',
     intervalMs,
     run: async () => {
-      const jobs = await rescueExpired(pool, queries, visibilityTimeoutMs);
+      const jobs = await rescueExpired(db, queries, visibilityTimeoutMs);
       if (jobs.length > 0) rescued(jobs);
     },
   };

@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import type { Queryable } from '../db/executor.js';
 import type { ResolvedWorkerConfig } from '../config.js';
 import { Lease } from './lease.js';
 import { prunerTask, type PruneResult } from './pruner.js';
@@ -17,7 +17,7 @@ interface MaintenanceSink {
  * was told to take no part (`maintenance: false`).
  */
 export function createMaintenance(
-  pool: pg.Pool,
+  db: Queryable,
   config: ResolvedWorkerConfig,
   rescuer: PeriodicTask,
   sink: MaintenanceSink,
@@ -27,9 +27,9 @@ export function createMaintenance(
   if (!maintenance) return undefined;
   const queries = buildMaintenanceQueries(config.schema);
   const tasks: PeriodicTask[] = [rescuer];
-  if (maintenance.pruner) tasks.push(prunerTask(pool, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r)));
+  if (maintenance.pruner) tasks.push(prunerTask(db, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r)));
   tasks.push(...maintenance.tasks);
-  const runner = new MaintenanceRunner(new Lease(pool, queries, config.workerId, maintenance.leaseMs), tasks);
+  const runner = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs), tasks);
   runner.on('leader:elected', () => sink.emit('leader:elected'));
   runner.on('leader:lost', () => sink.emit('leader:lost'));
   runner.on('task:error', (_name, err) => error(err));

@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import type { Driver } from '../db/driver.js';
 import type { Queries } from '../db/queries.js';
 
 /**
@@ -12,7 +12,7 @@ export class Heartbeat {
   private beating = false;
 
   constructor(
-    private readonly pool: pg.Pool,
+    private readonly db: Driver,
     private readonly queries: Queries,
     private readonly workerId: string,
     private readonly intervalMs: number,
@@ -37,11 +37,7 @@ export class Heartbeat {
     if (ids.length === 0 || this.beating) return;
     this.beating = true;
     try {
-      const { rows } = await this.pool.query<{ id: string }>({
-        name: this.statementName,
-        text: this.queries.heartbeat,
-        values: [this.workerId, ids],
-      });
+      const { rows } = await this.db.query<{ id: string }>(this.queries.heartbeat, [this.workerId, ids], this.statementName);
       const kept = new Set(rows.map((r) => r.id));
       // A job may have finished while the statement ran; only still-running ones count.
       const still = new Set(this.runningIds());

@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import type { Queryable } from '../db/executor.js';
 import type { ResolvedWorkerConfig } from '../config.js';
 import { traceHandler } from '../tracing.js';
 import { logWorkerEvents } from './log-events.js';
@@ -17,7 +17,7 @@ export interface Instrumentation {
  * installed. Everything hangs off the worker's events except tracing, which wraps
  * each handler once here.
  */
-export async function instrumentWorker(worker: Worker, config: ResolvedWorkerConfig, pool: pg.Pool): Promise<Instrumentation> {
+export async function instrumentWorker(worker: Worker, config: ResolvedWorkerConfig, db: Queryable): Promise<Instrumentation> {
   const detach: (() => void | Promise<void>)[] = [];
   if (config.logger) detach.push(logWorkerEvents(worker, config.logger));
 
@@ -33,7 +33,7 @@ export async function instrumentWorker(worker: Worker, config: ResolvedWorkerCon
     ]);
     const metrics = config.metrics.collector ?? new SluiceMetrics();
     detach.push(observeWorker(worker, metrics));
-    metrics.watchSchema(config.schema, pool);
+    metrics.watchSchema(config.schema, db);
     detach.push(() => metrics.unwatchSchema(config.schema));
     if (config.metrics.port !== undefined) {
       const { serveMetrics } = await import('../metrics/server.js');

@@ -1,5 +1,5 @@
-import type pg from 'pg';
 import type { ResolvedWorkerConfig } from '../config.js';
+import type { Driver } from '../db/driver.js';
 import type { Queries } from '../db/queries.js';
 import type { JobRow } from '../job.js';
 import { doneChannelFor } from '../db/identifiers.js';
@@ -75,7 +75,7 @@ export class Producer {
   private readonly statements: { one: { name: string; text: string }; many: { name: string; text: string } };
 
   constructor(
-    private readonly pool: pg.Pool,
+    private readonly db: Driver,
     private readonly queries: Queries,
     private readonly config: ResolvedWorkerConfig,
     private readonly buffer: ResultBuffer,
@@ -204,21 +204,19 @@ export class Producer {
     // out of the common claim, so a backlog in unlimited queues cannot starve them.
     const plainLimit = limit - Math.min(plan.limited.length, Math.floor(limit / 2));
     try {
-      const { rows } = await this.pool.query<CycleRow>({
-        // One queue to claim from (or none: a write-only cycle) takes the form whose
-        // plan walks the dequeue index in order.
-        ...this.cycleStatement(plan.plain.length <= 1 ? 'one' : 'many'),
-        values: [
-          this.config.workerId,
-          ...batchParams(batch),
-          plan.plain,
-          [...this.config.tasks.keys()],
-          plainLimit,
-          // Added by migration 0002, after the claim's parameters so those keep their numbers.
-          resultsParam(batch),
-          doneChannelFor(this.queries.schema),
-        ],
-      });
+      // One queue to claim from (or none: a write-only cycle) takes the form whose
+      // plan walks the dequeue index in order.
+      const statement = this.cycleStatement(plan.plain.length <= 1 ? 'one' : 'many');
+      const { rows } = await this.db.query<CycleRow>(statement.text, [
+        this.config.workerId,
+        ...batchParams(batch),
+        plan.plain,
+        [...this.config.tasks.keys()],
+        plainLimit,
+        // Added by migration 0002, after the claim's parameters so those keep their numbers.
+        resultsParam(batch),
+        doneChannelFor(this.queries.schema),
+      ], statement.name);
       this.failures = 0;
       const first = rows[0];
       if (batch.completed.length + batch.failed.length > 0) {
@@ -266,11 +264,8 @@ export class Producer {
       const max = Math.min(this.hooks.freeSlotsIn(queue), this.config.batchSize);
       if (max <= 0) continue;
       try {
-        const { rows } = await this.pool.query<JobRow>({
-          name: `sluice-claim-limited-${this.queries.schema}`,
-          text: this.queries.claimLimited,
-          values: [this.config.workerId, queue, [...this.config.tasks.keys()], max],
-        });
+        const { rows } = await this.db.query<JobRow>(this.queries.claimLimited,
+          [this.config.workerId, queue, [...this.config.tasks.keys()], max], `sluice-claim-limited-${this.queries.schema}`);
         if (rows.length >= max) more = true;
         if (rows.length > 0) this.hooks.claimed(rows);
       } catch (err) {

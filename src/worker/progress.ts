@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import type { Queryable } from '../db/executor.js';
 import type { Queries } from '../db/queries.js';
 
 /**
@@ -14,7 +14,7 @@ export class ProgressWriter {
   private stopped = false;
 
   constructor(
-    private readonly pool: pg.Pool,
+    private readonly db: Queryable,
     private readonly queries: Queries,
     private readonly workerId: string,
     private readonly intervalMs: number,
@@ -46,7 +46,7 @@ export class ProgressWriter {
     this.pending = new Map();
     this.lastWrite = Date.now();
     try {
-      await this.pool.query(this.queries.progress, [this.workerId, [...batch.keys()], [...batch.values()]]);
+      await this.db.query(this.queries.progress, [this.workerId, [...batch.keys()], [...batch.values()]]);
     } catch (err) {
       this.error(err);
     }

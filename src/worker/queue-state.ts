@@ -1,4 +1,4 @@
-import type pg from 'pg';
+import type { Queryable } from '../db/executor.js';
 import type { Queries } from '../db/queries.js';
 
 interface QueueStateRow {
@@ -34,7 +34,7 @@ export class QueueState {
   private again = false;
 
   constructor(
-    private readonly pool: pg.Pool,
+    private readonly db: Queryable,
     private readonly queries: Queries,
     private readonly queues: string[],
     private readonly localLimits: ReadonlyMap<string, number>,
@@ -70,7 +70,7 @@ export class QueueState {
       do {
         this.again = false;
         try {
-          const { rows } = await this.pool.query<QueueStateRow>(this.queries.queueState, [this.queues]);
+          const { rows } = (await this.db.query(this.queries.queueState, [this.queues])) as { rows: QueueStateRow[] };
           this.current = this.plan(rows);
           this.changed();
         } catch (err) {

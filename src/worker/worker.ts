@@ -1,11 +1,12 @@
 import { EventEmitter } from 'node:events';
 import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from '../config.js';
-import { openPool, type PoolHandle } from '../db/connection.js';
+import type { Driver } from '../db/driver.js';
+import { openDriver } from '../db/drivers/open.js';
 import { buildQueries, type Queries } from '../db/queries.js';
 import { channelFor } from '../db/identifiers.js';
 import { JobCancelledError, SluiceError, wrapDatabaseError, type Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
-import { Notifier, openListenConnection, type ControlMessage, type HeldConnection } from '../notifier.js';
+import { Notifier, type ControlMessage } from '../notifier.js';
 import { rescuerTask, type RescuedJob } from '../maintenance/rescuer.js';
 import { createMaintenance } from '../maintenance/worker-maintenance.js';
 import { instrumentWorker, type Instrumentation } from './instrumentation.js';
@@ -95,7 +96,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   /** Claimed (prefetched) jobs waiting for a free slot, in claim order. */
   private readonly waiting = new Map<string, JobRow>();
   private readonly buffer = new ResultBuffer();
-  private handle: PoolHandle | undefined;
+  private db: Driver | undefined;
   private producer: Producer | undefined;
   private notifier: Notifier | undefined;
   private heartbeat: Heartbeat | undefined;
@@ -147,15 +148,21 @@ export class Worker extends EventEmitter<WorkerEvents> {
     if (this.state !== 'idle') throw new SluiceError('CONFIG', 'a Worker can be started once');
     this.state = 'running';
     const config = this.config;
-    this.handle = openPool(this.options, POOL_SIZE, 'sluice-worker');
-    const pool = this.handle.pool;
+    let db: Driver;
+    try {
+      db = await openDriver(config.driver, this.options, POOL_SIZE, 'sluice-worker');
+    } catch (err) {
+      this.state = 'stopped';
+      throw err;
+    }
+    this.db = db;
     const onError = (err: unknown) => this.reportError(err);
 
     // Workers that listen hear of pause/limit changes at once; the timer is the
     // fallback for missed notifications, and the only source for those that poll.
-    this.queueState = new QueueState(pool, this.queries, config.queues, config.queueConcurrency,
+    this.queueState = new QueueState(db, this.queries, config.queues, config.queueConcurrency,
       config.listen ? 30_000 : config.pollIntervalMs, () => this.producer?.wake(), onError);
-    this.producer = new Producer(pool, this.queries, config, this.buffer, {
+    this.producer = new Producer(db, this.queries, config, this.buffer, {
       capacity: () => this.capacity(),
       freeSlots: () => this.capacity() - this.running.size - this.waiting.size,
       freeSlotsIn: (queue) => this.freeSlotsIn(queue),
@@ -171,24 +178,24 @@ export class Worker extends EventEmitter<WorkerEvents> {
     // Finished jobs whose results are not written yet (Postgres unreachable, say)
     // are still this worker's: heartbeat them too, or they would be rescued and run
     // again once the outage outlasts the visibility timeout.
-    this.heartbeat = new Heartbeat(pool, this.queries, config.workerId, config.heartbeatIntervalMs,
+    this.heartbeat = new Heartbeat(db, this.queries, config.workerId, config.heartbeatIntervalMs,
       config.preparedStatements ? `sluice-heartbeat-${config.schema}` : undefined,
       () => [...this.heldJobIds, ...this.buffer.ids()], (ids) => this.lockLost(ids), onError);
-    const rescuer = rescuerTask(pool, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
+    const rescuer = rescuerTask(db, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
       for (const job of jobs) this.emit('job:rescue', job);
       this.emit('jobs:rescued', jobs);
       this.producer?.wake();
     });
-    this.maintenance = createMaintenance(pool, config, rescuer, this, onError);
-    this.progress = new ProgressWriter(pool, this.queries, config.workerId, config.progressIntervalMs, onError);
+    this.maintenance = createMaintenance(db, config, rescuer, this, onError);
+    this.progress = new ProgressWriter(db, this.queries, config.workerId, config.progressIntervalMs, onError);
     if (config.schedules.length > 0) {
-      this.cron = new CronRunner(pool, config.schema, config.schedules, (ticks) => this.emit('cron:enqueued', ticks), onError);
+      this.cron = new CronRunner(db, config.schema, config.schedules, (ticks) => this.emit('cron:enqueued', ticks), onError);
     }
 
-    this.instrumentation = await instrumentWorker(this, config, pool);
+    this.instrumentation = await instrumentWorker(this, config, db);
 
     if (config.listen) {
-      this.notifier = new Notifier(() => this.listenConnection(), channelFor(config.schema));
+      this.notifier = new Notifier(db, channelFor(config.schema));
       this.notifier.on('wake', (hint) => {
         if (hint.queue === '' || config.queues.includes(hint.queue)) this.producer?.wakeAt(hint.runAt);
       });
@@ -218,7 +225,8 @@ export class Worker extends EventEmitter<WorkerEvents> {
    * spending their attempt. Writes every buffered result before resolving.
    */
   stop(): Promise<void> {
-    if (this.state === 'idle') {
+    // Never started, or start() failed before anything ran.
+    if (this.state === 'idle' || !this.db) {
       this.state = 'stopped';
       return Promise.resolve();
     }
@@ -254,12 +262,12 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const toRelease = [...unfinished.map((j) => j.job.id), ...notStarted.map((j) => j.id)];
     if (toRelease.length > 0) {
       try {
-        const { rows } = await this.handle!.pool.query<{ id: string; queue: string }>(this.queries.release, [
+        const { rows } = await this.db!.query<{ id: string; queue: string }>(this.queries.release, [
           this.config.workerId,
           toRelease,
         ]);
         const queues = [...new Set(rows.map((r) => r.queue))];
-        if (queues.length > 0) await this.handle!.pool.query(this.queries.notify, [channelFor(this.config.schema), queues]);
+        if (queues.length > 0) await this.db!.query(this.queries.notify, [channelFor(this.config.schema), queues]);
       } catch (err) {
         // The rescuer of another worker returns them after the visibility timeout.
         this.reportError(err);
@@ -267,7 +275,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     }
     this.running.clear();
     await this.instrumentation?.stop();
-    await this.handle!.end();
+    await this.db!.end();
     this.state = 'stopped';
   }
 
@@ -409,7 +417,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private snooze(job: JobRow, snooze: Snooze): void {
     const write = (async () => {
       try {
-        const { rows } = await this.handle!.pool.query<{ run_at: Date }>(this.queries.snooze, [
+        const { rows } = await this.db!.query<{ run_at: Date }>(this.queries.snooze, [
           this.config.workerId, job.id, job.attempts, snooze.runAt, snooze.delayMs,
         ]);
         if (rows[0]) {
@@ -445,9 +453,5 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private reportError(err: unknown): void {
     const wrapped = wrapDatabaseError(err, 'worker');
     if (this.listenerCount('error') > 0) this.emit('error', wrapped);
-  }
-
-  private listenConnection(): Promise<HeldConnection> {
-    return openListenConnection(this.config.listenConnectionString ?? this.options.connectionString, this.options.pool);
   }
 }

@@ -1,0 +1,32 @@
+import type { Queryable } from './executor.js';
+
+/**
+ * What the worker needs from a Postgres driver, and nothing more: run a
+ * statement, hold one LISTEN, and close. `pg` and postgres.js each implement it
+ * in src/db/drivers/, so the worker runs on either without knowing which.
+ */
+export interface Driver extends Queryable {
+  /**
+   * Runs a parameterised statement and returns its rows. `name` asks for a named
+   * prepared statement (parsed once per connection) where the driver needs to be
+   * told; a driver that prepares every statement anyway ignores it.
+   */
+  query<T = any>(text: string, values?: unknown[], name?: string): Promise<{ rows: T[] }>;
+  /** Runs `fn` in a transaction on one connection: COMMIT when it resolves, ROLLBACK when it throws. */
+  transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
+  /** LISTENs on `channel` over a connection of its own; resolves once LISTEN is in place. */
+  listen(channel: string, handlers: ListenHandlers): Promise<Listening>;
+  /** Closes the connections this driver opened (a pool or `sql` the caller gave is left open). */
+  end(): Promise<void>;
+}
+
+export interface ListenHandlers {
+  notification(payload: string | undefined): void;
+  /** The LISTEN connection is gone for good; the caller opens a new one with listen(). */
+  lost(err: Error): void;
+}
+
+export interface Listening {
+  /** UNLISTEN and give the connection back. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,23 @@
+import type { DriverName } from '../../config.js';
+import type { Driver } from '../driver.js';
+import type { PgDriverOptions } from './pg.js';
+import type { PostgresJsSql } from './postgres-js.js';
+
+export interface DriverConnection extends Partial<Pick<PgDriverOptions, 'pool'>> {
+  connectionString?: string;
+  sql?: PostgresJsSql;
+  listenConnectionString?: string;
+}
+
+/**
+ * Opens the driver a worker asked for. Each is imported on demand, so a process
+ * that uses only one never loads the other library.
+ */
+export async function openDriver(name: DriverName, connection: DriverConnection, max: number, applicationName: string): Promise<Driver> {
+  if (name === 'postgres.js') {
+    const { postgresJsDriver } = await import('./postgres-js.js');
+    return postgresJsDriver({ ...connection, max, applicationName });
+  }
+  const { pgDriver } = await import('./pg.js');
+  return pgDriver({ ...connection, max, applicationName });
+}
