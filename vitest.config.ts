@@ -1,16 +1,31 @@
 import { defineConfig } from 'vitest/config';
 
+/** Settings every project shares. */
+const shared = {
+  // Need the Debian package pgbouncer: `npm run test:pgbouncer` (vitest.pgbouncer.config.ts).
+  exclude: ['tests/pgbouncer/**', 'node_modules/**'],
+  globalSetup: ['tests/helpers/global-setup.ts'],
+  pool: 'forks' as const,
+  // Each file works in its own schema, so files run in parallel safely.
+  fileParallelism: true,
+  testTimeout: 60_000,
+  hookTimeout: 60_000,
+};
+
 export default defineConfig({
   test: {
-    include: ['tests/**/*.test.ts'],
-    // Need the Debian package pgbouncer: `npm run test:pgbouncer` (vitest.pgbouncer.config.ts).
-    exclude: ['tests/pgbouncer/**', 'node_modules/**'],
-    globalSetup: ['tests/helpers/global-setup.ts'],
     reporters: ['default', './tests/helpers/summary-reporter.ts'],
-    pool: 'forks',
-    // Each file works in its own schema, so files run in parallel safely.
-    fileParallelism: true,
-    testTimeout: 60_000,
-    hookTimeout: 60_000,
+    projects: [
+      { test: { ...shared, name: 'pg', include: ['tests/**/*.test.ts'] } },
+      // The worker-level tests once more, with the worker on postgres.js.
+      {
+        test: {
+          ...shared,
+          name: 'postgres.js',
+          include: ['tests/worker.test.ts', 'tests/processes.test.ts'],
+          env: { SLUICE_TEST_DRIVER: 'postgres.js' },
+        },
+      },
+    ],
   },
 });

@@ -2,27 +2,33 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Queue, Worker, ConfigError, PermanentFailure, type WorkerOptions, type JobRow } from '../src/index.js';
 import { rescueExpired } from '../src/maintenance/rescuer.js';
 import { buildQueries } from '../src/db/queries.js';
+import type { Driver } from '../src/db/driver.js';
 import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
+import { openTestDriver, TEST_DRIVER } from './helpers/driver.js';
 
 let db: TestDatabase;
 let queue: Queue;
+/** The driver under test, for calling worker internals (the rescuer) directly. */
+let driver: Driver;
 const workers: Worker[] = [];
 
 beforeAll(async () => {
   db = await createTestSchema('worker');
   queue = new Queue({ pool: db.pool, schema: db.schema });
+  driver = await openTestDriver(db.url);
 });
 afterEach(async () => {
   await Promise.all(workers.splice(0).map((w) => w.stop()));
 });
 afterAll(async () => {
   await queue.close();
+  await driver.end();
   await db.drop();
 });
 
 /** A started worker on this file's schema; stopped after each test. */
 async function startWorker(options: Omit<WorkerOptions, 'connectionString' | 'schema'>): Promise<Worker> {
-  const worker = new Worker({ connectionString: db.url, schema: db.schema, ...options });
+  const worker = new Worker({ connectionString: db.url, schema: db.schema, driver: TEST_DRIVER, ...options });
   worker.on('error', () => {});
   workers.push(worker);
   await worker.start();
@@ -165,7 +171,7 @@ describe('Worker', () => {
     // Rescue as aggressively as the timeout allows, for several timeouts' worth of time.
     const { rows } = await db.pool.query('SELECT clock_timestamp() AS t');
     await waitFor(async () => {
-      await rescueExpired(db.pool, buildQueries(db.schema), 1_000);
+      await rescueExpired(driver, buildQueries(db.schema), 1_000);
       const now = await db.pool.query('SELECT clock_timestamp() AS t');
       return now.rows[0].t.getTime() - rows[0].t.getTime() > 3_000;
     }, 'three visibility timeouts to pass', 10_000);
@@ -190,7 +196,7 @@ describe('Worker', () => {
     const id = await queue.enqueue('slow', {}, { queue: 'stolen' });
     await startedA.promise;
     // Simulate A's heartbeat going stale: rescue with a zero timeout.
-    const rescued = await rescueExpired(db.pool, buildQueries(db.schema), 0);
+    const rescued = await rescueExpired(driver, buildQueries(db.schema), 0);
     expect(rescued.map((r) => r.id)).toContain(id);
     const b = await startWorker({ queues: ['stolen'], workerId: 'worker-B', tasks: { slow: async () => {} } });
     await nextEvent(b, 'job:complete');
@@ -262,5 +268,8 @@ describe('Worker', () => {
     expect(() => new Worker({ ...base, visibilityTimeoutMs: 2_000, heartbeatIntervalMs: 1_500 })).toThrow(ConfigError);
     expect(() => new Worker({ ...base, concurency: 3 } as never)).toThrow(/unknown option "concurency"/);
     expect(() => new Worker({ tasks: { t: async () => {} } })).toThrow(ConfigError);
+    expect(() => new Worker({ ...base, driver: 'mysql' as never })).toThrow(/driver must be 'pg' or 'postgres.js'/);
+    expect(() => new Worker({ ...base, pool: db.pool, driver: 'postgres.js' })).toThrow(ConfigError);
+    expect(() => new Worker({ ...base, sql: {} as never })).toThrow(/postgres.js instance/);
   });
 });
