@@ -17,12 +17,12 @@ export default defineConfig({
     reporters: ['default', './tests/helpers/summary-reporter.ts'],
     projects: [
       { test: { ...shared, name: 'pg', include: ['tests/**/*.test.ts'] } },
-      // The worker-level tests once more, with the worker on postgres.js.
+      // The tests that run workers through tests/helpers/driver.ts, once more on postgres.js.
       {
         test: {
           ...shared,
           name: 'postgres.js',
-          include: ['tests/worker.test.ts', 'tests/processes.test.ts'],
+          include: ['tests/worker.test.ts', 'tests/processes.test.ts', 'tests/results.test.ts', 'tests/unique-jobs.test.ts'],
           env: { SLUICE_TEST_DRIVER: 'postgres.js' },
         },
       },

@@ -35,7 +35,10 @@ export interface WorkerOptions extends ConnectionOptions {
    * `postgres` package). Implied by `pool` (pg) or `sql` (postgres.js).
    */
   driver?: DriverName;
-  /** An existing postgres.js instance, `postgres(url)`; Sluice never ends it. */
+  /**
+   * A postgres.js instance, `postgres(url, options)`, instead of `connectionString`:
+   * the worker opens its own connections with the same settings and never ends yours.
+   */
   sql?: PostgresJsSql;
   /** Task name → handler (or { handler, timeoutMs }). Only these tasks are claimed. */
   tasks: TaskList;

@@ -1,6 +1,7 @@
 import { afterAll, afterEach, beforeAll } from 'vitest';
 import { Queue, Worker, type WorkerOptions } from '../../src/index.js';
 import { createTestSchema, type TestDatabase } from './database.js';
+import { TEST_DRIVER } from './driver.js';
 
 export interface WorkerFixture {
   db: TestDatabase;
@@ -17,7 +18,9 @@ export function useWorkers(prefix: string): WorkerFixture {
   const workers: Worker[] = [];
   const fixture = {
     async start(options: Omit<WorkerOptions, 'connectionString' | 'schema'>, before?: (worker: Worker) => void) {
-      const worker = new Worker({ connectionString: fixture.db.url, schema: fixture.db.schema, ...options });
+      const worker = new Worker({
+        connectionString: fixture.db.url, schema: fixture.db.schema, driver: TEST_DRIVER, ...options,
+      });
       worker.on('error', () => {});
       before?.(worker);
       workers.push(worker);

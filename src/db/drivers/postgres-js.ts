@@ -6,7 +6,7 @@ import type { Queryable } from '../executor.js';
 
 export interface PostgresJsDriverOptions {
   connectionString?: string;
-  /** The caller's postgres.js instance; Sluice never ends it. */
+  /** The caller's postgres.js instance: its settings are copied; it is neither used nor ended. */
   sql?: PostgresJsSql;
   /** LISTEN through this URL instead (e.g. when `connectionString` goes through a transaction-mode pooler). */
   listenConnectionString?: string;
@@ -45,9 +45,23 @@ async function loadPostgres(): Promise<Postgres> {
   }
 }
 
+/** Sluice hands JSON over as text already; postgres.js would JSON.stringify it a second time. */
+const jsonText = (x: unknown) => (typeof x === 'string' ? x : JSON.stringify(x));
+
+interface ParsedOptions {
+  serializers: Record<number, unknown>;
+  connection: Record<string, unknown>;
+}
+
 /**
  * The worker's driver on postgres.js. postgres.js prepares every statement on
  * its own, so statement names are not needed.
+ *
+ * The driver always talks through instances of its own. postgres.js serialises
+ * a json/jsonb parameter with JSON.stringify, while Sluice's statements pass JSON
+ * that is already text (payloads, results): its instances send that text as is.
+ * Given the caller's `sql`, they copy its settings (host, credentials, TLS) and
+ * leave the caller's instance untouched.
  *
  * LISTEN does not use `sql.listen()`: that re-LISTENs after a reconnect on its
  * own but silently gives up when the reconnect fails, and a first LISTEN that
@@ -57,28 +71,45 @@ async function loadPostgres(): Promise<Postgres> {
  */
 export async function postgresJsDriver(options: PostgresJsDriverOptions): Promise<Driver> {
   const postgres = await loadPostgres();
-  const owned = !options.sql;
-  const sql: Sql = (options.sql as unknown as Sql | undefined) ?? postgres(options.connectionString!, {
-    max: options.max,
-    connection: { application_name: options.applicationName },
-    onnotice: () => {},
-  });
+
+  function instance(settings: Record<string, unknown>, url = options.connectionString): Sql {
+    const connection = { application_name: settings.application_name };
+    delete settings.application_name;
+    if (!options.sql) {
+      const types = { sluiceJson: { to: 3802, from: [114, 3802], serialize: jsonText, parse: JSON.parse } };
+      return postgres(url!, { ...settings, types, connection, onnotice: () => {} } as Options<{}>);
+    }
+    // Reuse the caller's parsed options (what postgres.js's own listen() does), with
+    // our json serialisers. Array serialisers are dropped: postgres.js registers
+    // them again, bound to this instance's element serialisers.
+    const parsed = options.sql.options as ParsedOptions;
+    const serializers: Record<number, unknown> = { ...parsed.serializers, 114: jsonText, 3802: jsonText };
+    // 199 and 3807 are json[] and jsonb[].
+    delete serializers[199];
+    delete serializers[3807];
+    return postgres({
+      ...(parsed as object),
+      serializers,
+      onnotice: () => {},
+      ...settings,
+      connection: { ...parsed.connection, ...connection },
+    } as unknown as Options<{}>);
+  }
+
+  const sql = instance({ max: options.max, application_name: options.applicationName });
 
   function listenInstance(onnotify: (channel: string, payload: string) => void, onclose: () => void): Sql {
     // onnotify is read by postgres.js (its own listen() uses it) but missing from its types.
     const settings = {
       max: 1,
-      idle_timeout: 0,
+      idle_timeout: null,
       max_lifetime: null,
       fetch_types: false,
-      connection: { application_name: `${options.applicationName}-listen` },
-      onnotice: () => {},
+      application_name: `${options.applicationName}-listen`,
       onnotify,
       onclose,
-    } as Options<{}>;
-    const url = options.listenConnectionString ?? options.connectionString;
-    // Without a URL, reuse the caller's parsed options (what postgres.js's own listen() does).
-    return url ? postgres(url, settings) : postgres({ ...(sql.options as unknown as Options<{}>), ...settings });
+    };
+    return instance(settings, options.listenConnectionString ?? options.connectionString);
   }
 
   return {
@@ -118,8 +149,6 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
       };
     },
 
-    async end() {
-      if (owned) await sql.end({ timeout: 5 });
-    },
+    end: () => sql.end({ timeout: 5 }),
   };
 }
