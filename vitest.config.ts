@@ -22,7 +22,8 @@ export default defineConfig({
         test: {
           ...shared,
           name: 'postgres.js',
-          include: ['tests/worker.test.ts', 'tests/processes.test.ts', 'tests/results.test.ts', 'tests/unique-jobs.test.ts'],
+          include: ['tests/worker.test.ts', 'tests/processes.test.ts', 'tests/results.test.ts', 'tests/unique-jobs.test.ts',
+            'tests/cron.test.ts'],
           env: { SLUICE_TEST_DRIVER: 'postgres.js' },
         },
       },
