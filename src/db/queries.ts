@@ -172,13 +172,16 @@ function cycleStatement(jobs: string, queues: string, queueFilter: 'queue = ($9:
 
 const ENQUEUE_COLUMNS = 'queue, task, payload, run_at, max_attempts, priority, trace_context';
 /** $1..$8 of a single enqueue, typed so that they also work in INSERT ... SELECT. */
-const ENQUEUE_VALUES = `$1::text, $2::text, $3::jsonb,
-  coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond', $6::int, $7::int, $8::jsonb`;
+const ENQUEUE_VALUES = `$1::text, $2::text, $3::text::jsonb,
+  coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond', $6::int, $7::int, $8::text::jsonb`;
 
 export function buildQueries(schema: string): Queries {
   const s = quoteSchema(schema);
   const jobs = `${s}.jobs`;
   const queues = `${s}.queues`;
+  // JSON parameters of the enqueue statements are cast from text ($n::text::jsonb):
+  // they can run on a caller's postgres.js connection (a transaction adapter),
+  // which would otherwise JSON.stringify the already-encoded text a second time.
   return {
     schema,
 
@@ -208,8 +211,8 @@ export function buildQueries(schema: string): Queries {
     enqueueMany: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority, trace_context)
       SELECT j.queue, j.task, j.payload,
              coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
-             j.max_attempts, j.priority, $2::jsonb
-      FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (queue text, task text, payload jsonb,
+             j.max_attempts, j.priority, $2::text::jsonb
+      FROM ROWS FROM (jsonb_to_recordset($1::text::jsonb) AS (queue text, task text, payload jsonb,
              run_at timestamptz, delay_ms float8, max_attempts int, priority int))
         WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority, ord)
       ORDER BY j.ord
@@ -219,7 +222,7 @@ export function buildQueries(schema: string): Queries {
     // does the INSERT ... ON CONFLICT on jobs_job_key_idx and the keep / replace /
     // error choice in one place for SQL and JS callers alike. Plain jobs keep the
     // cheaper statements above.
-    enqueueKeyed: `SELECT ${s}.enqueue_job($1, $3::jsonb,
+    enqueueKeyed: `SELECT ${s}.enqueue_job($1, $3::text::jsonb,
         coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond',
         $6, $2, $7, $8, $9, $10)::text AS id`,
 
@@ -231,7 +234,7 @@ export function buildQueries(schema: string): Queries {
         SELECT j.ord, ${s}.enqueue_job(j.queue, j.payload,
                coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
                j.max_attempts, j.task, j.priority, j.job_key, j.job_key_mode, j.while_processing) AS id
-        FROM ROWS FROM (jsonb_to_recordset($1::jsonb) AS (queue text, task text, payload jsonb,
+        FROM ROWS FROM (jsonb_to_recordset($1::text::jsonb) AS (queue text, task text, payload jsonb,
                run_at timestamptz, delay_ms float8, max_attempts int, priority int,
                job_key text, job_key_mode text, while_processing bool))
           WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority,

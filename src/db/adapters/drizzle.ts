@@ -1,0 +1,40 @@
+import { sql, type SQL } from 'drizzle-orm';
+import type { Queryable } from '../executor.js';
+
+/** A Drizzle database or transaction, on node-postgres or postgres.js. */
+export interface DrizzleLike {
+  execute(query: SQL): PromiseLike<unknown>;
+}
+
+/** Sluice's `$n` text as a Drizzle SQL object, each value bound as one parameter. */
+function toSql(text: string, values: readonly unknown[]): SQL {
+  const chunks: SQL[] = [];
+  let last = 0;
+  for (const match of text.matchAll(/\$(\d+)/g)) {
+    chunks.push(sql.raw(text.slice(last, match.index)));
+    // sql.param, not ${value}: Drizzle would spread an array into a list.
+    chunks.push(sql`${sql.param(values[Number(match[1]) - 1])}`);
+    last = match.index + match[0].length;
+  }
+  chunks.push(sql.raw(text.slice(last)));
+  return sql.join(chunks);
+}
+
+/**
+ * Enqueue inside a Drizzle transaction (drivers node-postgres and postgres-js).
+ *
+ * @example
+ *   await db.transaction(async (tx) => {
+ *     await tx.insert(users).values({ email });
+ *     await queue.enqueue('send_welcome', { email }, { tx: drizzleAdapter(tx) });
+ *   });
+ */
+export function drizzleAdapter(db: DrizzleLike): Queryable {
+  return {
+    async query(text, values = []) {
+      const result = await db.execute(toSql(text, values));
+      // node-postgres returns a QueryResult, postgres.js an array of rows.
+      return { rows: Array.isArray(result) ? [...result] : (result as { rows: any[] }).rows };
+    },
+  };
+}

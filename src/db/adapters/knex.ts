@@ -1,0 +1,26 @@
+import type { Queryable } from '../executor.js';
+import { toQuestionMarks } from './placeholders.js';
+
+/** A Knex instance or transaction (`trx`) on the pg client. */
+export interface KnexLike {
+  raw(text: string, bindings: readonly any[]): PromiseLike<unknown>;
+}
+
+/**
+ * Enqueue inside a Knex transaction.
+ *
+ * @example
+ *   await knex.transaction(async (trx) => {
+ *     await trx('users').insert({ email });
+ *     await queue.enqueue('send_welcome', { email }, { tx: knexAdapter(trx) });
+ *   });
+ */
+export function knexAdapter(knex: KnexLike): Queryable {
+  return {
+    async query(text, values) {
+      const q = toQuestionMarks(text, values);
+      const result = (await knex.raw(q.text, q.values)) as { rows: any[] };
+      return { rows: result.rows };
+    },
+  };
+}

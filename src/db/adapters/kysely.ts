@@ -1,0 +1,20 @@
+import { CompiledQuery, type Kysely } from 'kysely';
+import type { Queryable } from '../executor.js';
+
+/**
+ * Enqueue inside a Kysely transaction (any Postgres dialect: pg, postgres.js).
+ *
+ * @example
+ *   await db.transaction().execute(async (trx) => {
+ *     await trx.insertInto('users').values({ email }).execute();
+ *     await queue.enqueue('send_welcome', { email }, { tx: kyselyAdapter(trx) });
+ *   });
+ */
+export function kyselyAdapter(db: Pick<Kysely<any>, 'executeQuery'>): Queryable {
+  return {
+    async query(text, values = []) {
+      const result = await db.executeQuery(CompiledQuery.raw(text, values));
+      return { rows: result.rows as any[] };
+    },
+  };
+}

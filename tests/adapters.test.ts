@@ -1,0 +1,269 @@
+import 'reflect-metadata';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import postgres from 'postgres';
+import { Kysely, PostgresDialect } from 'kysely';
+import { pgSchema, serial, text } from 'drizzle-orm/pg-core';
+import { drizzle as drizzlePg } from 'drizzle-orm/node-postgres';
+import { drizzle as drizzlePostgresJs } from 'drizzle-orm/postgres-js';
+import knex from 'knex';
+import { DataSource, EntitySchema as TypeOrmEntity } from 'typeorm';
+import { MikroORM, EntitySchema as MikroEntity } from '@mikro-orm/postgresql';
+import { PrismaPg } from '@prisma/adapter-pg';
+import { PrismaClient } from './prisma/generated/client.js';
+import { Queue, Worker, type Queryable } from '../src/index.js';
+import { channelFor } from '../src/db/identifiers.js';
+import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
+import { kyselyAdapter } from '../src/db/adapters/kysely.js';
+import { drizzleAdapter } from '../src/db/adapters/drizzle.js';
+import { knexAdapter } from '../src/db/adapters/knex.js';
+import { typeormAdapter } from '../src/db/adapters/typeorm.js';
+import { mikroOrmAdapter } from '../src/db/adapters/mikro-orm.js';
+import { prismaAdapter } from '../src/db/adapters/prisma.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { TEST_DRIVER } from './helpers/driver.js';
+
+/** What a test does inside the library's transaction. */
+interface InTransaction {
+  /** The library's transaction, adapted for Sluice. */
+  tx: Queryable;
+  /** Inserts the business row with the library's own API, in the same transaction. */
+  insertUser(name: string): Promise<void>;
+}
+
+/** One library: open it, run a callback in its transaction (commit on return, roll back on throw). */
+interface Library {
+  transaction(fn: (t: InTransaction) => Promise<void>): Promise<void>;
+  close(): Promise<void>;
+}
+
+let db: TestDatabase;
+let queue: Queue;
+const workers: Worker[] = [];
+
+beforeAll(async () => {
+  db = await createTestSchema('adapters');
+  await db.pool.query(`CREATE TABLE ${db.s}.users (id serial PRIMARY KEY, name text NOT NULL UNIQUE)`);
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+});
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop()));
+});
+afterAll(async () => {
+  await queue.close();
+  await db.drop();
+});
+
+const LIBRARIES: Record<string, () => Promise<Library>> = {
+  'postgres.js': async () => {
+    const sql = postgres(db.url, { max: 2, onnotice: () => {} });
+    return {
+      transaction: async (fn) => {
+        await sql.begin((tx) => fn({
+          tx: postgresJsAdapter(tx),
+          insertUser: async (name) => void await tx`INSERT INTO ${tx(db.schema)}.users (name) VALUES (${name})`,
+        }));
+      },
+      close: () => sql.end(),
+    };
+  },
+  kysely: async () => {
+    const kdb = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: db.url, max: 2 }) }) });
+    return {
+      transaction: (fn) => kdb.transaction().execute((trx) => fn({
+        tx: kyselyAdapter(trx),
+        insertUser: async (name) => void await trx.withSchema(db.schema).insertInto('users').values({ name }).execute(),
+      })),
+      close: () => kdb.destroy(),
+    };
+  },
+  'drizzle (node-postgres)': async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 2 });
+    const ddb = drizzlePg(pool);
+    const users = drizzleUsers();
+    return {
+      transaction: (fn) => ddb.transaction((tx) => fn({
+        tx: drizzleAdapter(tx),
+        insertUser: async (name) => void await tx.insert(users).values({ name }),
+      })),
+      close: () => pool.end(),
+    };
+  },
+  'drizzle (postgres-js)': async () => {
+    const sql = postgres(db.url, { max: 2, onnotice: () => {} });
+    const ddb = drizzlePostgresJs(sql);
+    const users = drizzleUsers();
+    return {
+      transaction: (fn) => ddb.transaction((tx) => fn({
+        tx: drizzleAdapter(tx),
+        insertUser: async (name) => void await tx.insert(users).values({ name }),
+      })),
+      close: () => sql.end(),
+    };
+  },
+  knex: async () => {
+    const k = knex({ client: 'pg', connection: db.url, pool: { min: 0, max: 2 } });
+    return {
+      transaction: (fn) => k.transaction((trx) => fn({
+        tx: knexAdapter(trx),
+        insertUser: async (name) => void await trx.withSchema(db.schema).table('users').insert({ name }),
+      })),
+      close: () => k.destroy(),
+    };
+  },
+  'typeorm (EntityManager)': async () => {
+    const ds = await typeormDataSource();
+    return {
+      transaction: (fn) => ds.transaction((manager) => fn({
+        tx: typeormAdapter(manager),
+        insertUser: async (name) => void await manager.insert('User', { name }),
+      })),
+      close: () => ds.destroy(),
+    };
+  },
+  'typeorm (QueryRunner)': async () => {
+    const ds = await typeormDataSource();
+    return {
+      transaction: async (fn) => {
+        const runner = ds.createQueryRunner();
+        await runner.startTransaction();
+        try {
+          await fn({ tx: typeormAdapter(runner), insertUser: async (name) => void await runner.manager.insert('User', { name }) });
+          await runner.commitTransaction();
+        } catch (err) {
+          await runner.rollbackTransaction();
+          throw err;
+        } finally {
+          await runner.release();
+        }
+      },
+      close: () => ds.destroy(),
+    };
+  },
+  'mikro-orm': async () => {
+    const User = new MikroEntity<{ id: number; name: string }>({
+      name: 'User', schema: db.schema, tableName: 'users',
+      properties: { id: { type: 'number', primary: true }, name: { type: 'string' } },
+    });
+    const orm = await MikroORM.init({ clientUrl: db.url, entities: [User], pool: { min: 0, max: 2 }, debug: false });
+    return {
+      transaction: (fn) => orm.em.fork().transactional((em) => fn({
+        tx: mikroOrmAdapter(em),
+        insertUser: async (name) => {
+          em.persist(em.create(User, { name }));
+          await em.flush();
+        },
+      })),
+      close: () => orm.close(),
+    };
+  },
+  prisma: async () => {
+    // Prisma through its pg driver adapter (no engine binary); the table is in this file's schema.
+    const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: db.url, max: 2 }, { schema: db.schema }) });
+    return {
+      transaction: (fn) => prisma.$transaction((tx) => fn({
+        tx: prismaAdapter(tx),
+        insertUser: async (name) => void await tx.user.create({ data: { name } }),
+      })),
+      close: () => prisma.$disconnect(),
+    };
+  },
+};
+
+function drizzleUsers() {
+  return pgSchema(db.schema).table('users', { id: serial('id').primaryKey(), name: text('name').notNull() });
+}
+
+async function typeormDataSource(): Promise<DataSource> {
+  const User = new TypeOrmEntity<{ id: number; name: string }>({
+    name: 'User', tableName: 'users', schema: db.schema,
+    columns: { id: { type: Number, primary: true, generated: true }, name: { type: String } },
+  });
+  return new DataSource({ type: 'postgres', url: db.url, entities: [User], poolSize: 2 }).initialize();
+}
+
+async function usersNamed(prefix: string): Promise<string[]> {
+  const { rows } = await db.pool.query(`SELECT name FROM ${db.s}.users WHERE name LIKE $1 || '%' ORDER BY name`, [prefix]);
+  return rows.map((r) => r.name);
+}
+
+async function jobsIn(queueName: string): Promise<{ status: string; payload: { name: string } }[]> {
+  const { rows } = await db.pool.query(`SELECT status, payload FROM ${db.s}.jobs WHERE queue = $1 ORDER BY id`, [queueName]);
+  return rows;
+}
+
+/** Enqueues one job and a batch of two, for user `name`, on the library's own queue. */
+async function enqueueFor(tx: Queryable, queueName: string, name: string): Promise<void> {
+  await queue.enqueue('welcome', { name }, { queue: queueName, tx });
+  await queue.enqueueMany([
+    { task: 'welcome', payload: { name: `${name}/a` }, queue: queueName },
+    { task: 'welcome', payload: { name: `${name}/b` }, queue: queueName },
+  ], { tx });
+}
+
+describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libName) => {
+  let lib: Library;
+  const q = `lib-${libName}`;
+  beforeAll(async () => {
+    lib = await LIBRARIES[libName]!();
+  });
+  afterAll(async () => {
+    await lib.close();
+  });
+
+  it('commit: the row and the jobs exist together, and a worker runs the jobs', async () => {
+    const name = `${libName}:committed`;
+    await lib.transaction(async ({ tx, insertUser }) => {
+      await insertUser(name);
+      await enqueueFor(tx, q, name);
+      // Outside the transaction nothing is visible yet.
+      expect(await jobsIn(q)).toEqual([]);
+    });
+    expect(await usersNamed(name)).toEqual([name]);
+    expect((await jobsIn(q)).map((j) => j.payload.name)).toEqual([name, `${name}/a`, `${name}/b`]);
+
+    const seen: string[] = [];
+    const worker = new Worker({
+      connectionString: db.url, schema: db.schema, driver: TEST_DRIVER, queues: [q],
+      tasks: { welcome: async (payload: { name: string }) => void seen.push(payload.name) },
+    });
+    worker.on('error', () => {});
+    workers.push(worker);
+    await worker.start();
+    await waitFor(async () => (await jobsIn(q)).every((j) => j.status === 'completed'), 'the jobs to complete');
+    expect(seen.sort()).toEqual([name, `${name}/a`, `${name}/b`]);
+  });
+
+  it('passes parameters by number (reused, next to a literal ?) and returns rows as objects', async () => {
+    let rows: unknown[] = [];
+    await lib.transaction(async ({ tx }) => {
+      ({ rows } = await tx.query(`SELECT $2::text AS a, '?' AS q, $1::int AS n, $2::text AS b`, [7, 'x']));
+    });
+    expect(rows).toEqual([{ a: 'x', q: '?', n: 7, b: 'x' }]);
+  });
+
+  it('throw inside the transaction: neither the row nor the jobs exist, and no worker was woken', async () => {
+    const name = `${libName}:rolled-back`;
+    const listener = new pg.Client(db.url);
+    await listener.connect();
+    const received: string[] = [];
+    listener.on('notification', (m) => received.push(m.payload ?? ''));
+    await listener.query(`LISTEN "${channelFor(db.schema)}"`);
+    try {
+      await expect(lib.transaction(async ({ tx, insertUser }) => {
+        await insertUser(name);
+        await enqueueFor(tx, q, name);
+        throw new Error('changed my mind');
+      })).rejects.toThrow('changed my mind');
+      expect(await usersNamed(name)).toEqual([]);
+      expect((await jobsIn(q)).filter((j) => j.payload.name.startsWith(name))).toEqual([]);
+      // Notifications arrive in commit order: once the marker is here, anything
+      // the rolled-back transaction could have sent would be here too.
+      await db.pool.query(`SELECT pg_notify($1, 'marker')`, [channelFor(db.schema)]);
+      await waitFor(() => received.includes('marker'), 'the marker notification');
+      expect(received).toEqual(['marker']);
+    } finally {
+      await listener.end();
+    }
+  });
+});
