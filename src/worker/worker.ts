@@ -150,7 +150,7 @@ export class Worker extends EventEmitter<WorkerEvents> {
     const config = this.config;
     let db: Driver;
     try {
-      db = await openDriver(config.driver, this.options, POOL_SIZE, 'sluice-worker');
+      db = await openDriver(config.driver, { ...this.options, prepare: config.preparedStatements }, POOL_SIZE, 'sluice-worker');
     } catch (err) {
       this.state = 'stopped';
       throw err;

@@ -7,6 +7,8 @@ export interface DriverConnection extends Partial<Pick<PgDriverOptions, 'pool'>>
   connectionString?: string;
   sql?: PostgresJsSql;
   listenConnectionString?: string;
+  /** false: no server-side prepared statements (PgBouncer in transaction mode). Default true. */
+  prepare?: boolean;
 }
 
 /**

@@ -12,6 +12,8 @@ export interface PostgresJsDriverOptions {
   listenConnectionString?: string;
   max: number;
   applicationName: string;
+  /** false: no server-side prepared statements (PgBouncer in transaction mode). Default true. */
+  prepare?: boolean;
 }
 
 /**
@@ -96,7 +98,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
     } as unknown as Options<{}>);
   }
 
-  const sql = instance({ max: options.max, application_name: options.applicationName });
+  const sql = instance({ max: options.max, prepare: options.prepare ?? true, application_name: options.applicationName });
 
   function listenInstance(onnotify: (channel: string, payload: string) => void, onclose: () => void): Sql {
     // onnotify is read by postgres.js (its own listen() uses it) but missing from its types.
