@@ -20,6 +20,9 @@ export interface Driver extends Queryable {
   end(): Promise<void>;
 }
 
+/** What LISTEN connections call themselves (pg_stat_activity), whichever component opens them. */
+export const LISTEN_APPLICATION_NAME = 'sluice-listen';
+
 export interface ListenHandlers {
   notification(payload: string | undefined): void;
   /** The LISTEN connection is gone for good; the caller opens a new one with listen(). */

@@ -10,7 +10,7 @@ export interface PostgresJsLike {
  *
  * @example
  *   await sql.begin(async (tx) => {
- *     await tx`INSERT INTO users ${tx({ email })}`;
+ *     await tx.unsafe('INSERT INTO users (email) VALUES ($1)', [email]);
  *     await queue.enqueue('send_welcome', { email }, { tx: postgresJsAdapter(tx) });
  *   });
  */

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { openPool } from '../connection.js';
 import { quoteIdent } from '../identifiers.js';
-import type { Driver, ListenHandlers, Listening } from '../driver.js';
+import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
 
 export interface PgDriverOptions {
@@ -22,7 +22,7 @@ export function pgDriver(options: PgDriverOptions): Driver {
   async function connectListener(): Promise<{ client: pg.ClientBase; release(err?: Error): void }> {
     const url = options.listenConnectionString ?? options.connectionString;
     if (url) {
-      const client = new pg.Client({ connectionString: url, application_name: `${options.applicationName}-listen` });
+      const client = new pg.Client({ connectionString: url, application_name: LISTEN_APPLICATION_NAME });
       client.on('error', () => {});
       await client.connect();
       return { client, release: () => void client.end().catch(() => {}) };

@@ -1,7 +1,7 @@
 import type { Sql, Options, TransactionSql } from 'postgres';
 import { ConfigError } from '../../errors.js';
 import { quoteIdent } from '../identifiers.js';
-import type { Driver, ListenHandlers, Listening } from '../driver.js';
+import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
 
 export interface PostgresJsDriverOptions {
@@ -107,7 +107,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
       idle_timeout: null,
       max_lifetime: null,
       fetch_types: false,
-      application_name: `${options.applicationName}-listen`,
+      application_name: LISTEN_APPLICATION_NAME,
       onnotify,
       onclose,
     };
