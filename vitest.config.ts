@@ -23,7 +23,7 @@ export default defineConfig({
           ...shared,
           name: 'postgres.js',
           include: ['tests/worker.test.ts', 'tests/processes.test.ts', 'tests/results.test.ts', 'tests/unique-jobs.test.ts',
-            'tests/cron.test.ts'],
+            'tests/cron.test.ts', 'tests/typed-tasks.test.ts'],
           env: { SLUICE_TEST_DRIVER: 'postgres.js' },
         },
       },

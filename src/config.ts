@@ -3,7 +3,8 @@ import { randomBytes } from 'node:crypto';
 import type pg from 'pg';
 import { ConfigError } from './errors.js';
 import type { PostgresJsSql } from './db/drivers/postgres-js.js';
-import type { TaskDefinition, TaskHandler, TaskList } from './job.js';
+import type { AnyTasks, TaskDefinition, TaskHandler, TaskList, TaskMap } from './job.js';
+import type { WorkerSchemas } from './task-schemas.js';
 import { quoteSchema } from './db/identifiers.js';
 import { BACKOFF_SHAPES, type BackoffOptions } from './worker/backoff.js';
 import { isLogger, type Logger } from './logger.js';
@@ -29,7 +30,7 @@ export interface ConnectionOptions {
 /** The client library a worker talks to Postgres through. */
 export type DriverName = 'pg' | 'postgres.js';
 
-export interface WorkerOptions extends ConnectionOptions {
+export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionOptions {
   /**
    * 'pg' (node-postgres, the default) or 'postgres.js' (needs the optional
    * `postgres` package). Implied by `pool` (pg) or `sql` (postgres.js).
@@ -41,7 +42,13 @@ export interface WorkerOptions extends ConnectionOptions {
    */
   sql?: PostgresJsSql;
   /** Task name → handler (or { handler, timeoutMs }). Only these tasks are claimed. */
-  tasks: TaskList;
+  tasks: TaskList<NoInfer<T>>;
+  /**
+   * Standard Schemas (zod 3.24+, valibot ...) by task: a payload is validated
+   * before its handler runs, which receives the schema's output. A payload that
+   * does not fit fails the job at once (PermanentFailure). `T` is inferred from them.
+   */
+  schemas?: WorkerSchemas<T>;
   /** Queues to take jobs from. Default ['default']. */
   queues?: string[];
   /** Jobs run at once by this worker. Default 10. */
@@ -151,7 +158,7 @@ export interface ResolvedWorkerConfig {
 }
 
 const WORKER_KEYS = new Set([
-  'connectionString', 'pool', 'sql', 'driver', 'schema', 'tasks', 'queues', 'concurrency', 'queueConcurrency', 'batchSize', 'prefetch',
+  'connectionString', 'pool', 'sql', 'driver', 'schema', 'schemas', 'tasks', 'queues', 'concurrency', 'queueConcurrency', 'batchSize', 'prefetch',
   'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs',
   'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen', 'preparedStatements',
   'maintenance', 'logger', 'metrics', 'tracing',

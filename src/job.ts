@@ -85,4 +85,18 @@ export interface TaskDefinition<P = any> {
   backoff?: BackoffOptions;
 }
 
-export type TaskList = Record<string, TaskHandler | TaskDefinition>;
+/**
+ * Task name → payload type, for `Queue<T>` and `Worker<T>` to check task names
+ * and payloads at compile time. `AnyTasks` (the default) accepts any.
+ *
+ * @example
+ *   interface Tasks { send_welcome: { userId: number }; nightly_report: { day: string } }
+ *   const queue = new Queue<Tasks>({ connectionString });
+ *   await queue.enqueue('send_welcome', { userId: 1 }); // a typo or a wrong payload does not compile
+ */
+// `object`, not Record<string, unknown>: an interface has no index signature and must fit too.
+export type TaskMap = object;
+export type AnyTasks = Record<string, any>;
+
+/** Handlers by task name; for a typed map, each handler receives its task's payload type. */
+export type TaskList<T extends TaskMap = AnyTasks> = { [K in keyof T]?: TaskHandler<T[K]> | TaskDefinition<T[K]> };

@@ -12,7 +12,9 @@ import { rows, type Queryable } from './db/executor.js';
 import {
   ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, validated, wrapDatabaseError,
 } from './errors.js';
-import type { JobRow, JobStatus } from './job.js';
+import type { AnyTasks, JobRow, JobStatus, TaskMap } from './job.js';
+import { resolveSchemas, validatePayload, type QueueSchemas } from './task-schemas.js';
+import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
 import { channelFor } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from './payload.js';
@@ -59,7 +61,25 @@ export interface JobSpec<P = unknown> extends Omit<EnqueueOptions, 'tx'> {
   payload?: P;
 }
 
-export interface QueueOptions extends ConnectionOptions {
+/** A job of a typed task map: the payload must be its task's. */
+export type TaskSpec<T extends TaskMap = AnyTasks> = { [K in keyof T & string]: JobSpec<T[K]> & { task: K } }[keyof T & string];
+
+/** Payload and options of `enqueue`: the payload may be left out only when its type allows undefined. */
+export type EnqueueArgs<P> = undefined extends P ? [payload?: P, options?: EnqueueOptions] : [payload: P, options?: EnqueueOptions];
+
+/** What the callback of `enqueueAfterCommit` adds jobs through. */
+export interface AfterCommitJobs<T extends TaskMap = AnyTasks> {
+  /** Validates the job now (so a bad one fails your transaction), enqueues it after your callback returns. */
+  enqueue<K extends keyof T & string>(task: K, ...args: EnqueueArgs<T[K]>): Promise<void>;
+}
+
+export interface QueueOptions<T extends TaskMap = AnyTasks> extends ConnectionOptions {
+  /**
+   * Standard Schemas (zod 3.24+, valibot ...) by task: enqueue validates the
+   * payload and stores the schema's output; an invalid one is a ValidationError
+   * and nothing is inserted. `T` is inferred from them.
+   */
+  schemas?: QueueSchemas<T>;
   /** Largest payload accepted, in bytes of JSON. Default 1 MiB. */
   maxPayloadBytes?: number;
   /** Count enqueued jobs into these Prometheus metrics (see SluiceMetrics). */
@@ -78,7 +98,7 @@ export interface WaitOptions {
   /** Re-read the job this often in case a notification was missed. Default 2000 ms. */
   pollIntervalMs?: number;
 }
-const QUEUE_KEYS = new Set(['connectionString', 'pool', 'schema', 'maxPayloadBytes', 'metrics']);
+const QUEUE_KEYS = new Set(['connectionString', 'pool', 'schema', 'maxPayloadBytes', 'metrics', 'schemas']);
 
 // Dates Postgres reads back from an ISO string: JS dates reach far beyond year 9999,
 // but their six-digit-year ISO form ("+275760-09-13...") is not valid input to timestamptz.
@@ -111,7 +131,7 @@ interface JobValues {
  *   await queue.enqueue('send_welcome', { userId: rows[0].id }, { tx: client });
  *   await client.query('COMMIT'); // the job exists and idle workers wake now
  */
-export class Queue {
+export class Queue<T extends TaskMap = AnyTasks> {
   readonly schema: string;
   private readonly queries: Queries;
   private readonly control: ControlQueries;
@@ -122,8 +142,9 @@ export class Queue {
   private readonly wakeUps: WakeUps | undefined;
   /** Enqueues running on this Queue's own pool right now. */
   private ownInFlight = 0;
+  private readonly schemas: Map<string, StandardSchemaV1>;
 
-  constructor(options: QueueOptions = {}) {
+  constructor(options: QueueOptions<T> = {}) {
     rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
     this.schema = resolveSchema(options.schema);
     this.queries = buildQueries(this.schema);
@@ -133,6 +154,7 @@ export class Queue {
       throw new ConfigError('Queue: metrics must be a SluiceMetrics');
     }
     this.metrics = options.metrics;
+    this.schemas = resolveSchemas(options.schemas, 'Queue');
     this.handle = options.pool || options.connectionString ? openPool(options, 10, 'sluice-queue') : undefined;
     this.wakeUps = this.handle && new WakeUps(this.handle.pool, this.queries.wake, channelFor(this.schema));
   }
@@ -143,10 +165,11 @@ export class Queue {
   }
 
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
-  async enqueue<P>(task: string, payload?: P, options: EnqueueOptions = {}): Promise<string> {
+  async enqueue<K extends keyof T & string>(task: K, ...[payload, options = {}]: EnqueueArgs<T[K]>): Promise<string> {
+    const checked = await validatePayload(this.schemas, task, payload);
     const v = validated(() => {
       rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
-      return this.jobValues({ ...options, task, payload, tx: undefined });
+      return this.jobValues({ ...options, task, payload: checked, tx: undefined });
     });
     const db = this.executor(options.tx);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority];
@@ -182,8 +205,18 @@ export class Queue {
    * All or nothing: one invalid spec rejects the whole batch before anything is sent.
    * Returns the ids in the order of `jobs`.
    */
-  async enqueueMany(jobs: JobSpec[], options: { tx?: Queryable } = {}): Promise<string[]> {
+  async enqueueMany(jobs: TaskSpec<T>[], options: { tx?: Queryable } = {}): Promise<string[]> {
     if (!Array.isArray(jobs)) throw new ValidationError('enqueueMany: jobs must be an array');
+    if (this.schemas.size > 0) {
+      jobs = await Promise.all(jobs.map(async (spec, i) => {
+        if (!spec || typeof spec !== 'object' || !this.schemas.has(spec.task)) return spec;
+        try {
+          return { ...spec, payload: await validatePayload(this.schemas, spec.task, spec.payload) };
+        } catch (err) {
+          throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
+        }
+      }));
+    }
     rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany');
     if (jobs.length === 0) return [];
     const values = jobs.map((spec, i) => {
@@ -276,6 +309,44 @@ export class Queue {
     } finally {
       unsubscribe();
     }
+  }
+
+  /**
+   * For code that cannot pass its transaction to Sluice (a library without an
+   * adapter, a transaction opened deep inside other code): runs `work`, where jobs
+   * are only collected (and validated, so a bad one fails your transaction), and
+   * enqueues them in one statement once `work` has resolved, i.e. after your
+   * transaction committed. If `work` throws, nothing is enqueued.
+   *
+   * Weaker than `{ tx }`: if the process dies (or Postgres is unreachable)
+   * between your commit and this enqueue, your data is committed and the jobs are
+   * lost. Prefer `{ tx }` or an adapter whenever you can.
+   *
+   * @example
+   *   const { result: user } = await queue.enqueueAfterCommit(async (jobs) =>
+   *     db.transaction(async (tx) => {
+   *       const user = await tx.users.create({ email });
+   *       await jobs.enqueue('send_welcome', { userId: user.id });
+   *       return user;
+   *     }));
+   */
+  async enqueueAfterCommit<R>(work: (jobs: AfterCommitJobs<T>) => Promise<R>): Promise<{ result: R; jobIds: string[] }> {
+    const specs: JobSpec[] = [];
+    const jobs: AfterCommitJobs<T> = {
+      enqueue: async (task, ...[payload, options = {}]) => {
+        const spec = { ...options, task, payload } as JobSpec;
+        // Everything enqueueMany would check, now, while the caller can still roll back.
+        await validatePayload(this.schemas, task, payload);
+        validated(() => {
+          rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
+          return this.jobValues(spec);
+        });
+        specs.push(spec);
+      },
+    };
+    const result = await work(jobs);
+    const jobIds = await this.enqueueMany(specs as TaskSpec<T>[]);
+    return { result, jobIds };
   }
 
   /** Reads one job, or undefined when there is none with that id. */

@@ -5,7 +5,8 @@ import { openDriver } from '../db/drivers/open.js';
 import { buildQueries, type Queries } from '../db/queries.js';
 import { channelFor } from '../db/identifiers.js';
 import { JobCancelledError, SluiceError, wrapDatabaseError, type Snooze } from '../errors.js';
-import type { JobRow } from '../job.js';
+import type { AnyTasks, JobRow, TaskMap } from '../job.js';
+import { resolveSchemas, withPayloadSchema } from '../task-schemas.js';
 import { Notifier, type ControlMessage } from '../notifier.js';
 import { rescuerTask, type RescuedJob } from '../maintenance/rescuer.js';
 import { createMaintenance } from '../maintenance/worker-maintenance.js';
@@ -86,7 +87,7 @@ const POOL_SIZE = 2;
  *   await worker.start();
  *   process.on('SIGTERM', () => worker.stop());
  */
-export class Worker extends EventEmitter<WorkerEvents> {
+export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEvents> {
   readonly config: ResolvedWorkerConfig;
   private readonly queries: Queries;
   private readonly options: WorkerOptions;
@@ -111,10 +112,15 @@ export class Worker extends EventEmitter<WorkerEvents> {
   private stopPromise: Promise<void> | undefined;
   private drained: (() => void) | undefined;
 
-  constructor(options: WorkerOptions) {
+  constructor(options: WorkerOptions<T>) {
     super();
-    this.config = resolveWorkerConfig(options);
-    this.options = options;
+    this.config = resolveWorkerConfig(options as WorkerOptions);
+    const schemas = resolveSchemas(options.schemas, 'Worker');
+    // One schemas object may serve the whole application: tasks this worker does not handle are skipped.
+    for (const [task, resolved] of this.config.tasks) {
+      if (schemas.has(task)) resolved.handler = withPayloadSchema(schemas, task, resolved.handler);
+    }
+    this.options = options as WorkerOptions;
     this.queries = buildQueries(this.config.schema);
   }
 

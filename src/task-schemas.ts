@@ -1,0 +1,68 @@
+import { ConfigError, PermanentFailure, ValidationError } from './errors.js';
+import type { TaskHandler, TaskMap } from './job.js';
+import type { StandardSchemaV1 } from './standard-schema.js';
+
+/**
+ * A Standard Schema per task (zod 3.24+, valibot, arktype ...), validating
+ * payloads at run time. The Queue takes what a schema accepts (its input type:
+ * fields with defaults may be left out); handlers receive what it returns.
+ */
+export type QueueSchemas<T extends TaskMap> = { [K in keyof T]?: StandardSchemaV1<T[K], unknown> };
+export type WorkerSchemas<T extends TaskMap> = { [K in keyof T]?: StandardSchemaV1<unknown, T[K]> };
+
+/** The payloads a set of schemas accepts: `Queue<TaskInputsOf<typeof schemas>>`. */
+export type TaskInputsOf<S extends Record<string, StandardSchemaV1>> = { [K in keyof S]: StandardSchemaV1.InferInput<S[K]> };
+/** The payloads a set of schemas returns: `Worker<TasksOf<typeof schemas>>`. */
+export type TasksOf<S extends Record<string, StandardSchemaV1>> = { [K in keyof S]: StandardSchemaV1.InferOutput<S[K]> };
+
+/** Checks that `schemas` is an object of Standard Schemas; returns them by task. */
+export function resolveSchemas(schemas: unknown, what: string): Map<string, StandardSchemaV1> {
+  const map = new Map<string, StandardSchemaV1>();
+  if (schemas === undefined) return map;
+  if (!schemas || typeof schemas !== 'object') throw new ConfigError(`${what}: schemas must be an object of task → schema`);
+  for (const [task, schema] of Object.entries(schemas)) {
+    if (typeof (schema as StandardSchemaV1 | undefined)?.['~standard']?.validate !== 'function') {
+      throw new ConfigError(`${what}: schemas.${task} is not a Standard Schema (zod 3.24+, valibot, arktype ...)`);
+    }
+    map.set(task, schema as StandardSchemaV1);
+  }
+  return map;
+}
+
+/**
+ * Validates a payload with its task's schema, when there is one, and returns the
+ * schema's output (defaults filled in, transforms applied). Throws a
+ * ValidationError that lists the issues.
+ */
+export async function validatePayload(schemas: Map<string, StandardSchemaV1>, task: string, payload: unknown): Promise<unknown> {
+  const schema = schemas.get(task);
+  if (!schema) return payload;
+  const result = await schema['~standard'].validate(payload);
+  if (result.issues) throw new ValidationError(`payload of task "${task}" is invalid: ${describeIssues(result.issues)}`);
+  return result.value;
+}
+
+/**
+ * The worker's side: a handler that first validates the stored payload. A payload
+ * that does not fit fails the job at once (PermanentFailure): no retry fixes it.
+ */
+export function withPayloadSchema(schemas: Map<string, StandardSchemaV1>, task: string, handler: TaskHandler): TaskHandler {
+  return async (payload, ctx) => {
+    let value: unknown;
+    try {
+      value = await validatePayload(schemas, task, payload);
+    } catch (err) {
+      throw new PermanentFailure((err as Error).message, { cause: err });
+    }
+    return handler(value, ctx);
+  };
+}
+
+function describeIssues(issues: ReadonlyArray<StandardSchemaV1.Issue>): string {
+  return issues
+    .map((issue) => {
+      const path = (issue.path ?? []).map((p) => String(typeof p === 'object' ? p.key : p)).join('.');
+      return path ? `${path}: ${issue.message}` : issue.message;
+    })
+    .join('; ');
+}

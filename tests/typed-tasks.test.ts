@@ -1,0 +1,166 @@
+import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
+import { z } from 'zod';
+import { ConfigError, Queue, ValidationError, Worker, type JobRow, type TaskInputsOf } from '../src/index.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { TEST_DRIVER } from './helpers/driver.js';
+
+interface Tasks {
+  send_welcome: { userId: number };
+  nightly_report: { day: string; full?: boolean };
+}
+
+const schemas = {
+  send_welcome: z.object({ userId: z.number().int(), lang: z.string().default('en') }),
+  remind: z.object({ at: z.coerce.date() }),
+};
+
+let db: TestDatabase;
+let queue: Queue<TaskInputsOf<typeof schemas>>;
+
+beforeAll(async () => {
+  db = await createTestSchema('typed');
+  queue = new Queue({ pool: db.pool, schema: db.schema, schemas });
+});
+afterAll(async () => {
+  await queue.close();
+  await db.drop();
+});
+
+async function jobsOf(queueName: string): Promise<JobRow[]> {
+  const { rows } = await db.pool.query(`SELECT id::text AS id, status, payload, attempts, last_error FROM ${db.s}.jobs WHERE queue = $1 ORDER BY id`, [queueName]);
+  return rows;
+}
+
+/**
+ * Compile-time checks: `npm run typecheck` fails if a line marked @ts-expect-error
+ * compiles, or if a line without it does not. Never called at run time.
+ */
+export function typeChecks(typed: Queue<Tasks>, untyped: Queue) {
+  void typed.enqueue('send_welcome', { userId: 1 });
+  void typed.enqueue('nightly_report', { day: '2026-11-30' }, { queue: 'reports' });
+  // @ts-expect-error a task name that is not in the map
+  void typed.enqueue('send_welcom', { userId: 1 });
+  // @ts-expect-error a payload of the wrong type
+  void typed.enqueue('send_welcome', { userId: '1' });
+  // @ts-expect-error the payload is required when its type does not allow undefined
+  void typed.enqueue('send_welcome');
+  void typed.enqueueMany([
+    { task: 'send_welcome', payload: { userId: 1 } },
+    { task: 'nightly_report', payload: { day: 'x', full: true } },
+  ]);
+  // @ts-expect-error the payload of another task
+  void typed.enqueueMany([{ task: 'nightly_report', payload: { userId: 1 } }]);
+  void typed.enqueueAfterCommit(async (jobs) => {
+    await jobs.enqueue('send_welcome', { userId: 2 });
+    // @ts-expect-error after-commit jobs are checked the same way
+    await jobs.enqueue('send_welcome', { user: 2 });
+  });
+
+  new Worker<Tasks>({
+    connectionString: 'postgres://',
+    tasks: {
+      send_welcome: async (payload, { job }) => {
+        expectTypeOf(payload).toEqualTypeOf<{ userId: number }>();
+        expectTypeOf(job.payload).toEqualTypeOf<{ userId: number }>();
+      },
+      nightly_report: { handler: async ({ day }) => expectTypeOf(day).toEqualTypeOf<string>(), timeoutMs: 1000 },
+    },
+  });
+  // @ts-expect-error a handler for a task that is not in the map
+  new Worker<Tasks>({ connectionString: 'postgres://', tasks: { send_welcom: async () => {} } });
+  // @ts-expect-error a handler that expects another payload type
+  new Worker<Tasks>({ connectionString: 'postgres://', tasks: { send_welcome: async (_p: { userId: string }) => {} } });
+
+  // Inferred from schemas: the handler receives the schema's output.
+  new Worker({
+    connectionString: 'postgres://',
+    schemas,
+    tasks: { remind: async ({ at }) => expectTypeOf(at).toEqualTypeOf<Date>() },
+  });
+  const inferred = new Queue({ schemas });
+  // @ts-expect-error inferred from the schemas, too
+  void inferred.enqueue('send_welcome', { userId: 'one' });
+
+  // Without a map, anything goes, as before.
+  void untyped.enqueue('anything', { at: 'all' });
+  void untyped.enqueue('no_payload');
+  new Worker({ connectionString: 'postgres://', tasks: { anything: async (p) => expectTypeOf(p).toBeAny() } });
+}
+
+describe('typed tasks with Standard Schema validation', () => {
+  it('enqueue validates the payload, stores the schema output, and rejects a bad one with nothing inserted', async () => {
+    const id = await queue.enqueue('send_welcome', { userId: 7 }, { queue: 'typed-enqueue' });
+    expect((await queue.getJob(id))!.payload).toEqual({ userId: 7, lang: 'en' });
+    await expect(queue.enqueue('send_welcome', { userId: 'x' } as never, { queue: 'typed-enqueue' }))
+      .rejects.toThrow(ValidationError);
+    await expect(queue.enqueue('send_welcome', { userId: 1.5 }, { queue: 'typed-enqueue' }))
+      .rejects.toThrow(/payload of task "send_welcome" is invalid: userId: /);
+    await expect(queue.enqueueMany([
+      { task: 'send_welcome', payload: { userId: 1 }, queue: 'typed-enqueue' },
+      { task: 'send_welcome', payload: {} as never, queue: 'typed-enqueue' },
+    ])).rejects.toThrow(/enqueueMany: job 1: payload of task "send_welcome" is invalid/);
+    expect((await jobsOf('typed-enqueue')).map((j) => j.id)).toEqual([id]);
+  });
+
+  it('the worker hands handlers the schema output, and fails a payload that does not fit without retrying', async () => {
+    // Written by plain SQL, past the Queue's validation, as another service might.
+    const good = await db.pool.query(`SELECT ${db.s}.enqueue_job('typed-worker', '{"at":"2026-11-30T12:00:00Z"}', _task => 'remind') AS id`);
+    const bad = await db.pool.query(`SELECT ${db.s}.enqueue_job('typed-worker', '{"at":"not a date"}', _task => 'remind') AS id`);
+    const seen: unknown[] = [];
+    const worker = new Worker({
+      connectionString: db.url, schema: db.schema, driver: TEST_DRIVER, queues: ['typed-worker'], schemas,
+      tasks: { remind: async ({ at }) => void seen.push(at) },
+    });
+    worker.on('error', () => {});
+    await worker.start();
+    try {
+      await waitFor(async () => (await jobsOf('typed-worker')).every((j) => j.status === 'completed' || j.status === 'failed'), 'both jobs to finish');
+    } finally {
+      await worker.stop();
+    }
+    const jobs = await jobsOf('typed-worker');
+    expect(jobs.find((j) => j.id === String(good.rows[0].id))!.status).toBe('completed');
+    expect(jobs.find((j) => j.id === String(bad.rows[0].id))).toMatchObject({ status: 'failed', attempts: 1 });
+    expect(jobs.find((j) => j.id === String(bad.rows[0].id))!.last_error).toMatch(/payload of task "remind" is invalid: at:/);
+    expect(seen).toEqual([new Date('2026-11-30T12:00:00Z')]);
+  });
+
+  it('rejects schemas that are not Standard Schemas', () => {
+    expect(() => new Queue({ schemas: { a: {} as never } })).toThrow(ConfigError);
+    expect(() => new Worker({ connectionString: db.url, schemas: { t: { validate: () => true } as never }, tasks: { t: async () => {} } }))
+      .toThrow(/schemas.t is not a Standard Schema/);
+  });
+});
+
+describe('enqueueAfterCommit', () => {
+  it('enqueues the collected jobs after the work resolved, and none when it threw or a job was invalid', async () => {
+    const client = await db.pool.connect();
+    try {
+      const { result, jobIds } = await queue.enqueueAfterCommit(async (jobs) => {
+        await client.query('BEGIN');
+        await jobs.enqueue('send_welcome', { userId: 1 }, { queue: 'after-commit' });
+        await jobs.enqueue('send_welcome', { userId: 2 }, { queue: 'after-commit' });
+        // Collected only: nothing is in the table while the transaction is open.
+        expect(await jobsOf('after-commit')).toEqual([]);
+        await client.query('COMMIT');
+        return 'done';
+      });
+      expect(result).toBe('done');
+      expect((await jobsOf('after-commit')).map((j) => [j.id, j.payload])).toEqual([
+        [jobIds[0], { userId: 1, lang: 'en' }], [jobIds[1], { userId: 2, lang: 'en' }],
+      ]);
+
+      await expect(queue.enqueueAfterCommit(async (jobs) => {
+        await jobs.enqueue('send_welcome', { userId: 3 }, { queue: 'after-commit' });
+        throw new Error('rolled back');
+      })).rejects.toThrow('rolled back');
+      await expect(queue.enqueueAfterCommit(async (jobs) => {
+        await jobs.enqueue('send_welcome', { userId: 4 }, { queue: 'after-commit' });
+        await jobs.enqueue('send_welcome', { userId: 'five' } as never, { queue: 'after-commit' });
+      })).rejects.toThrow(ValidationError);
+      expect(await jobsOf('after-commit')).toHaveLength(2);
+    } finally {
+      client.release();
+    }
+  });
+});
