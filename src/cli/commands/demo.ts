@@ -2,33 +2,26 @@ import type { Command } from 'commander';
 import { runDemo } from '../../demo/run-demo.js';
 import { startEmbeddedPostgres } from '../../dev/embedded-postgres.js';
 import { globalOptions, DEMO_DATA_DIR } from '../database.js';
-import { printJson, UsageError } from '../output.js';
+import { printJson } from '../output.js';
+import { integer } from '../parse.js';
 
 interface DemoFlags {
-  jobs: string;
-  workers: string;
-  concurrency: string;
+  jobs: number;
+  workers: number;
+  concurrency: number;
   json?: boolean;
-}
-
-function positive(name: string, value: string, max: number): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 1 || n > max) throw new UsageError(`--${name} must be an integer from 1 to ${max}`);
-  return n;
 }
 
 export function registerDemo(program: Command): void {
   program
     .command('demo')
     .description('enqueue jobs in a transaction and watch several workers drain them (embedded Postgres when no DATABASE_URL)')
-    .option('--jobs <n>', 'jobs to enqueue', '2000')
-    .option('--workers <n>', 'worker instances', '2')
-    .option('--concurrency <n>', 'jobs each worker runs at once', '10')
+    .option('--jobs <n>', 'jobs to enqueue', integer(1, 1_000_000), 2000)
+    .option('--workers <n>', 'worker instances', integer(1, 32), 2)
+    .option('--concurrency <n>', 'jobs each worker runs at once', integer(1, 1_000), 10)
     .option('--json', 'print the summary as JSON')
     .action(async (flags: DemoFlags, command: Command) => {
-      const jobs = positive('jobs', flags.jobs, 1_000_000);
-      const workers = positive('workers', flags.workers, 32);
-      const concurrency = positive('concurrency', flags.concurrency, 1_000);
+      const { jobs, workers, concurrency } = flags;
       let { databaseUrl } = globalOptions(command);
       let stop: (() => Promise<void>) | undefined;
       const out = flags.json ? process.stderr : process.stdout;
