@@ -1,5 +1,5 @@
 import type pg from 'pg';
-import { checkName, intOption, rejectUnknownKeys, resolveSchema, DEFAULT_QUEUE, type ConnectionOptions } from './config.js';
+import { intOption, rejectUnknownKeys, resolveSchema, type ConnectionOptions } from './config.js';
 import { openPool, type PoolHandle } from './db/connection.js';
 import { buildQueries, type Queries } from './db/queries.js';
 import type { SluiceMetrics } from './metrics/metrics.js';
@@ -17,7 +17,8 @@ import { resolveSchemas, validatePayload, type QueueSchemas } from './task-schem
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
 import { channelFor } from './db/identifiers.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES, serializePayload } from './payload.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
+import { toJobValues } from './job-values.js';
 
 /** What enqueue does when another job holds the same `jobKey`. */
 export type JobKeyMode = 'keep' | 'replace' | 'error';
@@ -89,7 +90,6 @@ export interface QueueOptions<T extends TaskMap = AnyTasks> extends ConnectionOp
 const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
 const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'tx', ...KEY_OPTIONS]);
 const SPEC_KEYS = new Set(['task', 'payload', 'queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', ...KEY_OPTIONS]);
-const KEY_MODES: readonly string[] = ['keep', 'replace', 'error'];
 const FINISHED: readonly JobStatus[] = ['completed', 'failed', 'cancelled'];
 
 export interface WaitOptions {
@@ -99,25 +99,6 @@ export interface WaitOptions {
   pollIntervalMs?: number;
 }
 const QUEUE_KEYS = new Set(['connectionString', 'pool', 'schema', 'maxPayloadBytes', 'metrics', 'schemas']);
-
-// Dates Postgres reads back from an ISO string: JS dates reach far beyond year 9999,
-// but their six-digit-year ISO form ("+275760-09-13...") is not valid input to timestamptz.
-const MIN_RUN_AT = Date.parse('0001-01-01T00:00:00.000Z');
-const MAX_RUN_AT = Date.parse('9999-12-31T23:59:59.999Z');
-
-/** The row parameters of one job, validated. */
-interface JobValues {
-  queue: string;
-  task: string;
-  payload: string;
-  run_at: string | null;
-  delay_ms: number;
-  max_attempts: number;
-  priority: number;
-  job_key: string | null;
-  job_key_mode: JobKeyMode;
-  while_processing: boolean;
-}
 
 /**
  * Adds jobs. Use one per application; pass `tx` to enqueue inside your own
@@ -169,7 +150,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     const checked = await validatePayload(this.schemas, task, payload);
     const v = validated(() => {
       rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
-      return this.jobValues({ ...options, task, payload: checked, tx: undefined });
+      return toJobValues({ ...options, task, payload: checked, tx: undefined }, this.maxPayloadBytes);
     });
     const db = this.executor(options.tx);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority];
@@ -224,7 +205,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
         if (!spec || typeof spec !== 'object') throw new ValidationError('not an object');
         return validated(() => {
           rejectUnknownKeys(spec, SPEC_KEYS, 'job');
-          return this.jobValues(spec);
+          return toJobValues(spec, this.maxPayloadBytes);
         });
       } catch (err) {
         throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
@@ -339,7 +320,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
         await validatePayload(this.schemas, task, payload);
         validated(() => {
           rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
-          return this.jobValues(spec);
+          return toJobValues(spec, this.maxPayloadBytes);
         });
         specs.push(spec);
       },
@@ -415,52 +396,6 @@ export class Queue<T extends TaskMap = AnyTasks> {
     }
     if (!this.handle) throw new ConfigError('this Queue has no connection: pass { tx } or give connectionString/pool');
     return this.handle.pool;
-  }
-
-  private jobValues(spec: JobSpec & { tx?: undefined }): JobValues {
-    const task = checkName('task', spec.task);
-    const queue = checkName('queue', spec.queue ?? DEFAULT_QUEUE);
-    if (spec.runAt !== undefined && spec.delayMs !== undefined) {
-      throw new ValidationError('give runAt or delayMs, not both');
-    }
-    let runAt: string | null = null;
-    if (spec.runAt !== undefined) {
-      if (!(spec.runAt instanceof Date) || Number.isNaN(spec.runAt.getTime())) {
-        throw new ValidationError(`runAt must be a valid Date, got ${String(spec.runAt)}`);
-      }
-      if (spec.runAt.getTime() < MIN_RUN_AT || spec.runAt.getTime() > MAX_RUN_AT) {
-        throw new ValidationError(`runAt must be within the years 1 to 9999, got ${spec.runAt.toISOString()}`);
-      }
-      runAt = spec.runAt.toISOString();
-    }
-    const delayMs = spec.delayMs ?? 0;
-    if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_RUN_AT - Date.now()) {
-      throw new ValidationError(`delayMs must be a finite number >= 0 that stays before the year 10000, got ${String(spec.delayMs)}`);
-    }
-    const jobKey = spec.jobKey ?? null;
-    if (jobKey === null) {
-      if (spec.jobKeyMode !== undefined || spec.jobKeyWhileProcessing !== undefined) {
-        throw new ValidationError('jobKeyMode and jobKeyWhileProcessing need a jobKey');
-      }
-    } else if (typeof jobKey !== 'string' || jobKey.length === 0 || jobKey.length > 512) {
-      throw new ValidationError(`jobKey must be a string of 1 to 512 characters, got ${JSON.stringify(jobKey)}`);
-    }
-    const mode = spec.jobKeyMode ?? 'keep';
-    if (!KEY_MODES.includes(mode)) throw new ValidationError(`jobKeyMode must be keep, replace or error, got ${String(mode)}`);
-    const whileProcessing = spec.jobKeyWhileProcessing ?? false;
-    if (typeof whileProcessing !== 'boolean') throw new ValidationError('jobKeyWhileProcessing must be a boolean');
-    return {
-      queue,
-      task,
-      payload: serializePayload(spec.payload, this.maxPayloadBytes),
-      run_at: runAt,
-      delay_ms: delayMs,
-      max_attempts: intOption('maxAttempts', spec.maxAttempts, 5, 1, 1000),
-      priority: intOption('priority', spec.priority, 0, -32768, 32767),
-      job_key: jobKey,
-      job_key_mode: mode,
-      while_processing: whileProcessing,
-    };
   }
 }
 

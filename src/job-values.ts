@@ -1,0 +1,75 @@
+import { checkName, intOption, DEFAULT_QUEUE } from './config.js';
+import { ValidationError } from './errors.js';
+import { serializePayload } from './payload.js';
+import type { JobKeyMode, JobSpec } from './queue.js';
+
+// Dates Postgres reads back from an ISO string: JS dates reach far beyond year 9999,
+// but their six-digit-year ISO form ("+275760-09-13...") is not valid input to timestamptz.
+const MIN_RUN_AT = Date.parse('0001-01-01T00:00:00.000Z');
+const MAX_RUN_AT = Date.parse('9999-12-31T23:59:59.999Z');
+
+/** The row parameters of one job, validated. */
+export interface JobValues {
+  queue: string;
+  task: string;
+  payload: string;
+  run_at: string | null;
+  delay_ms: number;
+  max_attempts: number;
+  priority: number;
+  job_key: string | null;
+  job_key_mode: JobKeyMode;
+  while_processing: boolean;
+}
+
+const KEY_MODES: readonly string[] = ['keep', 'replace', 'error'];
+
+/**
+ * Checks one job spec and turns it into the row parameters of an INSERT. Throws
+ * before anything is sent, so a bad job never leaves a half-written batch.
+ */
+export function toJobValues(spec: JobSpec & { tx?: undefined }, maxPayloadBytes: number): JobValues {
+  const task = checkName('task', spec.task);
+  const queue = checkName('queue', spec.queue ?? DEFAULT_QUEUE);
+  if (spec.runAt !== undefined && spec.delayMs !== undefined) {
+    throw new ValidationError('give runAt or delayMs, not both');
+  }
+  let runAt: string | null = null;
+  if (spec.runAt !== undefined) {
+    if (!(spec.runAt instanceof Date) || Number.isNaN(spec.runAt.getTime())) {
+      throw new ValidationError(`runAt must be a valid Date, got ${String(spec.runAt)}`);
+    }
+    if (spec.runAt.getTime() < MIN_RUN_AT || spec.runAt.getTime() > MAX_RUN_AT) {
+      throw new ValidationError(`runAt must be within the years 1 to 9999, got ${spec.runAt.toISOString()}`);
+    }
+    runAt = spec.runAt.toISOString();
+  }
+  const delayMs = spec.delayMs ?? 0;
+  if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_RUN_AT - Date.now()) {
+    throw new ValidationError(`delayMs must be a finite number >= 0 that stays before the year 10000, got ${String(spec.delayMs)}`);
+  }
+  const jobKey = spec.jobKey ?? null;
+  if (jobKey === null) {
+    if (spec.jobKeyMode !== undefined || spec.jobKeyWhileProcessing !== undefined) {
+      throw new ValidationError('jobKeyMode and jobKeyWhileProcessing need a jobKey');
+    }
+  } else if (typeof jobKey !== 'string' || jobKey.length === 0 || jobKey.length > 512) {
+    throw new ValidationError(`jobKey must be a string of 1 to 512 characters, got ${JSON.stringify(jobKey)}`);
+  }
+  const mode = spec.jobKeyMode ?? 'keep';
+  if (!KEY_MODES.includes(mode)) throw new ValidationError(`jobKeyMode must be keep, replace or error, got ${String(mode)}`);
+  const whileProcessing = spec.jobKeyWhileProcessing ?? false;
+  if (typeof whileProcessing !== 'boolean') throw new ValidationError('jobKeyWhileProcessing must be a boolean');
+  return {
+    queue,
+    task,
+    payload: serializePayload(spec.payload, maxPayloadBytes),
+    run_at: runAt,
+    delay_ms: delayMs,
+    max_attempts: intOption('maxAttempts', spec.maxAttempts, 5, 1, 1000),
+    priority: intOption('priority', spec.priority, 0, -32768, 32767),
+    job_key: jobKey,
+    job_key_mode: mode,
+    while_processing: whileProcessing,
+  };
+}
