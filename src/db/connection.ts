@@ -1,6 +1,25 @@
 import pg from 'pg';
-import type { ConnectionOptions } from '../config.js';
-import { ConnectionError } from '../errors.js';
+import { ConfigError, ConnectionError } from '../errors.js';
+
+/** Where Sluice gets its connections: a URL (Sluice owns the pool) or your `pg` Pool. */
+export interface ConnectionOptions {
+  /** postgres://user:pass@host:port/db. Ignored when `pool` is given. */
+  connectionString?: string;
+  /** An existing pg Pool; Sluice never ends it. */
+  pool?: pg.Pool;
+  /** Postgres schema holding Sluice's tables. Default 'sluice'. */
+  schema?: string;
+}
+
+/** Checks that `options` say where to connect; `what` names the caller in the ConfigError. */
+export function checkConnection(options: ConnectionOptions, what: string): void {
+  if (!options.pool && !options.connectionString) {
+    throw new ConfigError(`${what}: give connectionString or pool`);
+  }
+  if (options.connectionString !== undefined && typeof options.connectionString !== 'string') {
+    throw new ConfigError(`${what}: connectionString must be a string`);
+  }
+}
 
 /**
  * A pool Sluice uses, and whether Sluice made it (and so must end it).

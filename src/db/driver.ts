@@ -1,5 +1,8 @@
 import type { Queryable } from './executor.js';
 
+/** The client library a worker talks to Postgres through. */
+export type DriverName = 'pg' | 'postgres.js';
+
 /**
  * What the worker needs from a Postgres driver, and nothing more: run a
  * statement, hold one LISTEN, and close. `pg` and postgres.js each implement it

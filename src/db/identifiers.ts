@@ -1,6 +1,7 @@
 import { ConfigError } from '../errors.js';
+import { checks } from '../validate.js';
 
-const MAX_SCHEMA_LENGTH = 50;
+const { checkSchemaName } = checks(ConfigError);
 
 /**
  * Checks a schema name and returns it quoted as an identifier. The schema is the
@@ -8,16 +9,7 @@ const MAX_SCHEMA_LENGTH = 50;
  * once, at start-up; every value goes in as a `$n` parameter.
  */
 export function quoteSchema(schema: string): string {
-  if (typeof schema !== 'string' || schema.length === 0) {
-    throw new ConfigError('schema must be a non-empty string');
-  }
-  // The notification channel is 'sluice:' + schema and Postgres caps channel names
-  // at 63 bytes, so the schema is kept well under that.
-  if (Buffer.byteLength(schema) > MAX_SCHEMA_LENGTH) {
-    throw new ConfigError(`schema name is longer than ${MAX_SCHEMA_LENGTH} bytes: ${schema}`);
-  }
-  if (schema.includes('\0')) throw new ConfigError('schema name contains a NUL byte');
-  return quoteIdent(schema);
+  return quoteIdent(checkSchemaName(schema));
 }
 
 /** The LISTEN/NOTIFY channel of a schema (the insert trigger uses the same name). */

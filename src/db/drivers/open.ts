@@ -1,5 +1,4 @@
-import type { DriverName } from '../../config.js';
-import type { Driver } from '../driver.js';
+import type { Driver, DriverName } from '../driver.js';
 import type { PgDriverOptions } from './pg.js';
 import type { PostgresJsSql } from './postgres-js.js';
 

@@ -1,0 +1,108 @@
+/**
+ * The option checks every part of Sluice shares. The error they throw is the
+ * caller's choice: constructors and start-up options throw ConfigError (a
+ * programming mistake), call-time arguments of the admin API and the CLI throw
+ * ValidationError (bad input). The messages are the same either way.
+ *
+ * @example
+ *   const { intOption, rejectUnknownKeys } = checks(ConfigError);
+ *   rejectUnknownKeys(options, KEYS, 'Worker');
+ *   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
+ */
+
+/** An error class the checks can throw: SluiceError subclasses such as ConfigError or ValidationError. */
+export type ErrorClass = new (message: string, options?: { cause?: unknown }) => Error;
+
+export const DEFAULT_SCHEMA = 'sluice';
+/** Longest queue, task or worker name. */
+export const MAX_NAME_LENGTH = 128;
+/**
+ * Longest schema name, in bytes. The notification channel is 'sluice:' + schema
+ * and Postgres caps channel names at 63 bytes, so the schema is kept well under that.
+ */
+export const MAX_SCHEMA_LENGTH = 50;
+
+export interface OptionChecks {
+  /** Rejects keys that are not options (a typo must not silently mean "default"). */
+  rejectUnknownKeys(value: object, known: ReadonlySet<string>, what: string): void;
+  /** An integer option within [min, max], or its default when undefined. */
+  intOption(name: string, value: unknown, fallback: number, min: number, max: number): number;
+  /** A boolean option, or its default when undefined. */
+  boolOption(name: string, value: unknown, fallback: boolean): boolean;
+  /**
+   * Checks a queue, task or worker name: non-empty, at most 128 characters,
+   * storable as is. Any other character is fine, quotes and semicolons included:
+   * names only ever travel as bound parameters, so they are stored and matched verbatim.
+   */
+  checkName(kind: string, name: unknown): string;
+  /** Checks a schema name: non-empty, at most 50 bytes, no NUL (it is quoted into SQL text once). */
+  checkSchemaName(schema: unknown): string;
+  /** The `schema` option: a valid schema name, or 'sluice' when undefined. */
+  schemaOption(schema: unknown): string;
+}
+
+/** The shared option checks, throwing `ErrorClass`. */
+export function checks(ErrorClass: ErrorClass): OptionChecks {
+  function fail(message: string): never {
+    throw new ErrorClass(message);
+  }
+
+  function checkSchemaName(schema: unknown): string {
+    if (typeof schema !== 'string' || schema.length === 0) fail('schema must be a non-empty string');
+    if (Buffer.byteLength(schema) > MAX_SCHEMA_LENGTH) fail(`schema name is longer than ${MAX_SCHEMA_LENGTH} bytes: ${schema}`);
+    if (schema.includes('\0')) fail('schema name contains a NUL byte');
+    return schema;
+  }
+
+  return {
+    rejectUnknownKeys(value, known, what) {
+      for (const key of Object.keys(value)) {
+        if (!known.has(key)) fail(`${what}: unknown option "${key}"`);
+      }
+    },
+
+    intOption(name, value, fallback, min, max) {
+      if (value === undefined) return fallback;
+      if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+        fail(`${name} must be an integer from ${min} to ${max}, got ${String(value)}`);
+      }
+      return value;
+    },
+
+    boolOption(name, value, fallback) {
+      if (value === undefined) return fallback;
+      if (typeof value !== 'boolean') fail(`${name} must be a boolean`);
+      return value;
+    },
+
+    checkName(kind, name) {
+      if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
+        fail(`${kind} must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}`);
+      }
+      const unstorable = unstorableText(name);
+      if (unstorable) fail(`${kind} ${JSON.stringify(name)} contains ${unstorable}`);
+      return name;
+    },
+
+    checkSchemaName,
+
+    schemaOption(schema) {
+      if (schema === undefined) return DEFAULT_SCHEMA;
+      if (typeof schema !== 'string') fail('schema must be a string');
+      return checkSchemaName(schema);
+    },
+  };
+}
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
+
+/**
+ * Why Postgres cannot store this text unchanged, or undefined when it can: text
+ * columns reject NUL, and a lone UTF-16 surrogate has no UTF-8 form (the driver
+ * would silently turn it into U+FFFD, and jsonb rejects its escape).
+ */
+export function unstorableText(text: string): string | undefined {
+  if (text.includes('\0')) return 'a NUL character, which Postgres text cannot store';
+  if (LONE_SURROGATE.test(text)) return 'a lone UTF-16 surrogate, which is not valid Unicode';
+  return undefined;
+}
