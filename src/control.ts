@@ -1,8 +1,10 @@
-import { checkName, intOption } from './config.js';
 import type { ControlQueries } from './db/control-queries.js';
 import { rows, type Queryable } from './db/executor.js';
-import { ValidationError, validated, wrapDatabaseError } from './errors.js';
+import { ValidationError, wrapDatabaseError } from './errors.js';
 import { actorOf, type ActionOptions } from './admin/jobs.js';
+import { checks } from './validate.js';
+
+const { checkName, intOption } = checks(ValidationError);
 
 /** A queue's persisted settings (queues without a row are running and unlimited). */
 export interface QueueSettings {
@@ -36,7 +38,7 @@ export async function setQueueConcurrencyLimit(
   options: ActionOptions = {},
 ): Promise<QueueSettings> {
   if (limit === undefined) throw new ValidationError('concurrency limit: give a number from 1 to 10000, or null for none');
-  const value = limit === null ? null : validated(() => intOption('concurrency limit', limit, 0, 1, 10_000));
+  const value = limit === null ? null : intOption('concurrency limit', limit, 0, 1, 10_000);
   return upsertQueue(db, queries.setConcurrencyLimit, queries.channel, queue, value, options);
 }
 
@@ -59,7 +61,7 @@ interface QueueRow {
 async function upsertQueue(
   db: Queryable, text: string, channel: string, queue: string, value: unknown, options: ActionOptions,
 ): Promise<QueueSettings> {
-  const name = validated(() => checkName('queue', queue));
+  const name = checkName('queue', queue);
   const actor = actorOf(options);
   try {
     const [row] = await rows<QueueRow>(db, text, [name, value, channel, actor]);

@@ -142,16 +142,6 @@ export class Snooze extends SluiceError {
   }
 }
 
-/** Runs `fn`; a ConfigError it throws is the caller's bad input, so it becomes a ValidationError. */
-export function validated<T>(fn: () => T): T {
-  try {
-    return fn();
-  } catch (err) {
-    if (err instanceof ConfigError) throw new ValidationError(err.message, { cause: err });
-    throw err;
-  }
-}
-
 // SQLSTATE classes that mean "the connection, not the statement, is the problem".
 // 08: connection exception; 57P01-57P03: admin shutdown, crash shutdown, cannot
 // connect now (server starting or stopping).

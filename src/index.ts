@@ -1,4 +1,4 @@
-export { Queue, type EnqueueOptions, type JobSpec, type QueueOptions, type TaskSpec, type EnqueueArgs, type AfterCommitJobs, type JobKeyMode, type WaitOptions } from './queue.js';
+export { Queue, type EnqueueOptions, type QueueOptions, type EnqueueArgs, type AfterCommitJobs, type WaitOptions } from './queue.js';
 export { Worker, type WorkerEvents } from './worker/worker.js';
 export type { CronSchedule } from './maintenance/cron-schedule.js';
 export { listSchedules, type CronTick, type ScheduleInfo } from './maintenance/cron.js';
@@ -6,7 +6,9 @@ export type { RescuedJob } from './maintenance/rescuer.js';
 export type { ProducerStats as WorkerStats } from './worker/producer.js';
 export { migrate, type MigrationResult } from './migrate.js';
 export type { WorkerOptions, ConnectionOptions, DriverName } from './config.js';
-export type { JobRow, JobStatus, JobContext, JobError, TaskHandler, TaskDefinition, TaskList, TaskMap, AnyTasks } from './job.js';
+export type {
+  JobRow, JobStatus, JobContext, JobError, JobSpec, TaskSpec, JobKeyMode, TaskHandler, TaskDefinition, TaskList, TaskMap, AnyTasks,
+} from './job.js';
 export type { QueueSchemas, WorkerSchemas, TasksOf, TaskInputsOf } from './task-schemas.js';
 export type { StandardSchemaV1 } from './standard-schema.js';
 export type { Queryable } from './db/executor.js';

@@ -1,7 +1,9 @@
-import { checkName, intOption, DEFAULT_QUEUE } from './config.js';
 import { ValidationError } from './errors.js';
+import { DEFAULT_QUEUE, type JobKeyMode, type JobSpec } from './job.js';
 import { serializePayload } from './payload.js';
-import type { JobKeyMode, JobSpec } from './queue.js';
+import { checks } from './validate.js';
+
+const { checkName, intOption } = checks(ValidationError);
 
 // Dates Postgres reads back from an ISO string: JS dates reach far beyond year 9999,
 // but their six-digit-year ISO form ("+275760-09-13...") is not valid input to timestamptz.
@@ -26,9 +28,10 @@ const KEY_MODES: readonly string[] = ['keep', 'replace', 'error'];
 
 /**
  * Checks one job spec and turns it into the row parameters of an INSERT. Throws
- * before anything is sent, so a bad job never leaves a half-written batch.
+ * ValidationError before anything is sent, so a bad job never leaves a
+ * half-written batch.
  */
-export function toJobValues(spec: JobSpec & { tx?: undefined }, maxPayloadBytes: number): JobValues {
+export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
   const task = checkName('task', spec.task);
   const queue = checkName('queue', spec.queue ?? DEFAULT_QUEUE);
   if (spec.runAt !== undefined && spec.delayMs !== undefined) {

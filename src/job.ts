@@ -3,6 +3,78 @@ import type { BackoffOptions } from './worker/backoff.js';
 /** Where a job is in its life: pending → processing → completed | failed (or cancelled). */
 export type JobStatus = 'pending' | 'processing' | 'completed' | 'failed' | 'cancelled';
 
+/** The statuses a job stays in for good (until retried or pruned). */
+export type FinishedStatus = 'completed' | 'failed' | 'cancelled';
+
+/** A status a job has not finished in: waiting, or running on a worker. */
+export type UnfinishedStatus = Exclude<JobStatus, FinishedStatus>;
+
+export const JOB_STATUSES: readonly JobStatus[] = ['pending', 'processing', 'completed', 'failed', 'cancelled'];
+
+/** Finished statuses: what Queue.waitFor() waits for, what deleteFinished and the pruner may remove. */
+export const FINISHED: readonly FinishedStatus[] = ['completed', 'failed', 'cancelled'];
+
+/** Statuses a job can be retried from. */
+export const RETRYABLE: readonly JobStatus[] = ['failed', 'cancelled'];
+
+/**
+ * Statuses cancelJob takes a job out of: it has not finished. A pending job just
+ * becomes 'cancelled'; a running one also has its worker abort the handler.
+ */
+export const CANCELLABLE: readonly UnfinishedStatus[] = ['pending', 'processing'];
+
+/** Statuses a job can be deleted in: anything a worker is not running right now. */
+export const DELETABLE: readonly JobStatus[] = ['pending', 'completed', 'failed', 'cancelled'];
+
+/** True when a job in this status has finished (completed, failed for good, or cancelled). */
+export function isFinished(status: JobStatus): status is FinishedStatus {
+  return (FINISHED as readonly JobStatus[]).includes(status);
+}
+
+/** The queue a job goes to when none is named. */
+export const DEFAULT_QUEUE = 'default';
+
+/** What enqueue does when another job holds the same `jobKey`. */
+export type JobKeyMode = 'keep' | 'replace' | 'error';
+
+/** How one job is enqueued: everything but its task and payload. */
+export interface JobOptions {
+  /** Queue name. Default 'default'. */
+  queue?: string;
+  /** Run no earlier than this time. */
+  runAt?: Date;
+  /** Run no earlier than this many ms from now (server clock). */
+  delayMs?: number;
+  /** Attempts before the job is marked failed. Default 5. */
+  maxAttempts?: number;
+  /** Higher runs first among due jobs. Default 0. */
+  priority?: number;
+  /**
+   * Deduplication key (1–512 characters, one namespace for all queues and tasks).
+   * While a job with this key is pending (or also running, with
+   * `jobKeyWhileProcessing`), enqueueing again does not add a second job:
+   * see `jobKeyMode`. Race-free: concurrent enqueues meet in a unique index.
+   */
+  jobKey?: string;
+  /**
+   * 'keep' (default): leave the existing job, return its id. 'replace': give the
+   * existing job this payload and run time if it has not started (a running one is
+   * kept), return its id. 'error': throw DuplicateJobError.
+   */
+  jobKeyMode?: JobKeyMode;
+  /** Also hold the key while the job runs and between its retries. Default false. */
+  jobKeyWhileProcessing?: boolean;
+}
+
+/** One job to enqueue (enqueueMany, enqueueAfterCommit). */
+export interface JobSpec<P = unknown> extends JobOptions {
+  task: string;
+  payload?: P;
+}
+
+/** A job of a typed task map: the payload must be its task's. */
+export type TaskSpec<T extends TaskMap = AnyTasks> = { [K in keyof T & string]: JobSpec<T[K]> & { task: K } }[keyof T & string];
+
 /** A row of the jobs table as Sluice reads it. Ids are strings: bigint does not fit a JS number. */
 export interface JobRow<P = unknown> {
   id: string;

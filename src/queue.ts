@@ -1,6 +1,6 @@
 import type pg from 'pg';
-import { intOption, rejectUnknownKeys, resolveSchema, type ConnectionOptions } from './config.js';
-import { openPool, type PoolHandle } from './db/connection.js';
+import { checks } from './validate.js';
+import { openPool, type ConnectionOptions, type PoolHandle } from './db/connection.js';
 import { buildQueries, type Queries } from './db/queries.js';
 import type { SluiceMetrics } from './metrics/metrics.js';
 import { traceEnqueue } from './tracing.js';
@@ -10,9 +10,9 @@ import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
 import {
-  ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, validated, wrapDatabaseError,
+  ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, wrapDatabaseError,
 } from './errors.js';
-import type { AnyTasks, JobRow, JobStatus, TaskMap } from './job.js';
+import { isFinished, type AnyTasks, type JobOptions, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
 import { resolveSchemas, validatePayload, type QueueSchemas } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
@@ -20,35 +20,8 @@ import { channelFor } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { toJobValues } from './job-values.js';
 
-/** What enqueue does when another job holds the same `jobKey`. */
-export type JobKeyMode = 'keep' | 'replace' | 'error';
-
-export interface EnqueueOptions {
-  /** Queue name. Default 'default'. */
-  queue?: string;
-  /** Run no earlier than this time. */
-  runAt?: Date;
-  /** Run no earlier than this many ms from now (server clock). */
-  delayMs?: number;
-  /** Attempts before the job is marked failed. Default 5. */
-  maxAttempts?: number;
-  /** Higher runs first among due jobs. Default 0. */
-  priority?: number;
-  /**
-   * Deduplication key (1–512 characters, one namespace for all queues and tasks).
-   * While a job with this key is pending (or also running, with
-   * `jobKeyWhileProcessing`), enqueueing again does not add a second job:
-   * see `jobKeyMode`. Race-free: concurrent enqueues meet in a unique index.
-   */
-  jobKey?: string;
-  /**
-   * 'keep' (default): leave the existing job, return its id. 'replace': give the
-   * existing job this payload and run time if it has not started (a running one is
-   * kept), return its id. 'error': throw DuplicateJobError.
-   */
-  jobKeyMode?: JobKeyMode;
-  /** Also hold the key while the job runs and between its retries. Default false. */
-  jobKeyWhileProcessing?: boolean;
+/** Options of `enqueue`: how the job is enqueued, and on which connection. */
+export interface EnqueueOptions extends JobOptions {
   /**
    * Run the INSERT on this connection: your open transaction (a pg Client or
    * PoolClient after BEGIN, or anything with query(text, values)). The job then
@@ -56,14 +29,6 @@ export interface EnqueueOptions {
    */
   tx?: Queryable;
 }
-
-export interface JobSpec<P = unknown> extends Omit<EnqueueOptions, 'tx'> {
-  task: string;
-  payload?: P;
-}
-
-/** A job of a typed task map: the payload must be its task's. */
-export type TaskSpec<T extends TaskMap = AnyTasks> = { [K in keyof T & string]: JobSpec<T[K]> & { task: K } }[keyof T & string];
 
 /** Payload and options of `enqueue`: the payload may be left out only when its type allows undefined. */
 export type EnqueueArgs<P> = undefined extends P ? [payload?: P, options?: EnqueueOptions] : [payload: P, options?: EnqueueOptions];
@@ -90,7 +55,6 @@ export interface QueueOptions<T extends TaskMap = AnyTasks> extends ConnectionOp
 const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
 const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'tx', ...KEY_OPTIONS]);
 const SPEC_KEYS = new Set(['task', 'payload', 'queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', ...KEY_OPTIONS]);
-const FINISHED: readonly JobStatus[] = ['completed', 'failed', 'cancelled'];
 
 export interface WaitOptions {
   /** Give up after this many ms with a WaitTimeoutError. Default 60000. */
@@ -99,6 +63,10 @@ export interface WaitOptions {
   pollIntervalMs?: number;
 }
 const QUEUE_KEYS = new Set(['connectionString', 'pool', 'schema', 'maxPayloadBytes', 'metrics', 'schemas']);
+
+/** Constructor and waitFor options are the programmer's: ConfigError. Jobs are input: ValidationError. */
+const config = checks(ConfigError);
+const input = checks(ValidationError);
 
 /**
  * Adds jobs. Use one per application; pass `tx` to enqueue inside your own
@@ -126,11 +94,11 @@ export class Queue<T extends TaskMap = AnyTasks> {
   private readonly schemas: Map<string, StandardSchemaV1>;
 
   constructor(options: QueueOptions<T> = {}) {
-    rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
-    this.schema = resolveSchema(options.schema);
+    config.rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
+    this.schema = config.schemaOption(options.schema);
     this.queries = buildQueries(this.schema);
     this.control = buildControlQueries(this.schema);
-    this.maxPayloadBytes = intOption('maxPayloadBytes', options.maxPayloadBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024);
+    this.maxPayloadBytes = config.intOption('maxPayloadBytes', options.maxPayloadBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024);
     if (options.metrics !== undefined && typeof options.metrics?.enqueued?.inc !== 'function') {
       throw new ConfigError('Queue: metrics must be a SluiceMetrics');
     }
@@ -148,10 +116,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
   async enqueue<K extends keyof T & string>(task: K, ...[payload, options = {}]: EnqueueArgs<T[K]>): Promise<string> {
     const checked = await validatePayload(this.schemas, task, payload);
-    const v = validated(() => {
-      rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
-      return toJobValues({ ...options, task, payload: checked, tx: undefined }, this.maxPayloadBytes);
-    });
+    input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
+    const v = toJobValues({ ...options, task, payload: checked }, this.maxPayloadBytes);
     const db = this.executor(options.tx);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority];
     // Concurrent enqueues on our own pool defer their wake-up past the COMMIT, so
@@ -198,15 +164,13 @@ export class Queue<T extends TaskMap = AnyTasks> {
         }
       }));
     }
-    rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany');
+    config.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany');
     if (jobs.length === 0) return [];
     const values = jobs.map((spec, i) => {
       try {
         if (!spec || typeof spec !== 'object') throw new ValidationError('not an object');
-        return validated(() => {
-          rejectUnknownKeys(spec, SPEC_KEYS, 'job');
-          return toJobValues(spec, this.maxPayloadBytes);
-        });
+        input.rejectUnknownKeys(spec, SPEC_KEYS, 'job');
+        return toJobValues(spec, this.maxPayloadBytes);
       } catch (err) {
         throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
       }
@@ -255,9 +219,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
    *   if (job.status === 'completed') console.log(job.result);
    */
   async waitFor<P = unknown>(id: string | number, options: WaitOptions = {}): Promise<JobRow<P>> {
-    rejectUnknownKeys(options, new Set(['timeoutMs', 'pollIntervalMs']), 'waitFor');
-    const timeoutMs = intOption('timeoutMs', options.timeoutMs, 60_000, 0, 2 ** 31 - 1);
-    const pollIntervalMs = intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 2 ** 31 - 1);
+    config.rejectUnknownKeys(options, new Set(['timeoutMs', 'pollIntervalMs']), 'waitFor');
+    const timeoutMs = config.intOption('timeoutMs', options.timeoutMs, 60_000, 0, 2 ** 31 - 1);
+    const pollIntervalMs = config.intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 2 ** 31 - 1);
     const jobId = String(id);
     if (!/^\d{1,19}$/.test(jobId)) throw new ValidationError(`waitFor: not a job id: ${jobId}`);
     const pool = this.executor(undefined) as pg.Pool;
@@ -274,7 +238,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       for (;;) {
         const job = await this.getJob<P>(jobId);
         if (!job) throw new JobNotFoundError(jobId);
-        if (FINISHED.includes(job.status)) return job;
+        if (isFinished(job.status)) return job;
         const left = deadline - Date.now();
         if (left <= 0) throw new WaitTimeoutError(`job ${jobId} did not finish within ${timeoutMs} ms (status ${job.status})`, jobId);
         await new Promise<void>((resolve) => {
@@ -318,10 +282,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
         const spec = { ...options, task, payload } as JobSpec;
         // Everything enqueueMany would check, now, while the caller can still roll back.
         await validatePayload(this.schemas, task, payload);
-        validated(() => {
-          rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
-          return toJobValues(spec, this.maxPayloadBytes);
-        });
+        input.rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
+        toJobValues(spec, this.maxPayloadBytes);
         specs.push(spec);
       },
     };

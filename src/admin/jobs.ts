@@ -1,7 +1,9 @@
-import { checkName, intOption } from '../config.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
-import type { JobRow, JobStatus } from '../job.js';
+import {
+  CANCELLABLE, DELETABLE, FINISHED, JOB_STATUSES, RETRYABLE, isFinished, type JobRow, type JobStatus, type UnfinishedStatus,
+} from '../job.js';
+import { checks } from '../validate.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { queriesFor, wakeQueues } from './queries-cache.js';
 
@@ -11,22 +13,8 @@ import { queriesFor, wakeQueues } from './queries-cache.js';
  * your transaction) and the schema; none of them opens connections itself.
  */
 
-export const JOB_STATUSES: readonly JobStatus[] = ['pending', 'processing', 'completed', 'failed', 'cancelled'];
-
-/** Statuses a job can be retried from. */
-export const RETRYABLE: readonly JobStatus[] = ['failed', 'cancelled'];
-
-/**
- * Statuses cancelJob takes a job out of: it has not finished. A pending job just
- * becomes 'cancelled'; a running one also has its worker abort the handler.
- */
-export const CANCELLABLE: readonly JobStatus[] = ['pending', 'processing'];
-
-/** Statuses a job can be deleted in: anything a worker is not running right now. */
-export const DELETABLE: readonly JobStatus[] = ['pending', 'completed', 'failed', 'cancelled'];
-
-/** Statuses that deleteFinished may remove. */
-export const FINISHED: readonly JobStatus[] = ['completed', 'failed', 'cancelled'];
+// Call-time arguments are the caller's input: ValidationError.
+const { checkName, intOption } = checks(ValidationError);
 
 export const DEFAULT_LIST_LIMIT = 50;
 export const MAX_LIST_LIMIT = 1000;
@@ -75,14 +63,14 @@ export type JobActionResult =
  */
 export async function listJobs(db: Queryable, schema: string, options: ListJobsOptions = {}): Promise<JobPage> {
   const { admin } = queriesFor(schema);
-  const limit = checked(() => intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT));
+  const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
   if (options.before !== undefined && options.after !== undefined) {
     throw new ValidationError('listJobs: give before or after, not both');
   }
   const filters = [
     listOf('status', options.status, checkStatus),
-    listOf('queue', options.queue, (q) => checked(() => checkName('queue', q))),
-    listOf('task', options.task, (t) => checked(() => checkName('task', t))),
+    listOf('queue', options.queue, (q) => checkName('queue', q)),
+    listOf('task', options.task, (t) => checkName('task', t)),
   ];
   const window = [dateOption('createdFrom', options.createdFrom), dateOption('createdUntil', options.createdUntil)];
   // One row more than asked tells whether another page exists in that direction.
@@ -173,7 +161,7 @@ export async function retryFailed(
   schema: string,
   options: { queue?: string } & ActionOptions = {},
 ): Promise<{ retried: number; queues: Record<string, number> }> {
-  const queue = options.queue === undefined ? null : checked(() => checkName('queue', options.queue));
+  const queue = options.queue === undefined ? null : checkName('queue', options.queue);
   const counts = await query<{ queue: string; count: number }>(
     db, queriesFor(schema).admin.retryFailed, [queue, actorOf(options)], 'retryFailed');
   await wakeQueues(db, schema, counts.map((c) => c.queue));
@@ -185,7 +173,7 @@ export async function retryFailed(
 
 /** What cancelJob did; `previousStatus` 'processing' means a worker was told to abort the handler. */
 export type CancelJobResult =
-  | { ok: true; job: JobRow; previousStatus: 'pending' | 'processing' }
+  | { ok: true; job: JobRow; previousStatus: UnfinishedStatus }
   | Exclude<JobActionResult, { ok: true }>;
 
 /**
@@ -202,7 +190,7 @@ export type CancelJobResult =
 export async function cancelJob(
   db: Queryable, schema: string, id: string | number, options: ActionOptions = {},
 ): Promise<CancelJobResult> {
-  const result = await act<JobRow & { previous_status: 'pending' | 'processing' }>(
+  const result = await act<JobRow & { previous_status: UnfinishedStatus }>(
     db, schema, 'cancel', id, CANCELLABLE, options, [channelFor(schema), doneChannelFor(schema)]);
   if (!result.ok) return result;
   const { previous_status: previousStatus, ...job } = result.job;
@@ -235,11 +223,11 @@ export async function deleteFinished(db: Queryable, schema: string, options: Del
   const statuses = [...(options.statuses ?? ['completed'])];
   if (statuses.length === 0) throw new ValidationError('deleteFinished: statuses is empty');
   for (const status of statuses) {
-    if (!FINISHED.includes(status)) {
+    if (!isFinished(status)) {
       throw new ValidationError(`deleteFinished: can only delete ${FINISHED.join(', ')} jobs, not ${JSON.stringify(status)}`);
     }
   }
-  const batchSize = checked(() => intOption('batchSize', options.batchSize, 5000, 1, 100_000));
+  const batchSize = intOption('batchSize', options.batchSize, 5000, 1, 100_000);
   const { admin } = queriesFor(schema);
   let cursor = '0';
   let deleted = 0;
@@ -309,14 +297,4 @@ function listOf<T>(name: string, value: T | readonly T[] | undefined, check: (v:
   const list = Array.isArray(value) ? (value as readonly T[]) : [value as T];
   if (list.length === 0) throw new ValidationError(`listJobs: ${name} filter is empty`);
   return list.map(check);
-}
-
-/** Option checks report ConfigError; for these call-time arguments it is the caller's input. */
-export function checked<T>(fn: () => T): T {
-  try {
-    return fn();
-  } catch (err) {
-    if (err instanceof ValidationError) throw err;
-    throw new ValidationError((err as Error).message, { cause: err });
-  }
 }

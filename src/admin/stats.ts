@@ -1,8 +1,9 @@
-import { checkName, intOption } from '../config.js';
 import { rows, type Queryable } from '../db/executor.js';
-import { wrapDatabaseError } from '../errors.js';
-import { checked } from './jobs.js';
+import { ValidationError, wrapDatabaseError } from '../errors.js';
+import { checks } from '../validate.js';
 import { queriesFor } from './queries-cache.js';
+
+const { checkName, intOption } = checks(ValidationError);
 
 /** One queue's numbers. Counts are exact, taken in one snapshot. */
 export interface QueueStats {
@@ -46,7 +47,7 @@ type StatsRow = Omit<QueueStats, 'jobsPerSecond'>;
  *   for (const q of queues) console.log(q.queue, q.pending, q.jobsPerSecond);
  */
 export async function getStats(db: Queryable, schema: string, options: { windowMs?: number } = {}): Promise<Stats> {
-  const windowMs = checked(() => intOption('windowMs', options.windowMs, 60_000, 1_000, 86_400_000));
+  const windowMs = intOption('windowMs', options.windowMs, 60_000, 1_000, 86_400_000);
   let found: StatsRow[];
   try {
     found = await rows<StatsRow>(db, queriesFor(schema).admin.stats, [windowMs]);
@@ -85,8 +86,8 @@ export async function getThroughput(
   schema: string,
   options: { minutes?: number; queue?: string } = {},
 ): Promise<ThroughputPoint[]> {
-  const minutes = checked(() => intOption('minutes', options.minutes, 60, 1, 1440));
-  const queue = options.queue === undefined ? null : checked(() => checkName('queue', options.queue));
+  const minutes = intOption('minutes', options.minutes, 60, 1, 1440);
+  const queue = options.queue === undefined ? null : checkName('queue', options.queue);
   try {
     return await rows<ThroughputPoint>(db, queriesFor(schema).admin.throughput, [minutes, queue]);
   } catch (err) {

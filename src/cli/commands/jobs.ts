@@ -1,9 +1,8 @@
 import type { Command } from 'commander';
 import {
-  FINISHED, RETRYABLE, CANCELLABLE, DELETABLE, cancelJob, checkStatus, deleteFinished, deleteJob, getJob, listJobs,
-  retryFailed, retryJob, type JobActionResult,
+  cancelJob, checkStatus, deleteFinished, deleteJob, getJob, listJobs, retryFailed, retryJob, type JobActionResult,
 } from '../../admin/jobs.js';
-import type { JobRow, JobStatus } from '../../job.js';
+import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus } from '../../job.js';
 import { withDatabase } from '../database.js';
 import { CommandFailed, firstLine, formatDuration, formatTable, printJson, UsageError } from '../output.js';
 import { collect, duration, integer } from '../parse.js';
