@@ -1,10 +1,12 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
-import { resolveSchema, checkConnection, type ConnectionOptions } from './config.js';
 import { quoteSchema } from './db/identifiers.js';
-import { openPool, connectionError } from './db/connection.js';
-import { MigrationError, isConnectionFailure } from './errors.js';
+import { openPool, checkConnection, connectionError, type ConnectionOptions } from './db/connection.js';
+import { ConfigError, MigrationError, isConnectionFailure } from './errors.js';
+import { checks } from './validate.js';
+
+const { schemaOption } = checks(ConfigError);
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('../sql/migrations/', import.meta.url));
 
@@ -52,7 +54,7 @@ export async function loadMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]>
  */
 export async function migrate(options: ConnectionOptions): Promise<MigrationResult> {
   checkConnection(options, 'migrate');
-  const schema = resolveSchema(options.schema);
+  const schema = schemaOption(options.schema);
   const handle = openPool(options, 1, 'sluice-migrate');
   let client: pg.PoolClient;
   try {

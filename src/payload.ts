@@ -1,5 +1,5 @@
-import { unstorableText } from './config.js';
 import { ValidationError } from './errors.js';
+import { unstorableText } from './validate.js';
 
 export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
 

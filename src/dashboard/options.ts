@@ -1,5 +1,8 @@
-import { checkConnection, intOption, rejectUnknownKeys, resolveSchema, type ConnectionOptions } from '../config.js';
+import { checkConnection, type ConnectionOptions } from '../db/connection.js';
 import { ConfigError } from '../errors.js';
+import { checks } from '../validate.js';
+
+const { intOption, rejectUnknownKeys, schemaOption } = checks(ConfigError);
 
 /** Who may use the dashboard. With neither, only loopback clients are served. */
 export interface DashboardAuthOptions {
@@ -46,7 +49,7 @@ export function resolveDashboardOptions(options: DashboardOptions): ResolvedDash
   rejectUnknownKeys(options, KEYS, 'dashboard');
   checkConnection(options, 'dashboard');
   return {
-    schema: resolveSchema(options.schema),
+    schema: schemaOption(options.schema),
     basePath: resolveBasePath(options.basePath),
     refreshMs: intOption('refreshMs', options.refreshMs, 5000, 100, 3_600_000),
     token: options.token === undefined ? undefined : secret('token', options.token),

@@ -1,11 +1,13 @@
-import { checkConnection, rejectUnknownKeys, resolveSchema, type ConnectionOptions } from '../config.js';
-import { openPool } from '../db/connection.js';
+import { checkConnection, openPool, type ConnectionOptions } from '../db/connection.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
 import { ConfigError, wrapDatabaseError } from '../errors.js';
 import * as checks from './checks.js';
 import { DEFAULT_THRESHOLDS, worst, type CheckResult, type DoctorThresholds, type Severity } from './checks.js';
 import { buildDoctorQueries } from './queries.js';
+import { checks as optionChecks } from '../validate.js';
+
+const { rejectUnknownKeys, schemaOption } = optionChecks(ConfigError);
 
 export interface DoctorOptions extends ConnectionOptions {
   /** Run on this connection instead (e.g. a dashboard's pool). */
@@ -35,7 +37,7 @@ const OPTION_KEYS = new Set(['connectionString', 'pool', 'schema', 'db', 'thresh
  */
 export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
   rejectUnknownKeys(options, OPTION_KEYS, 'runDoctor');
-  const schema = resolveSchema(options.schema);
+  const schema = schemaOption(options.schema);
   const thresholds = resolveThresholds(options.thresholds);
   if (options.db) return inspect(options.db, schema, thresholds);
   checkConnection(options, 'runDoctor');

@@ -1,6 +1,10 @@
 import { Cron } from 'croner';
 import { ConfigError, ValidationError } from '../errors.js';
+import { DEFAULT_QUEUE } from '../job.js';
 import { serializePayload } from '../payload.js';
+import { checks, MAX_NAME_LENGTH } from '../validate.js';
+
+const { intOption, rejectUnknownKeys } = checks(ConfigError);
 
 /** Most missed ticks a schedule may backfill after downtime. */
 export const MAX_BACKFILL = 1_000;
@@ -72,21 +76,19 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
   return list.map((entry: CronSchedule) => {
     if (!entry || typeof entry !== 'object') throw new ConfigError('schedules: each schedule must be an object');
     const name = entry.name;
-    if (typeof name !== 'string' || name.length === 0 || name.length > 128) {
-      throw new ConfigError(`schedules: name must be a string of 1 to 128 characters, got ${JSON.stringify(name)}`);
+    if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
+      throw new ConfigError(`schedules: name must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}`);
     }
-    for (const key of Object.keys(entry)) {
-      if (!KEYS.has(key)) throw new ConfigError(`schedule "${name}": unknown option "${key}"`);
-    }
+    rejectUnknownKeys(entry, KEYS, `schedule "${name}"`);
     if (seen.has(name)) throw new ConfigError(`schedules: name "${name}" is used twice`);
     seen.add(name);
     const timezone = entry.timezone ?? 'UTC';
     const pattern = parseCron(name, entry.cron, timezone);
     const task = entry.task;
-    const queue = entry.queue ?? 'default';
+    const queue = entry.queue ?? DEFAULT_QUEUE;
     for (const [what, value] of [['task', task], ['queue', queue]] as const) {
-      if (typeof value !== 'string' || value.length === 0 || value.length > 128) {
-        throw new ConfigError(`schedule "${name}": ${what} must be a string of 1 to 128 characters`);
+      if (typeof value !== 'string' || value.length === 0 || value.length > MAX_NAME_LENGTH) {
+        throw new ConfigError(`schedule "${name}": ${what} must be a string of 1 to ${MAX_NAME_LENGTH} characters`);
       }
     }
     let payload: string;
@@ -102,20 +104,12 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
       task,
       payload,
       queue,
-      priority: intIn(name, 'priority', entry.priority, 0, -32768, 32767),
-      maxAttempts: intIn(name, 'maxAttempts', entry.maxAttempts, 5, 1, 1000),
-      backfill: intIn(name, 'backfill', entry.backfill, 0, 0, MAX_BACKFILL),
+      priority: intOption(`schedule "${name}": priority`, entry.priority, 0, -32768, 32767),
+      maxAttempts: intOption(`schedule "${name}": maxAttempts`, entry.maxAttempts, 5, 1, 1000),
+      backfill: intOption(`schedule "${name}": backfill`, entry.backfill, 0, 0, MAX_BACKFILL),
       pattern,
     };
   });
-}
-
-function intIn(name: string, what: string, value: unknown, fallback: number, min: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new ConfigError(`schedule "${name}": ${what} must be an integer from ${min} to ${max}, got ${String(value)}`);
-  }
-  return value;
 }
 
 /**

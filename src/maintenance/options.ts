@@ -1,7 +1,10 @@
-import { checkName, intOption, rejectUnknownKeys } from '../config.js';
 import { ConfigError } from '../errors.js';
-import type { FinishedStatus, ResolvedPrunerConfig, Retention } from './pruner.js';
+import { FINISHED } from '../job.js';
+import { checks } from '../validate.js';
+import type { ResolvedPrunerConfig, Retention } from './pruner.js';
 import type { PeriodicTask } from './runner.js';
+
+const { checkName, intOption, rejectUnknownKeys } = checks(ConfigError);
 
 const DAY_MS = 86_400_000;
 const MAX_RETENTION_MS = 3650 * DAY_MS;
@@ -36,14 +39,13 @@ export interface ResolvedMaintenanceConfig {
   tasks: PeriodicTask[];
 }
 
-const STATUSES: readonly FinishedStatus[] = ['completed', 'failed', 'cancelled'];
 export const DEFAULT_RETENTION: Required<Retention> = { completed: DAY_MS, failed: 30 * DAY_MS, cancelled: 7 * DAY_MS };
 
 function resolveRetention(value: unknown, what: string): Retention {
   if (!value || typeof value !== 'object') throw new ConfigError(`${what} must be an object of { status: ms }`);
-  rejectUnknownKeys(value, new Set(STATUSES), what);
+  rejectUnknownKeys(value, new Set(FINISHED), what);
   const out: Retention = {};
-  for (const status of STATUSES) {
+  for (const status of FINISHED) {
     const ms = (value as Retention)[status];
     if (ms !== undefined) out[status] = intOption(`${what}.${status}`, ms, 0, 0, MAX_RETENTION_MS);
   }

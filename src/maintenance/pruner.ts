@@ -1,8 +1,8 @@
 import type { Queryable } from '../db/executor.js';
+import type { FinishedStatus } from '../job.js';
 import type { MaintenanceQueries } from './queries.js';
 import type { PeriodicTask } from './runner.js';
 
-export type FinishedStatus = 'completed' | 'failed' | 'cancelled';
 /** Milliseconds to keep finished jobs, by status. */
 export type Retention = Partial<Record<FinishedStatus, number>>;
 

@@ -1,6 +1,8 @@
-import { intOption, rejectUnknownKeys } from '../config.js';
 import { ConfigError } from '../errors.js';
+import { checks } from '../validate.js';
 import type { SluiceMetrics } from './metrics.js';
+
+const { intOption, rejectUnknownKeys } = checks(ConfigError);
 
 /** The worker's `metrics` option. Nothing is loaded or served unless it is given. */
 export interface WorkerMetricsOptions {
