@@ -5,7 +5,9 @@ export { listSchedules, type CronTick, type ScheduleInfo } from './maintenance/c
 export type { RescuedJob } from './maintenance/rescuer.js';
 export type { ProducerStats as WorkerStats } from './worker/producer.js';
 export { migrate, type MigrationResult } from './migrate.js';
-export type { WorkerOptions, ConnectionOptions, DriverName } from './config.js';
+export type { WorkerOptions } from './worker/options.js';
+export type { ConnectionOptions } from './db/connection.js';
+export type { DriverName } from './db/driver.js';
 export type {
   JobRow, JobStatus, JobContext, JobError, JobSpec, TaskSpec, JobKeyMode, TaskHandler, TaskDefinition, TaskList, TaskMap, AnyTasks,
 } from './job.js';

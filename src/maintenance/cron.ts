@@ -33,7 +33,7 @@ export class CronRunner {
   constructor(
     private readonly db: Driver,
     schema: string,
-    private readonly schedules: ResolvedSchedule[],
+    private readonly schedules: readonly ResolvedSchedule[],
     private readonly enqueued: (ticks: CronTick[]) => void,
     private readonly error: (err: unknown) => void,
   ) {

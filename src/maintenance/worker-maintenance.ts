@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/executor.js';
-import type { ResolvedWorkerConfig } from '../config.js';
+import type { ResolvedWorkerConfig } from '../worker/options.js';
 import { Lease } from './lease.js';
 import { prunerTask, type PruneResult } from './pruner.js';
 import { buildMaintenanceQueries } from './queries.js';

@@ -1,5 +1,5 @@
 import { inspect } from 'node:util';
-import type { ResolvedTask } from '../config.js';
+import type { ResolvedTask } from './options.js';
 import { JobTimeoutError, PermanentFailure, Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/executor.js';
-import type { ResolvedWorkerConfig } from '../config.js';
+import type { ResolvedWorkerConfig } from './options.js';
 import { traceHandler } from '../tracing.js';
 import { logWorkerEvents } from './log-events.js';
 import type { Worker } from './worker.js';

@@ -1,4 +1,4 @@
-import type { ResolvedWorkerConfig } from '../config.js';
+import type { ResolvedWorkerConfig } from './options.js';
 import type { Driver } from '../db/driver.js';
 import type { Queries } from '../db/queries.js';
 import type { JobRow } from '../job.js';

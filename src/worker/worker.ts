@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from '../config.js';
+import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
 import { buildQueries, type Queries } from '../db/queries.js';

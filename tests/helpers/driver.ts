@@ -1,4 +1,4 @@
-import type { DriverName } from '../../src/config.js';
+import type { DriverName } from '../../src/db/driver.js';
 import type { Driver } from '../../src/db/driver.js';
 import { openDriver } from '../../src/db/drivers/open.js';
 

@@ -1,34 +1,20 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import type pg from 'pg';
-import { ConfigError } from './errors.js';
-import type { PostgresJsSql } from './db/drivers/postgres-js.js';
-import type { AnyTasks, TaskDefinition, TaskHandler, TaskList, TaskMap } from './job.js';
-import type { WorkerSchemas } from './task-schemas.js';
-import { quoteSchema } from './db/identifiers.js';
-import { BACKOFF_SHAPES, type BackoffOptions } from './worker/backoff.js';
-import { isLogger, type Logger } from './logger.js';
-import { resolveMetricsOptions, type ResolvedMetricsOptions, type WorkerMetricsOptions } from './metrics/options.js';
-import { resolveMaintenanceConfig, type MaintenanceOptions, type ResolvedMaintenanceConfig } from './maintenance/options.js';
-import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
-import { resolveSchedules, type CronSchedule, type ResolvedSchedule } from './maintenance/cron-schedule.js';
+import { checkConnection, type ConnectionOptions } from '../db/connection.js';
+import type { DriverName } from '../db/driver.js';
+import type { PostgresJsSql } from '../db/drivers/postgres-js.js';
+import { ConfigError } from '../errors.js';
+import { DEFAULT_QUEUE, type AnyTasks, type TaskDefinition, type TaskHandler, type TaskList, type TaskMap } from '../job.js';
+import { isLogger, type Logger } from '../logger.js';
+import { resolveSchedules, type CronSchedule, type ResolvedSchedule } from '../maintenance/cron-schedule.js';
+import { resolveMaintenanceConfig, type MaintenanceOptions, type ResolvedMaintenanceConfig } from '../maintenance/options.js';
+import { resolveMetricsOptions, type ResolvedMetricsOptions, type WorkerMetricsOptions } from '../metrics/options.js';
+import { DEFAULT_MAX_PAYLOAD_BYTES } from '../payload.js';
+import type { WorkerSchemas } from '../task-schemas.js';
+import { checks } from '../validate.js';
+import { BACKOFF_SHAPES, type BackoffOptions } from './backoff.js';
 
-export const DEFAULT_SCHEMA = 'sluice';
-export const DEFAULT_QUEUE = 'default';
-const MAX_NAME_LENGTH = 128;
-
-/** Where Sluice gets its connections: a URL (Sluice owns the pool) or your `pg` Pool. */
-export interface ConnectionOptions {
-  /** postgres://user:pass@host:port/db. Ignored when `pool` is given. */
-  connectionString?: string;
-  /** An existing pg Pool; Sluice never ends it. */
-  pool?: pg.Pool;
-  /** Postgres schema holding Sluice's tables. Default 'sluice'. */
-  schema?: string;
-}
-
-/** The client library a worker talks to Postgres through. */
-export type DriverName = 'pg' | 'postgres.js';
+const { boolOption, checkName, intOption, rejectUnknownKeys, schemaOption } = checks(ConfigError);
 
 export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionOptions {
   /**
@@ -119,42 +105,43 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
 
 export interface ResolvedTask {
   handler: TaskHandler;
-  timeoutMs: number | undefined;
+  readonly timeoutMs: number | undefined;
   /** Overrides the job's max_attempts when set. */
-  maxAttempts: number | undefined;
+  readonly maxAttempts: number | undefined;
   /** Overrides the worker's backoff when set. */
-  backoff: Required<BackoffOptions> | undefined;
+  readonly backoff: Readonly<Required<BackoffOptions>> | undefined;
 }
 
+/** A worker's options, checked and with every default filled in. Frozen: nothing changes it after start-up. */
 export interface ResolvedWorkerConfig {
-  schema: string;
-  tasks: Map<string, ResolvedTask>;
-  queues: string[];
-  concurrency: number;
+  readonly schema: string;
+  readonly tasks: Map<string, ResolvedTask>;
+  readonly queues: string[];
+  readonly concurrency: number;
   /** Local per-queue limits (only queues this worker takes jobs from). */
-  queueConcurrency: Map<string, number>;
-  batchSize: number;
-  prefetch: number;
-  completionFlushMs: number;
-  pollIntervalMs: number;
-  visibilityTimeoutMs: number;
-  heartbeatIntervalMs: number;
-  rescueIntervalMs: number;
-  shutdownTimeoutMs: number;
-  backoff: Required<BackoffOptions>;
-  workerId: string;
-  listen: boolean;
-  preparedStatements: boolean;
-  listenConnectionString: string | undefined;
+  readonly queueConcurrency: ReadonlyMap<string, number>;
+  readonly batchSize: number;
+  readonly prefetch: number;
+  readonly completionFlushMs: number;
+  readonly pollIntervalMs: number;
+  readonly visibilityTimeoutMs: number;
+  readonly heartbeatIntervalMs: number;
+  readonly rescueIntervalMs: number;
+  readonly shutdownTimeoutMs: number;
+  readonly backoff: Readonly<Required<BackoffOptions>>;
+  readonly workerId: string;
+  readonly listen: boolean;
+  readonly preparedStatements: boolean;
+  readonly listenConnectionString: string | undefined;
   /** undefined: this worker takes no part in maintenance. */
-  maintenance: ResolvedMaintenanceConfig | undefined;
-  logger: Logger | undefined;
-  metrics: ResolvedMetricsOptions | undefined;
-  tracing: boolean;
-  progressIntervalMs: number;
-  maxResultBytes: number;
-  schedules: ResolvedSchedule[];
-  driver: DriverName;
+  readonly maintenance: ResolvedMaintenanceConfig | undefined;
+  readonly logger: Logger | undefined;
+  readonly metrics: ResolvedMetricsOptions | undefined;
+  readonly tracing: boolean;
+  readonly progressIntervalMs: number;
+  readonly maxResultBytes: number;
+  readonly schedules: readonly ResolvedSchedule[];
+  readonly driver: DriverName;
 }
 
 const WORKER_KEYS = new Set([
@@ -164,65 +151,6 @@ const WORKER_KEYS = new Set([
   'maintenance', 'logger', 'metrics', 'tracing',
   'progressIntervalMs', 'maxResultBytes', 'schedules',
 ]);
-
-/** Rejects keys that are not options (a typo must not silently mean "default"). */
-export function rejectUnknownKeys(value: object, known: ReadonlySet<string>, what: string): void {
-  for (const key of Object.keys(value)) {
-    if (!known.has(key)) throw new ConfigError(`${what}: unknown option "${key}"`);
-  }
-}
-
-/** An integer option within [min, max], or its default when undefined. */
-export function intOption(name: string, value: unknown, fallback: number, min: number, max: number): number {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-    throw new ConfigError(`${name} must be an integer from ${min} to ${max}, got ${String(value)}`);
-  }
-  return value;
-}
-
-/**
- * Checks a queue or task name: non-empty, at most 128 characters, storable as is.
- * Any other character is fine, quotes and semicolons included: names only ever
- * travel as bound parameters, so they are stored and matched verbatim.
- */
-export function checkName(kind: string, name: unknown): string {
-  if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
-    throw new ConfigError(`${kind} must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}`);
-  }
-  const unstorable = unstorableText(name);
-  if (unstorable) throw new ConfigError(`${kind} ${JSON.stringify(name)} contains ${unstorable}`);
-  return name;
-}
-
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-
-/**
- * Why Postgres cannot store this text unchanged, or undefined when it can: text
- * columns reject NUL, and a lone UTF-16 surrogate has no UTF-8 form (the driver
- * would silently turn it into U+FFFD, and jsonb rejects its escape).
- */
-export function unstorableText(text: string): string | undefined {
-  if (text.includes('\0')) return 'a NUL character, which Postgres text cannot store';
-  if (LONE_SURROGATE.test(text)) return 'a lone UTF-16 surrogate, which is not valid Unicode';
-  return undefined;
-}
-
-export function resolveSchema(schema: unknown): string {
-  if (schema === undefined) return DEFAULT_SCHEMA;
-  if (typeof schema !== 'string') throw new ConfigError('schema must be a string');
-  quoteSchema(schema);
-  return schema;
-}
-
-export function checkConnection(options: ConnectionOptions, what: string): void {
-  if (!options.pool && !options.connectionString) {
-    throw new ConfigError(`${what}: give connectionString or pool`);
-  }
-  if (options.connectionString !== undefined && typeof options.connectionString !== 'string') {
-    throw new ConfigError(`${what}: connectionString must be a string`);
-  }
-}
 
 const TASK_KEYS = new Set(['handler', 'timeoutMs', 'maxAttempts', 'backoff']);
 
@@ -253,7 +181,7 @@ function resolveTasks(tasks: unknown): Map<string, ResolvedTask> {
 }
 
 /** Validates a backoff policy, filling in the defaults. */
-export function resolveBackoff(backoff: unknown, what: string): Required<BackoffOptions> {
+export function resolveBackoff(backoff: unknown, what: string): Readonly<Required<BackoffOptions>> {
   if (!backoff || typeof backoff !== 'object') throw new ConfigError(`${what} must be an object`);
   rejectUnknownKeys(backoff, new Set(['baseMs', 'maxMs', 'shape']), what);
   const { baseMs: base, maxMs: max, shape = 'exponential' } = backoff as BackoffOptions;
@@ -262,7 +190,7 @@ export function resolveBackoff(backoff: unknown, what: string): Required<Backoff
   }
   const baseMs = intOption(`${what}.baseMs`, base, 1_000, 1, 86_400_000);
   const maxMs = intOption(`${what}.maxMs`, max, Math.max(baseMs, 3_600_000), baseMs, 30 * 86_400_000);
-  return { baseMs, maxMs, shape };
+  return Object.freeze({ baseMs, maxMs, shape });
 }
 
 /** Local per-queue limits: each a queue this worker serves, from 1 to its concurrency. */
@@ -293,6 +221,7 @@ function resolveDriver(options: WorkerOptions): DriverName {
   return driver ?? 'pg';
 }
 
+/** Checks a worker's options (ConfigError naming the option) and fills in the defaults. */
 export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfig {
   if (!options || typeof options !== 'object') throw new ConfigError('Worker: options object required');
   rejectUnknownKeys(options, WORKER_KEYS, 'Worker');
@@ -311,10 +240,10 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
   }
   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
   if (options.workerId !== undefined) checkName('workerId', options.workerId);
-  if (options.listen !== undefined && typeof options.listen !== 'boolean') throw new ConfigError('listen must be a boolean');
+  const listen = boolOption('listen', options.listen, true);
 
-  return {
-    schema: resolveSchema(options.schema),
+  return Object.freeze({
+    schema: schemaOption(options.schema),
     tasks: resolveTasks(options.tasks),
     queues: [...new Set(queues)],
     concurrency,
@@ -329,28 +258,22 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     shutdownTimeoutMs: intOption('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 86_400_000),
     backoff: resolveBackoff(options.backoff ?? {}, 'backoff'),
     workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
-    listen: options.listen ?? true,
-    preparedStatements: resolveBoolean('preparedStatements', options.preparedStatements, true),
+    listen,
+    preparedStatements: boolOption('preparedStatements', options.preparedStatements, true),
     listenConnectionString: options.listenConnectionString,
     maintenance: resolveMaintenanceConfig(options.maintenance, visibilityTimeoutMs),
     logger: resolveLogger(options.logger),
     metrics: resolveMetricsOptions(options.metrics),
-    tracing: resolveBoolean('tracing', options.tracing, true),
+    tracing: boolOption('tracing', options.tracing, true),
     progressIntervalMs: intOption('progressIntervalMs', options.progressIntervalMs, 1_000, 10, 3_600_000),
     maxResultBytes: intOption('maxResultBytes', options.maxResultBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024),
-    schedules: resolveSchedules(options.schedules),
+    schedules: Object.freeze(resolveSchedules(options.schedules)),
     driver,
-  };
+  });
 }
 
 function resolveLogger(logger: unknown): Logger | undefined {
   if (logger === undefined) return undefined;
   if (!isLogger(logger)) throw new ConfigError('logger must have debug, info, warn and error methods (a pino logger fits)');
   return logger;
-}
-
-function resolveBoolean(name: string, value: unknown, fallback: boolean): boolean {
-  if (value === undefined) return fallback;
-  if (typeof value !== 'boolean') throw new ConfigError(`${name} must be a boolean`);
-  return value;
 }
