@@ -1,6 +1,6 @@
 import type pg from 'pg';
 import { doneChannelFor } from './db/identifiers.js';
-import { Notifier } from './notifier.js';
+import { Notifier } from './notify/listener.js';
 import { pgDriver } from './db/drivers/pg.js';
 
 /**

@@ -1,5 +1,6 @@
 import type { ServerResponse } from 'node:http';
-import type { Notifier, WakeHint } from '../notifier.js';
+import type { WakeHint } from '../notify/codec.js';
+import type { Notifier } from '../notify/listener.js';
 
 /** How long notifications are gathered into one `jobs` event: a burst of enqueues makes one. */
 const COALESCE_MS = 150;

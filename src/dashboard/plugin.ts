@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
 import { openPool } from '../db/connection.js';
 import { channelFor } from '../db/identifiers.js';
-import { Notifier } from '../notifier.js';
+import { Notifier } from '../notify/listener.js';
 import { pgDriver } from '../db/drivers/pg.js';
 import { loadAssets, renderIndex } from './assets.js';
 import { Authenticator, describeActor, SESSION_COOKIE } from './auth.js';

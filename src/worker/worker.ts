@@ -7,7 +7,7 @@ import { channelFor } from '../db/identifiers.js';
 import { JobCancelledError, SluiceError, wrapDatabaseError, type Snooze } from '../errors.js';
 import type { AnyTasks, JobRow, TaskMap } from '../job.js';
 import { resolveSchemas, withPayloadSchema } from '../task-schemas.js';
-import { Notifier, type ControlMessage } from '../notifier.js';
+import { Notifier, type ControlMessage } from '../notify/listener.js';
 import { rescuerTask, type RescuedJob } from '../maintenance/rescuer.js';
 import { createMaintenance } from '../maintenance/worker-maintenance.js';
 import { instrumentWorker, type Instrumentation } from './instrumentation.js';

@@ -1,17 +1,9 @@
 import { EventEmitter } from 'node:events';
-import type { Driver, Listening } from './db/driver.js';
+import type { Driver, Listening } from '../db/driver.js';
+import { decodeMessage, type ControlMessage, type WakeHint } from './codec.js';
 
-/** A wake-up hint from the insert trigger: a queue got jobs due at `runAt` (ms since epoch). */
-export interface WakeHint {
-  queue: string;
-  runAt: number;
-}
-
-/**
- * A control message (src/db/control-queries.ts): `cancel` names a job to abort
- * wherever it runs; `queues` means the queues table changed (pause, limits).
- */
-export type ControlMessage = { c: 'cancel'; id: string } | { c: 'queues' };
+// The messages this listener emits; their format is src/notify/codec.ts.
+export type { ControlMessage, WakeHint };
 
 export interface NotifierEvents {
   wake: [WakeHint];
@@ -68,7 +60,7 @@ export class Notifier extends EventEmitter<NotifierEvents> {
         notification: (payload) => {
           if (this.listenerCount('payload') > 0) this.emit('payload', payload ?? '');
           if (this.listenerCount('wake') === 0 && this.listenerCount('control') === 0) return;
-          const parsed = parseMessage(payload);
+          const parsed = decodeMessage(payload);
           if ('c' in parsed) this.emit('control', parsed);
           else this.emit('wake', parsed);
         },
@@ -98,18 +90,5 @@ export class Notifier extends EventEmitter<NotifierEvents> {
     const delay = Math.min(MAX_RETRY_MS, MIN_RETRY_MS * 2 ** this.failures++);
     this.retryTimer = setTimeout(() => void this.open(), delay * (0.5 + Math.random() / 2));
     this.retryTimer.unref();
-  }
-}
-
-/** Wake-up hints (no `c` field) and control messages share the schema's channel. */
-function parseMessage(payload: string | undefined): WakeHint | ControlMessage {
-  try {
-    const parsed = JSON.parse(payload ?? '') as { q?: unknown; t?: unknown; c?: unknown; id?: unknown };
-    if (parsed.c === 'cancel') return { c: 'cancel', id: String(parsed.id) };
-    if (parsed.c === 'queues') return { c: 'queues' };
-    return { queue: String(parsed.q ?? ''), runAt: Number(parsed.t ?? 0) };
-  } catch {
-    // A hand-written NOTIFY on our channel: treat it as "something may be due".
-    return { queue: '', runAt: 0 };
   }
 }

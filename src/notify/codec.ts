@@ -1,0 +1,33 @@
+/**
+ * The messages on a schema's channel ('sluice:<schema>'), read in one place. Two
+ * kinds share it:
+ * - wake-up hints, {"q": queue, "t": ms since the epoch}, from the insert
+ *   trigger, enqueue_job() and the wake, notify and watchJob statements;
+ * - control messages, {"c": ...}, from the queue control and cancel statements.
+ * decodeMessage() reads both.
+ */
+
+/** A wake-up hint: a queue got jobs due at `runAt` (ms since epoch). */
+export interface WakeHint {
+  queue: string;
+  runAt: number;
+}
+
+/**
+ * A control message: `cancel` names a job to abort wherever it runs; `queues`
+ * means the queues table changed (pause, limits).
+ */
+export type ControlMessage = { c: 'cancel'; id: string } | { c: 'queues' };
+
+/** Wake-up hints (no `c` field) and control messages share the schema's channel. */
+export function decodeMessage(payload: string | undefined): WakeHint | ControlMessage {
+  try {
+    const parsed = JSON.parse(payload ?? '') as { q?: unknown; t?: unknown; c?: unknown; id?: unknown };
+    if (parsed.c === 'cancel') return { c: 'cancel', id: String(parsed.id) };
+    if (parsed.c === 'queues') return { c: 'queues' };
+    return { queue: String(parsed.q ?? ''), runAt: Number(parsed.t ?? 0) };
+  } catch {
+    // A hand-written NOTIFY on our channel: treat it as "something may be due".
+    return { queue: '', runAt: 0 };
+  }
+}
