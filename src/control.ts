@@ -1,4 +1,4 @@
-import type { ControlQueries } from './db/control-queries.js';
+import type { ControlStatements } from './db/statements/control.js';
 import { rows, type Queryable } from './db/executor.js';
 import { ValidationError, wrapDatabaseError } from './errors.js';
 import { actorOf, type ActionOptions } from './admin/jobs.js';
@@ -21,7 +21,7 @@ export interface QueueSettings {
  */
 export async function setQueuePaused(
   db: Queryable,
-  queries: ControlQueries,
+  queries: ControlStatements,
   queue: string,
   paused: boolean,
   options: ActionOptions = {},
@@ -32,7 +32,7 @@ export async function setQueuePaused(
 /** Sets (or with null removes) the cluster-wide concurrency limit of a queue. */
 export async function setQueueConcurrencyLimit(
   db: Queryable,
-  queries: ControlQueries,
+  queries: ControlStatements,
   queue: string,
   limit: number | null,
   options: ActionOptions = {},
@@ -43,7 +43,7 @@ export async function setQueueConcurrencyLimit(
 }
 
 /** Every queue that has settings, by name. */
-export async function listQueueSettings(db: Queryable, queries: ControlQueries): Promise<QueueSettings[]> {
+export async function listQueueSettings(db: Queryable, queries: ControlStatements): Promise<QueueSettings[]> {
   try {
     return (await rows<QueueRow>(db, queries.listQueues)).map(toSettings);
   } catch (err) {

@@ -55,7 +55,7 @@ export { getStats, getThroughput, type Stats, type QueueStats, type ThroughputPo
 export { runDoctor, type DoctorOptions, type DoctorReport } from './doctor/run-doctor.js';
 export { DEFAULT_THRESHOLDS, type CheckResult, type DoctorThresholds, type Severity } from './doctor/checks.js';
 export { prune, type PruneResult, type Retention } from './maintenance/pruner.js';
-export { buildMaintenanceQueries } from './maintenance/queries.js';
+export { maintenanceStatements as buildMaintenanceQueries } from './db/statements/maintenance.js';
 export { resolvePrunerConfig, type MaintenanceOptions, type PrunerOptions } from './maintenance/options.js';
 export { currentLeader, type LeaseHolder } from './maintenance/lease.js';
 export type { PeriodicTask } from './maintenance/runner.js';

@@ -2,6 +2,7 @@ import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { quoteSchema } from './db/identifiers.js';
+import { migrateStatements } from './db/statements/migrate.js';
 import { openPool, checkConnection, connectionError, type ConnectionOptions } from './db/connection.js';
 import { ConfigError, MigrationError, isConnectionFailure } from './errors.js';
 import { checks } from './validate.js';
@@ -73,17 +74,15 @@ export async function migrate(options: ConnectionOptions): Promise<MigrationResu
 
 async function migrateWith(client: pg.PoolClient, schema: string, migrations: Migration[]): Promise<MigrationResult> {
   const s = quoteSchema(schema);
+  const q = migrateStatements(schema);
   const applied: MigrationResult['applied'] = [];
   let current: Migration | undefined;
   try {
     await client.query('BEGIN');
-    await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', [`sluice:migrate:${schema}`]);
-    await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
-    await client.query(`CREATE TABLE IF NOT EXISTS ${s}.migrations (
-      version integer PRIMARY KEY,
-      name text NOT NULL,
-      applied_at timestamptz NOT NULL DEFAULT now())`);
-    const { rows } = await client.query<{ version: number }>(`SELECT version FROM ${s}.migrations`);
+    await client.query(q.lock, [`sluice:migrate:${schema}`]);
+    await client.query(q.createSchema);
+    await client.query(q.createMigrationsTable);
+    const { rows } = await client.query<{ version: number }>(q.appliedVersions);
     const done = new Set(rows.map((r) => r.version));
     const newest = migrations.at(-1)?.version ?? 0;
     const unknown = [...done].filter((v) => v > newest);
@@ -97,7 +96,7 @@ async function migrateWith(client: pg.PoolClient, schema: string, migrations: Mi
       current = migration;
       // No parameters: the simple query protocol runs a file of many statements.
       await client.query(migration.sql.replaceAll(':SCHEMA', s));
-      await client.query(`INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`, [migration.version, migration.name]);
+      await client.query(q.recordVersion, [migration.version, migration.name]);
       applied.push({ version: migration.version, name: migration.name });
     }
     await client.query('COMMIT');

@@ -1,10 +1,10 @@
 import type pg from 'pg';
 import { checks } from './validate.js';
 import { openPool, type ConnectionOptions, type PoolHandle } from './db/connection.js';
-import { buildQueries, type Queries } from './db/queries.js';
+import { enqueueStatements, type EnqueueStatements } from './db/statements/enqueue.js';
 import type { SluiceMetrics } from './metrics/metrics.js';
 import { traceEnqueue } from './tracing.js';
-import { buildControlQueries, type ControlQueries } from './db/control-queries.js';
+import { controlStatements, type ControlStatements } from './db/statements/control.js';
 import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from './control.js';
 import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { WakeUps } from './wake-ups.js';
@@ -76,14 +76,14 @@ const input = checks(ValidationError);
  *   const queue = new Queue({ connectionString: process.env.DATABASE_URL });
  *   const client = await pool.connect();
  *   await client.query('BEGIN');
- *   const { rows } = await client.query('INSERT INTO users(email) VALUES ($1) RETURNING id', [email]);
+ *   const { rows } = await client.query('insert into users (email) values ($1) returning id', [email]);
  *   await queue.enqueue('send_welcome', { userId: rows[0].id }, { tx: client });
  *   await client.query('COMMIT'); // the job exists and idle workers wake now
  */
 export class Queue<T extends TaskMap = AnyTasks> {
   readonly schema: string;
-  private readonly queries: Queries;
-  private readonly control: ControlQueries;
+  private readonly queries: EnqueueStatements;
+  private readonly control: ControlStatements;
   private readonly handle: PoolHandle | undefined;
   private readonly maxPayloadBytes: number;
   private readonly metrics: SluiceMetrics | undefined;
@@ -96,8 +96,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
   constructor(options: QueueOptions<T> = {}) {
     config.rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
     this.schema = config.schemaOption(options.schema);
-    this.queries = buildQueries(this.schema);
-    this.control = buildControlQueries(this.schema);
+    this.queries = enqueueStatements(this.schema);
+    this.control = controlStatements(this.schema);
     this.maxPayloadBytes = config.intOption('maxPayloadBytes', options.maxPayloadBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024);
     if (options.metrics !== undefined && typeof options.metrics?.enqueued?.inc !== 'function') {
       throw new ConfigError('Queue: metrics must be a SluiceMetrics');

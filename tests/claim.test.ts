@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Queue, Worker } from '../src/index.js';
-import { buildQueries } from '../src/db/queries.js';
+import { workerStatements } from '../src/db/statements/worker.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
 let db: TestDatabase;
@@ -25,7 +25,7 @@ async function claim(
   db: { query(text: string, values: unknown[]): Promise<{ rows: any[] }> },
   workerId: string, queues: string[], tasks: string[], limit: number,
 ): Promise<any[]> {
-  const { rows } = await db.query(buildQueries(schemaName).cycle, claimParams(workerId, queues, tasks, limit));
+  const { rows } = await db.query(workerStatements(schemaName).cycle, claimParams(workerId, queues, tasks, limit));
   return rows.filter((r) => r.id !== null);
 }
 
@@ -151,7 +151,7 @@ describe('claiming', () => {
       try {
         for (const mode of ['auto', 'force_generic_plan']) {
           await client.query(`SET plan_cache_mode = ${mode}`);
-          const { rows } = await client.query(`EXPLAIN ${buildQueries(big.schema).cycle}`, claimParams('W', ['default'], ['demo'], 10));
+          const { rows } = await client.query(`EXPLAIN ${workerStatements(big.schema).cycle}`, claimParams('W', ['default'], ['demo'], 10));
           const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
           expect(plan, plan).toMatch(/Index Scan using jobs_dequeue_idx/);
           // Ordered by the index, stopped by the LIMIT: no sort of the backlog, no full scan.

@@ -3,7 +3,7 @@ import pg from 'pg';
 import { Queue } from '../src/index.js';
 import { Lease, currentLeader } from '../src/maintenance/lease.js';
 import { MaintenanceRunner, type PeriodicTask } from '../src/maintenance/runner.js';
-import { buildMaintenanceQueries } from '../src/maintenance/queries.js';
+import { maintenanceStatements } from '../src/db/statements/maintenance.js';
 import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
 import { spawnWorker, type WorkerProcess } from './helpers/processes.js';
 
@@ -22,7 +22,7 @@ afterAll(async () => {
 
 describe('maintenance leader', () => {
   it('of many workers racing on separate connections, exactly one holds the lease', async () => {
-    const queries = buildMaintenanceQueries(db.schema);
+    const queries = maintenanceStatements(db.schema);
     const clients = await Promise.all(Array.from({ length: 6 }, async () => {
       const c = new pg.Client({ connectionString: db.url });
       await c.connect();
@@ -47,7 +47,7 @@ describe('maintenance leader', () => {
   });
 
   it('runs periodic tasks only while leading, and stops them when the lease is lost', async () => {
-    const queries = buildMaintenanceQueries(db.schema);
+    const queries = maintenanceStatements(db.schema);
     let runs = 0;
     const task: PeriodicTask = { name: 'count', intervalMs: 20, run: async () => void runs++ };
     const runner = new MaintenanceRunner(new Lease(db.pool, queries, 'solo', 900, 'tasks'), [task]);
@@ -68,7 +68,7 @@ describe('maintenance leader', () => {
   });
 
   it('when the leader process is SIGKILLed another takes over within the lease and rescues its jobs', async () => {
-    const queries = buildMaintenanceQueries(db.schema);
+    const queries = maintenanceStatements(db.schema);
     const leaseMs = 1_500;
     const env = (name: string) => ({
       DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema, WORKER_NAME: name, CONCURRENCY: '1',

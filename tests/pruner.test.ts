@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Queue, Worker, ConfigError, getJob } from '../src/index.js';
 import { prune } from '../src/maintenance/pruner.js';
 import { resolvePrunerConfig, type PrunerOptions } from '../src/maintenance/options.js';
-import { buildMaintenanceQueries } from '../src/maintenance/queries.js';
+import { maintenanceStatements } from '../src/db/statements/maintenance.js';
 import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
 
 const DAY = 86_400_000;
@@ -40,7 +40,7 @@ async function insertJob(t: TestDatabase, status: string, agoMs: number | null, 
 }
 
 function run(t: TestDatabase, options: PrunerOptions) {
-  return prune(t.pool, buildMaintenanceQueries(t.schema), resolvePrunerConfig(options));
+  return prune(t.pool, maintenanceStatements(t.schema), resolvePrunerConfig(options));
 }
 
 async function where(t: TestDatabase, id: string): Promise<'jobs' | 'history' | 'gone'> {

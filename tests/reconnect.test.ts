@@ -2,7 +2,7 @@ import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ConnectionError, migrate, Queue, Worker, type SluiceError, type WorkerOptions } from '../src/index.js';
 import type { EmbeddedPostgres } from '../src/dev/embedded-postgres.js';
-import { buildQueries } from '../src/db/queries.js';
+import { workerStatements } from '../src/db/statements/worker.js';
 import { rescueExpired } from '../src/maintenance/rescuer.js';
 import { waitFor } from './helpers/database.js';
 import { startPrivatePostgres } from './helpers/private-postgres.js';
@@ -137,7 +137,7 @@ describe('reconnects', () => {
       const id = await queue.enqueue('t');
       await waitFor(() => ran.includes(id) && errors.some((e) => e.message.includes('completion refused')), 'a refused write');
       // Three visibility timeouts with the result stuck in the buffer, rescuing all along.
-      const queries = buildQueries('sluice');
+      const queries = workerStatements('sluice');
       const { rows } = await queue.pool!.query('SELECT clock_timestamp() AS t');
       await waitFor(async () => {
         expect(await rescueExpired(queue.pool!, queries, 1_000)).toEqual([]);
@@ -175,7 +175,7 @@ describe('reconnects', () => {
     await pool.query(`UPDATE sluice.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
       locked_at = now() - interval '1 hour' WHERE id = $1`, [id]);
     await server.restart();
-    const queries = buildQueries('sluice');
+    const queries = workerStatements('sluice');
     // The server is seconds old: a 60 s visibility timeout has not passed since it started.
     expect(await waitFor(() => rescueExpired(pool, queries, 60_000).then(() => true), 'Postgres to answer')).toBe(true);
     expect(await queue.getJob(id)).toMatchObject({ status: 'processing', locked_by: 'gone' });

@@ -3,7 +3,7 @@ import pg from 'pg';
 import { JobNotFoundError, ValidationError, WaitTimeoutError, type JobRow } from '../src/index.js';
 import { doneChannelFor } from '../src/db/identifiers.js';
 import { rescueExpired } from '../src/maintenance/rescuer.js';
-import { buildQueries } from '../src/db/queries.js';
+import { workerStatements } from '../src/db/statements/worker.js';
 import { nextEvent, waitFor } from './helpers/database.js';
 import { deferred, useWorkers } from './helpers/workers.js';
 
@@ -126,7 +126,7 @@ describe('results, waitFor and error history', () => {
     await started.promise;
     const rescuer = await startWorker({ queues: ['elsewhere'], tasks: { x: async () => {} } });
     void rescuer;
-    const rescued = await rescueExpired(fx.db.pool, buildQueries(fx.db.schema), 0);
+    const rescued = await rescueExpired(fx.db.pool, workerStatements(fx.db.schema), 0);
     expect(rescued.map((r) => r.id)).toEqual([id]);
     release.resolve();
     const job = await fx.queue.getJob(id);

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { Queue } from '../src/index.js';
-import { buildQueries } from '../src/db/queries.js';
+import { workerStatements } from '../src/db/statements/worker.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { spawnWorker, type WorkerProcess } from './helpers/processes.js';
 
@@ -87,7 +87,7 @@ describe('global per-queue concurrency across worker processes', () => {
   });
 
   it('claim_limited waits for a locked head job of a limited queue instead of starting the next one', async () => {
-    const q = buildQueries(db.schema);
+    const q = workerStatements(db.schema);
     await queue.setQueueConcurrency('head', 1);
     const [first] = await queue.enqueueMany([{ task: 'span', queue: 'head' }, { task: 'span', queue: 'head' }]);
     const [locker, claimer] = await Promise.all([0, 1].map(async () => {
@@ -111,7 +111,7 @@ describe('global per-queue concurrency across worker processes', () => {
   });
 
   it('claim_limited never hands out more than the limit to claimers racing on separate connections', async () => {
-    const q = buildQueries(db.schema);
+    const q = workerStatements(db.schema);
     await queue.setQueueConcurrency('race', 2);
     const clients = await Promise.all(Array.from({ length: 8 }, async () => {
       const c = new pg.Client({ connectionString: db.url });

@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { buildQueries } from '../src/db/queries.js';
+import { enqueueStatements } from '../src/db/statements/enqueue.js';
 import { channelFor, quoteIdent } from '../src/db/identifiers.js';
 import { waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
@@ -18,7 +18,7 @@ describe('deferred wake-ups (migration 0004)', () => {
     const client = new pg.Client({ connectionString: fx.db.url });
     await client.connect();
     try {
-      const q = buildQueries(fx.db.schema);
+      const q = enqueueStatements(fx.db.schema);
       const values = (queueName: string) => [queueName, 'noop', '{}', null, 0, 5, 0, null];
       await client.query(q.enqueueDeferred, values('deferred'));
       // Same connection, next statement: the trigger must notify again.

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { DuplicateJobError, ValidationError, type JobRow } from '../src/index.js';
-import { buildQueries } from '../src/db/queries.js';
+import { workerStatements } from '../src/db/statements/worker.js';
 import { waitFor } from './helpers/database.js';
 import { deferred, useWorkers } from './helpers/workers.js';
 
@@ -14,7 +14,7 @@ async function keyed(key: string): Promise<JobRow[]> {
 
 /** Claims with the worker's statement (no results to write). */
 async function claim(queueName: string, task: string): Promise<JobRow[]> {
-  const { rows } = await fx.db.pool.query(buildQueries(fx.db.schema).cycle,
+  const { rows } = await fx.db.pool.query(workerStatements(fx.db.schema).cycle,
     ['W', [], [], [], [], [], [], [], [queueName], [task], 10, [], 'unused']);
   return rows.filter((r) => r.id !== null);
 }

@@ -1,7 +1,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Queue, Worker, ConfigError, PermanentFailure, type WorkerOptions, type JobRow } from '../src/index.js';
 import { rescueExpired } from '../src/maintenance/rescuer.js';
-import { buildQueries } from '../src/db/queries.js';
+import { workerStatements } from '../src/db/statements/worker.js';
 import type { Driver } from '../src/db/driver.js';
 import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
 import { openTestDriver, TEST_DRIVER } from './helpers/driver.js';
@@ -171,7 +171,7 @@ describe('Worker', () => {
     // Rescue as aggressively as the timeout allows, for several timeouts' worth of time.
     const { rows } = await db.pool.query('SELECT clock_timestamp() AS t');
     await waitFor(async () => {
-      await rescueExpired(driver, buildQueries(db.schema), 1_000);
+      await rescueExpired(driver, workerStatements(db.schema), 1_000);
       const now = await db.pool.query('SELECT clock_timestamp() AS t');
       return now.rows[0].t.getTime() - rows[0].t.getTime() > 3_000;
     }, 'three visibility timeouts to pass', 10_000);
@@ -196,7 +196,7 @@ describe('Worker', () => {
     const id = await queue.enqueue('slow', {}, { queue: 'stolen' });
     await startedA.promise;
     // Simulate A's heartbeat going stale: rescue with a zero timeout.
-    const rescued = await rescueExpired(driver, buildQueries(db.schema), 0);
+    const rescued = await rescueExpired(driver, workerStatements(db.schema), 0);
     expect(rescued.map((r) => r.id)).toContain(id);
     const b = await startWorker({ queues: ['stolen'], workerId: 'worker-B', tasks: { slow: async () => {} } });
     await nextEvent(b, 'job:complete');

@@ -5,7 +5,8 @@ import {
 } from '../job.js';
 import { checks } from '../validate.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
-import { queriesFor, wakeQueues } from './queries-cache.js';
+import { adminStatements } from '../db/statements/admin.js';
+import { wakeQueues } from '../notify/wake-queues.js';
 
 /**
  * The admin API: inspect and repair jobs. Used by `sluice jobs` and by the
@@ -62,7 +63,7 @@ export type JobActionResult =
  *   while (page.nextBefore) page = await listJobs(pool, 'sluice', { status: 'failed', before: page.nextBefore });
  */
 export async function listJobs(db: Queryable, schema: string, options: ListJobsOptions = {}): Promise<JobPage> {
-  const { admin } = queriesFor(schema);
+  const admin = adminStatements(schema);
   const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
   if (options.before !== undefined && options.after !== undefined) {
     throw new ValidationError('listJobs: give before or after, not both');
@@ -120,13 +121,13 @@ export function actorOf(options: ActionOptions): string {
 
 /** Every action taken on a job through this API (retry, cancel, delete), oldest first; also for deleted jobs. */
 export async function getJobAudit(db: Queryable, schema: string, id: string | number): Promise<AuditEntry[]> {
-  return query<AuditEntry>(db, queriesFor(schema).admin.auditOfJob, [jobId(id)], 'getJobAudit');
+  return query<AuditEntry>(db, adminStatements(schema).auditOfJob, [jobId(id)], 'getJobAudit');
 }
 
 /** One job, or undefined when there is none with that id. */
 export async function getJob(db: Queryable, schema: string, id: string | number): Promise<JobRow | undefined> {
   // The runtime's statement: it also finds a job the pruner moved to jobs_history.
-  const [job] = await query<JobRow>(db, queriesFor(schema).runtime.getJob, [jobId(id)], 'getJob');
+  const [job] = await query<JobRow>(db, adminStatements(schema).getJob, [jobId(id)], 'getJob');
   return job;
 }
 
@@ -140,7 +141,7 @@ const ACTION_STATUSES: Record<JobAction, readonly JobStatus[]> = { retry: RETRYA
  * jobs_history: the history is read-only.
  */
 export async function allowedActions(db: Queryable, schema: string, id: string | number): Promise<JobAction[]> {
-  const [current] = await query<{ status: JobStatus }>(db, queriesFor(schema).admin.statusOf, [jobId(id)], 'allowedActions');
+  const [current] = await query<{ status: JobStatus }>(db, adminStatements(schema).statusOf, [jobId(id)], 'allowedActions');
   if (!current) return [];
   return (Object.keys(ACTION_STATUSES) as JobAction[]).filter((a) => ACTION_STATUSES[a].includes(current.status));
 }
@@ -163,7 +164,7 @@ export async function retryFailed(
 ): Promise<{ retried: number; queues: Record<string, number> }> {
   const queue = options.queue === undefined ? null : checkName('queue', options.queue);
   const counts = await query<{ queue: string; count: number }>(
-    db, queriesFor(schema).admin.retryFailed, [queue, actorOf(options)], 'retryFailed');
+    db, adminStatements(schema).retryFailed, [queue, actorOf(options)], 'retryFailed');
   await wakeQueues(db, schema, counts.map((c) => c.queue));
   return {
     retried: counts.reduce((sum, c) => sum + c.count, 0),
@@ -228,7 +229,7 @@ export async function deleteFinished(db: Queryable, schema: string, options: Del
     }
   }
   const batchSize = intOption('batchSize', options.batchSize, 5000, 1, 100_000);
-  const { admin } = queriesFor(schema);
+  const admin = adminStatements(schema);
   let cursor = '0';
   let deleted = 0;
   for (;;) {
@@ -250,7 +251,7 @@ async function act<R extends JobRow = JobRow>(
   db: Queryable, schema: string, action: ActionQuery, id: string | number, allowed: readonly JobStatus[],
   options: ActionOptions, extra: unknown[] = [],
 ): Promise<{ ok: true; job: R } | Exclude<JobActionResult, { ok: true }>> {
-  const { admin } = queriesFor(schema);
+  const admin = adminStatements(schema);
   const jobIdText = jobId(id);
   const [job] = await query<R>(db, admin[action], [jobIdText, allowed, actorOf(options), ...extra], action);
   if (job) return { ok: true, job };

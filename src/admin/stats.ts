@@ -1,7 +1,7 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
 import { checks } from '../validate.js';
-import { queriesFor } from './queries-cache.js';
+import { adminStatements } from '../db/statements/admin.js';
 
 const { checkName, intOption } = checks(ValidationError);
 
@@ -50,7 +50,7 @@ export async function getStats(db: Queryable, schema: string, options: { windowM
   const windowMs = intOption('windowMs', options.windowMs, 60_000, 1_000, 86_400_000);
   let found: StatsRow[];
   try {
-    found = await rows<StatsRow>(db, queriesFor(schema).admin.stats, [windowMs]);
+    found = await rows<StatsRow>(db, adminStatements(schema).stats, [windowMs]);
   } catch (err) {
     throw wrapDatabaseError(err, 'stats failed');
   }
@@ -89,7 +89,7 @@ export async function getThroughput(
   const minutes = intOption('minutes', options.minutes, 60, 1, 1440);
   const queue = options.queue === undefined ? null : checkName('queue', options.queue);
   try {
-    return await rows<ThroughputPoint>(db, queriesFor(schema).admin.throughput, [minutes, queue]);
+    return await rows<ThroughputPoint>(db, adminStatements(schema).throughput, [minutes, queue]);
   } catch (err) {
     throw wrapDatabaseError(err, 'throughput failed');
   }

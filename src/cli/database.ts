@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { join } from 'node:path';
 import pg from 'pg';
 import { connectionError, describeTarget } from '../db/connection.js';
-import { quoteSchema } from '../db/identifiers.js';
+import { migrateStatements } from '../db/statements/migrate.js';
 import { DatabaseError, SluiceError, wrapDatabaseError } from '../errors.js';
 import { CommandFailed, UsageError } from './output.js';
 
@@ -46,7 +46,7 @@ export interface CommandDatabase {
 export async function withDatabase<T>(command: Command, fn: (db: CommandDatabase) => Promise<T>): Promise<T> {
   const global = globalOptions(command);
   const url = requireDatabaseUrl(global);
-  const s = quoteSchema(global.schema);
+  const { probe } = migrateStatements(global.schema);
   const pool = new pg.Pool({
     connectionString: url,
     max: 2,
@@ -62,7 +62,7 @@ export async function withDatabase<T>(command: Command, fn: (db: CommandDatabase
       throw connectionError(err, url);
     }
     try {
-      await pool.query(`SELECT 1 FROM ${s}.jobs LIMIT 0`);
+      await pool.query(probe);
       return await fn({ pool, url, schema: global.schema });
     } catch (err) {
       throw explain(err, global.schema, url);

@@ -3,7 +3,7 @@ import {
   allowedActions, cancelJob, checkStatus, deleteJob, getJob, getJobAudit, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
 } from '../admin/jobs.js';
 import { setQueuePaused } from '../control.js';
-import { buildControlQueries } from '../db/control-queries.js';
+import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
 import type { HealthReports } from './health.js';
@@ -101,7 +101,7 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     });
   }
 
-  const control = buildControlQueries(schema);
+  const control = controlStatements(schema);
   for (const [name, paused] of [['pause', true], ['resume', false]] as const) {
     app.post(`/api/queues/:queue/${name}`, async (req) => {
       const queue = param(req.params, 'queue');

@@ -1,6 +1,6 @@
 import { getStats, getThroughput, type QueueStats, type ThroughputPoint } from '../admin/stats.js';
 import { listQueueSettings } from '../control.js';
-import { buildControlQueries } from '../db/control-queries.js';
+import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
 
 /** The window of the overview's rates: one hour, like the chart. */
@@ -32,7 +32,7 @@ export async function loadOverview(db: Queryable, schema: string): Promise<Overv
   const [stats, throughput, settings] = await Promise.all([
     getStats(db, schema, { windowMs: OVERVIEW_WINDOW_MS }),
     getThroughput(db, schema, { minutes: OVERVIEW_WINDOW_MS / 60_000 }),
-    listQueueSettings(db, buildControlQueries(schema)),
+    listQueueSettings(db, controlStatements(schema)),
   ]);
   // A paused queue without jobs is still a queue to show (and to resume).
   const byName = new Map(stats.queues.map((q) => [q.queue, q]));

@@ -2,7 +2,7 @@ import pg from 'pg';
 import { Queue } from '../queue.js';
 import { Worker } from '../worker/worker.js';
 import { migrate } from '../migrate.js';
-import { quoteSchema } from '../db/identifiers.js';
+import { demoStatements } from '../db/statements/demo.js';
 
 export interface DemoOptions {
   connectionString: string;
@@ -30,16 +30,16 @@ export const DEMO_SCHEMA = 'sluice_demo';
  */
 export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const { out } = options;
-  const s = quoteSchema(DEMO_SCHEMA);
+  const sql = demoStatements(DEMO_SCHEMA);
   const pool = new pg.Pool({ connectionString: options.connectionString, max: 4 });
   pool.on('error', () => {});
   const queue = new Queue({ pool, schema: DEMO_SCHEMA });
   const workers: Worker[] = [];
   try {
-    await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
+    await pool.query(sql.dropSchema);
     await migrate({ connectionString: options.connectionString, schema: DEMO_SCHEMA });
-    await pool.query(`CREATE TABLE ${s}.users (id serial PRIMARY KEY, email text NOT NULL)`);
-    await pool.query(`CREATE TABLE ${s}.runs (job_id bigint PRIMARY KEY, worker text NOT NULL)`);
+    await pool.query(sql.createUsers);
+    await pool.query(sql.createRuns);
     out.write(`schema "${DEMO_SCHEMA}" migrated\n`);
 
     // 1. Users and their welcome jobs commit together.
@@ -47,24 +47,21 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     const client = await pool.connect();
     try {
       await client.query('BEGIN');
-      const { rows: users } = await client.query<{ id: number }>(
-        `INSERT INTO ${s}.users (email) SELECT 'user' || i || '@example.com' FROM generate_series(1, $1) i RETURNING id`,
-        [options.jobs],
-      );
+      const { rows: users } = await client.query<{ id: number }>(sql.insertUsers, [options.jobs]);
       await queue.enqueueMany(users.map((u) => ({ task: 'send_welcome', payload: { userId: u.id } })), { tx: client });
       await client.query('COMMIT');
       out.write(`committed ${users.length} users and ${users.length} welcome jobs in one transaction\n`);
 
       // 2. A rolled-back signup leaves neither a user nor a phantom job.
       await client.query('BEGIN');
-      const { rows } = await client.query<{ id: number }>(`INSERT INTO ${s}.users (email) VALUES ('ghost@example.com') RETURNING id`);
+      const { rows } = await client.query<{ id: number }>(sql.insertGhost);
       ghostId = rows[0]!.id;
       await queue.enqueue('send_welcome', { userId: ghostId }, { tx: client });
       await client.query('ROLLBACK');
     } finally {
       client.release();
     }
-    const ghost = await pool.query(`SELECT count(*)::int AS n FROM ${s}.jobs WHERE payload->'userId' = to_jsonb($1::int)`, [ghostId]);
+    const ghost = await pool.query(sql.jobsOfUser, [ghostId]);
     out.write(`rolled back a signup: ${ghost.rows[0].n} jobs left behind for it (no phantom job)\n`);
 
     // 3. Several workers drain the queue; each records which jobs it ran.
@@ -79,7 +76,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
         tasks: {
           send_welcome: async (_payload, { job }) => {
             // Stands in for sending an email.
-            await pool.query(`INSERT INTO ${s}.runs (job_id, worker) VALUES ($1, $2)`, [job.id, name]);
+            await pool.query(sql.recordRun, [job.id, name]);
           },
         },
       });
@@ -92,7 +89,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     let done = 0;
     while (done < options.jobs) {
       await new Promise((r) => setTimeout(r, 100));
-      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${s}.jobs WHERE status = 'completed'`);
+      const { rows } = await pool.query(sql.completedJobs);
       done = rows[0].n;
       progress(out, done, options.jobs);
     }
@@ -100,11 +97,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     out.write('\n');
     await Promise.all(workers.map((w) => w.stop()));
 
-    const { rows: per } = await pool.query<{ worker: string; n: number }>(
-      `SELECT worker, count(*)::int AS n FROM ${s}.runs GROUP BY worker ORDER BY worker`);
-    const { rows: check } = await pool.query(
-      `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS distinct_jobs,
-              (SELECT count(*)::int FROM ${s}.jobs WHERE status = 'completed') AS completed FROM ${s}.runs`);
+    const { rows: per } = await pool.query<{ worker: string; n: number }>(sql.runsPerWorker);
+    const { rows: check } = await pool.query(sql.runsCheck);
     const result: DemoResult = {
       jobs: options.jobs,
       seconds,

@@ -4,7 +4,7 @@ import { quoteSchema } from '../db/identifiers.js';
 import { ConfigError, wrapDatabaseError } from '../errors.js';
 import * as checks from './checks.js';
 import { DEFAULT_THRESHOLDS, worst, type CheckResult, type DoctorThresholds, type Severity } from './checks.js';
-import { buildDoctorQueries } from './queries.js';
+import { doctorStatements } from '../db/statements/doctor.js';
 import { checks as optionChecks } from '../validate.js';
 
 const { rejectUnknownKeys, schemaOption } = optionChecks(ConfigError);
@@ -59,9 +59,9 @@ function resolveThresholds(overrides: Partial<DoctorThresholds> | undefined): Do
 }
 
 async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Promise<DoctorReport> {
-  const q = buildDoctorQueries(schema);
+  const q = doctorStatements(schema);
   const results: CheckResult[] = [];
-  const [found] = await rows<{ installed: boolean }>(db, 'SELECT to_regclass($1) IS NOT NULL AS installed', [`${quoteSchema(schema)}.jobs`]);
+  const [found] = await rows<{ installed: boolean }>(db, q.installed, [`${quoteSchema(schema)}.jobs`]);
   const installed = found?.installed === true;
 
   results.push(checks.checkTables(await rows(db, q.tables, [schema]), t));

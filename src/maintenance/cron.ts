@@ -1,5 +1,5 @@
 import type { Driver } from '../db/driver.js';
-import { buildCronQueries, type CronQueries } from '../db/cron-queries.js';
+import { cronStatements, type CronStatements } from '../db/statements/cron.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { dueTicks, nextTick, parseCron, type ResolvedSchedule } from './cron-schedule.js';
 
@@ -23,7 +23,7 @@ const MIN_SLEEP_MS = 20;
  * the next tick, measured on the database clock.
  */
 export class CronRunner {
-  private readonly queries: CronQueries;
+  private readonly queries: CronStatements;
   private timer: NodeJS.Timeout | undefined;
   private stopped = true;
   private passing: Promise<void> | undefined;
@@ -37,7 +37,7 @@ export class CronRunner {
     private readonly enqueued: (ticks: CronTick[]) => void,
     private readonly error: (err: unknown) => void,
   ) {
-    this.queries = buildCronQueries(schema);
+    this.queries = cronStatements(schema);
   }
 
   /** Publishes the definitions, then enqueues what is due (including missed ticks) and keeps going. */
@@ -153,8 +153,8 @@ interface ScheduleRow {
  *   for (const s of await listSchedules(pool, 'sluice')) console.log(s.name, s.nextRun);
  */
 export async function listSchedules(db: Queryable, schema: string): Promise<ScheduleInfo[]> {
-  const q = buildCronQueries(schema);
-  const [{ now }] = (await rows<{ now: Date }>(db, 'SELECT now() AS now')) as [{ now: Date }];
+  const q = cronStatements(schema);
+  const [{ now }] = (await rows<{ now: Date }>(db, q.now)) as [{ now: Date }];
   const list = await rows<ScheduleRow>(db, q.list);
   return list.map((r) => {
     let next: Date | null = null;

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/executor.js';
-import type { MaintenanceQueries } from './queries.js';
+import type { MaintenanceStatements } from '../db/statements/maintenance.js';
 
 /** The lease row every worker competes for; one holder per schema and role. */
 export const MAINTENANCE_ROLE = 'maintenance';
@@ -23,7 +23,7 @@ export class Lease {
 
   constructor(
     private readonly db: Queryable,
-    private readonly queries: MaintenanceQueries,
+    private readonly queries: MaintenanceStatements,
     readonly holderId: string,
     readonly leaseMs: number,
     readonly role = MAINTENANCE_ROLE,
@@ -51,7 +51,7 @@ export class Lease {
 /** Who holds the maintenance lease of a schema, if anyone (for tests, doctor, dashboards). */
 export async function currentLeader(
   db: Queryable,
-  queries: MaintenanceQueries,
+  queries: MaintenanceStatements,
   role = MAINTENANCE_ROLE,
 ): Promise<LeaseHolder | undefined> {
   const { rows } = await db.query(queries.currentLease, [role]);

@@ -1,6 +1,6 @@
 import type { Queryable } from '../db/executor.js';
 import type { FinishedStatus } from '../job.js';
-import type { MaintenanceQueries } from './queries.js';
+import type { MaintenanceStatements } from '../db/statements/maintenance.js';
 import type { PeriodicTask } from './runner.js';
 
 /** Milliseconds to keep finished jobs, by status. */
@@ -39,7 +39,7 @@ const NO_PARTITION = /no partition of relation/;
  * Safe to run concurrently (SKIP LOCKED, idempotent partition DDL), so a leader
  * handover that overlaps two pruners does no harm.
  */
-export async function prune(db: Queryable, queries: MaintenanceQueries, config: ResolvedPrunerConfig): Promise<PruneResult> {
+export async function prune(db: Queryable, queries: MaintenanceStatements, config: ResolvedPrunerConfig): Promise<PruneResult> {
   const archive = config.mode === 'archive';
   const retentions = retentionValues(config);
   if (archive) await db.query(queries.createPartitionsAhead, [queries.schema, retentions]);
@@ -64,7 +64,7 @@ export async function prune(db: Queryable, queries: MaintenanceQueries, config: 
   return result;
 }
 
-async function pruneBatch(db: Queryable, queries: MaintenanceQueries, params: unknown[]): Promise<{ removed: number; archived: number }> {
+async function pruneBatch(db: Queryable, queries: MaintenanceStatements, params: unknown[]): Promise<{ removed: number; archived: number }> {
   try {
     const { rows } = await db.query(queries.prune, params);
     return rows[0];
@@ -89,7 +89,7 @@ function retentionValues(config: ResolvedPrunerConfig): number[] {
 }
 
 /** The pruner as a leader task. */
-export function prunerTask(db: Queryable, queries: MaintenanceQueries, config: ResolvedPrunerConfig,
+export function prunerTask(db: Queryable, queries: MaintenanceStatements, config: ResolvedPrunerConfig,
   pruned: (result: PruneResult) => void): PeriodicTask {
   return {
     name: 'pruner',

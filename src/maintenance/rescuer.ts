@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/executor.js';
-import type { Queries } from '../db/queries.js';
+import type { WorkerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
 import type { PeriodicTask } from './runner.js';
 
@@ -18,7 +18,7 @@ const BATCH = 1_000;
  */
 export async function rescueExpired(
   db: Queryable,
-  queries: Queries,
+  queries: WorkerStatements,
   visibilityTimeoutMs: number,
 ): Promise<RescuedJob[]> {
   const { rows } = (await db.query(queries.rescue, [visibilityTimeoutMs, BATCH])) as { rows: RescuedJob[] };
@@ -30,7 +30,7 @@ export async function rescueExpired(
 /** rescueExpired as a leader task: runs on one worker of the cluster, every `intervalMs`. */
 export function rescuerTask(
   db: Queryable,
-  queries: Queries,
+  queries: WorkerStatements,
   visibilityTimeoutMs: number,
   intervalMs: number,
   rescued: (jobs: RescuedJob[]) => void,

@@ -2,7 +2,7 @@ import type { Queryable } from '../db/executor.js';
 import type { ResolvedWorkerConfig } from '../worker/options.js';
 import { Lease } from './lease.js';
 import { prunerTask, type PruneResult } from './pruner.js';
-import { buildMaintenanceQueries } from './queries.js';
+import { maintenanceStatements } from '../db/statements/maintenance.js';
 import { MaintenanceRunner, type PeriodicTask } from './runner.js';
 
 /** What the runner reports back to its worker. */
@@ -25,7 +25,7 @@ export function createMaintenance(
 ): MaintenanceRunner | undefined {
   const maintenance = config.maintenance;
   if (!maintenance) return undefined;
-  const queries = buildMaintenanceQueries(config.schema);
+  const queries = maintenanceStatements(config.schema);
   const tasks: PeriodicTask[] = [rescuer];
   if (maintenance.pruner) tasks.push(prunerTask(db, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r)));
   tasks.push(...maintenance.tasks);

@@ -1,6 +1,6 @@
 import client from 'prom-client';
 import type { Queryable } from '../db/executor.js';
-import { depthQuery } from './queries.js';
+import { metricsStatements } from '../db/statements/metrics.js';
 
 export interface SluiceMetricsOptions {
   /** Register into this prom-client registry (e.g. your app's). Default: a new one. */
@@ -114,7 +114,7 @@ async function readDepth(sources: Map<string, Queryable>): Promise<Map<string, D
   const out = new Map<string, DepthRow[]>();
   await Promise.all([...sources].map(async ([schema, db]) => {
     try {
-      out.set(schema, (await db.query(depthQuery(schema))).rows as DepthRow[]);
+      out.set(schema, (await db.query(metricsStatements(schema).depth)).rows as DepthRow[]);
     } catch {
       // A scrape must not fail because the database is briefly away; the gauge is just absent.
     }

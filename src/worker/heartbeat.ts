@@ -1,5 +1,5 @@
 import type { Driver } from '../db/driver.js';
-import type { Queries } from '../db/queries.js';
+import type { WorkerStatements } from '../db/statements/worker.js';
 
 /**
  * Keeps the locks of running jobs fresh: one statement per interval for all of
@@ -13,7 +13,7 @@ export class Heartbeat {
 
   constructor(
     private readonly db: Driver,
-    private readonly queries: Queries,
+    private readonly queries: WorkerStatements,
     private readonly workerId: string,
     private readonly intervalMs: number,
     /** Name of the prepared statement, or undefined to send it unnamed. */

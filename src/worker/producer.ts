@@ -1,6 +1,6 @@
 import type { ResolvedWorkerConfig } from './options.js';
 import type { Driver } from '../db/driver.js';
-import type { Queries } from '../db/queries.js';
+import type { WorkerStatements } from '../db/statements/worker.js';
 import type { JobRow } from '../job.js';
 import { doneChannelFor } from '../db/identifiers.js';
 import type { ClaimPlan } from './queue-state.js';
@@ -76,7 +76,7 @@ export class Producer {
 
   constructor(
     private readonly db: Driver,
-    private readonly queries: Queries,
+    private readonly queries: WorkerStatements,
     private readonly config: ResolvedWorkerConfig,
     private readonly buffer: ResultBuffer,
     private readonly hooks: ProducerHooks,

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/executor.js';
-import type { Queries } from '../db/queries.js';
+import type { WorkerStatements } from '../db/statements/worker.js';
 
 /**
  * Writes handlers' progress reports. A handler may report thousands of times a
@@ -15,7 +15,7 @@ export class ProgressWriter {
 
   constructor(
     private readonly db: Queryable,
-    private readonly queries: Queries,
+    private readonly queries: WorkerStatements,
     private readonly workerId: string,
     private readonly intervalMs: number,
     private readonly error: (err: unknown) => void,

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/executor.js';
-import type { Queries } from '../db/queries.js';
+import type { WorkerStatements } from '../db/statements/worker.js';
 
 interface QueueStateRow {
   name: string;
@@ -35,7 +35,7 @@ export class QueueState {
 
   constructor(
     private readonly db: Queryable,
-    private readonly queries: Queries,
+    private readonly queries: WorkerStatements,
     private readonly queues: string[],
     private readonly localLimits: ReadonlyMap<string, number>,
     private readonly refreshIntervalMs: number,

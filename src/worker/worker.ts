@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
-import { buildQueries, type Queries } from '../db/queries.js';
+import { workerStatements, type WorkerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
 import { JobCancelledError, SluiceError, wrapDatabaseError, type Snooze } from '../errors.js';
 import type { AnyTasks, JobRow, TaskMap } from '../job.js';
@@ -89,7 +89,7 @@ const POOL_SIZE = 2;
  */
 export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEvents> {
   readonly config: ResolvedWorkerConfig;
-  private readonly queries: Queries;
+  private readonly queries: WorkerStatements;
   private readonly options: WorkerOptions;
   private readonly running = new Map<string, RunningJob>();
   /** Moving average of job run time (ms); undefined until a job has finished. */
@@ -121,7 +121,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       if (schemas.has(task)) resolved.handler = withPayloadSchema(schemas, task, resolved.handler);
     }
     this.options = options as WorkerOptions;
-    this.queries = buildQueries(this.config.schema);
+    this.queries = workerStatements(this.config.schema);
   }
 
   /** http://host:port where GET /metrics is served, when `metrics.port` was given. */

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from '../../control.js';
-import { buildControlQueries } from '../../db/control-queries.js';
+import { controlStatements } from '../../db/statements/control.js';
 import { withDatabase } from '../database.js';
 import { printJson, printTable, UsageError } from '../output.js';
 
@@ -19,7 +19,7 @@ export function registerQueues(program: Command): void {
     .option('--json', 'print the settings as JSON')
     .exitOverride()
     .action(async (flags: { json?: boolean }, command: Command) => {
-      const list = await withDatabase(command, ({ pool, schema }) => listQueueSettings(pool, buildControlQueries(schema)));
+      const list = await withDatabase(command, ({ pool, schema }) => listQueueSettings(pool, controlStatements(schema)));
       if (flags.json) return printJson(list);
       if (list.length === 0) return void process.stdout.write('no queue has settings: all run, unlimited\n');
       printTable(['QUEUE', 'STATE', 'LIMIT', 'UPDATED'], list.map((q) => [
@@ -33,7 +33,7 @@ export function registerQueues(program: Command): void {
       .option('--json', 'print the settings as JSON')
       .exitOverride()
       .action(async (name: string, flags: { json?: boolean }, command: Command) => {
-        print(await withDatabase(command, ({ pool, schema }) => setQueuePaused(pool, buildControlQueries(schema), name, paused)), flags.json);
+        print(await withDatabase(command, ({ pool, schema }) => setQueuePaused(pool, controlStatements(schema), name, paused)), flags.json);
       });
   }
 
@@ -44,6 +44,6 @@ export function registerQueues(program: Command): void {
     .action(async (name: string, n: string, flags: { json?: boolean }, command: Command) => {
       if (n !== 'none' && !/^\d+$/.test(n)) throw new UsageError('the limit must be a positive integer or "none"');
       const limit = n === 'none' ? null : Number(n);
-      print(await withDatabase(command, ({ pool, schema }) => setQueueConcurrencyLimit(pool, buildControlQueries(schema), name, limit)), flags.json);
+      print(await withDatabase(command, ({ pool, schema }) => setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit)), flags.json);
     });
 }

@@ -10,7 +10,7 @@ export interface PostgresJsLike {
  *
  * @example
  *   await sql.begin(async (tx) => {
- *     await tx.unsafe('INSERT INTO users (email) VALUES ($1)', [email]);
+ *     await tx.unsafe('insert into users (email) values ($1)', [email]);
  *     await queue.enqueue('send_welcome', { email }, { tx: postgresJsAdapter(tx) });
  *   });
  */

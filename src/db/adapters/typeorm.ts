@@ -19,7 +19,7 @@ export interface TypeOrmLike {
 export function typeormAdapter(manager: TypeOrmLike): Queryable {
   return {
     async query(text, values) {
-      // On Postgres, query() resolves to the rows for SELECT and INSERT ... RETURNING.
+      // On Postgres, query() resolves to the rows (of a SELECT, or of an INSERT ... RETURNING).
       const rows: unknown = await manager.query(text, values);
       return { rows: Array.isArray(rows) ? rows : [] };
     },

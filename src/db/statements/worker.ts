@@ -1,65 +1,16 @@
-import { quoteSchema } from './identifiers.js';
+import { quoteSchema } from '../identifiers.js';
+import { jobColumns, keepRecent } from './job-columns.js';
+import { perSchema } from './per-schema.js';
 
 /**
- * Every statement the runtime sends, in one place, for one schema. Values are
- * always `$n` parameters; the schema is the only text spliced in, quoted once.
- *
- * The columns a worker reads back are listed explicitly, so a later migration
- * that adds a column does not change what the hot path transfers.
+ * What a worker sends: the cycle (results written + next batch claimed), the
+ * limited claim, heartbeats, release on stop, snooze, progress, its queue-state
+ * cache, the rescue its maintenance leader runs, and the wake-up after jobs went
+ * back to pending. Values are always `$n` parameters; the schema is the only
+ * text spliced in, quoted once.
  */
-const JOB_FIELDS = [
-  'queue', 'task', 'payload', 'status', 'priority', 'run_at', 'attempts', 'max_attempts',
-  'locked_at', 'locked_by', 'last_error', 'created_at', 'updated_at', 'finished_at', 'job_key',
-  'trace_context',
-];
-
-/** Read by getJob and the admin views, not by the claim: they can be large. */
-const DETAIL_FIELDS = ['key_scope', 'errors', 'result', 'progress'];
-
-/** Most entries kept in a job's error history (`errors`). */
-export const MAX_ERROR_HISTORY = 100;
-
-/**
- * The error history without its oldest entry once it is full, ready to take one
- * more: every failure rewrites the whole array, so it must not grow without bound.
- */
-function keepRecent(column: string): string {
-  return `(CASE WHEN jsonb_array_length(${column}) >= ${MAX_ERROR_HISTORY} THEN ${column} - 0 ELSE ${column} END)`;
-}
-
-/** The detail columns (migration 0002) of one job, for single-job reads. */
-export function detailColumns(alias?: string): string {
-  return DETAIL_FIELDS.map((f) => (alias ? `${alias}.${f}` : f)).join(', ');
-}
-
-/** The select list of a job row; ids travel as text (bigint does not fit a JS number). */
-export function jobColumns(alias?: string): string {
-  const p = alias ? `${alias}.` : '';
-  return [`${p}id::text AS id`, ...JOB_FIELDS.map((f) => p + f)].join(', ');
-}
-
-/**
- * One job in full, by id ($1): the hot table first, then the history the pruner
- * moved it to. Both branches read one snapshot and the pruner moves a row in one
- * statement, so a job is found exactly once even while it is being moved.
- * jsonb_populate_record turns the archived jsonb back into a jobs row, whatever
- * columns jobs has today. `s` is the quoted schema.
- */
-export function findJobQuery(s: string): string {
-  return `SELECT ${jobColumns()}, ${detailColumns()} FROM ${s}.jobs WHERE id = $1::bigint
-      UNION ALL
-      SELECT ${jobColumns('h')}, ${detailColumns('h')} FROM ${s}.jobs_history x
-        CROSS JOIN LATERAL jsonb_populate_record(NULL::${s}.jobs, x.job) h
-      WHERE x.id = $1::bigint
-      LIMIT 1`;
-}
-
-export interface Queries {
+export interface WorkerStatements {
   readonly schema: string;
-  readonly enqueue: string;
-  readonly enqueueDeferred: string;
-  readonly wake: string;
-  readonly enqueueMany: string;
   /** The worker cycle for a worker of one queue. */
   readonly cycle: string;
   /** The worker cycle for a worker of several queues. */
@@ -68,15 +19,10 @@ export interface Queries {
   readonly release: string;
   readonly rescue: string;
   readonly notify: string;
-  readonly getJob: string;
-  readonly enqueueKeyed: string;
-  readonly enqueueManyKeyed: string;
-  readonly watchJob: string;
-  readonly progress: string;
-  readonly countByStatus: string;
   readonly claimLimited: string;
   readonly snooze: string;
   readonly queueState: string;
+  readonly progress: string;
 }
 
 /**
@@ -170,78 +116,13 @@ function cycleStatement(jobs: string, queues: string, queueFilter: 'queue = ($9:
       FROM applied a LEFT JOIN claimed c ON true`;
 }
 
-const ENQUEUE_COLUMNS = 'queue, task, payload, run_at, max_attempts, priority, trace_context';
-/** $1..$8 of a single enqueue, typed so that they also work in INSERT ... SELECT. */
-const ENQUEUE_VALUES = `$1::text, $2::text, $3::text::jsonb,
-  coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond', $6::int, $7::int, $8::text::jsonb`;
-
-export function buildQueries(schema: string): Queries {
+/** The statements of a worker for one schema, built once per schema. */
+export const workerStatements = perSchema((schema: string): WorkerStatements => {
   const s = quoteSchema(schema);
   const jobs = `${s}.jobs`;
   const queues = `${s}.queues`;
-  // JSON parameters of the enqueue statements are cast from text ($n::text::jsonb):
-  // they can run on a caller's postgres.js connection (a transaction adapter),
-  // which would otherwise JSON.stringify the already-encoded text a second time.
   return {
     schema,
-
-    // A plain INSERT: the cheapest possible enqueue (the statement trigger adds one
-    // NOTIFY per statement). run_at is computed by the server so client clocks do
-    // not matter for delays.
-    // $8: the enqueuing span's trace context (migration 0005), NULL without tracing.
-    enqueue: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS}) VALUES (${ENQUEUE_VALUES})
-      RETURNING id::text AS id`,
-
-    // The same INSERT with the trigger's NOTIFY turned off for this statement only
-    // (set_config(..., true) lasts until the end of the implicit transaction); the
-    // Queue sends the wake-up after the COMMIT instead (see migration 0004 and
-    // src/wake-ups.ts). Only for statements that are their own transaction.
-    enqueueDeferred: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS})
-      SELECT ${ENQUEUE_VALUES} FROM (SELECT set_config('sluice.wake', 'deferred', true)) AS deferred
-      RETURNING id::text AS id, floor(extract(epoch FROM run_at) * 1000)::float8 AS run_at_ms`,
-
-    // Wake-ups sent after the COMMIT of deferred enqueues: the payload the trigger
-    // would have sent, one per queue. This statement writes nothing.
-    wake: `SELECT pg_notify($1, json_build_object('q', w.q, 't', w.t)::text)
-      FROM unnest($2::text[], $3::float8[]) AS w(q, t)`,
-
-    // Many jobs in one statement and one round trip: the rows travel as one JSON
-    // array, so 10,000 jobs are a single parameter. One statement also means one
-    // trigger call, so one wake-up per queue instead of one per row.
-    enqueueMany: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority, trace_context)
-      SELECT j.queue, j.task, j.payload,
-             coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
-             j.max_attempts, j.priority, $2::text::jsonb
-      FROM ROWS FROM (jsonb_to_recordset($1::text::jsonb) AS (queue text, task text, payload jsonb,
-             run_at timestamptz, delay_ms float8, max_attempts int, priority int))
-        WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority, ord)
-      ORDER BY j.ord
-      RETURNING id::text AS id`,
-
-    // With a job key the insert goes through enqueue_job() (migration 0002), which
-    // does the INSERT ... ON CONFLICT on jobs_job_key_idx and the keep / replace /
-    // error choice in one place for SQL and JS callers alike. Plain jobs keep the
-    // cheaper statements above.
-    enqueueKeyed: `SELECT ${s}.enqueue_job($1, $3::text::jsonb,
-        coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond',
-        $6, $2, $7, $8, $9, $10)::text AS id`,
-
-    // The keys are taken in key order, whatever the order of the batch: two batches
-    // that share keys then wait for each other instead of deadlocking. (Postgres
-    // evaluates a volatile function in the select list after the ORDER BY's sort.)
-    // The ids come back in the order of the batch.
-    enqueueManyKeyed: `SELECT x.id::text AS id FROM (
-        SELECT j.ord, ${s}.enqueue_job(j.queue, j.payload,
-               coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
-               j.max_attempts, j.task, j.priority, j.job_key, j.job_key_mode, j.while_processing) AS id
-        FROM ROWS FROM (jsonb_to_recordset($1::text::jsonb) AS (queue text, task text, payload jsonb,
-               run_at timestamptz, delay_ms float8, max_attempts int, priority int,
-               job_key text, job_key_mode text, while_processing bool))
-          WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority,
-               job_key, job_key_mode, while_processing, ord)
-        ORDER BY j.job_key, j.ord
-      ) x
-      ORDER BY x.ord`,
 
     // Paused queues are never claimed, and queues with a global concurrency limit
     // only through claimLimited (see cycleStatement).
@@ -310,31 +191,10 @@ export function buildQueries(schema: string): Queries {
     queueState: `SELECT name, paused, concurrency_limit FROM ${queues}
       WHERE name = ANY($1::text[]) AND (paused OR concurrency_limit IS NOT NULL)`,
 
-    getJob: findJobQuery(s),
-
-    // Queue.waitFor(): ask for a NOTIFY when the job finishes, in the same statement
-    // that reads its status. The finishing UPDATE waits for this row lock and then
-    // sees the flag; if the job finished first, the status says so. Either way no
-    // outcome slips between the check and the wait.
-    //
-    // The UPDATE locks a pending row for a moment, and a claim running right then
-    // skips it (SKIP LOCKED), comes back short and lets its worker sleep until the
-    // next poll. So a pending job's queue is woken again ($2: the workers' channel).
-    watchJob: `WITH watched AS (
-        UPDATE ${jobs} SET notify_on_finish = true
-        WHERE id = $1 AND status IN ('pending', 'processing')
-        RETURNING id, queue, status, run_at
-      )
-      SELECT id::text AS id, CASE WHEN status = 'pending' THEN pg_notify($2,
-          json_build_object('q', queue, 't', floor(extract(epoch FROM run_at) * 1000))::text) END AS woke
-      FROM watched`,
-
     // Latest progress of running jobs, one statement for all of a worker's reports.
     // Ignored once the job is no longer this worker's (finished, rescued).
     progress: `UPDATE ${jobs} j SET progress = p.progress
       FROM unnest($2::bigint[], $3::jsonb[]) AS p(id, progress)
       WHERE j.id = p.id AND j.status = 'processing' AND j.locked_by = $1`,
-
-    countByStatus: `SELECT queue, status, count(*)::int AS count FROM ${jobs} GROUP BY queue, status ORDER BY queue, status`,
   };
-}
+});

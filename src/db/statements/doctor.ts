@@ -1,11 +1,14 @@
-import { quoteSchema } from '../db/identifiers.js';
+import { quoteSchema } from '../identifiers.js';
+import { perSchema } from './per-schema.js';
 
 /**
  * What `sluice doctor` reads. Catalog and statistics views take the schema as a
  * `$1` value; only the queries of Sluice's own tables splice in the quoted schema.
  * Durations come back in milliseconds, sizes in bytes.
  */
-export interface DoctorQueries {
+export interface DoctorStatements {
+  /** Whether the schema has Sluice's jobs table ($1: the quoted schema + '.jobs'). */
+  readonly installed: string;
   readonly tables: string;
   readonly idleInTransaction: string;
   readonly oldestSnapshots: string;
@@ -22,9 +25,12 @@ export interface DoctorQueries {
 
 const MS = (expr: string) => `(extract(epoch FROM ${expr}) * 1000)::float8`;
 
-export function buildDoctorQueries(schema: string): DoctorQueries {
+/** The doctor's statements for one schema, built once per schema. */
+export const doctorStatements = perSchema((schema: string): DoctorStatements => {
   const s = quoteSchema(schema);
   return {
+    installed: 'SELECT to_regclass($1) IS NOT NULL AS installed',
+
     // Every table in the schema (history partitions included), with the counters
     // autovacuum itself decides on.
     tables: `SELECT c.relname AS table, coalesce(st.n_live_tup, 0)::float8 AS live, coalesce(st.n_dead_tup, 0)::float8 AS dead,
@@ -113,4 +119,4 @@ export function buildDoctorQueries(schema: string): DoctorQueries {
           WHERE status IN ('completed', 'failed', 'cancelled')) AS oldest_finished_ms,
         (SELECT count(*) FROM ${s}.jobs WHERE status IN ('pending', 'processing'))::int AS active`,
   };
-}
+});

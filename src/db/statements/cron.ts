@@ -1,15 +1,19 @@
-import { quoteSchema } from './identifiers.js';
+import { quoteSchema } from '../identifiers.js';
+import { perSchema } from './per-schema.js';
 
 /** The statements of recurring schedules (src/maintenance/cron.ts), for one schema. */
-export interface CronQueries {
+export interface CronStatements {
   readonly register: string;
   readonly lockSchedule: string;
   readonly enqueueTicks: string;
   readonly advance: string;
   readonly list: string;
+  /** The database clock, which schedules are computed on. */
+  readonly now: string;
 }
 
-export function buildCronQueries(schema: string): CronQueries {
+/** The cron statements for one schema, built once per schema. */
+export const cronStatements = perSchema((schema: string): CronStatements => {
   const s = quoteSchema(schema);
   return {
     // A worker publishes its definitions. A new schedule starts counting from now
@@ -41,5 +45,7 @@ export function buildCronQueries(schema: string): CronQueries {
 
     list: `SELECT name, cron, timezone, task, queue, payload, priority, max_attempts, backfill,
         last_tick, updated_at FROM ${s}.cron_schedules ORDER BY name`,
+
+    now: 'SELECT now() AS now',
   };
-}
+});

@@ -1,5 +1,6 @@
-import { quoteSchema } from './identifiers.js';
-import { jobColumns } from './queries.js';
+import { quoteSchema } from '../identifiers.js';
+import { findJobStatement, jobColumns } from './job-columns.js';
+import { perSchema } from './per-schema.js';
 
 /**
  * The statements of the admin API (src/admin/*: the CLI's `jobs` and `stats`
@@ -10,7 +11,7 @@ import { jobColumns } from './queries.js';
  * unnamed statements, which Postgres plans with the actual values, so a NULL
  * filter folds away and the plan is the one for the filters really given.
  */
-export interface AdminQueries {
+export interface AdminStatements {
   readonly schema: string;
   /** Newest first, ids below the `before` cursor ($4, may be NULL). */
   readonly listOlder: string;
@@ -25,9 +26,11 @@ export interface AdminQueries {
   readonly stats: string;
   readonly throughput: string;
   readonly auditOfJob: string;
+  readonly getJob: string;
 }
 
-export function buildAdminQueries(schema: string): AdminQueries {
+/** The admin statements for one schema, built once per schema: the dashboard asks for them per request. */
+export const adminStatements = perSchema((schema: string): AdminStatements => {
   const s = quoteSchema(schema);
   const jobs = `${s}.jobs`;
   // $1 statuses, $2 queues, $3 tasks (text[] or NULL for "any"); $6, $7 a window
@@ -115,7 +118,7 @@ export function buildAdminQueries(schema: string): AdminQueries {
       )
       SELECT queue, count(*)::int AS count FROM retried GROUP BY queue ORDER BY queue`,
 
-    // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/admin/jobs.ts),
+    // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/job.ts),
     // $4: the schema's channel, $5: its outcome channel. A job that was
     // 'processing' gets a NOTIFY ({"c":"cancel","id":…}) in the same statement, so
     // the worker running it aborts its handler when this commits (never for a
@@ -228,5 +231,7 @@ export function buildAdminQueries(schema: string): AdminQueries {
 
     // Who did what to one job, oldest first (audit_log: migration 0007).
     auditOfJob: `SELECT at, action, actor FROM ${s}.audit_log WHERE job_id = $1::bigint ORDER BY id`,
+
+    getJob: findJobStatement(schema),
   };
-}
+});

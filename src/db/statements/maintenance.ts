@@ -1,10 +1,11 @@
-import { quoteSchema } from '../db/identifiers.js';
+import { quoteSchema } from '../identifiers.js';
+import { perSchema } from './per-schema.js';
 
 /**
  * The statements of the maintenance leader (lease, pruner), for one schema.
  * Values are `$n` parameters; the schema is quoted once.
  */
-export interface MaintenanceQueries {
+export interface MaintenanceStatements {
   readonly schema: string;
   readonly acquireLease: string;
   readonly resignLease: string;
@@ -26,7 +27,8 @@ const FINISHED_AT = 'coalesce(j.finished_at, j.updated_at)';
 const RETENTION_MS = `coalesce(($3::jsonb -> j.queue ->> j.status)::float8, ($4::jsonb ->> j.status)::float8, 0)`;
 const PURGE_AFTER = `(${FINISHED_AT} + ${RETENTION_MS} * interval '1 millisecond')`;
 
-export function buildMaintenanceQueries(schema: string): MaintenanceQueries {
+/** The maintenance statements for one schema, built once per schema. */
+export const maintenanceStatements = perSchema((schema: string): MaintenanceStatements => {
   const s = quoteSchema(schema);
   const jobs = `${s}.jobs`;
 
@@ -102,4 +104,4 @@ export function buildMaintenanceQueries(schema: string): MaintenanceQueries {
 
     dropExpired: `SELECT ${s}.drop_expired_history($1, now()) AS dropped`,
   };
-}
+});

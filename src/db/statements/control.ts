@@ -1,16 +1,18 @@
-import { channelFor, quoteSchema } from './identifiers.js';
+import { channelFor, quoteSchema } from '../identifiers.js';
+import { perSchema } from './per-schema.js';
 
 /**
  * Statements that steer running workers through the queues table: pause/resume a
  * queue, set its cluster-wide concurrency limit. Each one sends its NOTIFY in the
  * same statement, so inside a caller's transaction the workers hear of the change
  * exactly when it commits, and never of one that rolled back. (Cancelling a job
- * is the admin API's `cancel`, src/db/admin-queries.ts.)
+ * is the admin API's `cancel`, src/db/statements/admin.ts.)
  *
  * Control messages travel on the schema's channel (the one workers already
- * LISTEN on) with a `c` field, which wake-up hints from the insert trigger lack.
+ * LISTEN on) with a `c` field, which wake-up hints lack; src/notify/codec.ts
+ * reads them.
  */
-export interface ControlQueries {
+export interface ControlStatements {
   readonly schema: string;
   readonly channel: string;
   readonly setPaused: string;
@@ -21,7 +23,8 @@ export interface ControlQueries {
 /** The payload that tells workers to re-read the queues table. */
 export const QUEUES_CHANGED = '{"c":"queues"}';
 
-export function buildControlQueries(schema: string): ControlQueries {
+/** The control statements for one schema, built once per schema. */
+export const controlStatements = perSchema((schema: string): ControlStatements => {
   const s = quoteSchema(schema);
   // $1 queue name, $2 the new value, $3 the channel, $4 who asked (for the
   // audit log of migration 0007, written by the same statement: 'pause',
@@ -47,4 +50,4 @@ export function buildControlQueries(schema: string): ControlQueries {
 
     listQueues: `SELECT name, paused, concurrency_limit, updated_at FROM ${s}.queues ORDER BY name`,
   };
-}
+});

@@ -1,0 +1,56 @@
+import { quoteSchema } from '../identifiers.js';
+
+/**
+ * The shape of a job row in SQL, shared by the statement modules: the columns
+ * read back, the error history's cap, and the read of one job in full.
+ *
+ * The columns a worker reads back are listed explicitly, so a later migration
+ * that adds a column does not change what the hot path transfers.
+ */
+const JOB_FIELDS = [
+  'queue', 'task', 'payload', 'status', 'priority', 'run_at', 'attempts', 'max_attempts',
+  'locked_at', 'locked_by', 'last_error', 'created_at', 'updated_at', 'finished_at', 'job_key',
+  'trace_context',
+];
+
+/** Read by getJob and the admin views, not by the claim: they can be large. */
+const DETAIL_FIELDS = ['key_scope', 'errors', 'result', 'progress'];
+
+/** Most entries kept in a job's error history (`errors`). */
+export const MAX_ERROR_HISTORY = 100;
+
+/**
+ * The error history without its oldest entry once it is full, ready to take one
+ * more: every failure rewrites the whole array, so it must not grow without bound.
+ */
+export function keepRecent(column: string): string {
+  return `(CASE WHEN jsonb_array_length(${column}) >= ${MAX_ERROR_HISTORY} THEN ${column} - 0 ELSE ${column} END)`;
+}
+
+/** The detail columns (migration 0002) of one job, for single-job reads. */
+export function detailColumns(alias?: string): string {
+  return DETAIL_FIELDS.map((f) => (alias ? `${alias}.${f}` : f)).join(', ');
+}
+
+/** The select list of a job row; ids travel as text (bigint does not fit a JS number). */
+export function jobColumns(alias?: string): string {
+  const p = alias ? `${alias}.` : '';
+  return [`${p}id::text AS id`, ...JOB_FIELDS.map((f) => p + f)].join(', ');
+}
+
+/**
+ * One job in full, by id ($1): the hot table first, then the history the pruner
+ * moved it to. Both branches read one snapshot and the pruner moves a row in one
+ * statement, so a job is found exactly once even while it is being moved.
+ * jsonb_populate_record turns the archived jsonb back into a jobs row, whatever
+ * columns jobs has today. Built for one schema.
+ */
+export function findJobStatement(schema: string): string {
+  const s = quoteSchema(schema);
+  return `SELECT ${jobColumns()}, ${detailColumns()} FROM ${s}.jobs WHERE id = $1::bigint
+      UNION ALL
+      SELECT ${jobColumns('h')}, ${detailColumns('h')} FROM ${s}.jobs_history x
+        CROSS JOIN LATERAL jsonb_populate_record(NULL::${s}.jobs, x.job) h
+      WHERE x.id = $1::bigint
+      LIMIT 1`;
+}
