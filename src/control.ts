@@ -1,4 +1,5 @@
 import type { ControlStatements } from './db/statements/control.js';
+import { encodeControl } from './notify/codec.js';
 import { rows, type Queryable } from './db/executor.js';
 import { ValidationError, wrapDatabaseError } from './errors.js';
 import { actorOf, type ActionOptions } from './admin/jobs.js';
@@ -64,7 +65,7 @@ async function upsertQueue(
   const name = checkName('queue', queue);
   const actor = actorOf(options);
   try {
-    const [row] = await rows<QueueRow>(db, text, [name, value, channel, actor]);
+    const [row] = await rows<QueueRow>(db, text, [name, value, channel, actor, encodeControl({ c: 'queues' })]);
     return toSettings(row!);
   } catch (err) {
     throw wrapDatabaseError(err, `updating queue "${name}" failed`);

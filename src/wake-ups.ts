@@ -37,7 +37,8 @@ export class WakeUps {
       const batch = this.pending;
       this.pending = new Map();
       try {
-        await this.db.query(this.statement, [this.channel, [...batch.keys()], [...batch.values()]]);
+        // Dates keep the millisecond exactly; the statement turns them into the payload.
+        await this.db.query(this.statement, [this.channel, [...batch.keys()], [...batch.values()].map((ms) => new Date(ms))]);
       } catch {
         // A hint lost: the workers' poll picks the jobs up.
       }

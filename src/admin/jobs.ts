@@ -6,6 +6,7 @@ import {
 import { checks } from '../validate.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
+import { encodeControl } from '../notify/codec.js';
 import { wakeQueues } from '../notify/wake-queues.js';
 
 /**
@@ -192,7 +193,8 @@ export async function cancelJob(
   db: Queryable, schema: string, id: string | number, options: ActionOptions = {},
 ): Promise<CancelJobResult> {
   const result = await act<JobRow & { previous_status: UnfinishedStatus }>(
-    db, schema, 'cancel', id, CANCELLABLE, options, [channelFor(schema), doneChannelFor(schema)]);
+    db, schema, 'cancel', id, CANCELLABLE, options,
+    [channelFor(schema), doneChannelFor(schema), encodeControl({ c: 'cancel', id: jobId(id) })]);
   if (!result.ok) return result;
   const { previous_status: previousStatus, ...job } = result.job;
   return { ok: true, job, previousStatus };

@@ -1,9 +1,11 @@
 /**
- * The messages on a schema's channel ('sluice:<schema>'), read in one place. Two
+ * The messages on a schema's channel ('sluice:<schema>'), in one place. Two
  * kinds share it:
- * - wake-up hints, {"q": queue, "t": ms since the epoch}, from the insert
- *   trigger, enqueue_job() and the wake, notify and watchJob statements;
- * - control messages, {"c": ...}, from the queue control and cancel statements.
+ * - wake-up hints, {"q": queue, "t": ms since the epoch}, written only by the
+ *   SQL function wake_payload() (migration 0009): the insert trigger,
+ *   enqueue_job() and the wake, notify and watchJob statements all call it;
+ * - control messages, {"c": ...}, written by encodeControl() below and sent by
+ *   the statements of src/db/statements/control.ts and admin.ts.
  * decodeMessage() reads both.
  */
 
@@ -18,6 +20,11 @@ export interface WakeHint {
  * means the queues table changed (pause, limits).
  */
 export type ControlMessage = { c: 'cancel'; id: string } | { c: 'queues' };
+
+/** The payload of a control message, as the statements that send it take it (a `$n` parameter). */
+export function encodeControl(message: ControlMessage): string {
+  return JSON.stringify(message.c === 'cancel' ? { c: 'cancel', id: message.id } : { c: 'queues' });
+}
 
 /** Wake-up hints (no `c` field) and control messages share the schema's channel. */
 export function decodeMessage(payload: string | undefined): WakeHint | ControlMessage {

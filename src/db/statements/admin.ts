@@ -119,8 +119,9 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
       SELECT queue, count(*)::int AS count FROM retried GROUP BY queue ORDER BY queue`,
 
     // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/job.ts),
-    // $4: the schema's channel, $5: its outcome channel. A job that was
-    // 'processing' gets a NOTIFY ({"c":"cancel","id":…}) in the same statement, so
+    // $4: the schema's channel, $5: its outcome channel, $6: the control message
+    // ({"c":"cancel","id":…}, src/notify/codec.ts). A job that was
+    // 'processing' gets that NOTIFY in the same statement, so
     // the worker running it aborts its handler when this commits (never for a
     // rolled-back cancel); Queue.waitFor() callers are woken as for any outcome.
     // The NOTIFYs sit in RETURNING, which is computed for every changed row.
@@ -136,7 +137,7 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
         WHERE j.id = t.id
         RETURNING j.*, t.status AS previous_status,
           (CASE WHEN t.status = 'processing'
-                THEN pg_notify($4, json_build_object('c', 'cancel', 'id', j.id::text)::text) END) IS NULL AS told_worker,
+                THEN pg_notify($4, $6) END) IS NULL AS told_worker,
           (CASE WHEN j.notify_on_finish THEN pg_notify($5, j.id::text) END) IS NULL AS told_waiters
       ), ${audited('cancel', ', changed.previous_status')}`,
 

@@ -10,7 +10,7 @@ import { perSchema } from './per-schema.js';
  *
  * Control messages travel on the schema's channel (the one workers already
  * LISTEN on) with a `c` field, which wake-up hints lack; src/notify/codec.ts
- * reads them.
+ * writes and reads them.
  */
 export interface ControlStatements {
   readonly schema: string;
@@ -20,15 +20,13 @@ export interface ControlStatements {
   readonly listQueues: string;
 }
 
-/** The payload that tells workers to re-read the queues table. */
-export const QUEUES_CHANGED = '{"c":"queues"}';
-
 /** The control statements for one schema, built once per schema. */
 export const controlStatements = perSchema((schema: string): ControlStatements => {
   const s = quoteSchema(schema);
   // $1 queue name, $2 the new value, $3 the channel, $4 who asked (for the
   // audit log of migration 0007, written by the same statement: 'pause',
-  // 'resume' or 'concurrency_limit' with the queue and no job).
+  // 'resume' or 'concurrency_limit' with the queue and no job), $5 the control
+  // message that tells workers to re-read the queues table.
   // `column` is spliced into the text, so its type admits only these constants.
   const upsert = (column: 'paused' | 'concurrency_limit') => `WITH q AS (
         INSERT INTO ${s}.queues AS q (name, ${column}) VALUES ($1, $2)
@@ -40,7 +38,7 @@ export const controlStatements = perSchema((schema: string): ControlStatements =
                             WHEN q.paused THEN 'pause' ELSE 'resume' END, $4::text
         FROM q
       )
-      SELECT q.*, pg_notify($3, '${QUEUES_CHANGED}') IS NULL AS notified FROM q`;
+      SELECT q.*, pg_notify($3, $5) IS NULL AS notified FROM q`;
   return {
     schema,
     channel: channelFor(schema),

@@ -50,9 +50,10 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
       RETURNING id::text AS id, floor(extract(epoch FROM run_at) * 1000)::float8 AS run_at_ms`,
 
     // Wake-ups sent after the COMMIT of deferred enqueues: the payload the trigger
-    // would have sent, one per queue. This statement writes nothing.
-    wake: `SELECT pg_notify($1, json_build_object('q', w.q, 't', w.t)::text)
-      FROM unnest($2::text[], $3::float8[]) AS w(q, t)`,
+    // would have sent (wake_payload(), migration 0009), one per queue; $3: the
+    // earliest run_at of each. This statement writes nothing.
+    wake: `SELECT pg_notify($1, ${s}.wake_payload(w.q, w.t))
+      FROM unnest($2::text[], $3::timestamptz[]) AS w(q, t)`,
 
     // Many jobs in one statement and one round trip: the rows travel as one JSON
     // array, so 10,000 jobs are a single parameter. One statement also means one
@@ -105,8 +106,7 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
         WHERE id = $1 AND status IN ('pending', 'processing')
         RETURNING id, queue, status, run_at
       )
-      SELECT id::text AS id, CASE WHEN status = 'pending' THEN pg_notify($2,
-          json_build_object('q', queue, 't', floor(extract(epoch FROM run_at) * 1000))::text) END AS woke
+      SELECT id::text AS id, CASE WHEN status = 'pending' THEN pg_notify($2, ${s}.wake_payload(queue, run_at)) END AS woke
       FROM watched`,
 
     getJob: findJobStatement(schema),

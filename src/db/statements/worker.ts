@@ -172,7 +172,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       RETURNING j.id::text AS id, j.queue, j.status`,
 
     // Wakes workers of a queue after jobs went back to pending outside an INSERT.
-    notify: `SELECT pg_notify($1, json_build_object('q', q, 't', floor(extract(epoch FROM now()) * 1000))::text)
+    // The payload comes from wake_payload() (migration 0009), like every wake-up.
+    notify: `SELECT pg_notify($1, ${s}.wake_payload(q, now()))
       FROM unnest($2::text[]) AS q`,
 
     // Claims from one queue with a concurrency limit: see claim_limited() in
