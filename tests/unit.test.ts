@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { retryDelayMs } from '../src/worker/backoff.js';
 import { serializePayload } from '../src/payload.js';
-import { describeError } from '../src/worker/executor.js';
+import { describeError } from '../src/worker/run.js';
 import { describeTarget } from '../src/db/connection.js';
 import { quoteSchema } from '../src/db/identifiers.js';
 import { ValidationError, ConfigError, isConnectionFailure } from '../src/errors.js';

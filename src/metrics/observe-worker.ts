@@ -1,5 +1,5 @@
 import type { JobRow } from '../job.js';
-import type { Worker } from '../worker/worker.js';
+import type { WorkerEmitter } from '../worker/events.js';
 import type { SluiceMetrics } from './metrics.js';
 
 /**
@@ -7,7 +7,7 @@ import type { SluiceMetrics } from './metrics.js';
  * to its result event; jobs aborted by a stop or a lost lock are not observed.
  * Returns a function that detaches it.
  */
-export function observeWorker(worker: Worker, metrics: SluiceMetrics): () => void {
+export function observeWorker(worker: WorkerEmitter, metrics: SluiceMetrics): () => void {
   const started = new Map<string, number>();
   const labels = (job: JobRow) => ({ queue: job.queue, task: job.task });
   const finish = (job: JobRow, outcome: 'completed' | 'failed') => {

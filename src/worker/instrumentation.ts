@@ -1,8 +1,7 @@
 import type { Queryable } from '../db/executor.js';
 import type { ResolvedWorkerConfig } from './options.js';
-import { traceHandler } from '../tracing.js';
 import { logWorkerEvents } from './log-events.js';
-import type { Worker } from './worker.js';
+import type { WorkerEmitter } from './events.js';
 
 export interface Instrumentation {
   /** Where /metrics is served, when a port was configured. */
@@ -13,17 +12,12 @@ export interface Instrumentation {
 /**
  * Attaches what the worker's options ask for: a logger, Prometheus metrics (and
  * their HTTP endpoint), OpenTelemetry spans around handlers. prom-client and
- * fastify are imported only when metrics are configured; OpenTelemetry only when
- * installed. Everything hangs off the worker's events except tracing, which wraps
- * each handler once here.
+ * fastify are imported only when metrics are configured. Everything hangs off the
+ * worker's events (tracing wraps the handlers instead: see middleware.ts).
  */
-export async function instrumentWorker(worker: Worker, config: ResolvedWorkerConfig, db: Queryable): Promise<Instrumentation> {
+export async function instrumentWorker(worker: WorkerEmitter, config: ResolvedWorkerConfig, db: Queryable): Promise<Instrumentation> {
   const detach: (() => void | Promise<void>)[] = [];
-  if (config.logger) detach.push(logWorkerEvents(worker, config.logger));
-
-  if (config.tracing) {
-    for (const [name, task] of config.tasks) config.tasks.set(name, { ...task, handler: await traceHandler(name, task.handler) });
-  }
+  if (config.logger) detach.push(logWorkerEvents(worker, config.workerId, config.logger));
 
   let metricsUrl: string | undefined;
   if (config.metrics) {

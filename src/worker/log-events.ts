@@ -1,14 +1,14 @@
 import { errorFields, type Logger } from '../logger.js';
 import type { JobRow } from '../job.js';
-import type { Worker } from './worker.js';
+import type { WorkerEmitter } from './events.js';
 
 /**
  * Writes a worker's events to a structured logger: lifecycle and maintenance at
  * info, each job at debug, failures at warn, database trouble at error.
  * Returns a function that detaches it.
  */
-export function logWorkerEvents(worker: Worker, logger: Logger): () => void {
-  const base = { worker: worker.config.workerId };
+export function logWorkerEvents(worker: WorkerEmitter, workerId: string, logger: Logger): () => void {
+  const base = { worker: workerId };
   const job = (j: JobRow) =>
     ({ ...base, jobId: j.id, queue: j.queue, task: j.task, attempt: j.attempts });
   const listeners = {

@@ -104,7 +104,7 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
 }
 
 export interface ResolvedTask {
-  handler: TaskHandler;
+  readonly handler: TaskHandler;
   readonly timeoutMs: number | undefined;
   /** Overrides the job's max_attempts when set. */
   readonly maxAttempts: number | undefined;
@@ -112,10 +112,13 @@ export interface ResolvedTask {
   readonly backoff: Readonly<Required<BackoffOptions>> | undefined;
 }
 
-/** A worker's options, checked and with every default filled in. Frozen: nothing changes it after start-up. */
+/**
+ * A worker's options, checked and with every default filled in. Frozen: nothing
+ * changes it after start-up (handlers are wrapped into new entries, see middleware.ts).
+ */
 export interface ResolvedWorkerConfig {
   readonly schema: string;
-  readonly tasks: Map<string, ResolvedTask>;
+  readonly tasks: ReadonlyMap<string, ResolvedTask>;
   readonly queues: string[];
   readonly concurrency: number;
   /** Local per-queue limits (only queues this worker takes jobs from). */
@@ -160,18 +163,18 @@ function resolveTasks(tasks: unknown): Map<string, ResolvedTask> {
   for (const [name, entry] of Object.entries(tasks as TaskList)) {
     checkName('task', name);
     if (typeof entry === 'function') {
-      resolved.set(name, { handler: entry, timeoutMs: undefined, maxAttempts: undefined, backoff: undefined });
+      resolved.set(name, Object.freeze({ handler: entry, timeoutMs: undefined, maxAttempts: undefined, backoff: undefined }));
     } else if (entry && typeof (entry as TaskDefinition).handler === 'function') {
       const def = entry as TaskDefinition;
       rejectUnknownKeys(def, TASK_KEYS, `tasks.${name}`);
       const optional = (key: 'timeoutMs' | 'maxAttempts', max: number) =>
         def[key] === undefined ? undefined : intOption(`tasks.${name}.${key}`, def[key], 0, 1, max);
-      resolved.set(name, {
+      resolved.set(name, Object.freeze({
         handler: def.handler,
         timeoutMs: optional('timeoutMs', 2 ** 31 - 1),
         maxAttempts: optional('maxAttempts', 1000),
         backoff: def.backoff === undefined ? undefined : resolveBackoff(def.backoff, `tasks.${name}.backoff`),
-      });
+      }));
     } else {
       throw new ConfigError(`Worker: task "${name}" must be a function or { handler }`);
     }

@@ -1,5 +1,4 @@
-import type { Queryable } from '../db/executor.js';
-import type { WorkerStatements } from '../db/statements/worker.js';
+import type { WorkerStore } from '../db/store.js';
 
 /**
  * Writes handlers' progress reports. A handler may report thousands of times a
@@ -14,9 +13,7 @@ export class ProgressWriter {
   private stopped = false;
 
   constructor(
-    private readonly db: Queryable,
-    private readonly queries: WorkerStatements,
-    private readonly workerId: string,
+    private readonly store: WorkerStore,
     private readonly intervalMs: number,
     private readonly error: (err: unknown) => void,
   ) {}
@@ -46,7 +43,7 @@ export class ProgressWriter {
     this.pending = new Map();
     this.lastWrite = Date.now();
     try {
-      await this.db.query(this.queries.progress, [this.workerId, [...batch.keys()], [...batch.values()]]);
+      await this.store.progress([...batch.keys()], [...batch.values()]);
     } catch (err) {
       this.error(err);
     }

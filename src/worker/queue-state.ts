@@ -1,11 +1,4 @@
-import type { Queryable } from '../db/executor.js';
-import type { WorkerStatements } from '../db/statements/worker.js';
-
-interface QueueStateRow {
-  name: string;
-  paused: boolean;
-  concurrency_limit: number | null;
-}
+import type { QueueStateRow, WorkerStore } from '../db/store.js';
 
 /** Which of a worker's queues are claimed how, as of the last refresh. */
 export interface ClaimPlan {
@@ -34,9 +27,8 @@ export class QueueState {
   private again = false;
 
   constructor(
-    private readonly db: Queryable,
-    private readonly queries: WorkerStatements,
-    private readonly queues: string[],
+    private readonly store: WorkerStore,
+    private readonly queues: readonly string[],
     private readonly localLimits: ReadonlyMap<string, number>,
     private readonly refreshIntervalMs: number,
     private readonly changed: () => void,
@@ -70,8 +62,7 @@ export class QueueState {
       do {
         this.again = false;
         try {
-          const { rows } = (await this.db.query(this.queries.queueState, [this.queues])) as { rows: QueueStateRow[] };
-          this.current = this.plan(rows);
+          this.current = this.plan(await this.store.queueState(this.queues));
           this.changed();
         } catch (err) {
           this.onError(err);

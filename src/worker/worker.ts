@@ -1,74 +1,57 @@
 import { EventEmitter } from 'node:events';
-import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
+import { resolveWorkerConfig, type ResolvedTask, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
-import { workerStatements, type WorkerStatements } from '../db/statements/worker.js';
+import { workerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
-import { JobCancelledError, SluiceError, wrapDatabaseError, type Snooze } from '../errors.js';
+import { PgWorkerStore } from '../db/store.js';
+import { JobCancelledError, SluiceError, wrapDatabaseError } from '../errors.js';
 import type { AnyTasks, JobRow, TaskMap } from '../job.js';
-import { resolveSchemas, withPayloadSchema } from '../task-schemas.js';
-import { Notifier, type ControlMessage } from '../notify/listener.js';
-import { rescuerTask, type RescuedJob } from '../maintenance/rescuer.js';
+import { resolveSchemas } from '../task-schemas.js';
+import { Notifier } from '../notify/listener.js';
+import type { ControlMessage } from '../notify/codec.js';
+import { rescuerTask } from '../maintenance/rescuer.js';
 import { createMaintenance } from '../maintenance/worker-maintenance.js';
-import { instrumentWorker, type Instrumentation } from './instrumentation.js';
 import type { MaintenanceRunner } from '../maintenance/runner.js';
-import type { PruneResult } from '../maintenance/pruner.js';
-import { CronRunner, type CronTick } from '../maintenance/cron.js';
+import { CronRunner } from '../maintenance/cron.js';
 import { serializePayload } from '../payload.js';
-import { ProgressWriter } from './progress.js';
-import { retryDelayMs } from './backoff.js';
-import { describeError, RunningJob, type Outcome } from './executor.js';
+import { Completer } from './completer.js';
+import type { Emit, WorkerEvents } from './events.js';
+import { FetchLoop, type FetchLoopStats } from './fetch-loop.js';
 import { Heartbeat } from './heartbeat.js';
-import { Producer, type ProducerStats } from './producer.js';
+import { instrumentWorker, type Instrumentation } from './instrumentation.js';
+import { composeHandlers, payloadSchemas, tracing } from './middleware.js';
+import { ProgressWriter } from './progress.js';
 import { QueueState } from './queue-state.js';
-import { ResultBuffer, type ResultBatch } from './results.js';
+import { Run } from './run.js';
+import { Slots } from './slots.js';
 
-/**
- * What a worker reports, for logging and metrics. Every job event's first argument
- * is the job row as claimed; a second one carries what the event is about.
- * Events about results fire once the result is written (so a 'job:complete' job
- * is 'completed' in the database). See README, "Events".
- */
-export interface WorkerEvents {
-  /** A handler started (attempt = job.attempts). */
-  'job:start': [JobRow];
-  /** The handler reported progress (written to the job, rate-limited). */
-  'job:progress': [JobRow, { progress: unknown }];
-  /** Completed; `result` is what the handler returned. */
-  'job:complete': [JobRow, { result: unknown; durationMs: number }];
-  /** An attempt failed. `willRetry` false means the job is now 'failed' for good (a dead letter). */
-  'job:fail': [JobRow, { error: unknown; willRetry: boolean; durationMs: number }];
-  /** Follows 'job:fail' when the job will run again: when, and which attempt comes next. */
-  'job:retry': [JobRow, { error: unknown; runAt: Date; nextAttempt: number }];
-  /** The job's lock was taken away; this run's result was dropped. */
-  'job:lock-lost': [JobRow];
-  /** One claim statement returned these jobs (they start next). */
-  'jobs:claimed': [JobRow[]];
-  /** The maintenance leader took back a job whose worker stopped heartbeating (one event per job). */
-  'job:rescue': [RescuedJob];
-  /** The job was cancelled while this worker ran it; its handler's signal was aborted. */
-  'job:cancel': [JobRow];
-  /** The handler threw Snooze: the job is pending again at `runAt`, its attempt not spent. */
-  'job:snooze': [JobRow, { runAt: Date }];
-  /** Emitted by the maintenance leader only: jobs whose lock expired went back to pending (or failed). */
-  'jobs:rescued': [RescuedJob[]];
-  /** This worker became the maintenance leader of its schema. */
-  'leader:elected': [];
-  /** This worker stopped being the leader (lease lost, or stopping). */
-  'leader:lost': [];
-  /** The leader moved finished jobs out of the hot table. */
-  'jobs:pruned': [PruneResult];
-  /** A recurring schedule's ticks were enqueued by this worker. */
-  'cron:enqueued': [CronTick[]];
-  /** A database or connection problem the worker is riding out (it keeps going). */
-  error: [SluiceError];
-}
-
-/** Prefetch only while jobs take less than this on average (about a loaded round trip). */
-const PREFETCH_MAX_RUN_MS = 20;
+export type { WorkerEvents } from './events.js';
 
 /** Connections a worker holds besides LISTEN: the fetch loop and heartbeat/rescue. */
 const POOL_SIZE = 2;
+
+/**
+ * A job claimed ahead that waited this long for a slot goes back to pending for
+ * any worker: the prefetch estimate was wrong (its slots hold slower jobs than it
+ * expected), and the job must not wait behind them.
+ */
+const HAND_BACK_AFTER_MS = 500;
+
+/** The parts a running worker is made of; absent before start(). */
+interface Parts {
+  db: Driver;
+  tasks: ReadonlyMap<string, ResolvedTask>;
+  queueState: QueueState;
+  completer: Completer;
+  loop: FetchLoop;
+  heartbeat: Heartbeat;
+  progress: ProgressWriter;
+  maintenance: MaintenanceRunner | undefined;
+  cron: CronRunner | undefined;
+  notifier: Notifier | undefined;
+  instrumentation: Instrumentation;
+}
 
 /**
  * Runs jobs. Uses a fixed handful of connections whatever its concurrency: one for
@@ -89,64 +72,49 @@ const POOL_SIZE = 2;
  */
 export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEvents> {
   readonly config: ResolvedWorkerConfig;
-  private readonly queries: WorkerStatements;
   private readonly options: WorkerOptions;
-  private readonly running = new Map<string, RunningJob>();
-  /** Moving average of job run time (ms); undefined until a job has finished. */
-  private averageRunMs: number | undefined;
-  /** Claimed (prefetched) jobs waiting for a free slot, in claim order. */
-  private readonly waiting = new Map<string, JobRow>();
-  private readonly buffer = new ResultBuffer();
-  private db: Driver | undefined;
-  private producer: Producer | undefined;
-  private notifier: Notifier | undefined;
-  private heartbeat: Heartbeat | undefined;
-  private maintenance: MaintenanceRunner | undefined;
-  private instrumentation: Instrumentation | undefined;
-  private progress: ProgressWriter | undefined;
-  private cron: CronRunner | undefined;
-  private queueState: QueueState | undefined;
-  /** Snooze writes in flight; stop() waits for them. */
-  private readonly snoozes = new Set<Promise<void>>();
+  private readonly slots: Slots;
+  private parts: Parts | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
   private drained: (() => void) | undefined;
+  private handBackTimer: NodeJS.Timeout | undefined;
+  private readonly emitEvent: Emit = (event, ...args) => void (this.emit as (e: string, ...a: unknown[]) => boolean)(event, ...args);
 
   constructor(options: WorkerOptions<T>) {
     super();
     this.config = resolveWorkerConfig(options as WorkerOptions);
-    const schemas = resolveSchemas(options.schemas, 'Worker');
-    // One schemas object may serve the whole application: tasks this worker does not handle are skipped.
-    for (const [task, resolved] of this.config.tasks) {
-      if (schemas.has(task)) resolved.handler = withPayloadSchema(schemas, task, resolved.handler);
-    }
+    // Checked here so that bad schemas fail the constructor, not start().
+    resolveSchemas(options.schemas, 'Worker');
     this.options = options as WorkerOptions;
-    this.queries = workerStatements(this.config.schema);
+    this.slots = new Slots({
+      concurrency: this.config.concurrency, prefetch: this.config.prefetch, queueLimits: this.config.queueConcurrency,
+    });
   }
 
   /** http://host:port where GET /metrics is served, when `metrics.port` was given. */
   get metricsUrl(): string | undefined {
-    return this.instrumentation?.metricsUrl;
+    return this.parts?.instrumentation.metricsUrl;
   }
 
   /** True while this worker is the elected maintenance leader of its schema. */
   get isLeader(): boolean {
-    return this.maintenance?.isLeader ?? false;
+    return this.parts?.maintenance?.isLeader ?? false;
   }
 
-  /** Ids of the jobs running right now. */
+  /** Ids of the jobs whose handlers run right now. */
   get runningJobIds(): string[] {
-    return [...this.running.keys()];
+    return this.slots.runningIds();
   }
 
-  /** Ids of every job this worker holds the lock of: running, or prefetched and waiting. */
-  private get heldJobIds(): string[] {
-    return [...this.running.keys(), ...this.waiting.keys()];
+  /** Ids of the jobs claimed ahead that wait for a slot (locked to this worker, not started). */
+  get waitingJobIds(): string[] {
+    return this.slots.waitingIds();
   }
 
   /** Counters of the fetch loop since start (all zero before start). */
-  get stats(): ProducerStats {
-    return { ...(this.producer?.stats ?? { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0 }) };
+  get stats(): FetchLoopStats {
+    return { ...(this.parts?.loop.stats ?? { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0 }) };
   }
 
   /** Starts claiming. Resolves once the worker is running (LISTEN may still be connecting). */
@@ -161,95 +129,108 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       this.state = 'stopped';
       throw err;
     }
-    this.db = db;
     const onError = (err: unknown) => this.reportError(err);
+    const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements);
+    const tasks = await composeHandlers(config.tasks, [
+      payloadSchemas(resolveSchemas(this.options.schemas, 'Worker')),
+      ...(config.tracing ? [tracing] : []),
+    ]);
 
-    // Workers that listen hear of pause/limit changes at once; the timer is the
-    // fallback for missed notifications, and the only source for those that poll.
-    this.queueState = new QueueState(db, this.queries, config.queues, config.queueConcurrency,
-      config.listen ? 30_000 : config.pollIntervalMs, () => this.producer?.wake(), onError);
-    this.producer = new Producer(db, this.queries, config, this.buffer, {
-      capacity: () => this.capacity(),
-      freeSlots: () => this.capacity() - this.running.size - this.waiting.size,
-      freeSlotsIn: (queue) => this.freeSlotsIn(queue),
-      claimPlan: () => this.queueState!.claimPlan,
-      claimed: (jobs) => {
-        this.emit('jobs:claimed', jobs);
-        for (const job of jobs) this.waiting.set(job.id, job);
-        this.startWaiting();
-      },
-      applied: (batch, completed, failed) => this.applied(batch, completed, failed),
+    const completer: Completer = new Completer(store, config, {
+      emit: this.emitEvent,
+      resultAdded: () => loop.resultAdded(),
+      dueAt: (at) => loop.wakeAt(at),
       error: onError,
     });
+    // Workers that listen hear of pause/limit changes at once; the timer is the
+    // fallback for missed notifications, and the only source for those that poll.
+    const queueState = new QueueState(store, config.queues, config.queueConcurrency,
+      config.listen ? 30_000 : config.pollIntervalMs, () => loop.wake(), onError);
+    const loop: FetchLoop = new FetchLoop(store, { ...config, tasks: [...config.tasks.keys()] }, {
+      capacity: () => this.slots.capacity(),
+      wanted: () => this.slots.wanted(),
+      wantedIn: (queue) => this.slots.wantedIn(queue),
+      claimed: (jobs, roundTripMs) => this.claimed(jobs, roundTripMs),
+    }, completer, () => queueState.claimPlan, onError);
     // Finished jobs whose results are not written yet (Postgres unreachable, say)
     // are still this worker's: heartbeat them too, or they would be rescued and run
     // again once the outage outlasts the visibility timeout.
-    this.heartbeat = new Heartbeat(db, this.queries, config.workerId, config.heartbeatIntervalMs,
-      config.preparedStatements ? `sluice-heartbeat-${config.schema}` : undefined,
-      () => [...this.heldJobIds, ...this.buffer.ids()], (ids) => this.lockLost(ids), onError);
-    const rescuer = rescuerTask(db, this.queries, config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
+    const heartbeat = new Heartbeat(store, config.heartbeatIntervalMs,
+      () => [...this.slots.heldIds(), ...completer.ids()], (ids) => this.lockLost(ids), onError);
+    const rescuer = rescuerTask(db, workerStatements(config.schema), config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
       for (const job of jobs) this.emit('job:rescue', job);
       this.emit('jobs:rescued', jobs);
-      this.producer?.wake();
+      loop.wake();
     });
-    this.maintenance = createMaintenance(db, config, rescuer, this, onError);
-    this.progress = new ProgressWriter(db, this.queries, config.workerId, config.progressIntervalMs, onError);
-    if (config.schedules.length > 0) {
-      this.cron = new CronRunner(db, config.schema, config.schedules, (ticks) => this.emit('cron:enqueued', ticks), onError);
-    }
-
-    this.instrumentation = await instrumentWorker(this, config, db);
-
-    if (config.listen) {
-      this.notifier = new Notifier(db, channelFor(config.schema));
-      this.notifier.on('wake', (hint) => {
-        if (hint.queue === '' || config.queues.includes(hint.queue)) this.producer?.wakeAt(hint.runAt);
-      });
-      this.notifier.on('control', (message) => this.control(message));
-      // Notifications sent while LISTEN was down are lost: re-read queue settings too.
-      this.notifier.on('listening', () => void this.queueState?.refresh());
-      this.notifier.on('connectionError', onError);
-      // Resolve start() once LISTEN is in place, so a job enqueued right after is
-      // pushed, not polled. If Postgres is down, start anyway: the notifier retries.
-      const ready = new Promise<void>((resolve) => {
-        this.notifier!.once('listening', resolve);
-        this.notifier!.once('connectionError', () => resolve());
-      });
-      this.notifier.start();
-      await ready;
-    }
-    await this.queueState.start();
-    this.producer.start();
-    this.heartbeat.start();
-    this.maintenance?.start();
-    await this.cron?.start();
+    this.parts = {
+      db, tasks, queueState, completer, loop, heartbeat,
+      progress: new ProgressWriter(store, config.progressIntervalMs, onError),
+      maintenance: createMaintenance(db, config, rescuer, this, onError),
+      cron: config.schedules.length > 0
+        ? new CronRunner(db, config.schema, [...config.schedules], (ticks) => this.emit('cron:enqueued', ticks), onError)
+        : undefined,
+      notifier: config.listen ? new Notifier(db, channelFor(config.schema)) : undefined,
+      instrumentation: await instrumentWorker(this, config, db),
+    };
+    await this.listen();
+    await queueState.start();
+    loop.start();
+    heartbeat.start();
+    this.parts.maintenance?.start();
+    await this.parts.cron?.start();
   }
 
   /**
    * Stops gracefully: claims nothing more, lets running jobs finish for up to
-   * `shutdownTimeoutMs`, then aborts the rest and returns them to pending without
-   * spending their attempt. Writes every buffered result before resolving.
+   * `shutdownTimeoutMs`, then aborts the rest. Every job it claimed and did not
+   * finish (aborted, or claimed ahead and never started) goes back to pending
+   * without spending its attempt. Writes every buffered result before resolving.
    */
   stop(): Promise<void> {
     // Never started, or start() failed before anything ran.
-    if (this.state === 'idle' || !this.db) {
+    if (this.state === 'idle' || !this.parts) {
       this.state = 'stopped';
       return Promise.resolve();
     }
-    this.stopPromise ??= this.shutdown();
+    this.stopPromise ??= this.shutdown(this.parts);
     return this.stopPromise;
   }
 
-  private async shutdown(): Promise<void> {
-    this.state = 'stopping';
-    this.producer!.stop();
-    this.queueState!.stop();
-    // Prefetched jobs never started: they go back with the unfinished ones below.
-    const notStarted = [...this.waiting.values()];
-    this.waiting.clear();
-    await Promise.all([this.maintenance?.stop(), this.notifier?.stop(), this.cron?.stop()]);
+  /** LISTEN for wakes and control messages; resolves once in place (or failed: the notifier retries). */
+  private async listen(): Promise<void> {
+    const { notifier, loop, queueState } = this.parts!;
+    if (!notifier) return;
+    notifier.on('wake', (hint) => {
+      if (hint.queue === '' || this.config.queues.includes(hint.queue)) loop.wakeAt(hint.runAt);
+    });
+    notifier.on('control', (message) => this.control(message));
+    // Notifications sent while LISTEN was down are lost: re-read queue settings too.
+    notifier.on('listening', () => {
+      void queueState.refresh();
+      loop.wake();
+    });
+    notifier.on('connectionError', (err) => this.reportError(err));
+    // Resolve start() once LISTEN is in place, so a job enqueued right after is
+    // pushed, not polled. If Postgres is down, start anyway: the notifier retries.
+    const ready = new Promise<void>((resolve) => {
+      notifier.once('listening', resolve);
+      notifier.once('connectionError', () => resolve());
+    });
+    notifier.start();
+    await ready;
+  }
 
-    if (this.running.size > 0) {
+  private async shutdown(parts: Parts): Promise<void> {
+    this.state = 'stopping';
+    clearTimeout(this.handBackTimer);
+    const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
+    // A claim in flight returns jobs too: wait for it before collecting what never started.
+    await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
+    parts.queueState.stop();
+    const notStarted = this.slots.takeWaiting();
+    await Promise.all([parts.maintenance?.stop(), parts.notifier?.stop(), parts.cron?.stop()]);
+
+    if (this.slots.runningCount > 0) {
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, this.config.shutdownTimeoutMs);
         this.drained = () => {
@@ -258,201 +239,115 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
         };
       });
     }
-    this.heartbeat!.stop();
-    await this.progress!.stop();
-    const unfinished = [...this.running.values()];
-    for (const job of unfinished) job.abort('shutdown', new SluiceError('CONFIG', 'worker is shutting down'));
-    const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
-    await this.producer!.drain(deadline);
-    await Promise.all(this.snoozes);
-    const toRelease = [...unfinished.map((j) => j.job.id), ...notStarted.map((j) => j.id)];
+    parts.heartbeat.stop();
+    await parts.progress.stop();
+    const unfinished = [...this.slots.runningJobs()];
+    for (const run of unfinished) run.abort('shutdown', new SluiceError('CONFIG', 'worker is shutting down'));
+    await parts.loop.drain(deadline);
+    await parts.completer.settled();
+    const toRelease = [...unfinished.map((r) => r.job), ...notStarted];
     if (toRelease.length > 0) {
       try {
-        const { rows } = await this.db!.query<{ id: string; queue: string }>(this.queries.release, [
-          this.config.workerId,
-          toRelease,
-        ]);
-        const queues = [...new Set(rows.map((r) => r.queue))];
-        if (queues.length > 0) await this.db!.query(this.queries.notify, [channelFor(this.config.schema), queues]);
+        await parts.completer.release(toRelease);
       } catch (err) {
         // The rescuer of another worker returns them after the visibility timeout.
         this.reportError(err);
       }
     }
-    this.running.clear();
-    await this.instrumentation?.stop();
-    await this.db!.end();
+    await parts.instrumentation.stop();
+    await parts.db.end();
     this.state = 'stopped';
   }
 
-  /**
-   * Jobs this worker may hold: its slots, plus the prefetch while its jobs are
-   * fast. A prefetched job waits for a slot, so prefetching only pays when that
-   * wait is shorter than the round trip it saves; for slow jobs it would keep jobs
-   * from idle workers. Until a job has finished, the speed is unknown: no prefetch.
-   */
-  private capacity(): number {
-    const fast = this.averageRunMs !== undefined && this.averageRunMs < PREFETCH_MAX_RUN_MS;
-    return this.config.concurrency + (fast ? this.config.prefetch : 0);
+  private claimed(jobs: JobRow[], roundTripMs: number): void {
+    this.emit('jobs:claimed', jobs);
+    this.slots.recordRoundTrip(roundTripMs);
+    this.slots.hold(jobs);
+    this.startWaiting();
   }
 
-  /** Starts prefetched jobs while slots are free (not once the worker is stopping). */
+  /** Starts waiting jobs while slots are free (not once the worker is stopping). */
   private startWaiting(): void {
     if (this.state !== 'running') return;
-    for (const job of this.waiting.values()) {
-      if (this.running.size >= this.config.concurrency) return;
-      this.waiting.delete(job.id);
-      this.run(job);
-    }
+    for (let job = this.slots.nextToStart(); job; job = this.slots.nextToStart()) this.run(job);
+    this.armHandBack();
   }
 
   private run(job: JobRow): void {
-    const task = this.config.tasks.get(job.task);
+    const task = this.parts!.tasks.get(job.task);
     if (!task) return; // cannot happen: the claim filters on known tasks
-    const running = new RunningJob(job, task, (value) => this.reportProgress(job, value));
-    this.running.set(job.id, running);
+    const run = new Run(job, task, (value) => this.reportProgress(run, value));
+    this.slots.start(run);
     this.emit('job:start', job);
-    void running.run().then((outcome) => this.finished(running, outcome));
+    void run.run().then((outcome) => {
+      const durationMs = performance.now() - run.startedAt;
+      if (!this.slots.finish(run, durationMs)) return;
+      this.startWaiting();
+      this.parts!.completer.record(run, outcome, durationMs);
+      // A slot of a limited queue opened: it may be claimable again (the statement
+      // that writes this result runs before the limited claims).
+      if (this.config.queueConcurrency.has(job.queue) || this.parts!.queueState.claimPlan.limited.includes(job.queue)) {
+        this.parts!.loop.wake();
+      }
+      if (this.slots.runningCount === 0) this.drained?.();
+    });
   }
 
-  private finished(running: RunningJob, outcome: Outcome): void {
-    const { job } = running;
-    if (this.running.get(job.id) !== running) return;
-    this.running.delete(job.id);
-    this.startWaiting();
-    const attempt = running.attempt;
-    const durationMs = performance.now() - running.startedAt;
-    this.averageRunMs = this.averageRunMs === undefined ? durationMs : 0.9 * this.averageRunMs + 0.1 * durationMs;
-    if (outcome.kind === 'completed') {
-      let result: string | null;
-      try {
-        result = outcome.value === undefined ? null : serializePayload(outcome.value, this.config.maxResultBytes, 'result');
-      } catch (error) {
-        // A result that cannot be stored would be lost: fail the job instead (no
-        // retry would change what the handler returns).
-        outcome = { kind: 'failed', error, permanent: true };
-      }
-      if (outcome.kind === 'completed') {
-        this.buffer.complete({ job, attempt, result: result!, durationMs });
-        this.producer!.resultAdded();
-      }
-    }
-    if (outcome.kind === 'failed') {
-      // The task's retry policy, when it has one, wins over the job's max_attempts.
-      const { task } = running;
-      const maxAttempts = task.maxAttempts ?? job.max_attempts;
-      this.buffer.fail({
-        job,
-        attempt,
-        error: outcome.error,
-        errorText: describeError(outcome.error),
-        delayMs: retryDelayMs(attempt, task.backoff ?? this.config.backoff),
-        permanent: outcome.permanent || attempt >= maxAttempts,
-        durationMs,
-      });
-      this.producer!.resultAdded();
-    } else if (outcome.kind === 'snoozed') {
-      this.snooze(job, outcome.snooze);
-    } else if (outcome.kind === 'cancelled') {
-      this.emit('job:cancel', job);
-    }
-    // A slot of a limited queue opened: it may be claimable again (the statement
-    // that writes this result runs before the limited claims).
-    if (this.config.queueConcurrency.has(job.queue) || this.queueState!.claimPlan.limited.includes(job.queue)) {
-      this.producer!.wake();
-    }
-    // 'released' jobs are returned by shutdown; 'lost' ones belong to someone else now.
-    if (this.running.size === 0) this.drained?.();
+  /** Jobs claimed ahead that waited too long go back to pending for any worker. */
+  private armHandBack(): void {
+    const since = this.slots.oldestWaitingSince();
+    if (since === undefined || this.handBackTimer) return;
+    this.handBackTimer = setTimeout(() => {
+      this.handBackTimer = undefined;
+      if (this.state !== 'running') return;
+      const overdue = this.slots.takeOverdue(HAND_BACK_AFTER_MS);
+      if (overdue.length > 0) void this.handBack(overdue);
+      this.armHandBack();
+    }, Math.max(0, since + HAND_BACK_AFTER_MS - Date.now()));
+    this.handBackTimer.unref();
   }
 
-  private applied(batch: ResultBatch, completed: Set<string>, failed: Set<string>): void {
-    for (const c of batch.completed) {
-      if (!completed.has(c.job.id)) {
-        this.emit('job:lock-lost', c.job);
-        continue;
-      }
-      const result = c.result == null ? null : (JSON.parse(c.result) as unknown);
-      this.emit('job:complete', c.job, { result, durationMs: c.durationMs ?? 0 });
-    }
-    for (const f of batch.failed) {
-      if (!failed.has(f.job.id)) {
-        this.emit('job:lock-lost', f.job);
-        continue;
-      }
-      const willRetry = !f.permanent;
-      // Other workers find the retry by polling; this one knows when it falls due.
-      if (willRetry) this.producer!.wakeAt(Date.now() + f.delayMs);
-      this.emit('job:fail', f.job, { error: f.error, willRetry, durationMs: f.durationMs ?? 0 });
-      if (willRetry) {
-        this.emit('job:retry', f.job, { error: f.error, runAt: new Date(Date.now() + f.delayMs), nextAttempt: f.attempt + 1 });
-      }
+  private async handBack(jobs: JobRow[]): Promise<void> {
+    try {
+      await this.parts!.completer.release(jobs);
+      this.emit('jobs:handed-back', jobs);
+    } catch (err) {
+      // Still ours: keep them (heartbeated) until a slot frees or the next try.
+      this.reportError(err);
+      this.slots.hold(jobs);
+      this.startWaiting();
     }
   }
 
   /** ctx.progress(): refuse what is not JSON at the call, then write it batched. */
-  private reportProgress(job: JobRow, value: unknown): void {
+  private reportProgress(run: Run, value: unknown): void {
     const json = serializePayload(value, this.config.maxResultBytes, 'progress');
-    if (this.running.get(job.id)?.job !== job) return; // reported after the run ended
-    this.progress!.report(job.id, json);
-    this.emit('job:progress', job, { progress: value });
-  }
-
-  /** Jobs of `queue` this worker may still start: its free slots, within the queue's local limit. */
-  private freeSlotsIn(queue: string): number {
-    // Limited queues are never prefetched: a job held but not running would still
-    // count against the queue's limit. Prefetched jobs of other queues take slots.
-    const free = this.config.concurrency - this.running.size - this.waiting.size;
-    const limit = this.config.queueConcurrency.get(queue);
-    if (limit === undefined) return free;
-    let held = 0;
-    for (const r of this.running.values()) if (r.job.queue === queue) held++;
-    for (const job of this.waiting.values()) if (job.queue === queue) held++;
-    return Math.min(free, limit - held);
+    if (this.slots.runOf(run.job.id) !== run) return; // reported after the run ended
+    this.parts!.progress.report(run.job.id, json);
+    this.emit('job:progress', run.job, { progress: value });
   }
 
   private control(message: ControlMessage): void {
     if (message.c === 'queues') {
-      void this.queueState?.refresh();
+      void this.parts!.queueState.refresh();
       return;
     }
-    const running = this.running.get(message.id);
-    running?.abort('cancelled', new JobCancelledError(`job ${message.id} was cancelled`));
-  }
-
-  /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
-  private snooze(job: JobRow, snooze: Snooze): void {
-    const write = (async () => {
-      try {
-        const { rows } = await this.db!.query<{ run_at: Date }>(this.queries.snooze, [
-          this.config.workerId, job.id, job.attempts, snooze.runAt, snooze.delayMs,
-        ]);
-        if (rows[0]) {
-          this.producer!.wakeAt(rows[0].run_at.getTime());
-          this.emit('job:snooze', job, { runAt: rows[0].run_at });
-        } else {
-          this.emit('job:lock-lost', job);
-        }
-      } catch (err) {
-        // The job stays 'processing' until the rescuer returns it (spending the attempt).
-        this.reportError(err);
-      }
-    })();
-    this.snoozes.add(write);
-    void write.finally(() => this.snoozes.delete(write));
+    // A job cancelled while it waits for a slot must not start.
+    this.slots.dropWaiting(message.id);
+    this.slots.runOf(message.id)?.abort('cancelled', new JobCancelledError(`job ${message.id} was cancelled`));
   }
 
   private lockLost(ids: string[]): void {
     for (const id of ids) {
-      const waiting = this.waiting.get(id);
+      const waiting = this.slots.dropWaiting(id);
       if (waiting) {
-        this.waiting.delete(id);
         this.emit('job:lock-lost', waiting);
         continue;
       }
-      const running = this.running.get(id);
-      if (!running) continue;
-      running.abort('lock-lost', new SluiceError('LOCK_LOST', `job ${id}: lock expired and the job was taken back`));
-      this.emit('job:lock-lost', running.job);
+      const run = this.slots.runOf(id);
+      if (!run) continue;
+      run.abort('lock-lost', new SluiceError('LOCK_LOST', `job ${id}: lock expired and the job was taken back`));
+      this.emit('job:lock-lost', run.job);
     }
   }
 
@@ -460,4 +355,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const wrapped = wrapDatabaseError(err, 'worker');
     if (this.listenerCount('error') > 0) this.emit('error', wrapped);
   }
+}
+
+function sleepUntil(deadline: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - Date.now())).unref());
 }

@@ -17,7 +17,7 @@ export type Outcome =
   /** The handler threw Snooze: run again later, the attempt does not count. */
   | { kind: 'snoozed'; snooze: Snooze };
 
-type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled';
+export type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled';
 
 /** Outcomes of a run that was aborted by the worker rather than ended by the handler. */
 const ABORTED: Partial<Record<AbortCause, Outcome>> = {
@@ -29,12 +29,13 @@ const ABORTED: Partial<Record<AbortCause, Outcome>> = {
 const MAX_ERROR_LENGTH = 8_000;
 
 /**
- * One claimed job running in this process. The handler gets an AbortSignal; when
- * the job times out, the worker stops, the lock is lost or the job is cancelled, the signal fires and
- * the run ends at once, whether or not the handler honours the signal (a handler
- * that ignores it keeps running in the background, but its result is dropped).
+ * One handler run of a claimed job. The handler gets an AbortSignal; when the job
+ * times out, the worker stops, the lock is lost or the job is cancelled, the signal
+ * fires and the run ends at once, whether or not the handler honours the signal (a
+ * handler that ignores it keeps running in the background, but its result is
+ * dropped). The Outcome says why it ended; the Completer decides what to write.
  */
-export class RunningJob {
+export class Run {
   private readonly controller = new AbortController();
   private cause: AbortCause | undefined;
   /** performance.now() when the run began, for event durations. */

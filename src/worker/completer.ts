@@ -1,0 +1,179 @@
+import type { CompletionWrite, FailureWrite, WorkerStore } from '../db/store.js';
+import type { Snooze } from '../errors.js';
+import type { JobRow } from '../job.js';
+import { serializePayload } from '../payload.js';
+import { retryDelayMs, type BackoffOptions } from './backoff.js';
+import type { Emit } from './events.js';
+import type { ResultBatch, ResultSource } from './fetch-loop.js';
+import { describeError, type Outcome, type Run } from './run.js';
+
+interface Completion extends CompletionWrite {
+  job: JobRow;
+  durationMs: number;
+}
+
+interface Failure extends FailureWrite {
+  job: JobRow;
+  /** What was thrown, for events. */
+  error: unknown;
+  durationMs: number;
+}
+
+export interface CompleterConfig {
+  /** The worker's retry delay policy (a task's own wins). */
+  backoff: Required<BackoffOptions>;
+  /** Largest result stored, in bytes of JSON. */
+  maxResultBytes: number;
+}
+
+/** What the completer tells the rest of the worker. */
+export interface CompleterSignals {
+  emit: Emit;
+  /** A result is waiting to be written. */
+  resultAdded(): void;
+  /** A job this worker returned to pending falls due at `at` (ms since epoch). */
+  dueAt(at: number): void;
+  error(err: unknown): void;
+}
+
+/**
+ * Turns the outcome of each run into what the database must record, and reports
+ * it once recorded. Completions and failures wait in a buffer that the fetch loop
+ * writes in its next cycle (guarded by lock holder and attempt, so a result written
+ * twice, or for a job taken away, changes nothing); the retry policy (attempts left,
+ * backoff) is decided here. Snoozes and releases are rare and go out on their own.
+ */
+export class Completer implements ResultSource {
+  private completed: Completion[] = [];
+  private failed: Failure[] = [];
+  /** Snooze writes in flight; settled() waits for them. */
+  private readonly writes = new Set<Promise<void>>();
+
+  constructor(
+    private readonly store: WorkerStore,
+    private readonly config: CompleterConfig,
+    private readonly signals: CompleterSignals,
+  ) {}
+
+  get size(): number {
+    return this.completed.length + this.failed.length;
+  }
+
+  /** Ids of the jobs whose results wait here: their locks must stay fresh until written. */
+  ids(): string[] {
+    return [...this.completed.map((c) => c.id), ...this.failed.map((f) => f.id)];
+  }
+
+  /** Records how a run ended. */
+  record(run: Run, outcome: Outcome, durationMs: number): void {
+    const { job } = run;
+    if (outcome.kind === 'completed') {
+      let result: string | null;
+      try {
+        result = outcome.value === undefined ? null : serializePayload(outcome.value, this.config.maxResultBytes, 'result');
+      } catch (error) {
+        // A result that cannot be stored would be lost: fail the job instead (no
+        // retry would change what the handler returns).
+        this.fail(run, error, true, durationMs);
+        return;
+      }
+      this.completed.push({ id: job.id, attempt: run.attempt, result, job, durationMs });
+      this.signals.resultAdded();
+    } else if (outcome.kind === 'failed') {
+      this.fail(run, outcome.error, outcome.permanent, durationMs);
+    } else if (outcome.kind === 'snoozed') {
+      this.snooze(job, outcome.snooze);
+    } else if (outcome.kind === 'cancelled') {
+      this.signals.emit('job:cancel', job);
+    }
+    // 'released' jobs are handed back by the worker's stop; 'lost' ones are someone else's now.
+  }
+
+  take(): ResultBatch {
+    const batch = { completed: this.completed, failed: this.failed };
+    this.completed = [];
+    this.failed = [];
+    return batch;
+  }
+
+  restore(batch: ResultBatch): void {
+    this.completed = (batch.completed as Completion[]).concat(this.completed);
+    this.failed = (batch.failed as Failure[]).concat(this.failed);
+  }
+
+  applied(batch: ResultBatch, completed: ReadonlySet<string>, failed: ReadonlySet<string>): void {
+    const { emit } = this.signals;
+    for (const c of batch.completed as Completion[]) {
+      if (!completed.has(c.id)) {
+        emit('job:lock-lost', c.job);
+        continue;
+      }
+      emit('job:complete', c.job, { result: c.result == null ? null : (JSON.parse(c.result) as unknown), durationMs: c.durationMs });
+    }
+    for (const f of batch.failed as Failure[]) {
+      if (!failed.has(f.id)) {
+        emit('job:lock-lost', f.job);
+        continue;
+      }
+      const willRetry = !f.final;
+      emit('job:fail', f.job, { error: f.error, willRetry, durationMs: f.durationMs });
+      if (willRetry) {
+        // Other workers find the retry by polling; this one knows when it falls due.
+        const runAt = Date.now() + f.delayMs;
+        this.signals.dueAt(runAt);
+        emit('job:retry', f.job, { error: f.error, runAt: new Date(runAt), nextAttempt: f.attempt + 1 });
+      }
+    }
+  }
+
+  /**
+   * Back to pending now without spending the attempt the claim took: this worker,
+   * not the job, gave up (stop, or a job claimed ahead that waited too long).
+   * Throws when the database cannot be reached; the rescuer then returns them.
+   */
+  async release(jobs: readonly JobRow[]): Promise<string[]> {
+    return this.store.release(jobs.map((j) => j.id));
+  }
+
+  /** Resolves once the snoozes in flight are written (or failed). */
+  async settled(): Promise<void> {
+    while (this.writes.size > 0) await Promise.all(this.writes);
+  }
+
+  private fail(run: Run, error: unknown, permanent: boolean, durationMs: number): void {
+    const { job, task, attempt } = run;
+    // The task's retry policy, when it has one, wins over the job's max_attempts.
+    const maxAttempts = task.maxAttempts ?? job.max_attempts;
+    this.failed.push({
+      id: job.id,
+      attempt,
+      errorText: describeError(error),
+      delayMs: retryDelayMs(attempt, task.backoff ?? this.config.backoff),
+      final: permanent || attempt >= maxAttempts,
+      job,
+      error,
+      durationMs,
+    });
+    this.signals.resultAdded();
+  }
+
+  /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
+  private snooze(job: JobRow, snooze: Snooze): void {
+    const write = (async () => {
+      try {
+        const runAt = await this.store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
+        if (runAt) {
+          this.signals.dueAt(runAt.getTime());
+          this.signals.emit('job:snooze', job, { runAt });
+        } else {
+          this.signals.emit('job:lock-lost', job);
+        }
+      } catch (err) {
+        // The job stays 'processing' until the rescuer returns it (spending the attempt).
+        this.signals.error(err);
+      }
+    })();
+    this.writes.add(write);
+    void write.finally(() => this.writes.delete(write));
+  }
+}

@@ -1,0 +1,58 @@
+import type { EventEmitter } from 'node:events';
+import type { SluiceError } from '../errors.js';
+import type { JobRow } from '../job.js';
+import type { RescuedJob } from '../maintenance/rescuer.js';
+import type { PruneResult } from '../maintenance/pruner.js';
+import type { CronTick } from '../maintenance/cron.js';
+
+/**
+ * What a worker reports, for logging and metrics. Every job event's first argument
+ * is the job row as claimed; a second one carries what the event is about.
+ * Events about results fire once the result is written (so a 'job:complete' job
+ * is 'completed' in the database). See README, "Events".
+ */
+export interface WorkerEvents {
+  /** A handler started (attempt = job.attempts). */
+  'job:start': [JobRow];
+  /** The handler reported progress (written to the job, rate-limited). */
+  'job:progress': [JobRow, { progress: unknown }];
+  /** Completed; `result` is what the handler returned. */
+  'job:complete': [JobRow, { result: unknown; durationMs: number }];
+  /** An attempt failed. `willRetry` false means the job is now 'failed' for good (a dead letter). */
+  'job:fail': [JobRow, { error: unknown; willRetry: boolean; durationMs: number }];
+  /** Follows 'job:fail' when the job will run again: when, and which attempt comes next. */
+  'job:retry': [JobRow, { error: unknown; runAt: Date; nextAttempt: number }];
+  /** The job's lock was taken away; this run's result was dropped. */
+  'job:lock-lost': [JobRow];
+  /** One claim statement returned these jobs (they start as slots free). */
+  'jobs:claimed': [JobRow[]];
+  /**
+   * Jobs claimed ahead that waited too long for a slot went back to pending, their
+   * attempt not spent, for any worker to take.
+   */
+  'jobs:handed-back': [JobRow[]];
+  /** The maintenance leader took back a job whose worker stopped heartbeating (one event per job). */
+  'job:rescue': [RescuedJob];
+  /** The job was cancelled while this worker ran it; its handler's signal was aborted. */
+  'job:cancel': [JobRow];
+  /** The handler threw Snooze: the job is pending again at `runAt`, its attempt not spent. */
+  'job:snooze': [JobRow, { runAt: Date }];
+  /** Emitted by the maintenance leader only: jobs whose lock expired went back to pending (or failed). */
+  'jobs:rescued': [RescuedJob[]];
+  /** This worker became the maintenance leader of its schema. */
+  'leader:elected': [];
+  /** This worker stopped being the leader (lease lost, or stopping). */
+  'leader:lost': [];
+  /** The leader moved finished jobs out of the hot table. */
+  'jobs:pruned': [PruneResult];
+  /** A recurring schedule's ticks were enqueued by this worker. */
+  'cron:enqueued': [CronTick[]];
+  /** A database or connection problem the worker is riding out (it keeps going). */
+  error: [SluiceError];
+}
+
+/** Something that emits worker events: the Worker, as seen by logging and metrics. */
+export type WorkerEmitter = EventEmitter<WorkerEvents>;
+
+/** Emits one worker event; the roles get this instead of the whole Worker. */
+export type Emit = <K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]) => void;

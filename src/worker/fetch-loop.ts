@@ -1,0 +1,297 @@
+import type { CompletionWrite, FailureWrite, WorkerStore } from '../db/store.js';
+import type { JobRow } from '../job.js';
+import { Backoff } from '../lifecycle/backoff.js';
+import { DueTimes } from './due-times.js';
+import type { ClaimPlan } from './queue-state.js';
+
+/** What the fetch loop claims for: the worker's slots. */
+export interface ClaimTarget {
+  /** Jobs the worker may hold now: slots plus the prefetch in effect. */
+  capacity(): number;
+  /** Jobs a claim may ask for now. */
+  wanted(): number;
+  /** Jobs a claim of one limited queue may ask for now. */
+  wantedIn(queue: string): number;
+  /** Jobs a cycle claimed, and how long its round trip took. */
+  claimed(jobs: JobRow[], roundTripMs: number): void;
+}
+
+/** Results waiting to be written, taken by the next cycle. */
+export interface ResultBatch<C extends CompletionWrite = CompletionWrite, F extends FailureWrite = FailureWrite> {
+  completed: C[];
+  failed: F[];
+}
+
+/** Where the results come from and go back to: the Completer. */
+export interface ResultSource {
+  /** Results waiting. */
+  readonly size: number;
+  take(): ResultBatch;
+  /** A cycle failed: the batch goes back, to be written with the next one. */
+  restore(batch: ResultBatch): void;
+  /** The batch was written; ids missing from the sets were no longer this worker's. */
+  applied(batch: ResultBatch, completed: ReadonlySet<string>, failed: ReadonlySet<string>): void;
+}
+
+export interface FetchLoopConfig {
+  tasks: readonly string[];
+  batchSize: number;
+  completionFlushMs: number;
+  pollIntervalMs: number;
+}
+
+/** Counters of the fetch loop, for benchmarks and monitoring. */
+export interface FetchLoopStats {
+  /** Statements sent (each writes results and/or claims). */
+  cycles: number;
+  /** Cycles that asked for jobs. */
+  claims: number;
+  /** Cycles that asked for jobs and got none: the cost of a wake-up with nothing to do. */
+  emptyClaims: number;
+  /** Jobs claimed. */
+  claimed: number;
+}
+
+/**
+ * Decides when to send a cycle: the one statement that writes buffered results
+ * and claims up to the free slots, so a busy worker spends one round trip per
+ * batch of jobs, not several per job. Cycles never overlap; requests that arrive
+ * during one are folded into the next.
+ *
+ * It claims only when there may be work: after a wake (notification, poll tick, a
+ * known due time, a rescue), or after a claim that came back full. A claim that
+ * comes back short means the backlog is empty, so the loop stops asking until
+ * woken: idle workers do not hammer Postgres with empty claims.
+ */
+export class FetchLoop {
+  readonly stats: FetchLoopStats = { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0 };
+  private readonly due = new DueTimes(() => this.wake());
+  private readonly retry = new Backoff({ minMs: 50, maxMs: 5_000 });
+  private mayHaveWork = true;
+  /** Bumped by every wake, so a cycle that was already running cannot cancel it. */
+  private wakes = 0;
+  private inFlight: Promise<void> | undefined;
+  private again = false;
+  private scheduled = false;
+  private stopping = false;
+  private draining = false;
+  private forceFlush = false;
+  private flushTimer: NodeJS.Timeout | undefined;
+  private pollTimer: NodeJS.Timeout | undefined;
+  private retryTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly store: WorkerStore,
+    private readonly config: FetchLoopConfig,
+    private readonly target: ClaimTarget,
+    private readonly results: ResultSource,
+    private readonly plan: () => ClaimPlan,
+    private readonly onError: (err: unknown) => void,
+  ) {}
+
+  start(): void {
+    this.stopping = false;
+    this.schedulePoll();
+    this.wake();
+  }
+
+  /** Something may be due now (notification, poll, rescue, reconnect, a slot of a limited queue). */
+  wake(): void {
+    this.mayHaveWork = true;
+    this.wakes++;
+    this.kick();
+  }
+
+  /** A job becomes due at `at` (ms since epoch): wake then. Every such time is kept. */
+  wakeAt(at: number): void {
+    if (!this.stopping) this.due.add(at);
+  }
+
+  /** A job finished and its result is waiting to be written. */
+  resultAdded(): void {
+    if (this.wantClaim() || this.results.size >= this.config.batchSize) this.kick();
+    else this.armFlushTimer();
+  }
+
+  /**
+   * Claims nothing more. Resolves once no cycle is in flight, so every job a claim
+   * brought back has reached the target and can be handed back by the caller.
+   */
+  async stopClaiming(): Promise<void> {
+    this.stopping = true;
+    clearTimeout(this.pollTimer);
+    this.due.clear();
+    while (this.inFlight) await this.inFlight;
+  }
+
+  /** Writes every buffered result, retrying while the database is unreachable, until `deadline`. */
+  async drain(deadline: number): Promise<void> {
+    this.draining = true;
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    clearTimeout(this.retryTimer);
+    this.retryTimer = undefined;
+    while (this.inFlight) await this.inFlight;
+    while (this.results.size > 0) {
+      if (await this.send(0)) continue;
+      if (Date.now() > deadline) return;
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+  }
+
+  private wantClaim(): boolean {
+    return this.mayHaveWork && !this.stopping && this.target.wanted() >= this.threshold();
+  }
+
+  private kick(flush = false): void {
+    if (flush) this.forceFlush = true;
+    if (this.inFlight) {
+      this.again = true;
+      return;
+    }
+    if (this.scheduled) return;
+    this.scheduled = true;
+    // Jobs that finish in the same turn of the event loop share one statement.
+    setImmediate(() => {
+      this.scheduled = false;
+      this.step();
+    });
+  }
+
+  private step(): void {
+    if (this.inFlight || this.retryTimer || this.draining) return;
+    const wanted = this.mayHaveWork && !this.stopping ? this.target.wanted() : 0;
+    const claimNow = wanted > 0 && wanted >= this.threshold();
+    const flushNow = this.results.size > 0 && (this.forceFlush || this.results.size >= this.config.batchSize);
+    if (!claimNow && !flushNow) {
+      if (this.results.size > 0) this.armFlushTimer();
+      return;
+    }
+    this.forceFlush = false;
+    clearTimeout(this.flushTimer);
+    this.flushTimer = undefined;
+    // A write that goes out anyway takes a claim along for free, even below the threshold.
+    void this.send(Math.min(wanted, this.config.batchSize)).then(() => {
+      if (this.draining) return;
+      if (this.again || this.wantClaim()) {
+        this.again = false;
+        this.kick();
+      } else if (this.results.size > 0) {
+        this.armFlushTimer();
+      }
+    });
+  }
+
+  private armFlushTimer(): void {
+    if (this.flushTimer || this.draining) return;
+    this.flushTimer = setTimeout(() => {
+      this.flushTimer = undefined;
+      this.kick(true);
+    }, this.config.completionFlushMs);
+  }
+
+  /**
+   * Sends one cycle; resolves false when it failed. The in-flight mark is cleared
+   * before anyone awaiting the result runs, so a follow-up kick() starts a cycle
+   * instead of being folded into one that has already ended.
+   */
+  private send(limit: number): Promise<boolean> {
+    const cycle = this.cycle(limit).finally(() => {
+      this.inFlight = undefined;
+    });
+    this.inFlight = cycle.then(() => {});
+    return cycle;
+  }
+
+  /** One statement: write results, claim up to `limit`; then the limited queues. */
+  private async cycle(limit: number): Promise<boolean> {
+    const wakesBefore = this.wakes;
+    const batch = this.results.take();
+    const plan = this.plan();
+    // With limited queues, keep a slot per limited queue (up to half) out of the
+    // common claim, so a backlog in unlimited queues cannot starve them.
+    const plainLimit = limit - Math.min(plan.limited.length, Math.floor(limit / 2));
+    const sentAt = performance.now();
+    try {
+      const result = await this.store.cycle({
+        completed: batch.completed, failed: batch.failed, queues: plan.plain, tasks: this.config.tasks, limit: plainLimit,
+      });
+      this.retry.reset();
+      if (batch.completed.length + batch.failed.length > 0) this.results.applied(batch, result.completed, result.failed);
+      this.count(limit, result.claimed.length);
+      // A short claim means the backlog is empty, unless a wake arrived meanwhile.
+      if (limit > 0) this.mayHaveWork = result.claimed.length >= plainLimit || this.wakes !== wakesBefore;
+      if (result.claimed.length > 0) this.target.claimed(result.claimed, performance.now() - sentAt);
+      // Queues with a concurrency limit take their own statements, only when any
+      // are configured. They run after the results above were written, so a slot
+      // freed by a finished job is seen by the limit count.
+      if (limit > 0 && plan.limited.length > 0 && (await this.claimLimited(plan.limited))) this.mayHaveWork = true;
+      return true;
+    } catch (err) {
+      this.results.restore(batch);
+      // The claim may have committed with its reply lost: those jobs stay locked to
+      // this worker until the rescuer frees them. Nothing is lost, only delayed.
+      this.mayHaveWork = true;
+      this.onError(err);
+      if (!this.stopping && !this.draining) this.scheduleRetry();
+      return false;
+    }
+  }
+
+  /**
+   * Claims from each limited queue up to its free local slots (the global limit is
+   * applied by claim_limited() in the database). True when some queue filled every
+   * slot it asked for, so it may have more. Errors are reported and leave the
+   * queues to the next cycle; they must not undo the cycle's writes.
+   */
+  private async claimLimited(queues: readonly string[]): Promise<boolean> {
+    let more = false;
+    for (const queue of queues) {
+      const max = Math.min(this.target.wantedIn(queue), this.config.batchSize);
+      if (max <= 0) continue;
+      try {
+        const sentAt = performance.now();
+        const jobs = await this.store.claimLimited(queue, this.config.tasks, max);
+        if (jobs.length >= max) more = true;
+        if (jobs.length > 0) this.target.claimed(jobs, performance.now() - sentAt);
+      } catch (err) {
+        // Not "more": a persistent error would spin. The next poll tries again.
+        this.onError(err);
+      }
+    }
+    return more;
+  }
+
+  private count(limit: number, claimed: number): void {
+    this.stats.cycles++;
+    if (limit === 0) return;
+    this.stats.claims++;
+    this.stats.claimed += claimed;
+    if (claimed === 0) this.stats.emptyClaims++;
+  }
+
+  /**
+   * Claim only when this many jobs are wanted, unless a write goes out anyway:
+   * claiming a few jobs at a time would cost a round trip per few jobs. A quarter
+   * of the capacity (slots plus active prefetch), at most a quarter of a batch.
+   */
+  private threshold(): number {
+    return Math.max(1, Math.floor(Math.min(this.target.capacity(), this.config.batchSize) / 4));
+  }
+
+  private scheduleRetry(): void {
+    this.retryTimer = setTimeout(() => {
+      this.retryTimer = undefined;
+      this.kick();
+    }, this.retry.next());
+  }
+
+  private schedulePoll(): void {
+    const interval = this.config.pollIntervalMs * (0.75 + Math.random() / 2);
+    this.pollTimer = setTimeout(() => {
+      this.wake();
+      if (!this.stopping) this.schedulePoll();
+    }, interval);
+    this.pollTimer.unref();
+  }
+}

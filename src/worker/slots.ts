@@ -1,0 +1,176 @@
+import type { JobRow } from '../job.js';
+import type { Run } from './run.js';
+
+/** Smallest time window a prefetch covers, however fast the round trip. */
+const MIN_HORIZON_MS = 10;
+/** Weight of the newest sample in the moving averages. */
+const ALPHA = 0.2;
+/** Run times below this count as this: a 0 ms average would mean an infinite rate. */
+const MIN_RUN_MS = 0.05;
+
+export interface SlotsConfig {
+  concurrency: number;
+  /** Most jobs held beyond the slots (0: never claim ahead). */
+  prefetch: number;
+  /** Local per-queue limits. Limited queues are never claimed ahead. */
+  queueLimits: ReadonlyMap<string, number>;
+}
+
+interface Waiting {
+  job: JobRow;
+  /** Date.now() when it was claimed. */
+  since: number;
+}
+
+/**
+ * The worker's jobs: running (a handler holds a slot) and waiting (claimed ahead,
+ * locked and heartbeated, not started). It decides how many jobs a claim may ask
+ * for.
+ *
+ * Claiming ahead saves round trips only while a held job starts soon, so the
+ * prefetch is sized to the expected rate at which slots free up over the next
+ * round trip or two, per task: each running job frees its slot at the rate of its
+ * own task's average run time, and a job of a task that never finished here yet
+ * counts as never freeing one. Free slots about to be filled are assumed to take
+ * as long as the slowest task seen. So a worker whose slots hold slow jobs claims
+ * nothing ahead, however fast its other tasks are; and a held job that still
+ * waits too long (the estimate was wrong) is handed back by the worker.
+ */
+export class Slots {
+  private readonly running = new Map<string, Run>();
+  private readonly waiting = new Map<string, Waiting>();
+  /** Per task: moving average of the run time (ms). */
+  private readonly runMs = new Map<string, number>();
+  /** Moving average of a cycle's round trip (ms), as the fetch loop measured it. */
+  private roundTripMs = 0;
+
+  constructor(private readonly config: SlotsConfig) {}
+
+  get runningCount(): number {
+    return this.running.size;
+  }
+
+  get waitingCount(): number {
+    return this.waiting.size;
+  }
+
+  runningJobs(): IterableIterator<Run> {
+    return this.running.values();
+  }
+
+  runningIds(): string[] {
+    return [...this.running.keys()];
+  }
+
+  waitingIds(): string[] {
+    return [...this.waiting.keys()];
+  }
+
+  /** Every job whose lock this worker must keep fresh. */
+  heldIds(): string[] {
+    return [...this.running.keys(), ...this.waiting.keys()];
+  }
+
+  runOf(id: string): Run | undefined {
+    return this.running.get(id);
+  }
+
+  /** Slots plus the jobs that may be held ahead right now. */
+  capacity(): number {
+    return this.config.concurrency + this.prefetchAllowance();
+  }
+
+  /** Jobs a claim may ask for now: capacity minus every job held. */
+  wanted(): number {
+    return Math.max(0, this.capacity() - this.running.size - this.waiting.size);
+  }
+
+  /** Jobs of a limited queue this worker may still take: its free slots within the queue's local limit. */
+  wantedIn(queue: string): number {
+    const free = this.config.concurrency - this.running.size - this.waiting.size;
+    const limit = this.config.queueLimits.get(queue);
+    if (limit === undefined) return Math.max(0, free);
+    let held = 0;
+    for (const r of this.running.values()) if (r.job.queue === queue) held++;
+    for (const w of this.waiting.values()) if (w.job.queue === queue) held++;
+    return Math.max(0, Math.min(free, limit - held));
+  }
+
+  /** How many jobs may wait for a slot: the slots expected to free up within the horizon. */
+  prefetchAllowance(): number {
+    if (this.config.prefetch === 0) return 0;
+    let rate = 0; // slots freed per ms
+    for (const run of this.running.values()) {
+      const ms = this.runMs.get(run.job.task);
+      if (ms !== undefined) rate += 1 / ms;
+    }
+    const free = this.config.concurrency - this.running.size;
+    const slowest = Math.max(0, ...this.runMs.values());
+    if (free > 0 && slowest > 0) rate += free / slowest;
+    const horizon = Math.max(MIN_HORIZON_MS, 2 * this.roundTripMs);
+    return Math.min(this.config.prefetch, Math.floor(rate * horizon));
+  }
+
+  /** Claimed jobs, in claim order, wait here until started. */
+  hold(jobs: readonly JobRow[], now = Date.now()): void {
+    for (const job of jobs) this.waiting.set(job.id, { job, since: now });
+  }
+
+  /** The next waiting job when a slot is free (claim order), taken out of the waiting list. */
+  nextToStart(): JobRow | undefined {
+    if (this.running.size >= this.config.concurrency) return undefined;
+    const first = this.waiting.values().next();
+    if (first.done) return undefined;
+    this.waiting.delete(first.value.job.id);
+    return first.value.job;
+  }
+
+  start(run: Run): void {
+    this.running.set(run.job.id, run);
+  }
+
+  /** The run ended: frees its slot and learns its task's run time. False when it was not running here. */
+  finish(run: Run, durationMs: number): boolean {
+    if (this.running.get(run.job.id) !== run) return false;
+    this.running.delete(run.job.id);
+    const sample = Math.max(MIN_RUN_MS, durationMs);
+    const previous = this.runMs.get(run.job.task);
+    this.runMs.set(run.job.task, previous === undefined ? sample : previous + ALPHA * (sample - previous));
+    return true;
+  }
+
+  /** A cycle's measured round trip. */
+  recordRoundTrip(ms: number): void {
+    this.roundTripMs = this.roundTripMs === 0 ? ms : this.roundTripMs + ALPHA * (ms - this.roundTripMs);
+  }
+
+  /** Waiting jobs claimed more than `maxWaitMs` ago, taken out of the waiting list. */
+  takeOverdue(maxWaitMs: number, now = Date.now()): JobRow[] {
+    const overdue: JobRow[] = [];
+    for (const [id, w] of this.waiting) {
+      if (now - w.since < maxWaitMs) break; // claim order is time order
+      this.waiting.delete(id);
+      overdue.push(w.job);
+    }
+    return overdue;
+  }
+
+  /** When the oldest waiting job was claimed, or undefined when none waits. */
+  oldestWaitingSince(): number | undefined {
+    return this.waiting.values().next().value?.since;
+  }
+
+  /** Removes one waiting job (its lock was lost). */
+  dropWaiting(id: string): JobRow | undefined {
+    const w = this.waiting.get(id);
+    this.waiting.delete(id);
+    return w?.job;
+  }
+
+  /** Every waiting job, taken out (stop: they go back to pending). */
+  takeWaiting(): JobRow[] {
+    const jobs = [...this.waiting.values()].map((w) => w.job);
+    this.waiting.clear();
+    return jobs;
+  }
+}
