@@ -95,7 +95,9 @@ async function migrateWith(client: pg.PoolClient, schema: string, migrations: Mi
       if (done.has(migration.version)) continue;
       current = migration;
       // No parameters: the simple query protocol runs a file of many statements.
-      await client.query(migration.sql.replaceAll(':SCHEMA', s));
+      // A replacer function, not the string: a string replacement reads $&, $$, $`
+      // and $' as patterns, and a schema named with them would name another schema.
+      await client.query(migration.sql.replaceAll(':SCHEMA', () => s));
       await client.query(q.recordVersion, [migration.version, migration.name]);
       applied.push({ version: migration.version, name: migration.name });
     }

@@ -35,7 +35,12 @@ export interface OptionChecks {
    * names only ever travel as bound parameters, so they are stored and matched verbatim.
    */
   checkName(kind: string, name: unknown): string;
-  /** Checks a schema name: non-empty, at most 50 bytes, no NUL (it is quoted into SQL text once). */
+  /**
+   * Checks a schema name. Postgres takes any name that is non-empty, has no NUL
+   * and does not start with pg_; Sluice also needs it storable as is, at most 50
+   * bytes, and free of dollar-quote tags ($$, $tag$): the migrations splice the
+   * quoted name into dollar-quoted function bodies, which such a tag would end.
+   */
   checkSchemaName(schema: unknown): string;
   /** The `schema` option: a valid schema name, or 'sluice' when undefined. */
   schemaOption(schema: unknown): string;
@@ -49,8 +54,14 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
 
   function checkSchemaName(schema: unknown): string {
     if (typeof schema !== 'string' || schema.length === 0) fail('schema must be a non-empty string');
+    const unstorable = unstorableText(schema);
+    if (unstorable) fail(`schema name ${JSON.stringify(schema)} contains ${unstorable}`);
     if (Buffer.byteLength(schema) > MAX_SCHEMA_LENGTH) fail(`schema name is longer than ${MAX_SCHEMA_LENGTH} bytes: ${schema}`);
-    if (schema.includes('\0')) fail('schema name contains a NUL byte');
+    if (schema.startsWith('pg_')) fail(`schema name ${JSON.stringify(schema)} starts with pg_, which Postgres reserves for system schemas`);
+    const tag = DOLLAR_QUOTE_TAG.exec(schema);
+    if (tag) {
+      fail(`schema name ${JSON.stringify(schema)} contains the dollar-quote tag ${tag[0]}, which would end the function bodies of the migrations it is spliced into`);
+    }
     return schema;
   }
 
@@ -93,6 +104,12 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
     },
   };
 }
+
+/**
+ * A dollar-quote delimiter as Postgres' scanner reads it: $, an optional tag
+ * (a letter, _ or any non-ASCII character, then those or digits), $.
+ */
+const DOLLAR_QUOTE_TAG = /\$(?:[A-Za-z_\u0080-\uffff][A-Za-z0-9_\u0080-\uffff]*)?\$/;
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 

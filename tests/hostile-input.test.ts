@@ -59,7 +59,82 @@ describe('hostile names and payloads', () => {
     }
   });
 
+  // String.replace/replaceAll read $&, $$, $` and $' in a replacement string as
+  // patterns: a schema spliced in that way names another schema. With an existing
+  // schema of that other name, migrate() used to build everything there and
+  // report success. Each name must get its own objects, and the decoy none.
+  it.each([
+    ['a$&b', 'a:SCHEMAb'], // $& is the match itself
+    ["x$'y", undefined], // $' is the text after the match: the rest of the migration
+    ['s$`t', undefined], // $` is the text before it
+    ['d$1$', undefined], // not a dollar-quote tag ($1 is not a tag name)
+    ['f%s%I%%', undefined], // format() patterns, for a function body that formats its text
+  ])('a schema named %s migrates, enqueues and runs its jobs in that schema', async (name, wrongName) => {
+    const tag = randomBytes(3).toString('hex');
+    const schema = `${name}_${tag}`;
+    const decoy = wrongName && `${wrongName}_${tag}`;
+    const dropped = [schema, ...(decoy ? [decoy] : [])];
+    try {
+      if (decoy) await pool.query(`CREATE SCHEMA ${quoteSchema(decoy)}`);
+      await migrate({ connectionString: url, schema });
+      const objects = await pool.query<{ schema: string; n: number }>(
+        `SELECT n.nspname AS schema, count(*)::int AS n FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE n.nspname = ANY($1) AND c.relname IN ('jobs', 'queues', 'leader', 'cron_schedules', 'jobs_history', 'audit_log')
+         GROUP BY n.nspname`, [dropped]);
+      expect(objects.rows).toEqual([{ schema, n: 6 }]);
+
+      const ran: string[] = [];
+      const q = new Queue({ pool, schema });
+      const worker = new Worker({
+        connectionString: url, schema, pollIntervalMs: 3_600_000,
+        tasks: { t: async (payload: { n: string }) => void ran.push(payload.n) },
+      });
+      worker.on('error', () => {});
+      await worker.start();
+      try {
+        const ids = [
+          await q.enqueue('t', { n: 'insert' }),
+          await q.enqueue('t', { n: 'keyed' }, { jobKey: 'k' }),
+          String((await pool.query(`SELECT ${quoteSchema(schema)}.enqueue_job('default', '{"task":"t","n":"sql"}') AS id`)).rows[0].id),
+        ];
+        await waitFor(() => ran.length === 3, 'the three jobs to run');
+        expect(ran.sort()).toEqual(['insert', 'keyed', 'sql']);
+        for (const id of ids) expect(await q.getJob(id)).toMatchObject({ status: 'completed' });
+      } finally {
+        await worker.stop();
+      }
+    } finally {
+      for (const s of dropped) await pool.query(`DROP SCHEMA IF EXISTS ${quoteSchema(s)} CASCADE`);
+    }
+  });
+
+  // $$ (or $tag$) in a name would end the dollar-quoted function bodies of the
+  // migrations the schema is spliced into, so such names are refused, and
+  // nothing is built anywhere (there used to be a decoy for "p$$q": "p$q").
+  it('a schema named with a dollar-quote tag is refused before anything is built', async () => {
+    const tag = randomBytes(3).toString('hex');
+    const decoy = `p$q_${tag}`;
+    await pool.query(`CREATE SCHEMA ${quoteSchema(decoy)}`);
+    try {
+      for (const schema of [`p$$q_${tag}`, `p$q$_${tag}`, `$é$_${tag}`]) {
+        const refused = migrate({ connectionString: url, schema });
+        await expect(refused).rejects.toThrow(ConfigError);
+        await expect(refused).rejects.toThrow(/dollar-quote/);
+        expect(() => new Queue({ schema })).toThrow(/dollar-quote/);
+      }
+      const built = await pool.query(
+        `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE $1`, [`%${tag}`]);
+      expect(built.rows).toEqual([]);
+    } finally {
+      await pool.query(`DROP SCHEMA IF EXISTS ${quoteSchema(decoy)} CASCADE`);
+    }
+  });
+
   it('schema names that cannot work are refused up front', () => {
+    // Reserved by Postgres for system schemas.
+    expect(() => new Queue({ schema: 'pg_sluice' })).toThrow(/Postgres reserves/);
+    // A lone surrogate has no UTF-8 form: two such names would share one schema.
+    expect(() => new Queue({ schema: 'a\ud800b' })).toThrow(/surrogate/);
     expect(() => new Queue({ schema: 'x'.repeat(51) })).toThrow(ConfigError);
     expect(() => new Queue({ schema: 'a\u0000b' })).toThrow(ConfigError);
     expect(() => new Worker({ connectionString: url, schema: '', tasks: { t: () => {} } })).toThrow(ConfigError);

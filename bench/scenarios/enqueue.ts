@@ -31,7 +31,7 @@ export async function enqueue(ctx: BenchContext): Promise<ScenarioResult> {
   try {
     // Same columns, defaults, constraints and indexes; no trigger.
     await db.pool.query(`CREATE TABLE ${db.s}.bare_jobs (LIKE ${db.s}.jobs INCLUDING ALL)`);
-    const bareInsert = enqueueStatements(db.schema).enqueue.replace(`${db.s}.jobs`, `${db.s}.bare_jobs`);
+    const bareInsert = enqueueStatements(db.schema).enqueue.replace(`${db.s}.jobs`, () => `${db.s}.bare_jobs`); // a function: no $ patterns
     const bareValues = ['default', 'noop', '{"i":0}', null, 0, 5, 0, null];
 
     const bare: number[] = [];
