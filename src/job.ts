@@ -92,6 +92,11 @@ export interface JobRow<P = unknown> {
   created_at: Date;
   updated_at: Date;
   finished_at: Date | null;
+  /**
+   * When the handler started on this attempt; null while pending, and while
+   * processing but claimed ahead, waiting for a slot in its worker.
+   */
+  started_at: Date | null;
   /** W3C trace context of the span that enqueued the job (OpenTelemetry), or null. */
   trace_context: Record<string, string> | null;
   /** The deduplication key given at enqueue, if any (kept after it stops counting). */

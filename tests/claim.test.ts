@@ -30,7 +30,7 @@ async function claim(
 }
 
 function claimParams(workerId: string, queues: string[], tasks: string[], limit: number): unknown[] {
-  return [workerId, [], [], [], [], [], [], [], queues, tasks, limit, [], 'unused'];
+  return [workerId, [], [], [], [], [], [], [], queues, tasks, limit, [], 'unused', [], limit];
 }
 
 describe('claiming', () => {

@@ -86,7 +86,7 @@ describe('global per-queue concurrency across worker processes', () => {
     expect(await Promise.all(procs.map((p) => p.exited))).toEqual([0, 0, 0]);
   });
 
-  it('claim_limited waits for a locked head job of a limited queue instead of starting the next one', async () => {
+  it('claim_limited neither waits for nor jumps a locked head job of a limited queue', async () => {
     const q = workerStatements(db.schema);
     await queue.setQueueConcurrency('head', 1);
     const [first] = await queue.enqueueMany([{ task: 'span', queue: 'head' }, { task: 'span', queue: 'head' }]);
@@ -96,15 +96,37 @@ describe('global per-queue concurrency across worker processes', () => {
       return c;
     }));
     try {
-      // Someone holds the head row for a moment (a cancel, a worker with a stale cache).
+      // Someone holds the head row (a cancel, an admin's open transaction).
       await locker!.query('BEGIN');
       await locker!.query(`SELECT id FROM ${db.s}.jobs WHERE id = $1 FOR UPDATE`, [first]);
-      const { rows: [me] } = await claimer!.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
-      const claim = claimer!.query(q.claimLimited, ['head-claimer', 'head', ['span'], 1]);
-      await waitFor(async () => (await db.pool.query(
-        `SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, [me!.pid])).rowCount, 'the claim to wait on the row');
+      // A wait would hit this timeout and fail the statement; jumping would return the second job.
+      await claimer!.query("SET lock_timeout = '2s'");
+      expect((await claimer!.query(q.claimLimited, ['head-claimer', 'head', ['span'], 1])).rows).toEqual([]);
       await locker!.query('COMMIT');
-      expect((await claim).rows.map((r: { id: string }) => r.id)).toEqual([first]);
+      expect((await claimer!.query(q.claimLimited, ['head-claimer', 'head', ['span'], 1])).rows.map((r: { id: string }) => r.id))
+        .toEqual([first]);
+    } finally {
+      await Promise.all([locker!.end(), claimer!.end()]);
+    }
+  });
+
+  it('claim_limited returns at once while another session holds the queue row', async () => {
+    const q = workerStatements(db.schema);
+    await queue.setQueueConcurrency('held', 1);
+    const [id] = await queue.enqueueMany([{ task: 'span', queue: 'held' }]);
+    const [locker, claimer] = await Promise.all([0, 1].map(async () => {
+      const c = new pg.Client({ connectionString: db.url });
+      await c.connect();
+      return c;
+    }));
+    try {
+      await locker!.query('BEGIN');
+      await locker!.query(`SELECT * FROM ${db.s}.queues WHERE name = 'held' FOR UPDATE`);
+      await claimer!.query("SET lock_timeout = '2s'");
+      expect((await claimer!.query(q.claimLimited, ['held-claimer', 'held', ['span'], 1])).rows).toEqual([]);
+      await locker!.query('COMMIT');
+      expect((await claimer!.query(q.claimLimited, ['held-claimer', 'held', ['span'], 1])).rows.map((r: { id: string }) => r.id))
+        .toEqual([id]);
     } finally {
       await Promise.all([locker!.end(), claimer!.end()]);
     }

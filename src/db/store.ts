@@ -32,13 +32,27 @@ export interface CycleRequest {
   tasks: readonly string[];
   /** Most jobs to claim (0: write only). */
   limit: number;
+  /** Of the jobs claimed, this many go into free slots at once; the rest are claimed ahead. */
+  startNow: number;
+  /** Jobs claimed ahead that have started since: their started_at is written. */
+  started: readonly string[];
 }
 
 export interface CycleResult {
   /** Ids whose result was written; the others were no longer this worker's. */
   completed: ReadonlySet<string>;
   failed: ReadonlySet<string>;
+  /** Results not written because another session held the row locked: still this worker's, try again. */
+  skipped: ReadonlySet<string>;
   claimed: JobRow[];
+}
+
+/** What a statement that skips rows locked by other sessions did with each id. */
+export interface LockedWrite {
+  /** Written. */
+  done: Set<string>;
+  /** Still this worker's, but another session held the row: not written, try again. */
+  skipped: Set<string>;
 }
 
 /** A queue's row, for the claim plan: only queues that are paused or limited have one that matters. */
@@ -59,12 +73,15 @@ export interface WorkerStore {
   cycle(request: CycleRequest): Promise<CycleResult>;
   /** Claims from one queue with a concurrency limit (local or global), up to `max`. */
   claimLimited(queue: string, tasks: readonly string[], max: number): Promise<JobRow[]>;
-  /** Renews the locks of `ids`; returns the ids still held by this worker. */
-  heartbeat(ids: readonly string[]): Promise<Set<string>>;
-  /** Back to pending without spending the attempt; wakes their queues. Returns the ids released. */
-  release(ids: readonly string[]): Promise<string[]>;
-  /** Back to pending at a later time, attempt not spent; undefined when the job is no longer ours. */
-  snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | undefined>;
+  /** Renews the locks of `ids` (done); ids in neither set are no longer this worker's. */
+  heartbeat(ids: readonly string[]): Promise<LockedWrite>;
+  /** Back to pending without spending the attempt (done); wakes their queues. */
+  release(ids: readonly string[]): Promise<LockedWrite>;
+  /**
+   * Back to pending at a later time, attempt not spent: the new run_at; 'skipped'
+   * when another session held the row; undefined when the job is no longer ours.
+   */
+  snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | 'skipped' | undefined>;
   /** Writes the latest progress of running jobs. */
   progress(ids: readonly string[], values: readonly string[]): Promise<void>;
   /** Rows of the worker's queues that are paused or limited. */
@@ -74,6 +91,13 @@ export interface WorkerStore {
 interface CycleRow extends JobRow {
   completed_ids: string[] | null;
   failed_ids: string[] | null;
+  skipped_ids: string[] | null;
+}
+
+function lockedWrite(rows: { id: string; done: boolean }[]): LockedWrite {
+  const result: LockedWrite = { done: new Set(), skipped: new Set() };
+  for (const row of rows) (row.done ? result.done : result.skipped).add(row.id);
+  return result;
 }
 
 /** The WorkerStore over a Driver: `pg` or postgres.js. */
@@ -112,15 +136,22 @@ export class PgWorkerStore implements WorkerStore {
       r.limit,
       r.completed.map((c) => c.result),
       this.doneChannel,
+      r.started,
+      r.startNow,
     ], this.name(many ? 'cycle-many' : 'cycle'));
     const first = rows[0];
     const claimed: JobRow[] = [];
     for (const row of rows) {
       if (row.id === null) continue;
-      const { completed_ids: _c, failed_ids: _f, ...job } = row;
+      const { completed_ids: _c, failed_ids: _f, skipped_ids: _s, ...job } = row;
       claimed.push(job);
     }
-    return { completed: new Set(first?.completed_ids ?? []), failed: new Set(first?.failed_ids ?? []), claimed };
+    return {
+      completed: new Set(first?.completed_ids ?? []),
+      failed: new Set(first?.failed_ids ?? []),
+      skipped: new Set(first?.skipped_ids ?? []),
+      claimed,
+    };
   }
 
   async claimLimited(queue: string, tasks: readonly string[], max: number): Promise<JobRow[]> {
@@ -129,22 +160,27 @@ export class PgWorkerStore implements WorkerStore {
     return rows;
   }
 
-  async heartbeat(ids: readonly string[]): Promise<Set<string>> {
-    const { rows } = await this.db.query<{ id: string }>(this.queries.heartbeat, [this.workerId, ids], this.name('heartbeat'));
-    return new Set(rows.map((r) => r.id));
+  async heartbeat(ids: readonly string[]): Promise<LockedWrite> {
+    const { rows } = await this.db.query<{ id: string; renewed: boolean }>(this.queries.heartbeat, [this.workerId, ids],
+      this.name('heartbeat'));
+    return lockedWrite(rows.map((r) => ({ id: r.id, done: r.renewed })));
   }
 
-  async release(ids: readonly string[]): Promise<string[]> {
-    if (ids.length === 0) return [];
-    const { rows } = await this.db.query<{ id: string; queue: string }>(this.queries.release, [this.workerId, ids]);
-    const queues = [...new Set(rows.map((r) => r.queue))];
+  async release(ids: readonly string[]): Promise<LockedWrite> {
+    if (ids.length === 0) return { done: new Set(), skipped: new Set() };
+    const { rows } = await this.db.query<{ id: string; queue: string; released: boolean }>(this.queries.release,
+      [this.workerId, ids]);
+    const queues = [...new Set(rows.filter((r) => r.released).map((r) => r.queue))];
     if (queues.length > 0) await this.db.query(this.queries.notify, [this.channel, queues]);
-    return rows.map((r) => r.id);
+    return lockedWrite(rows.map((r) => ({ id: r.id, done: r.released })));
   }
 
-  async snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | undefined> {
-    const { rows } = await this.db.query<{ run_at: Date }>(this.queries.snooze, [this.workerId, id, attempt, runAt, delayMs]);
-    return rows[0]?.run_at;
+  async snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | 'skipped' | undefined> {
+    const { rows } = await this.db.query<{ run_at: Date | null; mine: boolean }>(this.queries.snooze,
+      [this.workerId, id, attempt, runAt, delayMs]);
+    const row = rows[0];
+    if (row?.run_at) return row.run_at;
+    return row?.mine ? 'skipped' : undefined;
   }
 
   async progress(ids: readonly string[], values: readonly string[]): Promise<void> {

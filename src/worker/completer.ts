@@ -4,7 +4,7 @@ import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
 import type { Emit } from './events.js';
-import type { ResultBatch, ResultSource } from './fetch-loop.js';
+import type { AppliedResults, ResultBatch, ResultSource } from './fetch-loop.js';
 import { describeError, type Outcome, type Run } from './run.js';
 
 interface Completion extends CompletionWrite {
@@ -26,6 +26,9 @@ export interface CompleterConfig {
   maxResultBytes: number;
 }
 
+/** A write skipped because another session held the row is tried again after this long. */
+const SKIPPED_RETRY_MS = 250;
+
 /** What the completer tells the rest of the worker. */
 export interface CompleterSignals {
   emit: Emit;
@@ -46,8 +49,13 @@ export interface CompleterSignals {
 export class Completer implements ResultSource {
   private completed: Completion[] = [];
   private failed: Failure[] = [];
+  /** Jobs claimed ahead that started since the last cycle (their started_at is written by the next). */
+  private started = new Set<string>();
+  /** Results whose row another session held: back in the buffer after SKIPPED_RETRY_MS. */
+  private readonly deferred = new Map<string, Completion | Failure>();
   /** Snooze writes in flight; settled() waits for them. */
   private readonly writes = new Set<Promise<void>>();
+  private deferTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly store: WorkerStore,
@@ -56,17 +64,30 @@ export class Completer implements ResultSource {
   ) {}
 
   get size(): number {
-    return this.completed.length + this.failed.length;
+    return this.completed.length + this.failed.length + this.started.size;
+  }
+
+  /** Results not written yet, deferred ones included (stop waits for them). */
+  get pending(): number {
+    return this.completed.length + this.failed.length + this.deferred.size;
   }
 
   /** Ids of the jobs whose results wait here: their locks must stay fresh until written. */
   ids(): string[] {
-    return [...this.completed.map((c) => c.id), ...this.failed.map((f) => f.id)];
+    return [...this.completed.map((c) => c.id), ...this.failed.map((f) => f.id), ...this.deferred.keys()];
+  }
+
+  /** A job claimed ahead started: its started_at goes out with the next cycle. */
+  markStarted(id: string): void {
+    this.started.add(id);
+    this.signals.resultAdded();
   }
 
   /** Records how a run ended. */
   record(run: Run, outcome: Outcome, durationMs: number): void {
     const { job } = run;
+    // A job that ended before its start was written needs no start: its outcome says it all.
+    this.started.delete(job.id);
     if (outcome.kind === 'completed') {
       let result: string | null;
       try {
@@ -90,20 +111,27 @@ export class Completer implements ResultSource {
   }
 
   take(): ResultBatch {
-    const batch = { completed: this.completed, failed: this.failed };
+    const batch = { completed: this.completed, failed: this.failed, started: [...this.started] };
     this.completed = [];
     this.failed = [];
+    this.started = new Set();
     return batch;
   }
 
   restore(batch: ResultBatch): void {
     this.completed = (batch.completed as Completion[]).concat(this.completed);
     this.failed = (batch.failed as Failure[]).concat(this.failed);
+    for (const id of batch.started) this.started.add(id);
   }
 
-  applied(batch: ResultBatch, completed: ReadonlySet<string>, failed: ReadonlySet<string>): void {
+  applied(batch: ResultBatch, written: AppliedResults): void {
     const { emit } = this.signals;
+    const { completed, failed, skipped } = written;
+    for (const result of [...batch.completed, ...batch.failed] as (Completion | Failure)[]) {
+      if (skipped.has(result.id)) this.defer(result);
+    }
     for (const c of batch.completed as Completion[]) {
+      if (skipped.has(c.id)) continue;
       if (!completed.has(c.id)) {
         emit('job:lock-lost', c.job);
         continue;
@@ -111,6 +139,7 @@ export class Completer implements ResultSource {
       emit('job:complete', c.job, { result: c.result == null ? null : (JSON.parse(c.result) as unknown), durationMs: c.durationMs });
     }
     for (const f of batch.failed as Failure[]) {
+      if (skipped.has(f.id)) continue;
       if (!failed.has(f.id)) {
         emit('job:lock-lost', f.job);
         continue;
@@ -129,15 +158,42 @@ export class Completer implements ResultSource {
   /**
    * Back to pending now without spending the attempt the claim took: this worker,
    * not the job, gave up (stop, or a job claimed ahead that waited too long).
-   * Throws when the database cannot be reached; the rescuer then returns them.
+   * Rows another session holds are tried again until `deadline`. Returns the jobs
+   * not released (still this worker's: the rescuer returns them later). Throws when
+   * the database cannot be reached.
    */
-  async release(jobs: readonly JobRow[]): Promise<string[]> {
-    return this.store.release(jobs.map((j) => j.id));
+  async release(jobs: readonly JobRow[], deadline = Date.now()): Promise<JobRow[]> {
+    let left = [...jobs];
+    for (;;) {
+      const { skipped } = await this.store.release(left.map((j) => j.id));
+      left = left.filter((j) => skipped.has(j.id));
+      if (left.length === 0 || Date.now() + SKIPPED_RETRY_MS > deadline) return left;
+      await sleep(SKIPPED_RETRY_MS);
+    }
   }
 
-  /** Resolves once the snoozes in flight are written (or failed). */
+  /** Resolves once the snoozes in flight are written (or failed), and deferred results are back in the buffer. */
   async settled(): Promise<void> {
     while (this.writes.size > 0) await Promise.all(this.writes);
+    this.undefer();
+  }
+
+  /** A result whose row was locked by another session goes back to the buffer a little later. */
+  private defer(result: Completion | Failure): void {
+    this.deferred.set(result.id, result);
+    this.deferTimer ??= setTimeout(() => this.undefer(), SKIPPED_RETRY_MS);
+  }
+
+  private undefer(): void {
+    clearTimeout(this.deferTimer);
+    this.deferTimer = undefined;
+    if (this.deferred.size === 0) return;
+    for (const result of this.deferred.values()) {
+      if ('final' in result) this.failed.push(result);
+      else this.completed.push(result);
+    }
+    this.deferred.clear();
+    this.signals.resultAdded();
   }
 
   private fail(run: Run, error: unknown, permanent: boolean, durationMs: number): void {
@@ -161,7 +217,12 @@ export class Completer implements ResultSource {
   private snooze(job: JobRow, snooze: Snooze): void {
     const write = (async () => {
       try {
-        const runAt = await this.store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
+        let runAt = await this.store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
+        // Another session holds the row: never wait on its lock, ask again shortly.
+        while (runAt === 'skipped') {
+          await sleep(SKIPPED_RETRY_MS);
+          runAt = await this.store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
+        }
         if (runAt) {
           this.signals.dueAt(runAt.getTime());
           this.signals.emit('job:snooze', job, { runAt });
@@ -176,4 +237,8 @@ export class Completer implements ResultSource {
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write));
   }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
 }

@@ -12,6 +12,8 @@ export interface ClaimTarget {
   wanted(): number;
   /** Jobs a claim of one limited queue may ask for now. */
   wantedIn(queue: string): number;
+  /** Free slots: this many of a claim start at once, the rest are claimed ahead. */
+  free(): number;
   /** Jobs a cycle claimed, and how long its round trip took. */
   claimed(jobs: JobRow[], roundTripMs: number): void;
 }
@@ -20,6 +22,16 @@ export interface ClaimTarget {
 export interface ResultBatch<C extends CompletionWrite = CompletionWrite, F extends FailureWrite = FailureWrite> {
   completed: C[];
   failed: F[];
+  /** Jobs claimed ahead that have started. */
+  started: string[];
+}
+
+/** What the database did with a batch. */
+export interface AppliedResults {
+  completed: ReadonlySet<string>;
+  failed: ReadonlySet<string>;
+  /** Not written because another session held the row locked: still this worker's. */
+  skipped: ReadonlySet<string>;
 }
 
 /** Where the results come from and go back to: the Completer. */
@@ -29,8 +41,8 @@ export interface ResultSource {
   take(): ResultBatch;
   /** A cycle failed: the batch goes back, to be written with the next one. */
   restore(batch: ResultBatch): void;
-  /** The batch was written; ids missing from the sets were no longer this worker's. */
-  applied(batch: ResultBatch, completed: ReadonlySet<string>, failed: ReadonlySet<string>): void;
+  /** The batch was written; ids missing from every set were no longer this worker's. */
+  applied(batch: ResultBatch, written: AppliedResults): void;
 }
 
 export interface FetchLoopConfig {
@@ -214,10 +226,11 @@ export class FetchLoop {
     const sentAt = performance.now();
     try {
       const result = await this.store.cycle({
-        completed: batch.completed, failed: batch.failed, queues: plan.plain, tasks: this.config.tasks, limit: plainLimit,
+        completed: batch.completed, failed: batch.failed, started: batch.started,
+        queues: plan.plain, tasks: this.config.tasks, limit: plainLimit, startNow: Math.min(plainLimit, this.target.free()),
       });
       this.retry.reset();
-      if (batch.completed.length + batch.failed.length > 0) this.results.applied(batch, result.completed, result.failed);
+      if (batch.completed.length + batch.failed.length > 0) this.results.applied(batch, result);
       this.count(limit, result.claimed.length);
       // A short claim means the backlog is empty, unless a wake arrived meanwhile.
       if (limit > 0) this.mayHaveWork = result.claimed.length >= plainLimit || this.wakes !== wakesBefore;

@@ -63,6 +63,14 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   visibilityTimeoutMs?: number;
   /** How often running jobs' locks are refreshed. Default visibilityTimeoutMs / 6. */
   heartbeatIntervalMs?: number;
+  /**
+   * A job whose lock this worker could not renew for this long (Postgres
+   * unreachable, a network partition, its row locked by another session) has its
+   * handler aborted (the signal fires; the attempt fails and is retried), before
+   * the visibility timeout lets another worker take it. Default 0.75 ×
+   * visibilityTimeoutMs; above heartbeatIntervalMs, below visibilityTimeoutMs.
+   */
+  lockRenewalTimeoutMs?: number;
   /** How often the maintenance leader looks for jobs with expired locks. Default visibilityTimeoutMs / 2. */
   rescueIntervalMs?: number;
   /** On stop(), how long running jobs may finish before they are aborted. Default 10 s. */
@@ -129,6 +137,7 @@ export interface ResolvedWorkerConfig {
   readonly pollIntervalMs: number;
   readonly visibilityTimeoutMs: number;
   readonly heartbeatIntervalMs: number;
+  readonly lockRenewalTimeoutMs: number;
   readonly rescueIntervalMs: number;
   readonly shutdownTimeoutMs: number;
   readonly backoff: Readonly<Required<BackoffOptions>>;
@@ -149,7 +158,7 @@ export interface ResolvedWorkerConfig {
 
 const WORKER_KEYS = new Set([
   'connectionString', 'pool', 'sql', 'driver', 'schema', 'schemas', 'tasks', 'queues', 'concurrency', 'queueConcurrency', 'batchSize', 'prefetch',
-  'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs',
+  'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs', 'lockRenewalTimeoutMs',
   'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen', 'preparedStatements',
   'maintenance', 'logger', 'metrics', 'tracing',
   'progressIntervalMs', 'maxResultBytes', 'schedules',
@@ -241,6 +250,8 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
   if (heartbeatIntervalMs * 2 > visibilityTimeoutMs) {
     throw new ConfigError('heartbeatIntervalMs must be at most half of visibilityTimeoutMs');
   }
+  const lockRenewalTimeoutMs = intOption('lockRenewalTimeoutMs', options.lockRenewalTimeoutMs,
+    Math.floor(visibilityTimeoutMs * 0.75), heartbeatIntervalMs + 1, visibilityTimeoutMs - 1);
   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
   if (options.workerId !== undefined) checkName('workerId', options.workerId);
   const listen = boolOption('listen', options.listen, true);
@@ -257,6 +268,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     pollIntervalMs: intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 3_600_000),
     visibilityTimeoutMs,
     heartbeatIntervalMs,
+    lockRenewalTimeoutMs,
     rescueIntervalMs: intOption('rescueIntervalMs', options.rescueIntervalMs, Math.floor(visibilityTimeoutMs / 2), 100, 86_400_000),
     shutdownTimeoutMs: intOption('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 86_400_000),
     backoff: resolveBackoff(options.backoff ?? {}, 'backoff'),

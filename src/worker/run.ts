@@ -17,7 +17,12 @@ export type Outcome =
   /** The handler threw Snooze: run again later, the attempt does not count. */
   | { kind: 'snoozed'; snooze: Snooze };
 
-export type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled';
+/**
+ * Why the worker aborted a run: its timeout passed, the worker is stopping, the
+ * lock was taken away, the job was cancelled, or the lock could not be renewed in
+ * time ('unrenewed': the attempt fails and is retried, like a timeout).
+ */
+export type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled' | 'unrenewed';
 
 /** Outcomes of a run that was aborted by the worker rather than ended by the handler. */
 const ABORTED: Partial<Record<AbortCause, Outcome>> = {

@@ -80,6 +80,11 @@ export class Slots {
     return this.config.concurrency + this.prefetchAllowance();
   }
 
+  /** Slots not taken by a running or waiting job. */
+  free(): number {
+    return Math.max(0, this.config.concurrency - this.running.size - this.waiting.size);
+  }
+
   /** Jobs a claim may ask for now: capacity minus every job held. */
   wanted(): number {
     return Math.max(0, this.capacity() - this.running.size - this.waiting.size);
@@ -111,9 +116,14 @@ export class Slots {
     return Math.min(this.config.prefetch, Math.floor(rate * horizon));
   }
 
-  /** Claimed jobs, in claim order, wait here until started. */
+  /**
+   * Claimed jobs wait here until started. Those the claim marked as started
+   * (started_at set: it gave them free slots) go first, so they are the ones that
+   * start now.
+   */
   hold(jobs: readonly JobRow[], now = Date.now()): void {
-    for (const job of jobs) this.waiting.set(job.id, { job, since: now });
+    for (const job of jobs) if (job.started_at) this.waiting.set(job.id, { job, since: now });
+    for (const job of jobs) if (!job.started_at) this.waiting.set(job.id, { job, since: now });
   }
 
   /** The next waiting job when a slot is free (claim order), taken out of the waiting list. */

@@ -150,13 +150,20 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       capacity: () => this.slots.capacity(),
       wanted: () => this.slots.wanted(),
       wantedIn: (queue) => this.slots.wantedIn(queue),
+      free: () => this.slots.free(),
       claimed: (jobs, roundTripMs) => this.claimed(jobs, roundTripMs),
     }, completer, () => queueState.claimPlan, onError);
     // Finished jobs whose results are not written yet (Postgres unreachable, say)
     // are still this worker's: heartbeat them too, or they would be rescued and run
     // again once the outage outlasts the visibility timeout.
-    const heartbeat = new Heartbeat(store, config.heartbeatIntervalMs,
-      () => [...this.slots.heldIds(), ...completer.ids()], (ids) => this.lockLost(ids), onError);
+    const heartbeat = new Heartbeat(store, {
+      intervalMs: config.heartbeatIntervalMs, renewalTimeoutMs: config.lockRenewalTimeoutMs,
+    }, {
+      held: () => [...this.slots.heldIds(), ...completer.ids()],
+      lost: (ids) => this.lockLost(ids),
+      unrenewed: (ids) => this.unrenewed(ids),
+      error: onError,
+    });
     const rescuer = rescuerTask(db, workerStatements(config.schema), config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
       for (const job of jobs) this.emit('job:rescue', job);
       this.emit('jobs:rescued', jobs);
@@ -248,7 +255,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const toRelease = [...unfinished.map((r) => r.job), ...notStarted];
     if (toRelease.length > 0) {
       try {
-        await parts.completer.release(toRelease);
+        await parts.completer.release(toRelease, deadline);
       } catch (err) {
         // The rescuer of another worker returns them after the visibility timeout.
         this.reportError(err);
@@ -261,6 +268,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
 
   private claimed(jobs: JobRow[], roundTripMs: number): void {
     this.emit('jobs:claimed', jobs);
+    this.parts!.heartbeat.claimed(jobs.map((j) => j.id), performance.now() - roundTripMs);
     this.slots.recordRoundTrip(roundTripMs);
     this.slots.hold(jobs);
     this.startWaiting();
@@ -278,6 +286,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     if (!task) return; // cannot happen: the claim filters on known tasks
     const run = new Run(job, task, (value) => this.reportProgress(run, value));
     this.slots.start(run);
+    // Claimed ahead: the database learns that it started with the next cycle.
+    if (!job.started_at) this.parts!.completer.markStarted(job.id);
     this.emit('job:start', job);
     void run.run().then((outcome) => {
       const durationMs = performance.now() - run.startedAt;
@@ -308,13 +318,19 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   }
 
   private async handBack(jobs: JobRow[]): Promise<void> {
+    let kept = jobs;
     try {
-      await this.parts!.completer.release(jobs);
-      this.emit('jobs:handed-back', jobs);
+      const left = new Set(await this.parts!.completer.release(jobs));
+      const back = jobs.filter((j) => !left.has(j));
+      kept = jobs.filter((j) => left.has(j));
+      if (back.length > 0) this.emit('jobs:handed-back', back);
     } catch (err) {
-      // Still ours: keep them (heartbeated) until a slot frees or the next try.
       this.reportError(err);
-      this.slots.hold(jobs);
+    }
+    // Not handed back (Postgres unreachable, or the row locked by another session):
+    // still ours, kept heartbeated until a slot frees or the next try.
+    if (kept.length > 0 && this.state === 'running') {
+      this.slots.hold(kept);
       this.startWaiting();
     }
   }
@@ -349,6 +365,23 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       run.abort('lock-lost', new SluiceError('LOCK_LOST', `job ${id}: lock expired and the job was taken back`));
       this.emit('job:lock-lost', run.job);
     }
+  }
+
+  /** Locks this worker could not renew in time: give those jobs up before anyone can rescue them. */
+  private unrenewed(ids: string[]): void {
+    const waiting: JobRow[] = [];
+    for (const id of ids) {
+      const job = this.slots.dropWaiting(id);
+      if (job) waiting.push(job);
+      this.slots.runOf(id)?.abort('unrenewed', new SluiceError('LOCK_LOST',
+        `job ${id}: its lock could not be renewed for ${this.config.lockRenewalTimeoutMs} ms; ` +
+        'aborted before the visibility timeout lets another worker take it'));
+    }
+    if (waiting.length === 0) return;
+    for (const job of waiting) this.emit('job:lock-lost', job);
+    // Never started: hand them back if the database answers, else the rescuer does
+    // (without counting the attempt, as they never started).
+    void this.parts!.completer.release(waiting).catch((err: unknown) => this.reportError(err));
   }
 
   private reportError(err: unknown): void {

@@ -51,6 +51,10 @@ export interface WorkerStatements {
  * - the claimed ids reach the UPDATE as an array (id = ANY(ARRAY(...))), so the
  *   update is primary-key lookups whatever LIMIT $11 is guessed to be.
  *
+ * $14 are jobs claimed ahead that have started since ($15: how many of this
+ * claim start at once, see started_at in migration 0010). Every write locks its
+ * rows SKIP LOCKED first (writable): nothing here ever waits on another session.
+ *
  * Paused queues are never claimed, and queues with a global concurrency limit only
  * through claimLimited. The worker already leaves them out of $9 (it caches the
  * queues table), so the `<> ALL` line only guards against a stale cache. It sits on
@@ -62,12 +66,20 @@ export interface WorkerStatements {
  * its statement and leave them pending. `node --import tsx bench/claim-guard.ts`.
  */
 function cycleStatement(jobs: string, queues: string, queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])'): string {
-  return `WITH completed AS (
+  return `WITH writable AS (
+        -- The rows this cycle writes, locked first and SKIP LOCKED: a row that some
+        -- other session holds (an open transaction that locked it) is left for a
+        -- later cycle instead of waited for, so it never holds up the other results
+        -- or the claim. The worker learns which ones from skipped_ids.
+        SELECT id FROM ${jobs} WHERE id = ANY($2::bigint[] || $4::bigint[] || $14::bigint[])
+        FOR UPDATE SKIP LOCKED
+      ), completed AS (
         UPDATE ${jobs} j
         SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
             result = d.result -- $12: what each handler returned (JSON text or NULL)
         FROM unnest($2::bigint[], $3::int[], $12::jsonb[]) AS d(id, attempt, result)
-        WHERE j.id = d.id AND j.attempts = d.attempt AND j.status = 'processing' AND j.locked_by = $1
+        WHERE j.id = d.id AND j.id IN (SELECT id FROM writable)
+          AND j.attempts = d.attempt AND j.status = 'processing' AND j.locked_by = $1
         RETURNING j.id, j.notify_on_finish
       ), failed AS (
         UPDATE ${jobs} j
@@ -75,27 +87,38 @@ function cycleStatement(jobs: string, queues: string, queueFilter: 'queue = ($9:
             run_at = CASE WHEN f.final THEN j.run_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
             finished_at = CASE WHEN f.final THEN now() END,
             last_error = f.error, locked_at = NULL, updated_at = now(),
+            started_at = CASE WHEN f.final THEN j.started_at END,
             -- The history stays on the row for dead-letter inspection. The error
             -- text is the stack, whose first line is "Name: message". Capped: see keepRecent.
             errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', f.attempt, 'at', now(),
               'message', split_part(f.error, chr(10), 1), 'stack', f.error))
         FROM unnest($4::bigint[], $5::int[], $6::text[], $7::float8[], $8::bool[])
           AS f(id, attempt, error, delay_ms, final)
-        WHERE j.id = f.id AND j.attempts = f.attempt AND j.status = 'processing' AND j.locked_by = $1
+        WHERE j.id = f.id AND j.id IN (SELECT id FROM writable)
+          AND j.attempts = f.attempt AND j.status = 'processing' AND j.locked_by = $1
         RETURNING j.id, j.status, j.notify_on_finish
+      ), started AS (
+        -- $14: jobs claimed ahead that have since started in their worker.
+        UPDATE ${jobs} j SET started_at = now()
+        WHERE j.id = ANY($14::bigint[]) AND j.id IN (SELECT id FROM writable)
+          AND j.status = 'processing' AND j.locked_by = $1 AND j.started_at IS NULL
       ), claimed AS (
         UPDATE ${jobs} j
         SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = $1,
             updated_at = now(),
+            -- The first $15 in claim order go into free slots and start now; the
+            -- rest are claimed ahead and start when a slot frees (started_at NULL).
+            started_at = CASE WHEN array_position(p.ids, j.id) <= $15 THEN now() END,
             -- A key held only while pending is given up when the job starts, so it
             -- is never taken back when the job returns to pending (see 0002).
             key_scope = CASE WHEN j.key_scope = 'pending' THEN 'released' ELSE j.key_scope END
-        WHERE j.id = ANY(ARRAY(
+        FROM (SELECT ARRAY(
           SELECT id FROM ${jobs}
           WHERE status = 'pending' AND ${queueFilter} AND task = ANY($10::text[]) AND run_at <= now()
           ORDER BY priority DESC, run_at, id
           LIMIT $11
-          FOR UPDATE SKIP LOCKED))
+          FOR UPDATE SKIP LOCKED) AS ids) p
+        WHERE j.id = ANY(p.ids)
           AND j.queue <> ALL (ARRAY(SELECT name FROM ${queues} WHERE paused OR concurrency_limit IS NOT NULL))
         RETURNING j.*
       ), notified AS (
@@ -109,10 +132,13 @@ function cycleStatement(jobs: string, queues: string, queueFilter: 'queue = ($9:
         ) w
       ), applied AS (
         SELECT (SELECT coalesce(array_agg(id::text), '{}') FROM completed) AS completed_ids,
-               (SELECT coalesce(array_agg(id::text), '{}') FROM failed) AS failed_ids
+               (SELECT coalesce(array_agg(id::text), '{}') FROM failed) AS failed_ids,
+               -- Results not written because another session held the row: not lost, retried.
+               (SELECT coalesce(array_agg(x::text), '{}') FROM unnest($2::bigint[] || $4::bigint[]) AS x
+                WHERE x NOT IN (SELECT id FROM writable) AND EXISTS (SELECT FROM ${jobs} WHERE id = x)) AS skipped_ids
         WHERE (SELECT n FROM notified) >= 0
       )
-      SELECT a.completed_ids, a.failed_ids, ${jobColumns('c')}
+      SELECT a.completed_ids, a.failed_ids, a.skipped_ids, ${jobColumns('c')}
       FROM applied a LEFT JOIN claimed c ON true`;
 }
 
@@ -129,23 +155,52 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     cycle: cycleStatement(jobs, queues, `queue = ($9::text[])[1]`),
     cycleManyQueues: cycleStatement(jobs, queues, `queue = ANY($9::text[])`),
 
-    // Refresh the heartbeat of every job this worker runs, in one statement. Rows
-    // not returned were taken away (rescued): their handlers are told to stop.
-    heartbeat: `UPDATE ${jobs} SET locked_at = now()
-      WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1
-      RETURNING id::text AS id`,
+    // Renews the lock of every job this worker holds, in one statement, stamped
+    // with the time it actually runs (clock_timestamp(), not the transaction's
+    // start). Rows another session holds locked are skipped, never waited for: a
+    // wait would delay the renewal of all the others past their visibility
+    // timeout. They come back with renewed = false (still this worker's in the
+    // snapshot, not renewed); ids not returned at all were taken away (rescued,
+    // cancelled, finished): their handlers are told to stop.
+    heartbeat: `WITH mine AS (
+        SELECT id FROM ${jobs}
+        WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1
+        FOR UPDATE SKIP LOCKED
+      ), renewed AS (
+        UPDATE ${jobs} j SET locked_at = clock_timestamp() FROM mine WHERE j.id = mine.id RETURNING j.id
+      )
+      SELECT id::text AS id, true AS renewed FROM renewed
+      UNION ALL
+      SELECT id::text, false FROM ${jobs}
+      WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1 AND id NOT IN (SELECT id FROM mine)`,
 
     // On stop, jobs that did not finish go back to pending without spending the
     // attempt the claim took: the worker, not the job, gave up.
-    release: `UPDATE ${jobs}
-      SET status = 'pending', attempts = attempts - 1, locked_at = NULL, locked_by = NULL,
-          run_at = now(), updated_at = now()
-      WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1
-      RETURNING id::text AS id, queue`,
+    // Rows another session holds locked are skipped (the worker tries again).
+    release: `WITH mine AS (
+        SELECT id FROM ${jobs} WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1
+        FOR UPDATE SKIP LOCKED
+      ), released AS (
+        UPDATE ${jobs} j
+        SET status = 'pending', attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL,
+            run_at = now(), updated_at = now(), started_at = NULL
+        FROM mine WHERE j.id = mine.id
+        RETURNING j.id, j.queue
+      )
+      SELECT id::text AS id, queue, true AS released FROM released
+      UNION ALL
+      SELECT id::text, queue, false FROM ${jobs}
+      WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1 AND id NOT IN (SELECT id FROM mine)`,
 
     // Jobs whose heartbeat is older than the visibility timeout: their worker died
     // or hung. Back to pending (the attempt stays spent), or failed when none are
     // left. SKIP LOCKED so that several rescuers never fight over the same rows.
+    //
+    // A job whose handler never started (claimed ahead, started_at NULL: its
+    // worker died before a slot freed) gets its attempt back and is always
+    // pending again: it did not run, so it cannot have failed. A job that crashes
+    // its worker as soon as it starts still runs out of attempts: one that started
+    // from a free slot has started_at set by the claim itself.
     //
     // No heartbeat can land while Postgres is down, so right after a restart every
     // running job looks stale although its worker is alive and about to reconnect.
@@ -154,12 +209,15 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // of theirs is rescued (the condition is a constant, so jobs_locked_idx still
     // serves the scan).
     rescue: `UPDATE ${jobs} j
-      SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
-          finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-          last_error = 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating',
+      SET status = CASE WHEN j.started_at IS NOT NULL AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+          attempts = CASE WHEN j.started_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
+          finished_at = CASE WHEN j.started_at IS NOT NULL AND j.attempts >= j.max_attempts THEN now() END,
+          last_error = 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating'
+            || CASE WHEN j.started_at IS NULL THEN ' before the job started (attempt not counted)' ELSE '' END,
           errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
-            'message', 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating')),
-          locked_at = NULL, locked_by = NULL, run_at = now(), updated_at = now()
+            'message', 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating'
+              || CASE WHEN j.started_at IS NULL THEN ' before the job started (attempt not counted)' ELSE '' END)),
+          locked_at = NULL, locked_by = NULL, run_at = now(), updated_at = now(), started_at = NULL
       FROM (
         SELECT id FROM ${jobs}
         WHERE status = 'processing' AND locked_at < now() - $1::float8 * interval '1 millisecond'
@@ -177,25 +235,38 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       FROM unnest($2::text[]) AS q`,
 
     // Claims from one queue with a concurrency limit: see claim_limited() in
-    // sql/migrations/0003_queue_control.sql for why it is a function.
+    // sql/migrations/0003_queue_control.sql for why it is a function, and 0010 for
+    // how it never waits on a lock.
     claimLimited: `SELECT ${jobColumns()} FROM ${s}.claim_limited($2, $1, $3::text[], $4)`,
 
     // A handler asked to run again later: back to pending without spending the
-    // attempt the claim took. Guarded like a result ($1 worker, $3 attempt).
-    snooze: `UPDATE ${jobs}
-      SET status = 'pending', attempts = attempts - 1, locked_at = NULL, locked_by = NULL, updated_at = now(),
-          run_at = coalesce($4::timestamptz, now() + $5::float8 * interval '1 millisecond')
-      WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1
-      RETURNING run_at`,
+    // attempt the claim took. Guarded like a result ($1 worker, $3 attempt). A row
+    // another session holds is skipped: run_at NULL with mine = true says "try
+    // again"; mine = false says the job is no longer this worker's.
+    snooze: `WITH target AS (
+        SELECT id FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1
+        FOR UPDATE SKIP LOCKED
+      ), snoozed AS (
+        UPDATE ${jobs} j
+        SET status = 'pending', attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL, updated_at = now(),
+            started_at = NULL, run_at = coalesce($4::timestamptz, now() + $5::float8 * interval '1 millisecond')
+        FROM target WHERE j.id = target.id
+        RETURNING j.run_at
+      )
+      SELECT (SELECT run_at FROM snoozed) AS run_at,
+        EXISTS (SELECT FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1) AS mine`,
 
     // What a worker caches about its queues: which are paused or globally limited.
     queueState: `SELECT name, paused, concurrency_limit FROM ${queues}
       WHERE name = ANY($1::text[]) AND (paused OR concurrency_limit IS NOT NULL)`,
 
     // Latest progress of running jobs, one statement for all of a worker's reports.
-    // Ignored once the job is no longer this worker's (finished, rescued).
+    // Ignored once the job is no longer this worker's (finished, rescued), and for
+    // rows another session holds locked (progress is best effort; never wait).
     progress: `UPDATE ${jobs} j SET progress = p.progress
       FROM unnest($2::bigint[], $3::jsonb[]) AS p(id, progress)
-      WHERE j.id = p.id AND j.status = 'processing' AND j.locked_by = $1`,
+      WHERE j.id = p.id AND j.id IN (
+        SELECT id FROM ${jobs} WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1
+        FOR UPDATE SKIP LOCKED)`,
   };
 });

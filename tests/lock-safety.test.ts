@@ -1,0 +1,155 @@
+/**
+ * A worker never waits on a lock that is not its own, and never lets a job it
+ * cannot keep run on while another worker runs it (issue 13): an outside session
+ * locking job rows or a queue row, and a worker cut off by a network partition.
+ * Real Postgres, real workers, a real TCP proxy.
+ */
+import pg from 'pg';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { JobRow, Worker } from '../src/index.js';
+import { statusCounts, waitFor } from './helpers/database.js';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
+import { deferred, useWorkers } from './helpers/workers.js';
+
+const t = useWorkers('locks');
+
+interface RunRecord {
+  id: string;
+  worker: string;
+  start: number;
+  end?: number;
+}
+
+let runs: RunRecord[];
+let outside: pg.Client | undefined;
+let proxy: TcpProxy | undefined;
+
+beforeEach(async () => {
+  runs = [];
+  await t.db.pool.query(`TRUNCATE ${t.db.s}.jobs, ${t.db.s}.queues`);
+});
+afterEach(async () => {
+  await outside?.end().catch(() => {});
+  outside = undefined;
+  proxy?.restore();
+});
+
+/** A handler that runs until `release` resolves or its signal fires (it honours it), recording each run. */
+function recordedTask(worker: string, release: Promise<void>) {
+  return async (_payload: unknown, { job, signal }: { job: JobRow; signal: AbortSignal }) => {
+    const run: RunRecord = { id: job.id, worker, start: performance.now() };
+    runs.push(run);
+    try {
+      await new Promise<void>((resolve, reject) => {
+        void release.then(resolve);
+        signal.addEventListener('abort', () => reject(signal.reason as Error), { once: true });
+      });
+    } finally {
+      run.end = performance.now();
+    }
+  };
+}
+
+/** No two runs of one job overlap in time (each run ends before the next starts). */
+function expectNoOverlap(): void {
+  const byJob = new Map<string, RunRecord[]>();
+  for (const r of runs) byJob.set(r.id, [...(byJob.get(r.id) ?? []), r]);
+  for (const [id, list] of byJob) {
+    list.sort((a, b) => a.start - b.start);
+    for (let i = 1; i < list.length; i++) {
+      expect(list[i - 1]!.end, `job ${id}: run ${i} ended`).toBeDefined();
+      expect(list[i - 1]!.end!, `job ${id}: run ${i + 1} started before run ${i} ended`).toBeLessThanOrEqual(list[i]!.start);
+    }
+  }
+}
+
+async function lockOutside(sql: string, values: unknown[]): Promise<void> {
+  outside = new pg.Client({ connectionString: t.db.url });
+  await outside.connect();
+  await outside.query('BEGIN');
+  await outside.query(sql, values);
+}
+
+async function serverMs(): Promise<number> {
+  const { rows } = await t.db.pool.query('SELECT extract(epoch FROM clock_timestamp()) * 1000 AS ms');
+  return Number(rows[0].ms);
+}
+
+const FAST_LOCKS = { visibilityTimeoutMs: 3_000, heartbeatIntervalMs: 200, rescueIntervalMs: 200 };
+
+describe('row locks held by another session', () => {
+  it('one locked running job neither stalls the heartbeat of the others nor lets any job run twice at once', async () => {
+    const release = deferred();
+    const lost: string[] = [];
+    const [a] = await Promise.all(['a', 'b'].map((name) =>
+      t.start({ ...FAST_LOCKS, concurrency: 5, tasks: { long: recordedTask(name, release.promise) } },
+        (w) => w.on('job:lock-lost', (j) => lost.push(j.id)))));
+    const ids = await t.queue.enqueueMany(Array.from({ length: 5 }, () => ({ task: 'long' })));
+    await waitFor(() => runs.length === 5, 'all five jobs to run');
+    const lockedId = ids[0]!;
+    const since = await serverMs();
+    await lockOutside(`SELECT id FROM ${t.db.s}.jobs WHERE id = $1 FOR UPDATE`, [lockedId]);
+    // Longer than the visibility timeout: without SKIP LOCKED the heartbeat of every
+    // job of that worker would wait here and all of them would be rescued.
+    await waitFor(async () => (await serverMs()) - since > 4_000, 'the visibility timeout to pass', 10_000);
+
+    const { rows } = await t.db.pool.query(
+      `SELECT id::text AS id, locked_by, status, clock_timestamp() - locked_at < interval '1 second' AS fresh
+       FROM ${t.db.s}.jobs WHERE id <> $1`, [lockedId]);
+    for (const row of rows) expect(row).toMatchObject({ status: 'processing', fresh: true });
+    expect(lost.filter((id) => id !== lockedId)).toEqual([]);
+    // The locked job's lock could not be renewed: its handler was aborted before any rescue.
+    expect(runs.find((r) => r.id === lockedId)!.end).toBeDefined();
+
+    await outside!.query('COMMIT');
+    release.resolve();
+    await waitFor(async () => (await statusCounts(t.db)).completed === 5, 'every job to complete');
+    expectNoOverlap();
+    expect(a).toBeDefined();
+  });
+
+  it('a locked queue row stops neither the other queues nor the writing of results', async () => {
+    await t.queue.setQueueConcurrency('limited', 2);
+    await lockOutside(`SELECT * FROM ${t.db.s}.queues WHERE name = 'limited' FOR UPDATE`, []);
+    await t.start({ queues: ['default', 'limited'], tasks: { quick: async () => {} } });
+    await t.queue.enqueueMany([
+      ...Array.from({ length: 20 }, () => ({ task: 'quick' })),
+      ...Array.from({ length: 2 }, () => ({ task: 'quick', queue: 'limited' })),
+    ]);
+    await waitFor(async () => (await statusCounts(t.db)).completed === 20, 'the 20 default jobs to complete');
+    expect((await statusCounts(t.db)).pending).toBe(2);
+    await outside!.query('COMMIT');
+    await waitFor(async () => (await statusCounts(t.db)).completed === 22, 'the limited jobs once the row is free');
+  });
+});
+
+describe('a worker cut off from Postgres', () => {
+  it('aborts its handlers before the rescuer can give their jobs to another worker', async () => {
+    proxy = await startTcpProxy(t.db.url);
+    const release = deferred();
+    let cutOff: Worker | undefined;
+    try {
+      cutOff = await t.start({
+        ...FAST_LOCKS, connectionString: proxy.url, maintenance: false, shutdownTimeoutMs: 500,
+        tasks: { long: recordedTask('cut', release.promise) },
+      });
+      const [id] = await t.queue.enqueueMany([{ task: 'long' }]);
+      await waitFor(() => runs.length === 1, 'the job to start on the worker behind the proxy');
+      proxy.cut();
+      await t.start({ ...FAST_LOCKS, tasks: { long: recordedTask('other', release.promise) } });
+      await waitFor(() => runs.some((r) => r.worker === 'other'), 'the rescued job to run on the other worker', 20_000);
+      const [first, second] = runs;
+      expect(first).toMatchObject({ id, worker: 'cut' });
+      expect(first!.end, 'the cut-off run was aborted').toBeDefined();
+      expect(first!.end!).toBeLessThan(second!.start);
+      release.resolve();
+      await waitFor(async () => (await statusCounts(t.db)).completed === 1, 'the job to complete on the other worker');
+      expectNoOverlap();
+    } finally {
+      proxy.restore();
+      release.resolve();
+      await cutOff?.stop();
+      await proxy.close();
+    }
+  });
+});
