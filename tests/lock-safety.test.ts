@@ -153,3 +153,35 @@ describe('a worker cut off from Postgres', () => {
     }
   });
 });
+
+describe('a job whose handler never started', () => {
+  it('gets its attempt back when its worker dies; a started one spends it', async () => {
+    const { PgWorkerStore } = await import('../src/db/store.js');
+    const { openTestDriver } = await import('./helpers/driver.js');
+    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const driver = await openTestDriver(t.db.url);
+    try {
+      const [started, ahead] = await t.queue.enqueueMany([
+        { task: 'once', maxAttempts: 1, priority: 1 },
+        { task: 'once', maxAttempts: 1 },
+      ]);
+      // A worker claims both, one into its free slot and one ahead, and dies.
+      const dead = new PgWorkerStore(driver, t.db.schema, 'dead-worker', false);
+      const { claimed } = await dead.cycle({
+        completed: [], failed: [], started: [], queues: ['default'], tasks: ['once'], limit: 2, startNow: 1,
+      });
+      expect(claimed.map((j) => [j.id, j.started_at !== null])).toEqual(expect.arrayContaining([[started, true], [ahead, false]]));
+      await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour'`);
+      await rescueExpired(driver, workerStatements(t.db.schema), 1_000);
+      const { rows } = await t.db.pool.query(
+        `SELECT id::text AS id, status, attempts, started_at FROM ${t.db.s}.jobs ORDER BY id`);
+      expect(rows).toEqual([
+        { id: started, status: 'failed', attempts: 1, started_at: null },
+        { id: ahead, status: 'pending', attempts: 0, started_at: null },
+      ]);
+    } finally {
+      await driver.end();
+    }
+  });
+});
