@@ -1,12 +1,12 @@
 import { EventEmitter } from 'node:events';
-import { resolveWorkerConfig, type ResolvedTask, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
+import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
 import { workerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
 import { PgWorkerStore } from '../db/store.js';
 import { JobCancelledError, SluiceError, wrapDatabaseError } from '../errors.js';
-import type { AnyTasks, JobRow, TaskMap } from '../job.js';
+import type { AnyTasks, TaskMap } from '../job.js';
 import { resolveSchemas } from '../task-schemas.js';
 import { Notifier } from '../notify/listener.js';
 import type { ControlMessage } from '../notify/codec.js';
@@ -14,7 +14,6 @@ import { rescuerTask } from '../maintenance/rescuer.js';
 import { createMaintenance } from '../maintenance/worker-maintenance.js';
 import type { MaintenanceRunner } from '../maintenance/runner.js';
 import { CronRunner } from '../maintenance/cron.js';
-import { serializePayload } from '../payload.js';
 import { Completer } from './completer.js';
 import type { Emit, WorkerEvents } from './events.js';
 import { FetchLoop, type FetchLoopStats } from './fetch-loop.js';
@@ -23,7 +22,7 @@ import { instrumentWorker, type Instrumentation } from './instrumentation.js';
 import { composeHandlers, payloadSchemas, tracing } from './middleware.js';
 import { ProgressWriter } from './progress.js';
 import { QueueState } from './queue-state.js';
-import { Run } from './run.js';
+import { Dispatcher } from './dispatcher.js';
 import { Slots } from './slots.js';
 
 export type { WorkerEvents } from './events.js';
@@ -31,22 +30,15 @@ export type { WorkerEvents } from './events.js';
 /** Connections a worker holds besides LISTEN: the fetch loop and heartbeat/rescue. */
 const POOL_SIZE = 2;
 
-/**
- * A job claimed ahead that waited this long for a slot goes back to pending for
- * any worker: the prefetch estimate was wrong (its slots hold slower jobs than it
- * expected), and the job must not wait behind them.
- */
-const HAND_BACK_AFTER_MS = 500;
-
 /** The parts a running worker is made of; absent before start(). */
 interface Parts {
   db: Driver;
-  tasks: ReadonlyMap<string, ResolvedTask>;
   queueState: QueueState;
   completer: Completer;
   loop: FetchLoop;
   heartbeat: Heartbeat;
   progress: ProgressWriter;
+  dispatcher: Dispatcher;
   maintenance: MaintenanceRunner | undefined;
   cron: CronRunner | undefined;
   notifier: Notifier | undefined;
@@ -78,7 +70,6 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
   private drained: (() => void) | undefined;
-  private handBackTimer: NodeJS.Timeout | undefined;
   private readonly emitEvent: Emit = (event, ...args) => void (this.emit as (e: string, ...a: unknown[]) => boolean)(event, ...args);
 
   constructor(options: WorkerOptions<T>) {
@@ -151,7 +142,11 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       wanted: () => this.slots.wanted(),
       wantedIn: (queue) => this.slots.wantedIn(queue),
       free: () => this.slots.free(),
-      claimed: (jobs, roundTripMs) => this.claimed(jobs, roundTripMs),
+      claimed: (jobs, roundTripMs) => {
+        heartbeat.claimed(jobs.map((j) => j.id), performance.now() - roundTripMs);
+        this.slots.recordRoundTrip(roundTripMs);
+        dispatcher.claimed(jobs);
+      },
     }, completer, () => queueState.claimPlan, onError);
     // Finished jobs whose results are not written yet (Postgres unreachable, say)
     // are still this worker's: heartbeat them too, or they would be rescued and run
@@ -160,8 +155,20 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       intervalMs: config.heartbeatIntervalMs, renewalTimeoutMs: config.lockRenewalTimeoutMs,
     }, {
       held: () => [...this.slots.heldIds(), ...completer.ids()],
-      lost: (ids) => this.lockLost(ids),
-      unrenewed: (ids) => this.unrenewed(ids),
+      lost: (ids) => dispatcher.lockLost(ids),
+      unrenewed: (ids) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs),
+      error: onError,
+    });
+    const progress = new ProgressWriter(store, config.progressIntervalMs, onError);
+    const dispatcher = new Dispatcher(this.slots, completer, progress, { tasks, maxResultBytes: config.maxResultBytes }, {
+      emit: this.emitEvent,
+      accepting: () => this.state === 'running',
+      finished: (job) => {
+        // A slot of a limited queue opened: it may be claimable again (the statement
+        // that writes this result runs before the limited claims).
+        if (config.queueConcurrency.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wake();
+        if (this.slots.runningCount === 0) this.drained?.();
+      },
       error: onError,
     });
     const rescuer = rescuerTask(db, workerStatements(config.schema), config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
@@ -170,8 +177,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       loop.wake();
     });
     this.parts = {
-      db, tasks, queueState, completer, loop, heartbeat,
-      progress: new ProgressWriter(store, config.progressIntervalMs, onError),
+      db, queueState, completer, loop, heartbeat, progress, dispatcher,
       maintenance: createMaintenance(db, config, rescuer, this, onError),
       cron: config.schedules.length > 0
         ? new CronRunner(db, config.schema, [...config.schedules], (ticks) => this.emit('cron:enqueued', ticks), onError)
@@ -229,7 +235,6 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
 
   private async shutdown(parts: Parts): Promise<void> {
     this.state = 'stopping';
-    clearTimeout(this.handBackTimer);
     const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
     // A claim in flight returns jobs too: wait for it before collecting what never started.
     await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
@@ -248,11 +253,10 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     }
     parts.heartbeat.stop();
     await parts.progress.stop();
-    const unfinished = [...this.slots.runningJobs()];
-    for (const run of unfinished) run.abort('shutdown', new SluiceError('CONFIG', 'worker is shutting down'));
+    const unfinished = parts.dispatcher.abortAll(new SluiceError('CONFIG', 'worker is shutting down'));
     await parts.loop.drain(deadline);
     await parts.completer.settled();
-    const toRelease = [...unfinished.map((r) => r.job), ...notStarted];
+    const toRelease = [...unfinished, ...notStarted];
     if (toRelease.length > 0) {
       try {
         await parts.completer.release(toRelease, deadline);
@@ -266,122 +270,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     this.state = 'stopped';
   }
 
-  private claimed(jobs: JobRow[], roundTripMs: number): void {
-    this.emit('jobs:claimed', jobs);
-    this.parts!.heartbeat.claimed(jobs.map((j) => j.id), performance.now() - roundTripMs);
-    this.slots.recordRoundTrip(roundTripMs);
-    this.slots.hold(jobs);
-    this.startWaiting();
-  }
-
-  /** Starts waiting jobs while slots are free (not once the worker is stopping). */
-  private startWaiting(): void {
-    if (this.state !== 'running') return;
-    for (let job = this.slots.nextToStart(); job; job = this.slots.nextToStart()) this.run(job);
-    this.armHandBack();
-  }
-
-  private run(job: JobRow): void {
-    const task = this.parts!.tasks.get(job.task);
-    if (!task) return; // cannot happen: the claim filters on known tasks
-    const run = new Run(job, task, (value) => this.reportProgress(run, value));
-    this.slots.start(run);
-    // Claimed ahead: the database learns that it started with the next cycle.
-    if (!job.started_at) this.parts!.completer.markStarted(job.id);
-    this.emit('job:start', job);
-    void run.run().then((outcome) => {
-      const durationMs = performance.now() - run.startedAt;
-      if (!this.slots.finish(run, durationMs)) return;
-      this.startWaiting();
-      this.parts!.completer.record(run, outcome, durationMs);
-      // A slot of a limited queue opened: it may be claimable again (the statement
-      // that writes this result runs before the limited claims).
-      if (this.config.queueConcurrency.has(job.queue) || this.parts!.queueState.claimPlan.limited.includes(job.queue)) {
-        this.parts!.loop.wake();
-      }
-      if (this.slots.runningCount === 0) this.drained?.();
-    });
-  }
-
-  /** Jobs claimed ahead that waited too long go back to pending for any worker. */
-  private armHandBack(): void {
-    const since = this.slots.oldestWaitingSince();
-    if (since === undefined || this.handBackTimer) return;
-    this.handBackTimer = setTimeout(() => {
-      this.handBackTimer = undefined;
-      if (this.state !== 'running') return;
-      const overdue = this.slots.takeOverdue(HAND_BACK_AFTER_MS);
-      if (overdue.length > 0) void this.handBack(overdue);
-      this.armHandBack();
-    }, Math.max(0, since + HAND_BACK_AFTER_MS - Date.now()));
-    this.handBackTimer.unref();
-  }
-
-  private async handBack(jobs: JobRow[]): Promise<void> {
-    let kept = jobs;
-    try {
-      const left = new Set(await this.parts!.completer.release(jobs));
-      const back = jobs.filter((j) => !left.has(j));
-      kept = jobs.filter((j) => left.has(j));
-      if (back.length > 0) this.emit('jobs:handed-back', back);
-    } catch (err) {
-      this.reportError(err);
-    }
-    // Not handed back (Postgres unreachable, or the row locked by another session):
-    // still ours, kept heartbeated until a slot frees or the next try.
-    if (kept.length > 0 && this.state === 'running') {
-      this.slots.hold(kept);
-      this.startWaiting();
-    }
-  }
-
-  /** ctx.progress(): refuse what is not JSON at the call, then write it batched. */
-  private reportProgress(run: Run, value: unknown): void {
-    const json = serializePayload(value, this.config.maxResultBytes, 'progress');
-    if (this.slots.runOf(run.job.id) !== run) return; // reported after the run ended
-    this.parts!.progress.report(run.job.id, json);
-    this.emit('job:progress', run.job, { progress: value });
-  }
-
   private control(message: ControlMessage): void {
-    if (message.c === 'queues') {
-      void this.parts!.queueState.refresh();
-      return;
-    }
-    // A job cancelled while it waits for a slot must not start.
-    this.slots.dropWaiting(message.id);
-    this.slots.runOf(message.id)?.abort('cancelled', new JobCancelledError(`job ${message.id} was cancelled`));
-  }
-
-  private lockLost(ids: string[]): void {
-    for (const id of ids) {
-      const waiting = this.slots.dropWaiting(id);
-      if (waiting) {
-        this.emit('job:lock-lost', waiting);
-        continue;
-      }
-      const run = this.slots.runOf(id);
-      if (!run) continue;
-      run.abort('lock-lost', new SluiceError('LOCK_LOST', `job ${id}: lock expired and the job was taken back`));
-      this.emit('job:lock-lost', run.job);
-    }
-  }
-
-  /** Locks this worker could not renew in time: give those jobs up before anyone can rescue them. */
-  private unrenewed(ids: string[]): void {
-    const waiting: JobRow[] = [];
-    for (const id of ids) {
-      const job = this.slots.dropWaiting(id);
-      if (job) waiting.push(job);
-      this.slots.runOf(id)?.abort('unrenewed', new SluiceError('LOCK_LOST',
-        `job ${id}: its lock could not be renewed for ${this.config.lockRenewalTimeoutMs} ms; ` +
-        'aborted before the visibility timeout lets another worker take it'));
-    }
-    if (waiting.length === 0) return;
-    for (const job of waiting) this.emit('job:lock-lost', job);
-    // Never started: hand them back if the database answers, else the rescuer does
-    // (without counting the attempt, as they never started).
-    void this.parts!.completer.release(waiting).catch((err: unknown) => this.reportError(err));
+    if (message.c === 'queues') void this.parts!.queueState.refresh();
+    else this.parts!.dispatcher.cancel(message.id, new JobCancelledError(`job ${message.id} was cancelled`));
   }
 
   private reportError(err: unknown): void {

@@ -1,0 +1,172 @@
+import { SluiceError } from '../errors.js';
+import type { JobRow } from '../job.js';
+import { serializePayload } from '../payload.js';
+import type { Completer } from './completer.js';
+import type { Emit } from './events.js';
+import type { ResolvedTask } from './options.js';
+import type { ProgressWriter } from './progress.js';
+import { Run, type AbortCause } from './run.js';
+import type { Slots } from './slots.js';
+
+/**
+ * A job claimed ahead that waited this long for a slot goes back to pending for
+ * any worker: the prefetch estimate was wrong (its slots hold slower jobs than it
+ * expected), and the job must not wait behind them.
+ */
+export const HAND_BACK_AFTER_MS = 500;
+
+export interface DispatcherConfig {
+  tasks: ReadonlyMap<string, ResolvedTask>;
+  maxResultBytes: number;
+}
+
+/** What the dispatcher needs from the rest of the worker. */
+export interface DispatcherSignals {
+  emit: Emit;
+  /** False once the worker is stopping: claimed jobs then wait to be handed back. */
+  accepting(): boolean;
+  /** A run of `job` ended and its slot is free. */
+  finished(job: JobRow): void;
+  error(err: unknown): void;
+}
+
+/**
+ * Starts claimed jobs as slots free, and ends runs the worker must give up: a
+ * lost lock, a cancel, a lock it could not renew, or a job claimed ahead that
+ * waited too long for a slot (handed back). Each run's outcome goes to the
+ * Completer.
+ */
+export class Dispatcher {
+  private handBackTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly slots: Slots,
+    private readonly completer: Completer,
+    private readonly progress: ProgressWriter,
+    private readonly config: DispatcherConfig,
+    private readonly signals: DispatcherSignals,
+  ) {}
+
+  /** Claimed jobs: they start at once where slots are free, the rest wait. */
+  claimed(jobs: readonly JobRow[]): void {
+    this.signals.emit('jobs:claimed', [...jobs]);
+    this.slots.hold(jobs);
+    this.startWaiting();
+  }
+
+  /** Starts waiting jobs while slots are free (not once the worker is stopping). */
+  startWaiting(): void {
+    if (!this.signals.accepting()) return;
+    for (let job = this.slots.nextToStart(); job; job = this.slots.nextToStart()) this.run(job);
+    this.armHandBack();
+  }
+
+  /** Aborts every running handler (stop): they end as 'released'. Returns their jobs. */
+  abortAll(reason: Error): JobRow[] {
+    clearTimeout(this.handBackTimer);
+    const runs = [...this.slots.runningJobs()];
+    for (const run of runs) run.abort('shutdown', reason);
+    return runs.map((r) => r.job);
+  }
+
+  /** The job was cancelled: a waiting job never starts, a running one is aborted. */
+  cancel(id: string, reason: Error): void {
+    this.slots.dropWaiting(id);
+    this.slots.runOf(id)?.abort('cancelled', reason);
+  }
+
+  /** The heartbeat found these taken away: their runs' results must not count. */
+  lockLost(ids: readonly string[]): void {
+    for (const id of ids) {
+      const waiting = this.slots.dropWaiting(id);
+      if (waiting) {
+        this.signals.emit('job:lock-lost', waiting);
+        continue;
+      }
+      const run = this.slots.runOf(id);
+      if (!run) continue;
+      this.abort(run, 'lock-lost', `job ${id}: lock expired and the job was taken back`);
+      this.signals.emit('job:lock-lost', run.job);
+    }
+  }
+
+  /** Locks that could not be renewed in time: give those jobs up before anyone can rescue them. */
+  unrenewed(ids: readonly string[], renewalTimeoutMs: number): void {
+    const waiting: JobRow[] = [];
+    for (const id of ids) {
+      const job = this.slots.dropWaiting(id);
+      if (job) waiting.push(job);
+      const run = this.slots.runOf(id);
+      if (run) {
+        this.abort(run, 'unrenewed', `job ${id}: its lock could not be renewed for ${renewalTimeoutMs} ms; ` +
+          'aborted before the visibility timeout lets another worker take it');
+      }
+    }
+    if (waiting.length === 0) return;
+    for (const job of waiting) this.signals.emit('job:lock-lost', job);
+    // Never started: hand them back if the database answers, else the rescuer does
+    // (without counting the attempt, as they never started).
+    void this.completer.release(waiting).catch((err: unknown) => this.signals.error(err));
+  }
+
+  private abort(run: Run, cause: AbortCause, message: string): void {
+    run.abort(cause, new SluiceError('LOCK_LOST', message));
+  }
+
+  private run(job: JobRow): void {
+    const task = this.config.tasks.get(job.task);
+    if (!task) return; // cannot happen: the claim filters on known tasks
+    const run = new Run(job, task, (value) => this.reportProgress(run, value));
+    this.slots.start(run);
+    // Claimed ahead: the database learns that it started with the next cycle.
+    if (!job.started_at) this.completer.markStarted(job.id);
+    this.signals.emit('job:start', job);
+    void run.run().then((outcome) => {
+      const durationMs = performance.now() - run.startedAt;
+      if (!this.slots.finish(run, durationMs)) return;
+      this.startWaiting();
+      this.completer.record(run, outcome, durationMs);
+      this.signals.finished(job);
+    });
+  }
+
+  /** ctx.progress(): refuse what is not JSON at the call, then write it batched. */
+  private reportProgress(run: Run, value: unknown): void {
+    const json = serializePayload(value, this.config.maxResultBytes, 'progress');
+    if (this.slots.runOf(run.job.id) !== run) return; // reported after the run ended
+    this.progress.report(run.job.id, json);
+    this.signals.emit('job:progress', run.job, { progress: value });
+  }
+
+  /** Jobs claimed ahead that waited too long go back to pending for any worker. */
+  private armHandBack(): void {
+    const since = this.slots.oldestWaitingSince();
+    if (since === undefined || this.handBackTimer) return;
+    this.handBackTimer = setTimeout(() => {
+      this.handBackTimer = undefined;
+      if (!this.signals.accepting()) return;
+      const overdue = this.slots.takeOverdue(HAND_BACK_AFTER_MS);
+      if (overdue.length > 0) void this.handBack(overdue);
+      this.armHandBack();
+    }, Math.max(0, since + HAND_BACK_AFTER_MS - Date.now()));
+    this.handBackTimer.unref();
+  }
+
+  private async handBack(jobs: JobRow[]): Promise<void> {
+    let kept = jobs;
+    try {
+      const left = new Set(await this.completer.release(jobs));
+      const back = jobs.filter((j) => !left.has(j));
+      kept = jobs.filter((j) => left.has(j));
+      if (back.length > 0) this.signals.emit('jobs:handed-back', back);
+    } catch (err) {
+      this.signals.error(err);
+    }
+    // Not handed back (Postgres unreachable, or the row locked by another session):
+    // still ours, kept heartbeated until a slot frees or the next try.
+    if (kept.length > 0 && this.signals.accepting()) {
+      this.slots.hold(kept);
+      this.startWaiting();
+    }
+  }
+}
