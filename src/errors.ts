@@ -146,7 +146,11 @@ export class Snooze extends SluiceError {
 // 08: connection exception; 57P01-57P03: admin shutdown, crash shutdown, cannot
 // connect now (server starting or stopping).
 const CONNECTION_STATES = /^(08|57P0[123])/;
-const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH']);
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH',
+  // postgres.js's own codes for a lost or refused connection.
+  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
+]);
 
 /** True when an error from the driver means the connection was lost or refused. */
 export function isConnectionFailure(err: unknown): boolean {

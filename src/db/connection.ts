@@ -1,5 +1,7 @@
 import pg from 'pg';
 import { ConfigError, ConnectionError } from '../errors.js';
+import type { DriverName } from './driver.js';
+import type { PostgresJsSql } from './drivers/postgres-js.js';
 
 /** Where Sluice gets its connections: a URL (Sluice owns the pool) or your `pg` Pool. */
 export interface ConnectionOptions {
@@ -19,6 +21,48 @@ export function checkConnection(options: ConnectionOptions, what: string): void 
   if (options.connectionString !== undefined && typeof options.connectionString !== 'string') {
     throw new ConfigError(`${what}: connectionString must be a string`);
   }
+}
+
+/** ConnectionOptions plus the choice of driver: what Queue and migrate accept (the Worker too). */
+export interface DriverConnectionOptions extends ConnectionOptions {
+  /**
+   * 'pg' (node-postgres, the default) or 'postgres.js' (needs the optional
+   * `postgres` package). Implied by `pool` (pg) or `sql` (postgres.js).
+   */
+  driver?: DriverName;
+  /**
+   * A postgres.js instance, `postgres(url, options)`, instead of `connectionString`:
+   * Sluice opens its own connections with the same settings and never ends yours.
+   */
+  sql?: PostgresJsSql;
+}
+
+/**
+ * The driver `options` ask for: `driver` if given, else postgres.js for `sql`
+ * and pg otherwise. A ConfigError (naming `what`) when they contradict each
+ * other. Whether there is a connection at all is the caller's check.
+ */
+export function resolveDriverName(options: DriverConnectionOptions, what: string): DriverName {
+  const { driver, pool, sql } = options;
+  if (driver !== undefined && driver !== 'pg' && driver !== 'postgres.js') {
+    throw new ConfigError(`${what}: driver must be 'pg' or 'postgres.js', got ${JSON.stringify(driver)}`);
+  }
+  if (pool && sql) throw new ConfigError(`${what}: give pool (pg) or sql (postgres.js), not both`);
+  if (sql) {
+    if (typeof sql.unsafe !== 'function') throw new ConfigError(`${what}: sql must be a postgres.js instance`);
+    if (driver === 'pg') throw new ConfigError(`${what}: sql is a postgres.js instance; use driver 'postgres.js'`);
+    return 'postgres.js';
+  }
+  if (pool && driver === 'postgres.js') throw new ConfigError(`${what}: pool is a pg Pool; use driver 'pg' or pass sql`);
+  if (options.connectionString !== undefined && typeof options.connectionString !== 'string') {
+    throw new ConfigError(`${what}: connectionString must be a string`);
+  }
+  return driver ?? 'pg';
+}
+
+/** Whether `options` say where to connect (a URL, a pg Pool or a postgres.js instance). */
+export function hasConnection(options: DriverConnectionOptions): boolean {
+  return Boolean(options.pool || options.sql || options.connectionString);
 }
 
 /**

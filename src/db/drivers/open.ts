@@ -22,3 +22,22 @@ export async function openDriver(name: DriverName, connection: DriverConnection,
   const { pgDriver } = await import('./pg.js');
   return pgDriver({ ...connection, max, applicationName });
 }
+
+/**
+ * A driver that opens on first use, for a constructor that cannot wait (Queue):
+ * the driver's library is imported then. A driver never used is never opened,
+ * and end() has nothing to close.
+ */
+export function lazyDriver(open: () => Promise<Driver>): Driver {
+  let opening: Promise<Driver> | undefined;
+  const driver = () => (opening ??= open());
+  return {
+    query: async (text, values, name) => (await driver()).query(text, values, name),
+    transaction: async (fn) => (await driver()).transaction(fn),
+    listen: async (channel, handlers) => (await driver()).listen(channel, handlers),
+    async end() {
+      const opened = await opening?.catch(() => undefined);
+      await opened?.end();
+    },
+  };
+}

@@ -14,8 +14,16 @@ export interface PgDriverOptions {
   applicationName: string;
 }
 
-/** The worker's driver on node-postgres: a small pool, plus one client held for LISTEN. */
-export function pgDriver(options: PgDriverOptions): Driver {
+/** A Driver on node-postgres, and the pool it runs on (yours, or one it made). */
+export interface PgDriver extends Driver {
+  readonly pool: pg.Pool;
+}
+
+/**
+ * The driver on node-postgres: a small pool (or the caller's, never ended here),
+ * plus one client held for LISTEN.
+ */
+export function pgDriver(options: PgDriverOptions): PgDriver {
   const handle = openPool(options, options.max, options.applicationName);
   const pool = handle.pool;
 
@@ -32,6 +40,8 @@ export function pgDriver(options: PgDriverOptions): Driver {
   }
 
   return {
+    pool,
+
     query: (text: string, values?: unknown[], name?: string) =>
       pool.query(name ? { name, text, values } : { text, values }) as Promise<{ rows: any[] }>,
 
