@@ -1,7 +1,6 @@
-import type pg from 'pg';
+import type { Driver } from './db/driver.js';
 import { doneChannelFor } from './db/identifiers.js';
 import { Notifier } from './notify/listener.js';
-import { pgDriver } from './db/drivers/pg.js';
 
 /**
  * The Queue's one LISTEN connection for job outcomes, opened on the first
@@ -15,9 +14,9 @@ export class OutcomeListener {
   private readonly waiters = new Map<string, Set<() => void>>();
   private ready: Promise<void> | undefined;
 
-  constructor(pool: pg.Pool, schema: string) {
-    // Without a connection string the driver LISTENs on a client of `pool`; it never ends the pool.
-    this.notifier = new Notifier(pgDriver({ pool, max: 1, applicationName: 'sluice-queue' }), doneChannelFor(schema));
+  /** `driver` is the Queue's: it LISTENs on a connection of its own (pg: one of the caller's pool when there is no URL). */
+  constructor(driver: Driver, schema: string) {
+    this.notifier = new Notifier(driver, doneChannelFor(schema));
     this.notifier.on('payload', (id) => this.waiters.get(id)?.forEach((wake) => wake()));
     // Whatever finished while LISTEN was down is found by re-reading.
     this.notifier.on('listening', () => this.waiters.forEach((set) => set.forEach((wake) => wake())));

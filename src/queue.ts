@@ -1,6 +1,9 @@
 import type pg from 'pg';
 import { checks } from './validate.js';
-import { openPool, type ConnectionOptions, type PoolHandle } from './db/connection.js';
+import { hasConnection, resolveDriverName, type DriverConnectionOptions } from './db/connection.js';
+import type { Driver, DriverName } from './db/driver.js';
+import { lazyDriver, openDriver } from './db/drivers/open.js';
+import { pgDriver } from './db/drivers/pg.js';
 import { enqueueStatements, type EnqueueStatements } from './db/statements/enqueue.js';
 import type { SluiceMetrics } from './metrics/metrics.js';
 import { traceEnqueue } from './tracing.js';
@@ -39,7 +42,12 @@ export interface AfterCommitJobs<T extends TaskMap = AnyTasks> {
   enqueue<K extends keyof T & string>(task: K, ...args: EnqueueArgs<T[K]>): Promise<void>;
 }
 
-export interface QueueOptions<T extends TaskMap = AnyTasks> extends ConnectionOptions {
+/**
+ * Where the Queue connects when a call passes no `tx`: `connectionString`, your
+ * `pg` Pool, or your postgres.js `sql` (with `driver`). All optional if every
+ * call passes `tx`.
+ */
+export interface QueueOptions<T extends TaskMap = AnyTasks> extends DriverConnectionOptions {
   /**
    * Standard Schemas (zod 3.24+, valibot ...) by task: enqueue validates the
    * payload and stores the schema's output; an invalid one is a ValidationError
@@ -62,7 +70,10 @@ export interface WaitOptions {
   /** Re-read the job this often in case a notification was missed. Default 2000 ms. */
   pollIntervalMs?: number;
 }
-const QUEUE_KEYS = new Set(['connectionString', 'pool', 'schema', 'maxPayloadBytes', 'metrics', 'schemas']);
+const QUEUE_KEYS = new Set(['connectionString', 'pool', 'sql', 'driver', 'schema', 'maxPayloadBytes', 'metrics', 'schemas']);
+
+/** Connections the Queue's own pool opens at most. */
+const POOL_SIZE = 10;
 
 /** Constructor and waitFor options are the programmer's: ConfigError. Jobs are input: ValidationError. */
 const config = checks(ConfigError);
@@ -79,12 +90,15 @@ const input = checks(ValidationError);
  *   const { rows } = await client.query('insert into users (email) values ($1) returning id', [email]);
  *   await queue.enqueue('send_welcome', { userId: rows[0].id }, { tx: client });
  *   await client.query('COMMIT'); // the job exists and idle workers wake now
+ *
+ *   // On postgres.js: new Queue({ sql }), and { tx: postgresJsAdapter(tx) } inside sql.begin.
  */
 export class Queue<T extends TaskMap = AnyTasks> {
   readonly schema: string;
   private readonly queries: EnqueueStatements;
   private readonly control: ControlStatements;
-  private readonly handle: PoolHandle | undefined;
+  /** Where calls without `tx` run, and waitFor LISTENs; undefined when the options gave no connection. */
+  private readonly db: Driver | undefined;
   private readonly maxPayloadBytes: number;
   private readonly metrics: SluiceMetrics | undefined;
   private outcomes: OutcomeListener | undefined;
@@ -104,13 +118,13 @@ export class Queue<T extends TaskMap = AnyTasks> {
     }
     this.metrics = options.metrics;
     this.schemas = resolveSchemas(options.schemas, 'Queue');
-    this.handle = options.pool || options.connectionString ? openPool(options, 10, 'sluice-queue') : undefined;
-    this.wakeUps = this.handle && new WakeUps(this.handle.pool, this.queries.wake, channelFor(this.schema));
+    this.db = hasConnection(options) ? openQueueDriver(resolveDriverName(options, 'Queue'), options) : undefined;
+    this.wakeUps = this.db && new WakeUps(this.db, this.queries.wake, channelFor(this.schema));
   }
 
-  /** The pool the Queue uses when no `tx` is given. */
+  /** The `pg` Pool the Queue uses when no `tx` is given (yours, or the one it made); undefined on postgres.js. */
   get pool(): pg.Pool | undefined {
-    return this.handle?.pool;
+    return this.db && 'pool' in this.db ? (this.db.pool as pg.Pool) : undefined;
   }
 
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
@@ -211,7 +225,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
    * the statement that finishes the job, sent only because this call asked for it;
    * re-reads the job every `pollIntervalMs` in case a notification is lost.
    * Throws WaitTimeoutError after `timeoutMs` (the job is not affected) and
-   * JobNotFoundError for an unknown id. Needs the Queue's own pool (not only `tx`).
+   * JobNotFoundError for an unknown id. Needs the Queue's own connection (not only `tx`).
    *
    * @example
    *   const id = await queue.enqueue('resize', { url });
@@ -224,8 +238,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
     const pollIntervalMs = config.intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 2 ** 31 - 1);
     const jobId = String(id);
     if (!/^\d{1,19}$/.test(jobId)) throw new ValidationError(`waitFor: not a job id: ${jobId}`);
-    const pool = this.executor(undefined) as pg.Pool;
-    this.outcomes ??= new OutcomeListener(pool, this.schema);
+    const db = this.ownDriver();
+    this.outcomes ??= new OutcomeListener(db, this.schema);
     await this.outcomes.start();
 
     let wake: () => void = () => {};
@@ -234,7 +248,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     try {
       // Flag the job for a notification first, then read it: an outcome written
       // after the flag is announced, one written before it is read below.
-      await rows(pool, this.queries.watchJob, [jobId, channelFor(this.schema)]);
+      await rows(db, this.queries.watchJob, [jobId, channelFor(this.schema)]);
       for (;;) {
         const job = await this.getJob<P>(jobId);
         if (!job) throw new JobNotFoundError(jobId);
@@ -344,11 +358,11 @@ export class Queue<T extends TaskMap = AnyTasks> {
     return listQueueSettings(this.executor(options.tx), this.control);
   }
 
-  /** Ends the pool Sluice made (a pool you passed in is left open). */
+  /** Ends the connections Sluice opened (a pool or `sql` you passed in is left open). */
   async close(): Promise<void> {
     await this.wakeUps?.settled();
     await this.outcomes?.stop();
-    await this.handle?.end();
+    await this.db?.end();
   }
 
   private executor(tx: Queryable | undefined): Queryable {
@@ -356,15 +370,31 @@ export class Queue<T extends TaskMap = AnyTasks> {
       if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
       return tx;
     }
-    if (!this.handle) throw new ConfigError('this Queue has no connection: pass { tx } or give connectionString/pool');
-    return this.handle.pool;
+    return this.ownDriver();
   }
+
+  private ownDriver(): Driver {
+    if (!this.db) throw new ConfigError('this Queue has no connection: pass { tx } or give connectionString, pool or sql');
+    return this.db;
+  }
+}
+
+/**
+ * The Queue's driver. The constructor cannot wait, so postgres.js (an optional
+ * package, imported on demand) opens on the first call; pg opens at once, so
+ * that `queue.pool` is there from the start.
+ */
+function openQueueDriver(name: DriverName, options: DriverConnectionOptions): Driver {
+  const connection = { connectionString: options.connectionString, pool: options.pool, sql: options.sql };
+  if (name === 'pg') return pgDriver({ ...connection, max: POOL_SIZE, applicationName: 'sluice-queue' });
+  return lazyDriver(() => openDriver(name, connection, POOL_SIZE, 'sluice-queue'));
 }
 
 /** A key held by another job (mode 'error') becomes a DuplicateJobError; anything else is wrapped as usual. */
 function enqueueError(err: unknown, context: string): Error {
-  const e = err as { code?: string; constraint?: string; detail?: string; message?: string } | null;
-  if (e?.code === '23505' && e.constraint === 'jobs_job_key_idx') {
+  // pg calls the violated index `constraint`, postgres.js `constraint_name`.
+  const e = err as { code?: string; constraint?: string; constraint_name?: string; detail?: string; message?: string } | null;
+  if (e?.code === '23505' && (e.constraint ?? e.constraint_name) === 'jobs_job_key_idx') {
     const existing = /existing job id: (\d+)/.exec(e.detail ?? '')?.[1];
     const key = /holds key (.*)$/.exec(e.message ?? '')?.[1];
     return new DuplicateJobError(`${context}: ${e.message}`, existing, key, { cause: err });
