@@ -4,9 +4,9 @@ export type { CronSchedule } from './maintenance/cron-schedule.js';
 export { listSchedules, type CronTick, type ScheduleInfo } from './maintenance/cron.js';
 export type { RescuedJob } from './maintenance/rescuer.js';
 export type { FetchLoopStats as WorkerStats } from './worker/fetch-loop.js';
-export { migrate, type MigrationResult } from './migrate.js';
+export { migrate, type MigrateOptions, type MigrationResult } from './migrate.js';
 export type { WorkerOptions } from './worker/options.js';
-export type { ConnectionOptions } from './db/connection.js';
+export type { ConnectionOptions, DriverConnectionOptions } from './db/connection.js';
 export type { DriverName } from './db/driver.js';
 export type {
   JobRow, JobStatus, JobContext, JobError, JobSpec, TaskSpec, JobKeyMode, TaskHandler, TaskDefinition, TaskList, TaskMap, AnyTasks,

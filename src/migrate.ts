@@ -1,9 +1,10 @@
 import { readdir, readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
-import type pg from 'pg';
 import { quoteSchema } from './db/identifiers.js';
 import { migrateStatements } from './db/statements/migrate.js';
-import { openPool, checkConnection, connectionError, type ConnectionOptions } from './db/connection.js';
+import { connectionError, hasConnection, resolveDriverName, type DriverConnectionOptions } from './db/connection.js';
+import { openDriver } from './db/drivers/open.js';
+import { rows, type Queryable } from './db/executor.js';
 import { ConfigError, MigrationError, isConnectionFailure } from './errors.js';
 import { checks } from './validate.js';
 
@@ -16,6 +17,9 @@ export interface Migration {
   name: string;
   sql: string;
 }
+
+/** Where to migrate: `connectionString`, your `pg` Pool, or your postgres.js `sql`; `schema`; `driver`. */
+export type MigrateOptions = DriverConnectionOptions;
 
 export interface MigrationResult {
   schema: string;
@@ -52,38 +56,43 @@ export async function loadMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]>
  *
  * @example
  *   await migrate({ connectionString: process.env.DATABASE_URL });
+ *   await migrate({ sql }); // your postgres.js instance: its settings, a connection of migrate's own
  */
-export async function migrate(options: ConnectionOptions): Promise<MigrationResult> {
-  checkConnection(options, 'migrate');
+export async function migrate(options: MigrateOptions): Promise<MigrationResult> {
+  if (!options || typeof options !== 'object') throw new ConfigError('migrate: options object required');
+  const driverName = resolveDriverName(options, 'migrate');
+  if (!hasConnection(options)) throw new ConfigError('migrate: give connectionString, pool or sql');
   const schema = schemaOption(options.schema);
-  const handle = openPool(options, 1, 'sluice-migrate');
-  let client: pg.PoolClient;
+  const migrations = await loadMigrations();
+  const { connectionString, pool, sql } = options;
+  const driver = await openDriver(driverName, { connectionString, pool, sql }, 1, 'sluice-migrate');
+  // Whether the transaction began: a connection failure before that is "cannot
+  // reach Postgres", one after it interrupted the migration.
+  let began = false;
   try {
-    client = await handle.pool.connect();
+    return await driver.transaction((tx) => {
+      began = true;
+      return migrateWith(tx, schema, migrations);
+    });
   } catch (err) {
-    await handle.end();
-    throw connectionError(err, options.connectionString);
-  }
-  try {
-    return await migrateWith(client, schema, await loadMigrations());
+    if (!began && isConnectionFailure(err)) throw connectionError(err, connectionString);
+    throw err;
   } finally {
-    client.release();
-    await handle.end();
+    await driver.end();
   }
 }
 
-async function migrateWith(client: pg.PoolClient, schema: string, migrations: Migration[]): Promise<MigrationResult> {
+/** Runs inside the driver's transaction, which rolls everything back when this throws. */
+async function migrateWith(tx: Queryable, schema: string, migrations: Migration[]): Promise<MigrationResult> {
   const s = quoteSchema(schema);
   const q = migrateStatements(schema);
   const applied: MigrationResult['applied'] = [];
   let current: Migration | undefined;
   try {
-    await client.query('BEGIN');
-    await client.query(q.lock, [`sluice:migrate:${schema}`]);
-    await client.query(q.createSchema);
-    await client.query(q.createMigrationsTable);
-    const { rows } = await client.query<{ version: number }>(q.appliedVersions);
-    const done = new Set(rows.map((r) => r.version));
+    await tx.query(q.lock, [`sluice:migrate:${schema}`]);
+    await tx.query(q.createSchema);
+    await tx.query(q.createMigrationsTable);
+    const done = new Set((await rows<{ version: number }>(tx, q.appliedVersions)).map((r) => r.version));
     const newest = migrations.at(-1)?.version ?? 0;
     const unknown = [...done].filter((v) => v > newest);
     if (unknown.length > 0) {
@@ -94,17 +103,15 @@ async function migrateWith(client: pg.PoolClient, schema: string, migrations: Mi
     for (const migration of migrations) {
       if (done.has(migration.version)) continue;
       current = migration;
-      // No parameters: the simple query protocol runs a file of many statements.
+      // No parameters: the simple query protocol (both drivers use it then) runs a file of many statements.
       // A replacer function, not the string: a string replacement reads $&, $$, $`
       // and $' as patterns, and a schema named with them would name another schema.
-      await client.query(migration.sql.replaceAll(':SCHEMA', () => s));
-      await client.query(q.recordVersion, [migration.version, migration.name]);
+      await tx.query(migration.sql.replaceAll(':SCHEMA', () => s));
+      await tx.query(q.recordVersion, [migration.version, migration.name]);
       applied.push({ version: migration.version, name: migration.name });
     }
-    await client.query('COMMIT');
     return { schema, applied, version: Math.max(newest, ...done) };
   } catch (err) {
-    await client.query('ROLLBACK').catch(() => {});
     if (err instanceof MigrationError) throw err;
     if (isConnectionFailure(err)) throw new MigrationError(`migration interrupted: ${(err as Error).message}`, { cause: err });
     const where = current ? `migration ${current.version}_${current.name}` : 'migration setup';
