@@ -1,4 +1,5 @@
-import { checkConnection, type ConnectionOptions } from '../db/connection.js';
+import { checkConnection, resolveDriverName, type DriverConnectionOptions } from '../db/connection.js';
+import type { DriverName } from '../db/driver.js';
 import { ConfigError } from '../errors.js';
 import { checks } from '../validate.js';
 
@@ -12,7 +13,7 @@ export interface DashboardAuthOptions {
   basicAuth?: { username: string; password: string };
 }
 
-export interface DashboardOptions extends ConnectionOptions, DashboardAuthOptions {
+export interface DashboardOptions extends DriverConnectionOptions, DashboardAuthOptions {
   /**
    * URL path the dashboard is mounted at when it shares a server, e.g. '/sluice'.
    * Default '' (the root).
@@ -31,6 +32,7 @@ export interface DashboardOptions extends ConnectionOptions, DashboardAuthOption
 }
 
 export interface ResolvedDashboardOptions {
+  driver: DriverName;
   schema: string;
   basePath: string;
   refreshMs: number;
@@ -39,7 +41,7 @@ export interface ResolvedDashboardOptions {
 }
 
 const KEYS = new Set([
-  'connectionString', 'pool', 'schema', 'token', 'basicAuth', 'basePath', 'refreshMs', 'listenConnectionString', 'onError',
+  'connectionString', 'pool', 'sql', 'driver', 'schema', 'token', 'basicAuth', 'basePath', 'refreshMs', 'listenConnectionString', 'onError',
 ]);
 const MIN_SECRET_LENGTH = 8;
 
@@ -47,8 +49,10 @@ const MIN_SECRET_LENGTH = 8;
 export function resolveDashboardOptions(options: DashboardOptions): ResolvedDashboardOptions {
   if (!options || typeof options !== 'object') throw new ConfigError('dashboard: options object required');
   rejectUnknownKeys(options, KEYS, 'dashboard');
-  checkConnection(options, 'dashboard');
+  const driver = resolveDriverName(options, 'dashboard');
+  if (!options.sql) checkConnection(options, 'dashboard');
   return {
+    driver,
     schema: schemaOption(options.schema),
     basePath: resolveBasePath(options.basePath),
     refreshMs: intOption('refreshMs', options.refreshMs, 5000, 100, 3_600_000),

@@ -1,8 +1,7 @@
 import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify';
-import { openPool } from '../db/connection.js';
 import { channelFor } from '../db/identifiers.js';
+import { openDriver } from '../db/drivers/open.js';
 import { Notifier } from '../notify/listener.js';
-import { pgDriver } from '../db/drivers/pg.js';
 import { loadAssets, renderIndex } from './assets.js';
 import { Authenticator, describeActor, SESSION_COOKIE } from './auth.js';
 import { CsrfGuard } from './csrf.js';
@@ -36,12 +35,13 @@ const SECURITY_HEADERS = {
  */
 export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app, options) => {
   const config = resolveDashboardOptions(options);
-  const pool = openPool(options, POOL_SIZE, 'sluice-dashboard');
+  const { connectionString, pool, sql, listenConnectionString } = options;
+  // One driver for the queries and the LISTEN: on pg that is a client of its own
+  // when there is a URL, else one borrowed from your pool.
+  const db = await openDriver(config.driver, { connectionString, pool, sql, listenConnectionString }, POOL_SIZE, 'sluice-dashboard');
   const onError = options.onError ?? ((err: unknown) => app.log.warn({ err }, 'sluice dashboard: live feed error'));
-  // LISTEN on a client of its own when there is a URL, else on one borrowed from the pool.
-  const listen = pgDriver({ ...options, pool: pool.pool, max: POOL_SIZE, applicationName: 'sluice-dashboard' });
-  const notifier = new Notifier(listen, channelFor(config.schema));
-  const feed = new LiveFeed({ load: () => loadOverview(pool.pool, config.schema), notifier, refreshMs: config.refreshMs, onError });
+  const notifier = new Notifier(db, channelFor(config.schema));
+  const feed = new LiveFeed({ load: () => loadOverview(db, config.schema), notifier, refreshMs: config.refreshMs, onError });
   const auth = new Authenticator(config);
   const csrf = new CsrfGuard();
   const assets = await loadAssets();
@@ -50,7 +50,7 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
 
   // Event streams hold their connections open: end them before the server waits for connections to close.
   app.addHook('preClose', async () => feed.close());
-  app.addHook('onClose', async () => pool.end());
+  app.addHook('onClose', async () => db.end());
 
   // Who made each request, for the audit log of the actions it takes.
   const actors = new WeakMap<FastifyRequest, string>();
@@ -93,11 +93,11 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
       });
 
       registerApi(scope, {
-        db: pool.pool,
+        db,
         schema: config.schema,
         feed,
         loadOverview,
-        health: new HealthReports(pool.pool, config.schema),
+        health: new HealthReports(db, config.schema),
         actor: (req) => actors.get(req) ?? 'dashboard',
       });
     },

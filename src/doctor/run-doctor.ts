@@ -1,4 +1,5 @@
-import { checkConnection, openPool, type ConnectionOptions } from '../db/connection.js';
+import { checkConnection, resolveDriverName, type DriverConnectionOptions } from '../db/connection.js';
+import { openDriver } from '../db/drivers/open.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
 import { ConfigError, wrapDatabaseError } from '../errors.js';
@@ -9,7 +10,7 @@ import { checks as optionChecks } from '../validate.js';
 
 const { rejectUnknownKeys, schemaOption } = optionChecks(ConfigError);
 
-export interface DoctorOptions extends ConnectionOptions {
+export interface DoctorOptions extends DriverConnectionOptions {
   /** Run on this connection instead (e.g. a dashboard's pool). */
   db?: Queryable;
   /** Override where warn/critical begin. */
@@ -24,7 +25,7 @@ export interface DoctorReport {
   checks: CheckResult[];
 }
 
-const OPTION_KEYS = new Set(['connectionString', 'pool', 'schema', 'db', 'thresholds']);
+const OPTION_KEYS = new Set(['connectionString', 'pool', 'sql', 'driver', 'schema', 'db', 'thresholds']);
 
 /**
  * Inspects the live database the way `sluice doctor` does and returns every
@@ -40,14 +41,16 @@ export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
   const schema = schemaOption(options.schema);
   const thresholds = resolveThresholds(options.thresholds);
   if (options.db) return inspect(options.db, schema, thresholds);
-  checkConnection(options, 'runDoctor');
-  const handle = openPool(options, 1, 'sluice-doctor');
+  const driverName = resolveDriverName(options, 'runDoctor');
+  if (!options.sql) checkConnection(options, 'runDoctor');
+  const { connectionString, pool, sql } = options;
+  const driver = await openDriver(driverName, { connectionString, pool, sql }, 1, 'sluice-doctor');
   try {
-    return await inspect(handle.pool, schema, thresholds);
+    return await inspect(driver, schema, thresholds);
   } catch (err) {
     throw wrapDatabaseError(err, 'doctor');
   } finally {
-    await handle.end();
+    await driver.end();
   }
 }
 
