@@ -206,7 +206,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // running job looks stale although its worker is alive and about to reconnect.
     // Heartbeats therefore count as no older than the server's start: workers get a
     // full visibility timeout after a restart to heartbeat again before anything
-    // of theirs is rescued (the condition is a constant, so jobs_locked_idx still
+    // of theirs is rescued (the condition is a constant, so jobs_processing_idx still
     // serves the scan).
     rescue: `UPDATE ${jobs} j
       SET status = CASE WHEN j.started_at IS NOT NULL AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
