@@ -30,7 +30,10 @@ export function useWorkers(prefix: string): WorkerFixture {
   } as WorkerFixture;
   beforeAll(async () => {
     fixture.db = await createTestSchema(prefix);
-    fixture.queue = new Queue({ pool: fixture.db.pool, schema: fixture.db.schema });
+    // On postgres.js the Queue runs on it too; on pg it shares the file's pool.
+    fixture.queue = TEST_DRIVER === 'postgres.js'
+      ? new Queue({ connectionString: fixture.db.url, driver: TEST_DRIVER, schema: fixture.db.schema })
+      : new Queue({ pool: fixture.db.pool, schema: fixture.db.schema });
   });
   afterEach(async () => {
     await Promise.all(workers.splice(0).map((w) => w.stop()));
