@@ -12,6 +12,8 @@ import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
 import { channelFor, quoteSchema } from '../src/db/identifiers.js';
 import { loadMigrations } from '../src/migrate.js';
 import { decodeMessage, type WakeHint } from '../src/notify/codec.js';
+import { startDashboard } from '../src/dashboard/server.js';
+import { openEventStream } from './helpers/sse.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
 
 // Queue, migrate and the admin API on postgres.js (the worker's own tests run on
@@ -251,5 +253,29 @@ describe('the admin API on postgres.js', () => {
     expect(await queue.setQueueConcurrency('adm', 2)).toMatchObject({ name: 'adm', concurrencyLimit: 2 });
     expect((await queue.listQueues()).find((q) => q.name === 'adm')).toMatchObject({ paused: true });
     expect(await queue.resumeQueue('adm')).toMatchObject({ paused: false });
+  });
+});
+
+describe('the dashboard on postgres.js', () => {
+  it('serves jobs and health, and its live feed hears enqueues over its postgres.js LISTEN', async () => {
+    const dash = await startDashboard({ sql, schema: db.schema, port: 0, refreshMs: 3_600_000 });
+    const events = await openEventStream(new URL('api/events', dash.url).href);
+    try {
+      await events.next('overview');
+      await waitFor(async () => (await db.pool.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen' AND query = $1`,
+        [`LISTEN "sluice:${db.schema}"`])).rows[0].n === 1, 'the dashboard to LISTEN');
+      const id = await queue.enqueue('shown', { x: 1 }, { queue: 'dash' });
+      expect(await events.next('jobs', (d) => d.queue === 'dash')).toEqual({ queue: 'dash' });
+
+      const jobs = await (await fetch(new URL('api/jobs?queue=dash', dash.url))).json() as { jobs: { id: string }[] };
+      expect(jobs.jobs.map((j) => j.id)).toEqual([id]);
+      const one = await (await fetch(new URL(`api/jobs/${id}`, dash.url))).json() as { job: unknown };
+      expect(one.job).toMatchObject({ id, payload: { x: 1 } });
+      expect((await fetch(new URL('api/health', dash.url))).status).toBe(200);
+    } finally {
+      events.close();
+      await dash.close();
+    }
   });
 });
