@@ -15,7 +15,7 @@ async function keyed(key: string): Promise<JobRow[]> {
 /** Claims with the worker's statement (no results to write). */
 async function claim(queueName: string, task: string): Promise<JobRow[]> {
   const { rows } = await fx.db.pool.query(workerStatements(fx.db.schema).cycle,
-    ['W', [], [], [], [], [], [], [], [queueName], [task], 10, [], 'unused']);
+    ['W', [], [], [], [], [], [], [], [queueName], [task], 10, [], 'unused', [], 10]);
   return rows.filter((r) => r.id !== null);
 }
 

@@ -7,7 +7,7 @@ export interface WorkerFixture {
   db: TestDatabase;
   queue: Queue;
   /** A started worker on the file's schema; stopped after each test. `before` sees it before it starts. */
-  start(options: Omit<WorkerOptions, 'connectionString' | 'schema'>, before?: (worker: Worker) => void): Promise<Worker>;
+  start(options: Omit<WorkerOptions, 'schema'>, before?: (worker: Worker) => void): Promise<Worker>;
 }
 
 /**
@@ -17,7 +17,7 @@ export interface WorkerFixture {
 export function useWorkers(prefix: string): WorkerFixture {
   const workers: Worker[] = [];
   const fixture = {
-    async start(options: Omit<WorkerOptions, 'connectionString' | 'schema'>, before?: (worker: Worker) => void) {
+    async start(options: Omit<WorkerOptions, 'schema'>, before?: (worker: Worker) => void) {
       const worker = new Worker({
         connectionString: fixture.db.url, schema: fixture.db.schema, driver: TEST_DRIVER, ...options,
       });
