@@ -1,11 +1,17 @@
 -- Optional least-privilege roles for Sluice. Not a migration: apply it yourself,
--- as the owner of the schema, after `sluice migrate`, with :SCHEMA replaced by the
--- quoted schema name, e.g.
---   sed 's/:SCHEMA/"sluice"/g' node_modules/sluice/sql/roles.sql | psql "$DATABASE_URL"
+-- as the owner of the schema, after `sluice migrate` (it needs migration 0011),
+-- with psql setting SCHEMA to the quoted schema name, in one transaction:
+--   psql "$DATABASE_URL" -1 -v ON_ERROR_STOP=1 -v SCHEMA='"sluice"' -f node_modules/sluice/sql/roles.sql
 -- and then give the group roles to the login roles your processes use:
 --   GRANT sluice_worker TO app_worker;
 --   GRANT sluice_enqueue TO app_web;
--- Re-running it is harmless. Both roles are NOLOGIN groups.
+-- Re-running it is harmless, and after an upgrade it is how the roles lose what an
+-- older version of this file granted: every privilege below is revoked first.
+-- Both roles are NOLOGIN groups.
+--
+-- Column privileges say which columns each role may write; migration 0011 adds
+-- what they cannot say (a new row is a new job, a row changes only as a run
+-- changes it, a payload limit), for every role that does not own the schema.
 
 DO $$
 BEGIN
@@ -18,36 +24,46 @@ BEGIN
 END
 $$;
 
--- Enqueue only: Queue.enqueue / enqueueMany and SELECT enqueue_job(...), with or
--- without job keys. It can add jobs and learn their ids; it cannot read payloads,
--- claim, fail or delete jobs (the only change it can make is the payload and
--- run_at of a pending job, which is what jobKey mode 'replace' does).
--- Queue.getJob needs SELECT on jobs and jobs_history, not granted here.
--- The insert trigger's pg_notify needs no grant.
+-- REVOKE ALL on a table also revokes its column privileges.
+REVOKE ALL ON :SCHEMA.jobs, :SCHEMA.queues, :SCHEMA.leader, :SCHEMA.cron_schedules,
+  :SCHEMA.jobs_history, :SCHEMA.audit_log, :SCHEMA.migrations FROM sluice_enqueue, sluice_worker;
+REVOKE ALL ON SEQUENCE :SCHEMA.jobs_id_seq FROM sluice_enqueue, sluice_worker;
+REVOKE ALL ON FUNCTION :SCHEMA.enqueue_job FROM sluice_enqueue, sluice_worker;
+
+-- Enqueue only: Queue.enqueue / enqueueMany (a plain INSERT, RETURNING the id and
+-- run_at) and SELECT enqueue_job(...), with job keys in every mode (keep, replace,
+-- error, while processing), which enqueue_job() does with its owner's rights.
+-- It cannot read payloads, change, lock, claim or delete any job, or insert one
+-- that is not new. Queue.getJob and Queue.waitFor are not covered (they read and
+-- flag rows). The insert trigger's pg_notify needs no grant.
 GRANT USAGE ON SCHEMA :SCHEMA TO sluice_enqueue;
-GRANT INSERT ON :SCHEMA.jobs TO sluice_enqueue;
+GRANT INSERT (queue, task, payload, run_at, max_attempts, priority, trace_context) ON :SCHEMA.jobs TO sluice_enqueue;
+GRANT SELECT (id, run_at) ON :SCHEMA.jobs TO sluice_enqueue;
 GRANT USAGE ON SEQUENCE :SCHEMA.jobs_id_seq TO sluice_enqueue;
 GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_enqueue;
--- RETURNING id, and finding the holder of a job key (jobKey, mode 'keep'/'error').
-GRANT SELECT (id, queue, status, job_key, key_scope) ON :SCHEMA.jobs TO sluice_enqueue;
--- jobKey mode 'replace': a pending holder takes the new payload and run_at (and
--- enqueue_job reads the row's tableoid to find the channel to notify).
-GRANT UPDATE (payload, run_at, updated_at) ON :SCHEMA.jobs TO sluice_enqueue;
-GRANT SELECT (tableoid) ON :SCHEMA.jobs TO sluice_enqueue;
 
--- Worker: claims (SELECT ... FOR UPDATE SKIP LOCKED needs UPDATE), heartbeats,
--- results, release on stop, and the maintenance lease and rescuer. No INSERT or
--- DELETE on jobs. The pruner is not covered: moving rows into jobs_history
--- creates and drops its partitions, which only the owner of the schema may do, so
--- run workers with this role as `maintenance: { pruner: false }` and prune from
--- one process that connects as the owner.
--- A handler that enqueues follow-up jobs needs sluice_enqueue as well.
+-- Worker: the cycle (results written, next batch claimed), claim_limited(),
+-- heartbeats, progress, release on stop, snooze, and the maintenance lease and
+-- rescuer. It reads jobs whole (a claim returns the row) but writes only the
+-- columns a run changes, and only as a run changes them (0011): it cannot insert,
+-- delete, cancel or reschedule jobs, touch finished ones, or change a job's queue,
+-- task, payload, priority or key. Workers share this role and a job's locked_by
+-- is not a credential, so it can write the outcome of any processing job.
+-- The pruner is not covered: moving rows into jobs_history creates and drops its
+-- partitions, which only the owner of the schema may do, so run workers with this
+-- role as `maintenance: { pruner: false }` and prune from one process that
+-- connects as the owner. A handler that enqueues follow-up jobs with a Queue
+-- needs sluice_enqueue as well.
 GRANT USAGE ON SCHEMA :SCHEMA TO sluice_worker;
-GRANT SELECT, UPDATE ON :SCHEMA.jobs TO sluice_worker;
+GRANT SELECT ON :SCHEMA.jobs TO sluice_worker;
+GRANT UPDATE (status, attempts, run_at, locked_at, locked_by, started_at, finished_at, updated_at,
+  last_error, errors, result, progress, key_scope) ON :SCHEMA.jobs TO sluice_worker;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.leader TO sluice_worker;
--- Paused and concurrency-limited queues: the claim reads them and claim_limited()
--- locks the queue's row (FOR UPDATE needs UPDATE). Pausing is the admin's job.
-GRANT SELECT, UPDATE ON :SCHEMA.queues TO sluice_worker;
--- Workers given `schedules` write their definitions and ticks here, and enqueue
--- the ticks: grant such workers sluice_enqueue as well.
+-- Paused and concurrency-limited queues: the claim reads them, and claim_limited()
+-- locks a limited queue's row, for which Postgres wants UPDATE on some column:
+-- updated_at alone, so pausing, resuming and limits stay the admin's.
+GRANT SELECT, UPDATE (updated_at) ON :SCHEMA.queues TO sluice_worker;
+-- Workers given `schedules` write their definitions and ticks here and enqueue
+-- the ticks through enqueue_job().
 GRANT SELECT, INSERT, UPDATE ON :SCHEMA.cron_schedules TO sluice_worker;
+GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_worker;

@@ -1,7 +1,8 @@
 import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DatabaseError, Queue, Worker, type SluiceError } from '../src/index.js';
+import { DatabaseError, DuplicateJobError, Queue, Snooze, Worker, type SluiceError } from '../src/index.js';
 import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
 
 // sql/roles.sql applied with random role names (roles are cluster-wide, and the
@@ -9,9 +10,14 @@ import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpe
 let db: TestDatabase;
 const tag = randomBytes(4).toString('hex');
 const groups = { worker: `sluice_worker_${tag}`, enqueue: `sluice_enqueue_${tag}` };
-const logins = { worker: `w_login_${tag}`, enqueue: `e_login_${tag}` };
+// wide: a role granted everything on the table, as a careless GRANT ALL would.
+const logins = { worker: `w_login_${tag}`, enqueue: `e_login_${tag}`, wide: `x_login_${tag}` };
 const PASSWORD = `pw_${tag}`;
 const cleanup: (() => Promise<void>)[] = [];
+const pools: Record<keyof typeof logins, pg.Pool> = {} as never;
+
+/** A payload over the server's default limit for roles that do not own the schema (1 MiB). */
+const BIG = { blob: 'x'.repeat(2 * 1024 * 1024) };
 
 function urlAs(user: string): string {
   const url = new URL(db.url);
@@ -20,20 +26,59 @@ function urlAs(user: string): string {
   return url.toString();
 }
 
+/** Every row of the tables a role could tamper with, as the owner sees them. */
+async function snapshot(): Promise<unknown[]> {
+  const { rows } = await db.pool.query(`SELECT
+      (SELECT coalesce(jsonb_agg(to_jsonb(j) ORDER BY id), '[]') FROM ${db.s}.jobs j) AS jobs,
+      (SELECT coalesce(jsonb_agg(to_jsonb(q) ORDER BY name), '[]') FROM ${db.s}.queues q) AS queues,
+      (SELECT coalesce(jsonb_agg(to_jsonb(l) ORDER BY role), '[]') FROM ${db.s}.leader l) AS leader`);
+  return rows;
+}
+
+/** Each statement fails with that SQLSTATE (and so, in its own transaction, changes nothing). */
+async function expectRefused(pool: pg.Pool, code: string, statements: (string | [string, unknown[]])[]): Promise<void> {
+  for (const entry of statements) {
+    const [sql, params] = typeof entry === 'string' ? [entry, []] : entry;
+    await expect(pool.query(sql, params), sql).rejects.toMatchObject({ code });
+  }
+}
+
+/** Inserts a job as the owner, in any state, and returns its id. */
+async function ownerInsert(columns: Record<string, unknown>): Promise<string> {
+  const names = Object.keys(columns);
+  const { rows } = await db.pool.query(
+    `INSERT INTO ${db.s}.jobs (${names.join(', ')}) VALUES (${names.map((_, i) => `$${i + 1}`).join(', ')}) RETURNING id::text`,
+    Object.values(columns));
+  return rows[0].id;
+}
+
 beforeAll(async () => {
   db = await createTestSchema('roles');
+  // What an older sql/roles.sql granted, which applying this one must take back.
+  for (const group of Object.values(groups)) await db.pool.query(`CREATE ROLE ${group} NOLOGIN`);
+  await db.pool.query(`GRANT USAGE ON SCHEMA ${db.s} TO ${groups.enqueue}, ${groups.worker}`);
+  await db.pool.query(`GRANT INSERT ON ${db.s}.jobs TO ${groups.enqueue}`);
+  await db.pool.query(`GRANT UPDATE (payload, run_at, updated_at) ON ${db.s}.jobs TO ${groups.enqueue}`);
+  await db.pool.query(`GRANT SELECT, UPDATE ON ${db.s}.jobs, ${db.s}.queues TO ${groups.worker}`);
+
+  const names: Record<string, string> = { ':SCHEMA': db.s, sluice_worker: groups.worker, sluice_enqueue: groups.enqueue };
   const script = (await readFile(new URL('../sql/roles.sql', import.meta.url), 'utf8'))
-    .replaceAll(':SCHEMA', db.s)
-    .replaceAll('sluice_worker', groups.worker)
-    .replaceAll('sluice_enqueue', groups.enqueue);
+    .replace(/:SCHEMA|sluice_worker|sluice_enqueue/g, (name) => names[name]!);
   await db.pool.query(script);
   await db.pool.query(script); // re-running is harmless
-  for (const kind of ['worker', 'enqueue'] as const) {
-    await db.pool.query(`CREATE ROLE ${logins[kind]} LOGIN PASSWORD '${PASSWORD}' IN ROLE ${groups[kind]}`);
+  await db.pool.query(`CREATE ROLE ${logins.worker} LOGIN PASSWORD '${PASSWORD}' IN ROLE ${groups.worker}`);
+  await db.pool.query(`CREATE ROLE ${logins.enqueue} LOGIN PASSWORD '${PASSWORD}' IN ROLE ${groups.enqueue}`);
+  await db.pool.query(`CREATE ROLE ${logins.wide} LOGIN PASSWORD '${PASSWORD}'`);
+  await db.pool.query(`GRANT USAGE ON SCHEMA ${db.s} TO ${logins.wide}`);
+  await db.pool.query(`GRANT ALL ON ${db.s}.jobs, ${db.s}.jobs_id_seq TO ${logins.wide}`);
+  for (const kind of Object.keys(logins) as (keyof typeof logins)[]) {
+    pools[kind] = new pg.Pool({ connectionString: urlAs(logins[kind]), max: 2 });
+    pools[kind].on('error', () => {});
   }
 });
 afterAll(async () => {
   for (const fn of cleanup) await fn();
+  for (const pool of Object.values(pools)) await pool.end();
   for (const role of [...Object.values(logins), ...Object.values(groups)]) {
     await db.pool.query(`DROP OWNED BY ${role}`).catch(() => {});
     await db.pool.query(`DROP ROLE IF EXISTS ${role}`);
@@ -41,73 +86,281 @@ afterAll(async () => {
   await db.drop();
 });
 
-describe('least-privilege roles (sql/roles.sql)', () => {
-  it('the enqueue role can enqueue in every way, and nothing else', async () => {
-    const queue = new Queue({ connectionString: urlAs(logins.enqueue), schema: db.schema });
-    cleanup.push(() => queue.close());
-    const id = await queue.enqueue('t', { a: 1 });
-    const ids = await queue.enqueueMany([{ task: 't' }, { task: 't', queue: 'other' }]);
-    const viaSql = await queue.pool!.query(`SELECT ${db.s}.enqueue_job('default', '{"task":"t"}') AS id`);
-    const owner = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`,
-      [[id, ...ids, viaSql.rows[0].id]]);
-    expect(owner.rows[0].n).toBe(4);
-    // Job keys: the second enqueue finds the holder, 'replace' updates its payload.
-    const keyed = await queue.enqueue('t', { v: 1 }, { jobKey: `k-${tag}` });
-    expect(await queue.enqueue('t', { v: 2 }, { jobKey: `k-${tag}` })).toBe(keyed);
-    expect(await queue.enqueue('t', { v: 3 }, { jobKey: `k-${tag}`, jobKeyMode: 'replace' })).toBe(keyed);
-    const held = await db.pool.query(`SELECT payload FROM ${db.s}.jobs WHERE id = $1`, [keyed]);
-    expect(held.rows[0].payload).toEqual({ v: 3 });
-
-    for (const sql of [
-      `SELECT payload FROM ${db.s}.jobs`,
-      `UPDATE ${db.s}.jobs SET status = 'completed'`,
-      `DELETE FROM ${db.s}.jobs`,
-      `SELECT * FROM ${db.s}.leader`,
-    ]) {
-      await expect(queue.pool!.query(sql), sql).rejects.toMatchObject({ code: '42501' });
-    }
-    // A worker with this role cannot claim: it reports a typed DatabaseError and keeps going.
-    const worker = new Worker({ connectionString: urlAs(logins.enqueue), schema: db.schema, queues: ['none'], tasks: { t: () => {} } });
-    const errors: SluiceError[] = [];
-    worker.on('error', (err) => errors.push(err));
-    await worker.start();
-    await waitFor(() => errors.length > 0, 'the claim to be refused');
-    await worker.stop();
-    expect(errors[0]).toBeInstanceOf(DatabaseError);
-    expect((errors[0] as DatabaseError).sqlState).toBe('42501');
+describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
+  it('applying roles.sql takes back what an older version granted', async () => {
+    const { rows } = await db.pool.query(`SELECT
+        has_table_privilege($1, '${db.s}.jobs', 'INSERT') AS enqueue_inserts_any_column,
+        has_column_privilege($1, '${db.s}.jobs', 'status', 'INSERT') AS enqueue_inserts_status,
+        has_column_privilege($1, '${db.s}.jobs', 'payload', 'UPDATE') AS enqueue_updates_payload,
+        has_table_privilege($2, '${db.s}.jobs', 'UPDATE') AS worker_updates_any_column,
+        has_column_privilege($2, '${db.s}.jobs', 'payload', 'UPDATE') AS worker_updates_payload,
+        has_column_privilege($2, '${db.s}.queues', 'paused', 'UPDATE') AS worker_pauses`, [groups.enqueue, groups.worker]);
+    expect(Object.values(rows[0]).every((v) => v === false), JSON.stringify(rows[0])).toBe(true);
   });
 
-  it('the worker role claims (also from a limited queue), heartbeats, completes, fails and holds the maintenance lease, but cannot add or delete jobs', async () => {
-    const ok = await db.pool.query(`INSERT INTO ${db.s}.jobs (queue, task) VALUES ('w', 'ok'), ('w', 'boom') RETURNING id::text`);
-    // A concurrency limit sends the claim through claim_limited(), which locks the queue's row.
-    await db.pool.query(`INSERT INTO ${db.s}.queues (name, concurrency_limit) VALUES ('w', 5)`);
+  it('a worker logged in as sluice_worker runs every kind of job a role holding sluice_enqueue adds, job keys in every mode', async () => {
+    const queue = new Queue({ connectionString: urlAs(logins.enqueue), schema: db.schema });
+    cleanup.push(() => queue.close());
+    await db.pool.query(`INSERT INTO ${db.s}.queues (name, concurrency_limit) VALUES ('lim', 2)`);
+
+    // Enqueued every way: one alone, several at once (those send their wake-up
+    // after the COMMIT and read run_at back), many in one statement, inside a
+    // transaction, and through enqueue_job() from SQL.
+    const plain = [
+      await queue.enqueue('t', { n: 'alone' }),
+      ...await Promise.all([1, 2, 3].map((i) => queue.enqueue('t', { n: `concurrent ${i}` }))),
+      ...await queue.enqueueMany([{ task: 't', payload: { n: 'many' } }, { task: 't', payload: { n: 'limited' }, queue: 'lim' }]),
+    ];
+    const client = await queue.pool!.connect();
+    try {
+      await client.query('BEGIN');
+      plain.push(await queue.enqueue('t', { n: 'in a transaction' }, { tx: client }));
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    plain.push(String((await queue.pool!.query(
+      `SELECT ${db.s}.enqueue_job('default', '{"task":"t","n":"sql"}') AS id`)).rows[0].id));
+
+    // Job keys: keep returns the holder, replace gives it the new payload, error
+    // refuses; a key held while processing is still held while the job runs.
+    const keep = `keep-${tag}`;
+    const held = await queue.enqueue('t', { n: 'keyed v1' }, { jobKey: keep });
+    expect(await queue.enqueue('t', { n: 'keyed v2' }, { jobKey: keep })).toBe(held);
+    expect(await queue.enqueue('t', { n: 'keyed v3' }, { jobKey: keep, jobKeyMode: 'replace' })).toBe(held);
+    await expect(queue.enqueue('t', { n: 'keyed v4' }, { jobKey: keep, jobKeyMode: 'error' })).rejects.toBeInstanceOf(DuplicateJobError);
+    const [manyKeyed, sameHolder] = await queue.enqueueMany([
+      { task: 't', payload: { n: 'keyed many' }, jobKey: `many-${tag}` },
+      { task: 't', payload: { n: 'keyed v5' }, jobKey: keep, jobKeyMode: 'replace' },
+    ]);
+    expect(sameHolder).toBe(held);
+    const viaSqlKey = String((await queue.pool!.query(
+      `SELECT ${db.s}.enqueue_job('default', '{"task":"t","n":"sql keyed"}', _job_key => $1, _job_key_mode => 'replace') AS id`,
+      [`sql-${tag}`])).rows[0].id);
+    const whileProcessing = await queue.enqueue('slow', {}, { jobKey: `active-${tag}`, jobKeyWhileProcessing: true });
+    const others = [
+      await queue.enqueue('boom', {}, { maxAttempts: 2 }),
+      await queue.enqueue('snoozy', {}),
+      await queue.enqueue('progress', {}),
+    ];
+
+    // A job whose worker died: its lock expired long ago, the leader rescues it.
+    const stale = await ownerInsert({
+      task: 't', payload: { n: 'rescued' }, status: 'processing', attempts: 1, started_at: new Date(0),
+      locked_at: new Date(Date.now() - 3_600_000), locked_by: 'dead-worker',
+    });
+
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => { release = resolve; });
+    let started!: () => void;
+    const slowStarted = new Promise<void>((resolve) => { started = resolve; });
+    let snoozed = false;
     const worker = new Worker({
       connectionString: urlAs(logins.worker),
       schema: db.schema,
-      queues: ['w'],
+      queues: ['default', 'lim'],
       heartbeatIntervalMs: 100,
+      visibilityTimeoutMs: 5_000,
+      rescueIntervalMs: 200,
+      backoff: { baseMs: 20, shape: 'fixed' },
       maintenance: { pruner: false },
+      schedules: [{ name: `tick-${tag}`, cron: '* * * * * *', task: 'tick' }],
       tasks: {
-        ok: async () => { await new Promise((r) => setTimeout(r, 300)); }, // long enough for heartbeats
+        t: async (payload: { n: string }) => {
+          await new Promise((r) => setTimeout(r, 250)); // long enough for heartbeats
+          return { ran: payload.n };
+        },
+        slow: async () => { started(); await released; },
         boom: () => { throw new Error('boom'); },
+        snoozy: () => {
+          if (!snoozed) { snoozed = true; throw new Snooze(10); }
+          return 'woke';
+        },
+        progress: (_payload, ctx) => { ctx.progress({ pct: 50 }); return 'done'; },
+        tick: () => 'ticked',
       },
     });
     const errors: SluiceError[] = [];
     worker.on('error', (err) => errors.push(err));
     const elected = nextEvent(worker, 'leader:elected');
     await worker.start();
+    cleanup.push(() => worker.stop());
     await elected;
+
+    // While the job runs, its key is still held: keep and replace both get the running job, unchanged.
+    await slowStarted;
+    expect(await queue.enqueue('slow', { n: 'again' }, { jobKey: `active-${tag}` })).toBe(whileProcessing);
+    expect(await queue.enqueue('slow', { n: 'again' }, { jobKey: `active-${tag}`, jobKeyMode: 'replace' })).toBe(whileProcessing);
+    release();
+
+    const all = [...plain, held, manyKeyed!, viaSqlKey, whileProcessing, ...others, stale];
     await waitFor(async () => {
-      const { rows } = await db.pool.query(`SELECT status FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
-        [ok.rows.map((r) => r.id)]);
-      return rows.map((r) => r.status).join() === 'completed,pending';
-    }, 'one completed, one failed and waiting for its retry');
+      const { rows } = await db.pool.query(
+        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) AND status IN ('completed', 'failed')`, [all]);
+      const ticks = await db.pool.query(
+        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'tick' AND status = 'completed'`);
+      return rows[0].n === all.length && ticks.rows[0].n >= 1;
+    }, 'every job finished and a cron tick run');
     await worker.stop();
     expect(errors).toEqual([]);
 
-    const queue = new Queue({ connectionString: urlAs(logins.worker), schema: db.schema });
-    cleanup.push(() => queue.close());
+    const { rows } = await db.pool.query(
+      `SELECT id::text, status, result, progress, attempts, jsonb_array_length(errors) AS failures, key_scope
+       FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [all]);
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    expect(rows.filter((r) => r.id !== others[0]).every((r) => r.status === 'completed')).toBe(true);
+    expect(byId.get(held)).toMatchObject({ result: { ran: 'keyed v5' } });
+    expect(byId.get(whileProcessing)).toMatchObject({ status: 'completed', key_scope: 'active' });
+    expect(byId.get(others[0]!)).toMatchObject({ status: 'failed', attempts: 2, failures: 2 });
+    expect(byId.get(others[1]!)).toMatchObject({ result: 'woke', attempts: 1 });
+    expect(byId.get(others[2]!)).toMatchObject({ result: 'done', progress: { pct: 50 } });
+    expect(byId.get(stale)).toMatchObject({ result: { ran: 'rescued' }, attempts: 2, failures: 1 });
+    const ran = rows.filter((r) => r.result?.ran).map((r) => r.result.ran).sort();
+    expect(ran).toEqual(['alone', 'concurrent 1', 'concurrent 2', 'concurrent 3', 'in a transaction', 'keyed many',
+      'keyed v5', 'limited', 'many', 'rescued', 'sql', 'sql keyed']);
+  });
+
+  it('the enqueue role cannot change, forge, lock, read or delete jobs, nor skip the payload limit', async () => {
+    const pool = pools.enqueue;
+    const completed = await ownerInsert({ task: 't', status: 'completed', result: { real: true }, finished_at: new Date() });
+    const pending = await ownerInsert({ task: 't', job_key: `victim-${tag}`, key_scope: 'pending' });
+    const before = await snapshot();
+
+    await expectRefused(pool, '42501', [
+      // Rewrite the payload of a completed job; push a job out by 100 years.
+      [`UPDATE ${db.s}.jobs SET payload = '{"forged":true}' WHERE id = $1`, [completed]],
+      [`UPDATE ${db.s}.jobs SET run_at = now() + interval '100 years' WHERE id = $1`, [pending]],
+      // A row that claims to be completed with a forged result.
+      `INSERT INTO ${db.s}.jobs (task, status, result, finished_at) VALUES ('t', 'completed', '{"forged":true}', now())`,
+      // A processing row holding a key, its heartbeat ten years ahead: the rescuer would never free the key.
+      `INSERT INTO ${db.s}.jobs (task, status, attempts, job_key, key_scope, locked_at, locked_by)
+       VALUES ('t', 'processing', 1, 'blocked-${tag}', 'active', now() + interval '10 years', 'nobody')`,
+      // Keys are taken only through enqueue_job(), which decides what a conflict does.
+      `INSERT INTO ${db.s}.jobs (task, job_key, key_scope) VALUES ('t', 'raw-${tag}', 'active')`,
+      `INSERT INTO ${db.s}.jobs (task, created_at) VALUES ('t', now() - interval '1 year')`,
+      `DELETE FROM ${db.s}.jobs`,
+      `TRUNCATE ${db.s}.jobs`,
+      `SELECT payload FROM ${db.s}.jobs`,
+      `SELECT job_key, status FROM ${db.s}.jobs`,
+      // No row locks: a held lock would stall workers.
+      `SELECT id FROM ${db.s}.jobs FOR UPDATE SKIP LOCKED`,
+      `SELECT id FROM ${db.s}.jobs FOR KEY SHARE`,
+      `SELECT * FROM ${db.s}.claim_limited('default', 'me', '{t}', 10)`,
+      `UPDATE ${db.s}.queues SET paused = true`,
+      `INSERT INTO ${db.s}.queues (name, paused) VALUES ('default', true)`,
+      `SELECT * FROM ${db.s}.leader`,
+      `INSERT INTO ${db.s}.cron_schedules (name, cron, timezone, task, queue, last_tick) VALUES ('x', '* * * * *', 'UTC', 't', 'default', now())`,
+      `SELECT * FROM ${db.s}.jobs_history`,
+    ]);
+
+    // The payload limit holds whichever way the job comes in, and a session cannot lift it.
+    const big = JSON.stringify(BIG);
+    await expectRefused(pool, '54000', [
+      [`INSERT INTO ${db.s}.jobs (task, payload) VALUES ('t', $1::jsonb)`, [big]],
+      [`SELECT ${db.s}.enqueue_job('default', $1::jsonb, _task => 't')`, [big]],
+      [`SELECT ${db.s}.enqueue_job('default', $1::jsonb, _task => 't', _job_key => $2, _job_key_mode => 'replace')`, [big, `victim-${tag}`]],
+      [`SELECT ${db.s}.enqueue_job('default', $1::jsonb, _task => 't', _job_key => $2)`, [big, `new-${tag}`]],
+    ]);
+    const client = await pool.connect();
+    try {
+      await client.query(`SET sluice.max_payload_bytes = '100000000'`);
+      await expect(client.query(`INSERT INTO ${db.s}.jobs (task, payload) VALUES ('t', $1::jsonb)`, [big]))
+        .rejects.toMatchObject({ code: '54000' });
+    } finally {
+      client.release();
+    }
+    // A Queue configured for larger payloads passes the client's check and meets the server's.
+    const queue = new Queue({ pool, schema: db.schema, maxPayloadBytes: 4 * 1024 * 1024 });
+    const refused = await queue.enqueue('t', BIG).catch((err: unknown) => err);
+    expect(refused).toBeInstanceOf(DatabaseError);
+    expect((refused as DatabaseError).sqlState).toBe('54000');
+    await expect(pool.query(`SELECT ${db.s}.enqueue_job('default', '{}', _task => 't', _job_key => 'k', _job_key_mode => 'steal')`))
+      .rejects.toMatchObject({ code: '22023' });
+
+    expect(await snapshot()).toEqual(before);
+
+    // The owner decides the limit, for roles that do not own the schema, and is not bound by it.
+    await db.pool.query(`ALTER FUNCTION ${db.s}.check_payload_limit() SET sluice.max_payload_bytes = '4194304'`);
+    try {
+      const id = await queue.enqueue('t', BIG);
+      const { rows } = await db.pool.query(`SELECT length(payload->>'blob') AS n FROM ${db.s}.jobs WHERE id = $1`, [id]);
+      expect(rows[0].n).toBe(BIG.blob.length);
+    } finally {
+      await db.pool.query(`ALTER FUNCTION ${db.s}.check_payload_limit() SET sluice.max_payload_bytes = '1048576'`);
+    }
+    await expect(new Queue({ pool: db.pool, schema: db.schema, maxPayloadBytes: 4 * 1024 * 1024 }).enqueue('t', BIG))
+      .resolves.toMatch(/^\d+$/);
+  });
+
+  it('the worker role cannot un-pause queues, rewrite jobs, touch finished ones or add and delete jobs', async () => {
+    const pool = pools.worker;
+    await db.pool.query(`INSERT INTO ${db.s}.queues (name, paused, concurrency_limit) VALUES ('held', true, 1)`);
+    const pending = await ownerInsert({ task: 't', queue: 'held' });
+    const completed = await ownerInsert({ task: 't', status: 'completed', result: { real: true }, finished_at: new Date() });
+    const failed = await ownerInsert({ task: 't', status: 'failed', attempts: 5, finished_at: new Date() });
+    const running = await ownerInsert({
+      task: 't', status: 'processing', attempts: 1, locked_at: new Date(), locked_by: 'w', job_key: `run-${tag}`, key_scope: 'released',
+    });
+    const before = await snapshot();
+
+    await expectRefused(pool, '42501', [
+      // Column privileges: queues are the admin's, a job's what and where are the enqueuer's.
+      `UPDATE ${db.s}.queues SET paused = false WHERE name = 'held'`,
+      `UPDATE ${db.s}.queues SET concurrency_limit = NULL WHERE name = 'held'`,
+      `INSERT INTO ${db.s}.queues (name, paused) VALUES ('other', true)`,
+      `DELETE FROM ${db.s}.queues`,
+      [`UPDATE ${db.s}.jobs SET task = 'other' WHERE id = $1`, [pending]],
+      [`UPDATE ${db.s}.jobs SET payload = '{"forged":true}' WHERE id = $1`, [running]],
+      [`UPDATE ${db.s}.jobs SET queue = 'default', priority = 100 WHERE id = $1`, [pending]],
+      [`UPDATE ${db.s}.jobs SET max_attempts = 1000 WHERE id = $1`, [running]],
+      [`UPDATE ${db.s}.jobs SET job_key = 'other' WHERE id = $1`, [running]],
+      `INSERT INTO ${db.s}.jobs (task) VALUES ('t')`,
+      `DELETE FROM ${db.s}.jobs`,
+      `TRUNCATE ${db.s}.jobs`,
+      `SELECT * FROM ${db.s}.jobs_history`,
+      // The state machine (0011): only a run's own steps.
+      [`UPDATE ${db.s}.jobs SET result = '{"forged":true}' WHERE id = $1`, [completed]],
+      [`UPDATE ${db.s}.jobs SET status = 'pending', attempts = 0, finished_at = NULL WHERE id = $1`, [failed]],
+      [`UPDATE ${db.s}.jobs SET run_at = now() + interval '100 years' WHERE id = $1`, [pending]],
+      [`UPDATE ${db.s}.jobs SET status = 'cancelled', finished_at = now() WHERE id = $1`, [pending]],
+      [`UPDATE ${db.s}.jobs SET status = 'completed', result = '{"forged":true}' WHERE id = $1`, [pending]],
+      [`UPDATE ${db.s}.jobs SET status = 'processing', locked_at = now(), locked_by = 'me' WHERE id = $1`, [pending]],
+      [`UPDATE ${db.s}.jobs SET status = 'cancelled' WHERE id = $1`, [running]],
+      [`UPDATE ${db.s}.jobs SET key_scope = 'active' WHERE id = $1`, [running]],
+    ]);
+    expect(await snapshot()).toEqual(before);
+
+    // What it may do to a processing job is what a run does: here, finish it.
+    const done = await pool.query(`UPDATE ${db.s}.jobs SET status = 'completed', result = '1', locked_at = NULL, finished_at = now()
+      WHERE id = $1 AND status = 'processing' RETURNING id`, [running]);
+    expect(done.rowCount).toBe(1);
+    // And enqueue_job(), for cron ticks; a Queue's plain INSERT is refused.
+    await expect(pool.query(`SELECT ${db.s}.enqueue_job('default', '{"task":"t"}')`)).resolves.toBeDefined();
+    const queue = new Queue({ pool, schema: db.schema });
     await expect(queue.enqueue('t')).rejects.toMatchObject({ code: 'DATABASE', sqlState: '42501' });
-    await expect(queue.pool!.query(`DELETE FROM ${db.s}.jobs`)).rejects.toMatchObject({ code: '42501' });
+  });
+
+  it('a role granted everything on the table still cannot forge jobs; the owner can', async () => {
+    const pool = pools.wide;
+    const completed = await ownerInsert({ task: 't', status: 'completed', result: { real: true }, finished_at: new Date() });
+    const pending = await ownerInsert({ task: 't' });
+    const before = await snapshot();
+    await expectRefused(pool, '42501', [
+      `INSERT INTO ${db.s}.jobs (task, status, result, finished_at) VALUES ('t', 'completed', '{"forged":true}', now())`,
+      `INSERT INTO ${db.s}.jobs (task, status, attempts, job_key, key_scope, locked_at, locked_by)
+       VALUES ('t', 'processing', 1, 'blocked-wide-${tag}', 'active', now() + interval '10 years', 'nobody')`,
+      [`UPDATE ${db.s}.jobs SET payload = '{"forged":true}' WHERE id = $1`, [completed]],
+      [`UPDATE ${db.s}.jobs SET run_at = now() + interval '100 years' WHERE id = $1`, [pending]],
+    ]);
+    await expect(pool.query(`INSERT INTO ${db.s}.jobs (task, payload) VALUES ('t', $1::jsonb)`, [JSON.stringify(BIG)]))
+      .rejects.toMatchObject({ code: '54000' });
+    // A plain new job is fine.
+    await expect(pool.query(`INSERT INTO ${db.s}.jobs (task) VALUES ('t') RETURNING id`)).resolves.toMatchObject({ rowCount: 1 });
+    const after = await snapshot();
+    expect((after[0] as { jobs: unknown[] }).jobs.length).toBe((before[0] as { jobs: unknown[] }).jobs.length + 1);
+
+    // The owner (the admin API, tests, repairs) is not held to any of it.
+    await db.pool.query(`UPDATE ${db.s}.jobs SET run_at = now() + interval '1 day' WHERE id = $1`, [pending]);
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'pending', finished_at = NULL WHERE id = $1`, [completed]);
   });
 });
