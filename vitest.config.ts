@@ -16,7 +16,10 @@ export default defineConfig({
   test: {
     reporters: ['default', './tests/helpers/summary-reporter.ts'],
     projects: [
-      { test: { ...shared, name: 'pg', include: ['tests/**/*.test.ts'] } },
+      { test: { ...shared, name: 'pg', include: ['tests/**/*.test.ts'], exclude: [...shared.exclude, 'tests/fast/**'] } },
+      // The runtime's decisions against the in-memory store and a fake clock: no Postgres,
+      // no global setup. The files share no state, so they run unisolated in threads.
+      { test: { name: 'fast', include: ['tests/fast/**/*.test.ts'], pool: 'threads', isolate: false } },
       // The tests that run workers through tests/helpers/driver.ts, once more on postgres.js.
       {
         test: {

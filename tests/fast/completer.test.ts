@@ -1,0 +1,387 @@
+/**
+ * Completer: what each outcome writes (through the cycle's guarded statement, here
+ * the in-memory one), the retry policy, snoozes and releases, and the events that
+ * follow once a result is written.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { PermanentFailure, Snooze } from '../../src/errors.js';
+import type { JobRow } from '../../src/job.js';
+import type { BackoffOptions } from '../../src/worker/backoff.js';
+import { Completer } from '../../src/worker/completer.js';
+import type { ResolvedTask } from '../../src/worker/options.js';
+import { Run, type Outcome } from '../../src/worker/run.js';
+import { MemoryDatabase, type MemoryStore } from '../helpers/memory-store.js';
+
+interface Event {
+  event: string;
+  job: JobRow;
+  detail: Record<string, unknown> | undefined;
+}
+
+let db: MemoryDatabase;
+let store: MemoryStore;
+let events: Event[];
+let dueAt: number[];
+let added: number;
+let errors: unknown[];
+let completer: Completer;
+
+function makeCompleter(s: MemoryStore, maxResultBytes = 1_000): Completer {
+  return new Completer(s, { backoff: { baseMs: 1_000, maxMs: 60_000, shape: 'fixed' }, maxResultBytes }, {
+    emit: (event, ...args) => void events.push({ event, job: args[0] as JobRow, detail: args[1] as Record<string, unknown> | undefined }),
+    resultAdded: () => void added++,
+    dueAt: (at) => void dueAt.push(at),
+    error: (err) => void errors.push(err),
+  });
+}
+
+/** Adds a job, claims it as w1 and returns its run. */
+async function claimed(options: Parameters<MemoryDatabase['add']>[1] = {},
+  task: Partial<ResolvedTask> = {}): Promise<Run> {
+  const id = db.add('t', options);
+  const rows = await store.claim(1);
+  expect(rows[0]!.id).toBe(id);
+  return new Run(rows[0]!, { handler: () => {}, timeoutMs: undefined, maxAttempts: undefined, backoff: undefined, ...task });
+}
+
+/** What the fetch loop does with the buffer: one write-only cycle, then applied(). */
+async function write(c = completer, s = store): Promise<void> {
+  const batch = c.take();
+  c.applied(batch, await s.write(batch));
+}
+
+function named(event: string): Event[] {
+  return events.filter((e) => e.event === event);
+}
+
+beforeEach(() => {
+  vi.useFakeTimers({ now: Date.UTC(2030, 0, 1) });
+  db = new MemoryDatabase();
+  store = db.store('w1');
+  events = [];
+  dueAt = [];
+  added = 0;
+  errors = [];
+  completer = makeCompleter(store);
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('Completer: completions', () => {
+  it('stores the result and reports job:complete once written, not before', async () => {
+    const run = await claimed();
+    completer.record(run, { kind: 'completed', value: { sent: 2 } }, 12);
+    expect(added).toBe(1);
+    expect(completer.ids()).toEqual([run.job.id]);
+    expect(events).toEqual([]);
+    await write();
+    const job = db.job(run.job.id);
+    expect(job.status).toBe('completed');
+    expect(job.result).toEqual({ sent: 2 });
+    expect(job.finished_at).not.toBeNull();
+    expect(named('job:complete')).toEqual([{ event: 'job:complete', job: run.job, detail: { result: { sent: 2 }, durationMs: 12 } }]);
+    expect(completer.size).toBe(0);
+  });
+
+  it('stores null for a handler that returned nothing', async () => {
+    const run = await claimed();
+    completer.record(run, { kind: 'completed', value: undefined }, 1);
+    await write();
+    expect(db.job(run.job.id).result).toBeNull();
+    expect(named('job:complete')[0]!.detail!.result).toBeNull();
+  });
+
+  it('fails the job for good when its result cannot be stored (not JSON, or too large)', async () => {
+    const notJson = await claimed();
+    const tooLarge = await claimed();
+    completer.record(notJson, { kind: 'completed', value: { n: 10n } }, 1);
+    completer.record(tooLarge, { kind: 'completed', value: 'x'.repeat(2_000) }, 1);
+    await write();
+    for (const run of [notJson, tooLarge]) {
+      expect(db.job(run.job.id).status).toBe('failed');
+      expect(db.job(run.job.id).last_error).toContain('result');
+    }
+    expect(named('job:fail').map((e) => e.detail!.willRetry)).toEqual([false, false]);
+    expect(named('job:retry')).toEqual([]);
+  });
+
+  it('reports job:lock-lost, and writes nothing, for a job taken away meanwhile', async () => {
+    const run = await claimed();
+    completer.record(run, { kind: 'completed', value: 1 }, 1);
+    await vi.advanceTimersByTimeAsync(10_000);
+    db.rescue(5_000);
+    await db.store('w2').claim(1);
+    await write();
+    expect(db.job(run.job.id)).toMatchObject({ status: 'processing', locked_by: 'w2', attempts: 2 });
+    expect(named('job:lock-lost').map((e) => e.job.id)).toEqual([run.job.id]);
+    expect(named('job:complete')).toEqual([]);
+  });
+});
+
+describe('Completer: failures and the retry policy', () => {
+  it('puts a failed job with attempts left back to pending after the backoff, and says when', async () => {
+    const run = await claimed({ max_attempts: 3 });
+    const error = new Error('smtp down');
+    completer.record(run, { kind: 'failed', error, permanent: false }, 5);
+    await write();
+    const job = db.job(run.job.id);
+    expect(job.status).toBe('pending');
+    const delay = job.run_at.getTime() - Date.now();
+    expect(delay).toBeGreaterThanOrEqual(500);
+    expect(delay).toBeLessThanOrEqual(1_000);
+    expect(job.last_error!.split('\n')[0]).toBe('Error: smtp down');
+    expect(job.errors).toEqual([expect.objectContaining({ attempt: 1, message: 'Error: smtp down' })]);
+    expect(named('job:fail')[0]!.detail).toEqual({ error, willRetry: true, durationMs: 5 });
+    const retry = named('job:retry')[0]!.detail!;
+    expect(retry).toMatchObject({ error, nextAttempt: 2 });
+    expect((retry.runAt as Date).getTime()).toBe(dueAt[0]);
+    // The worker wakes for it no earlier than the database makes it due.
+    expect(dueAt[0]).toBeGreaterThanOrEqual(job.run_at.getTime());
+  });
+
+  it('fails the job for good on its last attempt: no retry, no wake-up', async () => {
+    const run = await claimed({ max_attempts: 1 });
+    completer.record(run, { kind: 'failed', error: new Error('no'), permanent: false }, 1);
+    await write();
+    expect(db.job(run.job.id).status).toBe('failed');
+    expect(named('job:fail')[0]!.detail!.willRetry).toBe(false);
+    expect(named('job:retry')).toEqual([]);
+    expect(dueAt).toEqual([]);
+  });
+
+  it('fails the job for good on PermanentFailure, attempts left or not', async () => {
+    const run = await claimed({ max_attempts: 25 });
+    completer.record(run, { kind: 'failed', error: new PermanentFailure('bad input'), permanent: true }, 1);
+    await write();
+    expect(db.job(run.job.id)).toMatchObject({ status: 'failed', attempts: 1 });
+  });
+
+  it('lets the task\'s maxAttempts override the job\'s, both ways', async () => {
+    const fewer = await claimed({ max_attempts: 25 }, { maxAttempts: 1 });
+    const more = await claimed({ max_attempts: 1 }, { maxAttempts: 3 });
+    completer.record(fewer, { kind: 'failed', error: new Error('x'), permanent: false }, 1);
+    completer.record(more, { kind: 'failed', error: new Error('x'), permanent: false }, 1);
+    await write();
+    expect(db.job(fewer.job.id).status).toBe('failed');
+    expect(db.job(more.job.id).status).toBe('pending');
+  });
+
+  it('lets the task\'s backoff override the worker\'s', async () => {
+    const backoff: Required<BackoffOptions> = { baseMs: 60_000, maxMs: 60_000, shape: 'fixed' };
+    const run = await claimed({}, { backoff });
+    completer.record(run, { kind: 'failed', error: new Error('x'), permanent: false }, 1);
+    await write();
+    expect(db.job(run.job.id).run_at.getTime() - Date.now()).toBeGreaterThanOrEqual(30_000);
+  });
+
+  it('grows the delay with the attempt (exponential policy)', async () => {
+    const exp = makeCompleter(store);
+    const run = await claimed({}, { backoff: { baseMs: 1_000, maxMs: 1_000_000, shape: 'exponential' } });
+    // The fifth attempt: nominal 16 s, so at least 8 s.
+    const fifth = new Run({ ...run.job, attempts: 5 }, run.task);
+    db.job(run.job.id).attempts = 5;
+    exp.record(fifth, { kind: 'failed', error: new Error('x'), permanent: false }, 1);
+    await write(exp);
+    const delay = db.job(run.job.id).run_at.getTime() - Date.now();
+    expect(delay).toBeGreaterThanOrEqual(8_000);
+    expect(delay).toBeLessThanOrEqual(16_000);
+  });
+});
+
+describe('Completer: the buffer', () => {
+  it('restore() puts a batch back in front of what came since, for the next write', async () => {
+    const [a, b] = [await claimed(), await claimed()];
+    completer.record(a!, { kind: 'completed', value: 'a' }, 1);
+    const batch = completer.take();
+    completer.record(b!, { kind: 'failed', error: new Error('b'), permanent: false }, 1);
+    completer.restore(batch);
+    expect(completer.ids()).toEqual([a!.job.id, b!.job.id]);
+    expect(completer.size).toBe(2);
+    await write();
+    expect(db.job(a!.job.id).status).toBe('completed');
+    expect(db.job(b!.job.id).status).toBe('pending');
+    expect(named('job:complete')).toHaveLength(1);
+  });
+
+  it('writing the same batch twice reports the second as lock-lost and changes nothing', async () => {
+    const run = await claimed();
+    completer.record(run, { kind: 'completed', value: 1 }, 1);
+    const batch = completer.take();
+    const once = await store.write(batch);
+    const twice = await store.write(batch);
+    completer.applied(batch, once);
+    completer.applied(batch, twice);
+    expect(events.map((e) => e.event)).toEqual(['job:complete', 'job:lock-lost']);
+    expect(db.job(run.job.id).status).toBe('completed');
+  });
+});
+
+describe('Completer: outcomes written on their own', () => {
+  it('snoozes for a delay: pending again later, the attempt not spent', async () => {
+    const run = await claimed();
+    completer.record(run, { kind: 'snoozed', snooze: new Snooze(30_000) }, 1);
+    await completer.settled();
+    const job = db.job(run.job.id);
+    expect(job).toMatchObject({ status: 'pending', attempts: 0, locked_by: null });
+    expect(job.run_at.getTime()).toBe(Date.now() + 30_000);
+    expect(dueAt).toEqual([job.run_at.getTime()]);
+    expect(named('job:snooze')[0]!.detail).toEqual({ runAt: job.run_at });
+    expect(completer.size).toBe(0);
+  });
+
+  it('snoozes until a date', async () => {
+    const run = await claimed();
+    const until = new Date(Date.now() + 3_600_000);
+    completer.record(run, { kind: 'snoozed', snooze: new Snooze(until) }, 1);
+    await completer.settled();
+    expect(db.job(run.job.id).run_at).toEqual(until);
+  });
+
+  it('reports lock-lost for a snooze of a job no longer this worker\'s', async () => {
+    const run = await claimed();
+    await vi.advanceTimersByTimeAsync(10_000);
+    db.rescue(5_000);
+    completer.record(run, { kind: 'snoozed', snooze: new Snooze(1_000) }, 1);
+    await completer.settled();
+    expect(named('job:lock-lost')).toHaveLength(1);
+    expect(named('job:snooze')).toEqual([]);
+    expect(dueAt).toEqual([]);
+  });
+
+  it('settled() waits for a snooze in flight; a failed one is reported and leaves the job to the rescuer', async () => {
+    const [held, failing] = [await claimed(), await claimed()];
+    const open = db.holdNext('snooze');
+    completer.record(held!, { kind: 'snoozed', snooze: new Snooze(1_000) }, 1);
+    let settled = false;
+    void completer.settled().then(() => (settled = true));
+    await vi.advanceTimersByTimeAsync(100);
+    expect(settled).toBe(false);
+    open();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(settled).toBe(true);
+    expect(db.job(held!.job.id).status).toBe('pending');
+
+    db.failNext('snooze');
+    completer.record(failing!, { kind: 'snoozed', snooze: new Snooze(1_000) }, 1);
+    await completer.settled();
+    expect(errors).toHaveLength(1);
+    expect(db.job(failing!.job.id).status).toBe('processing');
+  });
+
+  it('reports a cancelled run and buffers nothing for it', async () => {
+    const run = await claimed();
+    completer.record(run, { kind: 'cancelled' }, 1);
+    expect(named('job:cancel').map((e) => e.job.id)).toEqual([run.job.id]);
+    expect(completer.size).toBe(0);
+    expect(added).toBe(0);
+  });
+
+  it.each<Outcome>([{ kind: 'released' }, { kind: 'lost' }])('records nothing for a $kind run', async (outcome) => {
+    const run = await claimed();
+    completer.record(run, outcome, 1);
+    expect(completer.size).toBe(0);
+    expect(events).toEqual([]);
+    expect(db.job(run.job.id).status).toBe('processing');
+  });
+
+  it('release() returns this worker\'s jobs to pending, attempt refunded, and leaves the others alone', async () => {
+    const [mine, taken] = [await claimed(), await claimed()];
+    await vi.advanceTimersByTimeAsync(10_000);
+    db.job(taken!.job.id).locked_by = 'w2';
+    const left = await completer.release([mine!.job, taken!.job]);
+    expect(left).toEqual([]);
+    expect(db.job(mine!.job.id)).toMatchObject({ status: 'pending', attempts: 0, locked_by: null });
+    expect(db.job(mine!.job.id).run_at.getTime()).toBe(Date.now());
+    expect(db.job(taken!.job.id)).toMatchObject({ status: 'processing', locked_by: 'w2' });
+  });
+});
+
+describe('Completer: jobs claimed ahead', () => {
+  it('writes started_at of a job claimed ahead with the next cycle', async () => {
+    const id = db.add('t');
+    const [row] = await store.cycle({ completed: [], failed: [], started: [], queues: ['default'], tasks: ['t'], limit: 1, startNow: 0 }).then((r) => r.claimed);
+    expect(row!.started_at).toBeNull();
+    await vi.advanceTimersByTimeAsync(1_000);
+    completer.markStarted(id);
+    expect(added).toBe(1);
+    expect(completer.size).toBe(1);
+    await write();
+    expect(db.job(id).started_at!.getTime()).toBe(Date.now());
+  });
+
+  it('sends no start for a job that ended before its start was written', async () => {
+    const run = await claimed();
+    completer.markStarted(run.job.id);
+    completer.record(run, { kind: 'completed', value: 1 }, 1);
+    expect(completer.take().started).toEqual([]);
+  });
+
+  it('keeps the start marks of a failed cycle for the next one', () => {
+    completer.markStarted('41');
+    const batch = completer.take();
+    completer.markStarted('42');
+    completer.restore(batch);
+    expect(completer.take().started.sort()).toEqual(['41', '42']);
+  });
+});
+
+describe('Completer: rows another session holds', () => {
+  it('defers a result whose row is locked (no lock-lost), keeps it heartbeated, and writes it once the lock goes', async () => {
+    const run = await claimed();
+    const unlock = db.lockJob(run.job.id);
+    completer.record(run, { kind: 'completed', value: 'v' }, 1);
+    await write();
+    expect(events).toEqual([]);
+    expect(completer.ids()).toEqual([run.job.id]);
+    expect(db.job(run.job.id).status).toBe('processing');
+    unlock();
+    const before = added;
+    await vi.advanceTimersByTimeAsync(250);
+    expect(added).toBe(before + 1); // back in the buffer: the fetch loop is told
+    await write();
+    expect(db.job(run.job.id)).toMatchObject({ status: 'completed', result: 'v' });
+    expect(events.map((e) => e.event)).toEqual(['job:complete']);
+  });
+
+  it('settled() puts deferred results back in the buffer at once', async () => {
+    const run = await claimed();
+    const unlock = db.lockJob(run.job.id);
+    completer.record(run, { kind: 'failed', error: new Error('x'), permanent: false }, 1);
+    await write();
+    expect(completer.size).toBe(0);
+    await completer.settled();
+    expect(completer.size).toBe(1);
+    unlock();
+    await write();
+    expect(db.job(run.job.id).status).toBe('pending');
+  });
+
+  it('retries a snooze while the row is locked, and snoozes once it is free', async () => {
+    const run = await claimed();
+    const unlock = db.lockJob(run.job.id);
+    completer.record(run, { kind: 'snoozed', snooze: new Snooze(10_000) }, 1);
+    await vi.advanceTimersByTimeAsync(600);
+    expect(db.job(run.job.id).status).toBe('processing');
+    expect(events).toEqual([]);
+    unlock();
+    await vi.advanceTimersByTimeAsync(250);
+    await completer.settled();
+    expect(db.job(run.job.id)).toMatchObject({ status: 'pending', attempts: 0 });
+    expect(named('job:snooze')).toHaveLength(1);
+  });
+
+  it('release() tries a locked row again until its deadline, and returns what it could not release', async () => {
+    const [a, b] = [await claimed(), await claimed()];
+    const unlockA = db.lockJob(a!.job.id);
+    db.lockJob(b!.job.id);
+    let left: JobRow[] | undefined;
+    void completer.release([a!.job, b!.job], Date.now() + 1_000).then((l) => (left = l));
+    await vi.advanceTimersByTimeAsync(300);
+    unlockA();
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(left).toEqual([b!.job]);
+    expect(db.job(a!.job.id)).toMatchObject({ status: 'pending', attempts: 0 });
+    expect(db.job(b!.job.id).status).toBe('processing');
+  });
+});

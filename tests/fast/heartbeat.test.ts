@@ -1,0 +1,208 @@
+/**
+ * Heartbeat: the locks of a worker's jobs stay fresh while it holds them; jobs
+ * taken away are reported, jobs that merely finished meanwhile are not; rows
+ * another session holds are asked again soon; and a job whose lock could not be
+ * renewed is given up before the rescuer may hand it to someone else.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { Heartbeat } from '../../src/worker/heartbeat.js';
+import { MemoryDatabase, type MemoryStore } from '../helpers/memory-store.js';
+
+const VISIBILITY_MS = 4_000;
+const INTERVAL_MS = 1_000;
+const RENEWAL_TIMEOUT_MS = 3_000;
+
+let db: MemoryDatabase;
+let store: MemoryStore;
+let held: string[];
+let lost: string[][];
+let unrenewed: { ids: string[]; at: number }[];
+let errors: unknown[];
+let heartbeat: Heartbeat;
+
+/** Claims `n` jobs as w1 and tells the heartbeat, as the worker does. */
+async function claim(n: number, s = store): Promise<string[]> {
+  const sentAt = performance.now();
+  const ids = (await s.claim(n)).map((j) => j.id);
+  if (s === store) heartbeat.claimed(ids, sentAt);
+  return ids;
+}
+
+function heartbeatOps(): number {
+  return db.log.filter((e) => e.op === 'heartbeat').length;
+}
+
+beforeEach(() => {
+  vi.useFakeTimers();
+  db = new MemoryDatabase();
+  store = db.store('w1');
+  held = [];
+  lost = [];
+  unrenewed = [];
+  errors = [];
+  heartbeat = new Heartbeat(store, { intervalMs: INTERVAL_MS, renewalTimeoutMs: RENEWAL_TIMEOUT_MS }, {
+    held: () => [...held],
+    lost: (ids) => void lost.push(ids),
+    unrenewed: (ids) => void unrenewed.push({ ids, at: Date.now() }),
+    error: (err) => void errors.push(err),
+  });
+});
+afterEach(() => {
+  heartbeat.stop();
+  vi.useRealTimers();
+});
+
+describe('Heartbeat', () => {
+  it('keeps held jobs from being rescued however long they run', async () => {
+    db.addMany(3, 't');
+    held = await claim(3);
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(20_000);
+    expect(db.rescue(VISIBILITY_MS)).toEqual([]);
+    expect(lost).toEqual([]);
+    expect(unrenewed).toEqual([]);
+  });
+
+  it('without it, the same jobs are rescued (the test above can fail)', async () => {
+    db.addMany(3, 't');
+    held = await claim(3);
+    await vi.advanceTimersByTimeAsync(20_000);
+    expect(db.rescue(VISIBILITY_MS).sort()).toEqual([...held].sort());
+  });
+
+  it('reports the jobs taken away (rescued, then claimed by another worker)', async () => {
+    db.addMany(2, 't');
+    const [stale] = await claim(1);
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS + 1);
+    const [fresh] = await claim(1);
+    held = [stale!, fresh!];
+    expect(db.rescue(VISIBILITY_MS)).toEqual([stale]);
+    await claim(1, db.store('w2'));
+    await heartbeat.beat();
+    expect(lost).toEqual([[stale]]);
+    expect(db.job(stale!).locked_by).toBe('w2');
+  });
+
+  it('does not report a job that finished while the statement ran', async () => {
+    db.addMany(2, 't');
+    held = await claim(2);
+    const open = db.holdNext('heartbeat');
+    const beat = heartbeat.beat();
+    // Meanwhile the first job's result is written, and the worker lets it go.
+    await store.write({ completed: [{ id: held[0]!, attempt: 1, result: null }] });
+    held = [held[1]!];
+    open();
+    await beat;
+    expect(lost).toEqual([]);
+  });
+
+  it('does not report as lost a job whose row another session holds, and asks again well before the next beat', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS - 10);
+    const unlock = db.lockJob(held[0]!);
+    await vi.advanceTimersByTimeAsync(10); // the beat: skipped
+    expect(lost).toEqual([]);
+    const skippedAt = db.job(held[0]!).locked_at!.getTime();
+    unlock();
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4);
+    expect(heartbeatOps()).toBe(2);
+    expect(db.job(held[0]!).locked_at!.getTime()).toBeGreaterThan(skippedAt);
+  });
+
+  it('sends nothing when the worker holds nothing', async () => {
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(heartbeatOps()).toBe(0);
+  });
+
+  it('never overlaps: a beat while one is in flight is skipped', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    const open = db.holdNext('heartbeat');
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(2_500);
+    expect(heartbeatOps()).toBe(1);
+    open();
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(heartbeatOps()).toBe(2);
+  });
+
+  it('reports a failed statement and beats again at the next interval', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    db.failNext('heartbeat', new Error('connection reset'));
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS);
+    expect(errors).toHaveLength(1);
+    expect(lost).toEqual([]);
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS);
+    expect(heartbeatOps()).toBe(2);
+    expect(db.job(held[0]!).locked_at!.getTime()).toBe(Date.now());
+  });
+
+  it('gives up a job it cannot renew before the rescuer could take it, and says so once', async () => {
+    db.addMany(2, 't');
+    held = await claim(2);
+    for (let i = 0; i < 100; i++) db.failNext('heartbeat'); // Postgres unreachable
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(RENEWAL_TIMEOUT_MS);
+    expect(unrenewed).toEqual([]);
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS - RENEWAL_TIMEOUT_MS - 1);
+    expect(unrenewed.map((u) => u.ids)).toEqual([held]);
+    // When it gave them up, no rescuer could have taken them yet.
+    const givenUpAt = unrenewed[0]!.at;
+    expect(givenUpAt).toBeLessThan(db.job(held[0]!).locked_at!.getTime() + VISIBILITY_MS);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(unrenewed).toHaveLength(1);
+  });
+
+  it('gives up a job whose row another session keeps locked past the renewal timeout', async () => {
+    db.addMany(2, 't');
+    held = await claim(2);
+    db.lockJob(held[1]!);
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS);
+    expect(unrenewed.map((u) => u.ids)).toEqual([[held[1]]]);
+    expect(lost).toEqual([]);
+  });
+
+  it('forgets a job it no longer holds: no unrenewed report for it', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    for (let i = 0; i < 100; i++) db.failNext('heartbeat');
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(1_500);
+    held = [];
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(unrenewed).toEqual([]);
+  });
+
+  it('stops beating on stop()', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(2_000);
+    heartbeat.stop();
+    const sent = heartbeatOps();
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(heartbeatOps()).toBe(sent);
+    expect(db.rescue(VISIBILITY_MS)).toEqual(held);
+  });
+
+  // The worker stops the heartbeat, then closes its connections: a beat in flight
+  // at stop() that found a locked row must not schedule another one.
+  it('sends no statement after stop(), even when the beat in flight found a row locked', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    db.lockJob(held[0]!);
+    const open = db.holdNext('heartbeat');
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS);
+    heartbeat.stop();
+    open();
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(heartbeatOps(), 'heartbeat statements sent in all').toBe(1);
+  });
+});

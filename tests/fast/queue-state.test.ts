@@ -1,0 +1,132 @@
+/**
+ * QueueState: the claim plan (which queues the common claim takes, which go
+ * through claim_limited, which not at all) from the queues table and local limits.
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { QueueState } from '../../src/worker/queue-state.js';
+import { MemoryDatabase } from '../helpers/memory-store.js';
+
+const QUEUES = ['a', 'b', 'c', 'd'];
+
+let db: MemoryDatabase;
+let changed: number;
+let errors: unknown[];
+
+function queueState(localLimits: Record<string, number> = {}, refreshMs = 10_000): QueueState {
+  return new QueueState(db.store('w1'), QUEUES, new Map(Object.entries(localLimits)), refreshMs, () => changed++,
+    (err) => errors.push(err));
+}
+
+function reads(): number {
+  return db.log.filter((e) => e.op === 'queueState').length;
+}
+
+beforeEach(() => {
+  vi.useFakeTimers();
+  db = new MemoryDatabase();
+  changed = 0;
+  errors = [];
+});
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe('QueueState', () => {
+  it('claims every queue in the common claim until it has read the table', () => {
+    db.setQueue('a', { paused: true });
+    expect(queueState().claimPlan).toEqual({ plain: QUEUES, limited: [] });
+  });
+
+  it('leaves paused queues out, sends limited ones (global or local) through claim_limited, keeps the order', async () => {
+    db.setQueue('a', { paused: true });
+    db.setQueue('c', { limit: 2 });
+    db.setQueue('other', { paused: true }); // not one of this worker's
+    const qs = queueState({ d: 1 });
+    await qs.start();
+    expect(qs.claimPlan).toEqual({ plain: ['b'], limited: ['c', 'd'] });
+    expect(changed).toBe(1);
+    qs.stop();
+  });
+
+  it('a paused queue is left out even when it has a limit', async () => {
+    db.setQueue('c', { paused: true, limit: 1 });
+    const qs = queueState({ c: 3 });
+    await qs.start();
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'b', 'd'], limited: [] });
+    qs.stop();
+  });
+
+  it('sees a pause, a resume and a limit removed on refresh()', async () => {
+    const qs = queueState();
+    await qs.start();
+    db.setQueue('b', { paused: true });
+    await qs.refresh();
+    expect(qs.claimPlan.plain).toEqual(['a', 'c', 'd']);
+    db.setQueue('b', { paused: false, limit: 1 });
+    await qs.refresh();
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: ['b'] });
+    db.setQueue('b', { limit: null });
+    await qs.refresh();
+    expect(qs.claimPlan).toEqual({ plain: QUEUES, limited: [] });
+    qs.stop();
+  });
+
+  it('folds refreshes asked for during a read into exactly one more read', async () => {
+    const qs = queueState();
+    const open = db.holdNext('queueState');
+    const first = qs.refresh();
+    await vi.advanceTimersByTimeAsync(0);
+    const second = qs.refresh();
+    const third = qs.refresh();
+    open();
+    await Promise.all([first, second, third]);
+    expect(reads()).toBe(2);
+    expect(changed).toBe(2);
+  });
+
+  it('keeps the last plan and reports the error when the read fails; start() does not throw', async () => {
+    db.setQueue('a', { paused: true });
+    const qs = queueState();
+    await qs.start();
+    db.setQueue('a', { paused: false });
+    db.failNext('queueState');
+    await qs.refresh();
+    expect(errors).toHaveLength(1);
+    expect(qs.claimPlan.plain).toEqual(['b', 'c', 'd']);
+    qs.stop();
+    db.failNext('queueState');
+    await expect(queueState().start()).resolves.toBeUndefined();
+  });
+
+  it('re-reads on its timer (workers that poll, missed notifications) until stop()', async () => {
+    const qs = queueState({}, 1_000);
+    await qs.start();
+    db.setQueue('d', { paused: true });
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(qs.claimPlan.plain).toEqual(['a', 'b', 'c']);
+    await vi.advanceTimersByTimeAsync(3_000);
+    expect(reads()).toBe(5);
+    qs.stop();
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(reads()).toBe(5);
+  });
+
+  it('keeps its timer going after a failed read', async () => {
+    const qs = queueState({}, 1_000);
+    await qs.start();
+    db.failNext('queueState');
+    await vi.advanceTimersByTimeAsync(1_000);
+    db.setQueue('a', { paused: true });
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(errors).toHaveLength(1);
+    expect(qs.claimPlan.plain).toEqual(['b', 'c', 'd']);
+    qs.stop();
+  });
+
+  it('has no timer with a refresh interval of 0', async () => {
+    const qs = queueState({}, 0);
+    await qs.start();
+    await vi.advanceTimersByTimeAsync(60_000);
+    expect(reads()).toBe(1);
+  });
+});
