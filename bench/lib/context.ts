@@ -1,19 +1,31 @@
 /** Sizes of one benchmark run: the full suite, or `--quick` for a smoke test. */
 export interface BenchSizes {
+  /**
+   * Repetitions of every scenario; tables show medians. Systems take turns within
+   * each repetition, so drift on a shared machine hits all of them.
+   */
+  reps: number;
   enqueueCallers: number;
   enqueueDurationMs: number;
-  /** Single-enqueue rounds, alternating bare INSERT and Sluice, so drift hits both. */
-  enqueueRounds: number;
   bulkBatch: number;
   bulkTotal: number;
   drainSizes: number[];
   drainConcurrency: number[];
+  /**
+   * A drain that has not finished after max(drainTimeoutMs, size / drainMinRate
+   * seconds) is stopped and reported as the rate of what it drained (pg-boss at its
+   * defaults polls every 2 s); larger drains at that concurrency are then skipped.
+   */
+  drainTimeoutMs: number;
+  drainMinRate: number;
   sqlClients: number;
   sqlBatch: number;
   latencyJobs: number;
   latencyIntervalMs: number;
   latencyWorkers: number;
   latencyConcurrency: number;
+  /** How long after the last enqueue jobs not yet started are waited for (then counted as never). */
+  latencyGraceMs: number;
   steadyLoops: number;
   steadyDurationMs: number;
   steadyWorkers: number;
@@ -21,19 +33,22 @@ export interface BenchSizes {
 }
 
 export const FULL: BenchSizes = {
+  reps: 3,
   enqueueCallers: 10,
   enqueueDurationMs: 5_000,
-  enqueueRounds: 2,
   bulkBatch: 1_000,
   bulkTotal: 100_000,
   drainSizes: [10_000, 100_000],
   drainConcurrency: [10, 100],
+  drainTimeoutMs: 60_000,
+  drainMinRate: 1_000,
   sqlClients: 10,
   sqlBatch: 100,
   latencyJobs: 2_000,
   latencyIntervalMs: 5,
   latencyWorkers: 2,
   latencyConcurrency: 10,
+  latencyGraceMs: 10_000,
   steadyLoops: 10,
   steadyDurationMs: 15_000,
   steadyWorkers: 2,
@@ -42,12 +57,14 @@ export const FULL: BenchSizes = {
 
 export const QUICK: BenchSizes = {
   ...FULL,
+  reps: 1,
   enqueueDurationMs: 300,
-  enqueueRounds: 1,
   bulkTotal: 3_000,
   drainSizes: [1_000],
   latencyJobs: 60,
   steadyDurationMs: 1_500,
+  drainTimeoutMs: 10_000,
+  latencyGraceMs: 5_000,
 };
 
 export interface BenchContext {

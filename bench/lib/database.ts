@@ -53,7 +53,7 @@ export async function openServer(log: (line: string) => void): Promise<BenchServ
   }
 }
 
-/** What the jobs table looks like after a run. */
+/** What a system's jobs table looks like after a run (a partitioned table: its partitions summed). */
 export interface TableStats {
   totalBytes: number;
   heapBytes: number;
@@ -62,10 +62,73 @@ export interface TableStats {
   deadTuples: number;
   updates: number;
   hotUpdates: number;
+  deletes: number;
   autovacuums: number;
 }
 
-/** A freshly migrated schema for one scenario, dropped afterwards. */
+/**
+ * Size and tuple statistics of `relation` and its partitions. Backends report their
+ * counters when they exit, slightly after their client disconnected, so this reads
+ * until the write counters hold still for 200 ms (at most 3 s).
+ */
+export async function tableStats(pool: pg.Pool, relation: string): Promise<TableStats> {
+  const deadline = Date.now() + 3_000;
+  let last = -1;
+  for (;;) {
+    const { rows } = await pool.query(
+      `SELECT sum(pg_total_relation_size(c.oid))::float8 AS total, sum(pg_relation_size(c.oid))::float8 AS heap,
+              sum(pg_indexes_size(c.oid))::float8 AS indexes, sum(s.n_live_tup)::float8 AS live, sum(s.n_dead_tup)::float8 AS dead,
+              sum(s.n_tup_upd)::float8 AS upd, sum(s.n_tup_hot_upd)::float8 AS hot, sum(s.n_tup_del)::float8 AS del,
+              sum(s.autovacuum_count)::float8 AS av
+       FROM (SELECT $1::regclass AS relid UNION SELECT relid FROM pg_partition_tree($1::regclass) WHERE isleaf) t
+       JOIN pg_class c ON c.oid = t.relid
+       JOIN pg_stat_user_tables s ON s.relid = t.relid`, [relation]);
+    const r = rows[0] as Record<string, number>;
+    const writes = r.upd! + r.del!;
+    if ((writes > 0 && writes === last) || Date.now() > deadline) {
+      return {
+        totalBytes: r.total!, heapBytes: r.heap!, indexBytes: r.indexes!, liveTuples: r.live!,
+        deadTuples: r.dead!, updates: r.upd!, hotUpdates: r.hot!, deletes: r.del!, autovacuums: r.av!,
+      };
+    }
+    last = writes;
+    await sleep(200);
+  }
+}
+
+/**
+ * A fresh schema name for one system in one scenario, and a small pool of the
+ * benchmark's own to read the system's tables; `drop()` drops the schema (the
+ * system creates it when it installs).
+ */
+export class ScratchSchema {
+  readonly schema: string;
+  readonly s: string;
+  readonly pool: pg.Pool;
+
+  constructor(readonly url: string, label: string) {
+    this.schema = `bench_${label.replace(/[^a-z0-9]+/gi, '_').toLowerCase()}_${randomBytes(3).toString('hex')}`;
+    this.s = quoteSchema(this.schema);
+    this.pool = new pg.Pool({ connectionString: url, max: 2, application_name: 'sluice-bench' });
+    this.pool.on('error', () => {});
+  }
+
+  /** `SELECT ... AS n` → n. */
+  async count(sql: string): Promise<number> {
+    const { rows } = await this.pool.query<{ n: number }>(sql);
+    return rows[0]!.n;
+  }
+
+  async drop(): Promise<void> {
+    try {
+      await this.pool.query(`DROP SCHEMA IF EXISTS ${this.s} CASCADE`);
+    } finally {
+      await this.pool.end();
+    }
+  }
+}
+
+/** A freshly migrated Sluice schema (the SQL-only limit works in it), dropped afterwards. */
 export class BenchSchema {
   readonly s: string;
   readonly pool: pg.Pool;
@@ -83,44 +146,14 @@ export class BenchSchema {
   }
 
   /**
-   * `count` pending no-op jobs in one INSERT ... SELECT, so a drain measures the
-   * worker and not the enqueue. Payload `{"i": n}` numbers them from 0.
+   * `count` pending no-op jobs in one INSERT ... SELECT. Payload `{"i": n}` numbers
+   * them from 0.
    */
   async prefill(count: number, task = 'noop'): Promise<void> {
     await this.pool.query(
       `INSERT INTO ${this.s}.jobs (task, payload) SELECT $2, jsonb_build_object('i', g) FROM generate_series(0, $1 - 1) g`,
       [count, task]);
     await this.pool.query(`ANALYZE ${this.s}.jobs`);
-  }
-
-  async countStatus(status: string): Promise<number> {
-    const { rows } = await this.pool.query<{ n: number }>(`SELECT count(*)::int AS n FROM ${this.s}.jobs WHERE status = $1`, [status]);
-    return rows[0]!.n;
-  }
-
-  /**
-   * Size and tuple statistics of the jobs table. Backends report their counters
-   * when they exit, slightly after their client disconnected, so this waits (up to
-   * 3 s) for the update counter to reach what the run must have done.
-   */
-  async tableStats(minUpdates = 0): Promise<TableStats> {
-    const deadline = Date.now() + 3_000;
-    for (;;) {
-      const { rows } = await this.pool.query(
-        `SELECT pg_total_relation_size(c.oid)::float8 AS total, pg_relation_size(c.oid)::float8 AS heap,
-                pg_indexes_size(c.oid)::float8 AS indexes, s.n_live_tup::float8 AS live, s.n_dead_tup::float8 AS dead,
-                s.n_tup_upd::float8 AS upd, s.n_tup_hot_upd::float8 AS hot, s.autovacuum_count::float8 AS av
-         FROM pg_class c JOIN pg_stat_user_tables s ON s.relid = c.oid
-         WHERE c.oid = $1::regclass`, [`${this.s}.jobs`]);
-      const r = rows[0] as Record<string, number>;
-      if (r.upd! >= minUpdates || Date.now() > deadline) {
-        return {
-          totalBytes: r.total!, heapBytes: r.heap!, indexBytes: r.indexes!, liveTuples: r.live!,
-          deadTuples: r.dead!, updates: r.upd!, hotUpdates: r.hot!, autovacuums: r.av!,
-        };
-      }
-      await sleep(100);
-    }
   }
 
   async drop(): Promise<void> {

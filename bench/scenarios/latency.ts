@@ -1,65 +1,45 @@
-import { Queue } from '../../src/index.js';
-import type { BenchContext, ScenarioResult } from '../lib/context.js';
-import { BenchSchema } from '../lib/database.js';
-import { now, sleep } from '../lib/clock.js';
-import { distribution } from '../lib/stats.js';
-import { sumStats, WorkerGroup } from '../lib/workers.js';
+import type { BenchContext } from '../lib/context.js';
+import { inFreshSchema } from '../lib/fresh-schema.js';
+import { sleep } from '../lib/clock.js';
+import { sumStats, WorkerGroup } from '../lib/processes.js';
+import { distribution, type Distribution } from '../lib/stats.js';
+import type { System } from '../lib/systems.js';
 
-const round2 = (n: number) => Math.round(n * 100) / 100;
+export interface LatencyRun {
+  jobs: number;
+  /** Jobs whose handler started within the grace period after the last enqueue. */
+  jobsSeen: number;
+  /** Commit → handler start, ms; a job never seen counts as Infinity (null in JSON). */
+  latencyMs: Distribution;
+  workerStats: Record<string, number> | null;
+}
 
 /**
  * Idle workers; one enqueue every `latencyIntervalMs` (on a fixed schedule, not
- * waiting for the previous one). Latency of a job = its handler's start in the
- * worker process minus the moment its enqueue's COMMIT was acknowledged to the
- * caller. Also counts claims per job: with several idle workers, every
- * notification can make each of them ask, and all but one ask in vain.
+ * waiting for the previous one) from a client process. Latency of a job = its
+ * handler's start in a worker process minus the moment its enqueue's COMMIT was
+ * acknowledged to the client (one machine clock). With Sluice, also counts claims
+ * per job: with several idle workers, every notification can make each of them
+ * ask, and all but one ask in vain.
  */
-export async function latency(ctx: BenchContext): Promise<ScenarioResult> {
+export async function latency(ctx: BenchContext, system: System): Promise<LatencyRun> {
   const { sizes } = ctx;
-  const db = await BenchSchema.create(ctx.url, 'latency');
-  const queue = new Queue({ pool: db.pool, schema: db.schema });
-  try {
-    const workers = await WorkerGroup.start(sizes.latencyWorkers, {
+  return inFreshSchema(ctx, system, 'latency', async (db, client) => {
+    const workers = await WorkerGroup.start(system, sizes.latencyWorkers, {
       url: ctx.url, schema: db.schema, concurrency: sizes.latencyConcurrency, recordStarts: true,
     });
     workers.go();
     // Let the workers LISTEN and find the (empty) queue before timing anything.
     await sleep(500);
-    const committed: number[] = [];
-    const pending: Promise<void>[] = [];
-    const started = now();
-    for (let i = 0; i < sizes.latencyJobs; i++) {
-      await sleep(started + i * sizes.latencyIntervalMs - now());
-      pending.push(queue.enqueue('noop', { i }).then(() => {
-        committed[i] = now();
-      }));
-    }
-    await Promise.all(pending);
-    await workers.whenCompleted(sizes.latencyJobs);
+    const committed = await client.latency(sizes.latencyJobs, sizes.latencyIntervalMs);
+    await Promise.race([workers.whenCompleted(sizes.latencyJobs), sleep(sizes.latencyGraceMs)]);
     const reports = await workers.stop();
-    const latencies: number[] = [];
-    for (const report of reports) {
-      for (const [i, start] of report.starts) latencies.push(start - committed[i]!);
-    }
-    const d = distribution(latencies);
-    const stats = sumStats(reports);
-    const claimsPerJob = stats.claims / sizes.latencyJobs;
-    ctx.log(`latency: p50 ${d.p50.toFixed(2)} ms, p99 ${d.p99.toFixed(2)} ms, ${claimsPerJob.toFixed(2)} claims/job`);
-    const label = `${sizes.latencyWorkers} idle workers, 1 job / ${sizes.latencyIntervalMs} ms`;
-    return {
-      rows: [
-        ...(['p50', 'p95', 'p99', 'max'] as const).map((p) => ({
-          scenario: 'latency', metric: `commit → handler start ${p}, ${label}`, value: round2(d[p]), unit: 'ms',
-        })),
-        { scenario: 'latency', metric: 'claim statements per job', value: round2(claimsPerJob), unit: 'claims' },
-        { scenario: 'latency', metric: 'empty claims per job', value: round2(stats.emptyClaims / sizes.latencyJobs), unit: 'claims' },
-      ],
-      details: {
-        workers: sizes.latencyWorkers, concurrency: sizes.latencyConcurrency, jobs: sizes.latencyJobs,
-        intervalMs: sizes.latencyIntervalMs, latencyMs: d, workerStats: stats, jobsSeen: latencies.length,
-      },
-    };
-  } finally {
-    await db.drop();
-  }
+    const started = new Map<number, number>();
+    for (const report of reports) for (const [i, at] of report.starts) started.set(i, at);
+    const latencies = committed.map((at, i) => (started.has(i) ? started.get(i)! - at : Infinity));
+    const run = { jobs: sizes.latencyJobs, jobsSeen: started.size, latencyMs: distribution(latencies), workerStats: sumStats(reports) };
+    ctx.log(`latency, ${system.label}: p50 ${run.latencyMs.p50.toFixed(2)} ms, p99 ${run.latencyMs.p99.toFixed(2)} ms` +
+      (run.jobsSeen < run.jobs ? `, ${run.jobs - run.jobsSeen} jobs not started ${sizes.latencyGraceMs} ms after the last enqueue` : ''));
+    return run;
+  });
 }
