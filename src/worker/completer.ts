@@ -67,8 +67,7 @@ export class Completer implements ResultSource {
     return this.completed.length + this.failed.length + this.started.size;
   }
 
-  /** Results not written yet, deferred ones included (stop waits for them). */
-  get pending(): number {
+  get unwritten(): number {
     return this.completed.length + this.failed.length + this.deferred.size;
   }
 

@@ -1,5 +1,7 @@
 /** Due times remembered at most; past that the latest are dropped and the poll finds them. */
 const MAX_ENTRIES = 1_000;
+/** Node runs a longer setTimeout after 1 ms: wait in steps of at most this. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 /**
  * The moments when jobs this worker knows of fall due (delayed enqueues it was
@@ -14,7 +16,8 @@ export class DueTimes {
   private timer: NodeJS.Timeout | undefined;
   private armedFor = Infinity;
 
-  constructor(private readonly due: () => void) {}
+  /** `due(true)` when a timer fired, `due(false)` when a time added had already come. */
+  constructor(private readonly due: (timer: boolean) => void) {}
 
   get size(): number {
     return this.times.length;
@@ -23,7 +26,7 @@ export class DueTimes {
   /** Remembers `at` (ms since epoch); a time already come calls `due` at once. */
   add(at: number, now = Date.now()): void {
     if (at <= now) {
-      this.due();
+      this.due(false);
       return;
     }
     let lo = 0;
@@ -52,7 +55,7 @@ export class DueTimes {
     clearTimeout(this.timer);
     this.armedFor = next;
     // +1: a timer may fire a little early, and a claim at exactly run_at must find the job due.
-    this.timer = setTimeout(() => this.fire(), next - now + 1);
+    this.timer = setTimeout(() => this.fire(), Math.min(MAX_TIMER_MS, next - now + 1));
     this.timer.unref();
   }
 
@@ -63,7 +66,8 @@ export class DueTimes {
     let come = 0;
     while (come < this.times.length && this.times[come]! <= now) come++;
     this.times.splice(0, come);
-    this.due();
+    // Nothing has come: a time beyond the longest timer, waited for in steps.
+    if (come > 0) this.due(true);
     this.arm(now);
   }
 }

@@ -1,4 +1,4 @@
-import type { CompletionWrite, FailureWrite, WorkerStore } from '../db/store.js';
+import type { CompletionWrite, CycleResult, FailureWrite, WorkerStore } from '../db/store.js';
 import type { JobRow } from '../job.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import { DueTimes } from './due-times.js';
@@ -36,8 +36,10 @@ export interface AppliedResults {
 
 /** Where the results come from and go back to: the Completer. */
 export interface ResultSource {
-  /** Results waiting. */
+  /** Results waiting to go out with the next cycle. */
   readonly size: number;
+  /** Results not written yet: waiting, or held back for a moment (their row was locked). */
+  readonly unwritten: number;
   take(): ResultBatch;
   /** A cycle failed: the batch goes back, to be written with the next one. */
   restore(batch: ResultBatch): void;
@@ -77,9 +79,15 @@ export interface FetchLoopStats {
  */
 export class FetchLoop {
   readonly stats: FetchLoopStats = { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0 };
-  private readonly due = new DueTimes(() => this.wake());
+  // A time this worker waited for came: claim even a single free slot for it.
+  private readonly due = new DueTimes((timer) => (timer ? this.wakeUnbatched() : this.wake()));
   private readonly retry = new Backoff({ minMs: 50, maxMs: 5_000 });
   private mayHaveWork = true;
+  /**
+   * The last claim came back full: a backlog is draining, and claims wait until
+   * enough slots are free to batch them. Otherwise a wake claims even one slot.
+   */
+  private backlog = false;
   /** Bumped by every wake, so a cycle that was already running cannot cancel it. */
   private wakes = 0;
   private inFlight: Promise<void> | undefined;
@@ -114,6 +122,15 @@ export class FetchLoop {
     this.kick();
   }
 
+  /**
+   * A poll tick or a due time: claim even a single free slot, also while a backlog
+   * drains (notifications, which arrive with every enqueue, keep batching).
+   */
+  private wakeUnbatched(): void {
+    this.backlog = false;
+    this.wake();
+  }
+
   /** A job becomes due at `at` (ms since epoch): wake then. Every such time is kept. */
   wakeAt(at: number): void {
     if (!this.stopping) this.due.add(at);
@@ -144,15 +161,21 @@ export class FetchLoop {
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
     while (this.inFlight) await this.inFlight;
-    while (this.results.size > 0) {
-      if (await this.send(0)) continue;
+    while (this.results.unwritten > 0) {
+      if (this.results.size > 0 && (await this.send(0))) continue;
       if (Date.now() > deadline) return;
-      await new Promise((resolve) => setTimeout(resolve, 200));
+      // The database is unreachable, or some rows were locked by another session.
+      await new Promise((resolve) => setTimeout(resolve, this.results.size > 0 ? 200 : 50));
     }
   }
 
   private wantClaim(): boolean {
     return this.mayHaveWork && !this.stopping && this.target.wanted() >= this.threshold();
+  }
+
+  /** Claim only this many or more: a batch while a backlog drains, any free slot after a wake. */
+  private threshold(): number {
+    return this.backlog ? this.batchThreshold() : 1;
   }
 
   private kick(flush = false): void {
@@ -173,7 +196,7 @@ export class FetchLoop {
   private step(): void {
     if (this.inFlight || this.retryTimer || this.draining) return;
     const wanted = this.mayHaveWork && !this.stopping ? this.target.wanted() : 0;
-    const claimNow = wanted > 0 && wanted >= this.threshold();
+    const claimNow = wanted >= this.threshold();
     const flushNow = this.results.size > 0 && (this.forceFlush || this.results.size >= this.config.batchSize);
     if (!claimNow && !flushNow) {
       if (this.results.size > 0) this.armFlushTimer();
@@ -224,22 +247,12 @@ export class FetchLoop {
     // common claim, so a backlog in unlimited queues cannot starve them.
     const plainLimit = limit - Math.min(plan.limited.length, Math.floor(limit / 2));
     const sentAt = performance.now();
+    let result: CycleResult;
     try {
-      const result = await this.store.cycle({
+      result = await this.store.cycle({
         completed: batch.completed, failed: batch.failed, started: batch.started,
         queues: plan.plain, tasks: this.config.tasks, limit: plainLimit, startNow: Math.min(plainLimit, this.target.free()),
       });
-      this.retry.reset();
-      if (batch.completed.length + batch.failed.length > 0) this.results.applied(batch, result);
-      this.count(limit, result.claimed.length);
-      // A short claim means the backlog is empty, unless a wake arrived meanwhile.
-      if (limit > 0) this.mayHaveWork = result.claimed.length >= plainLimit || this.wakes !== wakesBefore;
-      if (result.claimed.length > 0) this.target.claimed(result.claimed, performance.now() - sentAt);
-      // Queues with a concurrency limit take their own statements, only when any
-      // are configured. They run after the results above were written, so a slot
-      // freed by a finished job is seen by the limit count.
-      if (limit > 0 && plan.limited.length > 0 && (await this.claimLimited(plan.limited))) this.mayHaveWork = true;
-      return true;
     } catch (err) {
       this.results.restore(batch);
       // The claim may have committed with its reply lost: those jobs stay locked to
@@ -248,6 +261,30 @@ export class FetchLoop {
       this.onError(err);
       if (!this.stopping && !this.draining) this.scheduleRetry();
       return false;
+    }
+    this.retry.reset();
+    this.count(limit, result.claimed.length);
+    if (limit > 0) {
+      // A short claim means the backlog is empty, unless a wake arrived meanwhile.
+      this.backlog = result.claimed.length >= plainLimit;
+      this.mayHaveWork = this.backlog || this.wakes !== wakesBefore;
+    }
+    // What the statement did is done: an exception from an event listener below
+    // must neither undo it nor strand the jobs just claimed.
+    if (batch.completed.length + batch.failed.length > 0) this.guard(() => this.results.applied(batch, result));
+    if (result.claimed.length > 0) this.guard(() => this.target.claimed(result.claimed, performance.now() - sentAt));
+    // Queues with a concurrency limit take their own statements, only when any
+    // are configured. They run after the results above were written, so a slot
+    // freed by a finished job is seen by the limit count.
+    if (limit > 0 && plan.limited.length > 0 && (await this.claimLimited(plan.limited))) this.mayHaveWork = true;
+    return true;
+  }
+
+  private guard(fn: () => void): void {
+    try {
+      fn();
+    } catch (err) {
+      this.onError(err);
     }
   }
 
@@ -266,7 +303,7 @@ export class FetchLoop {
         const sentAt = performance.now();
         const jobs = await this.store.claimLimited(queue, this.config.tasks, max);
         if (jobs.length >= max) more = true;
-        if (jobs.length > 0) this.target.claimed(jobs, performance.now() - sentAt);
+        if (jobs.length > 0) this.guard(() => this.target.claimed(jobs, performance.now() - sentAt));
       } catch (err) {
         // Not "more": a persistent error would spin. The next poll tries again.
         this.onError(err);
@@ -284,11 +321,12 @@ export class FetchLoop {
   }
 
   /**
-   * Claim only when this many jobs are wanted, unless a write goes out anyway:
-   * claiming a few jobs at a time would cost a round trip per few jobs. A quarter
-   * of the capacity (slots plus active prefetch), at most a quarter of a batch.
+   * While a backlog drains, claim only when this many jobs are wanted, unless a
+   * write goes out anyway: claiming a few jobs at a time would cost a round trip
+   * per few jobs. A quarter of the capacity (slots plus active prefetch), at most
+   * a quarter of a batch.
    */
-  private threshold(): number {
+  private batchThreshold(): number {
     return Math.max(1, Math.floor(Math.min(this.target.capacity(), this.config.batchSize) / 4));
   }
 
@@ -302,7 +340,7 @@ export class FetchLoop {
   private schedulePoll(): void {
     const interval = this.config.pollIntervalMs * (0.75 + Math.random() / 2);
     this.pollTimer = setTimeout(() => {
-      this.wake();
+      this.wakeUnbatched();
       if (!this.stopping) this.schedulePoll();
     }, interval);
     this.pollTimer.unref();

@@ -38,6 +38,7 @@ export class Heartbeat {
   private watchTimer: NodeJS.Timeout | undefined;
   private soonTimer: NodeJS.Timeout | undefined;
   private beating = false;
+  private stopped = false;
   /** performance.now() when each held job's lock was last known to be renewed (or claimed). */
   private readonly renewedAt = new Map<string, number>();
   /** Reported as unrenewed already: told once. */
@@ -62,6 +63,7 @@ export class Heartbeat {
   }
 
   stop(): void {
+    this.stopped = true;
     clearInterval(this.beatTimer);
     clearInterval(this.watchTimer);
     clearTimeout(this.soonTimer);
@@ -69,7 +71,7 @@ export class Heartbeat {
 
   async beat(): Promise<void> {
     const ids = this.signals.held();
-    if (ids.length === 0 || this.beating) return;
+    if (ids.length === 0 || this.beating || this.stopped) return;
     this.beating = true;
     const sentAt = performance.now();
     try {
@@ -80,7 +82,7 @@ export class Heartbeat {
       const gone = ids.filter((id) => !done.has(id) && !skipped.has(id) && still.has(id));
       if (gone.length > 0) this.signals.lost(gone);
       // Rows another session holds were not renewed: ask again well before the next beat.
-      if (skipped.size > 0 && !this.soonTimer) {
+      if (skipped.size > 0 && !this.soonTimer && !this.stopped) {
         this.soonTimer = setTimeout(() => {
           this.soonTimer = undefined;
           void this.beat();

@@ -30,10 +30,11 @@ export class ProgressWriter {
 
   /** Writes what is pending, then accepts no more. */
   async stop(): Promise<void> {
+    // Refuse reports first: one made during the final write must not go out after it.
+    this.stopped = true;
     clearTimeout(this.timer);
     this.timer = undefined;
     await this.write();
-    this.stopped = true;
   }
 
   private async write(): Promise<void> {

@@ -175,7 +175,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1 AND id NOT IN (SELECT id FROM mine)`,
 
     // On stop, jobs that did not finish go back to pending without spending the
-    // attempt the claim took: the worker, not the job, gave up.
+    // attempt the claim took: the worker, not the job, gave up. run_at is kept:
+    // the job was due already, and keeps its place in its queue's order.
     // Rows another session holds locked are skipped (the worker tries again).
     release: `WITH mine AS (
         SELECT id FROM ${jobs} WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1
@@ -183,7 +184,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       ), released AS (
         UPDATE ${jobs} j
         SET status = 'pending', attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL,
-            run_at = now(), updated_at = now(), started_at = NULL
+            updated_at = now(), started_at = NULL
         FROM mine WHERE j.id = mine.id
         RETURNING j.id, j.queue
       )
