@@ -300,7 +300,8 @@ export function formatReport(r: ChaosReport): string {
     `handler runs:       ${r.runs}`,
     `re-runs:            ${r.reruns} (${r.killedMidRun} after a run cut short by SIGKILL, ${r.killedBeforeResult} after a run` +
       ' that finished on a worker SIGKILLed before it wrote the result)',
-    `claims never run:   ${r.unstartedClaims} (claimed, then the reply was lost with its connection or the worker died before the handler started)`,
+    `attempts - runs:    ${r.unstartedClaims} (above 0: claims whose reply was lost with its connection; below 0: jobs claimed ahead ` +
+      'that started, and whose worker was killed before their start was written: the rescuer gave their attempt back)',
     `violations:         ${r.violations.length}`,
     ...r.violations.map((x) => `  - ${x}`),
     `drain time:         ${r.seconds.toFixed(1)} s`,

@@ -78,7 +78,7 @@ export interface PoolHandle {
  * Wraps the caller's pool, or makes one from the connection string. `max` bounds
  * the connections a worker holds whatever its concurrency.
  */
-export function openPool(options: ConnectionOptions, max: number, applicationName = 'sluice'): PoolHandle {
+export function openPool(options: ConnectionOptions, max: number, applicationName = 'sluice', connectTimeoutMs?: number): PoolHandle {
   if (options.pool) {
     return { pool: options.pool, owned: false, end: async () => {} };
   }
@@ -89,6 +89,9 @@ export function openPool(options: ConnectionOptions, max: number, applicationNam
     // Idle connections that the server drops (restart, pg_terminate_backend) emit
     // 'error' on the pool; without a listener that would crash the process.
     idleTimeoutMillis: 30_000,
+    // A connection attempt into a blackhole would otherwise wait forever.
+    connectionTimeoutMillis: connectTimeoutMs ?? 0,
+    keepAlive: true,
   });
   pool.on('error', () => {});
   let ended = false;

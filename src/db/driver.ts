@@ -35,4 +35,11 @@ export interface ListenHandlers {
 export interface Listening {
   /** UNLISTEN and give the connection back. */
   close(): Promise<void>;
+  /**
+   * One round trip on the LISTEN connection. Not answered within `timeoutMs`, the
+   * connection is dropped (ListenHandlers.lost follows) and this rejects: a
+   * connection that went silent without being closed would otherwise deliver no
+   * notification, and report nothing, for as long as TCP keeps it.
+   */
+  check(timeoutMs: number): Promise<void>;
 }

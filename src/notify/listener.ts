@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { Driver, Listening } from '../db/driver.js';
+import { Backoff } from '../lifecycle/backoff.js';
 import { decodeMessage, type ControlMessage, type WakeHint } from './codec.js';
 
 // The messages this listener emits; their format is src/notify/codec.ts.
@@ -30,11 +31,14 @@ export class Notifier extends EventEmitter<NotifierEvents> {
   private held: Listening | undefined;
   private stopped = false;
   private retryTimer: NodeJS.Timeout | undefined;
-  private failures = 0;
+  private checkTimer: NodeJS.Timeout | undefined;
+  private readonly retry = new Backoff({ minMs: MIN_RETRY_MS, maxMs: MAX_RETRY_MS });
 
   constructor(
     private readonly driver: Driver,
     private readonly channel: string,
+    /** How often the connection is checked with a round trip (and how long the check may take); 0: never. */
+    private readonly checkIntervalMs = 0,
   ) {
     super();
   }
@@ -47,6 +51,7 @@ export class Notifier extends EventEmitter<NotifierEvents> {
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.retryTimer);
+    clearInterval(this.checkTimer);
     const held = this.held;
     this.held = undefined;
     await held?.close();
@@ -71,24 +76,39 @@ export class Notifier extends EventEmitter<NotifierEvents> {
         return;
       }
       this.held = held;
-      this.failures = 0;
+      this.retry.reset();
+      this.watch(held);
       this.emit('listening');
     } catch (err) {
-      this.retry(err as Error);
+      this.reconnect(err as Error);
     }
+  }
+
+  /**
+   * A connection that stopped carrying packets without being closed delivers no
+   * notification and reports nothing: a round trip now and then finds it out, and
+   * a check that goes unanswered drops it (lost() then reconnects).
+   */
+  private watch(held: Listening): void {
+    clearInterval(this.checkTimer);
+    if (this.checkIntervalMs <= 0) return;
+    this.checkTimer = setInterval(() => {
+      if (this.held === held) void held.check(this.checkIntervalMs).catch(() => {});
+    }, this.checkIntervalMs);
+    this.checkTimer.unref();
   }
 
   private lost(held: Listening | undefined, err: Error): void {
     if (!held || this.held !== held) return;
     this.held = undefined;
-    this.retry(err);
+    clearInterval(this.checkTimer);
+    this.reconnect(err);
   }
 
-  private retry(err: Error): void {
+  private reconnect(err: Error): void {
     if (this.stopped) return;
     this.emit('connectionError', err);
-    const delay = Math.min(MAX_RETRY_MS, MIN_RETRY_MS * 2 ** this.failures++);
-    this.retryTimer = setTimeout(() => void this.open(), delay * (0.5 + Math.random() / 2));
+    this.retryTimer = setTimeout(() => void this.open(), this.retry.next());
     this.retryTimer.unref();
   }
 }

@@ -73,6 +73,20 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   lockRenewalTimeoutMs?: number;
   /** How often the maintenance leader looks for jobs with expired locks. Default visibilityTimeoutMs / 2. */
   rescueIntervalMs?: number;
+  /**
+   * Most time one of the worker's statements, or opening one of its connections,
+   * may take. Past it the connection counts as silent (a dropped NAT entry, a
+   * failover that blackholes): it is dropped, the statement fails with a
+   * ConnectionError (an 'error' event) and is retried on a new connection.
+   * Default 30 s. Applies to the connections the worker opens, not to a `pool` you pass.
+   */
+  statementTimeoutMs?: number;
+  /**
+   * How often the LISTEN connection is checked with a round trip; one not answered
+   * within the same time is replaced (an 'error' event). So a LISTEN connection
+   * that went silent is replaced within twice this. Default 10 s.
+   */
+  listenCheckIntervalMs?: number;
   /** On stop(), how long running jobs may finish before they are aborted. Default 10 s. */
   shutdownTimeoutMs?: number;
   /** Retry delay policy. Default: 1 s doubling (exponential), capped at 1 h, with jitter. A task's own `backoff` wins. */
@@ -138,6 +152,8 @@ export interface ResolvedWorkerConfig {
   readonly visibilityTimeoutMs: number;
   readonly heartbeatIntervalMs: number;
   readonly lockRenewalTimeoutMs: number;
+  readonly statementTimeoutMs: number;
+  readonly listenCheckIntervalMs: number;
   readonly rescueIntervalMs: number;
   readonly shutdownTimeoutMs: number;
   readonly backoff: Readonly<Required<BackoffOptions>>;
@@ -158,7 +174,7 @@ export interface ResolvedWorkerConfig {
 
 const WORKER_KEYS = new Set([
   'connectionString', 'pool', 'sql', 'driver', 'schema', 'schemas', 'tasks', 'queues', 'concurrency', 'queueConcurrency', 'batchSize', 'prefetch',
-  'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs', 'lockRenewalTimeoutMs',
+  'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs', 'lockRenewalTimeoutMs', 'statementTimeoutMs', 'listenCheckIntervalMs',
   'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen', 'preparedStatements',
   'maintenance', 'logger', 'metrics', 'tracing',
   'progressIntervalMs', 'maxResultBytes', 'schedules',
@@ -269,6 +285,8 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     visibilityTimeoutMs,
     heartbeatIntervalMs,
     lockRenewalTimeoutMs,
+    statementTimeoutMs: intOption('statementTimeoutMs', options.statementTimeoutMs, 30_000, 100, 86_400_000),
+    listenCheckIntervalMs: intOption('listenCheckIntervalMs', options.listenCheckIntervalMs, 10_000, 100, 3_600_000),
     rescueIntervalMs: intOption('rescueIntervalMs', options.rescueIntervalMs, Math.floor(visibilityTimeoutMs / 2), 100, 86_400_000),
     shutdownTimeoutMs: intOption('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 86_400_000),
     backoff: resolveBackoff(options.backoff ?? {}, 'backoff'),

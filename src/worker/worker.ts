@@ -115,7 +115,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const config = this.config;
     let db: Driver;
     try {
-      db = await openDriver(config.driver, { ...this.options, prepare: config.preparedStatements }, POOL_SIZE, 'sluice-worker');
+      db = await openDriver(config.driver, {
+        ...this.options, prepare: config.preparedStatements, statementTimeoutMs: config.statementTimeoutMs,
+      }, POOL_SIZE, 'sluice-worker');
     } catch (err) {
       this.state = 'stopped';
       throw err;
@@ -182,7 +184,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       cron: config.schedules.length > 0
         ? new CronRunner(db, config.schema, [...config.schedules], (ticks) => this.emit('cron:enqueued', ticks), onError)
         : undefined,
-      notifier: config.listen ? new Notifier(db, channelFor(config.schema)) : undefined,
+      notifier: config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined,
       instrumentation: await instrumentWorker(this, config, db),
     };
     await this.listen();

@@ -8,6 +8,8 @@ export interface DriverConnection extends Partial<Pick<PgDriverOptions, 'pool'>>
   listenConnectionString?: string;
   /** false: no server-side prepared statements (PgBouncer in transaction mode). Default true. */
   prepare?: boolean;
+  /** Most time a statement or a connection attempt may take (see time-limit.ts). Default: none. */
+  statementTimeoutMs?: number;
 }
 
 /**

@@ -3,6 +3,17 @@ import { openPool } from '../connection.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
+import { timeLimit } from './time-limit.js';
+
+/**
+ * Closes a client's socket at once: end() would wait for a server that no longer
+ * answers. The client then emits 'error' ("terminated unexpectedly"), which must
+ * have a listener even while the client is checked out of its pool.
+ */
+function destroy(client: pg.ClientBase): void {
+  client.on('error', () => {});
+  (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+}
 
 export interface PgDriverOptions {
   connectionString?: string;
@@ -12,6 +23,11 @@ export interface PgDriverOptions {
   /** Pool size when the driver makes the pool. */
   max: number;
   applicationName: string;
+  /**
+   * Most time a statement, or opening a connection, may take before the connection
+   * is dropped as silent (ConnectionError). Default: no limit.
+   */
+  statementTimeoutMs?: number;
 }
 
 /** A Driver on node-postgres, and the pool it runs on (yours, or one it made). */
@@ -24,13 +40,16 @@ export interface PgDriver extends Driver {
  * plus one client held for LISTEN.
  */
 export function pgDriver(options: PgDriverOptions): PgDriver {
-  const handle = openPool(options, options.max, options.applicationName);
+  const limit = options.statementTimeoutMs;
+  const handle = openPool(options, options.max, options.applicationName, limit);
   const pool = handle.pool;
 
   async function connectListener(): Promise<{ client: pg.ClientBase; release(err?: Error): void }> {
     const url = options.listenConnectionString ?? options.connectionString;
     if (url) {
-      const client = new pg.Client({ connectionString: url, application_name: LISTEN_APPLICATION_NAME });
+      const client = new pg.Client({
+        connectionString: url, application_name: LISTEN_APPLICATION_NAME, connectionTimeoutMillis: limit ?? 0, keepAlive: true,
+      });
       client.on('error', () => {});
       await client.connect();
       return { client, release: () => void client.end().catch(() => {}) };
@@ -42,8 +61,26 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
   return {
     pool,
 
-    query: (text: string, values?: unknown[], name?: string) =>
-      pool.query(name ? { name, text, values } : { text, values }) as Promise<{ rows: any[] }>,
+    async query(text: string, values?: unknown[], name?: string) {
+      const config = name ? { name, text, values } : { text, values };
+      if (limit === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
+      const client = await pool.connect();
+      // The statement fails with a connection error by itself; as in pg's own
+      // pool.query, the client's 'error' event must not go unhandled meanwhile.
+      const onError = () => {};
+      client.on('error', onError);
+      try {
+        const result = await timeLimit(client.query(config), limit, () => destroy(client), 'statement');
+        client.removeListener('error', onError);
+        client.release();
+        return result as { rows: any[] };
+      } catch (err) {
+        // As pg's own pool.query does: a connection that failed a statement is not
+        // reused (and keeps its listener: it may still report its end).
+        client.release(err as Error);
+        throw err;
+      }
+    },
 
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
       const client = await pool.connect();
@@ -95,6 +132,12 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
           } catch (err) {
             held.release(err as Error);
           }
+        },
+        async check(timeoutMs: number) {
+          await timeLimit(client.query('SELECT 1'), timeoutMs, () => {
+            destroy(client);
+            lost(new Error(`LISTEN connection silent for ${timeoutMs} ms`));
+          }, 'LISTEN connection check');
         },
       };
     },

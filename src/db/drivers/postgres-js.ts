@@ -3,6 +3,7 @@ import { ConfigError } from '../../errors.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
+import { timeLimit } from './time-limit.js';
 
 export interface PostgresJsDriverOptions {
   connectionString?: string;
@@ -14,6 +15,8 @@ export interface PostgresJsDriverOptions {
   applicationName: string;
   /** false: no server-side prepared statements (PgBouncer in transaction mode). Default true. */
   prepare?: boolean;
+  /** Most time a statement may take; then the driver's connections are replaced (ConnectionError). */
+  statementTimeoutMs?: number;
 }
 
 /**
@@ -98,12 +101,27 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
     } as unknown as Options<{}>);
   }
 
-  const sql = instance({ max: options.max, prepare: options.prepare ?? true, application_name: options.applicationName });
+  const limit = options.statementTimeoutMs;
+  // postgres.js counts its connect timeout in seconds.
+  const connectTimeout = limit === undefined ? {} : { connect_timeout: Math.max(1, Math.ceil(limit / 1_000)) };
+  const openInstance = () => instance({
+    max: options.max, prepare: options.prepare ?? true, application_name: options.applicationName, ...connectTimeout,
+  });
+  let sql = openInstance();
+  // postgres.js cannot drop one connection: a statement past its limit replaces the
+  // instance, closing its connections at once (statements in flight on them fail
+  // and are retried by their callers).
+  const replace = () => {
+    const silent = sql;
+    sql = openInstance();
+    void silent.end({ timeout: 0 }).catch(() => {});
+  };
 
   function listenInstance(onnotify: (channel: string, payload: string) => void, onclose: () => void): Sql {
     // onnotify is read by postgres.js (its own listen() uses it) but missing from its types.
     const settings = {
       max: 1,
+      ...connectTimeout,
       idle_timeout: null,
       max_lifetime: null,
       fetch_types: false,
@@ -115,7 +133,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
   }
 
   return {
-    query: (text: string, values?: unknown[]) => run(sql, text, values),
+    query: (text: string, values?: unknown[]) => timeLimit(run(sql, text, values), limit, replace, 'statement'),
 
     transaction: <T>(fn: (tx: Queryable) => Promise<T>) =>
       sql.begin((tx) => fn({ query: (text, values) => run(tx, text, values) })) as Promise<T>,
@@ -147,6 +165,13 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
           if (!open) return;
           open = false;
           await listener.end({ timeout: 1 }).catch(() => {});
+        },
+        async check(timeoutMs: number) {
+          await timeLimit(run(listener, 'SELECT 1'), timeoutMs, () => {
+            if (!open) return;
+            stop();
+            handlers.lost(new Error(`LISTEN connection silent for ${timeoutMs} ms`));
+          }, 'LISTEN connection check');
         },
       };
     },

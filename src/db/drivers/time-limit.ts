@@ -1,0 +1,22 @@
+import { ConnectionError } from '../../errors.js';
+
+/**
+ * `work`, or a ConnectionError once `ms` have passed without an answer, after
+ * calling `onTimeout` (which drops the connection that went silent, so it is
+ * never used again). A connection that stops carrying packets without being
+ * closed (a dropped NAT entry, a failover that blackholes) is otherwise noticed
+ * only by TCP keepalive, minutes later. No limit when `ms` is undefined.
+ */
+export function timeLimit<T>(work: Promise<T>, ms: number | undefined, onTimeout: () => void, what: string): Promise<T> {
+  if (ms === undefined) return work;
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      onTimeout();
+      reject(new ConnectionError(`${what}: no answer from Postgres within ${ms} ms; the connection was dropped`));
+    }, ms);
+  });
+  // The work may still settle after the limit: nobody is waiting for it then.
+  work.catch(() => {});
+  return Promise.race([work, expired]).finally(() => clearTimeout(timer));
+}

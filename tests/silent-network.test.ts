@@ -1,0 +1,78 @@
+/**
+ * Connections that stop carrying packets without being closed (a dropped NAT
+ * entry, a failover that blackholes): the worker notices, reports an 'error',
+ * replaces the connection and carries on (issue 13). A real TCP proxy between the
+ * worker and Postgres blackholes the traffic.
+ */
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import type { SluiceError } from '../src/index.js';
+import { statusCounts, waitFor } from './helpers/database.js';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
+import { useWorkers } from './helpers/workers.js';
+
+const t = useWorkers('silent');
+let proxy: TcpProxy;
+
+const proxies: TcpProxy[] = [];
+beforeEach(async () => {
+  await t.db.pool.query(`TRUNCATE ${t.db.s}.jobs`);
+  proxy = await startTcpProxy(t.db.url);
+  proxies.push(proxy);
+});
+// After the workers (stopped after each test) have closed their connections through it.
+afterAll(async () => {
+  for (const p of proxies) {
+    p.restore();
+    await p.close();
+  }
+});
+
+/** Far longer than any test: only a notification can start a job. */
+const NO_POLL = 3_600_000;
+
+describe('a silent LISTEN connection', () => {
+  it('is found out by its check, reported, and replaced; notifications reach the worker again', async () => {
+    const errors: SluiceError[] = [];
+    const ran: string[] = [];
+    await t.start({
+      listenConnectionString: proxy.url, listenCheckIntervalMs: 300, statementTimeoutMs: 1_000, pollIntervalMs: NO_POLL,
+      tasks: { push: async (p: { n: string }) => void ran.push(p.n) },
+    }, (w) => w.on('error', (e) => errors.push(e)));
+    await t.queue.enqueue('push', { n: 'before' });
+    await waitFor(() => ran.includes('before'), 'a job pushed by a notification');
+
+    proxy.cut();
+    await waitFor(() => errors.some((e) => /LISTEN connection silent/.test(e.message)), 'the silent LISTEN connection to be reported');
+    proxy.restore();
+    // Once a new LISTEN is in place, a job enqueued now is pushed to the worker.
+    await waitFor(async () => {
+      const { rows } = await t.db.pool.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen' AND query LIKE 'LISTEN%' AND state = 'idle'`);
+      return rows[0].n >= 1;
+    }, 'a new LISTEN connection');
+    await t.queue.enqueue('push', { n: 'after' });
+    await waitFor(() => ran.includes('after'), 'a job pushed through the new LISTEN connection');
+    expect(ran).toEqual(['before', 'after']);
+  });
+});
+
+describe('a silent pool connection', () => {
+  it('fails the statement after statementTimeoutMs, reports it, and the worker recovers on a new connection', async () => {
+    const errors: SluiceError[] = [];
+    const ran: string[] = [];
+    await t.start({
+      connectionString: proxy.url, listen: false, pollIntervalMs: 200, statementTimeoutMs: 800,
+      tasks: { job: async (p: { n: string }) => void ran.push(p.n) },
+    }, (w) => w.on('error', (e) => errors.push(e)));
+    await t.queue.enqueue('job', { n: 'before' });
+    await waitFor(() => ran.includes('before'), 'the first job');
+
+    proxy.cut();
+    await waitFor(() => errors.some((e) => e.code === 'CONNECTION' && /no answer from Postgres within 800 ms/.test(e.message)),
+      'a statement to time out');
+    proxy.restore();
+    await t.queue.enqueue('job', { n: 'after' });
+    await waitFor(() => ran.includes('after'), 'a job after the connection came back');
+    await waitFor(async () => (await statusCounts(t.db)).completed === 2, 'both results written');
+  });
+});
