@@ -1,4 +1,5 @@
 import type { WorkerStore } from '../db/store.js';
+import { Loop } from '../lifecycle/loop.js';
 
 export interface HeartbeatConfig {
   /** How often the locks are renewed. */
@@ -34,11 +35,10 @@ export interface HeartbeatSignals {
  * (visibilityTimeoutMs): handlers that honour their signal never overlap.
  */
 export class Heartbeat {
-  private beatTimer: NodeJS.Timeout | undefined;
-  private watchTimer: NodeJS.Timeout | undefined;
-  private soonTimer: NodeJS.Timeout | undefined;
-  private beating = false;
-  private stopped = false;
+  /** Renews the locks: every interval, or a quarter of it after rows another session held were skipped. */
+  private readonly beats: Loop<boolean>;
+  /** Looks for locks older than renewalTimeoutMs. */
+  private readonly watcher: Loop;
   /** performance.now() when each held job's lock was last known to be renewed (or claimed). */
   private readonly renewedAt = new Map<string, number>();
   /** Reported as unrenewed already: told once. */
@@ -48,7 +48,15 @@ export class Heartbeat {
     private readonly store: WorkerStore,
     private readonly config: HeartbeatConfig,
     private readonly signals: HeartbeatSignals,
-  ) {}
+  ) {
+    this.beats = new Loop({
+      pass: () => this.renew(),
+      // Rows another session holds were not renewed: ask again well before the next beat.
+      intervalMs: (skipped) => (skipped ? config.intervalMs / 4 : config.intervalMs),
+      onError: (err) => signals.error(err),
+    });
+    this.watcher = new Loop({ pass: () => this.watch(), intervalMs: Math.min(1_000, config.intervalMs / 2) });
+  }
 
   /** Jobs claimed by a statement sent at `sentAt` (performance.now()). */
   claimed(ids: readonly string[], sentAt: number): void {
@@ -56,44 +64,32 @@ export class Heartbeat {
   }
 
   start(): void {
-    this.beatTimer = setInterval(() => void this.beat(), this.config.intervalMs);
-    this.beatTimer.unref();
-    this.watchTimer = setInterval(() => this.watch(), Math.min(1_000, this.config.intervalMs / 2));
-    this.watchTimer.unref();
+    this.beats.start();
+    this.watcher.start();
   }
 
-  stop(): void {
-    this.stopped = true;
-    clearInterval(this.beatTimer);
-    clearInterval(this.watchTimer);
-    clearTimeout(this.soonTimer);
+  /** Sends no statement after this; resolves once the beat in flight has ended. */
+  async stop(): Promise<void> {
+    await Promise.all([this.beats.stop(), this.watcher.stop()]);
   }
 
-  async beat(): Promise<void> {
+  /** Renews the locks now (or right after the beat in flight). */
+  beat(): Promise<void> {
+    return this.beats.trigger();
+  }
+
+  /** One statement for all held jobs; true when some rows were skipped (locked by another session). */
+  private async renew(): Promise<boolean> {
     const ids = this.signals.held();
-    if (ids.length === 0 || this.beating || this.stopped) return;
-    this.beating = true;
+    if (ids.length === 0) return false;
     const sentAt = performance.now();
-    try {
-      const { done, skipped } = await this.store.heartbeat(ids);
-      for (const id of done) this.renewedAt.set(id, sentAt);
-      // A job may have finished while the statement ran; only those still held count.
-      const still = new Set(this.signals.held());
-      const gone = ids.filter((id) => !done.has(id) && !skipped.has(id) && still.has(id));
-      if (gone.length > 0) this.signals.lost(gone);
-      // Rows another session holds were not renewed: ask again well before the next beat.
-      if (skipped.size > 0 && !this.soonTimer && !this.stopped) {
-        this.soonTimer = setTimeout(() => {
-          this.soonTimer = undefined;
-          void this.beat();
-        }, this.config.intervalMs / 4);
-        this.soonTimer.unref();
-      }
-    } catch (err) {
-      this.signals.error(err);
-    } finally {
-      this.beating = false;
-    }
+    const { done, skipped } = await this.store.heartbeat(ids);
+    for (const id of done) this.renewedAt.set(id, sentAt);
+    // A job may have finished while the statement ran; only those still held count.
+    const still = new Set(this.signals.held());
+    const gone = ids.filter((id) => !done.has(id) && !skipped.has(id) && still.has(id));
+    if (gone.length > 0) this.signals.lost(gone);
+    return skipped.size > 0;
   }
 
   /** Reports held jobs whose lock is older than renewalTimeoutMs; forgets jobs no longer held. */
