@@ -1,4 +1,5 @@
 import type { QueueStateRow, WorkerStore } from '../db/store.js';
+import { Loop } from '../lifecycle/loop.js';
 
 /** Which of a worker's queues are claimed how, as of the last refresh. */
 export interface ClaimPlan {
@@ -22,19 +23,25 @@ export interface ClaimPlan {
  */
 export class QueueState {
   private current: ClaimPlan;
-  private timer: NodeJS.Timeout | undefined;
-  private refreshing: Promise<void> | undefined;
-  private again = false;
+  private readonly reads: Loop;
 
   constructor(
     private readonly store: WorkerStore,
     private readonly queues: readonly string[],
     private readonly localLimits: ReadonlyMap<string, number>,
-    private readonly refreshIntervalMs: number,
+    refreshIntervalMs: number,
     private readonly changed: () => void,
-    private readonly onError: (err: unknown) => void,
+    onError: (err: unknown) => void,
   ) {
     this.current = this.plan([]);
+    this.reads = new Loop({
+      pass: async () => {
+        this.current = this.plan(await this.store.queueState(this.queues));
+        this.changed();
+      },
+      intervalMs: refreshIntervalMs > 0 ? refreshIntervalMs : Infinity,
+      onError,
+    });
   }
 
   get claimPlan(): ClaimPlan {
@@ -43,34 +50,18 @@ export class QueueState {
 
   /** Reads the queues table once, then keeps refreshing on the timer. Never throws. */
   async start(): Promise<void> {
-    await this.refresh();
-    this.schedule();
+    this.reads.start();
+    await this.reads.trigger();
   }
 
-  stop(): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
+  /** No read starts after this; resolves once the read in flight has ended. */
+  stop(): Promise<void> {
+    return this.reads.stop();
   }
 
-  /** Re-reads the queues table; concurrent calls are folded into one more read. */
+  /** Re-reads the queues table; concurrent calls are folded into one more read. Never throws. */
   refresh(): Promise<void> {
-    if (this.refreshing) {
-      this.again = true;
-      return this.refreshing;
-    }
-    this.refreshing = (async () => {
-      do {
-        this.again = false;
-        try {
-          this.current = this.plan(await this.store.queueState(this.queues));
-          this.changed();
-        } catch (err) {
-          this.onError(err);
-        }
-      } while (this.again);
-      this.refreshing = undefined;
-    })();
-    return this.refreshing;
+    return this.reads.trigger();
   }
 
   private plan(rows: QueueStateRow[]): ClaimPlan {
@@ -79,15 +70,5 @@ export class QueueState {
     const running = this.queues.filter((q) => !paused.has(q));
     const isLimited = (q: string) => this.localLimits.has(q) || limitedGlobally.has(q);
     return { plain: running.filter((q) => !isLimited(q)), limited: running.filter(isLimited) };
-  }
-
-  private schedule(): void {
-    if (this.refreshIntervalMs <= 0) return;
-    this.timer = setTimeout(() => {
-      void this.refresh().then(() => {
-        if (this.timer) this.schedule();
-      });
-    }, this.refreshIntervalMs);
-    this.timer.unref();
   }
 }
