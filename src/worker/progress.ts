@@ -1,4 +1,5 @@
 import type { WorkerStore } from '../db/store.js';
+import { Loop } from '../lifecycle/loop.js';
 
 /**
  * Writes handlers' progress reports. A handler may report thousands of times a
@@ -8,45 +9,38 @@ import type { WorkerStore } from '../db/store.js';
  */
 export class ProgressWriter {
   private pending = new Map<string, string>();
-  private timer: NodeJS.Timeout | undefined;
-  private lastWrite = 0;
-  private stopped = false;
+  /** Writes only when a report asks for it (runSoon), never on a timer of its own. */
+  private readonly writes: Loop;
+  private lastWrite = -Infinity;
 
   constructor(
     private readonly store: WorkerStore,
     private readonly intervalMs: number,
     private readonly error: (err: unknown) => void,
-  ) {}
+  ) {
+    this.writes = new Loop({ pass: () => this.write(), intervalMs: Infinity, onError: error });
+  }
 
   /** Records `json` as job `id`'s progress, written within intervalMs. */
   report(id: string, json: string): void {
-    if (this.stopped) return;
+    if (this.writes.isStopped) return;
     this.pending.set(id, json);
-    if (this.timer) return;
-    const wait = Math.max(0, this.lastWrite + this.intervalMs - Date.now());
-    this.timer = setTimeout(() => void this.write(), wait);
-    this.timer.unref();
+    this.writes.runSoon(this.lastWrite + this.intervalMs - Date.now());
   }
 
   /** Writes what is pending, then accepts no more. */
   async stop(): Promise<void> {
     // Refuse reports first: one made during the final write must not go out after it.
-    this.stopped = true;
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    await this.write();
+    // The write in flight goes out before the last one, so no value is overwritten by an older one.
+    await this.writes.stop();
+    await this.write().catch(this.error);
   }
 
   private async write(): Promise<void> {
-    this.timer = undefined;
     if (this.pending.size === 0) return;
     const batch = this.pending;
     this.pending = new Map();
     this.lastWrite = Date.now();
-    try {
-      await this.store.progress([...batch.keys()], [...batch.values()]);
-    } catch (err) {
-      this.error(err);
-    }
+    await this.store.progress([...batch.keys()], [...batch.values()]);
   }
 }
