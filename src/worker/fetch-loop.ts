@@ -1,6 +1,7 @@
 import type { CompletionWrite, CycleResult, FailureWrite, WorkerStore } from '../db/store.js';
 import type { JobRow } from '../job.js';
 import { Backoff } from '../lifecycle/backoff.js';
+import { Loop } from '../lifecycle/loop.js';
 import { DueTimes } from './due-times.js';
 import type { ClaimPlan } from './queue-state.js';
 
@@ -82,6 +83,7 @@ export class FetchLoop {
   // A time this worker waited for came: claim even a single free slot for it.
   private readonly due = new DueTimes((timer) => (timer ? this.wakeUnbatched() : this.wake()));
   private readonly retry = new Backoff({ minMs: 50, maxMs: 5_000 });
+  private readonly poll: Loop;
   private mayHaveWork = true;
   /**
    * The last claim came back full: a backlog is draining, and claims wait until
@@ -97,7 +99,6 @@ export class FetchLoop {
   private draining = false;
   private forceFlush = false;
   private flushTimer: NodeJS.Timeout | undefined;
-  private pollTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -107,11 +108,14 @@ export class FetchLoop {
     private readonly results: ResultSource,
     private readonly plan: () => ClaimPlan,
     private readonly onError: (err: unknown) => void,
-  ) {}
+  ) {
+    // The fallback for missed notifications, and the only wake of workers that do not listen.
+    this.poll = new Loop({ pass: () => this.wakeUnbatched(), intervalMs: config.pollIntervalMs, jitter: [0.75, 1.25] });
+  }
 
   start(): void {
     this.stopping = false;
-    this.schedulePoll();
+    this.poll.start();
     this.wake();
   }
 
@@ -148,7 +152,7 @@ export class FetchLoop {
    */
   async stopClaiming(): Promise<void> {
     this.stopping = true;
-    clearTimeout(this.pollTimer);
+    void this.poll.stop();
     this.due.clear();
     while (this.inFlight) await this.inFlight;
   }
@@ -335,14 +339,5 @@ export class FetchLoop {
       this.retryTimer = undefined;
       this.kick();
     }, this.retry.next());
-  }
-
-  private schedulePoll(): void {
-    const interval = this.config.pollIntervalMs * (0.75 + Math.random() / 2);
-    this.pollTimer = setTimeout(() => {
-      this.wakeUnbatched();
-      if (!this.stopping) this.schedulePoll();
-    }, interval);
-    this.pollTimer.unref();
   }
 }
