@@ -101,7 +101,8 @@ describe('claiming', () => {
     interface Seen { id: string; key: [number, number, bigint]; claimedAt: number; observedAt: number }
     const seen: Seen[] = [];
     const workers = Array.from({ length: 3 }, () => new Worker({
-      connectionString: db.url, schema: schemaName, queues: ['priorities'], concurrency: 1,
+      // One job per claim (no claiming ahead), so that claims interleave in time.
+      connectionString: db.url, schema: schemaName, queues: ['priorities'], concurrency: 1, prefetch: 0,
       tasks: {
         ordered: async (_p, { job }) => {
           // claimedAt: when the claiming statement began (locked_at = now()); observedAt:

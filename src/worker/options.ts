@@ -48,11 +48,11 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   /** Most jobs claimed by one statement. Default 100. */
   batchSize?: number;
   /**
-   * Jobs claimed ahead of free slots, held (locked and heartbeated) until a slot
-   * frees: a claim then brings up to concurrency + prefetch jobs, so fast jobs cost
-   * fewer round trips. Used only while this worker's jobs average under 20 ms, so
-   * slow jobs are never held back from idle workers. 0 turns it off. Default:
-   * concurrency.
+   * Most jobs claimed ahead of free slots, held (locked and heartbeated) until a
+   * slot frees, so fast jobs cost fewer round trips. How many a claim takes ahead
+   * is sized to the slots expected to free up within a round trip or two, per task
+   * (see Slots), so slow jobs are never held back from idle workers. 0 turns it
+   * off. Default: batchSize.
    */
   prefetch?: number;
   /** Results of finished jobs wait at most this long to be written in a batch. Default 10 ms. */
@@ -266,6 +266,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
   if (heartbeatIntervalMs * 2 > visibilityTimeoutMs) {
     throw new ConfigError('heartbeatIntervalMs must be at most half of visibilityTimeoutMs');
   }
+  const batchSize = intOption('batchSize', options.batchSize, 100, 1, 10_000);
   const lockRenewalTimeoutMs = intOption('lockRenewalTimeoutMs', options.lockRenewalTimeoutMs,
     Math.floor(visibilityTimeoutMs * 0.75), heartbeatIntervalMs + 1, visibilityTimeoutMs - 1);
   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
@@ -278,8 +279,8 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     queues: [...new Set(queues)],
     concurrency,
     queueConcurrency: resolveQueueConcurrency(options.queueConcurrency, queues, concurrency),
-    batchSize: intOption('batchSize', options.batchSize, 100, 1, 10_000),
-    prefetch: intOption('prefetch', options.prefetch, concurrency, 0, 10_000),
+    batchSize,
+    prefetch: intOption('prefetch', options.prefetch, batchSize, 0, 10_000),
     completionFlushMs: intOption('completionFlushMs', options.completionFlushMs, 10, 0, 60_000),
     pollIntervalMs: intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 3_600_000),
     visibilityTimeoutMs,

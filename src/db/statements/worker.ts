@@ -108,17 +108,17 @@ function cycleStatement(jobs: string, queues: string, queueFilter: 'queue = ($9:
             updated_at = now(),
             -- The first $15 in claim order go into free slots and start now; the
             -- rest are claimed ahead and start when a slot frees (started_at NULL).
-            started_at = CASE WHEN array_position(p.ids, j.id) <= $15 THEN now() END,
+            started_at = CASE WHEN p.n <= $15 THEN now() END,
             -- A key held only while pending is given up when the job starts, so it
             -- is never taken back when the job returns to pending (see 0002).
             key_scope = CASE WHEN j.key_scope = 'pending' THEN 'released' ELSE j.key_scope END
-        FROM (SELECT ARRAY(
+        FROM unnest(ARRAY(
           SELECT id FROM ${jobs}
           WHERE status = 'pending' AND ${queueFilter} AND task = ANY($10::text[]) AND run_at <= now()
           ORDER BY priority DESC, run_at, id
           LIMIT $11
-          FOR UPDATE SKIP LOCKED) AS ids) p
-        WHERE j.id = ANY(p.ids)
+          FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(id, n)
+        WHERE j.id = p.id
           AND j.queue <> ALL (ARRAY(SELECT name FROM ${queues} WHERE paused OR concurrency_limit IS NOT NULL))
         RETURNING j.*
       ), notified AS (
