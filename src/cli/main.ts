@@ -1,3 +1,4 @@
+import { createRequire } from 'node:module';
 import { Command, CommanderError } from 'commander';
 import { SluiceError } from '../errors.js';
 import { registerDashboard } from './commands/dashboard.js';
@@ -18,9 +19,13 @@ export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
 
+/** The installed package's version (dist/cli/ and src/cli/ are both two levels down). */
+export const VERSION = (createRequire(import.meta.url)('../../package.json') as { version: string }).version;
+
 export function buildProgram(): Command {
   const program = new Command('sluice')
     .description('A transactional job queue that lives inside PostgreSQL')
+    .version(VERSION, '-v, --version', 'print the version of sluice')
     .option('--database-url <url>', 'Postgres connection string (env: DATABASE_URL)')
     .option('--schema <name>', 'Postgres schema holding Sluice tables (env: SLUICE_SCHEMA)', process.env.SLUICE_SCHEMA ?? 'sluice')
     // The error itself is one line; the full help would bury it.

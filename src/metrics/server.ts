@@ -1,4 +1,6 @@
-import Fastify, { type FastifyInstance } from 'fastify';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { ConfigError } from '../errors.js';
 import type { SluiceMetrics } from './metrics.js';
 
 export interface MetricsServer {
@@ -7,18 +9,43 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
-/** Serves GET /metrics (Prometheus text format) from one SluiceMetrics. */
+/**
+ * Serves GET /metrics (Prometheus text format) from one SluiceMetrics. One route
+ * needs no web framework: node:http keeps metrics down to one optional package,
+ * prom-client.
+ */
 export async function serveMetrics(metrics: SluiceMetrics, port: number, host: string): Promise<MetricsServer> {
-  const app: FastifyInstance = Fastify({ logger: false });
-  app.get('/metrics', async (_request, reply) => {
-    reply.header('content-type', metrics.contentType);
-    return metrics.text();
+  const server = createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== '/metrics') {
+      res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found: the metrics are at /metrics\n');
+      return;
+    }
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { allow: 'GET, HEAD' }).end();
+      return;
+    }
+    metrics.text().then(
+      (body) => res.writeHead(200, { 'content-type': metrics.contentType }).end(req.method === 'HEAD' ? undefined : body),
+      (err: unknown) => res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end(`${err instanceof Error ? err.message : String(err)}\n`),
+    );
   });
-  await app.listen({ port, host });
-  const address = app.server.address();
-  const actualPort = typeof address === 'object' && address ? address.port : port;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (err: NodeJS.ErrnoException) => {
+      reject(err.code === 'EADDRINUSE'
+        ? new ConfigError(`metrics: port ${port} on ${host} is already in use (choose another metrics.port, or 0 for any free one)`, { cause: err })
+        : err);
+    });
+    server.listen(port, host, resolve);
+  });
+  const { port: actualPort } = server.address() as AddressInfo;
   return {
     url: `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`,
-    close: () => app.close(),
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        // Scrapers keep connections alive; close() alone would wait for them.
+        server.closeAllConnections();
+      }),
   };
 }
