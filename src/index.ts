@@ -59,6 +59,8 @@ export { maintenanceStatements as buildMaintenanceQueries } from './db/statement
 export { resolvePrunerConfig, type MaintenanceOptions, type PrunerOptions } from './maintenance/options.js';
 export { currentLeader, type LeaseHolder } from './maintenance/lease.js';
 export type { PeriodicTask } from './maintenance/runner.js';
-export { SluiceMetrics, type SluiceMetricsOptions } from './metrics/metrics.js';
+export {
+  SluiceMetrics, type SluiceMetricsOptions, type MetricsRegistry, type MetricsCounter, type MetricsHistogram, type MetricsGauge,
+} from './metrics/metrics.js';
 export type { WorkerMetricsOptions } from './metrics/options.js';
 export type { Logger } from './logger.js';

@@ -10,7 +10,9 @@ import { readFile, readdir } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
+import { Registry } from 'prom-client';
 import { ConfigError } from '../src/errors.js';
+import { SluiceMetrics } from '../src/index.js';
 import { importPeer, requirePeer } from '../src/optional-peer.js';
 import { runSluice } from './helpers/cli.js';
 
@@ -131,5 +133,15 @@ describe('optional peers', () => {
     await expect(importPeer('prom-client', 'SluiceMetrics', () => Promise.reject(broken))).rejects.toBe(broken);
     const failing = new TypeError('boom');
     await expect(importPeer('fastify', 'the dashboard', () => Promise.reject(failing))).rejects.toBe(failing);
+  });
+});
+
+describe('SluiceMetrics without prom-client in its types', () => {
+  it("takes the application's own prom-client Registry (its types need no prom-client import)", async () => {
+    const registry = new Registry();
+    const metrics = new SluiceMetrics({ registry, prefix: 'app_sluice_' });
+    metrics.enqueued.inc({ queue: 'q', task: 't' }, 2);
+    expect(await registry.metrics()).toMatch(/^app_sluice_jobs_enqueued_total\{queue="q",task="t"\} 2$/m);
+    expect(metrics.contentType).toBe(registry.contentType);
   });
 });

@@ -40,6 +40,8 @@ export interface EmbeddedOptions {
   /** Extra `-c name=value` server settings. */
   settings?: Record<string, string>;
   log?: (line: string) => void;
+  /** Called once the package is loaded, before the server starts (seconds, more on first use). */
+  onStarting?: () => void;
 }
 
 const HOOKED_EVENTS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'exit', 'beforeExit', 'uncaughtException', 'unhandledRejection', 'message'] as const;
@@ -100,6 +102,7 @@ async function stopLeftover(dataDir: string): Promise<void> {
 
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedPostgres> {
   const EmbeddedPostgresClass = await importWithoutExitHooks();
+  options.onStarting?.();
   const port = options.port ?? (await freePort());
   const password = 'sluice';
   const settings = { listen_addresses: '127.0.0.1', unix_socket_directories: '', max_connections: '300', ...options.settings };

@@ -1,12 +1,39 @@
 import type * as PromClient from 'prom-client';
-import type { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Queryable } from '../db/executor.js';
 import { metricsStatements } from '../db/statements/metrics.js';
 import { requirePeer } from '../optional-peer.js';
 
+// The public types below are the parts of prom-client's that Sluice uses, written
+// out rather than imported: prom-client is optional, and a declaration file that
+// imports a missing package fails the application's `tsc` (skipLibCheck: false).
+// prom-client's own Registry, Counter, Histogram and Gauge fit them.
+
+type Labels<T extends string> = Partial<Record<T, string | number>>;
+
+/** A prom-client Registry (yours, or the one SluiceMetrics made). */
+export interface MetricsRegistry {
+  metrics(): Promise<string>;
+  readonly contentType: string;
+}
+
+export interface MetricsCounter<T extends string> {
+  inc(labels: Labels<T>, value?: number): void;
+  inc(value?: number): void;
+}
+
+export interface MetricsHistogram<T extends string> {
+  observe(labels: Labels<T>, value: number): void;
+  observe(value: number): void;
+}
+
+export interface MetricsGauge<T extends string> {
+  set(labels: Labels<T>, value: number): void;
+  set(value: number): void;
+}
+
 export interface SluiceMetricsOptions {
   /** Register into this prom-client registry (e.g. your app's). Default: a new one. */
-  registry?: Registry;
+  registry?: MetricsRegistry;
   /** Prefix of every metric name. Default 'sluice_'. */
   prefix?: string;
   /** Run-time histogram buckets in seconds. */
@@ -35,23 +62,25 @@ interface DepthRow {
  *   // curl http://127.0.0.1:9464/metrics
  */
 export class SluiceMetrics {
-  readonly registry: Registry;
-  readonly enqueued: Counter<'queue' | 'task'>;
-  readonly completed: Counter<'queue' | 'task'>;
-  readonly failed: Counter<'queue' | 'task' | 'final'>;
-  readonly duration: Histogram<'queue' | 'task' | 'outcome'>;
-  readonly wait: Histogram<'queue' | 'task'>;
-  readonly claimBatch: Histogram<string>;
-  readonly running: Gauge<string>;
-  readonly leader: Gauge<string>;
-  readonly rescued: Counter<'queue'>;
-  readonly pruned: Counter<'mode'>;
+  readonly registry: MetricsRegistry;
+  readonly enqueued: MetricsCounter<'queue' | 'task'>;
+  readonly completed: MetricsCounter<'queue' | 'task'>;
+  readonly failed: MetricsCounter<'queue' | 'task' | 'final'>;
+  readonly duration: MetricsHistogram<'queue' | 'task' | 'outcome'>;
+  readonly wait: MetricsHistogram<'queue' | 'task'>;
+  readonly claimBatch: MetricsHistogram<string>;
+  readonly running: MetricsGauge<string>;
+  readonly leader: MetricsGauge<string>;
+  readonly rescued: MetricsCounter<'queue'>;
+  readonly pruned: MetricsCounter<'mode'>;
   private readonly depthSources = new Map<string, Queryable>();
 
   constructor(options: SluiceMetricsOptions = {}) {
     const client = requirePeer<typeof PromClient>('prom-client', 'SluiceMetrics');
     const p = options.prefix ?? 'sluice_';
-    const registers = [(this.registry = options.registry ?? new client.Registry())];
+    const registry = (options.registry as PromClient.Registry | undefined) ?? new client.Registry();
+    this.registry = registry;
+    const registers = [registry];
     this.enqueued = new client.Counter({ name: `${p}jobs_enqueued_total`, help: 'Jobs inserted by this process (counted when the INSERT succeeds, even if your transaction later rolls back)', labelNames: ['queue', 'task'], registers });
     this.completed = new client.Counter({ name: `${p}jobs_completed_total`, help: 'Jobs completed by this worker', labelNames: ['queue', 'task'], registers });
     this.failed = new client.Counter({ name: `${p}jobs_failed_total`, help: 'Failed attempts; final="true" when no retry is left', labelNames: ['queue', 'task', 'final'], registers });

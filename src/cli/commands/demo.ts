@@ -26,8 +26,11 @@ export function registerDemo(program: Command): void {
       let stop: (() => Promise<void>) | undefined;
       const out = flags.json ? process.stderr : process.stdout;
       if (!databaseUrl) {
-        out.write(`no DATABASE_URL: starting an embedded Postgres in ${DEMO_DATA_DIR}\n`);
-        const embedded = await startEmbeddedPostgres({ dataDir: DEMO_DATA_DIR, persistent: true });
+        const embedded = await startEmbeddedPostgres({
+          dataDir: DEMO_DATA_DIR,
+          persistent: true,
+          onStarting: () => out.write(`no DATABASE_URL: starting an embedded Postgres in ${DEMO_DATA_DIR}\n`),
+        });
         databaseUrl = embedded.url;
         stop = embedded.stop;
       }
