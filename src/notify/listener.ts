@@ -1,6 +1,6 @@
 import { EventEmitter } from 'node:events';
 import type { Driver, Listening } from '../db/driver.js';
-import { Backoff } from '../lifecycle/backoff.js';
+import { Loop } from '../lifecycle/loop.js';
 import { decodeMessage, type ControlMessage, type WakeHint } from './codec.js';
 
 // The messages this listener emits; their format is src/notify/codec.ts.
@@ -30,9 +30,10 @@ const MAX_RETRY_MS = 10_000;
 export class Notifier extends EventEmitter<NotifierEvents> {
   private held: Listening | undefined;
   private stopped = false;
-  private retryTimer: NodeJS.Timeout | undefined;
-  private checkTimer: NodeJS.Timeout | undefined;
-  private readonly retry = new Backoff({ minMs: MIN_RETRY_MS, maxMs: MAX_RETRY_MS });
+  /** Opens the connection; after a failure or a loss, again after a backoff. */
+  private connect: Loop | undefined;
+  /** Round trips on the open connection (when checkIntervalMs > 0). */
+  private checks: Loop | undefined;
 
   constructor(
     private readonly driver: Driver,
@@ -45,13 +46,33 @@ export class Notifier extends EventEmitter<NotifierEvents> {
 
   start(): void {
     this.stopped = false;
-    void this.open();
+    this.connect = new Loop({
+      pass: () => this.open(),
+      // An open connection is kept until it is lost (then lost() calls retry()).
+      intervalMs: Infinity,
+      backoff: { minMs: MIN_RETRY_MS, maxMs: MAX_RETRY_MS },
+      onError: (err) => this.emit('connectionError', err as Error),
+    });
+    // Started, so that a failed attempt is followed by another after the backoff.
+    this.connect.start();
+    void this.connect.trigger();
+    // A connection that stopped carrying packets without being closed delivers no
+    // notification and reports nothing: a round trip now and then finds it out, and
+    // a check that goes unanswered drops it (lost() then reconnects).
+    const checkMs = this.checkIntervalMs;
+    if (checkMs > 0) {
+      this.checks = new Loop({ pass: () => this.held?.check(checkMs).catch(() => {}), intervalMs: checkMs });
+      this.checks.start();
+    }
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
-    clearTimeout(this.retryTimer);
-    clearInterval(this.checkTimer);
+    // Neither waits for its pass: a connection attempt to an unreachable server
+    // lasts until its timeout (open() closes what it opens after stop), and a check
+    // in flight ends with the connection, closed below.
+    void this.connect?.stop();
+    void this.checks?.stop();
     const held = this.held;
     this.held = undefined;
     await held?.close();
@@ -60,55 +81,29 @@ export class Notifier extends EventEmitter<NotifierEvents> {
   private async open(): Promise<void> {
     if (this.stopped) return;
     let held: Listening | undefined;
-    try {
-      held = await this.driver.listen(this.channel, {
-        notification: (payload) => {
-          if (this.listenerCount('payload') > 0) this.emit('payload', payload ?? '');
-          if (this.listenerCount('wake') === 0 && this.listenerCount('control') === 0) return;
-          const parsed = decodeMessage(payload);
-          if ('c' in parsed) this.emit('control', parsed);
-          else this.emit('wake', parsed);
-        },
-        lost: (err) => this.lost(held, err),
-      });
-      if (this.stopped) {
-        await held.close();
-        return;
-      }
-      this.held = held;
-      this.retry.reset();
-      this.watch(held);
-      this.emit('listening');
-    } catch (err) {
-      this.reconnect(err as Error);
+    held = await this.driver.listen(this.channel, {
+      notification: (payload) => {
+        if (this.listenerCount('payload') > 0) this.emit('payload', payload ?? '');
+        if (this.listenerCount('wake') === 0 && this.listenerCount('control') === 0) return;
+        const parsed = decodeMessage(payload);
+        if ('c' in parsed) this.emit('control', parsed);
+        else this.emit('wake', parsed);
+      },
+      lost: (err) => this.lost(held, err),
+    });
+    if (this.stopped) {
+      await held.close();
+      return;
     }
-  }
-
-  /**
-   * A connection that stopped carrying packets without being closed delivers no
-   * notification and reports nothing: a round trip now and then finds it out, and
-   * a check that goes unanswered drops it (lost() then reconnects).
-   */
-  private watch(held: Listening): void {
-    clearInterval(this.checkTimer);
-    if (this.checkIntervalMs <= 0) return;
-    this.checkTimer = setInterval(() => {
-      if (this.held === held) void held.check(this.checkIntervalMs).catch(() => {});
-    }, this.checkIntervalMs);
-    this.checkTimer.unref();
+    this.held = held;
+    this.emit('listening');
   }
 
   private lost(held: Listening | undefined, err: Error): void {
     if (!held || this.held !== held) return;
     this.held = undefined;
-    clearInterval(this.checkTimer);
-    this.reconnect(err);
-  }
-
-  private reconnect(err: Error): void {
     if (this.stopped) return;
     this.emit('connectionError', err);
-    this.retryTimer = setTimeout(() => void this.open(), this.retry.next());
-    this.retryTimer.unref();
+    this.connect?.retry();
   }
 }
