@@ -17,6 +17,7 @@ import { FULL, QUICK, type BenchContext, type Row } from './lib/context.js';
 import { openServer } from './lib/database.js';
 import { formatTable, withShares } from './lib/report.js';
 import { median } from './lib/stats.js';
+import { copyBuild } from './lib/sluice-build.js';
 import { comparisonTable, sluiceRows, type SystemRuns } from './lib/summary.js';
 import { SEED_SQL, SLUICE, systemsOfRun } from './lib/systems.js';
 import { drain } from './scenarios/drain.js';
@@ -55,6 +56,9 @@ if (args.reps) sizes.reps = Math.max(1, Number(args.reps));
 const withPeers = args['no-peers'] ? false : (args.peers ?? !args.quick);
 // Before the server starts: a first run installs the peers (npm ci, about 30 s).
 const systems = systemsOfRun(withPeers, log);
+const build = await copyBuild();
+// Read by bench/systems/sluice.mjs in every process the run starts.
+process.env.BENCH_SLUICE_DIST = build.entry;
 const server = await openServer(log);
 const ctx: BenchContext = { url: server.url, sizes, log };
 const startedAt = new Date();
@@ -112,7 +116,7 @@ try {
   if (comparison) {
     console.log(`\n${comparison}\n`);
     console.log(`Medians of ${sizes.reps} repetition(s). *: the drain did not finish within max(${sizes.drainTimeoutMs / 1000} s, size / ${sizes.drainMinRate} jobs/s); ` +
-      'the figure is the rate of the part drained. skip: not run, a smaller drain at that concurrency timed out. ' +
+      'the figure is the rate of the part drained. skip: not run, a drain at that concurrency drained less than half its jobs in time. ' +
       `∞: some jobs had not started ${sizes.latencyGraceMs / 1000} s after the last enqueue. ` +
       `SQL-only limit in this run: ${[...limit.limits].map(([size, v]) => `${v.toLocaleString('en-US')} jobs/s at ${size.toLocaleString('en-US')} jobs`).join(', ')}.`);
   }
@@ -124,4 +128,5 @@ try {
   log(`wrote ${out}`);
 } finally {
   await server.stop();
+  await build.remove();
 }

@@ -14,7 +14,8 @@ export interface BenchSizes {
   /**
    * A drain that has not finished after max(drainTimeoutMs, size / drainMinRate
    * seconds) is stopped and reported as the rate of what it drained (pg-boss at its
-   * defaults polls every 2 s); larger drains at that concurrency are then skipped.
+   * defaults polls every 2 s); if it drained less than half, it is not repeated and
+   * larger drains at that concurrency are skipped.
    */
   drainTimeoutMs: number;
   drainMinRate: number;

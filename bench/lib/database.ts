@@ -107,7 +107,8 @@ export class ScratchSchema {
   readonly pool: pg.Pool;
 
   constructor(readonly url: string, label: string) {
-    this.schema = `bench_${label.replace(/[^a-z0-9]+/gi, '_').toLowerCase()}_${randomBytes(3).toString('hex')}`;
+    const name = label.replace(/[^a-z0-9]+/gi, '_').replace(/^_|_$/g, '').toLowerCase();
+    this.schema = `bench_${name}_${randomBytes(3).toString('hex')}`;
     this.s = quoteSchema(this.schema);
     this.pool = new pg.Pool({ connectionString: url, max: 2, application_name: 'sluice-bench' });
     this.pool.on('error', () => {});
@@ -128,39 +129,9 @@ export class ScratchSchema {
   }
 }
 
-/** A freshly migrated Sluice schema (the SQL-only limit works in it), dropped afterwards. */
-export class BenchSchema {
-  readonly s: string;
-  readonly pool: pg.Pool;
-
-  private constructor(readonly url: string, readonly schema: string) {
-    this.s = quoteSchema(schema);
-    this.pool = new pg.Pool({ connectionString: url, max: 12, application_name: 'sluice-bench' });
-    this.pool.on('error', () => {});
-  }
-
-  static async create(url: string, label: string): Promise<BenchSchema> {
-    const schema = `bench_${label}_${randomBytes(3).toString('hex')}`;
-    await migrate({ connectionString: url, schema });
-    return new BenchSchema(url, schema);
-  }
-
-  /**
-   * `count` pending no-op jobs in one INSERT ... SELECT. Payload `{"i": n}` numbers
-   * them from 0.
-   */
-  async prefill(count: number, task = 'noop'): Promise<void> {
-    await this.pool.query(
-      `INSERT INTO ${this.s}.jobs (task, payload) SELECT $2, jsonb_build_object('i', g) FROM generate_series(0, $1 - 1) g`,
-      [count, task]);
-    await this.pool.query(`ANALYZE ${this.s}.jobs`);
-  }
-
-  async drop(): Promise<void> {
-    try {
-      await this.pool.query(`DROP SCHEMA IF EXISTS ${this.s} CASCADE`);
-    } finally {
-      await this.pool.end();
-    }
-  }
+/** A ScratchSchema with Sluice's tables migrated into it (the SQL-only limit works in one). */
+export async function migratedSchema(url: string, label: string): Promise<ScratchSchema> {
+  const db = new ScratchSchema(url, label);
+  await migrate({ connectionString: url, schema: db.schema });
+  return db;
 }

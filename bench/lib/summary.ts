@@ -106,7 +106,8 @@ const fmt = (n: number, digits = 0) => (Number.isFinite(n) ? round(n, digits).to
  * The comparison: one row per measure, one column per system, medians over the
  * repetitions. `–`: not measured for that system (the seed pattern has no worker).
  * `*`: the drain did not finish in time; the figure is the rate of the part drained.
- * `skip`: not run, because a smaller drain at that concurrency timed out.
+ * `skip`: not run, because a drain at that concurrency drained less than half its
+ * jobs in time.
  */
 export function comparisonTable(all: SystemRuns[], sizes: BenchSizes): string {
   const lines: [string, (runs: SystemRuns) => string][] = [];

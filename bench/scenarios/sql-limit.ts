@@ -1,6 +1,6 @@
 import pg from 'pg';
 import type { BenchContext, ScenarioResult } from '../lib/context.js';
-import { BenchSchema } from '../lib/database.js';
+import { migratedSchema } from '../lib/database.js';
 import { now } from '../lib/clock.js';
 import { rate } from '../lib/stats.js';
 
@@ -16,9 +16,11 @@ export async function sqlLimit(ctx: BenchContext): Promise<ScenarioResult & { li
   const limits = new Map<number, number>();
   const details: Record<string, unknown> = {};
   for (const size of sizes.drainSizes) {
-    const db = await BenchSchema.create(ctx.url, 'sql');
+    const db = await migratedSchema(ctx.url, 'sql');
     try {
-      await db.prefill(size);
+      await db.pool.query(
+        `INSERT INTO ${db.s}.jobs (task, payload) SELECT 'noop', jsonb_build_object('i', g) FROM generate_series(0, $1 - 1) g`, [size]);
+      await db.pool.query(`ANALYZE ${db.s}.jobs`);
       const claim = `UPDATE ${db.s}.jobs j
         SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = $1, updated_at = now()
         FROM (SELECT id FROM ${db.s}.jobs

@@ -1,6 +1,7 @@
 // Sluice as a benchmark system (see bench/systems/process.mjs): the built package
-// (dist/, `npm run bench` builds it), at its defaults, as users run it.
-import { migrate, Queue, Worker } from '../../dist/index.js';
+// at its defaults, as users run it. BENCH_SLUICE_DIST: the run's private copy of
+// dist/ (bench/lib/sluice-build.ts); dist/ itself otherwise.
+const { migrate, Queue, Worker } = await import(process.env.BENCH_SLUICE_DIST ?? new URL('../../dist/index.js', import.meta.url).href);
 
 export async function install({ url, schema }) {
   await migrate({ connectionString: url, schema });
