@@ -34,6 +34,11 @@ export class Lease {
     return Date.now() < this.heldUntil;
   }
 
+  /** How long the last successful renewal stays valid; 0 when not held. */
+  get remainingMs(): number {
+    return Math.max(0, this.heldUntil - Date.now());
+  }
+
   async tryAcquire(): Promise<boolean> {
     const sentAt = Date.now();
     const { rows } = await this.db.query(this.queries.acquireLease, [this.holderId, this.role, this.leaseMs]);

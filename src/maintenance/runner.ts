@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { Loop } from '../lifecycle/loop.js';
 import type { Lease } from './lease.js';
 
 /**
@@ -15,6 +16,56 @@ export interface PeriodicTask {
   run(signal: AbortSignal): Promise<void>;
 }
 
+/**
+ * A maintenance service: the rescuer and the pruner (on the leader), cron (on
+ * every worker with schedules), and every PeriodicTask. Each run gets a signal
+ * that fires when the service is stopped (leadership lost, worker stopping).
+ */
+export interface MaintenanceService<R = void> {
+  readonly name: string;
+  /**
+   * From the end of a run to the next: a number (jittered ±25%, so that services
+   * started together spread out), or exactly what this returns for the last run's
+   * result (cron sleeps until its next tick; `undefined` after a run that threw).
+   */
+  readonly intervalMs: number | ((result: R | undefined) => number);
+  run(signal: AbortSignal): Promise<R>;
+  /** Once, before the first run (cron publishes its definitions); start() waits for it. */
+  setup?(): Promise<void>;
+}
+
+/** One service on the shared lifecycle: its setup, a first run at once, then one every interval. */
+export class ServiceRunner {
+  private readonly loop: Loop<unknown>;
+
+  constructor(
+    // Any result type: only the service's own intervalMs reads it.
+    private readonly service: MaintenanceService<any>,
+    private readonly report: (err: unknown) => void,
+  ) {
+    const { intervalMs } = service;
+    this.loop = new Loop<unknown>({
+      pass: (signal) => service.run(signal),
+      intervalMs,
+      jitter: typeof intervalMs === 'number' ? [0.75, 1.25] : undefined,
+      // A run that threw is reported, and the service runs again at its next interval.
+      onError: report,
+    });
+  }
+
+  /** Resolves once the service is set up (a failed setup is reported: the runs go ahead). */
+  async start(): Promise<void> {
+    if (this.service.setup) await this.service.setup().catch(this.report);
+    this.loop.start();
+    void this.loop.trigger();
+  }
+
+  /** Fires the run's signal; resolves once the run in flight has ended. */
+  stop(): Promise<void> {
+    return this.loop.stop();
+  }
+}
+
 export interface MaintenanceEvents {
   'leader:elected': [];
   'leader:lost': [];
@@ -26,24 +77,33 @@ export interface MaintenanceEvents {
 
 /**
  * Competes for the lease every third of its length; while it holds it, runs the
- * periodic tasks. A worker that loses the lease (or cannot renew it before it
- * runs out) stops its tasks; a worker whose leader died takes over once the
+ * leader's services. A worker that loses the lease (or cannot renew it before it
+ * runs out) stops its services; a worker whose leader died takes over once the
  * lease has expired, so fail-over takes at most about 4/3 of the lease.
  */
 export class MaintenanceRunner extends EventEmitter<MaintenanceEvents> {
   private leading = false;
-  private stopped = true;
-  private leaseTimer: NodeJS.Timeout | undefined;
-  private expiryTimer: NodeJS.Timeout | undefined;
-  private readonly taskTimers = new Map<string, NodeJS.Timeout>();
-  private abort = new AbortController();
-  private readonly inFlight = new Set<Promise<void>>();
+  private readonly campaign: Loop;
+  private readonly expiry: Loop;
+  /** The services of this term of leadership: each term gets its own, stopped when it ends. */
+  private term: ServiceRunner[] = [];
+  /** Services of ended terms whose last run is still in flight. */
+  private readonly ending = new Set<Promise<void>>();
 
   constructor(
     private readonly lease: Lease,
-    private readonly tasks: readonly PeriodicTask[],
+    private readonly services: readonly MaintenanceService<any>[],
   ) {
     super();
+    // Never later than a third of the lease, so that a renewal that fails once is retried in time.
+    this.campaign = new Loop({ pass: (signal) => this.renew(signal), intervalMs: lease.leaseMs / 3, jitter: [0.75, 1] });
+    // If renewals keep failing (or hang), step down the moment the lease runs out locally.
+    this.expiry = new Loop({
+      pass: () => {
+        if (this.leading && !this.lease.held) this.demote();
+      },
+      intervalMs: () => (this.leading ? this.lease.remainingMs : Infinity),
+    });
   }
 
   get isLeader(): boolean {
@@ -51,26 +111,26 @@ export class MaintenanceRunner extends EventEmitter<MaintenanceEvents> {
   }
 
   start(): void {
-    this.stopped = false;
-    void this.campaign();
+    this.expiry.start();
+    this.campaign.start();
+    void this.campaign.trigger();
   }
 
-  /** Stops the tasks, waits for running ones, and hands the lease over. */
+  /** Stops the services, waits for running ones, and hands the lease over. */
   async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.leaseTimer);
-    clearTimeout(this.expiryTimer);
     const wasLeading = this.leading;
+    const campaign = this.campaign.stop();
+    void this.expiry.stop();
     this.demote();
-    await Promise.allSettled([...this.inFlight]);
-    if (wasLeading) await this.lease.resign().catch((err) => this.emit('lease:error', err));
+    await Promise.all([campaign, ...this.ending]);
+    // A renewal in flight at stop() may have taken the lease: give that up too.
+    if (wasLeading || this.lease.held) await this.lease.resign().catch((err) => this.emit('lease:error', err));
   }
 
-  private async campaign(): Promise<void> {
-    if (this.stopped) return;
+  private async renew(signal: AbortSignal): Promise<void> {
     try {
       const held = await this.lease.tryAcquire();
-      if (this.stopped) return;
+      if (signal.aborted) return;
       if (held && !this.leading) this.promote();
       if (!held && this.leading) this.demote();
     } catch (err) {
@@ -78,51 +138,25 @@ export class MaintenanceRunner extends EventEmitter<MaintenanceEvents> {
       // Keep leading only while the last renewal is still valid.
       if (this.leading && !this.lease.held) this.demote();
     }
-    if (this.stopped) return;
-    const interval = this.lease.leaseMs / 3;
-    this.leaseTimer = setTimeout(() => void this.campaign(), interval * (0.75 + Math.random() / 4));
-    this.leaseTimer.unref();
-    // If renewals keep failing (or hang), step down the moment the lease runs out locally.
-    clearTimeout(this.expiryTimer);
-    if (this.leading) {
-      this.expiryTimer = setTimeout(() => {
-        if (this.leading && !this.lease.held) this.demote();
-      }, this.lease.leaseMs);
-      this.expiryTimer.unref();
-    }
   }
 
   private promote(): void {
     this.leading = true;
-    this.abort = new AbortController();
     this.emit('leader:elected');
-    for (const task of this.tasks) this.runTask(task);
+    this.term = this.services.map((s) => new ServiceRunner(s, (err) => this.emit('task:error', s.name, err)));
+    for (const service of this.term) void service.start();
+    void this.expiry.trigger();
   }
 
   private demote(): void {
     if (!this.leading) return;
     this.leading = false;
-    this.abort.abort();
-    for (const timer of this.taskTimers.values()) clearTimeout(timer);
-    this.taskTimers.clear();
+    for (const service of this.term) {
+      const stopped = service.stop();
+      this.ending.add(stopped);
+      void stopped.then(() => this.ending.delete(stopped));
+    }
+    this.term = [];
     this.emit('leader:lost');
-  }
-
-  private runTask(task: PeriodicTask): void {
-    if (!this.leading || this.stopped) return;
-    const signal = this.abort.signal;
-    const run = task
-      .run(signal)
-      .catch((err) => {
-        if (!signal.aborted) this.emit('task:error', task.name, err);
-      })
-      .finally(() => {
-        this.inFlight.delete(run);
-        if (signal.aborted) return;
-        const timer = setTimeout(() => this.runTask(task), task.intervalMs * (0.75 + Math.random() / 2));
-        timer.unref();
-        this.taskTimers.set(task.name, timer);
-      });
-    this.inFlight.add(run);
   }
 }
