@@ -2,6 +2,7 @@ import type { Driver } from '../db/driver.js';
 import { cronStatements, type CronStatements } from '../db/statements/cron.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { dueTicks, nextTick, parseCron, type ResolvedSchedule } from './cron-schedule.js';
+import type { MaintenanceService } from './runner.js';
 
 /** A tick that became a job. */
 export interface CronTick {
@@ -14,111 +15,90 @@ export interface CronTick {
 const MAX_SLEEP_MS = 60_000;
 /** Shortest sleep, so a client clock ahead of the server's cannot spin. */
 const MIN_SLEEP_MS = 20;
+/** After a failure, or a schedule found missing: try again this soon. */
+const RETRY_MS = 1_000;
 
 /**
- * Enqueues the ticks of recurring schedules. Every worker that has schedules runs
- * one; they need no leader: a tick is enqueued only in the transaction that moves
- * the schedule's last_tick past it, with the row locked, so it becomes exactly one
- * job however many workers pass at once (see cron_schedules in 0002). Sleeps until
- * the next tick, measured on the database clock.
+ * Enqueues the ticks of recurring schedules: a maintenance service like the
+ * rescuer and the pruner, but run by every worker that has schedules. They need
+ * no leader: a tick is enqueued only in the transaction that moves the schedule's
+ * last_tick past it, with the row locked, so it becomes exactly one job however
+ * many workers pass at once (see cron_schedules in 0002). setup() publishes the
+ * definitions; each run enqueues what is due (including missed ticks) and returns
+ * how long to sleep: until the next tick, measured on the database clock.
  */
-export class CronRunner {
-  private readonly queries: CronStatements;
-  private timer: NodeJS.Timeout | undefined;
-  private stopped = true;
-  private passing: Promise<void> | undefined;
-  /** Database clock minus local clock, learnt on every pass. */
-  private skewMs = 0;
+export function cronTask(
+  db: Driver,
+  queries: CronStatements,
+  schedules: readonly ResolvedSchedule[],
+  enqueued: (ticks: CronTick[]) => void,
+  error: (err: unknown) => void,
+): MaintenanceService<number> {
+  /** Database clock minus local clock, learnt on every run. */
+  let skewMs = 0;
+  const dbNow = () => Date.now() + skewMs;
 
-  constructor(
-    private readonly db: Driver,
-    schema: string,
-    private readonly schedules: readonly ResolvedSchedule[],
-    private readonly enqueued: (ticks: CronTick[]) => void,
-    private readonly error: (err: unknown) => void,
-  ) {
-    this.queries = cronStatements(schema);
-  }
-
-  /** Publishes the definitions, then enqueues what is due (including missed ticks) and keeps going. */
-  async start(): Promise<void> {
-    this.stopped = false;
-    try {
-      await this.register();
-    } catch (err) {
-      this.error(err);
-    }
-    this.pass();
-  }
-
-  async stop(): Promise<void> {
-    this.stopped = true;
-    clearTimeout(this.timer);
-    await this.passing;
-  }
-
-  private async register(): Promise<void> {
-    const defs = this.schedules.map((s) => ({
+  const register = async (): Promise<void> => {
+    const defs = schedules.map((s) => ({
       name: s.name, cron: s.cron, timezone: s.timezone, task: s.task, queue: s.queue,
       payload: JSON.parse(s.payload) as unknown, priority: s.priority, max_attempts: s.maxAttempts, backfill: s.backfill,
     }));
-    await this.db.query(this.queries.register, [JSON.stringify(defs)]);
-  }
-
-  private pass(): void {
-    if (this.stopped) return;
-    this.passing = (async () => {
-      let next = Infinity;
-      for (const schedule of this.schedules) {
-        if (this.stopped) break;
-        try {
-          const at = await this.runSchedule(schedule);
-          if (at) next = Math.min(next, at.getTime());
-        } catch (err) {
-          // Try this schedule again soon; the others are unaffected.
-          next = Math.min(next, Date.now() + this.skewMs + 1_000);
-          this.error(err);
-        }
-      }
-      if (this.stopped) return;
-      const sleep = Math.min(MAX_SLEEP_MS, Math.max(MIN_SLEEP_MS, next - (Date.now() + this.skewMs)));
-      this.timer = setTimeout(() => this.pass(), sleep);
-      this.timer.unref();
-    })();
-  }
+    await db.query(queries.register, [JSON.stringify(defs)]);
+  };
 
   /** Enqueues one schedule's due ticks; returns its next tick. */
-  private async runSchedule(schedule: ResolvedSchedule): Promise<Date | null> {
-    const outcome = await this.db.transaction(async (tx) => {
-      const { rows } = await tx.query(this.queries.lockSchedule, [schedule.name]);
+  const runSchedule = async (schedule: ResolvedSchedule): Promise<Date | null> => {
+    const outcome = await db.transaction(async (tx) => {
+      const { rows } = await tx.query(queries.lockSchedule, [schedule.name]);
       const row = rows[0] as { last_tick: Date; now: Date } | undefined;
       // Deleted under us (or registration failed): nothing to commit.
       if (!row) return undefined;
-      this.skewMs = row.now.getTime() - Date.now();
+      skewMs = row.now.getTime() - Date.now();
       const ticks = dueTicks(schedule.pattern, row.last_tick, row.now, schedule.backfill);
       const next = nextTick(schedule.pattern, row.now);
       let ids: string[] = [];
       if (ticks.length > 0) {
-        const result = await tx.query(this.queries.enqueueTicks, [
+        const result = await tx.query(queries.enqueueTicks, [
           schedule.name, schedule.queue, schedule.payload, schedule.maxAttempts, schedule.task, schedule.priority,
           ticks.map((t) => t.toISOString()),
         ]);
         ids = result.rows.map((r: { id: string }) => r.id);
-        await tx.query(this.queries.advance, [schedule.name, ticks.at(-1), next]);
+        await tx.query(queries.advance, [schedule.name, ticks.at(-1), next]);
       }
       return { ticks, next, ids };
     });
     if (!outcome) {
       // Publish again, and come back soon.
-      await this.register();
-      return new Date(Date.now() + this.skewMs + 1_000);
+      await register();
+      return new Date(dbNow() + RETRY_MS);
     }
     const { ticks, next, ids } = outcome;
     if (ids.length > 0) {
-      this.enqueued(ticks.map((tick, i) => ({ schedule: schedule.name, tick, jobId: ids[i]! })));
+      enqueued(ticks.map((tick, i) => ({ schedule: schedule.name, tick, jobId: ids[i]! })));
     }
     return next;
-  }
+  };
+
+  return {
+    name: 'cron',
+    setup: register,
+    intervalMs: (sleep) => sleep ?? RETRY_MS,
+    run: async (signal) => {
+      let next = Infinity;
+      for (const schedule of schedules) {
+        if (signal.aborted) break;
+        try {
+          const at = await runSchedule(schedule);
+          if (at) next = Math.min(next, at.getTime());
+        } catch (err) {
+          // Try this schedule again soon; the others are unaffected.
+          next = Math.min(next, dbNow() + RETRY_MS);
+          error(err);
+        }
+      }
+      return Math.min(MAX_SLEEP_MS, Math.max(MIN_SLEEP_MS, next - dbNow()));
+    },
+  };
 }
 
 /** A schedule as stored by the workers that run it, with its next tick. */

@@ -1,38 +1,72 @@
-import type { Queryable } from '../db/executor.js';
+import type { Driver } from '../db/driver.js';
 import type { ResolvedWorkerConfig } from '../worker/options.js';
 import { Lease } from './lease.js';
 import { prunerTask, type PruneResult } from './pruner.js';
+import { cronTask, type CronTick } from './cron.js';
+import { cronStatements } from '../db/statements/cron.js';
 import { maintenanceStatements } from '../db/statements/maintenance.js';
-import { MaintenanceRunner, type PeriodicTask } from './runner.js';
+import { MaintenanceRunner, ServiceRunner, type MaintenanceService, type PeriodicTask } from './runner.js';
 
-/** What the runner reports back to its worker. */
+/** What maintenance reports back to its worker. */
 interface MaintenanceSink {
   emit(event: 'leader:elected' | 'leader:lost'): boolean;
   emit(event: 'jobs:pruned', result: PruneResult): boolean;
+  emit(event: 'cron:enqueued', ticks: CronTick[]): boolean;
 }
 
 /**
- * The worker's maintenance: the lease, and the leader-only tasks (rescuer, pruner,
- * then the configured extra tasks such as cron ticks). Undefined when the worker
- * was told to take no part (`maintenance: false`).
+ * A worker's maintenance: the lease and the leader's services (rescuer, pruner,
+ * the configured extra tasks), unless the worker takes no part in the election;
+ * and the services every worker runs (cron, when it has schedules).
  */
+export class WorkerMaintenance {
+  constructor(
+    private readonly leader: MaintenanceRunner | undefined,
+    private readonly everyWorker: readonly ServiceRunner[],
+  ) {}
+
+  /** True while this worker is the elected maintenance leader. */
+  get isLeader(): boolean {
+    return this.leader?.isLeader ?? false;
+  }
+
+  /** Joins the election; resolves once the other services are set up (cron's schedules published). */
+  async start(): Promise<void> {
+    this.leader?.start();
+    await Promise.all(this.everyWorker.map((s) => s.start()));
+  }
+
+  /** Stops every service, waits for the runs in flight, and hands the lease over. */
+  async stop(): Promise<void> {
+    await Promise.all([this.leader?.stop(), ...this.everyWorker.map((s) => s.stop())]);
+  }
+}
+
+/** Undefined when there is nothing to run: `maintenance: false` and no schedules. */
 export function createMaintenance(
-  db: Queryable,
+  db: Driver,
   config: ResolvedWorkerConfig,
   rescuer: PeriodicTask,
   sink: MaintenanceSink,
   error: (err: unknown) => void,
-): MaintenanceRunner | undefined {
+): WorkerMaintenance | undefined {
   const maintenance = config.maintenance;
-  if (!maintenance) return undefined;
-  const queries = maintenanceStatements(config.schema);
-  const tasks: PeriodicTask[] = [rescuer];
-  if (maintenance.pruner) tasks.push(prunerTask(db, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r)));
-  tasks.push(...maintenance.tasks);
-  const runner = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs), tasks);
-  runner.on('leader:elected', () => sink.emit('leader:elected'));
-  runner.on('leader:lost', () => sink.emit('leader:lost'));
-  runner.on('task:error', (_name, err) => error(err));
-  runner.on('lease:error', error);
-  return runner;
+  let leader: MaintenanceRunner | undefined;
+  if (maintenance) {
+    const queries = maintenanceStatements(config.schema);
+    const services: MaintenanceService<any>[] = [rescuer];
+    if (maintenance.pruner) services.push(prunerTask(db, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r)));
+    services.push(...maintenance.tasks);
+    leader = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs), services);
+    leader.on('leader:elected', () => sink.emit('leader:elected'));
+    leader.on('leader:lost', () => sink.emit('leader:lost'));
+    leader.on('task:error', (_name, err) => error(err));
+    leader.on('lease:error', error);
+  }
+  // Every worker with schedules enqueues their ticks, leader or not (a tick still becomes one job).
+  const everyWorker = config.schedules.length === 0 ? [] : [new ServiceRunner(
+    cronTask(db, cronStatements(config.schema), config.schedules, (ticks) => sink.emit('cron:enqueued', ticks), error),
+    error,
+  )];
+  return leader || everyWorker.length > 0 ? new WorkerMaintenance(leader, everyWorker) : undefined;
 }

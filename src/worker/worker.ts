@@ -11,9 +11,7 @@ import { resolveSchemas } from '../task-schemas.js';
 import { Notifier } from '../notify/listener.js';
 import type { ControlMessage } from '../notify/codec.js';
 import { rescuerTask } from '../maintenance/rescuer.js';
-import { createMaintenance } from '../maintenance/worker-maintenance.js';
-import type { MaintenanceRunner } from '../maintenance/runner.js';
-import { CronRunner } from '../maintenance/cron.js';
+import { createMaintenance, type WorkerMaintenance } from '../maintenance/worker-maintenance.js';
 import { Completer } from './completer.js';
 import type { Emit, WorkerEvents } from './events.js';
 import { FetchLoop, type FetchLoopStats } from './fetch-loop.js';
@@ -39,8 +37,7 @@ interface Parts {
   heartbeat: Heartbeat;
   progress: ProgressWriter;
   dispatcher: Dispatcher;
-  maintenance: MaintenanceRunner | undefined;
-  cron: CronRunner | undefined;
+  maintenance: WorkerMaintenance | undefined;
   notifier: Notifier | undefined;
   instrumentation: Instrumentation;
 }
@@ -181,9 +178,6 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     this.parts = {
       db, queueState, completer, loop, heartbeat, progress, dispatcher,
       maintenance: createMaintenance(db, config, rescuer, this, onError),
-      cron: config.schedules.length > 0
-        ? new CronRunner(db, config.schema, [...config.schedules], (ticks) => this.emit('cron:enqueued', ticks), onError)
-        : undefined,
       notifier: config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined,
       instrumentation: await instrumentWorker(this, config, db),
     };
@@ -191,8 +185,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     await queueState.start();
     loop.start();
     heartbeat.start();
-    this.parts.maintenance?.start();
-    await this.parts.cron?.start();
+    await this.parts.maintenance?.start();
   }
 
   /**
@@ -242,7 +235,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
     parts.queueState.stop();
     const notStarted = this.slots.takeWaiting();
-    await Promise.all([parts.maintenance?.stop(), parts.notifier?.stop(), parts.cron?.stop()]);
+    await Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
 
     if (this.slots.runningCount > 0) {
       await new Promise<void>((resolve) => {
