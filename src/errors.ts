@@ -64,6 +64,15 @@ export class MigrationError extends SluiceError {
   }
 }
 
+/** undefined_table, invalid_schema_name: what a statement on a schema that was never migrated fails with. */
+const NOT_MIGRATED = new Set(['42P01', '3F000']);
+
+/** True when `err` says Sluice's tables are not there (the schema was never migrated). */
+export function isNotMigrated(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && NOT_MIGRATED.has(code);
+}
+
 /** A handler ran longer than its task's timeout; the job is retried. */
 export class JobTimeoutError extends SluiceError {
   constructor(message: string) {

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { connectionError, describeTarget } from '../db/connection.js';
 import { migrateStatements } from '../db/statements/migrate.js';
-import { DatabaseError, SluiceError, wrapDatabaseError } from '../errors.js';
+import { isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
 import { CommandFailed, UsageError } from './output.js';
 
 export interface GlobalOptions {
@@ -20,7 +20,45 @@ export function globalOptions(command: Command): GlobalOptions {
 /** The connection string, or a usage error naming both ways to give one. */
 export function requireDatabaseUrl(options: GlobalOptions): string {
   if (!options.databaseUrl) throw new UsageError('no database: pass --database-url or set DATABASE_URL');
+  checkDatabaseUrl(options.databaseUrl);
   return options.databaseUrl;
+}
+
+/**
+ * pg reads any string as a URL: "not-a-url" becomes a connection to a host named
+ * "base" (ENOTFOUND base), and mysql://… gets as far as a TypeError. Say instead
+ * what the URL must look like, without echoing it (it may hold a password).
+ */
+export function checkDatabaseUrl(url: string): void {
+  const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
+  const shape = 'postgres://user:password@host:5432/database';
+  if (scheme === 'postgres' || scheme === 'postgresql') {
+    if (!URL.canParse(url)) throw new UsageError(`the database URL is not a valid URL; it should look like ${shape} (special characters in the password percent-encoded)`);
+    return;
+  }
+  if (scheme === 'socket' || url.startsWith('/')) return; // a Unix socket, as pg also accepts
+  throw new UsageError(scheme
+    ? `the database URL must be a postgres:// or postgresql:// URL, not ${scheme}:`
+    : `the database URL is not a URL; it should look like ${shape}`);
+}
+
+// SQLSTATEs of a server that answered but would not let us in.
+const LOGIN_REFUSED: Record<string, string> = {
+  '28P01': 'refused the login', // invalid_password
+  '28000': 'refused the login', // invalid_authorization_specification (no such role, pg_hba.conf)
+  '3D000': 'has no such database', // invalid_catalog_name
+};
+
+/**
+ * A ConnectionError that is not about reaching the server (it answered, and
+ * refused the password or has no such database), worded as what it is; or undefined.
+ */
+export function loginProblem(err: unknown, url: string | undefined): string | undefined {
+  if (!(err instanceof SluiceError) || err.code !== 'CONNECTION') return undefined;
+  const cause = err.cause as { code?: unknown; message?: unknown } | undefined;
+  const what = typeof cause?.code === 'string' ? LOGIN_REFUSED[cause.code] : undefined;
+  if (!what) return undefined;
+  return `Postgres at ${describeTarget(url)} ${what}: ${String(cause!.message)}`;
 }
 
 /** Where `sluice demo` keeps its embedded Postgres between runs. */
@@ -29,8 +67,6 @@ export const DEMO_DATA_DIR = join(process.cwd(), '.sluice', 'demo-pg');
 // A command line must not hang on a host that drops packets.
 const CONNECT_TIMEOUT_MS = 10_000;
 
-// undefined_table, invalid_schema_name: the schema was never migrated.
-const NOT_MIGRATED = new Set(['42P01', '3F000']);
 
 export interface CommandDatabase {
   pool: pg.Pool;
@@ -77,7 +113,7 @@ function explain(err: unknown, schema: string, url: string): unknown {
   // Sluice's own errors already say what went wrong, and a bug keeps its stack.
   const fromDriver = !(err instanceof SluiceError) && typeof (err as { code?: unknown } | null)?.code === 'string';
   const wrapped = fromDriver ? wrapDatabaseError(err, 'query failed') : err;
-  if (wrapped instanceof DatabaseError && wrapped.sqlState && NOT_MIGRATED.has(wrapped.sqlState)) {
+  if (isNotMigrated(err)) {
     return new CommandFailed(`no Sluice tables in schema "${schema}" at ${describeTarget(url)}: run \`sluice migrate\` first`);
   }
   return wrapped;

@@ -5,7 +5,9 @@ import { openDriver } from '../db/drivers/open.js';
 import { workerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
 import { PgWorkerStore } from '../db/store.js';
-import { JobCancelledError, SluiceError, wrapDatabaseError } from '../errors.js';
+import { connectionError } from '../db/connection.js';
+import { migrateStatements } from '../db/statements/migrate.js';
+import { isConnectionFailure, isNotMigrated, JobCancelledError, MigrationError, SluiceError, wrapDatabaseError } from '../errors.js';
 import type { AnyTasks, TaskMap } from '../job.js';
 import { resolveSchemas } from '../task-schemas.js';
 import { Notifier } from '../notify/listener.js';
@@ -119,6 +121,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       this.state = 'stopped';
       throw err;
     }
+    await this.probe(db);
     const onError = (err: unknown) => this.reportError(err);
     const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements);
     const tasks = await composeHandlers(config.tasks, [
@@ -202,6 +205,26 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     }
     this.stopPromise ??= this.shutdown(this.parts);
     return this.stopPromise;
+  }
+
+  /**
+   * Says at start what is wrong, once: a schema that was never migrated rejects
+   * start() (nothing would ever run); Postgres out of reach is reported as an
+   * 'error' event naming where it tried, and the worker starts anyway and keeps
+   * trying (it may simply be up before its database).
+   */
+  private async probe(db: Driver): Promise<void> {
+    try {
+      await db.query(migrateStatements(this.config.schema).probe);
+    } catch (err) {
+      if (isNotMigrated(err)) {
+        this.state = 'stopped';
+        await db.end().catch(() => {});
+        throw new MigrationError(`no Sluice tables in schema "${this.config.schema}": run \`sluice migrate\` ` +
+          '(or call migrate()) against this database first, or pass the right schema', { cause: err });
+      }
+      this.reportError(isConnectionFailure(err) ? connectionError(err, this.options.connectionString) : err);
+    }
   }
 
   /** LISTEN for wakes and control messages; resolves once in place (or failed: the notifier retries). */
