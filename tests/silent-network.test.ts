@@ -42,7 +42,7 @@ describe('a silent LISTEN connection', () => {
     await waitFor(() => ran.includes('before'), 'a job pushed by a notification');
 
     proxy.cut();
-    await waitFor(() => errors.some((e) => /LISTEN connection silent/.test(e.message)), 'the silent LISTEN connection to be reported');
+    await waitFor(() => errors.some((e) => /listen connection silent/i.test(e.message)), 'the silent LISTEN connection to be reported');
     proxy.restore();
     // Once a new LISTEN is in place, a job enqueued now is pushed to the worker.
     await waitFor(async () => {

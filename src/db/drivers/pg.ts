@@ -136,7 +136,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
         async check(timeoutMs: number) {
           await timeLimit(client.query('SELECT 1'), timeoutMs, () => {
             destroy(client);
-            lost(new Error(`LISTEN connection silent for ${timeoutMs} ms`));
+            lost(new Error(`listen connection silent for ${timeoutMs} ms`));
           }, 'LISTEN connection check');
         },
       };

@@ -170,7 +170,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
           await timeLimit(run(listener, 'SELECT 1'), timeoutMs, () => {
             if (!open) return;
             stop();
-            handlers.lost(new Error(`LISTEN connection silent for ${timeoutMs} ms`));
+            handlers.lost(new Error(`listen connection silent for ${timeoutMs} ms`));
           }, 'LISTEN connection check');
         },
       };
