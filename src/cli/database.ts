@@ -42,23 +42,25 @@ export function checkDatabaseUrl(url: string): void {
     : `the database URL is not a URL; it should look like ${shape}`);
 }
 
-// SQLSTATEs of a server that answered but would not let us in.
+// SQLSTATEs of a server that answered but would not let us in, and what to do.
 const LOGIN_REFUSED: Record<string, string> = {
-  '28P01': 'refused the login', // invalid_password
-  '28000': 'refused the login', // invalid_authorization_specification (no such role, pg_hba.conf)
-  '3D000': 'has no such database', // invalid_catalog_name
+  '28P01': 'check the user and password in the database URL', // invalid_password
+  '28000': 'check the user in the database URL, and pg_hba.conf', // invalid_authorization_specification
+  '3D000': 'create it, or fix the database name in the URL', // invalid_catalog_name
 };
 
 /**
- * A ConnectionError that is not about reaching the server (it answered, and
- * refused the password or has no such database), worded as what it is; or undefined.
+ * An error whose cause is that the server answered and refused the login or has
+ * no such database (not that it could not be reached), worded as what it is; or
+ * undefined. Found on the error itself or on its causes, whoever wrapped it.
  */
 export function loginProblem(err: unknown, url: string | undefined): string | undefined {
-  if (!(err instanceof SluiceError) || err.code !== 'CONNECTION') return undefined;
-  const cause = err.cause as { code?: unknown; message?: unknown } | undefined;
-  const what = typeof cause?.code === 'string' ? LOGIN_REFUSED[cause.code] : undefined;
-  if (!what) return undefined;
-  return `Postgres at ${describeTarget(url)} ${what}: ${String(cause!.message)}`;
+  for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    const { code, message } = e as { code?: unknown; message?: unknown };
+    const hint = typeof code === 'string' ? LOGIN_REFUSED[code] : undefined;
+    if (hint) return `Postgres at ${describeTarget(url)}: ${String(message)} (${hint})`;
+  }
+  return undefined;
 }
 
 /** Where `sluice demo` keeps its embedded Postgres between runs. */

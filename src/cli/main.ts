@@ -12,6 +12,7 @@ import { registerJobs } from './commands/jobs.js';
 import { registerQueues } from './commands/queues.js';
 import { registerStats } from './commands/stats.js';
 import { registerWorker } from './commands/worker.js';
+import { loginProblem } from './database.js';
 import { CommandFailed, ExitStatus, UsageError } from './output.js';
 
 /** Exit codes: 0 success, 1 runtime failure, 2 usage error. */
@@ -67,6 +68,11 @@ export async function main(argv: string[]): Promise<number> {
     }
     if (err instanceof CommandFailed) {
       process.stderr.write(`sluice: ${err.message}\n`);
+      return EXIT_FAILURE;
+    }
+    const refused = loginProblem(err, program.opts<{ databaseUrl?: string }>().databaseUrl ?? process.env.DATABASE_URL);
+    if (refused) {
+      process.stderr.write(`sluice: ${refused}\n`);
       return EXIT_FAILURE;
     }
     if (err instanceof SluiceError) {

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, Option } from 'commander';
 import ms from 'ms';
 
 /**
@@ -41,4 +41,13 @@ export function dateTime(value: string): Date {
 /** For repeatable options (`--queue a --queue b`): collects every value. */
 export function collect(value: string, previous: string[] = []): string[] {
   return [...previous, value];
+}
+
+/**
+ * An option taking a duration, with a default shown in --help the way it is typed
+ * (`(default: "10s")`): shown as milliseconds, the default would be a value the
+ * option itself refuses.
+ */
+export function durationOption(flags: string, description: string, defaultMs: number): Option {
+  return new Option(flags, description).argParser(duration).default(defaultMs, `"${ms(defaultMs)}"`);
 }

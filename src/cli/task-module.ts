@@ -1,6 +1,7 @@
+import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { extname, resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { TaskList } from '../job.js';
 import { CommandFailed, UsageError } from './output.js';
 
@@ -20,7 +21,11 @@ export async function loadTasks(path: string): Promise<TaskList> {
     const hint = /Unknown file extension/.test(message) && ['.ts', '.mts', '.cts'].includes(extname(file))
       ? ' (for TypeScript, run with a loader: node --import tsx ./node_modules/.bin/sluice ...)'
       : '';
-    throw new CommandFailed(`cannot load task module ${path}: ${firstLine(message)}${hint}`);
+    const name = err instanceof Error && err.name !== 'Error' ? `${err.name}: ` : '';
+    const summary = firstLine(message);
+    // A loader's message may name the place itself (tsx: "…failed with 1 error: /app/tasks.ts:4:0: ERROR: …").
+    const where = /\.[cm]?[jt]sx?:\d+/.test(summary) ? undefined : failedAt(err, file);
+    throw new CommandFailed(`cannot load task module ${path}: ${name}${summary}${where ? ` (at ${where})` : ''}${hint}`);
   }
   // A CommonJS module arrives as { default: module.exports }.
   const fromDefault = mod.default as Record<string, unknown> | undefined;
@@ -31,6 +36,43 @@ export async function loadTasks(path: string): Promise<TaskList> {
   return tasks as TaskList;
 }
 
+/** The first line, and the next one too when the first only announces it ("… 1 error:"). */
 function firstLine(text: string): string {
-  return text.split('\n', 1)[0]!;
+  const [first = '', second] = text.split('\n', 2);
+  return first.endsWith(':') && second ? `${first} ${second.trim()}` : first;
+}
+
+/** `file:///a/b.js:3` or `/a/b.js:3:7`, as a path with its line (and column). */
+const LOCATION = /((?:file:\/\/|\/)[^\s()]+?):(\d+)(?::(\d+))?\)?$/;
+
+function showLocation(match: RegExpExecArray): string {
+  const path = match[1]!.startsWith('file:') ? fileURLToPath(match[1]!) : match[1]!;
+  return `${path}:${match[2]}${match[3] ? `:${match[3]}` : ''}`;
+}
+
+/**
+ * Where loading the task module failed: the file and line, which the message
+ * alone does not say. An error thrown while the module ran has it in its stack;
+ * a CommonJS syntax error on its first stack line. An ES module's syntax error
+ * has it nowhere (Node keeps it to print it when the error goes uncaught), so the
+ * import is tried once more in a child process whose stderr shows it: that only
+ * parses, since an ES module graph runs nothing until every file in it has parsed.
+ */
+function failedAt(err: unknown, file: string): string | undefined {
+  const stack = err instanceof Error ? (err.stack ?? '') : '';
+  const lines = stack.split('\n');
+  const first = LOCATION.exec(lines[0] ?? '');
+  if (first) return showLocation(first);
+  for (const line of lines) {
+    // The first frame in the application's code: not Node's, not a package's (a loader).
+    const frame = /^\s+at /.test(line) && !/node:|node_modules/.test(line) ? LOCATION.exec(line) : null;
+    if (frame) return showLocation(frame);
+  }
+  if (!(err instanceof SyntaxError)) return undefined;
+  const child = spawnSync(process.execPath, [...process.execArgv, '--input-type=module', '-e', `await import(${JSON.stringify(pathToFileURL(file).href)})`], {
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
+  const line = child.stderr?.split('\n').find((l) => LOCATION.test(l.trim()));
+  return line ? showLocation(LOCATION.exec(line.trim())!) : undefined;
 }

@@ -1,4 +1,6 @@
 import type { Command } from 'commander';
+import { listQueueSettings } from '../../control.js';
+import { controlStatements } from '../../db/statements/control.js';
 import { Queue } from '../../queue.js';
 import { withDatabase } from '../database.js';
 import { printJson, UsageError } from '../output.js';
@@ -53,6 +55,11 @@ Examples:
         });
         if (flags.json) printJson({ id });
         else process.stdout.write(`${id}\n`);
+        // The job is in, but nothing will run it until the queue is resumed: say so, on stderr.
+        const settings = (await listQueueSettings(pool, controlStatements(schema))).find((q) => q.name === (flags.queue ?? 'default'));
+        if (settings?.paused) {
+          process.stderr.write(`note: queue "${settings.name}" is paused: no worker takes the job until \`sluice queues resume ${settings.name}\`\n`);
+        }
       });
     });
 }

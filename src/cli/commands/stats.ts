@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { getStats, type Stats } from '../../admin/stats.js';
 import { withDatabase } from '../database.js';
 import { formatDuration, formatTable, printJson } from '../output.js';
-import { duration } from '../parse.js';
+import { durationOption } from '../parse.js';
 
 interface StatsFlags {
   watch?: boolean;
@@ -16,7 +16,7 @@ export function registerStats(program: Command): void {
     .command('stats')
     .description('per queue: jobs by status, oldest pending age, jobs/s over the last minute, failures')
     .option('--watch', 'refresh until interrupted (Ctrl-C)')
-    .option('--interval <duration>', 'with --watch: time between refreshes', duration, 2000)
+    .addOption(durationOption('--interval <duration>', 'with --watch: time between refreshes', 2000))
     .option('--json', 'print the numbers as one JSON line (one per refresh with --watch)')
     .addHelpText('after', '\nExamples:\n  sluice stats\n  sluice stats --watch --interval 1s')
     .action(async (flags: StatsFlags, command: Command) => {

@@ -3,7 +3,7 @@ import { Worker } from '../../worker/worker.js';
 import { withDatabase } from '../database.js';
 import { loadTasks } from '../task-module.js';
 import { WorkerLog } from '../worker-log.js';
-import { collect, duration, integer } from '../parse.js';
+import { collect, durationOption, integer } from '../parse.js';
 
 interface WorkerFlags {
   tasks: string;
@@ -23,7 +23,7 @@ export function registerWorker(program: Command): void {
     .requiredOption('--tasks <module>', 'file exporting `tasks` (or a default export): { taskName: handler }')
     .option('--queue <name>', 'queue to take jobs from (repeatable; default "default")', collect)
     .option('--concurrency <n>', 'jobs run at once', integer(1, 10_000), 10)
-    .option('--shutdown-timeout <duration>', 'on a signal, how long running jobs may finish before they are aborted', duration, 10_000)
+    .addOption(durationOption('--shutdown-timeout <duration>', 'on a signal, how long running jobs may finish before they are aborted', 10_000))
     .option('--json', 'log JSON lines instead of text')
     .addHelpText('after', `
 The first SIGINT/SIGTERM stops claiming and lets running jobs finish (up to

@@ -1,0 +1,133 @@
+/**
+ * What the `sluice` executable says when something is wrong: one line on stderr,
+ * no stack, naming what to do. Real processes (node bin/sluice.js, built by
+ * `npm test`), this file's own schema.
+ */
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConfigError } from '../src/errors.js';
+import { SluiceMetrics } from '../src/index.js';
+import { serveMetrics } from '../src/metrics/server.js';
+import { createTestSchema, type TestDatabase } from './helpers/database.js';
+import { runSluice, type CliResult } from './helpers/cli.js';
+
+let db: TestDatabase;
+let dir: string;
+
+beforeAll(async () => {
+  db = await createTestSchema('clierr');
+  dir = await mkdtemp(join(tmpdir(), 'sluice-cli-errors-'));
+});
+afterAll(async () => {
+  await db.drop();
+});
+
+/** A failure is one line on stderr, with no stack trace. */
+function expectOneLine(result: CliResult, code: number, pattern: RegExp): void {
+  expect(result.code, result.stderr).toBe(code);
+  const lines = result.stderr.trim().split('\n').filter((l) => l !== '(add --help for usage)');
+  expect(lines, result.stderr).toHaveLength(1);
+  expect(lines[0]).toMatch(pattern);
+  expect(result.stderr).not.toMatch(/^\s+at /m);
+}
+
+/** The test database's URL with another user or database. */
+function urlWith(change: (url: URL) => void): string {
+  const url = new URL(db.url);
+  change(url);
+  return url.href;
+}
+
+describe('database URL', () => {
+  it.each([
+    ['not-a-url', /^sluice: the database URL is not a URL; it should look like postgres:\/\/user:password@host:5432\/database$/],
+    ['mysql://root:secret@db/app', /^sluice: the database URL must be a postgres:\/\/ or postgresql:\/\/ URL, not mysql:$/],
+    ['postgres://u:p@[bad/db', /^sluice: the database URL is not a valid URL; .*percent-encoded\)$/],
+  ])('%s is a usage error that says what a URL looks like, never echoing it', async (url, pattern) => {
+    for (const command of [['stats'], ['migrate']]) {
+      const result = await runSluice(command, { DATABASE_URL: url });
+      expectOneLine(result, 2, pattern);
+      expect(result.stderr).not.toContain('secret');
+    }
+  });
+
+  it('a refused login and a missing database are worded as such, not as "cannot reach"', async () => {
+    const noRole = urlWith((u) => (u.username = 'sluice_no_such_role'));
+    const noDb = urlWith((u) => (u.pathname = '/sluice_no_such_db'));
+    for (const command of [['migrate'], ['enqueue', 'x']]) {
+      expectOneLine(await runSluice(command, { DATABASE_URL: noRole }),
+        1, /^sluice: Postgres at .*: role "sluice_no_such_role" does not exist \(check the user in the database URL, and pg_hba\.conf\)$/);
+      expectOneLine(await runSluice(command, { DATABASE_URL: noDb }),
+        1, /^sluice: Postgres at .*\/sluice_no_such_db: database "sluice_no_such_db" does not exist \(create it, or fix the database name in the URL\)$/);
+    }
+  });
+});
+
+describe('task module', () => {
+  const worker = (file: string) => runSluice(['worker', '--tasks', file], { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema });
+
+  it('a syntax error names the file and line, also in a module it imports, also in CommonJS', async () => {
+    const broken = join(dir, 'broken.mjs');
+    await writeFile(broken, 'export const tasks = {\n  a: async () => 1,\n  b: async () => {\n};\n');
+    await writeFile(join(dir, 'imports-broken.mjs'), "import './broken.mjs';\nexport const tasks = {};\n");
+    await writeFile(join(dir, 'broken.cjs'), 'module.exports = { tasks: {\n  a: 1,,\n} };\n');
+    expectOneLine(await worker(broken), 1, /^sluice: cannot load task module .*broken\.mjs: SyntaxError: .* \(at .*broken\.mjs:4\)$/);
+    expectOneLine(await worker(join(dir, 'imports-broken.mjs')), 1, /^sluice: cannot load task module .*imports-broken\.mjs: SyntaxError: .* \(at .*[/]broken\.mjs:4\)$/);
+    expectOneLine(await worker(join(dir, 'broken.cjs')), 1, /^sluice: cannot load task module .*broken\.cjs: SyntaxError: Unexpected token ',' \(at .*broken\.cjs:2\)$/);
+  });
+
+  it('an error thrown while it loads names the line that threw', async () => {
+    const file = join(dir, 'throws.mjs');
+    await writeFile(file, "const config = undefined;\nconst url = config.url;\nexport const tasks = { a: () => url };\n");
+    expectOneLine(await worker(file), 1, /^sluice: cannot load task module .*throws\.mjs: TypeError: Cannot read properties of undefined \(reading 'url'\) \(at .*throws\.mjs:2:\d+\)$/);
+  });
+});
+
+describe('help and notes', () => {
+  it('duration defaults are shown the way the option takes them', async () => {
+    expect((await runSluice(['worker', '--help'])).stdout).toMatch(/--shutdown-timeout <duration>[\s\S]*\(default: "10s"\)/);
+    expect((await runSluice(['stats', '--help'])).stdout).toMatch(/--interval <duration>[\s\S]*\(default: "2s"\)/);
+  });
+
+  it('enqueue into a paused queue adds the job and says on stderr that it waits', async () => {
+    const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
+    expect((await runSluice(['queues', 'pause', 'held'], env)).code).toBe(0);
+    const held = await runSluice(['enqueue', 'x', '--queue', 'held'], env);
+    expect(held.code).toBe(0);
+    expect(held.stdout).toMatch(/^\d+\n$/);
+    expect(held.stderr).toBe('note: queue "held" is paused: no worker takes the job until `sluice queues resume held`\n');
+    const running = await runSluice(['enqueue', 'x', '--queue', 'free'], env);
+    expect(running).toMatchObject({ code: 0, stderr: '' });
+  });
+});
+
+describe('ports in use', () => {
+  async function occupiedPort(): Promise<{ port: number; close(): void }> {
+    const server = createServer();
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { port: (server.address() as { port: number }).port, close: () => server.close() };
+  }
+
+  it('sluice dashboard on a taken port: one line, which port, what to do', async () => {
+    const taken = await occupiedPort();
+    try {
+      const result = await runSluice(['dashboard', '--port', String(taken.port)], { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema });
+      expectOneLine(result, 2, new RegExp(`^sluice: dashboard: port ${taken.port} on 127\\.0\\.0\\.1 is already in use \\(choose another port, or 0 for any free one\\)$`));
+    } finally {
+      taken.close();
+    }
+  });
+
+  it("the worker's metrics port taken: a ConfigError naming it", async () => {
+    const taken = await occupiedPort();
+    try {
+      await expect(serveMetrics(new SluiceMetrics(), taken.port, '127.0.0.1')).rejects.toThrow(ConfigError);
+      await expect(serveMetrics(new SluiceMetrics(), taken.port, '127.0.0.1')).rejects.toThrow(`metrics: port ${taken.port} on 127.0.0.1 is already in use`);
+    } finally {
+      taken.close();
+    }
+  });
+});
