@@ -1,5 +1,13 @@
 #!/usr/bin/env node
-import { main } from '../dist/cli/main.js';
+let main;
+try {
+  ({ main } = await import('../dist/cli/main.js'));
+} catch (err) {
+  // Only in a clone of the repository: the published package ships dist/.
+  if (err?.code !== 'ERR_MODULE_NOT_FOUND' || !String(err.message).includes('main.js')) throw err;
+  process.stderr.write('sluice: not built yet (no dist/): run `npm run build` first\n');
+  process.exit(1);
+}
 
 // Exit explicitly: a worker's task module may leave timers or connections open,
 // and a command that finished must not hang on them. (stdout and stderr are
