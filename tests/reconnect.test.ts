@@ -85,6 +85,8 @@ describe('reconnects', () => {
     const errors: SluiceError[] = [];
     const worker = newWorker(ran, errors);
     await worker.start();
+    // Its first claim (found nothing) must be over, or it could still take the job below.
+    await waitFor(() => worker.stats.claims >= 1, 'the first claim');
     // Keep the notifier from reconnecting while the job is enqueued: its NOTIFY reaches no one.
     await admin.query('ALTER DATABASE reconnect ALLOW_CONNECTIONS false');
     let id: string;

@@ -41,15 +41,19 @@ describe('a silent LISTEN connection', () => {
     await t.queue.enqueue('push', { n: 'before' });
     await waitFor(() => ran.includes('before'), 'a job pushed by a notification');
 
+    const { rows: [cutAt] } = await t.db.pool.query('SELECT clock_timestamp() AS t');
     proxy.cut();
     await waitFor(() => errors.some((e) => /listen connection silent/i.test(e.message)), 'the silent LISTEN connection to be reported');
     proxy.restore();
-    // Once a new LISTEN is in place, a job enqueued now is pushed to the worker.
+    // Once a new LISTEN is in place (a connection opened after the cut, past its
+    // LISTEN statement), a job enqueued now is pushed to the worker. The reconnect
+    // backoff grew while the proxy was cut: allow for it.
     await waitFor(async () => {
       const { rows } = await t.db.pool.query(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen' AND query LIKE 'LISTEN%' AND state = 'idle'`);
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen'
+           AND backend_start > $1 AND state = 'idle' AND query <> ''`, [cutAt.t]);
       return rows[0].n >= 1;
-    }, 'a new LISTEN connection');
+    }, 'a new LISTEN connection', 45_000);
     await t.queue.enqueue('push', { n: 'after' });
     await waitFor(() => ran.includes('after'), 'a job pushed through the new LISTEN connection');
     expect(ran).toEqual(['before', 'after']);
