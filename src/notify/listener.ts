@@ -80,7 +80,8 @@ export class Notifier extends EventEmitter<NotifierEvents> {
 
   private async open(): Promise<void> {
     if (this.stopped) return;
-    let held: Listening | undefined;
+    // Declared first: the driver may report the connection lost before listen() resolves.
+    let held: Listening | undefined = undefined;
     held = await this.driver.listen(this.channel, {
       notification: (payload) => {
         if (this.listenerCount('payload') > 0) this.emit('payload', payload ?? '');

@@ -256,7 +256,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
     // A claim in flight returns jobs too: wait for it before collecting what never started.
     await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
-    parts.queueState.stop();
+    await parts.queueState.stop();
     const notStarted = this.slots.takeWaiting();
     await Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
 
@@ -269,7 +269,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
         };
       });
     }
-    parts.heartbeat.stop();
+    await parts.heartbeat.stop();
     await parts.progress.stop();
     const unfinished = parts.dispatcher.abortAll(new SluiceError('CONFIG', 'worker is shutting down'));
     await parts.loop.drain(deadline);
