@@ -41,7 +41,9 @@ const worker = new Worker({
   },
 });
 worker.on('error', (err) => console.error(err.message));
-worker.on('job:retry', (job, { error, nextAttempt }) => console.log(`${job.task}: ${String(error)}; attempt ${nextAttempt} soon`));
+worker.on('job:retry', (job, { error, nextAttempt }) =>
+  console.log(`${job.task}: ${String(error)}; attempt ${nextAttempt} soon`),
+);
 await worker.start();
 
 const enqueuedAt = Date.now();
@@ -51,7 +53,9 @@ const charge = await queue.enqueue('charge_card', { cardId: 'c_42' }, { maxAttem
 
 const wait = { timeoutMs: 15_000 };
 const [remindJob, syncJob, chargeJob] = await Promise.all([
-  queue.waitFor(reminder, wait), queue.waitFor(sync, wait), queue.waitFor(charge, wait),
+  queue.waitFor(reminder, wait),
+  queue.waitFor(sync, wait),
+  queue.waitFor(charge, wait),
 ]);
 const waitedMs = Date.now() - enqueuedAt;
 await worker.stop();
@@ -62,8 +66,11 @@ console.log(`remind: ${remindJob.status} after ${waitedMs} ms (delayed 2000 ms)`
 console.log(`sync_account: ${syncJob.status} on attempt ${syncJob.attempts}, result ${JSON.stringify(syncJob.result)}`);
 console.log(`charge_card: ${chargeJob.status} after ${chargeJob.attempts} attempt: ${chargeJob.last_error?.split('\n')[0]}`);
 const ok =
-  remindJob.status === 'completed' && waitedMs >= 1_900 &&
-  syncJob.status === 'completed' && syncJob.attempts === 3 &&
-  chargeJob.status === 'failed' && chargeJob.attempts === 1;
+  remindJob.status === 'completed' &&
+  waitedMs >= 1_900 &&
+  syncJob.status === 'completed' &&
+  syncJob.attempts === 3 &&
+  chargeJob.status === 'failed' &&
+  chargeJob.attempts === 1;
 console.log(ok ? 'ok' : 'FAILED');
 process.exitCode = ok ? 0 : 1;

@@ -50,7 +50,10 @@ worker.on('job:start', () => {
   if (++started === 4) process.kill(process.pid, 'SIGTERM'); // as a deploy would
 });
 const ids = await queue.enqueueMany([
-  { task: 'resize_image' }, { task: 'resize_image' }, { task: 'resize_image' }, { task: 'export_all' },
+  { task: 'resize_image' },
+  { task: 'resize_image' },
+  { task: 'resize_image' },
+  { task: 'export_all' },
 ]);
 await stopped;
 

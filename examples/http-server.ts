@@ -82,6 +82,11 @@ await pool.end();
 
 console.log(`POST /signup → ${first.status} ${JSON.stringify(user)}; again → ${second.status} ${await second.text()}`);
 console.log(`jobs: ${jobs}, ${outcome?.status ?? 'none'}; welcomed user ids: ${welcomed.join(', ')}`);
-const ok = first.status === 201 && second.status === 409 && jobs === 1 && outcome?.status === 'completed' && welcomed.join() === String(user.id);
+const ok =
+  first.status === 201 &&
+  second.status === 409 &&
+  jobs === 1 &&
+  outcome?.status === 'completed' &&
+  welcomed.join() === String(user.id);
 console.log(ok ? 'ok' : 'FAILED');
 process.exitCode = ok ? 0 : 1;

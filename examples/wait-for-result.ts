@@ -35,7 +35,8 @@ await worker.start();
 
 const id = await queue.enqueue('word_count', { text: 'the quick brown fox' });
 const job = await queue.waitFor<{ text: string }>(id, { timeoutMs: 30_000 }); // throws WaitTimeoutError after 30 s
-if (job.status === 'completed') console.log('result:', job.result); // { words: 4 }
+if (job.status === 'completed')
+  console.log('result:', job.result); // { words: 4 }
 else console.log(job.status, job.errors); // 'failed' (no attempts left) or 'cancelled'
 
 const empty = await queue.waitFor(await queue.enqueue('word_count', { text: ' ' }), { timeoutMs: 30_000 });
@@ -45,7 +46,9 @@ await queue.close();
 await pool.end();
 
 const ok =
-  job.status === 'completed' && (job.result as { words: number }).words === 4 &&
-  empty.status === 'failed' && /nothing to count/.test(empty.errors?.[0]?.message ?? '');
+  job.status === 'completed' &&
+  (job.result as { words: number }).words === 4 &&
+  empty.status === 'failed' &&
+  /nothing to count/.test(empty.errors?.[0]?.message ?? '');
 console.log(ok ? 'ok' : 'FAILED');
 process.exitCode = ok ? 0 : 1;

@@ -60,7 +60,12 @@ interface QueueRow {
 }
 
 async function upsertQueue(
-  db: Queryable, text: string, channel: string, queue: string, value: unknown, options: ActionOptions,
+  db: Queryable,
+  text: string,
+  channel: string,
+  queue: string,
+  value: unknown,
+  options: ActionOptions,
 ): Promise<QueueSettings> {
   const name = checkName('queue', queue);
   const actor = actorOf(options);

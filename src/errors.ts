@@ -109,7 +109,10 @@ export class DuplicateJobError extends SluiceError {
 
 /** Queue.waitFor() gave up before the job finished; the job itself is untouched. */
 export class WaitTimeoutError extends SluiceError {
-  constructor(message: string, readonly jobId: string) {
+  constructor(
+    message: string,
+    readonly jobId: string,
+  ) {
     super('WAIT_TIMEOUT', message);
   }
 }
@@ -156,9 +159,17 @@ export class Snooze extends SluiceError {
 // connect now (server starting or stopping).
 const CONNECTION_STATES = /^(08|57P0[123])/;
 const CONNECTION_CODES = new Set([
-  'ECONNREFUSED', 'ECONNRESET', 'EPIPE', 'ETIMEDOUT', 'ENOTFOUND', 'EHOSTUNREACH',
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'EPIPE',
+  'ETIMEDOUT',
+  'ENOTFOUND',
+  'EHOSTUNREACH',
   // postgres.js's own codes for a lost or refused connection.
-  'CONNECTION_CLOSED', 'CONNECTION_ENDED', 'CONNECTION_DESTROYED', 'CONNECT_TIMEOUT',
+  'CONNECTION_CLOSED',
+  'CONNECTION_ENDED',
+  'CONNECTION_DESTROYED',
+  'CONNECT_TIMEOUT',
 ]);
 
 /** True when an error from the driver means the connection was lost or refused. */
@@ -167,9 +178,7 @@ export function isConnectionFailure(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const code = (err as { code?: unknown }).code;
   if (typeof code === 'string' && (CONNECTION_STATES.test(code) || CONNECTION_CODES.has(code))) return true;
-  return /Connection terminated|connection timeout|Client has encountered a connection error|not queryable/i.test(
-    err.message,
-  );
+  return /Connection terminated|connection timeout|Client has encountered a connection error|not queryable/i.test(err.message);
 }
 
 /** Wraps a driver error in the matching typed error, keeping it as `cause`. */

@@ -1,4 +1,11 @@
-export { Queue, type EnqueueOptions, type QueueOptions, type EnqueueArgs, type AfterCommitJobs, type WaitOptions } from './queue.js';
+export {
+  Queue,
+  type EnqueueOptions,
+  type QueueOptions,
+  type EnqueueArgs,
+  type AfterCommitJobs,
+  type WaitOptions,
+} from './queue.js';
 export { Worker, type WorkerEvents } from './worker/worker.js';
 export type { CronSchedule } from './maintenance/cron-schedule.js';
 export { listSchedules, type CronTick, type ScheduleInfo } from './maintenance/cron.js';
@@ -9,7 +16,18 @@ export type { WorkerOptions } from './worker/options.js';
 export type { ConnectionOptions, DriverConnectionOptions } from './db/connection.js';
 export type { DriverName } from './db/driver.js';
 export type {
-  JobRow, JobStatus, JobContext, JobError, JobSpec, TaskSpec, JobKeyMode, TaskHandler, TaskDefinition, TaskList, TaskMap, AnyTasks,
+  JobRow,
+  JobStatus,
+  JobContext,
+  JobError,
+  JobSpec,
+  TaskSpec,
+  JobKeyMode,
+  TaskHandler,
+  TaskDefinition,
+  TaskList,
+  TaskMap,
+  AnyTasks,
 } from './job.js';
 export type { QueueSchemas, WorkerSchemas, TasksOf, TaskInputsOf } from './task-schemas.js';
 export type { StandardSchemaV1 } from './standard-schema.js';
@@ -60,7 +78,12 @@ export { resolvePrunerConfig, type MaintenanceOptions, type PrunerOptions } from
 export { currentLeader, type LeaseHolder } from './maintenance/lease.js';
 export type { PeriodicTask } from './maintenance/runner.js';
 export {
-  SluiceMetrics, type SluiceMetricsOptions, type MetricsRegistry, type MetricsCounter, type MetricsHistogram, type MetricsGauge,
+  SluiceMetrics,
+  type SluiceMetricsOptions,
+  type MetricsRegistry,
+  type MetricsCounter,
+  type MetricsHistogram,
+  type MetricsGauge,
 } from './metrics/metrics.js';
 export type { WorkerMetricsOptions } from './metrics/options.js';
 export type { Logger } from './logger.js';

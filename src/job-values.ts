@@ -49,7 +49,9 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
   }
   const delayMs = spec.delayMs ?? 0;
   if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_RUN_AT - Date.now()) {
-    throw new ValidationError(`delayMs must be a finite number >= 0 that stays before the year 10000, got ${String(spec.delayMs)}`);
+    throw new ValidationError(
+      `delayMs must be a finite number >= 0 that stays before the year 10000, got ${String(spec.delayMs)}`,
+    );
   }
   const jobKey = spec.jobKey ?? null;
   if (jobKey === null) {

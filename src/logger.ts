@@ -14,8 +14,11 @@ const LEVELS = ['debug', 'info', 'warn', 'error'] as const;
 
 /** True when `value` has the four methods Sluice calls. */
 export function isLogger(value: unknown): value is Logger {
-  return typeof value === 'object' && value !== null
-    && LEVELS.every((level) => typeof (value as Record<string, unknown>)[level] === 'function');
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    LEVELS.every((level) => typeof (value as Record<string, unknown>)[level] === 'function')
+  );
 }
 
 /** An error as log fields: message, code and stack, never the whole object graph. */

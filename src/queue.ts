@@ -13,7 +13,12 @@ import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
 import {
-  ConfigError, DuplicateJobError, JobNotFoundError, ValidationError, WaitTimeoutError, wrapDatabaseError,
+  ConfigError,
+  DuplicateJobError,
+  JobNotFoundError,
+  ValidationError,
+  WaitTimeoutError,
+  wrapDatabaseError,
 } from './errors.js';
 import { isFinished, type AnyTasks, type JobOptions, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
 import { resolveSchemas, validatePayload, type QueueSchemas } from './task-schemas.js';
@@ -34,7 +39,9 @@ export interface EnqueueOptions extends JobOptions {
 }
 
 /** Payload and options of `enqueue`: the payload may be left out only when its type allows undefined. */
-export type EnqueueArgs<P> = undefined extends P ? [payload?: P, options?: EnqueueOptions] : [payload: P, options?: EnqueueOptions];
+export type EnqueueArgs<P> = undefined extends P
+  ? [payload?: P, options?: EnqueueOptions]
+  : [payload: P, options?: EnqueueOptions];
 
 /** What the callback of `enqueueAfterCommit` adds jobs through. */
 export interface AfterCommitJobs<T extends TaskMap = AnyTasks> {
@@ -112,7 +119,13 @@ export class Queue<T extends TaskMap = AnyTasks> {
     this.schema = config.schemaOption(options.schema);
     this.queries = enqueueStatements(this.schema);
     this.control = controlStatements(this.schema);
-    this.maxPayloadBytes = config.intOption('maxPayloadBytes', options.maxPayloadBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024);
+    this.maxPayloadBytes = config.intOption(
+      'maxPayloadBytes',
+      options.maxPayloadBytes,
+      DEFAULT_MAX_PAYLOAD_BYTES,
+      2,
+      256 * 1024 * 1024,
+    );
     if (options.metrics !== undefined && typeof options.metrics?.enqueued?.inc !== 'function') {
       throw new ConfigError('Queue: metrics must be a SluiceMetrics');
     }
@@ -143,13 +156,22 @@ export class Queue<T extends TaskMap = AnyTasks> {
       // Keyed jobs go through enqueue_job(), which carries no trace context.
       const id = await traceEnqueue(v.queue, v.task, 1, async (traceContext) => {
         if (deferWakeUp) {
-          const [row] = await rows<{ id: string; run_at_ms: number }>(db, this.queries.enqueueDeferred, [...values, traceContext]);
+          const [row] = await rows<{ id: string; run_at_ms: number }>(db, this.queries.enqueueDeferred, [
+            ...values,
+            traceContext,
+          ]);
           this.wakeUps!.add(v.queue, row!.run_at_ms);
           return row!.id;
         }
-        const [row] = v.job_key === null
-          ? await rows<{ id: string }>(db, this.queries.enqueue, [...values, traceContext])
-          : await rows<{ id: string }>(db, this.queries.enqueueKeyed, [...values, v.job_key, v.job_key_mode, v.while_processing]);
+        const [row] =
+          v.job_key === null
+            ? await rows<{ id: string }>(db, this.queries.enqueue, [...values, traceContext])
+            : await rows<{ id: string }>(db, this.queries.enqueueKeyed, [
+                ...values,
+                v.job_key,
+                v.job_key_mode,
+                v.while_processing,
+              ]);
         return row!.id;
       });
       this.metrics?.enqueued.inc({ queue: v.queue, task: v.task });
@@ -169,14 +191,16 @@ export class Queue<T extends TaskMap = AnyTasks> {
   async enqueueMany(jobs: TaskSpec<T>[], options: { tx?: Queryable } = {}): Promise<string[]> {
     if (!Array.isArray(jobs)) throw new ValidationError('enqueueMany: jobs must be an array');
     if (this.schemas.size > 0) {
-      jobs = await Promise.all(jobs.map(async (spec, i) => {
-        if (!spec || typeof spec !== 'object' || !this.schemas.has(spec.task)) return spec;
-        try {
-          return { ...spec, payload: await validatePayload(this.schemas, spec.task, spec.payload) };
-        } catch (err) {
-          throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
-        }
-      }));
+      jobs = await Promise.all(
+        jobs.map(async (spec, i) => {
+          if (!spec || typeof spec !== 'object' || !this.schemas.has(spec.task)) return spec;
+          try {
+            return { ...spec, payload: await validatePayload(this.schemas, spec.task, spec.payload) };
+          } catch (err) {
+            throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
+          }
+        }),
+      );
     }
     config.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany');
     if (jobs.length === 0) return [];
@@ -194,15 +218,20 @@ export class Queue<T extends TaskMap = AnyTasks> {
     const keys = new Set<string>();
     for (const v of values) {
       if (v.job_key === null) continue;
-      if (keys.has(v.job_key)) throw new ValidationError(`enqueueMany: jobKey ${JSON.stringify(v.job_key)} appears twice in the batch`);
+      if (keys.has(v.job_key))
+        throw new ValidationError(`enqueueMany: jobKey ${JSON.stringify(v.job_key)} appears twice in the batch`);
       keys.add(v.job_key);
     }
     // Payloads are already JSON text; splice them in rather than parse and re-encode.
     const body = values
-      .map((v) => `{"queue":${JSON.stringify(v.queue)},"task":${JSON.stringify(v.task)},"payload":${v.payload},` +
-        `"run_at":${JSON.stringify(v.run_at)},"delay_ms":${v.delay_ms},"max_attempts":${v.max_attempts},"priority":${v.priority}` +
-        (v.job_key === null ? '}'
-          : `,"job_key":${JSON.stringify(v.job_key)},"job_key_mode":"${v.job_key_mode}","while_processing":${v.while_processing}}`))
+      .map(
+        (v) =>
+          `{"queue":${JSON.stringify(v.queue)},"task":${JSON.stringify(v.task)},"payload":${v.payload},` +
+          `"run_at":${JSON.stringify(v.run_at)},"delay_ms":${v.delay_ms},"max_attempts":${v.max_attempts},"priority":${v.priority}` +
+          (v.job_key === null
+            ? '}'
+            : `,"job_key":${JSON.stringify(v.job_key)},"job_key_mode":"${v.job_key_mode}","while_processing":${v.while_processing}}`),
+      )
       .join(',');
     // Keyed batches go row by row through enqueue_job(); plain ones stay one INSERT.
     const text = keys.size > 0 ? this.queries.enqueueManyKeyed : this.queries.enqueueMany;
@@ -211,7 +240,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
     const task = values.every((v) => v.task === first.task) ? first.task : 'batch';
     try {
       const result = await traceEnqueue(first.queue, task, values.length, (traceContext) =>
-        rows<{ id: string }>(db, text, keys.size > 0 ? [`[${body}]`] : [`[${body}]`, traceContext]));
+        rows<{ id: string }>(db, text, keys.size > 0 ? [`[${body}]`] : [`[${body}]`, traceContext]),
+      );
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
       return result.map((r) => r.id);
     } catch (err) {
@@ -254,7 +284,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
         if (!job) throw new JobNotFoundError(jobId);
         if (isFinished(job.status)) return job;
         const left = deadline - Date.now();
-        if (left <= 0) throw new WaitTimeoutError(`job ${jobId} did not finish within ${timeoutMs} ms (status ${job.status})`, jobId);
+        if (left <= 0)
+          throw new WaitTimeoutError(`job ${jobId} did not finish within ${timeoutMs} ms (status ${job.status})`, jobId);
         await new Promise<void>((resolve) => {
           const timer = setTimeout(resolve, Math.min(left, pollIntervalMs));
           wake = () => {

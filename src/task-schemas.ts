@@ -34,7 +34,11 @@ export function resolveSchemas(schemas: unknown, what: string): Map<string, Stan
  * schema's output (defaults filled in, transforms applied). Throws a
  * ValidationError that lists the issues.
  */
-export async function validatePayload(schemas: ReadonlyMap<string, StandardSchemaV1>, task: string, payload: unknown): Promise<unknown> {
+export async function validatePayload(
+  schemas: ReadonlyMap<string, StandardSchemaV1>,
+  task: string,
+  payload: unknown,
+): Promise<unknown> {
   const schema = schemas.get(task);
   if (!schema) return payload;
   const result = await schema['~standard'].validate(payload);
@@ -46,7 +50,11 @@ export async function validatePayload(schemas: ReadonlyMap<string, StandardSchem
  * The worker's side: a handler that first validates the stored payload. A payload
  * that does not fit fails the job at once (PermanentFailure): no retry fixes it.
  */
-export function withPayloadSchema(schemas: ReadonlyMap<string, StandardSchemaV1>, task: string, handler: TaskHandler): TaskHandler {
+export function withPayloadSchema(
+  schemas: ReadonlyMap<string, StandardSchemaV1>,
+  task: string,
+  handler: TaskHandler,
+): TaskHandler {
   return async (payload, ctx) => {
     let value: unknown;
     try {

@@ -82,16 +82,21 @@ export async function traceHandler(task: string, handler: TaskHandler): Promise<
       'sluice.task': task,
       'sluice.attempt': ctx.attempt,
     };
-    return tracer.startActiveSpan(`${SYSTEM} process ${task}`, { kind: api.SpanKind.CONSUMER, attributes }, parent, async (span) => {
-      try {
-        return await handler(payload, ctx);
-      } catch (err) {
-        fail(api, span, err);
-        throw err;
-      } finally {
-        span.end();
-      }
-    });
+    return tracer.startActiveSpan(
+      `${SYSTEM} process ${task}`,
+      { kind: api.SpanKind.CONSUMER, attributes },
+      parent,
+      async (span) => {
+        try {
+          return await handler(payload, ctx);
+        } catch (err) {
+          fail(api, span, err);
+          throw err;
+        } finally {
+          span.end();
+        }
+      },
+    );
   };
 }
 

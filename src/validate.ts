@@ -57,10 +57,13 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
     const unstorable = unstorableText(schema);
     if (unstorable) fail(`schema name ${JSON.stringify(schema)} contains ${unstorable}`);
     if (Buffer.byteLength(schema) > MAX_SCHEMA_LENGTH) fail(`schema name is longer than ${MAX_SCHEMA_LENGTH} bytes: ${schema}`);
-    if (schema.startsWith('pg_')) fail(`schema name ${JSON.stringify(schema)} starts with pg_, which Postgres reserves for system schemas`);
+    if (schema.startsWith('pg_'))
+      fail(`schema name ${JSON.stringify(schema)} starts with pg_, which Postgres reserves for system schemas`);
     const tag = DOLLAR_QUOTE_TAG.exec(schema);
     if (tag) {
-      fail(`schema name ${JSON.stringify(schema)} contains the dollar-quote tag ${tag[0]}, which would end the function bodies of the migrations it is spliced into`);
+      fail(
+        `schema name ${JSON.stringify(schema)} contains the dollar-quote tag ${tag[0]}, which would end the function bodies of the migrations it is spliced into`,
+      );
     }
     return schema;
   }

@@ -59,10 +59,12 @@ const LIBRARIES: Record<string, () => Promise<Library>> = {
     const sql = postgres(db.url, { max: 2, onnotice: () => {} });
     return {
       transaction: async (fn) => {
-        await sql.begin((tx) => fn({
-          tx: postgresJsAdapter(tx),
-          insertUser: async (name) => void await tx`INSERT INTO ${tx(db.schema)}.users (name) VALUES (${name})`,
-        }));
+        await sql.begin((tx) =>
+          fn({
+            tx: postgresJsAdapter(tx),
+            insertUser: async (name) => void (await tx`INSERT INTO ${tx(db.schema)}.users (name) VALUES (${name})`),
+          }),
+        );
       },
       close: () => sql.end(),
     };
@@ -70,10 +72,13 @@ const LIBRARIES: Record<string, () => Promise<Library>> = {
   kysely: async () => {
     const kdb = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: db.url, max: 2 }) }) });
     return {
-      transaction: (fn) => kdb.transaction().execute((trx) => fn({
-        tx: kyselyAdapter(trx),
-        insertUser: async (name) => void await trx.withSchema(db.schema).insertInto('users').values({ name }).execute(),
-      })),
+      transaction: (fn) =>
+        kdb.transaction().execute((trx) =>
+          fn({
+            tx: kyselyAdapter(trx),
+            insertUser: async (name) => void (await trx.withSchema(db.schema).insertInto('users').values({ name }).execute()),
+          }),
+        ),
       close: () => kdb.destroy(),
     };
   },
@@ -82,10 +87,13 @@ const LIBRARIES: Record<string, () => Promise<Library>> = {
     const ddb = drizzlePg(pool);
     const users = drizzleUsers();
     return {
-      transaction: (fn) => ddb.transaction((tx) => fn({
-        tx: drizzleAdapter(tx),
-        insertUser: async (name) => void await tx.insert(users).values({ name }),
-      })),
+      transaction: (fn) =>
+        ddb.transaction((tx) =>
+          fn({
+            tx: drizzleAdapter(tx),
+            insertUser: async (name) => void (await tx.insert(users).values({ name })),
+          }),
+        ),
       close: () => pool.end(),
     };
   },
@@ -94,30 +102,39 @@ const LIBRARIES: Record<string, () => Promise<Library>> = {
     const ddb = drizzlePostgresJs(sql);
     const users = drizzleUsers();
     return {
-      transaction: (fn) => ddb.transaction((tx) => fn({
-        tx: drizzleAdapter(tx),
-        insertUser: async (name) => void await tx.insert(users).values({ name }),
-      })),
+      transaction: (fn) =>
+        ddb.transaction((tx) =>
+          fn({
+            tx: drizzleAdapter(tx),
+            insertUser: async (name) => void (await tx.insert(users).values({ name })),
+          }),
+        ),
       close: () => sql.end(),
     };
   },
   knex: async () => {
     const k = knex({ client: 'pg', connection: db.url, pool: { min: 0, max: 2 } });
     return {
-      transaction: (fn) => k.transaction((trx) => fn({
-        tx: knexAdapter(trx),
-        insertUser: async (name) => void await trx.withSchema(db.schema).table('users').insert({ name }),
-      })),
+      transaction: (fn) =>
+        k.transaction((trx) =>
+          fn({
+            tx: knexAdapter(trx),
+            insertUser: async (name) => void (await trx.withSchema(db.schema).table('users').insert({ name })),
+          }),
+        ),
       close: () => k.destroy(),
     };
   },
   'typeorm (EntityManager)': async () => {
     const ds = await typeormDataSource();
     return {
-      transaction: (fn) => ds.transaction((manager) => fn({
-        tx: typeormAdapter(manager),
-        insertUser: async (name) => void await manager.insert('User', { name }),
-      })),
+      transaction: (fn) =>
+        ds.transaction((manager) =>
+          fn({
+            tx: typeormAdapter(manager),
+            insertUser: async (name) => void (await manager.insert('User', { name })),
+          }),
+        ),
       close: () => ds.destroy(),
     };
   },
@@ -128,7 +145,10 @@ const LIBRARIES: Record<string, () => Promise<Library>> = {
         const runner = ds.createQueryRunner();
         await runner.startTransaction();
         try {
-          await fn({ tx: typeormAdapter(runner), insertUser: async (name) => void await runner.manager.insert('User', { name }) });
+          await fn({
+            tx: typeormAdapter(runner),
+            insertUser: async (name) => void (await runner.manager.insert('User', { name })),
+          });
           await runner.commitTransaction();
         } catch (err) {
           await runner.rollbackTransaction();
@@ -142,18 +162,23 @@ const LIBRARIES: Record<string, () => Promise<Library>> = {
   },
   'mikro-orm': async () => {
     const User = new MikroEntity<{ id: number; name: string }>({
-      name: 'User', schema: db.schema, tableName: 'users',
+      name: 'User',
+      schema: db.schema,
+      tableName: 'users',
       properties: { id: { type: 'number', primary: true }, name: { type: 'string' } },
     });
     const orm = await MikroORM.init({ clientUrl: db.url, entities: [User], pool: { min: 0, max: 2 }, debug: false });
     return {
-      transaction: (fn) => orm.em.fork().transactional((em) => fn({
-        tx: mikroOrmAdapter(em),
-        insertUser: async (name) => {
-          em.persist(em.create(User, { name }));
-          await em.flush();
-        },
-      })),
+      transaction: (fn) =>
+        orm.em.fork().transactional((em) =>
+          fn({
+            tx: mikroOrmAdapter(em),
+            insertUser: async (name) => {
+              em.persist(em.create(User, { name }));
+              await em.flush();
+            },
+          }),
+        ),
       close: () => orm.close(),
     };
   },
@@ -161,10 +186,13 @@ const LIBRARIES: Record<string, () => Promise<Library>> = {
     // Prisma through its pg driver adapter (no engine binary); the table is in this file's schema.
     const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: db.url, max: 2 }, { schema: db.schema }) });
     return {
-      transaction: (fn) => prisma.$transaction((tx) => fn({
-        tx: prismaAdapter(tx),
-        insertUser: async (name) => void await tx.user.create({ data: { name } }),
-      })),
+      transaction: (fn) =>
+        prisma.$transaction((tx) =>
+          fn({
+            tx: prismaAdapter(tx),
+            insertUser: async (name) => void (await tx.user.create({ data: { name } })),
+          }),
+        ),
       close: () => prisma.$disconnect(),
     };
   },
@@ -176,7 +204,9 @@ function drizzleUsers() {
 
 async function typeormDataSource(): Promise<DataSource> {
   const User = new TypeOrmEntity<{ id: number; name: string }>({
-    name: 'User', tableName: 'users', schema: db.schema,
+    name: 'User',
+    tableName: 'users',
+    schema: db.schema,
     columns: { id: { type: Number, primary: true, generated: true }, name: { type: String } },
   });
   return new DataSource({ type: 'postgres', url: db.url, entities: [User], poolSize: 2 }).initialize();
@@ -195,10 +225,13 @@ async function jobsIn(queueName: string): Promise<{ status: string; payload: { n
 /** Enqueues one job and a batch of two, for user `name`, on the library's own queue. */
 async function enqueueFor(tx: Queryable, queueName: string, name: string): Promise<void> {
   await queue.enqueue('welcome', { name }, { queue: queueName, tx });
-  await queue.enqueueMany([
-    { task: 'welcome', payload: { name: `${name}/a` }, queue: queueName },
-    { task: 'welcome', payload: { name: `${name}/b` }, queue: queueName },
-  ], { tx });
+  await queue.enqueueMany(
+    [
+      { task: 'welcome', payload: { name: `${name}/a` }, queue: queueName },
+      { task: 'welcome', payload: { name: `${name}/b` }, queue: queueName },
+    ],
+    { tx },
+  );
 }
 
 describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libName) => {
@@ -224,7 +257,10 @@ describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libNam
 
     const seen: string[] = [];
     const worker = new Worker({
-      connectionString: db.url, schema: db.schema, driver: TEST_DRIVER, queues: [q],
+      connectionString: db.url,
+      schema: db.schema,
+      driver: TEST_DRIVER,
+      queues: [q],
       tasks: { welcome: async (payload: { name: string }) => void seen.push(payload.name) },
     });
     worker.on('error', () => {});
@@ -250,11 +286,13 @@ describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libNam
     listener.on('notification', (m) => received.push(m.payload ?? ''));
     await listener.query(`LISTEN "${channelFor(db.schema)}"`);
     try {
-      await expect(lib.transaction(async ({ tx, insertUser }) => {
-        await insertUser(name);
-        await enqueueFor(tx, q, name);
-        throw new Error('changed my mind');
-      })).rejects.toThrow('changed my mind');
+      await expect(
+        lib.transaction(async ({ tx, insertUser }) => {
+          await insertUser(name);
+          await enqueueFor(tx, q, name);
+          throw new Error('changed my mind');
+        }),
+      ).rejects.toThrow('changed my mind');
       expect(await usersNamed(name)).toEqual([]);
       expect((await jobsIn(q)).filter((j) => j.payload.name.startsWith(name))).toEqual([]);
       // Notifications arrive in commit order: once the marker is here, anything

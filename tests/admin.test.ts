@@ -1,7 +1,16 @@
 import pg from 'pg';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
-  Queue, ValidationError, cancelJob, deleteFinished, deleteJob, getJob, getStats, listJobs, retryFailed, retryJob,
+  Queue,
+  ValidationError,
+  cancelJob,
+  deleteFinished,
+  deleteJob,
+  getJob,
+  getStats,
+  listJobs,
+  retryFailed,
+  retryJob,
 } from '../src/index.js';
 import { channelFor } from '../src/db/identifiers.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
@@ -23,15 +32,16 @@ beforeEach(async () => {
 
 /** Puts jobs into a state directly, as a worker would have left them. */
 async function setStatus(ids: string[], status: string, extra = ''): Promise<void> {
-  const finished = ['completed', 'failed', 'cancelled'].includes(status) && !extra.includes('finished_at')
-    ? ', finished_at = now()'
-    : '';
+  const finished =
+    ['completed', 'failed', 'cancelled'].includes(status) && !extra.includes('finished_at') ? ', finished_at = now()' : '';
   await db.pool.query(`UPDATE ${db.s}.jobs SET status = $2 ${finished} ${extra} WHERE id = ANY($1::bigint[])`, [ids, status]);
 }
 
 describe('listJobs', () => {
   it('pages through every matching job exactly once, in both directions', async () => {
-    const ids = await queue.enqueueMany(Array.from({ length: 23 }, (_, i) => ({ task: i % 2 ? 'odd' : 'even', queue: i % 3 ? 'a' : 'b' })));
+    const ids = await queue.enqueueMany(
+      Array.from({ length: 23 }, (_, i) => ({ task: i % 2 ? 'odd' : 'even', queue: i % 3 ? 'a' : 'b' })),
+    );
     const expected = ids.filter((_, i) => i % 2 === 1).reverse(); // task 'odd', newest first
 
     const seen: string[] = [];
@@ -60,7 +70,10 @@ describe('listJobs', () => {
 
   it('filters by status, queue and task together', async () => {
     const ids = await queue.enqueueMany([
-      { task: 't1', queue: 'a' }, { task: 't1', queue: 'b' }, { task: 't2', queue: 'a' }, { task: 't1', queue: 'a' },
+      { task: 't1', queue: 'a' },
+      { task: 't1', queue: 'b' },
+      { task: 't2', queue: 'a' },
+      { task: 't1', queue: 'a' },
     ]);
     await setStatus([ids[0]!, ids[2]!], 'failed');
     const page = await listJobs(db.pool, db.schema, { status: 'failed', queue: 'a', task: 't1' });
@@ -97,7 +110,10 @@ describe('single-job actions', () => {
     await listener.query(`LISTEN "${channelFor(db.schema)}"`);
     try {
       const result = await retryJob(db.pool, db.schema, id);
-      expect(result).toMatchObject({ ok: true, job: { id, status: 'pending', attempts: 3, max_attempts: 4, last_error: 'boom', finished_at: null } });
+      expect(result).toMatchObject({
+        ok: true,
+        job: { id, status: 'pending', attempts: 3, max_attempts: 4, last_error: 'boom', finished_at: null },
+      });
       await waitFor(() => notes.some((n) => JSON.parse(n).q === 'mail'), 'a wake-up for queue mail');
     } finally {
       await listener.end();
@@ -119,7 +135,11 @@ describe('single-job actions', () => {
     expect(result.ok && result.job.finished_at).toBeInstanceOf(Date);
     // Only job columns come back (tests/control.test.ts covers the worker side).
     expect(result.ok && Object.keys(result.job)).not.toContain('previous_status');
-    expect(await cancelJob(db.pool, db.schema, running!)).toMatchObject({ ok: true, previousStatus: 'processing', job: { status: 'cancelled' } });
+    expect(await cancelJob(db.pool, db.schema, running!)).toMatchObject({
+      ok: true,
+      previousStatus: 'processing',
+      job: { status: 'cancelled' },
+    });
     expect(await cancelJob(db.pool, db.schema, done!)).toEqual({ ok: false, reason: 'wrong_status', status: 'completed' });
     expect(await cancelJob(db.pool, db.schema, pending!)).toEqual({ ok: false, reason: 'wrong_status', status: 'cancelled' });
     // A cancelled job can be retried.
@@ -138,7 +158,12 @@ describe('single-job actions', () => {
 
 describe('bulk actions', () => {
   it('retryFailed retries the failed jobs of one queue, or of all', async () => {
-    const ids = await queue.enqueueMany([{ task: 'x', queue: 'a' }, { task: 'x', queue: 'a' }, { task: 'x', queue: 'b' }, { task: 'x', queue: 'b' }]);
+    const ids = await queue.enqueueMany([
+      { task: 'x', queue: 'a' },
+      { task: 'x', queue: 'a' },
+      { task: 'x', queue: 'b' },
+      { task: 'x', queue: 'b' },
+    ]);
     await setStatus(ids.slice(0, 3), 'failed');
     expect(await retryFailed(db.pool, db.schema, { queue: 'a' })).toEqual({ retried: 2, queues: { a: 2 } });
     expect(await statusCounts(db)).toEqual({ pending: 3, failed: 1 });
@@ -155,9 +180,13 @@ describe('bulk actions', () => {
 
     expect(await deleteFinished(db.pool, db.schema, { olderThanMs: day, batchSize: 5 })).toEqual({ deleted: 12 });
     expect(await statusCounts(db)).toEqual({ completed: 3, failed: 5, pending: 10 });
-    expect(await deleteFinished(db.pool, db.schema, { olderThanMs: day, statuses: ['failed', 'completed'] })).toEqual({ deleted: 5 });
+    expect(await deleteFinished(db.pool, db.schema, { olderThanMs: day, statuses: ['failed', 'completed'] })).toEqual({
+      deleted: 5,
+    });
     expect(await statusCounts(db)).toEqual({ completed: 3, pending: 10 });
-    await expect(deleteFinished(db.pool, db.schema, { olderThanMs: day, statuses: ['pending'] })).rejects.toThrow(/can only delete/);
+    await expect(deleteFinished(db.pool, db.schema, { olderThanMs: day, statuses: ['pending'] })).rejects.toThrow(
+      /can only delete/,
+    );
     await expect(deleteFinished(db.pool, db.schema, { olderThanMs: -1 })).rejects.toBeInstanceOf(ValidationError);
   });
 });
@@ -165,8 +194,12 @@ describe('bulk actions', () => {
 describe('getStats', () => {
   it('counts per queue and status, oldest due age and recent throughput', async () => {
     const ids = await queue.enqueueMany([
-      { task: 'x', queue: 'a' }, { task: 'x', queue: 'a' }, { task: 'x', queue: 'a', delayMs: 3_600_000 },
-      { task: 'x', queue: 'a' }, { task: 'x', queue: 'a' }, { task: 'x', queue: 'b' },
+      { task: 'x', queue: 'a' },
+      { task: 'x', queue: 'a' },
+      { task: 'x', queue: 'a', delayMs: 3_600_000 },
+      { task: 'x', queue: 'a' },
+      { task: 'x', queue: 'a' },
+      { task: 'x', queue: 'b' },
     ]);
     await db.pool.query(`UPDATE ${db.s}.jobs SET run_at = now() - interval '10 minutes' WHERE id = $1`, [ids[0]]);
     await setStatus([ids[3]!], 'completed');
@@ -178,8 +211,16 @@ describe('getStats', () => {
     expect(stats.queues).toHaveLength(2);
     const [a, b] = stats.queues;
     expect(a).toMatchObject({
-      queue: 'a', pending: 3, scheduled: 1, processing: 0, completed: 1, failed: 1, cancelled: 0,
-      completedInWindow: 1, failedInWindow: 1, jobsPerSecond: 1 / 60,
+      queue: 'a',
+      pending: 3,
+      scheduled: 1,
+      processing: 0,
+      completed: 1,
+      failed: 1,
+      cancelled: 0,
+      completedInWindow: 1,
+      failedInWindow: 1,
+      jobsPerSecond: 1 / 60,
     });
     expect(a!.oldestPendingMs).toBeGreaterThanOrEqual(600_000);
     expect(b).toMatchObject({ queue: 'b', pending: 0, completed: 1, completedInWindow: 0, oldestPendingMs: null });

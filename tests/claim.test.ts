@@ -23,7 +23,10 @@ afterAll(async () => {
  */
 async function claim(
   db: { query(text: string, values: unknown[]): Promise<{ rows: any[] }> },
-  workerId: string, queues: string[], tasks: string[], limit: number,
+  workerId: string,
+  queues: string[],
+  tasks: string[],
+  limit: number,
 ): Promise<any[]> {
   const { rows } = await db.query(workerStatements(schemaName).cycle, claimParams(workerId, queues, tasks, limit));
   return rows.filter((r) => r.id !== null);
@@ -59,8 +62,12 @@ describe('claiming', () => {
       b.release();
     }
     const { rows } = await db.pool.query(
-      `SELECT locked_by, count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'two-sessions' GROUP BY locked_by ORDER BY 1`);
-    expect(rows).toEqual([{ locked_by: 'A', n: 1 }, { locked_by: 'B', n: 2 }]);
+      `SELECT locked_by, count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'two-sessions' GROUP BY locked_by ORDER BY 1`,
+    );
+    expect(rows).toEqual([
+      { locked_by: 'A', n: 1 },
+      { locked_by: 'B', n: 2 },
+    ]);
   });
 
   it('claims by priority, then run_at, then id, and never jobs that are not due', async () => {
@@ -94,27 +101,45 @@ describe('claiming', () => {
   it('three workers take jobs in priority, then run_at, then id order', async () => {
     // 90 due jobs, enqueued before any worker runs, priorities shuffled against run_at.
     const specs = Array.from({ length: 90 }, (_, i) => ({
-      task: 'ordered', queue: 'priorities', payload: { i },
-      priority: (i * 7) % 5, runAt: new Date(Date.now() - 60_000 + i * 10),
+      task: 'ordered',
+      queue: 'priorities',
+      payload: { i },
+      priority: (i * 7) % 5,
+      runAt: new Date(Date.now() - 60_000 + i * 10),
     }));
     await queue.enqueueMany(specs);
-    interface Seen { id: string; key: [number, number, bigint]; claimedAt: number; observedAt: number }
+    interface Seen {
+      id: string;
+      key: [number, number, bigint];
+      claimedAt: number;
+      observedAt: number;
+    }
     const seen: Seen[] = [];
-    const workers = Array.from({ length: 3 }, () => new Worker({
-      // One job per claim (no claiming ahead), so that claims interleave in time.
-      connectionString: db.url, schema: schemaName, queues: ['priorities'], concurrency: 1, prefetch: 0,
-      tasks: {
-        ordered: async (_p, { job }) => {
-          // claimedAt: when the claiming statement began (locked_at = now()); observedAt:
-          // a moment after it committed. Both on the database clock.
-          const { rows } = await db.pool.query('SELECT clock_timestamp() AS t');
-          seen.push({
-            id: job.id, key: [-job.priority, job.run_at.getTime(), BigInt(job.id)],
-            claimedAt: job.locked_at!.getTime(), observedAt: rows[0].t.getTime(),
-          });
-        },
-      },
-    }));
+    const workers = Array.from(
+      { length: 3 },
+      () =>
+        new Worker({
+          // One job per claim (no claiming ahead), so that claims interleave in time.
+          connectionString: db.url,
+          schema: schemaName,
+          queues: ['priorities'],
+          concurrency: 1,
+          prefetch: 0,
+          tasks: {
+            ordered: async (_p, { job }) => {
+              // claimedAt: when the claiming statement began (locked_at = now()); observedAt:
+              // a moment after it committed. Both on the database clock.
+              const { rows } = await db.pool.query('SELECT clock_timestamp() AS t');
+              seen.push({
+                id: job.id,
+                key: [-job.priority, job.run_at.getTime(), BigInt(job.id)],
+                claimedAt: job.locked_at!.getTime(),
+                observedAt: rows[0].t.getTime(),
+              });
+            },
+          },
+        }),
+    );
     try {
       for (const w of workers) w.on('error', () => {});
       await Promise.all(workers.map((w) => w.start()));
@@ -125,8 +150,7 @@ describe('claiming', () => {
     // A claim that began after another claim had committed could also have taken that
     // one's job, so it must not have taken a better one. (Claims that overlap in time
     // may take neighbouring jobs in either order: that is SKIP LOCKED at work.)
-    const before = (a: Seen['key'], b: Seen['key']) =>
-      a[0] !== b[0] ? a[0] < b[0] : a[1] !== b[1] ? a[1] < b[1] : a[2] < b[2];
+    const before = (a: Seen['key'], b: Seen['key']) => (a[0] !== b[0] ? a[0] < b[0] : a[1] !== b[1] ? a[1] < b[1] : a[2] < b[2]);
     let compared = 0;
     for (const a of seen) {
       for (const b of seen) {
@@ -139,7 +163,7 @@ describe('claiming', () => {
     expect(compared).toBeGreaterThan(3_000);
   });
 
-  it('the worker\'s claim is one ordered scan of jobs_dequeue_idx on a real backlog (custom and generic plans)', async () => {
+  it("the worker's claim is one ordered scan of jobs_dequeue_idx on a real backlog (custom and generic plans)", async () => {
     // Its own schema: 20,000 due jobs of mixed priority beside 20,000 finished ones,
     // analysed, no planner settings changed: the plan a busy worker really gets.
     const big = await createTestSchema('claimplan');
@@ -152,7 +176,10 @@ describe('claiming', () => {
       try {
         for (const mode of ['auto', 'force_generic_plan']) {
           await client.query(`SET plan_cache_mode = ${mode}`);
-          const { rows } = await client.query(`EXPLAIN ${workerStatements(big.schema).cycle}`, claimParams('W', ['default'], ['demo'], 10));
+          const { rows } = await client.query(
+            `EXPLAIN ${workerStatements(big.schema).cycle}`,
+            claimParams('W', ['default'], ['demo'], 10),
+          );
           const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
           expect(plan, plan).toMatch(/Index Scan using jobs_dequeue_idx/);
           // Ordered by the index, stopped by the LIMIT: no sort of the backlog, no full scan.

@@ -32,7 +32,10 @@ const sluice = (...args: string[]) => runSluice(args, env);
 function expectOneLineError(result: CliResult, code: number, pattern: RegExp): void {
   expect(result.code, result.stderr).toBe(code);
   expect(result.stderr).toMatch(pattern);
-  const lines = result.stderr.trim().split('\n').filter((l) => l !== '(add --help for usage)');
+  const lines = result.stderr
+    .trim()
+    .split('\n')
+    .filter((l) => l !== '(add --help for usage)');
   expect(lines).toHaveLength(1);
   expect(result.stderr).not.toMatch(/^\s+at /m);
 }
@@ -45,8 +48,18 @@ async function job(id: string) {
 describe('help', () => {
   it('every command answers --help with its usage and exit code 0', async () => {
     const commands = [
-      [], ['migrate'], ['worker'], ['enqueue'], ['jobs'], ['jobs', 'list'], ['jobs', 'show'], ['jobs', 'retry'],
-      ['jobs', 'cancel'], ['jobs', 'delete'], ['stats'], ['demo'],
+      [],
+      ['migrate'],
+      ['worker'],
+      ['enqueue'],
+      ['jobs'],
+      ['jobs', 'list'],
+      ['jobs', 'show'],
+      ['jobs', 'retry'],
+      ['jobs', 'cancel'],
+      ['jobs', 'delete'],
+      ['stats'],
+      ['demo'],
     ];
     const results = await Promise.all(commands.map((c) => runSluice([...c, '--help'])));
     results.forEach((r, i) => {
@@ -74,12 +87,27 @@ describe('migrate', () => {
 
 describe('enqueue', () => {
   it('inserts the job and prints its id', async () => {
-    const result = await sluice('enqueue', 'send_welcome', '{"userId":42}', '--queue', 'mail', '--max-attempts', '3', '--priority', '7');
+    const result = await sluice(
+      'enqueue',
+      'send_welcome',
+      '{"userId":42}',
+      '--queue',
+      'mail',
+      '--max-attempts',
+      '3',
+      '--priority',
+      '7',
+    );
     expect(result.code, result.stderr).toBe(0);
     const id = result.stdout.trim();
     expect(id).toMatch(/^\d+$/);
     expect(await job(id)).toMatchObject({
-      task: 'send_welcome', queue: 'mail', payload: { userId: 42 }, max_attempts: 3, priority: 7, status: 'pending',
+      task: 'send_welcome',
+      queue: 'mail',
+      payload: { userId: 42 },
+      max_attempts: 3,
+      priority: 7,
+      status: 'pending',
     });
   });
 
@@ -87,7 +115,9 @@ describe('enqueue', () => {
     const delayed = await sluice('enqueue', 'later', '--delay', '5m', '--json');
     const { id } = JSON.parse(delayed.stdout);
     const { rows } = await db.pool.query(
-      `SELECT run_at > now() + interval '4 minutes' AND run_at <= now() + interval '5 minutes' AS ok FROM ${db.s}.jobs WHERE id = $1`, [id]);
+      `SELECT run_at > now() + interval '4 minutes' AND run_at <= now() + interval '5 minutes' AS ok FROM ${db.s}.jobs WHERE id = $1`,
+      [id],
+    );
     expect(rows[0].ok).toBe(true);
 
     const at = await sluice('enqueue', 'later', '{}', '--run-at', '2031-05-06T07:08:09Z');
@@ -152,10 +182,19 @@ describe('runtime failures exit 1 with one line', () => {
 
 describe('jobs', () => {
   it('list filters and pages; show prints payload, attempts, error and timestamps', async () => {
-    const ids = await queue.enqueueMany([['a', 'q1'], ['b', 'q1'], ['a', 'q2'], ['a', 'q1']]
-      .map(([task, q]) => ({ task: task!, queue: q, payload: { n: 1 } })));
-    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'failed', attempts = 5, last_error = 'Error: smtp down\n    at send (mail.js:1)',
-      errors = '[{"attempt":1,"at":"2026-01-01T00:00:00Z","message":"Error: smtp busy"}]', finished_at = now() WHERE id = $1`, [ids[0]]);
+    const ids = await queue.enqueueMany(
+      [
+        ['a', 'q1'],
+        ['b', 'q1'],
+        ['a', 'q2'],
+        ['a', 'q1'],
+      ].map(([task, q]) => ({ task: task!, queue: q, payload: { n: 1 } })),
+    );
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = 'failed', attempts = 5, last_error = 'Error: smtp down\n    at send (mail.js:1)',
+      errors = '[{"attempt":1,"at":"2026-01-01T00:00:00Z","message":"Error: smtp busy"}]', finished_at = now() WHERE id = $1`,
+      [ids[0]],
+    );
 
     const table = await sluice('jobs', 'list', '--queue', 'q1', '--task', 'a');
     expect(table.code, table.stderr).toBe(0);
@@ -188,7 +227,11 @@ describe('jobs', () => {
 
   it('retry, cancel and delete one job, and refuse the wrong state', async () => {
     const id = await queue.enqueue('x');
-    expectOneLineError(await sluice('jobs', 'retry', id), 1, new RegExp(`job ${id} is pending; only failed or cancelled jobs can be retried`));
+    expectOneLineError(
+      await sluice('jobs', 'retry', id),
+      1,
+      new RegExp(`job ${id} is pending; only failed or cancelled jobs can be retried`),
+    );
 
     const cancel = await sluice('jobs', 'cancel', id);
     expect(cancel.stdout).toBe(`cancelled job ${id} (x on queue default)\n`);
@@ -199,12 +242,19 @@ describe('jobs', () => {
     expect(JSON.parse(retry.stdout)).toMatchObject({ id, status: 'pending' });
 
     await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'processing' WHERE id = $1`, [id]);
-    expectOneLineError(await sluice('jobs', 'delete', id), 1, /is processing; only pending or completed or failed or cancelled jobs can be deleted/);
+    expectOneLineError(
+      await sluice('jobs', 'delete', id),
+      1,
+      /is processing; only pending or completed or failed or cancelled jobs can be deleted/,
+    );
     await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed', finished_at = now() WHERE id = $1`, [id]);
     expect((await sluice('jobs', 'delete', id)).code).toBe(0);
     expect(await job(id)).toBeUndefined();
     // Every action is in the audit log, by 'cli'.
-    const { rows: audit } = await db.pool.query(`SELECT action, actor FROM ${db.s}.audit_log WHERE job_id = $1 ORDER BY at, action`, [id]);
+    const { rows: audit } = await db.pool.query(
+      `SELECT action, actor FROM ${db.s}.audit_log WHERE job_id = $1 ORDER BY at, action`,
+      [id],
+    );
     expect(audit.map((a) => `${a.action}:${a.actor}`).sort()).toEqual(['cancel:cli', 'delete:cli', 'retry:cli']);
   });
 
@@ -227,13 +277,20 @@ describe('jobs', () => {
 describe('stats', () => {
   it('prints counts per queue as a table and as JSON', async () => {
     await queue.enqueueMany([
-      { task: 'x', queue: 'a' }, { task: 'x', queue: 'a' }, { task: 'x', queue: 'b' }, { task: 'x', queue: 'b', delayMs: 3_600_000 },
+      { task: 'x', queue: 'a' },
+      { task: 'x', queue: 'a' },
+      { task: 'x', queue: 'b' },
+      { task: 'x', queue: 'b', delayMs: 3_600_000 },
     ]);
-    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed', finished_at = now() WHERE id = (SELECT min(id) FROM ${db.s}.jobs)`);
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = 'completed', finished_at = now() WHERE id = (SELECT min(id) FROM ${db.s}.jobs)`,
+    );
 
     const table = await sluice('stats');
     expect(table.code, table.stderr).toBe(0);
-    expect(table.stdout).toMatch(/^QUEUE\s+PENDING\s+SCHEDULED\s+RUNNING\s+COMPLETED\s+FAILED\s+CANCELLED\s+OLDEST PENDING\s+JOBS\/S \(1m\)\s+FAILED \(1m\)$/m);
+    expect(table.stdout).toMatch(
+      /^QUEUE\s+PENDING\s+SCHEDULED\s+RUNNING\s+COMPLETED\s+FAILED\s+CANCELLED\s+OLDEST PENDING\s+JOBS\/S \(1m\)\s+FAILED \(1m\)$/m,
+    );
     expect(table.stdout).toMatch(/^a\s+1\s+0\s+0\s+1\s+0\s+0\s+\S+\s+0\.02\s+0$/m);
     expect(table.stdout).toMatch(/^b\s+2\s+1\s+0\s+0\s+0\s+0\s+\S+\s+0\.00\s+0$/m);
 

@@ -28,7 +28,10 @@ afterAll(async () => {
 /** A failure is one line on stderr, with no stack trace. */
 function expectOneLine(result: CliResult, code: number, pattern: RegExp): void {
   expect(result.code, result.stderr).toBe(code);
-  const lines = result.stderr.trim().split('\n').filter((l) => l !== '(add --help for usage)');
+  const lines = result.stderr
+    .trim()
+    .split('\n')
+    .filter((l) => l !== '(add --help for usage)');
   expect(lines, result.stderr).toHaveLength(1);
   expect(lines[0]).toMatch(pattern);
   expect(result.stderr).not.toMatch(/^\s+at /m);
@@ -58,10 +61,16 @@ describe('database URL', () => {
     const noRole = urlWith((u) => (u.username = 'sluice_no_such_role'));
     const noDb = urlWith((u) => (u.pathname = '/sluice_no_such_db'));
     for (const command of [['migrate'], ['enqueue', 'x']]) {
-      expectOneLine(await runSluice(command, { DATABASE_URL: noRole }),
-        1, /^sluice: Postgres at .*: role "sluice_no_such_role" does not exist \(check the user in the database URL, and pg_hba\.conf\)$/);
-      expectOneLine(await runSluice(command, { DATABASE_URL: noDb }),
-        1, /^sluice: Postgres at .*\/sluice_no_such_db: database "sluice_no_such_db" does not exist \(create it, or fix the database name in the URL\)$/);
+      expectOneLine(
+        await runSluice(command, { DATABASE_URL: noRole }),
+        1,
+        /^sluice: Postgres at .*: role "sluice_no_such_role" does not exist \(check the user in the database URL, and pg_hba\.conf\)$/,
+      );
+      expectOneLine(
+        await runSluice(command, { DATABASE_URL: noDb }),
+        1,
+        /^sluice: Postgres at .*\/sluice_no_such_db: database "sluice_no_such_db" does not exist \(create it, or fix the database name in the URL\)$/,
+      );
     }
   });
 });
@@ -74,15 +83,31 @@ describe('task module', () => {
     await writeFile(broken, 'export const tasks = {\n  a: async () => 1,\n  b: async () => {\n};\n');
     await writeFile(join(dir, 'imports-broken.mjs'), "import './broken.mjs';\nexport const tasks = {};\n");
     await writeFile(join(dir, 'broken.cjs'), 'module.exports = { tasks: {\n  a: 1,,\n} };\n');
-    expectOneLine(await worker(broken), 1, /^sluice: cannot load task module .*broken\.mjs: SyntaxError: .* \(at .*broken\.mjs:4\)$/);
-    expectOneLine(await worker(join(dir, 'imports-broken.mjs')), 1, /^sluice: cannot load task module .*imports-broken\.mjs: SyntaxError: .* \(at .*[/]broken\.mjs:4\)$/);
-    expectOneLine(await worker(join(dir, 'broken.cjs')), 1, /^sluice: cannot load task module .*broken\.cjs: SyntaxError: Unexpected token ',' \(at .*broken\.cjs:2\)$/);
+    expectOneLine(
+      await worker(broken),
+      1,
+      /^sluice: cannot load task module .*broken\.mjs: SyntaxError: .* \(at .*broken\.mjs:4\)$/,
+    );
+    expectOneLine(
+      await worker(join(dir, 'imports-broken.mjs')),
+      1,
+      /^sluice: cannot load task module .*imports-broken\.mjs: SyntaxError: .* \(at .*[/]broken\.mjs:4\)$/,
+    );
+    expectOneLine(
+      await worker(join(dir, 'broken.cjs')),
+      1,
+      /^sluice: cannot load task module .*broken\.cjs: SyntaxError: Unexpected token ',' \(at .*broken\.cjs:2\)$/,
+    );
   });
 
   it('an error thrown while it loads names the line that threw', async () => {
     const file = join(dir, 'throws.mjs');
-    await writeFile(file, "const config = undefined;\nconst url = config.url;\nexport const tasks = { a: () => url };\n");
-    expectOneLine(await worker(file), 1, /^sluice: cannot load task module .*throws\.mjs: TypeError: Cannot read properties of undefined \(reading 'url'\) \(at .*throws\.mjs:2:\d+\)$/);
+    await writeFile(file, 'const config = undefined;\nconst url = config.url;\nexport const tasks = { a: () => url };\n');
+    expectOneLine(
+      await worker(file),
+      1,
+      /^sluice: cannot load task module .*throws\.mjs: TypeError: Cannot read properties of undefined \(reading 'url'\) \(at .*throws\.mjs:2:\d+\)$/,
+    );
   });
 });
 
@@ -114,8 +139,17 @@ describe('ports in use', () => {
   it('sluice dashboard on a taken port: one line, which port, what to do', async () => {
     const taken = await occupiedPort();
     try {
-      const result = await runSluice(['dashboard', '--port', String(taken.port)], { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema });
-      expectOneLine(result, 2, new RegExp(`^sluice: dashboard: port ${taken.port} on 127\\.0\\.0\\.1 is already in use \\(choose another port, or 0 for any free one\\)$`));
+      const result = await runSluice(['dashboard', '--port', String(taken.port)], {
+        DATABASE_URL: db.url,
+        SLUICE_SCHEMA: db.schema,
+      });
+      expectOneLine(
+        result,
+        2,
+        new RegExp(
+          `^sluice: dashboard: port ${taken.port} on 127\\.0\\.0\\.1 is already in use \\(choose another port, or 0 for any free one\\)$`,
+        ),
+      );
     } finally {
       taken.close();
     }
@@ -125,7 +159,9 @@ describe('ports in use', () => {
     const taken = await occupiedPort();
     try {
       await expect(serveMetrics(new SluiceMetrics(), taken.port, '127.0.0.1')).rejects.toThrow(ConfigError);
-      await expect(serveMetrics(new SluiceMetrics(), taken.port, '127.0.0.1')).rejects.toThrow(`metrics: port ${taken.port} on 127.0.0.1 is already in use`);
+      await expect(serveMetrics(new SluiceMetrics(), taken.port, '127.0.0.1')).rejects.toThrow(
+        `metrics: port ${taken.port} on 127.0.0.1 is already in use`,
+      );
     } finally {
       taken.close();
     }

@@ -42,12 +42,19 @@ async function status(id: string): Promise<string> {
 async function workerWithJobInFlight(gate: string): Promise<{ id: string; worker: CliProcess }> {
   const id = await queue.enqueue('gated', { gate });
   const worker = start(['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`], ['--import', 'tsx']);
-  await waitFor(async () => (await db.pool.query(`SELECT 1 FROM ${db.s}.gate_started WHERE job_id = $1`, [id])).rowCount,
-    'the job to start');
+  await waitFor(
+    async () => (await db.pool.query(`SELECT 1 FROM ${db.s}.gate_started WHERE job_id = $1`, [id])).rowCount,
+    'the job to start',
+  );
   return { id, worker };
 }
 
-const jsonLines = (text: string) => text.trim().split('\n').filter(Boolean).map((l) => JSON.parse(l));
+const jsonLines = (text: string) =>
+  text
+    .trim()
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
 
 describe('sluice worker', () => {
   it('runs the jobs of a JavaScript task module, logs JSON lines, and exits 0 on SIGTERM', async () => {
@@ -56,23 +63,32 @@ describe('sluice worker', () => {
       { task: 'fail', maxAttempts: 1 },
     ]);
     const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--concurrency', '4', '--json']);
-    await waitFor(() => jsonLines(worker.stdout()).filter((l) => ['completed', 'failed'].includes(l.event)).length === 2,
-      'both jobs logged');
+    await waitFor(
+      () => jsonLines(worker.stdout()).filter((l) => ['completed', 'failed'].includes(l.event)).length === 2,
+      'both jobs logged',
+    );
     worker.child.kill('SIGTERM');
     const result = await worker.exited;
     expect(result.code, result.stderr).toBe(0);
 
     const events = jsonLines(result.stdout);
     expect(events[0]).toMatchObject({ event: 'started', queues: 'default', tasks: 'hello,fail', concurrency: 4 });
-    expect(events).toContainEqual(expect.objectContaining({ event: 'completed', id: ok, task: 'hello', queue: 'default', attempt: 1 }));
-    expect(events).toContainEqual(expect.objectContaining({ event: 'failed', id: bad, task: 'fail', error: 'boom from the fail task' }));
+    expect(events).toContainEqual(
+      expect.objectContaining({ event: 'completed', id: ok, task: 'hello', queue: 'default', attempt: 1 }),
+    );
+    expect(events).toContainEqual(
+      expect.objectContaining({ event: 'failed', id: bad, task: 'fail', error: 'boom from the fail task' }),
+    );
     expect(events.at(-1)).toMatchObject({ event: 'stopped' });
     for (const e of events) expect(e.time).toMatch(/^\d{4}-\d\d-\d\dT/);
     expect(await statusCounts(db)).toEqual({ completed: 1, failed: 1 });
   });
 
   it('takes only the --queue queues', async () => {
-    const [mail, other] = await queue.enqueueMany([{ task: 'hello', queue: 'mail' }, { task: 'hello', queue: 'other' }]);
+    const [mail, other] = await queue.enqueueMany([
+      { task: 'hello', queue: 'mail' },
+      { task: 'hello', queue: 'other' },
+    ]);
     const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'mail', '--queue', 'extra']);
     // The log line follows the database write, so wait for the line.
     const line = new RegExp(`completed hello #${mail} queue=mail attempt=1 took=\\d+ms`);
@@ -116,7 +132,10 @@ describe('sluice worker', () => {
     const cancel = await spawnCli(['jobs', 'cancel', id], env).exited;
     expect(cancel.code, cancel.stderr).toBe(0);
     expect(cancel.stdout).toBe(`cancelled job ${id} (gated on queue default)\n`);
-    await waitFor(() => worker.stdout().includes(`cancelled gated #${id} queue=default attempt=1`), 'the worker to log the cancel');
+    await waitFor(
+      () => worker.stdout().includes(`cancelled gated #${id} queue=default attempt=1`),
+      'the worker to log the cancel',
+    );
     expect(await status(id)).toBe('cancelled');
     worker.child.kill('SIGTERM');
     expect((await worker.exited).code).toBe(0);

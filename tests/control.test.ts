@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { Snooze, JobCancelledError, ValidationError, ConfigError, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
+import {
+  Snooze,
+  JobCancelledError,
+  ValidationError,
+  ConfigError,
+  Worker,
+  type JobRow,
+  type WorkerOptions,
+} from '../src/index.js';
 import { nextEvent, waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
 import { runCli } from './helpers/cli.js';
@@ -50,12 +58,13 @@ describe('cancellation', () => {
       pollIntervalMs: 3_600_000, // only NOTIFY can tell the worker
       heartbeatIntervalMs: 10_000, // and not the heartbeat fallback either
       tasks: {
-        wait: (_p, { signal, job: j }) => new Promise((_, reject) => {
-          signal.addEventListener('abort', () => {
-            aborted.push({ worker: j.locked_by!, reason: signal.reason });
-            reject(signal.reason);
-          });
-        }),
+        wait: (_p, { signal, job: j }) =>
+          new Promise((_, reject) => {
+            signal.addEventListener('abort', () => {
+              aborted.push({ worker: j.locked_by!, reason: signal.reason });
+              reject(signal.reason);
+            });
+          }),
         quick: async () => {},
       },
     });
@@ -165,12 +174,18 @@ describe('retry control from handlers', () => {
         more: {
           maxAttempts: 3,
           backoff: { shape: 'fixed', baseMs: 10, maxMs: 10 },
-          handler: async (_p, { job: j }) => { count(j.id); throw new Error('again'); },
+          handler: async (_p, { job: j }) => {
+            count(j.id);
+            throw new Error('again');
+          },
         },
         fewer: {
           maxAttempts: 2,
           backoff: { shape: 'linear', baseMs: 10, maxMs: 50 },
-          handler: async (_p, { job: j }) => { count(j.id); throw new Error('again'); },
+          handler: async (_p, { job: j }) => {
+            count(j.id);
+            throw new Error('again');
+          },
         },
       },
     });
@@ -218,7 +233,10 @@ describe('pause and resume', () => {
 
   it('the claim itself skips a paused queue even when the workers missed the change', async () => {
     const ran: string[] = [];
-    await startWorkers(2, { queues: ['pz-stale', 'pz-stale-other'], tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) } });
+    await startWorkers(2, {
+      queues: ['pz-stale', 'pz-stale-other'],
+      tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) },
+    });
     // Paused behind the workers' backs: no notification, their cache says "running".
     await suite.db.pool.query(`INSERT INTO ${suite.db.s}.queues (name, paused) VALUES ('pz-stale', true)`);
     const id = await suite.queue.enqueue('t', {}, { queue: 'pz-stale' });
@@ -231,14 +249,20 @@ describe('pause and resume', () => {
   it('the CLI pauses, resumes, limits and lists queues for running workers', async () => {
     const cli = (...args: string[]) => runCli(suite.db.url, suite.db.schema, ['queues', ...args]);
     const ran: string[] = [];
-    await startWorkers(2, { queues: ['cli-q', 'cli-other'], pollIntervalMs: 3_600_000, tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) } });
+    await startWorkers(2, {
+      queues: ['cli-q', 'cli-other'],
+      pollIntervalMs: 3_600_000,
+      tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) },
+    });
     expect(await cli('pause', 'cli-q')).toMatchObject({ code: 0, stdout: 'cli-q: paused, no limit\n' });
     const id = await suite.queue.enqueue('t', {}, { queue: 'cli-q' });
     await waitForStatus(await suite.queue.enqueue('t', {}, { queue: 'cli-other' }), 'completed');
     expect((await job(id)).status).toBe('pending');
     expect((await cli('limit', 'cli-q', '1')).stdout).toBe('cli-q: paused, limit 1\n');
     const listed = await cli('list', '--json');
-    expect(JSON.parse(listed.stdout)).toContainEqual(expect.objectContaining({ name: 'cli-q', paused: true, concurrencyLimit: 1 }));
+    expect(JSON.parse(listed.stdout)).toContainEqual(
+      expect.objectContaining({ name: 'cli-q', paused: true, concurrencyLimit: 1 }),
+    );
     expect((await cli('resume', 'cli-q')).stdout).toBe('cli-q: running, limit 1\n');
     await waitForStatus(id, 'completed');
     expect((await cli('limit', 'cli-q', 'none')).stdout).toBe('cli-q: running, no limit\n');
@@ -250,12 +274,18 @@ describe('pause and resume', () => {
     await suite.queue.setQueueConcurrency('pz-limited', 2);
     await suite.queue.pauseQueue('pz-limited');
     const ran: string[] = [];
-    await startWorkers(2, { queues: ['pz-limited', 'pz-limited-other'], tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) } });
+    await startWorkers(2, {
+      queues: ['pz-limited', 'pz-limited-other'],
+      tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) },
+    });
     const id = await suite.queue.enqueue('t', {}, { queue: 'pz-limited' });
     const marker = await suite.queue.enqueue('t', {}, { queue: 'pz-limited-other' });
     await waitForStatus(marker, 'completed');
     expect((await job(id)).status).toBe('pending');
-    expect((await suite.queue.listQueues()).find((q) => q.name === 'pz-limited')).toMatchObject({ paused: true, concurrencyLimit: 2 });
+    expect((await suite.queue.listQueues()).find((q) => q.name === 'pz-limited')).toMatchObject({
+      paused: true,
+      concurrencyLimit: 2,
+    });
     await suite.queue.resumeQueue('pz-limited');
     await waitForStatus(id, 'completed');
     await expect(suite.queue.setQueueConcurrency('pz-limited', 0)).rejects.toBeInstanceOf(ValidationError);

@@ -8,17 +8,26 @@ import { runCli } from './helpers/cli.js';
 const fx = useWorkers('cron');
 
 async function tickJobs(schedule: string): Promise<{ job_key: string; run_at: Date }[]> {
-  const { rows } = await fx.db.pool.query(
-    `SELECT job_key, run_at FROM ${fx.db.s}.jobs WHERE job_key LIKE $1 ORDER BY run_at`, [`cron:${schedule}:%`]);
+  const { rows } = await fx.db.pool.query(`SELECT job_key, run_at FROM ${fx.db.s}.jobs WHERE job_key LIKE $1 ORDER BY run_at`, [
+    `cron:${schedule}:%`,
+  ]);
   return rows;
 }
 
 /** Starts `n` workers with the same schedules at once, as a deploy of several replicas would. */
-async function startReplicas(n: number, schedules: CronSchedule[], queue: string): Promise<{ workers: Worker[]; ticks: CronTick[] }> {
+async function startReplicas(
+  n: number,
+  schedules: CronSchedule[],
+  queue: string,
+): Promise<{ workers: Worker[]; ticks: CronTick[] }> {
   const ticks: CronTick[] = [];
-  const workers = await Promise.all(Array.from({ length: n }, () =>
-    fx.start({ queues: [queue], schedules, tasks: { [schedules[0]!.task]: async () => {} } },
-      (w) => w.on('cron:enqueued', (t) => ticks.push(...t)))));
+  const workers = await Promise.all(
+    Array.from({ length: n }, () =>
+      fx.start({ queues: [queue], schedules, tasks: { [schedules[0]!.task]: async () => {} } }, (w) =>
+        w.on('cron:enqueued', (t) => ticks.push(...t)),
+      ),
+    ),
+  );
   return { workers, ticks };
 }
 
@@ -46,8 +55,21 @@ describe('recurring jobs', () => {
   });
 
   it('after downtime enqueues the newest missed tick plus `backfill` older ones, once, and a restart adds nothing', async () => {
-    const backfilled: CronSchedule = { name: 'new-year', cron: '0 0 1 1 *', timezone: 'Europe/Berlin', task: 'ny', queue: 'cron-down', backfill: 1 };
-    const plain: CronSchedule = { name: 'new-year-plain', cron: '0 0 1 1 *', timezone: 'Europe/Berlin', task: 'ny', queue: 'cron-down' };
+    const backfilled: CronSchedule = {
+      name: 'new-year',
+      cron: '0 0 1 1 *',
+      timezone: 'Europe/Berlin',
+      task: 'ny',
+      queue: 'cron-down',
+      backfill: 1,
+    };
+    const plain: CronSchedule = {
+      name: 'new-year-plain',
+      cron: '0 0 1 1 *',
+      timezone: 'Europe/Berlin',
+      task: 'ny',
+      queue: 'cron-down',
+    };
     // First deploy: the schedules are registered and start counting from now.
     const first = await startReplicas(1, [backfilled, plain], 'cron-down');
     await Promise.all(first.workers.map((w) => w.stop()));
@@ -55,7 +77,10 @@ describe('recurring jobs', () => {
     // Three years of downtime.
     await fx.db.pool.query(`UPDATE ${fx.db.s}.cron_schedules SET last_tick = now() - interval '3 years 1 day'`);
     const second = await startReplicas(3, [backfilled, plain], 'cron-down');
-    await waitFor(async () => (await tickJobs('new-year-plain')).length === 1 && (await tickJobs('new-year')).length === 2, 'missed ticks');
+    await waitFor(
+      async () => (await tickJobs('new-year-plain')).length === 1 && (await tickJobs('new-year')).length === 2,
+      'missed ticks',
+    );
     await Promise.all(second.workers.map((w) => w.stop()));
     const expected = newYearsInBerlin(2);
     expect((await tickJobs('new-year')).map((j) => j.run_at.toISOString())).toEqual(expected);
@@ -65,16 +90,24 @@ describe('recurring jobs', () => {
     const [info] = (await listSchedules(fx.db.pool, fx.db.schema)).filter((s) => s.name === 'new-year');
     await Promise.all(third.workers.map((w) => w.stop()));
     expect(info!.lastTick.toISOString()).toBe(expected[1]);
-    expect(info!.nextRun!.getTime()).toBe(new Date(expected[1]!).getTime() + 365 * 86_400_000 + (isLeap(expected[1]!) ? 86_400_000 : 0));
+    expect(info!.nextRun!.getTime()).toBe(
+      new Date(expected[1]!).getTime() + 365 * 86_400_000 + (isLeap(expected[1]!) ? 86_400_000 : 0),
+    );
     expect(await tickJobs('new-year')).toHaveLength(2);
     expect(await tickJobs('new-year-plain')).toHaveLength(1);
   });
 
   it('sluice cron list shows the schedules with their next run', async () => {
-    await startReplicas(1, [{ name: 'hourly-report', cron: '0 * * * *', timezone: 'Asia/Tokyo', task: 'report', queue: 'cron-cli' }], 'cron-cli');
+    await startReplicas(
+      1,
+      [{ name: 'hourly-report', cron: '0 * * * *', timezone: 'Asia/Tokyo', task: 'report', queue: 'cron-cli' }],
+      'cron-cli',
+    );
     const json = await cli(['cron', 'list', '--json']);
     expect(json.code).toBe(0);
-    const listed = (JSON.parse(json.stdout) as { name: string; timezone: string; nextRun: string }[]).find((s) => s.name === 'hourly-report');
+    const listed = (JSON.parse(json.stdout) as { name: string; timezone: string; nextRun: string }[]).find(
+      (s) => s.name === 'hourly-report',
+    );
     expect(listed).toMatchObject({ timezone: 'Asia/Tokyo' });
     expect(new Date(listed!.nextRun).getUTCMinutes()).toBe(0);
     expect(new Date(listed!.nextRun).getTime()).toBeGreaterThan(Date.now() - 5_000);
@@ -87,11 +120,15 @@ describe('recurring jobs', () => {
     const bad: unknown[] = [
       [{ name: 'a', cron: 'not cron', task: 't' }],
       [{ name: 'a', cron: '* * * * *', timezone: 'Mars/Olympus', task: 't' }],
-      [{ name: 'a', cron: '* * * * *', task: 't' }, { name: 'a', cron: '* * * * *', task: 't' }],
+      [
+        { name: 'a', cron: '* * * * *', task: 't' },
+        { name: 'a', cron: '* * * * *', task: 't' },
+      ],
       [{ name: 'a', cron: '* * * * *', task: 't', backfill: 1001 }],
       [{ name: 'a', cron: '* * * * *', task: 't', every: 5 }],
     ];
-    for (const schedules of bad) expect(() => new Worker({ ...base, schedules: schedules as CronSchedule[] })).toThrow(ConfigError);
+    for (const schedules of bad)
+      expect(() => new Worker({ ...base, schedules: schedules as CronSchedule[] })).toThrow(ConfigError);
   });
 
   it('dueTicks keeps the newest 1 + backfill ticks after the last one, across a DST change', () => {
@@ -99,8 +136,11 @@ describe('recurring jobs', () => {
     // 2:30 does not exist on 29 March 2026 in Berlin (clocks jump 2:00 → 3:00).
     const ticks = dueTicks(daily, new Date('2026-03-26T12:00:00Z'), new Date('2026-03-31T12:00:00Z'), 10);
     expect(ticks.map((t) => t.toISOString())).toEqual([
-      '2026-03-27T01:30:00.000Z', '2026-03-28T01:30:00.000Z', '2026-03-29T01:30:00.000Z',
-      '2026-03-30T00:30:00.000Z', '2026-03-31T00:30:00.000Z',
+      '2026-03-27T01:30:00.000Z',
+      '2026-03-28T01:30:00.000Z',
+      '2026-03-29T01:30:00.000Z',
+      '2026-03-30T00:30:00.000Z',
+      '2026-03-31T00:30:00.000Z',
     ]);
     expect(dueTicks(daily, new Date('2026-03-26T12:00:00Z'), new Date('2026-03-31T12:00:00Z'), 0)).toHaveLength(1);
   });

@@ -121,13 +121,18 @@ describe('authentication', () => {
 
   it('supports basic auth', async () => {
     const basic = await startDashboard({
-      connectionString: db.url, schema: db.schema, port: 0, basicAuth: { username: 'ops', password: 'correct horse' },
+      connectionString: db.url,
+      schema: db.schema,
+      port: 0,
+      basicAuth: { username: 'ops', password: 'correct horse' },
     });
     try {
       const none = await fetch(basic.url);
       expect(none.status).toBe(401);
       expect(none.headers.get('www-authenticate')).toMatch(/^Basic realm=/);
-      const header = (user: string, pass: string) => ({ authorization: `Basic ${Buffer.from(`${user}:${pass}`).toString('base64')}` });
+      const header = (user: string, pass: string) => ({
+        authorization: `Basic ${Buffer.from(`${user}:${pass}`).toString('base64')}`,
+      });
       expect((await fetch(basic.url, { headers: header('ops', 'wrong horse') })).status).toBe(401);
       expect((await fetch(basic.url, { headers: header('admin', 'correct horse') })).status).toBe(401);
       expect((await fetch(basic.url, { headers: header('ops', 'correct horse') })).status).toBe(200);
@@ -159,7 +164,11 @@ describe('authentication', () => {
 describe('CSRF', () => {
   it('refuses an action without the CSRF header, and changes nothing', async () => {
     const id = await failedJob();
-    const res = await api(`api/jobs/${id}/retry`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+    const res = await api(`api/jobs/${id}/retry`, {
+      method: 'POST',
+      body: '{}',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(res.status).toBe(403);
     expect(res.body.error.code).toBe('CSRF');
     expect(await statusOf(id)).toBe('failed');
@@ -179,7 +188,9 @@ describe('CSRF', () => {
 
 describe('API', () => {
   it('lists jobs newest first with filters and keyset pages', async () => {
-    const ids = await queue.enqueueMany(Array.from({ length: 7 }, (_, i) => ({ task: 'page_me', queue: 'paging', payload: { i } })));
+    const ids = await queue.enqueueMany(
+      Array.from({ length: 7 }, (_, i) => ({ task: 'page_me', queue: 'paging', payload: { i } })),
+    );
     const first = await api('api/jobs?queue=paging&limit=3');
     expect(first.status).toBe(200);
     expect(first.body.jobs.map((j: any) => j.id)).toEqual(ids.slice(-3).reverse());
@@ -193,7 +204,9 @@ describe('API', () => {
 
   it('filters by creation time', async () => {
     const [old, mid, recent] = await queue.enqueueMany([
-      { task: 'timed', queue: 'timed' }, { task: 'timed', queue: 'timed' }, { task: 'timed', queue: 'timed' },
+      { task: 'timed', queue: 'timed' },
+      { task: 'timed', queue: 'timed' },
+      { task: 'timed', queue: 'timed' },
     ]);
     await db.pool.query(
       `UPDATE ${db.s}.jobs SET created_at = CASE id WHEN $1 THEN '2026-01-01T10:00:00Z'::timestamptz
@@ -221,7 +234,14 @@ describe('API', () => {
     const id = await failedJob('detail', 'explode');
     const { status, body } = await api(`api/jobs/${id}`);
     expect(status).toBe(200);
-    expect(body.job).toMatchObject({ id, queue: 'detail', task: 'explode', status: 'failed', payload: { n: 1 }, last_error: 'boom' });
+    expect(body.job).toMatchObject({
+      id,
+      queue: 'detail',
+      task: 'explode',
+      status: 'failed',
+      payload: { n: 1 },
+      last_error: 'boom',
+    });
     // The actions the admin API accepts in this status, so the page offers no button that would be refused.
     expect(body.actions).toEqual(['retry', 'delete']);
     const pending = await queue.enqueue('later', {}, { queue: 'detail', delayMs: 60_000 });
@@ -249,7 +269,10 @@ describe('API', () => {
     await post(`api/jobs/${id}/cancel`);
     const shown = await api(`api/jobs/${id}`);
     const who = 'dashboard token from 127.0.0.1';
-    expect(shown.body.audit.map((a: any) => [a.action, a.actor])).toEqual([['retry', who], ['cancel', who]]);
+    expect(shown.body.audit.map((a: any) => [a.action, a.actor])).toEqual([
+      ['retry', who],
+      ['cancel', who],
+    ]);
     // A refused action (409) leaves no record.
     expect((await post(`api/jobs/${id}/cancel`)).status).toBe(409);
     await post(`api/jobs/${id}/delete`);
@@ -265,7 +288,9 @@ describe('API', () => {
     expect(res.body).toMatchObject({ retried: 2, queues: { bulk: 2 } });
     expect(await Promise.all(mine.map(statusOf))).toEqual(['pending', 'pending']);
     expect(await statusOf(other)).toBe('failed');
-    const { rows } = await db.pool.query(`SELECT job_id::text, action FROM ${db.s}.audit_log WHERE queue = 'bulk' ORDER BY job_id`);
+    const { rows } = await db.pool.query(
+      `SELECT job_id::text, action FROM ${db.s}.audit_log WHERE queue = 'bulk' ORDER BY job_id`,
+    );
     expect(rows).toEqual(mine.map((id) => ({ job_id: id, action: 'retry' })));
     expect((await post('api/jobs/retry-failed', { queue: 42 })).status).toBe(400);
   });
@@ -298,11 +323,17 @@ describe('pause and resume', () => {
     expect(paused.body.queue).toMatchObject({ name: 'pausable', paused: true });
     const { rows } = await db.pool.query(`SELECT paused FROM ${db.s}.queues WHERE name = 'pausable'`);
     expect(rows[0].paused).toBe(true);
-    expect((await api('api/overview')).body.queues.find((q: any) => q.queue === 'pausable')).toMatchObject({ paused: true, pending: 1 });
+    expect((await api('api/overview')).body.queues.find((q: any) => q.queue === 'pausable')).toMatchObject({
+      paused: true,
+      pending: 1,
+    });
 
     // A queue with no jobs can be paused too, and still shows up.
     await post('api/queues/empty-but-paused/pause');
-    expect((await api('api/overview')).body.queues.find((q: any) => q.queue === 'empty-but-paused')).toMatchObject({ paused: true, pending: 0 });
+    expect((await api('api/overview')).body.queues.find((q: any) => q.queue === 'empty-but-paused')).toMatchObject({
+      paused: true,
+      pending: 0,
+    });
 
     expect((await post('api/queues/pausable/resume')).body.queue.paused).toBe(false);
     const audit = await db.pool.query(`SELECT job_id, action, actor FROM ${db.s}.audit_log WHERE queue = 'pausable' ORDER BY id`);
@@ -311,7 +342,11 @@ describe('pause and resume', () => {
       { job_id: null, action: 'resume', actor: 'dashboard token from 127.0.0.1' },
     ]);
     // Like every action: refused without the CSRF header.
-    const forged = await api('api/queues/pausable/pause', { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+    const forged = await api('api/queues/pausable/pause', {
+      method: 'POST',
+      body: '{}',
+      headers: { 'content-type': 'application/json' },
+    });
     expect(forged.status).toBe(403);
     expect((await db.pool.query(`SELECT paused FROM ${db.s}.queues WHERE name = 'pausable'`)).rows[0].paused).toBe(false);
   });
@@ -319,7 +354,10 @@ describe('pause and resume', () => {
 
 describe('jobs the pruner archived', () => {
   it('are counted in the window and the chart, listed and shown as archived, with no actions offered (failed ones stay as dead letters)', async () => {
-    const [done, failed] = await queue.enqueueMany([{ task: 'old', queue: 'archive' }, { task: 'old', queue: 'archive' }]);
+    const [done, failed] = await queue.enqueueMany([
+      { task: 'old', queue: 'archive' },
+      { task: 'old', queue: 'archive' },
+    ]);
     await db.pool.query(
       `UPDATE ${db.s}.jobs SET attempts = 1, finished_at = now() - interval '5 minutes',
          status = CASE WHEN id = $1 THEN 'completed' ELSE 'failed' END WHERE id = ANY($2)`,
@@ -333,14 +371,24 @@ describe('jobs the pruner archived', () => {
 
     const { body } = await api('api/overview');
     expect(body.queues.find((q: any) => q.queue === 'archive')).toMatchObject({
-      pending: 0, completed: 0, failed: 1, completedInWindow: 1, failedInWindow: 1, failureRate: 0.5,
+      pending: 0,
+      completed: 0,
+      failed: 1,
+      completedInWindow: 1,
+      failedInWindow: 1,
+      failureRate: 0.5,
     });
-    const chart = body.throughput.slice(-7).reduce((n: any, p: any) => ({ c: n.c + p.completed, f: n.f + p.failed }), { c: 0, f: 0 });
+    const chart = body.throughput
+      .slice(-7)
+      .reduce((n: any, p: any) => ({ c: n.c + p.completed, f: n.f + p.failed }), { c: 0, f: 0 });
     expect(chart.c).toBeGreaterThanOrEqual(1);
     expect(chart.f).toBeGreaterThanOrEqual(1);
 
     const list = await api('api/jobs?queue=archive');
-    expect(list.body.jobs.map((j: any) => [j.id, j.status, j.archived])).toEqual([[failed, 'failed', false], [done, 'completed', true]]);
+    expect(list.body.jobs.map((j: any) => [j.id, j.status, j.archived])).toEqual([
+      [failed, 'failed', false],
+      [done, 'completed', true],
+    ]);
     expect((await api('api/jobs?queue=archive&status=completed')).body.jobs.map((j: any) => j.id)).toEqual([done]);
     const detail = await api(`api/jobs/${done}`);
     expect(detail.body.job).toMatchObject({ id: done, status: 'completed' });
@@ -396,10 +444,9 @@ describe('live feed', () => {
       expect((await a.next('overview')).queues).toBeInstanceOf(Array);
       await b.next('overview');
       const listeners = await waitFor(async () => {
-        const { rows } = await db.pool.query(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1`,
-          [`LISTEN "sluice:${db.schema}"`],
-        );
+        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE query = $1`, [
+          `LISTEN "sluice:${db.schema}"`,
+        ]);
         return rows[0].n === 1 ? rows[0].n : 0;
       }, 'the dashboard to LISTEN');
       expect(listeners).toBe(1);
@@ -435,7 +482,12 @@ describe('mounted in an existing Node server', () => {
   let close: () => Promise<void>;
 
   beforeAll(async () => {
-    const dashboard = await createDashboardHandler({ connectionString: db.url, schema: db.schema, basePath: '/admin/sluice', token: TOKEN });
+    const dashboard = await createDashboardHandler({
+      connectionString: db.url,
+      schema: db.schema,
+      basePath: '/admin/sluice',
+      token: TOKEN,
+    });
     close = dashboard.close;
     server = createServer((req, res) => {
       if (req.url?.startsWith('/admin/sluice')) return dashboard.handle(req, res);
@@ -457,7 +509,9 @@ describe('mounted in an existing Node server', () => {
     expect(redirect.headers.get('location')).toBe('/admin/sluice/');
     const page = await fetch(`${base}/admin/sluice/`, { headers: auth });
     expect(await page.text()).toContain('assets/app.js');
-    expect((await fetch(`${base}/admin/sluice/assets/app.js`, { headers: auth })).headers.get('content-type')).toMatch(/javascript/);
+    expect((await fetch(`${base}/admin/sluice/assets/app.js`, { headers: auth })).headers.get('content-type')).toMatch(
+      /javascript/,
+    );
     expect((await fetch(`${base}/admin/sluice/api/overview`, { headers: auth })).status).toBe(200);
     expect((await fetch(`${base}/admin/sluice/api/overview`)).status).toBe(401);
     const login = await fetch(`${base}/admin/sluice/?token=${TOKEN}`, { redirect: 'manual' });
@@ -466,7 +520,12 @@ describe('mounted in an existing Node server', () => {
 
   it('never serves files outside its asset list', async () => {
     const port = Number(new URL(base).port);
-    for (const path of ['assets/../../package.json', 'assets/..%2f..%2fpackage.json', 'assets/%2e%2e/%2e%2e/package.json', 'assets/index.html']) {
+    for (const path of [
+      'assets/../../package.json',
+      'assets/..%2f..%2fpackage.json',
+      'assets/%2e%2e/%2e%2e/package.json',
+      'assets/index.html',
+    ]) {
       expect(await rawStatus(port, `/admin/sluice/${path}`, auth)).toBe(404);
     }
   });
@@ -510,7 +569,9 @@ describe('sluice dashboard (the command)', () => {
     try {
       const res = await fetch(new URL('api/overview', empty.url));
       expect(res.status).toBe(503);
-      expect(await res.json()).toMatchObject({ error: { code: 'NOT_MIGRATED', message: expect.stringContaining('sluice migrate') } });
+      expect(await res.json()).toMatchObject({
+        error: { code: 'NOT_MIGRATED', message: expect.stringContaining('sluice migrate') },
+      });
     } finally {
       await empty.close();
     }

@@ -18,21 +18,29 @@ describe('dead letters', () => {
     const options = { queues: ['payments', 'other'], backoff: { baseMs: 10, maxMs: 10 }, tasks };
     await fx.start(options);
     await fx.start(options);
-    const ids = await fx.queue.enqueueMany(Array.from({ length: 6 }, (_, n) => ({
-      task: 'charge', queue: n < 4 ? 'payments' : 'other', payload: { n }, maxAttempts: 2,
-    })));
+    const ids = await fx.queue.enqueueMany(
+      Array.from({ length: 6 }, (_, n) => ({
+        task: 'charge',
+        queue: n < 4 ? 'payments' : 'other',
+        payload: { n },
+        maxAttempts: 2,
+      })),
+    );
     await waitFor(async () => (await statusCounts(fx.db)).failed === 6, 'six dead letters');
 
     const page = await listDeadLetters(fx.db.pool, fx.db.schema, { queue: 'payments' });
     expect(page.jobs.map((j) => j.id).sort()).toEqual(ids.slice(0, 4).sort());
     const dead = (await getJob(fx.db.pool, fx.db.schema, ids[0]!))!;
     expect(dead.errors!.map((e) => [e.attempt, e.message])).toEqual([
-      [1, 'Error: card 0 declined on attempt 1'], [2, 'Error: card 0 declined on attempt 2'],
+      [1, 'Error: card 0 declined on attempt 1'],
+      [2, 'Error: card 0 declined on attempt 2'],
     ]);
 
     const listed = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'list', '--queue', 'payments']);
     expect(listed.code).toBe(0);
-    expect(listed.stdout).toMatch(new RegExp(`${ids[0]}\\s+payments\\s+charge\\s+2/2\\s+\\S+\\s+Error: card 0 declined on attempt 2`));
+    expect(listed.stdout).toMatch(
+      new RegExp(`${ids[0]}\\s+payments\\s+charge\\s+2/2\\s+\\S+\\s+Error: card 0 declined on attempt 2`),
+    );
     const shown = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'show', ids[0]!]);
     expect(shown.stdout).toContain('attempt 1 at');
     expect(shown.stdout).toContain('Error: card 0 declined on attempt 1');
@@ -40,8 +48,10 @@ describe('dead letters', () => {
 
     healthy = true;
     // One by API; it runs again and completes, its history intact.
-    expect(await redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: [ids[0]!, '999999'] }))
-      .toEqual({ redriven: 1, skipped: [{ id: '999999', reason: 'not found' }] });
+    expect(await redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: [ids[0]!, '999999'] })).toEqual({
+      redriven: 1,
+      skipped: [{ id: '999999', reason: 'not found' }],
+    });
     const again = await fx.queue.waitFor(ids[0]!, { timeoutMs: 20_000 });
     expect(again).toMatchObject({ status: 'completed', result: { charged: 0 }, attempts: 3 });
     expect(again.errors).toHaveLength(2);

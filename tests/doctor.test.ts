@@ -52,7 +52,6 @@ describe('doctor', () => {
     const autovacuum = check(report, 'autovacuum');
     expect((autovacuum.details[0] as { disabled_tables: string[] }).disabled_tables).toEqual(['bloated']);
     expect(autovacuum.status).not.toBe('ok');
-
   });
 
   it('finds a session idle in a transaction and the snapshot it holds', async () => {
@@ -63,7 +62,10 @@ describe('doctor', () => {
       await idle.query(`SELECT count(*) FROM ${db.s}.jobs`);
       const { rows } = await idle.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
       const pid = rows[0]!.pid;
-      const thresholds = { idleInTransactionMs: [1, 3_600_000] as [number, number], snapshotAgeMs: [1, 3_600_000] as [number, number] };
+      const thresholds = {
+        idleInTransactionMs: [1, 3_600_000] as [number, number],
+        snapshotAgeMs: [1, 3_600_000] as [number, number],
+      };
       const report = await waitFor(async () => {
         const r = await runDoctor({ db: db.pool, schema: db.schema, thresholds });
         const sessions = check(r, 'idle_in_transaction').details as { pid: number }[];
@@ -83,9 +85,11 @@ describe('doctor', () => {
   it('reports stuck processing jobs and an old backlog per queue, with no leader running', async () => {
     await db.pool.query(
       `INSERT INTO ${db.s}.jobs (queue, task, status, attempts, locked_at, locked_by)
-       VALUES ('mail', 'send', 'processing', 1, now() - interval '2 hours', 'dead-worker')`);
+       VALUES ('mail', 'send', 'processing', 1, now() - interval '2 hours', 'dead-worker')`,
+    );
     await db.pool.query(
-      `INSERT INTO ${db.s}.jobs (queue, task, run_at) VALUES ('reports', 'build', now() - interval '10 minutes')`);
+      `INSERT INTO ${db.s}.jobs (queue, task, run_at) VALUES ('reports', 'build', now() - interval '10 minutes')`,
+    );
     const report = await runDoctor({ db: db.pool, schema: db.schema });
     expect(check(report, 'stuck')).toMatchObject({ status: 'critical' });
     expect(check(report, 'stuck').summary).toMatch(/mail: 1 processing without heartbeat for 2\.0 h/);
@@ -99,10 +103,21 @@ describe('doctor', () => {
     const report = JSON.parse(stdout) as DoctorReport;
     expect(report.status).toBe('critical');
     expect(code).toBe(2);
-    expect(report.checks.map((c) => c.id)).toEqual(expect.arrayContaining([
-      'tables', 'autovacuum', 'idle_in_transaction', 'oldest_snapshot', 'replication_slots', 'notify_queue', 'connections',
-      'index_bloat', 'backlog', 'stuck', 'maintenance',
-    ]));
+    expect(report.checks.map((c) => c.id)).toEqual(
+      expect.arrayContaining([
+        'tables',
+        'autovacuum',
+        'idle_in_transaction',
+        'oldest_snapshot',
+        'replication_slots',
+        'notify_queue',
+        'connections',
+        'index_bloat',
+        'backlog',
+        'stuck',
+        'maintenance',
+      ]),
+    );
     const text = await cli(['--database-url', db.url, '--schema', db.schema, 'doctor']);
     expect(text.code).toBe(2);
     expect(text.stdout).toMatch(/\[CRIT\] stuck processing jobs/);
@@ -131,7 +146,10 @@ describe('doctor', () => {
     const sparse = await bloatOf('indexed_sparse_idx');
     expect(sparse.bloat_ratio).toBeGreaterThan(0.8);
     expect(sparse.status).toBe('critical');
-    expect(estimateIndexBloat({ index: 'i', table: 't', block_size: 8192, key_width: 8, bytes: 0, entries: -1, pages: 50 }).bloat_ratio).toBeNull();
+    expect(
+      estimateIndexBloat({ index: 'i', table: 't', block_size: 8192, key_width: 8, bytes: 0, entries: -1, pages: 50 })
+        .bloat_ratio,
+    ).toBeNull();
   });
 
   it('calls a server with autovacuum off critical', () => {
@@ -142,6 +160,8 @@ describe('doctor', () => {
 
   it('rejects unknown options and thresholds', async () => {
     await expect(runDoctor({ db: db.pool, schema: db.schema, thresholds: { nope: 1 } as never })).rejects.toThrow(ConfigError);
-    await expect(runDoctor({ db: db.pool, schema: db.schema, verbose: true } as never)).rejects.toThrow(/unknown option "verbose"/);
+    await expect(runDoctor({ db: db.pool, schema: db.schema, verbose: true } as never)).rejects.toThrow(
+      /unknown option "verbose"/,
+    );
   });
 });

@@ -3,8 +3,20 @@ import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  ConfigError, DuplicateJobError, Queue, Worker, cancelJob, deleteFinished, getJob, getStats, listDeadLetters, listJobs, migrate,
-  redriveDeadLetters, retryJob, runDoctor,
+  ConfigError,
+  DuplicateJobError,
+  Queue,
+  Worker,
+  cancelJob,
+  deleteFinished,
+  getJob,
+  getStats,
+  listDeadLetters,
+  listJobs,
+  migrate,
+  redriveDeadLetters,
+  retryJob,
+  runDoctor,
 } from '../src/index.js';
 import type { Driver } from '../src/db/driver.js';
 import { openDriver } from '../src/db/drivers/open.js';
@@ -39,11 +51,14 @@ afterAll(async () => {
 });
 
 describe('migrate on postgres.js', () => {
-  it('applies every migration once, also when two callers race, and leaves the caller\'s sql open', async () => {
+  it("applies every migration once, also when two callers race, and leaves the caller's sql open", async () => {
     const schema = `t_drivers_migrate_${randomBytes(4).toString('hex')}`;
     try {
       const newest = (await loadMigrations()).at(-1)!.version;
-      const [a, b] = await Promise.all([migrate({ sql, schema }), migrate({ connectionString: db.url, driver: 'postgres.js', schema })]);
+      const [a, b] = await Promise.all([
+        migrate({ sql, schema }),
+        migrate({ connectionString: db.url, driver: 'postgres.js', schema }),
+      ]);
       expect([a.applied.length, b.applied.length].sort()).toEqual([0, newest]);
       expect(a.version).toBe(newest);
       expect(b.version).toBe(newest);
@@ -77,12 +92,24 @@ describe('Queue on postgres.js', () => {
   it('enqueues and reads back jobs with every option, and has no pg pool', async () => {
     expect(queue.pool).toBeUndefined();
     const runAt = new Date(Date.now() + 3_600_000);
-    const id = await queue.enqueue('send', { to: 'a@example.com', n: [1, 2], nested: { ok: true } }, {
-      queue: 'mail', runAt, maxAttempts: 3, priority: 7,
-    });
+    const id = await queue.enqueue(
+      'send',
+      { to: 'a@example.com', n: [1, 2], nested: { ok: true } },
+      {
+        queue: 'mail',
+        runAt,
+        maxAttempts: 3,
+        priority: 7,
+      },
+    );
     const job = await queue.getJob(id);
     expect(job).toMatchObject({
-      id, task: 'send', queue: 'mail', status: 'pending', max_attempts: 3, priority: 7,
+      id,
+      task: 'send',
+      queue: 'mail',
+      status: 'pending',
+      max_attempts: 3,
+      priority: 7,
       payload: { to: 'a@example.com', n: [1, 2], nested: { ok: true } },
     });
     expect(job!.run_at).toEqual(runAt);
@@ -99,10 +126,17 @@ describe('Queue on postgres.js', () => {
     ]);
     expect(ids).toHaveLength(3);
     const jobs = await Promise.all(ids.map((id) => queue.getJob(id)));
-    expect(jobs.map((j) => [j!.task, j!.payload])).toEqual([['a', { i: 0 }], ['b', 'text'], ['c', [1, 'two']]]);
+    expect(jobs.map((j) => [j!.task, j!.payload])).toEqual([
+      ['a', { i: 0 }],
+      ['b', 'text'],
+      ['c', [1, 'two']],
+    ]);
     expect(jobs[2]!.run_at).toEqual(new Date('2030-01-01T00:00:00Z'));
 
-    const keyed = await queue.enqueueMany([{ task: 'k', jobKey: 'drivers-k1' }, { task: 'k', jobKey: 'drivers-k2' }]);
+    const keyed = await queue.enqueueMany([
+      { task: 'k', jobKey: 'drivers-k1' },
+      { task: 'k', jobKey: 'drivers-k2' },
+    ]);
     expect(await queue.enqueueMany([{ task: 'k', jobKey: 'drivers-k1' }])).toEqual([keyed[0]]);
   });
 
@@ -113,7 +147,7 @@ describe('Queue on postgres.js', () => {
     expect((err as DuplicateJobError).existingId).toBe(first);
   });
 
-  it('enqueues in the caller\'s sql.begin transaction through the postgres.js adapter: commit and rollback', async () => {
+  it("enqueues in the caller's sql.begin transaction through the postgres.js adapter: commit and rollback", async () => {
     const committed = await sql.begin(async (tx) => {
       await tx.unsafe(`INSERT INTO ${db.s}.users (email) VALUES ($1)`, ['kept@example.com']);
       const id = await queue.enqueue('welcome', { email: 'kept@example.com' }, { tx: postgresJsAdapter(tx) });
@@ -126,11 +160,13 @@ describe('Queue on postgres.js', () => {
     for (const id of committed) expect(await queue.getJob(id)).toMatchObject({ status: 'pending' });
 
     let rolledBack: string | undefined;
-    await expect(sql.begin(async (tx) => {
-      await tx.unsafe(`INSERT INTO ${db.s}.users (email) VALUES ($1)`, ['gone@example.com']);
-      rolledBack = await queue.enqueue('welcome', { email: 'gone@example.com' }, { tx: postgresJsAdapter(tx) });
-      throw new Error('abort');
-    })).rejects.toThrow('abort');
+    await expect(
+      sql.begin(async (tx) => {
+        await tx.unsafe(`INSERT INTO ${db.s}.users (email) VALUES ($1)`, ['gone@example.com']);
+        rolledBack = await queue.enqueue('welcome', { email: 'gone@example.com' }, { tx: postgresJsAdapter(tx) });
+        throw new Error('abort');
+      }),
+    ).rejects.toThrow('abort');
     expect(await queue.getJob(rolledBack!)).toBeUndefined();
     const { rows } = await db.pool.query(`SELECT email FROM ${db.s}.users ORDER BY email`);
     expect(rows.map((r) => r.email)).toEqual(['kept@example.com']);
@@ -141,10 +177,12 @@ describe('Queue on postgres.js', () => {
     expect(await queue.getJob(id)).toMatchObject({ task: 'in_driver_tx', payload: { ok: 1 } });
 
     let lost: string | undefined;
-    await expect(driver.transaction(async (tx) => {
-      lost = await queue.enqueue('in_driver_tx', {}, { tx });
-      throw new Error('abort');
-    })).rejects.toThrow('abort');
+    await expect(
+      driver.transaction(async (tx) => {
+        lost = await queue.enqueue('in_driver_tx', {}, { tx });
+        throw new Error('abort');
+      }),
+    ).rejects.toThrow('abort');
     expect(await queue.getJob(lost!)).toBeUndefined();
   });
 
@@ -171,19 +209,26 @@ describe('Queue on postgres.js', () => {
     // Cancelling finishes the job and notifies its waiters; the poll is an hour away.
     const id = await queue.enqueue('never_run', {}, { queue: 'nobody' });
     const waiting = queue.waitFor(id, { timeoutMs: 15_000, pollIntervalMs: 3_600_000 });
-    await waitFor(async () => (await db.pool.query(`SELECT notify_on_finish FROM ${db.s}.jobs WHERE id = $1`, [id])).rows[0]?.notify_on_finish,
-      'the job to be watched');
+    await waitFor(
+      async () =>
+        (await db.pool.query(`SELECT notify_on_finish FROM ${db.s}.jobs WHERE id = $1`, [id])).rows[0]?.notify_on_finish,
+      'the job to be watched',
+    );
     expect(await queue.cancel(id)).toMatchObject({ ok: true });
     expect(await waiting).toMatchObject({ id, status: 'cancelled' });
     const { rows } = await db.pool.query(
       `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen' AND query ILIKE $1`,
-      [`%LISTEN%${db.schema}:done%`]);
+      [`%LISTEN%${db.schema}:done%`],
+    );
     expect(rows[0].n).toBe(1);
   });
 
   it('waitFor returns the result of a job run by a worker on postgres.js', async () => {
     const worker = new Worker({
-      sql, schema: db.schema, queues: ['work'], pollIntervalMs: 3_600_000,
+      sql,
+      schema: db.schema,
+      queues: ['work'],
+      pollIntervalMs: 3_600_000,
       tasks: { double: async ({ n }: { n: number }) => ({ doubled: n * 2 }) },
     });
     worker.on('error', () => {});
@@ -191,21 +236,22 @@ describe('Queue on postgres.js', () => {
     try {
       const id = await queue.enqueue('double', { n: 21 }, { queue: 'work' });
       expect(await queue.waitFor(id, { timeoutMs: 15_000, pollIntervalMs: 3_600_000 })).toMatchObject({
-        status: 'completed', result: { doubled: 42 },
+        status: 'completed',
+        result: { doubled: 42 },
       });
     } finally {
       await worker.stop();
     }
   });
 
-  it('close() leaves the caller\'s sql open', async () => {
+  it("close() leaves the caller's sql open", async () => {
     const own = new Queue({ sql, schema: db.schema });
     await own.enqueue('t');
     await own.close();
     expect(await sql`SELECT 2 AS two`).toEqual([{ two: 2 }]);
   });
 
-  it('a Queue from a connection string with driver \'postgres.js\' works, and closes whether it was used or not', async () => {
+  it("a Queue from a connection string with driver 'postgres.js' works, and closes whether it was used or not", async () => {
     const lazy = new Queue({ connectionString: db.url, driver: 'postgres.js', schema: db.schema });
     await lazy.close();
     const used = new Queue({ connectionString: db.url, driver: 'postgres.js', schema: db.schema });
@@ -220,9 +266,15 @@ describe('Queue on postgres.js', () => {
 describe('the admin API on postgres.js', () => {
   it('lists, reads, retries, cancels, redrives and deletes through a Driver and through the adapter', async () => {
     await db.pool.query(`TRUNCATE ${db.s}.jobs`);
-    const ids = await queue.enqueueMany([{ task: 'a', queue: 'adm' }, { task: 'b', queue: 'adm' }, { task: 'c', queue: 'adm' }]);
-    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'failed', finished_at = now(), attempts = max_attempts WHERE id = ANY($1::bigint[])`,
-      [ids.slice(0, 2)]);
+    const ids = await queue.enqueueMany([
+      { task: 'a', queue: 'adm' },
+      { task: 'b', queue: 'adm' },
+      { task: 'c', queue: 'adm' },
+    ]);
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = 'failed', finished_at = now(), attempts = max_attempts WHERE id = ANY($1::bigint[])`,
+      [ids.slice(0, 2)],
+    );
 
     for (const admin of [driver, postgresJsAdapter(sql)]) {
       const page = await listJobs(admin, db.schema, { queue: 'adm', status: 'failed' });
@@ -234,7 +286,10 @@ describe('the admin API on postgres.js', () => {
     }
 
     expect(await retryJob(driver, db.schema, ids[0]!)).toMatchObject({ ok: true });
-    expect(await redriveDeadLetters(postgresJsAdapter(sql), db.schema, { ids: [ids[1]!] })).toMatchObject({ redriven: 1, skipped: [] });
+    expect(await redriveDeadLetters(postgresJsAdapter(sql), db.schema, { ids: [ids[1]!] })).toMatchObject({
+      redriven: 1,
+      skipped: [],
+    });
     expect(await cancelJob(driver, db.schema, ids[2]!)).toMatchObject({ ok: true });
     expect(await statusCounts(db)).toEqual({ pending: 2, cancelled: 1 });
     expect(await deleteFinished(driver, db.schema, { olderThanMs: 0, statuses: ['cancelled'] })).toEqual({ deleted: 1 });
@@ -246,8 +301,8 @@ describe('the admin API on postgres.js', () => {
     const onPg = await runDoctor({ pool: db.pool, schema: db.schema });
     const onPostgresJs = await runDoctor({ sql, schema: db.schema });
     expect(onPostgresJs.checks.map((c) => c.id)).toEqual(onPg.checks.map((c) => c.id));
-    const ofSchema = (r: typeof onPg) => r.checks.filter((c) => ['backlog', 'stuck', 'maintenance'].includes(c.id))
-      .map((c) => [c.id, c.status, c.details.length]);
+    const ofSchema = (r: typeof onPg) =>
+      r.checks.filter((c) => ['backlog', 'stuck', 'maintenance'].includes(c.id)).map((c) => [c.id, c.status, c.details.length]);
     expect(ofSchema(onPostgresJs)).toEqual(ofSchema(onPg));
     expect(await queue.pauseQueue('adm')).toMatchObject({ name: 'adm', paused: true });
     expect(await queue.setQueueConcurrency('adm', 2)).toMatchObject({ name: 'adm', concurrencyLimit: 2 });
@@ -262,15 +317,22 @@ describe('the dashboard on postgres.js', () => {
     const events = await openEventStream(new URL('api/events', dash.url).href);
     try {
       await events.next('overview');
-      await waitFor(async () => (await db.pool.query(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen' AND query = $1`,
-        [`LISTEN "sluice:${db.schema}"`])).rows[0].n === 1, 'the dashboard to LISTEN');
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen' AND query = $1`,
+              [`LISTEN "sluice:${db.schema}"`],
+            )
+          ).rows[0].n === 1,
+        'the dashboard to LISTEN',
+      );
       const id = await queue.enqueue('shown', { x: 1 }, { queue: 'dash' });
       expect(await events.next('jobs', (d) => d.queue === 'dash')).toEqual({ queue: 'dash' });
 
-      const jobs = await (await fetch(new URL('api/jobs?queue=dash', dash.url))).json() as { jobs: { id: string }[] };
+      const jobs = (await (await fetch(new URL('api/jobs?queue=dash', dash.url))).json()) as { jobs: { id: string }[] };
       expect(jobs.jobs.map((j) => j.id)).toEqual([id]);
-      const one = await (await fetch(new URL(`api/jobs/${id}`, dash.url))).json() as { job: unknown };
+      const one = (await (await fetch(new URL(`api/jobs/${id}`, dash.url))).json()) as { job: unknown };
       expect(one.job).toMatchObject({ id, payload: { x: 1 } });
       expect((await fetch(new URL('api/health', dash.url))).status).toBe(200);
     } finally {

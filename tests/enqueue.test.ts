@@ -37,8 +37,14 @@ describe('enqueue', () => {
     const id = await queue.enqueue('send_welcome', { userId: 42 }, { queue: 'mail', runAt, maxAttempts: 3, priority: 7 });
     const job = await queue.getJob(id);
     expect(job).toMatchObject({
-      id, task: 'send_welcome', queue: 'mail', payload: { userId: 42 }, status: 'pending',
-      attempts: 0, max_attempts: 3, priority: 7,
+      id,
+      task: 'send_welcome',
+      queue: 'mail',
+      payload: { userId: 42 },
+      status: 'pending',
+      attempts: 0,
+      max_attempts: 3,
+      priority: 7,
     });
     expect(job!.run_at.getTime()).toBe(runAt.getTime());
   });
@@ -46,7 +52,9 @@ describe('enqueue', () => {
   it('computes delayMs on the server clock', async () => {
     const id = await queue.enqueue('later', {}, { delayMs: 60_000 });
     const { rows } = await db.pool.query(
-      `SELECT extract(epoch FROM run_at - created_at) AS secs FROM ${db.s}.jobs WHERE id = $1`, [id]);
+      `SELECT extract(epoch FROM run_at - created_at) AS secs FROM ${db.s}.jobs WHERE id = $1`,
+      [id],
+    );
     expect(Number(rows[0].secs)).toBeGreaterThanOrEqual(59.9);
     expect(Number(rows[0].secs)).toBeLessThan(61);
   });
@@ -94,28 +102,32 @@ describe('enqueue', () => {
   it('enqueueMany inserts thousands of jobs in one statement, ids in order, one wake-up per queue', async () => {
     const { received, client: listener } = await listen();
     const specs = Array.from({ length: 5_000 }, (_, i) => ({
-      task: 'bulk', payload: { i, text: `quote " and \\ backslash ${i}` }, queue: i % 2 ? 'bulk-a' : 'bulk-b',
+      task: 'bulk',
+      payload: { i, text: `quote " and \\ backslash ${i}` },
+      queue: i % 2 ? 'bulk-a' : 'bulk-b',
     }));
     const ids = await queue.enqueueMany(specs);
     expect(ids).toHaveLength(5_000);
-    const { rows } = await db.pool.query(
-      `SELECT id::text AS id, payload FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+    const { rows } = await db.pool.query(`SELECT id::text AS id, payload FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
     const byId = new Map(rows.map((r) => [r.id, r.payload]));
     ids.forEach((id, i) => expect(byId.get(id)).toEqual(specs[i]!.payload));
     await db.pool.query(`SELECT pg_notify($1, 'marker')`, [channelFor(db.schema)]);
     await waitFor(() => received.includes('marker'), 'marker');
-    const queues = received.filter((p) => p !== 'marker').map((p) => JSON.parse(p).q).sort();
+    const queues = received
+      .filter((p) => p !== 'marker')
+      .map((p) => JSON.parse(p).q)
+      .sort();
     expect(queues).toEqual(['bulk-a', 'bulk-b']);
     await listener.end();
   });
 
   it('works from plain SQL with sluice.enqueue_job', async () => {
-    const { rows } = await db.pool.query(
-      `SELECT ${db.s}.enqueue_job('default', '{"task":"send_welcome","user_id":42}') AS id`);
+    const { rows } = await db.pool.query(`SELECT ${db.s}.enqueue_job('default', '{"task":"send_welcome","user_id":42}') AS id`);
     const job = await queue.getJob(rows[0].id);
     expect(job).toMatchObject({ task: 'send_welcome', queue: 'default', max_attempts: 5, payload: { user_id: 42 } });
     const named = await db.pool.query(
-      `SELECT ${db.s}.enqueue_job('q2', '{"a":1}', _task => 'explicit', _max_attempts => 2) AS id`);
+      `SELECT ${db.s}.enqueue_job('q2', '{"a":1}', _task => 'explicit', _max_attempts => 2) AS id`,
+    );
     expect(await queue.getJob(named.rows[0].id)).toMatchObject({ task: 'explicit', max_attempts: 2 });
     await expect(db.pool.query(`SELECT ${db.s}.enqueue_job('default', '{"no":"task"}')`)).rejects.toThrow(/no task name/);
     await expect(db.pool.query(`SELECT ${db.s}.enqueue_job('default', 'not json')`)).rejects.toThrow(/json/i);
@@ -151,7 +163,15 @@ describe('enqueue', () => {
       ['Infinity in payload', () => queue.enqueue('t', { n: Number.POSITIVE_INFINITY })],
       ['lone surrogate in payload', () => queue.enqueue('t', { s: 'a\ud800b' })],
       ['NUL in a payload key', () => queue.enqueue('t', { 'a\u0000': 1 })],
-      ['toJSON that throws', () => queue.enqueue('t', { toJSON() { throw new Error('nope'); } })],
+      [
+        'toJSON that throws',
+        () =>
+          queue.enqueue('t', {
+            toJSON() {
+              throw new Error('nope');
+            },
+          }),
+      ],
       ['negative maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: -3 })],
       ['fractional maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: 2.5 })],
       ['Infinity maxAttempts', () => queue.enqueue('t', {}, { maxAttempts: Number.POSITIVE_INFINITY })],
@@ -180,7 +200,9 @@ describe('enqueue', () => {
       const before = await jobCount();
       const small = new Queue({ pool: db.pool, schema: db.schema, maxPayloadBytes: 100 });
       await expect(small.enqueue('t', { s: 'x'.repeat(200) })).rejects.toThrow(/over the limit/);
-      await expect(small.enqueueMany([{ task: 't' }, { task: 't', payload: 'x'.repeat(200) }])).rejects.toBeInstanceOf(ValidationError);
+      await expect(small.enqueueMany([{ task: 't' }, { task: 't', payload: 'x'.repeat(200) }])).rejects.toBeInstanceOf(
+        ValidationError,
+      );
       // The default limit is 1 MiB of JSON.
       await expect(queue.enqueue('t', { s: 'x'.repeat(1024 * 1024) })).rejects.toThrow(/over the limit of 1048576/);
       expect(await jobCount()).toBe(before);

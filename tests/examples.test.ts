@@ -15,15 +15,27 @@ const EXAMPLES = (await readdir(new URL('../examples/', import.meta.url))).filte
 
 function runExample(file: string, env: Record<string, string>): Promise<{ code: number | null; output: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, ['--import', 'tsx', `examples/${file}`], { cwd: ROOT, env: { ...process.env, ...env }, timeout: 60_000 },
-      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, output: stdout + stderr }));
+    execFile(
+      process.execPath,
+      ['--import', 'tsx', `examples/${file}`],
+      { cwd: ROOT, env: { ...process.env, ...env }, timeout: 60_000 },
+      (err, stdout, stderr) => resolve({ code: err ? ((err as { code?: number }).code ?? 1) : 0, output: stdout + stderr }),
+    );
   });
 }
 
 describe.concurrent('examples', () => {
   it('are there', () => {
-    expect(EXAMPLES).toEqual(expect.arrayContaining(['quick-start.ts', 'delayed-and-retries.ts', 'cron.ts', 'wait-for-result.ts',
-      'http-server.ts', 'graceful-shutdown.ts']));
+    expect(EXAMPLES).toEqual(
+      expect.arrayContaining([
+        'quick-start.ts',
+        'delayed-and-retries.ts',
+        'cron.ts',
+        'wait-for-result.ts',
+        'http-server.ts',
+        'graceful-shutdown.ts',
+      ]),
+    );
   });
 
   for (const file of EXAMPLES) {

@@ -14,10 +14,11 @@ afterAll(() => {
 });
 
 const job = async (id: string): Promise<JobRow> => (await fx.queue.getJob(id))!;
-const settled = (ids: string[]) => waitFor(async () => {
-  const rows = await Promise.all(ids.map(job));
-  return rows.every((r) => r.status === 'completed' || r.status === 'failed') ? rows : undefined;
-}, 'jobs to settle');
+const settled = (ids: string[]) =>
+  waitFor(async () => {
+    const rows = await Promise.all(ids.map(job));
+    return rows.every((r) => r.status === 'completed' || r.status === 'failed') ? rows : undefined;
+  }, 'jobs to settle');
 
 describe('misbehaving handlers', () => {
   it('throwing anything, synchronously or late, fails only that attempt, with what was thrown recorded', async () => {
@@ -26,11 +27,21 @@ describe('misbehaving handlers', () => {
     await startWorker({
       queues: ['throws'],
       tasks: {
-        undefined_: () => { throw undefined; },
-        null_: async () => { throw null; },
-        number: () => { throw 42; },
-        object: async () => { throw { reason: 'not an Error' }; },
-        circular: async () => { throw circular; },
+        undefined_: () => {
+          throw undefined;
+        },
+        null_: async () => {
+          throw null;
+        },
+        number: () => {
+          throw 42;
+        },
+        object: async () => {
+          throw { reason: 'not an Error' };
+        },
+        circular: async () => {
+          throw circular;
+        },
         rejects_late: () => new Promise((_, reject) => setTimeout(() => reject(new Error('rejected late')), 100)),
         returns_value: () => 'a plain value is success',
       },
@@ -58,18 +69,31 @@ describe('misbehaving handlers', () => {
         // Both ignore the AbortSignal and settle 300 ms after their 100 ms timeout.
         resolves_after_abort: {
           timeoutMs: 100,
-          handler: () => new Promise((resolve) => setTimeout(() => { lateSettled++; resolve('too late'); }, 400)),
+          handler: () =>
+            new Promise((resolve) =>
+              setTimeout(() => {
+                lateSettled++;
+                resolve('too late');
+              }, 400),
+            ),
         },
         rejects_after_abort: {
           timeoutMs: 100,
-          handler: () => new Promise((_, reject) => setTimeout(() => { lateSettled++; reject(new Error('late rejection')); }, 400)),
+          handler: () =>
+            new Promise((_, reject) =>
+              setTimeout(() => {
+                lateSettled++;
+                reject(new Error('late rejection'));
+              }, 400),
+            ),
         },
         sentinel: () => {},
       },
     });
     worker.on('job:complete', (j) => completed.push(j.task));
-    const ids = await Promise.all(['resolves_after_abort', 'rejects_after_abort']
-      .map((t) => fx.queue.enqueue(t, {}, { queue: 'late', maxAttempts: 1 })));
+    const ids = await Promise.all(
+      ['resolves_after_abort', 'rejects_after_abort'].map((t) => fx.queue.enqueue(t, {}, { queue: 'late', maxAttempts: 1 })),
+    );
     await settled(ids);
     await waitFor(() => lateSettled === 2, 'both handlers to settle late');
     // A later job goes through the same worker's result path after the late settlements.
@@ -85,14 +109,22 @@ describe('misbehaving handlers', () => {
 
   it('a handler that blocks the event loop past the visibility timeout loses the job visibly: job:lock-lost, result dropped', async () => {
     const blocker = await spawnWorker({
-      DATABASE_URL: fx.db.url, SLUICE_SCHEMA: fx.db.schema, WORKER_NAME: 'blocker', QUEUES: 'block', VISIBILITY_MS: '1000',
+      DATABASE_URL: fx.db.url,
+      SLUICE_SCHEMA: fx.db.schema,
+      WORKER_NAME: 'blocker',
+      QUEUES: 'block',
+      VISIBILITY_MS: '1000',
     });
     children.push(blocker);
     const id = await fx.queue.enqueue('block', { ms: 4_000 }, { queue: 'block' });
     await waitFor(async () => (await job(id)).locked_by === 'blocker', 'the blocker to claim the job');
     // The blocked process cannot heartbeat; this worker rescues the job after 1 s and runs it.
     const rescuer = await startWorker({
-      queues: ['block'], workerId: 'rescuer', visibilityTimeoutMs: 1_000, rescueIntervalMs: 100, tasks: { block: () => {} },
+      queues: ['block'],
+      workerId: 'rescuer',
+      visibilityTimeoutMs: 1_000,
+      rescueIntervalMs: 100,
+      tasks: { block: () => {} },
     });
     const rescued = new Promise((resolve) => rescuer.once('jobs:rescued', resolve));
     await waitFor(async () => (await job(id)).status === 'completed', 'the rescued run to complete');

@@ -36,7 +36,10 @@ describe('hostile names and payloads', () => {
     const ran: unknown[] = [];
     // Poll once an hour: the job must arrive through NOTIFY on the channel "sluice:<that schema>".
     const worker = new Worker({
-      connectionString: url, schema: SCHEMA, queues: [QUEUE], pollIntervalMs: 3_600_000,
+      connectionString: url,
+      schema: SCHEMA,
+      queues: [QUEUE],
+      pollIntervalMs: 3_600_000,
       tasks: { [TASK]: async (payload) => void ran.push(payload) },
     });
     worker.on('error', () => {});
@@ -44,15 +47,20 @@ describe('hostile names and payloads', () => {
     try {
       const id = await queue.enqueue(TASK, PAYLOAD, { queue: QUEUE });
       const [many] = await queue.enqueueMany([{ task: TASK, queue: QUEUE, payload: PAYLOAD }]);
-      const { rows } = await pool.query(`SELECT ${quoteSchema(SCHEMA)}.enqueue_job($1, $2, _task => $3) AS id`,
-        [QUEUE, JSON.stringify(PAYLOAD), TASK]);
+      const { rows } = await pool.query(`SELECT ${quoteSchema(SCHEMA)}.enqueue_job($1, $2, _task => $3) AS id`, [
+        QUEUE,
+        JSON.stringify(PAYLOAD),
+        TASK,
+      ]);
       await waitFor(() => ran.length === 3, 'the three jobs to run');
       expect(ran).toEqual([PAYLOAD, PAYLOAD, PAYLOAD]);
       for (const jobId of [id, many!, String(rows[0].id)]) {
         expect(await queue.getJob(jobId)).toMatchObject({ queue: QUEUE, task: TASK, payload: PAYLOAD, status: 'completed' });
       }
       const tables = await pool.query(
-        `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = $1 AND tablename IN ('jobs', 'migrations')`, [SCHEMA]);
+        `SELECT count(*)::int AS n FROM pg_tables WHERE schemaname = $1 AND tablename IN ('jobs', 'migrations')`,
+        [SCHEMA],
+      );
       expect(tables.rows[0].n).toBe(2); // both still there
     } finally {
       await worker.stop();
@@ -80,13 +88,17 @@ describe('hostile names and payloads', () => {
       const objects = await pool.query<{ schema: string; n: number }>(
         `SELECT n.nspname AS schema, count(*)::int AS n FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE n.nspname = ANY($1) AND c.relname IN ('jobs', 'queues', 'leader', 'cron_schedules', 'jobs_history', 'audit_log')
-         GROUP BY n.nspname`, [dropped]);
+         GROUP BY n.nspname`,
+        [dropped],
+      );
       expect(objects.rows).toEqual([{ schema, n: 6 }]);
 
       const ran: string[] = [];
       const q = new Queue({ pool, schema });
       const worker = new Worker({
-        connectionString: url, schema, pollIntervalMs: 3_600_000,
+        connectionString: url,
+        schema,
+        pollIntervalMs: 3_600_000,
         tasks: { t: async (payload: { n: string }) => void ran.push(payload.n) },
       });
       worker.on('error', () => {});
@@ -95,7 +107,9 @@ describe('hostile names and payloads', () => {
         const ids = [
           await q.enqueue('t', { n: 'insert' }),
           await q.enqueue('t', { n: 'keyed' }, { jobKey: 'k' }),
-          String((await pool.query(`SELECT ${quoteSchema(schema)}.enqueue_job('default', '{"task":"t","n":"sql"}') AS id`)).rows[0].id),
+          String(
+            (await pool.query(`SELECT ${quoteSchema(schema)}.enqueue_job('default', '{"task":"t","n":"sql"}') AS id`)).rows[0].id,
+          ),
         ];
         await waitFor(() => ran.length === 3, 'the three jobs to run');
         expect(ran.sort()).toEqual(['insert', 'keyed', 'sql']);
@@ -123,7 +137,9 @@ describe('hostile names and payloads', () => {
         expect(() => new Queue({ schema })).toThrow(/dollar-quote/);
       }
       const built = await pool.query(
-        `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE $1`, [`%${tag}`]);
+        `SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname LIKE $1`,
+        [`%${tag}`],
+      );
       expect(built.rows).toEqual([]);
     } finally {
       await pool.query(`DROP SCHEMA IF EXISTS ${quoteSchema(decoy)} CASCADE`);
@@ -144,17 +160,21 @@ describe('hostile names and payloads', () => {
 
   it('SQL text in src/ splices in nothing but identifiers quoted once; every value is a $n parameter', () => {
     const srcDir = fileURLToPath(new URL('../src/', import.meta.url));
-    const files = (dir: string): string[] => readdirSync(dir).flatMap((f) => {
-      const path = join(dir, f);
-      return statSync(path).isDirectory() ? files(path) : path.endsWith('.ts') ? [path] : [];
-    });
+    const files = (dir: string): string[] =>
+      readdirSync(dir).flatMap((f) => {
+        const path = join(dir, f);
+        return statSync(path).isDirectory() ? files(path) : path.endsWith('.ts') ? [path] : [];
+      });
     // Allowed: quoteIdent(x) and quoteSchema(x); calls, with no or constant arguments, of SQL-building
     // helpers declared in src/ (jobColumns('c')); and names declared in the same
     // file as the quoted schema (`const s = quoteSchema(...)`) or as a constant SQL
     // fragment (`const x = '...'` or a template, itself built from these same parts).
     const sources = new Map(files(srcDir).map((f) => [f, readFileSync(f, 'utf8')]));
-    const helpers = new Set([...sources.values()].flatMap((src) =>
-      [...src.matchAll(/(?:function (\w+)\(|const (\w+) = \()/g)].map((m) => m[1] ?? m[2]!)));
+    const helpers = new Set(
+      [...sources.values()].flatMap((src) =>
+        [...src.matchAll(/(?:function (\w+)\(|const (\w+) = \()/g)].map((m) => m[1] ?? m[2]!),
+      ),
+    );
     const offenders: string[] = [];
     let statements = 0;
     for (const [file, source] of sources) {
@@ -166,8 +186,10 @@ describe('hostile names and payloads', () => {
           const call = expr!.match(/^(\w+)\(('[^']*'(, '[^']*')*)?\)$/);
           if (call && helpers.has(call[1]!)) continue;
           // ... or a parameter whose type admits only string constants: (action: 'a' | 'b').
-          const declared = /^\w+$/.test(expr!) && (new RegExp(`const ${expr} = (quoteSchema\\(|['\`])`).test(source) ||
-            new RegExp(`[(,] ?${expr}: '[^']*'( \\| '[^']*')*( = '[^']*')?[,)]`).test(source));
+          const declared =
+            /^\w+$/.test(expr!) &&
+            (new RegExp(`const ${expr} = (quoteSchema\\(|['\`])`).test(source) ||
+              new RegExp(`[(,] ?${expr}: '[^']*'( \\| '[^']*')*( = '[^']*')?[,)]`).test(source));
           if (!declared) offenders.push(`${file}: \${${expr}}`);
         }
       }

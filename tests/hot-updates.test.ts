@@ -28,12 +28,25 @@ it('heartbeats and start marks are HOT updates', async () => {
   await queue.close();
   const worker = new PgWorkerStore(driver, db.schema, 'hot-worker', false);
   // Claims all 10, none into a free slot: all are claimed ahead, not started.
-  const { claimed } = await worker.cycle({ completed: [], failed: [], started: [], queues: ['default'], tasks: ['hot'], limit: 10, startNow: 0 });
+  const { claimed } = await worker.cycle({
+    completed: [],
+    failed: [],
+    started: [],
+    queues: ['default'],
+    tasks: ['hot'],
+    limit: 10,
+    startNow: 0,
+  });
   const ids = claimed.map((j) => j.id);
   expect(ids).toHaveLength(10);
 
   await driver.transaction(async (tx) => {
-    const store = new PgWorkerStore({ ...driver, query: (text, values) => tx.query(text, values) } as Driver, db.schema, 'hot-worker', false);
+    const store = new PgWorkerStore(
+      { ...driver, query: (text, values) => tx.query(text, values) } as Driver,
+      db.schema,
+      'hot-worker',
+      false,
+    );
     const before = await hotCounts(tx);
     const renewed = await store.heartbeat(ids);
     await store.cycle({ completed: [], failed: [], started: ids, queues: [], tasks: ['hot'], limit: 0, startNow: 0 });
@@ -47,9 +60,13 @@ it('heartbeats and start marks are HOT updates', async () => {
   expect(rows[0].n).toBe(10);
 });
 
-async function hotCounts(tx: { query(text: string, values?: unknown[]): Promise<{ rows: any[] }> }): Promise<{ updates: number; hot: number }> {
+async function hotCounts(tx: {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
+}): Promise<{ updates: number; hot: number }> {
   const { rows } = await tx.query(
     `SELECT n_tup_upd::int AS updates, n_tup_hot_upd::int AS hot FROM pg_stat_xact_user_tables
-     WHERE schemaname = $1 AND relname = 'jobs'`, [db.schema]);
+     WHERE schemaname = $1 AND relname = 'jobs'`,
+    [db.schema],
+  );
   return rows[0] ?? { updates: 0, hot: 0 };
 }

@@ -13,7 +13,9 @@ const children: WorkerProcess[] = [];
 beforeAll(async () => {
   db = await createTestSchema('leader');
   await db.pool.query(`CREATE TABLE ${db.s}.runs (job_id bigint PRIMARY KEY, worker text NOT NULL)`);
-  await db.pool.query(`CREATE TABLE ${db.s}.started (job_id bigint, worker text NOT NULL, at timestamptz DEFAULT clock_timestamp())`);
+  await db.pool.query(
+    `CREATE TABLE ${db.s}.started (job_id bigint, worker text NOT NULL, at timestamptz DEFAULT clock_timestamp())`,
+  );
 });
 afterAll(async () => {
   for (const c of children) if (c.child.exitCode === null) c.child.kill('SIGKILL');
@@ -23,11 +25,13 @@ afterAll(async () => {
 describe('maintenance leader', () => {
   it('of many workers racing on separate connections, exactly one holds the lease', async () => {
     const queries = maintenanceStatements(db.schema);
-    const clients = await Promise.all(Array.from({ length: 6 }, async () => {
-      const c = new pg.Client({ connectionString: db.url });
-      await c.connect();
-      return c;
-    }));
+    const clients = await Promise.all(
+      Array.from({ length: 6 }, async () => {
+        const c = new pg.Client({ connectionString: db.url });
+        await c.connect();
+        return c;
+      }),
+    );
     try {
       const leases = clients.map((c, i) => new Lease(c, queries, `racer-${i}`, 60_000, 'race'));
       const won = await Promise.all(leases.map((l) => l.tryAcquire()));
@@ -71,8 +75,14 @@ describe('maintenance leader', () => {
     const queries = maintenanceStatements(db.schema);
     const leaseMs = 1_500;
     const env = (name: string) => ({
-      DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema, WORKER_NAME: name, CONCURRENCY: '1',
-      VISIBILITY_MS: '2000', LEASE_MS: String(leaseMs), QUEUES: 'failover', SHUTDOWN_MS: '200',
+      DATABASE_URL: db.url,
+      SLUICE_SCHEMA: db.schema,
+      WORKER_NAME: name,
+      CONCURRENCY: '1',
+      VISIBILITY_MS: '2000',
+      LEASE_MS: String(leaseMs),
+      QUEUES: 'failover',
+      SHUTDOWN_MS: '200',
     });
     const procs = new Map<string, WorkerProcess>();
     for (const name of ['alpha', 'beta']) {
@@ -89,7 +99,10 @@ describe('maintenance leader', () => {
 
     // Give each worker (concurrency 1) a job that hangs, so the leader dies holding one.
     const queue = new Queue({ pool: db.pool, schema: db.schema });
-    const ids = await queue.enqueueMany([{ task: 'hang', queue: 'failover' }, { task: 'hang', queue: 'failover' }]);
+    const ids = await queue.enqueueMany([
+      { task: 'hang', queue: 'failover' },
+      { task: 'hang', queue: 'failover' },
+    ]);
     const held = await waitFor(async () => {
       const { rows } = await db.pool.query(`SELECT job_id::text AS id, worker FROM ${db.s}.started`);
       return rows.length === 2 ? new Map(rows.map((r) => [r.worker as string, r.id as string])) : undefined;
@@ -100,19 +113,27 @@ describe('maintenance leader', () => {
     const { rows: before } = await db.pool.query(`SELECT expires_at FROM ${db.s}.leader WHERE role = 'maintenance'`);
 
     // Within the lease (plus one renewal interval) the survivor holds it.
-    const next = await waitFor(async () => {
-      const lease = await currentLeader(db.pool, queries);
-      return lease?.holder === survivor && lease.live ? lease : undefined;
-    }, 'the survivor to take over the lease', leaseMs * 4);
+    const next = await waitFor(
+      async () => {
+        const lease = await currentLeader(db.pool, queries);
+        return lease?.holder === survivor && lease.live ? lease : undefined;
+      },
+      'the survivor to take over the lease',
+      leaseMs * 4,
+    );
     // Never two leaders: the new term starts only after the dead leader's lease ran out.
     expect(next.elected_at.getTime()).toBeGreaterThanOrEqual(before[0].expires_at.getTime());
 
     // The new leader runs the rescuer: the dead leader's job goes back to pending.
     const orphan = held.get(leader)!;
-    const rescued = await waitFor(async () => {
-      const job = await queue.getJob(orphan);
-      return job?.status === 'pending' ? job : undefined;
-    }, 'the dead leader\'s job to be rescued', 15_000);
+    const rescued = await waitFor(
+      async () => {
+        const job = await queue.getJob(orphan);
+        return job?.status === 'pending' ? job : undefined;
+      },
+      "the dead leader's job to be rescued",
+      15_000,
+    );
     expect(rescued.last_error).toMatch(new RegExp(`lock expired: worker ${leader}`));
     expect(ids).toContain(orphan);
 

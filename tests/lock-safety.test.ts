@@ -81,9 +81,13 @@ describe('row locks held by another session', () => {
   it('one locked running job neither stalls the heartbeat of the others nor lets any job run twice at once', async () => {
     const release = deferred();
     const lost: string[] = [];
-    const [a] = await Promise.all(['a', 'b'].map((name) =>
-      t.start({ ...FAST_LOCKS, concurrency: 5, tasks: { long: recordedTask(name, release.promise) } },
-        (w) => w.on('job:lock-lost', (j) => lost.push(j.id)))));
+    const [a] = await Promise.all(
+      ['a', 'b'].map((name) =>
+        t.start({ ...FAST_LOCKS, concurrency: 5, tasks: { long: recordedTask(name, release.promise) } }, (w) =>
+          w.on('job:lock-lost', (j) => lost.push(j.id)),
+        ),
+      ),
+    );
     const ids = await t.queue.enqueueMany(Array.from({ length: 5 }, () => ({ task: 'long' })));
     await waitFor(() => runs.length === 5, 'all five jobs to run');
     const lockedId = ids[0]!;
@@ -95,7 +99,9 @@ describe('row locks held by another session', () => {
 
     const { rows } = await t.db.pool.query(
       `SELECT id::text AS id, locked_by, status, clock_timestamp() - locked_at < interval '1 second' AS fresh
-       FROM ${t.db.s}.jobs WHERE id <> $1`, [lockedId]);
+       FROM ${t.db.s}.jobs WHERE id <> $1`,
+      [lockedId],
+    );
     for (const row of rows) expect(row).toMatchObject({ status: 'processing', fresh: true });
     expect(lost.filter((id) => id !== lockedId)).toEqual([]);
     // The locked job's lock could not be renewed: its handler was aborted before any rescue.
@@ -130,7 +136,10 @@ describe('a worker cut off from Postgres', () => {
     let cutOff: Worker | undefined;
     try {
       cutOff = await t.start({
-        ...FAST_LOCKS, connectionString: proxy.url, maintenance: false, shutdownTimeoutMs: 500,
+        ...FAST_LOCKS,
+        connectionString: proxy.url,
+        maintenance: false,
+        shutdownTimeoutMs: 500,
         tasks: { long: recordedTask('cut', release.promise) },
       });
       const [id] = await t.queue.enqueueMany([{ task: 'long' }]);
@@ -169,13 +178,25 @@ describe('a job whose handler never started', () => {
       // A worker claims both, one into its free slot and one ahead, and dies.
       const dead = new PgWorkerStore(driver, t.db.schema, 'dead-worker', false);
       const { claimed } = await dead.cycle({
-        completed: [], failed: [], started: [], queues: ['default'], tasks: ['once'], limit: 2, startNow: 1,
+        completed: [],
+        failed: [],
+        started: [],
+        queues: ['default'],
+        tasks: ['once'],
+        limit: 2,
+        startNow: 1,
       });
-      expect(claimed.map((j) => [j.id, j.started_at !== null])).toEqual(expect.arrayContaining([[started, true], [ahead, false]]));
+      expect(claimed.map((j) => [j.id, j.started_at !== null])).toEqual(
+        expect.arrayContaining([
+          [started, true],
+          [ahead, false],
+        ]),
+      );
       await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour'`);
       await rescueExpired(driver, workerStatements(t.db.schema), 1_000);
       const { rows } = await t.db.pool.query(
-        `SELECT id::text AS id, status, attempts, started_at FROM ${t.db.s}.jobs ORDER BY id`);
+        `SELECT id::text AS id, status, attempts, started_at FROM ${t.db.s}.jobs ORDER BY id`,
+      );
       expect(rows).toEqual([
         { id: started, status: 'failed', attempts: 1, started_at: null },
         { id: ahead, status: 'pending', attempts: 0, started_at: null },

@@ -49,7 +49,9 @@ describe('long transactions', () => {
 
     const ran = new Set<string>();
     const worker = new Worker({
-      connectionString: db.url, schema: db.schema, pollIntervalMs: 200,
+      connectionString: db.url,
+      schema: db.schema,
+      pollIntervalMs: 200,
       tasks: { t: async (_p, { job }) => void ran.add(job.id) },
     });
     worker.on('error', () => {});

@@ -23,7 +23,10 @@ afterAll(async () => {
   await db.drop();
 });
 
-async function withWorker<T>(options: Omit<WorkerOptions, 'connectionString' | 'schema'>, fn: (w: Worker) => Promise<T>): Promise<T> {
+async function withWorker<T>(
+  options: Omit<WorkerOptions, 'connectionString' | 'schema'>,
+  fn: (w: Worker) => Promise<T>,
+): Promise<T> {
   const worker = new Worker({ connectionString: db.url, schema: db.schema, ...options });
   worker.on('error', () => {});
   await worker.start();
@@ -50,45 +53,50 @@ describe('metrics', () => {
   it('serves Prometheus metrics over HTTP: enqueued, completed, failed, run time, claims, depth', async () => {
     const metrics = new SluiceMetrics();
     const queue = new Queue({ pool: db.pool, schema: db.schema, metrics });
-    await withWorker({
-      queues: ['metrics'],
-      tracing: false,
-      metrics: { port: 0, collector: metrics },
-      tasks: {
-        ok: async () => {},
-        bad: async () => {
-          throw new PermanentFailure('no');
+    await withWorker(
+      {
+        queues: ['metrics'],
+        tracing: false,
+        metrics: { port: 0, collector: metrics },
+        tasks: {
+          ok: async () => {},
+          bad: async () => {
+            throw new PermanentFailure('no');
+          },
         },
       },
-    }, async (worker) => {
-      expect(worker.metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-      await queue.enqueueMany(Array.from({ length: 5 }, () => ({ task: 'ok', queue: 'metrics' })));
-      const bad = await queue.enqueue('bad', {}, { queue: 'metrics' });
-      await queue.enqueue('ok', {}, { queue: 'metrics', delayMs: 3_600_000 });
-      await waitFor(async () => (await queue.getJob(bad))?.status === 'failed', 'the bad job to fail');
-      await waitFor(async () => {
-        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'metrics' AND status = 'completed'`);
-        return rows[0].n === 5;
-      }, 'the 5 good jobs to complete');
+      async (worker) => {
+        expect(worker.metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+        await queue.enqueueMany(Array.from({ length: 5 }, () => ({ task: 'ok', queue: 'metrics' })));
+        const bad = await queue.enqueue('bad', {}, { queue: 'metrics' });
+        await queue.enqueue('ok', {}, { queue: 'metrics', delayMs: 3_600_000 });
+        await waitFor(async () => (await queue.getJob(bad))?.status === 'failed', 'the bad job to fail');
+        await waitFor(async () => {
+          const { rows } = await db.pool.query(
+            `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'metrics' AND status = 'completed'`,
+          );
+          return rows[0].n === 5;
+        }, 'the 5 good jobs to complete');
 
-      const res = await fetch(`${worker.metricsUrl}/metrics`);
-      expect(res.status).toBe(200);
-      expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
-      const text = await res.text();
-      const q = { queue: 'metrics' };
-      expect(sample(text, 'sluice_jobs_enqueued_total', { ...q, task: 'ok' })).toBe(6);
-      expect(sample(text, 'sluice_jobs_enqueued_total', { ...q, task: 'bad' })).toBe(1);
-      expect(sample(text, 'sluice_jobs_completed_total', { ...q, task: 'ok' })).toBe(5);
-      expect(sample(text, 'sluice_jobs_failed_total', { ...q, task: 'bad', final: 'true' })).toBe(1);
-      expect(sample(text, 'sluice_job_duration_seconds_count', { ...q, task: 'ok', outcome: 'completed' })).toBe(5);
-      expect(sample(text, 'sluice_job_wait_seconds_count', { ...q, task: 'ok' })).toBe(5);
-      // Every claimed job was counted in some claim batch.
-      expect(sample(text, 'sluice_claim_batch_size_sum')).toBe(6);
-      expect(sample(text, 'sluice_queue_depth', { ...q, schema: db.schema, state: 'scheduled' })).toBe(1);
-      expect(sample(text, 'sluice_queue_depth', { ...q, schema: db.schema, state: 'due' })).toBe(0);
-      expect(sample(text, 'sluice_maintenance_leader')).toBe(1);
-      expect(sample(text, 'sluice_jobs_running')).toBe(0);
-    });
+        const res = await fetch(`${worker.metricsUrl}/metrics`);
+        expect(res.status).toBe(200);
+        expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
+        const text = await res.text();
+        const q = { queue: 'metrics' };
+        expect(sample(text, 'sluice_jobs_enqueued_total', { ...q, task: 'ok' })).toBe(6);
+        expect(sample(text, 'sluice_jobs_enqueued_total', { ...q, task: 'bad' })).toBe(1);
+        expect(sample(text, 'sluice_jobs_completed_total', { ...q, task: 'ok' })).toBe(5);
+        expect(sample(text, 'sluice_jobs_failed_total', { ...q, task: 'bad', final: 'true' })).toBe(1);
+        expect(sample(text, 'sluice_job_duration_seconds_count', { ...q, task: 'ok', outcome: 'completed' })).toBe(5);
+        expect(sample(text, 'sluice_job_wait_seconds_count', { ...q, task: 'ok' })).toBe(5);
+        // Every claimed job was counted in some claim batch.
+        expect(sample(text, 'sluice_claim_batch_size_sum')).toBe(6);
+        expect(sample(text, 'sluice_queue_depth', { ...q, schema: db.schema, state: 'scheduled' })).toBe(1);
+        expect(sample(text, 'sluice_queue_depth', { ...q, schema: db.schema, state: 'due' })).toBe(0);
+        expect(sample(text, 'sluice_maintenance_leader')).toBe(1);
+        expect(sample(text, 'sluice_jobs_running')).toBe(0);
+      },
+    );
     await queue.close();
   });
 
@@ -105,34 +113,43 @@ describe('tracing', () => {
   it('carries the enqueue span context in the job: the worker span is its child, errors are recorded', async () => {
     exporter.reset();
     const queue = new Queue({ pool: db.pool, schema: db.schema });
-    await withWorker({
-      queues: ['traced'],
-      tasks: {
-        fine: async () => {},
-        broken: async () => {
-          throw new PermanentFailure('broken on purpose');
+    await withWorker(
+      {
+        queues: ['traced'],
+        tasks: {
+          fine: async () => {},
+          broken: async () => {
+            throw new PermanentFailure('broken on purpose');
+          },
         },
       },
-    }, async () => {
-      const fine = await queue.enqueue('fine', { n: 1 }, { queue: 'traced' });
-      const [broken] = await queue.enqueueMany([{ task: 'broken', queue: 'traced' }]);
-      const { rows } = await db.pool.query(`SELECT trace_context FROM ${db.s}.jobs WHERE id = $1`, [fine]);
-      expect(rows[0].trace_context.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
-      await waitFor(() => exporter.getFinishedSpans().filter((s) => s.kind === SpanKind.CONSUMER).length === 2, 'both process spans');
+      async () => {
+        const fine = await queue.enqueue('fine', { n: 1 }, { queue: 'traced' });
+        const [broken] = await queue.enqueueMany([{ task: 'broken', queue: 'traced' }]);
+        const { rows } = await db.pool.query(`SELECT trace_context FROM ${db.s}.jobs WHERE id = $1`, [fine]);
+        expect(rows[0].trace_context.traceparent).toMatch(/^00-[0-9a-f]{32}-[0-9a-f]{16}-01$/);
+        await waitFor(
+          () => exporter.getFinishedSpans().filter((s) => s.kind === SpanKind.CONSUMER).length === 2,
+          'both process spans',
+        );
 
-      const spans = exporter.getFinishedSpans();
-      for (const [id, task] of [[fine, 'fine'], [broken!, 'broken']] as const) {
-        const producer = spans.find((s) => s.kind === SpanKind.PRODUCER && s.name === `sluice enqueue ${task}`)!;
-        const consumer = spans.find((s) => s.kind === SpanKind.CONSUMER && s.attributes['messaging.message.id'] === id)!;
-        expect(consumer.name).toBe(`sluice process ${task}`);
-        expect(consumer.spanContext().traceId).toBe(producer.spanContext().traceId);
-        expect(consumer.parentSpanContext?.spanId).toBe(producer.spanContext().spanId);
-        expect(consumer.attributes).toMatchObject({ 'messaging.destination.name': 'traced', 'sluice.attempt': 1 });
-      }
-      const failed = spans.find((s) => s.name === 'sluice process broken')!;
-      expect(failed.status).toMatchObject({ code: SpanStatusCode.ERROR, message: 'broken on purpose' });
-      expect(spans.find((s) => s.name === 'sluice process fine')!.status.code).not.toBe(SpanStatusCode.ERROR);
-    });
+        const spans = exporter.getFinishedSpans();
+        for (const [id, task] of [
+          [fine, 'fine'],
+          [broken!, 'broken'],
+        ] as const) {
+          const producer = spans.find((s) => s.kind === SpanKind.PRODUCER && s.name === `sluice enqueue ${task}`)!;
+          const consumer = spans.find((s) => s.kind === SpanKind.CONSUMER && s.attributes['messaging.message.id'] === id)!;
+          expect(consumer.name).toBe(`sluice process ${task}`);
+          expect(consumer.spanContext().traceId).toBe(producer.spanContext().traceId);
+          expect(consumer.parentSpanContext?.spanId).toBe(producer.spanContext().spanId);
+          expect(consumer.attributes).toMatchObject({ 'messaging.destination.name': 'traced', 'sluice.attempt': 1 });
+        }
+        const failed = spans.find((s) => s.name === 'sluice process broken')!;
+        expect(failed.status).toMatchObject({ code: SpanStatusCode.ERROR, message: 'broken on purpose' });
+        expect(spans.find((s) => s.name === 'sluice process fine')!.status.code).not.toBe(SpanStatusCode.ERROR);
+      },
+    );
     await queue.close();
   });
 });
@@ -148,24 +165,27 @@ describe('logging', () => {
     });
     const logger = pino({ level: 'debug' }, sink);
     const queue = new Queue({ pool: db.pool, schema: db.schema });
-    await withWorker({
-      queues: ['logged'],
-      workerId: 'logged-worker',
-      logger,
-      tasks: {
-        flaky: async () => {
-          throw new Error('flaky failed');
+    await withWorker(
+      {
+        queues: ['logged'],
+        workerId: 'logged-worker',
+        logger,
+        tasks: {
+          flaky: async () => {
+            throw new Error('flaky failed');
+          },
         },
       },
-    }, async () => {
-      const id = await queue.enqueue('flaky', {}, { queue: 'logged', maxAttempts: 1 });
-      await waitFor(() => lines.some((l) => l.msg === 'job failed' && l.jobId === id), 'the failure to be logged');
-      const failure = lines.find((l) => l.msg === 'job failed')!;
-      expect(failure).toMatchObject({ level: 40, worker: 'logged-worker', task: 'flaky', queue: 'logged', willRetry: false });
-      expect((failure.err as { message: string }).message).toBe('flaky failed');
-      expect(lines.some((l) => l.msg === 'job started' && l.level === 20 && l.jobId === id)).toBe(true);
-      expect(lines.some((l) => l.msg === 'elected maintenance leader' && l.level === 30)).toBe(true);
-    });
+      async () => {
+        const id = await queue.enqueue('flaky', {}, { queue: 'logged', maxAttempts: 1 });
+        await waitFor(() => lines.some((l) => l.msg === 'job failed' && l.jobId === id), 'the failure to be logged');
+        const failure = lines.find((l) => l.msg === 'job failed')!;
+        expect(failure).toMatchObject({ level: 40, worker: 'logged-worker', task: 'flaky', queue: 'logged', willRetry: false });
+        expect((failure.err as { message: string }).message).toBe('flaky failed');
+        expect(lines.some((l) => l.msg === 'job started' && l.level === 20 && l.jobId === id)).toBe(true);
+        expect(lines.some((l) => l.msg === 'elected maintenance leader' && l.level === 30)).toBe(true);
+      },
+    );
     await queue.close();
   });
 });

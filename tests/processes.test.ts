@@ -12,7 +12,9 @@ beforeAll(async () => {
   queue = new Queue({ pool: db.pool, schema: db.schema });
   // One row per run; the primary key turns a second run of a job into an error.
   await db.pool.query(`CREATE TABLE ${db.s}.runs (job_id bigint PRIMARY KEY, worker text NOT NULL)`);
-  await db.pool.query(`CREATE TABLE ${db.s}.started (job_id bigint, worker text NOT NULL, at timestamptz DEFAULT clock_timestamp())`);
+  await db.pool.query(
+    `CREATE TABLE ${db.s}.started (job_id bigint, worker text NOT NULL, at timestamptz DEFAULT clock_timestamp())`,
+  );
 });
 afterAll(async () => {
   for (const c of children) if (c.child.exitCode === null) c.child.kill('SIGKILL');
@@ -33,10 +35,14 @@ describe('worker processes', () => {
     const procs = await Promise.all([1, 2, 3, 4].map((n) => spawn(`drain-${n}`, { CONCURRENCY: '20' })));
     await waitFor(async () => (await statusCounts(db)).completed === 5_000, 'all 5,000 jobs to complete', 60_000);
     const { rows } = await db.pool.query(
-      `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS jobs FROM ${db.s}.runs WHERE job_id = ANY($1::bigint[])`, [ids]);
+      `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS jobs FROM ${db.s}.runs WHERE job_id = ANY($1::bigint[])`,
+      [ids],
+    );
     expect(rows[0]).toEqual({ runs: 5_000, jobs: 5_000 });
     const attempts = await db.pool.query(
-      `SELECT max(attempts) AS max, count(*) FILTER (WHERE last_error IS NOT NULL)::int AS errors FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+      `SELECT max(attempts) AS max, count(*) FILTER (WHERE last_error IS NOT NULL)::int AS errors FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`,
+      [ids],
+    );
     expect(attempts.rows[0]).toEqual({ max: 1, errors: 0 });
     const perWorker = await db.pool.query(`SELECT worker, count(*)::int AS n FROM ${db.s}.runs GROUP BY worker`);
     // Every process took part (claims do not serialise on one worker).
@@ -57,10 +63,14 @@ describe('worker processes', () => {
     expect(await queue.getJob(id)).toMatchObject({ status: 'processing', locked_by: 'victim' });
 
     const rescuer = await spawn('rescuer', { VISIBILITY_MS: '2000', SHUTDOWN_MS: '300' });
-    const started = await waitFor(async () => {
-      const { rows } = await db.pool.query(`SELECT worker FROM ${db.s}.started WHERE job_id = $1 ORDER BY at`, [id]);
-      return rows.length === 2 ? rows.map((r) => r.worker) : undefined;
-    }, 'the rescued job to run again', 30_000);
+    const started = await waitFor(
+      async () => {
+        const { rows } = await db.pool.query(`SELECT worker FROM ${db.s}.started WHERE job_id = $1 ORDER BY at`, [id]);
+        return rows.length === 2 ? rows.map((r) => r.worker) : undefined;
+      },
+      'the rescued job to run again',
+      30_000,
+    );
     expect(started).toEqual(['victim', 'rescuer']);
     expect(await queue.getJob(id)).toMatchObject({ status: 'processing', locked_by: 'rescuer', attempts: 2 });
     // A graceful stop hands the hanging job back without spending an attempt.

@@ -53,7 +53,9 @@ async function where(t: TestDatabase, id: string): Promise<'jobs' | 'history' | 
 async function partitions(t: TestDatabase): Promise<string[]> {
   const { rows } = await t.pool.query(
     `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-     WHERE i.inhparent = $1::regclass ORDER BY 1`, [`${t.s}.jobs_history`]);
+     WHERE i.inhparent = $1::regclass ORDER BY 1`,
+    [`${t.s}.jobs_history`],
+  );
   return rows.map((r) => r.relname);
 }
 
@@ -96,7 +98,8 @@ describe('pruner', () => {
     // Each archived row sits in the partition of the day it expires.
     const { rows } = await t.pool.query(
       `SELECT id::text, tableoid::regclass::text AS part, purge_after - finished_at AS keep
-       FROM ${t.s}.jobs_history ORDER BY id`);
+       FROM ${t.s}.jobs_history ORDER BY id`,
+    );
     const cancelled = rows.find((r) => r.id === ids.cancelled)!;
     expect(cancelled.keep).toMatchObject({ days: 7 });
     expect(cancelled.part).toMatch(/jobs_history_\d{8}$/);
@@ -118,7 +121,9 @@ describe('pruner', () => {
     await t.pool.query(
       `INSERT INTO ${t.s}.jobs_history (id, queue, task, status, finished_at, purge_after, job)
        SELECT g, 'default', 'noop', 'completed', $1::date, $1::date + interval '1 hour', '{}'
-       FROM generate_series(1, 1000) g`, [twoDaysAgo]);
+       FROM generate_series(1, 1000) g`,
+      [twoDaysAgo],
+    );
     const expiredName = `jobs_history_${twoDaysAgo.replaceAll('-', '')}`;
     expect(await partitions(t)).toContain(expiredName);
 
@@ -149,7 +154,8 @@ describe('pruner', () => {
     const t = await freshSchema();
     await t.pool.query(
       `INSERT INTO ${t.s}.jobs (task, status, attempts, finished_at)
-       SELECT 'noop', 'completed', 1, now() - interval '1 minute' FROM generate_series(1, 3000)`);
+       SELECT 'noop', 'completed', 1, now() - interval '1 minute' FROM generate_series(1, 3000)`,
+    );
     const options = { delayMs: 1_000, batchSize: 100 };
     const [a, b] = await Promise.all([run(t, options), run(t, options)]);
     // Each run stops after 20 batches; run again until the table is empty.
@@ -163,7 +169,8 @@ describe('pruner', () => {
     const { rows } = await t.pool.query(
       `SELECT (SELECT count(*)::int FROM ${t.s}.jobs) AS hot,
               (SELECT count(*)::int FROM ${t.s}.jobs_history) AS history,
-              (SELECT count(DISTINCT id)::int FROM ${t.s}.jobs_history) AS distinct_ids`);
+              (SELECT count(DISTINCT id)::int FROM ${t.s}.jobs_history) AS distinct_ids`,
+    );
     expect(rows[0]).toEqual({ hot: 0, history: 3000, distinct_ids: 3000 });
     expect(a.removed).toBeGreaterThan(0);
     expect(b.removed).toBeGreaterThan(0);
@@ -202,7 +209,8 @@ describe('pruner', () => {
     expect(() => resolvePrunerConfig({ retention: { done: 1 } as never })).toThrow(/unknown option "done"/);
     expect(() => resolvePrunerConfig({ retention: { failed: -1 } })).toThrow(ConfigError);
     expect(() => resolvePrunerConfig({ queues: { '': { failed: 1 } } })).toThrow(ConfigError);
-    expect(() => new Worker({ connectionString: db.url, tasks: { a: () => {} }, maintenance: { leaseMs: 1 } }))
-      .toThrow(/maintenance.leaseMs/);
+    expect(() => new Worker({ connectionString: db.url, tasks: { a: () => {} }, maintenance: { leaseMs: 1 } })).toThrow(
+      /maintenance.leaseMs/,
+    );
   });
 });

@@ -54,7 +54,9 @@ function newWorker(ran: string[], errors: SluiceError[], extra: Partial<WorkerOp
 async function terminate(applicationNames: string[]): Promise<number> {
   const { rows } = await admin.query(
     `SELECT count(pg_terminate_backend(pid))::int AS n FROM pg_stat_activity
-     WHERE datname = 'reconnect' AND application_name = ANY($1)`, [applicationNames]);
+     WHERE datname = 'reconnect' AND application_name = ANY($1)`,
+    [applicationNames],
+  );
   return rows[0].n;
 }
 
@@ -110,7 +112,12 @@ describe('reconnects', () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
     const worker = newWorker(ran, errors, {
-      tasks: { slow: async (_p, { job }) => { ran.push(job.id); await gate; } },
+      tasks: {
+        slow: async (_p, { job }) => {
+          ran.push(job.id);
+          await gate;
+        },
+      },
       heartbeatIntervalMs: 100,
       visibilityTimeoutMs: 5_000,
     });
@@ -133,7 +140,9 @@ describe('reconnects', () => {
     // trigger goes; heartbeats, which leave the status alone, still succeed.
     await queue.pool!.query(`CREATE FUNCTION sluice.refuse_completion() RETURNS trigger LANGUAGE plpgsql AS
       $$ BEGIN IF NEW.status = 'completed' THEN RAISE EXCEPTION 'completion refused by the test'; END IF; RETURN NEW; END $$`);
-    await queue.pool!.query(`CREATE TRIGGER refuse BEFORE UPDATE ON sluice.jobs FOR EACH ROW EXECUTE FUNCTION sluice.refuse_completion()`);
+    await queue.pool!.query(
+      `CREATE TRIGGER refuse BEFORE UPDATE ON sluice.jobs FOR EACH ROW EXECUTE FUNCTION sluice.refuse_completion()`,
+    );
     try {
       await worker.start();
       const id = await queue.enqueue('t');
@@ -141,11 +150,15 @@ describe('reconnects', () => {
       // Three visibility timeouts with the result stuck in the buffer, rescuing all along.
       const queries = workerStatements('sluice');
       const { rows } = await queue.pool!.query('SELECT clock_timestamp() AS t');
-      await waitFor(async () => {
-        expect(await rescueExpired(queue.pool!, queries, 1_000)).toEqual([]);
-        const now = await queue.pool!.query('SELECT clock_timestamp() AS t');
-        return now.rows[0].t.getTime() - rows[0].t.getTime() > 3_000;
-      }, 'three visibility timeouts to pass', 15_000);
+      await waitFor(
+        async () => {
+          expect(await rescueExpired(queue.pool!, queries, 1_000)).toEqual([]);
+          const now = await queue.pool!.query('SELECT clock_timestamp() AS t');
+          return now.rows[0].t.getTime() - rows[0].t.getTime() > 3_000;
+        },
+        'three visibility timeouts to pass',
+        15_000,
+      );
       expect(await queue.getJob(id)).toMatchObject({ status: 'processing', attempts: 1 });
       await queue.pool!.query('DROP TRIGGER refuse ON sluice.jobs');
       await waitFor(async () => (await queue.getJob(id))?.status === 'completed', 'the buffered result to be written');
@@ -174,8 +187,11 @@ describe('reconnects', () => {
     const id = await queue.enqueue('nobody-runs-this');
     const pool = queue.pool!;
     // As if a worker claimed it an hour ago and Postgres then went down.
-    await pool.query(`UPDATE sluice.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
-      locked_at = now() - interval '1 hour' WHERE id = $1`, [id]);
+    await pool.query(
+      `UPDATE sluice.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+      locked_at = now() - interval '1 hour' WHERE id = $1`,
+      [id],
+    );
     await server.restart();
     const queries = workerStatements('sluice');
     // The server is seconds old: a 60 s visibility timeout has not passed since it started.
@@ -201,6 +217,7 @@ describe('reconnects', () => {
 
 async function listeners(): Promise<number> {
   const { rows } = await admin.query(
-    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = 'reconnect' AND application_name = 'sluice-listen'`);
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = 'reconnect' AND application_name = 'sluice-listen'`,
+  );
   return rows[0].n;
 }

@@ -13,7 +13,11 @@ const startWorker = fx.start;
 describe('results, waitFor and error history', () => {
   it('stores the returned result; waitFor is woken by NOTIFY, across two workers', async () => {
     // Polls an hour apart: only the outcome notification can wake the waiters in time.
-    const opts = { queues: ['results'], pollIntervalMs: 3_600_000, tasks: { double: async ({ n }: { n: number }) => ({ doubled: n * 2 }) } };
+    const opts = {
+      queues: ['results'],
+      pollIntervalMs: 3_600_000,
+      tasks: { double: async ({ n }: { n: number }) => ({ doubled: n * 2 }) },
+    };
     const [a, b] = [await startWorker(opts), await startWorker(opts)];
     const completions: unknown[] = [];
     const durations: number[] = [];
@@ -23,7 +27,9 @@ describe('results, waitFor and error history', () => {
         durations.push(info.durationMs);
       });
     }
-    const ids = await fx.queue.enqueueMany(Array.from({ length: 10 }, (_, n) => ({ task: 'double', queue: 'results', payload: { n } })));
+    const ids = await fx.queue.enqueueMany(
+      Array.from({ length: 10 }, (_, n) => ({ task: 'double', queue: 'results', payload: { n } })),
+    );
     const jobs = await Promise.all(ids.map((id) => fx.queue.waitFor(id, { timeoutMs: 20_000, pollIntervalMs: 3_600_000 })));
     expect(jobs.map((j) => [j.status, j.result])).toEqual(ids.map((_, n) => ['completed', { doubled: n * 2 }]));
     await waitFor(() => completions.length === 10, 'ten completion events');
@@ -75,7 +81,10 @@ describe('results, waitFor and error history', () => {
       const watched = await fx.queue.enqueue('noop', {}, { queue: 'quiet' });
       await fx.queue.waitFor(watched, { timeoutMs: 20_000 });
       await waitFor(async () => {
-        const { rows } = await fx.db.pool.query(`SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE id = ANY($1) AND status = 'completed'`, [plain]);
+        const { rows } = await fx.db.pool.query(
+          `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE id = ANY($1) AND status = 'completed'`,
+          [plain],
+        );
         return rows[0].n === 20;
       }, 'all plain jobs to complete');
       // Notifications arrive in commit order: once this marker is in, all earlier ones are.
@@ -91,24 +100,45 @@ describe('results, waitFor and error history', () => {
     const worker = await startWorker({
       queues: ['history'],
       backoff: { baseMs: 20, maxMs: 20 },
-      tasks: { flaky: async (_p, { attempt }) => { throw new Error(`boom ${attempt}`); } },
+      tasks: {
+        flaky: async (_p, { attempt }) => {
+          throw new Error(`boom ${attempt}`);
+        },
+      },
     });
     const retries: unknown[] = [];
     worker.on('job:retry', (job, info) => retries.push([job.id, info.nextAttempt, info.runAt instanceof Date]));
     const id = await fx.queue.enqueue('flaky', {}, { queue: 'history', maxAttempts: 3 });
     const job = await fx.queue.waitFor(id, { timeoutMs: 20_000 });
     expect(job.status).toBe('failed');
-    expect(job.errors!.map((e) => [e.attempt, e.message])).toEqual([[1, 'Error: boom 1'], [2, 'Error: boom 2'], [3, 'Error: boom 3']]);
+    expect(job.errors!.map((e) => [e.attempt, e.message])).toEqual([
+      [1, 'Error: boom 1'],
+      [2, 'Error: boom 2'],
+      [3, 'Error: boom 3'],
+    ]);
     expect(job.errors![0]!.stack).toContain('results.test.ts');
     expect(new Date(job.errors![2]!.at).getTime()).toBeGreaterThanOrEqual(new Date(job.errors![0]!.at).getTime());
-    expect(retries).toEqual([[id, 2, true], [id, 3, true]]);
+    expect(retries).toEqual([
+      [id, 2, true],
+      [id, 3, true],
+    ]);
   });
 
   it('keeps the newest 100 entries of a long history', async () => {
     const id = await fx.queue.enqueue('fails_once_more', {}, { queue: 'long-history', maxAttempts: 1 });
-    await fx.db.pool.query(`UPDATE ${fx.db.s}.jobs SET errors =
-      (SELECT jsonb_agg(jsonb_build_object('attempt', -i, 'message', 'old')) FROM generate_series(1, 100) i) WHERE id = $1`, [id]);
-    await fx.start({ queues: ['long-history'], tasks: { fails_once_more: async () => { throw new Error('newest'); } } });
+    await fx.db.pool.query(
+      `UPDATE ${fx.db.s}.jobs SET errors =
+      (SELECT jsonb_agg(jsonb_build_object('attempt', -i, 'message', 'old')) FROM generate_series(1, 100) i) WHERE id = $1`,
+      [id],
+    );
+    await fx.start({
+      queues: ['long-history'],
+      tasks: {
+        fails_once_more: async () => {
+          throw new Error('newest');
+        },
+      },
+    });
     const job = await fx.queue.waitFor(id, { timeoutMs: 20_000 });
     expect(job.errors).toHaveLength(100);
     expect(job.errors![0]!.attempt).toBe(-2);
@@ -119,8 +149,15 @@ describe('results, waitFor and error history', () => {
     const started = deferred();
     const release = deferred();
     await startWorker({
-      queues: ['rescue'], workerId: 'hangs', visibilityTimeoutMs: 60_000,
-      tasks: { hang: async () => { started.resolve(); await release.promise; } },
+      queues: ['rescue'],
+      workerId: 'hangs',
+      visibilityTimeoutMs: 60_000,
+      tasks: {
+        hang: async () => {
+          started.resolve();
+          await release.promise;
+        },
+      },
     });
     const id = await fx.queue.enqueue('hang', {}, { queue: 'rescue' });
     await started.promise;
@@ -130,19 +167,24 @@ describe('results, waitFor and error history', () => {
     expect(rescued.map((r) => r.id)).toEqual([id]);
     release.resolve();
     const job = await fx.queue.getJob(id);
-    expect(job!.errors).toEqual([expect.objectContaining({ attempt: 1, message: expect.stringContaining('lock expired: worker hangs') })]);
+    expect(job!.errors).toEqual([
+      expect.objectContaining({ attempt: 1, message: expect.stringContaining('lock expired: worker hangs') }),
+    ]);
   });
 
   it('the maintenance leader announces each rescued job (job:rescue) and records it in the history', async () => {
     const { rows } = await fx.db.pool.query(`INSERT INTO ${fx.db.s}.jobs (queue, task, status, attempts, locked_at, locked_by)
       VALUES ('gone', 'x', 'processing', 1, now() - interval '1 hour', 'dead-worker') RETURNING id::text AS id`);
     const rescued: unknown[] = [];
-    await fx.start({ queues: ['elsewhere'], visibilityTimeoutMs: 1_000, rescueIntervalMs: 100, tasks: { x: async () => {} } },
-      (w) => w.on('job:rescue', (job) => rescued.push(job)));
+    await fx.start(
+      { queues: ['elsewhere'], visibilityTimeoutMs: 1_000, rescueIntervalMs: 100, tasks: { x: async () => {} } },
+      (w) => w.on('job:rescue', (job) => rescued.push(job)),
+    );
     await waitFor(() => rescued.length > 0, 'a job:rescue event');
     expect(rescued).toEqual([{ id: rows[0].id, queue: 'gone', status: 'pending' }]);
     expect((await fx.queue.getJob(rows[0].id))!.errors).toEqual([
-      expect.objectContaining({ attempt: 1, message: expect.stringContaining('dead-worker stopped heartbeating') })]);
+      expect.objectContaining({ attempt: 1, message: expect.stringContaining('dead-worker stopped heartbeating') }),
+    ]);
   });
 
   it('progress is stored (newest value, rate-limited) and emitted; non-JSON progress throws in the handler', async () => {

@@ -48,7 +48,8 @@ async function ownerInsert(columns: Record<string, unknown>): Promise<string> {
   const names = Object.keys(columns);
   const { rows } = await db.pool.query(
     `INSERT INTO ${db.s}.jobs (${names.join(', ')}) VALUES (${names.map((_, i) => `$${i + 1}`).join(', ')}) RETURNING id::text`,
-    Object.values(columns));
+    Object.values(columns),
+  );
   return rows[0].id;
 }
 
@@ -62,8 +63,10 @@ beforeAll(async () => {
   await db.pool.query(`GRANT SELECT, UPDATE ON ${db.s}.jobs, ${db.s}.queues TO ${groups.worker}`);
 
   const names: Record<string, string> = { ':SCHEMA': db.s, sluice_worker: groups.worker, sluice_enqueue: groups.enqueue };
-  const script = (await readFile(new URL('../sql/roles.sql', import.meta.url), 'utf8'))
-    .replace(/:SCHEMA|sluice_worker|sluice_enqueue/g, (name) => names[name]!);
+  const script = (await readFile(new URL('../sql/roles.sql', import.meta.url), 'utf8')).replace(
+    /:SCHEMA|sluice_worker|sluice_enqueue/g,
+    (name) => names[name]!,
+  );
   await db.pool.query(script);
   await db.pool.query(script); // re-running is harmless
   await db.pool.query(`CREATE ROLE ${logins.worker} LOGIN PASSWORD '${PASSWORD}' IN ROLE ${groups.worker}`);
@@ -88,14 +91,20 @@ afterAll(async () => {
 
 describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
   it('applying roles.sql takes back what an older version granted', async () => {
-    const { rows } = await db.pool.query(`SELECT
+    const { rows } = await db.pool.query(
+      `SELECT
         has_table_privilege($1, '${db.s}.jobs', 'INSERT') AS enqueue_inserts_any_column,
         has_column_privilege($1, '${db.s}.jobs', 'status', 'INSERT') AS enqueue_inserts_status,
         has_column_privilege($1, '${db.s}.jobs', 'payload', 'UPDATE') AS enqueue_updates_payload,
         has_table_privilege($2, '${db.s}.jobs', 'UPDATE') AS worker_updates_any_column,
         has_column_privilege($2, '${db.s}.jobs', 'payload', 'UPDATE') AS worker_updates_payload,
-        has_column_privilege($2, '${db.s}.queues', 'paused', 'UPDATE') AS worker_pauses`, [groups.enqueue, groups.worker]);
-    expect(Object.values(rows[0]).every((v) => v === false), JSON.stringify(rows[0])).toBe(true);
+        has_column_privilege($2, '${db.s}.queues', 'paused', 'UPDATE') AS worker_pauses`,
+      [groups.enqueue, groups.worker],
+    );
+    expect(
+      Object.values(rows[0]).every((v) => v === false),
+      JSON.stringify(rows[0]),
+    ).toBe(true);
   });
 
   it('a worker logged in as sluice_worker runs every kind of job a role holding sluice_enqueue adds, job keys in every mode', async () => {
@@ -108,8 +117,11 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     // transaction, and through enqueue_job() from SQL.
     const plain = [
       await queue.enqueue('t', { n: 'alone' }),
-      ...await Promise.all([1, 2, 3].map((i) => queue.enqueue('t', { n: `concurrent ${i}` }))),
-      ...await queue.enqueueMany([{ task: 't', payload: { n: 'many' } }, { task: 't', payload: { n: 'limited' }, queue: 'lim' }]),
+      ...(await Promise.all([1, 2, 3].map((i) => queue.enqueue('t', { n: `concurrent ${i}` })))),
+      ...(await queue.enqueueMany([
+        { task: 't', payload: { n: 'many' } },
+        { task: 't', payload: { n: 'limited' }, queue: 'lim' },
+      ])),
     ];
     const client = await queue.pool!.connect();
     try {
@@ -119,8 +131,9 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     } finally {
       client.release();
     }
-    plain.push(String((await queue.pool!.query(
-      `SELECT ${db.s}.enqueue_job('default', '{"task":"t","n":"sql"}') AS id`)).rows[0].id));
+    plain.push(
+      String((await queue.pool!.query(`SELECT ${db.s}.enqueue_job('default', '{"task":"t","n":"sql"}') AS id`)).rows[0].id),
+    );
 
     // Job keys: keep returns the holder, replace gives it the new payload, error
     // refuses; a key held while processing is still held while the job runs.
@@ -128,15 +141,22 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     const held = await queue.enqueue('t', { n: 'keyed v1' }, { jobKey: keep });
     expect(await queue.enqueue('t', { n: 'keyed v2' }, { jobKey: keep })).toBe(held);
     expect(await queue.enqueue('t', { n: 'keyed v3' }, { jobKey: keep, jobKeyMode: 'replace' })).toBe(held);
-    await expect(queue.enqueue('t', { n: 'keyed v4' }, { jobKey: keep, jobKeyMode: 'error' })).rejects.toBeInstanceOf(DuplicateJobError);
+    await expect(queue.enqueue('t', { n: 'keyed v4' }, { jobKey: keep, jobKeyMode: 'error' })).rejects.toBeInstanceOf(
+      DuplicateJobError,
+    );
     const [manyKeyed, sameHolder] = await queue.enqueueMany([
       { task: 't', payload: { n: 'keyed many' }, jobKey: `many-${tag}` },
       { task: 't', payload: { n: 'keyed v5' }, jobKey: keep, jobKeyMode: 'replace' },
     ]);
     expect(sameHolder).toBe(held);
-    const viaSqlKey = String((await queue.pool!.query(
-      `SELECT ${db.s}.enqueue_job('default', '{"task":"t","n":"sql keyed"}', _job_key => $1, _job_key_mode => 'replace') AS id`,
-      [`sql-${tag}`])).rows[0].id);
+    const viaSqlKey = String(
+      (
+        await queue.pool!.query(
+          `SELECT ${db.s}.enqueue_job('default', '{"task":"t","n":"sql keyed"}', _job_key => $1, _job_key_mode => 'replace') AS id`,
+          [`sql-${tag}`],
+        )
+      ).rows[0].id,
+    );
     const whileProcessing = await queue.enqueue('slow', {}, { jobKey: `active-${tag}`, jobKeyWhileProcessing: true });
     const others = [
       await queue.enqueue('boom', {}, { maxAttempts: 2 }),
@@ -146,14 +166,23 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
 
     // A job whose worker died: its lock expired long ago, the leader rescues it.
     const stale = await ownerInsert({
-      task: 't', payload: { n: 'rescued' }, status: 'processing', attempts: 1, started_at: new Date(0),
-      locked_at: new Date(Date.now() - 3_600_000), locked_by: 'dead-worker',
+      task: 't',
+      payload: { n: 'rescued' },
+      status: 'processing',
+      attempts: 1,
+      started_at: new Date(0),
+      locked_at: new Date(Date.now() - 3_600_000),
+      locked_by: 'dead-worker',
     });
 
     let release!: () => void;
-    const released = new Promise<void>((resolve) => { release = resolve; });
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
     let started!: () => void;
-    const slowStarted = new Promise<void>((resolve) => { started = resolve; });
+    const slowStarted = new Promise<void>((resolve) => {
+      started = resolve;
+    });
     let snoozed = false;
     const worker = new Worker({
       connectionString: urlAs(logins.worker),
@@ -170,13 +199,24 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
           await new Promise((r) => setTimeout(r, 250)); // long enough for heartbeats
           return { ran: payload.n };
         },
-        slow: async () => { started(); await released; },
-        boom: () => { throw new Error('boom'); },
+        slow: async () => {
+          started();
+          await released;
+        },
+        boom: () => {
+          throw new Error('boom');
+        },
         snoozy: () => {
-          if (!snoozed) { snoozed = true; throw new Snooze(10); }
+          if (!snoozed) {
+            snoozed = true;
+            throw new Snooze(10);
+          }
           return 'woke';
         },
-        progress: (_payload, ctx) => { ctx.progress({ pct: 50 }); return 'done'; },
+        progress: (_payload, ctx) => {
+          ctx.progress({ pct: 50 });
+          return 'done';
+        },
         tick: () => 'ticked',
       },
     });
@@ -196,9 +236,12 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     const all = [...plain, held, manyKeyed!, viaSqlKey, whileProcessing, ...others, stale];
     await waitFor(async () => {
       const { rows } = await db.pool.query(
-        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) AND status IN ('completed', 'failed')`, [all]);
+        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) AND status IN ('completed', 'failed')`,
+        [all],
+      );
       const ticks = await db.pool.query(
-        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'tick' AND status = 'completed'`);
+        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'tick' AND status = 'completed'`,
+      );
       return rows[0].n === all.length && ticks.rows[0].n >= 1;
     }, 'every job finished and a cron tick run');
     await worker.stop();
@@ -206,7 +249,9 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
 
     const { rows } = await db.pool.query(
       `SELECT id::text, status, result, progress, attempts, jsonb_array_length(errors) AS failures, key_scope
-       FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [all]);
+       FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`,
+      [all],
+    );
     const byId = new Map(rows.map((r) => [r.id, r]));
     expect(rows.filter((r) => r.id !== others[0]).every((r) => r.status === 'completed')).toBe(true);
     expect(byId.get(held)).toMatchObject({ result: { ran: 'keyed v5' } });
@@ -215,9 +260,24 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     expect(byId.get(others[1]!)).toMatchObject({ result: 'woke', attempts: 1 });
     expect(byId.get(others[2]!)).toMatchObject({ result: 'done', progress: { pct: 50 } });
     expect(byId.get(stale)).toMatchObject({ result: { ran: 'rescued' }, attempts: 2, failures: 1 });
-    const ran = rows.filter((r) => r.result?.ran).map((r) => r.result.ran).sort();
-    expect(ran).toEqual(['alone', 'concurrent 1', 'concurrent 2', 'concurrent 3', 'in a transaction', 'keyed many',
-      'keyed v5', 'limited', 'many', 'rescued', 'sql', 'sql keyed']);
+    const ran = rows
+      .filter((r) => r.result?.ran)
+      .map((r) => r.result.ran)
+      .sort();
+    expect(ran).toEqual([
+      'alone',
+      'concurrent 1',
+      'concurrent 2',
+      'concurrent 3',
+      'in a transaction',
+      'keyed many',
+      'keyed v5',
+      'limited',
+      'many',
+      'rescued',
+      'sql',
+      'sql keyed',
+    ]);
   });
 
   it('the enqueue role cannot change, forge, lock, read or delete jobs, nor skip the payload limit', async () => {
@@ -258,14 +318,18 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     await expectRefused(pool, '54000', [
       [`INSERT INTO ${db.s}.jobs (task, payload) VALUES ('t', $1::jsonb)`, [big]],
       [`SELECT ${db.s}.enqueue_job('default', $1::jsonb, _task => 't')`, [big]],
-      [`SELECT ${db.s}.enqueue_job('default', $1::jsonb, _task => 't', _job_key => $2, _job_key_mode => 'replace')`, [big, `victim-${tag}`]],
+      [
+        `SELECT ${db.s}.enqueue_job('default', $1::jsonb, _task => 't', _job_key => $2, _job_key_mode => 'replace')`,
+        [big, `victim-${tag}`],
+      ],
       [`SELECT ${db.s}.enqueue_job('default', $1::jsonb, _task => 't', _job_key => $2)`, [big, `new-${tag}`]],
     ]);
     const client = await pool.connect();
     try {
       await client.query(`SET sluice.max_payload_bytes = '100000000'`);
-      await expect(client.query(`INSERT INTO ${db.s}.jobs (task, payload) VALUES ('t', $1::jsonb)`, [big]))
-        .rejects.toMatchObject({ code: '54000' });
+      await expect(client.query(`INSERT INTO ${db.s}.jobs (task, payload) VALUES ('t', $1::jsonb)`, [big])).rejects.toMatchObject(
+        { code: '54000' },
+      );
     } finally {
       client.release();
     }
@@ -274,8 +338,9 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     const refused = await queue.enqueue('t', BIG).catch((err: unknown) => err);
     expect(refused).toBeInstanceOf(DatabaseError);
     expect((refused as DatabaseError).sqlState).toBe('54000');
-    await expect(pool.query(`SELECT ${db.s}.enqueue_job('default', '{}', _task => 't', _job_key => 'k', _job_key_mode => 'steal')`))
-      .rejects.toMatchObject({ code: '22023' });
+    await expect(
+      pool.query(`SELECT ${db.s}.enqueue_job('default', '{}', _task => 't', _job_key => 'k', _job_key_mode => 'steal')`),
+    ).rejects.toMatchObject({ code: '22023' });
 
     expect(await snapshot()).toEqual(before);
 
@@ -288,8 +353,9 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     } finally {
       await db.pool.query(`ALTER FUNCTION ${db.s}.check_payload_limit() SET sluice.max_payload_bytes = '1048576'`);
     }
-    await expect(new Queue({ pool: db.pool, schema: db.schema, maxPayloadBytes: 4 * 1024 * 1024 }).enqueue('t', BIG))
-      .resolves.toMatch(/^\d+$/);
+    await expect(
+      new Queue({ pool: db.pool, schema: db.schema, maxPayloadBytes: 4 * 1024 * 1024 }).enqueue('t', BIG),
+    ).resolves.toMatch(/^\d+$/);
   });
 
   it('the worker role cannot un-pause queues, rewrite jobs, touch finished ones or add and delete jobs', async () => {
@@ -299,7 +365,13 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     const completed = await ownerInsert({ task: 't', status: 'completed', result: { real: true }, finished_at: new Date() });
     const failed = await ownerInsert({ task: 't', status: 'failed', attempts: 5, finished_at: new Date() });
     const running = await ownerInsert({
-      task: 't', status: 'processing', attempts: 1, locked_at: new Date(), locked_by: 'w', job_key: `run-${tag}`, key_scope: 'released',
+      task: 't',
+      status: 'processing',
+      attempts: 1,
+      locked_at: new Date(),
+      locked_by: 'w',
+      job_key: `run-${tag}`,
+      key_scope: 'released',
     });
     const before = await snapshot();
 
@@ -331,8 +403,11 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     expect(await snapshot()).toEqual(before);
 
     // What it may do to a processing job is what a run does: here, finish it.
-    const done = await pool.query(`UPDATE ${db.s}.jobs SET status = 'completed', result = '1', locked_at = NULL, finished_at = now()
-      WHERE id = $1 AND status = 'processing' RETURNING id`, [running]);
+    const done = await pool.query(
+      `UPDATE ${db.s}.jobs SET status = 'completed', result = '1', locked_at = NULL, finished_at = now()
+      WHERE id = $1 AND status = 'processing' RETURNING id`,
+      [running],
+    );
     expect(done.rowCount).toBe(1);
     // And enqueue_job(), for cron ticks; a Queue's plain INSERT is refused.
     await expect(pool.query(`SELECT ${db.s}.enqueue_job('default', '{"task":"t"}')`)).resolves.toBeDefined();
@@ -352,8 +427,9 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       [`UPDATE ${db.s}.jobs SET payload = '{"forged":true}' WHERE id = $1`, [completed]],
       [`UPDATE ${db.s}.jobs SET run_at = now() + interval '100 years' WHERE id = $1`, [pending]],
     ]);
-    await expect(pool.query(`INSERT INTO ${db.s}.jobs (task, payload) VALUES ('t', $1::jsonb)`, [JSON.stringify(BIG)]))
-      .rejects.toMatchObject({ code: '54000' });
+    await expect(
+      pool.query(`INSERT INTO ${db.s}.jobs (task, payload) VALUES ('t', $1::jsonb)`, [JSON.stringify(BIG)]),
+    ).rejects.toMatchObject({ code: '54000' });
     // A plain new job is fine.
     await expect(pool.query(`INSERT INTO ${db.s}.jobs (task) VALUES ('t') RETURNING id`)).resolves.toMatchObject({ rowCount: 1 });
     const after = await snapshot();

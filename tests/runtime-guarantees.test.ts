@@ -30,7 +30,9 @@ async function leftProcessing(): Promise<number> {
 
 /** Pending jobs whose attempt was spent: a stop must give attempts back. */
 async function pendingWithSpentAttempts(): Promise<number> {
-  const { rows } = await t.db.pool.query(`SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE status = 'pending' AND attempts > 0`);
+  const { rows } = await t.db.pool.query(
+    `SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE status = 'pending' AND attempts > 0`,
+  );
   return rows[0].n;
 }
 
@@ -71,8 +73,10 @@ describe('stop()', () => {
     for (let trial = 0; trial < 3; trial++) {
       await t.db.pool.query(`TRUNCATE ${t.db.s}.jobs`);
       await t.queue.enqueueMany(Array.from({ length: 400 }, () => ({ task: 'paced', maxAttempts: 1 })));
-      const worker = spawnCli(['worker', '--tasks', `${FIXTURES}cli-paced-tasks.mjs`, '--concurrency', '10'],
-        { DATABASE_URL: t.db.url, SLUICE_SCHEMA: t.db.schema });
+      const worker = spawnCli(['worker', '--tasks', `${FIXTURES}cli-paced-tasks.mjs`, '--concurrency', '10'], {
+        DATABASE_URL: t.db.url,
+        SLUICE_SCHEMA: t.db.schema,
+      });
       try {
         await waitFor(async () => (await completedCount()) >= 50, '50 jobs to complete');
         worker.child.kill('SIGTERM');

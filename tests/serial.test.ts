@@ -30,7 +30,9 @@ interface Span {
 
 async function spans(ids: string[]): Promise<Span[]> {
   const { rows } = await db.pool.query<Span>(
-    `SELECT job_id::text, worker, started_at, ended_at FROM ${db.s}.spans WHERE job_id = ANY($1::bigint[]) ORDER BY started_at`, [ids]);
+    `SELECT job_id::text, worker, started_at, ended_at FROM ${db.s}.spans WHERE job_id = ANY($1::bigint[]) ORDER BY started_at`,
+    [ids],
+  );
   return rows;
 }
 
@@ -52,22 +54,40 @@ describe('global per-queue concurrency across worker processes', () => {
   it('a queue limited to 1 runs one job at a time, in order, on 3 processes that batch and prefetch', async () => {
     await queue.setQueueConcurrency('serial', 1);
     await queue.setQueueConcurrency('three', 3);
-    const procs = await Promise.all([1, 2, 3].map((n) => spawnWorker({
-      DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema, WORKER_NAME: `p${n}`,
-      QUEUES: 'serial,three', CONCURRENCY: '8', BATCH_SIZE: '8',
-    })));
+    const procs = await Promise.all(
+      [1, 2, 3].map((n) =>
+        spawnWorker({
+          DATABASE_URL: db.url,
+          SLUICE_SCHEMA: db.schema,
+          WORKER_NAME: `p${n}`,
+          QUEUES: 'serial,three',
+          CONCURRENCY: '8',
+          BATCH_SIZE: '8',
+        }),
+      ),
+    );
     children.push(...procs);
     // Interleaved in one statement: the serial order is the order of ids.
-    const ids = await queue.enqueueMany(Array.from({ length: 60 }, (_, i) => ({
-      task: 'span', queue: i % 2 === 0 ? 'serial' : 'three', payload: { ms: 5 },
-    })));
+    const ids = await queue.enqueueMany(
+      Array.from({ length: 60 }, (_, i) => ({
+        task: 'span',
+        queue: i % 2 === 0 ? 'serial' : 'three',
+        payload: { ms: 5 },
+      })),
+    );
     const serialIds = ids.filter((_, i) => i % 2 === 0);
     const threeIds = ids.filter((_, i) => i % 2 === 1);
-    await waitFor(async () => {
-      const { rows } = await db.pool.query(
-        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) AND status = 'completed'`, [ids]);
-      return rows[0].n === ids.length;
-    }, 'all jobs to complete', 60_000);
+    await waitFor(
+      async () => {
+        const { rows } = await db.pool.query(
+          `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) AND status = 'completed'`,
+          [ids],
+        );
+        return rows[0].n === ids.length;
+      },
+      'all jobs to complete',
+      60_000,
+    );
 
     const serial = await spans(serialIds);
     expect(serial).toHaveLength(30);
@@ -89,12 +109,17 @@ describe('global per-queue concurrency across worker processes', () => {
   it('claim_limited neither waits for nor jumps a locked head job of a limited queue', async () => {
     const q = workerStatements(db.schema);
     await queue.setQueueConcurrency('head', 1);
-    const [first] = await queue.enqueueMany([{ task: 'span', queue: 'head' }, { task: 'span', queue: 'head' }]);
-    const [locker, claimer] = await Promise.all([0, 1].map(async () => {
-      const c = new pg.Client({ connectionString: db.url });
-      await c.connect();
-      return c;
-    }));
+    const [first] = await queue.enqueueMany([
+      { task: 'span', queue: 'head' },
+      { task: 'span', queue: 'head' },
+    ]);
+    const [locker, claimer] = await Promise.all(
+      [0, 1].map(async () => {
+        const c = new pg.Client({ connectionString: db.url });
+        await c.connect();
+        return c;
+      }),
+    );
     try {
       // Someone holds the head row (a cancel, an admin's open transaction).
       await locker!.query('BEGIN');
@@ -103,8 +128,9 @@ describe('global per-queue concurrency across worker processes', () => {
       await claimer!.query("SET lock_timeout = '2s'");
       expect((await claimer!.query(q.claimLimited, ['head-claimer', 'head', ['span'], 1])).rows).toEqual([]);
       await locker!.query('COMMIT');
-      expect((await claimer!.query(q.claimLimited, ['head-claimer', 'head', ['span'], 1])).rows.map((r: { id: string }) => r.id))
-        .toEqual([first]);
+      expect(
+        (await claimer!.query(q.claimLimited, ['head-claimer', 'head', ['span'], 1])).rows.map((r: { id: string }) => r.id),
+      ).toEqual([first]);
     } finally {
       await Promise.all([locker!.end(), claimer!.end()]);
     }
@@ -114,19 +140,22 @@ describe('global per-queue concurrency across worker processes', () => {
     const q = workerStatements(db.schema);
     await queue.setQueueConcurrency('held', 1);
     const [id] = await queue.enqueueMany([{ task: 'span', queue: 'held' }]);
-    const [locker, claimer] = await Promise.all([0, 1].map(async () => {
-      const c = new pg.Client({ connectionString: db.url });
-      await c.connect();
-      return c;
-    }));
+    const [locker, claimer] = await Promise.all(
+      [0, 1].map(async () => {
+        const c = new pg.Client({ connectionString: db.url });
+        await c.connect();
+        return c;
+      }),
+    );
     try {
       await locker!.query('BEGIN');
       await locker!.query(`SELECT * FROM ${db.s}.queues WHERE name = 'held' FOR UPDATE`);
       await claimer!.query("SET lock_timeout = '2s'");
       expect((await claimer!.query(q.claimLimited, ['held-claimer', 'held', ['span'], 1])).rows).toEqual([]);
       await locker!.query('COMMIT');
-      expect((await claimer!.query(q.claimLimited, ['held-claimer', 'held', ['span'], 1])).rows.map((r: { id: string }) => r.id))
-        .toEqual([id]);
+      expect(
+        (await claimer!.query(q.claimLimited, ['held-claimer', 'held', ['span'], 1])).rows.map((r: { id: string }) => r.id),
+      ).toEqual([id]);
     } finally {
       await Promise.all([locker!.end(), claimer!.end()]);
     }
@@ -135,11 +164,13 @@ describe('global per-queue concurrency across worker processes', () => {
   it('claim_limited never hands out more than the limit to claimers racing on separate connections', async () => {
     const q = workerStatements(db.schema);
     await queue.setQueueConcurrency('race', 2);
-    const clients = await Promise.all(Array.from({ length: 8 }, async () => {
-      const c = new pg.Client({ connectionString: db.url });
-      await c.connect();
-      return c;
-    }));
+    const clients = await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        const c = new pg.Client({ connectionString: db.url });
+        await c.connect();
+        return c;
+      }),
+    );
     try {
       for (let round = 0; round < 10; round++) {
         await queue.enqueueMany(Array.from({ length: 10 }, () => ({ task: 'span', queue: 'race' })));

@@ -34,26 +34,43 @@ describe('a silent LISTEN connection', () => {
   it('is found out by its check, reported, and replaced; notifications reach the worker again', async () => {
     const errors: SluiceError[] = [];
     const ran: string[] = [];
-    await t.start({
-      listenConnectionString: proxy.url, listenCheckIntervalMs: 300, statementTimeoutMs: 1_000, pollIntervalMs: NO_POLL,
-      tasks: { push: async (p: { n: string }) => void ran.push(p.n) },
-    }, (w) => w.on('error', (e) => errors.push(e)));
+    await t.start(
+      {
+        listenConnectionString: proxy.url,
+        listenCheckIntervalMs: 300,
+        statementTimeoutMs: 1_000,
+        pollIntervalMs: NO_POLL,
+        tasks: { push: async (p: { n: string }) => void ran.push(p.n) },
+      },
+      (w) => w.on('error', (e) => errors.push(e)),
+    );
     await t.queue.enqueue('push', { n: 'before' });
     await waitFor(() => ran.includes('before'), 'a job pushed by a notification');
 
-    const { rows: [cutAt] } = await t.db.pool.query('SELECT clock_timestamp() AS t');
+    const {
+      rows: [cutAt],
+    } = await t.db.pool.query('SELECT clock_timestamp() AS t');
     proxy.cut();
-    await waitFor(() => errors.some((e) => /listen connection silent/i.test(e.message)), 'the silent LISTEN connection to be reported');
+    await waitFor(
+      () => errors.some((e) => /listen connection silent/i.test(e.message)),
+      'the silent LISTEN connection to be reported',
+    );
     proxy.restore();
     // Once a new LISTEN is in place (a connection opened after the cut, past its
     // LISTEN statement), a job enqueued now is pushed to the worker. The reconnect
     // backoff grew while the proxy was cut: allow for it.
-    await waitFor(async () => {
-      const { rows } = await t.db.pool.query(
-        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen'
-           AND backend_start > $1 AND state = 'idle' AND query <> ''`, [cutAt.t]);
-      return rows[0].n >= 1;
-    }, 'a new LISTEN connection', 45_000);
+    await waitFor(
+      async () => {
+        const { rows } = await t.db.pool.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen'
+           AND backend_start > $1 AND state = 'idle' AND query <> ''`,
+          [cutAt.t],
+        );
+        return rows[0].n >= 1;
+      },
+      'a new LISTEN connection',
+      45_000,
+    );
     await t.queue.enqueue('push', { n: 'after' });
     await waitFor(() => ran.includes('after'), 'a job pushed through the new LISTEN connection');
     expect(ran).toEqual(['before', 'after']);
@@ -64,16 +81,24 @@ describe('a silent pool connection', () => {
   it('fails the statement after statementTimeoutMs, reports it, and the worker recovers on a new connection', async () => {
     const errors: SluiceError[] = [];
     const ran: string[] = [];
-    await t.start({
-      connectionString: proxy.url, listen: false, pollIntervalMs: 200, statementTimeoutMs: 800,
-      tasks: { job: async (p: { n: string }) => void ran.push(p.n) },
-    }, (w) => w.on('error', (e) => errors.push(e)));
+    await t.start(
+      {
+        connectionString: proxy.url,
+        listen: false,
+        pollIntervalMs: 200,
+        statementTimeoutMs: 800,
+        tasks: { job: async (p: { n: string }) => void ran.push(p.n) },
+      },
+      (w) => w.on('error', (e) => errors.push(e)),
+    );
     await t.queue.enqueue('job', { n: 'before' });
     await waitFor(() => ran.includes('before'), 'the first job');
 
     proxy.cut();
-    await waitFor(() => errors.some((e) => e.code === 'CONNECTION' && /no answer from Postgres within 800 ms/.test(e.message)),
-      'a statement to time out');
+    await waitFor(
+      () => errors.some((e) => e.code === 'CONNECTION' && /no answer from Postgres within 800 ms/.test(e.message)),
+      'a statement to time out',
+    );
     proxy.restore();
     await t.queue.enqueue('job', { n: 'after' });
     await waitFor(() => ran.includes('after'), 'a job after the connection came back');

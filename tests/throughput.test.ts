@@ -39,16 +39,24 @@ describe('deferred wake-ups (migration 0004)', () => {
     const worker = await fx.start({
       queues: ['burst'],
       pollIntervalMs: 3_600_000,
-      tasks: { record: (p: { i: number }) => { runs++; done.add(p.i); } },
+      tasks: {
+        record: (p: { i: number }) => {
+          runs++;
+          done.add(p.i);
+        },
+      },
     });
     try {
       // Started together, so all but the first defer their wake-up past COMMIT.
       for (let round = 0; round < 3; round++) {
-        await Promise.all(Array.from({ length: 20 }, (_, i) => fx.queue.enqueue('record', { i: round * 20 + i }, { queue: 'burst' })));
+        await Promise.all(
+          Array.from({ length: 20 }, (_, i) => fx.queue.enqueue('record', { i: round * 20 + i }, { queue: 'burst' })),
+        );
         await waitFor(() => done.size === (round + 1) * 20, `round ${round} to run`);
       }
-      const completed = async () => (await fx.db.pool.query(
-        `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'burst' AND status = 'completed'`)).rows[0].n as number;
+      const completed = async () =>
+        (await fx.db.pool.query(`SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'burst' AND status = 'completed'`))
+          .rows[0].n as number;
       await waitFor(async () => (await completed()) === 60, 'every result written');
       expect(runs).toBe(60);
     } finally {
@@ -69,14 +77,19 @@ describe('prefetch', () => {
       pollIntervalMs: 3_600_000,
       tasks: {
         fast: () => {},
-        blocked: (_p, { signal }) => new Promise<void>((resolve, reject) => {
-          void opened.then(resolve);
-          signal.addEventListener('abort', () => reject(signal.reason));
-        }),
+        blocked: (_p, { signal }) =>
+          new Promise<void>((resolve, reject) => {
+            void opened.then(resolve);
+            signal.addEventListener('abort', () => reject(signal.reason));
+          }),
       },
     });
-    const held = async () => (await fx.db.pool.query(
-      `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'prefetch' AND status = 'processing'`)).rows[0].n as number;
+    const held = async () =>
+      (
+        await fx.db.pool.query(
+          `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'prefetch' AND status = 'processing'`,
+        )
+      ).rows[0].n as number;
     try {
       // One fast job first: until a job has finished, the worker does not prefetch.
       const first = await fx.queue.enqueue('fast', {}, { queue: 'prefetch' });
@@ -86,7 +99,9 @@ describe('prefetch', () => {
       expect(await held()).toBe(5);
       await worker.stop();
       const { rows } = await fx.db.pool.query(
-        `SELECT status, attempts, locked_by FROM ${fx.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+        `SELECT status, attempts, locked_by FROM ${fx.db.s}.jobs WHERE id = ANY($1::bigint[])`,
+        [ids],
+      );
       // The running one was aborted by stop and returned; the four waiting ones never started.
       expect(rows).toHaveLength(10);
       for (const row of rows) expect(row).toEqual({ status: 'pending', attempts: 0, locked_by: null });

@@ -27,7 +27,10 @@ afterAll(async () => {
 });
 
 async function jobsOf(queueName: string): Promise<JobRow[]> {
-  const { rows } = await db.pool.query(`SELECT id::text AS id, status, payload, attempts, last_error FROM ${db.s}.jobs WHERE queue = $1 ORDER BY id`, [queueName]);
+  const { rows } = await db.pool.query(
+    `SELECT id::text AS id, status, payload, attempts, last_error FROM ${db.s}.jobs WHERE queue = $1 ORDER BY id`,
+    [queueName],
+  );
   return rows;
 }
 
@@ -91,30 +94,43 @@ describe('typed tasks with Standard Schema validation', () => {
   it('enqueue validates the payload, stores the schema output, and rejects a bad one with nothing inserted', async () => {
     const id = await queue.enqueue('send_welcome', { userId: 7 }, { queue: 'typed-enqueue' });
     expect((await queue.getJob(id))!.payload).toEqual({ userId: 7, lang: 'en' });
-    await expect(queue.enqueue('send_welcome', { userId: 'x' } as never, { queue: 'typed-enqueue' }))
-      .rejects.toThrow(ValidationError);
-    await expect(queue.enqueue('send_welcome', { userId: 1.5 }, { queue: 'typed-enqueue' }))
-      .rejects.toThrow(/payload of task "send_welcome" is invalid: userId: /);
-    await expect(queue.enqueueMany([
-      { task: 'send_welcome', payload: { userId: 1 }, queue: 'typed-enqueue' },
-      { task: 'send_welcome', payload: {} as never, queue: 'typed-enqueue' },
-    ])).rejects.toThrow(/enqueueMany: job 1: payload of task "send_welcome" is invalid/);
+    await expect(queue.enqueue('send_welcome', { userId: 'x' } as never, { queue: 'typed-enqueue' })).rejects.toThrow(
+      ValidationError,
+    );
+    await expect(queue.enqueue('send_welcome', { userId: 1.5 }, { queue: 'typed-enqueue' })).rejects.toThrow(
+      /payload of task "send_welcome" is invalid: userId: /,
+    );
+    await expect(
+      queue.enqueueMany([
+        { task: 'send_welcome', payload: { userId: 1 }, queue: 'typed-enqueue' },
+        { task: 'send_welcome', payload: {} as never, queue: 'typed-enqueue' },
+      ]),
+    ).rejects.toThrow(/enqueueMany: job 1: payload of task "send_welcome" is invalid/);
     expect((await jobsOf('typed-enqueue')).map((j) => j.id)).toEqual([id]);
   });
 
   it('the worker hands handlers the schema output, and fails a payload that does not fit without retrying', async () => {
     // Written by plain SQL, past the Queue's validation, as another service might.
-    const good = await db.pool.query(`SELECT ${db.s}.enqueue_job('typed-worker', '{"at":"2026-11-30T12:00:00Z"}', _task => 'remind') AS id`);
+    const good = await db.pool.query(
+      `SELECT ${db.s}.enqueue_job('typed-worker', '{"at":"2026-11-30T12:00:00Z"}', _task => 'remind') AS id`,
+    );
     const bad = await db.pool.query(`SELECT ${db.s}.enqueue_job('typed-worker', '{"at":"not a date"}', _task => 'remind') AS id`);
     const seen: unknown[] = [];
     const worker = new Worker({
-      connectionString: db.url, schema: db.schema, driver: TEST_DRIVER, queues: ['typed-worker'], schemas,
+      connectionString: db.url,
+      schema: db.schema,
+      driver: TEST_DRIVER,
+      queues: ['typed-worker'],
+      schemas,
       tasks: { remind: async ({ at }) => void seen.push(at) },
     });
     worker.on('error', () => {});
     await worker.start();
     try {
-      await waitFor(async () => (await jobsOf('typed-worker')).every((j) => j.status === 'completed' || j.status === 'failed'), 'both jobs to finish');
+      await waitFor(
+        async () => (await jobsOf('typed-worker')).every((j) => j.status === 'completed' || j.status === 'failed'),
+        'both jobs to finish',
+      );
     } finally {
       await worker.stop();
     }
@@ -127,8 +143,10 @@ describe('typed tasks with Standard Schema validation', () => {
 
   it('rejects schemas that are not Standard Schemas', () => {
     expect(() => new Queue({ schemas: { a: {} as never } })).toThrow(ConfigError);
-    expect(() => new Worker({ connectionString: db.url, schemas: { t: { validate: () => true } as never }, tasks: { t: async () => {} } }))
-      .toThrow(/schemas.t is not a Standard Schema/);
+    expect(
+      () =>
+        new Worker({ connectionString: db.url, schemas: { t: { validate: () => true } as never }, tasks: { t: async () => {} } }),
+    ).toThrow(/schemas.t is not a Standard Schema/);
   });
 });
 
@@ -147,17 +165,22 @@ describe('enqueueAfterCommit', () => {
       });
       expect(result).toBe('done');
       expect((await jobsOf('after-commit')).map((j) => [j.id, j.payload])).toEqual([
-        [jobIds[0], { userId: 1, lang: 'en' }], [jobIds[1], { userId: 2, lang: 'en' }],
+        [jobIds[0], { userId: 1, lang: 'en' }],
+        [jobIds[1], { userId: 2, lang: 'en' }],
       ]);
 
-      await expect(queue.enqueueAfterCommit(async (jobs) => {
-        await jobs.enqueue('send_welcome', { userId: 3 }, { queue: 'after-commit' });
-        throw new Error('rolled back');
-      })).rejects.toThrow('rolled back');
-      await expect(queue.enqueueAfterCommit(async (jobs) => {
-        await jobs.enqueue('send_welcome', { userId: 4 }, { queue: 'after-commit' });
-        await jobs.enqueue('send_welcome', { userId: 'five' } as never, { queue: 'after-commit' });
-      })).rejects.toThrow(ValidationError);
+      await expect(
+        queue.enqueueAfterCommit(async (jobs) => {
+          await jobs.enqueue('send_welcome', { userId: 3 }, { queue: 'after-commit' });
+          throw new Error('rolled back');
+        }),
+      ).rejects.toThrow('rolled back');
+      await expect(
+        queue.enqueueAfterCommit(async (jobs) => {
+          await jobs.enqueue('send_welcome', { userId: 4 }, { queue: 'after-commit' });
+          await jobs.enqueue('send_welcome', { userId: 'five' } as never, { queue: 'after-commit' });
+        }),
+      ).rejects.toThrow(ValidationError);
       expect(await jobsOf('after-commit')).toHaveLength(2);
     } finally {
       client.release();

@@ -8,14 +8,32 @@ import { deferred, useWorkers } from './helpers/workers.js';
 const fx = useWorkers('unique');
 
 async function keyed(key: string): Promise<JobRow[]> {
-  const { rows } = await fx.db.pool.query(`SELECT id::text AS id, status, payload, key_scope FROM ${fx.db.s}.jobs WHERE job_key = $1 ORDER BY id`, [key]);
+  const { rows } = await fx.db.pool.query(
+    `SELECT id::text AS id, status, payload, key_scope FROM ${fx.db.s}.jobs WHERE job_key = $1 ORDER BY id`,
+    [key],
+  );
   return rows;
 }
 
 /** Claims with the worker's statement (no results to write). */
 async function claim(queueName: string, task: string): Promise<JobRow[]> {
-  const { rows } = await fx.db.pool.query(workerStatements(fx.db.schema).cycle,
-    ['W', [], [], [], [], [], [], [], [queueName], [task], 10, [], 'unused', [], 10]);
+  const { rows } = await fx.db.pool.query(workerStatements(fx.db.schema).cycle, [
+    'W',
+    [],
+    [],
+    [],
+    [],
+    [],
+    [],
+    [],
+    [queueName],
+    [task],
+    10,
+    [],
+    'unused',
+    [],
+    10,
+  ]);
   return rows.filter((r) => r.id !== null);
 }
 
@@ -24,23 +42,27 @@ async function claim(queueName: string, task: string): Promise<JobRow[]> {
  * so the enqueues really race (each waits on the others' uncommitted index entries).
  */
 async function race<T>(n: number, fn: (client: pg.Client, i: number) => Promise<T>): Promise<PromiseSettledResult<T>[]> {
-  const clients = await Promise.all(Array.from({ length: n }, async () => {
-    const c = new pg.Client(fx.db.url);
-    await c.connect();
-    return c;
-  }));
+  const clients = await Promise.all(
+    Array.from({ length: n }, async () => {
+      const c = new pg.Client(fx.db.url);
+      await c.connect();
+      return c;
+    }),
+  );
   try {
     await Promise.all(clients.map((c) => c.query('BEGIN')));
-    return await Promise.all(clients.map(async (c, i) => {
-      try {
-        const value = await fn(c, i);
-        await c.query('COMMIT');
-        return { status: 'fulfilled', value } as const;
-      } catch (reason) {
-        await c.query('ROLLBACK');
-        return { status: 'rejected', reason } as const;
-      }
-    }));
+    return await Promise.all(
+      clients.map(async (c, i) => {
+        try {
+          const value = await fn(c, i);
+          await c.query('COMMIT');
+          return { status: 'fulfilled', value } as const;
+        } catch (reason) {
+          await c.query('ROLLBACK');
+          return { status: 'rejected', reason } as const;
+        }
+      }),
+    );
   } finally {
     await Promise.all(clients.map((c) => c.end()));
   }
@@ -96,7 +118,10 @@ describe('unique jobs', () => {
     const keys = Array.from({ length: 40 }, (_, i) => `many-${i}`);
     const results = await race(8, async (c, i) => {
       const order = i % 2 === 0 ? keys : [...keys].reverse();
-      const ids = await fx.queue.enqueueMany(order.map((k) => ({ task: 'sync', payload: { by: i }, jobKey: k })), { tx: c });
+      const ids = await fx.queue.enqueueMany(
+        order.map((k) => ({ task: 'sync', payload: { by: i }, jobKey: k })),
+        { tx: c },
+      );
       return { order, ids };
     });
     // Opposite orders would deadlock if keys were taken in batch order.
@@ -110,7 +135,8 @@ describe('unique jobs', () => {
       });
     }
     const { rows } = await fx.db.pool.query(
-      `SELECT job_key, count(*)::int AS n FROM ${fx.db.s}.jobs WHERE job_key LIKE 'many-%' GROUP BY job_key`);
+      `SELECT job_key, count(*)::int AS n FROM ${fx.db.s}.jobs WHERE job_key LIKE 'many-%' GROUP BY job_key`,
+    );
     expect(rows).toHaveLength(40);
     expect(rows.every((r) => r.n === 1)).toBe(true);
   });
@@ -123,10 +149,14 @@ describe('unique jobs', () => {
     const second = await fx.queue.enqueue('scoped', {}, { queue: 'scope', jobKey: 'scope-pending' });
     expect(second).not.toBe(first);
     // Held while processing: the running job is still the one.
-    expect(await fx.queue.enqueue('scoped', {}, { queue: 'scope', jobKey: 'scope-active', jobKeyWhileProcessing: true })).toBe(held);
+    expect(await fx.queue.enqueue('scoped', {}, { queue: 'scope', jobKey: 'scope-active', jobKeyWhileProcessing: true })).toBe(
+      held,
+    );
     expect(await fx.queue.enqueue('scoped', {}, { queue: 'scope', jobKey: 'scope-active' })).toBe(held);
     // 'replace' cannot change a running job: it is kept.
-    expect(await fx.queue.enqueue('scoped', { new: 1 }, { queue: 'scope', jobKey: 'scope-active', jobKeyMode: 'replace' })).toBe(held);
+    expect(await fx.queue.enqueue('scoped', { new: 1 }, { queue: 'scope', jobKey: 'scope-active', jobKeyMode: 'replace' })).toBe(
+      held,
+    );
     expect((await fx.queue.getJob(held))!.payload).toEqual({});
   });
 
@@ -135,8 +165,15 @@ describe('unique jobs', () => {
     const gate = deferred();
     const original = await fx.queue.enqueue('flaky', {}, { queue: 'retry-key', jobKey: 'retry-key', maxAttempts: 2 });
     await fx.start({
-      queues: ['retry-key'], backoff: { baseMs: 50, maxMs: 50 },
-      tasks: { flaky: async () => { runs++; await gate.promise; throw new Error('fails'); } },
+      queues: ['retry-key'],
+      backoff: { baseMs: 50, maxMs: 50 },
+      tasks: {
+        flaky: async () => {
+          runs++;
+          await gate.promise;
+          throw new Error('fails');
+        },
+      },
     });
     await waitFor(() => runs === 1, 'the first run');
     // The key was released at the claim: a second job takes it while the first runs.
@@ -156,16 +193,22 @@ describe('unique jobs', () => {
     const b = (await fx.db.pool.query(q)).rows[0].id;
     expect(b).toBe(a);
     const replaced = await fx.db.pool.query(
-      `SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"from_sql","v":2}', _job_key => 'sql-key', _job_key_mode => 'replace')::text AS id`);
+      `SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"from_sql","v":2}', _job_key => 'sql-key', _job_key_mode => 'replace')::text AS id`,
+    );
     expect(replaced.rows[0].id).toBe(a);
     expect((await fx.queue.getJob(a))!.payload).toEqual({ task: 'from_sql', v: 2 });
-    await expect(fx.db.pool.query(`SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"from_sql"}', _job_key => 'sql-key', _job_key_mode => 'error')`))
-      .rejects.toMatchObject({ code: '23505', constraint: 'jobs_job_key_idx' });
-    await expect(fx.db.pool.query(`SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"x"}', _job_key => 'k', _job_key_mode => 'merge')`))
-      .rejects.toMatchObject({ code: '22023' });
+    await expect(
+      fx.db.pool.query(
+        `SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"from_sql"}', _job_key => 'sql-key', _job_key_mode => 'error')`,
+      ),
+    ).rejects.toMatchObject({ code: '23505', constraint: 'jobs_job_key_idx' });
+    await expect(
+      fx.db.pool.query(`SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"x"}', _job_key => 'k', _job_key_mode => 'merge')`),
+    ).rejects.toMatchObject({ code: '22023' });
     // Calls written for migration 0001 still resolve to the one function.
     const old = await fx.db.pool.query(
-      `SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"x"}') AS a, ${fx.db.s}.enqueue_job('sql', '{}', now(), 3, 'y', 2) AS b`);
+      `SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"x"}') AS a, ${fx.db.s}.enqueue_job('sql', '{}', now(), 3, 'y', 2) AS b`,
+    );
     expect(old.rows[0].a).not.toBe(old.rows[0].b);
   });
 
@@ -179,8 +222,12 @@ describe('unique jobs', () => {
     expect(ids).toHaveLength(3);
     expect(ids[1]).toBe(holder);
     expect(new Set(ids).size).toBe(3);
-    await expect(fx.queue.enqueueMany([{ task: 'sync', jobKey: 'twice' }, { task: 'sync', jobKey: 'twice' }]))
-      .rejects.toBeInstanceOf(ValidationError);
+    await expect(
+      fx.queue.enqueueMany([
+        { task: 'sync', jobKey: 'twice' },
+        { task: 'sync', jobKey: 'twice' },
+      ]),
+    ).rejects.toBeInstanceOf(ValidationError);
     expect(await keyed('twice')).toEqual([]);
   });
 
@@ -188,6 +235,8 @@ describe('unique jobs', () => {
     await expect(fx.queue.enqueue('x', {}, { jobKey: '' })).rejects.toBeInstanceOf(ValidationError);
     await expect(fx.queue.enqueue('x', {}, { jobKey: 'k'.repeat(513) })).rejects.toBeInstanceOf(ValidationError);
     await expect(fx.queue.enqueue('x', {}, { jobKeyMode: 'keep' })).rejects.toBeInstanceOf(ValidationError);
-    await expect(fx.queue.enqueue('x', {}, { jobKey: 'k', jobKeyMode: 'merge' as never })).rejects.toBeInstanceOf(ValidationError);
+    await expect(fx.queue.enqueue('x', {}, { jobKey: 'k', jobKeyMode: 'merge' as never })).rejects.toBeInstanceOf(
+      ValidationError,
+    );
   });
 });

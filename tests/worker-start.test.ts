@@ -6,7 +6,12 @@ import { TEST_DRIVER } from './helpers/driver.js';
 
 describe('Worker.start()', () => {
   it('rejects with the migrate hint when the schema was never migrated', async () => {
-    const worker = new Worker({ connectionString: databaseUrl(), schema: 'never_migrated_here', driver: TEST_DRIVER, tasks: { t: async () => {} } });
+    const worker = new Worker({
+      connectionString: databaseUrl(),
+      schema: 'never_migrated_here',
+      driver: TEST_DRIVER,
+      tasks: { t: async () => {} },
+    });
     const started = worker.start();
     await expect(started).rejects.toBeInstanceOf(MigrationError);
     await expect(started).rejects.toThrow(/no Sluice tables in schema "never_migrated_here": run `sluice migrate`/);
@@ -16,7 +21,9 @@ describe('Worker.start()', () => {
   it('starts while Postgres is out of reach and reports where it tried, without the password', async () => {
     const errors: SluiceError[] = [];
     const worker = new Worker({
-      connectionString: 'postgres://someone:s3cret@127.0.0.1:1/nowhere', driver: TEST_DRIVER, tasks: { t: async () => {} },
+      connectionString: 'postgres://someone:s3cret@127.0.0.1:1/nowhere',
+      driver: TEST_DRIVER,
+      tasks: { t: async () => {} },
     });
     worker.on('error', (e) => errors.push(e));
     try {

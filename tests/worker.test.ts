@@ -56,8 +56,7 @@ describe('Worker', () => {
       tasks: { send_welcome: async (payload, ctx) => void seen.push({ payload, attempt: ctx.attempt }) },
     });
     const completed = nextEvent<[JobRow]>(worker, 'job:complete');
-    const { rows } = await db.pool.query(
-      `SELECT ${db.s}.enqueue_job('sql', '{"task":"send_welcome","user_id":42}') AS id`);
+    const { rows } = await db.pool.query(`SELECT ${db.s}.enqueue_job('sql', '{"task":"send_welcome","user_id":42}') AS id`);
     const [done] = await completed;
     expect(done.id).toBe(rows[0].id);
     expect(seen).toEqual([{ payload: { task: 'send_welcome', user_id: 42 }, attempt: 1 }]);
@@ -91,7 +90,11 @@ describe('Worker', () => {
     const worker = await startWorker({
       queues: ['retry'],
       backoff: { baseMs: 50, maxMs: 200 },
-      tasks: { flaky: async (_p, { attempt }) => { throw new Error(`boom on attempt ${attempt}`); } },
+      tasks: {
+        flaky: async (_p, { attempt }) => {
+          throw new Error(`boom on attempt ${attempt}`);
+        },
+      },
     });
     worker.on('job:fail', (_job, info) => failures.push({ willRetry: info.willRetry }));
     const id = await queue.enqueue('flaky', {}, { queue: 'retry', maxAttempts: 3 });
@@ -117,9 +120,15 @@ describe('Worker', () => {
     const worker = await startWorker({
       queues: ['permanent'],
       tasks: {
-        give_up: async () => { throw new PermanentFailure('bad input'); },
-        throws_string: async () => { throw 'just a string'; },
-        throws_sync: () => { throw new Error('synchronous'); },
+        give_up: async () => {
+          throw new PermanentFailure('bad input');
+        },
+        throws_string: async () => {
+          throw 'just a string';
+        },
+        throws_sync: () => {
+          throw new Error('synchronous');
+        },
       },
     });
     const a = await queue.enqueue('give_up', {}, { queue: 'permanent', maxAttempts: 5 });
@@ -162,7 +171,12 @@ describe('Worker', () => {
       queues: ['heartbeat'],
       visibilityTimeoutMs: 1_000,
       heartbeatIntervalMs: 150,
-      tasks: { long: async (_p, { attempt }) => { runs.push(attempt); await release.promise; } },
+      tasks: {
+        long: async (_p, { attempt }) => {
+          runs.push(attempt);
+          await release.promise;
+        },
+      },
     });
     const lost: unknown[] = [];
     busy.on('job:lock-lost', (j) => lost.push(j));
@@ -170,11 +184,15 @@ describe('Worker', () => {
     await waitFor(() => runs.length === 1, 'job to start');
     // Rescue as aggressively as the timeout allows, for several timeouts' worth of time.
     const { rows } = await db.pool.query('SELECT clock_timestamp() AS t');
-    await waitFor(async () => {
-      await rescueExpired(driver, workerStatements(db.schema), 1_000);
-      const now = await db.pool.query('SELECT clock_timestamp() AS t');
-      return now.rows[0].t.getTime() - rows[0].t.getTime() > 3_000;
-    }, 'three visibility timeouts to pass', 10_000);
+    await waitFor(
+      async () => {
+        await rescueExpired(driver, workerStatements(db.schema), 1_000);
+        const now = await db.pool.query('SELECT clock_timestamp() AS t');
+        return now.rows[0].t.getTime() - rows[0].t.getTime() > 3_000;
+      },
+      'three visibility timeouts to pass',
+      10_000,
+    );
     release.resolve();
     await waitFor(async () => (await job(id)).status === 'completed', 'completion');
     expect(runs).toEqual([1]);
@@ -191,7 +209,12 @@ describe('Worker', () => {
       // One slot, busy with the job: A cannot claim it again after the rescue.
       concurrency: 1,
       visibilityTimeoutMs: 60_000,
-      tasks: { slow: async () => { startedA.resolve(); await releaseA.promise; } },
+      tasks: {
+        slow: async () => {
+          startedA.resolve();
+          await releaseA.promise;
+        },
+      },
     });
     const id = await queue.enqueue('slow', {}, { queue: 'stolen' });
     await startedA.promise;
@@ -215,8 +238,14 @@ describe('Worker', () => {
       concurrency: 2,
       shutdownTimeoutMs: 500,
       tasks: {
-        quick_after_stop: async (_p, { job: j }) => { started.push(j.id); await finishing.promise; },
-        ignores_abort: async (_p, { job: j }) => { started.push(j.id); await new Promise(() => {}); },
+        quick_after_stop: async (_p, { job: j }) => {
+          started.push(j.id);
+          await finishing.promise;
+        },
+        ignores_abort: async (_p, { job: j }) => {
+          started.push(j.id);
+          await new Promise(() => {});
+        },
       },
     });
     const quick = await queue.enqueue('quick_after_stop', {}, { queue: 'stop' });
@@ -249,7 +278,8 @@ describe('Worker', () => {
     await queue.enqueueMany(Array.from({ length: 60 }, () => ({ task: 'count', queue: 'concurrency' })));
     await waitFor(async () => {
       const { rows } = await db.pool.query(
-        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'concurrency' AND status = 'completed'`);
+        `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'concurrency' AND status = 'completed'`,
+      );
       return rows[0].n === 60;
     }, 'all jobs');
     expect(peak).toBeLessThanOrEqual(3);

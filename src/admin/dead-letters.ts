@@ -1,7 +1,13 @@
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
 import {
-  listJobs, retryFailed, retryJob, type ActionOptions, type JobActionResult, type JobPage, type ListJobsOptions,
+  listJobs,
+  retryFailed,
+  retryJob,
+  type ActionOptions,
+  type JobActionResult,
+  type JobPage,
+  type ListJobsOptions,
 } from './jobs.js';
 
 /**
@@ -56,7 +62,11 @@ export async function redriveDeadLetters(
   for (const id of target.ids) {
     const outcome: JobActionResult = await retryJob(db, schema, id, options);
     if (outcome.ok) result.redriven++;
-    else result.skipped.push({ id: String(id), reason: outcome.reason === 'wrong_status' ? `status is ${outcome.status}` : 'not found' });
+    else
+      result.skipped.push({
+        id: String(id),
+        reason: outcome.reason === 'wrong_status' ? `status is ${outcome.status}` : 'not found',
+      });
   }
   return result;
 }

@@ -1,7 +1,15 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
 import {
-  CANCELLABLE, DELETABLE, FINISHED, JOB_STATUSES, RETRYABLE, isFinished, type JobRow, type JobStatus, type UnfinishedStatus,
+  CANCELLABLE,
+  DELETABLE,
+  FINISHED,
+  JOB_STATUSES,
+  RETRYABLE,
+  isFinished,
+  type JobRow,
+  type JobStatus,
+  type UnfinishedStatus,
 } from '../job.js';
 import { checks } from '../validate.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
@@ -52,9 +60,7 @@ export interface JobPage {
  * a dashboard button or a script.
  */
 export type JobActionResult =
-  | { ok: true; job: JobRow }
-  | { ok: false; reason: 'not_found' }
-  | { ok: false; reason: 'wrong_status'; status: JobStatus };
+  { ok: true; job: JobRow } | { ok: false; reason: 'not_found' } | { ok: false; reason: 'wrong_status'; status: JobStatus };
 
 /**
  * Lists jobs with keyset pagination by id: fast on any page of a large table.
@@ -151,7 +157,12 @@ export async function allowedActions(db: Queryable, schema: string, id: string |
  * Puts a failed or cancelled job back to pending, due now. A job that used all
  * its attempts gets one more. Wakes the queue's workers.
  */
-export async function retryJob(db: Queryable, schema: string, id: string | number, options: ActionOptions = {}): Promise<JobActionResult> {
+export async function retryJob(
+  db: Queryable,
+  schema: string,
+  id: string | number,
+  options: ActionOptions = {},
+): Promise<JobActionResult> {
   const result = await act(db, schema, 'retry', id, RETRYABLE, options);
   if (result.ok) await wakeQueues(db, schema, [result.job.queue]);
   return result;
@@ -165,8 +176,16 @@ export async function retryFailed(
 ): Promise<{ retried: number; queues: Record<string, number> }> {
   const queue = options.queue === undefined ? null : checkName('queue', options.queue);
   const counts = await query<{ queue: string; count: number }>(
-    db, adminStatements(schema).retryFailed, [queue, actorOf(options)], 'retryFailed');
-  await wakeQueues(db, schema, counts.map((c) => c.queue));
+    db,
+    adminStatements(schema).retryFailed,
+    [queue, actorOf(options)],
+    'retryFailed',
+  );
+  await wakeQueues(
+    db,
+    schema,
+    counts.map((c) => c.queue),
+  );
   return {
     retried: counts.reduce((sum, c) => sum + c.count, 0),
     queues: Object.fromEntries(counts.map((c) => [c.queue, c.count])),
@@ -175,8 +194,7 @@ export async function retryFailed(
 
 /** What cancelJob did; `previousStatus` 'processing' means a worker was told to abort the handler. */
 export type CancelJobResult =
-  | { ok: true; job: JobRow; previousStatus: UnfinishedStatus }
-  | Exclude<JobActionResult, { ok: true }>;
+  { ok: true; job: JobRow; previousStatus: UnfinishedStatus } | Exclude<JobActionResult, { ok: true }>;
 
 /**
  * Cancels a job that has not finished; it becomes 'cancelled' and is not retried.
@@ -190,18 +208,28 @@ export type CancelJobResult =
  *   if (result.ok && result.previousStatus === 'processing') console.log('its worker was told to stop');
  */
 export async function cancelJob(
-  db: Queryable, schema: string, id: string | number, options: ActionOptions = {},
+  db: Queryable,
+  schema: string,
+  id: string | number,
+  options: ActionOptions = {},
 ): Promise<CancelJobResult> {
-  const result = await act<JobRow & { previous_status: UnfinishedStatus }>(
-    db, schema, 'cancel', id, CANCELLABLE, options,
-    [channelFor(schema), doneChannelFor(schema), encodeControl({ c: 'cancel', id: jobId(id) })]);
+  const result = await act<JobRow & { previous_status: UnfinishedStatus }>(db, schema, 'cancel', id, CANCELLABLE, options, [
+    channelFor(schema),
+    doneChannelFor(schema),
+    encodeControl({ c: 'cancel', id: jobId(id) }),
+  ]);
   if (!result.ok) return result;
   const { previous_status: previousStatus, ...job } = result.job;
   return { ok: true, job, previousStatus };
 }
 
 /** Deletes one job that no worker is running. */
-export async function deleteJob(db: Queryable, schema: string, id: string | number, options: ActionOptions = {}): Promise<JobActionResult> {
+export async function deleteJob(
+  db: Queryable,
+  schema: string,
+  id: string | number,
+  options: ActionOptions = {},
+): Promise<JobActionResult> {
   return act(db, schema, 'deleteJob', id, DELETABLE, options);
 }
 
@@ -219,7 +247,11 @@ export interface DeleteFinishedOptions {
  * statement, so on a pool each commits on its own and locks stay short).
  * Returns how many rows went.
  */
-export async function deleteFinished(db: Queryable, schema: string, options: DeleteFinishedOptions): Promise<{ deleted: number }> {
+export async function deleteFinished(
+  db: Queryable,
+  schema: string,
+  options: DeleteFinishedOptions,
+): Promise<{ deleted: number }> {
   if (!options || typeof options.olderThanMs !== 'number' || !Number.isFinite(options.olderThanMs) || options.olderThanMs < 0) {
     throw new ValidationError('deleteFinished: olderThanMs must be a number of milliseconds >= 0');
   }
@@ -236,7 +268,11 @@ export async function deleteFinished(db: Queryable, schema: string, options: Del
   let deleted = 0;
   for (;;) {
     const [batch] = await query<{ count: number; last_id: string | null }>(
-      db, admin.deleteFinishedBatch, [cursor, statuses, options.olderThanMs, batchSize], 'deleteFinished');
+      db,
+      admin.deleteFinishedBatch,
+      [cursor, statuses, options.olderThanMs, batchSize],
+      'deleteFinished',
+    );
     deleted += batch!.count;
     if (batch!.count < batchSize || batch!.last_id === null) return { deleted };
     cursor = batch!.last_id;
@@ -250,8 +286,13 @@ type ActionQuery = 'retry' | 'cancel' | 'deleteJob';
  * changes nothing, reads the status to say why (gone, or in another state).
  */
 async function act<R extends JobRow = JobRow>(
-  db: Queryable, schema: string, action: ActionQuery, id: string | number, allowed: readonly JobStatus[],
-  options: ActionOptions, extra: unknown[] = [],
+  db: Queryable,
+  schema: string,
+  action: ActionQuery,
+  id: string | number,
+  allowed: readonly JobStatus[],
+  options: ActionOptions,
+  extra: unknown[] = [],
 ): Promise<{ ok: true; job: R } | Exclude<JobActionResult, { ok: true }>> {
   const admin = adminStatements(schema);
   const jobIdText = jobId(id);
@@ -282,7 +323,8 @@ export function jobId(value: string | number): string {
 
 function dateOption(name: string, value: Date | undefined): Date | null {
   if (value === undefined) return null;
-  if (!(value instanceof Date) || Number.isNaN(value.getTime())) throw new ValidationError(`listJobs: ${name} must be a valid Date`);
+  if (!(value instanceof Date) || Number.isNaN(value.getTime()))
+    throw new ValidationError(`listJobs: ${name} must be a valid Date`);
   return value;
 }
 

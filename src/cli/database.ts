@@ -33,13 +33,18 @@ export function checkDatabaseUrl(url: string): void {
   const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
   const shape = 'postgres://user:password@host:5432/database';
   if (scheme === 'postgres' || scheme === 'postgresql') {
-    if (!URL.canParse(url)) throw new UsageError(`the database URL is not a valid URL; it should look like ${shape} (special characters in the password percent-encoded)`);
+    if (!URL.canParse(url))
+      throw new UsageError(
+        `the database URL is not a valid URL; it should look like ${shape} (special characters in the password percent-encoded)`,
+      );
     return;
   }
   if (scheme === 'socket' || url.startsWith('/')) return; // a Unix socket, as pg also accepts
-  throw new UsageError(scheme
-    ? `the database URL must be a postgres:// or postgresql:// URL, not ${scheme}:`
-    : `the database URL is not a URL; it should look like ${shape}`);
+  throw new UsageError(
+    scheme
+      ? `the database URL must be a postgres:// or postgresql:// URL, not ${scheme}:`
+      : `the database URL is not a URL; it should look like ${shape}`,
+  );
 }
 
 // SQLSTATEs of a server that answered but would not let us in, and what to do.
@@ -68,7 +73,6 @@ export const DEMO_DATA_DIR = join(process.cwd(), '.sluice', 'demo-pg');
 
 // A command line must not hang on a host that drops packets.
 const CONNECT_TIMEOUT_MS = 10_000;
-
 
 export interface CommandDatabase {
   pool: pg.Pool;

@@ -28,7 +28,11 @@ export function buildProgram(): Command {
     .description('A transactional job queue that lives inside PostgreSQL')
     .version(VERSION, '-v, --version', 'print the version of sluice')
     .option('--database-url <url>', 'Postgres connection string (env: DATABASE_URL)')
-    .option('--schema <name>', 'Postgres schema holding Sluice tables (env: SLUICE_SCHEMA)', process.env.SLUICE_SCHEMA ?? 'sluice')
+    .option(
+      '--schema <name>',
+      'Postgres schema holding Sluice tables (env: SLUICE_SCHEMA)',
+      process.env.SLUICE_SCHEMA ?? 'sluice',
+    )
     // The error itself is one line; the full help would bury it.
     .showHelpAfterError('(add --help for usage)')
     .exitOverride();

@@ -18,9 +18,10 @@ export async function loadTasks(path: string): Promise<TaskList> {
     mod = await import(pathToFileURL(file).href);
   } catch (err) {
     const message = (err as Error).message;
-    const hint = /Unknown file extension/.test(message) && ['.ts', '.mts', '.cts'].includes(extname(file))
-      ? ' (for TypeScript, run with a loader: node --import tsx ./node_modules/.bin/sluice ...)'
-      : '';
+    const hint =
+      /Unknown file extension/.test(message) && ['.ts', '.mts', '.cts'].includes(extname(file))
+        ? ' (for TypeScript, run with a loader: node --import tsx ./node_modules/.bin/sluice ...)'
+        : '';
     const name = err instanceof Error && err.name !== 'Error' ? `${err.name}: ` : '';
     const summary = firstLine(message);
     // A loader's message may name the place itself (tsx: "…failed with 1 error: /app/tasks.ts:4:0: ERROR: …").
@@ -29,7 +30,8 @@ export async function loadTasks(path: string): Promise<TaskList> {
   }
   // A CommonJS module arrives as { default: module.exports }.
   const fromDefault = mod.default as Record<string, unknown> | undefined;
-  const tasks = mod.tasks ?? (fromDefault && typeof fromDefault === 'object' && 'tasks' in fromDefault ? fromDefault.tasks : fromDefault);
+  const tasks =
+    mod.tasks ?? (fromDefault && typeof fromDefault === 'object' && 'tasks' in fromDefault ? fromDefault.tasks : fromDefault);
   if (!tasks || typeof tasks !== 'object') {
     throw new UsageError(`task module ${path} must export \`tasks\` (or a default export) mapping task names to handlers`);
   }
@@ -69,10 +71,14 @@ function failedAt(err: unknown, file: string): string | undefined {
     if (frame) return showLocation(frame);
   }
   if (!(err instanceof SyntaxError)) return undefined;
-  const child = spawnSync(process.execPath, [...process.execArgv, '--input-type=module', '-e', `await import(${JSON.stringify(pathToFileURL(file).href)})`], {
-    encoding: 'utf8',
-    timeout: 10_000,
-  });
+  const child = spawnSync(
+    process.execPath,
+    [...process.execArgv, '--input-type=module', '-e', `await import(${JSON.stringify(pathToFileURL(file).href)})`],
+    {
+      encoding: 'utf8',
+      timeout: 10_000,
+    },
+  );
   const line = child.stderr?.split('\n').find((l) => LOCATION.test(l.trim()));
   return line ? showLocation(LOCATION.exec(line.trim())!) : undefined;
 }

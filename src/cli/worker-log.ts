@@ -16,7 +16,8 @@ export class WorkerLog {
   follow(worker: Worker): void {
     worker.on('job:complete', (job, { durationMs }) => this.job('completed', job, durationMs));
     worker.on('job:fail', (job, { error, willRetry, durationMs }) =>
-      this.job(willRetry ? 'retrying' : 'failed', job, durationMs, { error: errorText(error) }));
+      this.job(willRetry ? 'retrying' : 'failed', job, durationMs, { error: errorText(error) }),
+    );
     worker.on('job:cancel', (job) => this.job('cancelled', job, null));
     worker.on('job:snooze', (job, { runAt }) => this.job('snoozed', job, null, { until: runAt.toISOString() }));
     worker.on('job:lock-lost', (job) => this.job('lock-lost', job, null));
@@ -40,7 +41,13 @@ export class WorkerLog {
     const ms = durationMs === null ? null : Math.round(durationMs);
     const fields: Fields = this.json
       ? { id: job.id, task: job.task, queue: job.queue, attempt: job.attempts, durationMs: ms, ...extra }
-      : { job: `${job.task} #${job.id}`, queue: job.queue, attempt: job.attempts, ...(ms === null ? {} : { took: `${ms}ms` }), ...extra };
+      : {
+          job: `${job.task} #${job.id}`,
+          queue: job.queue,
+          attempt: job.attempts,
+          ...(ms === null ? {} : { took: `${ms}ms` }),
+          ...extra,
+        };
     this.line(event, fields);
   }
 }

@@ -1,6 +1,16 @@
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import {
-  allowedActions, cancelJob, checkStatus, deleteJob, getJob, getJobAudit, jobId, listJobs, retryFailed, retryJob, type JobActionResult,
+  allowedActions,
+  cancelJob,
+  checkStatus,
+  deleteJob,
+  getJob,
+  getJobAudit,
+  jobId,
+  listJobs,
+  retryFailed,
+  retryJob,
+  type JobActionResult,
 } from '../admin/jobs.js';
 import { setQueuePaused } from '../control.js';
 import { controlStatements } from '../db/statements/control.js';
@@ -34,7 +44,6 @@ interface JobsQuery {
 }
 
 const UNDEFINED_TABLE = '42P01';
-
 
 const HTTP_STATUS: Partial<Record<SluiceError['code'], number>> = {
   VALIDATION: 400,
@@ -87,7 +96,11 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get('/api/jobs/:id', async (req, reply) => {
     const id = jobId(param(req.params, 'id'));
-    const [job, audit, actions] = await Promise.all([getJob(db, schema, id), getJobAudit(db, schema, id), allowedActions(db, schema, id)]);
+    const [job, audit, actions] = await Promise.all([
+      getJob(db, schema, id),
+      getJobAudit(db, schema, id),
+      allowedActions(db, schema, id),
+    ]);
     if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' }, audit });
     // The page offers exactly the actions the admin API would accept now.
     return { job, audit, actions };
@@ -102,7 +115,10 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   }
 
   const control = controlStatements(schema);
-  for (const [name, paused] of [['pause', true], ['resume', false]] as const) {
+  for (const [name, paused] of [
+    ['pause', true],
+    ['resume', false],
+  ] as const) {
     app.post(`/api/queues/:queue/${name}`, async (req) => {
       const queue = param(req.params, 'queue');
       const settings = await setQueuePaused(db, control, queue, paused, { actor: ctx.actor(req) });

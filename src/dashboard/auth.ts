@@ -54,7 +54,11 @@ export class Authenticator {
       if (req.remoteAddress !== undefined && isLoopback(req.remoteAddress) && host !== undefined && isLoopback(host)) {
         return { ok: true, via: 'loopback' };
       }
-      return { ok: false, status: 403, reason: 'this dashboard has no authentication configured and answers loopback requests only' };
+      return {
+        ok: false,
+        status: 403,
+        reason: 'this dashboard has no authentication configured and answers loopback requests only',
+      };
     }
     const { token, basicAuth } = this.options;
     const authorization = req.headers.authorization ?? '';

@@ -41,7 +41,17 @@ export interface ResolvedDashboardOptions {
 }
 
 const KEYS = new Set([
-  'connectionString', 'pool', 'sql', 'driver', 'schema', 'token', 'basicAuth', 'basePath', 'refreshMs', 'listenConnectionString', 'onError',
+  'connectionString',
+  'pool',
+  'sql',
+  'driver',
+  'schema',
+  'token',
+  'basicAuth',
+  'basePath',
+  'refreshMs',
+  'listenConnectionString',
+  'onError',
 ]);
 const MIN_SECRET_LENGTH = 8;
 

@@ -16,8 +16,17 @@ export interface QueueOverview extends QueueStats {
 }
 
 const NO_JOBS: Omit<QueueStats, 'queue'> = {
-  pending: 0, scheduled: 0, processing: 0, completed: 0, failed: 0, cancelled: 0, oldestPendingMs: null,
-  completedInWindow: 0, failedInWindow: 0, cancelledInWindow: 0, jobsPerSecond: 0,
+  pending: 0,
+  scheduled: 0,
+  processing: 0,
+  completed: 0,
+  failed: 0,
+  cancelled: 0,
+  oldestPendingMs: null,
+  completedInWindow: 0,
+  failedInWindow: 0,
+  cancelledInWindow: 0,
+  jobsPerSecond: 0,
 };
 
 export interface Overview {
@@ -41,15 +50,17 @@ export async function loadOverview(db: Queryable, schema: string): Promise<Overv
   return {
     throughput,
     windowMs: stats.windowMs,
-    queues: [...byName.values()].sort((a, b) => (a.queue < b.queue ? -1 : 1)).map((q) => {
-      const finished = q.completedInWindow + q.failedInWindow;
-      const setting = settingsOf.get(q.queue);
-      return {
-        ...q,
-        failureRate: finished === 0 ? null : q.failedInWindow / finished,
-        paused: setting?.paused ?? false,
-        concurrencyLimit: setting?.concurrencyLimit ?? null,
-      };
-    }),
+    queues: [...byName.values()]
+      .sort((a, b) => (a.queue < b.queue ? -1 : 1))
+      .map((q) => {
+        const finished = q.completedInWindow + q.failedInWindow;
+        const setting = settingsOf.get(q.queue);
+        return {
+          ...q,
+          failureRate: finished === 0 ? null : q.failedInWindow / finished,
+          paused: setting?.paused ?? false,
+          concurrencyLimit: setting?.concurrencyLimit ?? null,
+        };
+      }),
   };
 }

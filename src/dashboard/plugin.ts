@@ -38,7 +38,12 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
   const { connectionString, pool, sql, listenConnectionString } = options;
   // One driver for the queries and the LISTEN: on pg that is a client of its own
   // when there is a URL, else one borrowed from your pool.
-  const db = await openDriver(config.driver, { connectionString, pool, sql, listenConnectionString }, POOL_SIZE, 'sluice-dashboard');
+  const db = await openDriver(
+    config.driver,
+    { connectionString, pool, sql, listenConnectionString },
+    POOL_SIZE,
+    'sluice-dashboard',
+  );
   const onError = options.onError ?? ((err: unknown) => app.log.warn({ err }, 'sluice dashboard: live feed error'));
   const notifier = new Notifier(db, channelFor(config.schema));
   const feed = new LiveFeed({ load: () => loadOverview(db, config.schema), notifier, refreshMs: config.refreshMs, onError });
@@ -108,12 +113,15 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
 function refuse(req: FastifyRequest, reply: FastifyReply, status: 401 | 403, reason: string, basic: boolean) {
   if (basic) reply.header('www-authenticate', 'Basic realm="Sluice dashboard", charset="UTF-8"');
   const wantsHtml = (req.headers.accept ?? '').includes('text/html');
-  if (!wantsHtml) return reply.code(status).send({ error: { code: status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN', message: reason } });
+  if (!wantsHtml)
+    return reply.code(status).send({ error: { code: status === 401 ? 'UNAUTHORIZED' : 'FORBIDDEN', message: reason } });
   const hint = status === 401 && !basic ? '<p>Open this page with <code>?token=…</code> added to the address.</p>' : '';
   return reply
     .code(status)
     .type('text/html; charset=utf-8')
-    .send(`<!doctype html><html lang="en"><meta charset="utf-8"><title>Sluice dashboard</title><h1>Sluice dashboard: ${reason}</h1>${hint}</html>`);
+    .send(
+      `<!doctype html><html lang="en"><meta charset="utf-8"><title>Sluice dashboard</title><h1>Sluice dashboard: ${reason}</h1>${hint}</html>`,
+    );
 }
 
 /**

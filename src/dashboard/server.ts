@@ -61,7 +61,8 @@ export interface RunningDashboard {
 /** Runs the dashboard on its own HTTP server (what `sluice dashboard` does). */
 export async function startDashboard(options: StartDashboardOptions): Promise<RunningDashboard> {
   const { host = '127.0.0.1', port = 4000, ...dashboardOptions } = options;
-  if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new ConfigError(`dashboard: port must be 0 to 65535, got ${port}`);
+  if (!Number.isInteger(port) || port < 0 || port > 65_535)
+    throw new ConfigError(`dashboard: port must be 0 to 65535, got ${port}`);
   checkBindSafety(host, dashboardOptions);
   const Fastify = await loadFastify();
   const app = Fastify({ forceCloseConnections: true });
@@ -71,7 +72,9 @@ export async function startDashboard(options: StartDashboardOptions): Promise<Ru
   } catch (err) {
     await app.close();
     if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
-    throw new ConfigError(`dashboard: port ${port} on ${host} is already in use (choose another port, or 0 for any free one)`, { cause: err });
+    throw new ConfigError(`dashboard: port ${port} on ${host} is already in use (choose another port, or 0 for any free one)`, {
+      cause: err,
+    });
   }
   const address = app.server.address() as AddressInfo;
   const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;

@@ -78,7 +78,12 @@ export interface PoolHandle {
  * Wraps the caller's pool, or makes one from the connection string. `max` bounds
  * the connections a worker holds whatever its concurrency.
  */
-export function openPool(options: ConnectionOptions, max: number, applicationName = 'sluice', connectTimeoutMs?: number): PoolHandle {
+export function openPool(
+  options: ConnectionOptions,
+  max: number,
+  applicationName = 'sluice',
+  connectTimeoutMs?: number,
+): PoolHandle {
   if (options.pool) {
     return { pool: options.pool, owned: false, end: async () => {} };
   }

@@ -122,23 +122,27 @@ export class PgWorkerStore implements WorkerStore {
     // One queue to claim from (or none: a write-only cycle) takes the form whose
     // plan walks the dequeue index in order (see the statement's comment).
     const many = r.queues.length > 1;
-    const { rows } = await this.db.query<CycleRow>(many ? this.queries.cycleManyQueues : this.queries.cycle, [
-      this.workerId,
-      r.completed.map((c) => c.id),
-      r.completed.map((c) => c.attempt),
-      r.failed.map((f) => f.id),
-      r.failed.map((f) => f.attempt),
-      r.failed.map((f) => f.errorText),
-      r.failed.map((f) => f.delayMs),
-      r.failed.map((f) => f.final),
-      r.queues,
-      r.tasks,
-      r.limit,
-      r.completed.map((c) => c.result),
-      this.doneChannel,
-      r.started,
-      r.startNow,
-    ], this.name(many ? 'cycle-many' : 'cycle'));
+    const { rows } = await this.db.query<CycleRow>(
+      many ? this.queries.cycleManyQueues : this.queries.cycle,
+      [
+        this.workerId,
+        r.completed.map((c) => c.id),
+        r.completed.map((c) => c.attempt),
+        r.failed.map((f) => f.id),
+        r.failed.map((f) => f.attempt),
+        r.failed.map((f) => f.errorText),
+        r.failed.map((f) => f.delayMs),
+        r.failed.map((f) => f.final),
+        r.queues,
+        r.tasks,
+        r.limit,
+        r.completed.map((c) => c.result),
+        this.doneChannel,
+        r.started,
+        r.startNow,
+      ],
+      this.name(many ? 'cycle-many' : 'cycle'),
+    );
     const first = rows[0];
     const claimed: JobRow[] = [];
     for (const row of rows) {
@@ -155,29 +159,42 @@ export class PgWorkerStore implements WorkerStore {
   }
 
   async claimLimited(queue: string, tasks: readonly string[], max: number): Promise<JobRow[]> {
-    const { rows } = await this.db.query<JobRow>(this.queries.claimLimited, [this.workerId, queue, tasks, max],
-      this.name('claim-limited'));
+    const { rows } = await this.db.query<JobRow>(
+      this.queries.claimLimited,
+      [this.workerId, queue, tasks, max],
+      this.name('claim-limited'),
+    );
     return rows;
   }
 
   async heartbeat(ids: readonly string[]): Promise<LockedWrite> {
-    const { rows } = await this.db.query<{ id: string; renewed: boolean }>(this.queries.heartbeat, [this.workerId, ids],
-      this.name('heartbeat'));
+    const { rows } = await this.db.query<{ id: string; renewed: boolean }>(
+      this.queries.heartbeat,
+      [this.workerId, ids],
+      this.name('heartbeat'),
+    );
     return lockedWrite(rows.map((r) => ({ id: r.id, done: r.renewed })));
   }
 
   async release(ids: readonly string[]): Promise<LockedWrite> {
     if (ids.length === 0) return { done: new Set(), skipped: new Set() };
-    const { rows } = await this.db.query<{ id: string; queue: string; released: boolean }>(this.queries.release,
-      [this.workerId, ids]);
+    const { rows } = await this.db.query<{ id: string; queue: string; released: boolean }>(this.queries.release, [
+      this.workerId,
+      ids,
+    ]);
     const queues = [...new Set(rows.filter((r) => r.released).map((r) => r.queue))];
     if (queues.length > 0) await this.db.query(this.queries.notify, [this.channel, queues]);
     return lockedWrite(rows.map((r) => ({ id: r.id, done: r.released })));
   }
 
   async snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | 'skipped' | undefined> {
-    const { rows } = await this.db.query<{ run_at: Date | null; mine: boolean }>(this.queries.snooze,
-      [this.workerId, id, attempt, runAt, delayMs]);
+    const { rows } = await this.db.query<{ run_at: Date | null; mine: boolean }>(this.queries.snooze, [
+      this.workerId,
+      id,
+      attempt,
+      runAt,
+      delayMs,
+    ]);
     const row = rows[0];
     if (row?.run_at) return row.run_at;
     return row?.mine ? 'skipped' : undefined;

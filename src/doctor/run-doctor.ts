@@ -81,7 +81,10 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
     results.push(checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance))[0]!, t));
   } else {
     results.push({
-      id: 'schema', title: 'Sluice schema', status: 'critical', details: [],
+      id: 'schema',
+      title: 'Sluice schema',
+      status: 'critical',
+      details: [],
       summary: `schema "${schema}" has no Sluice jobs table`,
       advice: 'Run `sluice migrate` (or migrate()) against this database and schema, or pass the right --schema.',
     });

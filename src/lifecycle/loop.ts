@@ -177,11 +177,14 @@ export class Loop<R = void> {
     if (this.stopped || !(at < this.timerAt)) return;
     clearTimeout(this.timer);
     this.timerAt = at;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      this.timerAt = Infinity;
-      void this.trigger();
-    }, Math.min(MAX_TIMEOUT_MS, Math.max(0, at - performance.now())));
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        this.timerAt = Infinity;
+        void this.trigger();
+      },
+      Math.min(MAX_TIMEOUT_MS, Math.max(0, at - performance.now())),
+    );
     this.timer.unref();
   }
 

@@ -53,7 +53,8 @@ const KEYS = new Set(['name', 'cron', 'timezone', 'task', 'payload', 'queue', 'p
 
 /** Parses a cron expression in a time zone; ConfigError naming the schedule when it is not valid. */
 export function parseCron(name: string, cron: unknown, timezone: unknown): Cron {
-  if (typeof cron !== 'string' || cron.trim() === '') throw new ConfigError(`schedule "${name}": cron must be a non-empty string`);
+  if (typeof cron !== 'string' || cron.trim() === '')
+    throw new ConfigError(`schedule "${name}": cron must be a non-empty string`);
   if (typeof timezone !== 'string') throw new ConfigError(`schedule "${name}": timezone must be a string`);
   try {
     // Intl rejects unknown zones up front; croner alone would only fail on first use.
@@ -77,7 +78,9 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
     if (!entry || typeof entry !== 'object') throw new ConfigError('schedules: each schedule must be an object');
     const name = entry.name;
     if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
-      throw new ConfigError(`schedules: name must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}`);
+      throw new ConfigError(
+        `schedules: name must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}`,
+      );
     }
     rejectUnknownKeys(entry, KEYS, `schedule "${name}"`);
     if (seen.has(name)) throw new ConfigError(`schedules: name "${name}" is used twice`);
@@ -86,7 +89,10 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
     const pattern = parseCron(name, entry.cron, timezone);
     const task = entry.task;
     const queue = entry.queue ?? DEFAULT_QUEUE;
-    for (const [what, value] of [['task', task], ['queue', queue]] as const) {
+    for (const [what, value] of [
+      ['task', task],
+      ['queue', queue],
+    ] as const) {
       if (typeof value !== 'string' || value.length === 0 || value.length > MAX_NAME_LENGTH) {
         throw new ConfigError(`schedule "${name}": ${what} must be a string of 1 to ${MAX_NAME_LENGTH} characters`);
       }

@@ -40,8 +40,15 @@ export function cronTask(
 
   const register = async (): Promise<void> => {
     const defs = schedules.map((s) => ({
-      name: s.name, cron: s.cron, timezone: s.timezone, task: s.task, queue: s.queue,
-      payload: JSON.parse(s.payload) as unknown, priority: s.priority, max_attempts: s.maxAttempts, backfill: s.backfill,
+      name: s.name,
+      cron: s.cron,
+      timezone: s.timezone,
+      task: s.task,
+      queue: s.queue,
+      payload: JSON.parse(s.payload) as unknown,
+      priority: s.priority,
+      max_attempts: s.maxAttempts,
+      backfill: s.backfill,
     }));
     await db.query(queries.register, [JSON.stringify(defs)]);
   };
@@ -59,7 +66,12 @@ export function cronTask(
       let ids: string[] = [];
       if (ticks.length > 0) {
         const result = await tx.query(queries.enqueueTicks, [
-          schedule.name, schedule.queue, schedule.payload, schedule.maxAttempts, schedule.task, schedule.priority,
+          schedule.name,
+          schedule.queue,
+          schedule.payload,
+          schedule.maxAttempts,
+          schedule.task,
+          schedule.priority,
           ticks.map((t) => t.toISOString()),
         ]);
         ids = result.rows.map((r: { id: string }) => r.id);
@@ -121,8 +133,17 @@ export interface ScheduleInfo {
 }
 
 interface ScheduleRow {
-  name: string; cron: string; timezone: string; task: string; queue: string; payload: unknown;
-  priority: number; max_attempts: number; backfill: number; last_tick: Date; updated_at: Date;
+  name: string;
+  cron: string;
+  timezone: string;
+  task: string;
+  queue: string;
+  payload: unknown;
+  priority: number;
+  max_attempts: number;
+  backfill: number;
+  last_tick: Date;
+  updated_at: Date;
 }
 
 /**
@@ -144,9 +165,18 @@ export async function listSchedules(db: Queryable, schema: string): Promise<Sche
       // Written by a newer or older Sluice with a pattern this one cannot read.
     }
     return {
-      name: r.name, cron: r.cron, timezone: r.timezone, task: r.task, queue: r.queue, payload: r.payload,
-      priority: r.priority, maxAttempts: r.max_attempts, backfill: r.backfill, lastTick: r.last_tick,
-      nextRun: next, updatedAt: r.updated_at,
+      name: r.name,
+      cron: r.cron,
+      timezone: r.timezone,
+      task: r.task,
+      queue: r.queue,
+      payload: r.payload,
+      priority: r.priority,
+      maxAttempts: r.max_attempts,
+      backfill: r.backfill,
+      lastTick: r.last_tick,
+      nextRun: next,
+      updatedAt: r.updated_at,
     };
   });
 }

@@ -56,7 +56,8 @@ export function resolvePrunerConfig(options: PrunerOptions = {}): ResolvedPruner
   if (typeof options !== 'object' || options === null) throw new ConfigError('pruner must be an object or false');
   rejectUnknownKeys(options, new Set(['mode', 'delayMs', 'intervalMs', 'batchSize', 'retention', 'queues']), 'pruner');
   const mode = options.mode ?? 'archive';
-  if (mode !== 'archive' && mode !== 'delete') throw new ConfigError(`pruner.mode must be 'archive' or 'delete', got ${String(mode)}`);
+  if (mode !== 'archive' && mode !== 'delete')
+    throw new ConfigError(`pruner.mode must be 'archive' or 'delete', got ${String(mode)}`);
   const queues: Record<string, Retention> = {};
   for (const [queue, rule] of Object.entries(options.queues ?? {})) {
     checkName('queue', queue);

@@ -64,7 +64,11 @@ export async function prune(db: Queryable, queries: MaintenanceStatements, confi
   return result;
 }
 
-async function pruneBatch(db: Queryable, queries: MaintenanceStatements, params: unknown[]): Promise<{ removed: number; archived: number }> {
+async function pruneBatch(
+  db: Queryable,
+  queries: MaintenanceStatements,
+  params: unknown[],
+): Promise<{ removed: number; archived: number }> {
   try {
     const { rows } = await db.query(queries.prune, params);
     return rows[0];
@@ -89,8 +93,12 @@ function retentionValues(config: ResolvedPrunerConfig): number[] {
 }
 
 /** The pruner as a leader task. */
-export function prunerTask(db: Queryable, queries: MaintenanceStatements, config: ResolvedPrunerConfig,
-  pruned: (result: PruneResult) => void): PeriodicTask {
+export function prunerTask(
+  db: Queryable,
+  queries: MaintenanceStatements,
+  config: ResolvedPrunerConfig,
+  pruned: (result: PruneResult) => void,
+): PeriodicTask {
   return {
     name: 'pruner',
     intervalMs: config.intervalMs,

@@ -64,9 +64,14 @@ export function createMaintenance(
     leader.on('lease:error', error);
   }
   // Every worker with schedules enqueues their ticks, leader or not (a tick still becomes one job).
-  const everyWorker = config.schedules.length === 0 ? [] : [new ServiceRunner(
-    cronTask(db, cronStatements(config.schema), config.schedules, (ticks) => sink.emit('cron:enqueued', ticks), error),
-    error,
-  )];
+  const everyWorker =
+    config.schedules.length === 0
+      ? []
+      : [
+          new ServiceRunner(
+            cronTask(db, cronStatements(config.schema), config.schedules, (ticks) => sink.emit('cron:enqueued', ticks), error),
+            error,
+          ),
+        ];
   return leader || everyWorker.length > 0 ? new WorkerMaintenance(leader, everyWorker) : undefined;
 }

@@ -81,25 +81,62 @@ export class SluiceMetrics {
     const registry = (options.registry as PromClient.Registry | undefined) ?? new client.Registry();
     this.registry = registry;
     const registers = [registry];
-    this.enqueued = new client.Counter({ name: `${p}jobs_enqueued_total`, help: 'Jobs inserted by this process (counted when the INSERT succeeds, even if your transaction later rolls back)', labelNames: ['queue', 'task'], registers });
-    this.completed = new client.Counter({ name: `${p}jobs_completed_total`, help: 'Jobs completed by this worker', labelNames: ['queue', 'task'], registers });
-    this.failed = new client.Counter({ name: `${p}jobs_failed_total`, help: 'Failed attempts; final="true" when no retry is left', labelNames: ['queue', 'task', 'final'], registers });
+    this.enqueued = new client.Counter({
+      name: `${p}jobs_enqueued_total`,
+      help: 'Jobs inserted by this process (counted when the INSERT succeeds, even if your transaction later rolls back)',
+      labelNames: ['queue', 'task'],
+      registers,
+    });
+    this.completed = new client.Counter({
+      name: `${p}jobs_completed_total`,
+      help: 'Jobs completed by this worker',
+      labelNames: ['queue', 'task'],
+      registers,
+    });
+    this.failed = new client.Counter({
+      name: `${p}jobs_failed_total`,
+      help: 'Failed attempts; final="true" when no retry is left',
+      labelNames: ['queue', 'task', 'final'],
+      registers,
+    });
     this.duration = new client.Histogram({
-      name: `${p}job_duration_seconds`, help: 'Handler run time', labelNames: ['queue', 'task', 'outcome'], registers,
+      name: `${p}job_duration_seconds`,
+      help: 'Handler run time',
+      labelNames: ['queue', 'task', 'outcome'],
+      registers,
       buckets: options.durationBuckets ?? [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
     });
     this.wait = new client.Histogram({
-      name: `${p}job_wait_seconds`, help: 'From run_at (when the job became due) to its start', labelNames: ['queue', 'task'], registers,
+      name: `${p}job_wait_seconds`,
+      help: 'From run_at (when the job became due) to its start',
+      labelNames: ['queue', 'task'],
+      registers,
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800],
     });
     this.claimBatch = new client.Histogram({
-      name: `${p}claim_batch_size`, help: 'Jobs taken by one claim statement (non-empty claims)', registers,
+      name: `${p}claim_batch_size`,
+      help: 'Jobs taken by one claim statement (non-empty claims)',
+      registers,
       buckets: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000],
     });
     this.running = new client.Gauge({ name: `${p}jobs_running`, help: 'Jobs running in this worker now', registers });
-    this.leader = new client.Gauge({ name: `${p}maintenance_leader`, help: '1 while this worker is the maintenance leader', registers });
-    this.rescued = new client.Counter({ name: `${p}jobs_rescued_total`, help: 'Jobs taken back from dead workers by this leader', labelNames: ['queue'], registers });
-    this.pruned = new client.Counter({ name: `${p}jobs_pruned_total`, help: 'Finished jobs moved out of the hot table by this leader', labelNames: ['mode'], registers });
+    this.leader = new client.Gauge({
+      name: `${p}maintenance_leader`,
+      help: '1 while this worker is the maintenance leader',
+      registers,
+    });
+    this.rescued = new client.Counter({
+      name: `${p}jobs_rescued_total`,
+      help: 'Jobs taken back from dead workers by this leader',
+      labelNames: ['queue'],
+      registers,
+    });
+    this.pruned = new client.Counter({
+      name: `${p}jobs_pruned_total`,
+      help: 'Finished jobs moved out of the hot table by this leader',
+      labelNames: ['mode'],
+      registers,
+    });
 
     // Depth and age come from the database at scrape time, so every worker's
     // endpoint shows the whole queue, not just its own share.
@@ -111,18 +148,26 @@ export class SluiceMetrics {
     type Labels = Record<string, string>;
     const depthGauge = (name: string, help: string, labelNames: string[], pick: (row: DepthRow) => [Labels, number][]) =>
       new client.Gauge({
-        name, help, labelNames: ['schema', 'queue', ...labelNames], registers,
+        name,
+        help,
+        labelNames: ['schema', 'queue', ...labelNames],
+        registers,
         async collect() {
           this.reset();
           for (const [schema, rows] of await read()) {
-            for (const row of rows) for (const [labels, value] of pick(row)) this.set({ schema, queue: row.queue, ...labels }, value);
+            for (const row of rows)
+              for (const [labels, value] of pick(row)) this.set({ schema, queue: row.queue, ...labels }, value);
           }
         },
       });
-    depthGauge(`${p}queue_depth`, 'Jobs per queue and state (due, scheduled, processing)', ['state'],
-      (r) => [[{ state: 'due' }, r.due], [{ state: 'scheduled' }, r.scheduled], [{ state: 'processing' }, r.processing]]);
-    depthGauge(`${p}queue_oldest_due_age_seconds`, 'How long the oldest due pending job of a queue has waited', [],
-      (r) => [[{}, r.oldest_due_seconds]]);
+    depthGauge(`${p}queue_depth`, 'Jobs per queue and state (due, scheduled, processing)', ['state'], (r) => [
+      [{ state: 'due' }, r.due],
+      [{ state: 'scheduled' }, r.scheduled],
+      [{ state: 'processing' }, r.processing],
+    ]);
+    depthGauge(`${p}queue_oldest_due_age_seconds`, 'How long the oldest due pending job of a queue has waited', [], (r) => [
+      [{}, r.oldest_due_seconds],
+    ]);
   }
 
   /** Reports depth and age of this schema's queues at scrape time, read through `db`. */
@@ -146,12 +191,14 @@ export class SluiceMetrics {
 
 async function readDepth(sources: Map<string, Queryable>): Promise<Map<string, DepthRow[]>> {
   const out = new Map<string, DepthRow[]>();
-  await Promise.all([...sources].map(async ([schema, db]) => {
-    try {
-      out.set(schema, (await db.query(metricsStatements(schema).depth)).rows as DepthRow[]);
-    } catch {
-      // A scrape must not fail because the database is briefly away; the gauge is just absent.
-    }
-  }));
+  await Promise.all(
+    [...sources].map(async ([schema, db]) => {
+      try {
+        out.set(schema, (await db.query(metricsStatements(schema).depth)).rows as DepthRow[]);
+      } catch {
+        // A scrape must not fail because the database is briefly away; the gauge is just absent.
+      }
+    }),
+  );
   return out;
 }

@@ -27,14 +27,22 @@ export async function serveMetrics(metrics: SluiceMetrics, port: number, host: s
     }
     metrics.text().then(
       (body) => res.writeHead(200, { 'content-type': metrics.contentType }).end(req.method === 'HEAD' ? undefined : body),
-      (err: unknown) => res.writeHead(500, { 'content-type': 'text/plain; charset=utf-8' }).end(`${err instanceof Error ? err.message : String(err)}\n`),
+      (err: unknown) =>
+        res
+          .writeHead(500, { 'content-type': 'text/plain; charset=utf-8' })
+          .end(`${err instanceof Error ? err.message : String(err)}\n`),
     );
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
-      reject(err.code === 'EADDRINUSE'
-        ? new ConfigError(`metrics: port ${port} on ${host} is already in use (choose another metrics.port, or 0 for any free one)`, { cause: err })
-        : err);
+      reject(
+        err.code === 'EADDRINUSE'
+          ? new ConfigError(
+              `metrics: port ${port} on ${host} is already in use (choose another metrics.port, or 0 for any free one)`,
+              { cause: err },
+            )
+          : err,
+      );
     });
     server.listen(port, host, resolve);
   });

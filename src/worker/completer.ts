@@ -135,7 +135,10 @@ export class Completer implements ResultSource {
         emit('job:lock-lost', c.job);
         continue;
       }
-      emit('job:complete', c.job, { result: c.result == null ? null : (JSON.parse(c.result) as unknown), durationMs: c.durationMs });
+      emit('job:complete', c.job, {
+        result: c.result == null ? null : (JSON.parse(c.result) as unknown),
+        durationMs: c.durationMs,
+      });
     }
     for (const f of batch.failed as Failure[]) {
       if (skipped.has(f.id)) continue;

@@ -98,8 +98,12 @@ export class Dispatcher {
       if (job) waiting.push(job);
       const run = this.slots.runOf(id);
       if (run) {
-        this.abort(run, 'unrenewed', `job ${id}: its lock could not be renewed for ${renewalTimeoutMs} ms; ` +
-          'aborted before the visibility timeout lets another worker take it');
+        this.abort(
+          run,
+          'unrenewed',
+          `job ${id}: its lock could not be renewed for ${renewalTimeoutMs} ms; ` +
+            'aborted before the visibility timeout lets another worker take it',
+        );
       }
     }
     if (waiting.length === 0) return;
@@ -142,13 +146,16 @@ export class Dispatcher {
   private armHandBack(): void {
     const since = this.slots.oldestWaitingSince();
     if (since === undefined || this.handBackTimer) return;
-    this.handBackTimer = setTimeout(() => {
-      this.handBackTimer = undefined;
-      if (!this.signals.accepting()) return;
-      const overdue = this.slots.takeOverdue(HAND_BACK_AFTER_MS);
-      if (overdue.length > 0) void this.handBack(overdue);
-      this.armHandBack();
-    }, Math.max(0, since + HAND_BACK_AFTER_MS - Date.now()));
+    this.handBackTimer = setTimeout(
+      () => {
+        this.handBackTimer = undefined;
+        if (!this.signals.accepting()) return;
+        const overdue = this.slots.takeOverdue(HAND_BACK_AFTER_MS);
+        if (overdue.length > 0) void this.handBack(overdue);
+        this.armHandBack();
+      },
+      Math.max(0, since + HAND_BACK_AFTER_MS - Date.now()),
+    );
     this.handBackTimer.unref();
   }
 

@@ -254,8 +254,13 @@ export class FetchLoop {
     let result: CycleResult;
     try {
       result = await this.store.cycle({
-        completed: batch.completed, failed: batch.failed, started: batch.started,
-        queues: plan.plain, tasks: this.config.tasks, limit: plainLimit, startNow: Math.min(plainLimit, this.target.free()),
+        completed: batch.completed,
+        failed: batch.failed,
+        started: batch.started,
+        queues: plan.plain,
+        tasks: this.config.tasks,
+        limit: plainLimit,
+        startNow: Math.min(plainLimit, this.target.free()),
       });
     } catch (err) {
       this.results.restore(batch);

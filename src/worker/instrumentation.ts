@@ -15,7 +15,11 @@ export interface Instrumentation {
  * fastify are imported only when metrics are configured. Everything hangs off the
  * worker's events (tracing wraps the handlers instead: see middleware.ts).
  */
-export async function instrumentWorker(worker: WorkerEmitter, config: ResolvedWorkerConfig, db: Queryable): Promise<Instrumentation> {
+export async function instrumentWorker(
+  worker: WorkerEmitter,
+  config: ResolvedWorkerConfig,
+  db: Queryable,
+): Promise<Instrumentation> {
   const detach: (() => void | Promise<void>)[] = [];
   if (config.logger) detach.push(logWorkerEvents(worker, config.workerId, config.logger));
 

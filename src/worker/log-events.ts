@@ -9,16 +9,21 @@ import type { WorkerEmitter } from './events.js';
  */
 export function logWorkerEvents(worker: WorkerEmitter, workerId: string, logger: Logger): () => void {
   const base = { worker: workerId };
-  const job = (j: JobRow) =>
-    ({ ...base, jobId: j.id, queue: j.queue, task: j.task, attempt: j.attempts });
+  const job = (j: JobRow) => ({ ...base, jobId: j.id, queue: j.queue, task: j.task, attempt: j.attempts });
   const listeners = {
     'job:start': (j: JobRow) => logger.debug(job(j), 'job started'),
     'job:complete': (j: JobRow) => logger.debug(job(j), 'job completed'),
     'job:fail': (j: JobRow, info: { error: unknown; willRetry: boolean }) =>
-      logger.warn({ ...job(j), willRetry: info.willRetry, err: errorFields(info.error) }, info.willRetry ? 'job failed, will retry' : 'job failed'),
+      logger.warn(
+        { ...job(j), willRetry: info.willRetry, err: errorFields(info.error) },
+        info.willRetry ? 'job failed, will retry' : 'job failed',
+      ),
     'job:lock-lost': (j: JobRow) => logger.warn(job(j), 'job lock lost; its result was dropped'),
     'jobs:rescued': (jobs: { id: string; status: string }[]) =>
-      logger.info({ ...base, count: jobs.length, failed: jobs.filter((r) => r.status === 'failed').length }, 'rescued jobs with expired locks'),
+      logger.info(
+        { ...base, count: jobs.length, failed: jobs.filter((r) => r.status === 'failed').length },
+        'rescued jobs with expired locks',
+      ),
     'jobs:pruned': (r: { removed: number; archived: number; droppedPartitions: string[] }) =>
       logger.info({ ...base, ...r }, 'pruned finished jobs'),
     'leader:elected': () => logger.info(base, 'elected maintenance leader'),

@@ -173,11 +173,39 @@ export interface ResolvedWorkerConfig {
 }
 
 const WORKER_KEYS = new Set([
-  'connectionString', 'pool', 'sql', 'driver', 'schema', 'schemas', 'tasks', 'queues', 'concurrency', 'queueConcurrency', 'batchSize', 'prefetch',
-  'completionFlushMs', 'pollIntervalMs', 'visibilityTimeoutMs', 'heartbeatIntervalMs', 'lockRenewalTimeoutMs', 'statementTimeoutMs', 'listenCheckIntervalMs',
-  'rescueIntervalMs', 'shutdownTimeoutMs', 'backoff', 'workerId', 'listenConnectionString', 'listen', 'preparedStatements',
-  'maintenance', 'logger', 'metrics', 'tracing',
-  'progressIntervalMs', 'maxResultBytes', 'schedules',
+  'connectionString',
+  'pool',
+  'sql',
+  'driver',
+  'schema',
+  'schemas',
+  'tasks',
+  'queues',
+  'concurrency',
+  'queueConcurrency',
+  'batchSize',
+  'prefetch',
+  'completionFlushMs',
+  'pollIntervalMs',
+  'visibilityTimeoutMs',
+  'heartbeatIntervalMs',
+  'lockRenewalTimeoutMs',
+  'statementTimeoutMs',
+  'listenCheckIntervalMs',
+  'rescueIntervalMs',
+  'shutdownTimeoutMs',
+  'backoff',
+  'workerId',
+  'listenConnectionString',
+  'listen',
+  'preparedStatements',
+  'maintenance',
+  'logger',
+  'metrics',
+  'tracing',
+  'progressIntervalMs',
+  'maxResultBytes',
+  'schedules',
 ]);
 
 const TASK_KEYS = new Set(['handler', 'timeoutMs', 'maxAttempts', 'backoff']);
@@ -194,12 +222,15 @@ function resolveTasks(tasks: unknown): Map<string, ResolvedTask> {
       rejectUnknownKeys(def, TASK_KEYS, `tasks.${name}`);
       const optional = (key: 'timeoutMs' | 'maxAttempts', max: number) =>
         def[key] === undefined ? undefined : intOption(`tasks.${name}.${key}`, def[key], 0, 1, max);
-      resolved.set(name, Object.freeze({
-        handler: def.handler,
-        timeoutMs: optional('timeoutMs', 2 ** 31 - 1),
-        maxAttempts: optional('maxAttempts', 1000),
-        backoff: def.backoff === undefined ? undefined : resolveBackoff(def.backoff, `tasks.${name}.backoff`),
-      }));
+      resolved.set(
+        name,
+        Object.freeze({
+          handler: def.handler,
+          timeoutMs: optional('timeoutMs', 2 ** 31 - 1),
+          maxAttempts: optional('maxAttempts', 1000),
+          backoff: def.backoff === undefined ? undefined : resolveBackoff(def.backoff, `tasks.${name}.backoff`),
+        }),
+      );
     } else {
       throw new ConfigError(`Worker: task "${name}" must be a function or { handler }`);
     }
@@ -260,15 +291,24 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
 
   const visibilityTimeoutMs = intOption('visibilityTimeoutMs', options.visibilityTimeoutMs, 30_000, 1_000, 86_400_000);
   const heartbeatIntervalMs = intOption(
-    'heartbeatIntervalMs', options.heartbeatIntervalMs, Math.floor(visibilityTimeoutMs / 6), 100, visibilityTimeoutMs,
+    'heartbeatIntervalMs',
+    options.heartbeatIntervalMs,
+    Math.floor(visibilityTimeoutMs / 6),
+    100,
+    visibilityTimeoutMs,
   );
   // Two missed heartbeats must not be enough to lose a job.
   if (heartbeatIntervalMs * 2 > visibilityTimeoutMs) {
     throw new ConfigError('heartbeatIntervalMs must be at most half of visibilityTimeoutMs');
   }
   const batchSize = intOption('batchSize', options.batchSize, 100, 1, 10_000);
-  const lockRenewalTimeoutMs = intOption('lockRenewalTimeoutMs', options.lockRenewalTimeoutMs,
-    Math.floor(visibilityTimeoutMs * 0.75), heartbeatIntervalMs + 1, visibilityTimeoutMs - 1);
+  const lockRenewalTimeoutMs = intOption(
+    'lockRenewalTimeoutMs',
+    options.lockRenewalTimeoutMs,
+    Math.floor(visibilityTimeoutMs * 0.75),
+    heartbeatIntervalMs + 1,
+    visibilityTimeoutMs - 1,
+  );
   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
   if (options.workerId !== undefined) checkName('workerId', options.workerId);
   const listen = boolOption('listen', options.listen, true);
@@ -288,7 +328,13 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     lockRenewalTimeoutMs,
     statementTimeoutMs: intOption('statementTimeoutMs', options.statementTimeoutMs, 30_000, 100, 86_400_000),
     listenCheckIntervalMs: intOption('listenCheckIntervalMs', options.listenCheckIntervalMs, 10_000, 100, 3_600_000),
-    rescueIntervalMs: intOption('rescueIntervalMs', options.rescueIntervalMs, Math.floor(visibilityTimeoutMs / 2), 100, 86_400_000),
+    rescueIntervalMs: intOption(
+      'rescueIntervalMs',
+      options.rescueIntervalMs,
+      Math.floor(visibilityTimeoutMs / 2),
+      100,
+      86_400_000,
+    ),
     shutdownTimeoutMs: intOption('shutdownTimeoutMs', options.shutdownTimeoutMs, 10_000, 0, 86_400_000),
     backoff: resolveBackoff(options.backoff ?? {}, 'backoff'),
     workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,

@@ -7,7 +7,14 @@ import { channelFor } from '../db/identifiers.js';
 import { PgWorkerStore } from '../db/store.js';
 import { connectionError } from '../db/connection.js';
 import { migrateStatements } from '../db/statements/migrate.js';
-import { isConnectionFailure, isNotMigrated, JobCancelledError, MigrationError, SluiceError, wrapDatabaseError } from '../errors.js';
+import {
+  isConnectionFailure,
+  isNotMigrated,
+  JobCancelledError,
+  MigrationError,
+  SluiceError,
+  wrapDatabaseError,
+} from '../errors.js';
 import type { AnyTasks, TaskMap } from '../job.js';
 import { resolveSchemas } from '../task-schemas.js';
 import { Notifier } from '../notify/listener.js';
@@ -69,7 +76,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
   private drained: (() => void) | undefined;
-  private readonly emitEvent: Emit = (event, ...args) => void (this.emit as (e: string, ...a: unknown[]) => boolean)(event, ...args);
+  private readonly emitEvent: Emit = (event, ...args) =>
+    void (this.emit as (e: string, ...a: unknown[]) => boolean)(event, ...args);
 
   constructor(options: WorkerOptions<T>) {
     super();
@@ -78,7 +86,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     resolveSchemas(options.schemas, 'Worker');
     this.options = options as WorkerOptions;
     this.slots = new Slots({
-      concurrency: this.config.concurrency, prefetch: this.config.prefetch, queueLimits: this.config.queueConcurrency,
+      concurrency: this.config.concurrency,
+      prefetch: this.config.prefetch,
+      queueLimits: this.config.queueConcurrency,
     });
   }
 
@@ -114,9 +124,16 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const config = this.config;
     let db: Driver;
     try {
-      db = await openDriver(config.driver, {
-        ...this.options, prepare: config.preparedStatements, statementTimeoutMs: config.statementTimeoutMs,
-      }, POOL_SIZE, 'sluice-worker');
+      db = await openDriver(
+        config.driver,
+        {
+          ...this.options,
+          prepare: config.preparedStatements,
+          statementTimeoutMs: config.statementTimeoutMs,
+        },
+        POOL_SIZE,
+        'sluice-worker',
+      );
     } catch (err) {
       this.state = 'stopped';
       throw err;
@@ -137,49 +154,88 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     });
     // Workers that listen hear of pause/limit changes at once; the timer is the
     // fallback for missed notifications, and the only source for those that poll.
-    const queueState = new QueueState(store, config.queues, config.queueConcurrency,
-      config.listen ? 30_000 : config.pollIntervalMs, () => loop.wake(), onError);
-    const loop: FetchLoop = new FetchLoop(store, { ...config, tasks: [...config.tasks.keys()] }, {
-      capacity: () => this.slots.capacity(),
-      wanted: () => this.slots.wanted(),
-      wantedIn: (queue) => this.slots.wantedIn(queue),
-      free: () => this.slots.free(),
-      claimed: (jobs, roundTripMs) => {
-        heartbeat.claimed(jobs.map((j) => j.id), performance.now() - roundTripMs);
-        this.slots.recordRoundTrip(roundTripMs);
-        dispatcher.claimed(jobs);
+    const queueState = new QueueState(
+      store,
+      config.queues,
+      config.queueConcurrency,
+      config.listen ? 30_000 : config.pollIntervalMs,
+      () => loop.wake(),
+      onError,
+    );
+    const loop: FetchLoop = new FetchLoop(
+      store,
+      { ...config, tasks: [...config.tasks.keys()] },
+      {
+        capacity: () => this.slots.capacity(),
+        wanted: () => this.slots.wanted(),
+        wantedIn: (queue) => this.slots.wantedIn(queue),
+        free: () => this.slots.free(),
+        claimed: (jobs, roundTripMs) => {
+          heartbeat.claimed(
+            jobs.map((j) => j.id),
+            performance.now() - roundTripMs,
+          );
+          this.slots.recordRoundTrip(roundTripMs);
+          dispatcher.claimed(jobs);
+        },
       },
-    }, completer, () => queueState.claimPlan, onError);
+      completer,
+      () => queueState.claimPlan,
+      onError,
+    );
     // Finished jobs whose results are not written yet (Postgres unreachable, say)
     // are still this worker's: heartbeat them too, or they would be rescued and run
     // again once the outage outlasts the visibility timeout.
-    const heartbeat = new Heartbeat(store, {
-      intervalMs: config.heartbeatIntervalMs, renewalTimeoutMs: config.lockRenewalTimeoutMs,
-    }, {
-      held: () => [...this.slots.heldIds(), ...completer.ids()],
-      lost: (ids) => dispatcher.lockLost(ids),
-      unrenewed: (ids) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs),
-      error: onError,
-    });
-    const progress = new ProgressWriter(store, config.progressIntervalMs, onError);
-    const dispatcher = new Dispatcher(this.slots, completer, progress, { tasks, maxResultBytes: config.maxResultBytes }, {
-      emit: this.emitEvent,
-      accepting: () => this.state === 'running',
-      finished: (job) => {
-        // A slot of a limited queue opened: it may be claimable again (the statement
-        // that writes this result runs before the limited claims).
-        if (config.queueConcurrency.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wake();
-        if (this.slots.runningCount === 0) this.drained?.();
+    const heartbeat = new Heartbeat(
+      store,
+      {
+        intervalMs: config.heartbeatIntervalMs,
+        renewalTimeoutMs: config.lockRenewalTimeoutMs,
       },
-      error: onError,
-    });
-    const rescuer = rescuerTask(db, workerStatements(config.schema), config.visibilityTimeoutMs, config.rescueIntervalMs, (jobs) => {
-      for (const job of jobs) this.emit('job:rescue', job);
-      this.emit('jobs:rescued', jobs);
-      loop.wake();
-    });
+      {
+        held: () => [...this.slots.heldIds(), ...completer.ids()],
+        lost: (ids) => dispatcher.lockLost(ids),
+        unrenewed: (ids) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs),
+        error: onError,
+      },
+    );
+    const progress = new ProgressWriter(store, config.progressIntervalMs, onError);
+    const dispatcher = new Dispatcher(
+      this.slots,
+      completer,
+      progress,
+      { tasks, maxResultBytes: config.maxResultBytes },
+      {
+        emit: this.emitEvent,
+        accepting: () => this.state === 'running',
+        finished: (job) => {
+          // A slot of a limited queue opened: it may be claimable again (the statement
+          // that writes this result runs before the limited claims).
+          if (config.queueConcurrency.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wake();
+          if (this.slots.runningCount === 0) this.drained?.();
+        },
+        error: onError,
+      },
+    );
+    const rescuer = rescuerTask(
+      db,
+      workerStatements(config.schema),
+      config.visibilityTimeoutMs,
+      config.rescueIntervalMs,
+      (jobs) => {
+        for (const job of jobs) this.emit('job:rescue', job);
+        this.emit('jobs:rescued', jobs);
+        loop.wake();
+      },
+    );
     this.parts = {
-      db, queueState, completer, loop, heartbeat, progress, dispatcher,
+      db,
+      queueState,
+      completer,
+      loop,
+      heartbeat,
+      progress,
+      dispatcher,
       maintenance: createMaintenance(db, config, rescuer, this, onError),
       notifier: config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined,
       instrumentation: await instrumentWorker(this, config, db),
@@ -220,8 +276,11 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       if (isNotMigrated(err)) {
         this.state = 'stopped';
         await db.end().catch(() => {});
-        throw new MigrationError(`no Sluice tables in schema "${this.config.schema}": run \`sluice migrate\` ` +
-          '(or call migrate()) against this database first, or pass the right schema', { cause: err });
+        throw new MigrationError(
+          `no Sluice tables in schema "${this.config.schema}": run \`sluice migrate\` ` +
+            '(or call migrate()) against this database first, or pass the right schema',
+          { cause: err },
+        );
       }
       this.reportError(isConnectionFailure(err) ? connectionError(err, this.options.connectionString) : err);
     }

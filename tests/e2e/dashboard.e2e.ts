@@ -120,7 +120,10 @@ describe('dashboard in Chromium', () => {
   it('retries a failed job by clicking, after confirming', async () => {
     // A job that failed just now: the pruner archives finished jobs after a minute, and archived ones are read-only.
     const id = await queue.enqueue('flaky', { report: 'fresh' }, { queue: 'reports' });
-    await waitFor(async () => (await db.pool.query(`SELECT status FROM ${db.s}.jobs WHERE id = $1`, [id])).rows[0]?.status === 'failed', 'the job to fail');
+    await waitFor(
+      async () => (await db.pool.query(`SELECT status FROM ${db.s}.jobs WHERE id = $1`, [id])).rows[0]?.status === 'failed',
+      'the job to fail',
+    );
     const page = await browser.context.newPage();
     await page.goto(`${dashboard.url}#/jobs/${id}`);
     await page.waitForSelector('h1 .status-failed');

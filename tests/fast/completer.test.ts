@@ -27,17 +27,21 @@ let errors: unknown[];
 let completer: Completer;
 
 function makeCompleter(s: MemoryStore, maxResultBytes = 1_000): Completer {
-  return new Completer(s, { backoff: { baseMs: 1_000, maxMs: 60_000, shape: 'fixed' }, maxResultBytes }, {
-    emit: (event, ...args) => void events.push({ event, job: args[0] as JobRow, detail: args[1] as Record<string, unknown> | undefined }),
-    resultAdded: () => void added++,
-    dueAt: (at) => void dueAt.push(at),
-    error: (err) => void errors.push(err),
-  });
+  return new Completer(
+    s,
+    { backoff: { baseMs: 1_000, maxMs: 60_000, shape: 'fixed' }, maxResultBytes },
+    {
+      emit: (event, ...args) =>
+        void events.push({ event, job: args[0] as JobRow, detail: args[1] as Record<string, unknown> | undefined }),
+      resultAdded: () => void added++,
+      dueAt: (at) => void dueAt.push(at),
+      error: (err) => void errors.push(err),
+    },
+  );
 }
 
 /** Adds a job, claims it as w1 and returns its run. */
-async function claimed(options: Parameters<MemoryDatabase['add']>[1] = {},
-  task: Partial<ResolvedTask> = {}): Promise<Run> {
+async function claimed(options: Parameters<MemoryDatabase['add']>[1] = {}, task: Partial<ResolvedTask> = {}): Promise<Run> {
   const id = db.add('t', options);
   const rows = await store.claim(1);
   expect(rows[0]!.id).toBe(id);
@@ -80,7 +84,9 @@ describe('Completer: completions', () => {
     expect(job.status).toBe('completed');
     expect(job.result).toEqual({ sent: 2 });
     expect(job.finished_at).not.toBeNull();
-    expect(named('job:complete')).toEqual([{ event: 'job:complete', job: run.job, detail: { result: { sent: 2 }, durationMs: 12 } }]);
+    expect(named('job:complete')).toEqual([
+      { event: 'job:complete', job: run.job, detail: { result: { sent: 2 }, durationMs: 12 } },
+    ]);
     expect(completer.size).toBe(0);
   });
 
@@ -157,7 +163,7 @@ describe('Completer: failures and the retry policy', () => {
     expect(db.job(run.job.id)).toMatchObject({ status: 'failed', attempts: 1 });
   });
 
-  it('lets the task\'s maxAttempts override the job\'s, both ways', async () => {
+  it("lets the task's maxAttempts override the job's, both ways", async () => {
     const fewer = await claimed({ max_attempts: 25 }, { maxAttempts: 1 });
     const more = await claimed({ max_attempts: 1 }, { maxAttempts: 3 });
     completer.record(fewer, { kind: 'failed', error: new Error('x'), permanent: false }, 1);
@@ -167,7 +173,7 @@ describe('Completer: failures and the retry policy', () => {
     expect(db.job(more.job.id).status).toBe('pending');
   });
 
-  it('lets the task\'s backoff override the worker\'s', async () => {
+  it("lets the task's backoff override the worker's", async () => {
     const backoff: Required<BackoffOptions> = { baseMs: 60_000, maxMs: 60_000, shape: 'fixed' };
     const run = await claimed({}, { backoff });
     completer.record(run, { kind: 'failed', error: new Error('x'), permanent: false }, 1);
@@ -238,7 +244,7 @@ describe('Completer: outcomes written on their own', () => {
     expect(db.job(run.job.id).run_at).toEqual(until);
   });
 
-  it('reports lock-lost for a snooze of a job no longer this worker\'s', async () => {
+  it("reports lock-lost for a snooze of a job no longer this worker's", async () => {
     const run = await claimed();
     await vi.advanceTimersByTimeAsync(10_000);
     db.rescue(5_000);
@@ -285,7 +291,7 @@ describe('Completer: outcomes written on their own', () => {
     expect(db.job(run.job.id).status).toBe('processing');
   });
 
-  it('release() returns this worker\'s jobs to pending, attempt refunded, and leaves the others alone', async () => {
+  it("release() returns this worker's jobs to pending, attempt refunded, and leaves the others alone", async () => {
     const [mine, taken] = [await claimed(), await claimed()];
     await vi.advanceTimersByTimeAsync(10_000);
     db.job(taken!.job.id).locked_by = 'w2';
@@ -300,7 +306,9 @@ describe('Completer: outcomes written on their own', () => {
 describe('Completer: jobs claimed ahead', () => {
   it('writes started_at of a job claimed ahead with the next cycle', async () => {
     const id = db.add('t');
-    const [row] = await store.cycle({ completed: [], failed: [], started: [], queues: ['default'], tasks: ['t'], limit: 1, startNow: 0 }).then((r) => r.claimed);
+    const [row] = await store
+      .cycle({ completed: [], failed: [], started: [], queues: ['default'], tasks: ['t'], limit: 1, startNow: 0 })
+      .then((r) => r.claimed);
     expect(row!.started_at).toBeNull();
     await vi.advanceTimersByTimeAsync(1_000);
     completer.markStarted(id);

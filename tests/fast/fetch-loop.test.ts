@@ -17,7 +17,11 @@ const TASK = { handler: () => {}, timeoutMs: undefined, maxAttempts: undefined, 
 /** Holds what it is given, up to `slots` plus `prefetch`; local limits per queue like Slots. */
 class Target implements ClaimTarget {
   held: JobRow[] = [];
-  constructor(public slots: number, private readonly limits = new Map<string, number>(), public prefetch = 0) {}
+  constructor(
+    public slots: number,
+    private readonly limits = new Map<string, number>(),
+    public prefetch = 0,
+  ) {}
   capacity(): number {
     return this.slots + this.prefetch;
   }
@@ -58,19 +62,32 @@ let completed: string[];
 function setup(options: Setup = {}): void {
   const store = db.store('w1');
   target = new Target(options.slots ?? 4, new Map(Object.entries(options.limits ?? {})), options.prefetch ?? 0);
-  completer = new Completer(store, { backoff: { baseMs: 1_000, maxMs: 1_000, shape: 'fixed' }, maxResultBytes: 1_000 }, {
-    emit: (event, ...args) => {
-      if (event === 'job:complete') completed.push((args[0] as JobRow).id);
+  completer = new Completer(
+    store,
+    { backoff: { baseMs: 1_000, maxMs: 1_000, shape: 'fixed' }, maxResultBytes: 1_000 },
+    {
+      emit: (event, ...args) => {
+        if (event === 'job:complete') completed.push((args[0] as JobRow).id);
+      },
+      resultAdded: () => loop.resultAdded(),
+      dueAt: (at) => loop.wakeAt(at),
+      error: (err) => void errors.push(err),
     },
-    resultAdded: () => loop.resultAdded(),
-    dueAt: (at) => loop.wakeAt(at),
-    error: (err) => void errors.push(err),
-  });
+  );
   const plan = options.plan ?? { plain: ['default'], limited: [] };
-  loop = new FetchLoop(store, {
-    tasks: ['t'], batchSize: options.batchSize ?? 100, completionFlushMs: options.completionFlushMs ?? 50,
-    pollIntervalMs: options.pollIntervalMs ?? 3_600_000,
-  }, target, completer, () => plan, (err) => void errors.push(err));
+  loop = new FetchLoop(
+    store,
+    {
+      tasks: ['t'],
+      batchSize: options.batchSize ?? 100,
+      completionFlushMs: options.completionFlushMs ?? 50,
+      pollIntervalMs: options.pollIntervalMs ?? 3_600_000,
+    },
+    target,
+    completer,
+    () => plan,
+    (err) => void errors.push(err),
+  );
 }
 
 /** The handler of a held job returned: its slot frees and its result waits in the completer. */
@@ -229,7 +246,7 @@ describe('FetchLoop: claiming', () => {
     expect(target.held.map((j) => j.queue)).toEqual(['bulk', 'bulk', 'bulk', 'serial']);
   });
 
-  it('claims a limited queue after the cycle\'s writes, so the slot a finished job freed counts', async () => {
+  it("claims a limited queue after the cycle's writes, so the slot a finished job freed counts", async () => {
     db.setQueue('serial', { limit: 1 });
     const [first, second] = db.addMany(2, 't', { queue: 'serial' });
     setup({ slots: 4, plan: { plain: [], limited: ['serial'] } });
@@ -245,7 +262,7 @@ describe('FetchLoop: claiming', () => {
     expect(ids(target.held)).toEqual([second]);
   });
 
-  it('reports a failing limited claim without undoing the cycle\'s writes or its common claim', async () => {
+  it("reports a failing limited claim without undoing the cycle's writes or its common claim", async () => {
     db.addMany(2, 't', { queue: 'bulk' });
     db.addMany(2, 't', { queue: 'serial' });
     setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'] } });
@@ -340,7 +357,7 @@ describe('FetchLoop: writing results', () => {
 });
 
 describe('FetchLoop: failures', () => {
-  it('gives a failed cycle\'s results back and writes them after its backoff (25 ms with this draw)', async () => {
+  it("gives a failed cycle's results back and writes them after its backoff (25 ms with this draw)", async () => {
     vi.spyOn(Math, 'random').mockReturnValue(0);
     db.addMany(1, 't');
     setup({ slots: 1 });

@@ -40,12 +40,16 @@ beforeEach(() => {
   lost = [];
   unrenewed = [];
   errors = [];
-  heartbeat = new Heartbeat(store, { intervalMs: INTERVAL_MS, renewalTimeoutMs: RENEWAL_TIMEOUT_MS }, {
-    held: () => [...held],
-    lost: (ids) => void lost.push(ids),
-    unrenewed: (ids) => void unrenewed.push({ ids, at: Date.now() }),
-    error: (err) => void errors.push(err),
-  });
+  heartbeat = new Heartbeat(
+    store,
+    { intervalMs: INTERVAL_MS, renewalTimeoutMs: RENEWAL_TIMEOUT_MS },
+    {
+      held: () => [...held],
+      lost: (ids) => void lost.push(ids),
+      unrenewed: (ids) => void unrenewed.push({ ids, at: Date.now() }),
+      error: (err) => void errors.push(err),
+    },
+  );
 });
 afterEach(() => {
   heartbeat.stop();

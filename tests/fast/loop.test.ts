@@ -45,7 +45,10 @@ let t0: number;
 
 function loop<R = void>(options: Partial<LoopOptions<R>> = {}): Loop<R> {
   const l = new Loop<R>({
-    pass: passes.pass as unknown as () => Promise<R>, intervalMs: 1_000, onError: (err) => errors.push(err), ...options,
+    pass: passes.pass as unknown as () => Promise<R>,
+    intervalMs: 1_000,
+    onError: (err) => errors.push(err),
+    ...options,
   });
   loops.push(l as Loop<unknown>);
   return l;
@@ -157,10 +160,11 @@ describe('Loop', () => {
   it("fires the pass's signal on stop(), and does not report the error of a pass that gave up", async () => {
     let seen: AbortSignal | undefined;
     const l = loop({
-      pass: (signal) => new Promise<void>((_, reject) => {
-        seen = signal;
-        signal.addEventListener('abort', () => reject(new Error('aborted')));
-      }),
+      pass: (signal) =>
+        new Promise<void>((_, reject) => {
+          seen = signal;
+          signal.addEventListener('abort', () => reject(new Error('aborted')));
+        }),
     });
     void l.trigger();
     expect(seen?.aborted).toBe(false);
@@ -286,7 +290,7 @@ describe('Loop', () => {
     expect(passes.count).toBe(0);
   });
 
-  it('leaves its timers unref\'d: a loop never keeps the process alive', () => {
+  it("leaves its timers unref'd: a loop never keeps the process alive", () => {
     const unref = vi.fn();
     const spy = vi.spyOn(globalThis, 'setTimeout').mockImplementation((() => ({ unref })) as never);
     try {

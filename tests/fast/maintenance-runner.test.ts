@@ -44,8 +44,11 @@ let table: LeaseTable;
 let events: string[];
 let runner: MaintenanceRunner;
 
-function service(name: string, intervalMs = 1_000, run: (signal: AbortSignal) => Promise<void> = async () => {}):
-  MaintenanceService & { runs: number[] } {
+function service(
+  name: string,
+  intervalMs = 1_000,
+  run: (signal: AbortSignal) => Promise<void> = async () => {},
+): MaintenanceService & { runs: number[] } {
   const runs: number[] = [];
   return { name, intervalMs, runs, run: (signal) => (runs.push(Date.now()), run(signal)) };
 }
@@ -222,9 +225,17 @@ describe('ServiceRunner', () => {
   it('reports a failed setup and runs all the same', async () => {
     const errors: unknown[] = [];
     let runs = 0;
-    const s = new ServiceRunner({
-      name: 'x', intervalMs: 1_000, setup: async () => { throw new Error('no table'); }, run: async () => void runs++,
-    }, (err) => errors.push(err));
+    const s = new ServiceRunner(
+      {
+        name: 'x',
+        intervalMs: 1_000,
+        setup: async () => {
+          throw new Error('no table');
+        },
+        run: async () => void runs++,
+      },
+      (err) => errors.push(err),
+    );
     await s.start();
     expect([errors.length, runs]).toEqual([1, 1]);
     await s.stop();

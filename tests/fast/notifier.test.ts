@@ -74,7 +74,10 @@ describe('Notifier', () => {
     await vi.advanceTimersByTimeAsync(1_000);
     expect(attempts()).toEqual([0, 100, 300, 700]);
     expect(log).toEqual([
-      'error 0 connection refused', 'error 100 connection refused', 'error 300 connection refused', 'listening 700',
+      'error 0 connection refused',
+      'error 100 connection refused',
+      'error 300 connection refused',
+      'listening 700',
     ]);
     await vi.advanceTimersByTimeAsync(60_000);
     expect(driver.attempts).toHaveLength(4);

@@ -13,8 +13,14 @@ let changed: number;
 let errors: unknown[];
 
 function queueState(localLimits: Record<string, number> = {}, refreshMs = 10_000): QueueState {
-  return new QueueState(db.store('w1'), QUEUES, new Map(Object.entries(localLimits)), refreshMs, () => changed++,
-    (err) => errors.push(err));
+  return new QueueState(
+    db.store('w1'),
+    QUEUES,
+    new Map(Object.entries(localLimits)),
+    refreshMs,
+    () => changed++,
+    (err) => errors.push(err),
+  );
 }
 
 function reads(): number {

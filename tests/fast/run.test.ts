@@ -11,9 +11,25 @@ import { describeError, Run } from '../../src/worker/run.js';
 function job(overrides: Partial<JobRow> = {}): JobRow {
   const now = new Date();
   return {
-    id: '7', queue: 'default', task: 'work', payload: { n: 1 }, status: 'processing', priority: 0, run_at: now,
-    attempts: 2, max_attempts: 5, locked_at: now, locked_by: 'w1', last_error: null, created_at: now, updated_at: now,
-    finished_at: null, started_at: now, trace_context: null, job_key: null, ...overrides,
+    id: '7',
+    queue: 'default',
+    task: 'work',
+    payload: { n: 1 },
+    status: 'processing',
+    priority: 0,
+    run_at: now,
+    attempts: 2,
+    max_attempts: 5,
+    locked_at: now,
+    locked_by: 'w1',
+    last_error: null,
+    created_at: now,
+    updated_at: now,
+    finished_at: null,
+    started_at: now,
+    trace_context: null,
+    job_key: null,
+    ...overrides,
   };
 }
 
@@ -41,10 +57,13 @@ describe('Run', () => {
     let ctx: JobContext | undefined;
     let payload: unknown;
     const row = job();
-    await new Run(row, task((p, c) => {
-      payload = p;
-      ctx = c;
-    })).run();
+    await new Run(
+      row,
+      task((p, c) => {
+        payload = p;
+        ctx = c;
+      }),
+    ).run();
     expect(payload).toEqual({ n: 1 });
     expect(ctx!.job).toBe(row);
     expect(ctx!.attempt).toBe(2);
@@ -52,32 +71,47 @@ describe('Run', () => {
   });
 
   it('completes with what the handler resolved to', async () => {
-    const outcome = await new Run(job(), task(async () => ({ sent: 3 }))).run();
+    const outcome = await new Run(
+      job(),
+      task(async () => ({ sent: 3 })),
+    ).run();
     expect(outcome).toEqual({ kind: 'completed', value: { sent: 3 } });
   });
 
   it('fails (retryable) with the thrown error, sync or async', async () => {
     const boom = new Error('boom');
-    const sync = await new Run(job(), task(() => {
-      throw boom;
-    })).run();
-    const rejected = await new Run(job(), task(async () => Promise.reject(boom))).run();
+    const sync = await new Run(
+      job(),
+      task(() => {
+        throw boom;
+      }),
+    ).run();
+    const rejected = await new Run(
+      job(),
+      task(async () => Promise.reject(boom)),
+    ).run();
     expect(sync).toEqual({ kind: 'failed', error: boom, permanent: false });
     expect(rejected).toEqual({ kind: 'failed', error: boom, permanent: false });
   });
 
   it('fails for good on PermanentFailure', async () => {
-    const outcome = await new Run(job(), task(() => {
-      throw new PermanentFailure('bad input');
-    })).run();
+    const outcome = await new Run(
+      job(),
+      task(() => {
+        throw new PermanentFailure('bad input');
+      }),
+    ).run();
     expect(outcome).toMatchObject({ kind: 'failed', permanent: true });
   });
 
   it('is snoozed when the handler throws Snooze', async () => {
     const snooze = new Snooze(5_000);
-    const outcome = await new Run(job(), task(() => {
-      throw snooze;
-    })).run();
+    const outcome = await new Run(
+      job(),
+      task(() => {
+        throw snooze;
+      }),
+    ).run();
     expect(outcome).toEqual({ kind: 'snoozed', snooze });
   });
 
@@ -96,9 +130,16 @@ describe('Run', () => {
   });
 
   it('reports the timeout, not the error a handler throws when its signal fires', async () => {
-    const ended = new Run(job(), task((_p, { signal }) => new Promise((_, reject) => {
-      signal.addEventListener('abort', () => reject(new Error('AbortError: handler gave up')));
-    }), 50)).run();
+    const ended = new Run(
+      job(),
+      task(
+        (_p, { signal }) =>
+          new Promise((_, reject) => {
+            signal.addEventListener('abort', () => reject(new Error('AbortError: handler gave up')));
+          }),
+        50,
+      ),
+    ).run();
     await vi.advanceTimersByTimeAsync(50);
     const outcome = await ended;
     expect(outcome.kind).toBe('failed');
@@ -107,10 +148,13 @@ describe('Run', () => {
 
   it('does not abort a handler that finished before its timeout', async () => {
     const seen: { signal?: AbortSignal } = {};
-    const outcome = await new Run(job(), task((_p, { signal }) => {
-      seen.signal = signal;
-      return 'done';
-    }, 100)).run();
+    const outcome = await new Run(
+      job(),
+      task((_p, { signal }) => {
+        seen.signal = signal;
+        return 'done';
+      }, 100),
+    ).run();
     await vi.advanceTimersByTimeAsync(500);
     expect(outcome).toEqual({ kind: 'completed', value: 'done' });
     expect(seen.signal!.aborted).toBe(false);
@@ -142,7 +186,10 @@ describe('Run', () => {
 
   it('an abort outranks what the handler does afterwards (a late value or Snooze is dropped)', async () => {
     let settle!: (value: unknown) => void;
-    const run = new Run(job(), task(() => new Promise((resolve) => (settle = resolve))));
+    const run = new Run(
+      job(),
+      task(() => new Promise((resolve) => (settle = resolve))),
+    );
     const ended = run.run();
     await vi.advanceTimersByTimeAsync(0);
     run.abort('lock-lost', new Error('lost'));
@@ -155,7 +202,10 @@ describe('Run', () => {
     const onUnhandled = (reason: unknown) => void unhandled.push(reason);
     process.on('unhandledRejection', onUnhandled);
     try {
-      const run = new Run(job(), task(() => new Promise((_, reject) => setTimeout(() => reject(new Error('late')), 100))));
+      const run = new Run(
+        job(),
+        task(() => new Promise((_, reject) => setTimeout(() => reject(new Error('late')), 100))),
+      );
       const ended = run.run();
       run.abort('shutdown', new Error('stop'));
       expect(await ended).toEqual({ kind: 'released' });
@@ -169,10 +219,14 @@ describe('Run', () => {
 
   it('forwards ctx.progress() to its listener', async () => {
     const reports: unknown[] = [];
-    await new Run(job(), task((_p, { progress }) => {
-      progress({ done: 1 });
-      progress({ done: 2 });
-    }), (value) => reports.push(value)).run();
+    await new Run(
+      job(),
+      task((_p, { progress }) => {
+        progress({ done: 1 });
+        progress({ done: 2 });
+      }),
+      (value) => reports.push(value),
+    ).run();
     expect(reports).toEqual([{ done: 1 }, { done: 2 }]);
   });
 });

@@ -80,10 +80,14 @@ afterEach(async () => {
 function abortable(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    }, { once: true });
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
   });
 }
 
@@ -112,8 +116,10 @@ describe('runtime: several workers, one database', () => {
     db.addMany(50, 'fast');
     const tracker = new Tracker();
     const tasks = { fast: tracker.handler(() => 2), slow: tracker.handler(() => 800) };
-    const all = [await start('A', { tasks, concurrency: 3, prefetch: 10, pollIntervalMs: 50 }),
-      await start('B', { tasks, concurrency: 3, prefetch: 10, pollIntervalMs: 50 })];
+    const all = [
+      await start('A', { tasks, concurrency: 3, prefetch: 10, pollIntervalMs: 50 }),
+      await start('B', { tasks, concurrency: 3, prefetch: 10, pollIntervalMs: 50 }),
+    ];
     await vi.advanceTimersByTimeAsync(10_000);
 
     expect(db.count('completed')).toBe(110);
@@ -135,7 +141,10 @@ describe('runtime: several workers, one database', () => {
     };
     // A does not heartbeat in time (say, a long GC pause).
     const a = await start('A', {
-      tasks: { t: slowThenFast }, pollIntervalMs: NO_POLL, heartbeatIntervalMs: HOUR, lockRenewalTimeoutMs: 2 * HOUR,
+      tasks: { t: slowThenFast },
+      pollIntervalMs: NO_POLL,
+      heartbeatIntervalMs: HOUR,
+      lockRenewalTimeoutMs: 2 * HOUR,
     });
     await vi.advanceTimersByTimeAsync(2_000);
     expect(db.rescue(1_000)).toEqual([id]);
@@ -186,11 +195,14 @@ describe('runtime: locks', () => {
     const id = db.add('t');
     let aSignal: AbortSignal | undefined;
     const a = await start('A', {
-      tasks: { t: async (_p: unknown, { signal }: JobContext) => {
-        aSignal = signal;
-        await abortable(HOUR, signal);
-      } },
-      heartbeatIntervalMs: 1_000, pollIntervalMs: NO_POLL,
+      tasks: {
+        t: async (_p: unknown, { signal }: JobContext) => {
+          aSignal = signal;
+          await abortable(HOUR, signal);
+        },
+      },
+      heartbeatIntervalMs: 1_000,
+      pollIntervalMs: NO_POLL,
     });
     await vi.advanceTimersByTimeAsync(10);
     // Its lock expires as if A had paused, and B takes the job.
@@ -205,15 +217,18 @@ describe('runtime: locks', () => {
     expect(b.ids('job:complete')).toEqual([id]);
   });
 
-  it('a cancelled job\'s handler is aborted, nothing is written for it, and its slot takes the next job', async () => {
+  it("a cancelled job's handler is aborted, nothing is written for it, and its slot takes the next job", async () => {
     const [cancelled, next] = db.addMany(2, 't');
     let signal: AbortSignal | undefined;
     const w = await start('A', {
-      concurrency: 1, pollIntervalMs: NO_POLL,
-      tasks: { t: async (_p: unknown, ctx: JobContext) => {
-        if (ctx.job.id === cancelled) signal = ctx.signal;
-        await abortable(ctx.job.id === cancelled ? HOUR : 10, ctx.signal);
-      } },
+      concurrency: 1,
+      pollIntervalMs: NO_POLL,
+      tasks: {
+        t: async (_p: unknown, ctx: JobContext) => {
+          if (ctx.job.id === cancelled) signal = ctx.signal;
+          await abortable(ctx.job.id === cancelled ? HOUR : 10, ctx.signal);
+        },
+      },
     });
     await vi.advanceTimersByTimeAsync(10);
     Object.assign(db.job(cancelled!), { status: 'cancelled', finished_at: new Date() }); // what cancel() writes
@@ -226,17 +241,19 @@ describe('runtime: locks', () => {
     expect(db.job(next!).status).toBe('completed');
   });
 
-  it('writes a handler\'s progress to its job', async () => {
+  it("writes a handler's progress to its job", async () => {
     const id = db.add('t');
     await start('A', {
       pollIntervalMs: NO_POLL,
-      tasks: { t: async (_p: unknown, { progress }: JobContext) => {
-        for (let pct = 10; pct <= 50; pct += 10) {
-          progress({ pct });
-          await sleep(100);
-        }
-        await sleep(HOUR);
-      } },
+      tasks: {
+        t: async (_p: unknown, { progress }: JobContext) => {
+          for (let pct = 10; pct <= 50; pct += 10) {
+            progress({ pct });
+            await sleep(100);
+          }
+          await sleep(HOUR);
+        },
+      },
     });
     await vi.advanceTimersByTimeAsync(2_000);
     expect(db.job(id).progress).toEqual({ pct: 50 });
@@ -273,8 +290,13 @@ describe('runtime: retries and snoozes', () => {
     expect(started[1]! - dueAt).toBeLessThanOrEqual(5);
     expect(tracker.attempts.get(id)).toEqual([1, 2]);
     expect(db.job(id)).toMatchObject({ status: 'completed', attempts: 2, result: 'ok' });
-    expect(w.events.map((e) => e.event).filter((e) => e.startsWith('job:'))).toEqual(
-      ['job:start', 'job:fail', 'job:retry', 'job:start', 'job:complete']);
+    expect(w.events.map((e) => e.event).filter((e) => e.startsWith('job:'))).toEqual([
+      'job:start',
+      'job:fail',
+      'job:retry',
+      'job:start',
+      'job:complete',
+    ]);
   });
 
   it('runs every retry of several failing jobs on time (each due time is kept, not only the earliest)', async () => {
@@ -282,7 +304,8 @@ describe('runtime: retries and snoozes', () => {
     const failedOnce = new Set<string>();
     const startedAt = new Map<string, number>();
     await start('A', {
-      pollIntervalMs: NO_POLL, concurrency: 5,
+      pollIntervalMs: NO_POLL,
+      concurrency: 5,
       tasks: {
         t: async (_p: unknown, { job }: JobContext) => {
           // Each job fails once after a different time, so their retries fall due apart.
@@ -342,7 +365,11 @@ describe('runtime: retries and snoozes', () => {
     db.add('t');
     await start('A', {
       pollIntervalMs: NO_POLL,
-      tasks: { t: async () => { throw new Snooze(new Date(Date.now() + 30 * 86_400_000)); } },
+      tasks: {
+        t: async () => {
+          throw new Snooze(new Date(Date.now() + 30 * 86_400_000));
+        },
+      },
     });
     await vi.advanceTimersByTimeAsync(50);
     const before = cycles();
@@ -394,7 +421,9 @@ describe('runtime: the fetch loop under load and failure', () => {
   it('takes a new job into its one free slot while its other slots run long jobs', async () => {
     db.addMany(7, 'long');
     await start('A', {
-      tasks: { long: async () => sleep(HOUR), quick: async () => 'done' }, concurrency: 8, pollIntervalMs: 1_000,
+      tasks: { long: async () => sleep(HOUR), quick: async () => 'done' },
+      concurrency: 8,
+      pollIntervalMs: 1_000,
     });
     await vi.advanceTimersByTimeAsync(10);
     expect(db.count('processing')).toBe(7);
@@ -411,7 +440,12 @@ describe('runtime: limited queues', () => {
     const ids = db.addMany(10, 't', { queue: 'serial' });
     db.addMany(20, 't');
     const tracker = new Tracker();
-    const options = { tasks: { t: tracker.handler(() => 20) }, queues: ['default', 'serial'], concurrency: 4, pollIntervalMs: 50 };
+    const options = {
+      tasks: { t: tracker.handler(() => 20) },
+      queues: ['default', 'serial'],
+      concurrency: 4,
+      pollIntervalMs: 50,
+    };
     await start('A', options);
     await start('B', options);
     await vi.advanceTimersByTimeAsync(3_000);
@@ -425,8 +459,11 @@ describe('runtime: limited queues', () => {
     db.addMany(30, 't');
     const tracker = new Tracker();
     await start('A', {
-      tasks: { t: tracker.handler(() => 20) }, queues: ['default', 'heavy'], queueConcurrency: { heavy: 2 },
-      concurrency: 6, pollIntervalMs: 50,
+      tasks: { t: tracker.handler(() => 20) },
+      queues: ['default', 'heavy'],
+      queueConcurrency: { heavy: 2 },
+      concurrency: 6,
+      pollIntervalMs: 50,
     });
     await vi.advanceTimersByTimeAsync(3_000);
     expect(db.count('completed')).toBe(42);
@@ -462,9 +499,15 @@ describe('runtime: hand-back and stop', () => {
     await vi.advanceTimersByTimeAsync(1_000);
 
     expect(a.ids('jobs:handed-back')).toEqual(behind);
-    expect(behind.map((id) => db.job(id))).toEqual(behind.map(() => expect.objectContaining({
-      status: 'completed', locked_by: 'B', attempts: 1,
-    })));
+    expect(behind.map((id) => db.job(id))).toEqual(
+      behind.map(() =>
+        expect.objectContaining({
+          status: 'completed',
+          locked_by: 'B',
+          attempts: 1,
+        }),
+      ),
+    );
     expect(b.ids('job:complete')).toEqual(behind);
     expect(db.job(slow).status).toBe('processing');
   });
@@ -492,7 +535,10 @@ describe('runtime: hand-back and stop', () => {
     const stuck = db.add('t', { payload: { ms: HOUR } });
     const waiting = db.addMany(2, 't', { payload: { ms: 1 } });
     const w = await start('A', {
-      tasks: { t: async ({ ms }: { ms: number }) => sleep(ms) }, concurrency: 2, prefetch: 0, pollIntervalMs: NO_POLL,
+      tasks: { t: async ({ ms }: { ms: number }) => sleep(ms) },
+      concurrency: 2,
+      prefetch: 0,
+      pollIntervalMs: NO_POLL,
       completionFlushMs: 5_000,
     });
     await vi.advanceTimersByTimeAsync(10);

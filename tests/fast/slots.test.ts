@@ -12,9 +12,24 @@ let nextId = 1;
 function job(task = 't', queue = 'default', ahead = false): JobRow {
   const now = new Date(0);
   return {
-    id: String(nextId++), queue, task, payload: {}, status: 'processing', priority: 0, run_at: now, attempts: 1,
-    max_attempts: 25, locked_at: now, locked_by: 'w', last_error: null, created_at: now, updated_at: now,
-    finished_at: null, started_at: ahead ? null : now, trace_context: null, job_key: null,
+    id: String(nextId++),
+    queue,
+    task,
+    payload: {},
+    status: 'processing',
+    priority: 0,
+    run_at: now,
+    attempts: 1,
+    max_attempts: 25,
+    locked_at: now,
+    locked_by: 'w',
+    last_error: null,
+    created_at: now,
+    updated_at: now,
+    finished_at: null,
+    started_at: ahead ? null : now,
+    trace_context: null,
+    job_key: null,
   };
 }
 

@@ -67,6 +67,9 @@ export async function statusCounts(db: TestDatabase): Promise<Record<string, num
 }
 
 /** Resolves with the next event of that name. */
-export function nextEvent<T extends unknown[]>(emitter: { once(e: string, l: (...a: T) => void): unknown }, event: string): Promise<T> {
+export function nextEvent<T extends unknown[]>(
+  emitter: { once(e: string, l: (...a: T) => void): unknown },
+  event: string,
+): Promise<T> {
   return new Promise((resolve) => emitter.once(event, (...args: T) => resolve(args)));
 }

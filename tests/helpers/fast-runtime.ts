@@ -53,52 +53,91 @@ export class FastWorker {
   private state: 'running' | 'stopping' = 'running';
   private drained: (() => void) | undefined;
 
-  constructor(db: MemoryDatabase, readonly id: string, options: FastWorkerOptions) {
+  constructor(
+    db: MemoryDatabase,
+    readonly id: string,
+    options: FastWorkerOptions,
+  ) {
     const store = db.store(id);
     this.store = store;
-    const tasks = new Map<string, ResolvedTask>(Object.entries(options.tasks).map(([name, t]) => [name, {
-      timeoutMs: undefined, maxAttempts: undefined, backoff: undefined, ...(typeof t === 'function' ? { handler: t } : t),
-    }]));
+    const tasks = new Map<string, ResolvedTask>(
+      Object.entries(options.tasks).map(([name, t]) => [
+        name,
+        {
+          timeoutMs: undefined,
+          maxAttempts: undefined,
+          backoff: undefined,
+          ...(typeof t === 'function' ? { handler: t } : t),
+        },
+      ]),
+    );
     const limits = new Map(Object.entries(options.queueConcurrency ?? {}));
     const pollIntervalMs = options.pollIntervalMs ?? 2_000;
     const renewalTimeoutMs = options.lockRenewalTimeoutMs ?? 3_000;
     const emit = (event: keyof WorkerEvents, ...args: unknown[]) => void this.events.push({ event, args });
     const onError = (err: unknown) => void this.errors.push(err);
     const slots = new Slots({ concurrency: options.concurrency ?? 4, prefetch: options.prefetch ?? 0, queueLimits: limits });
-    const completer: Completer = new Completer(store, {
-      backoff: options.backoff ?? { baseMs: 1_000, maxMs: 3_600_000, shape: 'exponential' }, maxResultBytes: 1024 * 1024,
-    }, { emit, resultAdded: () => loop.resultAdded(), dueAt: (at) => loop.wakeAt(at), error: onError });
+    const completer: Completer = new Completer(
+      store,
+      {
+        backoff: options.backoff ?? { baseMs: 1_000, maxMs: 3_600_000, shape: 'exponential' },
+        maxResultBytes: 1024 * 1024,
+      },
+      { emit, resultAdded: () => loop.resultAdded(), dueAt: (at) => loop.wakeAt(at), error: onError },
+    );
     const queueState = new QueueState(store, options.queues ?? ['default'], limits, pollIntervalMs, () => loop.wake(), onError);
-    const loop: FetchLoop = new FetchLoop(store, {
-      tasks: [...tasks.keys()], batchSize: options.batchSize ?? 100, completionFlushMs: options.completionFlushMs ?? 5,
-      pollIntervalMs,
-    }, {
-      capacity: () => slots.capacity(),
-      wanted: () => slots.wanted(),
-      wantedIn: (queue) => slots.wantedIn(queue),
-      free: () => slots.free(),
-      claimed: (jobs, roundTripMs) => {
-        heartbeat.claimed(jobs.map((j) => j.id), performance.now() - roundTripMs);
-        slots.recordRoundTrip(roundTripMs);
-        dispatcher.claimed(jobs);
+    const loop: FetchLoop = new FetchLoop(
+      store,
+      {
+        tasks: [...tasks.keys()],
+        batchSize: options.batchSize ?? 100,
+        completionFlushMs: options.completionFlushMs ?? 5,
+        pollIntervalMs,
       },
-    }, completer, () => queueState.claimPlan, onError);
-    const heartbeat = new Heartbeat(store, { intervalMs: options.heartbeatIntervalMs ?? 1_000, renewalTimeoutMs }, {
-      held: () => [...slots.heldIds(), ...completer.ids()],
-      lost: (ids) => dispatcher.lockLost(ids),
-      unrenewed: (ids) => dispatcher.unrenewed(ids, renewalTimeoutMs),
-      error: onError,
-    });
+      {
+        capacity: () => slots.capacity(),
+        wanted: () => slots.wanted(),
+        wantedIn: (queue) => slots.wantedIn(queue),
+        free: () => slots.free(),
+        claimed: (jobs, roundTripMs) => {
+          heartbeat.claimed(
+            jobs.map((j) => j.id),
+            performance.now() - roundTripMs,
+          );
+          slots.recordRoundTrip(roundTripMs);
+          dispatcher.claimed(jobs);
+        },
+      },
+      completer,
+      () => queueState.claimPlan,
+      onError,
+    );
+    const heartbeat = new Heartbeat(
+      store,
+      { intervalMs: options.heartbeatIntervalMs ?? 1_000, renewalTimeoutMs },
+      {
+        held: () => [...slots.heldIds(), ...completer.ids()],
+        lost: (ids) => dispatcher.lockLost(ids),
+        unrenewed: (ids) => dispatcher.unrenewed(ids, renewalTimeoutMs),
+        error: onError,
+      },
+    );
     const progress = new ProgressWriter(store, 1_000, onError);
-    const dispatcher = new Dispatcher(slots, completer, progress, { tasks, maxResultBytes: 1024 * 1024 }, {
-      emit,
-      accepting: () => this.state === 'running',
-      finished: (job) => {
-        if (limits.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wake();
-        if (slots.runningCount === 0) this.drained?.();
+    const dispatcher = new Dispatcher(
+      slots,
+      completer,
+      progress,
+      { tasks, maxResultBytes: 1024 * 1024 },
+      {
+        emit,
+        accepting: () => this.state === 'running',
+        finished: (job) => {
+          if (limits.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wake();
+          if (slots.runningCount === 0) this.drained?.();
+        },
+        error: onError,
       },
-      error: onError,
-    });
+    );
     this.slots = slots;
     this.completer = completer;
     this.queueState = queueState;
@@ -149,8 +188,9 @@ export class FastWorker {
 
   /** Ids of the jobs of every `event` recorded, in order (jobs:* events contribute each of their jobs). */
   ids(event: keyof WorkerEvents): string[] {
-    return this.events.filter((e) => e.event === event)
-      .flatMap((e) => (Array.isArray(e.args[0]) ? e.args[0] as JobRow[] : [e.args[0] as JobRow]).map((j) => j.id));
+    return this.events
+      .filter((e) => e.event === event)
+      .flatMap((e) => (Array.isArray(e.args[0]) ? (e.args[0] as JobRow[]) : [e.args[0] as JobRow]).map((j) => j.id));
   }
 }
 

@@ -9,9 +9,7 @@
  * still proven against a real server in tests/*.test.ts.
  */
 import { MAX_ERROR_HISTORY } from '../../src/db/statements/job-columns.js';
-import type {
-  CycleRequest, CycleResult, LockedWrite, QueueStateRow, WorkerStore,
-} from '../../src/db/store.js';
+import type { CycleRequest, CycleResult, LockedWrite, QueueStateRow, WorkerStore } from '../../src/db/store.js';
 import type { JobError, JobRow, JobStatus } from '../../src/job.js';
 
 export interface MemoryJob extends JobRow {
@@ -37,14 +35,32 @@ export class MemoryDatabase {
   private readonly gates: { op: Operation; when: Gate; open: Promise<void> }[] = [];
 
   /** Adds a pending job; returns its id. */
-  add(task: string, options: Partial<Pick<JobRow, 'queue' | 'priority' | 'max_attempts' | 'payload'>> & { delayMs?: number } = {}): string {
+  add(
+    task: string,
+    options: Partial<Pick<JobRow, 'queue' | 'priority' | 'max_attempts' | 'payload'>> & { delayMs?: number } = {},
+  ): string {
     const id = String(this.nextId++);
     const now = new Date();
     this.jobs.set(id, {
-      id, queue: options.queue ?? 'default', task, payload: options.payload ?? {}, status: 'pending',
-      priority: options.priority ?? 0, run_at: new Date(now.getTime() + (options.delayMs ?? 0)), attempts: 0,
-      max_attempts: options.max_attempts ?? 25, locked_at: null, locked_by: null, last_error: null,
-      created_at: now, updated_at: now, finished_at: null, started_at: null, trace_context: null, job_key: null, errors: [],
+      id,
+      queue: options.queue ?? 'default',
+      task,
+      payload: options.payload ?? {},
+      status: 'pending',
+      priority: options.priority ?? 0,
+      run_at: new Date(now.getTime() + (options.delayMs ?? 0)),
+      attempts: 0,
+      max_attempts: options.max_attempts ?? 25,
+      locked_at: null,
+      locked_by: null,
+      last_error: null,
+      created_at: now,
+      updated_at: now,
+      finished_at: null,
+      started_at: null,
+      trace_context: null,
+      job_key: null,
+      errors: [],
     });
     return id;
   }
@@ -69,7 +85,9 @@ export class MemoryDatabase {
   setQueue(name: string, state: { paused?: boolean; limit?: number | null }): void {
     const row = this.queues.get(name) ?? { name, paused: false, concurrency_limit: null };
     this.queues.set(name, {
-      name, paused: state.paused ?? row.paused, concurrency_limit: state.limit === undefined ? row.concurrency_limit : state.limit,
+      name,
+      paused: state.paused ?? row.paused,
+      concurrency_limit: state.limit === undefined ? row.concurrency_limit : state.limit,
     });
   }
 
@@ -146,13 +164,20 @@ export class MemoryDatabase {
       if (this.isLocked(job.id)) continue;
       const started = job.started_at !== null;
       const failed = started && job.attempts >= job.max_attempts;
-      const message = `lock expired: worker ${job.locked_by ?? '?'} stopped heartbeating`
-        + (started ? '' : ' before the job started (attempt not counted)');
+      const message =
+        `lock expired: worker ${job.locked_by ?? '?'} stopped heartbeating` +
+        (started ? '' : ' before the job started (attempt not counted)');
       Object.assign(job, {
-        status: failed ? 'failed' : 'pending', attempts: started ? job.attempts : job.attempts - 1,
-        finished_at: failed ? now : null, last_error: message,
+        status: failed ? 'failed' : 'pending',
+        attempts: started ? job.attempts : job.attempts - 1,
+        finished_at: failed ? now : null,
+        last_error: message,
         errors: [...recent(job.errors), { attempt: job.attempts, at: now.toISOString(), message }],
-        locked_at: null, locked_by: null, run_at: now, updated_at: now, started_at: null,
+        locked_at: null,
+        locked_by: null,
+        run_at: now,
+        updated_at: now,
+        started_at: null,
       });
       rescued.push(job.id);
     }
@@ -205,8 +230,13 @@ export class MemoryStore implements WorkerStore {
         continue;
       }
       if (!mine(job, this.workerId, c.attempt)) continue;
-      Object.assign(job, { status: 'completed', locked_at: null, finished_at: now, updated_at: now,
-        result: c.result === null ? null : JSON.parse(c.result) });
+      Object.assign(job, {
+        status: 'completed',
+        locked_at: null,
+        finished_at: now,
+        updated_at: now,
+        result: c.result === null ? null : JSON.parse(c.result),
+      });
       completed.add(c.id);
     }
     for (const f of r.failed) {
@@ -217,12 +247,22 @@ export class MemoryStore implements WorkerStore {
       }
       if (!mine(job, this.workerId, f.attempt)) continue;
       Object.assign(job, {
-        status: f.final ? 'failed' : 'pending', last_error: f.errorText, locked_at: null, updated_at: now,
-        run_at: f.final ? job.run_at : new Date(now.getTime() + f.delayMs), finished_at: f.final ? now : null,
+        status: f.final ? 'failed' : 'pending',
+        last_error: f.errorText,
+        locked_at: null,
+        updated_at: now,
+        run_at: f.final ? job.run_at : new Date(now.getTime() + f.delayMs),
+        finished_at: f.final ? now : null,
         started_at: f.final ? job.started_at : null,
-        errors: [...recent(job.errors), {
-          attempt: f.attempt, at: now.toISOString(), message: f.errorText.split('\n')[0]!, stack: f.errorText,
-        }],
+        errors: [
+          ...recent(job.errors),
+          {
+            attempt: f.attempt,
+            at: now.toISOString(),
+            message: f.errorText.split('\n')[0]!,
+            stack: f.errorText,
+          },
+        ],
       });
       failed.add(f.id);
     }
@@ -233,7 +273,9 @@ export class MemoryStore implements WorkerStore {
     // As in the SQL, paused and limited queues are left out after the LIMIT (the
     // guard against a stale cache sits on the outer UPDATE): a worker that still
     // asks for such a queue gets a short claim, and those rows stay pending.
-    const blocked = new Set([...this.db.queues.values()].filter((q) => q.paused || q.concurrency_limit !== null).map((q) => q.name));
+    const blocked = new Set(
+      [...this.db.queues.values()].filter((q) => q.paused || q.concurrency_limit !== null).map((q) => q.name),
+    );
     const claimed = candidates
       .map((job, i) => ({ job, startsNow: i < r.startNow }))
       .filter(({ job }) => !blocked.has(job.queue))
@@ -288,7 +330,12 @@ export class MemoryStore implements WorkerStore {
         continue;
       }
       Object.assign(job, {
-        status: 'pending', attempts: job.attempts - 1, locked_at: null, locked_by: null, run_at: now, updated_at: now,
+        status: 'pending',
+        attempts: job.attempts - 1,
+        locked_at: null,
+        locked_by: null,
+        run_at: now,
+        updated_at: now,
         started_at: null,
       });
       result.done.add(id);
@@ -307,7 +354,12 @@ export class MemoryStore implements WorkerStore {
       } else {
         at = runAt ?? new Date(Date.now() + delayMs);
         Object.assign(job, {
-          status: 'pending', attempts: job.attempts - 1, locked_at: null, locked_by: null, run_at: at, updated_at: new Date(),
+          status: 'pending',
+          attempts: job.attempts - 1,
+          locked_at: null,
+          locked_by: null,
+          run_at: at,
+          updated_at: new Date(),
           started_at: null,
         });
       }
@@ -327,7 +379,9 @@ export class MemoryStore implements WorkerStore {
 
   async queueState(queues: readonly string[]) {
     await this.db.enter('queueState', this.workerId);
-    const rows = [...this.db.queues.values()].filter((q) => queues.includes(q.name) && (q.paused || q.concurrency_limit !== null));
+    const rows = [...this.db.queues.values()].filter(
+      (q) => queues.includes(q.name) && (q.paused || q.concurrency_limit !== null),
+    );
     await this.db.pass('queueState', 'reply');
     return rows.map((q) => ({ ...q }));
   }
@@ -337,15 +391,25 @@ export class MemoryStore implements WorkerStore {
     if (limit <= 0 || queues.length === 0) return [];
     const now = Date.now();
     return [...this.db.jobs.values()]
-      .filter((j) => j.status === 'pending' && queues.includes(j.queue) && tasks.includes(j.task) && j.run_at.getTime() <= now
-        && !(skipLocked && this.db.isLocked(j.id)))
+      .filter(
+        (j) =>
+          j.status === 'pending' &&
+          queues.includes(j.queue) &&
+          tasks.includes(j.task) &&
+          j.run_at.getTime() <= now &&
+          !(skipLocked && this.db.isLocked(j.id)),
+      )
       .sort((a, b) => b.priority - a.priority || a.run_at.getTime() - b.run_at.getTime() || Number(a.id) - Number(b.id))
       .slice(0, limit);
   }
 
   private take(job: MemoryJob, now: Date, startsNow: boolean): JobRow {
     Object.assign(job, {
-      status: 'processing', attempts: job.attempts + 1, locked_at: now, locked_by: this.workerId, updated_at: now,
+      status: 'processing',
+      attempts: job.attempts + 1,
+      locked_at: now,
+      locked_by: this.workerId,
+      updated_at: now,
       started_at: startsNow ? now : null,
     });
     return claimedRow(job);

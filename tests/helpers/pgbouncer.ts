@@ -40,25 +40,28 @@ export async function startPgBouncer(targetUrl: string, poolSize = 2): Promise<P
   // pgbouncer refuses to run as root; it drops to `postgres`, which must write here.
   await chmod(dir, 0o777);
   const serverAuth = `user=${user}${password ? ` password=${password}` : ''}`;
-  await writeFile(join(dir, 'pgbouncer.ini'), [
-    '[databases]',
-    `${db} = host=${target.hostname} port=${target.port || 5432} dbname=${db} ${serverAuth}`,
-    '[pgbouncer]',
-    'listen_addr = 127.0.0.1',
-    `listen_port = ${port}`,
-    'unix_socket_dir =',
-    'auth_type = trust',
-    `auth_file = ${join(dir, 'userlist.txt')}`,
-    'pool_mode = transaction',
-    // Fewer server connections than clients: transactions of different clients
-    // really do share server connections.
-    `default_pool_size = ${poolSize}`,
-    'max_client_conn = 500',
-    'ignore_startup_parameters = extra_float_digits,options',
-    ...(tracksPreparedStatements ? ['max_prepared_statements = 200'] : []),
-    `pidfile = ${join(dir, 'pgbouncer.pid')}`,
-    '',
-  ].join('\n'));
+  await writeFile(
+    join(dir, 'pgbouncer.ini'),
+    [
+      '[databases]',
+      `${db} = host=${target.hostname} port=${target.port || 5432} dbname=${db} ${serverAuth}`,
+      '[pgbouncer]',
+      'listen_addr = 127.0.0.1',
+      `listen_port = ${port}`,
+      'unix_socket_dir =',
+      'auth_type = trust',
+      `auth_file = ${join(dir, 'userlist.txt')}`,
+      'pool_mode = transaction',
+      // Fewer server connections than clients: transactions of different clients
+      // really do share server connections.
+      `default_pool_size = ${poolSize}`,
+      'max_client_conn = 500',
+      'ignore_startup_parameters = extra_float_digits,options',
+      ...(tracksPreparedStatements ? ['max_prepared_statements = 200'] : []),
+      `pidfile = ${join(dir, 'pgbouncer.pid')}`,
+      '',
+    ].join('\n'),
+  );
   await writeFile(join(dir, 'userlist.txt'), `"${user}" ""\n`);
   const asRoot = process.getuid?.() === 0;
   const child: ChildProcess = spawn('pgbouncer', [...(asRoot ? ['-u', 'postgres'] : []), join(dir, 'pgbouncer.ini')], {
@@ -70,18 +73,22 @@ export async function startPgBouncer(targetUrl: string, poolSize = 2): Promise<P
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
   const url = `postgres://${encodeURIComponent(user)}${password ? `:${encodeURIComponent(password)}` : ''}@127.0.0.1:${port}/${db}`;
   try {
-    await waitFor(async () => {
-      if (child.exitCode !== null) throw new Error(`pgbouncer exited: ${log}`);
-      const client = new pg.Client({ connectionString: url });
-      client.on('error', () => {});
-      try {
-        await client.connect();
-        await client.query('SELECT 1');
-        return true;
-      } finally {
-        await client.end().catch(() => {});
-      }
-    }, 'pgbouncer to accept connections', 15_000);
+    await waitFor(
+      async () => {
+        if (child.exitCode !== null) throw new Error(`pgbouncer exited: ${log}`);
+        const client = new pg.Client({ connectionString: url });
+        client.on('error', () => {});
+        try {
+          await client.connect();
+          await client.query('SELECT 1');
+          return true;
+        } finally {
+          await client.end().catch(() => {});
+        }
+      },
+      'pgbouncer to accept connections',
+      15_000,
+    );
   } catch (err) {
     child.kill('SIGKILL');
     throw new Error(`${(err as Error).message}\n${log}`);

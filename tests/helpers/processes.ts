@@ -39,7 +39,10 @@ export async function spawnWorker(env: Record<string, string>, script = WORKER_S
  * The child side of spawnWorker: starts the worker, prints "ready", and on
  * SIGTERM stops it gracefully, runs `cleanup` and exits 0.
  */
-export async function serveUntilSigterm(worker: { start(): Promise<void>; stop(): Promise<void> }, cleanup: () => Promise<void>): Promise<void> {
+export async function serveUntilSigterm(
+  worker: { start(): Promise<void>; stop(): Promise<void> },
+  cleanup: () => Promise<void>,
+): Promise<void> {
   process.on('SIGTERM', () => {
     void worker.stop().then(async () => {
       await cleanup();

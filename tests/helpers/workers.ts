@@ -19,7 +19,10 @@ export function useWorkers(prefix: string): WorkerFixture {
   const fixture = {
     async start(options: Omit<WorkerOptions, 'schema'>, before?: (worker: Worker) => void) {
       const worker = new Worker({
-        connectionString: fixture.db.url, schema: fixture.db.schema, driver: TEST_DRIVER, ...options,
+        connectionString: fixture.db.url,
+        schema: fixture.db.schema,
+        driver: TEST_DRIVER,
+        ...options,
       });
       worker.on('error', () => {});
       before?.(worker);
@@ -31,9 +34,10 @@ export function useWorkers(prefix: string): WorkerFixture {
   beforeAll(async () => {
     fixture.db = await createTestSchema(prefix);
     // On postgres.js the Queue runs on it too; on pg it shares the file's pool.
-    fixture.queue = TEST_DRIVER === 'postgres.js'
-      ? new Queue({ connectionString: fixture.db.url, driver: TEST_DRIVER, schema: fixture.db.schema })
-      : new Queue({ pool: fixture.db.pool, schema: fixture.db.schema });
+    fixture.queue =
+      TEST_DRIVER === 'postgres.js'
+        ? new Queue({ connectionString: fixture.db.url, driver: TEST_DRIVER, schema: fixture.db.schema })
+        : new Queue({ pool: fixture.db.pool, schema: fixture.db.schema });
   });
   afterEach(async () => {
     await Promise.all(workers.splice(0).map((w) => w.stop()));

@@ -65,7 +65,9 @@ async function startWorker(name: string, queues: string[], extra: Partial<Worker
 
 async function runsOf(ids: string[]): Promise<{ runs: number; jobs: number }> {
   const { rows } = await db.pool.query(
-    `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS jobs FROM ${db.s}.runs WHERE job_id = ANY($1::bigint[])`, [ids]);
+    `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS jobs FROM ${db.s}.runs WHERE job_id = ANY($1::bigint[])`,
+    [ids],
+  );
   return rows[0];
 }
 
@@ -76,7 +78,9 @@ describe(`PgBouncer in transaction mode`, () => {
     await Promise.all(['a', 'b', 'c'].map((n) => startWorker(`listen-${n}`, ['listen'], opts)));
     const first = await queue.enqueue('record', {}, { queue: 'listen' });
     await waitFor(async () => (await queue.getJob(first))?.status === 'completed', 'the first job, pushed by NOTIFY');
-    const ids = await queue.enqueueMany(Array.from({ length: 600 }, (_, i) => ({ task: 'record', queue: 'listen', payload: { i } })));
+    const ids = await queue.enqueueMany(
+      Array.from({ length: 600 }, (_, i) => ({ task: 'record', queue: 'listen', payload: { i } })),
+    );
     await waitFor(async () => (await runsOf(ids)).jobs === 600, 'all 600 jobs', 60_000);
     await waitFor(async () => (await statusCounts(db)).completed === 601, 'all results written');
     expect(await runsOf(ids)).toEqual({ runs: 600, jobs: 600 });
@@ -84,7 +88,9 @@ describe(`PgBouncer in transaction mode`, () => {
 
   it('a poll-only worker (listen: false) drains through PgBouncer alone', async () => {
     await Promise.all(['a', 'b'].map((n) => startWorker(`poll-${n}`, ['poll'], { listen: false, pollIntervalMs: 100 })));
-    const ids = await queue.enqueueMany(Array.from({ length: 400 }, (_, i) => ({ task: 'record', queue: 'poll', payload: { i } })));
+    const ids = await queue.enqueueMany(
+      Array.from({ length: 400 }, (_, i) => ({ task: 'record', queue: 'poll', payload: { i } })),
+    );
     await waitFor(async () => (await runsOf(ids)).jobs === 400, 'all 400 jobs', 60_000);
     expect(await runsOf(ids)).toEqual({ runs: 400, jobs: 400 });
   });

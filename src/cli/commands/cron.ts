@@ -18,8 +18,16 @@ export function registerCron(program: Command): void {
         process.stdout.write('no schedules (a worker registers its schedules when it starts)\n');
         return;
       }
-      printTable(['NAME', 'CRON', 'TIME ZONE', 'QUEUE/TASK', 'LAST TICK', 'NEXT RUN'], schedules.map((s) => [
-        s.name, s.cron, s.timezone, `${s.queue}/${s.task}`, s.lastTick.toISOString(), s.nextRun?.toISOString() ?? '-',
-      ]));
+      printTable(
+        ['NAME', 'CRON', 'TIME ZONE', 'QUEUE/TASK', 'LAST TICK', 'NEXT RUN'],
+        schedules.map((s) => [
+          s.name,
+          s.cron,
+          s.timezone,
+          `${s.queue}/${s.task}`,
+          s.lastTick.toISOString(),
+          s.nextRun?.toISOString() ?? '-',
+        ]),
+      );
     });
 }

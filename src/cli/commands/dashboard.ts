@@ -26,7 +26,8 @@ export function registerDashboard(program: Command): void {
       const port = Number(flags.port);
       if (!/^\d+$/.test(flags.port) || port > 65_535) throw new UsageError('--port must be an integer from 0 to 65535');
       const refreshMs = Number(flags.refreshMs);
-      if (!/^\d+$/.test(flags.refreshMs) || refreshMs < 100) throw new UsageError('--refresh-ms must be an integer of at least 100');
+      if (!/^\d+$/.test(flags.refreshMs) || refreshMs < 100)
+        throw new UsageError('--refresh-ms must be an integer of at least 100');
       const token = flags.token ?? (process.env.SLUICE_DASHBOARD_TOKEN || undefined);
       const password = flags.password ?? (process.env.SLUICE_DASHBOARD_PASSWORD || undefined);
       // Loaded here, not at the top: other commands should not pay for loading a web server.

@@ -4,7 +4,13 @@ import { getJob } from '../../admin/jobs.js';
 import { withDatabase } from '../database.js';
 import { ExitStatus, printJson, printTable, UsageError } from '../output.js';
 
-interface ListFlags { queue?: string; task?: string; limit?: string; before?: string; json?: boolean }
+interface ListFlags {
+  queue?: string;
+  task?: string;
+  limit?: string;
+  before?: string;
+  json?: boolean;
+}
 
 /** First line of an error, cut to fit a table cell. */
 function headline(text: string | null, width = 60): string {
@@ -26,14 +32,27 @@ export function registerDeadLetters(program: Command): void {
     .exitOverride()
     .action(async (flags: ListFlags, command: Command) => {
       if (!/^\d+$/.test(flags.limit ?? '')) throw new UsageError('--limit must be an integer');
-      const page = await withDatabase(command, ({ pool, schema }) => listDeadLetters(pool, schema, {
-        queue: flags.queue, task: flags.task, limit: Number(flags.limit), before: flags.before,
-      }));
+      const page = await withDatabase(command, ({ pool, schema }) =>
+        listDeadLetters(pool, schema, {
+          queue: flags.queue,
+          task: flags.task,
+          limit: Number(flags.limit),
+          before: flags.before,
+        }),
+      );
       if (flags.json) return printJson(page);
       if (page.jobs.length === 0) return void process.stdout.write('no dead letters\n');
-      printTable(['ID', 'QUEUE', 'TASK', 'ATTEMPTS', 'FAILED AT', 'LAST ERROR'], page.jobs.map((j) => [
-        j.id, j.queue, j.task, `${j.attempts}/${j.max_attempts}`, j.finished_at?.toISOString() ?? '-', headline(j.last_error),
-      ]));
+      printTable(
+        ['ID', 'QUEUE', 'TASK', 'ATTEMPTS', 'FAILED AT', 'LAST ERROR'],
+        page.jobs.map((j) => [
+          j.id,
+          j.queue,
+          j.task,
+          `${j.attempts}/${j.max_attempts}`,
+          j.finished_at?.toISOString() ?? '-',
+          headline(j.last_error),
+        ]),
+      );
       if (page.nextBefore) process.stdout.write(`next page: --before ${page.nextBefore}\n`);
     });
 
@@ -48,7 +67,9 @@ export function registerDeadLetters(program: Command): void {
         throw new ExitStatus(1);
       }
       if (flags.json) return printJson(job);
-      process.stdout.write(`job ${job.id}  ${job.queue}/${job.task}  ${job.status}  attempts ${job.attempts}/${job.max_attempts}\n`);
+      process.stdout.write(
+        `job ${job.id}  ${job.queue}/${job.task}  ${job.status}  attempts ${job.attempts}/${job.max_attempts}\n`,
+      );
       process.stdout.write(`payload ${JSON.stringify(job.payload)}\n`);
       for (const e of job.errors ?? []) {
         process.stdout.write(`\nattempt ${e.attempt} at ${e.at}: ${e.message}\n`);
@@ -66,7 +87,8 @@ export function registerDeadLetters(program: Command): void {
       if (flags.all ? ids.length > 0 : ids.length === 0) throw new UsageError('give job ids, or --all (not both)');
       if (flags.queue !== undefined && !flags.all) throw new UsageError('--queue goes with --all');
       const result = await withDatabase(command, ({ pool, schema }) =>
-        redriveDeadLetters(pool, schema, flags.all ? { all: true, queue: flags.queue } : { ids }, { actor: 'cli' }));
+        redriveDeadLetters(pool, schema, flags.all ? { all: true, queue: flags.queue } : { ids }, { actor: 'cli' }),
+      );
       if (flags.json) return printJson(result);
       process.stdout.write(`redriven: ${result.redriven}\n`);
       for (const s of result.skipped) process.stdout.write(`skipped ${s.id}: ${s.reason}\n`);

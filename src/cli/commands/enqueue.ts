@@ -37,10 +37,13 @@ export function registerEnqueue(program: Command): void {
     .option('--max-attempts <n>', 'attempts before the job fails for good (default 5)', integer(1, 1000))
     .option('--priority <n>', 'higher runs first (default 0)', integer(-32768, 32767))
     .option('--json', 'print {"id": ...} instead of the bare id')
-    .addHelpText('after', `
+    .addHelpText(
+      'after',
+      `
 Examples:
   sluice enqueue send_welcome '{"userId":42}'
-  sluice enqueue report --queue slow --delay 10m --max-attempts 3`)
+  sluice enqueue report --queue slow --delay 10m --max-attempts 3`,
+    )
     .action(async (task: string, payloadText: string | undefined, flags: EnqueueFlags, command: Command) => {
       const payload = parsePayload(payloadText);
       if (flags.runAt && flags.delay !== undefined) throw new UsageError('give --run-at or --delay, not both');
@@ -56,9 +59,13 @@ Examples:
         if (flags.json) printJson({ id });
         else process.stdout.write(`${id}\n`);
         // The job is in, but nothing will run it until the queue is resumed: say so, on stderr.
-        const settings = (await listQueueSettings(pool, controlStatements(schema))).find((q) => q.name === (flags.queue ?? 'default'));
+        const settings = (await listQueueSettings(pool, controlStatements(schema))).find(
+          (q) => q.name === (flags.queue ?? 'default'),
+        );
         if (settings?.paused) {
-          process.stderr.write(`note: queue "${settings.name}" is paused: no worker takes the job until \`sluice queues resume ${settings.name}\`\n`);
+          process.stderr.write(
+            `note: queue "${settings.name}" is paused: no worker takes the job until \`sluice queues resume ${settings.name}\`\n`,
+          );
         }
       });
     });

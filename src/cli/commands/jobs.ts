@@ -1,6 +1,14 @@
 import type { Command } from 'commander';
 import {
-  cancelJob, checkStatus, deleteFinished, deleteJob, getJob, listJobs, retryFailed, retryJob, type JobActionResult,
+  cancelJob,
+  checkStatus,
+  deleteFinished,
+  deleteJob,
+  getJob,
+  listJobs,
+  retryFailed,
+  retryJob,
+  type JobActionResult,
 } from '../../admin/jobs.js';
 import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus } from '../../job.js';
 import { withDatabase } from '../database.js';
@@ -21,9 +29,7 @@ interface ListFlags {
 }
 
 export function registerJobs(program: Command): void {
-  const jobs = program
-    .command('jobs')
-    .description('list, inspect, retry, cancel and delete jobs');
+  const jobs = program.command('jobs').description('list, inspect, retry, cancel and delete jobs');
 
   jobs
     .command('list')
@@ -40,17 +46,29 @@ export function registerJobs(program: Command): void {
       const status = flags.status?.map(checkStatus);
       await withDatabase(command, async ({ pool, schema }) => {
         const page = await listJobs(pool, schema, {
-          status, queue: flags.queue, task: flags.task, limit: flags.limit, before: flags.before, after: flags.after,
+          status,
+          queue: flags.queue,
+          task: flags.task,
+          limit: flags.limit,
+          before: flags.before,
+          after: flags.after,
         });
         if (flags.json) return printJson(page);
         const now = Date.now();
-        process.stdout.write(formatTable(
-          ['ID', 'STATUS', 'QUEUE', 'TASK', 'ATTEMPTS', 'CREATED', 'LAST ERROR'],
-          page.jobs.map((j) => [
-            j.id, j.status, j.queue, j.task, `${j.attempts}/${j.max_attempts}`,
-            `${formatDuration(now - j.created_at.getTime())} ago`, firstLine(j.last_error),
-          ]),
-        ));
+        process.stdout.write(
+          formatTable(
+            ['ID', 'STATUS', 'QUEUE', 'TASK', 'ATTEMPTS', 'CREATED', 'LAST ERROR'],
+            page.jobs.map((j) => [
+              j.id,
+              j.status,
+              j.queue,
+              j.task,
+              `${j.attempts}/${j.max_attempts}`,
+              `${formatDuration(now - j.created_at.getTime())} ago`,
+              firstLine(j.last_error),
+            ]),
+          ),
+        );
         if (page.nextBefore) process.stderr.write(`more: --before ${page.nextBefore}\n`);
       });
     });
@@ -116,7 +134,8 @@ export function registerJobs(program: Command): void {
     .action(async (id: string | undefined, flags: DeleteFlags, command: Command) => {
       const statuses = FINISHED.filter((s) => flags[s as keyof DeleteFlags]);
       const bulk = statuses.length > 0 || flags.olderThan !== undefined;
-      if ((id !== undefined) === bulk) throw new UsageError('give a job id, or --completed/--failed/--cancelled with --older-than');
+      if ((id !== undefined) === bulk)
+        throw new UsageError('give a job id, or --completed/--failed/--cancelled with --older-than');
       if (bulk && (statuses.length === 0 || flags.olderThan === undefined)) {
         throw new UsageError('bulk delete needs --older-than and at least one of --completed, --failed, --cancelled');
       }
@@ -124,8 +143,10 @@ export function registerJobs(program: Command): void {
         if (!bulk) return report(await deleteJob(pool, schema, id!, { actor: ACTOR }), id!, 'deleted', DELETABLE, flags.json);
         const result = await deleteFinished(pool, schema, { olderThanMs: flags.olderThan!, statuses });
         if (flags.json) return printJson(result);
-        process.stdout.write(`deleted ${result.deleted} ${statuses.join('/')} job${result.deleted === 1 ? '' : 's'} ` +
-          `finished more than ${formatDuration(flags.olderThan!)} ago\n`);
+        process.stdout.write(
+          `deleted ${result.deleted} ${statuses.join('/')} job${result.deleted === 1 ? '' : 's'} ` +
+            `finished more than ${formatDuration(flags.olderThan!)} ago\n`,
+        );
       });
     });
 }

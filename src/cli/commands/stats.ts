@@ -68,11 +68,29 @@ function render(stats: Stats): string {
   if (stats.queues.length === 0) return 'no jobs\n';
   const window = formatDuration(stats.windowMs);
   return formatTable(
-    ['QUEUE', 'PENDING', 'SCHEDULED', 'RUNNING', 'COMPLETED', 'FAILED', 'CANCELLED', 'OLDEST PENDING', `JOBS/S (${window})`, `FAILED (${window})`],
+    [
+      'QUEUE',
+      'PENDING',
+      'SCHEDULED',
+      'RUNNING',
+      'COMPLETED',
+      'FAILED',
+      'CANCELLED',
+      'OLDEST PENDING',
+      `JOBS/S (${window})`,
+      `FAILED (${window})`,
+    ],
     stats.queues.map((q) => [
-      q.queue, String(q.pending), String(q.scheduled), String(q.processing), String(q.completed), String(q.failed),
-      String(q.cancelled), q.oldestPendingMs === null ? '-' : formatDuration(q.oldestPendingMs),
-      q.jobsPerSecond.toFixed(q.jobsPerSecond < 10 ? 2 : 0), String(q.failedInWindow),
+      q.queue,
+      String(q.pending),
+      String(q.scheduled),
+      String(q.processing),
+      String(q.completed),
+      String(q.failed),
+      String(q.cancelled),
+      q.oldestPendingMs === null ? '-' : formatDuration(q.oldestPendingMs),
+      q.jobsPerSecond.toFixed(q.jobsPerSecond < 10 ? 2 : 0),
+      String(q.failedInWindow),
     ]),
   );
 }

@@ -23,9 +23,17 @@ export function registerWorker(program: Command): void {
     .requiredOption('--tasks <module>', 'file exporting `tasks` (or a default export): { taskName: handler }')
     .option('--queue <name>', 'queue to take jobs from (repeatable; default "default")', collect)
     .option('--concurrency <n>', 'jobs run at once', integer(1, 10_000), 10)
-    .addOption(durationOption('--shutdown-timeout <duration>', 'on a signal, how long running jobs may finish before they are aborted', 10_000))
+    .addOption(
+      durationOption(
+        '--shutdown-timeout <duration>',
+        'on a signal, how long running jobs may finish before they are aborted',
+        10_000,
+      ),
+    )
     .option('--json', 'log JSON lines instead of text')
-    .addHelpText('after', `
+    .addHelpText(
+      'after',
+      `
 The first SIGINT/SIGTERM stops claiming and lets running jobs finish (up to
 --shutdown-timeout; unfinished ones go back to pending), then exits 0. A second
 signal exits at once (code 1); its running jobs return to pending when their
@@ -33,7 +41,8 @@ lock expires.
 
 Examples:
   sluice worker --tasks ./dist/tasks.js --queue default --queue mail --concurrency 20
-  node --import tsx ./node_modules/.bin/sluice worker --tasks ./src/tasks.ts --json`)
+  node --import tsx ./node_modules/.bin/sluice worker --tasks ./src/tasks.ts --json`,
+    )
     .action(async (flags: WorkerFlags, command: Command) => {
       const tasks = await loadTasks(flags.tasks);
       const log = new WorkerLog(flags.json ?? false);

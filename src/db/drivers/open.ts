@@ -16,7 +16,12 @@ export interface DriverConnection extends Partial<Pick<PgDriverOptions, 'pool'>>
  * Opens the driver a worker asked for. Each is imported on demand, so a process
  * that uses only one never loads the other library.
  */
-export async function openDriver(name: DriverName, connection: DriverConnection, max: number, applicationName: string): Promise<Driver> {
+export async function openDriver(
+  name: DriverName,
+  connection: DriverConnection,
+  max: number,
+  applicationName: string,
+): Promise<Driver> {
   if (name === 'postgres.js') {
     const { postgresJsDriver } = await import('./postgres-js.js');
     return postgresJsDriver({ ...connection, max, applicationName });

@@ -48,7 +48,10 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
     const url = options.listenConnectionString ?? options.connectionString;
     if (url) {
       const client = new pg.Client({
-        connectionString: url, application_name: LISTEN_APPLICATION_NAME, connectionTimeoutMillis: limit ?? 0, keepAlive: true,
+        connectionString: url,
+        application_name: LISTEN_APPLICATION_NAME,
+        connectionTimeoutMillis: limit ?? 0,
+        keepAlive: true,
       });
       client.on('error', () => {});
       await client.connect();
@@ -92,7 +95,10 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
         return result;
       } catch (err) {
         // A failed ROLLBACK means the connection is broken: destroy it rather than reuse it.
-        const broken = await client.query('ROLLBACK').then(() => undefined, (e: Error) => e);
+        const broken = await client.query('ROLLBACK').then(
+          () => undefined,
+          (e: Error) => e,
+        );
         client.release(broken ?? undefined);
         throw err;
       }
@@ -134,10 +140,15 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
           }
         },
         async check(timeoutMs: number) {
-          await timeLimit(client.query('SELECT 1'), timeoutMs, () => {
-            destroy(client);
-            lost(new Error(`listen connection silent for ${timeoutMs} ms`));
-          }, 'LISTEN connection check');
+          await timeLimit(
+            client.query('SELECT 1'),
+            timeoutMs,
+            () => {
+              destroy(client);
+              lost(new Error(`listen connection silent for ${timeoutMs} ms`));
+            },
+            'LISTEN connection check',
+          );
         },
       };
     },

@@ -104,9 +104,13 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
   const limit = options.statementTimeoutMs;
   // postgres.js counts its connect timeout in seconds.
   const connectTimeout = limit === undefined ? {} : { connect_timeout: Math.max(1, Math.ceil(limit / 1_000)) };
-  const openInstance = () => instance({
-    max: options.max, prepare: options.prepare ?? true, application_name: options.applicationName, ...connectTimeout,
-  });
+  const openInstance = () =>
+    instance({
+      max: options.max,
+      prepare: options.prepare ?? true,
+      application_name: options.applicationName,
+      ...connectTimeout,
+    });
   let sql = openInstance();
   // postgres.js cannot drop one connection: a statement past its limit replaces the
   // instance, closing its connections at once (statements in flight on them fail
@@ -167,11 +171,16 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
           await listener.end({ timeout: 1 }).catch(() => {});
         },
         async check(timeoutMs: number) {
-          await timeLimit(run(listener, 'SELECT 1'), timeoutMs, () => {
-            if (!open) return;
-            stop();
-            handlers.lost(new Error(`listen connection silent for ${timeoutMs} ms`));
-          }, 'LISTEN connection check');
+          await timeLimit(
+            run(listener, 'SELECT 1'),
+            timeoutMs,
+            () => {
+              if (!open) return;
+              stop();
+              handlers.lost(new Error(`listen connection silent for ${timeoutMs} ms`));
+            },
+            'LISTEN connection check',
+          );
         },
       };
     },

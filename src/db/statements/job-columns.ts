@@ -8,9 +8,23 @@ import { quoteSchema } from '../identifiers.js';
  * that adds a column does not change what the hot path transfers.
  */
 const JOB_FIELDS = [
-  'queue', 'task', 'payload', 'status', 'priority', 'run_at', 'attempts', 'max_attempts',
-  'locked_at', 'locked_by', 'last_error', 'created_at', 'updated_at', 'finished_at', 'job_key',
-  'trace_context', 'started_at',
+  'queue',
+  'task',
+  'payload',
+  'status',
+  'priority',
+  'run_at',
+  'attempts',
+  'max_attempts',
+  'locked_at',
+  'locked_by',
+  'last_error',
+  'created_at',
+  'updated_at',
+  'finished_at',
+  'job_key',
+  'trace_context',
+  'started_at',
 ];
 
 /** Read by getJob and the admin views, not by the claim: they can be large. */

@@ -65,7 +65,11 @@ export interface WorkerStatements {
  * candidate row (at most $11). A stale worker may lock such rows for the length of
  * its statement and leave them pending. `node --import tsx bench/claim-guard.ts`.
  */
-function cycleStatement(jobs: string, queues: string, queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])'): string {
+function cycleStatement(
+  jobs: string,
+  queues: string,
+  queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])',
+): string {
   return `WITH writable AS (
         -- The rows this cycle writes, locked first and SKIP LOCKED: a row that some
         -- other session holds (an open transaction that locked it) is left for a
