@@ -201,6 +201,13 @@ describe('a job whose handler never started', () => {
         { id: started, status: 'failed', attempts: 1, started_at: null },
         { id: ahead, status: 'pending', attempts: 0, started_at: null },
       ]);
+      // Claimed ahead and lost again: a job whose start may just not have been written
+      // before a crash must not loop for ever, so two unstarted rescues in a row spend it.
+      await dead.cycle({ completed: [], failed: [], started: [], queues: ['default'], tasks: ['once'], limit: 1, startNow: 0 });
+      await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE status = 'processing'`);
+      await rescueExpired(driver, workerStatements(t.db.schema), 1_000);
+      const { rows: after } = await t.db.pool.query(`SELECT status, attempts FROM ${t.db.s}.jobs WHERE id = $1`, [ahead]);
+      expect(after).toEqual([{ status: 'failed', attempts: 1 }]);
     } finally {
       await driver.end();
     }

@@ -173,3 +173,22 @@ describe('prefetch', () => {
     expect(busy.runningJobIds.length).toBeLessThanOrEqual(4);
   });
 });
+
+describe('a handler error Postgres cannot store as text', () => {
+  it('fails only its own job: a NUL in the error does not stop the worker writing every other result', async () => {
+    await t.start({
+      pollIntervalMs: NO_POLL,
+      tasks: {
+        binary: async () => JSON.parse('\u0000garbage') as unknown,
+        ok: async () => {},
+      },
+    });
+    const [bad] = await t.queue.enqueueMany([
+      { task: 'binary', maxAttempts: 1 },
+      ...Array.from({ length: 5 }, () => ({ task: 'ok' })),
+    ]);
+    await waitFor(async () => (await statusCounts(t.db)).completed === 5, 'the five good jobs to complete');
+    await waitFor(async () => (await t.queue.getJob(bad!))?.status === 'failed', 'the bad job to fail');
+    expect((await t.queue.getJob(bad!))!.last_error).toContain('\\u0000');
+  });
+});

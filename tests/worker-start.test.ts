@@ -37,3 +37,32 @@ describe('Worker.start()', () => {
     }
   });
 });
+
+describe('stop() while start() is still running', () => {
+  it('lets start() settle, claims nothing it then abandons, and leaves no job processing', async () => {
+    const { createTestSchema } = await import('./helpers/database.js');
+    const { Queue } = await import('../src/index.js');
+    const db = await createTestSchema('earlystop');
+    const queue = new Queue({ pool: db.pool, schema: db.schema });
+    try {
+      await queue.enqueueMany(Array.from({ length: 50 }, () => ({ task: 'slow' })));
+      for (const delayMs of [0, 5, 20, 60]) {
+        const worker = new Worker({
+          connectionString: db.url,
+          schema: db.schema,
+          driver: TEST_DRIVER,
+          tasks: { slow: () => new Promise((r) => setTimeout(r, 50)) },
+        });
+        worker.on('error', () => {});
+        const started = worker.start();
+        await new Promise((r) => setTimeout(r, delayMs));
+        await Promise.all([started, worker.stop()]);
+        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE status = 'processing'`);
+        expect(rows[0].n, `stop() ${delayMs} ms after start()`).toBe(0);
+      }
+    } finally {
+      await queue.close();
+      await db.drop();
+    }
+  });
+});

@@ -113,11 +113,24 @@ export function describeError(error: unknown): string {
     text = error;
   } else {
     try {
-      text = `non-Error thrown: ${JSON.stringify(error)}`;
+      // JSON.stringify gives undefined for a symbol or a function: show them as they are.
+      text = `non-Error thrown: ${JSON.stringify(error) ?? String(error)}`;
     } catch {
       // Circular or BigInt-holding values: inspect() still shows what they were.
       text = `non-Error thrown: ${inspect(error, { depth: 2, breakLength: Infinity })}`;
     }
   }
-  return text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH)}…` : text;
+  return storable(text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH)}…` : text);
+}
+
+const LONE_SURROGATES = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+
+/**
+ * Error text as Postgres can store it: a NUL (JSON.parse of binary data puts one in
+ * its message) would fail the whole cycle statement that writes it, and with it
+ * every other result of the batch, again and again. NUL is shown escaped and a
+ * lone surrogate (no UTF-8 form) as U+FFFD.
+ */
+function storable(text: string): string {
+  return text.replaceAll('\0', '\\u0000').replace(LONE_SURROGATES, '\ufffd');
 }

@@ -75,6 +75,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private parts: Parts | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
+  private starting: Promise<void> | undefined;
   private drained: (() => void) | undefined;
   private readonly emitEvent: Emit = (event, ...args) =>
     void (this.emit as (e: string, ...a: unknown[]) => boolean)(event, ...args);
@@ -118,9 +119,14 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   }
 
   /** Starts claiming. Resolves once the worker is running (LISTEN may still be connecting). */
-  async start(): Promise<void> {
-    if (this.state !== 'idle') throw new SluiceError('CONFIG', 'a Worker can be started once');
+  start(): Promise<void> {
+    if (this.state !== 'idle') return Promise.reject(new SluiceError('CONFIG', 'a Worker can be started once'));
     this.state = 'running';
+    this.starting = this.open();
+    return this.starting;
+  }
+
+  private async open(): Promise<void> {
     const config = this.config;
     let db: Driver;
     try {
@@ -242,6 +248,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     };
     await this.listen();
     await queueState.start();
+    // stop() was called while starting: claim nothing; stop() takes it from here.
+    if (this.stopPromise) return;
     loop.start();
     heartbeat.start();
     await this.parts.maintenance?.start();
@@ -254,12 +262,16 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
    * without spending its attempt. Writes every buffered result before resolving.
    */
   stop(): Promise<void> {
-    // Never started, or start() failed before anything ran.
-    if (this.state === 'idle' || !this.parts) {
+    if (this.state === 'idle') {
       this.state = 'stopped';
       return Promise.resolve();
     }
-    this.stopPromise ??= this.shutdown(this.parts);
+    // Called while starting: let start() finish (it claims nothing more), then stop.
+    this.stopPromise ??= (async () => {
+      await this.starting?.catch(() => {});
+      if (this.parts && this.state !== 'stopped') await this.shutdown(this.parts);
+      this.state = 'stopped';
+    })();
     return this.stopPromise;
   }
 

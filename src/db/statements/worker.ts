@@ -214,17 +214,23 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // of theirs is rescued (the condition is a constant, so jobs_processing_idx still
     // serves the scan).
     rescue: `UPDATE ${jobs} j
-      SET status = CASE WHEN j.started_at IS NOT NULL AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
-          attempts = CASE WHEN j.started_at IS NULL THEN j.attempts - 1 ELSE j.attempts END,
-          finished_at = CASE WHEN j.started_at IS NOT NULL AND j.attempts >= j.max_attempts THEN now() END,
+      SET status = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
+          attempts = CASE WHEN stale.refund THEN j.attempts - 1 ELSE j.attempts END,
+          finished_at = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN now() END,
           last_error = 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating'
-            || CASE WHEN j.started_at IS NULL THEN ' before the job started (attempt not counted)' ELSE '' END,
+            || CASE WHEN stale.refund THEN ' before the job started (attempt not counted)' ELSE '' END,
           errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
             'message', 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating'
-              || CASE WHEN j.started_at IS NULL THEN ' before the job started (attempt not counted)' ELSE '' END)),
+              || CASE WHEN stale.refund THEN ' before the job started (attempt not counted)' ELSE '' END,
+            'unstarted', stale.refund)),
           locked_at = NULL, locked_by = NULL, run_at = now(), updated_at = now(), started_at = NULL
       FROM (
-        SELECT id FROM ${jobs}
+        -- refund: the handler never started (started_at NULL), and the previous
+        -- rescue was not one of these too. A job claimed ahead, started, and killing
+        -- its worker before its start was written would otherwise never spend an
+        -- attempt; this way it spends one at least every second crash.
+        SELECT id, started_at IS NULL AND coalesce((errors -> -1 ->> 'unstarted')::boolean, false) = false AS refund
+        FROM ${jobs}
         WHERE status = 'processing' AND locked_at < now() - $1::float8 * interval '1 millisecond'
           AND pg_postmaster_start_time() < now() - $1::float8 * interval '1 millisecond'
         ORDER BY locked_at
