@@ -178,7 +178,9 @@ export function isConnectionFailure(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const code = (err as { code?: unknown }).code;
   if (typeof code === 'string' && (CONNECTION_STATES.test(code) || CONNECTION_CODES.has(code))) return true;
-  return /Connection terminated|connection timeout|Client has encountered a connection error|not queryable/i.test(err.message);
+  return /Connection terminated|connection timeout|timeout exceeded when trying to connect|timeout expired|Client has encountered a connection error|not queryable/i.test(
+    err.message,
+  );
 }
 
 /** Wraps a driver error in the matching typed error, keeping it as `cause`. */

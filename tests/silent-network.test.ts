@@ -105,3 +105,19 @@ describe('a silent pool connection', () => {
     await waitFor(async () => (await statusCounts(t.db)).completed === 2, 'both results written');
   });
 });
+
+describe('stop() while the network is silent', () => {
+  it('settles without the network coming back, leaving the jobs to the rescuer', async () => {
+    const ran: string[] = [];
+    const worker = await t.start({
+      connectionString: proxy.url, listenConnectionString: proxy.url, statementTimeoutMs: 800, shutdownTimeoutMs: 300,
+      tasks: { job: async (p: { n: string }) => void ran.push(p.n) },
+    });
+    await t.queue.enqueue('job', { n: 'before' });
+    await waitFor(() => ran.includes('before'), 'the first job');
+    proxy.cut();
+    // Stays cut until stop() has settled: it must not wait for the network.
+    await worker.stop();
+    expect(ran).toEqual(['before']);
+  });
+});

@@ -30,8 +30,8 @@ interface Waiting {
  * Claiming ahead saves round trips only while a held job starts soon, so the
  * prefetch is sized to the expected rate at which slots free up over the next
  * round trip or two, per task: each running job frees its slot at the rate of its
- * own task's average run time, and a job of a task that never finished here yet
- * counts as never freeing one. Free slots about to be filled are assumed to take
+ * own task's average run time (or of its own run so far, when that is longer), and
+ * a job of a task that never finished here yet counts as never freeing one. Free slots about to be filled are assumed to take
  * as long as the slowest task seen. So a worker whose slots hold slow jobs claims
  * nothing ahead, however fast its other tasks are; and a held job that still
  * waits too long (the estimate was wrong) is handed back by the worker.
@@ -105,9 +105,12 @@ export class Slots {
   prefetchAllowance(): number {
     if (this.config.prefetch === 0) return 0;
     let rate = 0; // slots freed per ms
+    const now = performance.now();
     for (const run of this.running.values()) {
       const ms = this.runMs.get(run.job.task);
-      if (ms !== undefined) rate += 1 / ms;
+      // A run already longer than its task's average will take at least that long:
+      // a task fast for some payloads and slow for others must not look fast.
+      if (ms !== undefined) rate += 1 / Math.max(ms, now - run.startedAt);
     }
     const free = this.config.concurrency - this.running.size;
     const slowest = Math.max(0, ...this.runMs.values());

@@ -3,7 +3,11 @@ import { openPool } from '../connection.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
+import { ConnectionError } from '../../errors.js';
 import { timeLimit } from './time-limit.js';
+
+/** Longest wait for UNLISTEN on close when no statement limit is set. */
+const CLOSE_LIMIT_MS = 5_000;
 
 /**
  * Closes a client's socket at once: end() would wait for a server that no longer
@@ -133,7 +137,13 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
           open = false;
           client.removeAllListeners('notification');
           try {
-            await client.query(`UNLISTEN ${quoteIdent(channel)}`);
+            // A silent connection would never answer: closing must not wait for it.
+            await timeLimit(
+              client.query(`UNLISTEN ${quoteIdent(channel)}`),
+              limit ?? CLOSE_LIMIT_MS,
+              () => destroy(client),
+              'UNLISTEN',
+            );
             held.release();
           } catch (err) {
             held.release(err as Error);
@@ -145,7 +155,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
             timeoutMs,
             () => {
               destroy(client);
-              lost(new Error(`listen connection silent for ${timeoutMs} ms`));
+              lost(new ConnectionError(`listen connection silent for ${timeoutMs} ms`));
             },
             'LISTEN connection check',
           );

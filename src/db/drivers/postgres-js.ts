@@ -1,5 +1,5 @@
 import type { Sql, Options, TransactionSql } from 'postgres';
-import { ConfigError } from '../../errors.js';
+import { ConfigError, ConnectionError } from '../../errors.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
@@ -177,7 +177,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
             () => {
               if (!open) return;
               stop();
-              handlers.lost(new Error(`listen connection silent for ${timeoutMs} ms`));
+              handlers.lost(new ConnectionError(`listen connection silent for ${timeoutMs} ms`));
             },
             'LISTEN connection check',
           );
