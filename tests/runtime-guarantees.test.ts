@@ -103,6 +103,28 @@ describe('due times', () => {
     expect(started.sort()).toEqual(['a1', 'a2', 'b1', 'b2']);
   });
 
+  it('starts every delayed job of one enqueueMany, and of concurrent enqueues, when each falls due', async () => {
+    const started: string[] = [];
+    await t.start({ pollIntervalMs: NO_POLL, tasks: { later: async (p: { n: string }) => void started.push(p.n) } });
+    // One statement: one trigger call for four due times.
+    await t.queue.enqueueMany(
+      [300, 600, 900, 1_200].map((delayMs) => ({ task: 'later', payload: { n: `many-${delayMs}` }, delayMs })),
+    );
+    // Concurrent single enqueues on the Queue's own pool: their wake-ups are merged after COMMIT.
+    await Promise.all([350, 650, 950, 1_250].map((delayMs) => t.queue.enqueue('later', { n: `one-${delayMs}` }, { delayMs })));
+    await waitFor(() => started.length === 8, 'all eight delayed jobs to start');
+    expect(started.sort()).toEqual([
+      'many-1200',
+      'many-300',
+      'many-600',
+      'many-900',
+      'one-1250',
+      'one-350',
+      'one-650',
+      'one-950',
+    ]);
+  });
+
   it('runs every retry when its backoff ends, without a poll', async () => {
     const attempts = new Map<number, number>();
     await t.start({
