@@ -125,6 +125,18 @@ describe('due times', () => {
     ]);
   });
 
+  it('starts every job of one plain SQL INSERT with several run_at values when each falls due', async () => {
+    const started: string[] = [];
+    await t.start({ pollIntervalMs: NO_POLL, tasks: { later: async (p: { n: string }) => void started.push(p.n) } });
+    await t.db.pool.query(
+      `INSERT INTO ${t.db.s}.jobs (queue, task, payload, run_at)
+       SELECT 'default', 'later', jsonb_build_object('n', 'sql-' || d), clock_timestamp() + d * interval '1 millisecond'
+       FROM unnest(ARRAY[300, 600, 900]) AS d`,
+    );
+    await waitFor(() => started.length === 3, 'all three delayed jobs to start');
+    expect(started.sort()).toEqual(['sql-300', 'sql-600', 'sql-900']);
+  });
+
   it('runs every retry when its backoff ends, without a poll', async () => {
     const attempts = new Map<number, number>();
     await t.start({
