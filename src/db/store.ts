@@ -143,7 +143,7 @@ export class PgWorkerStore implements WorkerStore {
       ],
       this.name(many ? 'cycle-many' : 'cycle'),
     );
-    const first = rows[0];
+    const first = rows.find((r) => r.completed_ids !== null);
     const claimed: JobRow[] = [];
     for (const row of rows) {
       if (row.id === null) continue;

@@ -142,8 +142,14 @@ function cycleStatement(
                 WHERE x NOT IN (SELECT id FROM writable) AND EXISTS (SELECT FROM ${jobs} WHERE id = x)) AS skipped_ids
         WHERE (SELECT n FROM notified) >= 0
       )
-      SELECT a.completed_ids, a.failed_ids, a.skipped_ids, ${jobColumns('c')}
-      FROM applied a LEFT JOIN claimed c ON true`;
+      -- The id arrays ride on one row only (the first claimed job's, or the single
+      -- row when nothing was claimed): repeated on every row, the driver parsed
+      -- batch x batch ids per cycle.
+      SELECT CASE WHEN c.n IS NULL OR c.n = 1 THEN a.completed_ids END AS completed_ids,
+             CASE WHEN c.n IS NULL OR c.n = 1 THEN a.failed_ids END AS failed_ids,
+             CASE WHEN c.n IS NULL OR c.n = 1 THEN a.skipped_ids END AS skipped_ids,
+             ${jobColumns('c')}
+      FROM applied a LEFT JOIN (SELECT *, row_number() OVER () AS n FROM claimed) c ON true`;
 }
 
 /** The statements of a worker for one schema, built once per schema. */
