@@ -189,7 +189,7 @@ describe('hostile names and payloads', () => {
           const declared =
             /^\w+$/.test(expr!) &&
             (new RegExp(`const ${expr} = (quoteSchema\\(|['\`])`).test(source) ||
-              new RegExp(`[(,] ?${expr}: '[^']*'( \\| '[^']*')*( = '[^']*')?[,)]`).test(source));
+              new RegExp(`[(,]\\s*${expr}: '[^']*'( \\| '[^']*')*( = '[^']*')?,?\\s*[,)]`).test(source));
           if (!declared) offenders.push(`${file}: \${${expr}}`);
         }
       }
