@@ -106,59 +106,47 @@ describe('global per-queue concurrency across worker processes', () => {
     expect(await Promise.all(procs.map((p) => p.exited))).toEqual([0, 0, 0]);
   });
 
-  it('claim_limited neither waits for nor jumps a locked head job of a limited queue', async () => {
+  /**
+   * claim_limited for one job of `queueName` while another session holds what
+   * `lock` locks: nothing, at once (a wait would hit the lock timeout and fail, a
+   * jump would return another job); once that session commits, `expected`.
+   */
+  async function claimPastLock(queueName: string, lock: [string, unknown[]], expected: string): Promise<void> {
     const q = workerStatements(db.schema);
+    const [locker, claimer] = await Promise.all(
+      [0, 1].map(async () => {
+        const c = new pg.Client({ connectionString: db.url });
+        await c.connect();
+        return c;
+      }),
+    );
+    try {
+      await locker!.query('BEGIN');
+      await locker!.query(lock[0], lock[1]);
+      await claimer!.query("SET lock_timeout = '2s'");
+      const claim = () => claimer!.query(q.claimLimited, [`${queueName}-claimer`, queueName, ['span'], 1]);
+      expect((await claim()).rows).toEqual([]);
+      await locker!.query('COMMIT');
+      expect((await claim()).rows.map((r: { id: string }) => r.id)).toEqual([expected]);
+    } finally {
+      await Promise.all([locker!.end(), claimer!.end()]);
+    }
+  }
+
+  it('claim_limited neither waits for nor jumps a locked head job of a limited queue', async () => {
     await queue.setQueueConcurrency('head', 1);
     const [first] = await queue.enqueueMany([
       { task: 'span', queue: 'head' },
       { task: 'span', queue: 'head' },
     ]);
-    const [locker, claimer] = await Promise.all(
-      [0, 1].map(async () => {
-        const c = new pg.Client({ connectionString: db.url });
-        await c.connect();
-        return c;
-      }),
-    );
-    try {
-      // Someone holds the head row (a cancel, an admin's open transaction).
-      await locker!.query('BEGIN');
-      await locker!.query(`SELECT id FROM ${db.s}.jobs WHERE id = $1 FOR UPDATE`, [first]);
-      // A wait would hit this timeout and fail the statement; jumping would return the second job.
-      await claimer!.query("SET lock_timeout = '2s'");
-      expect((await claimer!.query(q.claimLimited, ['head-claimer', 'head', ['span'], 1])).rows).toEqual([]);
-      await locker!.query('COMMIT');
-      expect(
-        (await claimer!.query(q.claimLimited, ['head-claimer', 'head', ['span'], 1])).rows.map((r: { id: string }) => r.id),
-      ).toEqual([first]);
-    } finally {
-      await Promise.all([locker!.end(), claimer!.end()]);
-    }
+    // Someone holds the head row (a cancel, an admin's open transaction).
+    await claimPastLock('head', [`SELECT id FROM ${db.s}.jobs WHERE id = $1 FOR UPDATE`, [first]], first!);
   });
 
   it('claim_limited returns at once while another session holds the queue row', async () => {
-    const q = workerStatements(db.schema);
     await queue.setQueueConcurrency('held', 1);
     const [id] = await queue.enqueueMany([{ task: 'span', queue: 'held' }]);
-    const [locker, claimer] = await Promise.all(
-      [0, 1].map(async () => {
-        const c = new pg.Client({ connectionString: db.url });
-        await c.connect();
-        return c;
-      }),
-    );
-    try {
-      await locker!.query('BEGIN');
-      await locker!.query(`SELECT * FROM ${db.s}.queues WHERE name = 'held' FOR UPDATE`);
-      await claimer!.query("SET lock_timeout = '2s'");
-      expect((await claimer!.query(q.claimLimited, ['held-claimer', 'held', ['span'], 1])).rows).toEqual([]);
-      await locker!.query('COMMIT');
-      expect(
-        (await claimer!.query(q.claimLimited, ['held-claimer', 'held', ['span'], 1])).rows.map((r: { id: string }) => r.id),
-      ).toEqual([id]);
-    } finally {
-      await Promise.all([locker!.end(), claimer!.end()]);
-    }
+    await claimPastLock('held', [`SELECT * FROM ${db.s}.queues WHERE name = 'held' FOR UPDATE`, []], id!);
   });
 
   it('claim_limited never hands out more than the limit to claimers racing on separate connections', async () => {

@@ -96,6 +96,7 @@ export class Dispatcher {
     for (const id of ids) {
       const job = this.slots.dropWaiting(id);
       if (job) waiting.push(job);
+      this.slots.dropReleasing(id);
       const run = this.slots.runOf(id);
       if (run) {
         this.abort(
@@ -170,10 +171,12 @@ export class Dispatcher {
       this.signals.error(err);
     }
     // Not handed back (Postgres unreachable, or the row locked by another session):
-    // still ours, kept heartbeated until a slot frees or the next try.
-    if (kept.length > 0 && this.signals.accepting()) {
-      this.slots.hold(kept);
-      this.startWaiting();
-    }
+    // still ours, held throughout (so the heartbeat kept watching their locks), and
+    // waiting again until a slot frees or the next try.
+    this.slots.handedBack(
+      jobs.filter((j) => !kept.includes(j)),
+      kept,
+    );
+    if (kept.length > 0 && this.signals.accepting()) this.startWaiting();
   }
 }

@@ -39,6 +39,8 @@ interface Waiting {
 export class Slots {
   private readonly running = new Map<string, Run>();
   private readonly waiting = new Map<string, Waiting>();
+  /** Handed back, the release statement in flight: still this worker's (heartbeated) until it commits. */
+  private readonly releasing = new Map<string, JobRow>();
   /** Per task: moving average of the run time (ms). */
   private readonly runMs = new Map<string, number>();
   /** Moving average of a cycle's round trip (ms), as the fetch loop measured it. */
@@ -68,7 +70,7 @@ export class Slots {
 
   /** Every job whose lock this worker must keep fresh. */
   heldIds(): string[] {
-    return [...this.running.keys(), ...this.waiting.keys()];
+    return [...this.running.keys(), ...this.waiting.keys(), ...this.releasing.keys()];
   }
 
   runOf(id: string): Run | undefined {
@@ -157,15 +159,35 @@ export class Slots {
     this.roundTripMs = this.roundTripMs === 0 ? ms : this.roundTripMs + ALPHA * (ms - this.roundTripMs);
   }
 
-  /** Waiting jobs claimed more than `maxWaitMs` ago, taken out of the waiting list. */
+  /**
+   * Waiting jobs claimed more than `maxWaitMs` ago, to be handed back: out of the
+   * waiting list, but still held (and so heartbeated and watched) until handedBack().
+   */
   takeOverdue(maxWaitMs: number, now = Date.now()): JobRow[] {
     const overdue: JobRow[] = [];
     for (const [id, w] of this.waiting) {
       if (now - w.since < maxWaitMs) break; // claim order is time order
       this.waiting.delete(id);
+      this.releasing.set(id, w.job);
       overdue.push(w.job);
     }
     return overdue;
+  }
+
+  /**
+   * The hand-back of `released` committed; `kept` are still ours and wait again,
+   * unless their lock expired meanwhile (dropReleasing): those are given up.
+   */
+  handedBack(released: readonly JobRow[], kept: readonly JobRow[]): void {
+    for (const job of released) this.releasing.delete(job.id);
+    this.hold(kept.filter((job) => this.releasing.delete(job.id)));
+  }
+
+  /** A job being handed back whose lock expired: it must not wait again if the hand-back fails. */
+  dropReleasing(id: string): JobRow | undefined {
+    const job = this.releasing.get(id);
+    this.releasing.delete(id);
+    return job;
   }
 
   /** When the oldest waiting job was claimed, or undefined when none waits. */

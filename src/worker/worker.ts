@@ -76,6 +76,12 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
   private starting: Promise<void> | undefined;
+  /**
+   * Keeps Node running while the worker runs: every other timer of the worker is
+   * unref'd, so in an outage (no connection left) an idle worker process would
+   * otherwise exit by itself.
+   */
+  private keepAlive: NodeJS.Timeout | undefined;
   private drained: (() => void) | undefined;
   private readonly emitEvent: Emit = (event, ...args) =>
     void (this.emit as (e: string, ...a: unknown[]) => boolean)(event, ...args);
@@ -122,7 +128,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   start(): Promise<void> {
     if (this.state !== 'idle') return Promise.reject(new SluiceError('CONFIG', 'a Worker can be started once'));
     this.state = 'running';
+    this.keepAlive = setInterval(() => {}, 2 ** 30);
     this.starting = this.open();
+    void this.starting.catch(() => clearInterval(this.keepAlive));
     return this.starting;
   }
 
@@ -271,6 +279,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       await this.starting?.catch(() => {});
       if (this.parts && this.state !== 'stopped') await this.shutdown(this.parts);
       this.state = 'stopped';
+      clearInterval(this.keepAlive);
     })();
     return this.stopPromise;
   }

@@ -47,6 +47,11 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
   const limit = options.statementTimeoutMs;
   const handle = openPool(options, options.max, options.applicationName, limit);
   const pool = handle.pool;
+  // pg-pool drops its own 'error' listener when a client is checked out, and a
+  // termination (pg_terminate_backend, a restart) can arrive in the same tick as
+  // the hand-over, before any listener of ours: without this one, that 'error'
+  // would crash the process. The statement in flight fails with the error anyway.
+  if (handle.owned) pool.on('connect', (client) => client.on('error', () => {}));
 
   async function connectListener(): Promise<{ client: pg.ClientBase; release(err?: Error): void }> {
     const url = options.listenConnectionString ?? options.connectionString;
