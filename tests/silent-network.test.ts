@@ -110,7 +110,10 @@ describe('stop() while the network is silent', () => {
   it('settles without the network coming back, leaving the jobs to the rescuer', async () => {
     const ran: string[] = [];
     const worker = await t.start({
-      connectionString: proxy.url, listenConnectionString: proxy.url, statementTimeoutMs: 800, shutdownTimeoutMs: 300,
+      connectionString: proxy.url,
+      listenConnectionString: proxy.url,
+      statementTimeoutMs: 800,
+      shutdownTimeoutMs: 300,
       tasks: { job: async (p: { n: string }) => void ran.push(p.n) },
     });
     await t.queue.enqueue('job', { n: 'before' });
