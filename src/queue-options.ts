@@ -1,0 +1,51 @@
+import type { DriverConnectionOptions } from './db/connection.js';
+import type { Queryable } from './db/executor.js';
+import type { AnyTasks, JobOptions, TaskMap } from './job.js';
+import type { SluiceMetrics } from './metrics/metrics.js';
+import type { QueueSchemas } from './task-schemas.js';
+
+/** Options of `enqueue`: how the job is enqueued, and on which connection. */
+export interface EnqueueOptions extends JobOptions {
+  /**
+   * Run the INSERT on this connection: your open transaction (a pg Client or
+   * PoolClient after BEGIN, or anything with query(text, values)). The job then
+   * commits or rolls back with your data.
+   */
+  tx?: Queryable;
+}
+
+/** Payload and options of `enqueue`: the payload may be left out only when its type allows undefined. */
+export type EnqueueArgs<P> = undefined extends P
+  ? [payload?: P, options?: EnqueueOptions]
+  : [payload: P, options?: EnqueueOptions];
+
+/** What the callback of `enqueueAfterCommit` adds jobs through. */
+export interface AfterCommitJobs<T extends TaskMap = AnyTasks> {
+  /** Validates the job now (so a bad one fails your transaction), enqueues it after your callback returns. */
+  enqueue<K extends keyof T & string>(task: K, ...args: EnqueueArgs<T[K]>): Promise<void>;
+}
+
+/**
+ * Where the Queue connects when a call passes no `tx`: `connectionString`, your
+ * `pg` Pool, or your postgres.js `sql` (with `driver`). All optional if every
+ * call passes `tx`.
+ */
+export interface QueueOptions<T extends TaskMap = AnyTasks> extends DriverConnectionOptions {
+  /**
+   * Standard Schemas (zod 3.24+, valibot ...) by task: enqueue validates the
+   * payload and stores the schema's output; an invalid one is a ValidationError
+   * and nothing is inserted. `T` is inferred from them.
+   */
+  schemas?: QueueSchemas<T>;
+  /** Largest payload accepted, in bytes of JSON. Default 1 MiB. */
+  maxPayloadBytes?: number;
+  /** Count enqueued jobs into these Prometheus metrics (see SluiceMetrics). */
+  metrics?: SluiceMetrics;
+}
+
+export interface WaitOptions {
+  /** Give up after this many ms with a WaitTimeoutError. Default 60000. */
+  timeoutMs?: number;
+  /** Re-read the job this often in case a notification was missed. Default 2000 ms. */
+  pollIntervalMs?: number;
+}
