@@ -4,8 +4,8 @@ import type { JobRow, TaskHandler } from './job.js';
 /**
  * OpenTelemetry, when the application has it. `@opentelemetry/api` is an optional
  * peer dependency loaded once, lazily: without it nothing is wrapped and enqueue
- * sends NULL, so tracing costs nothing. With it but no SDK registered, spans are
- * the API's no-ops and no context is stored.
+ * sends NULL, so tracing costs nothing. With it but no SDK registered, handlers
+ * are not wrapped, enqueue's spans are the API's no-ops and no context is stored.
  */
 type Api = typeof OtelApi;
 
@@ -62,41 +62,64 @@ export async function traceEnqueue<T>(
 }
 
 /**
+ * The registered SDK's tracer, or undefined when no tracer provider is registered.
+ * Until an SDK registers one, the API's global provider is a proxy without a
+ * delegate that hands out no-op tracers: spans that record nothing, yet whose
+ * wrapper frames would sit in every stored stack.
+ */
+function registeredTracer(api: Api): OtelApi.Tracer | undefined {
+  const provider: OtelApi.TracerProvider & { getDelegateTracer?(name: string): OtelApi.Tracer | undefined } =
+    api.trace.getTracerProvider();
+  // Duck-typed, not instanceof: the proxy may come from another copy of the API package.
+  return typeof provider.getDelegateTracer === 'function' ? provider.getDelegateTracer(SYSTEM) : provider.getTracer(SYSTEM);
+}
+
+/**
  * Wraps a handler so each run is a CONSUMER span "sluice process <task>", child
  * of the enqueuing span when the job carries its context, and active while the
  * handler runs (the handler's own spans nest under it). Returns the handler
- * unchanged when OpenTelemetry is not installed.
+ * unchanged when OpenTelemetry is not installed or no tracer provider is
+ * registered at start-up, so stored stacks carry no OpenTelemetry frames then.
  */
 export async function traceHandler(task: string, handler: TaskHandler): Promise<TaskHandler> {
   const api = await loadApi();
-  if (!api) return handler;
-  const tracer = api.trace.getTracer(SYSTEM);
+  const tracer = api && registeredTracer(api);
+  if (!api || !tracer) return handler;
   return (payload, ctx) => {
     const job = ctx.job as JobRow & { trace_context?: TraceCarrier | null };
     const parent = job.trace_context ? api.propagation.extract(api.ROOT_CONTEXT, job.trace_context) : api.context.active();
-    const attributes = {
-      'messaging.system': SYSTEM,
-      'messaging.operation.type': 'process',
-      'messaging.destination.name': job.queue,
-      'messaging.message.id': job.id,
-      'sluice.task': task,
-      'sluice.attempt': ctx.attempt,
-    };
-    return tracer.startActiveSpan(
+    const span = tracer.startSpan(
       `${SYSTEM} process ${task}`,
-      { kind: api.SpanKind.CONSUMER, attributes },
-      parent,
-      async (span) => {
-        try {
-          return await handler(payload, ctx);
-        } catch (err) {
-          fail(api, span, err);
-          throw err;
-        } finally {
-          span.end();
-        }
+      {
+        kind: api.SpanKind.CONSUMER,
+        attributes: {
+          'messaging.system': SYSTEM,
+          'messaging.operation.type': 'process',
+          'messaging.destination.name': job.queue,
+          'messaging.message.id': job.id,
+          'sluice.task': task,
+          'sluice.attempt': ctx.attempt,
+        },
       },
+      parent,
     );
+    const failed = (err: unknown) => {
+      fail(api, span, err);
+      span.end();
+      throw err;
+    };
+    // context.with calls the handler itself (no closure of ours, no startActiveSpan):
+    // the fewest frames between the worker and the handler in a stored stack.
+    let running: unknown;
+    try {
+      running = api.context.with(api.trace.setSpan(parent, span), handler, undefined, payload, ctx);
+    } catch (err) {
+      return failed(err);
+    }
+    return Promise.resolve(running).then((result) => {
+      span.end();
+      return result;
+    }, failed);
   };
 }
 

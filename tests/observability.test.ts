@@ -66,7 +66,8 @@ describe('metrics', () => {
         },
       },
       async (worker) => {
-        expect(worker.metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+        // The scrape URL as a Prometheus config takes it, path included.
+        expect(worker.metricsUrl).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
         await queue.enqueueMany(Array.from({ length: 5 }, () => ({ task: 'ok', queue: 'metrics' })));
         const bad = await queue.enqueue('bad', {}, { queue: 'metrics' });
         await queue.enqueue('ok', {}, { queue: 'metrics', delayMs: 3_600_000 });
@@ -78,7 +79,7 @@ describe('metrics', () => {
           return rows[0].n === 5;
         }, 'the 5 good jobs to complete');
 
-        const res = await fetch(`${worker.metricsUrl}/metrics`);
+        const res = await fetch(worker.metricsUrl!);
         expect(res.status).toBe(200);
         expect(res.headers.get('content-type')).toMatch(/^text\/plain; version=0\.0\.4/);
         const text = await res.text();
@@ -148,6 +149,13 @@ describe('tracing', () => {
         const failed = spans.find((s) => s.name === 'sluice process broken')!;
         expect(failed.status).toMatchObject({ code: SpanStatusCode.ERROR, message: 'broken on purpose' });
         expect(spans.find((s) => s.name === 'sluice process fine')!.status.code).not.toBe(SpanStatusCode.ERROR);
+
+        // Only the API's context switch sits between the worker and the handler in
+        // the stored stack: no span machinery (startActiveSpan and its callbacks).
+        const stack = await waitFor(async () => (await queue.getJob(broken!))?.last_error, 'the stored error');
+        expect(stack).toMatch(/broken on purpose/);
+        expect(stack).not.toMatch(/startActiveSpan|sdk-trace-base/);
+        expect(stack.split('\n').filter((line) => line.includes('@opentelemetry')).length).toBeLessThanOrEqual(2);
       },
     );
     await queue.close();

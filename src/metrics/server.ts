@@ -3,8 +3,10 @@ import type { AddressInfo } from 'node:net';
 import { ConfigError } from '../errors.js';
 import type { SluiceMetrics } from './metrics.js';
 
+const METRICS_PATH = '/metrics';
+
 export interface MetricsServer {
-  /** http://host:port of the listening server. */
+  /** The scrape URL, http://host:port/metrics: what a Prometheus scrape config (or curl) uses as is. */
   url: string;
   close(): Promise<void>;
 }
@@ -17,7 +19,7 @@ export interface MetricsServer {
 export async function serveMetrics(metrics: SluiceMetrics, port: number, host: string): Promise<MetricsServer> {
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
-    if (path !== '/metrics') {
+    if (path !== METRICS_PATH) {
       res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' }).end('not found: the metrics are at /metrics\n');
       return;
     }
@@ -48,7 +50,7 @@ export async function serveMetrics(metrics: SluiceMetrics, port: number, host: s
   });
   const { port: actualPort } = server.address() as AddressInfo;
   return {
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}`,
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}${METRICS_PATH}`,
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());

@@ -48,6 +48,7 @@ export function payloadSchemas(schemas: ReadonlyMap<string, StandardSchemaV1>): 
 
 /**
  * Runs each handler inside an OpenTelemetry CONSUMER span (see traceHandler);
- * leaves handlers unchanged when @opentelemetry/api is not installed.
+ * leaves handlers unchanged when @opentelemetry/api is not installed or no tracer
+ * provider is registered when the worker starts.
  */
 export const tracing: HandlerMiddleware = (task, handler) => traceHandler(task, handler);
