@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import type pg from 'pg';
 
 let ticksPerSecond: number | undefined;
-function clockTicks(): number {
+export function clockTicks(): number {
   if (ticksPerSecond === undefined) {
     try {
       ticksPerSecond = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
@@ -15,7 +15,7 @@ function clockTicks(): number {
 }
 
 /** user + system CPU of a process in clock ticks, or null when it cannot be read. */
-function processTicks(pid: number): number | null {
+export function processTicks(pid: number): number | null {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // Fields after the command name (which may hold spaces), from field 3 on.

@@ -4,7 +4,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import { freePort } from '../../src/dev/embedded-postgres.js';
-import { waitFor } from './database.js';
 
 export interface PgBouncer {
   /** Connection string of the pooler, same user, password and database as the target. */
@@ -13,6 +12,10 @@ export interface PgBouncer {
   version: [number, number];
   /** True when this PgBouncer can track named prepared statements in transaction mode (>= 1.21). */
   tracksPreparedStatements: boolean;
+  /** Its admin console (`SHOW POOLS`, `SHOW CLIENTS`), as the same user. */
+  adminUrl: string;
+  /** Process id, e.g. to read its CPU time from /proc. */
+  pid: number;
   stop(): Promise<void>;
 }
 
@@ -50,6 +53,7 @@ export async function startPgBouncer(targetUrl: string, poolSize = 2): Promise<P
       `listen_port = ${port}`,
       'unix_socket_dir =',
       'auth_type = trust',
+      `admin_users = ${user}`,
       `auth_file = ${join(dir, 'userlist.txt')}`,
       'pool_mode = transaction',
       // Fewer server connections than clients: transactions of different clients
@@ -73,22 +77,7 @@ export async function startPgBouncer(targetUrl: string, poolSize = 2): Promise<P
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
   const url = `postgres://${encodeURIComponent(user)}${password ? `:${encodeURIComponent(password)}` : ''}@127.0.0.1:${port}/${db}`;
   try {
-    await waitFor(
-      async () => {
-        if (child.exitCode !== null) throw new Error(`pgbouncer exited: ${log}`);
-        const client = new pg.Client({ connectionString: url });
-        client.on('error', () => {});
-        try {
-          await client.connect();
-          await client.query('SELECT 1');
-          return true;
-        } finally {
-          await client.end().catch(() => {});
-        }
-      },
-      'pgbouncer to accept connections',
-      15_000,
-    );
+    await acceptsConnections(url, child, () => log);
   } catch (err) {
     child.kill('SIGKILL');
     throw new Error(`${(err as Error).message}\n${log}`);
@@ -97,10 +86,36 @@ export async function startPgBouncer(targetUrl: string, poolSize = 2): Promise<P
     url,
     version,
     tracksPreparedStatements,
+    adminUrl: url.replace(/\/[^/]*$/, '/pgbouncer'),
+    pid: child.pid!,
     stop: async () => {
       child.kill('SIGTERM');
       await exited;
       await rm(dir, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Resolves once `url` answers a query; polls, since pgbouncer says nothing when it
+ * is ready. Not the tests' waitFor: benchmarks start PgBouncer too, outside vitest.
+ */
+async function acceptsConnections(url: string, child: ChildProcess, log: () => string): Promise<void> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`pgbouncer exited: ${log()}`);
+    const client = new pg.Client({ connectionString: url });
+    client.on('error', () => {});
+    try {
+      await client.connect();
+      await client.query('SELECT 1');
+      return;
+    } catch (err) {
+      if (Date.now() > deadline)
+        throw new Error(`timed out waiting for pgbouncer to accept connections: ${(err as Error).message}`);
+    } finally {
+      await client.end().catch(() => {});
+    }
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
 }

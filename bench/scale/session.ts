@@ -1,0 +1,342 @@
+import { randomBytes } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Queue } from '../../src/index.js';
+import { startPgBouncer, type PgBouncer } from '../../tests/helpers/pgbouncer.js';
+import { now, sleep } from '../lib/clock.js';
+import { migratedSchema, type ScratchSchema } from '../lib/database.js';
+import { BackendCpu, taggedUrl } from '../lib/postgres-cpu.js';
+import { ClientProcess, WorkerGroup, type WorkerReport } from '../lib/processes.js';
+import { distribution, rate, type Distribution } from '../lib/stats.js';
+import { SLUICE, type System } from '../lib/systems.js';
+import { busyCores, machineTicks, processCpuUs } from './cpu.js';
+import { ConnectionMonitor, type ConnectionPeaks } from './monitor.js';
+import { readStats, statsDelta, type ClaimStats } from './worker-stats.js';
+
+/** Worker processes started alike. */
+export interface WorkerSet {
+  count: number;
+  concurrency: number;
+  /** A direct LISTEN connection each; false: poll only. */
+  listen: boolean;
+  /** Default: Sluice's (2 s). */
+  pollIntervalMs?: number;
+}
+
+/** One arrangement of worker processes, measured in every phase with the same processes. */
+export interface SessionSpec {
+  name: string;
+  sets: WorkerSet[];
+}
+
+export interface ScaleSizes {
+  noopJobs: number;
+  sleepJobs: number;
+  sleepMs: number;
+  latencyJobs: number;
+  latencyIntervalMs: number;
+  /** PgBouncer's default_pool_size: the server connections all workers share. */
+  poolSize: number;
+  /** A drain still running after this long is stopped and reported as such. */
+  drainTimeoutMs: number;
+}
+
+export interface ScaleContext {
+  /** The Postgres the workers use (directly for LISTEN, through PgBouncer for the rest). */
+  url: string;
+  sizes: ScaleSizes;
+  log: (line: string) => void;
+}
+
+/** What a phase cost, per job, and the connections it held. */
+interface PhaseCost {
+  /** CPU of all worker processes, µs per job. */
+  workerCpuUsPerJob: number;
+  /** CPU of the Postgres backends serving the workers (pool and LISTEN), µs per job; null: not local. */
+  postgresCpuUsPerJob: number | null;
+  pgbouncerCpuUsPerJob: number | null;
+  /** The whole machine's busy CPU over the phase, in cores (2 = saturated here), other agents' load included. */
+  busyCores: number | null;
+  connections: ConnectionPeaks;
+  claims: ClaimStats;
+}
+
+export interface DrainResult extends PhaseCost {
+  task: string;
+  jobs: number;
+  completed: number;
+  timedOut: boolean;
+  /** First handler start → every completion written. */
+  jobsPerSec: number;
+  elapsedMs: number;
+  /** Queue resumed → first handler start (poll-only workers hear of the resume on their next poll). */
+  pickUpMs: number;
+}
+
+export interface LatencyResult extends PhaseCost {
+  jobs: number;
+  jobsSeen: number;
+  /** Enqueue's COMMIT acknowledged → handler start, ms. */
+  latencyMs: Distribution;
+}
+
+export interface SessionResult {
+  name: string;
+  processes: number;
+  concurrency: number;
+  listeners: number;
+  poolSize: number;
+  drains: DrainResult[];
+  latency: LatencyResult;
+  /** The largest peak RSS of one worker process. */
+  maxRssBytes: number;
+}
+
+/** Payload numbers of drained jobs start here, so they never mix with the latency jobs' (from 0). */
+const DRAIN_BASE = 1e9;
+const ADAPTER = fileURLToPath(new URL('./sluice-scaled.mjs', import.meta.url));
+
+/**
+ * One session: a PgBouncer of its own (transaction mode, `poolSize` server
+ * connections), a fresh schema, the session's worker processes started with the
+ * queue paused; then prefilled drains of no-op and of `sleepMs` jobs (each timed
+ * from the resume of the queue), then enqueue → start latency with the workers
+ * idle. Every process and the schema are gone when it returns.
+ */
+export async function runSession(ctx: ScaleContext, spec: SessionSpec): Promise<SessionResult> {
+  const bouncer = await startPgBouncer(ctx.url, ctx.sizes.poolSize);
+  const db = await migratedSchema(ctx.url, `scale_${spec.name}`);
+  const queue = new Queue({ connectionString: ctx.url, schema: db.schema });
+  const statsDir = await mkdtemp(join(tmpdir(), 'sluice-scale-'));
+  const id = randomBytes(3).toString('hex');
+  const tags = { pool: `sluice-scale-${id}`, listen: `sluice-scale-${id}-listen` };
+  const groups: WorkerGroup[] = [];
+  let monitor: ConnectionMonitor | undefined;
+  let reports: WorkerReport[] | undefined;
+  try {
+    await queue.pauseQueue('default');
+    monitor = await ConnectionMonitor.start(ctx.url, bouncer.adminUrl, tags);
+    for (const set of spec.sets) {
+      const system = scaledSystem(set, set.listen ? taggedUrl(ctx.url, tags.listen) : undefined, statsDir);
+      groups.push(
+        await WorkerGroup.start(system, set.count, {
+          url: taggedUrl(bouncer.url, tags.pool),
+          schema: db.schema,
+          concurrency: set.concurrency,
+          recordStarts: true,
+        }),
+      );
+    }
+    for (const group of groups) group.go();
+    await allUp(monitor, spec);
+    const session = new Session(ctx, db, queue, bouncer, monitor, groups, tags, statsDir);
+    const drains = [
+      await session.drain('noop', ctx.sizes.noopJobs, 0),
+      await session.drain('sleep', ctx.sizes.sleepJobs, ctx.sizes.sleepMs),
+    ];
+    const latency = await session.latency();
+    reports = (await Promise.all(groups.splice(0).map((g) => g.stop()))).flat();
+    const starts = new Map<number, number>();
+    for (const report of reports) for (const [i, at] of report.starts) starts.set(i, at);
+    return {
+      name: spec.name,
+      processes: spec.sets.reduce((n, s) => n + s.count, 0),
+      concurrency: spec.sets.reduce((n, s) => n + s.count * s.concurrency, 0),
+      listeners: listenersOf(spec),
+      poolSize: ctx.sizes.poolSize,
+      drains: drains.map((d) => d.finish(starts)),
+      latency: latency.finish(starts),
+      maxRssBytes: Math.max(...reports.map((r) => r.maxRssBytes)),
+    };
+  } finally {
+    await Promise.all(groups.map((g) => g.stop().catch(() => [])));
+    await monitor?.stop();
+    await queue.close();
+    await bouncer.stop();
+    await db.drop();
+    await rm(statsDir, { recursive: true, force: true });
+  }
+}
+
+function listenersOf(spec: SessionSpec): number {
+  return spec.sets.reduce((n, s) => n + (s.listen ? s.count : 0), 0);
+}
+
+function scaledSystem(set: WorkerSet, listenUrl: string | undefined, statsDir: string): System {
+  return {
+    ...SLUICE,
+    label: 'Sluice behind PgBouncer',
+    adapter: ADAPTER,
+    variant: JSON.stringify({ listenUrl, pollIntervalMs: set.pollIntervalMs, statsDir }),
+  };
+}
+
+/** Every worker has its LISTEN connection and its pool at PgBouncer; then a second to settle. */
+async function allUp(monitor: ConnectionMonitor, spec: SessionSpec): Promise<void> {
+  const processes = spec.sets.reduce((n, s) => n + s.count, 0);
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    const seen = await monitor.now();
+    if (seen.listen >= listenersOf(spec) && seen.bouncerClients >= processes) break;
+    if (Date.now() > deadline) {
+      throw new Error(`workers not up after 60 s: ${seen.listen} LISTEN connections, ${seen.bouncerClients} PgBouncer clients`);
+    }
+    await sleep(100);
+  }
+  await sleep(1_000);
+}
+
+/** Readings taken before a phase, to subtract. */
+interface Baseline {
+  completed: number;
+  workerCpuUs: number;
+  pgbouncerCpuUs: number | null;
+  machine: ReturnType<typeof machineTicks>;
+  claims: ClaimStats;
+  postgres: BackendCpu[];
+}
+
+/** A phase measured, waiting for the handler start times (known once the workers stop). */
+interface Pending<T> {
+  finish(starts: ReadonlyMap<number, number>): T;
+}
+
+class Session {
+  constructor(
+    private readonly ctx: ScaleContext,
+    private readonly db: ScratchSchema,
+    private readonly queue: Queue,
+    private readonly bouncer: PgBouncer,
+    private readonly monitor: ConnectionMonitor,
+    private readonly groups: WorkerGroup[],
+    private readonly tags: { pool: string; listen: string },
+    private readonly statsDir: string,
+  ) {}
+
+  private get completed(): number {
+    return this.groups.reduce((n, g) => n + g.totalCompleted, 0);
+  }
+
+  /** Prefills `jobs` jobs while the queue is paused, resumes it, waits until all are written. */
+  async drain(task: 'noop' | 'sleep', jobs: number, ms: number): Promise<Pending<DrainResult>> {
+    const { ctx, db, queue } = this;
+    const first = DRAIN_BASE + (task === 'noop' ? 0 : 1e8);
+    for (let from = 0; from < jobs; from += 5_000) {
+      const batch = Array.from({ length: Math.min(5_000, jobs - from) }, (_, k) => ({
+        task,
+        payload: { i: first + from + k, ms },
+      }));
+      await queue.enqueueMany(batch);
+    }
+    await db.pool.query(`ANALYZE ${db.s}.jobs`);
+    const base = await this.baseline();
+    const resumedAt = now();
+    await queue.resumeQueue('default');
+    const target = base.completed + jobs;
+    const deadline = resumedAt + ctx.sizes.drainTimeoutMs;
+    while (this.completed < target && now() < deadline) await sleep(5);
+    const written = this.completed >= target ? await this.allWritten(deadline) : null;
+    const endedAt = written ?? now();
+    const cost = await this.cost(base, jobs);
+    const unfinished = await db.count(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE status <> 'completed'`);
+    await queue.pauseQueue('default');
+    // Left over from a drain that timed out: not the next phase's.
+    await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE status <> 'completed'`);
+    const completed = jobs - unfinished;
+    ctx.log(
+      `  drain ${jobs} ${task === 'noop' ? 'no-op' : `${ms} ms`} jobs: ${completed} done in ${((endedAt - resumedAt) / 1000).toFixed(1)} s`,
+    );
+    return {
+      finish: (starts) => {
+        let firstStart = Infinity;
+        for (const [i, at] of starts) if (i >= first && i < first + jobs) firstStart = Math.min(firstStart, at);
+        const from = Number.isFinite(firstStart) ? firstStart : resumedAt;
+        return {
+          task: task === 'noop' ? 'no-op' : `${ms} ms`,
+          jobs,
+          completed,
+          timedOut: written === null,
+          jobsPerSec: rate(completed, endedAt - from),
+          elapsedMs: endedAt - from,
+          pickUpMs: from - resumedAt,
+          ...cost,
+        };
+      },
+    };
+  }
+
+  /** Idle workers; one enqueue every latencyIntervalMs from a client process (direct connection). */
+  async latency(): Promise<Pending<LatencyResult>> {
+    const { ctx, db } = this;
+    const { latencyJobs: jobs, latencyIntervalMs } = ctx.sizes;
+    await this.queue.resumeQueue('default');
+    const client = await ClientProcess.start(SLUICE, { url: taggedUrl(ctx.url, 'sluice-scale-client'), schema: db.schema });
+    try {
+      // The resume reaches poll-only workers on their next poll: let every worker go idle first.
+      await sleep(3_000);
+      const base = await this.baseline();
+      const committed = await client.latency(jobs, latencyIntervalMs);
+      const deadline = now() + 10_000;
+      while (this.completed < base.completed + jobs && now() < deadline) await sleep(5);
+      const cost = await this.cost(base, jobs);
+      ctx.log(`  latency: ${this.completed - base.completed} of ${jobs} jobs started`);
+      return {
+        finish: (starts) => {
+          const latencies = committed.map((at, i) => (starts.has(i) ? starts.get(i)! - at : Infinity));
+          return { jobs, jobsSeen: latencies.filter(Number.isFinite).length, latencyMs: distribution(latencies), ...cost };
+        },
+      };
+    } finally {
+      await client.close();
+    }
+  }
+
+  private async baseline(): Promise<Baseline> {
+    // Let the workers' last stats files and progress reports of the previous phase land.
+    await sleep(500);
+    this.monitor.reset();
+    return {
+      completed: this.completed,
+      workerCpuUs: this.groups.reduce((n, g) => n + g.cpuUs, 0),
+      pgbouncerCpuUs: processCpuUs(this.bouncer.pid),
+      machine: machineTicks(),
+      claims: await readStats(this.statsDir),
+      postgres: await Promise.all([
+        BackendCpu.start(this.db.pool, this.tags.pool),
+        BackendCpu.start(this.db.pool, this.tags.listen),
+      ]),
+    };
+  }
+
+  private async cost(base: Baseline, jobs: number): Promise<PhaseCost> {
+    const machine = machineTicks();
+    const pgbouncerCpuUs = processCpuUs(this.bouncer.pid);
+    const postgres = await Promise.all(base.postgres.map((cpu) => cpu.stop()));
+    const connections = this.monitor.reset();
+    // Progress reports (with CPU) come every 5 ms, the stats files every 250 ms.
+    await sleep(500);
+    const perJob = (us: number | null) => (us === null ? null : us / jobs);
+    return {
+      workerCpuUsPerJob: (this.groups.reduce((n, g) => n + g.cpuUs, 0) - base.workerCpuUs) / jobs,
+      postgresCpuUsPerJob: postgres.includes(null) ? null : perJob(postgres.reduce((a, b) => a! + b!, 0)),
+      pgbouncerCpuUsPerJob:
+        pgbouncerCpuUs === null || base.pgbouncerCpuUs === null ? null : perJob(pgbouncerCpuUs - base.pgbouncerCpuUs),
+      busyCores: busyCores(base.machine, machine),
+      connections,
+      claims: statsDelta(base.claims, await readStats(this.statsDir)),
+    };
+  }
+
+  /** When the jobs table shows every completion written (the workers count a job before its write). */
+  private async allWritten(deadline: number): Promise<number | null> {
+    const sql = `SELECT count(*)::int AS n FROM ${this.db.s}.jobs WHERE status <> 'completed'`;
+    for (;;) {
+      const sent = now();
+      if ((await this.db.count(sql)) === 0) return sent;
+      if (now() > deadline) return null;
+      await sleep(5);
+    }
+  }
+}
