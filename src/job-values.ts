@@ -19,6 +19,7 @@ export interface JobValues {
   delay_ms: number;
   max_attempts: number;
   priority: number;
+  group_key: string | null;
   job_key: string | null;
   job_key_mode: JobKeyMode;
   while_processing: boolean;
@@ -73,6 +74,7 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     delay_ms: delayMs,
     max_attempts: intOption('maxAttempts', spec.maxAttempts, 5, 1, 1000),
     priority: intOption('priority', spec.priority, 0, -32768, 32767),
+    group_key: spec.group === undefined ? null : checkName('group', spec.group),
     job_key: jobKey,
     job_key_mode: mode,
     while_processing: whileProcessing,

@@ -50,6 +50,12 @@ export interface JobOptions {
   /** Higher runs first among due jobs. Default 0. */
   priority?: number;
   /**
+   * Group key (1–128 characters): a tenant, a customer, an API account. Workers
+   * take the jobs of a queue with groups round-robin across its groups, and
+   * group concurrency and rate limits apply per group (see setGroupSettings).
+   */
+  group?: string;
+  /**
    * Deduplication key (1–512 characters, one namespace for all queues and tasks).
    * While a job with this key is pending (or also running, with
    * `jobKeyWhileProcessing`), enqueueing again does not add a second job:

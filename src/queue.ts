@@ -1,6 +1,5 @@
-import type pg from 'pg';
 import { checks } from './validate.js';
-import { hasConnection, resolveDriverName, type DriverConnectionOptions } from './db/connection.js';
+import { hasConnection, resolveDriverName, type DriverConnectionOptions, type PgPool } from './db/connection.js';
 import type { Driver, DriverName } from './db/driver.js';
 import { lazyDriver, openDriver } from './db/drivers/open.js';
 import { pgDriver } from './db/drivers/pg.js';
@@ -32,8 +31,8 @@ import type { AfterCommitJobs, EnqueueArgs, QueueOptions, WaitOptions } from './
 export type { AfterCommitJobs, EnqueueArgs, EnqueueOptions, QueueOptions, WaitOptions } from './queue-options.js';
 
 const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
-const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'tx', ...KEY_OPTIONS]);
-const SPEC_KEYS = new Set(['task', 'payload', 'queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', ...KEY_OPTIONS]);
+const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'group', 'tx', ...KEY_OPTIONS]);
+const SPEC_KEYS = new Set(['task', 'payload', 'queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'group', ...KEY_OPTIONS]);
 
 const QUEUE_KEYS = new Set(['connectionString', 'pool', 'sql', 'driver', 'schema', 'maxPayloadBytes', 'metrics', 'schemas']);
 
@@ -94,8 +93,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
   }
 
   /** The `pg` Pool the Queue uses when no `tx` is given (yours, or the one it made); undefined on postgres.js. */
-  get pool(): pg.Pool | undefined {
-    return this.db && 'pool' in this.db ? (this.db.pool as pg.Pool) : undefined;
+  get pool(): PgPool | undefined {
+    return this.db && 'pool' in this.db ? (this.db.pool as PgPool) : undefined;
   }
 
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
@@ -104,7 +103,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
     const v = toJobValues({ ...options, task, payload: checked }, this.maxPayloadBytes);
     const db = this.executor(options.tx);
-    const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority];
+    const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority, v.group_key];
     // Concurrent enqueues on our own pool defer their wake-up past the COMMIT, so
     // their commits are not serialised by NOTIFY (migration 0004). A lone enqueue
     // keeps the trigger's NOTIFY, which reaches workers a round trip sooner.
@@ -186,6 +185,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
         (v) =>
           `{"queue":${JSON.stringify(v.queue)},"task":${JSON.stringify(v.task)},"payload":${v.payload},` +
           `"run_at":${JSON.stringify(v.run_at)},"delay_ms":${v.delay_ms},"max_attempts":${v.max_attempts},"priority":${v.priority}` +
+          (v.group_key === null ? '' : `,"group_key":${JSON.stringify(v.group_key)}`) +
           (v.job_key === null
             ? '}'
             : `,"job_key":${JSON.stringify(v.job_key)},"job_key_mode":"${v.job_key_mode}","while_processing":${v.while_processing}}`),

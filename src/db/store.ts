@@ -60,6 +60,15 @@ export interface QueueStateRow {
   name: string;
   paused: boolean;
   concurrency_limit: number | null;
+  /** Has groups or a rate limit (migration 0016): claimed like a limited queue. */
+  grouped: boolean;
+}
+
+/** What a claim of one limited, grouped or rate-limited queue got. */
+export interface LimitedClaim {
+  jobs: JobRow[];
+  /** A rate limit held jobs back, or the queue was busy: claim again at this time (ms since epoch). */
+  retryAt: number | null;
 }
 
 /**
@@ -71,8 +80,8 @@ export interface QueueStateRow {
 export interface WorkerStore {
   /** One round trip: write results, claim up to `limit` due jobs of `queues`. */
   cycle(request: CycleRequest): Promise<CycleResult>;
-  /** Claims from one queue with a concurrency limit (local or global), up to `max`. */
-  claimLimited(queue: string, tasks: readonly string[], max: number): Promise<JobRow[]>;
+  /** Claims from one queue with a concurrency limit (local or global), groups or a rate limit, up to `max`. */
+  claimLimited(queue: string, tasks: readonly string[], max: number): Promise<LimitedClaim>;
   /** Renews the locks of `ids` (done); ids in neither set are no longer this worker's. */
   heartbeat(ids: readonly string[]): Promise<LockedWrite>;
   /** Back to pending without spending the attempt (done); wakes their queues. */
@@ -158,13 +167,18 @@ export class PgWorkerStore implements WorkerStore {
     };
   }
 
-  async claimLimited(queue: string, tasks: readonly string[], max: number): Promise<JobRow[]> {
-    const { rows } = await this.db.query<JobRow>(
+  async claimLimited(queue: string, tasks: readonly string[], max: number): Promise<LimitedClaim> {
+    const { rows } = await this.db.query<JobRow & { id: string | null; wait_until: Date | null }>(
       this.queries.claimLimited,
       [this.workerId, queue, tasks, max],
       this.name('claim-limited'),
     );
-    return rows;
+    const claim: LimitedClaim = { jobs: [], retryAt: null };
+    for (const { wait_until: waitUntil, ...job } of rows) {
+      if (job.id !== null) claim.jobs.push(job as JobRow);
+      else if (waitUntil) claim.retryAt = waitUntil.getTime();
+    }
+    return claim;
   }
 
   async heartbeat(ids: readonly string[]): Promise<LockedWrite> {

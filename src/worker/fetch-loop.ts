@@ -298,8 +298,8 @@ export class FetchLoop {
   }
 
   /**
-   * Claims from each limited queue up to its free local slots (the global limit is
-   * applied by claim_limited() in the database). True when some queue filled every
+   * Claims from each limited queue up to its free local slots (global, group and
+   * rate limits are applied by claim_queue() in the database). True when some queue filled every
    * slot it asked for, so it may have more. Errors are reported and leave the
    * queues to the next cycle; they must not undo the cycle's writes.
    */
@@ -310,8 +310,10 @@ export class FetchLoop {
       if (max <= 0) continue;
       try {
         const sentAt = performance.now();
-        const jobs = await this.store.claimLimited(queue, this.config.tasks, max);
+        const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max);
         if (jobs.length >= max) more = true;
+        // A rate limit held jobs back: claim again when its next token is due, not before.
+        if (retryAt !== null) this.wakeAt(retryAt);
         if (jobs.length > 0) this.guard(() => this.target.claimed(jobs, performance.now() - sentAt));
       } catch (err) {
         // Not "more": a persistent error would spin. The next poll tries again.

@@ -5,12 +5,13 @@ import { Loop } from '../lifecycle/loop.js';
 export interface ClaimPlan {
   /** Claimed by the common cycle statement: running, no limit anywhere. */
   readonly plain: string[];
-  /** Claimed one by one through claim_limited(): a local or a global limit. */
+  /** Claimed one by one through claim_queue(): a local or a global limit, groups, a rate limit. */
   readonly limited: string[];
 }
 
 /**
- * The worker's cached view of the queues table (paused queues, global limits) for
+ * The worker's cached view of the queues table (paused queues, global limits,
+ * groups, rate limits) for
  * the queues it serves, combined with its local per-queue limits into a ClaimPlan.
  *
  * The cache keeps the common claim cheap: a paused or limited queue is simply left
@@ -66,7 +67,9 @@ export class QueueState {
 
   private plan(rows: QueueStateRow[]): ClaimPlan {
     const paused = new Set(rows.filter((r) => r.paused).map((r) => r.name));
-    const limitedGlobally = new Set(rows.filter((r) => r.concurrency_limit !== null).map((r) => r.name));
+    // Grouped and rate-limited queues take the limited path too: claim_queue() does
+    // the fair claim and the rate limits, which the common cycle cannot.
+    const limitedGlobally = new Set(rows.filter((r) => r.concurrency_limit !== null || r.grouped).map((r) => r.name));
     const running = this.queues.filter((q) => !paused.has(q));
     const isLimited = (q: string) => this.localLimits.has(q) || limitedGlobally.has(q);
     return { plain: running.filter((q) => !isLimited(q)), limited: running.filter(isLimited) };

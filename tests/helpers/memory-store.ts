@@ -83,11 +83,12 @@ export class MemoryDatabase {
 
   /** Sets a queue's row (what pause/resume and setQueueConcurrency write). */
   setQueue(name: string, state: { paused?: boolean; limit?: number | null }): void {
-    const row = this.queues.get(name) ?? { name, paused: false, concurrency_limit: null };
+    const row = this.queues.get(name) ?? { name, paused: false, concurrency_limit: null, grouped: false };
     this.queues.set(name, {
       name,
       paused: state.paused ?? row.paused,
       concurrency_limit: state.limit === undefined ? row.concurrency_limit : state.limit,
+      grouped: row.grouped,
     });
   }
 
@@ -298,7 +299,8 @@ export class MemoryStore implements WorkerStore {
     await this.db.enter('claimLimited', this.workerId);
     const claimed = this.limited(queue, tasks, max);
     await this.db.pass('claimLimited', 'reply');
-    return claimed;
+    // Groups and rate limits are claim_queue()'s (migration 0016), tested against Postgres.
+    return { jobs: claimed, retryAt: null };
   }
 
   async heartbeat(ids: readonly string[]) {
@@ -380,7 +382,7 @@ export class MemoryStore implements WorkerStore {
   async queueState(queues: readonly string[]) {
     await this.db.enter('queueState', this.workerId);
     const rows = [...this.db.queues.values()].filter(
-      (q) => queues.includes(q.name) && (q.paused || q.concurrency_limit !== null),
+      (q) => queues.includes(q.name) && (q.paused || q.concurrency_limit !== null || q.grouped),
     );
     await this.db.pass('queueState', 'reply');
     return rows.map((q) => ({ ...q }));

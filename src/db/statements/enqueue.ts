@@ -19,10 +19,11 @@ export interface EnqueueStatements {
   readonly getJob: string;
 }
 
-const ENQUEUE_COLUMNS = 'queue, task, payload, run_at, max_attempts, priority, trace_context';
-/** $1..$8 of a single enqueue, typed so that they also work in INSERT ... SELECT. */
+const ENQUEUE_COLUMNS = 'queue, task, payload, run_at, max_attempts, priority, group_key, trace_context';
+/** $1..$9 of a single enqueue ($8 the group key), typed so that they also work in INSERT ... SELECT. */
 const ENQUEUE_VALUES = `$1::text, $2::text, $3::text::jsonb,
-  coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond', $6::int, $7::int, $8::text::jsonb`;
+  coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond', $6::int, $7::int, $8::text,
+  $9::text::jsonb`;
 
 /** The statements of a Queue for one schema, built once per schema. */
 export const enqueueStatements = perSchema((schema: string): EnqueueStatements => {
@@ -37,7 +38,7 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // A plain INSERT: the cheapest possible enqueue (the statement trigger adds one
     // NOTIFY per statement). run_at is computed by the server so client clocks do
     // not matter for delays.
-    // $8: the enqueuing span's trace context (migration 0005), NULL without tracing.
+    // $9: the enqueuing span's trace context (migration 0005), NULL without tracing.
     enqueue: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS}) VALUES (${ENQUEUE_VALUES})
       RETURNING id::text AS id`,
 
@@ -58,13 +59,13 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // Many jobs in one statement and one round trip: the rows travel as one JSON
     // array, so 10,000 jobs are a single parameter. One statement also means one
     // trigger call, so one wake-up per queue instead of one per row.
-    enqueueMany: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority, trace_context)
+    enqueueMany: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority, group_key, trace_context)
       SELECT j.queue, j.task, j.payload,
              coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
-             j.max_attempts, j.priority, $2::text::jsonb
+             j.max_attempts, j.priority, j.group_key, $2::text::jsonb
       FROM ROWS FROM (jsonb_to_recordset($1::text::jsonb) AS (queue text, task text, payload jsonb,
-             run_at timestamptz, delay_ms float8, max_attempts int, priority int))
-        WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority, ord)
+             run_at timestamptz, delay_ms float8, max_attempts int, priority int, group_key text))
+        WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority, group_key, ord)
       ORDER BY j.ord
       RETURNING id::text AS id`,
 
@@ -74,7 +75,7 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // cheaper statements above.
     enqueueKeyed: `SELECT ${s}.enqueue_job($1, $3::text::jsonb,
         coalesce($4::timestamptz, clock_timestamp()) + $5::float8 * interval '1 millisecond',
-        $6, $2, $7, $8, $9, $10)::text AS id`,
+        $6, $2, $7, $9, $10, $11, $8)::text AS id`,
 
     // The keys are taken in key order, whatever the order of the batch: two batches
     // that share keys then wait for each other instead of deadlocking. (Postgres
@@ -83,12 +84,12 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     enqueueManyKeyed: `SELECT x.id::text AS id FROM (
         SELECT j.ord, ${s}.enqueue_job(j.queue, j.payload,
                coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
-               j.max_attempts, j.task, j.priority, j.job_key, j.job_key_mode, j.while_processing) AS id
+               j.max_attempts, j.task, j.priority, j.job_key, j.job_key_mode, j.while_processing, j.group_key) AS id
         FROM ROWS FROM (jsonb_to_recordset($1::text::jsonb) AS (queue text, task text, payload jsonb,
                run_at timestamptz, delay_ms float8, max_attempts int, priority int,
-               job_key text, job_key_mode text, while_processing bool))
+               job_key text, job_key_mode text, while_processing bool, group_key text))
           WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority,
-               job_key, job_key_mode, while_processing, ord)
+               job_key, job_key_mode, while_processing, group_key, ord)
         ORDER BY j.job_key, j.ord
       ) x
       ORDER BY x.ord`,

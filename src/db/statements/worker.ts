@@ -123,7 +123,7 @@ function cycleStatement(
           LIMIT $11
           FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(id, n)
         WHERE j.id = p.id
-          AND j.queue <> ALL (ARRAY(SELECT name FROM ${queues} WHERE paused OR concurrency_limit IS NOT NULL))
+          AND j.queue <> ALL (ARRAY(SELECT name FROM ${queues} WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
         RETURNING j.*
       ), notified AS (
         -- Outcome notifications ($13 = 'sluice:<schema>:done'), only for jobs that
@@ -251,10 +251,13 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     notify: `SELECT pg_notify($1, ${s}.wake_payload(q, now()))
       FROM unnest($2::text[]) AS q`,
 
-    // Claims from one queue with a concurrency limit: see claim_limited() in
-    // sql/migrations/0003_queue_control.sql for why it is a function, and 0010 for
-    // how it never waits on a lock.
-    claimLimited: `SELECT ${jobColumns()} FROM ${s}.claim_limited($2, $1, $3::text[], $4)`,
+    // Claims from one queue with a concurrency limit, groups or a rate limit: see
+    // claim_queue() in sql/migrations/0016_groups.sql (fair claims, group and rate
+    // limits) and claim_limited() in 0003 and 0010 (why a function; never waiting on
+    // a lock). A row without an id carries wait_until: a rate limit held jobs back
+    // until then. Each claim visits at most 4 groups per job wanted (at least 32).
+    claimLimited: `SELECT ${jobColumns('(c.job)')}, c.wait_until
+      FROM ${s}.claim_queue($2, $1, $3::text[], $4, greatest(32, 4 * $4)) c`,
 
     // A handler asked to run again later: back to pending without spending the
     // attempt the claim took. Guarded like a result ($1 worker, $3 attempt). A row
@@ -273,9 +276,10 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       SELECT (SELECT run_at FROM snoozed) AS run_at,
         EXISTS (SELECT FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1) AS mine`,
 
-    // What a worker caches about its queues: which are paused or globally limited.
-    queueState: `SELECT name, paused, concurrency_limit FROM ${queues}
-      WHERE name = ANY($1::text[]) AND (paused OR concurrency_limit IS NOT NULL)`,
+    // What a worker caches about its queues: which are paused, globally limited,
+    // grouped or rate-limited (the last three are claimed by claimLimited).
+    queueState: `SELECT name, paused, concurrency_limit, grouped OR rate_limit IS NOT NULL AS grouped FROM ${queues}
+      WHERE name = ANY($1::text[]) AND (paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL)`,
 
     // Latest progress of running jobs, one statement for all of a worker's reports.
     // Ignored once the job is no longer this worker's (finished, rescued), and for
