@@ -87,3 +87,22 @@ export {
 } from './metrics/metrics.js';
 export type { WorkerMetricsOptions } from './metrics/options.js';
 export type { Logger } from './logger.js';
+export {
+  Outbox,
+  OutboxRelay,
+  natsPublisher,
+  rabbitMqPublisher,
+  outboxLag,
+  type OutboxOptions,
+  type OutboxMessage,
+  type OutboxPayload,
+  type PublishCallOptions,
+  type OutboxRelayOptions,
+  type OutboxLag,
+  type BrokerPublisher,
+  type RelayMessage,
+  type PublishResult,
+  type NatsPublisherOptions,
+  type RabbitMqPublisherOptions,
+  type RelayEventMap,
+} from './outbox/index.js';

@@ -1,0 +1,143 @@
+import { quoteSchema } from '../identifiers.js';
+import { perSchema } from './per-schema.js';
+
+/**
+ * The statements of the transactional outbox (migration 0015) for one schema:
+ * publishing, and the relay's read, watermark, lease, failures and clean-up.
+ * Values are always `$n` parameters; the schema is the only text spliced in.
+ */
+export interface OutboxStatements {
+  readonly schema: string;
+  /** $1 destination, $2 key, $3 headers, $4 payload (bytea). Returns the id. */
+  readonly publishOne: string;
+  /** Arrays of the same four, one element per message, inserted in array order. Returns the ids in that order. */
+  readonly publishMany: string;
+  /** The partition counts a destination's relay rows already have ($1 destination). */
+  readonly partitionCounts: string;
+  /** Creates the watermark rows of a destination's partitions ($1 destination, $2 partitions) if missing. */
+  readonly createPartitions: string;
+  /**
+   * Takes a partition's lease if free or expired, or renews it for its holder.
+   * $1 destination, $2 partition, $3 holder, $4 lease ms. Returns the watermark when held.
+   */
+  readonly acquire: string;
+  /** Gives the lease up ($1 destination, $2 partition, $3 holder). */
+  readonly resign: string;
+  /**
+   * The next window of committed messages after the watermark, with the rows of
+   * partition $5 (of $4) and one marker row for the window's end.
+   * $1 destination, $2 watermark txid, $3 watermark id, $6 window size.
+   */
+  readonly fetchWindow: string;
+  /** Whether messages past the watermark exist that are not below the horizon yet ($1 destination, $2 txid, $3 id). */
+  readonly beyondHorizon: string;
+  /**
+   * Moves the watermark and renews the lease, for the holder only (0 rows: the
+   * lease was lost). $1 destination, $2 partition, $3 holder, $4 txid, $5 id,
+   * $6 published count, $7 lease ms.
+   */
+  readonly advance: string;
+  /** Counts one more failed try of a message ($1 id, $2 destination, $3 error). Returns attempts. */
+  readonly recordFailure: string;
+  /** Forgets the failures of messages that have now been published ($1 destination, $2 ids). */
+  readonly clearFailures: string;
+  /** Copies a message to the dead letters with its failure count ($1 id, $2 destination, $3 txid). */
+  readonly deadLetter: string;
+  /** Deletes up to $2 published messages of destination $1 (behind every partition's watermark). Returns the count. */
+  readonly deletePublished: string;
+  /** Per destination: messages waiting, the oldest one's age, published total, relays holding leases, dead letters. */
+  readonly lag: string;
+}
+
+/** The outbox statements for one schema, built once per schema. */
+export const outboxStatements = perSchema((schema: string): OutboxStatements => {
+  const s = quoteSchema(schema);
+  const outbox = `${s}.outbox`;
+  const relays = `${s}.outbox_relays`;
+  // A message's partition: its key's hash (or, without a key, its id's: such
+  // messages have no order to keep and spread evenly). hashtext() is a signed
+  // int4; shifted to be non-negative before the modulo (abs() of its minimum overflows).
+  const partitionOf = (row: string) => `mod(hashtext(coalesce(${row}.key, ${row}.id::text))::bigint + 2147483648, $4)`;
+  // Every transaction below the xmin of the statement's snapshot has ended, so
+  // the rows below it are final: none can appear later behind the watermark.
+  const horizon = `(SELECT pg_snapshot_xmin(pg_current_snapshot()))`;
+  return {
+    schema,
+    publishOne: `INSERT INTO ${outbox} (destination, key, headers, payload) VALUES ($1, $2, $3, $4) RETURNING id`,
+    // Rows are inserted, and take their ids, in the arrays' order: messages of one
+    // key in one call keep their order.
+    publishMany: `INSERT INTO ${outbox} (destination, key, headers, payload)
+      SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::bytea[]) RETURNING id`,
+    partitionCounts: `SELECT DISTINCT partitions FROM ${relays} WHERE destination = $1`,
+    createPartitions: `INSERT INTO ${relays} (destination, partition, partitions)
+      SELECT $1, p, $2 FROM generate_series(0, $2::int - 1) p ON CONFLICT DO NOTHING`,
+    acquire: `UPDATE ${relays} SET holder = $3, expires_at = now() + $4 * interval '1 millisecond'
+      WHERE destination = $1 AND partition = $2 AND (holder IS NULL OR holder = $3 OR expires_at < now())
+      RETURNING txid, id`,
+    resign: `UPDATE ${relays} SET holder = NULL, expires_at = NULL WHERE destination = $1 AND partition = $2 AND holder = $3`,
+    // The window is an ordered walk of the primary key from the watermark (the
+    // LIMIT inside keeps the planner on it: a filter on the partition outside
+    // would make it guess few matches and sort the whole backlog instead). Every
+    // relay of a destination walks all of its rows and keeps its partition's;
+    // the marker row is the window's end, where the watermark may go once this
+    // partition's rows in it are published, even if there were none.
+    fetchWindow: `WITH win AS MATERIALIZED (
+        SELECT o.id, o.txid, o.key, o.headers, o.payload, o.created_at FROM ${outbox} o
+        WHERE o.destination = $1 AND (o.txid, o.id) > ($2::xid8, $3::bigint) AND o.txid < ${horizon}
+        ORDER BY o.txid, o.id LIMIT $6
+      )
+      SELECT * FROM (
+        SELECT w.id, w.txid, w.key, w.headers, w.payload, w.created_at, false AS marker FROM win w
+        WHERE $4::int = 1 OR ${partitionOf('w')} = $5
+        UNION ALL
+        (SELECT w.id, w.txid, NULL, NULL, NULL, NULL, true FROM win w ORDER BY w.txid DESC, w.id DESC LIMIT 1)
+      ) r ORDER BY r.txid, r.id, r.marker`,
+    beyondHorizon: `SELECT EXISTS (SELECT 1 FROM ${outbox} WHERE destination = $1 AND (txid, id) > ($2::xid8, $3::bigint)) AS waiting`,
+    advance: `UPDATE ${relays} SET txid = $4::xid8, id = $5, published = published + $6,
+        published_at = CASE WHEN $6 > 0 THEN now() ELSE published_at END,
+        expires_at = now() + $7 * interval '1 millisecond'
+      WHERE destination = $1 AND partition = $2 AND holder = $3 RETURNING 1`,
+    recordFailure: `INSERT INTO ${s}.outbox_failures (id, destination, attempts, last_error) VALUES ($1, $2, 1, $3)
+      ON CONFLICT (id) DO UPDATE SET attempts = ${s}.outbox_failures.attempts + 1, last_error = EXCLUDED.last_error,
+        last_failed_at = now()
+      RETURNING attempts`,
+    clearFailures: `DELETE FROM ${s}.outbox_failures WHERE destination = $1 AND id = ANY($2::bigint[])`,
+    deadLetter: `WITH failed AS (DELETE FROM ${s}.outbox_failures WHERE id = $1 RETURNING attempts, last_error)
+      INSERT INTO ${s}.outbox_dead_letters (id, txid, destination, key, headers, payload, created_at, attempts, last_error)
+      SELECT o.id, o.txid, o.destination, o.key, o.headers, o.payload, o.created_at, coalesce(f.attempts, 0), f.last_error
+      FROM ${outbox} o LEFT JOIN failed f ON true
+      WHERE o.destination = $2 AND o.txid = $3::xid8 AND o.id = $1
+      ON CONFLICT (id) DO NOTHING`,
+    // Behind the slowest partition's watermark, in chunks of $2 so that one
+    // statement never holds a huge delete. Only once every partition has a row
+    // of the same layout (a destination whose relays never started keeps all).
+    deletePublished: `WITH slowest AS (
+        SELECT txid, id FROM ${relays} WHERE destination = $1 ORDER BY txid, id LIMIT 1
+      ), gone AS (
+        DELETE FROM ${outbox} o USING (
+          SELECT p.destination, p.txid, p.id FROM ${outbox} p, slowest w
+          WHERE p.destination = $1 AND (p.txid, p.id) <= (w.txid, w.id)
+          ORDER BY p.txid, p.id LIMIT $2
+        ) d
+        WHERE o.destination = d.destination AND o.txid = d.txid AND o.id = d.id
+        RETURNING 1
+      )
+      SELECT count(*)::int AS deleted FROM gone`,
+    lag: `SELECT r.destination, r.partitions::int,
+        (SELECT count(*) FROM ${outbox} o WHERE o.destination = r.destination
+           AND (o.txid, o.id) > (r.min_txid, r.min_id))::bigint AS waiting,
+        coalesce(extract(epoch FROM now() - (SELECT min(o.created_at) FROM ${outbox} o
+           WHERE o.destination = r.destination AND (o.txid, o.id) > (r.min_txid, r.min_id))), 0)::float8 AS oldest_seconds,
+        r.published::bigint, r.held::int, r.last_published_at,
+        (SELECT count(*) FROM ${s}.outbox_dead_letters d WHERE d.destination = r.destination)::bigint AS dead_letters,
+        (SELECT count(*) FROM ${s}.outbox_failures f WHERE f.destination = r.destination)::bigint AS failing
+      FROM (
+        SELECT destination, max(partitions) AS partitions, sum(published) AS published,
+          count(*) FILTER (WHERE holder IS NOT NULL AND expires_at > now()) AS held,
+          max(published_at) AS last_published_at,
+          (array_agg(txid ORDER BY txid, id))[1] AS min_txid, (array_agg(id ORDER BY txid, id))[1] AS min_id
+        FROM ${relays} GROUP BY destination
+      ) r
+      ORDER BY r.destination`,
+  };
+});

@@ -1,0 +1,48 @@
+import type { Queryable } from '../db/executor.js';
+import { outboxStatements } from '../db/statements/outbox.js';
+
+/** How far behind the relays of one destination are. */
+export interface OutboxLag {
+  destination: string;
+  partitions: number;
+  /** Messages past the slowest partition's watermark (not yet published, or published by a faster partition). */
+  waiting: number;
+  /** Age of the oldest of those, in seconds (0 when none waits). */
+  oldestSeconds: number;
+  /** Messages published since the destination's relays first started. */
+  published: number;
+  /** Partitions whose lease is held now. */
+  relaysHolding: number;
+  lastPublishedAt: Date | null;
+  deadLetters: number;
+  /** Messages the broker refused at least once and that are still being retried. */
+  failing: number;
+}
+
+interface LagRow {
+  destination: string;
+  partitions: number;
+  waiting: string;
+  oldest_seconds: number;
+  published: string;
+  held: number;
+  last_published_at: Date | null;
+  dead_letters: string;
+  failing: string;
+}
+
+/** The lag of every destination that a relay has ever started on (for metrics, doctor, `sluice relay --status`). */
+export async function outboxLag(db: Queryable, schema: string): Promise<OutboxLag[]> {
+  const { rows } = await db.query(outboxStatements(schema).lag);
+  return (rows as LagRow[]).map((r) => ({
+    destination: r.destination,
+    partitions: r.partitions,
+    waiting: Number(r.waiting),
+    oldestSeconds: Number(r.oldest_seconds),
+    published: Number(r.published),
+    relaysHolding: r.held,
+    lastPublishedAt: r.last_published_at,
+    deadLetters: Number(r.dead_letters),
+    failing: Number(r.failing),
+  }));
+}

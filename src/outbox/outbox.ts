@@ -1,0 +1,118 @@
+import { hasConnection, resolveDriverName, type DriverConnectionOptions } from '../db/connection.js';
+import type { Driver } from '../db/driver.js';
+import { lazyDriver, openDriver } from '../db/drivers/open.js';
+import { rows, type Queryable } from '../db/executor.js';
+import { outboxStatements, type OutboxStatements } from '../db/statements/outbox.js';
+import { ConfigError, ValidationError, wrapDatabaseError } from '../errors.js';
+import { checks } from '../validate.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, encodeMessage, type OutboxPayload, type PublishOptions } from './message.js';
+
+const config = checks(ConfigError);
+const input = checks(ValidationError);
+
+export interface OutboxOptions extends DriverConnectionOptions {
+  /** Largest payload accepted, in bytes. Default 1 MiB (NATS's default max_payload). */
+  maxMessageBytes?: number;
+}
+
+export interface PublishCallOptions extends PublishOptions {
+  /** Your open transaction: the message commits or rolls back with it (pg client, postgres.js adapter, ...). */
+  tx?: Queryable;
+}
+
+/** One message of publishMany. */
+export interface OutboxMessage extends PublishOptions {
+  destination: string;
+  payload: OutboxPayload;
+}
+
+const OUTBOX_KEYS = new Set(['connectionString', 'pool', 'sql', 'driver', 'schema', 'maxMessageBytes']);
+const PUBLISH_KEYS = new Set(['tx', 'key', 'headers']);
+const MESSAGE_KEYS = new Set(['destination', 'payload', 'key', 'headers']);
+const POOL_SIZE = 10;
+
+/**
+ * The transactional outbox: `publish` writes a message in your transaction, and
+ * an OutboxRelay (`sluice relay`) publishes it to NATS JetStream or RabbitMQ
+ * once that transaction has committed. A rolled-back transaction publishes nothing.
+ *
+ * @example
+ *   const outbox = new Outbox({ connectionString });
+ *   await client.query('BEGIN');
+ *   await client.query('UPDATE orders SET status = $2 WHERE id = $1', [id, 'paid']);
+ *   await outbox.publish('orders.paid', { id }, { tx: client, key: `order-${id}` });
+ *   await client.query('COMMIT');
+ */
+export class Outbox {
+  readonly schema: string;
+  private readonly queries: OutboxStatements;
+  private readonly maxBytes: number;
+  private readonly db: Driver | undefined;
+
+  constructor(options: OutboxOptions = {}) {
+    config.rejectUnknownKeys(options, OUTBOX_KEYS, 'Outbox');
+    this.schema = config.schemaOption(options.schema);
+    this.queries = outboxStatements(this.schema);
+    this.maxBytes = config.intOption('maxMessageBytes', options.maxMessageBytes, DEFAULT_MAX_MESSAGE_BYTES, 1, 256 * 1024 * 1024);
+    if (hasConnection(options)) {
+      const name = resolveDriverName(options, 'Outbox');
+      const { connectionString, pool, sql } = options;
+      this.db = lazyDriver(() => openDriver(name, { connectionString, pool, sql }, POOL_SIZE, 'sluice-outbox'));
+    }
+  }
+
+  /** Writes one message; returns its id. Throws ValidationError (nothing written) on bad input. */
+  async publish(destination: string, payload: OutboxPayload, options: PublishCallOptions = {}): Promise<string> {
+    input.rejectUnknownKeys(options, PUBLISH_KEYS, 'publish');
+    const m = encodeMessage(destination, payload, options, this.maxBytes);
+    const db = this.executor(options.tx);
+    try {
+      const [row] = await rows<{ id: string }>(db, this.queries.publishOne, [m.destination, m.key, m.headers, m.payload]);
+      return String(row!.id);
+    } catch (err) {
+      throw wrapDatabaseError(err, 'publish');
+    }
+  }
+
+  /**
+   * Writes many messages in one statement (and so one transaction of their own
+   * without `tx`); returns their ids in order. Messages of one key keep the
+   * order of the array.
+   */
+  async publishMany(messages: OutboxMessage[], options: { tx?: Queryable } = {}): Promise<string[]> {
+    input.rejectUnknownKeys(options, new Set(['tx']), 'publishMany');
+    if (!Array.isArray(messages)) throw new ValidationError('publishMany: messages must be an array');
+    if (messages.length === 0) return [];
+    const encoded = messages.map((message) => {
+      if (!message || typeof message !== 'object') throw new ValidationError('publishMany: each message must be an object');
+      input.rejectUnknownKeys(message, MESSAGE_KEYS, 'publishMany message');
+      return encodeMessage(message.destination, message.payload, message, this.maxBytes);
+    });
+    const db = this.executor(options.tx);
+    try {
+      const ids = await rows<{ id: string }>(db, this.queries.publishMany, [
+        encoded.map((m) => m.destination),
+        encoded.map((m) => m.key),
+        encoded.map((m) => (m.headers ? JSON.stringify(m.headers) : null)),
+        encoded.map((m) => m.payload),
+      ]);
+      return ids.map((r) => String(r.id));
+    } catch (err) {
+      throw wrapDatabaseError(err, 'publishMany');
+    }
+  }
+
+  /** Closes the connections the Outbox opened (a pool or `sql` you gave stays open). */
+  async close(): Promise<void> {
+    await this.db?.end();
+  }
+
+  private executor(tx: Queryable | undefined): Queryable {
+    if (tx) {
+      if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
+      return tx;
+    }
+    if (!this.db) throw new ConfigError('this Outbox has no connection: pass { tx } or give connectionString, pool or sql');
+    return this.db;
+  }
+}

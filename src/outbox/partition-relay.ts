@@ -1,0 +1,200 @@
+import { Loop } from '../lifecycle/loop.js';
+import type { BrokerPublisher, PublishResult } from './publishers/publisher.js';
+import type { ResolvedRelayOptions } from './relay-options.js';
+import type { RelayEvents } from './relay-events.js';
+import { START, type Position, type RelayStore, type Window } from './relay-store.js';
+
+/** What a pass found: the next pass comes at once (more to do), soon (rows not yet final), or after the poll interval. */
+type PassOutcome = 'more' | 'horizon' | 'idle' | 'standby';
+
+/** A message refused by the broker, or a broker that cannot be reached: the pass fails and the loop backs off. */
+export class RelayPublishError extends Error {
+  constructor(
+    message: string,
+    readonly transient: boolean,
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+/**
+ * The relay of one partition of one destination. It holds the partition's lease
+ * (or waits for it), then walks the destination's committed messages from the
+ * watermark, publishes this partition's in batches, and moves the watermark once
+ * per batch. The next window is read while the broker acks the current one.
+ */
+export class PartitionRelay {
+  private heldUntil = 0;
+  private watermark: Position = START;
+  /** Ids with a failure row, cleared once they are published. */
+  private failing = new Set<string>();
+  private readonly loop: Loop<PassOutcome>;
+
+  constructor(
+    readonly destination: string,
+    readonly partition: number,
+    private readonly partitions: number,
+    private readonly store: RelayStore,
+    private readonly publisher: BrokerPublisher,
+    private readonly options: ResolvedRelayOptions,
+    private readonly events: RelayEvents,
+    /** Whether this process may take one more partition (maxPartitions). */
+    private readonly mayAcquire: () => boolean,
+  ) {
+    this.loop = new Loop<PassOutcome>({
+      pass: (signal) => this.pass(signal),
+      intervalMs: (outcome) => this.delayAfter(outcome),
+      jitter: [0.8, 1.2],
+      backoff: options.retry,
+      onError: (err) => this.failed(err),
+    });
+  }
+
+  /** True while the lease is held (by the time of its last renewal). */
+  get held(): boolean {
+    return Date.now() < this.heldUntil;
+  }
+
+  start(): void {
+    this.loop.start();
+    void this.loop.trigger();
+  }
+
+  /** New messages were committed: look now (if this relay holds the partition). */
+  wake(): void {
+    if (this.held) this.loop.runSoon(0);
+  }
+
+  /** Stops after the batch in flight; gives the lease up so another relay takes over at once. */
+  async stop(): Promise<void> {
+    await this.loop.stop();
+    if (this.heldUntil > 0) {
+      this.heldUntil = 0;
+      await this.store.resign(this.destination, this.partition, this.options.relayId).catch(() => {});
+    }
+  }
+
+  private delayAfter(outcome: PassOutcome | undefined): number {
+    if (outcome === 'more') return 0;
+    if (outcome === 'horizon') return this.options.horizonRetryMs;
+    if (outcome === 'standby') return this.options.leaseMs / 2;
+    return this.options.pollIntervalMs;
+  }
+
+  private async pass(signal: AbortSignal): Promise<PassOutcome> {
+    if (!(await this.holdLease())) return 'standby';
+    let window = await this.fetch(this.watermark);
+    while (window.end && !signal.aborted) {
+      // The next window, read while the broker acks this one; dropped when this one fails.
+      const end = window.end;
+      const next = this.fetch(end);
+      next.catch(() => {});
+      const results = window.messages.length > 0 ? await this.publisher.publish(window.messages) : [];
+      const failedAt = results.findIndex((r) => !r.ok);
+      if (failedAt >= 0) {
+        await this.handleFailure(window, failedAt, results[failedAt] as Extract<PublishResult, { ok: false }>);
+        return 'more';
+      }
+      if (!(await this.advance(end, results.length))) return 'standby';
+      this.events.emit('published', { destination: this.destination, partition: this.partition, count: results.length, messages: window.messages });
+      if (this.failing.size > 0) await this.clearFailures(window);
+      if (!this.held) return 'standby';
+      window = await next;
+    }
+    if (signal.aborted) return 'idle';
+    return (await this.store.beyondHorizon(this.destination, this.watermark)) ? 'horizon' : 'idle';
+  }
+
+  private fetch(after: Position): Promise<Window> {
+    const { batchSize } = this.options;
+    return this.store.fetchWindow(this.destination, after, this.partitions, this.partition, batchSize, this.options.schema);
+  }
+
+  /** Takes or renews the lease when it is not fresh; false when another relay holds it. */
+  private async holdLease(): Promise<boolean> {
+    const { leaseMs, relayId } = this.options;
+    if (Date.now() < this.heldUntil - leaseMs / 2) return true;
+    if (!this.held && !this.mayAcquire()) return false;
+    const sentAt = Date.now();
+    const watermark = await this.store.acquire(this.destination, this.partition, relayId, leaseMs);
+    const wasHeld = this.heldUntil > 0;
+    if (!watermark) {
+      if (wasHeld) this.lost();
+      return false;
+    }
+    this.heldUntil = sentAt + leaseMs;
+    // Only the holder moves the watermark, so the row's is the truth: equal to
+    // ours while we held it throughout, newer when another relay held it meanwhile.
+    this.watermark = watermark;
+    if (!wasHeld) this.events.emit('acquired', { destination: this.destination, partition: this.partition });
+    return true;
+  }
+
+  private async advance(to: Position, published: number): Promise<boolean> {
+    const sentAt = Date.now();
+    const held = await this.store.advance(this.destination, this.partition, this.options.relayId, to, published, this.options.leaseMs);
+    if (!held) {
+      this.lost();
+      return false;
+    }
+    this.heldUntil = sentAt + this.options.leaseMs;
+    this.watermark = to;
+    return true;
+  }
+
+  private lost(): void {
+    this.heldUntil = 0;
+    this.events.emit('lost', { destination: this.destination, partition: this.partition });
+  }
+
+  /**
+   * The messages before the failed one are in the broker: the watermark moves up
+   * to them. The failed one is retried after a backoff (the pass throws), and
+   * after maxAttempts refusals it becomes a dead letter, so its key goes on.
+   * Messages after it that the broker took are sent again with the same id.
+   */
+  private async handleFailure(window: Window, index: number, result: Extract<PublishResult, { ok: false }>): Promise<void> {
+    const message = window.messages[index]!;
+    const at = window.positions[index]!;
+    if (index > 0 && !(await this.advance(window.positions[index - 1]!, index))) return;
+    const info = { destination: this.destination, partition: this.partition, messageId: message.messageId, error: result.error };
+    if (result.transient) {
+      this.events.emit('failure', { ...info, transient: true, attempts: 0 });
+      throw new RelayPublishError(`${this.publisher.name}: ${result.error.message}`, true, { cause: result.error });
+    }
+    const attempts = await this.store.recordFailure(this.destination, message.id, result.error.message);
+    this.failing.add(message.id);
+    this.events.emit('failure', { ...info, transient: false, attempts });
+    if (attempts < this.options.maxAttempts) {
+      throw new RelayPublishError(
+        `${this.publisher.name} refused message ${message.messageId} (try ${attempts} of ${this.options.maxAttempts}): ${result.error.message}`,
+        false,
+        { cause: result.error },
+      );
+    }
+    const sentAt = Date.now();
+    const { relayId, leaseMs } = this.options;
+    if (!(await this.store.deadLetter(this.destination, this.partition, relayId, at, 0, leaseMs))) {
+      this.lost();
+      return;
+    }
+    this.heldUntil = sentAt + leaseMs;
+    this.watermark = at;
+    this.failing.delete(message.id);
+    this.events.emit('deadLetter', { ...info, attempts });
+  }
+
+  private async clearFailures(window: Window): Promise<void> {
+    const published = window.messages.map((m) => m.id).filter((id) => this.failing.has(id));
+    if (published.length === 0) return;
+    await this.store.clearFailures(this.destination, published);
+    for (const id of published) this.failing.delete(id);
+  }
+
+  private failed(err: unknown): void {
+    // A refused message was already reported as a 'failure' event.
+    if (err instanceof RelayPublishError) return;
+    this.events.emit('error', err as Error);
+  }
+}

@@ -1,0 +1,116 @@
+import type * as Nats from 'nats';
+import { importPeer } from '../../optional-peer.js';
+import { allFailed, asError, type BrokerPublisher, type PublishResult, type RelayMessage } from './publisher.js';
+
+export interface NatsPublisherOptions {
+  /** NATS server URL(s). Default 'nats://127.0.0.1:4222'. */
+  servers?: string | string[];
+  /** Prepended to each destination to make the subject. Default ''. */
+  subjectPrefix?: string;
+  /** How long one publish waits for JetStream's ack, in ms. Default 5000. */
+  ackTimeoutMs?: number;
+  /** Any other nats.js connect() options (user, pass, token, tls, ...). */
+  connectOptions?: Record<string, unknown>;
+  /** The header that carries the message's key (null: none). Default 'Sluice-Key'. */
+  keyHeader?: string | null;
+}
+
+// These mean the broker or the path to it is not there now, not that it refused
+// this message: 503 is "no responders" (JetStream down, or no stream listens on
+// the subject yet), 408 a JetStream request timeout.
+const TRANSIENT_CODES = new Set([
+  'TIMEOUT',
+  '503',
+  '408',
+  'CONNECTION_CLOSED',
+  'CONNECTION_DRAINING',
+  'CONNECTION_REFUSED',
+  'CONNECTION_TIMEOUT',
+  'DISCONNECT',
+  'CANCELLED',
+  'REQUEST_ERROR',
+]);
+
+/** Whether a nats.js error says "try again later" rather than "this message is refused". */
+export function isTransientNatsError(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code !== 'string' || TRANSIENT_CODES.has(code);
+}
+
+interface Connected {
+  nc: Nats.NatsConnection;
+  js: Nats.JetStreamClient;
+  headers: typeof Nats.headers;
+}
+
+/**
+ * Publishes to NATS JetStream with the `nats` package (an optional peer:
+ * `npm install nats`). Every message of a batch is sent at once on one
+ * connection (so the stream stores them in order) with its message id as
+ * `Nats-Msg-Id`, and the batch resolves when JetStream has acked them all. A
+ * stream must capture the subjects; its duplicate_window is how long a
+ * re-publish after a relay crash is dropped as a duplicate.
+ *
+ * @example
+ *   const relay = new OutboxRelay({ connectionString, destinations: ['orders.paid'],
+ *     publisher: natsPublisher({ servers: 'nats://127.0.0.1:4222' }) });
+ */
+export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublisher {
+  const prefix = options.subjectPrefix ?? '';
+  const timeout = options.ackTimeoutMs ?? 5_000;
+  const keyHeader = options.keyHeader === undefined ? 'Sluice-Key' : options.keyHeader;
+  let connecting: Promise<Connected> | undefined;
+
+  const connect = (): Promise<Connected> =>
+    (connecting ??= (async () => {
+      const nats = await importPeer('nats', 'The NATS relay', () => import('nats'));
+      const nc = await nats.connect({
+        servers: options.servers ?? 'nats://127.0.0.1:4222',
+        name: 'sluice-relay',
+        // Keep reconnecting for ever: the relay's own backoff decides when to retry.
+        maxReconnectAttempts: -1,
+        reconnectTimeWait: 250,
+        ...options.connectOptions,
+      });
+      // A connection closed for good is replaced on the next batch.
+      void nc.closed().then(() => {
+        connecting = undefined;
+      });
+      return { nc, js: nc.jetstream({ timeout }), headers: nats.headers };
+    })().catch((err: unknown) => {
+      connecting = undefined;
+      throw err;
+    }));
+
+  return {
+    name: 'nats',
+    async publish(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
+      let c: Connected;
+      try {
+        c = await connect();
+      } catch (err) {
+        return allFailed(messages.length, asError(err), isTransientNatsError(err));
+      }
+      return Promise.all(
+        messages.map((m) => {
+          let h: Nats.MsgHdrs | undefined;
+          if (m.headers || (keyHeader && m.key !== null)) {
+            h = c.headers();
+            if (m.headers) for (const [name, value] of Object.entries(m.headers)) h.set(name, value);
+            if (keyHeader && m.key !== null) h.set(keyHeader, m.key);
+          }
+          return c.js.publish(prefix + m.destination, m.payload, { msgID: m.messageId, headers: h, timeout }).then(
+            (ack): PublishResult => ({ ok: true, duplicate: ack.duplicate }),
+            (err: unknown): PublishResult => ({ ok: false, error: asError(err), transient: isTransientNatsError(err) }),
+          );
+        }),
+      );
+    },
+    async close(): Promise<void> {
+      const pending = connecting;
+      connecting = undefined;
+      const c = await pending?.catch(() => undefined);
+      await c?.nc.drain().catch(() => c.nc.close());
+    },
+  };
+}

@@ -1,0 +1,47 @@
+/** A message as the relay hands it to a broker. */
+export interface RelayMessage {
+  /** The outbox row id. */
+  id: string;
+  destination: string;
+  key: string | null;
+  headers: Record<string, string> | null;
+  payload: Buffer;
+  createdAt: Date;
+  /**
+   * Stable for the message's life, whichever relay sends it how often:
+   * `<schema>:<id>`. JetStream drops a second publish with the same id within its
+   * de-duplication window; RabbitMQ carries it as `message_id` for consumers to
+   * de-duplicate.
+   */
+  messageId: string;
+}
+
+/**
+ * The broker's answer for one message. `transient` failures (the broker or the
+ * connection is down, a timeout) do not count against the message: the relay
+ * retries with backoff. Others (the broker refused this message) count, and a
+ * message refused maxAttempts times becomes a dead letter.
+ */
+export type PublishResult = { ok: true; duplicate?: boolean } | { ok: false; error: Error; transient: boolean };
+
+/**
+ * What the relay needs from a broker client: publish a batch in order and say,
+ * per message, whether the broker has it. Publish asynchronously and wait for all
+ * acknowledgements: the relay records progress only after the whole batch.
+ */
+export interface BrokerPublisher {
+  /** For logs and metrics: 'nats', 'rabbitmq', ... */
+  readonly name: string;
+  publish(messages: readonly RelayMessage[]): Promise<PublishResult[]>;
+  close(): Promise<void>;
+}
+
+/** Every message of a batch failed the same way (no connection to the broker). */
+export function allFailed(count: number, error: Error, transient = true): PublishResult[] {
+  return Array.from({ length: count }, () => ({ ok: false, error, transient }) as const);
+}
+
+/** The error a rejected promise carried, as an Error. */
+export function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
+}

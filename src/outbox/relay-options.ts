@@ -1,0 +1,129 @@
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import type { DriverConnectionOptions } from '../db/connection.js';
+import { ConfigError } from '../errors.js';
+import type { BackoffOptions } from '../lifecycle/backoff.js';
+import { checks } from '../validate.js';
+import { MAX_DESTINATION_LENGTH } from './message.js';
+import type { BrokerPublisher } from './publishers/publisher.js';
+
+const config = checks(ConfigError);
+
+export interface DestinationOption {
+  name: string;
+  /** Partitions of this destination (messages spread by key); default: the relay's `partitions`. */
+  partitions?: number;
+}
+
+export interface OutboxRelayOptions extends DriverConnectionOptions {
+  /** Where messages go: natsPublisher(...), rabbitMqPublisher(...), or your own BrokerPublisher. */
+  publisher: BrokerPublisher;
+  /** The destinations this relay publishes. */
+  destinations: (string | DestinationOption)[];
+  /**
+   * Partitions per destination (default 1). Messages of one key stay in one
+   * partition, in order; each partition has one active relay at a time. Every
+   * relay of a destination must use the same count.
+   */
+  partitions?: number;
+  /** Most partitions this process holds at once (default: all). Start N processes with maxPartitions = P/N to share the load. */
+  maxPartitions?: number;
+  /** Rows read per window, and so the largest batch sent to the broker. Default 2000. */
+  batchSize?: number;
+  /** Poll when no notification came, in ms. Default 1000. */
+  pollIntervalMs?: number;
+  /** Look again this soon when committed messages wait behind a running transaction, in ms. Default 10. */
+  horizonRetryMs?: number;
+  /** How long a partition's lease lasts without renewal, in ms. Default 10000. */
+  leaseMs?: number;
+  /** Refusals of one message before it becomes a dead letter. Default 10. */
+  maxAttempts?: number;
+  /** Backoff between retries after a failure. Default 200 ms doubling to 30 s. */
+  retry?: BackoffOptions;
+  /** How often published messages are deleted, in ms. Default 1000. */
+  cleanupIntervalMs?: number;
+  /** Rows deleted per statement. Default 20000. */
+  cleanupChunk?: number;
+  /** This relay's name in the lease rows. Default host:pid:random. */
+  relayId?: string;
+}
+
+export interface ResolvedRelayOptions {
+  schema: string;
+  destinations: { name: string; partitions: number }[];
+  maxPartitions: number;
+  batchSize: number;
+  pollIntervalMs: number;
+  horizonRetryMs: number;
+  leaseMs: number;
+  maxAttempts: number;
+  retry: BackoffOptions;
+  cleanupIntervalMs: number;
+  cleanupChunk: number;
+  relayId: string;
+}
+
+const KEYS = new Set([
+  'connectionString',
+  'pool',
+  'sql',
+  'driver',
+  'schema',
+  'publisher',
+  'destinations',
+  'partitions',
+  'maxPartitions',
+  'batchSize',
+  'pollIntervalMs',
+  'horizonRetryMs',
+  'leaseMs',
+  'maxAttempts',
+  'retry',
+  'cleanupIntervalMs',
+  'cleanupChunk',
+  'relayId',
+]);
+
+/** Checks an OutboxRelay's options (ConfigError naming the bad one) and fills in the defaults. */
+export function resolveRelayOptions(options: OutboxRelayOptions): ResolvedRelayOptions {
+  if (!options || typeof options !== 'object') throw new ConfigError('OutboxRelay: options object required');
+  config.rejectUnknownKeys(options, KEYS, 'OutboxRelay');
+  const p = options.publisher as Partial<BrokerPublisher> | undefined;
+  if (!p || typeof p.publish !== 'function' || typeof p.close !== 'function') {
+    throw new ConfigError('OutboxRelay: publisher must be a BrokerPublisher (natsPublisher(), rabbitMqPublisher())');
+  }
+  if (!Array.isArray(options.destinations) || options.destinations.length === 0) {
+    throw new ConfigError('OutboxRelay: destinations must be a non-empty array');
+  }
+  const partitions = config.intOption('partitions', options.partitions, 1, 1, 1024);
+  const seen = new Set<string>();
+  const destinations = options.destinations.map((d) => {
+    const { name, partitions: n } = typeof d === 'string' ? { name: d, partitions: undefined } : (d ?? ({} as DestinationOption));
+    if (typeof name !== 'string' || name.length === 0 || name.length > MAX_DESTINATION_LENGTH) {
+      throw new ConfigError(`OutboxRelay: destination must be a string of 1 to ${MAX_DESTINATION_LENGTH} characters`);
+    }
+    if (seen.has(name)) throw new ConfigError(`OutboxRelay: destination ${name} is listed twice`);
+    seen.add(name);
+    return { name, partitions: config.intOption(`partitions of ${name}`, n, partitions, 1, 1024) };
+  });
+  const total = destinations.reduce((sum, d) => sum + d.partitions, 0);
+  const retry = options.retry ?? { minMs: 200, maxMs: 30_000 };
+  config.intOption('retry.minMs', retry.minMs, 0, 1, 3_600_000);
+  config.intOption('retry.maxMs', retry.maxMs, 0, retry.minMs, 3_600_000);
+  const leaseMs = config.intOption('leaseMs', options.leaseMs, 10_000, 500, 3_600_000);
+  if (options.relayId !== undefined) config.checkName('relayId', options.relayId);
+  return {
+    schema: config.schemaOption(options.schema),
+    destinations,
+    maxPartitions: config.intOption('maxPartitions', options.maxPartitions, total, 1, 1_000_000),
+    batchSize: config.intOption('batchSize', options.batchSize, 2000, 1, 100_000),
+    pollIntervalMs: config.intOption('pollIntervalMs', options.pollIntervalMs, 1000, 10, 3_600_000),
+    horizonRetryMs: config.intOption('horizonRetryMs', options.horizonRetryMs, 10, 1, 60_000),
+    leaseMs,
+    maxAttempts: config.intOption('maxAttempts', options.maxAttempts, 10, 1, 1000),
+    retry: { minMs: retry.minMs, maxMs: retry.maxMs },
+    cleanupIntervalMs: config.intOption('cleanupIntervalMs', options.cleanupIntervalMs, 1000, 10, 3_600_000),
+    cleanupChunk: config.intOption('cleanupChunk', options.cleanupChunk, 20_000, 1, 1_000_000),
+    relayId: options.relayId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
+  };
+}

@@ -1,0 +1,158 @@
+import type { Driver } from '../db/driver.js';
+import type { Queryable } from '../db/executor.js';
+import type { OutboxStatements } from '../db/statements/outbox.js';
+import type { RelayMessage } from './publishers/publisher.js';
+
+/** A position in a destination's walk: the (txid, id) of a row, compared in that order. */
+export interface Position {
+  txid: string;
+  id: string;
+}
+
+export const START: Position = { txid: '0', id: '0' };
+
+/** One window of the walk: this partition's messages in it, and where it ends. */
+export interface Window {
+  messages: RelayMessage[];
+  /** The positions of `messages`, in the same order. */
+  positions: Position[];
+  /** The last row of the window (any partition's); undefined when the window was empty. */
+  end: Position | undefined;
+}
+
+interface WindowRow {
+  id: string;
+  txid: string;
+  key: string | null;
+  headers: Record<string, string> | null;
+  payload: Buffer | null;
+  created_at: Date | null;
+  marker: boolean;
+}
+
+/**
+ * The relay's typed operations over the outbox statements. Alone knows their
+ * parameter order. Statement names make pg parse the hot ones once per connection.
+ */
+export class RelayStore {
+  constructor(
+    private readonly db: Driver,
+    private readonly q: OutboxStatements,
+  ) {}
+
+  get driver(): Driver {
+    return this.db;
+  }
+
+  async partitionCounts(destination: string): Promise<number[]> {
+    const { rows } = await this.db.query<{ partitions: number }>(this.q.partitionCounts, [destination]);
+    return rows.map((r) => r.partitions);
+  }
+
+  async createPartitions(destination: string, partitions: number): Promise<void> {
+    await this.db.query(this.q.createPartitions, [destination, partitions]);
+  }
+
+  /** The watermark when this holder has (or now took) the lease; undefined when another relay holds it. */
+  async acquire(destination: string, partition: number, holder: string, leaseMs: number): Promise<Position | undefined> {
+    const { rows } = await this.db.query<Position>(this.q.acquire, [destination, partition, holder, leaseMs]);
+    const row = rows[0];
+    return row && { txid: String(row.txid), id: String(row.id) };
+  }
+
+  async resign(destination: string, partition: number, holder: string): Promise<void> {
+    await this.db.query(this.q.resign, [destination, partition, holder]);
+  }
+
+  async fetchWindow(
+    destination: string,
+    after: Position,
+    partitions: number,
+    partition: number,
+    size: number,
+    schema: string,
+  ): Promise<Window> {
+    const { rows } = await this.db.query<WindowRow>(
+      this.q.fetchWindow,
+      [destination, after.txid, after.id, partitions, partition, size],
+      `sluice_outbox_window_${schema}`,
+    );
+    const messages: RelayMessage[] = [];
+    const positions: Position[] = [];
+    let end: Position | undefined;
+    for (const r of rows) {
+      const position = { txid: String(r.txid), id: String(r.id) };
+      if (r.marker) {
+        end = position;
+        continue;
+      }
+      positions.push(position);
+      messages.push({
+        id: position.id,
+        destination,
+        key: r.key,
+        headers: r.headers,
+        payload: r.payload!,
+        createdAt: r.created_at!,
+        messageId: `${schema}:${position.id}`,
+      });
+    }
+    return { messages, positions, end };
+  }
+
+  async beyondHorizon(destination: string, after: Position): Promise<boolean> {
+    const { rows } = await this.db.query<{ waiting: boolean }>(this.q.beyondHorizon, [destination, after.txid, after.id]);
+    return rows[0]?.waiting === true;
+  }
+
+  /** Moves the watermark; false when this holder no longer holds the lease. */
+  async advance(
+    destination: string,
+    partition: number,
+    holder: string,
+    to: Position,
+    published: number,
+    leaseMs: number,
+    db: Queryable = this.db,
+  ): Promise<boolean> {
+    const { rows } = await db.query(this.q.advance, [destination, partition, holder, to.txid, to.id, published, leaseMs]);
+    return rows.length > 0;
+  }
+
+  async recordFailure(destination: string, id: string, error: string): Promise<number> {
+    const { rows } = await this.db.query<{ attempts: number }>(this.q.recordFailure, [id, destination, error.slice(0, 2000)]);
+    return rows[0]!.attempts;
+  }
+
+  async clearFailures(destination: string, ids: string[]): Promise<void> {
+    await this.db.query(this.q.clearFailures, [destination, ids]);
+  }
+
+  /** Moves the message to the dead letters and the watermark past it, in one transaction. */
+  async deadLetter(
+    destination: string,
+    partition: number,
+    holder: string,
+    at: Position,
+    published: number,
+    leaseMs: number,
+  ): Promise<boolean> {
+    return this.db.transaction(async (tx) => {
+      await tx.query(this.q.deadLetter, [at.id, destination, at.txid]);
+      const held = await this.advance(destination, partition, holder, at, published, leaseMs, tx);
+      // Without the lease the move is rolled back: the holder decides.
+      if (!held) throw new LeaseLost();
+      return true;
+    }).catch((err: unknown) => {
+      if (err instanceof LeaseLost) return false;
+      throw err;
+    });
+  }
+
+  async deletePublished(destination: string, chunk: number): Promise<number> {
+    const { rows } = await this.db.query<{ deleted: number }>(this.q.deletePublished, [destination, chunk]);
+    return rows[0]?.deleted ?? 0;
+  }
+}
+
+class LeaseLost extends Error {}

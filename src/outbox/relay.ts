@@ -1,0 +1,149 @@
+import { channelFor } from '../db/identifiers.js';
+import type { Driver } from '../db/driver.js';
+import { hasConnection, resolveDriverName } from '../db/connection.js';
+import { openDriver } from '../db/drivers/open.js';
+import { outboxStatements } from '../db/statements/outbox.js';
+import { ConfigError, isNotMigrated, wrapDatabaseError } from '../errors.js';
+import { Loop } from '../lifecycle/loop.js';
+import { Notifier } from '../notify/listener.js';
+import { outboxLag, type OutboxLag } from './lag.js';
+import { PartitionRelay } from './partition-relay.js';
+import type { BrokerPublisher } from './publishers/publisher.js';
+import { RelayEvents, type PartitionInfo } from './relay-events.js';
+import { resolveRelayOptions, type OutboxRelayOptions, type ResolvedRelayOptions } from './relay-options.js';
+import { RelayStore } from './relay-store.js';
+
+/** The channel the outbox trigger (migration 0015) notifies, with the destination as payload. */
+export function outboxChannelFor(schema: string): string {
+  return `${channelFor(schema)}:out`;
+}
+
+/**
+ * Publishes committed outbox messages to a broker, in commit order per key. Run
+ * one or several (processes or hosts): each partition of each destination has one
+ * active relay, taken over by another within `leaseMs` when its holder dies.
+ *
+ * @example
+ *   const relay = new OutboxRelay({
+ *     connectionString, destinations: ['orders.paid'], partitions: 4,
+ *     publisher: natsPublisher({ servers: 'nats://127.0.0.1:4222' }),
+ *   });
+ *   relay.events.on('deadLetter', (d) => console.warn('dead letter', d.messageId, d.error.message));
+ *   await relay.start();
+ *   // ... on shutdown:
+ *   await relay.stop();
+ */
+export class OutboxRelay {
+  readonly events = new RelayEvents();
+  readonly options: ResolvedRelayOptions;
+  private readonly publisher: BrokerPublisher;
+  private readonly connection: OutboxRelayOptions;
+  private driver: Driver | undefined;
+  private relays: PartitionRelay[] = [];
+  private cleanups: { destination: string; loop: Loop }[] = [];
+  private notifier: Notifier | undefined;
+  private started = false;
+
+  constructor(options: OutboxRelayOptions) {
+    this.options = resolveRelayOptions(options);
+    if (!hasConnection(options)) throw new ConfigError('OutboxRelay: give connectionString, pool or sql');
+    resolveDriverName(options, 'OutboxRelay');
+    this.publisher = options.publisher;
+    this.connection = options;
+  }
+
+  /** Partitions this relay holds now. */
+  get holding(): PartitionInfo[] {
+    return this.relays.filter((r) => r.held).map((r) => ({ destination: r.destination, partition: r.partition }));
+  }
+
+  /**
+   * Connects, registers the destinations' partitions, and starts relaying.
+   * ConfigError when a destination is already relayed with another partition count.
+   */
+  async start(): Promise<void> {
+    if (this.started) return;
+    this.started = true;
+    const o = this.options;
+    const { connectionString, pool, sql } = this.connection;
+    const total = o.destinations.reduce((n, d) => n + d.partitions, 0);
+    // Two statements per held partition can be in flight (a window read ahead while the watermark moves).
+    const max = Math.min(total, o.maxPartitions) * 2 + 2;
+    const driver = await openDriver(resolveDriverName(this.connection, 'OutboxRelay'), { connectionString, pool, sql }, max, 'sluice-relay');
+    this.driver = driver;
+    const store = new RelayStore(driver, outboxStatements(o.schema));
+    try {
+      for (const d of o.destinations) {
+        const counts = await store.partitionCounts(d.name);
+        const other = counts.find((n) => n !== d.partitions);
+        if (other !== undefined) {
+          throw new ConfigError(
+            `OutboxRelay: destination ${d.name} is relayed with ${other} partitions, not ${d.partitions}; ` +
+              'use the same count in every relay (changing it needs every relay stopped and the outbox drained)',
+          );
+        }
+        await store.createPartitions(d.name, d.partitions);
+      }
+    } catch (err) {
+      await this.stop();
+      if (isNotMigrated(err)) throw new ConfigError(`OutboxRelay: schema "${o.schema}" has no outbox; run sluice migrate`, { cause: err });
+      throw wrapDatabaseError(err, 'OutboxRelay');
+    }
+    const mayAcquire = () => this.relays.filter((r) => r.held).length < o.maxPartitions;
+    for (const d of o.destinations) {
+      for (let p = 0; p < d.partitions; p++) {
+        this.relays.push(new PartitionRelay(d.name, p, d.partitions, store, this.publisher, o, this.events, mayAcquire));
+      }
+      this.cleanups.push({ destination: d.name, loop: this.cleanupLoop(store, d.name) });
+    }
+    this.notifier = new Notifier(driver, outboxChannelFor(o.schema), 30_000);
+    this.notifier.on('payload', (destination) => {
+      for (const r of this.relays) if (r.destination === destination) r.wake();
+    });
+    // Notifications sent while LISTEN was down are lost: look everywhere.
+    this.notifier.on('listening', () => {
+      for (const r of this.relays) r.wake();
+    });
+    this.notifier.on('connectionError', (err) => this.events.emit('error', err));
+    this.notifier.start();
+    for (const r of this.relays) r.start();
+    for (const c of this.cleanups) c.loop.start();
+  }
+
+  /** How far behind every destination is (read from Postgres). */
+  async lag(): Promise<OutboxLag[]> {
+    if (!this.driver) throw new ConfigError('OutboxRelay: start() first');
+    return outboxLag(this.driver, this.options.schema);
+  }
+
+  /** Finishes the batches in flight, gives the leases up, closes the connections and the publisher. */
+  async stop(): Promise<void> {
+    await Promise.all(this.cleanups.map((c) => c.loop.stop()));
+    await Promise.all(this.relays.map((r) => r.stop()));
+    await this.notifier?.stop();
+    await this.publisher.close();
+    await this.driver?.end();
+    this.relays = [];
+    this.cleanups = [];
+    this.driver = undefined;
+  }
+
+  /**
+   * Deletes what every partition of a destination has published, in chunks. Run
+   * by the holder of partition 0 only, so that one relay deletes per destination.
+   */
+  private cleanupLoop(store: RelayStore, destination: string): Loop {
+    const { cleanupIntervalMs, cleanupChunk } = this.options;
+    const first = () => this.relays.find((r) => r.destination === destination && r.partition === 0);
+    return new Loop({
+      pass: async (signal) => {
+        if (!first()?.held) return;
+        while (!signal.aborted && (await store.deletePublished(destination, cleanupChunk)) === cleanupChunk);
+      },
+      intervalMs: cleanupIntervalMs,
+      jitter: [0.8, 1.2],
+      backoff: this.options.retry,
+      onError: (err) => this.events.emit('error', err as Error),
+    });
+  }
+}
