@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { join } from 'node:path';
 import pg from 'pg';
-import { connectionError, describeTarget } from '../db/connection.js';
+import { connectionError, describeTarget, type PgPool } from '../db/connection.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import { isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
 import { CommandFailed, UsageError } from './output.js';
@@ -75,7 +75,7 @@ export const DEMO_DATA_DIR = join(process.cwd(), '.sluice', 'demo-pg');
 const CONNECT_TIMEOUT_MS = 10_000;
 
 export interface CommandDatabase {
-  pool: pg.Pool;
+  pool: PgPool;
   url: string;
   schema: string;
 }

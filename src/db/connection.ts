@@ -3,12 +3,60 @@ import { ConfigError, ConnectionError } from '../errors.js';
 import type { DriverName } from './driver.js';
 import type { PostgresJsSql } from './drivers/postgres-js.js';
 
+/*
+ * The parts of node-postgres Sluice uses, declared structurally (as Kysely does) so
+ * that the published declarations need no @types/pg: a user without it still
+ * type-checks with skipLibCheck off, and a user's pg.Pool (with @types/pg) is
+ * accepted as is (tests/packaging-types.test.ts checks both).
+ */
+
+/** A statement as pg's `query(config)` takes it; `name` makes it a prepared statement. */
+export interface PgQueryConfig {
+  text: string;
+  values?: unknown[];
+  name?: string;
+}
+
+/** What a pg query resolves to, as far as Sluice reads it. */
+export interface PgQueryResult {
+  rows: any[];
+}
+
+/** A NOTIFY as a pg client reports it. */
+export interface PgNotification {
+  channel: string;
+  payload?: string | undefined;
+}
+
+/** A pg Client (or a pool's client): statements, and the events a LISTEN connection needs. */
+export interface PgClient {
+  query(text: string, values?: unknown[]): Promise<PgQueryResult>;
+  query(config: PgQueryConfig): Promise<PgQueryResult>;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+  on(event: 'notification', listener: (message: PgNotification) => void): unknown;
+  on(event: 'end', listener: () => void): unknown;
+  removeListener(event: 'error', listener: (err: Error) => void): unknown;
+  removeAllListeners(event: 'notification'): unknown;
+}
+
+/** A client checked out of a pg Pool; `release(err)` destroys it instead of reusing it. */
+export interface PgPoolClient extends PgClient {
+  release(err?: Error | boolean): void;
+}
+
+/** A pg Pool (`new pg.Pool(...)`) as Sluice uses it. */
+export interface PgPool {
+  query(text: string, values?: unknown[]): Promise<PgQueryResult>;
+  query(config: PgQueryConfig): Promise<PgQueryResult>;
+  connect(): Promise<PgPoolClient>;
+}
+
 /** Where Sluice gets its connections: a URL (Sluice owns the pool) or your `pg` Pool. */
 export interface ConnectionOptions {
   /** postgres://user:pass@host:port/db. Ignored when `pool` is given. */
   connectionString?: string;
   /** An existing pg Pool; Sluice never ends it. */
-  pool?: pg.Pool;
+  pool?: PgPool;
   /** Postgres schema holding Sluice's tables. Default 'sluice'. */
   schema?: string;
 }
@@ -69,7 +117,7 @@ export function hasConnection(options: DriverConnectionOptions): boolean {
  * A pool Sluice uses, and whether Sluice made it (and so must end it).
  */
 export interface PoolHandle {
-  pool: pg.Pool;
+  pool: PgPool;
   owned: boolean;
   end(): Promise<void>;
 }
@@ -99,6 +147,11 @@ export function openPool(
     keepAlive: true,
   });
   pool.on('error', () => {});
+  // pg-pool drops its own 'error' listener when a client is checked out, and a
+  // termination (pg_terminate_backend, a restart) can arrive in the same tick as
+  // the hand-over, before any listener of ours: without this one, that 'error'
+  // would crash the process. The statement in flight fails with the error anyway.
+  pool.on('connect', (client) => client.on('error', () => {}));
   let ended = false;
   return {
     pool,

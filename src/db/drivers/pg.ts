@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { openPool } from '../connection.js';
+import { openPool, type PgClient, type PgPool } from '../connection.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
@@ -14,14 +14,14 @@ const CLOSE_LIMIT_MS = 5_000;
  * answers. The client then emits 'error' ("terminated unexpectedly"), which must
  * have a listener even while the client is checked out of its pool.
  */
-function destroy(client: pg.ClientBase): void {
+function destroy(client: PgClient): void {
   client.on('error', () => {});
   (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
 }
 
 export interface PgDriverOptions {
   connectionString?: string;
-  pool?: pg.Pool;
+  pool?: PgPool;
   /** LISTEN through this URL instead (e.g. when the pool goes through a transaction-mode pooler). */
   listenConnectionString?: string;
   /** Pool size when the driver makes the pool. */
@@ -36,7 +36,7 @@ export interface PgDriverOptions {
 
 /** A Driver on node-postgres, and the pool it runs on (yours, or one it made). */
 export interface PgDriver extends Driver {
-  readonly pool: pg.Pool;
+  readonly pool: PgPool;
 }
 
 /**
@@ -47,13 +47,8 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
   const limit = options.statementTimeoutMs;
   const handle = openPool(options, options.max, options.applicationName, limit);
   const pool = handle.pool;
-  // pg-pool drops its own 'error' listener when a client is checked out, and a
-  // termination (pg_terminate_backend, a restart) can arrive in the same tick as
-  // the hand-over, before any listener of ours: without this one, that 'error'
-  // would crash the process. The statement in flight fails with the error anyway.
-  if (handle.owned) pool.on('connect', (client) => client.on('error', () => {}));
 
-  async function connectListener(): Promise<{ client: pg.ClientBase; release(err?: Error): void }> {
+  async function connectListener(): Promise<{ client: PgClient; release(err?: Error): void }> {
     const url = options.listenConnectionString ?? options.connectionString;
     if (url) {
       const client = new pg.Client({

@@ -1,0 +1,137 @@
+/**
+ * The published declarations as a TypeScript application type-checks them: the
+ * packed tarball (`npm pack`) unpacked into a temporary app's node_modules, next
+ * to Sluice's runtime dependencies and @types/node, and `tsc --noEmit` with
+ * `skipLibCheck: false` and `strict` on a small program using Queue, Worker and
+ * migrate. Once without @types/pg (Sluice's declarations must not need it), once
+ * with it (the application's own pg.Pool must be accepted as is). The app's
+ * packages are links into this repository's node_modules, so no registry is
+ * needed. Needs `npm run build` first (`npm test` does it).
+ */
+import { execFile } from 'node:child_process';
+import { mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
+const pkg = JSON.parse(await readFile(join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+
+const TSCONFIG = {
+  compilerOptions: {
+    target: 'es2022',
+    module: 'nodenext',
+    moduleResolution: 'nodenext',
+    strict: true,
+    skipLibCheck: false,
+    noEmit: true,
+  },
+  include: ['*.ts'],
+};
+
+/** Uses the API through a connection string only: nothing here names pg. */
+const WITHOUT_PG = `
+import { migrate, Queue, Worker, type JobContext } from 'sluice';
+
+const connectionString = 'postgres://localhost/app';
+await migrate({ connectionString, schema: 'app' });
+const queue = new Queue<{ send: { to: string } }>({ connectionString });
+const id: string = await queue.enqueue('send', { to: 'a@example.com' }, { delayMs: 10 });
+const worker = new Worker({
+  connectionString,
+  tasks: {
+    send: async (payload: { to: string }, { signal }: JobContext) => {
+      signal.throwIfAborted();
+      return payload.to.length;
+    },
+  },
+});
+await worker.start();
+await worker.stop();
+console.log(id, worker.metricsUrl, (await queue.pool?.query('SELECT 1'))?.rows);
+// The declarations are real types, not any: a number is no pool.
+// @ts-expect-error pool must be a pg Pool
+new Queue({ pool: 42 });
+`;
+
+/** An application with @types/pg: its own Pool and PoolClient go in as they are. */
+const WITH_PG = `
+import pg from 'pg';
+import { migrate, Queue, Worker } from 'sluice';
+
+const pool = new pg.Pool({ connectionString: 'postgres://localhost/app' });
+await migrate({ pool, schema: 'app' });
+const queue = new Queue({ pool, schema: 'app' });
+const client: pg.PoolClient = await pool.connect();
+await client.query('BEGIN');
+await queue.enqueue('send', { to: 'a@example.com' }, { tx: client });
+await client.query('COMMIT');
+client.release();
+const worker = new Worker({ pool, schema: 'app', tasks: { send: async () => {} } });
+await worker.start();
+await worker.stop();
+const one: unknown[] | undefined = (await queue.pool?.query('SELECT 1'))?.rows;
+console.log(one);
+// @ts-expect-error pool must be a pg Pool
+new Worker({ pool: { query: 1 }, tasks: {} });
+`;
+
+let work: string;
+let tarball: string;
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), 'sluice-types-'));
+  const { stdout } = await run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', work], { cwd: ROOT });
+  tarball = join(work, (JSON.parse(stdout) as { filename: string }[])[0]!.filename);
+}, 60_000);
+afterAll(async () => {
+  await rm(work, { recursive: true, force: true });
+});
+
+/** A fresh app holding the unpacked tarball, links to `packages`, `program` as index.ts and the tsconfig. */
+async function app(name: string, packages: string[], program: string): Promise<string> {
+  const dir = join(work, name);
+  const sluice = join(dir, 'node_modules', 'sluice');
+  await mkdir(sluice, { recursive: true });
+  await run('tar', ['-xzf', tarball, '-C', sluice, '--strip-components=1']);
+  for (const name of packages) {
+    const link = join(dir, 'node_modules', name);
+    await mkdir(dirname(link), { recursive: true });
+    await symlink(join(ROOT, 'node_modules', name), link, 'dir');
+  }
+  await writeFile(join(dir, 'package.json'), JSON.stringify({ name, private: true, type: 'module' }));
+  await writeFile(join(dir, 'tsconfig.json'), JSON.stringify(TSCONFIG));
+  await writeFile(join(dir, 'index.ts'), program);
+  return dir;
+}
+
+/** tsc's output and exit code for the app in `dir`. */
+async function typecheck(dir: string): Promise<{ code: number; output: string }> {
+  try {
+    const { stdout } = await run(process.execPath, [TSC, '-p', dir], { cwd: dir });
+    return { code: 0, output: stdout };
+  } catch (err) {
+    const e = err as { code: number; stdout: string; stderr: string };
+    return { code: e.code, output: `${e.stdout}${e.stderr}` };
+  }
+}
+
+const RUNTIME = [...Object.keys(pkg.dependencies), '@types/node'];
+
+describe('the published declarations, with skipLibCheck off', () => {
+  it('type-check without @types/pg', async () => {
+    const dir = await app('no-types-pg', RUNTIME, WITHOUT_PG);
+    const declarations = await readFile(join(dir, 'node_modules', 'sluice', 'dist', 'db', 'connection.d.ts'), 'utf8');
+    expect(declarations).not.toMatch(/from 'pg'/);
+    expect(await typecheck(dir)).toEqual({ code: 0, output: '' });
+  }, 60_000);
+
+  it("accept the application's pg.Pool and PoolClient with @types/pg", async () => {
+    const dir = await app('with-types-pg', [...RUNTIME, '@types/pg'], WITH_PG);
+    expect(await typecheck(dir)).toEqual({ code: 0, output: '' });
+  }, 60_000);
+});
