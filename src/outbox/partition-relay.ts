@@ -26,6 +26,8 @@ export class RelayPublishError extends Error {
  */
 export class PartitionRelay {
   private heldUntil = 0;
+  /** An acquire is in flight: counts against maxPartitions like a held lease. */
+  acquiring = false;
   private watermark: Position = START;
   /** Ids with a failure row, cleared once they are published. */
   private failing = new Set<string>();
@@ -97,13 +99,20 @@ export class PartitionRelay {
         return 'more';
       }
       if (!(await this.advance(end, results.length))) return 'standby';
-      this.events.emit('published', { destination: this.destination, partition: this.partition, count: results.length, messages: window.messages });
+      this.events.emit('published', {
+        destination: this.destination,
+        partition: this.partition,
+        count: results.length,
+        messages: window.messages,
+      });
       if (this.failing.size > 0) await this.clearFailures(window);
       if (!this.held) return 'standby';
       window = await next;
     }
     if (signal.aborted) return 'idle';
-    return (await this.store.beyondHorizon(this.destination, this.watermark)) ? 'horizon' : 'idle';
+    const behindHorizon = await this.store.beyondHorizon(this.destination, this.watermark);
+    this.events.emit('caughtUp', { destination: this.destination, partition: this.partition, behindHorizon });
+    return behindHorizon ? 'horizon' : 'idle';
   }
 
   private fetch(after: Position): Promise<Window> {
@@ -117,7 +126,10 @@ export class PartitionRelay {
     if (Date.now() < this.heldUntil - leaseMs / 2) return true;
     if (!this.held && !this.mayAcquire()) return false;
     const sentAt = Date.now();
-    const watermark = await this.store.acquire(this.destination, this.partition, relayId, leaseMs);
+    this.acquiring = true;
+    const watermark = await this.store
+      .acquire(this.destination, this.partition, relayId, leaseMs)
+      .finally(() => (this.acquiring = false));
     const wasHeld = this.heldUntil > 0;
     if (!watermark) {
       if (wasHeld) this.lost();
@@ -133,7 +145,14 @@ export class PartitionRelay {
 
   private async advance(to: Position, published: number): Promise<boolean> {
     const sentAt = Date.now();
-    const held = await this.store.advance(this.destination, this.partition, this.options.relayId, to, published, this.options.leaseMs);
+    const held = await this.store.advance(
+      this.destination,
+      this.partition,
+      this.options.relayId,
+      to,
+      published,
+      this.options.leaseMs,
+    );
     if (!held) {
       this.lost();
       return false;

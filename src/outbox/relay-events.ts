@@ -19,6 +19,12 @@ export interface FailureInfo extends PartitionInfo {
 export interface RelayEventMap {
   /** A batch is in the broker and the watermark moved past it. */
   published: [PartitionInfo & { count: number; messages: readonly RelayMessage[] }];
+  /**
+   * A pass found nothing more to publish. `behindHorizon`: committed messages
+   * wait behind a transaction that is still running (any write transaction of
+   * the cluster that began before they committed); the relay looks again soon.
+   */
+  caughtUp: [PartitionInfo & { behindHorizon: boolean }];
   /** This relay took a partition's lease. */
   acquired: [PartitionInfo];
   /** This relay found its lease taken by another relay (it had expired): it stops publishing that partition. */

@@ -137,16 +137,18 @@ export class RelayStore {
     published: number,
     leaseMs: number,
   ): Promise<boolean> {
-    return this.db.transaction(async (tx) => {
-      await tx.query(this.q.deadLetter, [at.id, destination, at.txid]);
-      const held = await this.advance(destination, partition, holder, at, published, leaseMs, tx);
-      // Without the lease the move is rolled back: the holder decides.
-      if (!held) throw new LeaseLost();
-      return true;
-    }).catch((err: unknown) => {
-      if (err instanceof LeaseLost) return false;
-      throw err;
-    });
+    return this.db
+      .transaction(async (tx) => {
+        await tx.query(this.q.deadLetter, [at.id, destination, at.txid]);
+        const held = await this.advance(destination, partition, holder, at, published, leaseMs, tx);
+        // Without the lease the move is rolled back: the holder decides.
+        if (!held) throw new LeaseLost();
+        return true;
+      })
+      .catch((err: unknown) => {
+        if (err instanceof LeaseLost) return false;
+        throw err;
+      });
   }
 
   async deletePublished(destination: string, chunk: number): Promise<number> {

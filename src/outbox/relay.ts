@@ -69,7 +69,12 @@ export class OutboxRelay {
     const total = o.destinations.reduce((n, d) => n + d.partitions, 0);
     // Two statements per held partition can be in flight (a window read ahead while the watermark moves).
     const max = Math.min(total, o.maxPartitions) * 2 + 2;
-    const driver = await openDriver(resolveDriverName(this.connection, 'OutboxRelay'), { connectionString, pool, sql }, max, 'sluice-relay');
+    const driver = await openDriver(
+      resolveDriverName(this.connection, 'OutboxRelay'),
+      { connectionString, pool, sql },
+      max,
+      'sluice-relay',
+    );
     this.driver = driver;
     const store = new RelayStore(driver, outboxStatements(o.schema));
     try {
@@ -86,10 +91,11 @@ export class OutboxRelay {
       }
     } catch (err) {
       await this.stop();
-      if (isNotMigrated(err)) throw new ConfigError(`OutboxRelay: schema "${o.schema}" has no outbox; run sluice migrate`, { cause: err });
+      if (isNotMigrated(err))
+        throw new ConfigError(`OutboxRelay: schema "${o.schema}" has no outbox; run sluice migrate`, { cause: err });
       throw wrapDatabaseError(err, 'OutboxRelay');
     }
-    const mayAcquire = () => this.relays.filter((r) => r.held).length < o.maxPartitions;
+    const mayAcquire = () => this.relays.filter((r) => r.held || r.acquiring).length < o.maxPartitions;
     for (const d of o.destinations) {
       for (let p = 0; p < d.partitions; p++) {
         this.relays.push(new PartitionRelay(d.name, p, d.partitions, store, this.publisher, o, this.events, mayAcquire));

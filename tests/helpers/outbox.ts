@@ -1,0 +1,42 @@
+import type { BrokerPublisher, PublishResult, RelayMessage } from '../../src/index.js';
+
+/**
+ * A broker in memory, for the relay's decisions (order, watermark, retries, dead
+ * letters) without a broker process: it keeps what it was sent and de-duplicates
+ * by message id as JetStream does (for ever, not within a window). `refuse`
+ * decides per message whether it is refused, `down` per batch whether the broker is unreachable.
+ */
+export class MemoryBroker implements BrokerPublisher {
+  readonly name = 'memory';
+  readonly stored: RelayMessage[] = [];
+  readonly seen = new Set<string>();
+  duplicates = 0;
+  attempts = new Map<string, number>();
+  refuse: (m: RelayMessage) => boolean = () => false;
+  /** Asked once per batch: an unreachable broker fails the whole batch. */
+  down: () => boolean = () => false;
+
+  async publish(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
+    await Promise.resolve();
+    const down = this.down();
+    return messages.map((m) => {
+      this.attempts.set(m.messageId, (this.attempts.get(m.messageId) ?? 0) + 1);
+      if (down) return { ok: false, error: new Error('broker unreachable'), transient: true };
+      if (this.refuse(m)) return { ok: false, error: new Error(`refused ${m.messageId}`), transient: false };
+      if (this.seen.has(m.messageId)) {
+        this.duplicates++;
+        return { ok: true, duplicate: true };
+      }
+      this.seen.add(m.messageId);
+      this.stored.push(m);
+      return { ok: true };
+    });
+  }
+
+  async close(): Promise<void> {}
+
+  /** The stored payloads (as text) of one key, in the order the broker got them. */
+  ofKey(key: string): string[] {
+    return this.stored.filter((m) => m.key === key).map((m) => m.payload.toString());
+  }
+}

@@ -1,0 +1,265 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { Outbox, OutboxRelay, ValidationError, ConfigError, outboxLag, type RelayEventMap } from '../src/index.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { MemoryBroker } from './helpers/outbox.js';
+
+let db: TestDatabase;
+let outbox: Outbox;
+const relays: OutboxRelay[] = [];
+
+beforeAll(async () => {
+  db = await createTestSchema('outbox');
+  outbox = new Outbox({ pool: db.pool, schema: db.schema });
+});
+afterEach(async () => {
+  await Promise.all(relays.splice(0).map((r) => r.stop()));
+});
+afterAll(async () => {
+  await outbox.close();
+  await db.drop();
+});
+
+let destinationSeq = 0;
+/** A destination of its own per test, so that tests never see each other's messages. */
+const freshDestination = () => `test.d${++destinationSeq}`;
+
+function startRelay(
+  broker: MemoryBroker,
+  destinations: string[],
+  extra: Partial<ConstructorParameters<typeof OutboxRelay>[0]> = {},
+) {
+  const relay = new OutboxRelay({
+    pool: db.pool,
+    schema: db.schema,
+    publisher: broker,
+    destinations,
+    pollIntervalMs: 50,
+    retry: { minMs: 5, maxMs: 20 },
+    cleanupIntervalMs: 50,
+    ...extra,
+  });
+  relays.push(relay);
+  return relay;
+}
+
+const count = async (table: string, destination: string) =>
+  Number((await db.pool.query(`SELECT count(*) AS n FROM ${db.s}.${table} WHERE destination = $1`, [destination])).rows[0].n);
+
+describe('publish', () => {
+  it('commits and rolls back with the caller transaction', async () => {
+    const d = freshDestination();
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await outbox.publish(d, { n: 1 }, { tx: client });
+      await client.query('ROLLBACK');
+      await client.query('BEGIN');
+      const id = await outbox.publish(d, { n: 2 }, { tx: client, key: 'k', headers: { 'x-a': 'b' } });
+      // Not visible outside the transaction before COMMIT.
+      expect(await count('outbox', d)).toBe(0);
+      await client.query('COMMIT');
+      const { rows } = await db.pool.query(
+        `SELECT id, key, headers, convert_from(payload, 'UTF8') AS body FROM ${db.s}.outbox WHERE destination = $1`,
+        [d],
+      );
+      expect(rows).toEqual([{ id, key: 'k', headers: { 'x-a': 'b' }, body: '{"n":2}' }]);
+    } finally {
+      client.release();
+    }
+  });
+
+  it('publishMany keeps the array order in the ids; the SQL function publishes text, jsonb and bytes', async () => {
+    const d = freshDestination();
+    const ids = await outbox.publishMany([
+      { destination: d, payload: 'a', key: 'k' },
+      { destination: d, payload: new Uint8Array([0, 255]), key: 'k' },
+      { destination: d, payload: { c: true }, key: 'k', headers: { h: 'v' } },
+    ]);
+    expect(ids.map(Number)).toEqual([...ids.map(Number)].sort((a, b) => a - b));
+    await db.pool.query(`SELECT ${db.s}.publish($1, 'text body', 'k2')`, [d]);
+    await db.pool.query(`SELECT ${db.s}.publish($1, '{"j":1}'::jsonb, NULL, '{"h":"v"}')`, [d]);
+    await db.pool.query(`SELECT ${db.s}.publish($1, '\\x0102'::bytea)`, [d]);
+    const { rows } = await db.pool.query(
+      `SELECT encode(payload, 'hex') AS hex FROM ${db.s}.outbox WHERE destination = $1 ORDER BY id`,
+      [d],
+    );
+    expect(rows.map((r) => r.hex)).toEqual([
+      Buffer.from('a').toString('hex'),
+      '00ff',
+      Buffer.from('{"c":true}').toString('hex'),
+      Buffer.from('text body').toString('hex'),
+      Buffer.from('{"j": 1}').toString('hex'),
+      '0102',
+    ]);
+  });
+
+  it('a rolled-back SQL publish() from a trigger writes nothing', async () => {
+    const d = freshDestination();
+    await db.pool.query(`CREATE TABLE ${db.s}.orders (id int PRIMARY KEY)`);
+    await db.pool.query(`CREATE FUNCTION ${db.s}.order_event() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM ${db.s}.publish('${d}', jsonb_build_object('order', NEW.id), NEW.id::text); RETURN NEW; END $$`);
+    await db.pool.query(
+      `CREATE TRIGGER order_event AFTER INSERT ON ${db.s}.orders FOR EACH ROW EXECUTE FUNCTION ${db.s}.order_event()`,
+    );
+    await db.pool.query(`INSERT INTO ${db.s}.orders VALUES (1)`);
+    await expect(db.pool.query(`INSERT INTO ${db.s}.orders VALUES (2), (1)`)).rejects.toThrow(/duplicate key/);
+    const { rows } = await db.pool.query(`SELECT key FROM ${db.s}.outbox WHERE destination = $1`, [d]);
+    expect(rows).toEqual([{ key: '1' }]);
+  });
+
+  it('refuses bad input with a ValidationError and writes nothing', async () => {
+    const d = freshDestination();
+    const small = new Outbox({ pool: db.pool, schema: db.schema, maxMessageBytes: 10 });
+    const bad: [unknown, unknown, unknown][] = [
+      ['', 'x', {}],
+      ['x'.repeat(256), 'x', {}],
+      [d, 'x'.repeat(11), {}],
+      [d, undefined, {}],
+      [d, 'x', { key: 5 }],
+      [d, 'x', { headers: { 'bad name': 'v' } }],
+      [d, 'x', { headers: { h: 1 } }],
+      [d, 'x', { headers: { h: 'a\r\nb' } }],
+      [d, 'x', { key: 'nul\0' }],
+      [d, 'x', { priority: 1 }],
+    ];
+    for (const [destination, payload, options] of bad) {
+      await expect(small.publish(destination as string, payload as string, options as object)).rejects.toBeInstanceOf(
+        ValidationError,
+      );
+    }
+    await expect(
+      small.publishMany([
+        { destination: d, payload: 'ok' },
+        { destination: d, payload: 'x'.repeat(11) },
+      ]),
+    ).rejects.toBeInstanceOf(ValidationError);
+    expect(await count('outbox', d)).toBe(0);
+    expect(() => new OutboxRelay({ pool: db.pool, publisher: new MemoryBroker(), destinations: [] })).toThrow(ConfigError);
+    expect(() => new OutboxRelay({ pool: db.pool, publisher: {} as never, destinations: ['a'] })).toThrow(ConfigError);
+    expect(() => new OutboxRelay({ pool: db.pool, publisher: new MemoryBroker(), destinations: ['a'], partitions: 0 })).toThrow(
+      ConfigError,
+    );
+    await small.close();
+  });
+});
+
+describe('relay', () => {
+  it('publishes every committed message once, in order per key, and deletes what it published', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const relay = startRelay(broker, [d], { batchSize: 50 });
+    await relay.start();
+    const keys = ['a', 'b', 'c'];
+    for (let i = 0; i < 300; i += 30) {
+      await outbox.publishMany(
+        Array.from({ length: 30 }, (_, j) => ({ destination: d, payload: String(i + j), key: keys[(i + j) % 3] })),
+      );
+    }
+    await waitFor(() => broker.stored.length === 300, 'all 300 published');
+    for (const [k, key] of keys.entries()) {
+      const expected = Array.from({ length: 300 }, (_, n) => n)
+        .filter((n) => n % 3 === k)
+        .map(String);
+      expect(broker.ofKey(key)).toEqual(expected);
+    }
+    expect(broker.duplicates).toBe(0);
+    await waitFor(async () => (await count('outbox', d)) === 0, 'published messages deleted');
+    const [lag] = (await outboxLag(db.pool, db.schema)).filter((l) => l.destination === d);
+    expect(lag).toMatchObject({ destination: d, waiting: 0, published: 300, relaysHolding: 1, deadLetters: 0 });
+  });
+
+  it('never passes a message whose transaction commits after a later one (ids commit out of order)', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const relay = startRelay(broker, [d]);
+    await relay.start();
+    const early = await db.pool.connect();
+    try {
+      await early.query('BEGIN');
+      const earlyId = await outbox.publish(d, 'early', { tx: early, key: 'k' });
+      const lateId = await outbox.publish(d, 'late', { key: 'other' });
+      expect(Number(lateId)).toBeGreaterThan(Number(earlyId));
+      // The relay looks, sees the committed later message, and holds it back behind the open transaction.
+      await new Promise<void>((resolve) => {
+        const seen = (e: RelayEventMap['caughtUp'][0]) => {
+          if (e.destination !== d || !e.behindHorizon) return;
+          relay.events.off('caughtUp', seen);
+          resolve();
+        };
+        relay.events.on('caughtUp', seen);
+      });
+      expect(broker.stored).toHaveLength(0);
+      await early.query('COMMIT');
+    } finally {
+      early.release();
+    }
+    await waitFor(() => broker.stored.length === 2, 'both published');
+    expect(broker.stored.map((m) => m.payload.toString())).toEqual(['early', 'late']);
+  });
+
+  it('retries a broker that is down without counting it against the message', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    let downFor = 3;
+    broker.down = () => downFor-- > 0;
+    const failures: RelayEventMap['failure'][0][] = [];
+    const relay = startRelay(broker, [d], { maxAttempts: 2 });
+    relay.events.on('failure', (f) => failures.push(f));
+    await relay.start();
+    await outbox.publishMany(['1', '2', '3'].map((p) => ({ destination: d, payload: p, key: 'k' })));
+    await waitFor(() => broker.stored.length === 3, 'published after the broker came back');
+    expect(broker.ofKey('k')).toEqual(['1', '2', '3']);
+    expect(failures.length).toBeGreaterThanOrEqual(2);
+    expect(failures.every((f) => f.transient)).toBe(true);
+    expect(await count('outbox_dead_letters', d)).toBe(0);
+  });
+
+  it('moves a message refused maxAttempts times to the dead letters, and its key goes on', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    broker.refuse = (m) => m.payload.toString() === 'poison';
+    const relay = startRelay(broker, [d], { maxAttempts: 3 });
+    const dead: string[] = [];
+    relay.events.on('deadLetter', (x) => dead.push(x.messageId));
+    await relay.start();
+    const ids = await outbox.publishMany(['before', 'poison', 'after'].map((p) => ({ destination: d, payload: p, key: 'k' })));
+    await waitFor(() => dead.length === 1, 'the poison message dead-lettered');
+    await waitFor(() => broker.stored.length === 2, 'the rest of the key published');
+    expect(broker.ofKey('k')).toEqual(['before', 'after']);
+    expect(broker.attempts.get(`${db.schema}:${ids[1]}`)).toBe(3);
+    expect(dead).toEqual([`${db.schema}:${ids[1]}`]);
+    const { rows } = await db.pool.query(
+      `SELECT id, attempts, last_error, convert_from(payload, 'UTF8') AS body FROM ${db.s}.outbox_dead_letters WHERE destination = $1`,
+      [d],
+    );
+    expect(rows).toEqual([{ id: ids[1], attempts: 3, last_error: `refused ${db.schema}:${ids[1]}`, body: 'poison' }]);
+    expect(await count('outbox_failures', d)).toBe(0);
+  });
+
+  it('splits keys over partitions held by two relays; a stopped relay hands its partitions over', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const a = startRelay(broker, [d], { partitions: 4, maxPartitions: 2, leaseMs: 1000, relayId: 'relay-a' });
+    const b = startRelay(broker, [d], { partitions: 4, maxPartitions: 4, leaseMs: 1000, relayId: 'relay-b' });
+    await a.start();
+    await waitFor(() => a.holding.length === 2, 'a holds two partitions');
+    await b.start();
+    await waitFor(() => b.holding.length === 2, 'b holds the other two');
+    const keys = Array.from({ length: 20 }, (_, i) => `key-${i}`);
+    const publishRound = (round: number) =>
+      outbox.publishMany(keys.map((key) => ({ destination: d, payload: `${key}:${round}`, key })));
+    for (let round = 0; round < 5; round++) await publishRound(round);
+    await waitFor(() => broker.stored.length === 100, 'rounds 0-4 published');
+    await a.stop();
+    await waitFor(() => b.holding.length === 4, 'b took over all four partitions');
+    for (let round = 5; round < 10; round++) await publishRound(round);
+    await waitFor(() => broker.stored.length === 200, 'rounds 5-9 published');
+    for (const key of keys) expect(broker.ofKey(key)).toEqual(Array.from({ length: 10 }, (_, r) => `${key}:${r}`));
+    await expect(startRelay(broker, [d], { partitions: 3 }).start()).rejects.toThrow(/relayed with 4 partitions/);
+  });
+
+  it('reports a schema without the outbox as a ConfigError', async () => {
+    const relay = startRelay(new MemoryBroker(), ['x'], { schema: 'no_such_schema_outbox' });
+    await expect(relay.start()).rejects.toThrow(/run sluice migrate/);
+  });
+});
