@@ -1,0 +1,70 @@
+import { rows, type Queryable } from '../db/executor.js';
+import { groupStatements } from '../db/statements/groups.js';
+import { ValidationError, wrapDatabaseError } from '../errors.js';
+import { checks } from '../validate.js';
+
+const { checkName, intOption } = checks(ValidationError);
+
+/** One group of a queue, as stats and the dashboard show it. */
+export interface GroupStats {
+  /** null: the queue's jobs without a group. */
+  group: string | null;
+  /** Pending jobs that are due. */
+  due: number;
+  /** Pending jobs not due yet. */
+  scheduled: number;
+  running: number;
+  weight: number;
+  /** The group's concurrency limit in effect (its own or the queue's default), null for none. */
+  concurrencyLimit: number | null;
+  /** Has due jobs that its concurrency or rate limit holds back right now. */
+  throttled: boolean;
+}
+
+/** The groups of one queue: totals over all of them, and the busiest in full. */
+export interface QueueGroupStats {
+  queue: string;
+  /** Groups with pending or running jobs. */
+  groups: number;
+  due: number;
+  running: number;
+  /** Groups whose due jobs are held back by their limits now. */
+  throttled: number;
+  /** The busiest groups (most due jobs first), at most `limit` of them. */
+  top: GroupStats[];
+}
+
+type Row = GroupStats & { groupCount: number; dueTotal: number; runningTotal: number; throttledCount: number };
+
+/**
+ * Per-group backlog, running jobs and throttling of one queue, in one snapshot.
+ * It reads every pending job of the queue once: meant for people and scrapes,
+ * not for a hot loop.
+ *
+ * @example
+ *   const { groups, throttled, top } = await getGroupStats(pool, 'sluice', 'emails', { limit: 10 });
+ */
+export async function getGroupStats(
+  db: Queryable,
+  schema: string,
+  queue: string,
+  options: { limit?: number } = {},
+): Promise<QueueGroupStats> {
+  const name = checkName('queue', queue);
+  const limit = intOption('limit', options.limit, 50, 1, 10_000);
+  let found: Row[];
+  try {
+    found = await rows<Row>(db, groupStatements(schema).groupStats, [name, limit]);
+  } catch (err) {
+    throw wrapDatabaseError(err, `group stats of queue "${name}" failed`);
+  }
+  const first = found[0];
+  return {
+    queue: name,
+    groups: first?.groupCount ?? 0,
+    due: first?.dueTotal ?? 0,
+    running: first?.runningTotal ?? 0,
+    throttled: first?.throttledCount ?? 0,
+    top: found.map(({ groupCount: _g, dueTotal: _d, runningTotal: _r, throttledCount: _t, ...group }) => group),
+  };
+}

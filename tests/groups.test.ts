@@ -1,0 +1,301 @@
+import pg from 'pg';
+import { describe, expect, it } from 'vitest';
+import { getGroupStats } from '../src/admin/groups.js';
+import { workerStatements } from '../src/db/statements/worker.js';
+import { ValidationError } from '../src/errors.js';
+import {
+  listGroupSettings,
+  listQueueLimits,
+  setGroupSettings,
+  setQueueGroups,
+  setQueueRateLimit,
+} from '../src/groups/settings.js';
+import { waitFor } from './helpers/database.js';
+import { useWorkers } from './helpers/workers.js';
+
+const t = useWorkers('groups');
+
+interface Claimed {
+  id: string | null;
+  group_key: string | null;
+  wait_until: Date | null;
+}
+
+/** One claim through the statement workers send for grouped, limited and rate-limited queues. */
+async function claim(queue: string, max: number, worker = 'claimer', db: pg.ClientBase | pg.Pool = t.db.pool) {
+  const { rows } = await db.query<Claimed>(
+    `SELECT c.id, j.group_key, c.wait_until FROM (${workerStatements(t.db.schema).claimLimited}) c
+     LEFT JOIN ${t.db.s}.jobs j ON j.id = c.id::bigint`,
+    [worker, queue, ['t'], max],
+  );
+  return { jobs: rows.filter((r) => r.id !== null), waitUntil: rows.find((r) => r.id === null)?.wait_until ?? null };
+}
+
+function groupsOf(jobs: Claimed[]): (string | null)[] {
+  return jobs.map((j) => j.group_key);
+}
+
+async function finish(queue: string): Promise<void> {
+  await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET status = 'completed', finished_at = now() WHERE queue = $1`, [queue]);
+}
+
+describe('groups: enqueue', () => {
+  it('stores the group from enqueue, enqueueMany and enqueue_job(), and flags the queue as grouped', async () => {
+    const a = await t.queue.enqueue('t', {}, { queue: 'e1', group: 'tenant-1' });
+    const [b, c] = await t.queue.enqueueMany([
+      { task: 't', queue: 'e1', group: 'tenant-2' },
+      { task: 't', queue: 'e1' },
+    ]);
+    const keyed = await t.queue.enqueue('t', {}, { queue: 'e1', group: 'tenant-3', jobKey: 'k1' });
+    const {
+      rows: [sql],
+    } = await t.db.pool.query(`SELECT ${t.db.s}.enqueue_job('e1', '{"task":"t"}', _group_key => 'tenant-4')::text AS id`);
+    const { rows } = await t.db.pool.query(
+      `SELECT id::text, group_key FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [[a, b, c, keyed, sql.id]],
+    );
+    expect(rows.map((r) => r.group_key)).toEqual(['tenant-1', 'tenant-2', null, 'tenant-3', 'tenant-4']);
+    const [limits] = (await listQueueLimits(t.db.pool, t.db.schema)).filter((q) => q.name === 'e1');
+    expect(limits?.grouped).toBe(true);
+  });
+
+  it('a queue without grouped jobs stays ungrouped and is claimed by the common cycle', async () => {
+    await t.queue.enqueue('t', {}, { queue: 'plain-only' });
+    expect((await listQueueLimits(t.db.pool, t.db.schema)).some((q) => q.name === 'plain-only')).toBe(false);
+  });
+
+  it('rejects a bad group with a ValidationError before anything is inserted', async () => {
+    for (const group of ['', 'x'.repeat(129), 42, 'a\u0000b']) {
+      await expect(t.queue.enqueue('t', {}, { queue: 'bad', group: group as string })).rejects.toBeInstanceOf(ValidationError);
+      await expect(t.queue.enqueueMany([{ task: 't', queue: 'bad', group: group as string }])).rejects.toBeInstanceOf(
+        ValidationError,
+      );
+    }
+    const { rows } = await t.db.pool.query(`SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE queue = 'bad'`);
+    expect(rows[0].n).toBe(0);
+  });
+});
+
+describe('groups: fair claims', () => {
+  it('takes jobs round-robin across groups: a big backlog gets one turn like every small group', async () => {
+    await t.queue.enqueueMany(Array.from({ length: 500 }, () => ({ task: 't', queue: 'fair', group: 'big' })));
+    await t.queue.enqueueMany(
+      ['s1', 's2', 's3', 's4'].flatMap((g) => Array.from({ length: 2 }, () => ({ task: 't', queue: 'fair', group: g }))),
+    );
+    const first = await claim('fair', 5);
+    expect(groupsOf(first.jobs).sort()).toEqual(['big', 's1', 's2', 's3', 's4']);
+    const second = await claim('fair', 5);
+    expect(groupsOf(second.jobs).sort()).toEqual(['big', 's1', 's2', 's3', 's4']);
+    // Only the big group is left: later rounds of one claim give it the whole batch.
+    const third = await claim('fair', 20);
+    expect(groupsOf(third.jobs)).toEqual(Array.from({ length: 20 }, () => 'big'));
+  });
+
+  it('continues from where the last claim stopped, wrapping around, jobs without a group as one more group', async () => {
+    await t.queue.enqueueMany(
+      ['a', 'b', 'c', null].flatMap((g) =>
+        Array.from({ length: 4 }, () => ({ task: 't', queue: 'cursor', ...(g === null ? {} : { group: g }) })),
+      ),
+    );
+    const seen = [];
+    for (let i = 0; i < 6; i++) seen.push(...groupsOf((await claim('cursor', 1)).jobs));
+    expect(seen).toEqual([null, 'a', 'b', 'c', null, 'a']);
+  });
+
+  it('orders jobs inside a group by priority, then run_at', async () => {
+    const [low, high] = await t.queue.enqueueMany([
+      { task: 't', queue: 'prio', group: 'g', priority: 0 },
+      { task: 't', queue: 'prio', group: 'g', priority: 5 },
+    ]);
+    expect((await claim('prio', 1)).jobs.map((j) => j.id)).toEqual([high]);
+    expect((await claim('prio', 1)).jobs.map((j) => j.id)).toEqual([low]);
+  });
+
+  it('gives a group `weight` jobs per turn', async () => {
+    await t.queue.enqueueMany(
+      ['heavy', 'light1', 'light2'].flatMap((g) => Array.from({ length: 10 }, () => ({ task: 't', queue: 'weights', group: g }))),
+    );
+    await setGroupSettings(t.db.pool, t.db.schema, 'weights', 'heavy', { weight: 3 });
+    const { jobs } = await claim('weights', 5);
+    const count = (g: string) => groupsOf(jobs).filter((x) => x === g).length;
+    expect([count('heavy'), count('light1'), count('light2')]).toEqual([3, 1, 1]);
+  });
+
+  it('skips groups whose jobs are not due, and leaves the bound on visits to the next claim', async () => {
+    await t.queue.enqueueMany(
+      Array.from({ length: 200 }, (_, i) => ({
+        task: 't',
+        queue: 'future',
+        group: `f${String(i).padStart(3, '0')}`,
+        delayMs: 3_600_000,
+      })),
+    );
+    await t.queue.enqueue('t', {}, { queue: 'future', group: 'zz-due' });
+    // One job wanted: at most 32 groups are visited per claim, so the due group
+    // (after 200 delayed ones) is reached within a few claims, never in one scan of all.
+    let found: Claimed[] = [];
+    let claims = 0;
+    while (found.length === 0 && claims < 20) {
+      found = (await claim('future', 1)).jobs;
+      claims++;
+    }
+    expect(groupsOf(found)).toEqual(['zz-due']);
+    expect(claims).toBeGreaterThan(1);
+  });
+
+  it('a worker drains the small groups while the big backlog waits its turns', async () => {
+    await t.queue.enqueueMany(Array.from({ length: 400 }, () => ({ task: 'w', queue: 'drain', group: 'big' })));
+    await t.queue.enqueueMany(
+      Array.from({ length: 10 }, (_, g) =>
+        Array.from({ length: 3 }, () => ({ task: 'w', queue: 'drain', group: `small${g}` })),
+      ).flat(),
+    );
+    await t.start({
+      queues: ['drain'],
+      concurrency: 4,
+      tasks: { w: () => new Promise((resolve) => setTimeout(resolve, 5)) },
+    });
+    await waitFor(async () => {
+      const { rows } = await t.db.pool.query(
+        `SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE queue = 'drain' AND group_key <> 'big' AND status = 'completed'`,
+      );
+      return rows[0].n === 30;
+    }, 'the small groups to finish');
+    const { rows } = await t.db.pool.query(
+      `SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE queue = 'drain' AND group_key = 'big' AND status = 'completed'`,
+    );
+    // FIFO would have run all 400 first. Round robin: about one big job per small one.
+    expect(rows[0].n).toBeLessThan(100);
+  });
+});
+
+describe('groups: limits', () => {
+  it('holds a group concurrency limit exactly under claimers racing on separate connections', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'glimit', { groupConcurrency: 2 });
+    await setGroupSettings(t.db.pool, t.db.schema, 'glimit', 'g0', { concurrencyLimit: 3 });
+    const clients = await Promise.all(
+      Array.from({ length: 8 }, async () => {
+        const c = new pg.Client({ connectionString: t.db.url });
+        await c.connect();
+        return c;
+      }),
+    );
+    try {
+      for (let round = 0; round < 8; round++) {
+        await t.queue.enqueueMany(
+          Array.from({ length: 5 }, (_, g) =>
+            Array.from({ length: 6 }, () => ({ task: 't', queue: 'glimit', group: `g${g}` })),
+          ).flat(),
+        );
+        await Promise.all(clients.map((c, i) => claim('glimit', 4, `racer${i}`, c)));
+        const running = async () =>
+          (
+            await t.db.pool.query<{ group_key: string; n: number }>(
+              `SELECT group_key, count(*)::int AS n FROM ${t.db.s}.jobs WHERE queue = 'glimit' AND status = 'processing'
+               GROUP BY group_key ORDER BY group_key`,
+            )
+          ).rows;
+        // Racing claimers skip a group another one is in, so some slots may stay
+        // free for this round, but no group is ever over its limit ...
+        for (const { group_key: g, n } of await running()) expect(n).toBeLessThanOrEqual(g === 'g0' ? 3 : 2);
+        // ... and the next claim fills every group exactly to it.
+        await claim('glimit', 20);
+        expect(await running()).toEqual([
+          { group_key: 'g0', n: 3 },
+          ...['g1', 'g2', 'g3', 'g4'].map((g) => ({ group_key: g, n: 2 })),
+        ]);
+        await finish('glimit');
+      }
+    } finally {
+      await Promise.all(clients.map((c) => c.end()));
+    }
+  });
+
+  it('keeps the queue-wide concurrency limit on a grouped queue', async () => {
+    await t.queue.setQueueConcurrency('gglobal', 3);
+    await t.queue.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ task: 't', queue: 'gglobal', group: `g${i}` })));
+    expect((await claim('gglobal', 10)).jobs).toHaveLength(3);
+    expect((await claim('gglobal', 10)).jobs).toHaveLength(0);
+  });
+
+  it('a rate-limited queue starts at most its burst at once and says when the next token is due', async () => {
+    await setQueueRateLimit(t.db.pool, t.db.schema, 'rated', { limit: 2, intervalMs: 60_000, burst: 3 });
+    await t.queue.enqueueMany(Array.from({ length: 10 }, () => ({ task: 't', queue: 'rated' })));
+    const before = Date.now();
+    const first = await claim('rated', 10);
+    expect(first.jobs).toHaveLength(3);
+    const second = await claim('rated', 10);
+    expect(second.jobs).toHaveLength(0);
+    // The next token comes 30 s (60 s / 2) after the bucket ran dry.
+    expect(second.waitUntil!.getTime()).toBeGreaterThan(before + 25_000);
+    expect(second.waitUntil!.getTime()).toBeLessThan(Date.now() + 31_000);
+  });
+
+  it('rate-limits each group on its own', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'grated', { groupRateLimit: { limit: 1, intervalMs: 60_000, burst: 2 } });
+    await setGroupSettings(t.db.pool, t.db.schema, 'grated', 'vip', { rateLimit: { limit: 10, intervalMs: 60_000, burst: 4 } });
+    await t.queue.enqueueMany(
+      ['a', 'b', 'vip'].flatMap((g) => Array.from({ length: 6 }, () => ({ task: 't', queue: 'grated', group: g }))),
+    );
+    const claimed = [];
+    for (let i = 0; i < 4; i++) claimed.push(...groupsOf((await claim('grated', 10)).jobs));
+    const count = (g: string) => claimed.filter((x) => x === g).length;
+    expect([count('a'), count('b'), count('vip')]).toEqual([2, 2, 4]);
+    const stats = await getGroupStats(t.db.pool, t.db.schema, 'grated');
+    expect(stats).toMatchObject({ groups: 3, due: 10, running: 8, throttled: 3 });
+  });
+
+  it('a paused grouped queue claims nothing', async () => {
+    await t.queue.enqueue('t', {}, { queue: 'gpaused', group: 'g' });
+    await t.queue.pauseQueue('gpaused');
+    expect((await claim('gpaused', 5)).jobs).toHaveLength(0);
+    await t.queue.resumeQueue('gpaused');
+    expect((await claim('gpaused', 5)).jobs).toHaveLength(1);
+  });
+});
+
+describe('groups: settings', () => {
+  it('rejects bad settings with a ValidationError', async () => {
+    const bad: [string, () => Promise<unknown>][] = [
+      ['weight 0', () => setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', { weight: 0 })],
+      ['limit 0', () => setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', { concurrencyLimit: 0 })],
+      ['unknown key', () => setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', { wieght: 2 } as never)],
+      ['rate without limit', () => setQueueRateLimit(t.db.pool, t.db.schema, 'q', {} as never)],
+      ['rate limit 1.5', () => setQueueRateLimit(t.db.pool, t.db.schema, 'q', { limit: 1.5 })],
+      ['group concurrency "2"', () => setQueueGroups(t.db.pool, t.db.schema, 'q', { groupConcurrency: '2' as never })],
+      ['empty group', () => setGroupSettings(t.db.pool, t.db.schema, 'q', '', { weight: 2 })],
+    ];
+    for (const [what, call] of bad) await expect(call(), what).rejects.toBeInstanceOf(ValidationError);
+  });
+
+  it('lists what was set, changes only the keys given, and records each change in the audit log', async () => {
+    await setQueueRateLimit(t.db.pool, t.db.schema, 'settings', { limit: 100 }, { actor: 'test' });
+    await setQueueGroups(t.db.pool, t.db.schema, 'settings', { groupConcurrency: 4 });
+    await setQueueGroups(t.db.pool, t.db.schema, 'settings', { groupRateLimit: { limit: 5, intervalMs: 2000 } });
+    const [limits] = (await listQueueLimits(t.db.pool, t.db.schema)).filter((q) => q.name === 'settings');
+    expect(limits).toMatchObject({
+      grouped: true,
+      groupConcurrency: 4,
+      rateLimit: { limit: 100, intervalMs: 1000, burst: 10 },
+      groupRateLimit: { limit: 5, intervalMs: 2000, burst: 1 },
+    });
+    await setGroupSettings(t.db.pool, t.db.schema, 'settings', null, { weight: 2 });
+    await setGroupSettings(t.db.pool, t.db.schema, 'settings', null, { concurrencyLimit: 7 });
+    expect(await listGroupSettings(t.db.pool, t.db.schema, 'settings')).toMatchObject([
+      { group: null, weight: 2, concurrencyLimit: 7, rateLimit: null },
+    ]);
+    await setQueueRateLimit(t.db.pool, t.db.schema, 'settings', null);
+    const [after] = (await listQueueLimits(t.db.pool, t.db.schema)).filter((q) => q.name === 'settings');
+    expect(after?.rateLimit).toBeNull();
+    const { rows } = await t.db.pool.query(`SELECT action, actor FROM ${t.db.s}.audit_log WHERE queue = 'settings' ORDER BY id`);
+    expect(rows.map((r) => r.action)).toEqual([
+      'rate_limit',
+      'group_defaults',
+      'group_defaults',
+      'group_settings',
+      'group_settings',
+      'rate_limit',
+    ]);
+    expect(rows[0].actor).toBe('test');
+  });
+});
