@@ -1,0 +1,167 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect, type NatsConnection } from 'nats';
+import amqp from 'amqplib';
+import { Outbox, OutboxRelay, natsPublisher, rabbitMqPublisher, type RelayMessage } from '../src/index.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { AMQP_URL, NATS_URL, brokerAvailable, createStream, readStream } from './helpers/brokers.js';
+
+const natsUp = await brokerAvailable('NATS', NATS_URL);
+const rabbitUp = await brokerAvailable('RabbitMQ', AMQP_URL);
+
+let db: TestDatabase;
+let outbox: Outbox;
+const tag = randomBytes(4).toString('hex');
+
+beforeAll(async () => {
+  db = await createTestSchema('outbox_brokers');
+  outbox = new Outbox({ pool: db.pool, schema: db.schema });
+});
+afterAll(async () => {
+  await outbox.close();
+  await db.drop();
+});
+
+const keys = ['alpha', 'beta', 'gamma', 'delta'];
+/** 200 messages over four keys, in 10 transactions; payload `<key>:<n>`, n counting per key. */
+async function publishRounds(destination: string): Promise<void> {
+  const next = new Map(keys.map((k) => [k, 0]));
+  for (let t = 0; t < 10; t++) {
+    await outbox.publishMany(
+      Array.from({ length: 20 }, (_, i) => {
+        const key = keys[(t + i) % keys.length]!;
+        const n = next.get(key)!;
+        next.set(key, n + 1);
+        return { destination, payload: `${key}:${n}`, key };
+      }),
+    );
+  }
+}
+
+function expectOrderPerKey(payloads: string[]): void {
+  for (const key of keys) {
+    const mine = payloads.filter((p) => p.startsWith(`${key}:`));
+    expect(mine).toEqual(mine.map((_, n) => `${key}:${n}`));
+  }
+}
+
+describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
+  let nc: NatsConnection;
+  const stream = `SLUICE_T_${tag}`;
+  const prefix = `sluicet${tag}`;
+
+  beforeAll(async () => {
+    nc = await connect({ servers: NATS_URL });
+    await createStream(await nc.jetstreamManager(), stream, prefix, { max_msg_size: 2048 });
+  });
+  afterAll(async () => {
+    await (await nc.jetstreamManager()).streams.delete(stream).catch(() => {});
+    await nc.close();
+  });
+
+  it('publishes in order per key with the stable message id; a re-publish is dropped as a duplicate', async () => {
+    const publisher = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
+    const sent: RelayMessage[] = [];
+    const relay = new OutboxRelay({ pool: db.pool, schema: db.schema, publisher, destinations: ['orders'], batchSize: 64 });
+    relay.events.on('published', (b) => sent.push(...b.messages));
+    await relay.start();
+    try {
+      await publishRounds('orders');
+      await waitFor(() => sent.length === 200, 'all 200 acked by JetStream');
+    } finally {
+      await relay.stop();
+    }
+    const stored = await readStream(nc, stream);
+    expect(stored).toHaveLength(200);
+    expect(stored.every((m) => m.subject === `${prefix}.orders`)).toBe(true);
+    expectOrderPerKey(stored.map((m) => m.payload));
+    expect(stored.map((m) => m.msgId)).toEqual(sent.map((m) => m.messageId));
+    expect(stored[0]!.msgId).toMatch(new RegExp(`^${db.schema}:\\d+$`));
+    expect(new Set(stored.map((m) => m.key))).toEqual(new Set(keys));
+
+    // A relay that died after publishing and before recording sends the batch again: JetStream drops it.
+    const again = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
+    try {
+      const results = await again.publish(sent.slice(0, 50));
+      expect(results.every((r) => r.ok && r.duplicate)).toBe(true);
+    } finally {
+      await again.close();
+    }
+    expect(await readStream(nc, stream)).toHaveLength(200);
+  });
+
+  it('a message JetStream refuses becomes a dead letter; its key goes on', async () => {
+    const publisher = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
+    const relay = new OutboxRelay({
+      pool: db.pool,
+      schema: db.schema,
+      publisher,
+      destinations: ['poison'],
+      maxAttempts: 2,
+      retry: { minMs: 10, maxMs: 20 },
+    });
+    const dead: string[] = [];
+    relay.events.on('deadLetter', (d) => dead.push(d.messageId));
+    await relay.start();
+    try {
+      const ids = await outbox.publishMany([
+        { destination: 'poison', payload: 'first', key: 'p' },
+        { destination: 'poison', payload: 'x'.repeat(4096), key: 'p' }, // over the stream's max_msg_size
+        { destination: 'poison', payload: 'third', key: 'p' },
+      ]);
+      await waitFor(() => dead.length === 1, 'the oversized message dead-lettered');
+      expect(dead).toEqual([`${db.schema}:${ids[1]}`]);
+      await waitFor(
+        async () => (await readStream(nc, stream)).filter((m) => m.subject === `${prefix}.poison`).length === 2,
+        'its neighbours published',
+      );
+      const poison = (await readStream(nc, stream)).filter((m) => m.subject === `${prefix}.poison`).map((m) => m.payload);
+      expect(poison).toEqual(['first', 'third']);
+      const { rows } = await db.pool.query(`SELECT attempts, last_error FROM ${db.s}.outbox_dead_letters WHERE id = $1`, [
+        ids[1],
+      ]);
+      expect(rows[0].attempts).toBe(2);
+      expect(rows[0].last_error).toMatch(/size|payload/i);
+    } finally {
+      await relay.stop();
+    }
+  });
+});
+
+describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
+  it('publishes with publisher confirms, in order per key, with the stable message_id and the key header', async () => {
+    const queue = `sluice-t-${tag}`;
+    const conn = await amqp.connect(AMQP_URL);
+    const ch = await conn.createChannel();
+    await ch.assertQueue(queue, { durable: false, autoDelete: false });
+    const relay = new OutboxRelay({
+      pool: db.pool,
+      schema: db.schema,
+      publisher: rabbitMqPublisher({ url: AMQP_URL }),
+      destinations: [queue],
+      batchSize: 64,
+    });
+    let published = 0;
+    relay.events.on('published', (b) => (published += b.count));
+    await relay.start();
+    try {
+      await publishRounds(queue);
+      await waitFor(() => published === 200, 'all 200 confirmed by RabbitMQ');
+      const got: { payload: string; messageId: unknown; key: unknown }[] = [];
+      for (;;) {
+        const m = await ch.get(queue, { noAck: true });
+        if (!m) break;
+        got.push({ payload: m.content.toString(), messageId: m.properties.messageId, key: m.properties.headers?.['sluice-key'] });
+      }
+      expect(got).toHaveLength(200);
+      expectOrderPerKey(got.map((m) => m.payload));
+      expect(got.every((m) => typeof m.messageId === 'string' && m.messageId.startsWith(`${db.schema}:`))).toBe(true);
+      expect(new Set(got.map((m) => m.messageId)).size).toBe(200);
+      expect(got.every((m) => m.payload.startsWith(`${String(m.key)}:`))).toBe(true);
+    } finally {
+      await relay.stop();
+      await ch.deleteQueue(queue).catch(() => {});
+      await conn.close();
+    }
+  });
+});
