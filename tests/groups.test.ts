@@ -97,7 +97,7 @@ describe('groups: fair claims', () => {
         Array.from({ length: 4 }, () => ({ task: 't', queue: 'cursor', ...(g === null ? {} : { group: g }) })),
       ),
     );
-    const seen = [];
+    const seen: (string | null)[] = [];
     for (let i = 0; i < 6; i++) seen.push(...groupsOf((await claim('cursor', 1)).jobs));
     expect(seen).toEqual([null, 'a', 'b', 'c', null, 'a']);
   });
@@ -237,7 +237,7 @@ describe('groups: limits', () => {
     await t.queue.enqueueMany(
       ['a', 'b', 'vip'].flatMap((g) => Array.from({ length: 6 }, () => ({ task: 't', queue: 'grated', group: g }))),
     );
-    const claimed = [];
+    const claimed: (string | null)[] = [];
     for (let i = 0; i < 4; i++) claimed.push(...groupsOf((await claim('grated', 10)).jobs));
     const count = (g: string) => claimed.filter((x) => x === g).length;
     expect([count('a'), count('b'), count('vip')]).toEqual([2, 2, 4]);
