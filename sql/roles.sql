@@ -26,7 +26,7 @@ $$;
 
 -- REVOKE ALL on a table also revokes its column privileges.
 REVOKE ALL ON :SCHEMA.jobs, :SCHEMA.queues, :SCHEMA.leader, :SCHEMA.cron_schedules,
-  :SCHEMA.jobs_history, :SCHEMA.audit_log, :SCHEMA.migrations FROM sluice_enqueue, sluice_worker;
+  :SCHEMA.jobs_history, :SCHEMA.audit_log, :SCHEMA.migrations, :SCHEMA.workers FROM sluice_enqueue, sluice_worker;
 REVOKE ALL ON SEQUENCE :SCHEMA.jobs_id_seq FROM sluice_enqueue, sluice_worker;
 REVOKE ALL ON FUNCTION :SCHEMA.enqueue_job FROM sluice_enqueue, sluice_worker;
 
@@ -66,4 +66,6 @@ GRANT SELECT, UPDATE (updated_at) ON :SCHEMA.queues TO sluice_worker;
 -- Workers given `schedules` write their definitions and ticks here and enqueue
 -- the ticks through enqueue_job().
 GRANT SELECT, INSERT, UPDATE ON :SCHEMA.cron_schedules TO sluice_worker;
+-- Each worker keeps its own row in the registry (migration 0017); the leader deletes dead ones.
+GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.workers TO sluice_worker;
 GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_worker;

@@ -6,6 +6,7 @@ import { cronTask, type CronTick } from './cron.js';
 import { cronStatements } from '../db/statements/cron.js';
 import { maintenanceStatements } from '../db/statements/maintenance.js';
 import { MaintenanceRunner, ServiceRunner, type MaintenanceService, type PeriodicTask } from './runner.js';
+import { unknownTasksTask } from './unknown-tasks.js';
 
 /** What maintenance reports back to its worker. */
 interface MaintenanceSink {
@@ -56,6 +57,7 @@ export function createMaintenance(
     const queries = maintenanceStatements(config.schema);
     const services: MaintenanceService<any>[] = [rescuer];
     if (maintenance.pruner) services.push(prunerTask(db, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r)));
+    services.push(unknownTasksTask(db, config.schema, config.logger));
     services.push(...maintenance.tasks);
     leader = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs), services);
     leader.on('leader:elected', () => sink.emit('leader:elected'));

@@ -123,6 +123,8 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   maxResultBytes?: number;
   /** Recurring jobs this worker enqueues (see CronSchedule). Default none. */
   schedules?: CronSchedule[];
+  /** How often this worker refreshes its row in the workers registry (the dashboard's workers view). Default 15 s. */
+  registryIntervalMs?: number;
 }
 
 export interface ResolvedTask {
@@ -170,6 +172,7 @@ export interface ResolvedWorkerConfig {
   readonly maxResultBytes: number;
   readonly schedules: readonly ResolvedSchedule[];
   readonly driver: DriverName;
+  readonly registryIntervalMs: number;
 }
 
 const WORKER_KEYS = new Set([
@@ -206,6 +209,7 @@ const WORKER_KEYS = new Set([
   'progressIntervalMs',
   'maxResultBytes',
   'schedules',
+  'registryIntervalMs',
 ]);
 
 const TASK_KEYS = new Set(['handler', 'timeoutMs', 'maxAttempts', 'backoff']);
@@ -349,6 +353,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     maxResultBytes: intOption('maxResultBytes', options.maxResultBytes, DEFAULT_MAX_PAYLOAD_BYTES, 2, 256 * 1024 * 1024),
     schedules: Object.freeze(resolveSchedules(options.schedules)),
     driver,
+    registryIntervalMs: intOption('registryIntervalMs', options.registryIntervalMs, 15_000, 100, 3_600_000),
   });
 }
 

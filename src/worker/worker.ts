@@ -31,6 +31,7 @@ import { ProgressWriter } from './progress.js';
 import { QueueState } from './queue-state.js';
 import { Dispatcher } from './dispatcher.js';
 import { Slots } from './slots.js';
+import { WorkerRegistry } from './registry.js';
 
 export type { WorkerEvents } from './events.js';
 
@@ -49,6 +50,7 @@ interface Parts {
   maintenance: WorkerMaintenance | undefined;
   notifier: Notifier | undefined;
   instrumentation: Instrumentation;
+  registry: WorkerRegistry;
 }
 
 /**
@@ -253,6 +255,11 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       maintenance: createMaintenance(db, config, rescuer, this, onError),
       notifier: config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined,
       instrumentation: await instrumentWorker(this, config, db),
+      registry: new WorkerRegistry(
+        db,
+        { ...config, tasks: [...config.tasks.keys()], intervalMs: config.registryIntervalMs },
+        onError,
+      ),
     };
     await this.listen();
     await queueState.start();
@@ -260,6 +267,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     if (this.stopPromise) return;
     loop.start();
     heartbeat.start();
+    this.parts.registry.start();
     await this.parts.maintenance?.start();
   }
 
@@ -363,6 +371,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
         this.reportError(err);
       }
     }
+    // Last, so the workers view shows this worker until its jobs are handed back.
+    await parts.registry.stop();
     await parts.instrumentation.stop();
     await parts.db.end();
     this.state = 'stopped';

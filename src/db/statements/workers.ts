@@ -1,0 +1,78 @@
+import { quoteSchema } from '../identifiers.js';
+import { perSchema } from './per-schema.js';
+
+/**
+ * The statements of the workers registry (migration 0017, src/worker/registry.ts)
+ * and of its readers (src/admin/workers.ts: the dashboard, `sluice doctor`, the
+ * unknown-tasks warning), for one schema.
+ *
+ * A row is alive while its last_seen_at is within `$n` of its own intervals:
+ * every reader passes that factor, so they all agree on who is alive.
+ */
+export interface WorkerRegistryStatements {
+  /** $1 id, $2 host, $3 pid, $4 queues, $5 tasks, $6 concurrency, $7 version, $8 interval_ms. */
+  readonly upsert: string;
+  /** $1 id. */
+  readonly remove: string;
+  /** $1 missed intervals after which a row is deleted. */
+  readonly prune: string;
+  /** $1 missed intervals after which a row counts as dead; $2 running jobs listed per worker. */
+  readonly list: string;
+  /** $1 missed intervals after which a row counts as dead. */
+  readonly unknownTasks: string;
+}
+
+export const workerRegistryStatements = perSchema((schema: string): WorkerRegistryStatements => {
+  const s = quoteSchema(schema);
+  const alive = (row: string, factor: string) =>
+    `${row}.last_seen_at > now() - ${factor}::float8 * ${row}.interval_ms * interval '1 millisecond'`;
+  return {
+    // The same statement at start and on every interval: a row the leader pruned
+    // (the worker was cut off for a while) comes back on the next pass by itself.
+    // started_at stays what the first insert set.
+    upsert: `INSERT INTO ${s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms)
+      VALUES ($1, $2, $3, $4::text[], $5::text[], $6, $7, $8)
+      ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), host = EXCLUDED.host, pid = EXCLUDED.pid,
+        queues = EXCLUDED.queues, tasks = EXCLUDED.tasks, concurrency = EXCLUDED.concurrency,
+        version = EXCLUDED.version, interval_ms = EXCLUDED.interval_ms`,
+
+    remove: `DELETE FROM ${s}.workers WHERE id = $1`,
+
+    prune: `DELETE FROM ${s}.workers w WHERE NOT (${alive('w', '$1')})`,
+
+    // Every registered worker with the jobs it runs now (status processing,
+    // locked_by = its id; a handful per worker, read through jobs_processing_idx).
+    // Jobs claimed ahead and not started yet have no started_at: listed last.
+    list: `SELECT w.id, w.host, w.pid, w.queues, w.tasks, w.concurrency, w.version, w.interval_ms AS "intervalMs",
+        w.started_at AS "startedAt", w.last_seen_at AS "lastSeenAt", ${alive('w', '$1')} AS alive,
+        coalesce(r.count, 0) AS "runningCount", coalesce(r.jobs, '[]'::jsonb) AS running
+      FROM ${s}.workers w
+      LEFT JOIN LATERAL (
+        SELECT count(*)::int AS count,
+          (jsonb_agg(jsonb_build_object('id', j.id::text, 'queue', j.queue, 'task', j.task,
+             'startedAt', j.started_at, 'progress', j.progress) ORDER BY j.started_at NULLS LAST, j.id)
+           FILTER (WHERE j.n <= $2)) AS jobs
+        FROM (SELECT id, queue, task, started_at, progress,
+                row_number() OVER (ORDER BY started_at NULLS LAST, id) AS n
+              FROM ${s}.jobs WHERE status = 'processing' AND locked_by = w.id) j
+      ) r ON true
+      ORDER BY alive DESC, w.started_at, w.id`,
+
+    // Due pending jobs, by queue and task, whose queue has a live worker but
+    // whose task none of that queue's live workers handles: nothing will ever
+    // claim them. A queue without any live worker is not listed here (its whole
+    // backlog waits, which the backlog check reports by age).
+    unknownTasks: `WITH live AS (
+        SELECT w.queues, w.tasks FROM ${s}.workers w WHERE ${alive('w', '$1')}
+      ), due AS (
+        SELECT queue, task, count(*)::int AS jobs,
+          (extract(epoch FROM now() - min(run_at)) * 1000)::float8 AS "oldestMs"
+        FROM ${s}.jobs WHERE status = 'pending' AND run_at <= now()
+        GROUP BY queue, task
+      )
+      SELECT d.queue, d.task, d.jobs, d."oldestMs" FROM due d
+      WHERE EXISTS (SELECT FROM live l WHERE d.queue = ANY(l.queues))
+        AND NOT EXISTS (SELECT FROM live l WHERE d.queue = ANY(l.queues) AND d.task = ANY(l.tasks))
+      ORDER BY d.jobs DESC, d.queue, d.task`,
+  };
+});

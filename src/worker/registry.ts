@@ -1,0 +1,113 @@
+import { createRequire } from 'node:module';
+import { hostname } from 'node:os';
+import type { Queryable } from '../db/executor.js';
+import { workerRegistryStatements } from '../db/statements/workers.js';
+import { ConfigError, isNotMigrated, MigrationError, type SluiceError } from '../errors.js';
+import { Loop } from '../lifecycle/loop.js';
+
+/** A row not refreshed for this many of its intervals belongs to a dead worker. */
+export const MISSED_INTERVALS_DEAD = 3;
+/** ... and is deleted by the maintenance leader after this many. */
+export const MISSED_INTERVALS_PRUNED = 20;
+
+const VERSION = (createRequire(import.meta.url)('../../package.json') as { version: string }).version;
+const INSUFFICIENT_PRIVILEGE = '42501';
+
+/** What a worker publishes about itself. */
+export interface RegistryEntry {
+  workerId: string;
+  schema: string;
+  queues: readonly string[];
+  tasks: readonly string[];
+  concurrency: number;
+  /** How often the row is refreshed. */
+  intervalMs: number;
+}
+
+/**
+ * Keeps this worker's row in the workers table (migration 0017): written at
+ * start, refreshed every `intervalMs` (jittered, one statement; nothing per job),
+ * deleted on stop. Readers count a row as alive while it was refreshed within
+ * MISSED_INTERVALS_DEAD intervals, so a worker that crashed drops out by itself.
+ *
+ * The registry is for people and checks, never for running jobs: when it cannot
+ * be written (a schema not migrated to 0017, a role without rights on the
+ * table) the worker says so once and runs on without it.
+ */
+export class WorkerRegistry {
+  private readonly loop: Loop;
+  private readonly values: unknown[];
+  private disabled = false;
+
+  constructor(
+    private readonly db: Queryable,
+    private readonly entry: RegistryEntry,
+    private readonly error: (err: unknown) => void,
+  ) {
+    this.values = [
+      entry.workerId,
+      hostname(),
+      process.pid,
+      entry.queues,
+      entry.tasks,
+      entry.concurrency,
+      VERSION,
+      entry.intervalMs,
+    ];
+    this.loop = new Loop({ pass: () => this.publish(), intervalMs: entry.intervalMs, jitter: [0.8, 1], onError: error });
+  }
+
+  /**
+   * Writes the row now and every interval from then on. Not awaited by the
+   * worker's start: in an outage that would hold start() for a statement timeout,
+   * for a row nothing depends on. A failed write is reported; the next pass retries.
+   */
+  start(): void {
+    this.loop.start();
+    void this.loop.trigger();
+  }
+
+  /** Stops refreshing and deletes the row, so the worker leaves the list at once. */
+  async stop(): Promise<void> {
+    await this.loop.stop();
+    if (this.disabled) return;
+    try {
+      await this.db.query(workerRegistryStatements(this.entry.schema).remove, [this.entry.workerId]);
+    } catch (err) {
+      // Readers drop the row after a few intervals anyway, and the leader deletes it later.
+      this.error(err);
+    }
+  }
+
+  private async publish(): Promise<void> {
+    if (this.disabled) return;
+    try {
+      await this.db.query(workerRegistryStatements(this.entry.schema).upsert, this.values);
+    } catch (err) {
+      const why = unusable(err, this.entry.schema);
+      if (!why) throw err;
+      this.disabled = true;
+      void this.loop.stop();
+      this.error(why);
+    }
+  }
+}
+
+/** The errors that retrying will not fix, as the one report the worker gives; undefined for the others. */
+function unusable(err: unknown, schema: string): SluiceError | undefined {
+  if (isNotMigrated(err)) {
+    return new MigrationError(
+      `schema "${schema}" has no workers table (migration 0017): run \`sluice migrate\`; ` +
+        'until then this worker runs jobs but is missing from the dashboard and from the unknown-tasks check',
+      { cause: err },
+    );
+  }
+  if ((err as { code?: unknown } | null)?.code === INSUFFICIENT_PRIVILEGE) {
+    return new ConfigError(
+      `this worker's role may not write ${schema}.workers: grant it SELECT, INSERT, UPDATE, DELETE on that table ` +
+        '(sql/roles.sql); until then it runs jobs but is missing from the dashboard and from the unknown-tasks check',
+      { cause: err },
+    );
+  }
+  return undefined;
+}
