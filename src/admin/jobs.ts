@@ -14,6 +14,8 @@ import {
 import { checks } from '../validate.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
+import { runNowStatements } from '../db/statements/run-now.js';
+import { searchStatements } from '../db/statements/search.js';
 import { encodeControl } from '../notify/codec.js';
 import { wakeQueues } from '../notify/wake-queues.js';
 
@@ -113,7 +115,7 @@ export interface ActionOptions {
 /** One entry of a job's audit log: an action someone took on it. */
 export interface AuditEntry {
   at: Date;
-  action: 'retry' | 'cancel' | 'delete';
+  action: 'retry' | 'cancel' | 'delete' | 'run_now' | 'run_schedule';
   actor: string;
 }
 
@@ -277,6 +279,88 @@ export async function deleteFinished(
     if (batch!.count < batchSize || batch!.last_id === null) return { deleted };
     cursor = batch!.last_id;
   }
+}
+
+/**
+ * Makes a waiting job due now (a delayed or retrying job runs at the next claim
+ * instead of at its run_at). Only pending jobs; one already due is left as it
+ * is. Recorded in the audit log as 'run_now'; wakes the queue's workers.
+ *
+ * @example
+ *   const result = await runJobNow(pool, 'sluice', id, { actor: 'cli' });
+ */
+export async function runJobNow(
+  db: Queryable,
+  schema: string,
+  id: string | number,
+  options: ActionOptions = {},
+): Promise<JobActionResult> {
+  const jobIdText = jobId(id);
+  const [job] = await query<JobRow>(db, runNowStatements(schema).job, [jobIdText, actorOf(options)], 'runJobNow');
+  if (job) {
+    await wakeQueues(db, schema, [job.queue]);
+    return { ok: true, job };
+  }
+  const [current] = await query<{ status: JobStatus }>(db, adminStatements(schema).statusOf, [jobIdText], 'runJobNow');
+  return current ? { ok: false, reason: 'wrong_status', status: current.status } : { ok: false, reason: 'not_found' };
+}
+
+/** Path segments of a payload field, at most this many ('customer.address.city' is 3). */
+const MAX_FIELD_DEPTH = 8;
+const MAX_SEARCH_VALUE = 1000;
+
+export interface SearchJobsOptions {
+  /** A payload field as a dotted path: 'userId', 'customer.email', 'items.0.sku'. */
+  field: string;
+  /** The field's value as text: 42 and "42" both match '42'. */
+  value: string;
+  status?: JobStatus;
+  queue?: string;
+  task?: string;
+  /** Cursor: jobs with a smaller id (older). */
+  before?: string | number;
+  /** Jobs per page, 1 to 1000. Default 50. */
+  limit?: number;
+}
+
+/**
+ * Jobs whose payload has `field` equal to `value`, newest first, from the jobs
+ * table and the history, pages going back with `before` (nextAfter is always
+ * null). No index covers arbitrary fields: narrow by queue, task or status on
+ * a large table.
+ *
+ * @example
+ *   const page = await searchJobs(pool, 'sluice', { field: 'user.id', value: '42', task: 'send_welcome' });
+ */
+export async function searchJobs(db: Queryable, schema: string, options: SearchJobsOptions): Promise<JobPage> {
+  const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
+  const path = fieldPath(options.field);
+  if (typeof options.value !== 'string' || options.value.length > MAX_SEARCH_VALUE) {
+    throw new ValidationError(`searchJobs: value must be a string of at most ${MAX_SEARCH_VALUE} characters`);
+  }
+  const values = [
+    options.status === undefined ? null : [checkStatus(options.status)],
+    options.queue === undefined ? null : [checkName('queue', options.queue)],
+    options.task === undefined ? null : [checkName('task', options.task)],
+    options.before === undefined ? null : jobId(options.before),
+    limit + 1,
+    path,
+    options.value,
+  ];
+  const found = await query<JobRow>(db, searchStatements(schema).byPayloadField, values, 'searchJobs');
+  const jobs = found.slice(0, limit);
+  return { jobs, nextBefore: found.length > limit ? jobs.at(-1)!.id : null, nextAfter: null };
+}
+
+/** 'a.b.0' → ['a', 'b', '0'], or a ValidationError saying what a field looks like. */
+function fieldPath(field: unknown): string[] {
+  const parts = typeof field === 'string' ? field.split('.') : [];
+  if (parts.length === 0 || parts.length > MAX_FIELD_DEPTH || parts.some((p) => p.length === 0 || p.length > 128)) {
+    throw new ValidationError(
+      `searchJobs: field must be a dotted path of 1 to ${MAX_FIELD_DEPTH} names, such as "user.id", got ${JSON.stringify(field)}`,
+    );
+  }
+  return parts;
 }
 
 type ActionQuery = 'retry' | 'cancel' | 'deleteJob';

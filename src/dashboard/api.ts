@@ -10,12 +10,15 @@ import {
   listJobs,
   retryFailed,
   retryJob,
+  runJobNow,
+  searchJobs,
   type JobActionResult,
 } from '../admin/jobs.js';
 import { setQueuePaused } from '../control.js';
 import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
+import { attemptsOf } from './attempts.js';
 import type { HealthReports } from './health.js';
 import type { LiveFeed } from './live.js';
 import type { Overview } from './overview.js';
@@ -41,6 +44,9 @@ interface JobsQuery {
   /** ISO 8601 times: jobs created in [from, until). */
   from?: string;
   until?: string;
+  /** A payload field (dotted path) and its value: a search (with status, queue, task, before, limit). */
+  field?: string;
+  value?: string;
 }
 
 const UNDEFINED_TABLE = '42P01';
@@ -82,6 +88,7 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get('/api/jobs', async (req) => {
     const q = req.query as JobsQuery;
+    if (q.field) return searchByField(q);
     return listJobs(db, schema, {
       status: q.status ? checkStatus(q.status) : undefined,
       queue: q.queue || undefined,
@@ -103,10 +110,23 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     ]);
     if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' }, audit });
     // The page offers exactly the actions the admin API would accept now.
-    return { job, audit, actions };
+    return { job, audit, actions: job.status === 'pending' ? [...actions, 'run-now'] : actions, attempts: attemptsOf(job) };
   });
 
-  const actions = { retry: retryJob, cancel: cancelJob, delete: deleteJob } as const;
+  const searchByField = (q: JobsQuery) => {
+    if (q.from || q.until || q.after) throw new ValidationError('a payload search takes status, queue, task, before and limit');
+    return searchJobs(db, schema, {
+      field: q.field!,
+      value: q.value ?? '',
+      status: q.status ? checkStatus(q.status) : undefined,
+      queue: q.queue || undefined,
+      task: q.task || undefined,
+      before: q.before || undefined,
+      limit: q.limit ? integer('limit', q.limit) : undefined,
+    });
+  };
+
+  const actions = { retry: retryJob, cancel: cancelJob, delete: deleteJob, 'run-now': runJobNow } as const;
   for (const [name, action] of Object.entries(actions)) {
     app.post(`/api/jobs/:id/${name}`, async (req, reply) => {
       const result = await action(db, schema, jobId(param(req.params, 'id')), { actor: ctx.actor(req) });

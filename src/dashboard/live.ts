@@ -1,4 +1,5 @@
 import type { ServerResponse } from 'node:http';
+import { isConnectionFailure } from '../errors.js';
 import type { WakeHint } from '../notify/codec.js';
 import type { Notifier } from '../notify/listener.js';
 
@@ -33,10 +34,14 @@ export interface LiveFeedOptions {
  * overview every `refreshMs` while someone watches and pushes it only when it
  * changed. Browsers whose stream breaks fall back to polling on their own.
  *
- * Events: `overview` (the new overview, JSON) and `jobs` (`{"queue": ...}`: jobs
- * were added or changed; a job list on screen should reload).
+ * Events: `overview` (the new overview, JSON), `jobs` (`{"queue": ...}`: jobs
+ * were added or changed; a job list on screen should reload) and `status`
+ * (DatabaseStatus: whether the last refresh reached the database; sent on
+ * every change and to each newcomer). An open stream only says this server is
+ * up: without `status`, a page would show "live" while every read fails.
  */
 export class LiveFeed {
+  private database: DatabaseStatus = { database: 'ok', since: new Date().toISOString() };
   private readonly clients = new Set<ServerResponse>();
   private refreshTimer: NodeJS.Timeout | undefined;
   private keepaliveTimer: NodeJS.Timeout | undefined;
@@ -60,6 +65,11 @@ export class LiveFeed {
     return this.clients.size;
   }
 
+  /** What the last refresh found: the database reached, unreachable, or answering with an error. */
+  get status(): DatabaseStatus {
+    return this.database;
+  }
+
   /** Streams events to one browser until it goes away. */
   attach(res: ServerResponse): void {
     if (this.closed) {
@@ -75,6 +85,7 @@ export class LiveFeed {
     });
     res.write('retry: 3000\n\n');
     this.clients.add(res);
+    res.write(frame('status', JSON.stringify(this.database)));
     res.on('close', () => {
       this.clients.delete(res);
       if (this.clients.size === 0) this.idle();
@@ -149,6 +160,7 @@ export class LiveFeed {
       this.lastRefreshAt = Date.now();
       try {
         const data = JSON.stringify(await this.options.load());
+        this.setDatabase({ database: 'ok' });
         if (data !== this.last) {
           this.last = data;
           this.broadcast('overview', data);
@@ -156,12 +168,21 @@ export class LiveFeed {
           only.write(frame('overview', data));
         }
       } catch (err) {
+        this.setDatabase(describeFailure(err));
         this.options.onError(err);
       } finally {
         this.refreshing = undefined;
       }
     })();
     return this.refreshing;
+  }
+
+  private setDatabase(next: Omit<DatabaseStatus, 'since'>): void {
+    if (next.database === this.database.database && next.message === this.database.message) return;
+    this.database = { ...next, since: new Date().toISOString() };
+    // A recovered database may have changed anything meanwhile: the next overview goes to all.
+    if (next.database === 'ok') this.last = '';
+    this.broadcast('status', JSON.stringify(this.database));
   }
 
   private broadcast(event: string, data: string): void {
@@ -171,6 +192,22 @@ export class LiveFeed {
   private write(text: string): void {
     for (const res of this.clients) res.write(text);
   }
+}
+
+/** Whether the dashboard reaches its database, as the page's header shows it. */
+export interface DatabaseStatus {
+  /** 'unreachable': no connection (the feed keeps retrying); 'error': connected, but the reads fail. */
+  database: 'ok' | 'unreachable' | 'error';
+  /** What went wrong, for the page to show. */
+  message?: string;
+  /** ISO time of the change to this state. */
+  since: string;
+}
+
+/** A failed read as a status: no connection at all, or an error from a database that answers. */
+export function describeFailure(err: unknown): Omit<DatabaseStatus, 'since'> {
+  const message = err instanceof Error ? err.message : String(err);
+  return { database: isConnectionFailure(err) ? 'unreachable' : 'error', message };
 }
 
 function frame(event: string, data: string): string {

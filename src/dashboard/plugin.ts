@@ -9,6 +9,7 @@ import { HealthReports } from './health.js';
 import { LiveFeed } from './live.js';
 import { resolveDashboardOptions, type DashboardOptions } from './options.js';
 import { registerApi } from './api.js';
+import { registerWorkersApi } from './api-workers.js';
 import { loadOverview } from './overview.js';
 
 /** Most connections the dashboard's own pool opens (LISTEN comes on top, on its own connection). */
@@ -105,6 +106,7 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
         health: new HealthReports(db, config.schema),
         actor: (req) => actors.get(req) ?? 'dashboard',
       });
+      registerWorkersApi(scope, { db, schema: config.schema, feed, actor: (req) => actors.get(req) ?? 'dashboard' });
     },
     { prefix: config.basePath },
   );

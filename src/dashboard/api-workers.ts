@@ -1,0 +1,54 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { runScheduleNow } from '../admin/schedules.js';
+import { listWorkers } from '../admin/workers.js';
+import type { Queryable } from '../db/executor.js';
+import { listSchedules } from '../maintenance/cron.js';
+import { migrateStatements } from '../db/statements/migrate.js';
+import { describeFailure, type DatabaseStatus, type LiveFeed } from './live.js';
+
+export interface WorkersApiContext {
+  db: Queryable;
+  schema: string;
+  feed: LiveFeed;
+  /** Who made the request, for the audit log. */
+  actor: (req: FastifyRequest) => string;
+}
+
+/**
+ * The workers and cron views' part of the JSON API, and the database status.
+ * Registered in the scope of registerApi, whose error handler and CSRF guard
+ * apply here too.
+ */
+export function registerWorkersApi(app: FastifyInstance, ctx: WorkersApiContext): void {
+  const { db, schema, feed } = ctx;
+
+  app.get('/api/workers', async (_req, reply) => {
+    return reply.header('cache-control', 'no-store').send({ workers: await listWorkers(db, schema) });
+  });
+
+  app.get('/api/schedules', async (_req, reply) => {
+    return reply.header('cache-control', 'no-store').send({ schedules: await listSchedules(db, schema) });
+  });
+
+  app.post('/api/schedules/:name/run', async (req, reply) => {
+    const name = String((req.params as { name: string }).name);
+    const job = await runScheduleNow(db, schema, name, { actor: ctx.actor(req) });
+    if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: `no schedule named ${JSON.stringify(name)}` } });
+    feed.changed(job.queue);
+    return { job };
+  });
+
+  // Asked by the page when its own requests fail, and while it polls instead of
+  // streaming: one cheap round trip says which of server and database is down.
+  const { probe } = migrateStatements(schema);
+  app.get('/api/status', async (_req, reply) => {
+    let status: DatabaseStatus;
+    try {
+      await db.query(probe);
+      status = { database: 'ok', since: new Date().toISOString() };
+    } catch (err) {
+      status = { ...describeFailure(err), since: new Date().toISOString() };
+    }
+    return reply.header('cache-control', 'no-store').send(status);
+  });
+}

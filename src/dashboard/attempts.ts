@@ -1,0 +1,72 @@
+import type { JobError, JobRow } from '../job.js';
+
+/** One run of a job, as the job page's history shows it. */
+export interface Attempt {
+  attempt: number;
+  /** 'running' (handler started), 'claimed' (held by a worker, not started), or how it ended. */
+  outcome: 'running' | 'claimed' | 'completed' | 'failed' | 'cancelled';
+  startedAt: string | null;
+  endedAt: string | null;
+  /** Ended minus started; for a running attempt, so far. Null when either end is unknown. */
+  durationMs: number | null;
+  /** The worker's instance id (locked_by). */
+  worker: string | null;
+  /** The first line of the error, for a failed attempt. */
+  error?: string;
+}
+
+/**
+ * A failed attempt's entry in `errors` may carry when it started and on which
+ * worker (`started_at`, `worker`): entries written before those were recorded
+ * lack them, and then only the current attempt's come from the row itself.
+ */
+type StoredError = JobError & { started_at?: string; worker?: string };
+
+/**
+ * Every attempt of a job, oldest first: the failed ones from its `errors`
+ * history, and the current or last one from the row (started_at, finished_at,
+ * locked_by). A failed-for-good job's last attempt is both: the row adds its
+ * start and worker to the history entry.
+ */
+export function attemptsOf(job: JobRow, now = new Date()): Attempt[] {
+  const attempts: Attempt[] = (job.errors ?? []).map((e: StoredError) =>
+    attempt(e.attempt, 'failed', e.started_at ?? null, e.at, e.worker ?? null, e.message),
+  );
+  const started = iso(job.started_at);
+  const last = attempts.find((a) => a.attempt === job.attempts);
+  if (job.status === 'failed' && last) {
+    const full = attempt(
+      last.attempt,
+      'failed',
+      last.startedAt ?? started,
+      last.endedAt,
+      last.worker ?? job.locked_by,
+      last.error,
+    );
+    attempts[attempts.indexOf(last)] = full;
+  } else if (job.status === 'processing') {
+    attempts.push(attempt(job.attempts, started ? 'running' : 'claimed', started, null, job.locked_by, undefined, now));
+  } else if ((job.status === 'completed' || job.status === 'cancelled') && started && !last) {
+    attempts.push(attempt(job.attempts, job.status, started, iso(job.finished_at), job.locked_by));
+  }
+  return attempts.sort((a, b) => a.attempt - b.attempt);
+}
+
+function attempt(
+  n: number,
+  outcome: Attempt['outcome'],
+  startedAt: string | null,
+  endedAt: string | null,
+  worker: string | null,
+  error?: string,
+  now?: Date,
+): Attempt {
+  const end = endedAt ?? (now ? now.toISOString() : null);
+  const durationMs = startedAt && end ? Math.max(0, Date.parse(end) - Date.parse(startedAt)) : null;
+  return { attempt: n, outcome, startedAt, endedAt, durationMs, worker, ...(error === undefined ? {} : { error }) };
+}
+
+function iso(value: Date | string | null | undefined): string | null {
+  if (value === null || value === undefined) return null;
+  return value instanceof Date ? value.toISOString() : value;
+}
