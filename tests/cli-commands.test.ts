@@ -217,7 +217,7 @@ describe('jobs', () => {
     expect(show.stdout).toMatch(/^attempts: +5 of 5$/m);
     expect(show.stdout).toMatch(/^payload: +\{\n +"n": 1\n +\}$/m);
     expect(show.stdout).toMatch(/^last error: +Error: smtp down\n +at send/m);
-    expect(show.stdout).toMatch(/^error #1 +2026-01-01T00:00:00Z  Error: smtp busy$/m);
+    expect(show.stdout).toMatch(/^error #1 +2026-01-01T00:00:00.000Z  Error: smtp busy$/m);
     expect(show.stdout).toMatch(/^finished at: +\d{4}-\d\d-\d\dT/m);
     const shown = JSON.parse((await sluice('jobs', 'show', ids[1]!, '--json')).stdout);
     expect(shown).toMatchObject({ id: ids[1], task: 'b', payload: { n: 1 } });

@@ -7,9 +7,33 @@ export class UsageError extends Error {}
  */
 export class CommandFailed extends Error {}
 
+/**
+ * Every time the CLI prints, in tables, details and --json alike: ISO 8601 in UTC
+ * with milliseconds, as `Date#toJSON` writes it (2026-01-01T09:30:00.000Z); '-'
+ * for none. Also takes the text of a time stored inside jsonb (an error's `at`),
+ * which Postgres writes in its own format (2026-01-01T09:30:00.123456+00:00).
+ */
+export function formatTime(value: Date | string | null | undefined): string {
+  if (value === null || value === undefined) return '-';
+  const date = typeof value === 'string' ? new Date(value) : value;
+  return Number.isNaN(date.getTime()) ? String(value) : date.toISOString();
+}
+
+/**
+ * JSON.stringify's replacer for --json output: Dates already become ISO UTC, but
+ * the attempt history's times are jsonb text in Postgres's format, so they are
+ * rewritten to match.
+ */
+function isoErrorTimes(key: string, value: unknown): unknown {
+  if (key !== 'errors' || !Array.isArray(value)) return value;
+  return value.map((e: unknown) =>
+    e !== null && typeof e === 'object' && 'at' in e ? { ...e, at: formatTime(e.at as string) } : e,
+  );
+}
+
 /** Prints a value as one line of JSON (for --json output). */
 export function printJson(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value)}\n`);
+  process.stdout.write(`${JSON.stringify(value, isoErrorTimes)}\n`);
 }
 
 /** A command that did its work but reports a result through a non-zero exit code (doctor: 1 warn, 2 critical). */

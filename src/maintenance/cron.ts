@@ -124,8 +124,8 @@ export interface ScheduleInfo {
   priority: number;
   maxAttempts: number;
   backfill: number;
-  /** The newest tick enqueued (or when the schedule was first registered). */
-  lastTick: Date;
+  /** The newest tick enqueued; null until the schedule's first tick. */
+  lastTick: Date | null;
   /** The next tick after now; null if the pattern has no more (or no longer parses). */
   nextRun: Date | null;
   /** When a worker last published this definition. */
@@ -142,7 +142,7 @@ interface ScheduleRow {
   priority: number;
   max_attempts: number;
   backfill: number;
-  last_tick: Date;
+  last_tick: Date | null;
   updated_at: Date;
 }
 

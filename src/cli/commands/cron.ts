@@ -1,14 +1,14 @@
 import type { Command } from 'commander';
 import { listSchedules } from '../../maintenance/cron.js';
 import { withDatabase } from '../database.js';
-import { printJson, printTable } from '../output.js';
+import { formatTime, printJson, printTable } from '../output.js';
 
 /** `sluice cron list`: the recurring schedules workers registered, with their next run. */
 export function registerCron(program: Command): void {
   const cron = program.command('cron').description('recurring jobs (schedules are defined in code, in Worker options)');
   cron
     .command('list')
-    .description('list schedules with their time zone, last enqueued tick and next run')
+    .description('list schedules with their time zone, last enqueued tick (- before the first) and next run')
     .option('--json', 'print the schedules as JSON')
     .exitOverride()
     .action(async (opts: { json?: boolean }, command: Command) => {
@@ -20,14 +20,7 @@ export function registerCron(program: Command): void {
       }
       printTable(
         ['NAME', 'CRON', 'TIME ZONE', 'QUEUE/TASK', 'LAST TICK', 'NEXT RUN'],
-        schedules.map((s) => [
-          s.name,
-          s.cron,
-          s.timezone,
-          `${s.queue}/${s.task}`,
-          s.lastTick.toISOString(),
-          s.nextRun?.toISOString() ?? '-',
-        ]),
+        schedules.map((s) => [s.name, s.cron, s.timezone, `${s.queue}/${s.task}`, formatTime(s.lastTick), formatTime(s.nextRun)]),
       );
     });
 }

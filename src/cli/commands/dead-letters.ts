@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { listDeadLetters, redriveDeadLetters } from '../../admin/dead-letters.js';
 import { getJob } from '../../admin/jobs.js';
 import { withDatabase } from '../database.js';
-import { ExitStatus, printJson, printTable, UsageError } from '../output.js';
+import { ExitStatus, formatTime, printJson, printTable, UsageError } from '../output.js';
 
 interface ListFlags {
   queue?: string;
@@ -49,7 +49,7 @@ export function registerDeadLetters(program: Command): void {
           j.queue,
           j.task,
           `${j.attempts}/${j.max_attempts}`,
-          j.finished_at?.toISOString() ?? '-',
+          formatTime(j.finished_at),
           headline(j.last_error),
         ]),
       );
@@ -72,7 +72,7 @@ export function registerDeadLetters(program: Command): void {
       );
       process.stdout.write(`payload ${JSON.stringify(job.payload)}\n`);
       for (const e of job.errors ?? []) {
-        process.stdout.write(`\nattempt ${e.attempt} at ${e.at}: ${e.message}\n`);
+        process.stdout.write(`\nattempt ${e.attempt} at ${formatTime(e.at)}: ${e.message}\n`);
         if (e.stack && e.stack !== e.message) process.stdout.write(`${e.stack.split('\n').slice(1).join('\n')}\n`);
       }
     });

@@ -12,7 +12,7 @@ import {
 } from '../../admin/jobs.js';
 import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus } from '../../job.js';
 import { withDatabase } from '../database.js';
-import { CommandFailed, firstLine, formatDuration, formatTable, printJson, UsageError } from '../output.js';
+import { CommandFailed, firstLine, formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
 import { collect, duration, integer } from '../parse.js';
 
 /** Who the audit log says took an action (migration 0007). */
@@ -54,7 +54,6 @@ export function registerJobs(program: Command): void {
           after: flags.after,
         });
         if (flags.json) return printJson(page);
-        const now = Date.now();
         process.stdout.write(
           formatTable(
             ['ID', 'STATUS', 'QUEUE', 'TASK', 'ATTEMPTS', 'CREATED', 'LAST ERROR'],
@@ -64,8 +63,10 @@ export function registerJobs(program: Command): void {
               j.queue,
               j.task,
               `${j.attempts}/${j.max_attempts}`,
-              `${formatDuration(now - j.created_at.getTime())} ago`,
-              firstLine(j.last_error),
+              formatTime(j.created_at),
+              // A completed job keeps an earlier attempt's error as history (jobs show
+              // lists it); on its list line it would read as a failure.
+              j.status === 'completed' ? '' : firstLine(j.last_error),
             ]),
           ),
         );
@@ -170,7 +171,6 @@ function report(result: JobActionResult, id: string, done: string, allowed: read
 }
 
 function describeJob(job: JobRow): string {
-  const time = (d: Date | null) => (d ? d.toISOString() : '-');
   const lines = [
     `id:           ${job.id}`,
     `task:         ${job.task}`,
@@ -178,17 +178,17 @@ function describeJob(job: JobRow): string {
     `status:       ${job.status}`,
     `priority:     ${job.priority}`,
     `attempts:     ${job.attempts} of ${job.max_attempts}`,
-    `run at:       ${time(job.run_at)}`,
-    `created at:   ${time(job.created_at)}`,
-    `updated at:   ${time(job.updated_at)}`,
-    `finished at:  ${time(job.finished_at)}`,
-    `locked by:    ${job.locked_by ?? '-'}${job.locked_at ? ` (heartbeat ${time(job.locked_at)})` : ''}`,
+    `run at:       ${formatTime(job.run_at)}`,
+    `created at:   ${formatTime(job.created_at)}`,
+    `updated at:   ${formatTime(job.updated_at)}`,
+    `finished at:  ${formatTime(job.finished_at)}`,
+    `locked by:    ${job.locked_by ?? '-'}${job.locked_at ? ` (heartbeat ${formatTime(job.locked_at)})` : ''}`,
     `payload:      ${indent(JSON.stringify(job.payload, null, 2))}`,
   ];
   if (job.job_key) lines.push(`key:          ${job.job_key}`);
   if (job.progress !== undefined && job.progress !== null) lines.push(`progress:     ${JSON.stringify(job.progress)}`);
   if (job.result !== undefined && job.result !== null) lines.push(`result:       ${indent(JSON.stringify(job.result, null, 2))}`);
-  for (const e of job.errors ?? []) lines.push(`error #${String(e.attempt).padEnd(6)}${e.at}  ${e.message}`);
+  for (const e of job.errors ?? []) lines.push(`error #${String(e.attempt).padEnd(6)}${formatTime(e.at)}  ${e.message}`);
   lines.push(`last error:   ${job.last_error ? indent(job.last_error) : '-'}`);
   return `${lines.join('\n')}\n`;
 }

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { getStats, type Stats } from '../../admin/stats.js';
 import { withDatabase } from '../database.js';
-import { formatDuration, formatTable, printJson } from '../output.js';
+import { formatDuration, formatTable, formatTime, printJson } from '../output.js';
 import { durationOption } from '../parse.js';
 
 interface StatsFlags {
@@ -45,7 +45,7 @@ async function watch(flags: StatsFlags, read: () => Promise<Stats>): Promise<voi
       if (inPlace) {
         // Cursor up over the last table, clear to the end of the screen, redraw.
         if (previousLines > 0) process.stdout.write(`\x1b[${previousLines}A\x1b[J`);
-        const text = `${render(stats)}${new Date().toLocaleTimeString()}  (refreshing every ${formatDuration(flags.interval)}; Ctrl-C to stop)\n`;
+        const text = `${render(stats)}${formatTime(new Date())}  (refreshing every ${formatDuration(flags.interval)}; Ctrl-C to stop)\n`;
         process.stdout.write(text);
         previousLines = text.split('\n').length - 1;
       } else {
@@ -60,7 +60,7 @@ async function watch(flags: StatsFlags, read: () => Promise<Stats>): Promise<voi
 }
 
 function print(stats: Stats, json?: boolean): void {
-  if (json) printJson({ at: new Date().toISOString(), ...stats });
+  if (json) printJson({ at: formatTime(new Date()), ...stats });
   else process.stdout.write(render(stats));
 }
 

@@ -43,8 +43,10 @@ export const cronStatements = perSchema((schema: string): CronStatements => {
 
     advance: `UPDATE ${s}.cron_schedules SET last_tick = $2, next_tick = $3, updated_at = now() WHERE name = $1`,
 
+    // register starts last_tick at now(), the same transaction time as created_at's
+    // default, and only a tick moves it: equal means the schedule never ticked.
     list: `SELECT name, cron, timezone, task, queue, payload, priority, max_attempts, backfill,
-        last_tick, updated_at FROM ${s}.cron_schedules ORDER BY name`,
+        NULLIF(last_tick, created_at) AS last_tick, updated_at FROM ${s}.cron_schedules ORDER BY name`,
 
     now: 'SELECT now() AS now',
   };
