@@ -8,6 +8,8 @@ export interface ConnectionPeaks {
   serverPoolBusy: number;
   /** Postgres backends holding the workers' direct LISTEN connections. */
   listen: number;
+  /** Both of the above at once: every Postgres connection the workers cost. */
+  workers: number;
   /** Every client backend of the server, the benchmark's own included: what max_connections bounds. */
   allBackends: number;
   /** Client connections at PgBouncer (linked to a server connection or idle). */
@@ -23,6 +25,7 @@ const ZERO: ConnectionPeaks = {
   serverPool: 0,
   serverPoolBusy: 0,
   listen: 0,
+  workers: 0,
   allBackends: 0,
   bouncerClients: 0,
   bouncerWaiting: 0,
@@ -95,6 +98,7 @@ export class ConnectionMonitor {
     peaks.serverPool = Math.max(peaks.serverPool, b.pool);
     peaks.serverPoolBusy = Math.max(peaks.serverPoolBusy, b.poolBusy);
     peaks.listen = Math.max(peaks.listen, b.listen);
+    peaks.workers = Math.max(peaks.workers, b.pool + b.listen);
     peaks.allBackends = Math.max(peaks.allBackends, b.all);
     peaks.bouncerClients = Math.max(peaks.bouncerClients, p.clients);
     peaks.bouncerWaiting = Math.max(peaks.bouncerWaiting, p.waiting);

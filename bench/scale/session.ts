@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Queue } from '../../src/index.js';
@@ -8,12 +8,13 @@ import { startPgBouncer, type PgBouncer } from '../../tests/helpers/pgbouncer.js
 import { now, sleep } from '../lib/clock.js';
 import { migratedSchema, type ScratchSchema } from '../lib/database.js';
 import { BackendCpu, taggedUrl } from '../lib/postgres-cpu.js';
-import { ClientProcess, WorkerGroup, type WorkerReport } from '../lib/processes.js';
+import { ClientProcess, WorkerGroup } from '../lib/processes.js';
 import { distribution, rate, type Distribution } from '../lib/stats.js';
 import { SLUICE, type System } from '../lib/systems.js';
 import { busyCores, machineTicks, processCpuUs } from './cpu.js';
 import { ConnectionMonitor, type ConnectionPeaks } from './monitor.js';
-import { readStats, statsDelta, type ClaimStats } from './worker-stats.js';
+import type { WorkerFiles } from './worker-files.js';
+import { claimsDelta, readWorkerFiles, type ClaimStats } from './worker-files.js';
 
 /** Worker processes started alike. */
 export interface WorkerSet {
@@ -54,6 +55,8 @@ export interface ScaleContext {
 interface PhaseCost {
   /** CPU of all worker processes, µs per job. */
   workerCpuUsPerJob: number;
+  /** CPU of this benchmark's own process (progress messages, sampling), µs per job. */
+  harnessCpuUsPerJob: number;
   /** CPU of the Postgres backends serving the workers (pool and LISTEN), µs per job; null: not local. */
   postgresCpuUsPerJob: number | null;
   pgbouncerCpuUsPerJob: number | null;
@@ -92,10 +95,15 @@ export interface SessionResult {
   latency: LatencyResult;
   /** The largest peak RSS of one worker process. */
   maxRssBytes: number;
+  /** The machine's load average (1 min) when the session started: other agents share it. */
+  loadBefore: number;
 }
 
-/** Payload numbers of drained jobs start here, so they never mix with the latency jobs' (from 0). */
-const DRAIN_BASE = 1e9;
+/**
+ * Each drain numbers its jobs in a block of its own from 10 × DRAIN_BLOCK, so they
+ * never mix with the latency jobs' (from 0); see sluice-scaled.mjs.
+ */
+const DRAIN_BLOCK = 1e8;
 const ADAPTER = fileURLToPath(new URL('./sluice-scaled.mjs', import.meta.url));
 
 /**
@@ -114,7 +122,7 @@ export async function runSession(ctx: ScaleContext, spec: SessionSpec): Promise<
   const tags = { pool: `sluice-scale-${id}`, listen: `sluice-scale-${id}-listen` };
   const groups: WorkerGroup[] = [];
   let monitor: ConnectionMonitor | undefined;
-  let reports: WorkerReport[] | undefined;
+  const loadBefore = loadavg()[0]!;
   try {
     await queue.pauseQueue('default');
     monitor = await ConnectionMonitor.start(ctx.url, bouncer.adminUrl, tags);
@@ -125,7 +133,6 @@ export async function runSession(ctx: ScaleContext, spec: SessionSpec): Promise<
           url: taggedUrl(bouncer.url, tags.pool),
           schema: db.schema,
           concurrency: set.concurrency,
-          recordStarts: true,
         }),
       );
     }
@@ -137,27 +144,35 @@ export async function runSession(ctx: ScaleContext, spec: SessionSpec): Promise<
       await session.drain('sleep', ctx.sizes.sleepJobs, ctx.sizes.sleepMs),
     ];
     const latency = await session.latency();
-    reports = (await Promise.all(groups.splice(0).map((g) => g.stop()))).flat();
-    const starts = new Map<number, number>();
-    for (const report of reports) for (const [i, at] of report.starts) starts.set(i, at);
+    await stopAll(groups.splice(0), ctx.log);
     return {
       name: spec.name,
       processes: spec.sets.reduce((n, s) => n + s.count, 0),
       concurrency: spec.sets.reduce((n, s) => n + s.count * s.concurrency, 0),
       listeners: listenersOf(spec),
       poolSize: ctx.sizes.poolSize,
-      drains: drains.map((d) => d.finish(starts)),
-      latency: latency.finish(starts),
-      maxRssBytes: Math.max(...reports.map((r) => r.maxRssBytes)),
+      drains,
+      latency,
+      maxRssBytes: (await readWorkerFiles(statsDir)).maxRssBytes,
+      loadBefore,
     };
   } finally {
-    await Promise.all(groups.map((g) => g.stop().catch(() => [])));
+    await stopAll(groups, ctx.log);
     await monitor?.stop();
     await queue.close();
     await bouncer.stop();
     await db.drop();
     await rm(statsDir, { recursive: true, force: true });
   }
+}
+
+/**
+ * Stops every worker process gracefully. What the benchmark needs of them is in
+ * their files already; a stop whose report lost the race with the exit is logged.
+ */
+async function stopAll(groups: WorkerGroup[], log: (line: string) => void): Promise<void> {
+  const stopped = await Promise.allSettled(groups.map((g) => g.stop()));
+  for (const r of stopped) if (r.status === 'rejected') log(`  (${(r.reason as Error).message})`);
 }
 
 function listenersOf(spec: SessionSpec): number {
@@ -192,15 +207,11 @@ async function allUp(monitor: ConnectionMonitor, spec: SessionSpec): Promise<voi
 interface Baseline {
   completed: number;
   workerCpuUs: number;
+  harnessCpu: NodeJS.CpuUsage;
   pgbouncerCpuUs: number | null;
   machine: ReturnType<typeof machineTicks>;
   claims: ClaimStats;
   postgres: BackendCpu[];
-}
-
-/** A phase measured, waiting for the handler start times (known once the workers stop). */
-interface Pending<T> {
-  finish(starts: ReadonlyMap<number, number>): T;
 }
 
 class Session {
@@ -220,9 +231,10 @@ class Session {
   }
 
   /** Prefills `jobs` jobs while the queue is paused, resumes it, waits until all are written. */
-  async drain(task: 'noop' | 'sleep', jobs: number, ms: number): Promise<Pending<DrainResult>> {
+  async drain(task: 'noop' | 'sleep', jobs: number, ms: number): Promise<DrainResult> {
     const { ctx, db, queue } = this;
-    const first = DRAIN_BASE + (task === 'noop' ? 0 : 1e8);
+    const block = task === 'noop' ? 10 : 11;
+    const first = block * DRAIN_BLOCK;
     for (let from = 0; from < jobs; from += 5_000) {
       const batch = Array.from({ length: Math.min(5_000, jobs - from) }, (_, k) => ({
         task,
@@ -234,41 +246,32 @@ class Session {
     const base = await this.baseline();
     const resumedAt = now();
     await queue.resumeQueue('default');
-    const target = base.completed + jobs;
-    const deadline = resumedAt + ctx.sizes.drainTimeoutMs;
-    while (this.completed < target && now() < deadline) await sleep(5);
-    const written = this.completed >= target ? await this.allWritten(deadline) : null;
+    const written = await this.drained(base.completed + jobs, resumedAt + ctx.sizes.drainTimeoutMs);
     const endedAt = written ?? now();
     const cost = await this.cost(base, jobs);
-    const unfinished = await db.count(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE status <> 'completed'`);
+    const unfinished = await this.unfinished();
     await queue.pauseQueue('default');
     // Left over from a drain that timed out: not the next phase's.
     await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE status <> 'completed'`);
     const completed = jobs - unfinished;
+    const from = cost.files.firstStarts.get(block) ?? resumedAt;
     ctx.log(
       `  drain ${jobs} ${task === 'noop' ? 'no-op' : `${ms} ms`} jobs: ${completed} done in ${((endedAt - resumedAt) / 1000).toFixed(1)} s`,
     );
     return {
-      finish: (starts) => {
-        let firstStart = Infinity;
-        for (const [i, at] of starts) if (i >= first && i < first + jobs) firstStart = Math.min(firstStart, at);
-        const from = Number.isFinite(firstStart) ? firstStart : resumedAt;
-        return {
-          task: task === 'noop' ? 'no-op' : `${ms} ms`,
-          jobs,
-          completed,
-          timedOut: written === null,
-          jobsPerSec: rate(completed, endedAt - from),
-          elapsedMs: endedAt - from,
-          pickUpMs: from - resumedAt,
-          ...cost,
-        };
-      },
+      task: task === 'noop' ? 'no-op' : `${ms} ms`,
+      jobs,
+      completed,
+      timedOut: written === null,
+      jobsPerSec: rate(completed, endedAt - from),
+      elapsedMs: endedAt - from,
+      pickUpMs: from - resumedAt,
+      ...cost.phase,
     };
   }
 
   /** Idle workers; one enqueue every latencyIntervalMs from a client process (direct connection). */
-  async latency(): Promise<Pending<LatencyResult>> {
+  async latency(): Promise<LatencyResult> {
     const { ctx, db } = this;
     const { latencyJobs: jobs, latencyIntervalMs } = ctx.sizes;
     await this.queue.resumeQueue('default');
@@ -278,16 +281,13 @@ class Session {
       await sleep(3_000);
       const base = await this.baseline();
       const committed = await client.latency(jobs, latencyIntervalMs);
-      const deadline = now() + 10_000;
-      while (this.completed < base.completed + jobs && now() < deadline) await sleep(5);
+      await this.drained(base.completed + jobs, now() + 10_000);
       const cost = await this.cost(base, jobs);
-      ctx.log(`  latency: ${this.completed - base.completed} of ${jobs} jobs started`);
-      return {
-        finish: (starts) => {
-          const latencies = committed.map((at, i) => (starts.has(i) ? starts.get(i)! - at : Infinity));
-          return { jobs, jobsSeen: latencies.filter(Number.isFinite).length, latencyMs: distribution(latencies), ...cost };
-        },
-      };
+      const starts = cost.files.latencyStarts;
+      const latencies = committed.map((at, i) => (starts.has(i) ? starts.get(i)! - at : Infinity));
+      const seen = latencies.filter(Number.isFinite).length;
+      ctx.log(`  latency: ${seen} of ${jobs} jobs started`);
+      return { jobs, jobsSeen: seen, latencyMs: distribution(latencies), ...cost.phase };
     } finally {
       await client.close();
     }
@@ -300,9 +300,10 @@ class Session {
     return {
       completed: this.completed,
       workerCpuUs: this.groups.reduce((n, g) => n + g.cpuUs, 0),
+      harnessCpu: process.cpuUsage(),
       pgbouncerCpuUs: processCpuUs(this.bouncer.pid),
       machine: machineTicks(),
-      claims: await readStats(this.statsDir),
+      claims: (await readWorkerFiles(this.statsDir)).claims,
       postgres: await Promise.all([
         BackendCpu.start(this.db.pool, this.tags.pool),
         BackendCpu.start(this.db.pool, this.tags.listen),
@@ -310,32 +311,52 @@ class Session {
     };
   }
 
-  private async cost(base: Baseline, jobs: number): Promise<PhaseCost> {
+  private async cost(base: Baseline, jobs: number): Promise<{ phase: PhaseCost; files: WorkerFiles }> {
     const machine = machineTicks();
+    const harness = process.cpuUsage(base.harnessCpu);
     const pgbouncerCpuUs = processCpuUs(this.bouncer.pid);
     const postgres = await Promise.all(base.postgres.map((cpu) => cpu.stop()));
     const connections = this.monitor.reset();
     // Progress reports (with CPU) come every 5 ms, the stats files every 250 ms.
     await sleep(500);
     const perJob = (us: number | null) => (us === null ? null : us / jobs);
-    return {
+    const files = await readWorkerFiles(this.statsDir);
+    const phase: PhaseCost = {
       workerCpuUsPerJob: (this.groups.reduce((n, g) => n + g.cpuUs, 0) - base.workerCpuUs) / jobs,
+      harnessCpuUsPerJob: (harness.user + harness.system) / jobs,
       postgresCpuUsPerJob: postgres.includes(null) ? null : perJob(postgres.reduce((a, b) => a! + b!, 0)),
       pgbouncerCpuUsPerJob:
         pgbouncerCpuUs === null || base.pgbouncerCpuUs === null ? null : perJob(pgbouncerCpuUs - base.pgbouncerCpuUs),
       busyCores: busyCores(base.machine, machine),
       connections,
-      claims: statsDelta(base.claims, await readStats(this.statsDir)),
+      claims: claimsDelta(base.claims, files.claims),
     };
+    return { phase, files };
   }
 
-  /** When the jobs table shows every completion written (the workers count a job before its write). */
-  private async allWritten(deadline: number): Promise<number | null> {
-    const sql = `SELECT count(*)::int AS n FROM ${this.db.s}.jobs WHERE status <> 'completed'`;
-    for (;;) {
-      const sent = now();
-      if ((await this.db.count(sql)) === 0) return sent;
+  private unfinished(): Promise<number> {
+    return this.db.count(`SELECT count(*)::int AS n FROM ${this.db.s}.jobs WHERE status <> 'completed'`);
+  }
+
+  /**
+   * When the jobs table showed every completion written (the time that query was
+   * sent), or null past `deadline`. The workers' counts (passed on every 100 ms)
+   * say when to look closely; the table is also read every 250 ms regardless, so a
+   * count that never arrives cannot stall the run.
+   */
+  private async drained(target: number, deadline: number): Promise<number | null> {
+    const nearly = target - Math.max(1, Math.floor((target - this.completed) / 20));
+    let lastLog = now();
+    for (let n = 1; ; n++) {
+      if (this.completed >= nearly || n % 50 === 0) {
+        const sent = now();
+        if ((await this.unfinished()) === 0) return sent;
+      }
       if (now() > deadline) return null;
+      if (now() - lastLog > 10_000) {
+        lastLog = now();
+        this.ctx.log(`    ... ${this.completed} jobs counted, ${await this.unfinished()} unfinished in the table`);
+      }
       await sleep(5);
     }
   }
