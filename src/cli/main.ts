@@ -10,6 +10,7 @@ import { registerDeadLetters } from './commands/dead-letters.js';
 import { registerEnqueue } from './commands/enqueue.js';
 import { registerJobs } from './commands/jobs.js';
 import { registerQueues } from './commands/queues.js';
+import { registerRelay } from './commands/relay.js';
 import { registerStats } from './commands/stats.js';
 import { registerWorker } from './commands/worker.js';
 import { loginProblem } from './database.js';
@@ -47,6 +48,7 @@ export function buildProgram(): Command {
   registerCron(program);
   registerDeadLetters(program);
   registerQueues(program);
+  registerRelay(program);
   for (const command of program.commands) command.exitOverride();
   return program;
 }

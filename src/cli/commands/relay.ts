@@ -1,0 +1,134 @@
+import type { Command } from 'commander';
+import { Option } from 'commander';
+import { OutboxRelay } from '../../outbox/relay.js';
+import { outboxLag } from '../../outbox/lag.js';
+import { natsPublisher } from '../../outbox/publishers/nats.js';
+import { rabbitMqPublisher } from '../../outbox/publishers/rabbitmq.js';
+import type { BrokerPublisher } from '../../outbox/publishers/publisher.js';
+import { withDatabase } from '../database.js';
+import { UsageError, formatTime, printJson } from '../output.js';
+import { collect, integer } from '../parse.js';
+
+interface RelayFlags {
+  broker: 'nats' | 'rabbitmq';
+  destination?: string[];
+  natsUrl: string;
+  subjectPrefix: string;
+  amqpUrl: string;
+  exchange: string;
+  partitions: number;
+  maxPartitions?: number;
+  batchSize: number;
+  maxAttempts: number;
+  status?: boolean;
+  json?: boolean;
+}
+
+export function registerRelay(program: Command): void {
+  program
+    .command('relay')
+    .description('publish committed outbox messages to NATS JetStream or RabbitMQ until SIGINT/SIGTERM')
+    .addOption(new Option('--broker <name>', 'where messages go').choices(['nats', 'rabbitmq']).default('nats'))
+    .option('--destination <name>', 'destination to relay (repeatable; required unless --status)', collect)
+    .option('--nats-url <url>', 'NATS server (env: SLUICE_NATS_URL)', process.env.SLUICE_NATS_URL ?? 'nats://127.0.0.1:4222')
+    .option('--subject-prefix <prefix>', 'NATS: prepended to the destination to make the subject', '')
+    .option(
+      '--amqp-url <url>',
+      'RabbitMQ server (env: SLUICE_AMQP_URL)',
+      process.env.SLUICE_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672',
+    )
+    .option('--exchange <name>', 'RabbitMQ: exchange to publish to; the destination is the routing key', '')
+    .option('--partitions <n>', 'partitions per destination (the same in every relay)', integer(1, 1024), 1)
+    .option('--max-partitions <n>', 'most partitions this process holds (default: all)', integer(1, 1_000_000))
+    .option('--batch-size <n>', 'rows read per window (largest batch sent to the broker)', integer(1, 100_000), 2000)
+    .option('--max-attempts <n>', 'refusals of one message before it becomes a dead letter', integer(1, 1000), 10)
+    .option('--status', "print every destination's lag and exit")
+    .option('--json', 'JSON lines instead of text')
+    .addHelpText(
+      'after',
+      `
+Run several relays for availability: each partition of each destination has one
+active relay, and another takes over within the lease (10s) when it dies. With
+--partitions P and N processes, --max-partitions ceil(P/N) shares the load.
+
+Examples:
+  sluice relay --destination orders.paid --destination orders.shipped --subject-prefix app.
+  sluice relay --broker rabbitmq --exchange events --destination orders.paid --partitions 4 --max-partitions 2
+  sluice relay --status --json`,
+    )
+    .action(async (flags: RelayFlags, command: Command) => {
+      const log = (event: string, fields: Record<string, unknown> = {}, stream: NodeJS.WritableStream = process.stdout) => {
+        if (flags.json) return printJson({ time: new Date(), event, ...fields });
+        const rest = Object.entries(fields).map(([k, v]) => `${k}=${v instanceof Date ? formatTime(v) : String(v)}`);
+        stream.write(`${formatTime(new Date())} ${event}${rest.length ? ` ${rest.join(' ')}` : ''}\n`);
+      };
+      await withDatabase(command, async ({ pool, url, schema }) => {
+        if (flags.status) {
+          for (const lag of await outboxLag(pool, schema)) log('lag', { ...lag });
+          return;
+        }
+        if (!flags.destination?.length) throw new UsageError('give at least one --destination (or --status)');
+        const publisher: BrokerPublisher =
+          flags.broker === 'nats'
+            ? natsPublisher({ servers: flags.natsUrl, subjectPrefix: flags.subjectPrefix })
+            : rabbitMqPublisher({ url: flags.amqpUrl, exchange: flags.exchange });
+        const relay = new OutboxRelay({
+          connectionString: url,
+          schema,
+          publisher,
+          destinations: flags.destination,
+          partitions: flags.partitions,
+          maxPartitions: flags.maxPartitions,
+          batchSize: flags.batchSize,
+          maxAttempts: flags.maxAttempts,
+        });
+        let published = 0;
+        relay.events.on('published', (b) => (published += b.count));
+        relay.events.on('acquired', (p) => log('acquired', { ...p }));
+        relay.events.on('lost', (p) => log('lost', { ...p }));
+        relay.events.on('deadLetter', (d) =>
+          log(
+            'dead_letter',
+            { destination: d.destination, message: d.messageId, attempts: d.attempts, error: d.error.message },
+            process.stderr,
+          ),
+        );
+        // Failures repeat with every retry: one line per distinct error, until a batch goes through.
+        let lastFailure = '';
+        relay.events.on('failure', (f) => {
+          const line = `${f.destination} ${f.error.message}`;
+          if (line === lastFailure) return;
+          lastFailure = line;
+          log('failure', { destination: f.destination, transient: f.transient, error: f.error.message }, process.stderr);
+        });
+        relay.events.on('published', () => (lastFailure = ''));
+        relay.events.on('error', (err) => log('error', { error: err.message }, process.stderr));
+        const stopped = untilSignal(relay);
+        await relay.start();
+        log('started', { relay: relay.options.relayId, broker: flags.broker, destinations: flags.destination.join(',') });
+        const progress = setInterval(() => log('progress', { published }), 10_000);
+        progress.unref();
+        await stopped;
+        clearInterval(progress);
+        log('stopped', { published });
+      });
+    });
+}
+
+/** Resolves once the relay has stopped after SIGINT/SIGTERM; a second signal exits at once. */
+function untilSignal(relay: OutboxRelay): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let signalled = false;
+    const onSignal = () => {
+      if (signalled) process.exit(1);
+      signalled = true;
+      relay.stop().then(() => {
+        process.off('SIGINT', onSignal);
+        process.off('SIGTERM', onSignal);
+        resolve();
+      }, reject);
+    };
+    process.on('SIGINT', onSignal);
+    process.on('SIGTERM', onSignal);
+  });
+}
