@@ -119,7 +119,7 @@ describe('help and notes', () => {
 
   it('enqueue into a paused queue adds the job and says on stderr that it waits', async () => {
     const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
-    expect((await runSluice(['queues', 'pause', 'held'], env)).code).toBe(0);
+    expect((await runSluice(['queues', 'pause', 'held', '--create'], env)).code).toBe(0);
     const held = await runSluice(['enqueue', 'x', '--queue', 'held'], env);
     expect(held.code).toBe(0);
     expect(held.stdout).toMatch(/^\d+\n$/);

@@ -254,7 +254,7 @@ describe('pause and resume', () => {
       pollIntervalMs: 3_600_000,
       tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) },
     });
-    expect(await cli('pause', 'cli-q')).toMatchObject({ code: 0, stdout: 'cli-q: paused, no limit\n' });
+    expect(await cli('pause', 'cli-q', '--create')).toMatchObject({ code: 0, stdout: 'cli-q: paused, no limit\n' });
     const id = await suite.queue.enqueue('t', {}, { queue: 'cli-q' });
     await waitForStatus(await suite.queue.enqueue('t', {}, { queue: 'cli-other' }), 'completed');
     expect((await job(id)).status).toBe('pending');

@@ -1,7 +1,20 @@
 import type { Command } from 'commander';
-import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from '../../control.js';
+import { getGroupStats } from '../../admin/groups.js';
+import { setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from '../../control.js';
+import type { Queryable } from '../../db/executor.js';
 import { controlStatements } from '../../db/statements/control.js';
+import { groupStatements } from '../../db/statements/groups.js';
+import {
+  listQueueLimits,
+  setGroupSettings,
+  setQueueGroups,
+  setQueueRateLimit,
+  type GroupSettings,
+  type QueueLimits,
+  type RateLimit,
+} from '../../groups/settings.js';
 import { withDatabase } from '../database.js';
+import { duration, integer } from '../parse.js';
 import { printJson, printTable, UsageError } from '../output.js';
 
 function print(settings: QueueSettings, json: boolean | undefined): void {
@@ -10,9 +23,69 @@ function print(settings: QueueSettings, json: boolean | undefined): void {
   process.stdout.write(`${settings.name}: ${settings.paused ? 'paused' : 'running'}, ${limit}\n`);
 }
 
-/** `sluice queues list|pause|resume|limit`: the persisted queue settings every worker follows. */
+function rateText(rate: Required<RateLimit> | null): string {
+  return rate === null ? '-' : `${rate.limit}/${rate.intervalMs}ms burst ${rate.burst}`;
+}
+
+function printLimits(limits: QueueLimits, json: boolean | undefined): void {
+  if (json) return printJson(limits);
+  const groups = limits.groupConcurrency === null ? 'no group limit' : `group limit ${limits.groupConcurrency}`;
+  process.stdout.write(
+    `${limits.name}: ${limits.grouped ? 'grouped' : 'not grouped'}, ${groups}, rate ${rateText(limits.rateLimit)}, ` +
+      `group rate ${rateText(limits.groupRateLimit)}\n`,
+  );
+}
+
+function printGroup(group: GroupSettings, json: boolean | undefined): void {
+  if (json) return printJson(group);
+  const limit = group.concurrencyLimit === null ? 'queue default' : String(group.concurrencyLimit);
+  process.stdout.write(
+    `${group.queue} / ${group.group ?? '(no group)'}: weight ${group.weight}, limit ${limit}, rate ${rateText(group.rateLimit)}\n`,
+  );
+}
+
+/** `<n>` or "none", for options that set or remove a limit. */
+function limitOrNone(what: string, value: string): number | null {
+  if (value === 'none') return null;
+  if (!/^\d+$/.test(value)) throw new UsageError(`${what} must be a positive integer or "none"`);
+  return Number(value);
+}
+
+interface RateFlags {
+  per?: number;
+  burst?: number;
+}
+
+/** A rate from `<n>|none` and --per/--burst. */
+function rateOf(what: string, value: string, flags: RateFlags): RateLimit | null {
+  const limit = limitOrNone(what, value);
+  if (limit === null) return null;
+  return {
+    limit,
+    ...(flags.per === undefined ? {} : { intervalMs: flags.per }),
+    ...(flags.burst === undefined ? {} : { burst: flags.burst }),
+  };
+}
+
+/**
+ * A typo in a queue name must not silently create a setting for a queue nobody
+ * uses: a queue is known when it has jobs or settings, or the caller says --create.
+ */
+async function checkKnownQueue(db: Queryable, schema: string, name: string, create: boolean | undefined): Promise<void> {
+  if (create) return;
+  const known = (await listQueueLimits(db, schema)).some((q) => q.name === name);
+  if (known) return;
+  const { rows } = await db.query(groupStatements(schema).queueHasJobs, [name]);
+  if ((rows[0] as { found: boolean }).found) return;
+  throw new UsageError(
+    `queue "${name}" has no jobs and no settings: check the name (sluice queues list, sluice stats), ` +
+      'or pass --create to set it up before its first job',
+  );
+}
+
+/** `sluice queues list|pause|resume|limit|rate|groups|group|group-stats`: the persisted queue settings every worker follows. */
 export function registerQueues(program: Command): void {
-  const queues = program.command('queues').description('pause/resume queues and set cluster-wide concurrency limits');
+  const queues = program.command('queues').description('pause/resume queues; cluster-wide concurrency, group and rate limits');
 
   queues
     .command('list')
@@ -20,15 +93,19 @@ export function registerQueues(program: Command): void {
     .option('--json', 'print the settings as JSON')
     .exitOverride()
     .action(async (flags: { json?: boolean }, command: Command) => {
-      const list = await withDatabase(command, ({ pool, schema }) => listQueueSettings(pool, controlStatements(schema)));
+      const list = await withDatabase(command, ({ pool, schema }) => listQueueLimits(pool, schema));
       if (flags.json) return printJson(list);
       if (list.length === 0) return void process.stdout.write('no queue has settings: all run, unlimited\n');
       printTable(
-        ['QUEUE', 'STATE', 'LIMIT', 'UPDATED'],
+        ['QUEUE', 'STATE', 'LIMIT', 'GROUPED', 'GROUP LIMIT', 'RATE', 'GROUP RATE', 'UPDATED'],
         list.map((q) => [
           q.name,
           q.paused ? 'paused' : 'running',
           q.concurrencyLimit === null ? '-' : String(q.concurrencyLimit),
+          q.grouped ? 'yes' : 'no',
+          q.groupConcurrency === null ? '-' : String(q.groupConcurrency),
+          rateText(q.rateLimit),
+          rateText(q.groupRateLimit),
           q.updatedAt.toISOString(),
         ]),
       );
@@ -43,11 +120,15 @@ export function registerQueues(program: Command): void {
       .description(
         paused ? 'stop every worker claiming from a queue (jobs still enqueue)' : 'let workers claim from a paused queue again',
       )
+      .option('--create', 'also for a queue that has no jobs or settings yet')
       .option('--json', 'print the settings as JSON')
       .exitOverride()
-      .action(async (name: string, flags: { json?: boolean }, command: Command) => {
+      .action(async (name: string, flags: { json?: boolean; create?: boolean }, command: Command) => {
         print(
-          await withDatabase(command, ({ pool, schema }) => setQueuePaused(pool, controlStatements(schema), name, paused)),
+          await withDatabase(command, async ({ pool, schema }) => {
+            await checkKnownQueue(pool, schema, name, flags.create);
+            return setQueuePaused(pool, controlStatements(schema), name, paused);
+          }),
           flags.json,
         );
       });
@@ -56,14 +137,126 @@ export function registerQueues(program: Command): void {
   queues
     .command('limit <queue> <n>')
     .description('most jobs of a queue running at once across all workers ("none" removes it; 1 = serial)')
+    .option('--create', 'also for a queue that has no jobs or settings yet')
     .option('--json', 'print the settings as JSON')
     .exitOverride()
-    .action(async (name: string, n: string, flags: { json?: boolean }, command: Command) => {
-      if (n !== 'none' && !/^\d+$/.test(n)) throw new UsageError('the limit must be a positive integer or "none"');
-      const limit = n === 'none' ? null : Number(n);
+    .action(async (name: string, n: string, flags: { json?: boolean; create?: boolean }, command: Command) => {
+      const limit = limitOrNone('the limit', n);
       print(
-        await withDatabase(command, ({ pool, schema }) => setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit)),
+        await withDatabase(command, async ({ pool, schema }) => {
+          await checkKnownQueue(pool, schema, name, flags.create);
+          return setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit);
+        }),
         flags.json,
+      );
+    });
+
+  queues
+    .command('rate <queue> <n>')
+    .description('most job starts of a queue per interval across all workers ("none" removes it)')
+    .option('--per <duration>', 'the interval (default 1s)', duration)
+    .option('--burst <n>', 'most starts at once after a quiet spell (default a tenth of n)', integer(1, 1_000_000))
+    .option('--create', 'also for a queue that has no jobs or settings yet')
+    .option('--json', 'print the settings as JSON')
+    .exitOverride()
+    .action(async (name: string, n: string, flags: RateFlags & { json?: boolean; create?: boolean }, command: Command) => {
+      const rate = rateOf('the rate', n, flags);
+      printLimits(
+        await withDatabase(command, async ({ pool, schema }) => {
+          await checkKnownQueue(pool, schema, name, flags.create);
+          return setQueueRateLimit(pool, schema, name, rate, { actor: 'cli' });
+        }),
+        flags.json,
+      );
+    });
+
+  queues
+    .command('groups <queue>')
+    .description("a queue's group defaults: most running jobs and starts per group")
+    .option('--limit <n>', 'most jobs of one group running at once ("none" removes it)')
+    .option('--rate <n>', 'most starts of one group per interval ("none" removes it)')
+    .option('--per <duration>', 'the interval of --rate (default 1s)', duration)
+    .option('--burst <n>', 'most starts of one group at once (default a tenth of --rate)', integer(1, 1_000_000))
+    .option('--create', 'also for a queue that has no jobs or settings yet')
+    .option('--json', 'print the settings as JSON')
+    .exitOverride()
+    .action(
+      async (
+        name: string,
+        flags: RateFlags & { limit?: string; rate?: string; json?: boolean; create?: boolean },
+        command: Command,
+      ) => {
+        const settings = {
+          ...(flags.limit === undefined ? {} : { groupConcurrency: limitOrNone('--limit', flags.limit) }),
+          ...(flags.rate === undefined ? {} : { groupRateLimit: rateOf('--rate', flags.rate, flags) }),
+        };
+        printLimits(
+          await withDatabase(command, async ({ pool, schema }) => {
+            await checkKnownQueue(pool, schema, name, flags.create);
+            return setQueueGroups(pool, schema, name, settings, { actor: 'cli' });
+          }),
+          flags.json,
+        );
+      },
+    );
+
+  queues
+    .command('group <queue> <group>')
+    .description('one group\'s own settings, over the queue\'s defaults ("-" for the jobs without a group)')
+    .option('--weight <n>', 'jobs taken from the group per turn of the round robin', integer(1, 1000))
+    .option('--limit <n>', 'most of its jobs running at once ("none": the queue default)')
+    .option('--rate <n>', 'most of its starts per interval ("none": the queue default)')
+    .option('--per <duration>', 'the interval of --rate (default 1s)', duration)
+    .option('--burst <n>', 'most of its starts at once (default a tenth of --rate)', integer(1, 1_000_000))
+    .option('--create', 'also for a queue that has no jobs or settings yet')
+    .option('--json', 'print the settings as JSON')
+    .exitOverride()
+    .action(
+      async (
+        name: string,
+        group: string,
+        flags: RateFlags & { weight?: number; limit?: string; rate?: string; json?: boolean; create?: boolean },
+        command: Command,
+      ) => {
+        const settings = {
+          ...(flags.weight === undefined ? {} : { weight: flags.weight }),
+          ...(flags.limit === undefined ? {} : { concurrencyLimit: limitOrNone('--limit', flags.limit) }),
+          ...(flags.rate === undefined ? {} : { rateLimit: rateOf('--rate', flags.rate, flags) }),
+        };
+        printGroup(
+          await withDatabase(command, async ({ pool, schema }) => {
+            await checkKnownQueue(pool, schema, name, flags.create);
+            return setGroupSettings(pool, schema, name, group === '-' ? null : group, settings, { actor: 'cli' });
+          }),
+          flags.json,
+        );
+      },
+    );
+
+  queues
+    .command('group-stats <queue>')
+    .description('per-group backlog, running jobs and throttling of a queue, busiest first')
+    .option('--top <n>', 'how many groups to show', integer(1, 10_000), 20)
+    .option('--json', 'print the numbers as JSON')
+    .exitOverride()
+    .action(async (name: string, flags: { top: number; json?: boolean }, command: Command) => {
+      const stats = await withDatabase(command, ({ pool, schema }) => getGroupStats(pool, schema, name, { limit: flags.top }));
+      if (flags.json) return printJson(stats);
+      process.stdout.write(
+        `${stats.queue}: ${stats.groups} groups, ${stats.due} due, ${stats.running} running, ${stats.throttled} throttled\n`,
+      );
+      if (stats.top.length === 0) return;
+      printTable(
+        ['GROUP', 'DUE', 'SCHEDULED', 'RUNNING', 'WEIGHT', 'LIMIT', 'THROTTLED'],
+        stats.top.map((g) => [
+          g.group ?? '(no group)',
+          String(g.due),
+          String(g.scheduled),
+          String(g.running),
+          String(g.weight),
+          g.concurrencyLimit === null ? '-' : String(g.concurrencyLimit),
+          g.throttled ? 'yes' : 'no',
+        ]),
       );
     });
 }

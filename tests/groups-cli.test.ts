@@ -1,0 +1,68 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Queue } from '../src/index.js';
+import { listGroupSettings, listQueueLimits } from '../src/groups/settings.js';
+import { createTestSchema, type TestDatabase } from './helpers/database.js';
+import { runCli } from './helpers/cli.js';
+
+let db: TestDatabase;
+let queue: Queue;
+
+beforeAll(async () => {
+  db = await createTestSchema('groupcli');
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+});
+afterAll(async () => {
+  await queue.close();
+  await db.drop();
+});
+
+const cli = (...args: string[]) => runCli(db.url, db.schema, ['queues', ...args]);
+
+describe('sluice queues: unknown queues, groups and rate limits', () => {
+  it('refuses to pause a queue with no jobs and no settings (a typo), with a hint; --create or a job makes it known', async () => {
+    const typo = await cli('pause', 'emials');
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain('queue "emials" has no jobs and no settings');
+    expect(typo.stderr).toContain('--create');
+    expect((await listQueueLimits(db.pool, db.schema)).map((q) => q.name)).not.toContain('emials');
+
+    expect(await cli('pause', 'later', '--create')).toMatchObject({ code: 0, stdout: 'later: paused, no limit\n' });
+    await queue.enqueue('t', {}, { queue: 'emails' });
+    expect(await cli('pause', 'emails')).toMatchObject({ code: 0, stdout: 'emails: paused, no limit\n' });
+    // Known by its settings now, even without jobs.
+    expect((await cli('resume', 'later')).code).toBe(0);
+  });
+
+  it('sets rate limits, group defaults and one group, and shows group stats', async () => {
+    await queue.enqueueMany(['a', 'a', 'b'].map((group) => ({ task: 't', queue: 'api', group })));
+    expect(await cli('rate', 'api', '100', '--per', '1s', '--burst', '5')).toMatchObject({
+      code: 0,
+      stdout: 'api: grouped, no group limit, rate 100/1000ms burst 5, group rate -\n',
+    });
+    expect((await cli('groups', 'api', '--limit', '2', '--rate', '10', '--per', '1m')).stdout).toBe(
+      'api: grouped, group limit 2, rate 100/1000ms burst 5, group rate 10/60000ms burst 1\n',
+    );
+    expect((await cli('group', 'api', 'a', '--weight', '3', '--limit', '5')).stdout).toBe('api / a: weight 3, limit 5, rate -\n');
+    expect((await cli('group', 'api', '-', '--limit', 'none')).stdout).toBe(
+      'api / (no group): weight 1, limit queue default, rate -\n',
+    );
+    expect(await listGroupSettings(db.pool, db.schema, 'api')).toMatchObject([
+      { group: null, weight: 1, concurrencyLimit: null },
+      { group: 'a', weight: 3, concurrencyLimit: 5 },
+    ]);
+    const stats = await cli('group-stats', 'api', '--json');
+    expect(JSON.parse(stats.stdout)).toMatchObject({
+      queue: 'api',
+      groups: 2,
+      due: 3,
+      running: 0,
+      top: [
+        { group: 'a', due: 2, weight: 3, concurrencyLimit: 5, throttled: false },
+        { group: 'b', due: 1, weight: 1, concurrencyLimit: 2, throttled: false },
+      ],
+    });
+    expect((await cli('rate', 'api', 'fast')).code).toBe(2);
+    expect((await cli('group', 'api', 'a', '--weight', '0')).code).toBe(2);
+    expect((await cli('rate', 'nosuchqueue', '5')).code).toBe(2);
+  });
+});
