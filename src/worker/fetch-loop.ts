@@ -68,10 +68,21 @@ export interface FetchLoopStats {
 }
 
 /**
+ * Cycles in flight at once, each on a connection of its own. One cycle at a time
+ * leaves the worker idle for every round trip (it has run what it holds and waits
+ * for the claim), and Postgres idle while the worker runs; a second cycle sent
+ * while the first is out overlaps the two. More would only queue behind each
+ * other in Postgres, and each cycle needs a pooled connection.
+ */
+export const MAX_CYCLES_IN_FLIGHT = 2;
+
+/**
  * Decides when to send a cycle: the one statement that writes buffered results
  * and claims up to the free slots, so a busy worker spends one round trip per
- * batch of jobs, not several per job. Cycles never overlap; requests that arrive
- * during one are folded into the next.
+ * batch of jobs, not several per job. Up to MAX_CYCLES_IN_FLIGHT overlap; a claim
+ * counts the jobs the cycles already out asked for as taken, so together they
+ * never ask for more than the slots and prefetch allow. Requests that arrive while
+ * the cycles are out are folded into the next one.
  *
  * It claims only when there may be work: after a wake (notification, poll tick, a
  * known due time, a rescue), or after a claim that came back full. A claim that
@@ -92,7 +103,13 @@ export class FetchLoop {
   private backlog = false;
   /** Bumped by every wake, so a cycle that was already running cannot cancel it. */
   private wakes = 0;
-  private inFlight: Promise<void> | undefined;
+  private readonly inFlight = new Set<Promise<void>>();
+  /** Jobs the cycles in flight asked for, not back yet. */
+  private requested = 0;
+  /** Of those, how many their claims start at once (free slots promised to them). */
+  private startsRequested = 0;
+  /** A claim of the limited queues is in flight (their free slots are counted once). */
+  private claimingLimited = false;
   private again = false;
   private scheduled = false;
   private stopping = false;
@@ -154,7 +171,11 @@ export class FetchLoop {
     this.stopping = true;
     void this.poll.stop();
     this.due.clear();
-    while (this.inFlight) await this.inFlight;
+    await this.settled();
+  }
+
+  private async settled(): Promise<void> {
+    while (this.inFlight.size > 0) await Promise.all(this.inFlight);
   }
 
   /** Writes every buffered result, retrying while the database is unreachable, until `deadline`. */
@@ -164,7 +185,7 @@ export class FetchLoop {
     this.flushTimer = undefined;
     clearTimeout(this.retryTimer);
     this.retryTimer = undefined;
-    while (this.inFlight) await this.inFlight;
+    await this.settled();
     while (this.results.unwritten > 0) {
       if (this.results.size > 0 && (await this.send(0))) continue;
       if (Date.now() > deadline) return;
@@ -174,7 +195,12 @@ export class FetchLoop {
   }
 
   private wantClaim(): boolean {
-    return this.mayHaveWork && !this.stopping && this.target.wanted() >= this.threshold();
+    return this.mayHaveWork && !this.stopping && this.wanted() >= this.threshold();
+  }
+
+  /** Jobs a new claim may ask for: what the slots want, less what the cycles out asked for. */
+  private wanted(): number {
+    return Math.max(0, this.target.wanted() - this.requested);
   }
 
   /** Claim only this many or more: a batch while a backlog drains, any free slot after a wake. */
@@ -184,7 +210,7 @@ export class FetchLoop {
 
   private kick(flush = false): void {
     if (flush) this.forceFlush = true;
-    if (this.inFlight) {
+    if (this.inFlight.size >= MAX_CYCLES_IN_FLIGHT) {
       this.again = true;
       return;
     }
@@ -198,8 +224,8 @@ export class FetchLoop {
   }
 
   private step(): void {
-    if (this.inFlight || this.retryTimer || this.draining) return;
-    const wanted = this.mayHaveWork && !this.stopping ? this.target.wanted() : 0;
+    if (this.inFlight.size >= MAX_CYCLES_IN_FLIGHT || this.retryTimer || this.draining) return;
+    const wanted = this.mayHaveWork && !this.stopping ? this.wanted() : 0;
     const claimNow = wanted >= this.threshold();
     const flushNow = this.results.size > 0 && (this.forceFlush || this.results.size >= this.config.batchSize);
     if (!claimNow && !flushNow) {
@@ -235,15 +261,22 @@ export class FetchLoop {
    * instead of being folded into one that has already ended.
    */
   private send(limit: number): Promise<boolean> {
-    const cycle = this.cycle(limit).finally(() => {
-      this.inFlight = undefined;
+    // Free slots another cycle out has promised to its jobs are not free for this one.
+    const startNow = Math.min(limit, Math.max(0, this.target.free() - this.startsRequested));
+    this.requested += limit;
+    this.startsRequested += startNow;
+    const cycle = this.cycle(limit, startNow).finally(() => {
+      this.requested -= limit;
+      this.startsRequested -= startNow;
+      this.inFlight.delete(done);
     });
-    this.inFlight = cycle.then(() => {});
+    const done = cycle.then(() => {});
+    this.inFlight.add(done);
     return cycle;
   }
 
   /** One statement: write results, claim up to `limit`; then the limited queues. */
-  private async cycle(limit: number): Promise<boolean> {
+  private async cycle(limit: number, startNow: number): Promise<boolean> {
     const wakesBefore = this.wakes;
     const batch = this.results.take();
     const plan = this.plan();
@@ -260,7 +293,7 @@ export class FetchLoop {
         queues: plan.plain,
         tasks: this.config.tasks,
         limit: plainLimit,
-        startNow: Math.min(plainLimit, this.target.free()),
+        startNow: Math.min(plainLimit, startNow),
       });
     } catch (err) {
       this.results.restore(batch);
@@ -285,7 +318,14 @@ export class FetchLoop {
     // Queues with a concurrency limit take their own statements, only when any
     // are configured. They run after the results above were written, so a slot
     // freed by a finished job is seen by the limit count.
-    if (limit > 0 && plan.limited.length > 0 && (await this.claimLimited(plan.limited))) this.mayHaveWork = true;
+    if (limit > 0 && plan.limited.length > 0 && !this.claimingLimited) {
+      this.claimingLimited = true;
+      try {
+        if (await this.claimLimited(plan.limited)) this.mayHaveWork = true;
+      } finally {
+        this.claimingLimited = false;
+      }
+    }
     return true;
   }
 

@@ -36,7 +36,8 @@ import { WorkerRegistry } from './registry.js';
 export type { WorkerEvents } from './events.js';
 
 /** Connections a worker holds besides LISTEN: the fetch loop and heartbeat/rescue. */
-const POOL_SIZE = 2;
+// Two cycles in flight (see MAX_CYCLES_IN_FLIGHT) and the heartbeat's and hand-backs' statements.
+const POOL_SIZE = 3;
 
 /** The parts a running worker is made of; absent before start(). */
 interface Parts {
@@ -55,7 +56,7 @@ interface Parts {
 
 /**
  * Runs jobs. Uses a fixed handful of connections whatever its concurrency: one for
- * LISTEN, and a pool of two for claims, results and heartbeats.
+ * LISTEN, and a pool of three for claims, results and heartbeats.
  *
  * Listen for 'error' (connection trouble it is riding out); like any EventEmitter,
  * an 'error' with no listener would throw.

@@ -1,4 +1,5 @@
 import { quoteSchema } from '../identifiers.js';
+import { withGenericPlan } from './generic-plan.js';
 import { jobColumns, keepRecent } from './job-columns.js';
 import { perSchema } from './per-schema.js';
 
@@ -40,8 +41,8 @@ export interface WorkerStatements {
  * The claim takes its rows with SELECT ... FOR UPDATE SKIP LOCKED: workers skip
  * rows another claim holds instead of waiting on them.
  *
- * This is a named prepared statement, so Postgres soon switches to a generic plan
- * that cannot see $9 or $11. It is written so that plan is still the right one
+ * This is a named prepared statement, and withGenericPlan makes Postgres keep one
+ * generic plan for it, which cannot see $9 or $11. It is written so that plan is the right one
  * (measured with EXPLAIN on 100,000 pending jobs, where the earlier form got a seq
  * scan, a sort and a hash join: ~100 ms per claim instead of ~1 ms):
  * - a worker of one queue filters on queue = $9[1], an equality on the leading
@@ -70,7 +71,7 @@ function cycleStatement(
   queues: string,
   queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])',
 ): string {
-  return `WITH writable AS (
+  return withGenericPlan(`WITH writable AS (
         -- The rows this cycle writes, locked first and SKIP LOCKED: a row that some
         -- other session holds (an open transaction that locked it) is left for a
         -- later cycle instead of waited for, so it never holds up the other results
@@ -83,7 +84,7 @@ function cycleStatement(
             result = d.result -- $12: what each handler returned (JSON text or NULL)
         FROM unnest($2::bigint[], $3::int[], $12::jsonb[]) AS d(id, attempt, result)
         WHERE j.id = d.id AND j.id IN (SELECT id FROM writable)
-          AND j.attempts = d.attempt AND j.status = 'processing' AND j.locked_by = $1
+          AND j.attempts = d.attempt AND j.status = 'processing' AND j.locked_by = $1::text
         RETURNING j.id, j.notify_on_finish
       ), failed AS (
         UPDATE ${jobs} j
@@ -99,20 +100,20 @@ function cycleStatement(
         FROM unnest($4::bigint[], $5::int[], $6::text[], $7::float8[], $8::bool[])
           AS f(id, attempt, error, delay_ms, final)
         WHERE j.id = f.id AND j.id IN (SELECT id FROM writable)
-          AND j.attempts = f.attempt AND j.status = 'processing' AND j.locked_by = $1
+          AND j.attempts = f.attempt AND j.status = 'processing' AND j.locked_by = $1::text
         RETURNING j.id, j.status, j.notify_on_finish
       ), started AS (
         -- $14: jobs claimed ahead that have since started in their worker.
         UPDATE ${jobs} j SET started_at = now()
         WHERE j.id = ANY($14::bigint[]) AND j.id IN (SELECT id FROM writable)
-          AND j.status = 'processing' AND j.locked_by = $1 AND j.started_at IS NULL
+          AND j.status = 'processing' AND j.locked_by = $1::text AND j.started_at IS NULL
       ), claimed AS (
         UPDATE ${jobs} j
-        SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = $1,
+        SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = $1::text,
             updated_at = now(),
             -- The first $15 in claim order go into free slots and start now; the
             -- rest are claimed ahead and start when a slot frees (started_at NULL).
-            started_at = CASE WHEN p.n <= $15 THEN now() END,
+            started_at = CASE WHEN p.n <= $15::int THEN now() END,
             -- A key held only while pending is given up when the job starts, so it
             -- is never taken back when the job returns to pending (see 0002).
             key_scope = CASE WHEN j.key_scope = 'pending' THEN 'released' ELSE j.key_scope END
@@ -120,7 +121,7 @@ function cycleStatement(
           SELECT id FROM ${jobs}
           WHERE status = 'pending' AND ${queueFilter} AND task = ANY($10::text[]) AND run_at <= now()
           ORDER BY priority DESC, run_at, id
-          LIMIT $11
+          LIMIT $11::int
           FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(id, n)
         WHERE j.id = p.id
           AND j.queue <> ALL (ARRAY(SELECT name FROM ${queues} WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
@@ -130,7 +131,7 @@ function cycleStatement(
         -- Queue.waitFor() flagged and that are finished for good: the common case
         -- sends nothing. A plain SELECT CTE runs only when something needs its
         -- value, so applied filters on it (an unused output column would be dropped).
-        SELECT count(pg_notify($13, w.id::text)) AS n FROM (
+        SELECT count(pg_notify($13::text, w.id::text)) AS n FROM (
           SELECT id FROM completed WHERE notify_on_finish
           UNION ALL SELECT id FROM failed WHERE notify_on_finish AND status = 'failed'
         ) w
@@ -149,7 +150,7 @@ function cycleStatement(
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.failed_ids END AS failed_ids,
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.skipped_ids END AS skipped_ids,
              ${jobColumns('c')}
-      FROM applied a LEFT JOIN (SELECT *, row_number() OVER () AS n FROM claimed) c ON true`;
+      FROM applied a LEFT JOIN (SELECT *, row_number() OVER () AS n FROM claimed) c ON true`);
 }
 
 /** The statements of a worker for one schema, built once per schema. */
