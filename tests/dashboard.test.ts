@@ -245,7 +245,7 @@ describe('API', () => {
     // The actions the admin API accepts in this status, so the page offers no button that would be refused.
     expect(body.actions).toEqual(['retry', 'delete']);
     const pending = await queue.enqueue('later', {}, { queue: 'detail', delayMs: 60_000 });
-    expect((await api(`api/jobs/${pending}`)).body.actions).toEqual(['cancel', 'delete']);
+    expect((await api(`api/jobs/${pending}`)).body.actions).toEqual(['cancel', 'delete', 'run-now']);
   });
 
   it('retries, cancels and deletes, and says 409 when the status does not allow it', async () => {

@@ -42,7 +42,9 @@ async function request(url, init) {
   const data = await res.json().catch(() => ({}));
   if (!res.ok) {
     const error = data.error ?? {};
-    throw new ApiError(res.status, error.code ?? 'HTTP', error.message ?? `${res.status} ${res.statusText}`);
+    const message = error.message ?? `${res.status} ${res.statusText}`;
+    // Say plainly which part is down: a panel shows this message as it is.
+    throw new ApiError(res.status, error.code ?? 'HTTP', error.code === 'CONNECTION' ? `Database unreachable: ${message}` : message);
   }
   return data;
 }

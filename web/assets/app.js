@@ -1,14 +1,22 @@
-// The page: a hash router (#/, #/jobs?..., #/jobs/<id>), the live feed, and
-// the current view. Views get new data through onOverview / onJobs.
+// The page: a hash router (#/, #/jobs?..., #/jobs/<id>, #/workers, #/cron),
+// the live feed, and the current view. Views get new data through onOverview /
+// onJobs. The header says whether the page is live, and whether the dashboard
+// reaches its database: an open event stream alone would say "live" while
+// every panel fails.
 import { get } from './api.js';
 import { h } from './dom.js';
+import { time } from './format.js';
 import { startLive } from './live.js';
+import { cronView } from './views/cron.js';
 import { jobView } from './views/job.js';
 import { jobsView } from './views/jobs.js';
 import { overviewView } from './views/overview.js';
+import { workersView } from './views/workers.js';
 
 const main = /** @type {HTMLElement} */ (document.getElementById('main'));
 const liveState = /** @type {HTMLElement} */ (document.getElementById('live-state'));
+const dbBanner = /** @type {HTMLElement} */ (document.getElementById('db-banner'));
+const findJob = /** @type {HTMLFormElement} */ (document.getElementById('find-job'));
 
 /** @type {any} */
 let overview;
@@ -38,6 +46,14 @@ function route() {
     section = 'jobs';
     view = jobsView(main, { params, overview, navigate });
     document.title = 'Jobs · Sluice';
+  } else if (path === '/workers') {
+    section = 'workers';
+    view = workersView(main);
+    document.title = 'Workers · Sluice';
+  } else if (path === '/cron') {
+    section = 'cron';
+    view = cronView(main, { navigate });
+    document.title = 'Cron · Sluice';
   } else {
     view = overviewView(main, { overview, refresh: () => void refresh() });
     document.title = 'Sluice dashboard';
@@ -45,6 +61,43 @@ function route() {
   for (const link of document.querySelectorAll('[data-nav]')) {
     if (/** @type {HTMLElement} */ (link).dataset.nav === section) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
+  }
+}
+
+findJob.addEventListener('submit', (e) => {
+  e.preventDefault();
+  const input = /** @type {HTMLInputElement} */ (findJob.elements.namedItem('id'));
+  const id = input.value.trim();
+  if (!/^\d{1,19}$/.test(id)) {
+    input.setCustomValidity('A job id is a number');
+    input.reportValidity();
+    return;
+  }
+  input.setCustomValidity('');
+  input.value = '';
+  navigate(`#/jobs/${id}`);
+});
+
+/** @type {'live' | 'polling' | 'offline'} */
+let streamState = 'polling';
+/** @type {import('./live.js').DatabaseStatus} */
+let database = { database: 'ok' };
+
+function showState() {
+  const down = streamState !== 'offline' && database.database !== 'ok';
+  const text = streamState === 'offline'
+    ? '○ offline'
+    : down
+      ? database.database === 'unreachable' ? '○ database unreachable · reconnecting' : '○ database error'
+      : { live: '● live', polling: '◐ polling' }[streamState];
+  liveState.textContent = text;
+  liveState.dataset.state = down ? 'database-down' : streamState;
+  dbBanner.hidden = !down;
+  if (down) {
+    const since = database.since ? ` since ${time(database.since)}` : '';
+    dbBanner.textContent = database.database === 'unreachable'
+      ? `The dashboard cannot reach its database${since}; it keeps trying. What you see is from before then. (${database.message ?? ''})`
+      : `The database answers with an error${since}: ${database.message ?? ''}`;
   }
 }
 
@@ -60,13 +113,25 @@ refresh().catch((err) => {
 
 startLive({
   poll: () => get('overview'),
+  status: () => get('status'),
   onOverview: (o) => {
     overview = o;
     view.onOverview?.(o);
   },
   onJobs: (e) => view.onJobs?.(e),
   onState: (state) => {
-    liveState.textContent = { live: '● live', polling: '◐ polling', offline: '○ offline' }[state];
-    liveState.dataset.state = state;
+    streamState = state;
+    showState();
+  },
+  onDatabase: (status) => {
+    const recovered = database.database !== 'ok' && status.database === 'ok';
+    database = status;
+    showState();
+    // Panels that failed meanwhile load again.
+    if (recovered) {
+      for (const error of main.querySelectorAll('.error[role="alert"]')) error.remove();
+      refresh().catch(() => {});
+      view.onJobs?.({ queue: '' });
+    }
   },
 });

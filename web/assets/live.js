@@ -1,12 +1,22 @@
 // Live updates: one EventSource to api/events. When the stream cannot be kept
 // (a proxy that buffers, a server restart) the page polls instead, and tries
-// the stream again later.
+// the stream again later. An open stream only proves the dashboard server is
+// up: the server's `status` events (and, while polling, api/status) say whether
+// it reaches the database.
 
 const POLL_MS = 5000;
 const RETRY_STREAM_MS = 30_000;
 
 /**
- * @param {{ onOverview: (o: any) => void, onJobs: (e: { queue: string }) => void, onState: (s: 'live' | 'polling' | 'offline') => void, poll: () => Promise<any> }} handlers
+ * @typedef {{ database: 'ok' | 'unreachable' | 'error', message?: string, since?: string }} DatabaseStatus
+ * @param {{
+ *   onOverview: (o: any) => void,
+ *   onJobs: (e: { queue: string }) => void,
+ *   onState: (s: 'live' | 'polling' | 'offline') => void,
+ *   onDatabase: (s: DatabaseStatus) => void,
+ *   poll: () => Promise<any>,
+ *   status: () => Promise<DatabaseStatus>,
+ * }} handlers
  */
 export function startLive(handlers) {
   /** @type {EventSource | undefined} */
@@ -20,8 +30,15 @@ export function startLive(handlers) {
       handlers.onOverview(await handlers.poll());
       handlers.onJobs({ queue: '' });
       handlers.onState('polling');
+      handlers.onDatabase({ database: 'ok' });
     } catch {
-      handlers.onState('offline');
+      // Which one is down: the dashboard server, or only its database?
+      try {
+        handlers.onDatabase(await handlers.status());
+        handlers.onState('polling');
+      } catch {
+        handlers.onState('offline');
+      }
     }
   };
 
@@ -43,6 +60,7 @@ export function startLive(handlers) {
     });
     source.addEventListener('overview', (e) => handlers.onOverview(JSON.parse(/** @type {MessageEvent} */ (e).data)));
     source.addEventListener('jobs', (e) => handlers.onJobs(JSON.parse(/** @type {MessageEvent} */ (e).data)));
+    source.addEventListener('status', (e) => handlers.onDatabase(JSON.parse(/** @type {MessageEvent} */ (e).data)));
     source.addEventListener('error', () => {
       // EventSource reconnects by itself; after a few failures in a row, poll meanwhile.
       if (++failures >= 3 || source?.readyState === EventSource.CLOSED) {

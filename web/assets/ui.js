@@ -53,9 +53,9 @@ export function toast(text, kind = 'ok') {
   toastTimer = setTimeout(() => (el.className = 'toast'), kind === 'error' ? 8000 : 4000);
 }
 
-/** @param {string} status */
-export function badge(status) {
-  return h('span', { class: `badge status-${status}` }, status);
+/** @param {string} status @param {string} [text] shown instead of the status */
+export function badge(status, text = status) {
+  return h('span', { class: `badge status-${status}` }, text);
 }
 
 /**

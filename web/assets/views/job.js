@@ -2,7 +2,8 @@
 // its status allows (each asks for confirmation first).
 import { get, post } from '../api.js';
 import { h, replace } from '../dom.js';
-import { relative, time } from '../format.js';
+import { duration, relative, time } from '../format.js';
+import { progressBar } from '../progress.js';
 import { badge, confirmed, keepFocus } from '../ui.js';
 
 const TIMES = [['created_at', 'Created'], ['run_at', 'Run at'], ['locked_at', 'Heartbeat'], ['updated_at', 'Updated'], ['finished_at', 'Finished']];
@@ -13,12 +14,12 @@ export function jobView(main, ctx) {
   const load = async () => {
     try {
       const data = await get(`jobs/${encodeURIComponent(ctx.id)}`);
-      const { job, audit, actions } = data;
+      const { job, audit, actions, attempts } = data;
       // Redraw only on a change: a redraw would drop the reader's text selection and scroll.
       const text = JSON.stringify(data);
       if (text === shown) return job;
       shown = text;
-      keepFocus(main, () => replace(main, ...jobDetail(job, audit, new Set(actions), load, ctx.navigate)));
+      keepFocus(main, () => replace(main, ...jobDetail(job, audit, new Set(actions), attempts ?? [], load, ctx.navigate)));
       return job;
     } catch (err) {
       shown = '';
@@ -38,10 +39,17 @@ export function jobView(main, ctx) {
 
 /**
  * @param {any} job @param {any[]} audit @param {Set<string>} allowed the actions the server accepts for this job now
- * @param {() => Promise<unknown>} reload @param {(hash: string) => void} navigate
+ * @param {any[]} attempts @param {() => Promise<unknown>} reload @param {(hash: string) => void} navigate
  */
-function jobDetail(job, audit, allowed, reload, navigate) {
+function jobDetail(job, audit, allowed, attempts, reload, navigate) {
   const actions = [];
+  // Only worth offering while the job waits for a later time (delayed, or a retry's backoff).
+  if (allowed.has('run-now') && Date.parse(job.run_at) > Date.now()) {
+    actions.push(button('run-now', 'Run now', job, {
+      title: `Run job ${job.id} now?`, text: `It is due ${relative(job.run_at)}; it becomes due now and runs at the next claim.`, ok: 'Run now',
+      run: () => post(`jobs/${job.id}/run-now`), done: `Job ${job.id} is due now`,
+    }, reload));
+  }
   if (allowed.has('retry')) {
     actions.push(button('retry', 'Retry', job, {
       title: `Retry job ${job.id}?`, text: 'It goes back to pending and runs again.', ok: 'Retry',
@@ -85,18 +93,44 @@ function jobDetail(job, audit, allowed, reload, navigate) {
       h('h2', { id: 'job-payload' }, 'Payload'), h('pre', { tabindex: 0 }, JSON.stringify(job.payload, null, 2))),
     job.progress !== undefined && job.progress !== null
       ? h('section', { class: 'card', 'aria-labelledby': 'job-progress' },
-          h('h2', { id: 'job-progress' }, 'Progress'), h('pre', { tabindex: 0 }, JSON.stringify(job.progress, null, 2)))
+          h('h2', { id: 'job-progress' }, 'Progress'),
+          progressBar(job.progress, `Progress of job ${job.id}`) ?? null,
+          typeof job.progress === 'number' ? null : h('pre', { tabindex: 0 }, JSON.stringify(job.progress, null, 2)))
       : null,
     'result' in job && job.result !== null
       ? h('section', { class: 'card', 'aria-labelledby': 'job-result' },
           h('h2', { id: 'job-result' }, 'Result'), h('pre', { tabindex: 0 }, JSON.stringify(job.result, null, 2)))
       : null,
+    attemptsSection(attempts),
     historySection(job, audit),
     errorSection(job),
   ];
 }
 
-const ACTION_WORDS = /** @type {Record<string, string>} */ ({ retry: 'Retried', cancel: 'Cancelled', delete: 'Deleted' });
+/**
+ * Each run: how it ended, on which worker, when it started and how long it
+ * took. Failed attempts recorded before Sluice kept their start show '–'.
+ * @param {{ attempt: number, outcome: string, startedAt: string | null, endedAt: string | null, durationMs: number | null, worker: string | null, error?: string }[]} attempts
+ */
+function attemptsSection(attempts) {
+  if (attempts.length === 0) return null;
+  const at = (/** @type {string | null} */ iso) => (iso ? h('time', { datetime: iso }, time(iso)) : '–');
+  return h('section', { class: 'card', 'aria-labelledby': 'job-attempts' },
+    h('h2', { id: 'job-attempts' }, 'Attempts'),
+    h('table', { class: 'stack attempts' },
+      h('caption', { class: 'sr-only' }, 'Attempts, oldest first'),
+      h('thead', null, h('tr', null, ['#', 'Outcome', 'Worker', 'Started', 'Duration', 'Ended', 'Error'].map((t) => h('th', { scope: 'col' }, t)))),
+      h('tbody', null, attempts.map((a) => h('tr', { 'data-attempt': a.attempt, 'data-outcome': a.outcome },
+        h('td', { 'data-label': '#', class: 'num' }, a.attempt),
+        h('td', { 'data-label': 'Outcome' }, badge(a.outcome === 'running' || a.outcome === 'claimed' ? 'processing' : a.outcome, a.outcome)),
+        h('td', { 'data-label': 'Worker', class: 'mono' }, a.worker ?? '–'),
+        h('td', { 'data-label': 'Started' }, at(a.startedAt)),
+        h('td', { 'data-label': 'Duration', class: 'num' }, a.durationMs === null ? '–' : `${duration(a.durationMs)}${a.endedAt ? '' : ' so far'}`),
+        h('td', { 'data-label': 'Ended' }, at(a.endedAt)),
+        h('td', { 'data-label': 'Error', class: 'error-cell' }, a.error ?? ''))))));
+}
+
+const ACTION_WORDS = /** @type {Record<string, string>} */ ({ retry: 'Retried', cancel: 'Cancelled', delete: 'Deleted', run_now: 'Made due now', run_schedule: 'Enqueued from its schedule (Run now)' });
 
 /**
  * What happened to the job, in time order: enqueued, each failed attempt, each
@@ -140,7 +174,7 @@ function fact(label, value) {
 function button(key, label, job, action, after) {
   return h('button', {
     type: 'button',
-    class: key === 'delete' ? 'danger' : '',
+    class: key === 'delete' ? 'danger' : key === 'run-now' ? 'secondary' : '',
     'data-focus-key': `${key}:${job.id}`,
     onclick: async () => {
       if ((await confirmed(action)) !== undefined) await after();

@@ -6,7 +6,9 @@ import { relative, time } from '../format.js';
 import { badge, confirmed, keepFocus } from '../ui.js';
 
 const STATUSES = ['pending', 'processing', 'completed', 'failed', 'cancelled'];
-const FILTERS = ['queue', 'status', 'task', 'from', 'until'];
+const FILTERS = ['queue', 'status', 'task', 'from', 'until', 'field', 'value'];
+/** A payload search walks the ids newest first: it takes no time window and pages only backwards. */
+const NOT_WITH_FIELD = new Set(['from', 'until', 'after']);
 
 /**
  * @param {HTMLElement} main
@@ -37,9 +39,15 @@ export function jobsView(main, ctx) {
     field('Task', h('input', { name: 'task', id: 'f-task', value: params.get('task') ?? '', autocomplete: 'off' })),
     field('Created from', h('input', { type: 'datetime-local', step: 1, name: 'from', id: 'f-from', value: localInput(params.get('from')) })),
     field('Created before', h('input', { type: 'datetime-local', step: 1, name: 'until', id: 'f-until', value: localInput(params.get('until')) })),
+    field('Payload field', h('input', { name: 'field', id: 'f-field', value: params.get('field') ?? '', placeholder: 'user.id', autocomplete: 'off' })),
+    field('equals', h('input', { name: 'value', id: 'f-value', value: params.get('value') ?? '', autocomplete: 'off' })),
     h('button', { type: 'submit' }, 'Filter'),
   );
-  replace(main, h('h1', null, 'Jobs'), form, list, pager);
+  const searching = Boolean(params.get('field'));
+  const ignored = searching && (params.get('from') || params.get('until'))
+    ? h('p', { class: 'note' }, 'A payload search ignores the time filters.')
+    : null;
+  replace(main, h('h1', null, 'Jobs'), form, ignored, list, pager);
 
   let loading = false;
   let again = false;
@@ -53,7 +61,8 @@ export function jobsView(main, ctx) {
     }
     loading = true;
     try {
-      const query = Object.fromEntries([...FILTERS, 'before', 'after'].map((k) => [k, params.get(k) ?? undefined]));
+      const keys = [...FILTERS, 'before', 'after'].filter((k) => !(searching && NOT_WITH_FIELD.has(k)));
+      const query = Object.fromEntries(keys.map((k) => [k, params.get(k) ?? undefined]));
       const page = await get('jobs', query);
       // Redraw only on a change (keeps the reader's selection and the "new" marks).
       const text = JSON.stringify(page);
