@@ -106,3 +106,4 @@ export {
   type RabbitMqPublisherOptions,
   type RelayEventMap,
 } from './outbox/index.js';
+export { RelayMetrics, type RelayMetricsOptions } from './metrics/relay-metrics.js';

@@ -81,7 +81,8 @@ export class PartitionRelay {
     if (outcome === 'more') return 0;
     if (outcome === 'horizon') return this.options.horizonRetryMs;
     if (outcome === 'standby') return this.options.leaseMs / 2;
-    return this.options.pollIntervalMs;
+    // An idle pass also renews the lease: come back well before it expires.
+    return Math.min(this.options.pollIntervalMs, this.options.leaseMs / 3);
   }
 
   private async pass(signal: AbortSignal): Promise<PassOutcome> {

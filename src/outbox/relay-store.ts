@@ -151,6 +151,10 @@ export class RelayStore {
       });
   }
 
+  async vacuum(): Promise<void> {
+    await this.db.query(this.q.vacuum);
+  }
+
   async deletePublished(destination: string, chunk: number): Promise<number> {
     const { rows } = await this.db.query<{ deleted: number }>(this.q.deletePublished, [destination, chunk]);
     return rows[0]?.deleted ?? 0;

@@ -139,12 +139,21 @@ export class OutboxRelay {
    * by the holder of partition 0 only, so that one relay deletes per destination.
    */
   private cleanupLoop(store: RelayStore, destination: string): Loop {
-    const { cleanupIntervalMs, cleanupChunk } = this.options;
+    const { cleanupIntervalMs, cleanupChunk, vacuumEvery } = this.options;
     const first = () => this.relays.find((r) => r.destination === destination && r.partition === 0);
+    let sinceVacuum = 0;
     return new Loop({
       pass: async (signal) => {
         if (!first()?.held) return;
-        while (!signal.aborted && (await store.deletePublished(destination, cleanupChunk)) === cleanupChunk);
+        let deleted: number;
+        do {
+          deleted = await store.deletePublished(destination, cleanupChunk);
+          sinceVacuum += deleted;
+        } while (deleted === cleanupChunk && !signal.aborted);
+        if (vacuumEvery > 0 && sinceVacuum >= vacuumEvery) {
+          sinceVacuum = 0;
+          await store.vacuum();
+        }
       },
       intervalMs: cleanupIntervalMs,
       jitter: [0.8, 1.2],

@@ -45,6 +45,8 @@ export interface OutboxStatements {
   readonly deadLetter: string;
   /** Deletes up to $2 published messages of destination $1 (behind every partition's watermark). Returns the count. */
   readonly deletePublished: string;
+  /** Reclaims the space of deleted messages now, rather than at autovacuum's next round. */
+  readonly vacuum: string;
   /** Per destination: messages waiting, the oldest one's age, published total, relays holding leases, dead letters. */
   readonly lag: string;
 }
@@ -123,6 +125,7 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
         RETURNING 1
       )
       SELECT count(*)::int AS deleted FROM gone`,
+    vacuum: `VACUUM ${outbox}`,
     lag: `SELECT r.destination, r.partitions::int,
         (SELECT count(*) FROM ${outbox} o WHERE o.destination = r.destination
            AND (o.txid, o.id) > (r.min_txid, r.min_id))::bigint AS waiting,

@@ -1,0 +1,223 @@
+/**
+ * The outbox relay against NATS JetStream, three measurements:
+ *
+ *   throughput  a backlog of N messages (default 200,000) relayed to JetStream, and
+ *               beside it the rate at which this same process publishes the same
+ *               messages straight to JetStream with async acks (windows of the
+ *               relay's batch size, the same msgID and key header), in the same run;
+ *   latency     1,000 messages/s, each published in a transaction of its own, for
+ *               S seconds (default 10): from the COMMIT having returned to the
+ *               relay having the broker's ack and its watermark recorded;
+ *   size        M messages (default 1,000,000) published and relayed with a steady
+ *               backlog; the outbox table's size every M/10 messages.
+ *
+ *   npm run bench:outbox -- [backlog=200000] [--latency-seconds=10] [--size=1000000]
+ *                           [--batch=2000] [--only=throughput,latency,size]
+ *
+ * Without DATABASE_URL it starts a private embedded Postgres (fsync off), so other
+ * sessions' long transactions on a shared server (which hold the relay's horizon
+ * back, by design) do not decide the result. NATS: SLUICE_NATS_URL or 127.0.0.1:4222.
+ * Works in its own schema and streams, removed at the end.
+ */
+import { mkdtemp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import pg from 'pg';
+import { connect, headers as natsHeaders } from 'nats';
+import { migrate, natsPublisher, Outbox, OutboxRelay } from '../src/index.js';
+import { startEmbeddedPostgres } from '../src/dev/embedded-postgres.js';
+import { quoteSchema } from '../src/db/identifiers.js';
+import { distribution, rate } from './lib/stats.js';
+
+const args = process.argv.slice(2);
+const flag = (name: string, fallback: number) => Number(args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? fallback);
+const backlog = Number(args.find((a) => /^\d+$/.test(a)) ?? 200_000);
+const latencySeconds = flag('latency-seconds', 10);
+const sizeTotal = flag('size', 1_000_000);
+const batch = flag('batch', 2000);
+const only = new Set((args.find((a) => a.startsWith('--only='))?.split('=')[1] ?? 'throughput,latency,size').split(','));
+const NATS_URL = process.env.SLUICE_NATS_URL ?? 'nats://127.0.0.1:4222';
+const KEYS = 1000;
+const CHUNK = 5000;
+
+const embedded = process.env.DATABASE_URL
+  ? undefined
+  : await startEmbeddedPostgres({
+      dataDir: await mkdtemp(join(tmpdir(), 'sluice-outbox-pg-')),
+      persistent: false,
+      settings: { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' },
+    });
+const url = process.env.DATABASE_URL ?? embedded!.url;
+const schema = `bench_outbox_${process.pid}`;
+const s = quoteSchema(schema);
+const tag = `b${process.pid}`;
+await migrate({ connectionString: url, schema });
+const pool = new pg.Pool({ connectionString: url, max: 12 });
+const outbox = new Outbox({ pool, schema });
+const nc = await connect({ servers: NATS_URL });
+const jsm = await nc.jetstreamManager();
+const streams: string[] = [];
+
+async function stream(name: string, limits: { max_msgs?: number } = {}): Promise<string> {
+  const full = `${name}_${tag}`.toUpperCase();
+  await jsm.streams.add({ name: full, subjects: [`${full.toLowerCase()}.>`], ...limits });
+  streams.push(full);
+  return full.toLowerCase();
+}
+
+const body = (i: number) =>
+  JSON.stringify({ order: i, status: 'paid', amount: 1234, currency: 'EUR', at: '2026-12-01T00:00:00Z' });
+const keyOf = (i: number) => `customer-${i % KEYS}`;
+
+async function fill(destination: string, count: number, from = 0): Promise<void> {
+  for (let i = from; i < from + count; i += CHUNK) {
+    const n = Math.min(CHUNK, from + count - i);
+    await outbox.publishMany(Array.from({ length: n }, (_, j) => ({ destination, payload: body(i + j), key: keyOf(i + j) })));
+  }
+}
+
+function relayFor(subjectPrefix: string, destination: string, extra: Partial<ConstructorParameters<typeof OutboxRelay>[0]> = {}) {
+  return new OutboxRelay({
+    pool,
+    schema,
+    destinations: [destination],
+    batchSize: batch,
+    publisher: natsPublisher({ servers: NATS_URL, subjectPrefix }),
+    ...extra,
+  });
+}
+
+function untilPublished(relay: OutboxRelay, count: number): Promise<void> {
+  let published = 0;
+  return new Promise((resolve) =>
+    relay.events.on('published', (b) => {
+      published += b.count;
+      if (published >= count) resolve();
+    }),
+  );
+}
+
+async function throughput(): Promise<void> {
+  // The baseline: the same messages, straight to JetStream, windows of `batch` async acks.
+  const direct = await stream('direct');
+  const js = nc.jetstream();
+  const payloads = Array.from({ length: backlog }, (_, i) => Buffer.from(body(i)));
+  const started = performance.now();
+  for (let i = 0; i < backlog; i += batch) {
+    const window: Promise<unknown>[] = [];
+    for (let j = i; j < Math.min(backlog, i + batch); j++) {
+      const h = natsHeaders();
+      h.set('Sluice-Key', keyOf(j));
+      window.push(js.publish(`${direct}.orders`, payloads[j], { msgID: `${schema}:d${j}`, headers: h }));
+    }
+    await Promise.all(window);
+  }
+  const directRate = rate(backlog, performance.now() - started);
+
+  const relayed = await stream('relayed');
+  await fill('orders', backlog);
+  const relay = relayFor(`${relayed}.`, 'orders');
+  const done = untilPublished(relay, backlog);
+  const t0 = performance.now();
+  await relay.start();
+  await done;
+  const relayRate = rate(backlog, performance.now() - t0);
+  await relay.stop();
+  const stored = (await jsm.streams.info(relayed.toUpperCase())).state.messages;
+  console.log(
+    `throughput  backlog ${backlog}, batch ${batch}: relay ${relayRate}/s, direct JetStream ${directRate}/s, ` +
+      `relay/direct ${((100 * relayRate) / directRate).toFixed(0)}%; stream holds ${stored}`,
+  );
+}
+
+async function latency(): Promise<void> {
+  const subject = await stream('latency');
+  const relay = relayFor(`${subject}.`, 'latency');
+  const committedAt = new Map<string, number>();
+  const latencies: number[] = [];
+  relay.events.on('published', (b) => {
+    const now = performance.now();
+    for (const m of b.messages) {
+      const at = committedAt.get(m.id);
+      if (at !== undefined) latencies.push(now - at);
+    }
+  });
+  await relay.start();
+  const total = latencySeconds * 1000;
+  const started = performance.now();
+  const inFlight: Promise<void>[] = [];
+  // 1,000 messages a second: every 10 ms, the ones due by then, each its own transaction.
+  for (let sent = 0; sent < total;) {
+    const due = Math.min(total, Math.floor(performance.now() - started));
+    for (; sent < due; sent++) {
+      const i = sent;
+      inFlight.push(
+        outbox.publish('latency', body(i), { key: keyOf(i) }).then((id) => {
+          committedAt.set(id, performance.now());
+        }),
+      );
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await Promise.all(inFlight);
+  while (latencies.length < total) await new Promise((r) => setTimeout(r, 20));
+  await relay.stop();
+  const d = distribution(latencies);
+  const f = (n: number) => n.toFixed(1);
+  console.log(
+    `latency     ${total} messages at 1000/s, commit to ack recorded: p50 ${f(d.p50)} ms, p95 ${f(d.p95)} ms, p99 ${f(d.p99)} ms, max ${f(d.max)} ms`,
+  );
+}
+
+async function size(): Promise<void> {
+  const subject = await stream('size', { max_msgs: 100_000 });
+  const relay = relayFor(`${subject}.`, 'size');
+  let published = 0;
+  relay.events.on('published', (b) => (published += b.count));
+  await relay.start();
+  const every = Math.max(CHUNK, Math.floor(sizeTotal / 10));
+  const samples: string[] = [];
+  const sizes: number[] = [];
+  const started = performance.now();
+  let next = every;
+  for (let i = 0; i < sizeTotal; i += CHUNK) {
+    await fill('size', Math.min(CHUNK, sizeTotal - i), i);
+    // A steady backlog of at most 50,000 messages.
+    while (i + CHUNK - published > 50_000) await new Promise((r) => setTimeout(r, 5));
+    if (published >= next) {
+      next += every;
+      const { rows } = await pool.query(`SELECT pg_total_relation_size('${s}.outbox')::bigint AS bytes,
+        (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = '${s}.outbox'::regclass) AS live`);
+      sizes.push(Number(rows[0].bytes));
+      samples.push(`${published}: ${(Number(rows[0].bytes) / 1048576).toFixed(1)} MiB`);
+    }
+  }
+  while (published < sizeTotal) await new Promise((r) => setTimeout(r, 20));
+  const elapsed = performance.now() - started;
+  await relay.stop();
+  const later = sizes.slice(1);
+  console.log(
+    `size        ${sizeTotal} messages in ${(elapsed / 1000).toFixed(0)} s (${rate(sizeTotal, elapsed)}/s end to end); outbox size after n relayed:`,
+  );
+  console.log(`            ${samples.join(', ')}`);
+  if (later.length > 0) {
+    console.log(
+      `            after the first sample: min ${(Math.min(...later) / 1048576).toFixed(1)} MiB, max ${(Math.max(...later) / 1048576).toFixed(1)} MiB`,
+    );
+  }
+}
+
+try {
+  console.log(`outbox bench: Postgres ${embedded ? 'embedded (private)' : 'from DATABASE_URL'}, NATS ${NATS_URL}`);
+  if (only.has('throughput')) await throughput();
+  if (only.has('latency')) await latency();
+  if (only.has('size')) await size();
+} finally {
+  for (const name of streams) await jsm.streams.delete(name).catch(() => {});
+  await nc.close();
+  await outbox.close();
+  await pool.query(`DROP SCHEMA ${s} CASCADE`).catch(() => {});
+  await pool.end();
+  await embedded?.stop();
+}
