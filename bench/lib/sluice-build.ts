@@ -12,7 +12,7 @@ export interface SluiceBuild {
 }
 
 /**
- * A private copy of the built package (dist/ and the sql/ it migrates from) for one
+ * A private copy of the built package (dist/, the sql/ it migrates from, package.json) for one
  * run, so a rebuild of dist/ during a half-hour run (tests build it) neither breaks
  * the run nor changes the Sluice it measures halfway. It lives under bench/ so the
  * copy still resolves the root's node_modules; its own .gitignore hides it from git.
@@ -24,6 +24,8 @@ export async function copyBuild(): Promise<SluiceBuild> {
   await writeFile(`${dir}.gitignore`, '*\n');
   await cp(`${ROOT}dist`, `${dir}dist`, { recursive: true });
   await cp(`${ROOT}sql`, `${dir}sql`, { recursive: true });
+  // The worker reads its version from the package's package.json (workers registry).
+  await cp(`${ROOT}package.json`, `${dir}package.json`);
   return {
     entry: pathToFileURL(`${dir}dist/index.js`).href,
     remove: () => rm(dir, { recursive: true, force: true }),

@@ -65,6 +65,8 @@ export interface FetchLoopStats {
   emptyClaims: number;
   /** Jobs claimed. */
   claimed: number;
+  /** Cycles sent while another was in flight. */
+  overlapped: number;
 }
 
 /**
@@ -90,7 +92,7 @@ export const MAX_CYCLES_IN_FLIGHT = 2;
  * woken: idle workers do not hammer Postgres with empty claims.
  */
 export class FetchLoop {
-  readonly stats: FetchLoopStats = { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0 };
+  readonly stats: FetchLoopStats = { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0, overlapped: 0 };
   // A time this worker waited for came: claim even a single free slot for it.
   private readonly due = new DueTimes((timer) => (timer ? this.wakeUnbatched() : this.wake()));
   private readonly retry = new Backoff({ minMs: 50, maxMs: 5_000 });
@@ -195,11 +197,17 @@ export class FetchLoop {
   }
 
   private wantClaim(): boolean {
-    return this.mayHaveWork && !this.stopping && this.wanted() >= this.threshold();
+    return this.claimable() >= this.threshold();
   }
 
-  /** Jobs a new claim may ask for: what the slots want, less what the cycles out asked for. */
-  private wanted(): number {
+  /**
+   * Jobs a new claim may ask for: what the slots want, less what the cycles out
+   * asked for. A second claim goes out beside one in flight only while a backlog
+   * drains: after a wake-up one claim finds what there is, and a second would come
+   * back empty.
+   */
+  private claimable(): number {
+    if (!this.mayHaveWork || this.stopping || (this.inFlight.size > 0 && !this.backlog)) return 0;
     return Math.max(0, this.target.wanted() - this.requested);
   }
 
@@ -225,7 +233,7 @@ export class FetchLoop {
 
   private step(): void {
     if (this.inFlight.size >= MAX_CYCLES_IN_FLIGHT || this.retryTimer || this.draining) return;
-    const wanted = this.mayHaveWork && !this.stopping ? this.wanted() : 0;
+    const wanted = this.claimable();
     const claimNow = wanted >= this.threshold();
     const flushNow = this.results.size > 0 && (this.forceFlush || this.results.size >= this.config.batchSize);
     if (!claimNow && !flushNow) {
@@ -245,6 +253,8 @@ export class FetchLoop {
         this.armFlushTimer();
       }
     });
+    // While a backlog drains, the second cycle goes out as soon as enough slots are wanted.
+    if (this.backlog && this.wantClaim()) this.kick();
   }
 
   private armFlushTimer(): void {
@@ -263,6 +273,7 @@ export class FetchLoop {
   private send(limit: number): Promise<boolean> {
     // Free slots another cycle out has promised to its jobs are not free for this one.
     const startNow = Math.min(limit, Math.max(0, this.target.free() - this.startsRequested));
+    if (this.inFlight.size > 0) this.stats.overlapped++;
     this.requested += limit;
     this.startsRequested += startNow;
     const cycle = this.cycle(limit, startNow).finally(() => {

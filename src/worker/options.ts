@@ -52,7 +52,7 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * slot frees, so fast jobs cost fewer round trips. How many a claim takes ahead
    * is sized to the slots expected to free up within a round trip or two, per task
    * (see Slots), so slow jobs are never held back from idle workers. 0 turns it
-   * off. Default: batchSize.
+   * off. Default: twice batchSize (two cycles in flight, see MAX_CYCLES_IN_FLIGHT).
    */
   prefetch?: number;
   /** Results of finished jobs wait at most this long to be written in a batch. Default 10 ms. */
@@ -324,7 +324,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     concurrency,
     queueConcurrency: resolveQueueConcurrency(options.queueConcurrency, queues, concurrency),
     batchSize,
-    prefetch: intOption('prefetch', options.prefetch, batchSize, 0, 10_000),
+    prefetch: intOption('prefetch', options.prefetch, Math.min(2 * batchSize, 10_000), 0, 10_000),
     completionFlushMs: intOption('completionFlushMs', options.completionFlushMs, 10, 0, 60_000),
     pollIntervalMs: intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 3_600_000),
     visibilityTimeoutMs,

@@ -165,7 +165,48 @@ describe('FetchLoop: claiming', () => {
     loop.start();
     await settle();
     expect(target.held).toHaveLength(30);
-    expect(loop.stats).toEqual({ cycles: 4, claims: 4, emptyClaims: 1, claimed: 30 });
+    expect(loop.stats).toEqual({ cycles: 4, claims: 4, emptyClaims: 1, claimed: 30, overlapped: 0 });
+  });
+
+  it('while a backlog drains, sends a second cycle beside the first (never a third), asking only for what the first did not', async () => {
+    db.addMany(100, 't');
+    setup({ slots: 10, prefetch: 30, batchSize: 20 });
+    loop.start();
+    await settle();
+    // Two full claims of a batch each, one after the other: a backlog, and all 40 held.
+    expect(target.held).toHaveLength(40);
+    expect(cycles()).toBe(2);
+    const first = db.holdNext('cycle', 'reply');
+    const second = db.holdNext('cycle', 'reply');
+    const third = db.holdNext('cycle', 'reply');
+    for (const job of target.held.splice(0, 30)) finish(job);
+    await settle();
+    // 30 wanted: one cycle asks for a batch (20), the other for the remaining 10; no third.
+    expect(cycles()).toBe(4);
+    expect(loop.stats.overlapped).toBe(1);
+    first();
+    second();
+    await settle();
+    expect(target.held).toHaveLength(40);
+    expect(db.count('processing')).toBe(40);
+    expect(db.count('completed')).toBe(30);
+    third();
+    await settle();
+  });
+
+  it('after a wake-up without a backlog, claims with one cycle only', async () => {
+    db.addMany(3, 't');
+    setup({ slots: 10, prefetch: 100, batchSize: 20 });
+    const reply = db.holdNext('cycle', 'reply');
+    loop.start();
+    await settle();
+    loop.wake();
+    await settle();
+    expect(cycles()).toBe(1);
+    reply();
+    await settle();
+    expect(target.held).toHaveLength(3);
+    expect(loop.stats.overlapped).toBe(0);
   });
 
   it('after a short claim asks nothing more until woken', async () => {
@@ -206,7 +247,7 @@ describe('FetchLoop: claiming', () => {
     expect(target.held).toHaveLength(1);
   });
 
-  it('never sends two cycles at once: requests during one fold into the next', async () => {
+  it('outside a backlog never sends two cycles at once: requests during one fold into the next', async () => {
     db.addMany(2, 't');
     setup({ slots: 10 });
     const open = db.holdNext('cycle');
