@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Outbox, OutboxRelay, ValidationError, ConfigError, outboxLag, type RelayEventMap } from '../src/index.js';
+import { Outbox, OutboxRelay, ValidationError, ConfigError, outboxLag, runDoctor, type RelayEventMap } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { MemoryBroker } from './helpers/outbox.js';
 
@@ -234,6 +234,24 @@ describe('relay', () => {
     );
     expect(rows).toEqual([{ id: ids[1], attempts: 3, last_error: `refused ${db.schema}:${ids[1]}`, body: 'poison' }]);
     expect(await count('outbox_failures', d)).toBe(0);
+    const check = (await runDoctor({ pool: db.pool, schema: db.schema })).checks.find((c) => c.id === 'outbox_lag');
+    expect(check?.status).toBe('warn');
+    expect(check?.summary).toContain(`${d}: 0 waiting`);
+    expect(check?.summary).toContain('1 dead letters');
+  });
+
+  it('doctor: messages waiting with no relay holding their destination are critical', async () => {
+    const d = freshDestination();
+    const relay = startRelay(new MemoryBroker(), [d]);
+    await relay.start();
+    await waitFor(() => relay.holding.length === 1, 'the relay holds the partition');
+    await relay.stop();
+    await outbox.publish(d, 'stranded');
+    const check = (await runDoctor({ pool: db.pool, schema: db.schema })).checks.find((c) => c.id === 'outbox_lag');
+    expect(check?.status).toBe('critical');
+    expect(check?.summary).toContain(`${d}: 1 waiting`);
+    expect(check?.summary).toContain('0/1 partitions held');
+    expect(check?.advice).toMatch(/start `sluice relay`/);
   });
 
   it('splits keys over partitions held by two relays; a stopped relay hands its partitions over', async () => {

@@ -7,6 +7,7 @@ import * as checks from './checks.js';
 import { DEFAULT_THRESHOLDS, worst, type CheckResult, type DoctorThresholds, type Severity } from './checks.js';
 import { doctorStatements } from '../db/statements/doctor.js';
 import { checkUnknownTasks } from './unknown-tasks-check.js';
+import { checkOutbox } from './outbox-check.js';
 import { checks as optionChecks } from '../validate.js';
 
 const { rejectUnknownKeys, schemaOption } = optionChecks(ConfigError);
@@ -81,6 +82,7 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
     results.push(checks.checkStuck(await rows(db, q.stuck, [t.stuckMs[0]]), t));
     results.push(checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance))[0]!, t));
     results.push(await checkUnknownTasks(db, schema, t));
+    results.push(await checkOutbox(db, schema));
   } else {
     results.push({
       id: 'schema',

@@ -1,0 +1,54 @@
+import { rows, type Queryable } from '../db/executor.js';
+import { quoteSchema } from '../db/identifiers.js';
+import { doctorStatements } from '../db/statements/doctor.js';
+import { outboxLag, type OutboxLag } from '../outbox/lag.js';
+import { worst, type CheckResult, type Severity } from './checks.js';
+import { formatMs } from './format.js';
+
+const ID = 'outbox_lag';
+const TITLE = 'outbox relay lag';
+/** Age of the oldest unpublished message where warn and critical begin, in seconds. */
+export const OUTBOX_LAG_SECONDS: [warn: number, critical: number] = [60, 600];
+
+/**
+ * Whether the outbox relays keep up: per destination, how old the oldest
+ * message not yet published is, whether any relay holds its partitions, and
+ * whether messages were dead-lettered or are being refused.
+ */
+export async function checkOutbox(db: Queryable, schema: string): Promise<CheckResult> {
+  const [found] = await rows<{ installed: boolean }>(db, doctorStatements(schema).installed, [`${quoteSchema(schema)}.outbox`]);
+  if (found?.installed !== true) {
+    return { id: ID, title: TITLE, status: 'ok', summary: 'no outbox in this schema (migration 0015)', details: [] };
+  }
+  return outboxResult(await outboxLag(db, schema));
+}
+
+export function outboxResult(lags: OutboxLag[]): CheckResult {
+  const [warnAt, criticalAt] = OUTBOX_LAG_SECONDS;
+  const judged = lags.map((l) => {
+    const byAge: Severity = l.oldestSeconds >= criticalAt ? 'critical' : l.oldestSeconds >= warnAt ? 'warn' : 'ok';
+    const unattended: Severity = l.waiting > 0 && l.relaysHolding === 0 ? 'critical' : 'ok';
+    const refused: Severity = l.deadLetters > 0 || l.failing > 0 ? 'warn' : 'ok';
+    return { ...l, status: worst([byAge, unattended, refused]) };
+  });
+  const status = worst(judged.map((j) => j.status));
+  const describe = (j: (typeof judged)[number]) =>
+    `${j.destination}: ${j.waiting} waiting, oldest ${formatMs(j.oldestSeconds * 1000)}, ` +
+    `${j.relaysHolding}/${j.partitions} partitions held, ${j.deadLetters} dead letters, ${j.failing} failing`;
+  const bad = judged.filter((j) => j.status !== 'ok');
+  const summary =
+    judged.length === 0
+      ? 'no relay has started on this schema'
+      : bad.length > 0
+        ? bad.map(describe).join('; ')
+        : `${judged.length} destination(s) relayed, none behind: ${judged.map(describe).join('; ')}`;
+  const advice =
+    'A destination with messages waiting and no partition held has no relay running: start `sluice relay`. ' +
+    'Old messages with relays running: the broker is down or refusing (see the relay log and outbox_failures), ' +
+    'or a long write transaction anywhere in the cluster holds the relay back (see the snapshot check; ' +
+    'the relay publishes only what every older transaction has finished around). ' +
+    'Dead letters are in outbox_dead_letters with the broker error.';
+  return status === 'ok'
+    ? { id: ID, title: TITLE, status, summary, details: judged }
+    : { id: ID, title: TITLE, status, summary, advice, details: judged };
+}
