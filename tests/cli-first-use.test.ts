@@ -6,7 +6,7 @@
  * file's own schema.
  */
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { Queue, Worker } from '../src/index.js';
+import { buildMaintenanceQueries, prune, Queue, resolvePrunerConfig, Worker } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { runSluice } from './helpers/cli.js';
 
@@ -135,5 +135,35 @@ describe('jobs', () => {
     expect(page.jobs[0]!.created_at).toMatch(ISO_UTC);
     const stats = JSON.parse((await sluice('stats', '--json')).stdout) as { at: string };
     expect(stats.at).toMatch(ISO_UTC);
+  });
+});
+
+describe('stats', () => {
+  it('counts the finished jobs the pruner moved to jobs_history; a queue whose jobs all finished stays listed', async () => {
+    const [a1, a2, a3, b1] = await queue.enqueueMany([
+      { task: 'x', queue: 'archived-all' },
+      { task: 'x', queue: 'archived-all' },
+      { task: 'x', queue: 'archived-all' },
+      { task: 'x', queue: 'mixed' },
+    ]);
+    await queue.enqueue('x', {}, { queue: 'mixed' });
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = CASE WHEN id = $1 THEN 'cancelled' ELSE 'completed' END,
+        finished_at = now() - interval '10 minutes' WHERE id = ANY($2::bigint[])`,
+      [a3, [a1, a2, a3, b1]],
+    );
+    // The real pruner, archiving everything finished (the default keeps jobs a minute first).
+    const pruned = await prune(db.pool, buildMaintenanceQueries(db.schema), resolvePrunerConfig({ delayMs: 0 }));
+    expect(pruned.archived).toBe(4);
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`);
+    expect(rows[0].n).toBe(1);
+
+    const json = JSON.parse((await sluice('stats', '--json')).stdout) as { queues: Record<string, unknown>[] };
+    expect(json.queues).toEqual([
+      expect.objectContaining({ queue: 'archived-all', pending: 0, completed: 2, cancelled: 1, failed: 0, completedInWindow: 0 }),
+      expect.objectContaining({ queue: 'mixed', pending: 1, completed: 1, cancelled: 0, failed: 0 }),
+    ]);
+    const table = await sluice('stats');
+    expect(row(table.stdout, 'archived-all').slice(0, 7)).toEqual(['archived-all', '0', '0', '0', '2', '0', '1']);
   });
 });

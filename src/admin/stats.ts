@@ -13,6 +13,10 @@ export interface QueueStats {
   /** Pending jobs whose run_at is still in the future (a subset of `pending`). */
   scheduled: number;
   processing: number;
+  /**
+   * Finished jobs, in the jobs table and in jobs_history (where the pruner moves
+   * them after a minute, by default), until their retention ends.
+   */
   completed: number;
   failed: number;
   cancelled: number;
@@ -39,8 +43,9 @@ type StatsRow = Omit<QueueStats, 'jobsPerSecond'>;
 
 /**
  * Per-queue counts by status, the age of the oldest due job, throughput and
- * failures over the last `windowMs` (default one minute). One statement, one
- * pass over the jobs table.
+ * failures over the last `windowMs` (default one minute). One statement: a pass
+ * over the jobs table and an index-only pass over jobs_history's
+ * (queue, status, finished_at) index (migration 0018).
  *
  * @example
  *   const { queues } = await getStats(pool, 'sluice');
