@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Queue, Worker, PermanentFailure } from '../../src/index.js';
 import { startDashboard, type RunningDashboard } from '../../src/dashboard/server.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from '../helpers/database.js';
+import { startGate } from '../helpers/tcp-gate.js';
 import { launchBrowser, type Browser } from './browser.js';
 
 const SCREENSHOTS = fileURLToPath(new URL('../../docs/screenshots/', import.meta.url));
@@ -17,8 +18,13 @@ let queue: Queue;
 let worker: Worker;
 /** Jobs of the task 'flaky' fail for good on their first run and succeed when retried. */
 const flakyRuns = new Map<string, number>();
+/** Jobs of the task 'long_report' report 40 % and run until this resolves. */
+let finishReports!: () => void;
+const reportsReleased = new Promise<void>((resolve) => (finishReports = resolve));
 
 async function shot(page: Page, name: string): Promise<void> {
+  // A toast from the action just taken would hide part of the page.
+  await page.evaluate("document.getElementById('toast')?.classList.remove('visible')");
   await page.screenshot({ path: `${SCREENSHOTS}${name}.png`, fullPage: true });
 }
 
@@ -31,8 +37,13 @@ beforeAll(async () => {
     schema: db.schema,
     queues: ['default', 'emails', 'reports'],
     concurrency: 4,
+    schedules: [{ name: 'nightly-digest', cron: '0 3 * * *', task: 'send_email', queue: 'emails', payload: { digest: true } }],
     tasks: {
       send_email: async () => {},
+      long_report: async (_payload, { progress, signal }) => {
+        progress({ done: 2, total: 5 });
+        await Promise.race([reportsReleased, new Promise((resolve) => signal.addEventListener('abort', resolve))]);
+      },
       flaky: async (_payload, { job }) => {
         const runs = (flakyRuns.get(job.id) ?? 0) + 1;
         flakyRuns.set(job.id, runs);
@@ -59,6 +70,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  finishReports?.();
   await browser?.close();
   await dashboard?.close();
   await worker?.stop();
@@ -153,5 +165,104 @@ describe('dashboard in Chromium', () => {
     expect(await page.textContent('.history li[data-kind="action"]')).toMatch(/Retried by dashboard token from 127\.0\.0\.1/);
     await shot(page, 'job');
     await page.close();
+  });
+
+  it('lists the live workers with what each runs, since when and how far along', async () => {
+    const id = await queue.enqueue('long_report', { month: '2026-11' }, { queue: 'reports' });
+    await waitFor(
+      async () => (await db.pool.query(`SELECT progress FROM ${db.s}.jobs WHERE id = $1`, [id])).rows[0]?.progress,
+      'the report to report progress',
+    );
+    const page = await browser.context.newPage();
+    await page.goto(`${dashboard.url}#/workers`);
+    const row = `tr[data-worker-id="${worker.config.workerId}"]`;
+    await page.waitForSelector(`${row}[data-alive="true"]`);
+    expect(await page.textContent(row)).toContain('emails');
+    const running = await page.waitForSelector(`tr[data-running-of="${worker.config.workerId}"] li[data-job-id="${id}"]`);
+    expect(await running.textContent()).toMatch(/long_report on reports running/);
+    expect(await running.$eval('progress', (p) => (p as unknown as { value: number }).value)).toBe(40);
+    await shot(page, 'workers');
+
+    // The job's own page shows the bar too, and the attempt running on this worker.
+    await page.goto(`${dashboard.url}#/jobs/${id}`);
+    await page.waitForSelector('#job-progress');
+    expect(await page.$eval('.card progress', (p) => (p as unknown as { value: number }).value)).toBe(40);
+    expect(await page.textContent('tr[data-attempt="1"]')).toContain(worker.config.workerId);
+    expect(await page.getAttribute('tr[data-attempt="1"]', 'data-outcome')).toBe('running');
+    finishReports();
+    await page.waitForSelector('h1 .status-completed');
+    await page.waitForSelector('tr[data-attempt="1"][data-outcome="completed"]');
+    await page.close();
+  });
+
+  it('shows the cron schedules and runs one now', async () => {
+    const page = await browser.context.newPage();
+    await page.goto(`${dashboard.url}#/cron`);
+    const row = await page.waitForSelector('tr[data-schedule="nightly-digest"]');
+    expect(await row.textContent()).toMatch(/0 3 \* \* \*/);
+    expect(await page.textContent('tr[data-schedule="nightly-digest"] td[data-label="Next run"]')).toMatch(/^in /);
+    await shot(page, 'cron');
+    await page.click('button[data-focus-key="run-schedule:nightly-digest"]');
+    await page.click('#confirm-ok');
+    // The page goes to the new job, which the worker runs.
+    await page.waitForSelector('h1 .status-completed', { timeout: 20_000 });
+    const id = /#\/jobs\/(\d+)$/.exec(page.url())![1]!;
+    const { rows } = await db.pool.query(`SELECT task, queue, payload FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    expect(rows[0]).toEqual({ task: 'send_email', queue: 'emails', payload: { digest: true } });
+    await page.close();
+  });
+
+  it('runs a delayed job now, and finds jobs by id and by a payload field', async () => {
+    const id = await queue.enqueue('send_email', { to: 'later@example.com' }, { queue: 'emails', delayMs: 3_600_000 });
+    const page = await browser.context.newPage();
+    await page.goto(dashboard.url);
+    await page.waitForSelector('tr[data-queue="emails"]');
+    // The job id box in the header goes straight to the job.
+    await page.fill('#find-job-id', id);
+    await page.press('#find-job-id', 'Enter');
+    await page.waitForSelector(`button[data-focus-key="run-now:${id}"]`);
+    await page.click(`button[data-focus-key="run-now:${id}"]`);
+    await page.click('#confirm-ok');
+    await page.waitForSelector('h1 .status-completed', { timeout: 20_000 });
+    expect(await page.textContent('.history')).toContain('Made due now by dashboard');
+
+    await page.goto(`${dashboard.url}#/jobs?field=to&value=${encodeURIComponent('user7@example.com')}`);
+    await page.waitForSelector('tr[data-job-id]');
+    const rows = await page.$$eval('tr[data-job-id]', (trs) => trs.map((tr) => tr.textContent));
+    expect(rows).toHaveLength(1);
+    expect(await page.inputValue('#f-field')).toBe('to');
+    await shot(page, 'jobs-search');
+    await page.close();
+  });
+
+  it('lists the tasks no worker handles in the health panel', async () => {
+    const page = await browser.context.newPage();
+    await page.goto(dashboard.url);
+    const line = await page.waitForSelector('li[data-check="unknown_tasks"]');
+    expect(await line.textContent()).toMatch(/resize_image on default: \d+ due/);
+    await page.close();
+  });
+
+  it('says the database is unreachable, and recovers by itself', async () => {
+    const gate = await startGate(new URL(db.url));
+    const behind = await startDashboard({ connectionString: gate.url, schema: db.schema, token: TOKEN, port: 0, refreshMs: 300 });
+    const page = await browser.context.newPage();
+    try {
+      await page.goto(`${behind.url}?token=${TOKEN}`);
+      await page.waitForSelector('tr[data-queue="emails"]');
+      await expect.poll(() => page.textContent('#live-state')).toBe('● live');
+      gate.down();
+      await expect.poll(() => page.textContent('#live-state'), { timeout: 15_000 }).toContain('database unreachable');
+      await page.waitForSelector('#db-banner:not([hidden])');
+      expect(await page.textContent('#db-banner')).toContain('No answer from the database since');
+      await shot(page, 'database-down');
+      gate.up();
+      await expect.poll(() => page.textContent('#live-state'), { timeout: 15_000 }).toBe('● live');
+      expect(await page.isHidden('#db-banner')).toBe(true);
+    } finally {
+      await page.close();
+      await behind.close();
+      await gate.close();
+    }
   });
 });

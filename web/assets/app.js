@@ -96,7 +96,7 @@ function showState() {
   if (down) {
     const since = database.since ? ` since ${time(database.since)}` : '';
     dbBanner.textContent = database.database === 'unreachable'
-      ? `The dashboard cannot reach its database${since}; it keeps trying. What you see is from before then. (${database.message ?? ''})`
+      ? `No answer from the database${since}; the dashboard keeps trying. What you see is from before then. (${database.message ?? ''})`
       : `The database answers with an error${since}: ${database.message ?? ''}`;
   }
 }

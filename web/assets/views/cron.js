@@ -39,7 +39,9 @@ function scheduleTable(schedules, ctx) {
       h('td', { 'data-label': 'Cron' }, h('code', null, s.cron), s.timezone !== 'UTC' ? h('small', null, ` ${s.timezone}`) : ' UTC'),
       h('td', { 'data-label': 'Task' }, s.task),
       h('td', { 'data-label': 'Queue' }, h('a', { href: `#/jobs?queue=${encodeURIComponent(s.queue)}&task=${encodeURIComponent(s.task)}` }, s.queue)),
-      h('td', { 'data-label': 'Last tick' }, h('time', { datetime: s.lastTick, title: time(s.lastTick) }, relative(s.lastTick))),
+      h('td', { 'data-label': 'Last tick' }, s.lastTick
+        ? h('time', { datetime: s.lastTick, title: time(s.lastTick) }, relative(s.lastTick))
+        : h('small', null, 'not yet')),
       h('td', { 'data-label': 'Next run' }, s.nextRun
         ? h('time', { datetime: s.nextRun, title: time(s.nextRun) }, relative(s.nextRun))
         : h('small', null, 'none')),
