@@ -259,9 +259,20 @@ $$;
 --   previous holder, as in 0003. Two different groups may share a lock key
 --   (hashtext): they then merely take turns.
 -- - rows are claimed FOR UPDATE SKIP LOCKED, as in the common claim.
+--
+-- plan_cache_mode = force_generic_plan: plpgsql plans each statement with the
+-- actual values for its first executions and keeps doing so while those custom
+-- plans look cheaper, and planning the skip scan's range condition probes the
+-- index's ends (get_actual_variable_range), which costs more as the backlog grows:
+-- measured at batch 20 over 10,000 groups, 3.7 ms per claim at 10,000 pending jobs
+-- and 14 ms at 1,000,000, nearly all of it planning. Every statement here is
+-- written for its generic plan (equality on the index's leading columns, then its
+-- order), so planning once per session is enough.
 CREATE FUNCTION :SCHEMA.claim_queue(_queue text, _worker text, _tasks text[], _max integer, _max_visits integer)
 RETURNS TABLE (job :SCHEMA.jobs, wait_until timestamptz)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
   q :SCHEMA.queues%ROWTYPE;
   g :SCHEMA.job_groups%ROWTYPE;

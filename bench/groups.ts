@@ -1,0 +1,337 @@
+/**
+ * Groups, fair claims, group concurrency and rate limits (issue 16), measured.
+ *
+ *   DATABASE_URL=postgres://... node --import tsx bench/groups.ts [part ...]
+ *
+ * Parts (default: all, in this order):
+ * - claim-cost: the claim statement of a grouped queue (claim_queue(), batch 20)
+ *   at 10,000 and at 1,000,000 pending jobs over 10,000 groups, each claim in a
+ *   rolled-back transaction from a random cursor; also with 90% of the groups
+ *   holding only delayed jobs (the bounded visits). Median and p95 per claim.
+ * - fairness: 2 worker processes at concurrency 20, 5 ms jobs; one group enqueues
+ *   100,000 jobs, 50 others 20 each one second later: how long each small job
+ *   took from enqueue to finish, and the drain's throughput against the same
+ *   drain without groups. FAIRNESS_BIG=<n> changes the 100,000.
+ * - group-limit: limit 2 per group, 3 worker processes at concurrency 10, 20
+ *   groups, 20 ms jobs: the most runs of one group at once (from each run's
+ *   recorded start and end), and how often a slot sat idle while a group under its
+ *   limit had due jobs (sampled every 20 ms).
+ * - rate: 100 starts per second (burst 10) on a queue, 3 worker processes, 60 s
+ *   (RATE_SECONDS): the achieved rate and the busiest 1-second window of starts.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { quoteSchema } from '../src/db/identifiers.js';
+import { setQueueGroups, setQueueRateLimit } from '../src/groups/settings.js';
+import { Queue } from '../src/index.js';
+import { migrate } from '../src/migrate.js';
+
+const url = process.env.DATABASE_URL;
+if (!url) throw new Error('set DATABASE_URL');
+const WORKER = fileURLToPath(new URL('./groups-worker.ts', import.meta.url));
+const pool = new pg.Pool({ connectionString: url, max: 4 });
+const parts = process.argv.slice(2);
+const wanted = (part: string) => parts.length === 0 || parts.includes(part);
+const log = (line: string) => process.stdout.write(`${line}\n`);
+
+async function freshSchema(label: string): Promise<{ schema: string; s: string; drop: () => Promise<void> }> {
+  const schema = `bench_groups_${label}_${process.pid}`;
+  const s = quoteSchema(schema);
+  await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`);
+  await migrate({ connectionString: url!, schema });
+  return { schema, s, drop: async () => void (await pool.query(`DROP SCHEMA IF EXISTS ${s} CASCADE`)) };
+}
+
+function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!;
+}
+
+const fmt = (ms: number) => `${ms.toFixed(2)} ms`;
+
+// ---------------------------------------------------------------- claim cost
+
+async function claimCost(): Promise<void> {
+  const { schema, s, drop } = await freshSchema('cost');
+  const groups = 10_000;
+  try {
+    // Groups with only delayed jobs first (none at the start), then the due jobs.
+    const fill = async (total: number, delayedGroups: number) => {
+      await pool.query(`TRUNCATE ${s}.jobs`);
+      await pool.query(
+        `INSERT INTO ${s}.jobs (queue, task, group_key, run_at)
+         SELECT 'q', 'work', 'g' || lpad((i % $2)::text, 5, '0'),
+                CASE WHEN i % $2 < $3 THEN now() + interval '1 day' ELSE now() - interval '1 second' END
+         FROM generate_series(1, $1) i`,
+        [total, groups, delayedGroups],
+      );
+      await pool.query(`VACUUM ANALYZE ${s}.jobs`);
+    };
+    const measure = async (label: string) => {
+      const client = await pool.connect();
+      const times: number[] = [];
+      let claimed = 0;
+      try {
+        for (let i = 0; i < 120; i++) {
+          await client.query('BEGIN');
+          const cursor = `g${String(Math.floor(Math.random() * groups)).padStart(5, '0')}`;
+          await client.query(`UPDATE ${s}.queues SET group_cursor = $1 WHERE name = 'q'`, [cursor]);
+          const started = performance.now();
+          const { rows } = await client.query(
+            `SELECT count(*)::int AS n FROM ${s}.claim_queue('q', 'bench', '{work}', 20, greatest(32, 4 * 20)) c WHERE (c.job).id IS NOT NULL`,
+          );
+          const ms = performance.now() - started;
+          await client.query('ROLLBACK');
+          // The first claims warm the cache and settle the function's plans.
+          if (i >= 20) times.push(ms);
+          claimed += (rows[0] as { n: number }).n;
+        }
+      } finally {
+        client.release();
+      }
+      log(
+        `  ${label.padEnd(58)} median ${fmt(percentile(times, 50))}  p95 ${fmt(percentile(times, 95))}  ` +
+          `jobs/claim ${(claimed / 120).toFixed(1)}`,
+      );
+      return percentile(times, 50);
+    };
+    log('claim-cost: claim_queue(), batch 20, 100 claims each after 20 to warm up (rolled back), random cursor');
+    await pool.query(`INSERT INTO ${s}.queues (name, grouped) VALUES ('q', true)`);
+    await fill(10_000, 0);
+    const small = await measure('10,000 pending over 10,000 groups');
+    await fill(1_000_000, 0);
+    const large = await measure('1,000,000 pending over 10,000 groups');
+    log(`  ratio 1,000,000 / 10,000: ${(large / small).toFixed(2)}x (target <= 2x)`);
+    await fill(1_000_000, 9_000);
+    await measure('1,000,000 pending, 9,000 of 10,000 groups delayed');
+    await pool.query(`UPDATE ${s}.queues SET group_concurrency = 2 WHERE name = 'q'`);
+    await fill(1_000_000, 0);
+    await measure('1,000,000 pending over 10,000 groups, group limit 2');
+    log(`  (visits per claim are bounded at max(32, 4 x batch) = 80; schema ${schema})`);
+  } finally {
+    await drop();
+  }
+}
+
+// ---------------------------------------------------------------- worker processes
+
+interface Proc {
+  child: ChildProcess;
+  exited: Promise<unknown>;
+}
+
+async function startWorkers(schema: string, queue: string, n: number, concurrency: number, recordDir?: string): Promise<Proc[]> {
+  return Promise.all(
+    Array.from({ length: n }, (_, i) => {
+      const child = spawn(process.execPath, ['--import', 'tsx', WORKER], {
+        env: {
+          ...process.env,
+          DATABASE_URL: url,
+          SLUICE_SCHEMA: schema,
+          QUEUE: queue,
+          CONCURRENCY: String(concurrency),
+          WORKER_NAME: `bench-${i}`,
+          ...(recordDir ? { RECORD: '1', RECORD_FILE: join(recordDir, `runs-${i}.json`) } : {}),
+        },
+        stdio: ['ignore', 'pipe', 'inherit'],
+      });
+      const exited = new Promise((resolve) => child.on('exit', resolve));
+      return new Promise<Proc>((resolve, reject) => {
+        child.stdout!.on('data', (d: Buffer) => {
+          if (d.toString().includes('ready')) resolve({ child, exited });
+        });
+        void exited.then(() => reject(new Error('bench worker exited before ready')));
+      });
+    }),
+  );
+}
+
+async function stopWorkers(procs: Proc[]): Promise<void> {
+  for (const p of procs) p.child.kill('SIGTERM');
+  await Promise.all(procs.map((p) => p.exited));
+}
+
+async function until(check: () => Promise<boolean>, pollMs = 100): Promise<void> {
+  while (!(await check())) await new Promise((resolve) => setTimeout(resolve, pollMs));
+}
+
+// ---------------------------------------------------------------- fairness
+
+async function drain(grouped: boolean, big: number): Promise<{ seconds: number; small: number[] }> {
+  const { schema, s, drop } = await freshSchema(grouped ? 'fair' : 'fifo');
+  const queue = new Queue({ connectionString: url!, schema });
+  try {
+    // Enqueued before the workers start, in batches (one statement each).
+    for (let i = 0; i < big; i += 10_000) {
+      await queue.enqueueMany(
+        Array.from({ length: Math.min(10_000, big - i) }, () => ({
+          task: 'work',
+          queue: 'q',
+          payload: { ms: 5 },
+          ...(grouped ? { group: 'big' } : {}),
+        })),
+      );
+    }
+    const procs = await startWorkers(schema, 'q', 2, 20);
+    const started = performance.now();
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const smallIds = await queue.enqueueMany(
+      Array.from({ length: 50 }, (_, g) =>
+        Array.from({ length: 20 }, () => ({
+          task: 'work',
+          queue: 'q',
+          payload: { ms: 5 },
+          ...(grouped ? { group: `small-${g}` } : {}),
+        })),
+      ).flat(),
+    );
+    const total = big + smallIds.length;
+    await until(async () => {
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${s}.jobs WHERE status = 'completed'`);
+      return (rows[0] as { n: number }).n >= total;
+    }, 200);
+    const seconds = (performance.now() - started) / 1000;
+    await stopWorkers(procs);
+    const { rows } = await pool.query<{ ms: number }>(
+      `SELECT extract(epoch FROM finished_at - created_at) * 1000 AS ms FROM ${s}.jobs WHERE id = ANY($1::bigint[])`,
+      [smallIds],
+    );
+    return { seconds, small: rows.map((r) => Number(r.ms)) };
+  } finally {
+    await queue.close();
+    await drop();
+  }
+}
+
+async function fairness(): Promise<void> {
+  const big = Number(process.env.FAIRNESS_BIG ?? 100_000);
+  log(`fairness: 2 workers x concurrency 20, 5 ms jobs; ${big} jobs of one group, then 50 groups x 20 one second later`);
+  for (const grouped of [true, false]) {
+    const { seconds, small } = await drain(grouped, big);
+    const total = big + 1000;
+    log(
+      `  ${grouped ? 'groups' : 'no groups (FIFO)'}: drain ${seconds.toFixed(1)} s, ${Math.round(total / seconds)} jobs/s; ` +
+        `small jobs enqueue to finish: median ${Math.round(percentile(small, 50))} ms, ` +
+        `p99 ${Math.round(percentile(small, 99))} ms, max ${Math.round(Math.max(...small))} ms`,
+    );
+  }
+}
+
+// ---------------------------------------------------------------- group limit
+
+async function groupLimit(): Promise<void> {
+  const { schema, s, drop } = await freshSchema('glimit');
+  const queue = new Queue({ connectionString: url!, schema });
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-groups-'));
+  try {
+    await setQueueGroups(pool, schema, 'q', { groupConcurrency: 2 });
+    const groups = Array.from({ length: 20 }, (_, g) => `g${g}`);
+    // Uneven backlogs, so groups run dry at different times.
+    await queue.enqueueMany(
+      groups.flatMap((g, i) =>
+        Array.from({ length: 40 + 10 * i }, () => ({ task: 'work', queue: 'q', group: g, payload: { ms: 20, g } })),
+      ),
+    );
+    const total = groups.reduce((n, _, i) => n + 40 + 10 * i, 0);
+    const procs = await startWorkers(schema, 'q', 3, 10, dir);
+    const slots = 3 * 10;
+    let samples = 0;
+    let idle = 0;
+    const sample = async () => {
+      // One snapshot: a free slot anywhere while some group under its limit has due jobs.
+      const { rows } = await pool.query<{ running: number; waiting: number }>(
+        `SELECT (SELECT count(*) FROM ${s}.jobs WHERE queue = 'q' AND status = 'processing')::int AS running,
+                (SELECT count(*) FROM (SELECT group_key FROM ${s}.jobs WHERE queue = 'q' AND status = 'pending' AND run_at <= now()
+                  GROUP BY group_key) p
+                 WHERE (SELECT count(*) FROM ${s}.jobs r WHERE r.queue = 'q' AND r.status = 'processing' AND r.group_key = p.group_key) < 2)::int AS waiting`,
+      );
+      const row = rows[0]!;
+      samples++;
+      if (row.running < slots && row.waiting > 0) idle++;
+    };
+    const started = performance.now();
+    await until(async () => {
+      await sample();
+      const { rows } = await pool.query(`SELECT count(*)::int AS n FROM ${s}.jobs WHERE status = 'completed'`);
+      return (rows[0] as { n: number }).n >= total;
+    }, 20);
+    const seconds = (performance.now() - started) / 1000;
+    await stopWorkers(procs);
+    const runs = procs.flatMap(
+      (_, i) => JSON.parse(readFileSync(join(dir, `runs-${i}.json`), 'utf8')) as [string, number, number][],
+    );
+    let worst = 0;
+    for (const g of groups) {
+      const events = runs
+        .filter((r) => r[0] === g)
+        .flatMap(([, a, b]) => [
+          { at: a, d: 1 },
+          { at: b, d: -1 },
+        ]);
+      events.sort((x, y) => x.at - y.at || x.d - y.d);
+      let open = 0;
+      for (const e of events) worst = Math.max(worst, (open += e.d));
+    }
+    log(`group-limit: limit 2, 20 groups, 3 processes x 10 slots, ${total} jobs of 20 ms in ${seconds.toFixed(1)} s`);
+    log(`  runs recorded: ${runs.length}; most runs of one group at once: ${worst} (limit 2)`);
+    log(
+      `  samples with a free slot while a group under its limit had due jobs: ${idle} of ${samples} ` +
+        `(${((100 * idle) / samples).toFixed(1)}%; a sample catches the moments between a finish and the next claim)`,
+    );
+  } finally {
+    await queue.close();
+    await drop();
+  }
+}
+
+// ---------------------------------------------------------------- rate
+
+async function rateLimit(): Promise<void> {
+  const seconds = Number(process.env.RATE_SECONDS ?? 60);
+  const { schema, s, drop } = await freshSchema('rate');
+  const queue = new Queue({ connectionString: url!, schema });
+  try {
+    await setQueueRateLimit(pool, schema, 'q', { limit: 100, intervalMs: 1000, burst: 10 });
+    // More than 60 s can start: the limit, not the backlog, sets the pace.
+    await queue.enqueueMany(
+      Array.from({ length: 100 * seconds + 2000 }, () => ({ task: 'work', queue: 'q', payload: { ms: 1 } })),
+    );
+    const procs = await startWorkers(schema, 'q', 3, 20);
+    await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+    await stopWorkers(procs);
+    const { rows } = await pool.query<{ t: number }>(
+      `SELECT extract(epoch FROM started_at) * 1000 AS t FROM ${s}.jobs WHERE started_at IS NOT NULL ORDER BY started_at`,
+    );
+    const starts = rows.map((r) => Number(r.t));
+    const span = (starts.at(-1)! - starts[0]!) / 1000;
+    let busiest = 0;
+    let j = 0;
+    for (let i = 0; i < starts.length; i++) {
+      while (starts[j]! < starts[i]! - 999.999) j++;
+      busiest = Math.max(busiest, i - j + 1);
+    }
+    // The steady rate: the first `burst` starts are the full bucket.
+    const steady = (starts.length - 10) / span;
+    log(`rate: 100/s, burst 10, 3 processes x 20 slots, ${seconds} s`);
+    log(
+      `  ${starts.length} starts over ${span.toFixed(1)} s: ${steady.toFixed(1)} starts/s after the burst ` +
+        `(${((100 * (steady - 100)) / 100).toFixed(1)}% off the limit); busiest 1-second window: ${busiest} (limit + burst = 110)`,
+    );
+  } finally {
+    await queue.close();
+    await drop();
+  }
+}
+
+try {
+  if (wanted('claim-cost')) await claimCost();
+  if (wanted('group-limit')) await groupLimit();
+  if (wanted('rate')) await rateLimit();
+  if (wanted('fairness')) await fairness();
+} finally {
+  await pool.end();
+}
