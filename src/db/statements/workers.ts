@@ -41,21 +41,23 @@ export const workerRegistryStatements = perSchema((schema: string): WorkerRegist
     prune: `DELETE FROM ${s}.workers w WHERE NOT (${alive('w', '$1')})`,
 
     // Every registered worker with the jobs it runs now (status processing,
-    // locked_by = its id; a handful per worker, read through jobs_processing_idx).
-    // Jobs claimed ahead and not started yet have no started_at: listed last.
-    list: `SELECT w.id, w.host, w.pid, w.queues, w.tasks, w.concurrency, w.version, w.interval_ms AS "intervalMs",
+    // locked_by = its id), the first $2 of each. One pass over the processing
+    // rows (jobs_processing_idx: a few per worker), not one per worker. Jobs
+    // claimed ahead and not started yet have no started_at: listed last.
+    list: `WITH held AS (
+        SELECT j.locked_by, j.id, j.queue, j.task, j.started_at, j.progress,
+          row_number() OVER (PARTITION BY j.locked_by ORDER BY j.started_at NULLS LAST, j.id) AS n
+        FROM ${s}.jobs j WHERE j.status = 'processing'
+      ), running AS (
+        SELECT locked_by, count(*)::int AS count,
+          jsonb_agg(jsonb_build_object('id', id::text, 'queue', queue, 'task', task,
+            'startedAt', started_at, 'progress', progress) ORDER BY n) FILTER (WHERE n <= $2) AS jobs
+        FROM held GROUP BY locked_by
+      )
+      SELECT w.id, w.host, w.pid, w.queues, w.tasks, w.concurrency, w.version, w.interval_ms AS "intervalMs",
         w.started_at AS "startedAt", w.last_seen_at AS "lastSeenAt", ${alive('w', '$1')} AS alive,
         coalesce(r.count, 0) AS "runningCount", coalesce(r.jobs, '[]'::jsonb) AS running
-      FROM ${s}.workers w
-      LEFT JOIN LATERAL (
-        SELECT count(*)::int AS count,
-          (jsonb_agg(jsonb_build_object('id', j.id::text, 'queue', j.queue, 'task', j.task,
-             'startedAt', j.started_at, 'progress', j.progress) ORDER BY j.started_at NULLS LAST, j.id)
-           FILTER (WHERE j.n <= $2)) AS jobs
-        FROM (SELECT id, queue, task, started_at, progress,
-                row_number() OVER (ORDER BY started_at NULLS LAST, id) AS n
-              FROM ${s}.jobs WHERE status = 'processing' AND locked_by = w.id) j
-      ) r ON true
+      FROM ${s}.workers w LEFT JOIN running r ON r.locked_by = w.id
       ORDER BY alive DESC, w.started_at, w.id`,
 
     // Due pending jobs, by queue and task, whose queue has a live worker but
