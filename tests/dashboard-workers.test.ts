@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findUnknownTasks, listWorkers } from '../src/admin/workers.js';
-import { buildMaintenanceQueries, prune, resolvePrunerConfig } from '../src/index.js';
+import { PermanentFailure, buildMaintenanceQueries, prune, resolvePrunerConfig } from '../src/index.js';
 import { startDashboard, type RunningDashboard } from '../src/dashboard/server.js';
 import { runDoctor } from '../src/doctor/run-doctor.js';
 import { unknownTasksTask } from '../src/maintenance/unknown-tasks.js';
@@ -297,6 +297,34 @@ describe('attempts in the job history', () => {
         endedAt: job.finished_at.toISOString(),
         durationMs: job.finished_at.getTime() - job.started_at.getTime(),
         worker: worker.config.workerId,
+      },
+    ]);
+  });
+});
+
+describe('attempts of a job that failed for good', () => {
+  it('takes the start and worker of the last attempt from the row', async () => {
+    const worker = await fx.start({
+      queues: ['attempts-final'],
+      tasks: {
+        doomed: () => {
+          throw new PermanentFailure('no such account');
+        },
+      },
+    });
+    const id = await fx.queue.enqueue('doomed', {}, { queue: 'attempts-final' });
+    await waitFor(async () => (await row(id)).status === 'failed', 'the job to fail for good');
+    const job = await row(id);
+    const { body } = await api(`api/jobs/${id}`);
+    expect(body.attempts).toEqual([
+      {
+        attempt: 1,
+        outcome: 'failed',
+        startedAt: job.started_at.toISOString(),
+        endedAt: job.errors[0].at,
+        durationMs: Date.parse(job.errors[0].at) - job.started_at.getTime(),
+        worker: worker.config.workerId,
+        error: 'PermanentFailure: no such account',
       },
     ]);
   });
