@@ -10,6 +10,7 @@ import { LiveFeed } from './live.js';
 import { resolveDashboardOptions, type DashboardOptions } from './options.js';
 import { registerApi } from './api.js';
 import { registerWorkersApi } from './api-workers.js';
+import { registerGroupsApi } from './groups.js';
 import { loadOverview } from './overview.js';
 
 /** Most connections the dashboard's own pool opens (LISTEN comes on top, on its own connection). */
@@ -107,6 +108,7 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
         actor: (req) => actors.get(req) ?? 'dashboard',
       });
       registerWorkersApi(scope, { db, schema: config.schema, feed, actor: (req) => actors.get(req) ?? 'dashboard' });
+      registerGroupsApi(scope, { db, schema: config.schema, actor: (req) => actors.get(req) ?? 'dashboard' });
     },
     { prefix: config.basePath },
   );

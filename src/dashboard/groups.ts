@@ -1,0 +1,68 @@
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { getGroupStats } from '../admin/groups.js';
+import type { Queryable } from '../db/executor.js';
+import { ValidationError } from '../errors.js';
+import {
+  listGroupSettings,
+  listQueueLimits,
+  setGroupSettings,
+  setQueueGroups,
+  setQueueRateLimit,
+  type GroupOptions,
+  type QueueGroupOptions,
+  type RateLimit,
+} from '../groups/settings.js';
+
+export interface GroupsApiContext {
+  db: Queryable;
+  schema: string;
+  /** Who made the request, for the audit log. */
+  actor: (req: FastifyRequest) => string;
+}
+
+/**
+ * The groups part of the JSON API (the page's view of it is still to come):
+ * every queue's group and rate limits, one queue's groups (busiest first, with
+ * their own settings), and changing them at run time. Registered in the scope of
+ * registerApi, whose error handler (a ValidationError is a 400) and CSRF guard
+ * apply here too.
+ */
+export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): void {
+  const { db, schema } = ctx;
+
+  app.get('/api/limits', async (_req, reply) => {
+    return reply.header('cache-control', 'no-store').send({ queues: await listQueueLimits(db, schema) });
+  });
+
+  app.get('/api/queues/:queue/groups', async (req, reply) => {
+    const queue = String((req.params as { queue: string }).queue);
+    const top = (req.query as { top?: string }).top;
+    const stats = await getGroupStats(db, schema, queue, top === undefined ? {} : { limit: Number(top) });
+    const settings = await listGroupSettings(db, schema, queue);
+    return reply.header('cache-control', 'no-store').send({ ...stats, settings });
+  });
+
+  // Body: { groupConcurrency?, groupRateLimit?, rateLimit? }; null removes a limit.
+  app.post('/api/queues/:queue/limits', async (req) => {
+    const queue = String((req.params as { queue: string }).queue);
+    const body = objectBody(req.body);
+    const { rateLimit, ...groupDefaults } = body as QueueGroupOptions & { rateLimit?: RateLimit | null };
+    const actor = { actor: ctx.actor(req) };
+    if (rateLimit !== undefined) await setQueueRateLimit(db, schema, queue, rateLimit, actor);
+    return { queue: await setQueueGroups(db, schema, queue, groupDefaults, actor) };
+  });
+
+  // Body: { group: string | null, weight?, concurrencyLimit?, rateLimit? }.
+  app.post('/api/queues/:queue/groups', async (req) => {
+    const queue = String((req.params as { queue: string }).queue);
+    const { group, ...settings } = objectBody(req.body) as GroupOptions & { group?: string | null };
+    if (group === undefined) throw new ValidationError('group: give the group key, or null for the jobs without one');
+    return { group: await setGroupSettings(db, schema, queue, group, settings, { actor: ctx.actor(req) }) };
+  });
+}
+
+function objectBody(body: unknown): Record<string, unknown> {
+  if (body === null || typeof body !== 'object' || Array.isArray(body))
+    throw new ValidationError('the body must be a JSON object');
+  return body as Record<string, unknown>;
+}

@@ -1,0 +1,75 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { Queue } from '../src/index.js';
+import { startDashboard, type RunningDashboard } from '../src/dashboard/server.js';
+import { createTestSchema, type TestDatabase } from './helpers/database.js';
+
+const TOKEN = 'test-token-0123456789';
+const auth = { authorization: `Bearer ${TOKEN}` };
+
+let db: TestDatabase;
+let queue: Queue;
+let dash: RunningDashboard;
+let csrf: string;
+
+async function api(path: string, init: RequestInit & { headers?: Record<string, string> } = {}) {
+  const res = await fetch(new URL(path, dash.url), { ...init, headers: { ...auth, ...init.headers } });
+  return { status: res.status, body: (await res.json()) as any };
+}
+
+function post(path: string, body: unknown) {
+  return api(path, {
+    method: 'POST',
+    body: JSON.stringify(body),
+    headers: { 'content-type': 'application/json', 'x-sluice-csrf': csrf },
+  });
+}
+
+beforeAll(async () => {
+  db = await createTestSchema('groupdash');
+  queue = new Queue({ connectionString: db.url, schema: db.schema });
+  dash = await startDashboard({ connectionString: db.url, schema: db.schema, token: TOKEN, port: 0, refreshMs: 100 });
+  csrf = /name="sluice-csrf" content="([^"]+)"/.exec(await (await fetch(dash.url, { headers: auth })).text())![1]!;
+});
+
+afterAll(async () => {
+  await dash?.close();
+  await queue?.close();
+  await db?.drop();
+});
+
+describe('dashboard JSON API: groups and limits', () => {
+  it("shows a queue's groups and changes group and rate limits, audited as the dashboard", async () => {
+    await queue.enqueueMany(['a', 'a', 'b'].map((group) => ({ task: 't', queue: 'dq', group })));
+    const set = await post('/api/queues/dq/limits', { groupConcurrency: 2, rateLimit: { limit: 50 } });
+    expect(set.status).toBe(200);
+    expect(set.body.queue).toMatchObject({
+      grouped: true,
+      groupConcurrency: 2,
+      rateLimit: { limit: 50, intervalMs: 1000, burst: 5 },
+    });
+    expect((await post('/api/queues/dq/groups', { group: 'a', weight: 4 })).body.group).toMatchObject({ group: 'a', weight: 4 });
+
+    const groups = await api('/api/queues/dq/groups');
+    expect(groups.body).toMatchObject({
+      queue: 'dq',
+      groups: 2,
+      due: 3,
+      top: [
+        { group: 'a', due: 2, weight: 4, concurrencyLimit: 2 },
+        { group: 'b', due: 1, weight: 1, concurrencyLimit: 2 },
+      ],
+      settings: [{ group: 'a', weight: 4 }],
+    });
+    expect((await api('/api/limits')).body.queues).toContainEqual(expect.objectContaining({ name: 'dq', groupConcurrency: 2 }));
+    const { rows } = await db.pool.query(`SELECT DISTINCT actor FROM ${db.s}.audit_log WHERE queue = 'dq'`);
+    expect(rows.map((r) => r.actor)).toEqual([expect.stringContaining('dashboard')]);
+  });
+
+  it('answers bad settings with a 400 and changes nothing', async () => {
+    const bad = await post('/api/queues/dq2/groups', { group: 'a', weight: 0 });
+    expect(bad.status).toBe(400);
+    expect((await post('/api/queues/dq2/groups', { weight: 2 })).status).toBe(400);
+    expect((await post('/api/queues/dq2/limits', { groupConcurrency: 'lots' })).status).toBe(400);
+    expect((await api('/api/limits')).body.queues.map((q: { name: string }) => q.name)).not.toContain('dq2');
+  });
+});
