@@ -13,7 +13,7 @@ export type { RescuedJob } from './maintenance/rescuer.js';
 export type { FetchLoopStats as WorkerStats } from './worker/fetch-loop.js';
 export { migrate, type MigrateOptions, type MigrationResult } from './migrate.js';
 export type { WorkerOptions } from './worker/options.js';
-export type { ConnectionOptions, DriverConnectionOptions } from './db/connection.js';
+export type { ConnectionOptions, DriverConnectionOptions, PgPool, PgPoolClient, PgClient } from './db/connection.js';
 export type { DriverName } from './db/driver.js';
 export type {
   JobRow,

@@ -138,7 +138,11 @@ describe('usage errors exit 2 with one line', () => {
     ['missing task', ['enqueue'], /missing required argument 'task'/],
     ['run-at and delay', ['enqueue', 't', '--run-at', '2030-01-01T00:00:00Z', '--delay', '1m'], /--run-at or --delay, not both/],
     ['bad max attempts', ['enqueue', 't', '--max-attempts', '0'], /--max-attempts <n>.*integer from 1 to 1000/],
-    ['duration without a unit', ['enqueue', 't', '--delay', '10'], /duration with a unit/],
+    [
+      'duration without a unit',
+      ['enqueue', 't', '--delay', '10'],
+      /--delay.*needs a unit: 10ms for milliseconds, 10s for seconds/,
+    ],
     ['bad date', ['enqueue', 't', '--run-at', 'tomorrowish'], /must be a date/],
     ['unknown status', ['jobs', 'list', '--status', 'done'], /unknown status "done"/],
     ['retry without id or --failed', ['jobs', 'retry'], /give a job id or --failed/],

@@ -24,7 +24,11 @@ export function integer(min: number, max: number): (value: string) => number {
  */
 export function duration(value: string): number {
   const trimmed = value.trim();
-  const parsed = /^\d+(\.\d+)?$/.test(trimmed) ? undefined : ms(trimmed as ms.StringValue);
+  if (/^\d+(\.\d+)?$/.test(trimmed)) {
+    // The library's options are in ms (shutdownTimeoutMs: 10000), so say which to type.
+    throw new InvalidArgumentError(`needs a unit: ${trimmed}ms for milliseconds, ${trimmed}s for seconds`);
+  }
+  const parsed = ms(trimmed as ms.StringValue);
   if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed < 0) {
     throw new InvalidArgumentError('must be a duration with a unit, like 500ms, 30s, 5m, 2h or 7d');
   }
