@@ -3,6 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { getGroupStats } from '../src/admin/groups.js';
 import { workerStatements } from '../src/db/statements/worker.js';
 import { ValidationError } from '../src/errors.js';
+import { SluiceMetrics } from '../src/index.js';
+import { watchGroups } from '../src/metrics/groups.js';
 import {
   listGroupSettings,
   listQueueLimits,
@@ -297,5 +299,23 @@ describe('groups: settings', () => {
       'rate_limit',
     ]);
     expect(rows[0].actor).toBe('test');
+  });
+});
+
+describe('groups: metrics', () => {
+  it("reports groups, throttled groups and the busiest groups' due and running jobs at scrape time", async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'gmetrics', { groupConcurrency: 1 });
+    await t.queue.enqueueMany(['a', 'a', 'a', 'b'].map((group) => ({ task: 't', queue: 'gmetrics', group })));
+    await claim('gmetrics', 10);
+    const metrics = new SluiceMetrics();
+    watchGroups(metrics, t.db.schema, t.db.pool, { top: 1 });
+    const text = await metrics.text();
+    const labels = `schema="${t.db.schema}",queue="gmetrics"`;
+    expect(text).toContain(`sluice_queue_groups{${labels}} 2`);
+    // a still has 2 due jobs behind its one running job; b has none left.
+    expect(text).toContain(`sluice_queue_groups_throttled{${labels}} 1`);
+    expect(text).toContain(`sluice_group_jobs{${labels},group="a",state="due"} 2`);
+    expect(text).toContain(`sluice_group_jobs{${labels},group="a",state="running"} 1`);
+    expect(text).not.toContain(`${labels},group="b"`);
   });
 });
