@@ -24,7 +24,9 @@ const reportsReleased = new Promise<void>((resolve) => (finishReports = resolve)
 
 async function shot(page: Page, name: string): Promise<void> {
   // A toast from the action just taken would hide part of the page.
-  await page.evaluate("document.getElementById('toast')?.classList.remove('visible')");
+  await page.evaluate(
+    "const t = document.getElementById('toast'); if (t) { t.style.transition = 'none'; t.classList.remove('visible'); }",
+  );
   await page.screenshot({ path: `${SCREENSHOTS}${name}.png`, fullPage: true });
 }
 
