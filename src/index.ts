@@ -70,6 +70,20 @@ export {
 } from './admin/jobs.js';
 export { listDeadLetters, redriveDeadLetters, type RedriveTarget, type RedriveResult } from './admin/dead-letters.js';
 export { getStats, getThroughput, type Stats, type QueueStats, type ThroughputPoint } from './admin/stats.js';
+export {
+  setQueueGroups,
+  setQueueRateLimit,
+  setGroupSettings,
+  listQueueLimits,
+  listGroupSettings,
+  type RateLimit,
+  type QueueLimits,
+  type GroupSettings,
+  type QueueGroupOptions,
+  type GroupOptions,
+} from './groups/settings.js';
+export { getGroupStats, type GroupStats, type QueueGroupStats } from './admin/groups.js';
+export { watchGroups, type GroupMetricsOptions } from './metrics/groups.js';
 export { runDoctor, type DoctorOptions, type DoctorReport } from './doctor/run-doctor.js';
 export { DEFAULT_THRESHOLDS, type CheckResult, type DoctorThresholds, type Severity } from './doctor/checks.js';
 export { prune, type PruneResult, type Retention } from './maintenance/pruner.js';
