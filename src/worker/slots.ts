@@ -45,6 +45,8 @@ export class Slots {
   private readonly runMs = new Map<string, number>();
   /** Moving average of a cycle's round trip (ms), as the fetch loop measured it. */
   private roundTripMs = 0;
+  /** The last prefetch allowance and when (performance.now()) it was computed. */
+  private allowance = { at: -Infinity, value: 0 };
 
   constructor(private readonly config: SlotsConfig) {}
 
@@ -103,11 +105,16 @@ export class Slots {
     return Math.max(0, Math.min(free, limit - held));
   }
 
-  /** How many jobs may wait for a slot: the slots expected to free up within the horizon. */
+  /**
+   * How many jobs may wait for a slot: the slots expected to free up within the
+   * horizon. Kept for up to a millisecond while no run starts or ends: it walks
+   * every running job, and the fetch loop asks for it several times per finished job.
+   */
   prefetchAllowance(): number {
     if (this.config.prefetch === 0) return 0;
-    let rate = 0; // slots freed per ms
     const now = performance.now();
+    if (now - this.allowance.at < 1) return this.allowance.value;
+    let rate = 0; // slots freed per ms
     for (const run of this.running.values()) {
       const ms = this.runMs.get(run.job.task);
       // A run already longer than its task's average will take at least that long:
@@ -118,7 +125,9 @@ export class Slots {
     const slowest = Math.max(0, ...this.runMs.values());
     if (free > 0 && slowest > 0) rate += free / slowest;
     const horizon = Math.max(MIN_HORIZON_MS, 2 * this.roundTripMs);
-    return Math.min(this.config.prefetch, Math.floor(rate * horizon));
+    const value = Math.min(this.config.prefetch, Math.floor(rate * horizon));
+    this.allowance = { at: now, value };
+    return value;
   }
 
   /**
@@ -141,12 +150,14 @@ export class Slots {
   }
 
   start(run: Run): void {
+    this.allowance.at = -Infinity;
     this.running.set(run.job.id, run);
   }
 
   /** The run ended: frees its slot and learns its task's run time. False when it was not running here. */
   finish(run: Run, durationMs: number): boolean {
     if (this.running.get(run.job.id) !== run) return false;
+    this.allowance.at = -Infinity;
     this.running.delete(run.job.id);
     const sample = Math.max(MIN_RUN_MS, durationMs);
     const previous = this.runMs.get(run.job.task);
@@ -156,6 +167,7 @@ export class Slots {
 
   /** A cycle's measured round trip. */
   recordRoundTrip(ms: number): void {
+    this.allowance.at = -Infinity;
     this.roundTripMs = this.roundTripMs === 0 ? ms : this.roundTripMs + ALPHA * (ms - this.roundTripMs);
   }
 
