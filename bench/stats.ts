@@ -66,6 +66,15 @@ try {
   }
   runs.sort((a, b) => a - b);
   console.log(`getStats with ${total} archived jobs: median ${runs[3]!.toFixed(1)} ms, max ${runs[6]!.toFixed(1)} ms`);
+  // The floor on this machine at this moment: a bare count of the archived rows.
+  const floor: number[] = [];
+  for (let i = 0; i < 7; i++) {
+    const start = performance.now();
+    await pool.query(`SELECT count(*) FROM ${s}.jobs_history`);
+    floor.push(performance.now() - start);
+  }
+  floor.sort((a, b) => a - b);
+  console.log(`for comparison, SELECT count(*) FROM jobs_history: median ${floor[3]!.toFixed(1)} ms`);
   const { rows: plan } = await pool.query<{ 'QUERY PLAN': string }>(
     `EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, BUFFERS) ${adminStatements(schema).stats.replaceAll('$1', '60000')}`,
   );
