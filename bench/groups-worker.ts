@@ -15,6 +15,8 @@ const worker = new Worker({
   workerId: process.env.WORKER_NAME,
   queues: [process.env.QUEUE!],
   concurrency: Number(process.env.CONCURRENCY ?? 20),
+  // The drains check completed rows in the jobs table: the pruner must not move them away.
+  maintenance: { pruner: false },
   tasks: {
     work: async ({ ms, g }: { ms: number; g?: string }) => {
       const start = Date.now();
