@@ -289,7 +289,12 @@ describe('attempts in the job history', () => {
     const job = await row(id);
     const { body } = await api(`api/jobs/${id}`);
     expect(body.attempts).toEqual([
-      expect.objectContaining({ attempt: 1, outcome: 'failed', error: 'Error: first try fails', endedAt: job.errors[0].at }),
+      expect.objectContaining({
+        attempt: 1,
+        outcome: 'failed',
+        error: 'Error: first try fails',
+        endedAt: new Date(job.errors[0].at).toISOString(),
+      }),
       {
         attempt: 2,
         outcome: 'completed',
@@ -321,8 +326,8 @@ describe('attempts of a job that failed for good', () => {
         attempt: 1,
         outcome: 'failed',
         startedAt: job.started_at.toISOString(),
-        endedAt: job.errors[0].at,
-        durationMs: Date.parse(job.errors[0].at) - job.started_at.getTime(),
+        endedAt: new Date(job.errors[0].at).toISOString(),
+        durationMs: Date.parse(new Date(job.errors[0].at).toISOString()) - job.started_at.getTime(),
         worker: worker.config.workerId,
         error: 'PermanentFailure: no such account',
       },

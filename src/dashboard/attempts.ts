@@ -30,7 +30,7 @@ type StoredError = JobError & { started_at?: string; worker?: string };
  */
 export function attemptsOf(job: JobRow, now = new Date()): Attempt[] {
   const attempts: Attempt[] = (job.errors ?? []).map((e: StoredError) =>
-    attempt(e.attempt, 'failed', e.started_at ?? null, e.at, e.worker ?? null, e.message),
+    attempt(e.attempt, 'failed', iso(e.started_at), iso(e.at), e.worker ?? null, e.message),
   );
   const started = iso(job.started_at);
   const last = attempts.find((a) => a.attempt === job.attempts);
@@ -66,7 +66,8 @@ function attempt(
   return { attempt: n, outcome, startedAt, endedAt, durationMs, worker, ...(error === undefined ? {} : { error }) };
 }
 
+/** One format for every time: the row's Dates and the history's jsonb text alike (ISO 8601, UTC, ms). */
 function iso(value: Date | string | null | undefined): string | null {
   if (value === null || value === undefined) return null;
-  return value instanceof Date ? value.toISOString() : value;
+  return (value instanceof Date ? value : new Date(value)).toISOString();
 }

@@ -104,8 +104,10 @@ function cycleStatement(
             started_at = CASE WHEN f.final THEN j.started_at END,
             -- The history stays on the row for dead-letter inspection. The error
             -- text is the stack, whose first line is "Name: message". Capped: see keepRecent.
+            -- started_at and worker: the attempt's start and who ran it, for the history.
             errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', f.attempt, 'at', now(),
-              'message', split_part(f.error, chr(10), 1), 'stack', f.error))
+              'message', split_part(f.error, chr(10), 1), 'stack', f.error,
+              'started_at', j.started_at, 'worker', j.locked_by))
         FROM writable w JOIN unnest($4::bigint[], $5::int[], $6::text[], $7::float8[], $8::bool[])
           AS f(id, attempt, error, delay_ms, final) ON f.id = w.id AND f.attempt = w.attempts
         WHERE j.id = w.id AND w.mine
@@ -237,7 +239,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
           errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
             'message', 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating'
               || CASE WHEN stale.refund THEN ' before the job started (attempt not counted)' ELSE '' END,
-            'unstarted', stale.refund)),
+            'unstarted', stale.refund, 'started_at', j.started_at, 'worker', j.locked_by)),
           locked_at = NULL, locked_by = NULL, run_at = now(), updated_at = now(), started_at = NULL
       FROM (
         -- refund: the handler never started (started_at NULL), and the previous
