@@ -53,60 +53,64 @@ afterAll(async () => {
 });
 
 describe(`${WORKERS} worker processes behind PgBouncer in transaction mode`, () => {
-  it('run every job exactly once over a fixed server pool plus one direct LISTEN connection each', async () => {
-    const started = await Promise.all(
-      Array.from({ length: WORKERS }, (_, n) =>
-        spawnWorker(
-          {
-            POOLER_URL: tagged(bouncer.url, tags.pool),
-            LISTEN_URL: tagged(db.url, tags.listen),
-            PREPARED_STATEMENTS: String(bouncer.tracksPreparedStatements),
-            SLUICE_SCHEMA: db.schema,
-            WORKER_NAME: `w${n}`,
-            CONCURRENCY: '5',
-          },
-          SCRIPT,
+  it(
+    'run every job exactly once over a fixed server pool plus one direct LISTEN connection each',
+    async () => {
+      const started = await Promise.all(
+        Array.from({ length: WORKERS }, (_, n) =>
+          spawnWorker(
+            {
+              POOLER_URL: tagged(bouncer.url, tags.pool),
+              LISTEN_URL: tagged(db.url, tags.listen),
+              PREPARED_STATEMENTS: String(bouncer.tracksPreparedStatements),
+              SLUICE_SCHEMA: db.schema,
+              WORKER_NAME: `w${n}`,
+              CONCURRENCY: '5',
+            },
+            SCRIPT,
+          ),
         ),
-      ),
-    );
-    workers.push(...started);
-    monitor.reset();
-
-    // The workers poll once an hour: these jobs reach them through NOTIFY on the direct connections.
-    const ids: string[] = [];
-    for (let from = 0; from < JOBS; from += 250) {
-      ids.push(
-        ...(await queue.enqueueMany(Array.from({ length: 250 }, (_, k) => ({ task: 'record', payload: { i: from + k } })))),
       );
-    }
-    await waitFor(async () => (await statusCounts(db)).completed === JOBS, `all ${JOBS} jobs completed`, 90_000).catch(
-      (err: Error) => {
-        // What the workers said is the first thing to read when this fails.
-        throw new Error(`${err.message}\n${workers.map((w) => w.output().slice(-2_000)).join('\n')}`);
-      },
-    );
+      workers.push(...started);
+      monitor.reset();
 
-    const { rows } = await db.pool.query(
-      `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS jobs, count(DISTINCT worker)::int AS workers
+      // The workers poll once an hour: these jobs reach them through NOTIFY on the direct connections.
+      const ids: string[] = [];
+      for (let from = 0; from < JOBS; from += 250) {
+        ids.push(
+          ...(await queue.enqueueMany(Array.from({ length: 250 }, (_, k) => ({ task: 'record', payload: { i: from + k } })))),
+        );
+      }
+      await waitFor(async () => (await statusCounts(db)).completed === JOBS, `all ${JOBS} jobs completed`, 90_000).catch(
+        (err: Error) => {
+          // What the workers said is the first thing to read when this fails.
+          throw new Error(`${err.message}\n${workers.map((w) => w.output().slice(-2_000)).join('\n')}`);
+        },
+      );
+
+      const { rows } = await db.pool.query(
+        `SELECT count(*)::int AS runs, count(DISTINCT job_id)::int AS jobs, count(DISTINCT worker)::int AS workers
        FROM ${db.s}.runs WHERE job_id = ANY($1::bigint[])`,
-      [ids],
-    );
-    expect(rows[0].runs).toBe(JOBS);
-    expect(rows[0].jobs).toBe(JOBS);
-    // Several processes shared the work, not one that happened to claim it all.
-    expect(rows[0].workers).toBeGreaterThan(1);
-    expect(await statusCounts(db)).toEqual({ completed: JOBS });
+        [ids],
+      );
+      expect(rows[0].runs).toBe(JOBS);
+      expect(rows[0].jobs).toBe(JOBS);
+      // Several processes shared the work, not one that happened to claim it all.
+      expect(rows[0].workers).toBeGreaterThan(1);
+      expect(await statusCounts(db)).toEqual({ completed: JOBS });
 
-    const peaks = monitor.reset();
-    expect(peaks.samples).toBeGreaterThan(0);
-    // Each worker holds exactly one direct connection, for LISTEN...
-    expect(peaks.listen).toBe(WORKERS);
-    // ...and everything else of every worker (and of the Queue) shares PgBouncer's pool.
-    expect(peaks.serverPool).toBeGreaterThan(0);
-    expect(peaks.serverPool).toBeLessThanOrEqual(POOL_SIZE);
-    expect(peaks.workers).toBeLessThanOrEqual(POOL_SIZE + WORKERS);
-    // At PgBouncer: at most the worker's pool of 2 plus the handler's 1 per process, plus the Queue's.
-    expect(peaks.bouncerClients).toBeGreaterThan(WORKERS);
-    expect(peaks.bouncerClients).toBeLessThanOrEqual(WORKERS * 3 + 10);
-  }, START_AND_RUN_MS);
+      const peaks = monitor.reset();
+      expect(peaks.samples).toBeGreaterThan(0);
+      // Each worker holds exactly one direct connection, for LISTEN...
+      expect(peaks.listen).toBe(WORKERS);
+      // ...and everything else of every worker (and of the Queue) shares PgBouncer's pool.
+      expect(peaks.serverPool).toBeGreaterThan(0);
+      expect(peaks.serverPool).toBeLessThanOrEqual(POOL_SIZE);
+      expect(peaks.workers).toBeLessThanOrEqual(POOL_SIZE + WORKERS);
+      // At PgBouncer: at most the worker's pool of 2 plus the handler's 1 per process, plus the Queue's.
+      expect(peaks.bouncerClients).toBeGreaterThan(WORKERS);
+      expect(peaks.bouncerClients).toBeLessThanOrEqual(WORKERS * 3 + 10);
+    },
+    START_AND_RUN_MS,
+  );
 });
