@@ -46,6 +46,11 @@ export function detailColumns(alias?: string): string {
   return DETAIL_FIELDS.map((f) => (alias ? `${alias}.${f}` : f)).join(', ');
 }
 
+/** The columns of jobColumns() as they are, for a RETURNING whose rows jobColumns() reads later. */
+export function storedJobColumns(alias: string): string {
+  return ['id', ...JOB_FIELDS].map((f) => `${alias}.${f}`).join(', ');
+}
+
 /** The select list of a job row; ids travel as text (bigint does not fit a JS number). */
 export function jobColumns(alias?: string): string {
   const p = alias ? `${alias}.` : '';

@@ -1,6 +1,6 @@
 import { quoteSchema } from '../identifiers.js';
 import { withGenericPlan } from './generic-plan.js';
-import { jobColumns, keepRecent } from './job-columns.js';
+import { jobColumns, keepRecent, storedJobColumns } from './job-columns.js';
 import { perSchema } from './per-schema.js';
 
 /**
@@ -135,7 +135,7 @@ function cycleStatement(
           FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(id, n)
         WHERE j.id = p.id
           AND j.queue <> ALL (ARRAY(SELECT name FROM ${queues} WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
-        RETURNING j.*
+        RETURNING ${storedJobColumns('j')} -- not j.*: the detail columns (errors, result) would be carried for nothing
       ), notified AS (
         -- Outcome notifications ($13 = 'sluice:<schema>:done'), only for jobs that
         -- Queue.waitFor() flagged and that are finished for good: the common case
