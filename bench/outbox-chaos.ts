@@ -129,6 +129,8 @@ async function produce(): Promise<void> {
         await new Promise((r) => setTimeout(r, 200));
         continue;
       }
+      // A restart cuts the connection while it is checked out: pg reports it on the client.
+      client.on('error', () => {});
       try {
         await client.query('BEGIN');
         await client.query(`INSERT INTO ${schema}.chaos_sent SELECT * FROM unnest($1::int[], $2::int[])`, [

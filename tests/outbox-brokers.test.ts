@@ -5,6 +5,7 @@ import amqp from 'amqplib';
 import { Outbox, OutboxRelay, natsPublisher, rabbitMqPublisher, type RelayMessage } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { AMQP_URL, NATS_URL, brokerAvailable, createStream, readStream } from './helpers/brokers.js';
+import { spawnCli } from './helpers/cli.js';
 
 const natsUp = await brokerAvailable('NATS', NATS_URL);
 const rabbitUp = await brokerAvailable('RabbitMQ', AMQP_URL);
@@ -88,6 +89,24 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
       await again.close();
     }
     expect(await readStream(nc, stream)).toHaveLength(200);
+  });
+
+  it('sluice relay publishes to JetStream until SIGTERM, then gives its lease up and exits 0', async () => {
+    const cli = spawnCli(['relay', '--destination', 'cli', '--subject-prefix', `${prefix}.`, '--nats-url', NATS_URL], {
+      DATABASE_URL: db.url,
+      SLUICE_SCHEMA: db.schema,
+    });
+    await waitFor(() => cli.stdout().includes('acquired destination=cli'), 'the CLI relay holding its partition');
+    await outbox.publishMany(Array.from({ length: 10 }, (_, i) => ({ destination: 'cli', payload: `c${i}`, key: 'c' })));
+    const onCli = async () => (await readStream(nc, stream)).filter((m) => m.subject === `${prefix}.cli`);
+    await waitFor(async () => (await onCli()).length === 10, 'ten messages through the CLI relay');
+    expect((await onCli()).map((m) => m.payload)).toEqual(Array.from({ length: 10 }, (_, i) => `c${i}`));
+    cli.child.kill('SIGTERM');
+    const result = await cli.exited;
+    expect(result.code).toBe(0);
+    expect(result.stdout).toMatch(/stopped published=10/);
+    const { rows } = await db.pool.query(`SELECT holder FROM ${db.s}.outbox_relays WHERE destination = 'cli'`);
+    expect(rows).toEqual([{ holder: null }]);
   });
 
   it('a message JetStream refuses becomes a dead letter; its key goes on', async () => {

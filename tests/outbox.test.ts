@@ -2,6 +2,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Outbox, OutboxRelay, ValidationError, ConfigError, outboxLag, runDoctor, type RelayEventMap } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { MemoryBroker } from './helpers/outbox.js';
+import { runCli } from './helpers/cli.js';
 
 let db: TestDatabase;
 let outbox: Outbox;
@@ -279,5 +280,23 @@ describe('relay', () => {
   it('reports a schema without the outbox as a ConfigError', async () => {
     const relay = startRelay(new MemoryBroker(), ['x'], { schema: 'no_such_schema_outbox' });
     await expect(relay.start()).rejects.toThrow(/run sluice migrate/);
+  });
+
+  it('sluice relay: --status prints the lag of every destination; no destination is a usage error', async () => {
+    const d = freshDestination();
+    const relay = startRelay(new MemoryBroker(), [d]);
+    await relay.start();
+    await relay.stop();
+    await outbox.publish(d, 'waiting');
+    const status = await runCli(db.url, db.schema, ['relay', '--status', '--json']);
+    expect(status.code).toBe(0);
+    const lines = status.stdout
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.find((l) => l.destination === d)).toMatchObject({ event: 'lag', waiting: 1, partitions: 1, relaysHolding: 0 });
+    const usage = await runCli(db.url, db.schema, ['relay']);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toContain('give at least one --destination');
   });
 });

@@ -100,12 +100,10 @@ export class PartitionRelay {
         return 'more';
       }
       if (!(await this.advance(end, results.length))) return 'standby';
-      this.events.emit('published', {
-        destination: this.destination,
-        partition: this.partition,
-        count: results.length,
-        messages: window.messages,
-      });
+      if (results.length > 0) {
+        const { destination, partition } = this;
+        this.events.emit('published', { destination, partition, count: results.length, messages: window.messages });
+      }
       if (this.failing.size > 0) await this.clearFailures(window);
       if (!this.held) return 'standby';
       window = await next;
