@@ -54,12 +54,14 @@ describe('migrate on postgres.js', () => {
   it("applies every migration once, also when two callers race, and leaves the caller's sql open", async () => {
     const schema = `t_drivers_migrate_${randomBytes(4).toString('hex')}`;
     try {
-      const newest = (await loadMigrations()).at(-1)!.version;
+      const migrations = await loadMigrations();
+      const newest = migrations.at(-1)!.version;
       const [a, b] = await Promise.all([
         migrate({ sql, schema }),
         migrate({ connectionString: db.url, driver: 'postgres.js', schema }),
       ]);
-      expect([a.applied.length, b.applied.length].sort()).toEqual([0, newest]);
+      // Versions need not be contiguous (one was left unused): count the files.
+      expect([a.applied.length, b.applied.length].sort()).toEqual([0, migrations.length]);
       expect(a.version).toBe(newest);
       expect(b.version).toBe(newest);
       expect(await migrate({ sql, schema })).toEqual({ schema, applied: [], version: newest });
