@@ -1,4 +1,4 @@
-import type { ScaleSizes, SessionResult } from './session.js';
+import type { DrainResult, ScaleSizes, SessionResult } from './session.js';
 
 /** A Markdown table; numbers right-aligned. */
 function table(header: string[], rows: string[][]): string {
@@ -17,8 +17,19 @@ function shape(r: SessionResult): string {
   return `${r.processes} × ${r.concurrency / r.processes}`;
 }
 
+/**
+ * The drain rate the machine's cores would allow if they did nothing else: cores ÷
+ * the CPU a job cost in the worker processes, Postgres and PgBouncer together. On a
+ * machine shared with other work, wall-clock jobs/s swing with the others' load;
+ * CPU per job swings far less, so this compares arrangements more steadily.
+ */
+export function cpuCeiling(d: DrainResult, cores: number): number | null {
+  if (d.postgresCpuUsPerJob === null || d.pgbouncerCpuUsPerJob === null) return null;
+  return (cores * 1e6) / (d.workerCpuUsPerJob + d.postgresCpuUsPerJob + d.pgbouncerCpuUsPerJob);
+}
+
 /** Drain rows: one per session and task. */
-export function formatDrains(results: SessionResult[]): string {
+export function formatDrains(results: SessionResult[], cores: number): string {
   const rows = results.flatMap((r) =>
     r.drains.map((d) => [
       r.name,
@@ -26,6 +37,7 @@ export function formatDrains(results: SessionResult[]): string {
       dec(r.loadBefore),
       d.task,
       `${int(d.jobsPerSec)}${d.timedOut ? '*' : ''}`,
+      int(cpuCeiling(d, cores)),
       int(d.pickUpMs),
       int(d.workerCpuUsPerJob),
       int(d.harnessCpuUsPerJob),
@@ -48,6 +60,7 @@ export function formatDrains(results: SessionResult[]): string {
       'load before',
       'jobs',
       'jobs/s',
+      `CPU ceiling jobs/s (${cores} cores)`,
       'pick-up ms',
       'worker µs/job',
       'bench µs/job',

@@ -24,6 +24,8 @@ export interface WorkerSet {
   listen: boolean;
   /** Default: Sluice's (2 s). */
   pollIntervalMs?: number;
+  /** completionFlushMs; default: Sluice's (10 ms). */
+  flushMs?: number;
 }
 
 /** One arrangement of worker processes, measured in every phase with the same processes. */
@@ -184,7 +186,7 @@ function scaledSystem(set: WorkerSet, listenUrl: string | undefined, statsDir: s
     ...SLUICE,
     label: 'Sluice behind PgBouncer',
     adapter: ADAPTER,
-    variant: JSON.stringify({ listenUrl, pollIntervalMs: set.pollIntervalMs, statsDir }),
+    variant: JSON.stringify({ listenUrl, pollIntervalMs: set.pollIntervalMs, flushMs: set.flushMs, statsDir }),
   };
 }
 

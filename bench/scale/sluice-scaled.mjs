@@ -1,7 +1,7 @@
 // Sluice as bench/scale.ts runs it (through bench/systems/process.mjs): the claims,
 // results and heartbeats of every worker go through PgBouncer in transaction mode,
 // its LISTEN (when on) over a direct connection. BENCH_PROCESS.variant (JSON):
-// { listenUrl?: string, pollIntervalMs?: number, statsDir: string }; no listenUrl:
+// { listenUrl?: string, pollIntervalMs?: number, flushMs?: number, statsDir: string }; no listenUrl:
 // poll only. Tasks: noop, and sleep (payload.ms).
 //
 // What the benchmark reads goes to statsDir/<pid>.json every 250 ms while it
@@ -25,7 +25,7 @@ const DRAIN_BLOCK = 1e8;
 const now = () => performance.timeOrigin + performance.now();
 
 export async function openWorker({ url, schema, variant, concurrency, onCompleted }) {
-  const { listenUrl, pollIntervalMs, statsDir } = JSON.parse(variant);
+  const { listenUrl, pollIntervalMs, flushMs, statsDir } = JSON.parse(variant);
   const latencyStarts = [];
   const firstStarts = {};
   const started = (i) => {
@@ -39,6 +39,7 @@ export async function openWorker({ url, schema, variant, concurrency, onComplete
     concurrency,
     ...(listenUrl ? { listenConnectionString: listenUrl } : { listen: false }),
     ...(pollIntervalMs ? { pollIntervalMs } : {}),
+    ...(flushMs ? { completionFlushMs: flushMs } : {}),
     // PgBouncer before 1.21 does not carry named statements across server connections.
     preparedStatements: false,
     tasks: {
