@@ -26,7 +26,8 @@ $$;
 
 -- REVOKE ALL on a table also revokes its column privileges.
 REVOKE ALL ON :SCHEMA.jobs, :SCHEMA.queues, :SCHEMA.leader, :SCHEMA.cron_schedules,
-  :SCHEMA.jobs_history, :SCHEMA.audit_log, :SCHEMA.migrations, :SCHEMA.workers FROM sluice_enqueue, sluice_worker;
+  :SCHEMA.jobs_history, :SCHEMA.audit_log, :SCHEMA.migrations, :SCHEMA.workers, :SCHEMA.job_groups
+  FROM sluice_enqueue, sluice_worker;
 REVOKE ALL ON SEQUENCE :SCHEMA.jobs_id_seq FROM sluice_enqueue, sluice_worker;
 REVOKE ALL ON FUNCTION :SCHEMA.enqueue_job FROM sluice_enqueue, sluice_worker;
 
@@ -37,7 +38,7 @@ REVOKE ALL ON FUNCTION :SCHEMA.enqueue_job FROM sluice_enqueue, sluice_worker;
 -- that is not new. Queue.getJob and Queue.waitFor are not covered (they read and
 -- flag rows). The insert trigger's pg_notify needs no grant.
 GRANT USAGE ON SCHEMA :SCHEMA TO sluice_enqueue;
-GRANT INSERT (queue, task, payload, run_at, max_attempts, priority, trace_context) ON :SCHEMA.jobs TO sluice_enqueue;
+GRANT INSERT (queue, task, payload, run_at, max_attempts, priority, trace_context, group_key) ON :SCHEMA.jobs TO sluice_enqueue;
 GRANT SELECT (id, run_at) ON :SCHEMA.jobs TO sluice_enqueue;
 GRANT USAGE ON SEQUENCE :SCHEMA.jobs_id_seq TO sluice_enqueue;
 GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_enqueue;
@@ -61,8 +62,11 @@ GRANT UPDATE (status, attempts, run_at, locked_at, locked_by, started_at, finish
 GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.leader TO sluice_worker;
 -- Paused and concurrency-limited queues: the claim reads them, and claim_limited()
 -- locks a limited queue's row, for which Postgres wants UPDATE on some column:
--- updated_at alone, so pausing, resuming and limits stay the admin's.
-GRANT SELECT, UPDATE (updated_at) ON :SCHEMA.queues TO sluice_worker;
+-- updated_at. Grouped and rate-limited queues (0016): claim_queue() moves the
+-- round-robin cursor and spends the token buckets of the queue and of its groups.
+-- Pausing, resuming, limits and group settings stay the admin's.
+GRANT SELECT, UPDATE (updated_at, group_cursor, tokens, tokens_at) ON :SCHEMA.queues TO sluice_worker;
+GRANT SELECT, INSERT, UPDATE (tokens, tokens_at) ON :SCHEMA.job_groups TO sluice_worker;
 -- Workers given `schedules` write their definitions and ticks here and enqueue
 -- the ticks through enqueue_job().
 GRANT SELECT, INSERT, UPDATE ON :SCHEMA.cron_schedules TO sluice_worker;

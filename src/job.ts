@@ -107,6 +107,8 @@ export interface JobRow<P = unknown> {
   trace_context: Record<string, string> | null;
   /** The deduplication key given at enqueue, if any (kept after it stops counting). */
   job_key: string | null;
+  /** The group given at enqueue (fair claims, group limits), or null. */
+  group_key: string | null;
   /** Read by getJob / dead-letter views only: 'pending' | 'active' | 'released' while a key exists. */
   key_scope?: string | null;
   /** Every failed attempt, oldest first (getJob / dead-letter views only). */

@@ -29,6 +29,7 @@ function job(overrides: Partial<JobRow> = {}): JobRow {
     started_at: now,
     trace_context: null,
     job_key: null,
+    group_key: null,
     ...overrides,
   };
 }

@@ -30,6 +30,7 @@ function job(task = 't', queue = 'default', ahead = false): JobRow {
     started_at: ahead ? null : now,
     trace_context: null,
     job_key: null,
+    group_key: null,
   };
 }
 

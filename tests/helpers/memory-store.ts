@@ -60,6 +60,7 @@ export class MemoryDatabase {
       started_at: null,
       trace_context: null,
       job_key: null,
+      group_key: null,
       errors: [],
     });
     return id;

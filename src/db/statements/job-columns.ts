@@ -25,6 +25,7 @@ const JOB_FIELDS = [
   'job_key',
   'trace_context',
   'started_at',
+  'group_key',
 ];
 
 /** Read by getJob and the admin views, not by the claim: they can be large. */
