@@ -37,8 +37,12 @@ export class QueueState {
     this.current = this.plan([]);
     this.reads = new Loop({
       pass: async () => {
-        this.current = this.plan(await this.store.queueState(this.queues));
-        this.changed();
+        const next = this.plan(await this.store.queueState(this.queues));
+        const same = samePlan(next, this.current);
+        this.current = next;
+        // Only a changed plan wakes the fetch loop: a worker that does not listen
+        // refreshes on a timer, and a wake on every refresh cost it an extra claim.
+        if (!same) this.changed();
       },
       intervalMs: refreshIntervalMs > 0 ? refreshIntervalMs : Infinity,
       onError,
@@ -74,4 +78,9 @@ export class QueueState {
     const isLimited = (q: string) => this.localLimits.has(q) || limitedGlobally.has(q);
     return { plain: running.filter((q) => !isLimited(q)), limited: running.filter(isLimited) };
   }
+}
+
+function samePlan(a: ClaimPlan, b: ClaimPlan): boolean {
+  const same = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((q, i) => q === y[i]);
+  return same(a.plain, b.plain) && same(a.limited, b.limited);
 }

@@ -380,7 +380,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   }
 
   private control(message: ControlMessage): void {
-    if (message.c === 'queues') void this.parts!.queueState.refresh();
+    // A changed setting may free room (a limit raised) without changing the plan: claim after the read.
+    if (message.c === 'queues') void this.parts!.queueState.refresh().then(() => this.parts?.loop.wake());
     else this.parts!.dispatcher.cancel(message.id, new JobCancelledError(`job ${message.id} was cancelled`));
   }
 

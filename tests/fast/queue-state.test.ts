@@ -87,7 +87,24 @@ describe('QueueState', () => {
     open();
     await Promise.all([first, second, third]);
     expect(reads()).toBe(2);
+    // Nothing is paused or limited: the plan never changed, so the loop was not woken.
+    expect(changed).toBe(0);
+  });
+
+  it('wakes the fetch loop only when a read changes the plan', async () => {
+    const qs = queueState();
+    await qs.start();
+    await qs.refresh();
+    expect(changed).toBe(0);
+    db.setQueue('a', { paused: true });
+    await qs.refresh();
+    expect(changed).toBe(1);
+    await qs.refresh();
+    expect(changed).toBe(1);
+    db.setQueue('a', { paused: false });
+    await qs.refresh();
     expect(changed).toBe(2);
+    qs.stop();
   });
 
   it('keeps the last plan and reports the error when the read fails; start() does not throw', async () => {
