@@ -19,7 +19,7 @@ describe('deferred wake-ups (migration 0004)', () => {
     await client.connect();
     try {
       const q = enqueueStatements(fx.db.schema);
-      const values = (queueName: string) => [queueName, 'noop', '{}', null, 0, 5, 0, null];
+      const values = (queueName: string) => [queueName, 'noop', '{}', null, 0, 5, 0, null, null];
       await client.query(q.enqueueDeferred, values('deferred'));
       // Same connection, next statement: the trigger must notify again.
       await client.query(q.enqueue, values('plain'));

@@ -45,7 +45,7 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * workers, use queue.setQueueConcurrency().
    */
   queueConcurrency?: Record<string, number>;
-  /** Most jobs claimed by one statement. Default 100. */
+  /** Most jobs claimed by one statement. Default 200. */
   batchSize?: number;
   /**
    * Most jobs claimed ahead of free slots, held (locked and heartbeated) until a
@@ -305,7 +305,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
   if (heartbeatIntervalMs * 2 > visibilityTimeoutMs) {
     throw new ConfigError('heartbeatIntervalMs must be at most half of visibilityTimeoutMs');
   }
-  const batchSize = intOption('batchSize', options.batchSize, 100, 1, 10_000);
+  const batchSize = intOption('batchSize', options.batchSize, 200, 1, 10_000);
   const lockRenewalTimeoutMs = intOption(
     'lockRenewalTimeoutMs',
     options.lockRenewalTimeoutMs,
