@@ -135,13 +135,11 @@ async function latency(): Promise<void> {
   const subject = await stream('latency');
   const relay = relayFor(`${subject}.`, 'latency');
   const committedAt = new Map<string, number>();
-  const latencies: number[] = [];
+  // The relay can have the ack before this process has seen its own COMMIT return: both are kept by id.
+  const ackedAt = new Map<string, number>();
   relay.events.on('published', (b) => {
     const now = performance.now();
-    for (const m of b.messages) {
-      const at = committedAt.get(m.id);
-      if (at !== undefined) latencies.push(now - at);
-    }
+    for (const m of b.messages) ackedAt.set(m.id, now);
   });
   await relay.start();
   const total = latencySeconds * 1000;
@@ -161,8 +159,12 @@ async function latency(): Promise<void> {
     await new Promise((r) => setTimeout(r, 10));
   }
   await Promise.all(inFlight);
-  while (latencies.length < total) await new Promise((r) => setTimeout(r, 20));
+  const deadline = performance.now() + 60_000;
+  while ([...committedAt.keys()].some((id) => !ackedAt.has(id)) && performance.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
   await relay.stop();
+  const latencies = [...committedAt].map(([id, at]) => Math.max(0, (ackedAt.get(id) ?? Infinity) - at));
   const d = distribution(latencies);
   const f = (n: number) => n.toFixed(1);
   console.log(
