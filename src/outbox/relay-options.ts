@@ -46,7 +46,7 @@ export interface OutboxRelayOptions extends DriverConnectionOptions {
   cleanupChunk?: number;
   /**
    * VACUUM the outbox after this many deletions (0: leave it to autovacuum).
-   * Default 200000: at tens of thousands of messages a second, autovacuum's
+   * Default 50000: at tens of thousands of messages a second, autovacuum's
    * one-minute naptime would let the table grow by millions of dead rows between
    * rounds. Needs the relay's role to own the table; without that, set 0.
    */
@@ -133,7 +133,7 @@ export function resolveRelayOptions(options: OutboxRelayOptions): ResolvedRelayO
     retry: { minMs: retry.minMs, maxMs: retry.maxMs },
     cleanupIntervalMs: config.intOption('cleanupIntervalMs', options.cleanupIntervalMs, 1000, 10, 3_600_000),
     cleanupChunk: config.intOption('cleanupChunk', options.cleanupChunk, 20_000, 1, 1_000_000),
-    vacuumEvery: config.intOption('vacuumEvery', options.vacuumEvery, 200_000, 0, 1_000_000_000),
+    vacuumEvery: config.intOption('vacuumEvery', options.vacuumEvery, 50_000, 0, 1_000_000_000),
     relayId: options.relayId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
   };
 }
