@@ -54,6 +54,8 @@ const s = quoteSchema(schema);
 const tag = `b${process.pid}`;
 await migrate({ connectionString: url, schema });
 const pool = new pg.Pool({ connectionString: url, max: 12 });
+// Stopping the embedded server at the end cuts the pool's idle connections.
+pool.on('error', () => {});
 const outbox = new Outbox({ pool, schema });
 const nc = await connect({ servers: NATS_URL });
 const jsm = await nc.jetstreamManager();
