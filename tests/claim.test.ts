@@ -200,11 +200,16 @@ describe('claiming', () => {
     try {
       await client.query('SET enable_seqscan = off');
       const { rows } = await client.query(
-        `EXPLAIN SELECT id FROM ${db.s}.jobs WHERE status = 'pending' AND queue = ANY($1::text[]) AND task = ANY($2::text[])
+        `EXPLAIN SELECT id FROM ${db.s}.jobs WHERE status = 'pending' AND queue = ($1::text[])[1] AND task = ANY($2::text[])
          AND run_at <= now() ORDER BY priority DESC, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED`,
         [['default'], ['x']],
       );
-      expect(rows.map((r) => r['QUERY PLAN']).join('\n')).toContain('jobs_dequeue_idx');
+      // The claim's scan, as one queue's worker sends it: in claim order straight
+      // from the index (jobs_group_dequeue_idx, with the group between queue and
+      // priority, would need a sort).
+      const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+      expect(plan).toContain('jobs_dequeue_idx');
+      expect(plan).not.toMatch(/Sort/);
     } finally {
       client.release();
     }

@@ -117,7 +117,10 @@ CREATE TRIGGER jobs_mark_grouped
 CREATE TEMPORARY TABLE sluice_enqueue_job_grantees ON COMMIT DROP AS
   SELECT a.grantee::regrole::text AS grantee
   FROM pg_proc p, aclexplode(p.proacl) a
-  WHERE p.oid = ':SCHEMA.enqueue_job(text, jsonb, timestamptz, integer, text, integer, text, text, boolean)'::regprocedure
+  -- The function is found without a string literal holding the schema's name (a
+  -- quote in the name would end the literal): its schema is that of the jobs row type.
+  WHERE p.proname = 'enqueue_job' AND p.pronargs = 9
+    AND p.pronamespace = (SELECT typnamespace FROM pg_type WHERE oid = pg_typeof(NULL:::SCHEMA.jobs))
     AND a.privilege_type = 'EXECUTE' AND a.grantee <> 0 AND a.grantee <> p.proowner;
 
 DROP FUNCTION :SCHEMA.enqueue_job(text, jsonb, timestamptz, integer, text, integer, text, text, boolean);
@@ -206,7 +209,9 @@ DECLARE
 BEGIN
   FOR _role IN SELECT grantee FROM sluice_enqueue_job_grantees LOOP
     EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %s',
-      ':SCHEMA.enqueue_job(text, jsonb, timestamptz, integer, text, integer, text, text, boolean, text)'::regprocedure,
+      (SELECT p.oid::regprocedure FROM pg_proc p
+       WHERE p.proname = 'enqueue_job' AND p.pronargs = 10
+         AND p.pronamespace = (SELECT typnamespace FROM pg_type WHERE oid = pg_typeof(NULL:::SCHEMA.jobs))),
       _role);
   END LOOP;
 END

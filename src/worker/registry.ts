@@ -104,7 +104,7 @@ function unusable(err: unknown, schema: string): SluiceError | undefined {
   }
   if ((err as { code?: unknown } | null)?.code === INSUFFICIENT_PRIVILEGE) {
     return new ConfigError(
-      `this worker's role may not write ${schema}.workers: grant it SELECT, INSERT, UPDATE, DELETE on that table ` +
+      `this worker's role may not write ${schema}.workers: grant it select, insert, update and delete on that table ` +
         '(sql/roles.sql); until then it runs jobs but is missing from the dashboard and from the unknown-tasks check',
       { cause: err },
     );

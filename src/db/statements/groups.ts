@@ -31,7 +31,7 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
   // channel, the actor and the control message. A value is changed only when its
   // flag is true, so one statement serves every combination of options. The audit
   // record is written by the same statement (migration 0007).
-  const audited = (action: string, written: string, actor: string) => `
+  const audited = (action: 'group_defaults' | 'rate_limit', written: 'q', actor: '$10' | '$6') => `
       , logged AS (INSERT INTO ${s}.audit_log (queue, action, actor) SELECT name, '${action}', ${actor}::text FROM ${written})`;
   return {
     schema,

@@ -14,7 +14,7 @@ export interface SearchStatements {
 
 export const searchStatements = perSchema((schema: string): SearchStatements => {
   const s = quoteSchema(schema);
-  const filters = (row: string, payload: string) => `($1::text[] IS NULL OR ${row}.status = ANY($1::text[]))
+  const filters = (row: 'j' | 'x', payload: 'j.payload' | 'x.payload') => `($1::text[] IS NULL OR ${row}.status = ANY($1::text[]))
       AND ($2::text[] IS NULL OR ${row}.queue = ANY($2::text[]))
       AND ($3::text[] IS NULL OR ${row}.task = ANY($3::text[]))
       AND ($4::bigint IS NULL OR ${row}.id < $4::bigint)
@@ -32,8 +32,8 @@ export const searchStatements = perSchema((schema: string): SearchStatements => 
           ORDER BY j.id DESC LIMIT $5)
         UNION ALL
         (SELECT ${jobColumns('h')}, true AS archived FROM (
-            SELECT x.id, x.job FROM ${s}.jobs_history x
-            WHERE ${filters('x', "(x.job -> 'payload')")}
+            SELECT x.id, x.job FROM (SELECT *, job -> 'payload' AS payload FROM ${s}.jobs_history) x
+            WHERE ${filters('x', 'x.payload')}
             ORDER BY x.id DESC LIMIT $5
           ) m CROSS JOIN LATERAL jsonb_populate_record(NULL::${s}.jobs, m.job) h)
       ) page

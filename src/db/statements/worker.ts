@@ -66,11 +66,10 @@ export interface WorkerStatements {
  * candidate row (at most $11). A stale worker may lock such rows for the length of
  * its statement and leave them pending. `node --import tsx bench/claim-guard.ts`.
  */
-function cycleStatement(
-  jobs: string,
-  queues: string,
-  queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])',
-): string {
+function cycleStatement(schema: string, queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])'): string {
+  // The schema goes in after withGenericPlan: a schema's name may hold "$1".
+  const jobs = ':SCHEMA.jobs';
+  const queues = ':SCHEMA.queues';
   return withGenericPlan(`WITH writable AS (
         -- The rows this cycle writes, locked first and SKIP LOCKED: a row that some
         -- other session holds (an open transaction that locked it) is left for a
@@ -160,7 +159,7 @@ function cycleStatement(
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.failed_ids END AS failed_ids,
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.skipped_ids END AS skipped_ids,
              ${jobColumns('c')}
-      FROM applied a LEFT JOIN (SELECT *, row_number() OVER () AS n FROM claimed) c ON true`);
+      FROM applied a LEFT JOIN (SELECT *, row_number() OVER () AS n FROM claimed) c ON true`).replaceAll(':SCHEMA', () => schema);
 }
 
 /** The statements of a worker for one schema, built once per schema. */
@@ -173,8 +172,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
 
     // Paused queues are never claimed, and queues with a global concurrency limit
     // only through claimLimited (see cycleStatement).
-    cycle: cycleStatement(jobs, queues, `queue = ($9::text[])[1]`),
-    cycleManyQueues: cycleStatement(jobs, queues, `queue = ANY($9::text[])`),
+    cycle: cycleStatement(s, `queue = ($9::text[])[1]`),
+    cycleManyQueues: cycleStatement(s, `queue = ANY($9::text[])`),
 
     // Renews the lock of every job this worker holds, in one statement, stamped
     // with the time it actually runs (clock_timestamp(), not the transaction's
