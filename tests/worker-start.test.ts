@@ -38,6 +38,57 @@ describe('Worker.start()', () => {
   });
 });
 
+describe('Worker.start() failing after it connected', () => {
+  it('closes its connections: a metrics port already taken rejects start() and leaves no connection open', async () => {
+    const net = await import('node:net');
+    const { createTestSchema } = await import('./helpers/database.js');
+    const db = await createTestSchema('startfail');
+    // The worker reaches Postgres through this counter of open connections.
+    const upstream = new URL(db.url);
+    let open = 0;
+    let opened = 0;
+    const proxy = net.createServer((client) => {
+      const server = net.connect(Number(upstream.port || 5432), upstream.hostname || '127.0.0.1');
+      open++;
+      opened++;
+      let closed = false;
+      const close = () => {
+        if (!closed) open--;
+        closed = true;
+        client.destroy();
+        server.destroy();
+      };
+      client.pipe(server).pipe(client);
+      client.on('error', close).on('close', close);
+      server.on('error', close).on('close', close);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const through = new URL(db.url);
+    through.hostname = '127.0.0.1';
+    through.port = String((proxy.address() as { port: number }).port);
+    const taken = net.createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    try {
+      const worker = new Worker({
+        connectionString: through.toString(),
+        schema: db.schema,
+        driver: TEST_DRIVER,
+        tasks: { t: async () => {} },
+        metrics: { port: (taken.address() as { port: number }).port, host: '127.0.0.1' },
+      });
+      worker.on('error', () => {});
+      await expect(worker.start()).rejects.toThrow();
+      await worker.stop();
+      expect(opened).toBeGreaterThan(0); // it had connected (the schema probe) before it failed
+      await waitFor(() => open === 0, 'the worker to close every connection', 3_000);
+    } finally {
+      taken.close();
+      proxy.close();
+      await db.drop();
+    }
+  });
+});
+
 describe('stop() while start() is still running', () => {
   it('lets start() settle, claims nothing it then abandons, and leaves no job processing', async () => {
     const { createTestSchema } = await import('./helpers/database.js');

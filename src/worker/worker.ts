@@ -156,6 +156,29 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       throw err;
     }
     await this.probe(db);
+    try {
+      this.parts = await this.assemble(db);
+    } catch (err) {
+      // A part that cannot be made (a missing optional package, bad schemas):
+      // nothing has started, so closing the pool leaves nothing behind.
+      this.state = 'stopped';
+      await db.end().catch(() => {});
+      throw err;
+    }
+    const { queueState, loop, heartbeat } = this.parts;
+    await this.listen();
+    await queueState.start();
+    // stop() was called while starting: claim nothing; stop() takes it from here.
+    if (this.stopPromise) return;
+    loop.start();
+    heartbeat.start();
+    this.parts.registry.start();
+    await this.parts.maintenance?.start();
+  }
+
+  /** Makes the parts of a running worker on its pool; starts none of them. */
+  private async assemble(db: Driver): Promise<Parts> {
+    const config = this.config;
     const onError = (err: unknown) => this.reportError(err);
     const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements);
     const tasks = await composeHandlers(config.tasks, [
@@ -245,7 +268,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
         loop.wake();
       },
     );
-    this.parts = {
+    return {
       db,
       queueState,
       completer,
@@ -262,14 +285,6 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
         onError,
       ),
     };
-    await this.listen();
-    await queueState.start();
-    // stop() was called while starting: claim nothing; stop() takes it from here.
-    if (this.stopPromise) return;
-    loop.start();
-    heartbeat.start();
-    this.parts.registry.start();
-    await this.parts.maintenance?.start();
   }
 
   /**
