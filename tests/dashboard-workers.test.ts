@@ -121,7 +121,10 @@ describe('workers registry', () => {
     expect(live).toMatchObject({ alive: true, queues: ['view'], tasks: ['slow'], runningCount: 1 });
     expect(live.running).toEqual([{ id, queue: 'view', task: 'slow', startedAt: expect.any(String), progress: null }]);
     const job = await row(id);
-    expect(new Date(live.running[0].startedAt).getTime()).toBe(job.started_at.getTime());
+    // ISO 8601 UTC with ms like every time of the API, not Postgres's text ("...52.942406+00:00").
+    expect(live.running[0].startedAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+    expect(live.running[0].startedAt).toBe(job.started_at.toISOString());
+    expect(live.startedAt).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
     expect(body.workers.find((w: any) => w.id === 'crashed-1')).toMatchObject({ alive: false, runningCount: 0, running: [] });
     release();
     await fx.db.pool.query(`DELETE FROM ${fx.db.s}.workers WHERE id = 'crashed-1'`);
@@ -347,16 +350,28 @@ describe('database down', () => {
     });
     const stream = await openEventStream(new URL('api/events', behind.url).toString(), auth);
     try {
-      expect(await stream.next('status')).toMatchObject({ database: 'ok' });
-      expect((await api('api/status', {}, behind)).body).toMatchObject({ database: 'ok' });
+      const ok = await stream.next('status');
+      expect(ok).toMatchObject({ database: 'ok' });
+      // `since` is when the state began, the same in the stream and in api/status, and it stays while the state lasts.
+      expect((await api('api/status', {}, behind)).body).toEqual({ database: 'ok', since: ok.since });
+      await new Promise((r) => setTimeout(r, 20));
+      expect((await api('api/status', {}, behind)).body).toEqual({ database: 'ok', since: ok.since });
 
       gate.down();
-      expect(await stream.next('status', (s) => s.database !== 'ok')).toMatchObject({ database: 'unreachable' });
-      expect((await api('api/status', {}, behind)).body).toMatchObject({ database: 'unreachable', message: expect.any(String) });
+      const down = await stream.next('status', (s) => s.database !== 'ok');
+      expect(down).toMatchObject({ database: 'unreachable' });
+      expect(Date.parse(down.since)).toBeGreaterThan(Date.parse(ok.since));
+      const first = (await api('api/status', {}, behind)).body;
+      expect(first).toMatchObject({ database: 'unreachable', message: expect.any(String), since: down.since });
+      await new Promise((r) => setTimeout(r, 20));
+      expect((await api('api/status', {}, behind)).body).toMatchObject({ database: 'unreachable', since: down.since });
       expect(await api('api/overview', {}, behind)).toMatchObject({ status: 503, body: { error: { code: 'CONNECTION' } } });
 
       gate.up();
-      expect(await stream.next('status', (s) => s.database === 'ok')).toMatchObject({ database: 'ok' });
+      const back = await stream.next('status', (s) => s.database === 'ok');
+      expect(back).toMatchObject({ database: 'ok' });
+      expect(Date.parse(back.since)).toBeGreaterThan(Date.parse(down.since));
+      expect((await api('api/status', {}, behind)).body).toEqual({ database: 'ok', since: back.since });
       expect((await api('api/overview', {}, behind)).status).toBe(200);
     } finally {
       stream.close();

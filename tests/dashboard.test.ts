@@ -328,8 +328,8 @@ describe('pause and resume', () => {
       pending: 1,
     });
 
-    // A queue with no jobs can be paused too, and still shows up.
-    await post('api/queues/empty-but-paused/pause');
+    // A queue with no jobs can be paused too when asked on purpose, and still shows up.
+    expect((await post('api/queues/empty-but-paused/pause', { create: true })).status).toBe(200);
     expect((await api('api/overview')).body.queues.find((q: any) => q.queue === 'empty-but-paused')).toMatchObject({
       paused: true,
       pending: 0,
@@ -349,6 +349,41 @@ describe('pause and resume', () => {
     });
     expect(forged.status).toBe(403);
     expect((await db.pool.query(`SELECT paused FROM ${db.s}.queues WHERE name = 'pausable'`)).rows[0].paused).toBe(false);
+  });
+});
+
+describe('a queue with no jobs and no settings', () => {
+  it('is refused with a 404 by pause, resume and the limit routes, like `sluice queues pause <typo>`', async () => {
+    const names = ['nosuch', "nosuch';--"];
+    for (const name of names) {
+      const q = encodeURIComponent(name);
+      for (const [path, body] of [
+        [`api/queues/${q}/pause`, {}],
+        [`api/queues/${q}/resume`, {}],
+        [`api/queues/${q}/limits`, { groupConcurrency: 2 }],
+        [`api/queues/${q}/groups`, { group: 'a', weight: 2 }],
+      ] as const) {
+        const res = await post(path, body);
+        expect(res.status, path).toBe(404);
+        expect(res.body.error).toMatchObject({ code: 'NOT_FOUND', queue: name });
+        expect(res.body.error.message).toContain('has no jobs and no settings');
+      }
+    }
+    const { rows } = await db.pool.query(`SELECT name FROM ${db.s}.queues WHERE name = ANY($1)`, [names]);
+    expect(rows).toEqual([]);
+    const audit = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.audit_log WHERE queue = ANY($1)`, [names]);
+    expect(audit.rows[0].n).toBe(0);
+
+    // Bad settings are still a 400, whatever the queue; a bad create flag too.
+    expect((await post('api/queues/nosuch/groups', { group: 'a', weight: 0 })).status).toBe(400);
+    expect((await post('api/queues/nosuch/pause', { create: 'yes' })).status).toBe(400);
+
+    // A queue with jobs, or with settings only, is known.
+    await queue.enqueue('t', {}, { queue: 'has-jobs' });
+    expect((await post('api/queues/has-jobs/limits', { groupConcurrency: 2 })).status).toBe(200);
+    expect((await post('api/queues/settings-only/pause', { create: true })).status).toBe(200);
+    expect((await post('api/queues/settings-only/resume')).status).toBe(200);
+    expect((await post('api/queues/settings-only/groups', { group: null, weight: 3 })).status).toBe(200);
   });
 });
 

@@ -5,6 +5,7 @@ import type { Queryable } from '../db/executor.js';
 import { listSchedules } from '../maintenance/cron.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import { describeFailure, type DatabaseStatus, type LiveFeed } from './live.js';
+import { iso } from './time.js';
 
 export interface WorkersApiContext {
   db: Queryable;
@@ -23,7 +24,10 @@ export function registerWorkersApi(app: FastifyInstance, ctx: WorkersApiContext)
   const { db, schema, feed } = ctx;
 
   app.get('/api/workers', async (_req, reply) => {
-    return reply.header('cache-control', 'no-store').send({ workers: await listWorkers(db, schema) });
+    const workers = await listWorkers(db, schema);
+    // The running jobs come as jsonb, their times as Postgres text: one format for every time.
+    const out = workers.map((w) => ({ ...w, running: w.running.map((job) => ({ ...job, startedAt: iso(job.startedAt) })) }));
+    return reply.header('cache-control', 'no-store').send({ workers: out });
   });
 
   app.get('/api/schedules', async (_req, reply) => {
@@ -42,13 +46,14 @@ export function registerWorkersApi(app: FastifyInstance, ctx: WorkersApiContext)
   // streaming: one cheap round trip says which of server and database is down.
   const { probe } = migrateStatements(schema);
   app.get('/api/status', async (_req, reply) => {
-    let status: DatabaseStatus;
+    let found: Omit<DatabaseStatus, 'since'>;
     try {
       await db.query(probe);
-      status = { database: 'ok', since: new Date().toISOString() };
+      found = { database: 'ok' };
     } catch (err) {
-      status = { ...describeFailure(err), since: new Date().toISOString() };
+      found = describeFailure(err);
     }
-    return reply.header('cache-control', 'no-store').send(status);
+    // The feed keeps when the current state began (and tells open streams of a change).
+    return reply.header('cache-control', 'no-store').send(feed.observe(found));
   });
 }

@@ -19,6 +19,7 @@ import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
 import { attemptsOf } from './attempts.js';
+import { createFlag, forKnownQueue, UnknownQueueError } from './known-queue.js';
 import type { HealthReports } from './health.js';
 import type { LiveFeed } from './live.js';
 import type { Overview } from './overview.js';
@@ -66,6 +67,9 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   const { db, schema, feed } = ctx;
 
   app.setErrorHandler((err: FastifyError | SluiceError, _req, reply) => {
+    if (err instanceof UnknownQueueError) {
+      return reply.code(404).send({ error: { code: 'NOT_FOUND', message: err.message, queue: err.queue } });
+    }
     if (err instanceof DatabaseError && err.sqlState === UNDEFINED_TABLE) {
       const message = `no Sluice tables in schema "${schema}": run \`sluice migrate\` (or pick the schema with --schema)`;
       return reply.code(503).send({ error: { code: 'NOT_MIGRATED', message } });
@@ -141,7 +145,9 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   ] as const) {
     app.post(`/api/queues/:queue/${name}`, async (req) => {
       const queue = param(req.params, 'queue');
-      const settings = await setQueuePaused(db, control, queue, paused, { actor: ctx.actor(req) });
+      // Like `sluice queues pause`: a typo must not create a paused queue; {"create": true} does it on purpose.
+      const guarded = forKnownQueue(db, schema, queue, createFlag(req.body));
+      const settings = await setQueuePaused(guarded, control, queue, paused, { actor: ctx.actor(req) });
       feed.changed(queue);
       return { queue: settings };
     });

@@ -1,4 +1,5 @@
 import type { JobError, JobRow } from '../job.js';
+import { iso } from './time.js';
 
 /** One run of a job, as the job page's history shows it. */
 export interface Attempt {
@@ -64,10 +65,4 @@ function attempt(
   const end = endedAt ?? (now ? now.toISOString() : null);
   const durationMs = startedAt && end ? Math.max(0, Date.parse(end) - Date.parse(startedAt)) : null;
   return { attempt: n, outcome, startedAt, endedAt, durationMs, worker, ...(error === undefined ? {} : { error }) };
-}
-
-/** One format for every time: the row's Dates and the history's jsonb text alike (ISO 8601, UTC, ms). */
-function iso(value: Date | string | null | undefined): string | null {
-  if (value === null || value === undefined) return null;
-  return (value instanceof Date ? value : new Date(value)).toISOString();
 }

@@ -2,6 +2,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { getGroupStats } from '../admin/groups.js';
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
+import { createFlag, forKnownQueue } from './known-queue.js';
 import {
   listGroupSettings,
   listQueueLimits,
@@ -42,22 +43,25 @@ export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): 
     return reply.header('cache-control', 'no-store').send({ ...stats, settings });
   });
 
-  // Body: { groupConcurrency?, groupRateLimit?, rateLimit? }; null removes a limit.
+  // Body: { groupConcurrency?, groupRateLimit?, rateLimit?, create? }; null removes a limit. 404 for an unknown queue without create.
   app.post('/api/queues/:queue/limits', async (req) => {
     const queue = String((req.params as { queue: string }).queue);
-    const body = objectBody(req.body);
+    const { create, ...body } = objectBody(req.body);
     const { rateLimit, ...groupDefaults } = body as QueueGroupOptions & { rateLimit?: RateLimit | null };
     const actor = { actor: ctx.actor(req) };
-    if (rateLimit !== undefined) await setQueueRateLimit(db, schema, queue, rateLimit, actor);
-    return { queue: await setQueueGroups(db, schema, queue, groupDefaults, actor) };
+    // Like the CLI: no settings for a queue nobody uses (a typo) unless {"create": true}.
+    const guarded = forKnownQueue(db, schema, queue, createFlag({ create }));
+    if (rateLimit !== undefined) await setQueueRateLimit(guarded, schema, queue, rateLimit, actor);
+    return { queue: await setQueueGroups(guarded, schema, queue, groupDefaults, actor) };
   });
 
-  // Body: { group: string | null, weight?, concurrencyLimit?, rateLimit? }.
+  // Body: { group: string | null, weight?, concurrencyLimit?, rateLimit?, create? }. 404 for an unknown queue without create.
   app.post('/api/queues/:queue/groups', async (req) => {
     const queue = String((req.params as { queue: string }).queue);
-    const { group, ...settings } = objectBody(req.body) as GroupOptions & { group?: string | null };
+    const { group, create, ...settings } = objectBody(req.body) as GroupOptions & { group?: string | null; create?: unknown };
     if (group === undefined) throw new ValidationError('group: give the group key, or null for the jobs without one');
-    return { group: await setGroupSettings(db, schema, queue, group, settings, { actor: ctx.actor(req) }) };
+    const guarded = forKnownQueue(db, schema, queue, createFlag({ create }));
+    return { group: await setGroupSettings(guarded, schema, queue, group, settings, { actor: ctx.actor(req) }) };
   });
 }
 

@@ -177,11 +177,22 @@ export class LiveFeed {
     return this.refreshing;
   }
 
+  /**
+   * What a read outside the feed found (api/status): kept as the feed's own
+   * finding, so that both say the same state and the same `since`.
+   */
+  observe(next: Omit<DatabaseStatus, 'since'>): DatabaseStatus {
+    this.setDatabase(next);
+    return this.database;
+  }
+
+  /** `since` moves only when the state (ok / unreachable / error) changes; a new message keeps it. */
   private setDatabase(next: Omit<DatabaseStatus, 'since'>): void {
-    if (next.database === this.database.database && next.message === this.database.message) return;
-    this.database = { ...next, since: new Date().toISOString() };
+    const sameState = next.database === this.database.database;
+    if (sameState && next.message === this.database.message) return;
+    this.database = { ...next, since: sameState ? this.database.since : new Date().toISOString() };
     // A recovered database may have changed anything meanwhile: the next overview goes to all.
-    if (next.database === 'ok') this.last = '';
+    if (!sameState && next.database === 'ok') this.last = '';
     this.broadcast('status', JSON.stringify(this.database));
   }
 
@@ -200,7 +211,7 @@ export interface DatabaseStatus {
   database: 'ok' | 'unreachable' | 'error';
   /** What went wrong, for the page to show. */
   message?: string;
-  /** ISO time of the change to this state. */
+  /** ISO time this state (ok / unreachable / error) began, as this dashboard process saw it; the same while it lasts. */
   since: string;
 }
 

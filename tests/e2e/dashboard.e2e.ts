@@ -237,6 +237,23 @@ describe('dashboard in Chromium', () => {
     await page.close();
   });
 
+  it('the job id box works again after a bad entry, without a reload', async () => {
+    const id = await queue.enqueue('send_email', { to: 'typo@example.com' }, { queue: 'emails', delayMs: 3_600_000 });
+    const page = await browser.context.newPage();
+    await page.goto(`${dashboard.url}?token=${TOKEN}`);
+    await page.waitForSelector('tr[data-queue="emails"]');
+    await page.fill('#find-job-id', 'abc');
+    await page.press('#find-job-id', 'Enter');
+    expect(await page.$eval('#find-job-id', (el) => (el as HTMLInputElement).validationMessage)).toBe('A job id is a number');
+    // Editing the box clears the error, so the next Enter submits.
+    await page.fill('#find-job-id', id);
+    expect(await page.$eval('#find-job-id', (el) => (el as HTMLInputElement).validity.valid)).toBe(true);
+    await page.press('#find-job-id', 'Enter');
+    await page.waitForURL(new RegExp(`#/jobs/${id}$`));
+    await page.waitForSelector(`button[data-focus-key="run-now:${id}"]`);
+    await page.close();
+  });
+
   it('lists the tasks no worker handles in the health panel', async () => {
     const page = await browser.context.newPage();
     await page.goto(dashboard.url);

@@ -64,9 +64,13 @@ function route() {
   }
 }
 
+const findJobInput = /** @type {HTMLInputElement} */ (findJob.elements.namedItem('id'));
+// While a custom error is set the browser blocks the form's submit event: clear it as soon as the id is edited.
+findJobInput.addEventListener('input', () => findJobInput.setCustomValidity(''));
+
 findJob.addEventListener('submit', (e) => {
   e.preventDefault();
-  const input = /** @type {HTMLInputElement} */ (findJob.elements.namedItem('id'));
+  const input = findJobInput;
   const id = input.value.trim();
   if (!/^\d{1,19}$/.test(id)) {
     input.setCustomValidity('A job id is a number');

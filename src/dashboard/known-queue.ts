@@ -1,0 +1,52 @@
+import type { Queryable } from '../db/executor.js';
+import { groupStatements } from '../db/statements/groups.js';
+import { ValidationError } from '../errors.js';
+import { listQueueLimits } from '../groups/settings.js';
+
+/** A change to a queue that has no jobs and no settings: the API answers 404. */
+export class UnknownQueueError extends ValidationError {
+  constructor(readonly queue: string) {
+    super(
+      `queue ${JSON.stringify(queue)} has no jobs and no settings: check the name, ` +
+        'or send {"create": true} to set it up before its first job',
+    );
+  }
+}
+
+/**
+ * Whether a queue is known: it has settings or jobs. The same test as the CLI's
+ * `sluice queues pause|resume|limit|rate|groups|group` (checkKnownQueue in
+ * src/cli/commands/queues.ts), so that a typo creates no settings row either way.
+ */
+export async function isKnownQueue(db: Queryable, schema: string, name: string): Promise<boolean> {
+  if ((await listQueueLimits(db, schema)).some((q) => q.name === name)) return true;
+  const { rows } = await db.query(groupStatements(schema).queueHasJobs, [name]);
+  return (rows[0] as { found: boolean }).found;
+}
+
+/**
+ * `db` for one change to `queue` that refuses it (UnknownQueueError) when the
+ * queue is unknown, unless `create`. The test runs at the change's first
+ * statement: the setters check their arguments before any, so a bad setting is
+ * still a 400 whatever the queue.
+ */
+export function forKnownQueue(db: Queryable, schema: string, queue: string, create: boolean): Queryable {
+  if (create) return db;
+  let checked: Promise<void> | undefined;
+  return {
+    async query(text, values) {
+      checked ??= isKnownQueue(db, schema, queue).then((known) => {
+        if (!known) throw new UnknownQueueError(queue);
+      });
+      await checked;
+      return db.query(text, values);
+    },
+  };
+}
+
+/** The `create` flag of a change's JSON body: true skips the check above. */
+export function createFlag(body: unknown): boolean {
+  const create = (body as { create?: unknown } | null | undefined)?.create;
+  if (create !== undefined && typeof create !== 'boolean') throw new ValidationError('create must be true or false');
+  return create === true;
+}
