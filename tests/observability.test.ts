@@ -1,3 +1,4 @@
+import { hostname } from 'node:os';
 import { Writable } from 'node:stream';
 import { context, propagation, trace, SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
@@ -5,6 +6,7 @@ import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, PermanentFailure, Queue, SluiceMetrics, Worker, type WorkerOptions } from '../src/index.js';
+import { metricsUrl } from '../src/metrics/server.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
 let db: TestDatabase;
@@ -107,6 +109,24 @@ describe('metrics', () => {
     expect(() => new Worker({ ...base, metrics: { prot: 1 } as never })).toThrow(/unknown option "prot"/);
     expect(() => new Worker({ ...base, logger: console.log as never })).toThrow(/logger must have/);
     expect(() => new Queue({ metrics: {} as never })).toThrow(ConfigError);
+  });
+
+  it('on a wildcard host (0.0.0.0, ::) the scrape URL names this machine, not the wildcard', async () => {
+    expect(metricsUrl('0.0.0.0', 9464)).toBe(`http://${hostname()}:9464/metrics`);
+    expect(metricsUrl('::', 9464)).toBe(`http://${hostname()}:9464/metrics`);
+    expect(metricsUrl('::1', 9464)).toBe('http://[::1]:9464/metrics');
+    expect(metricsUrl('10.0.0.7', 9464)).toBe('http://10.0.0.7:9464/metrics');
+    await withWorker(
+      { queues: ['wildcard'], tracing: false, metrics: { port: 0, host: '0.0.0.0' }, tasks: { ok: async () => {} } },
+      async (worker) => {
+        const url = new URL(worker.metricsUrl!);
+        expect(url.hostname).toBe(hostname().toLowerCase());
+        expect(url.pathname).toBe('/metrics');
+        // It listens on every interface, loopback included.
+        const res = await fetch(`http://127.0.0.1:${url.port}/metrics`);
+        expect(res.status).toBe(200);
+      },
+    );
   });
 });
 

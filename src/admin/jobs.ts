@@ -62,7 +62,10 @@ export interface JobPage {
  * a dashboard button or a script.
  */
 export type JobActionResult =
-  { ok: true; job: JobRow } | { ok: false; reason: 'not_found' } | { ok: false; reason: 'wrong_status'; status: JobStatus };
+  | { ok: true; job: JobRow }
+  | { ok: false; reason: 'not_found' }
+  // archived: the pruner moved the job to jobs_history, which is read-only.
+  | { ok: false; reason: 'wrong_status'; status: JobStatus; archived?: true };
 
 /**
  * Lists jobs with keyset pagination by id: fast on any page of a large table.
@@ -143,6 +146,18 @@ export async function getJob(db: Queryable, schema: string, id: string | number)
 export type JobAction = 'retry' | 'cancel' | 'delete';
 
 const ACTION_STATUSES: Record<JobAction, readonly JobStatus[]> = { retry: RETRYABLE, cancel: CANCELLABLE, delete: DELETABLE };
+
+/**
+ * True when the pruner moved the job to jobs_history (read-only, no action
+ * applies); false for a job in the jobs table or none at all.
+ */
+export async function isArchived(db: Queryable, schema: string, id: string | number): Promise<boolean> {
+  const admin = adminStatements(schema);
+  const jobIdText = jobId(id);
+  const [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], 'isArchived');
+  if (current) return false;
+  return (await query<JobRow>(db, admin.getJob, [jobIdText], 'isArchived')).length > 0;
+}
 
 /**
  * The single-job actions this API would accept on the job right now (for a UI
@@ -383,7 +398,12 @@ async function act<R extends JobRow = JobRow>(
   const [job] = await query<R>(db, admin[action], [jobIdText, allowed, actorOf(options), ...extra], action);
   if (job) return { ok: true, job };
   const [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], action);
-  return current ? { ok: false, reason: 'wrong_status', status: current.status } : { ok: false, reason: 'not_found' };
+  if (current) return { ok: false, reason: 'wrong_status', status: current.status };
+  // Not in the jobs table: gone, or archived by the pruner (found, but read-only).
+  const [archived] = await query<JobRow>(db, admin.getJob, [jobIdText], action);
+  return archived
+    ? { ok: false, reason: 'wrong_status', status: archived.status, archived: true }
+    : { ok: false, reason: 'not_found' };
 }
 
 async function query<T>(db: Queryable, text: string, values: unknown[], context: string): Promise<T[]> {

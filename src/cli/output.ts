@@ -21,13 +21,20 @@ export function formatTime(value: Date | string | null | undefined): string {
 
 /**
  * JSON.stringify's replacer for --json output: Dates already become ISO UTC, but
- * the attempt history's times are jsonb text in Postgres's format, so they are
- * rewritten to match.
+ * the attempt history's times (`at`, `started_at`, any `*_at`) are jsonb text in
+ * Postgres's format, so they are rewritten to match.
  */
 function isoErrorTimes(key: string, value: unknown): unknown {
   if (key !== 'errors' || !Array.isArray(value)) return value;
-  return value.map((e: unknown) =>
-    e !== null && typeof e === 'object' && 'at' in e ? { ...e, at: formatTime(e.at as string) } : e,
+  return value.map((e: unknown) => (e !== null && typeof e === 'object' && !Array.isArray(e) ? isoTimeFields(e) : e));
+}
+
+/** A history entry with each time field (`at`, `*_at`) as formatTime writes it; null stays null. */
+function isoTimeFields(entry: object): object {
+  return Object.fromEntries(
+    Object.entries(entry).map(([k, v]) =>
+      (k === 'at' || k.endsWith('_at')) && (typeof v === 'string' || v instanceof Date) ? [k, formatTime(v)] : [k, v],
+    ),
   );
 }
 

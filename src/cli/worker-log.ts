@@ -1,5 +1,6 @@
 import type { Worker } from '../worker/worker.js';
 import type { JobRow } from '../job.js';
+import type { Logger } from '../logger.js';
 import { firstLine } from './output.js';
 
 type Fields = Record<string, string | number | boolean | null>;
@@ -25,6 +26,35 @@ export class WorkerLog {
     worker.on('error', (err) => this.line('error', { error: err.message }, process.stderr));
   }
 
+  /**
+   * The Worker's `logger`: its warnings and errors (the maintenance leader's
+   * "due jobs ... wait: no live worker handles the task") as lines of this log,
+   * on stderr; info only when `verbose`, debug never. Job outcomes and 'error'
+   * events, which follow() already prints, are left out so nothing shows twice.
+   */
+  logger(verbose = false): Logger {
+    const write = (level: string, fields: object, message?: string) => {
+      const f = fields as Record<string, unknown>;
+      if ('jobId' in f || message === 'worker error' || message === 'rescued jobs with expired locks') return;
+      const out: Fields = message ? { message } : {};
+      for (const [k, v] of Object.entries(f)) {
+        if (k === 'err' && v && typeof v === 'object' && 'message' in v) out.error = String(v.message);
+        // In text the message says it all (queue, task, counts); JSON lines keep every field.
+        else if ((this.json || !message) && (v === null || ['string', 'number', 'boolean'].includes(typeof v)))
+          out[k] = v as Fields[string];
+      }
+      this.line(level, out, level === 'info' ? process.stdout : process.stderr);
+    };
+    return {
+      debug: () => {},
+      info: (fields, message) => {
+        if (verbose) write('info', fields, message);
+      },
+      warn: (fields, message) => write('warn', fields, message),
+      error: (fields, message) => write('error', fields, message),
+    };
+  }
+
   line(event: string, fields: Fields = {}, out: NodeJS.WritableStream = process.stdout): void {
     const time = new Date().toISOString();
     if (this.json) {
@@ -32,7 +62,7 @@ export class WorkerLog {
       return;
     }
     const text = Object.entries(fields)
-      .map(([k, v]) => (k === 'job' ? v : k === 'error' ? `error: ${v}` : `${k}=${v}`))
+      .map(([k, v]) => (k === 'job' || k === 'message' ? v : k === 'error' ? `error: ${v}` : `${k}=${v}`))
       .join(' ');
     out.write(`${time} ${event}${text ? ` ${text}` : ''}\n`);
   }

@@ -1,5 +1,6 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { hostname } from 'node:os';
 import { ConfigError } from '../errors.js';
 import type { SluiceMetrics } from './metrics.js';
 
@@ -50,7 +51,7 @@ export async function serveMetrics(metrics: SluiceMetrics, port: number, host: s
   });
   const { port: actualPort } = server.address() as AddressInfo;
   return {
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${actualPort}${METRICS_PATH}`,
+    url: metricsUrl(host, actualPort),
     close: () =>
       new Promise<void>((resolve) => {
         server.close(() => resolve());
@@ -58,4 +59,13 @@ export async function serveMetrics(metrics: SluiceMetrics, port: number, host: s
         server.closeAllConnections();
       }),
   };
+}
+
+/** Hosts that mean "every interface": no scraper can connect to them, so the URL names this machine instead. */
+const WILDCARD_HOSTS = new Set(['', '0.0.0.0', '::', '::0', '0:0:0:0:0:0:0:0']);
+
+/** The scrape URL for a server listening on `host`: for a wildcard host, this machine's hostname. */
+export function metricsUrl(host: string, port: number): string {
+  const name = WILDCARD_HOSTS.has(host) ? hostname() : host;
+  return `http://${name.includes(':') ? `[${name}]` : name}:${port}${METRICS_PATH}`;
 }

@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
-import { runDemo } from '../../demo/run-demo.js';
+import { DEMO_SCHEMA, runDemo } from '../../demo/run-demo.js';
 import { startEmbeddedPostgres } from '../../dev/embedded-postgres.js';
 import { globalOptions, DEMO_DATA_DIR } from '../database.js';
-import { printJson } from '../output.js';
+import { printJson, UsageError } from '../output.js';
 import { integer } from '../parse.js';
 
 interface DemoFlags {
@@ -22,7 +22,14 @@ export function registerDemo(program: Command): void {
     .option('--json', 'print the summary as JSON')
     .action(async (flags: DemoFlags, command: Command) => {
       const { jobs, workers, concurrency } = flags;
-      let { databaseUrl } = globalOptions(command);
+      const global = globalOptions(command);
+      const { schema } = global;
+      let { databaseUrl } = global;
+      if (schemaGiven(command) && schema !== DEMO_SCHEMA) {
+        throw new UsageError(
+          `the demo drops and recreates its own schema, so it only ever uses "${DEMO_SCHEMA}", not "${schema}" (drop --schema / SLUICE_SCHEMA)`,
+        );
+      }
       let stop: (() => Promise<void>) | undefined;
       const out = flags.json ? process.stderr : process.stdout;
       if (!databaseUrl) {
@@ -45,4 +52,13 @@ export function registerDemo(program: Command): void {
         await stop?.();
       }
     });
+}
+
+/** Whether --schema or SLUICE_SCHEMA named a schema (rather than the default applying). */
+function schemaGiven(command: Command): boolean {
+  if (process.env.SLUICE_SCHEMA !== undefined) return true;
+  for (let c: Command | null = command; c; c = c.parent) {
+    if (c.getOptionValueSource('schema') === 'cli') return true;
+  }
+  return false;
 }

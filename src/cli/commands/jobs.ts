@@ -5,6 +5,7 @@ import {
   deleteFinished,
   deleteJob,
   getJob,
+  isArchived,
   listJobs,
   retryFailed,
   retryJob,
@@ -84,7 +85,7 @@ export function registerJobs(program: Command): void {
         const job = await getJob(pool, schema, id);
         if (!job) throw new CommandFailed(`job ${id} not found`);
         if (flags.json) printJson(job);
-        else process.stdout.write(describeJob(job));
+        else process.stdout.write(describeJob(job, await isArchived(pool, schema, id)));
       });
     });
 
@@ -146,7 +147,9 @@ export function registerJobs(program: Command): void {
         if (flags.json) return printJson(result);
         process.stdout.write(
           `deleted ${result.deleted} ${statuses.join('/')} job${result.deleted === 1 ? '' : 's'} ` +
-            `finished more than ${formatDuration(flags.olderThan!)} ago\n`,
+            `finished more than ${formatDuration(flags.olderThan!)} ago` +
+            // stats and the dashboard still count archived jobs: say why they are still there.
+            `${result.deleted === 0 ? ' (archived jobs, which the pruner moved to the read-only history, are not touched)' : ''}\n`,
         );
       });
     });
@@ -164,18 +167,23 @@ interface DeleteFlags {
 function report(result: JobActionResult, id: string, done: string, allowed: readonly JobStatus[], json?: boolean): void {
   if (!result.ok) {
     if (result.reason === 'not_found') throw new CommandFailed(`job ${id} not found`);
+    if (result.archived) {
+      throw new CommandFailed(
+        `job ${id} is archived (${result.status}, moved to the history by the pruner) and read-only: it cannot be ${done}`,
+      );
+    }
     throw new CommandFailed(`job ${id} is ${result.status}; only ${allowed.join(' or ')} jobs can be ${done}`);
   }
   if (json) printJson(result.job);
   else process.stdout.write(`${done} job ${result.job.id} (${result.job.task} on queue ${result.job.queue})\n`);
 }
 
-function describeJob(job: JobRow): string {
+function describeJob(job: JobRow, archived: boolean): string {
   const lines = [
     `id:           ${job.id}`,
     `task:         ${job.task}`,
     `queue:        ${job.queue}`,
-    `status:       ${job.status}`,
+    `status:       ${job.status}${archived ? ' (archived: moved to the history by the pruner, read-only)' : ''}`,
     `priority:     ${job.priority}`,
     `attempts:     ${job.attempts} of ${job.max_attempts}`,
     `run at:       ${formatTime(job.run_at)}`,

@@ -16,6 +16,10 @@ import {
 import { withDatabase } from '../database.js';
 import { duration, integer } from '../parse.js';
 import { printJson, printTable, UsageError } from '../output.js';
+import { checks } from '../../validate.js';
+
+// A queue name typed on the command line: invalid ('' or too long) is a usage error, as for enqueue --queue.
+const { checkName } = checks(UsageError);
 
 function print(settings: QueueSettings, json: boolean | undefined): void {
   if (json) return printJson(settings);
@@ -72,6 +76,7 @@ function rateOf(what: string, value: string, flags: RateFlags): RateLimit | null
  * uses: a queue is known when it has jobs or settings, or the caller says --create.
  */
 async function checkKnownQueue(db: Queryable, schema: string, name: string, create: boolean | undefined): Promise<void> {
+  checkName('queue', name);
   if (create) return;
   const known = (await listQueueLimits(db, schema)).some((q) => q.name === name);
   if (known) return;

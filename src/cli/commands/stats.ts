@@ -2,8 +2,11 @@ import type { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { getStats, type Stats } from '../../admin/stats.js';
 import { withDatabase } from '../database.js';
-import { formatDuration, formatTable, formatTime, printJson } from '../output.js';
+import { formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
 import { durationOption } from '../parse.js';
+
+/** Below this, --watch would run the stats query back to back. */
+const MIN_INTERVAL_MS = 100;
 
 interface StatsFlags {
   watch?: boolean;
@@ -20,6 +23,11 @@ export function registerStats(program: Command): void {
     .option('--json', 'print the numbers as one JSON line (one per refresh with --watch)')
     .addHelpText('after', '\nExamples:\n  sluice stats\n  sluice stats --watch --interval 1s')
     .action(async (flags: StatsFlags, command: Command) => {
+      if (flags.interval < MIN_INTERVAL_MS) {
+        throw new UsageError(
+          `--interval must be at least ${MIN_INTERVAL_MS}ms (got ${formatDuration(flags.interval)}): each refresh runs the stats query`,
+        );
+      }
       await withDatabase(command, async ({ pool, schema }) => {
         if (!flags.watch) return print(await getStats(pool, schema), flags.json);
         await watch(flags, async () => getStats(pool, schema));

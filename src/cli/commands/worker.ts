@@ -54,6 +54,8 @@ Examples:
           queues: flags.queue,
           concurrency: flags.concurrency,
           shutdownTimeoutMs: flags.shutdownTimeout,
+          // The maintenance leader's warnings (due jobs no live worker handles) reach the terminal.
+          logger: log.logger(),
         });
         log.follow(worker);
         const stopped = untilSignal(worker, log);

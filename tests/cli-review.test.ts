@@ -1,0 +1,177 @@
+/**
+ * An outside review of the CLI: one time format for the attempt history's
+ * every time, archived jobs are read-only (not "not found"), the worker prints
+ * the maintenance leader's warnings, the demo keeps to its own schema, and
+ * invalid intervals and queue names are refused. Real processes
+ * (node bin/sluice.js), real Postgres, this file's own schema.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { buildMaintenanceQueries, prune, Queue, resolvePrunerConfig } from '../src/index.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { FIXTURES, runSluice, spawnCli, type CliResult } from './helpers/cli.js';
+
+let db: TestDatabase;
+let env: Record<string, string>;
+let queue: Queue;
+
+beforeAll(async () => {
+  db = await createTestSchema('cli_review');
+  env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
+  queue = new Queue({ pool: db.pool, schema: db.schema });
+});
+afterAll(async () => {
+  await db.drop();
+});
+beforeEach(async () => {
+  await db.pool.query(`TRUNCATE ${db.s}.jobs, ${db.s}.jobs_history`);
+});
+
+const sluice = (...args: string[]) => runSluice(args, env);
+
+/** What `Date#toISOString` writes: the one time format of the CLI. */
+const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+
+function expectOneLineError(result: CliResult, code: number, pattern: RegExp): void {
+  expect(result.code, result.stderr).toBe(code);
+  expect(result.stderr).toMatch(pattern);
+  const lines = result.stderr
+    .trim()
+    .split('\n')
+    .filter((l) => l !== '(add --help for usage)');
+  expect(lines).toHaveLength(1);
+}
+
+/** A failed job whose error history Postgres wrote, as the worker's statements do (jsonb times in its own format). */
+async function failedJob(): Promise<string> {
+  const id = await queue.enqueue('x', { n: 1 }, { maxAttempts: 1 });
+  await db.pool.query(
+    `UPDATE ${db.s}.jobs SET status = 'failed', attempts = 1, finished_at = now() - interval '10 minutes',
+       last_error = 'Error: boom',
+       errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '10 minutes',
+         'message', 'Error: boom', 'started_at', now() - interval '11 minutes', 'worker', 'w1'))
+     WHERE id = $1`,
+    [id],
+  );
+  return id;
+}
+
+describe('times in --json', () => {
+  it('jobs show and dead-letters show write every time of the error history as ISO UTC with ms', async () => {
+    const id = await failedJob();
+    const { rows } = await db.pool.query(`SELECT errors->0->>'started_at' AS s FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    expect(rows[0].s).not.toMatch(ISO_UTC); // Postgres's own format: the thing to rewrite
+    for (const command of [
+      ['jobs', 'show'],
+      ['dead-letters', 'show'],
+    ]) {
+      const result = await sluice(...command, id, '--json');
+      expect(result.code, result.stderr).toBe(0);
+      const job = JSON.parse(result.stdout);
+      expect(job.errors).toHaveLength(1);
+      expect(job.errors[0].at).toMatch(ISO_UTC);
+      expect(job.errors[0].started_at).toMatch(ISO_UTC);
+      expect(job.errors[0].worker).toBe('w1');
+      expect(job.errors[0].attempt).toBe(1);
+      for (const field of ['created_at', 'updated_at', 'finished_at', 'run_at']) expect(job[field]).toMatch(ISO_UTC);
+    }
+  });
+});
+
+describe('archived jobs', () => {
+  it('retry, cancel and delete say archived and read-only (exit 1); show says archived; bulk delete says what it skips', async () => {
+    // The pruner archives completed and cancelled jobs (failed ones stay until their retention ends).
+    const [done, cancelled] = await queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = CASE WHEN id = $1 THEN 'cancelled' ELSE 'completed' END,
+         finished_at = now() - interval '10 minutes' WHERE id = ANY($2::bigint[])`,
+      [cancelled, [done, cancelled]],
+    );
+    const pruned = await prune(db.pool, buildMaintenanceQueries(db.schema), resolvePrunerConfig({ delayMs: 0 }));
+    expect(pruned.archived).toBe(2);
+
+    const show = await sluice('jobs', 'show', done!);
+    expect(show.code, show.stderr).toBe(0);
+    expect(show.stdout).toMatch(/^status: +completed \(archived\b.*read-only\)$/m);
+
+    // A cancelled job in the jobs table could be retried; archived, it cannot.
+    for (const [verb, id] of [
+      ['retry', cancelled],
+      ['cancel', cancelled],
+      ['delete', cancelled],
+      ['delete', done],
+    ] as const) {
+      expectOneLineError(await sluice('jobs', verb, id!), 1, new RegExp(`job ${id} is archived .*read-only`));
+    }
+    // A job in the jobs table still shows no such note; one that never existed is still "not found".
+    const live = await queue.enqueue('x', {});
+    expect((await sluice('jobs', 'show', live)).stdout).not.toMatch(/archived/);
+    expectOneLineError(await sluice('jobs', 'retry', '999999999'), 1, /job 999999999 not found/);
+
+    const bulk = await sluice('jobs', 'delete', '--completed', '--older-than', '1m');
+    expect(bulk.code, bulk.stderr).toBe(0);
+    expect(bulk.stdout).toMatch(/^deleted 0 completed jobs finished more than 1m ago \(archived jobs, .*are not touched\)$/m);
+    const stats = JSON.parse((await sluice('stats', '--json')).stdout);
+    expect(stats.queues[0].completed).toBe(1);
+  });
+});
+
+describe('worker', () => {
+  it("prints the maintenance leader's warning about due jobs no live worker handles", async () => {
+    await queue.enqueue('typo', {}, { queue: 'review' });
+    const cli = spawnCli(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'review'], env);
+    try {
+      await waitFor(() => /no live worker of that queue handles the task/.test(cli.stderr()), 'the warning', 30_000);
+      const line = cli
+        .stderr()
+        .split('\n')
+        .find((l) => l.includes('no live worker'))!;
+      expect(line).toMatch(/^\d{4}-\d\d-\d\dT[\d:.]+Z warn sluice: 1 due jobs of task "typo" on queue "review" wait: /);
+    } finally {
+      cli.child.kill('SIGTERM');
+      await cli.exited;
+    }
+  });
+
+  it('with --json the warning is a JSON line with its fields', async () => {
+    await queue.enqueue('typo', {}, { queue: 'review-json' });
+    const cli = spawnCli(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'review-json', '--json'], env);
+    try {
+      await waitFor(() => /no live worker/.test(cli.stderr()), 'the warning', 30_000);
+      const line = cli
+        .stderr()
+        .split('\n')
+        .find((l) => l.includes('no live worker'))!;
+      expect(JSON.parse(line)).toMatchObject({ event: 'warn', queue: 'review-json', task: 'typo', jobs: 1 });
+    } finally {
+      cli.child.kill('SIGTERM');
+      await cli.exited;
+    }
+  });
+});
+
+describe('usage errors', () => {
+  it('demo refuses a schema other than sluice_demo, from --schema or SLUICE_SCHEMA (exit 2)', async () => {
+    expectOneLineError(
+      await runSluice(['--schema', 'mine', 'demo'], { DATABASE_URL: db.url }),
+      2,
+      /only ever uses "sluice_demo", not "mine"/,
+    );
+    expectOneLineError(
+      await runSluice(['demo'], { DATABASE_URL: db.url, SLUICE_SCHEMA: 'mine' }),
+      2,
+      /only ever uses "sluice_demo"/,
+    );
+  });
+
+  it('stats --watch refuses an interval below 100ms', async () => {
+    for (const interval of ['0s', '0ms', '50ms']) {
+      expectOneLineError(await sluice('stats', '--watch', '--interval', interval), 2, /--interval must be at least 100ms/);
+    }
+  });
+
+  it('queues pause/resume/limit refuse an empty queue name as enqueue does', async () => {
+    expectOneLineError(await sluice('queues', 'pause', ''), 2, /queue must be a string of 1 to \d+ characters, got ""/);
+    expectOneLineError(await sluice('queues', 'resume', '', '--create'), 2, /queue must be a string of 1 to/);
+    expectOneLineError(await sluice('queues', 'limit', '', '3'), 2, /queue must be a string of 1 to/);
+  });
+});
