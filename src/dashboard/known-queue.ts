@@ -1,7 +1,6 @@
 import type { Queryable } from '../db/executor.js';
-import { groupStatements } from '../db/statements/groups.js';
 import { ValidationError } from '../errors.js';
-import { listQueueLimits } from '../groups/settings.js';
+import { isKnownQueue } from '../groups/settings.js';
 
 /** A change to a queue that has no jobs and no settings: the API answers 404. */
 export class UnknownQueueError extends ValidationError {
@@ -11,17 +10,6 @@ export class UnknownQueueError extends ValidationError {
         'or send {"create": true} to set it up before its first job',
     );
   }
-}
-
-/**
- * Whether a queue is known: it has settings or jobs. The same test as the CLI's
- * `sluice queues pause|resume|limit|rate|groups|group` (checkKnownQueue in
- * src/cli/commands/queues.ts), so that a typo creates no settings row either way.
- */
-export async function isKnownQueue(db: Queryable, schema: string, name: string): Promise<boolean> {
-  if ((await listQueueLimits(db, schema)).some((q) => q.name === name)) return true;
-  const { rows } = await db.query(groupStatements(schema).queueHasJobs, [name]);
-  return (rows[0] as { found: boolean }).found;
 }
 
 /**

@@ -3,8 +3,8 @@ import { getGroupStats } from '../../admin/groups.js';
 import { setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from '../../control.js';
 import type { Queryable } from '../../db/executor.js';
 import { controlStatements } from '../../db/statements/control.js';
-import { groupStatements } from '../../db/statements/groups.js';
 import {
+  isKnownQueue,
   listQueueLimits,
   setGroupSettings,
   setQueueGroups,
@@ -77,11 +77,7 @@ function rateOf(what: string, value: string, flags: RateFlags): RateLimit | null
  */
 async function checkKnownQueue(db: Queryable, schema: string, name: string, create: boolean | undefined): Promise<void> {
   checkName('queue', name);
-  if (create) return;
-  const known = (await listQueueLimits(db, schema)).some((q) => q.name === name);
-  if (known) return;
-  const { rows } = await db.query(groupStatements(schema).queueHasJobs, [name]);
-  if ((rows[0] as { found: boolean }).found) return;
+  if (create || (await isKnownQueue(db, schema, name))) return;
   throw new UsageError(
     `queue "${name}" has no jobs and no settings: check the name (sluice queues list, sluice stats), ` +
       'or pass --create to set it up before its first job',
