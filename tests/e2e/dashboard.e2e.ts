@@ -244,10 +244,14 @@ describe('dashboard in Chromium', () => {
     await page.waitForSelector('tr[data-queue="emails"]');
     await page.fill('#find-job-id', 'abc');
     await page.press('#find-job-id', 'Enter');
-    expect(await page.$eval('#find-job-id', (el) => (el as HTMLInputElement).validationMessage)).toBe('A job id is a number');
+    expect(await page.$eval('#find-job-id', (el) => (el as unknown as { validationMessage: string }).validationMessage)).toBe(
+      'A job id is a number',
+    );
     // Editing the box clears the error, so the next Enter submits.
     await page.fill('#find-job-id', id);
-    expect(await page.$eval('#find-job-id', (el) => (el as HTMLInputElement).validity.valid)).toBe(true);
+    expect(await page.$eval('#find-job-id', (el) => (el as unknown as { validity: { valid: boolean } }).validity.valid)).toBe(
+      true,
+    );
     await page.press('#find-job-id', 'Enter');
     await page.waitForURL(new RegExp(`#/jobs/${id}$`));
     await page.waitForSelector(`button[data-focus-key="run-now:${id}"]`);
