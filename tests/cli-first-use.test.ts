@@ -5,31 +5,13 @@
  * to jobs_history. Real processes (node bin/sluice.js), real Postgres, this
  * file's own schema.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { buildMaintenanceQueries, prune, Queue, resolvePrunerConfig, Worker } from '../src/index.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
-import { runSluice } from './helpers/cli.js';
+import { describe, expect, it } from 'vitest';
+import { buildMaintenanceQueries, prune, resolvePrunerConfig, Worker } from '../src/index.js';
+import { waitFor } from './helpers/database.js';
+import { cliSchema, ISO_UTC } from './helpers/cli.js';
 
-let db: TestDatabase;
-let env: Record<string, string>;
-let queue: Queue;
-
-beforeAll(async () => {
-  db = await createTestSchema('cli_first');
-  env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
-  queue = new Queue({ pool: db.pool, schema: db.schema });
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.pool.query(`TRUNCATE ${db.s}.jobs, ${db.s}.jobs_history`);
-});
-
-const sluice = (...args: string[]) => runSluice(args, env);
-
-/** What `Date#toISOString` writes: the one time format of the CLI. */
-const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+const fx = cliSchema('cli_first');
+const sluice = fx.sluice;
 
 /** The cells of the table line that starts with `first` (columns are two or more spaces apart). */
 function row(table: string, first: string): string[] {
@@ -41,8 +23,8 @@ function row(table: string, first: string): string[] {
 describe('cron list', () => {
   it('shows no last tick for a schedule that never ticked, and the tick once there is one', async () => {
     const worker = new Worker({
-      pool: db.pool,
-      schema: db.schema,
+      pool: fx.db.pool,
+      schema: fx.db.schema,
       queues: ['cron-first'],
       tasks: { report: async () => {} },
       // Once a year: it does not tick while the test runs.
@@ -52,7 +34,7 @@ describe('cron list', () => {
     await worker.start();
     try {
       await waitFor(async () => {
-        const { rows } = await db.pool.query(`SELECT 1 FROM ${db.s}.cron_schedules WHERE name = 'yearly'`);
+        const { rows } = await fx.db.pool.query(`SELECT 1 FROM ${fx.db.s}.cron_schedules WHERE name = 'yearly'`);
         return rows.length === 1;
       }, 'the schedule to be registered');
     } finally {
@@ -69,7 +51,7 @@ describe('cron list', () => {
     expect(listed!.lastTick).toBeNull();
 
     // As the worker's advance statement leaves it after enqueueing a tick.
-    await db.pool.query(`UPDATE ${db.s}.cron_schedules SET last_tick = '2026-01-01T00:00:00Z' WHERE name = 'yearly'`);
+    await fx.db.pool.query(`UPDATE ${fx.db.s}.cron_schedules SET last_tick = '2026-01-01T00:00:00Z' WHERE name = 'yearly'`);
     expect(row((await sluice('cron', 'list')).stdout, 'yearly')[4]).toBe('2026-01-01T00:00:00.000Z');
     const [ticked] = JSON.parse((await sluice('cron', 'list', '--json')).stdout) as { lastTick: string | null }[];
     expect(ticked!.lastTick).toBe('2026-01-01T00:00:00.000Z');
@@ -79,9 +61,9 @@ describe('cron list', () => {
 describe('jobs', () => {
   /** A job that failed its first attempt (the worker's error entry, Postgres's time format) and then `status`. */
   async function failedOnceThen(status: 'completed' | 'pending', task: string): Promise<string> {
-    const id = await queue.enqueue(task, {}, { queue: 'first-use' });
-    await db.pool.query(
-      `UPDATE ${db.s}.jobs SET status = $2, attempts = 2, finished_at = CASE WHEN $2 = 'completed' THEN now() END,
+    const id = await fx.queue.enqueue(task, {}, { queue: 'first-use' });
+    await fx.db.pool.query(
+      `UPDATE ${fx.db.s}.jobs SET status = $2, attempts = 2, finished_at = CASE WHEN $2 = 'completed' THEN now() END,
         last_error = 'Error: smtp busy\n    at send (mail.js:1)',
         errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', '2026-01-01T09:30:00.123456+00:00'::timestamptz,
           'message', 'Error: smtp busy'))
@@ -140,22 +122,22 @@ describe('jobs', () => {
 
 describe('stats', () => {
   it('counts the finished jobs the pruner moved to jobs_history; a queue whose jobs all finished stays listed', async () => {
-    const [a1, a2, a3, b1] = await queue.enqueueMany([
+    const [a1, a2, a3, b1] = await fx.queue.enqueueMany([
       { task: 'x', queue: 'archived-all' },
       { task: 'x', queue: 'archived-all' },
       { task: 'x', queue: 'archived-all' },
       { task: 'x', queue: 'mixed' },
     ]);
-    await queue.enqueue('x', {}, { queue: 'mixed' });
-    await db.pool.query(
-      `UPDATE ${db.s}.jobs SET status = CASE WHEN id = $1 THEN 'cancelled' ELSE 'completed' END,
+    await fx.queue.enqueue('x', {}, { queue: 'mixed' });
+    await fx.db.pool.query(
+      `UPDATE ${fx.db.s}.jobs SET status = CASE WHEN id = $1 THEN 'cancelled' ELSE 'completed' END,
         finished_at = now() - interval '10 minutes' WHERE id = ANY($2::bigint[])`,
       [a3, [a1, a2, a3, b1]],
     );
     // The real pruner, archiving everything finished (the default keeps jobs a minute first).
-    const pruned = await prune(db.pool, buildMaintenanceQueries(db.schema), resolvePrunerConfig({ delayMs: 0 }));
+    const pruned = await prune(fx.db.pool, buildMaintenanceQueries(fx.db.schema), resolvePrunerConfig({ delayMs: 0 }));
     expect(pruned.archived).toBe(4);
-    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`);
+    const { rows } = await fx.db.pool.query(`SELECT count(*)::int AS n FROM ${fx.db.s}.jobs`);
     expect(rows[0].n).toBe(1);
 
     const json = JSON.parse((await sluice('stats', '--json')).stdout) as { queues: Record<string, unknown>[] };

@@ -5,31 +5,13 @@
  * invalid intervals and queue names are refused. Real processes
  * (node bin/sluice.js), real Postgres, this file's own schema.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { buildMaintenanceQueries, prune, Queue, resolvePrunerConfig } from '../src/index.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
-import { FIXTURES, runSluice, spawnCli, type CliResult } from './helpers/cli.js';
+import { describe, expect, it } from 'vitest';
+import { buildMaintenanceQueries, prune, resolvePrunerConfig } from '../src/index.js';
+import { waitFor } from './helpers/database.js';
+import { cliSchema, FIXTURES, ISO_UTC, runSluice, spawnCli, type CliResult } from './helpers/cli.js';
 
-let db: TestDatabase;
-let env: Record<string, string>;
-let queue: Queue;
-
-beforeAll(async () => {
-  db = await createTestSchema('cli_review');
-  env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
-  queue = new Queue({ pool: db.pool, schema: db.schema });
-});
-afterAll(async () => {
-  await db.drop();
-});
-beforeEach(async () => {
-  await db.pool.query(`TRUNCATE ${db.s}.jobs, ${db.s}.jobs_history`);
-});
-
-const sluice = (...args: string[]) => runSluice(args, env);
-
-/** What `Date#toISOString` writes: the one time format of the CLI. */
-const ISO_UTC = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+const fx = cliSchema('cli_review');
+const sluice = fx.sluice;
 
 function expectOneLineError(result: CliResult, code: number, pattern: RegExp): void {
   expect(result.code, result.stderr).toBe(code);
@@ -43,9 +25,9 @@ function expectOneLineError(result: CliResult, code: number, pattern: RegExp): v
 
 /** A failed job whose error history Postgres wrote, as the worker's statements do (jsonb times in its own format). */
 async function failedJob(): Promise<string> {
-  const id = await queue.enqueue('x', { n: 1 }, { maxAttempts: 1 });
-  await db.pool.query(
-    `UPDATE ${db.s}.jobs SET status = 'failed', attempts = 1, finished_at = now() - interval '10 minutes',
+  const id = await fx.queue.enqueue('x', { n: 1 }, { maxAttempts: 1 });
+  await fx.db.pool.query(
+    `UPDATE ${fx.db.s}.jobs SET status = 'failed', attempts = 1, finished_at = now() - interval '10 minutes',
        last_error = 'Error: boom',
        errors = jsonb_build_array(jsonb_build_object('attempt', 1, 'at', now() - interval '10 minutes',
          'message', 'Error: boom', 'started_at', now() - interval '11 minutes', 'worker', 'w1'))
@@ -58,7 +40,7 @@ async function failedJob(): Promise<string> {
 describe('times in --json', () => {
   it('jobs show and dead-letters show write every time of the error history as ISO UTC with ms', async () => {
     const id = await failedJob();
-    const { rows } = await db.pool.query(`SELECT errors->0->>'started_at' AS s FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    const { rows } = await fx.db.pool.query(`SELECT errors->0->>'started_at' AS s FROM ${fx.db.s}.jobs WHERE id = $1`, [id]);
     expect(rows[0].s).not.toMatch(ISO_UTC); // Postgres's own format: the thing to rewrite
     for (const command of [
       ['jobs', 'show'],
@@ -80,13 +62,13 @@ describe('times in --json', () => {
 describe('archived jobs', () => {
   it('retry, cancel and delete say archived and read-only (exit 1); show says archived; bulk delete says what it skips', async () => {
     // The pruner archives completed and cancelled jobs (failed ones stay until their retention ends).
-    const [done, cancelled] = await queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
-    await db.pool.query(
-      `UPDATE ${db.s}.jobs SET status = CASE WHEN id = $1 THEN 'cancelled' ELSE 'completed' END,
+    const [done, cancelled] = await fx.queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
+    await fx.db.pool.query(
+      `UPDATE ${fx.db.s}.jobs SET status = CASE WHEN id = $1 THEN 'cancelled' ELSE 'completed' END,
          finished_at = now() - interval '10 minutes' WHERE id = ANY($2::bigint[])`,
       [cancelled, [done, cancelled]],
     );
-    const pruned = await prune(db.pool, buildMaintenanceQueries(db.schema), resolvePrunerConfig({ delayMs: 0 }));
+    const pruned = await prune(fx.db.pool, buildMaintenanceQueries(fx.db.schema), resolvePrunerConfig({ delayMs: 0 }));
     expect(pruned.archived).toBe(2);
 
     const show = await sluice('jobs', 'show', done!);
@@ -103,7 +85,7 @@ describe('archived jobs', () => {
       expectOneLineError(await sluice('jobs', verb, id!), 1, new RegExp(`job ${id} is archived .*read-only`));
     }
     // A job in the jobs table still shows no such note; one that never existed is still "not found".
-    const live = await queue.enqueue('x', {});
+    const live = await fx.queue.enqueue('x', {});
     expect((await sluice('jobs', 'show', live)).stdout).not.toMatch(/archived/);
     expectOneLineError(await sluice('jobs', 'retry', '999999999'), 1, /job 999999999 not found/);
 
@@ -117,8 +99,8 @@ describe('archived jobs', () => {
 
 describe('worker', () => {
   it("prints the maintenance leader's warning about due jobs no live worker handles", async () => {
-    await queue.enqueue('typo', {}, { queue: 'review' });
-    const cli = spawnCli(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'review'], env);
+    await fx.queue.enqueue('typo', {}, { queue: 'review' });
+    const cli = spawnCli(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'review'], fx.env);
     try {
       await waitFor(() => /no live worker of that queue handles the task/.test(cli.stderr()), 'the warning', 30_000);
       const line = cli
@@ -133,8 +115,8 @@ describe('worker', () => {
   });
 
   it('with --json the warning is a JSON line with its fields', async () => {
-    await queue.enqueue('typo', {}, { queue: 'review-json' });
-    const cli = spawnCli(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'review-json', '--json'], env);
+    await fx.queue.enqueue('typo', {}, { queue: 'review-json' });
+    const cli = spawnCli(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'review-json', '--json'], fx.env);
     try {
       await waitFor(() => /no live worker/.test(cli.stderr()), 'the warning', 30_000);
       const line = cli
@@ -152,12 +134,12 @@ describe('worker', () => {
 describe('usage errors', () => {
   it('demo refuses a schema other than sluice_demo, from --schema or SLUICE_SCHEMA (exit 2)', async () => {
     expectOneLineError(
-      await runSluice(['--schema', 'mine', 'demo'], { DATABASE_URL: db.url }),
+      await runSluice(['--schema', 'mine', 'demo'], { DATABASE_URL: fx.db.url }),
       2,
       /only ever uses "sluice_demo", not "mine"/,
     );
     expectOneLineError(
-      await runSluice(['demo'], { DATABASE_URL: db.url, SLUICE_SCHEMA: 'mine' }),
+      await runSluice(['demo'], { DATABASE_URL: fx.db.url, SLUICE_SCHEMA: 'mine' }),
       2,
       /only ever uses "sluice_demo"/,
     );
