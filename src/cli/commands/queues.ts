@@ -84,6 +84,19 @@ async function checkKnownQueue(db: Queryable, schema: string, name: string, crea
   );
 }
 
+/** One change to a queue's settings, refused for an unknown queue unless --create (see checkKnownQueue). */
+function changeQueue<T>(
+  command: Command,
+  name: string,
+  create: boolean | undefined,
+  change: (db: Queryable, schema: string) => Promise<T>,
+): Promise<T> {
+  return withDatabase(command, async ({ pool, schema }) => {
+    await checkKnownQueue(pool, schema, name, create);
+    return change(pool, schema);
+  });
+}
+
 /** `sluice queues list|pause|resume|limit|rate|groups|group|group-stats`: the persisted queue settings every worker follows. */
 export function registerQueues(program: Command): void {
   const queues = program.command('queues').description('pause/resume queues; cluster-wide concurrency, group and rate limits');
@@ -126,10 +139,9 @@ export function registerQueues(program: Command): void {
       .exitOverride()
       .action(async (name: string, flags: { json?: boolean; create?: boolean }, command: Command) => {
         print(
-          await withDatabase(command, async ({ pool, schema }) => {
-            await checkKnownQueue(pool, schema, name, flags.create);
-            return setQueuePaused(pool, controlStatements(schema), name, paused);
-          }),
+          await changeQueue(command, name, flags.create, (pool, schema) =>
+            setQueuePaused(pool, controlStatements(schema), name, paused),
+          ),
           flags.json,
         );
       });
@@ -144,10 +156,9 @@ export function registerQueues(program: Command): void {
     .action(async (name: string, n: string, flags: { json?: boolean; create?: boolean }, command: Command) => {
       const limit = limitOrNone('the limit', n);
       print(
-        await withDatabase(command, async ({ pool, schema }) => {
-          await checkKnownQueue(pool, schema, name, flags.create);
-          return setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit);
-        }),
+        await changeQueue(command, name, flags.create, (pool, schema) =>
+          setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit),
+        ),
         flags.json,
       );
     });
@@ -163,10 +174,9 @@ export function registerQueues(program: Command): void {
     .action(async (name: string, n: string, flags: RateFlags & { json?: boolean; create?: boolean }, command: Command) => {
       const rate = rateOf('the rate', n, flags);
       printLimits(
-        await withDatabase(command, async ({ pool, schema }) => {
-          await checkKnownQueue(pool, schema, name, flags.create);
-          return setQueueRateLimit(pool, schema, name, rate, { actor: 'cli' });
-        }),
+        await changeQueue(command, name, flags.create, (pool, schema) =>
+          setQueueRateLimit(pool, schema, name, rate, { actor: 'cli' }),
+        ),
         flags.json,
       );
     });
@@ -192,10 +202,9 @@ export function registerQueues(program: Command): void {
           ...(flags.rate === undefined ? {} : { groupRateLimit: rateOf('--rate', flags.rate, flags) }),
         };
         printLimits(
-          await withDatabase(command, async ({ pool, schema }) => {
-            await checkKnownQueue(pool, schema, name, flags.create);
-            return setQueueGroups(pool, schema, name, settings, { actor: 'cli' });
-          }),
+          await changeQueue(command, name, flags.create, (pool, schema) =>
+            setQueueGroups(pool, schema, name, settings, { actor: 'cli' }),
+          ),
           flags.json,
         );
       },
@@ -225,10 +234,9 @@ export function registerQueues(program: Command): void {
           ...(flags.rate === undefined ? {} : { rateLimit: rateOf('--rate', flags.rate, flags) }),
         };
         printGroup(
-          await withDatabase(command, async ({ pool, schema }) => {
-            await checkKnownQueue(pool, schema, name, flags.create);
-            return setGroupSettings(pool, schema, name, group === '-' ? null : group, settings, { actor: 'cli' });
-          }),
+          await changeQueue(command, name, flags.create, (pool, schema) =>
+            setGroupSettings(pool, schema, name, group === '-' ? null : group, settings, { actor: 'cli' }),
+          ),
           flags.json,
         );
       },
