@@ -113,6 +113,8 @@ describe('hostile names and payloads', () => {
         ];
         await waitFor(() => ran.length === 3, 'the three jobs to run');
         expect(ran.sort()).toEqual(['insert', 'keyed', 'sql']);
+        // A handler's result is written with the worker's next cycle, a moment after it returned.
+        for (const id of ids) await waitFor(async () => (await q.getJob(id))?.status === 'completed', `job ${id} completed`);
         for (const id of ids) expect(await q.getJob(id)).toMatchObject({ status: 'completed' });
       } finally {
         await worker.stop();
