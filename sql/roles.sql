@@ -1,13 +1,14 @@
 -- Optional least-privilege roles for Sluice. Not a migration: apply it yourself,
--- as the owner of the schema, after `sluice migrate` (it needs migration 0011),
+-- as the owner of the schema, after `sluice migrate` (it needs migrations 0011 and 0015),
 -- with psql setting SCHEMA to the quoted schema name, in one transaction:
 --   psql "$DATABASE_URL" -1 -v ON_ERROR_STOP=1 -v SCHEMA='"sluice"' -f node_modules/sluice/sql/roles.sql
 -- and then give the group roles to the login roles your processes use:
 --   GRANT sluice_worker TO app_worker;
 --   GRANT sluice_enqueue TO app_web;
+--   GRANT sluice_outbox_publish TO app_web;   GRANT sluice_outbox_relay TO app_relay;
 -- Re-running it is harmless, and after an upgrade it is how the roles lose what an
 -- older version of this file granted: every privilege below is revoked first.
--- Both roles are NOLOGIN groups.
+-- All four roles are NOLOGIN groups.
 --
 -- Column privileges say which columns each role may write; migration 0011 adds
 -- what they cannot say (a new row is a new job, a row changes only as a run
@@ -73,3 +74,41 @@ GRANT SELECT, INSERT, UPDATE ON :SCHEMA.cron_schedules TO sluice_worker;
 -- Each worker keeps its own row in the registry (migration 0017); the leader deletes dead ones.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.workers TO sluice_worker;
 GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_worker;
+
+-- The transactional outbox (migration 0015): two more NOLOGIN groups.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sluice_outbox_publish') THEN
+    CREATE ROLE sluice_outbox_publish NOLOGIN;
+  END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'sluice_outbox_relay') THEN
+    CREATE ROLE sluice_outbox_relay NOLOGIN;
+  END IF;
+END
+$$;
+
+REVOKE ALL ON :SCHEMA.outbox, :SCHEMA.outbox_relays, :SCHEMA.outbox_failures, :SCHEMA.outbox_dead_letters
+  FROM sluice_outbox_publish, sluice_outbox_relay;
+
+-- Publish only: Outbox.publish / publishMany and SELECT publish(...) in the
+-- application's transaction. It may add messages (the id, txid and created_at are
+-- the defaults: it cannot place a message behind a relay's watermark) and read back
+-- their ids, nothing else: it cannot read, change or delete any message, nor move
+-- a watermark. The identity column's sequence needs no grant; neither does the
+-- insert trigger's pg_notify. publish() runs with the caller's rights (this grant).
+GRANT USAGE ON SCHEMA :SCHEMA TO sluice_outbox_publish;
+GRANT INSERT (destination, key, headers, payload) ON :SCHEMA.outbox TO sluice_outbox_publish;
+GRANT SELECT (id) ON :SCHEMA.outbox TO sluice_outbox_publish;
+
+-- Relay: `sluice relay` / OutboxRelay. It reads messages, deletes published ones,
+-- keeps the watermark and lease rows (and creates them for a new destination),
+-- counts failures and moves poison messages to the dead letters. It cannot add or
+-- change messages. VACUUM needs the table's owner (Postgres 17: or the MAINTAIN
+-- privilege): run a relay with this role with `vacuumEvery: 0` and leave the outbox
+-- to autovacuum (migration 0015 sets it to come after a fixed number of dead rows).
+GRANT USAGE ON SCHEMA :SCHEMA TO sluice_outbox_relay;
+GRANT SELECT, DELETE ON :SCHEMA.outbox TO sluice_outbox_relay;
+GRANT SELECT, INSERT (destination, partition, partitions),
+  UPDATE (holder, expires_at, txid, id, published, published_at) ON :SCHEMA.outbox_relays TO sluice_outbox_relay;
+GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.outbox_failures TO sluice_outbox_relay;
+GRANT SELECT, INSERT ON :SCHEMA.outbox_dead_letters TO sluice_outbox_relay;

@@ -9,7 +9,13 @@ import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpe
 // shared server is used by others), then exercised by logging in as each role.
 let db: TestDatabase;
 const tag = randomBytes(4).toString('hex');
-const groups = { worker: `sluice_worker_${tag}`, enqueue: `sluice_enqueue_${tag}` };
+const groups = {
+  worker: `sluice_worker_${tag}`,
+  enqueue: `sluice_enqueue_${tag}`,
+  // The outbox's roles (tested in outbox-roles.test.ts), renamed too so that no role of the real name is created.
+  publish: `sluice_outbox_publish_${tag}`,
+  relay: `sluice_outbox_relay_${tag}`,
+};
 // wide: a role granted everything on the table, as a careless GRANT ALL would.
 const logins = { worker: `w_login_${tag}`, enqueue: `e_login_${tag}`, wide: `x_login_${tag}` };
 const PASSWORD = `pw_${tag}`;
@@ -62,9 +68,15 @@ beforeAll(async () => {
   await db.pool.query(`GRANT UPDATE (payload, run_at, updated_at) ON ${db.s}.jobs TO ${groups.enqueue}`);
   await db.pool.query(`GRANT SELECT, UPDATE ON ${db.s}.jobs, ${db.s}.queues TO ${groups.worker}`);
 
-  const names: Record<string, string> = { ':SCHEMA': db.s, sluice_worker: groups.worker, sluice_enqueue: groups.enqueue };
+  const names: Record<string, string> = {
+    ':SCHEMA': db.s,
+    sluice_worker: groups.worker,
+    sluice_enqueue: groups.enqueue,
+    sluice_outbox_publish: groups.publish,
+    sluice_outbox_relay: groups.relay,
+  };
   const script = (await readFile(new URL('../sql/roles.sql', import.meta.url), 'utf8')).replace(
-    /:SCHEMA|sluice_worker|sluice_enqueue/g,
+    /:SCHEMA|sluice_outbox_publish|sluice_outbox_relay|sluice_worker|sluice_enqueue/g,
     (name) => names[name]!,
   );
   await db.pool.query(script);
