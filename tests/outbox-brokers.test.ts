@@ -91,22 +91,37 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
     expect(await readStream(nc, stream)).toHaveLength(200);
   });
 
-  it('sluice relay publishes to JetStream until SIGTERM, then gives its lease up and exits 0', async () => {
-    const cli = spawnCli(['relay', '--destination', 'cli', '--subject-prefix', `${prefix}.`, '--nats-url', NATS_URL], {
-      DATABASE_URL: db.url,
-      SLUICE_SCHEMA: db.schema,
-    });
+  it('sluice relay publishes to JetStream until SIGTERM, serves its metrics, then gives its lease up and exits 0', async () => {
+    const args = [
+      'relay',
+      '--destination',
+      'cli',
+      '--subject-prefix',
+      `${prefix}.`,
+      '--nats-url',
+      NATS_URL,
+      '--metrics-port',
+      '0',
+    ];
+    const cli = spawnCli(args, { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema });
     await waitFor(() => cli.stdout().includes('acquired destination=cli'), 'the CLI relay holding its partition');
     await outbox.publishMany(Array.from({ length: 10 }, (_, i) => ({ destination: 'cli', payload: `c${i}`, key: 'c' })));
     const onCli = async () => (await readStream(nc, stream)).filter((m) => m.subject === `${prefix}.cli`);
     await waitFor(async () => (await onCli()).length === 10, 'ten messages through the CLI relay');
     expect((await onCli()).map((m) => m.payload)).toEqual(Array.from({ length: 10 }, (_, i) => `c${i}`));
+    const url = /started .*metrics=(http:\/\/\S+)/.exec(cli.stdout())?.[1];
+    expect(url, cli.stdout()).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+    const scraped = await (await fetch(url!)).text();
+    expect(scraped).toContain('sluice_outbox_published_total{destination="cli"} 10');
+    expect(scraped).toContain('sluice_outbox_lag_messages{destination="cli"} 0');
     cli.child.kill('SIGTERM');
     const result = await cli.exited;
     expect(result.code).toBe(0);
     expect(result.stdout).toMatch(/stopped published=10/);
     const { rows } = await db.pool.query(`SELECT holder FROM ${db.s}.outbox_relays WHERE destination = 'cli'`);
     expect(rows).toEqual([{ holder: null }]);
+    // The endpoint went with the process.
+    await expect(fetch(url!)).rejects.toThrow();
   });
 
   it('a message JetStream refuses becomes a dead letter; its key goes on', async () => {

@@ -12,12 +12,15 @@ export interface MetricsServer {
   close(): Promise<void>;
 }
 
+/** What /metrics serves: a SluiceMetrics, or any prom-client registry's text (RelayMetrics' for `sluice relay`). */
+export type MetricsSource = Pick<SluiceMetrics, 'text' | 'contentType'>;
+
 /**
  * Serves GET /metrics (Prometheus text format) from one SluiceMetrics. One route
  * needs no web framework: node:http keeps metrics down to one optional package,
  * prom-client.
  */
-export async function serveMetrics(metrics: SluiceMetrics, port: number, host: string): Promise<MetricsServer> {
+export async function serveMetrics(metrics: MetricsSource, port: number, host: string): Promise<MetricsServer> {
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (path !== METRICS_PATH) {

@@ -5,6 +5,7 @@ import { outboxLag } from '../../outbox/lag.js';
 import { natsPublisher } from '../../outbox/publishers/nats.js';
 import { rabbitMqPublisher } from '../../outbox/publishers/rabbitmq.js';
 import type { BrokerPublisher } from '../../outbox/publishers/publisher.js';
+import type { MetricsServer } from '../../metrics/server.js';
 import { withDatabase } from '../database.js';
 import { UsageError, formatTime, printJson } from '../output.js';
 import { collect, integer } from '../parse.js';
@@ -20,6 +21,8 @@ interface RelayFlags {
   maxPartitions?: number;
   batchSize: number;
   maxAttempts: number;
+  metricsPort?: number;
+  metricsHost: string;
   status?: boolean;
   json?: boolean;
 }
@@ -42,6 +45,8 @@ export function registerRelay(program: Command): void {
     .option('--max-partitions <n>', 'most partitions this process holds (default: all)', integer(1, 1_000_000))
     .option('--batch-size <n>', 'rows read per window (largest batch sent to the broker)', integer(1, 100_000), 2000)
     .option('--max-attempts <n>', 'refusals of one message before it becomes a dead letter', integer(1, 1000), 10)
+    .option('--metrics-port <n>', 'serve Prometheus metrics at GET /metrics on this port (0: any free port)', integer(0, 65_535))
+    .option('--metrics-host <host>', 'interface for --metrics-port (0.0.0.0: scraped from other hosts)', '127.0.0.1')
     .option('--status', "print every destination's lag and exit")
     .option('--json', 'JSON lines instead of text')
     .addHelpText(
@@ -54,6 +59,7 @@ active relay, and another takes over within the lease (10s) when it dies. With
 Examples:
   sluice relay --destination orders.paid --destination orders.shipped --subject-prefix app.
   sluice relay --broker rabbitmq --exchange events --destination orders.paid --partitions 4 --max-partitions 2
+  sluice relay --destination orders.paid --metrics-port 9465
   sluice relay --status --json`,
     )
     .action(async (flags: RelayFlags, command: Command) => {
@@ -103,16 +109,43 @@ Examples:
         });
         relay.events.on('published', () => (lastFailure = ''));
         relay.events.on('error', (err) => log('error', { error: err.message }, process.stderr));
+        // Before the relay connects: a missing prom-client or a taken port fails the command with nothing opened.
+        const metrics =
+          flags.metricsPort === undefined ? undefined : await serveRelayMetrics(relay, flags.metricsPort, flags.metricsHost);
         const stopped = untilSignal(relay);
-        await relay.start();
-        log('started', { relay: relay.options.relayId, broker: flags.broker, destinations: flags.destination.join(',') });
-        const progress = setInterval(() => log('progress', { published }), 10_000);
-        progress.unref();
-        await stopped;
-        clearInterval(progress);
+        try {
+          await relay.start();
+          log('started', {
+            relay: relay.options.relayId,
+            broker: flags.broker,
+            destinations: flags.destination.join(','),
+            ...(metrics && { metrics: metrics.url }),
+          });
+          const progress = setInterval(() => log('progress', { published }), 10_000);
+          progress.unref();
+          await stopped;
+          clearInterval(progress);
+        } finally {
+          await metrics?.close();
+        }
         log('stopped', { published });
       });
     });
+}
+
+/**
+ * RelayMetrics for this relay, served as `sluice worker`'s Worker serves its own
+ * (src/metrics/server.ts). prom-client is loaded only when a port is given.
+ */
+async function serveRelayMetrics(relay: OutboxRelay, port: number, host: string): Promise<MetricsServer> {
+  const [{ RelayMetrics }, { serveMetrics }] = await Promise.all([
+    import('../../metrics/relay-metrics.js'),
+    import('../../metrics/server.js'),
+  ]);
+  const metrics = new RelayMetrics();
+  metrics.observe(relay);
+  const { registry } = metrics;
+  return serveMetrics({ text: () => registry.metrics(), contentType: registry.contentType }, port, host);
 }
 
 /** Resolves once the relay has stopped after SIGINT/SIGTERM; a second signal exits at once. */
