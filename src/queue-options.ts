@@ -41,6 +41,12 @@ export interface QueueOptions<T extends TaskMap = AnyTasks> extends DriverConnec
   maxPayloadBytes?: number;
   /** Count enqueued jobs into these Prometheus metrics (see SluiceMetrics). */
   metrics?: SluiceMetrics;
+  /**
+   * Default true: enqueues on the Queue's own pool are named prepared statements.
+   * `false` behind a transaction-mode pooler that does not keep them (PgBouncer
+   * before 1.21, or `max_prepared_statements = 0`). Calls with `tx` never use them.
+   */
+  preparedStatements?: boolean;
 }
 
 export interface WaitOptions {

@@ -226,6 +226,47 @@ describe('enqueue', () => {
     });
   });
 
+  describe('preparedStatements', () => {
+    /** Enqueues through a Queue on a one-connection pool and lists that connection's prepared statements. */
+    async function preparedAfterEnqueue(options: { preparedStatements?: boolean }): Promise<string[]> {
+      const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+      const own = new Queue({ pool, schema: db.schema, ...options });
+      try {
+        await own.enqueue('prepared_check', {});
+        await own.enqueueMany([{ task: 'prepared_check', payload: {} }]);
+        const { rows } = await pool.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name');
+        return rows.map((r) => r.name);
+      } finally {
+        await own.close();
+        await pool.end();
+      }
+    }
+
+    it('sends enqueues on its own pool as named prepared statements by default', async () => {
+      expect(await preparedAfterEnqueue({})).toEqual([`sluice-enqueue-${db.schema}`, `sluice-enqueueMany-${db.schema}`]);
+    });
+
+    it('sends them unnamed with preparedStatements: false, and refuses a non-boolean', async () => {
+      expect(await preparedAfterEnqueue({ preparedStatements: false })).toEqual([]);
+      expect(() => new Queue({ schema: db.schema, preparedStatements: 'no' as never })).toThrow(ConfigError);
+    });
+
+    it('sends them unnamed in a caller transaction', async () => {
+      const client = new pg.Client(db.url);
+      await client.connect();
+      try {
+        await client.query('BEGIN');
+        await queue.enqueue('prepared_check', {}, { tx: client });
+        await queue.enqueueMany([{ task: 'prepared_check', payload: {} }], { tx: client });
+        const { rows } = await client.query('SELECT count(*)::int AS n FROM pg_prepared_statements');
+        await client.query('ROLLBACK');
+        expect(rows[0].n).toBe(0);
+      } finally {
+        await client.end();
+      }
+    });
+  });
+
   it('counts stay consistent', async () => {
     const counts = await statusCounts(db);
     expect(Object.keys(counts)).toEqual(['pending']);

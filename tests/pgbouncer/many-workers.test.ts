@@ -37,7 +37,11 @@ beforeAll(async () => {
   await db.pool.query(`CREATE TABLE ${db.s}.runs (job_id bigint NOT NULL, worker text NOT NULL)`);
   bouncer = await startPgBouncer(db.url, POOL_SIZE);
   monitor = await ConnectionMonitor.start(db.url, bouncer.adminUrl, tags, 20);
-  queue = new Queue({ connectionString: tagged(bouncer.url, tags.pool), schema: db.schema });
+  queue = new Queue({
+    connectionString: tagged(bouncer.url, tags.pool),
+    schema: db.schema,
+    preparedStatements: bouncer.tracksPreparedStatements,
+  });
 });
 afterAll(async () => {
   await Promise.all(

@@ -16,7 +16,11 @@ beforeAll(async () => {
   db = await createTestSchema('pgbouncer');
   bouncer = await startPgBouncer(db.url);
   // The Queue's pool talks to PgBouncer only.
-  queue = new Queue({ connectionString: bouncer.url, schema: db.schema });
+  queue = new Queue({
+    connectionString: bouncer.url,
+    schema: db.schema,
+    preparedStatements: bouncer.tracksPreparedStatements,
+  });
   await db.pool.query(`CREATE TABLE ${db.s}.runs (job_id bigint PRIMARY KEY, worker text NOT NULL)`);
 });
 afterEach(async () => {
