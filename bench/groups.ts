@@ -82,7 +82,7 @@ async function claimCost(): Promise<void> {
           await client.query(`UPDATE ${s}.queues SET group_cursor = $1 WHERE name = 'q'`, [cursor]);
           const started = performance.now();
           const { rows } = await client.query(
-            `SELECT count(*)::int AS n FROM ${s}.claim_queue('q', 'bench', '{work}', 20, greatest(32, 4 * 20)) c WHERE (c.job).id IS NOT NULL`,
+            `SELECT count(*)::int AS n FROM ${s}.claim_queue('q', 'bench', '{work}', 20, greatest(32, 4 * 20), 20) c WHERE (c.job).id IS NOT NULL`,
           );
           const ms = performance.now() - started;
           await client.query('ROLLBACK');
@@ -241,6 +241,7 @@ async function groupLimit(): Promise<void> {
     const slots = 3 * 10;
     let samples = 0;
     let idle = 0;
+    let idleSlots = 0;
     const sample = async () => {
       // One snapshot: a free slot anywhere while some group under its limit has due jobs.
       const { rows } = await pool.query<{ running: number; waiting: number }>(
@@ -251,7 +252,10 @@ async function groupLimit(): Promise<void> {
       );
       const row = rows[0]!;
       samples++;
-      if (row.running < slots && row.waiting > 0) idle++;
+      if (row.running < slots && row.waiting > 0) {
+        idle++;
+        idleSlots += slots - row.running;
+      }
     };
     const started = performance.now();
     await until(async () => {
@@ -281,6 +285,10 @@ async function groupLimit(): Promise<void> {
     log(
       `  samples with a free slot while a group under its limit had due jobs: ${idle} of ${samples} ` +
         `(${((100 * idle) / samples).toFixed(1)}%; a sample catches the moments between a finish and the next claim)`,
+    );
+    log(
+      `  free slots in those samples: ${(idleSlots / Math.max(1, idle)).toFixed(1)} of ${slots} on average; ` +
+        `slot time used over the drain: ${((100 * total * 20) / (slots * seconds * 1000)).toFixed(0)}%`,
     );
   } finally {
     await queue.close();

@@ -24,11 +24,17 @@ interface Claimed {
 }
 
 /** One claim through the statement workers send for grouped, limited and rate-limited queues. */
-async function claim(queue: string, max: number, worker = 'claimer', db: pg.ClientBase | pg.Pool = t.db.pool) {
+async function claim(
+  queue: string,
+  max: number,
+  worker = 'claimer',
+  db: pg.ClientBase | pg.Pool = t.db.pool,
+  startNow = max,
+) {
   const { rows } = await db.query<Claimed>(
     `SELECT c.id, j.group_key, c.wait_until FROM (${workerStatements(t.db.schema).claimLimited}) c
      LEFT JOIN ${t.db.s}.jobs j ON j.id = c.id::bigint`,
-    [worker, queue, ['t'], max],
+    [worker, queue, ['t'], max, startNow],
   );
   return { jobs: rows.filter((r) => r.id !== null), waitUntil: rows.find((r) => r.id === null)?.wait_until ?? null };
 }
@@ -163,8 +169,13 @@ describe('groups: fair claims', () => {
       );
       return rows[0].n === 30;
     }, 'the small groups to finish');
+    // Counted by when the results were written, not when this test saw them: the
+    // worker claims ahead and drains fast, so many more big jobs may finish while
+    // waitFor polls.
     const { rows } = await t.db.pool.query(
-      `SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE queue = 'drain' AND group_key = 'big' AND status = 'completed'`,
+      `SELECT count(*)::int AS n FROM ${t.db.s}.jobs
+       WHERE queue = 'drain' AND group_key = 'big' AND status = 'completed'
+         AND finished_at < (SELECT max(finished_at) FROM ${t.db.s}.jobs WHERE queue = 'drain' AND group_key <> 'big')`,
     );
     // FIFO would have run all 400 first. Round robin: about one big job per small one.
     expect(rows[0].n).toBeLessThan(100);
@@ -253,6 +264,78 @@ describe('groups: limits', () => {
     expect((await claim('gpaused', 5)).jobs).toHaveLength(0);
     await t.queue.resumeQueue('gpaused');
     expect((await claim('gpaused', 5)).jobs).toHaveLength(1);
+  });
+});
+
+/** Which of the jobs started at the claim (started_at set) and which were claimed ahead, in claim order. */
+async function startedOf(jobs: Claimed[]): Promise<[string | null, boolean][]> {
+  const { rows } = await t.db.pool.query<{ group_key: string | null; started: boolean }>(
+    `SELECT j.group_key, j.started_at IS NOT NULL AS started
+     FROM unnest($1::bigint[]) WITH ORDINALITY AS c(id, n) JOIN ${t.db.s}.jobs j ON j.id = c.id ORDER BY c.n`,
+    [jobs.map((j) => j.id)],
+  );
+  return rows.map((r) => [r.group_key, r.started]);
+}
+
+describe('groups: claiming ahead (0019)', () => {
+  it('claims a grouped queue without limits ahead: the first startNow start, the rest wait in the worker', async () => {
+    await t.queue.enqueueMany(['a', 'b'].flatMap((g) => Array.from({ length: 5 }, () => ({ task: 't', queue: 'ahead', group: g }))));
+    const { jobs } = await claim('ahead', 6, 'claimer', t.db.pool, 2);
+    expect(jobs).toHaveLength(6);
+    const started = await startedOf(jobs);
+    expect(started.filter(([, s]) => s)).toHaveLength(2);
+    expect(started.filter(([, s]) => !s)).toHaveLength(4);
+  });
+
+  it('claims nothing ahead under a group default, a queue concurrency limit or a rate limit', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'ahead-glimit', { groupConcurrency: 5 });
+    await t.queue.setQueueConcurrency('ahead-qlimit', 5);
+    await setQueueRateLimit(t.db.pool, t.db.schema, 'ahead-rate', { limit: 100, intervalMs: 1000, burst: 50 });
+    for (const queue of ['ahead-glimit', 'ahead-qlimit', 'ahead-rate']) {
+      await t.queue.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ task: 't', queue, group: `g${i % 2}` })));
+      const { jobs } = await claim(queue, 6, 'claimer', t.db.pool, 2);
+      expect(await startedOf(jobs), queue).toEqual([
+        [expect.any(String), true],
+        [expect.any(String), true],
+      ]);
+    }
+  });
+
+  it('gives a group with a limit of its own only jobs that start now, and begins the next claim with it when out of starts', async () => {
+    await t.queue.enqueueMany(
+      ['a', 'b', 'c'].flatMap((g) => Array.from({ length: 5 }, () => ({ task: 't', queue: 'ahead-mixed', group: g }))),
+    );
+    await setGroupSettings(t.db.pool, t.db.schema, 'ahead-mixed', 'b', { concurrencyLimit: 3 });
+    // One start: 'a' takes it, and the claim ends before 'b' rather than pass it by.
+    expect(await startedOf((await claim('ahead-mixed', 6, 'claimer', t.db.pool, 1)).jobs)).toEqual([['a', true]]);
+    // The next claim begins with 'b', which takes the start; 'c' and 'a' are claimed ahead.
+    expect(await startedOf((await claim('ahead-mixed', 6, 'claimer', t.db.pool, 1)).jobs)).toEqual([
+      ['b', true],
+      ['c', false],
+      ['a', false],
+    ]);
+  });
+
+  it('says to come back in a moment when a limited group was held by another claimer', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'ahead-busy', { groupConcurrency: 2 });
+    await t.queue.enqueueMany(Array.from({ length: 3 }, () => ({ task: 't', queue: 'ahead-busy', group: 'g' })));
+    const holder = new pg.Client({ connectionString: t.db.url });
+    await holder.connect();
+    try {
+      // The lock claim_queue() takes for the group (0016: hashtext of the queue and of the group).
+      await holder.query(`SELECT pg_advisory_lock(hashtext('ahead-busy'), hashtext('g'))`);
+      const before = Date.now();
+      const held = await claim('ahead-busy', 2);
+      expect(held.jobs).toHaveLength(0);
+      expect(held.waitUntil).not.toBeNull();
+      expect(held.waitUntil!.getTime()).toBeLessThan(before + 1_000);
+      await holder.query(`SELECT pg_advisory_unlock(hashtext('ahead-busy'), hashtext('g'))`);
+      const free = await claim('ahead-busy', 2);
+      expect(free.jobs).toHaveLength(2);
+      expect(free.waitUntil).toBeNull();
+    } finally {
+      await holder.end();
+    }
   });
 });
 

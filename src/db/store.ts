@@ -80,8 +80,11 @@ export interface LimitedClaim {
 export interface WorkerStore {
   /** One round trip: write results, claim up to `limit` due jobs of `queues`. */
   cycle(request: CycleRequest): Promise<CycleResult>;
-  /** Claims from one queue with a concurrency limit (local or global), groups or a rate limit, up to `max`. */
-  claimLimited(queue: string, tasks: readonly string[], max: number): Promise<LimitedClaim>;
+  /**
+   * Claims from one queue with a concurrency limit (local or global), groups or a rate limit, up to `max`.
+   * The first `startNow` (default: all) start now; the rest, where no limit counts them, are claimed ahead.
+   */
+  claimLimited(queue: string, tasks: readonly string[], max: number, startNow?: number): Promise<LimitedClaim>;
   /** Renews the locks of `ids` (done); ids in neither set are no longer this worker's. */
   heartbeat(ids: readonly string[]): Promise<LockedWrite>;
   /** Back to pending without spending the attempt (done); wakes their queues. */
@@ -166,10 +169,10 @@ export class PgWorkerStore implements WorkerStore {
     return cycleResult(rows);
   }
 
-  async claimLimited(queue: string, tasks: readonly string[], max: number): Promise<LimitedClaim> {
+  async claimLimited(queue: string, tasks: readonly string[], max: number, startNow = max): Promise<LimitedClaim> {
     const { rows } = await this.db.query<JobRow & { id: string | null; wait_until: Date | null }>(
       this.queries.claimLimited,
-      [this.workerId, queue, tasks, max],
+      [this.workerId, queue, tasks, max, startNow],
       this.name('claim-limited'),
     );
     const claim: LimitedClaim = { jobs: [], retryAt: null };

@@ -332,7 +332,12 @@ export class FetchLoop {
     if (limit > 0 && plan.limited.length > 0 && !this.claimingLimited) {
       this.claimingLimited = true;
       try {
-        if (await this.claimLimited(plan.limited)) this.mayHaveWork = true;
+        const more = await this.claimLimited(plan.limited, limit, startNow);
+        if (more) this.mayHaveWork = true;
+        // With no plain queue the claim above had nothing to claim from: whether a
+        // backlog drains (claims batched, a second cycle overlapping) is the
+        // limited claim's to say.
+        if (plan.plain.length === 0) this.backlog = more;
       } finally {
         this.claimingLimited = false;
       }
@@ -349,21 +354,28 @@ export class FetchLoop {
   }
 
   /**
-   * Claims from each limited queue up to its free local slots (global, group and
-   * rate limits are applied by claim_queue() in the database). True when some queue filled every
-   * slot it asked for, so it may have more. Errors are reported and leave the
-   * queues to the next cycle; they must not undo the cycle's writes.
+   * Claims from each limited queue what the worker may take of it (global, group
+   * and rate limits are applied by claim_queue() in the database): its free slots
+   * start now, and the rest is claimed ahead only where no limit counts it (a
+   * local limit: see Slots.wantedIn; the others: claim_queue() in migration 0019).
+   * `ownLimit` and `ownStarts` are what the calling cycle asked for: the jobs and
+   * free slots of the other cycle in flight are not this claim's. True when some
+   * queue filled every slot it asked for, so it may have more. Errors are reported
+   * and leave the queues to the next cycle; they must not undo the cycle's writes.
    */
-  private async claimLimited(queues: readonly string[]): Promise<boolean> {
+  private async claimLimited(queues: readonly string[], ownLimit: number, ownStarts: number): Promise<boolean> {
     let more = false;
     for (const queue of queues) {
-      const max = Math.min(this.target.wantedIn(queue), this.config.batchSize);
+      const othersAsked = Math.max(0, this.requested - ownLimit);
+      const max = Math.min(this.target.wantedIn(queue) - othersAsked, this.config.batchSize);
       if (max <= 0) continue;
+      const startNow = Math.min(max, Math.max(0, this.target.free() - (this.startsRequested - ownStarts)));
       try {
         const sentAt = performance.now();
-        const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max);
+        const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow);
         if (jobs.length >= max) more = true;
-        // A rate limit held jobs back: claim again when its next token is due, not before.
+        // A rate limit (or a group another claimer held) held jobs back: claim again
+        // when claim_queue() said, not before.
         if (retryAt !== null) this.wakeAt(retryAt);
         if (jobs.length > 0) this.guard(() => this.target.claimed(jobs, performance.now() - sentAt));
       } catch (err) {

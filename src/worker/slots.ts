@@ -12,7 +12,7 @@ export interface SlotsConfig {
   concurrency: number;
   /** Most jobs held beyond the slots (0: never claim ahead). */
   prefetch: number;
-  /** Local per-queue limits. Limited queues are never claimed ahead. */
+  /** Local per-queue limits. Queues with a local limit are never claimed ahead. */
   queueLimits: ReadonlyMap<string, number>;
 }
 
@@ -94,11 +94,18 @@ export class Slots {
     return Math.max(0, this.capacity() - this.running.size - this.waiting.size);
   }
 
-  /** Jobs of a limited queue this worker may still take: its free slots within the queue's local limit. */
+  /**
+   * Jobs of a queue on the limited path this worker may still take. With a local
+   * limit: its free slots within that limit, never more (a job held ahead would
+   * hold one of the queue's local slots without running). Otherwise as many as any
+   * claim (wanted()): the claim starts the free slots' worth and claims the rest
+   * ahead only where no global, group or rate limit counts them (claim_queue() in
+   * migration 0019), so a grouped queue is claimed ahead like a plain one.
+   */
   wantedIn(queue: string): number {
-    const free = this.config.concurrency - this.running.size - this.waiting.size;
     const limit = this.config.queueLimits.get(queue);
-    if (limit === undefined) return Math.max(0, free);
+    if (limit === undefined) return this.wanted();
+    const free = this.config.concurrency - this.running.size - this.waiting.size;
     let held = 0;
     for (const r of this.running.values()) if (r.job.queue === queue) held++;
     for (const w of this.waiting.values()) if (w.job.queue === queue) held++;

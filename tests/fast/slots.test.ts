@@ -249,15 +249,21 @@ describe('Slots: per-queue limits', () => {
     expect(s.wantedIn('serial')).toBe(1);
   });
 
-  it('never gives more than the free slots, and never the prefetch', () => {
+  it('never gives a locally limited queue more than the free slots, nor the prefetch', () => {
     const s = slots({ concurrency: 4, prefetch: 50, queueLimits: new Map([['serial', 10]]) });
     learn(s, 'fast', 1);
     startMany(s, 3, 'fast');
     expect(s.wanted()).toBeGreaterThan(1); // prefetch in effect for the common claim
     expect(s.wantedIn('serial')).toBe(1);
-    expect(s.wantedIn('globally-limited')).toBe(1);
     startMany(s, 1, 'fast');
     expect(s.wantedIn('serial')).toBe(0);
-    expect(s.wantedIn('globally-limited')).toBe(0);
+  });
+
+  it('gives a queue without a local limit what any claim may ask, prefetch included (the database holds its limits)', () => {
+    const s = slots({ concurrency: 4, prefetch: 50 });
+    learn(s, 'fast', 1);
+    startMany(s, 4, 'fast');
+    expect(s.wantedIn('grouped')).toBe(s.wanted());
+    expect(s.wantedIn('grouped')).toBeGreaterThan(0); // every slot taken: only the prefetch
   });
 });

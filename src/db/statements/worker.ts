@@ -311,8 +311,10 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // limits) and claim_limited() in 0003 and 0010 (why a function; never waiting on
     // a lock). A row without an id carries wait_until: a rate limit held jobs back
     // until then. Each claim visits at most 4 groups per job wanted (at least 32).
+    // $5: how many of the claim start now; the rest are claimed ahead where no
+    // limit counts them (claim_queue() in 0019).
     claimLimited: `SELECT ${jobColumns('(c.job)')}, c.wait_until
-      FROM ${s}.claim_queue($2, $1, $3::text[], $4, greatest(32, 4 * $4)) c`,
+      FROM ${s}.claim_queue($2, $1, $3::text[], $4, greatest(32, 4 * $4), $5) c`,
 
     // A handler asked to run again later: back to pending without spending the
     // attempt the claim took. Guarded like a result ($1 worker, $3 attempt). A row
