@@ -6,12 +6,17 @@
  *               messages straight to JetStream with async acks (windows of the
  *               relay's batch size, the same msgID and key header), in the same run;
  *   latency     1,000 messages/s, each published in a transaction of its own, for
- *               S seconds (default 10): from the COMMIT having returned to the
- *               relay having the broker's ack and its watermark recorded;
+ *               W seconds of warm-up (default 2, not counted: connections opening,
+ *               the JIT) and then S seconds (default 10): from the COMMIT having
+ *               returned to the relay having the broker's ack and its watermark
+ *               recorded. The relay has its own connections, as `sluice relay` in
+ *               a process of its own would (sharing the publishers' pool, its reads
+ *               queue behind their bursts). Printed with this process's event-loop
+ *               delay and the load average: a stall there delays every message;
  *   size        M messages (default 1,000,000) published and relayed with a steady
  *               backlog; the outbox table's size every M/10 messages.
  *
- *   npm run bench:outbox -- [backlog=200000] [--latency-seconds=10] [--size=1000000]
+ *   npm run bench:outbox -- [backlog=200000] [--latency-seconds=10] [--warmup-seconds=2] [--size=1000000]
  *                           [--batch=2000] [--only=throughput,latency,size]
  *
  * Without DATABASE_URL it starts a private embedded Postgres (fsync off), so other
@@ -20,9 +25,9 @@
  * Works in its own schema and streams, removed at the end.
  */
 import { mkdtemp } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
+import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { performance } from 'node:perf_hooks';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { connect, headers as natsHeaders } from 'nats';
 import { migrate, natsPublisher, Outbox, OutboxRelay } from '../src/index.js';
@@ -34,6 +39,7 @@ const args = process.argv.slice(2);
 const flag = (name: string, fallback: number) => Number(args.find((a) => a.startsWith(`--${name}=`))?.split('=')[1] ?? fallback);
 const backlog = Number(args.find((a) => /^\d+$/.test(a)) ?? 200_000);
 const latencySeconds = flag('latency-seconds', 10);
+const warmupSeconds = flag('warmup-seconds', 2);
 const sizeTotal = flag('size', 1_000_000);
 const batch = flag('batch', 2000);
 const only = new Set((args.find((a) => a.startsWith('--only='))?.split('=')[1] ?? 'throughput,latency,size').split(','));
@@ -135,7 +141,7 @@ async function throughput(): Promise<void> {
 
 async function latency(): Promise<void> {
   const subject = await stream('latency');
-  const relay = relayFor(`${subject}.`, 'latency');
+  const relay = relayFor(`${subject}.`, 'latency', { pool: undefined, connectionString: url });
   const committedAt = new Map<string, number>();
   // The relay can have the ack before this process has seen its own COMMIT return: both are kept by id.
   const ackedAt = new Map<string, number>();
@@ -144,11 +150,15 @@ async function latency(): Promise<void> {
     for (const m of b.messages) ackedAt.set(m.id, now);
   });
   await relay.start();
-  const total = latencySeconds * 1000;
+  const warmup = warmupSeconds * 1000;
+  const total = warmup + latencySeconds * 1000;
   const started = performance.now();
   const inFlight: Promise<void>[] = [];
+  const loopDelay = monitorEventLoopDelay({ resolution: 5 });
+  const load = loadavg()[0]!;
   // 1,000 messages a second: every 10 ms, the ones due by then, each its own transaction.
   for (let sent = 0; sent < total;) {
+    if (sent >= warmup) loopDelay.enable();
     const due = Math.min(total, Math.floor(performance.now() - started));
     for (; sent < due; sent++) {
       const i = sent;
@@ -165,12 +175,25 @@ async function latency(): Promise<void> {
   while ([...committedAt.keys()].some((id) => !ackedAt.has(id)) && performance.now() < deadline) {
     await new Promise((r) => setTimeout(r, 20));
   }
+  loopDelay.disable();
   await relay.stop();
-  const latencies = [...committedAt].map(([id, at]) => Math.max(0, (ackedAt.get(id) ?? Infinity) - at));
-  const d = distribution(latencies);
+  // Ids follow the order of sending within this one destination: the first `warmup` are the warm-up.
+  const byId = [...committedAt].sort(([a], [b]) => Number(a) - Number(b));
+  const latencyOf = ([id, at]: [string, number]) => Math.max(0, (ackedAt.get(id) ?? Infinity) - at);
+  const d = distribution(byId.slice(warmup).map(latencyOf));
   const f = (n: number) => n.toFixed(1);
   console.log(
-    `latency     ${total} messages at 1000/s, commit to ack recorded: p50 ${f(d.p50)} ms, p95 ${f(d.p95)} ms, p99 ${f(d.p99)} ms, max ${f(d.max)} ms`,
+    `latency     ${total - warmup} messages at 1000/s after ${warmup} of warm-up, commit to ack recorded: ` +
+      `p50 ${f(d.p50)} ms, p95 ${f(d.p95)} ms, p99 ${f(d.p99)} ms, max ${f(d.max)} ms`,
+  );
+  if (warmup > 0) {
+    const w = distribution(byId.slice(0, warmup).map(latencyOf));
+    console.log(`            the warm-up alone: p50 ${f(w.p50)} ms, p99 ${f(w.p99)} ms, max ${f(w.max)} ms`);
+  }
+  const ms = (ns: number) => f(ns / 1e6);
+  console.log(
+    `            this process's event-loop delay meanwhile: p99 ${ms(loopDelay.percentile(99))} ms, max ${ms(loopDelay.max)} ms; ` +
+      `load average ${load.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end (${availableParallelism()} cores)`,
   );
 }
 

@@ -198,6 +198,48 @@ describe('relay', () => {
     expect(broker.stored.map((m) => m.payload.toString())).toEqual(['early', 'late']);
   });
 
+  it('its own clean-up transaction does not hold the horizon: messages go out while a DELETE of published ones is stuck', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const relay = startRelay(broker, [d]);
+    // The clean-up's DELETE waits on an advisory lock this session holds (which takes no txid,
+    // so the only running transaction is the relay's clean-up, with its txid).
+    const key = 917_000 + destinationSeq;
+    const blocker = await db.pool.connect();
+    await blocker.query('SELECT pg_advisory_lock($1)', [key]);
+    await db.pool.query(`CREATE FUNCTION ${db.s}.stall_cleanup() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_advisory_xact_lock_shared(${key}); RETURN NULL; END $$`);
+    await db.pool.query(
+      `CREATE TRIGGER stall_cleanup BEFORE DELETE ON ${db.s}.outbox FOR EACH STATEMENT EXECUTE FUNCTION ${db.s}.stall_cleanup()`,
+    );
+    try {
+      await outbox.publish(d, 'first', { key: 'k' });
+      await relay.start();
+      await waitFor(() => broker.stored.length === 1, 'the first message published');
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT 1 FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+               WHERE l.locktype = 'advisory' AND l.objid = $1 AND NOT l.granted AND a.backend_xid IS NOT NULL`,
+              [key],
+            )
+          ).rows.length === 1,
+        'the clean-up stuck in its DELETE, with a txid',
+      );
+      await outbox.publishMany(['second', 'third'].map((p) => ({ destination: d, payload: p, key: 'k' })));
+      // Before the fix this waited for the DELETE to end, i.e. for ever here.
+      await waitFor(() => broker.stored.length === 3, 'the later messages published during the stuck clean-up');
+      expect(broker.ofKey('k')).toEqual(['first', 'second', 'third']);
+    } finally {
+      await blocker.query('SELECT pg_advisory_unlock($1)', [key]);
+      blocker.release();
+    }
+    await waitFor(async () => (await count('outbox', d)) === 0, 'the clean-up done once released');
+    await db.pool.query(`DROP TRIGGER stall_cleanup ON ${db.s}.outbox`);
+    await db.pool.query(`DROP FUNCTION ${db.s}.stall_cleanup()`);
+  });
+
   it('retries a broker that is down without counting it against the message', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();

@@ -1,5 +1,5 @@
 import type { Driver } from '../db/driver.js';
-import type { Queryable } from '../db/executor.js';
+import { rows, type Queryable } from '../db/executor.js';
 import type { OutboxStatements } from '../db/statements/outbox.js';
 import type { RelayMessage } from './publishers/publisher.js';
 
@@ -35,6 +35,9 @@ interface WindowRow {
  * parameter order. Statement names make pg parse the hot ones once per connection.
  */
 export class RelayStore {
+  /** The txid of this store's clean-up transaction while it deletes; left out of the horizon (see fetchWindow). */
+  private cleanupTxid: string | null = null;
+
   constructor(
     private readonly db: Driver,
     private readonly q: OutboxStatements,
@@ -74,7 +77,7 @@ export class RelayStore {
   ): Promise<Window> {
     const { rows } = await this.db.query<WindowRow>(
       this.q.fetchWindow,
-      [destination, after.txid, after.id, partitions, partition, size],
+      [destination, after.txid, after.id, partitions, partition, size, this.cleanupTxid],
       `sluice_outbox_window_${schema}`,
     );
     const messages: RelayMessage[] = [];
@@ -155,9 +158,23 @@ export class RelayStore {
     await this.db.query(this.q.vacuum);
   }
 
+  /**
+   * Deletes a chunk of published messages in a transaction that first takes its
+   * txid and keeps it in `cleanupTxid` until it ends, so that this process's
+   * windows do not wait for it. One at a time (the clean-up loop's passes never overlap).
+   */
   async deletePublished(destination: string, chunk: number): Promise<number> {
-    const { rows } = await this.db.query<{ deleted: number }>(this.q.deletePublished, [destination, chunk]);
-    return rows[0]?.deleted ?? 0;
+    return this.db.transaction(async (tx) => {
+      const [own] = await rows<{ txid: string }>(tx, this.q.currentTxid);
+      this.cleanupTxid = own!.txid;
+      try {
+        const [gone] = await rows<{ deleted: number }>(tx, this.q.deletePublished, [destination, chunk]);
+        return gone?.deleted ?? 0;
+      } finally {
+        // Before COMMIT: a window read in between waits for the deletion, as all did before.
+        this.cleanupTxid = null;
+      }
+    });
   }
 }
 
