@@ -4,6 +4,7 @@ import { Backoff } from '../lifecycle/backoff.js';
 import { Loop } from '../lifecycle/loop.js';
 import { DueTimes } from './due-times.js';
 import type { ClaimPlan } from './queue-state.js';
+import { WakeCooldown } from './wake-cooldown.js';
 
 /** What the fetch loop claims for: the worker's slots. */
 export interface ClaimTarget {
@@ -53,6 +54,7 @@ export interface FetchLoopConfig {
   batchSize: number;
   completionFlushMs: number;
   pollIntervalMs: number;
+  wakeCooldownMs: number;
 }
 
 /** Counters of the fetch loop, for benchmarks and monitoring. */
@@ -97,6 +99,7 @@ export class FetchLoop {
   private readonly due = new DueTimes((timer) => (timer ? this.wakeUnbatched() : this.wake()));
   private readonly retry = new Backoff({ minMs: 50, maxMs: 5_000 });
   private readonly poll: Loop;
+  private readonly cooldown: WakeCooldown;
   private mayHaveWork = true;
   /**
    * The last claim came back full: a backlog is draining, and claims wait until
@@ -130,6 +133,11 @@ export class FetchLoop {
   ) {
     // The fallback for missed notifications, and the only wake of workers that do not listen.
     this.poll = new Loop({ pass: () => this.wakeUnbatched(), intervalMs: config.pollIntervalMs, jitter: [0.75, 1.25] });
+    this.cooldown = new WakeCooldown(
+      config.wakeCooldownMs,
+      () => this.wake(),
+      (at) => this.wakeAt(at),
+    );
   }
 
   start(): void {
@@ -154,6 +162,11 @@ export class FetchLoop {
     this.wake();
   }
 
+  /** A notification said a job is due at `runAt`: claim, unless a storm is being damped (WakeCooldown). */
+  notified(runAt: number): void {
+    if (!this.stopping) this.cooldown.notified(runAt);
+  }
+
   /** A job becomes due at `at` (ms since epoch): wake then. Every such time is kept. */
   wakeAt(at: number): void {
     if (!this.stopping) this.due.add(at);
@@ -173,6 +186,7 @@ export class FetchLoop {
     this.stopping = true;
     void this.poll.stop();
     this.due.clear();
+    this.cooldown.stop();
     await this.settled();
   }
 
@@ -317,6 +331,8 @@ export class FetchLoop {
     }
     this.retry.reset();
     this.count(limit, result.claimed.length);
+    // Only a claim of plain queues alone says whether a wake found work (limited ones claim below).
+    if (limit > 0 && plan.limited.length === 0) this.cooldown.claimed(result.claimed.length);
     if (limit > 0) {
       // A short claim means the backlog is empty, unless a wake arrived meanwhile.
       this.backlog = result.claimed.length >= plainLimit;

@@ -59,6 +59,13 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   completionFlushMs?: number;
   /** Fallback poll when no notification arrives. Jittered ±25%. Default 2000 ms. */
   pollIntervalMs?: number;
+  /**
+   * After a claim that came back empty, notifications wait this long and are
+   * merged into one claim, so many idle workers do not all answer every job
+   * (see WakeCooldown). A worker that just claimed something answers at once.
+   * 0 turns it off. Default 25 ms.
+   */
+  wakeCooldownMs?: number;
   /** A job whose heartbeat is older than this is taken back from its worker. Default 30 s. */
   visibilityTimeoutMs?: number;
   /** How often running jobs' locks are refreshed. Default visibilityTimeoutMs / 6. */
@@ -151,6 +158,7 @@ export interface ResolvedWorkerConfig {
   readonly prefetch: number;
   readonly completionFlushMs: number;
   readonly pollIntervalMs: number;
+  readonly wakeCooldownMs: number;
   readonly visibilityTimeoutMs: number;
   readonly heartbeatIntervalMs: number;
   readonly lockRenewalTimeoutMs: number;
@@ -190,6 +198,7 @@ const WORKER_KEYS = new Set([
   'prefetch',
   'completionFlushMs',
   'pollIntervalMs',
+  'wakeCooldownMs',
   'visibilityTimeoutMs',
   'heartbeatIntervalMs',
   'lockRenewalTimeoutMs',
@@ -327,6 +336,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     prefetch: intOption('prefetch', options.prefetch, Math.min(2 * batchSize, 10_000), 0, 10_000),
     completionFlushMs: intOption('completionFlushMs', options.completionFlushMs, 10, 0, 60_000),
     pollIntervalMs: intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 3_600_000),
+    wakeCooldownMs: intOption('wakeCooldownMs', options.wakeCooldownMs, 25, 0, 60_000),
     visibilityTimeoutMs,
     heartbeatIntervalMs,
     lockRenewalTimeoutMs,

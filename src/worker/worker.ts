@@ -336,7 +336,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const { notifier, loop, queueState } = this.parts!;
     if (!notifier) return;
     notifier.on('wake', (hint) => {
-      if (hint.queue === '' || this.config.queues.includes(hint.queue)) loop.wakeAt(hint.runAt);
+      if (hint.queue === '' || this.config.queues.includes(hint.queue)) loop.notified(hint.runAt);
     });
     notifier.on('control', (message) => this.control(message));
     // Notifications sent while LISTEN was down are lost: re-read queue settings too.

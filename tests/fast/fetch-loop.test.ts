@@ -82,6 +82,7 @@ function setup(options: Setup = {}): void {
       batchSize: options.batchSize ?? 100,
       completionFlushMs: options.completionFlushMs ?? 50,
       pollIntervalMs: options.pollIntervalMs ?? 3_600_000,
+      wakeCooldownMs: 0,
     },
     target,
     completer,

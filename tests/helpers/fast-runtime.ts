@@ -93,6 +93,7 @@ export class FastWorker {
         batchSize: options.batchSize ?? 100,
         completionFlushMs: options.completionFlushMs ?? 5,
         pollIntervalMs,
+        wakeCooldownMs: 0,
       },
       {
         capacity: () => slots.capacity(),
