@@ -1,9 +1,11 @@
 /**
  * Damps wake-up storms. Every idle worker hears every notification, and all but
  * one find the job gone: with 50 idle workers, 49 empty claims per job, each a
- * statement Postgres pays for. So a worker whose last claim came back empty (it
- * lost such a race, or the job was taken already) merges the notifications of
- * the next `cooldownMs` into one claim at its end. A worker whose last claim got
+ * statement Postgres pays for. So a worker whose last two claims came back
+ * empty (it keeps losing such races) merges the notifications of the next
+ * `cooldownMs` into one claim at its end. One empty claim is not enough: a lone
+ * worker gets one whenever a claim took the job of a notification still on its
+ * way, and must not then sit out the next job. A worker whose last claim got
  * jobs is not cooling and answers at once: a steady trickle is picked up by the
  * last worker to win, without delay, and a burst beyond its free slots waits at
  * most the cooldown for the others. Polls, due times and rescues are not
@@ -11,6 +13,8 @@
  */
 export class WakeCooldown {
   private until = 0;
+  /** Claims in a row that came back empty. */
+  private empty = 0;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -21,9 +25,10 @@ export class WakeCooldown {
     private readonly wakeAt: (at: number) => void,
   ) {}
 
-  /** A claim came back with `count` jobs: none starts the cooldown, any ends it. */
+  /** A claim came back with `count` jobs: a second empty one in a row starts the cooldown, any job ends it. */
   claimed(count: number): void {
-    this.until = count === 0 && this.cooldownMs > 0 ? Date.now() + this.cooldownMs : 0;
+    this.empty = count === 0 ? this.empty + 1 : 0;
+    this.until = this.empty >= 2 && this.cooldownMs > 0 ? Date.now() + this.cooldownMs : 0;
   }
 
   /** A notification: a job is due at `runAt` (ms since epoch). */
@@ -43,5 +48,6 @@ export class WakeCooldown {
     clearTimeout(this.timer);
     this.timer = undefined;
     this.until = 0;
+    this.empty = 0;
   }
 }

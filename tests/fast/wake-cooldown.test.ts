@@ -28,7 +28,14 @@ describe('WakeCooldown', () => {
     expect(wakes).toBe(0);
   });
 
-  it('after an empty claim merges the notifications of the cooldown into one wake at its end', () => {
+  it('one empty claim is not enough: a lone worker gets one when a claim took the job of a notification on its way', () => {
+    cooldown.claimed(0);
+    cooldown.notified(Date.now());
+    expect(wakeAts).toHaveLength(1);
+  });
+
+  it('after two empty claims in a row merges the notifications of the cooldown into one wake at its end', () => {
+    cooldown.claimed(0);
     cooldown.claimed(0);
     for (let i = 0; i < 10; i++) {
       cooldown.notified(Date.now());
@@ -45,6 +52,7 @@ describe('WakeCooldown', () => {
 
   it('never holds back a job due later (its own timer) and is off at 0 ms', () => {
     cooldown.claimed(0);
+    cooldown.claimed(0);
     cooldown.notified(Date.now() + 5_000);
     expect(wakeAts).toEqual([Date.now() + 5_000]);
     const off = new WakeCooldown(
@@ -53,11 +61,13 @@ describe('WakeCooldown', () => {
       (at) => wakeAts.push(at),
     );
     off.claimed(0);
+    off.claimed(0);
     off.notified(Date.now());
     expect(wakeAts).toHaveLength(2);
   });
 
   it('stop() drops a merged wake that has not fired', () => {
+    cooldown.claimed(0);
     cooldown.claimed(0);
     cooldown.notified(Date.now());
     cooldown.stop();
