@@ -21,6 +21,7 @@ export async function openWorker({ url, schema, concurrency, onStart, onComplete
     connectionString: url,
     schema,
     concurrency,
+    ...(process.env.SLUICE_BENCH_WAKE_COOLDOWN_MS ? { wakeCooldownMs: Number(process.env.SLUICE_BENCH_WAKE_COOLDOWN_MS) } : {}),
     tasks: { noop: (payload) => onStart(payload.i) },
   });
   worker.on('error', (err) => process.stderr.write(`sluice worker error: ${err.message}\n`));
