@@ -47,6 +47,12 @@ export interface QueueOptions<T extends TaskMap = AnyTasks> extends DriverConnec
    * before 1.21, or `max_prepared_statements = 0`). Calls with `tx` never use them.
    */
   preparedStatements?: boolean;
+  /**
+   * waitFor()'s LISTEN connection goes here instead of `connectionString`: a direct
+   * connection to Postgres when `connectionString` points at a transaction-mode
+   * pooler (PgBouncer), where LISTEN does not work (waiters then only poll).
+   */
+  listenConnectionString?: string;
 }
 
 export interface WaitOptions {

@@ -1,5 +1,5 @@
 import { checks } from './validate.js';
-import { hasConnection, resolveDriverName, type DriverConnectionOptions, type PgPool } from './db/connection.js';
+import { hasConnection, resolveDriverName, type PgPool } from './db/connection.js';
 import type { Driver, DriverName } from './db/driver.js';
 import { lazyDriver, openDriver } from './db/drivers/open.js';
 import { pgDriver } from './db/drivers/pg.js';
@@ -44,6 +44,7 @@ const QUEUE_KEYS = new Set([
   'metrics',
   'schemas',
   'preparedStatements',
+  'listenConnectionString',
 ]);
 
 /** The enqueue statements sent named (prepared once per connection) on the Queue's own pool. */
@@ -400,8 +401,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
  * package, imported on demand) opens on the first call; pg opens at once, so
  * that `queue.pool` is there from the start.
  */
-function openQueueDriver(name: DriverName, options: DriverConnectionOptions): Driver {
-  const connection = { connectionString: options.connectionString, pool: options.pool, sql: options.sql };
+function openQueueDriver(name: DriverName, options: QueueOptions): Driver {
+  const { connectionString, pool, sql, listenConnectionString } = options;
+  const connection = { connectionString, pool, sql, listenConnectionString };
   if (name === 'pg') return pgDriver({ ...connection, max: POOL_SIZE, applicationName: 'sluice-queue' });
   return lazyDriver(() => openDriver(name, connection, POOL_SIZE, 'sluice-queue'));
 }

@@ -53,6 +53,18 @@ export interface OutboxRelayOptions extends DriverConnectionOptions {
   vacuumEvery?: number;
   /** This relay's name in the lease rows. Default host:pid:random. */
   relayId?: string;
+  /**
+   * LISTEN (the wake-ups at COMMIT) on this connection instead of `connectionString`:
+   * a direct one to Postgres when `connectionString` goes through a transaction-mode
+   * pooler (PgBouncer), where LISTEN does not work and the relay would only poll.
+   */
+  listenConnectionString?: string;
+  /**
+   * Default true: the window read is a named prepared statement. `false` behind a
+   * transaction-mode pooler that does not keep them (PgBouncer before 1.21, or
+   * `max_prepared_statements = 0`).
+   */
+  preparedStatements?: boolean;
 }
 
 export interface ResolvedRelayOptions {
@@ -69,6 +81,7 @@ export interface ResolvedRelayOptions {
   cleanupChunk: number;
   vacuumEvery: number;
   relayId: string;
+  preparedStatements: boolean;
 }
 
 const KEYS = new Set([
@@ -91,6 +104,8 @@ const KEYS = new Set([
   'cleanupChunk',
   'vacuumEvery',
   'relayId',
+  'listenConnectionString',
+  'preparedStatements',
 ]);
 
 /** Checks an OutboxRelay's options (ConfigError naming the bad one) and fills in the defaults. */
@@ -121,6 +136,9 @@ export function resolveRelayOptions(options: OutboxRelayOptions): ResolvedRelayO
   config.intOption('retry.maxMs', retry.maxMs, 0, retry.minMs, 3_600_000);
   const leaseMs = config.intOption('leaseMs', options.leaseMs, 10_000, 500, 3_600_000);
   if (options.relayId !== undefined) config.checkName('relayId', options.relayId);
+  if (options.listenConnectionString !== undefined && typeof options.listenConnectionString !== 'string') {
+    throw new ConfigError('OutboxRelay: listenConnectionString must be a string');
+  }
   return {
     schema: config.schemaOption(options.schema),
     destinations,
@@ -135,5 +153,6 @@ export function resolveRelayOptions(options: OutboxRelayOptions): ResolvedRelayO
     cleanupChunk: config.intOption('cleanupChunk', options.cleanupChunk, 20_000, 1, 1_000_000),
     vacuumEvery: config.intOption('vacuumEvery', options.vacuumEvery, 50_000, 0, 1_000_000_000),
     relayId: options.relayId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
+    preparedStatements: config.boolOption('preparedStatements', options.preparedStatements, true),
   };
 }

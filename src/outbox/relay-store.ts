@@ -41,6 +41,8 @@ export class RelayStore {
   constructor(
     private readonly db: Driver,
     private readonly q: OutboxStatements,
+    /** Whether the hot read is a named prepared statement (not behind PgBouncer < 1.21). */
+    private readonly prepared = true,
   ) {}
 
   get driver(): Driver {
@@ -78,7 +80,7 @@ export class RelayStore {
     const { rows } = await this.db.query<WindowRow>(
       this.q.fetchWindow,
       [destination, after.txid, after.id, partitions, partition, size, this.cleanupTxid],
-      `sluice_outbox_window_${schema}`,
+      this.prepared ? `sluice_outbox_window_${schema}` : undefined,
     );
     const messages: RelayMessage[] = [];
     const positions: Position[] = [];

@@ -65,18 +65,18 @@ export class OutboxRelay {
     if (this.started) return;
     this.started = true;
     const o = this.options;
-    const { connectionString, pool, sql } = this.connection;
+    const { connectionString, pool, sql, listenConnectionString } = this.connection;
     const total = o.destinations.reduce((n, d) => n + d.partitions, 0);
     // Two statements per held partition can be in flight (a window read ahead while the watermark moves).
     const max = Math.min(total, o.maxPartitions) * 2 + 2;
     const driver = await openDriver(
       resolveDriverName(this.connection, 'OutboxRelay'),
-      { connectionString, pool, sql },
+      { connectionString, pool, sql, listenConnectionString },
       max,
       'sluice-relay',
     );
     this.driver = driver;
-    const store = new RelayStore(driver, outboxStatements(o.schema));
+    const store = new RelayStore(driver, outboxStatements(o.schema), o.preparedStatements);
     try {
       for (const d of o.destinations) {
         const counts = await store.partitionCounts(d.name);

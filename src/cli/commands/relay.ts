@@ -21,6 +21,8 @@ interface RelayFlags {
   maxPartitions?: number;
   batchSize: number;
   maxAttempts: number;
+  listenUrl?: string;
+  preparedStatements: boolean;
   metricsPort?: number;
   metricsHost: string;
   status?: boolean;
@@ -45,6 +47,8 @@ export function registerRelay(program: Command): void {
     .option('--max-partitions <n>', 'most partitions this process holds (default: all)', integer(1, 1_000_000))
     .option('--batch-size <n>', 'rows read per window (largest batch sent to the broker)', integer(1, 100_000), 2000)
     .option('--max-attempts <n>', 'refusals of one message before it becomes a dead letter', integer(1, 1000), 10)
+    .option('--listen-url <url>', 'LISTEN on this direct connection (when the database URL is a transaction-mode PgBouncer)')
+    .option('--no-prepared-statements', 'no named prepared statements (PgBouncer before 1.21 in transaction mode)')
     .option('--metrics-port <n>', 'serve Prometheus metrics at GET /metrics on this port (0: any free port)', integer(0, 65_535))
     .option('--metrics-host <host>', 'interface for --metrics-port (0.0.0.0: scraped from other hosts)', '127.0.0.1')
     .option('--status', "print every destination's lag and exit")
@@ -87,6 +91,8 @@ Examples:
           maxPartitions: flags.maxPartitions,
           batchSize: flags.batchSize,
           maxAttempts: flags.maxAttempts,
+          listenConnectionString: flags.listenUrl,
+          preparedStatements: flags.preparedStatements,
         });
         let published = 0;
         relay.events.on('published', (b) => (published += b.count));
