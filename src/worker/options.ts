@@ -60,7 +60,8 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   /** Fallback poll when no notification arrives. Jittered ±25%. Default 2000 ms. */
   pollIntervalMs?: number;
   /**
-   * After two claims in a row that came back empty, notifications wait this long and are
+   * After two claims in a row that came back empty, notifications wait this long (doubled
+   * with each further empty claim, up to 4×) and are
    * merged into one claim, so many idle workers do not all answer every job
    * (see WakeCooldown). A worker that just claimed something answers at once.
    * 0 turns it off. Default 25 ms.

@@ -3,7 +3,7 @@
  * one find the job gone: with 50 idle workers, 49 empty claims per job, each a
  * statement Postgres pays for. So a worker whose last two claims came back
  * empty (it keeps losing such races) merges the notifications of the next
- * `cooldownMs` into one claim at its end. One empty claim is not enough: a lone
+ * `cooldownMs` (growing while it keeps finding nothing) into one claim at its end. One empty claim is not enough: a lone
  * worker gets one whenever a claim took the job of a notification still on its
  * way, and must not then sit out the next job. A worker whose last claim got
  * jobs is not cooling and answers at once: a steady trickle is picked up by the
@@ -11,6 +11,9 @@
  * most the cooldown for the others. Polls, due times and rescues are not
  * notifications and never wait.
  */
+/** The cooldown doubles with each empty claim in a row, at most this many times (4 × cooldownMs). */
+const MAX_DOUBLINGS = 2;
+
 export class WakeCooldown {
   private until = 0;
   /** Claims in a row that came back empty. */
@@ -25,10 +28,19 @@ export class WakeCooldown {
     private readonly wakeAt: (at: number) => void,
   ) {}
 
-  /** A claim came back with `count` jobs: a second empty one in a row starts the cooldown, any job ends it. */
+  /**
+   * A claim came back with `count` jobs: a second empty one in a row starts the
+   * cooldown, each further one doubles it (up to MAX_DOUBLINGS), any job ends it.
+   * A worker that keeps losing to a faster one thus asks about once per
+   * 4 × cooldownMs, not once per job.
+   */
   claimed(count: number): void {
     this.empty = count === 0 ? this.empty + 1 : 0;
-    this.until = this.empty >= 2 && this.cooldownMs > 0 ? Date.now() + this.cooldownMs : 0;
+    if (this.empty < 2 || this.cooldownMs === 0) {
+      this.until = 0;
+      return;
+    }
+    this.until = Date.now() + this.cooldownMs * 2 ** Math.min(this.empty - 2, MAX_DOUBLINGS);
   }
 
   /** A notification: a job is due at `runAt` (ms since epoch). */

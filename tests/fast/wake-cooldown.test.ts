@@ -50,6 +50,22 @@ describe('WakeCooldown', () => {
     expect(wakeAts).toHaveLength(1);
   });
 
+  it('doubles the cooldown with each further empty claim, up to four times the setting', () => {
+    const waits: number[] = [];
+    for (let i = 0; i < 5; i++) {
+      cooldown.claimed(0);
+      if (i === 0) continue;
+      const before = Date.now();
+      cooldown.notified(Date.now());
+      vi.advanceTimersToNextTimer();
+      waits.push(Date.now() - before);
+    }
+    expect(waits).toEqual([25, 50, 100, 100]);
+    cooldown.claimed(1);
+    cooldown.notified(Date.now());
+    expect(wakeAts).toHaveLength(1);
+  });
+
   it('never holds back a job due later (its own timer) and is off at 0 ms', () => {
     cooldown.claimed(0);
     cooldown.claimed(0);
