@@ -14,9 +14,12 @@
  *               queue behind their bursts). Printed with this process's event-loop
  *               delay and the load average: a stall there delays every message;
  *   size        M messages (default 1,000,000) published and relayed with a steady
- *               backlog; the outbox table's size every M/10 messages.
+ *               backlog; the outbox table's size every M/10 messages (or
+ *               --size-every), printed as it is taken; --size-minutes stops
+ *               adding messages after that long and reports the count reached.
  *
  *   npm run bench:outbox -- [backlog=200000] [--latency-seconds=10] [--warmup-seconds=2] [--size=1000000]
+ *                           [--size-every=n] [--size-minutes=m]
  *                           [--batch=2000] [--only=throughput,latency,size]
  *
  * Without DATABASE_URL it starts a private embedded Postgres (fsync off), so other
@@ -41,6 +44,9 @@ const backlog = Number(args.find((a) => /^\d+$/.test(a)) ?? 200_000);
 const latencySeconds = flag('latency-seconds', 10);
 const warmupSeconds = flag('warmup-seconds', 2);
 const sizeTotal = flag('size', 1_000_000);
+// The size run stops adding messages after this many minutes (0: no limit) and reports how far it got.
+const sizeMinutes = flag('size-minutes', 0);
+const sizeEvery = flag('size-every', 0);
 const batch = flag('batch', 2000);
 const only = new Set((args.find((a) => a.startsWith('--only='))?.split('=')[1] ?? 'throughput,latency,size').split(','));
 const NATS_URL = process.env.SLUICE_NATS_URL ?? 'nats://127.0.0.1:4222';
@@ -203,13 +209,20 @@ async function size(): Promise<void> {
   let published = 0;
   relay.events.on('published', (b) => (published += b.count));
   await relay.start();
-  const every = Math.max(CHUNK, Math.floor(sizeTotal / 10));
+  const every = Math.max(CHUNK, sizeEvery || Math.floor(sizeTotal / 10));
   const samples: string[] = [];
   const sizes: number[] = [];
   const started = performance.now();
+  const limitMs = sizeMinutes > 0 ? sizeMinutes * 60_000 : Infinity;
   let next = every;
+  let written = 0;
   for (let i = 0; i < sizeTotal; i += CHUNK) {
+    if (performance.now() - started > limitMs) {
+      console.log(`            stopped adding after ${sizeMinutes} min, at ${written} messages`);
+      break;
+    }
     await fill('size', Math.min(CHUNK, sizeTotal - i), i);
+    written = Math.min(sizeTotal, i + CHUNK);
     // A steady backlog of at most 50,000 messages.
     while (i + CHUNK - published > 50_000) await new Promise((r) => setTimeout(r, 5));
     if (published >= next) {
@@ -218,14 +231,16 @@ async function size(): Promise<void> {
         (SELECT n_live_tup FROM pg_stat_user_tables WHERE relid = '${s}.outbox'::regclass) AS live`);
       sizes.push(Number(rows[0].bytes));
       samples.push(`${published}: ${(Number(rows[0].bytes) / 1048576).toFixed(1)} MiB`);
+      // As it goes: a long run that is stopped still leaves its curve.
+      console.log(`            ${samples.at(-1)} (${((performance.now() - started) / 1000).toFixed(0)} s)`);
     }
   }
-  while (published < sizeTotal) await new Promise((r) => setTimeout(r, 20));
+  while (published < written) await new Promise((r) => setTimeout(r, 20));
   const elapsed = performance.now() - started;
   await relay.stop();
   const later = sizes.slice(1);
   console.log(
-    `size        ${sizeTotal} messages in ${(elapsed / 1000).toFixed(0)} s (${rate(sizeTotal, elapsed)}/s end to end); outbox size after n relayed:`,
+    `size        ${written} messages in ${(elapsed / 1000).toFixed(0)} s (${rate(written, elapsed)}/s end to end); outbox size after n relayed:`,
   );
   console.log(`            ${samples.join(', ')}`);
   if (later.length > 0) {
