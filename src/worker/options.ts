@@ -61,7 +61,7 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   pollIntervalMs?: number;
   /**
    * After two claims in a row that came back empty, notifications wait this long (doubled
-   * with each further empty claim, up to 4×) and are
+   * with each further empty claim, up to 16×) and are
    * merged into one claim, so many idle workers do not all answer every job
    * (see WakeCooldown). A worker that just claimed something answers at once.
    * 0 turns it off. Default 25 ms.

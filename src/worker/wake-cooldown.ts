@@ -11,8 +11,13 @@
  * most the cooldown for the others. Polls, due times and rescues are not
  * notifications and never wait.
  */
-/** The cooldown doubles with each empty claim in a row, at most this many times (4 × cooldownMs). */
-const MAX_DOUBLINGS = 2;
+/**
+ * The cooldown doubles with each empty claim in a row, at most this many times
+ * (16 × cooldownMs, 400 ms by default): 49 losing workers then ask ~120 times a
+ * second in all, whatever the rate of notifications; a burst the winner has no
+ * room for waits at most that long for the others.
+ */
+const MAX_DOUBLINGS = 4;
 
 export class WakeCooldown {
   private until = 0;
@@ -32,7 +37,7 @@ export class WakeCooldown {
    * A claim came back with `count` jobs: a second empty one in a row starts the
    * cooldown, each further one doubles it (up to MAX_DOUBLINGS), any job ends it.
    * A worker that keeps losing to a faster one thus asks about once per
-   * 4 × cooldownMs, not once per job.
+   * 16 × cooldownMs, not once per job.
    */
   claimed(count: number): void {
     this.empty = count === 0 ? this.empty + 1 : 0;

@@ -50,9 +50,9 @@ describe('WakeCooldown', () => {
     expect(wakeAts).toHaveLength(1);
   });
 
-  it('doubles the cooldown with each further empty claim, up to four times the setting', () => {
+  it('doubles the cooldown with each further empty claim, up to 16 times the setting', () => {
     const waits: number[] = [];
-    for (let i = 0; i < 5; i++) {
+    for (let i = 0; i < 7; i++) {
       cooldown.claimed(0);
       if (i === 0) continue;
       const before = Date.now();
@@ -60,7 +60,7 @@ describe('WakeCooldown', () => {
       vi.advanceTimersToNextTimer();
       waits.push(Date.now() - before);
     }
-    expect(waits).toEqual([25, 50, 100, 100]);
+    expect(waits).toEqual([25, 50, 100, 200, 400, 400]);
     cooldown.claimed(1);
     cooldown.notified(Date.now());
     expect(wakeAts).toHaveLength(1);
