@@ -339,6 +339,29 @@ describe('groups: claiming ahead (0019)', () => {
   });
 });
 
+describe('groups: jobs without a group in a grouped queue (0019)', () => {
+  it('an enqueue without a group adds no entry to the group index', async () => {
+    await t.queue.enqueueMany(Array.from({ length: 50 }, () => ({ task: 't', queue: 'no-entry' })));
+    await t.queue.enqueueMany(Array.from({ length: 3 }, () => ({ task: 't', queue: 'no-entry', group: 'g' })));
+    await t.db.pool.query(`VACUUM ${t.db.s}.jobs`);
+    const { rows } = await t.db.pool.query(
+      `SELECT (SELECT reltuples::int FROM pg_class WHERE oid = '${t.db.s}.jobs_group_dequeue_idx'::regclass) AS entries,
+              (SELECT count(*)::int FROM ${t.db.s}.jobs WHERE status = 'pending' AND group_key IS NOT NULL) AS grouped`,
+    );
+    expect(rows[0].entries).toBe(rows[0].grouped);
+  });
+
+  it('takes them in their turn once among the queue\'s next jobs in claim order, behind older jobs of every group', async () => {
+    await t.queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 't', queue: 'mixed', group: 'big' })));
+    await t.queue.enqueueMany(Array.from({ length: 2 }, () => ({ task: 't', queue: 'mixed' })));
+    const seen: (string | null)[] = [];
+    for (let i = 0; i < 11; i++) seen.push(...groupsOf((await claim('mixed', 1)).jobs));
+    // A claim of 1 looks at the queue's next 32 due jobs for them: out of reach
+    // while more than 32 older jobs of 'big' wait, then every round gives them a turn.
+    expect(seen).toEqual([...Array.from({ length: 9 }, () => 'big'), null, 'big']);
+  });
+});
+
 describe('groups: settings', () => {
   it('rejects bad settings with a ValidationError', async () => {
     const bad: [string, () => Promise<unknown>][] = [

@@ -1,4 +1,5 @@
--- Grouped queues claimed ahead, like the common cycle (issue 16's throughput).
+-- Grouped queues claimed ahead, like the common cycle (issue 16's throughput),
+-- and a dequeue index entry less for every job without a group.
 --
 -- claim_queue() of 0016 marked every job it claimed as started (started_at), so a
 -- worker could only ask it for its free slots: a grouped queue never had jobs
@@ -29,6 +30,28 @@
 -- limit). A group is now counted before its lock, and passed unlocked when at its
 -- limit; a claim that came back short because a group was held says to try again
 -- in 5 ms (wait_until), as for a rate limit.
+--
+-- Second, enqueue cost. jobs_group_dequeue_idx (0016) held every pending job,
+-- grouped or not, so that a queue's older jobs were in reach the moment it became
+-- grouped: every enqueue into any queue paid a second dequeue index entry (an
+-- INSERT of 10,000 ungrouped rows: ~155 ms of server time with it, ~89 ms
+-- without, bench/groups.ts enqueue). It now holds only the grouped jobs, keyed by
+-- the group itself. The jobs without a group in a grouped queue are found through
+-- jobs_dequeue_idx, the common claim's index, as one more group of the round
+-- robin: at the start of each round, claim_queue() looks at the queue's next
+-- _max_visits due jobs in claim order and takes those without a group (their
+-- weight and limits apply as before). So what a claim reads stays bounded, and
+-- those jobs are in reach once they come near the head of the whole queue's claim
+-- order: in a grouped queue they wait behind older jobs of every group, as they
+-- would in a queue without groups, instead of taking a turn of their own at once.
+-- Give them a group of their own to have that.
+--
+-- Rebuilt in place: writes to jobs wait while the index is built over the
+-- grouped pending jobs (none in most databases).
+DROP INDEX :SCHEMA.jobs_group_dequeue_idx;
+CREATE INDEX jobs_group_dequeue_idx ON :SCHEMA.jobs (queue, group_key, priority DESC, run_at, id)
+  WHERE status = 'pending' AND group_key IS NOT NULL;
+
 CREATE FUNCTION :SCHEMA.claim_queue(_queue text, _worker text, _tasks text[], _max integer, _max_visits integer,
                                     _start_now integer)
 RETURNS TABLE (job :SCHEMA.jobs, wait_until timestamptz)
@@ -59,6 +82,9 @@ DECLARE
   _lock_queue integer := hashtext(_queue);
   _group_rated boolean;
   _busy boolean := false;      -- a group was passed because another claimer held it
+  _no_ungrouped boolean := false; -- no job without a group in reach for this claim
+  _ids bigint[];
+  _ungrouped bigint[];         -- jobs without a group in reach, in claim order
 BEGIN
   SELECT * INTO q FROM :SCHEMA.queues WHERE name = _queue FOR UPDATE SKIP LOCKED;
   _owned := FOUND;
@@ -117,19 +143,35 @@ BEGIN
 
   _cursor := q.group_cursor;
   WHILE _n > 0 AND _visits < _max_visits LOOP
-    IF _cursor IS NULL THEN
-      SELECT coalesce(group_key, '') INTO _next FROM :SCHEMA.jobs
-      WHERE status = 'pending' AND queue = _queue
-      ORDER BY coalesce(group_key, '') LIMIT 1;
+    IF _cursor IS NULL AND NOT _no_ungrouped THEN
+      -- Each round begins with the jobs without a group, when some are in reach:
+      -- among the queue's next _max_visits due jobs in claim order, found through
+      -- jobs_dequeue_idx (see the top of this file). Kept for the claim below.
+      _ungrouped := ARRAY(
+        SELECT id FROM :SCHEMA.jobs
+        WHERE id = ANY(ARRAY(
+            SELECT id FROM :SCHEMA.jobs
+            WHERE status = 'pending' AND queue = _queue AND task = ANY(_tasks) AND run_at <= now()
+            ORDER BY priority DESC, run_at, id
+            LIMIT _max_visits))
+          AND group_key IS NULL
+        ORDER BY priority DESC, run_at, id);
+      IF cardinality(_ungrouped) = 0 THEN
+        _no_ungrouped := true; -- for the rest of this claim
+        CONTINUE;
+      END IF;
+      _next := '';
     ELSE
-      SELECT coalesce(group_key, '') INTO _next FROM :SCHEMA.jobs
-      WHERE status = 'pending' AND queue = _queue AND coalesce(group_key, '') > _cursor
-      ORDER BY coalesce(group_key, '') LIMIT 1;
-    END IF;
-    IF NOT FOUND THEN
-      EXIT WHEN _cursor IS NULL; -- nothing pending at all
-      _cursor := NULL;           -- past the last group: wrap around
-      CONTINUE;
+      -- The next group after the cursor: one descent of the partial index
+      -- (a key is never empty, so every key sorts after '').
+      SELECT group_key INTO _next FROM :SCHEMA.jobs
+      WHERE status = 'pending' AND queue = _queue AND group_key IS NOT NULL AND group_key > coalesce(_cursor, '')
+      ORDER BY group_key LIMIT 1;
+      IF NOT FOUND THEN
+        EXIT WHEN _cursor IS NULL; -- no grouped job pending, none without a group in reach
+        _cursor := NULL;           -- past the last group: wrap around
+        CONTINUE;
+      END IF;
     END IF;
     IF _next = _round_first THEN
       -- A full round. Another only if this one gave jobs; its groups then share
@@ -211,6 +253,24 @@ BEGIN
       END IF;
     END IF;
 
+    IF _next = '' THEN
+      -- status again: FOR UPDATE checks it on a row's newest version, so a job
+      -- someone claimed since _ungrouped was read is not taken twice.
+      _ids := ARRAY(
+        SELECT id FROM :SCHEMA.jobs
+        WHERE id = ANY(_ungrouped) AND status = 'pending'
+        ORDER BY priority DESC, run_at, id
+        LIMIT _take
+        FOR UPDATE SKIP LOCKED);
+    ELSE
+      _ids := ARRAY(
+        SELECT id FROM :SCHEMA.jobs
+        WHERE status = 'pending' AND queue = _queue AND group_key IS NOT NULL AND group_key = _next
+          AND task = ANY(_tasks) AND run_at <= now()
+        ORDER BY priority DESC, run_at, id
+        LIMIT _take
+        FOR UPDATE SKIP LOCKED);
+    END IF;
     RETURN QUERY
       UPDATE :SCHEMA.jobs j
       SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = _worker,
@@ -219,13 +279,7 @@ BEGIN
           started_at = CASE WHEN _total + p.n <= _starts THEN now() END,
           -- As in the common claim: a key held only while pending is given up on start (0002).
           key_scope = CASE WHEN j.key_scope = 'pending' THEN 'released' ELSE j.key_scope END
-      FROM unnest(ARRAY(
-        SELECT id FROM :SCHEMA.jobs
-        WHERE status = 'pending' AND queue = _queue AND coalesce(group_key, '') = _next
-          AND task = ANY(_tasks) AND run_at <= now()
-        ORDER BY priority DESC, run_at, id
-        LIMIT _take
-        FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(id, n)
+      FROM unnest(_ids) WITH ORDINALITY AS p(id, n)
       WHERE j.id = p.id
       RETURNING j, NULL::timestamptz;
     GET DIAGNOSTICS _got = ROW_COUNT;
