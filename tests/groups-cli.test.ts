@@ -65,4 +65,30 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     expect((await cli('group', 'api', 'a', '--weight', '0')).code).toBe(2);
     expect((await cli('rate', 'nosuchqueue', '5')).code).toBe(2);
   });
+
+  it('sluice stats adds the groups of grouped queues: with due jobs, with running jobs, throttled', async () => {
+    await queue.enqueueMany([
+      ...['x', 'x', 'y'].map((group) => ({ task: 't', queue: 'tenants', group })),
+      { task: 't', queue: 'tenants', group: 'z', delayMs: 3_600_000 },
+      { task: 't', queue: 'plain-stats' },
+    ]);
+    // One of x's jobs runs, and x may run one at a time: its other due job is held back.
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = 'processing', locked_by = 'test', locked_at = now(), started_at = now(), attempts = 1
+       WHERE id = (SELECT min(id) FROM ${db.s}.jobs WHERE queue = 'tenants')`,
+    );
+    expect((await cli('groups', 'tenants', '--limit', '1')).code).toBe(0);
+
+    const table = await runCli(db.url, db.schema, ['stats']);
+    expect(table.code, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/^GROUPED QUEUE\s+GROUPS\s+WITH DUE JOBS\s+WITH RUNNING JOBS\s+THROTTLED$/m);
+    expect(table.stdout).toMatch(/^tenants\s+3\s+2\s+1\s+1$/m);
+    expect(table.stdout).not.toMatch(/^plain-stats\s+\d+\s+\d+\s+\d+\s+\d+$/m);
+
+    const json = JSON.parse((await runCli(db.url, db.schema, ['stats', '--json'])).stdout) as {
+      queues: { queue: string; groups?: unknown }[];
+    };
+    expect(json.queues.find((q) => q.queue === 'tenants')?.groups).toEqual({ total: 3, withDue: 2, withRunning: 1, throttled: 1 });
+    expect(json.queues.find((q) => q.queue === 'plain-stats')).not.toHaveProperty('groups');
+  });
 });

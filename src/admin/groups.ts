@@ -26,6 +26,10 @@ export interface QueueGroupStats {
   queue: string;
   /** Groups with pending or running jobs. */
   groups: number;
+  /** Groups with due jobs. */
+  groupsDue: number;
+  /** Groups with running jobs. */
+  groupsRunning: number;
   due: number;
   running: number;
   /** Groups whose due jobs are held back by their limits now. */
@@ -34,7 +38,14 @@ export interface QueueGroupStats {
   top: GroupStats[];
 }
 
-type Row = GroupStats & { groupCount: number; dueTotal: number; runningTotal: number; throttledCount: number };
+type Row = GroupStats & {
+  groupCount: number;
+  dueGroupCount: number;
+  runningGroupCount: number;
+  dueTotal: number;
+  runningTotal: number;
+  throttledCount: number;
+};
 
 /**
  * Per-group backlog, running jobs and throttling of one queue, in one snapshot.
@@ -62,9 +73,21 @@ export async function getGroupStats(
   return {
     queue: name,
     groups: first?.groupCount ?? 0,
+    groupsDue: first?.dueGroupCount ?? 0,
+    groupsRunning: first?.runningGroupCount ?? 0,
     due: first?.dueTotal ?? 0,
     running: first?.runningTotal ?? 0,
     throttled: first?.throttledCount ?? 0,
-    top: found.map(({ groupCount: _g, dueTotal: _d, runningTotal: _r, throttledCount: _t, ...group }) => group),
+    top: found.map(
+      ({
+        groupCount: _g,
+        dueGroupCount: _gd,
+        runningGroupCount: _gr,
+        dueTotal: _d,
+        runningTotal: _r,
+        throttledCount: _t,
+        ...group
+      }) => group,
+    ),
   };
 }

@@ -1,7 +1,9 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
+import { listQueueLimits } from '../groups/settings.js';
 import { checks } from '../validate.js';
 import { adminStatements } from '../db/statements/admin.js';
+import { getGroupStats } from './groups.js';
 
 const { checkName, intOption } = checks(ValidationError);
 
@@ -30,6 +32,20 @@ export interface QueueStats {
   cancelledInWindow: number;
   /** completedInWindow per second of the window. */
   jobsPerSecond: number;
+  /** A grouped queue's groups, when asked for (`groups: true`); absent for other queues. */
+  groups?: QueueGroupCounts;
+}
+
+/** How many groups of a grouped queue are in which state (see getGroupStats). */
+export interface QueueGroupCounts {
+  /** Groups with pending or running jobs. */
+  total: number;
+  /** Groups with due jobs. */
+  withDue: number;
+  /** Groups with running jobs. */
+  withRunning: number;
+  /** Groups whose due jobs their concurrency or rate limit holds back now. */
+  throttled: number;
 }
 
 export interface Stats {
@@ -47,11 +63,19 @@ type StatsRow = Omit<QueueStats, 'jobsPerSecond'>;
  * over the jobs table and an index-only pass over jobs_history's
  * (queue, status, finished_at) index (migration 0018).
  *
+ * With `groups: true`, each grouped queue also gets its group counts, one more
+ * read per grouped queue (getGroupStats: a pass over its pending jobs), taken
+ * after the counts above and so in a snapshot of its own.
+ *
  * @example
- *   const { queues } = await getStats(pool, 'sluice');
- *   for (const q of queues) console.log(q.queue, q.pending, q.jobsPerSecond);
+ *   const { queues } = await getStats(pool, 'sluice', { groups: true });
+ *   for (const q of queues) console.log(q.queue, q.pending, q.jobsPerSecond, q.groups?.throttled);
  */
-export async function getStats(db: Queryable, schema: string, options: { windowMs?: number } = {}): Promise<Stats> {
+export async function getStats(
+  db: Queryable,
+  schema: string,
+  options: { windowMs?: number; groups?: boolean } = {},
+): Promise<Stats> {
   const windowMs = intOption('windowMs', options.windowMs, 60_000, 1_000, 86_400_000);
   let found: StatsRow[];
   try {
@@ -59,14 +83,32 @@ export async function getStats(db: Queryable, schema: string, options: { windowM
   } catch (err) {
     throw wrapDatabaseError(err, 'stats failed');
   }
+  const groups = options.groups === true ? await groupCounts(db, schema, found) : new Map<string, QueueGroupCounts>();
   return {
     windowMs,
-    queues: found.map((r) => ({
-      ...r,
-      oldestPendingMs: r.oldestPendingMs === null ? null : Math.max(0, Math.round(r.oldestPendingMs)),
-      jobsPerSecond: r.completedInWindow / (windowMs / 1000),
-    })),
+    queues: found.map((r) => {
+      const counts = groups.get(r.queue);
+      return {
+        ...r,
+        oldestPendingMs: r.oldestPendingMs === null ? null : Math.max(0, Math.round(r.oldestPendingMs)),
+        jobsPerSecond: r.completedInWindow / (windowMs / 1000),
+        ...(counts ? { groups: counts } : {}),
+      };
+    }),
   };
+}
+
+/** The group counts of those of `queues` that are grouped, one read each. */
+async function groupCounts(db: Queryable, schema: string, queues: StatsRow[]): Promise<Map<string, QueueGroupCounts>> {
+  const shown = new Set(queues.map((q) => q.queue));
+  const grouped = (await listQueueLimits(db, schema)).filter((q) => q.grouped && shown.has(q.name));
+  const counts = new Map<string, QueueGroupCounts>();
+  for (const { name } of grouped) {
+    // limit 1: only the totals are wanted, not the busiest groups.
+    const g = await getGroupStats(db, schema, name, { limit: 1 });
+    counts.set(name, { total: g.groups, withDue: g.groupsDue, withRunning: g.groupsRunning, throttled: g.throttled });
+  }
+  return counts;
 }
 
 /** Jobs finished in one minute. */

@@ -17,7 +17,9 @@ interface StatsFlags {
 export function registerStats(program: Command): void {
   program
     .command('stats')
-    .description('per queue: jobs by status, oldest pending age, jobs/s over the last minute, failures')
+    .description(
+      'per queue: jobs by status, oldest pending age, jobs/s over the last minute, failures; groups of grouped queues',
+    )
     .option('--watch', 'refresh until interrupted (Ctrl-C)')
     .addOption(durationOption('--interval <duration>', 'with --watch: time between refreshes', 2000))
     .option('--json', 'print the numbers as one JSON line (one per refresh with --watch)')
@@ -29,8 +31,9 @@ export function registerStats(program: Command): void {
         );
       }
       await withDatabase(command, async ({ pool, schema }) => {
-        if (!flags.watch) return print(await getStats(pool, schema), flags.json);
-        await watch(flags, async () => getStats(pool, schema));
+        const read = () => getStats(pool, schema, { groups: true });
+        if (!flags.watch) return print(await read(), flags.json);
+        await watch(flags, read);
       });
     });
 }
@@ -74,6 +77,19 @@ function print(stats: Stats, json?: boolean): void {
 
 function render(stats: Stats): string {
   if (stats.queues.length === 0) return 'no jobs\n';
+  return renderQueues(stats) + renderGroups(stats);
+}
+
+/** Grouped queues only, below the queues: how many groups are due, running, held back by their limits. */
+function renderGroups(stats: Stats): string {
+  const rows = stats.queues.flatMap(({ queue, groups: g }) =>
+    g ? [[queue, String(g.total), String(g.withDue), String(g.withRunning), String(g.throttled)]] : [],
+  );
+  if (rows.length === 0) return '';
+  return `\n${formatTable(['GROUPED QUEUE', 'GROUPS', 'WITH DUE JOBS', 'WITH RUNNING JOBS', 'THROTTLED'], rows)}`;
+}
+
+function renderQueues(stats: Stats): string {
   const window = formatDuration(stats.windowMs);
   return formatTable(
     [

@@ -126,6 +126,8 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
              concurrency_limit AS "concurrencyLimit", throttled,
              count(*) OVER ()::int AS "groupCount", (sum(due) OVER ())::int AS "dueTotal",
              (sum(running) OVER ())::int AS "runningTotal",
+             (count(*) FILTER (WHERE due > 0) OVER ())::int AS "dueGroupCount",
+             (count(*) FILTER (WHERE running > 0) OVER ())::int AS "runningGroupCount",
              (count(*) FILTER (WHERE throttled) OVER ())::int AS "throttledCount"
       FROM x ORDER BY due DESC, running DESC, g LIMIT $2`,
 
