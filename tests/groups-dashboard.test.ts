@@ -53,6 +53,8 @@ describe('dashboard JSON API: groups and limits', () => {
     expect(groups.body).toMatchObject({
       queue: 'dq',
       groups: 2,
+      groupsDue: 2,
+      groupsRunning: 0,
       due: 3,
       top: [
         { group: 'a', due: 2, weight: 4, concurrencyLimit: 2 },
@@ -63,6 +65,19 @@ describe('dashboard JSON API: groups and limits', () => {
     expect((await api('/api/limits')).body.queues).toContainEqual(expect.objectContaining({ name: 'dq', groupConcurrency: 2 }));
     const { rows } = await db.pool.query(`SELECT DISTINCT actor FROM ${db.s}.audit_log WHERE queue = 'dq'`);
     expect(rows.map((r) => r.actor)).toEqual([expect.stringContaining('dashboard')]);
+  });
+
+  it('serves the groups page: a link in the page\'s navigation, and its view reading the groups routes', async () => {
+    const page = await fetch(dash.url, { headers: auth });
+    expect(await page.text()).toContain('<a href="#/groups" data-nav="groups">Groups</a>');
+    const app = await fetch(new URL('assets/app.js', dash.url), { headers: auth });
+    expect(await app.text()).toContain("import { groupsView } from './views/groups.js';");
+    const view = await fetch(new URL('assets/views/groups.js', dash.url), { headers: auth });
+    expect(view.status).toBe(200);
+    expect(view.headers.get('content-type')).toContain('text/javascript');
+    const source = await view.text();
+    expect(source).toContain("get('limits')");
+    expect(source).toContain('queues/${encodeURIComponent(queue)}/groups');
   });
 
   it('answers bad settings with a 400 and changes nothing', async () => {

@@ -22,9 +22,10 @@ export interface GroupsApiContext {
 }
 
 /**
- * The groups part of the JSON API (the page's view of it is still to come):
- * every queue's group and rate limits, one queue's groups (busiest first, with
- * their own settings), and changing them at run time. Registered in the scope of
+ * The groups part of the JSON API, which the page's groups view
+ * (web/assets/views/groups.js) reads: every queue's group and rate limits, one
+ * queue's groups (busiest first, with their own settings), and changing them at
+ * run time. Registered in the scope of
  * registerApi, whose error handler (a ValidationError is a 400) and CSRF guard
  * apply here too.
  */

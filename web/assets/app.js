@@ -1,4 +1,4 @@
-// The page: a hash router (#/, #/jobs?..., #/jobs/<id>, #/workers, #/cron),
+// The page: a hash router (#/, #/jobs?..., #/jobs/<id>, #/workers, #/groups?queue=..., #/cron),
 // the live feed, and the current view. Views get new data through onOverview /
 // onJobs. The header says whether the page is live, and whether the dashboard
 // reaches its database: an open event stream alone would say "live" while
@@ -8,6 +8,7 @@ import { h } from './dom.js';
 import { time } from './format.js';
 import { startLive } from './live.js';
 import { cronView } from './views/cron.js';
+import { groupsView } from './views/groups.js';
 import { jobView } from './views/job.js';
 import { jobsView } from './views/jobs.js';
 import { overviewView } from './views/overview.js';
@@ -50,6 +51,10 @@ function route() {
     section = 'workers';
     view = workersView(main);
     document.title = 'Workers · Sluice';
+  } else if (path === '/groups') {
+    section = 'groups';
+    view = groupsView(main, { params });
+    document.title = params.get('queue') ? `Groups of ${params.get('queue')} · Sluice` : 'Groups · Sluice';
   } else if (path === '/cron') {
     section = 'cron';
     view = cronView(main, { navigate });
