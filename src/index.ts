@@ -1,3 +1,4 @@
+import './db/drivers/load-pg.js';
 export {
   Queue,
   type EnqueueOptions,
