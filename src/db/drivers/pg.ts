@@ -1,9 +1,10 @@
 import pg from 'pg';
-import { openPool, type PgClient, type PgPool } from '../connection.js';
+import { openPool, type PgClient, type PgPool, type PgQueryConfig } from '../connection.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
 import { ConnectionError } from '../../errors.js';
+import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { timeLimit } from './time-limit.js';
 
 /** Longest wait for UNLISTEN on close when no statement limit is set. */
@@ -69,7 +70,12 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
     pool,
 
     async query(text: string, values?: unknown[], name?: string) {
-      const config = name ? { name, text, values } : { text, values };
+      // On a pool Sluice made, its own parsers and array encoding (see
+      // pg-encoding.ts); a pool of yours keeps whatever types you gave it.
+      const config: PgQueryConfig & { types?: typeof SLUICE_TYPES } = handle.owned
+        ? { text, values: encodeArrays(values), types: SLUICE_TYPES }
+        : { text, values };
+      if (name) config.name = name;
       if (limit === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
       const client = await pool.connect();
       // The statement fails with a connection error by itself; as in pg's own
