@@ -121,7 +121,7 @@ export class Dispatcher {
   private run(job: JobRow): void {
     const task = this.config.tasks.get(job.task);
     if (!task) return; // cannot happen: the claim filters on known tasks
-    const run = new Run(job, task, (value) => this.reportProgress(run, value));
+    const run = new Run(job, task, this.onProgress);
     this.slots.start(run);
     // Claimed ahead: the database learns that it started with the next cycle.
     if (!job.started_at) this.completer.markStarted(job.id);
@@ -134,6 +134,9 @@ export class Dispatcher {
       this.signals.finished(job);
     });
   }
+
+  /** ctx.progress() of every run (one function, not one per run). */
+  private readonly onProgress = (value: unknown, run: Run): void => this.reportProgress(run, value);
 
   /** ctx.progress(): refuse what is not JSON at the call, then write it batched. */
   private reportProgress(run: Run, value: unknown): void {
