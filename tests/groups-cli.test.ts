@@ -88,7 +88,12 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     const json = JSON.parse((await runCli(db.url, db.schema, ['stats', '--json'])).stdout) as {
       queues: { queue: string; groups?: unknown }[];
     };
-    expect(json.queues.find((q) => q.queue === 'tenants')?.groups).toEqual({ total: 3, withDue: 2, withRunning: 1, throttled: 1 });
+    expect(json.queues.find((q) => q.queue === 'tenants')?.groups).toEqual({
+      total: 3,
+      withDue: 2,
+      withRunning: 1,
+      throttled: 1,
+    });
     expect(json.queues.find((q) => q.queue === 'plain-stats')).not.toHaveProperty('groups');
   });
 });

@@ -67,7 +67,7 @@ describe('dashboard JSON API: groups and limits', () => {
     expect(rows.map((r) => r.actor)).toEqual([expect.stringContaining('dashboard')]);
   });
 
-  it('serves the groups page: a link in the page\'s navigation, and its view reading the groups routes', async () => {
+  it("serves the groups page: a link in the page's navigation, and its view reading the groups routes", async () => {
     const page = await fetch(dash.url, { headers: auth });
     expect(await page.text()).toContain('<a href="#/groups" data-nav="groups">Groups</a>');
     const app = await fetch(new URL('assets/app.js', dash.url), { headers: auth });

@@ -24,13 +24,7 @@ interface Claimed {
 }
 
 /** One claim through the statement workers send for grouped, limited and rate-limited queues. */
-async function claim(
-  queue: string,
-  max: number,
-  worker = 'claimer',
-  db: pg.ClientBase | pg.Pool = t.db.pool,
-  startNow = max,
-) {
+async function claim(queue: string, max: number, worker = 'claimer', db: pg.ClientBase | pg.Pool = t.db.pool, startNow = max) {
   const { rows } = await db.query<Claimed>(
     `SELECT c.id, j.group_key, c.wait_until FROM (${workerStatements(t.db.schema).claimLimited}) c
      LEFT JOIN ${t.db.s}.jobs j ON j.id = c.id::bigint`,
@@ -279,7 +273,9 @@ async function startedOf(jobs: Claimed[]): Promise<[string | null, boolean][]> {
 
 describe('groups: claiming ahead (0019)', () => {
   it('claims a grouped queue without limits ahead: the first startNow start, the rest wait in the worker', async () => {
-    await t.queue.enqueueMany(['a', 'b'].flatMap((g) => Array.from({ length: 5 }, () => ({ task: 't', queue: 'ahead', group: g }))));
+    await t.queue.enqueueMany(
+      ['a', 'b'].flatMap((g) => Array.from({ length: 5 }, () => ({ task: 't', queue: 'ahead', group: g }))),
+    );
     const { jobs } = await claim('ahead', 6, 'claimer', t.db.pool, 2);
     expect(jobs).toHaveLength(6);
     const started = await startedOf(jobs);
@@ -351,7 +347,7 @@ describe('groups: jobs without a group in a grouped queue (0019)', () => {
     expect(rows[0].entries).toBe(rows[0].grouped);
   });
 
-  it('takes them in their turn once among the queue\'s next jobs in claim order, behind older jobs of every group', async () => {
+  it("takes them in their turn once among the queue's next jobs in claim order, behind older jobs of every group", async () => {
     await t.queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 't', queue: 'mixed', group: 'big' })));
     await t.queue.enqueueMany(Array.from({ length: 2 }, () => ({ task: 't', queue: 'mixed' })));
     const seen: (string | null)[] = [];

@@ -39,8 +39,10 @@
 -- the group itself. The jobs without a group in a grouped queue are found through
 -- jobs_dequeue_idx, the common claim's index, as one more group of the round
 -- robin: at the start of each round, claim_queue() looks at the queue's next
--- _max_visits due jobs in claim order and takes those without a group (their
--- weight and limits apply as before). So what a claim reads stays bounded, and
+-- greatest(32, _max) due jobs in claim order and takes those without a group
+-- (their weight and limits apply as before). At most one look per claim finds
+-- none (the claim then stops looking), so a claim reads at most about one more
+-- row per job it may take. So what a claim reads stays bounded, and
 -- those jobs are in reach once they come near the head of the whole queue's claim
 -- order: in a grouped queue they wait behind older jobs of every group, as they
 -- would in a queue without groups, instead of taking a turn of their own at once.
@@ -145,7 +147,7 @@ BEGIN
   WHILE _n > 0 AND _visits < _max_visits LOOP
     IF _cursor IS NULL AND NOT _no_ungrouped THEN
       -- Each round begins with the jobs without a group, when some are in reach:
-      -- among the queue's next _max_visits due jobs in claim order, found through
+      -- among the queue's next greatest(32, _max) due jobs in claim order, found through
       -- jobs_dequeue_idx (see the top of this file). Kept for the claim below.
       _ungrouped := ARRAY(
         SELECT id FROM :SCHEMA.jobs
@@ -153,7 +155,7 @@ BEGIN
             SELECT id FROM :SCHEMA.jobs
             WHERE status = 'pending' AND queue = _queue AND task = ANY(_tasks) AND run_at <= now()
             ORDER BY priority DESC, run_at, id
-            LIMIT _max_visits))
+            LIMIT greatest(32, _max)))
           AND group_key IS NULL
         ORDER BY priority DESC, run_at, id);
       IF cardinality(_ungrouped) = 0 THEN

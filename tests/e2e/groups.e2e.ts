@@ -45,7 +45,7 @@ afterAll(async () => {
 });
 
 describe('dashboard groups page in Chromium', () => {
-  it('lists the queues with settings, and one queue\'s groups with backlog, running, throttled and settings', async () => {
+  it("lists the queues with settings, and one queue's groups with backlog, running, throttled and settings", async () => {
     const page = await browser.context.newPage();
     await page.goto(`${dashboard.url}?token=${TOKEN}`);
     await page.click('a[data-nav="groups"]');

@@ -17,9 +17,7 @@ interface StatsFlags {
 export function registerStats(program: Command): void {
   program
     .command('stats')
-    .description(
-      'per queue: jobs by status, oldest pending age, jobs/s over the last minute, failures; groups of grouped queues',
-    )
+    .description('per queue: jobs by status, oldest pending age, jobs/s over the last minute, failures; groups of grouped queues')
     .option('--watch', 'refresh until interrupted (Ctrl-C)')
     .addOption(durationOption('--interval <duration>', 'with --watch: time between refreshes', 2000))
     .option('--json', 'print the numbers as one JSON line (one per refresh with --watch)')
