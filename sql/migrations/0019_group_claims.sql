@@ -265,11 +265,18 @@ BEGIN
         LIMIT _take
         FOR UPDATE SKIP LOCKED);
     ELSE
+      -- One group's jobs in claim order, from jobs_group_dequeue_idx. Written as a
+      -- range and ordered by group_key on purpose: with group_key = _next the
+      -- group key is a constant of the ORDER BY, and the generic plan may then
+      -- walk jobs_dequeue_idx (same order) filtering on the group, which it does
+      -- whenever the statistics saw few groups (one big backlog at ANALYZE time):
+      -- past every job of the other groups, 20,000 rows and 8-20 ms per visit,
+      -- measured. Only the group index returns this order without a sort.
       _ids := ARRAY(
         SELECT id FROM :SCHEMA.jobs
-        WHERE status = 'pending' AND queue = _queue AND group_key IS NOT NULL AND group_key = _next
+        WHERE status = 'pending' AND queue = _queue AND group_key >= _next AND group_key <= _next
           AND task = ANY(_tasks) AND run_at <= now()
-        ORDER BY priority DESC, run_at, id
+        ORDER BY group_key, priority DESC, run_at, id
         LIMIT _take
         FOR UPDATE SKIP LOCKED);
     END IF;
