@@ -358,6 +358,35 @@ describe('groups: jobs without a group in a grouped queue (0019)', () => {
   });
 });
 
+describe("groups: the claim statement's plans (0019)", () => {
+  it("takes a group's jobs from the group index even when the statistics saw one big group", async () => {
+    await t.queue.enqueueMany(Array.from({ length: 3000 }, () => ({ task: 't', queue: 'plans', group: 'big' })));
+    await t.db.pool.query(`ANALYZE ${t.db.s}.jobs`);
+    await t.queue.enqueueMany(['s1', 's2', 's3'].map((group) => ({ task: 't', queue: 'plans', group })));
+    // A session of its own: claim_queue() plans its statements (generic plans) once per session.
+    const client = new pg.Client({ connectionString: t.db.url });
+    await client.connect();
+    const plans: string[] = [];
+    client.on('notice', (n) => plans.push(n.message ?? ''));
+    try {
+      await client.query(`LOAD 'auto_explain'`);
+      await client.query(
+        `SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; SET client_min_messages = log`,
+      );
+      const { jobs } = await claim('plans', 8, 'planner', client);
+      expect(new Set(groupsOf(jobs))).toEqual(new Set(['big', 's1', 's2', 's3']));
+    } finally {
+      await client.end();
+    }
+    const fetches = plans.filter((p) => p.includes('group_key >= _next'));
+    expect(fetches.length).toBeGreaterThan(0);
+    for (const plan of fetches) {
+      expect(plan).toContain('jobs_group_dequeue_idx');
+      expect(plan).not.toContain('jobs_dequeue_idx');
+    }
+  });
+});
+
 describe('groups: settings', () => {
   it('rejects bad settings with a ValidationError', async () => {
     const bad: [string, () => Promise<unknown>][] = [
