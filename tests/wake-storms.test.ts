@@ -47,14 +47,14 @@ describe('wake-up storms', () => {
     ];
     // Two empty claims in a row start a cooldown: the start's, then one for a
     // notification with nothing behind it.
-    await waitFor(() => quiet.every((w) => w.stats.emptyClaims >= 1));
+    await waitFor(() => quiet.every((w) => w.stats.emptyClaims >= 1), 'the quiet workers first empty claims');
     await db.pool.query(`SELECT pg_notify($1, ${db.s}.wake_payload('default', now()))`, [channelFor(db.schema)]);
-    await waitFor(() => quiet.every((w) => w.stats.emptyClaims >= 2));
+    await waitFor(() => quiet.every((w) => w.stats.emptyClaims >= 2), 'the quiet workers second empty claims');
     const a = await startWorker(ranA, { wakeCooldownMs: 0 });
 
     const ids: string[] = [];
     for (let i = 0; i < 20; i++) ids.push(await queue.enqueue('noop', {}));
-    await waitFor(() => ranA.length + ranQuiet.length >= 20);
+    await waitFor(() => ranA.length + ranQuiet.length >= 20, 'all 20 jobs run');
 
     // Each job ran once, wherever it ran.
     expect([...ranA, ...ranQuiet].sort()).toEqual([...ids].sort());
