@@ -95,24 +95,24 @@ describe('groups across worker processes', () => {
     const groups = Array.from({ length: 6 }, (_, g) => `tenant-${g}`);
     await queue.enqueueMany(
       groups.flatMap((group) =>
-        Array.from({ length: 40 }, () => ({ task: 'span', queue: 'gproc', group, payload: { ms: 200 }, maxAttempts: 5 })),
+        Array.from({ length: 60 }, () => ({ task: 'span', queue: 'gproc', group, payload: { ms: 200 }, maxAttempts: 5 })),
       ),
     );
-    const procs = await Promise.all(['a', 'b', 'victim'].map((n) => spawn(`gproc-${n}`, 'gproc')));
-    // Only 12 group slots for 24 worker slots, and a worker that finishes a job
-    // claims the freed slot itself: wait until the victim holds running jobs and
-    // another process has run one.
-    await waitFor(async () => {
-      const spans = await spansOf('gproc');
-      return (
-        spans.some((s) => s.worker === 'gproc-victim' && s.ended_at === null) && spans.some((s) => s.worker !== 'gproc-victim')
-      );
-    }, 'the victim and another process to run jobs');
+    // A worker that finishes a job claims the freed group slot itself, so processes
+    // started together can leave one of them with no job for a long time. The victim
+    // starts first and takes 8 of the 12 group slots (alone it would need ~9 s for
+    // the 360 jobs); the others start after it and share the 4 slots left.
+    const victim = await spawn('gproc-victim', 'gproc');
+    const victimRunning = async () => (await spansOf('gproc')).some((s) => s.worker === 'gproc-victim' && s.ended_at === null);
+    await waitFor(victimRunning, 'the victim to run jobs');
+    const procs = [...(await Promise.all(['a', 'b'].map((n) => spawn(`gproc-${n}`, 'gproc')))), victim];
+    await waitFor(async () => (await spansOf('gproc')).some((s) => s.worker !== 'gproc-victim'), 'another process to run a job');
+    await waitFor(victimRunning, 'the victim to hold running jobs');
     procs[2]!.child.kill('SIGKILL');
     await procs[2]!.exited;
     const killedAt = await serverNow();
     const replacement = await spawn('gproc-c', 'gproc');
-    await waitFor(async () => (await completed('gproc')) === 240, 'all 240 jobs to complete', 60_000);
+    await waitFor(async () => (await completed('gproc')) === 360, 'all 360 jobs to complete', 60_000);
 
     const spans = await spansOf('gproc');
     for (const group of groups) {

@@ -1,3 +1,5 @@
+// First, so that pg loads without Node's fetch (see load-pg.ts), as through src/index.ts.
+import '../db/drivers/load-pg.js';
 import { createRequire } from 'node:module';
 import { Command, CommanderError } from 'commander';
 import { SluiceError } from '../errors.js';
