@@ -242,6 +242,8 @@ async function groupLimit(): Promise<void> {
     );
     const total = groups.reduce((n, _, i) => n + 40 + 10 * i, 0);
     const procs = await startWorkers(schema, 'q', 3, 10, dir);
+    // Every process is up from here: the sweep below starts here.
+    const allReady = Date.now();
     const slots = 3 * 10;
     let samples = 0;
     let idle = 0;
@@ -273,6 +275,18 @@ async function groupLimit(): Promise<void> {
       (_, i) => JSON.parse(readFileSync(join(dir, `runs-${i}.json`), 'utf8')) as [string, number, number][],
     );
     let worst = 0;
+    // A group under its limit with due jobs and a free slot somewhere is the case
+    // to catch. Every job is due from the start, so after a group's first `limit`
+    // starts each start refills the slot of an earlier end: the k-th end (in
+    // time) pairs with start k + limit, and the time between is how long that
+    // group slot stood empty while the group had due jobs.
+    const gaps: number[] = [];
+    for (const g of groups) {
+      const mine = runs.filter((r) => r[0] === g);
+      const starts = mine.map((r) => r[1]).sort((a, b) => a - b);
+      const ends = mine.map((r) => r[2]).sort((a, b) => a - b);
+      for (let k = 0; k + 2 < starts.length; k++) gaps.push(starts[k + 2]! - ends[k]!);
+    }
     for (const g of groups) {
       const events = runs
         .filter((r) => r[0] === g)
@@ -294,10 +308,75 @@ async function groupLimit(): Promise<void> {
       `  free slots in those samples: ${(idleSlots / Math.max(1, idle)).toFixed(1)} of ${slots} on average; ` +
         `slot time used over the drain: ${((100 * total * 20) / (slots * seconds * 1000)).toFixed(0)}%`,
     );
+    const unused = avoidableIdle(runs, groups, (i) => 40 + 10 * i, slots, 2, allReady);
+    log(
+      `  from the recorded runs: slot time a free slot and a group under its limit with jobs not yet started coexisted: ` +
+        `${((100 * unused.slotMs) / (slots * unused.spanMs)).toFixed(1)}% of all slot time; ` +
+        `such stretches: ${unused.stretches.length}, median ${percentile(unused.stretches, 50)} ms, ` +
+        `p99 ${percentile(unused.stretches, 99)} ms, longest ${Math.max(...unused.stretches)} ms`,
+    );
+    const longest = Math.max(...groups.map((_, i) => ((40 + 10 * i) * 20) / 2));
+    log(
+      `  a group's freed slot refilled (end of a run to the next start in that group, ${gaps.length} refills): ` +
+        `median ${percentile(gaps, 50)} ms, p95 ${percentile(gaps, 95)} ms, p99 ${percentile(gaps, 99)} ms, max ${Math.max(...gaps)} ms`,
+    );
+    log(
+      `  drain bound: the biggest group's jobs two at a time take ${(longest / 1000).toFixed(1)} s of the ${seconds.toFixed(1)} s ` +
+        `(the rest is those refills, the start and the stop)`,
+    );
   } finally {
     await queue.close();
     await drop();
   }
+}
+
+/**
+ * Sweeps the recorded runs in time order from `from` (every process up): between
+ * two events, a slot is free
+ * (fewer than `slots` running) while some group is under its limit and has jobs
+ * not yet started (all were due from the beginning). Returns the slot time of such
+ * moments (the free slots such a group could have used) and each stretch's length.
+ */
+function avoidableIdle(
+  runs: [string, number, number][],
+  groups: string[],
+  jobsOf: (index: number) => number,
+  slots: number,
+  limit: number,
+  from: number,
+): { slotMs: number; spanMs: number; stretches: number[] } {
+  const events = runs.flatMap(([g, a, b]) => [
+    { at: a, g, d: 1 },
+    { at: b, g, d: -1 },
+  ]);
+  events.sort((x, y) => x.at - y.at || x.d - y.d);
+  const running = new Map(groups.map((g) => [g, 0]));
+  const notStarted = new Map(groups.map((g, i) => [g, jobsOf(i)]));
+  let total = 0;
+  let slotMs = 0;
+  let stretchFrom: number | null = null;
+  const stretches: number[] = [];
+  for (let i = 0; i < events.length; i++) {
+    const e = events[i]!;
+    running.set(e.g, running.get(e.g)! + e.d);
+    total += e.d;
+    if (e.d === 1) notStarted.set(e.g, notStarted.get(e.g)! - 1);
+    const next = events[i + 1];
+    if (!next || next.at === e.at || next.at <= from) continue;
+    const at = Math.max(e.at, from);
+    let usable = 0;
+    for (const g of groups) usable += Math.min(Math.max(0, limit - running.get(g)!), notStarted.get(g)!);
+    const avoidable = Math.min(slots - total, usable);
+    if (avoidable > 0) {
+      slotMs += avoidable * (next.at - at);
+      stretchFrom ??= at;
+    } else if (stretchFrom !== null) {
+      stretches.push(at - stretchFrom);
+      stretchFrom = null;
+    }
+  }
+  if (stretches.length === 0) stretches.push(0);
+  return { slotMs, spanMs: events.at(-1)!.at - Math.max(from, events[0]!.at), stretches };
 }
 
 // ---------------------------------------------------------------- rate
