@@ -6,6 +6,9 @@ import { DueTimes } from './due-times.js';
 import type { ClaimPlan } from './queue-state.js';
 import { WakeCooldown } from './wake-cooldown.js';
 
+/** The result of a cycle that sent no statement. */
+const NOTHING_SENT: CycleResult = { completed: new Set(), failed: new Set(), skipped: new Set(), claimed: [] };
+
 /** What the fetch loop claims for: the worker's slots. */
 export interface ClaimTarget {
   /** Jobs the worker may hold now: slots plus the prefetch in effect. */
@@ -311,15 +314,20 @@ export class FetchLoop {
     const sentAt = performance.now();
     let result: CycleResult;
     try {
-      result = await this.store.cycle({
-        completed: batch.completed,
-        failed: batch.failed,
-        started: batch.started,
-        queues: plan.plain,
-        tasks: this.config.tasks,
-        limit: plainLimit,
-        startNow: Math.min(plainLimit, startNow),
-      });
+      // A worker of limited queues alone with nothing to write has no statement to
+      // send before claim_queue(): an empty claim would cost a round trip per wake.
+      const idle = plan.plain.length === 0 && batch.completed.length + batch.failed.length + batch.started.length === 0;
+      result = idle
+        ? NOTHING_SENT
+        : await this.store.cycle({
+            completed: batch.completed,
+            failed: batch.failed,
+            started: batch.started,
+            queues: plan.plain,
+            tasks: this.config.tasks,
+            limit: plainLimit,
+            startNow: Math.min(plainLimit, startNow),
+          });
     } catch (err) {
       this.results.restore(batch);
       // The claim may have committed with its reply lost: those jobs stay locked to
@@ -330,7 +338,9 @@ export class FetchLoop {
       return false;
     }
     this.retry.reset();
-    this.count(limit, result.claimed.length);
+    // The claims of limited queues are counted where they are made.
+    if (plan.plain.length > 0) this.count(limit, result.claimed.length);
+    else this.stats.cycles++;
     // Only a claim of plain queues alone says whether a wake found work (limited ones claim below).
     if (limit > 0 && plan.limited.length === 0) this.cooldown.claimed(result.claimed.length);
     if (limit > 0) {
@@ -348,7 +358,8 @@ export class FetchLoop {
     if (limit > 0 && plan.limited.length > 0 && !this.claimingLimited) {
       this.claimingLimited = true;
       try {
-        const more = await this.claimLimited(plan.limited, limit, startNow);
+        const { more, claimed } = await this.claimLimited(plan.limited, limit, startNow);
+        if (plan.plain.length === 0) this.countClaim(claimed);
         if (more) this.mayHaveWork = true;
         // With no plain queue the claim above had nothing to claim from: whether a
         // backlog drains (claims batched, a second cycle overlapping) is the
@@ -376,11 +387,17 @@ export class FetchLoop {
    * local limit: see Slots.wantedIn; the others: claim_queue() in migration 0019).
    * `ownLimit` and `ownStarts` are what the calling cycle asked for: the jobs and
    * free slots of the other cycle in flight are not this claim's. True when some
-   * queue filled every slot it asked for, so it may have more. Errors are reported
+   * queue filled every slot it asked for, so it may have more (`more`), and how many
+   * jobs they gave (`claimed`). Errors are reported
    * and leave the queues to the next cycle; they must not undo the cycle's writes.
    */
-  private async claimLimited(queues: readonly string[], ownLimit: number, ownStarts: number): Promise<boolean> {
+  private async claimLimited(
+    queues: readonly string[],
+    ownLimit: number,
+    ownStarts: number,
+  ): Promise<{ more: boolean; claimed: number }> {
     let more = false;
+    let claimed = 0;
     for (const queue of queues) {
       const othersAsked = Math.max(0, this.requested - ownLimit);
       const max = Math.min(this.target.wantedIn(queue) - othersAsked, this.config.batchSize);
@@ -390,6 +407,7 @@ export class FetchLoop {
         const sentAt = performance.now();
         const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow);
         if (jobs.length >= max) more = true;
+        claimed += jobs.length;
         // A rate limit (or a group another claimer held) held jobs back: claim again
         // when claim_queue() said, not before.
         if (retryAt !== null) this.wakeAt(retryAt);
@@ -399,12 +417,15 @@ export class FetchLoop {
         this.onError(err);
       }
     }
-    return more;
+    return { more, claimed };
   }
 
   private count(limit: number, claimed: number): void {
     this.stats.cycles++;
-    if (limit === 0) return;
+    if (limit > 0) this.countClaim(claimed);
+  }
+
+  private countClaim(claimed: number): void {
     this.stats.claims++;
     this.stats.claimed += claimed;
     if (claimed === 0) this.stats.emptyClaims++;

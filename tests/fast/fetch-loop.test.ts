@@ -304,6 +304,20 @@ describe('FetchLoop: claiming', () => {
     expect(ids(target.held)).toEqual([second]);
   });
 
+  it('with limited queues alone and nothing to write, a wake sends claim_queue() only (no empty common claim), counted as a claim', async () => {
+    db.setQueue('serial', { limit: 1 });
+    setup({ slots: 4, plan: { plain: [], limited: ['serial'] } });
+    loop.start();
+    await settle();
+    const [job] = db.addMany(1, 't', { queue: 'serial' });
+    loop.wake(); // as a notification does
+    await settle();
+    expect(ids(target.held)).toEqual([job]);
+    expect(cycles()).toBe(0);
+    expect(db.log.filter((e) => e.op === 'claimLimited')).toHaveLength(2);
+    expect(loop.stats).toMatchObject({ claims: 2, claimed: 1, emptyClaims: 1 });
+  });
+
   it("reports a failing limited claim without undoing the cycle's writes or its common claim", async () => {
     db.addMany(2, 't', { queue: 'bulk' });
     db.addMany(2, 't', { queue: 'serial' });
