@@ -2,7 +2,7 @@
  * Slots: which jobs run and wait, how many a claim may ask for (slots, per-task
  * prefetch, per-queue limits), and which waiting jobs are overdue.
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { JobRow } from '../../src/job.js';
 import { Run } from '../../src/worker/run.js';
 import { Slots, type SlotsConfig } from '../../src/worker/slots.js';
@@ -159,6 +159,12 @@ describe('Slots: overdue waiting jobs', () => {
 });
 
 describe('Slots: prefetch', () => {
+  // The allowance reads how long each run has been running (performance.now()): a
+  // real clock that ran on past a 1 ms task, as it can on a loaded machine, made
+  // the expected numbers wrong. Time stands still here unless a test moves it.
+  beforeEach(() => void vi.useFakeTimers({ toFake: ['performance'] }));
+  afterEach(() => void vi.useRealTimers());
+
   it('claims nothing ahead before any task has finished here', () => {
     const s = slots({ prefetch: 50 });
     startMany(s, 4);
