@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Queue } from '../src/index.js';
+import { listQueueLimits } from '../src/groups/settings.js';
 import { startDashboard, type RunningDashboard } from '../src/dashboard/server.js';
 import { createTestSchema, type TestDatabase } from './helpers/database.js';
 
@@ -86,5 +87,36 @@ describe('dashboard JSON API: groups and limits', () => {
     expect((await post('/api/queues/dq2/groups', { weight: 2 })).status).toBe(400);
     expect((await post('/api/queues/dq2/limits', { groupConcurrency: 'lots' })).status).toBe(400);
     expect((await api('/api/limits')).body.queues.map((q: { name: string }) => q.name)).not.toContain('dq2');
+  });
+
+  it('sets and removes a rate limit alone without marking the queue grouped, audited once each', async () => {
+    await queue.enqueue('t', {}, { queue: 'rq' });
+    const set = await post('/api/queues/rq/limits', { rateLimit: { limit: 10, intervalMs: 2000, burst: 3 } });
+    expect(set.status).toBe(200);
+    expect(set.body.queue).toMatchObject({ name: 'rq', grouped: false, rateLimit: { limit: 10, intervalMs: 2000, burst: 3 } });
+    expect((await post('/api/queues/rq/limits', { rateLimit: null })).body.queue).toMatchObject({
+      grouped: false,
+      rateLimit: null,
+    });
+    const [rq] = (await listQueueLimits(db.pool, db.schema)).filter((q) => q.name === 'rq');
+    expect(rq).toMatchObject({ grouped: false, rateLimit: null, groupConcurrency: null, groupRateLimit: null });
+    const { rows } = await db.pool.query(`SELECT action FROM ${db.s}.audit_log WHERE queue = 'rq' ORDER BY id`);
+    expect(rows.map((r) => r.action)).toEqual(['rate_limit', 'rate_limit']);
+  });
+
+  it('writes nothing when one of several settings is bad, and says which', async () => {
+    await queue.enqueue('t', {}, { queue: 'rq2' });
+    const badRate = await post('/api/queues/rq2/limits', { groupConcurrency: 2, rateLimit: { limit: -5 } });
+    expect(badRate.status).toBe(400);
+    expect(badRate.body.error.message).toBe('rate limit limit must be an integer from 1 to 1000000, got -5');
+    const badGroups = await post('/api/queues/rq2/limits', { rateLimit: { limit: 5 }, groupConcurrency: -1 });
+    expect(badGroups.status).toBe(400);
+    expect(badGroups.body.error.message).toContain('groupConcurrency');
+    const empty = await post('/api/queues/rq2/limits', {});
+    expect(empty.status).toBe(400);
+    expect(empty.body.error.message).toContain('give groupConcurrency, groupRateLimit or rateLimit');
+    expect((await listQueueLimits(db.pool, db.schema)).map((q) => q.name)).not.toContain('rq2');
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.audit_log WHERE queue = 'rq2'`);
+    expect(rows[0].n).toBe(0);
   });
 });

@@ -6,11 +6,13 @@ import { createFlag, forKnownQueue } from './known-queue.js';
 import {
   listGroupSettings,
   listQueueLimits,
+  resolveRateLimit,
   setGroupSettings,
   setQueueGroups,
   setQueueRateLimit,
   type GroupOptions,
   type QueueGroupOptions,
+  type QueueLimits,
   type RateLimit,
 } from '../groups/settings.js';
 
@@ -23,9 +25,9 @@ export interface GroupsApiContext {
 
 /**
  * The groups part of the JSON API, which the page's groups view
- * (web/assets/views/groups.js) reads: every queue's group and rate limits, one
- * queue's groups (busiest first, with their own settings), and changing them at
- * run time. Registered in the scope of
+ * (web/assets/views/groups.js) reads and whose forms write: every queue's group
+ * and rate limits, one queue's groups (busiest first, with their own settings),
+ * and changing them at run time. Registered in the scope of
  * registerApi, whose error handler (a ValidationError is a 400) and CSRF guard
  * apply here too.
  */
@@ -45,15 +47,28 @@ export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): 
   });
 
   // Body: { groupConcurrency?, groupRateLimit?, rateLimit?, create? }; null removes a limit. 404 for an unknown queue without create.
+  // Only what the body names changes: group defaults mark the queue grouped (as setQueueGroups does), a rate
+  // limit alone does not (as `sluice queues rate`), so it keeps being claimed in order.
   app.post('/api/queues/:queue/limits', async (req) => {
     const queue = String((req.params as { queue: string }).queue);
-    const { create, ...body } = objectBody(req.body);
-    const { rateLimit, ...groupDefaults } = body as QueueGroupOptions & { rateLimit?: RateLimit | null };
+    const { create, rateLimit, ...groupDefaults } = objectBody(req.body) as QueueGroupOptions & {
+      rateLimit?: RateLimit | null;
+      create?: unknown;
+    };
+    const setsGroups = Object.keys(groupDefaults).length > 0;
+    if (rateLimit === undefined && !setsGroups) {
+      throw new ValidationError('give groupConcurrency, groupRateLimit or rateLimit (null removes one)');
+    }
+    // Two statements: the rate limit is checked before the first, so a bad one cannot leave new group defaults
+    // behind (setQueueGroups checks its own options before it writes).
+    if (rateLimit !== undefined) resolveRateLimit('rate limit', rateLimit);
     const actor = { actor: ctx.actor(req) };
     // Like the CLI: no settings for a queue nobody uses (a typo) unless {"create": true}.
     const guarded = forKnownQueue(db, schema, queue, createFlag({ create }));
-    if (rateLimit !== undefined) await setQueueRateLimit(guarded, schema, queue, rateLimit, actor);
-    return { queue: await setQueueGroups(guarded, schema, queue, groupDefaults, actor) };
+    let limits: QueueLimits | undefined;
+    if (setsGroups) limits = await setQueueGroups(guarded, schema, queue, groupDefaults, actor);
+    if (rateLimit !== undefined) limits = await setQueueRateLimit(guarded, schema, queue, rateLimit, actor);
+    return { queue: limits };
   });
 
   // Body: { group: string | null, weight?, concurrencyLimit?, rateLimit?, create? }. 404 for an unknown queue without create.
