@@ -79,6 +79,10 @@ describe('dashboard JSON API: groups and limits', () => {
     const source = await view.text();
     expect(source).toContain("get('limits')");
     expect(source).toContain('queues/${encodeURIComponent(queue)}/groups');
+    // Its forms post to the routes above.
+    const forms = await (await fetch(new URL('assets/views/groups-forms.js', dash.url), { headers: auth })).text();
+    expect(forms).toContain('post(`queues/${encodeURIComponent(queue)}/limits`, body)');
+    expect(forms).toContain('post(`queues/${encodeURIComponent(queue)}/groups`, { group: g, ...body })');
   });
 
   it('answers bad settings with a 400 and changes nothing', async () => {

@@ -3,7 +3,14 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Queue } from '../../src/index.js';
 import { startDashboard, type RunningDashboard } from '../../src/dashboard/server.js';
-import { setGroupSettings, setQueueGroups, setQueueRateLimit } from '../../src/groups/settings.js';
+import type { Page } from 'playwright-core';
+import {
+  listGroupSettings,
+  listQueueLimits,
+  setGroupSettings,
+  setQueueGroups,
+  setQueueRateLimit,
+} from '../../src/groups/settings.js';
 import { createTestSchema, type TestDatabase } from '../helpers/database.js';
 import { launchBrowser, type Browser } from './browser.js';
 
@@ -14,6 +21,21 @@ let db: TestDatabase;
 let dashboard: RunningDashboard;
 let browser: Browser;
 let queue: Queue;
+
+async function limitsOf(name: string) {
+  return (await listQueueLimits(db.pool, db.schema)).find((q) => q.name === name);
+}
+
+async function settingOf(name: string, group: string | null) {
+  return (await listGroupSettings(db.pool, db.schema, name)).find((s) => s.group === group);
+}
+
+/** Saves a form and waits until the page shows `text` in `where` (the data reloaded after the save). */
+async function save(page: Page, form: string, where: string, text: string): Promise<void> {
+  await page.click(`form[data-form="${form}"] button[type="submit"]`);
+  // A locator, not waitForFunction: the dashboard's CSP forbids evaluating strings.
+  await page.locator(where, { hasText: text }).waitFor();
+}
 
 beforeAll(async () => {
   await mkdir(SCREENSHOTS, { recursive: true });
@@ -75,6 +97,95 @@ describe('dashboard groups page in Chromium', () => {
     // Live: a job of a new group shows up on the next reload of the panel.
     await queue.enqueue('sync', {}, { queue: 'sync', group: 'umbrella' });
     await page.waitForSelector('tr[data-group="umbrella"]', { timeout: 15_000 });
+    await page.close();
+  });
+
+  it("changes a queue's rate limit and group defaults and a group's settings through the forms, as stored", async () => {
+    const page = await browser.context.newPage();
+    await page.goto(`${dashboard.url}?token=${TOKEN}#/groups?queue=sync`);
+    await page.waitForSelector('section[data-groups-of="sync"] tr[data-group="acme"]');
+    // The selected queue's stored settings fill its form.
+    expect(await page.inputValue('#ql-queue')).toBe('sync');
+    expect(await page.inputValue('#ql-group-concurrency')).toBe('2');
+    expect(await page.inputValue('#ql-rate-limit')).toBe('');
+
+    // A queue rate limit (the burst left to the server's default) and a new group limit.
+    await page.fill('#ql-rate-limit', '40');
+    await page.fill('#ql-rate-per', '2');
+    await page.fill('#ql-group-concurrency', '3');
+    await save(page, 'queue-limits', 'tr[data-queue="sync"]', '40 per 2 s, burst 4');
+    expect(await page.textContent('tr[data-queue="sync"] td[data-label="Group limit"]')).toBe('3');
+    expect(await limitsOf('sync')).toMatchObject({
+      grouped: true,
+      groupConcurrency: 3,
+      rateLimit: { limit: 40, intervalMs: 2000, burst: 4 },
+      groupRateLimit: null,
+    });
+    // The form shows what the server stored, burst included.
+    expect(await page.inputValue('#ql-rate-burst')).toBe('4');
+
+    // Another queue through its Edit button: its rate limit removed by emptying the fields. It stays claimed in order.
+    await page.click('button[data-focus-key="edit-limits:partner-api"]');
+    expect(await page.inputValue('#ql-queue')).toBe('partner-api');
+    expect(await page.inputValue('#ql-rate-limit')).toBe('100');
+    for (const field of ['#ql-rate-limit', '#ql-rate-per', '#ql-rate-burst']) await page.fill(field, '');
+    await save(page, 'queue-limits', 'tr[data-queue="partner-api"] td[data-label="Queue rate"]', '–');
+    expect(await limitsOf('partner-api')).toMatchObject({ grouped: false, rateLimit: null, groupConcurrency: null });
+    expect(await page.textContent('tr[data-queue="partner-api"] td[data-label="Claimed"]')).toBe('in order');
+
+    // A group with settings, through its Edit button: a new weight, its limit back to the queue default, a rate of its own.
+    await page.click('button[data-focus-key="edit-group:settings:globex"]');
+    expect(await page.inputValue('#gs-group')).toBe('globex');
+    expect(await page.inputValue('#gs-weight')).toBe('3');
+    expect(await page.inputValue('#gs-concurrency')).toBe('5');
+    await page.fill('#gs-weight', '2');
+    await page.fill('#gs-concurrency', '');
+    await page.fill('#gs-rate-limit', '7');
+    await page.fill('#gs-rate-burst', '2');
+    await save(page, 'group-settings', 'tr[data-setting-group="globex"]', '7 per 1 s, burst 2');
+    expect(await page.textContent('tr[data-setting-group="globex"]')).toMatch(/globex\s*2\s*queue default\s*7 per 1 s, burst 2/);
+    expect(await settingOf('sync', 'globex')).toMatchObject({
+      weight: 2,
+      concurrencyLimit: null,
+      rateLimit: { limit: 7, intervalMs: 1000, burst: 2 },
+    });
+
+    // A group without settings, typed in; then the jobs without a group.
+    await page.fill('#gs-group', 'acme');
+    await page.press('#gs-group', 'Tab');
+    expect(await page.inputValue('#gs-weight')).toBe('1');
+    await page.fill('#gs-concurrency', '4');
+    await save(page, 'group-settings', 'tr[data-setting-group="acme"]', 'acme');
+    expect(await settingOf('sync', 'acme')).toMatchObject({ weight: 1, concurrencyLimit: 4, rateLimit: null });
+    // acme now runs 2 of 4: open again.
+    await page.waitForSelector('tr[data-group="acme"] td[data-state="open"]');
+    await page.check('#gs-no-group');
+    expect(await page.isDisabled('#gs-group')).toBe(true);
+    await page.fill('#gs-weight', '5');
+    await save(page, 'group-settings', 'tr[data-setting-group=""]', '(no group)');
+    expect(await settingOf('sync', null)).toMatchObject({ weight: 5, concurrencyLimit: null });
+    await page.close();
+  });
+
+  it("shows the server's message for a bad setting and changes nothing", async () => {
+    const before = await limitsOf('sync');
+    const page = await browser.context.newPage();
+    await page.goto(`${dashboard.url}?token=${TOKEN}#/groups?queue=sync`);
+    await page.waitForSelector('section[data-groups-of="sync"] tr[data-group="acme"]');
+    await expect.poll(() => page.inputValue('#ql-queue')).toBe('sync');
+    // The browser lets a negative number through: the server says what is wrong.
+    await page.fill('#ql-rate-limit', '-5');
+    await page.click('form[data-form="queue-limits"] button[type="submit"]');
+    const alert = await page.waitForSelector('form[data-form="queue-limits"] .error[role="alert"]:not(:empty)');
+    expect(await alert.textContent()).toBe('rate limit limit must be an integer from 1 to 1000000, got -5');
+    await page.fill('#gs-group', 'globex');
+    await page.press('#gs-group', 'Tab');
+    await page.fill('#gs-weight', '0');
+    await page.click('form[data-form="group-settings"] button[type="submit"]');
+    const groupAlert = await page.waitForSelector('form[data-form="group-settings"] .error[role="alert"]:not(:empty)');
+    expect(await groupAlert.textContent()).toBe('weight must be an integer from 1 to 1000, got 0');
+    expect(await limitsOf('sync')).toEqual(before);
+    expect(await settingOf('sync', 'globex')).toMatchObject({ weight: 2 });
     await page.close();
   });
 });

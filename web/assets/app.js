@@ -53,7 +53,7 @@ function route() {
     document.title = 'Workers · Sluice';
   } else if (path === '/groups') {
     section = 'groups';
-    view = groupsView(main, { params });
+    view = groupsView(main, { params, overview });
     document.title = params.get('queue') ? `Groups of ${params.get('queue')} · Sluice` : 'Groups · Sluice';
   } else if (path === '/cron') {
     section = 'cron';
