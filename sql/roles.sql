@@ -74,6 +74,8 @@ GRANT SELECT, INSERT, UPDATE ON :SCHEMA.cron_schedules TO sluice_worker;
 -- Each worker keeps its own row in the registry (migration 0017); the leader deletes dead ones.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.workers TO sluice_worker;
 GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_worker;
+-- A worker that claims the first grouped job of a queue flags it grouped (0021).
+GRANT EXECUTE ON FUNCTION :SCHEMA.mark_queue_grouped(text, text) TO sluice_worker;
 
 -- The transactional outbox (migration 0015): two more NOLOGIN groups.
 DO $$

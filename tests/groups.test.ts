@@ -13,7 +13,7 @@ import {
   setQueueRateLimit,
 } from '../src/groups/settings.js';
 import { waitFor } from './helpers/database.js';
-import { useWorkers } from './helpers/workers.js';
+import { deferred, useWorkers } from './helpers/workers.js';
 
 const t = useWorkers('groups');
 
@@ -23,8 +23,16 @@ interface Claimed {
   wait_until: Date | null;
 }
 
-/** One claim through the statement workers send for grouped, limited and rate-limited queues. */
+/**
+ * One claim through the statement workers send for grouped, limited and
+ * rate-limited queues. A queue with grouped jobs is flagged first, as the worker
+ * that claimed its first grouped job would have (migration 0021).
+ */
 async function claim(queue: string, max: number, worker = 'claimer', db: pg.ClientBase | pg.Pool = t.db.pool, startNow = max) {
+  await db.query(
+    `SELECT ${t.db.s}.mark_queue_grouped($1, 'sluice-test') WHERE EXISTS (SELECT FROM ${t.db.s}.jobs WHERE queue = $1 AND group_key IS NOT NULL)`,
+    [queue],
+  );
   const { rows } = await db.query<Claimed>(
     `SELECT c.id, j.group_key, c.wait_until FROM (${workerStatements(t.db.schema).claimLimited}) c
      LEFT JOIN ${t.db.s}.jobs j ON j.id = c.id::bigint`,
@@ -57,8 +65,70 @@ describe('groups: enqueue', () => {
       [[a, b, c, keyed, sql.id]],
     );
     expect(rows.map((r) => r.group_key)).toEqual(['tenant-1', 'tenant-2', null, 'tenant-3', 'tenant-4']);
-    const [limits] = (await listQueueLimits(t.db.pool, t.db.schema)).filter((q) => q.name === 'e1');
-    expect(limits?.grouped).toBe(true);
+    // Flagged by the first worker to claim one of them, not by the enqueues.
+    expect((await listQueueLimits(t.db.pool, t.db.schema)).some((q) => q.name === 'e1')).toBe(false);
+    await t.start({ queues: ['e1'], concurrency: 2, tasks: { t: () => {} } });
+    await waitFor(
+      async () => (await listQueueLimits(t.db.pool, t.db.schema)).find((q) => q.name === 'e1')?.grouped,
+      'a worker to flag the queue grouped',
+    );
+  });
+
+  it("a worker that claimed a queue's first grouped jobs in common order flags it, hands back what it claimed ahead, runs each once", async () => {
+    const gate = deferred();
+    const handedBack: string[] = [];
+    const ran: string[] = [];
+    await t.start(
+      {
+        queues: ['late-grouped'],
+        concurrency: 4,
+        tasks: {
+          w: async (payload: { block?: boolean }, ctx) => {
+            ran.push(ctx.job.id);
+            if (payload.block) await gate.promise;
+          },
+        },
+      },
+      (worker) => worker.on('jobs:handed-back', (jobs) => handedBack.push(...jobs.map((j) => j.id))),
+    );
+    // Fast runs first, so the worker claims ahead: its next claim asks for more than its 4 slots.
+    await t.queue.enqueueMany(Array.from({ length: 20 }, () => ({ task: 'w', queue: 'late-grouped' })));
+    await waitFor(() => ran.length === 20, 'the ungrouped jobs to run');
+    const big = await t.queue.enqueueMany(
+      Array.from({ length: 100 }, () => ({ task: 'w', queue: 'late-grouped', group: 'big', payload: { block: true } })),
+    );
+    // The 4 slots block on the gate; every other job it took waits in the worker,
+    // claimed out of turn, and goes back (at once when the queue is flagged, else
+    // after 0.5 s as overdue: which of the two is tests/fast/grouped-queues.test.ts's).
+    await waitFor(() => handedBack.length > 0, 'the jobs claimed ahead to be handed back');
+    expect(ran.length).toBe(24);
+    expect((await listQueueLimits(t.db.pool, t.db.schema)).find((q) => q.name === 'late-grouped')?.grouped).toBe(true);
+    gate.resolve();
+    await waitFor(() => ran.length === 120, 'every job to run');
+    expect(new Set(ran).size).toBe(120);
+    expect(handedBack.every((id) => big.includes(id))).toBe(true);
+  });
+
+  it('the first grouped job of a queue, in a transaction left open, holds up no other producer, setting or worker', async () => {
+    const tx = await t.db.pool.connect();
+    const other = await t.db.pool.connect();
+    try {
+      await tx.query('BEGIN');
+      await t.queue.enqueue('t', {}, { queue: 'open-tx', group: 'tenant-1', tx });
+      // Each of these waited for the transaction above to end (until 0021).
+      await other.query(`SET lock_timeout = '2s'`);
+      await t.queue.enqueue('t', {}, { queue: 'open-tx', group: 'tenant-2', tx: other });
+      await other.query(`SELECT ${t.db.s}.enqueue_job('open-tx', '{"task":"t"}', _group_key => 'tenant-3')`);
+      await setQueueRateLimit(other, t.db.schema, 'open-tx', { limit: 1000 });
+      await setQueueGroups(other, t.db.schema, 'open-tx', { groupConcurrency: 5 });
+      await tx.query('COMMIT');
+    } finally {
+      await tx.query('ROLLBACK').catch(() => {});
+      tx.release();
+      other.release();
+    }
+    const { rows } = await t.db.pool.query(`SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE queue = 'open-tx'`);
+    expect(rows[0].n).toBe(3);
   });
 
   it('a queue without grouped jobs stays ungrouped and is claimed by the common cycle', async () => {

@@ -133,6 +133,8 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       ...(await queue.enqueueMany([
         { task: 't', payload: { n: 'many' } },
         { task: 't', payload: { n: 'limited' }, queue: 'lim' },
+        // The worker that claims it flags its queue grouped (mark_queue_grouped(), 0021).
+        { task: 't', payload: { n: 'grouped' }, queue: 'grp', group: 'tenant-1' },
       ])),
     ];
     const client = await queue.pool!.connect();
@@ -199,7 +201,7 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     const worker = new Worker({
       connectionString: urlAs(logins.worker),
       schema: db.schema,
-      queues: ['default', 'lim'],
+      queues: ['default', 'lim', 'grp'],
       heartbeatIntervalMs: 100,
       visibilityTimeoutMs: 5_000,
       rescueIntervalMs: 200,
@@ -258,6 +260,7 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     }, 'every job finished and a cron tick run');
     await worker.stop();
     expect(errors).toEqual([]);
+    expect((await db.pool.query(`SELECT grouped FROM ${db.s}.queues WHERE name = 'grp'`)).rows).toEqual([{ grouped: true }]);
 
     const { rows } = await db.pool.query(
       `SELECT id::text, status, result, progress, attempts, jsonb_array_length(errors) AS failures, key_scope
@@ -281,6 +284,7 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       'concurrent 1',
       'concurrent 2',
       'concurrent 3',
+      'grouped',
       'in a transaction',
       'keyed many',
       'keyed v5',

@@ -98,6 +98,8 @@ export interface WorkerStore {
   progress(ids: readonly string[], values: readonly string[]): Promise<void>;
   /** Rows of the worker's queues that are paused or limited. */
   queueState(queues: readonly string[]): Promise<QueueStateRow[]>;
+  /** Flags `queue` grouped and tells the workers, unless it is already; true when this call flagged it. */
+  markGrouped(queue: string): Promise<boolean>;
 }
 
 interface CycleRow extends JobRow {
@@ -223,6 +225,11 @@ export class PgWorkerStore implements WorkerStore {
   async queueState(queues: readonly string[]): Promise<QueueStateRow[]> {
     const { rows } = await this.db.query<QueueStateRow>(this.queries.queueState, [queues]);
     return rows;
+  }
+
+  async markGrouped(queue: string): Promise<boolean> {
+    const { rows } = await this.db.query<{ flagged: boolean }>(this.queries.markGrouped, [queue, this.channel]);
+    return rows[0]?.flagged ?? false;
   }
 
   /** A named prepared statement per schema, unless prepared statements are off. */

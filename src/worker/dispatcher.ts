@@ -163,6 +163,13 @@ export class Dispatcher {
     this.handBackTimer.unref();
   }
 
+  /** Hands back the jobs of `queue` claimed ahead: it turned out grouped, and they were not claimed in turn. */
+  handBackQueue(queue: string): void {
+    if (!this.signals.accepting()) return;
+    const jobs = this.slots.takeWaitingIn(queue);
+    if (jobs.length > 0) void this.handBack(jobs);
+  }
+
   private async handBack(jobs: JobRow[]): Promise<void> {
     let kept = jobs;
     try {

@@ -194,6 +194,21 @@ export class Slots {
   }
 
   /**
+   * Every waiting job of `queue`, to be handed back (a queue found grouped after
+   * they were claimed first come, first served): like takeOverdue.
+   */
+  takeWaitingIn(queue: string): JobRow[] {
+    const taken: JobRow[] = [];
+    for (const [id, w] of this.waiting) {
+      if (w.job.queue !== queue) continue;
+      this.waiting.delete(id);
+      this.releasing.set(id, w.job);
+      taken.push(w.job);
+    }
+    return taken;
+  }
+
+  /**
    * The hand-back of `released` committed; `kept` are still ours and wait again,
    * unless their lock expired meanwhile (dropReleasing): those are given up.
    */

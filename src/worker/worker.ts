@@ -28,6 +28,7 @@ import { Heartbeat } from './heartbeat.js';
 import { instrumentWorker, type Instrumentation } from './instrumentation.js';
 import { composeHandlers, payloadSchemas, tracing } from './middleware.js';
 import { ProgressWriter } from './progress.js';
+import { GroupedQueues } from './grouped-queues.js';
 import { QueueState } from './queue-state.js';
 import { Dispatcher } from './dispatcher.js';
 import { Slots } from './slots.js';
@@ -202,6 +203,15 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       () => loop.wake(),
       onError,
     );
+    const groupedQueues = new GroupedQueues(
+      store,
+      (queue) => queueState.claimPlan.plain.includes(queue),
+      (queue) => {
+        dispatcher.handBackQueue(queue);
+        void queueState.refresh().then(() => loop.wake());
+      },
+      onError,
+    );
     const loop: FetchLoop = new FetchLoop(
       store,
       { ...config, tasks: [...config.tasks.keys()] },
@@ -217,6 +227,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
           );
           this.slots.recordRoundTrip(roundTripMs);
           dispatcher.claimed(jobs);
+          groupedQueues.claimed(jobs);
         },
       },
       completer,

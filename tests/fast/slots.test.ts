@@ -156,6 +156,17 @@ describe('Slots: overdue waiting jobs', () => {
     expect(s.takeOverdue(500, 1_900)).toEqual([c]);
     expect(s.oldestWaitingSince()).toBeUndefined();
   });
+
+  it('takes out every waiting job of one queue (found grouped), still held until handed back', () => {
+    const s = slots({ concurrency: 1 });
+    const [a1, b1, a2] = [job('t', 'a'), job('t', 'b'), job('t', 'a')];
+    s.hold([a1!, b1!, a2!]);
+    expect(s.takeWaitingIn('a')).toEqual([a1, a2]);
+    expect(s.waitingIds()).toEqual([b1!.id]);
+    expect(s.heldIds().sort()).toEqual([a1!.id, b1!.id, a2!.id].sort());
+    s.handedBack([a1!, a2!], []);
+    expect(s.heldIds()).toEqual([b1!.id]);
+  });
 });
 
 describe('Slots: prefetch', () => {

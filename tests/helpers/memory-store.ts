@@ -389,6 +389,15 @@ export class MemoryStore implements WorkerStore {
     return rows.map((q) => ({ ...q }));
   }
 
+  async markGrouped(queue: string) {
+    await this.db.enter('markGrouped', this.workerId);
+    const row = this.db.queues.get(queue) ?? { name: queue, paused: false, concurrency_limit: null, grouped: false };
+    const flagged = !row.grouped;
+    this.db.queues.set(queue, { ...row, grouped: true });
+    await this.db.pass('markGrouped', 'reply');
+    return flagged;
+  }
+
   /** Due pending jobs of `queues` in claim order, up to `limit`, skipping rows another session holds. */
   private due(queues: readonly string[], tasks: readonly string[], limit: number, skipLocked = true): MemoryJob[] {
     if (limit <= 0 || queues.length === 0) return [];

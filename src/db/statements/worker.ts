@@ -27,6 +27,7 @@ export interface WorkerStatements {
   readonly claimLimited: string;
   readonly snooze: string;
   readonly queueState: string;
+  readonly markGrouped: string;
   readonly progress: string;
 }
 
@@ -337,6 +338,10 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // grouped or rate-limited (the last three are claimed by claimLimited).
     queueState: `SELECT name, paused, concurrency_limit, grouped OR rate_limit IS NOT NULL AS grouped FROM ${queues}
       WHERE name = ANY($1::text[]) AND (paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL)`,
+
+    // A claim returned a grouped job of a queue not known to be grouped: flag it
+    // and tell the workers ($2, the schema's channel) to re-read (migration 0021).
+    markGrouped: `SELECT ${s}.mark_queue_grouped($1, $2) AS flagged`,
 
     // Latest progress of running jobs, one statement for all of a worker's reports.
     // Ignored once the job is no longer this worker's (finished, rescued), and for

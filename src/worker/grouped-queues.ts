@@ -1,0 +1,44 @@
+import type { WorkerStore } from '../db/store.js';
+import type { JobRow } from '../job.js';
+
+/**
+ * Flags a queue grouped when this worker first claims one of its grouped jobs
+ * (migration 0021: nothing is written at enqueue, so a caller's long transaction
+ * never holds the queue's row). Once per queue per process; for a queue already
+ * flagged the call changes nothing.
+ *
+ * `found` runs for a queue whose grouped jobs were claimed first come, first
+ * served: claimed by the common cycle (the plan had it as a plain queue), or
+ * before this call flagged it. The worker then re-reads its claim plan (also
+ * where no notification reaches it) and hands back what it claimed ahead there,
+ * so that only the jobs it started were taken out of turn.
+ */
+export class GroupedQueues {
+  private readonly seen = new Set<string>();
+
+  constructor(
+    private readonly store: WorkerStore,
+    private readonly isPlain: (queue: string) => boolean,
+    private readonly found: (queue: string) => void,
+    private readonly onError: (err: unknown) => void,
+  ) {}
+
+  claimed(jobs: readonly JobRow[]): void {
+    for (const job of jobs) {
+      const queue = job.queue;
+      if (job.group_key === null || this.seen.has(queue)) continue;
+      this.seen.add(queue);
+      const plain = this.isPlain(queue);
+      this.store.markGrouped(queue).then(
+        (flagged) => {
+          if (flagged || plain) this.found(queue);
+        },
+        (err: unknown) => {
+          // Tried again with the next grouped job this worker claims.
+          this.seen.delete(queue);
+          this.onError(err);
+        },
+      );
+    }
+  }
+}
