@@ -78,7 +78,7 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
     intOption(name, value, fallback, min, max) {
       if (value === undefined) return fallback;
       if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
-        fail(`${name} must be an integer from ${min} to ${max}, got ${String(value)}`);
+        fail(`${name} must be an integer from ${min} to ${max}, got ${shown(value)}`);
       }
       return value;
     },
@@ -90,11 +90,12 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
     },
 
     checkName(kind, name) {
-      if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
-        fail(`${kind} must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}`);
+      // Characters as Postgres counts them (code points), not UTF-16 units: an emoji is one.
+      if (typeof name !== 'string' || name.length === 0 || [...name].length > MAX_NAME_LENGTH) {
+        fail(`${kind} must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${shown(name)}`);
       }
       const unstorable = unstorableText(name);
-      if (unstorable) fail(`${kind} ${JSON.stringify(name)} contains ${unstorable}`);
+      if (unstorable) fail(`${kind} ${shown(name)} contains ${unstorable}`);
       return name;
     },
 
@@ -106,6 +107,19 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
       return checkSchemaName(schema);
     },
   };
+}
+
+/**
+ * A rejected value as an error message shows it: strings quoted (so '2' is not
+ * mistaken for 2), and cut short, so a 100,000-character value does not make a
+ * 100,000-character message.
+ */
+export function shown(value: unknown): string {
+  if (typeof value !== 'string')
+    return typeof value === 'number' || typeof value === 'boolean' ? String(value) : (JSON.stringify(value) ?? String(value));
+  const chars = [...value];
+  if (chars.length <= 60) return JSON.stringify(value);
+  return `${JSON.stringify(chars.slice(0, 40).join(''))}… (${chars.length} characters)`;
 }
 
 /**

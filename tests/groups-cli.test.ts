@@ -62,6 +62,21 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
         { group: 'b', due: 1, weight: 1, concurrencyLimit: 2, throttled: false },
       ],
     });
+    // Nothing to set, or --per/--burst with no rate to qualify: refused, nothing changed.
+    const before = await listQueueLimits(db.pool, db.schema);
+    for (const args of [
+      ['groups', 'api'],
+      ['groups', 'api', '--per', '5s'],
+      ['groups', 'api', '--limit', '3', '--burst', '4'],
+      ['group', 'api', 'a'],
+      ['group', 'api', 'a', '--per', '5s'],
+      ['rate', 'api', 'none', '--burst', '5'],
+    ]) {
+      const result = await cli(...args);
+      expect(result.code, args.join(' ')).toBe(2);
+      expect(result.stderr, args.join(' ')).toMatch(/give --|--per and --burst/);
+    }
+    expect(await listQueueLimits(db.pool, db.schema)).toEqual(before);
     expect((await cli('rate', 'api', 'fast')).code).toBe(2);
     expect((await cli('group', 'api', 'a', '--weight', '0')).code).toBe(2);
     expect((await cli('rate', 'nosuchqueue', '5')).code).toBe(2);

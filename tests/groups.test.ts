@@ -467,8 +467,25 @@ describe('groups: settings', () => {
       ['rate limit 1.5', () => setQueueRateLimit(t.db.pool, t.db.schema, 'q', { limit: 1.5 })],
       ['group concurrency "2"', () => setQueueGroups(t.db.pool, t.db.schema, 'q', { groupConcurrency: '2' as never })],
       ['empty group', () => setGroupSettings(t.db.pool, t.db.schema, 'q', '', { weight: 2 })],
+      ['no group settings at all', () => setQueueGroups(t.db.pool, t.db.schema, 'q', {})],
+      ['no settings for a group', () => setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', {})],
+      ['129 emoji', () => setGroupSettings(t.db.pool, t.db.schema, 'q', '😀'.repeat(129), { weight: 2 })],
     ];
     for (const [what, call] of bad) await expect(call(), what).rejects.toBeInstanceOf(ValidationError);
+    // Nothing was written by any of them: 'q' has no settings (setQueueGroups({}) used to flag it grouped).
+    expect((await listQueueLimits(t.db.pool, t.db.schema)).some((q) => q.name === 'q')).toBe(false);
+  });
+
+  it('counts a group key in characters as Postgres does, and shows a rejected value quoted and cut short', async () => {
+    // 128 emoji are 256 UTF-16 units, and 128 characters to Postgres: taken from JS as from SQL.
+    const emoji = '😀'.repeat(128);
+    await t.queue.enqueue('t', {}, { queue: 'chars', group: emoji });
+    expect((await setGroupSettings(t.db.pool, t.db.schema, 'chars', emoji, { weight: 2 })).weight).toBe(2);
+    const long = await setGroupSettings(t.db.pool, t.db.schema, 'q', 'x'.repeat(100_000), { weight: 2 }).catch((e: Error) => e);
+    expect(long).toBeInstanceOf(ValidationError);
+    expect((long as Error).message.length).toBeLessThan(200);
+    expect((long as Error).message).toContain('(100000 characters)');
+    await expect(setQueueGroups(t.db.pool, t.db.schema, 'q', { groupConcurrency: '2' as never })).rejects.toThrow(/got "2"/);
   });
 
   it('lists what was set, changes only the keys given, and records each change in the audit log', async () => {

@@ -63,12 +63,23 @@ interface RateFlags {
 /** A rate from `<n>|none` and --per/--burst. */
 function rateOf(what: string, value: string, flags: RateFlags): RateLimit | null {
   const limit = limitOrNone(what, value);
-  if (limit === null) return null;
+  if (limit === null) {
+    if (flags.per !== undefined || flags.burst !== undefined)
+      throw new UsageError(`--per and --burst go with a rate, not with ${what} none`);
+    return null;
+  }
   return {
     limit,
     ...(flags.per === undefined ? {} : { intervalMs: flags.per }),
     ...(flags.burst === undefined ? {} : { burst: flags.burst }),
   };
+}
+
+/** --per and --burst only qualify --rate: alone they would be ignored. */
+function requireRate(flags: RateFlags & { rate?: string }): void {
+  if (flags.rate === undefined && (flags.per !== undefined || flags.burst !== undefined)) {
+    throw new UsageError('--per and --burst qualify --rate: give --rate <n> with them');
+  }
 }
 
 /**
@@ -197,6 +208,10 @@ export function registerQueues(program: Command): void {
         flags: RateFlags & { limit?: string; rate?: string; json?: boolean; create?: boolean },
         command: Command,
       ) => {
+        requireRate(flags);
+        if (flags.limit === undefined && flags.rate === undefined) {
+          throw new UsageError('give --limit and/or --rate ("none" removes one); sluice queues list shows the settings');
+        }
         const settings = {
           ...(flags.limit === undefined ? {} : { groupConcurrency: limitOrNone('--limit', flags.limit) }),
           ...(flags.rate === undefined ? {} : { groupRateLimit: rateOf('--rate', flags.rate, flags) }),
@@ -228,6 +243,10 @@ export function registerQueues(program: Command): void {
         flags: RateFlags & { weight?: number; limit?: string; rate?: string; json?: boolean; create?: boolean },
         command: Command,
       ) => {
+        requireRate(flags);
+        if (flags.weight === undefined && flags.limit === undefined && flags.rate === undefined) {
+          throw new UsageError('give --weight, --limit and/or --rate; sluice queues group-stats shows the settings');
+        }
         const settings = {
           ...(flags.weight === undefined ? {} : { weight: flags.weight }),
           ...(flags.limit === undefined ? {} : { concurrencyLimit: limitOrNone('--limit', flags.limit) }),
