@@ -13,6 +13,9 @@ import {
   setQueueRateLimit,
 } from '../src/groups/settings.js';
 import { waitFor } from './helpers/database.js';
+import { prune } from '../src/maintenance/pruner.js';
+import { resolvePrunerConfig } from '../src/maintenance/options.js';
+import { maintenanceStatements } from '../src/db/statements/maintenance.js';
 import { deferred, useWorkers } from './helpers/workers.js';
 
 const t = useWorkers('groups');
@@ -322,6 +325,31 @@ describe('groups: limits', () => {
     expect(stats).toMatchObject({ groups: 3, due: 10, running: 8, throttled: 3 });
   });
 
+  it('the pruner deletes the job_groups rows that hold only a full token bucket, and keeps the rest', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'buckets', { groupRateLimit: { limit: 1000, intervalMs: 1000, burst: 1 } });
+    await setGroupSettings(t.db.pool, t.db.schema, 'buckets', 'own', { weight: 2 });
+    await t.queue.enqueueMany(['a', 'b', 'own'].map((group) => ({ task: 't', queue: 'buckets', group })));
+    expect((await claim('buckets', 10)).jobs).toHaveLength(3);
+    // One more group whose bucket stays empty for a day: its row must stay.
+    await setQueueGroups(t.db.pool, t.db.schema, 'slow-buckets', {
+      groupRateLimit: { limit: 1, intervalMs: 86_400_000, burst: 1 },
+    });
+    await t.queue.enqueue('t', {}, { queue: 'slow-buckets', group: 'spent' });
+    expect((await claim('slow-buckets', 10)).jobs).toHaveLength(1);
+    const rowsOf = async () =>
+      (
+        await t.db.pool.query(
+          `SELECT queue || '/' || group_key AS k FROM ${t.db.s}.job_groups WHERE queue IN ('buckets', 'slow-buckets') ORDER BY 1`,
+        )
+      ).rows.map((r) => r.k as string);
+    expect(await rowsOf()).toEqual(['buckets/a', 'buckets/b', 'buckets/own', 'slow-buckets/spent']);
+    // 1 token per ms, burst 1: full again 1 ms later.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const result = await prune(t.db.pool, maintenanceStatements(t.db.schema), resolvePrunerConfig({}));
+    expect(result.groupBuckets).toBeGreaterThanOrEqual(2);
+    expect(await rowsOf()).toEqual(['buckets/own', 'slow-buckets/spent']);
+  });
+
   it('a paused grouped queue claims nothing', async () => {
     await t.queue.enqueue('t', {}, { queue: 'gpaused', group: 'g' });
     await t.queue.pauseQueue('gpaused');
@@ -468,11 +496,17 @@ describe('groups: settings', () => {
       ['group concurrency "2"', () => setQueueGroups(t.db.pool, t.db.schema, 'q', { groupConcurrency: '2' as never })],
       ['empty group', () => setGroupSettings(t.db.pool, t.db.schema, 'q', '', { weight: 2 })],
       ['no group settings at all', () => setQueueGroups(t.db.pool, t.db.schema, 'q', {})],
+      ['null group settings', () => setQueueGroups(t.db.pool, t.db.schema, 'q', null as never)],
+      ['null settings for a group', () => setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', null as never)],
       ['no settings for a group', () => setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', {})],
       ['129 emoji', () => setGroupSettings(t.db.pool, t.db.schema, 'q', '😀'.repeat(129), { weight: 2 })],
     ];
     for (const [what, call] of bad) await expect(call(), what).rejects.toBeInstanceOf(ValidationError);
     // Nothing was written by any of them: 'q' has no settings (setQueueGroups({}) used to flag it grouped).
+    expect((await listQueueLimits(t.db.pool, t.db.schema)).some((q) => q.name === 'q')).toBe(false);
+    // Nor may a worker flag a queue without a grouped job, or create one.
+    const { rows } = await t.db.pool.query(`SELECT ${t.db.s}.mark_queue_grouped('q', 'sluice-test') AS flagged`);
+    expect(rows).toEqual([{ flagged: false }]);
     expect((await listQueueLimits(t.db.pool, t.db.schema)).some((q) => q.name === 'q')).toBe(false);
   });
 

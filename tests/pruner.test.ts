@@ -143,7 +143,7 @@ describe('pruner', () => {
     const old = await insertJob(t, 'completed', 2 * 3_600_000);
     const failed = await insertJob(t, 'failed', 2 * 3_600_000);
     const result = await run(t, { mode: 'delete', delayMs: 0, retention: { completed: 3_600_000, failed: DAY } });
-    expect(result).toEqual({ removed: 1, archived: 0, droppedPartitions: [] });
+    expect(result).toEqual({ removed: 1, archived: 0, droppedPartitions: [], groupBuckets: 0 });
     expect(await where(t, old)).toBe('gone');
     expect(await where(t, recent)).toBe('jobs');
     expect(await where(t, failed)).toBe('jobs');

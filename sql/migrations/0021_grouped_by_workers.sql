@@ -24,11 +24,17 @@ DROP FUNCTION :SCHEMA.mark_grouped_queue();
 
 -- Owner's rights, because workers may not write the queues table's settings; the
 -- channel is the worker's (channelFor in src/db/identifiers.ts). True when this
--- call flagged the queue.
+-- call flagged the queue. Only a queue that has a grouped job pending or running
+-- is flagged (an index probe of jobs_group_dequeue_idx or jobs_group_processing_idx):
+-- the worker role cannot flag, or create, any other.
 CREATE FUNCTION :SCHEMA.mark_queue_grouped(_queue text, _channel text) RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF EXISTS (SELECT FROM :SCHEMA.queues q WHERE q.name = _queue AND q.grouped) THEN
+    RETURN false;
+  END IF;
+  IF NOT EXISTS (SELECT FROM :SCHEMA.jobs j WHERE j.queue = _queue AND j.status = 'processing' AND j.group_key IS NOT NULL)
+     AND NOT EXISTS (SELECT FROM :SCHEMA.jobs j WHERE j.queue = _queue AND j.status = 'pending' AND j.group_key IS NOT NULL) THEN
     RETURN false;
   END IF;
   INSERT INTO :SCHEMA.queues AS q (name, grouped) VALUES (_queue, true)

@@ -104,8 +104,10 @@ export function resolveRateLimit(what: string, rate: RateLimit | null): Resolved
   };
 }
 
-function requireSome(settings: object, message: string): void {
-  if (Object.values(settings).every((v) => v === undefined)) throw new ValidationError(message);
+function requireSome(settings: unknown, message: string): void {
+  if (typeof settings !== 'object' || settings === null || Object.values(settings).every((v) => v === undefined)) {
+    throw new ValidationError(message);
+  }
 }
 
 function limitOption(what: string, value: number | null): number | null {
@@ -128,9 +130,9 @@ export async function setQueueGroups(
   settings: QueueGroupOptions,
   options: ActionOptions = {},
 ): Promise<QueueLimits> {
-  rejectUnknownKeys(settings, new Set(['groupConcurrency', 'groupRateLimit']), 'group settings');
   // Nothing to set would still turn the queue grouped, for good: surely not what was meant.
   requireSome(settings, 'group settings: give groupConcurrency or groupRateLimit (null removes one)');
+  rejectUnknownKeys(settings, new Set(['groupConcurrency', 'groupRateLimit']), 'group settings');
   const concurrency =
     settings.groupConcurrency === undefined ? undefined : limitOption('groupConcurrency', settings.groupConcurrency);
   const rate = settings.groupRateLimit === undefined ? undefined : resolveRateLimit('groupRateLimit', settings.groupRateLimit);
@@ -197,8 +199,8 @@ export async function setGroupSettings(
   settings: GroupOptions,
   options: ActionOptions = {},
 ): Promise<GroupSettings> {
-  rejectUnknownKeys(settings, new Set(['weight', 'concurrencyLimit', 'rateLimit']), 'group settings');
   requireSome(settings, 'group settings: give weight, concurrencyLimit or rateLimit (null: the queue default)');
+  rejectUnknownKeys(settings, new Set(['weight', 'concurrencyLimit', 'rateLimit']), 'group settings');
   const key = group === null ? '' : checkName('group', group);
   const weight = settings.weight === undefined ? undefined : intOption('weight', settings.weight, 1, 1, 1000);
   const concurrency =

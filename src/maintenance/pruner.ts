@@ -26,6 +26,8 @@ export interface PruneResult {
   archived: number;
   /** History partitions dropped because everything in them expired. */
   droppedPartitions: string[];
+  /** job_groups rows that held only a full token bucket, deleted. */
+  groupBuckets: number;
 }
 
 // SQLSTATE 23514 with this message: no history partition covers a row's purge day.
@@ -34,7 +36,8 @@ const NO_PARTITION = /no partition of relation/;
 /**
  * Moves finished jobs out of the hot table in batches: into jobs_history (archive
  * mode), or deletes them (delete mode). Then drops history partitions whose rows
- * have all expired and creates the ones the next days need.
+ * have all expired and creates the ones the next days need, and deletes the
+ * job_groups rows that hold only a full token bucket.
  *
  * Safe to run concurrently (SKIP LOCKED, idempotent partition DDL), so a leader
  * handover that overlaps two pruners does no harm.
@@ -50,7 +53,7 @@ export async function prune(db: Queryable, queries: MaintenanceStatements, confi
     JSON.stringify(config.retention),
     archive,
   ];
-  const result: PruneResult = { removed: 0, archived: 0, droppedPartitions: [] };
+  const result: PruneResult = { removed: 0, archived: 0, droppedPartitions: [], groupBuckets: 0 };
   for (let batch = 0; batch < config.maxBatches; batch++) {
     const row = await pruneBatch(db, queries, params);
     result.removed += row.removed;
@@ -60,6 +63,11 @@ export async function prune(db: Queryable, queries: MaintenanceStatements, confi
   if (archive) {
     const { rows } = await db.query(queries.dropExpired, [queries.schema]);
     result.droppedPartitions = rows.map((r: { dropped: string }) => r.dropped);
+  }
+  for (let batch = 0; batch < config.maxBatches; batch++) {
+    const { rows } = await db.query(queries.pruneGroupBuckets, [config.batchSize]);
+    result.groupBuckets += rows.length;
+    if (rows.length < config.batchSize) break;
   }
   return result;
 }
@@ -104,7 +112,7 @@ export function prunerTask(
     intervalMs: config.intervalMs,
     run: async () => {
       const result = await prune(db, queries, config);
-      if (result.removed > 0 || result.droppedPartitions.length > 0) pruned(result);
+      if (result.removed > 0 || result.droppedPartitions.length > 0 || result.groupBuckets > 0) pruned(result);
     },
   };
 }

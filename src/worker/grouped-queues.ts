@@ -13,8 +13,13 @@ import type { JobRow } from '../job.js';
  * where no notification reaches it) and hands back what it claimed ahead there,
  * so that only the jobs it started were taken out of turn.
  */
+/** After a failed call (say, a role without the grant of roles.sql), the next try waits this long. */
+const RETRY_AFTER_MS = 60_000;
+
 export class GroupedQueues {
   private readonly seen = new Set<string>();
+  /** Queues whose last call failed, and when it may be tried again (Date.now()). */
+  private readonly failedUntil = new Map<string, number>();
 
   constructor(
     private readonly store: WorkerStore,
@@ -27,6 +32,7 @@ export class GroupedQueues {
     for (const job of jobs) {
       const queue = job.queue;
       if (job.group_key === null || this.seen.has(queue)) continue;
+      if ((this.failedUntil.get(queue) ?? 0) > Date.now()) continue;
       this.seen.add(queue);
       const plain = this.isPlain(queue);
       this.store.markGrouped(queue).then(
@@ -34,8 +40,10 @@ export class GroupedQueues {
           if (flagged || plain) this.found(queue);
         },
         (err: unknown) => {
-          // Tried again with the next grouped job this worker claims.
+          // Tried again with a grouped job this worker claims a minute from now, not
+          // with every claim: a missing grant would otherwise report once per claim.
           this.seen.delete(queue);
+          this.failedUntil.set(queue, Date.now() + RETRY_AFTER_MS);
           this.onError(err);
         },
       );

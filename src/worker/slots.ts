@@ -195,12 +195,14 @@ export class Slots {
 
   /**
    * Every waiting job of `queue`, to be handed back (a queue found grouped after
-   * they were claimed first come, first served): like takeOverdue.
+   * they were claimed first come, first served): like takeOverdue. Not those with
+   * a job key: the claim gave their key up, and a handed-back job would go back
+   * to pending without it (a second job could take the key); they run here.
    */
   takeWaitingIn(queue: string): JobRow[] {
     const taken: JobRow[] = [];
     for (const [id, w] of this.waiting) {
-      if (w.job.queue !== queue) continue;
+      if (w.job.queue !== queue || w.job.job_key !== null) continue;
       this.waiting.delete(id);
       this.releasing.set(id, w.job);
       taken.push(w.job);

@@ -4,7 +4,7 @@
  * those jobs were claimed in common order. The store is the in-memory one (the
  * SQL function is tested against Postgres in tests/groups.test.ts).
  */
-import { beforeEach, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it, vi } from 'vitest';
 import type { JobRow } from '../../src/job.js';
 import { GroupedQueues } from '../../src/worker/grouped-queues.js';
 import { MemoryDatabase } from '../helpers/memory-store.js';
@@ -64,15 +64,25 @@ describe('GroupedQueues', () => {
     expect(found).toEqual(['limited']);
   });
 
-  it('after a failed call tries again with the next grouped job of that queue', async () => {
-    db.failNext('markGrouped');
-    grouped.claimed([job('p', 'a')]);
-    await settle();
-    expect(errors).toHaveLength(1);
-    expect(found).toEqual([]);
-    grouped.claimed([job('p', 'b')]);
-    await settle();
-    expect(found).toEqual(['p']);
-    expect(db.queues.get('p')?.grouped).toBe(true);
+  it('after a failed call tries again with a grouped job claimed a minute later, not with every claim', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] });
+    try {
+      db.failNext('markGrouped');
+      grouped.claimed([job('p', 'a')]);
+      await settle();
+      expect(errors).toHaveLength(1);
+      expect(found).toEqual([]);
+      grouped.claimed([job('p', 'b')]);
+      await settle();
+      expect(marks()).toBe(1);
+      vi.advanceTimersByTime(60_000);
+      grouped.claimed([job('p', 'c')]);
+      await settle();
+      expect(marks()).toBe(2);
+      expect(found).toEqual(['p']);
+      expect(db.queues.get('p')?.grouped).toBe(true);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });

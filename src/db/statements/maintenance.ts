@@ -15,6 +15,7 @@ export interface MaintenanceStatements {
   readonly createPartition: string;
   readonly createPartitionsAhead: string;
   readonly dropExpired: string;
+  readonly pruneGroupBuckets: string;
 }
 
 /** Where finished rows wait: the jobs_finished_idx expression. */
@@ -103,5 +104,21 @@ export const maintenanceStatements = perSchema((schema: string): MaintenanceStat
       ) days`,
 
     dropExpired: `SELECT ${s}.drop_expired_history($1, now()) AS dropped`,
+
+    // job_groups rows that hold nothing but a token bucket, full again (or under no
+    // group rate limit any more): claim_queue() made them for a group rate limit
+    // (0016), and a missing row is the same as a full bucket, so up to $1 of them go.
+    // SKIP LOCKED: a claimer spending one keeps it; it is pruned next time.
+    pruneGroupBuckets: `WITH idle AS (
+        SELECT g.queue, g.group_key FROM ${s}.job_groups g
+        LEFT JOIN ${s}.queues q ON q.name = g.queue
+        WHERE g.weight = 1 AND g.concurrency_limit IS NULL AND g.rate_limit IS NULL
+          AND (q.group_rate_limit IS NULL
+            OR (${s}.refill_tokens(g.tokens, g.tokens_at, q.group_rate_limit, q.group_rate_interval_ms, q.group_rate_burst, now())).tokens
+               >= q.group_rate_burst)
+        LIMIT $1
+        FOR UPDATE OF g SKIP LOCKED
+      )
+      DELETE FROM ${s}.job_groups g USING idle WHERE g.queue = idle.queue AND g.group_key = idle.group_key RETURNING 1`,
   };
 });
