@@ -31,6 +31,11 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     expect(await cli('pause', 'emails')).toMatchObject({ code: 0, stdout: 'emails: paused, no limit\n' });
     // Known by its settings now, even without jobs.
     expect((await cli('resume', 'later')).code).toBe(0);
+    // Recorded as the CLI's, like the rate and group commands (they were 'api').
+    const { rows: audit } = await db.pool.query(
+      `SELECT action, actor FROM ${db.s}.audit_log WHERE queue = 'later' ORDER BY at, id`,
+    );
+    expect(audit.map((a) => a.actor)).toEqual(['cli', 'cli']);
   });
 
   it('sets rate limits, group defaults and one group, and shows group stats', async () => {

@@ -151,7 +151,7 @@ export function registerQueues(program: Command): void {
       .action(async (name: string, flags: { json?: boolean; create?: boolean }, command: Command) => {
         print(
           await changeQueue(command, name, flags.create, (pool, schema) =>
-            setQueuePaused(pool, controlStatements(schema), name, paused),
+            setQueuePaused(pool, controlStatements(schema), name, paused, { actor: 'cli' }),
           ),
           flags.json,
         );
@@ -168,7 +168,7 @@ export function registerQueues(program: Command): void {
       const limit = limitOrNone('the limit', n);
       print(
         await changeQueue(command, name, flags.create, (pool, schema) =>
-          setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit),
+          setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit, { actor: 'cli' }),
         ),
         flags.json,
       );
