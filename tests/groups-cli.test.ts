@@ -85,6 +85,9 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     expect((await cli('rate', 'api', 'fast')).code).toBe(2);
     expect((await cli('group', 'api', 'a', '--weight', '0')).code).toBe(2);
     expect((await cli('rate', 'nosuchqueue', '5')).code).toBe(2);
+    const typo = await cli('group-stats', 'nosuchqueue');
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toMatch(/queue "nosuchqueue" has no jobs and no settings/);
   });
 
   it('sluice stats adds the groups of grouped queues: with due jobs, with running jobs, throttled', async () => {

@@ -268,7 +268,14 @@ export function registerQueues(program: Command): void {
     .option('--json', 'print the numbers as JSON')
     .exitOverride()
     .action(async (name: string, flags: { top: number; json?: boolean }, command: Command) => {
-      const stats = await withDatabase(command, ({ pool, schema }) => getGroupStats(pool, schema, name, { limit: flags.top }));
+      // A typo in the name would print zeros, as for a quiet queue: refuse it as the setters do.
+      const stats = await withDatabase(command, async ({ pool, schema }) => {
+        checkName('queue', name);
+        if (!(await isKnownQueue(pool, schema, name))) {
+          throw new UsageError(`queue "${name}" has no jobs and no settings: check the name (sluice queues list, sluice stats)`);
+        }
+        return getGroupStats(pool, schema, name, { limit: flags.top });
+      });
       if (flags.json) return printJson(stats);
       process.stdout.write(
         `${stats.queue}: ${stats.groups} groups, ${stats.due} due, ${stats.running} running, ${stats.throttled} throttled\n`,
