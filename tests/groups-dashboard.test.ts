@@ -112,7 +112,7 @@ describe('dashboard JSON API: groups and limits', () => {
     await queue.enqueue('t', {}, { queue: 'rq2' });
     const badRate = await post('/api/queues/rq2/limits', { groupConcurrency: 2, rateLimit: { limit: -5 } });
     expect(badRate.status).toBe(400);
-    expect(badRate.body.error.message).toBe('rate limit limit must be an integer from 1 to 1000000, got -5');
+    expect(badRate.body.error.message).toBe('rate limit: limit must be an integer from 1 to 1000000, got -5');
     const badGroups = await post('/api/queues/rq2/limits', { rateLimit: { limit: 5 }, groupConcurrency: -1 });
     expect(badGroups.status).toBe(400);
     expect(badGroups.body.error.message).toContain('groupConcurrency');

@@ -96,11 +96,11 @@ export function resolveRateLimit(what: string, rate: RateLimit | null): Resolved
   if (typeof rate !== 'object') throw new ValidationError(`${what}: give { limit, intervalMs?, burst? } or null for none`);
   rejectUnknownKeys(rate, RATE_KEYS, what);
   if (rate.limit === undefined) throw new ValidationError(`${what}: limit is required`);
-  const limit = intOption(`${what} limit`, rate.limit, 0, 1, 1_000_000);
+  const limit = intOption(`${what}: limit`, rate.limit, 0, 1, 1_000_000);
   return {
     limit,
-    intervalMs: intOption(`${what} intervalMs`, rate.intervalMs, 1000, 1, 86_400_000),
-    burst: intOption(`${what} burst`, rate.burst, Math.max(1, Math.ceil(limit / 10)), 1, 1_000_000),
+    intervalMs: intOption(`${what}: intervalMs`, rate.intervalMs, 1000, 1, 86_400_000),
+    burst: intOption(`${what}: burst`, rate.burst, Math.max(1, Math.ceil(limit / 10)), 1, 1_000_000),
   };
 }
 

@@ -177,7 +177,7 @@ describe('dashboard groups page in Chromium', () => {
     await page.fill('#ql-rate-limit', '-5');
     await page.click('form[data-form="queue-limits"] button[type="submit"]');
     const alert = await page.waitForSelector('form[data-form="queue-limits"] .error[role="alert"]:not(:empty)');
-    expect(await alert.textContent()).toBe('rate limit limit must be an integer from 1 to 1000000, got -5');
+    expect(await alert.textContent()).toBe('rate limit: limit must be an integer from 1 to 1000000, got -5');
     await page.fill('#gs-group', 'globex');
     await page.press('#gs-group', 'Tab');
     await page.fill('#gs-weight', '0');
