@@ -1,6 +1,9 @@
 import type { WorkerStore } from '../db/store.js';
 import type { JobRow } from '../job.js';
 
+/** After a failed call (say, a role without the grant of roles.sql), the next try waits this long. */
+const RETRY_AFTER_MS = 60_000;
+
 /**
  * Flags a queue grouped when this worker first claims one of its grouped jobs
  * (migration 0021: nothing is written at enqueue, so a caller's long transaction
@@ -13,13 +16,9 @@ import type { JobRow } from '../job.js';
  * where no notification reaches it) and hands back what it claimed ahead there,
  * so that only the jobs it started were taken out of turn.
  */
-/** After a failed call (say, a role without the grant of roles.sql), the next try waits this long. */
-const RETRY_AFTER_MS = 60_000;
-
 export class GroupedQueues {
-  private readonly seen = new Set<string>();
-  /** Queues whose last call failed, and when it may be tried again (Date.now()). */
-  private readonly failedUntil = new Map<string, number>();
+  /** Per queue, when a grouped job may next lead to a call (Date.now()): Infinity once called. */
+  private readonly nextCallAt = new Map<string, number>();
 
   constructor(
     private readonly store: WorkerStore,
@@ -31,9 +30,8 @@ export class GroupedQueues {
   claimed(jobs: readonly JobRow[]): void {
     for (const job of jobs) {
       const queue = job.queue;
-      if (job.group_key === null || this.seen.has(queue)) continue;
-      if ((this.failedUntil.get(queue) ?? 0) > Date.now()) continue;
-      this.seen.add(queue);
+      if (job.group_key === null || (this.nextCallAt.get(queue) ?? 0) > Date.now()) continue;
+      this.nextCallAt.set(queue, Infinity);
       const plain = this.isPlain(queue);
       this.store.markGrouped(queue).then(
         (flagged) => {
@@ -42,8 +40,7 @@ export class GroupedQueues {
         (err: unknown) => {
           // Tried again with a grouped job this worker claims a minute from now, not
           // with every claim: a missing grant would otherwise report once per claim.
-          this.seen.delete(queue);
-          this.failedUntil.set(queue, Date.now() + RETRY_AFTER_MS);
+          this.nextCallAt.set(queue, Date.now() + RETRY_AFTER_MS);
           this.onError(err);
         },
       );

@@ -186,9 +186,7 @@ export class Slots {
     const overdue: JobRow[] = [];
     for (const [id, w] of this.waiting) {
       if (now - w.since < maxWaitMs) break; // claim order is time order
-      this.waiting.delete(id);
-      this.releasing.set(id, w.job);
-      overdue.push(w.job);
+      overdue.push(this.toReleasing(id, w.job));
     }
     return overdue;
   }
@@ -202,12 +200,16 @@ export class Slots {
   takeWaitingIn(queue: string): JobRow[] {
     const taken: JobRow[] = [];
     for (const [id, w] of this.waiting) {
-      if (w.job.queue !== queue || w.job.job_key !== null) continue;
-      this.waiting.delete(id);
-      this.releasing.set(id, w.job);
-      taken.push(w.job);
+      if (w.job.queue === queue && w.job.job_key === null) taken.push(this.toReleasing(id, w.job));
     }
     return taken;
+  }
+
+  /** Out of the waiting list into the hand-back, still held. */
+  private toReleasing(id: string, job: JobRow): JobRow {
+    this.waiting.delete(id);
+    this.releasing.set(id, job);
+    return job;
   }
 
   /**
