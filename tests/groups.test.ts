@@ -31,7 +31,14 @@ interface Claimed {
  * rate-limited queues. A queue with grouped jobs is flagged first, as the worker
  * that claimed its first grouped job would have (migration 0021).
  */
-async function claim(queue: string, max: number, worker = 'claimer', db: pg.ClientBase | pg.Pool = t.db.pool, startNow = max) {
+async function claim(
+  queue: string,
+  max: number,
+  worker = 'claimer',
+  db: pg.ClientBase | pg.Pool = t.db.pool,
+  startNow = max,
+  finished: string[] = [],
+) {
   await db.query(
     `SELECT ${t.db.s}.mark_queue_grouped($1, 'sluice-test') WHERE EXISTS (SELECT FROM ${t.db.s}.jobs WHERE queue = $1 AND group_key IS NOT NULL)`,
     [queue],
@@ -39,7 +46,7 @@ async function claim(queue: string, max: number, worker = 'claimer', db: pg.Clie
   const { rows } = await db.query<Claimed>(
     `SELECT c.id, j.group_key, c.wait_until FROM (${workerStatements(t.db.schema).claimLimited}) c
      LEFT JOIN ${t.db.s}.jobs j ON j.id = c.id::bigint`,
-    [worker, queue, ['t'], max, startNow],
+    [worker, queue, ['t'], max, startNow, finished],
   );
   return { jobs: rows.filter((r) => r.id !== null), waitUntil: rows.find((r) => r.id === null)?.wait_until ?? null };
 }
@@ -196,6 +203,19 @@ describe('groups: fair claims', () => {
     expect([count('heavy'), count('light1'), count('light2')]).toEqual([3, 1, 1]);
   });
 
+  it("keeps a group's weight across claims of one job: the rest of its turn begins the next claim (0022)", async () => {
+    await t.queue.enqueueMany(
+      ['heavy', 'light1', 'light2'].flatMap((g) => Array.from({ length: 10 }, () => ({ task: 't', queue: 'wturns', group: g }))),
+    );
+    await setGroupSettings(t.db.pool, t.db.schema, 'wturns', 'heavy', { weight: 3 });
+    const order: (string | null)[] = [];
+    for (let i = 0; i < 10; i++) order.push(...groupsOf((await claim('wturns', 1)).jobs));
+    expect(order).toEqual(['heavy', 'heavy', 'heavy', 'light1', 'light2', 'heavy', 'heavy', 'heavy', 'light1', 'light2']);
+    // A claim of two takes the rest of a turn and goes on to the next group.
+    expect(groupsOf((await claim('wturns', 1)).jobs)).toEqual(['heavy']);
+    expect(groupsOf((await claim('wturns', 3)).jobs)).toEqual(['heavy', 'heavy', 'light1']);
+  });
+
   it('skips groups whose jobs are not due, and leaves the bound on visits to the next claim', async () => {
     await t.queue.enqueueMany(
       Array.from({ length: 200 }, (_, i) => ({
@@ -288,6 +308,35 @@ describe('groups: limits', () => {
       }
     } finally {
       await Promise.all(clients.map((c) => c.end()));
+    }
+  });
+
+  it('does not count as running the jobs the claimer says it finished, while they are still its own (0022)', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'gdone', { groupConcurrency: 2 });
+    await t.queue.enqueueMany(Array.from({ length: 6 }, () => ({ task: 't', queue: 'gdone', group: 'g' })));
+    const running = (await claim('gdone', 5, 'w1')).jobs.map((j) => j.id!);
+    expect(running).toHaveLength(2);
+    // Still 'processing' (the result is being written beside the claim): at the limit for anyone else ...
+    expect((await claim('gdone', 5, 'w2', t.db.pool, 5, [running[0]!])).jobs).toHaveLength(0);
+    // ... but not for the worker whose handler ended.
+    const refill = (await claim('gdone', 5, 'w1', t.db.pool, 5, [running[0]!])).jobs;
+    expect(refill).toHaveLength(1);
+    expect((await claim('gdone', 5, 'w1', t.db.pool, 5, [running[0]!])).jobs).toHaveLength(0);
+    // A job taken from the worker (rescued and claimed elsewhere) counts again for its new holder.
+    await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_by = 'w3' WHERE id = $1`, [running[1]]);
+    expect((await claim('gdone', 5, 'w1', t.db.pool, 5, [running[0]!, running[1]!])).jobs).toHaveLength(0);
+  });
+
+  it('does not count finished jobs under a queue-wide limit either, grouped or not (claim_limited)', async () => {
+    for (const queue of ['qdone-grouped', 'qdone-plain']) {
+      await t.queue.setQueueConcurrency(queue, 1);
+      await t.queue.enqueueMany(
+        Array.from({ length: 3 }, (_, i) => ({ task: 't', queue, group: queue.endsWith('grouped') ? `g${i}` : undefined })),
+      );
+      const [first] = (await claim(queue, 3, 'w1')).jobs.map((j) => j.id!);
+      expect(first).toBeDefined();
+      expect((await claim(queue, 3, 'w1')).jobs).toHaveLength(0);
+      expect((await claim(queue, 3, 'w1', t.db.pool, 3, [first!])).jobs).toHaveLength(1);
     }
   });
 

@@ -124,7 +124,7 @@ describe('global per-queue concurrency across worker processes', () => {
       await locker!.query('BEGIN');
       await locker!.query(lock[0], lock[1]);
       await claimer!.query("SET lock_timeout = '2s'");
-      const claim = () => claimer!.query(q.claimLimited, [`${queueName}-claimer`, queueName, ['span'], 1, 1]);
+      const claim = () => claimer!.query(q.claimLimited, [`${queueName}-claimer`, queueName, ['span'], 1, 1, []]);
       expect((await claim()).rows).toEqual([]);
       await locker!.query('COMMIT');
       expect((await claim()).rows.map((r: { id: string }) => r.id)).toEqual([expected]);
@@ -163,7 +163,9 @@ describe('global per-queue concurrency across worker processes', () => {
       for (let round = 0; round < 10; round++) {
         await queue.enqueueMany(Array.from({ length: 10 }, () => ({ task: 'span', queue: 'race' })));
         // Every claimer asks for 5; the limit allows 2 in total.
-        const results = await Promise.all(clients.map((c, i) => c.query(q.claimLimited, [`racer${i}`, 'race', ['span'], 5, 5])));
+        const results = await Promise.all(
+          clients.map((c, i) => c.query(q.claimLimited, [`racer${i}`, 'race', ['span'], 5, 5, []])),
+        );
         const claimed = results.flatMap((r) => r.rows as { id: string }[]);
         expect(claimed.length).toBe(2);
         // Finish them (and drop the rest) for the next round.

@@ -62,6 +62,8 @@ export interface QueueStateRow {
   concurrency_limit: number | null;
   /** Has groups or a rate limit (migration 0016): claimed like a limited queue. */
   grouped: boolean;
+  /** A limit counts every claimed job: nothing is claimed ahead, each freed slot is refilled at once. */
+  strict: boolean;
 }
 
 /** What a claim of one limited, grouped or rate-limited queue got. */
@@ -83,8 +85,15 @@ export interface WorkerStore {
   /**
    * Claims from one queue with a concurrency limit (local or global), groups or a rate limit, up to `max`.
    * The first `startNow` (default: all) start now; the rest, where no limit counts them, are claimed ahead.
+   * `finished`: jobs whose handlers ended here, results not written yet: not counted as running.
    */
-  claimLimited(queue: string, tasks: readonly string[], max: number, startNow?: number): Promise<LimitedClaim>;
+  claimLimited(
+    queue: string,
+    tasks: readonly string[],
+    max: number,
+    startNow?: number,
+    finished?: readonly string[],
+  ): Promise<LimitedClaim>;
   /** Renews the locks of `ids` (done); ids in neither set are no longer this worker's. */
   heartbeat(ids: readonly string[]): Promise<LockedWrite>;
   /** Back to pending without spending the attempt (done); wakes their queues. */
@@ -171,10 +180,16 @@ export class PgWorkerStore implements WorkerStore {
     return cycleResult(rows);
   }
 
-  async claimLimited(queue: string, tasks: readonly string[], max: number, startNow = max): Promise<LimitedClaim> {
+  async claimLimited(
+    queue: string,
+    tasks: readonly string[],
+    max: number,
+    startNow = max,
+    finished: readonly string[] = [],
+  ): Promise<LimitedClaim> {
     const { rows } = await this.db.query<JobRow & { id: string | null; wait_until: Date | null }>(
       this.queries.claimLimited,
-      [this.workerId, queue, tasks, max, startNow],
+      [this.workerId, queue, tasks, max, startNow, finished],
       this.name('claim-limited'),
     );
     const claim: LimitedClaim = { jobs: [], retryAt: null };

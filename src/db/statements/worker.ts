@@ -313,9 +313,10 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // a lock). A row without an id carries wait_until: a rate limit held jobs back
     // until then. Each claim visits at most 4 groups per job wanted (at least 32).
     // $5: how many of the claim start now; the rest are claimed ahead where no
-    // limit counts them (claim_queue() in 0019).
+    // limit counts them (claim_queue() in 0019). $6: jobs this worker finished
+    // whose results are being written beside this claim, not counted as running (0022).
     claimLimited: `SELECT ${jobColumns('(c.job)')}, c.wait_until
-      FROM ${s}.claim_queue($2, $1, $3::text[], $4, greatest(32, 4 * $4), $5) c`,
+      FROM ${s}.claim_queue($2, $1, $3::text[], $4, greatest(32, 4 * $4), $5, $6::bigint[]) c`,
 
     // A handler asked to run again later: back to pending without spending the
     // attempt the claim took. Guarded like a result ($1 worker, $3 attempt). A row
@@ -336,8 +337,16 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
 
     // What a worker caches about its queues: which are paused, globally limited,
     // grouped or rate-limited (the last three are claimed by claimLimited).
-    queueState: `SELECT name, paused, concurrency_limit, grouped OR rate_limit IS NOT NULL AS grouped FROM ${queues}
-      WHERE name = ANY($1::text[]) AND (paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL)`,
+    // strict: some limit counts every job claimed (a concurrency or rate limit on
+    // the queue, group defaults, or a group's own): claim_queue() claims nothing
+    // ahead there, so the worker refills each freed slot at once (FetchLoop).
+    queueState: `SELECT q.name, q.paused, q.concurrency_limit, q.grouped OR q.rate_limit IS NOT NULL AS grouped,
+        q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL OR q.group_concurrency IS NOT NULL
+          OR q.group_rate_limit IS NOT NULL
+          OR EXISTS (SELECT FROM ${s}.job_groups g WHERE g.queue = q.name
+                       AND (g.concurrency_limit IS NOT NULL OR g.rate_limit IS NOT NULL)) AS strict
+      FROM ${queues} q
+      WHERE q.name = ANY($1::text[]) AND (q.paused OR q.concurrency_limit IS NOT NULL OR q.grouped OR q.rate_limit IS NOT NULL)`,
 
     // A claim returned a grouped job of a queue not known to be grouped: flag it
     // and tell the workers ($2, the schema's channel) to re-read (migration 0021).
