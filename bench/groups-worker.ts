@@ -29,6 +29,7 @@ worker.on('error', () => {});
 process.on('SIGTERM', () => {
   void worker.stop().then(() => {
     if (record) writeFileSync(process.env.RECORD_FILE!, JSON.stringify(runs));
+    if (process.env.BENCH_STATS === '1') process.stderr.write(`${process.env.WORKER_NAME}: ${JSON.stringify(worker.stats)}\n`);
     process.exit(0);
   });
 });

@@ -228,6 +228,8 @@ async function fairness(): Promise<void> {
 // ---------------------------------------------------------------- group limit
 
 async function groupLimit(): Promise<void> {
+  // GROUP_LIMIT_JOB_MS: longer jobs mean fewer claims a second, for a machine not short of CPU.
+  const jobMs = Number(process.env.GROUP_LIMIT_JOB_MS ?? 20);
   const { schema, s, drop } = await freshSchema('glimit');
   const queue = new Queue({ connectionString: url!, schema });
   const dir = mkdtempSync(join(tmpdir(), 'sluice-groups-'));
@@ -237,7 +239,7 @@ async function groupLimit(): Promise<void> {
     // Uneven backlogs, so groups run dry at different times.
     await queue.enqueueMany(
       groups.flatMap((g, i) =>
-        Array.from({ length: 40 + 10 * i }, () => ({ task: 'work', queue: 'q', group: g, payload: { ms: 20, g } })),
+        Array.from({ length: 40 + 10 * i }, () => ({ task: 'work', queue: 'q', group: g, payload: { ms: jobMs, g } })),
       ),
     );
     const total = groups.reduce((n, _, i) => n + 40 + 10 * i, 0);
@@ -298,7 +300,7 @@ async function groupLimit(): Promise<void> {
       let open = 0;
       for (const e of events) worst = Math.max(worst, (open += e.d));
     }
-    log(`group-limit: limit 2, 20 groups, 3 processes x 10 slots, ${total} jobs of 20 ms in ${seconds.toFixed(1)} s`);
+    log(`group-limit: limit 2, 20 groups, 3 processes x 10 slots, ${total} jobs of ${jobMs} ms in ${seconds.toFixed(1)} s`);
     log(`  runs recorded: ${runs.length}; most runs of one group at once: ${worst} (limit 2)`);
     log(
       `  samples with a free slot while a group under its limit had due jobs: ${idle} of ${samples} ` +
@@ -306,7 +308,7 @@ async function groupLimit(): Promise<void> {
     );
     log(
       `  free slots in those samples: ${(idleSlots / Math.max(1, idle)).toFixed(1)} of ${slots} on average; ` +
-        `slot time used over the drain: ${((100 * total * 20) / (slots * seconds * 1000)).toFixed(0)}%`,
+        `slot time used over the drain: ${((100 * total * jobMs) / (slots * seconds * 1000)).toFixed(0)}%`,
     );
     const unused = avoidableIdle(runs, groups, (i) => 40 + 10 * i, slots, 2, allReady);
     log(
@@ -315,7 +317,7 @@ async function groupLimit(): Promise<void> {
         `such stretches: ${unused.stretches.length}, median ${percentile(unused.stretches, 50)} ms, ` +
         `p99 ${percentile(unused.stretches, 99)} ms, longest ${Math.max(...unused.stretches)} ms`,
     );
-    const longest = Math.max(...groups.map((_, i) => ((40 + 10 * i) * 20) / 2));
+    const longest = Math.max(...groups.map((_, i) => ((40 + 10 * i) * jobMs) / 2));
     log(
       `  a group's freed slot refilled (end of a run to the next start in that group, ${gaps.length} refills): ` +
         `median ${percentile(gaps, 50)} ms, p95 ${percentile(gaps, 95)} ms, p99 ${percentile(gaps, 99)} ms, max ${Math.max(...gaps)} ms`,

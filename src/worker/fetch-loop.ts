@@ -228,9 +228,14 @@ export class FetchLoop {
     return Math.max(0, this.target.wanted() - this.requested);
   }
 
-  /** Claim only this many or more: a batch while a backlog drains, any free slot after a wake. */
+  /**
+   * Claim only this many or more: a batch while a backlog drains, any free slot
+   * after a wake. Not with a strict limited queue (see ClaimPlan.strict): nothing
+   * is claimed ahead there, so a slot left to wait for a batch (or for the
+   * completion flush timer) is a slot idle while its group may have due jobs.
+   */
   private threshold(): number {
-    return this.backlog ? this.batchThreshold() : 1;
+    return this.backlog && this.plan().strict.length === 0 ? this.batchThreshold() : 1;
   }
 
   private kick(flush = false): void {
@@ -303,19 +308,64 @@ export class FetchLoop {
     return cycle;
   }
 
-  /** One statement: write results, claim up to `limit`; then the limited queues. */
+  /**
+   * One statement: write results, claim up to `limit`; and the limited queues'
+   * claims. A worker of limited queues alone sends those beside the write, not
+   * after it: the claims are told which jobs just finished here (not running any
+   * more, though their rows say 'processing' until the write commits), so a slot
+   * freed in a group at its limit is refilled one round trip later, not two.
+   * With plain queues as well the claims follow the write, which may claim the
+   * free slots first.
+   */
   private async cycle(limit: number, startNow: number): Promise<boolean> {
     const wakesBefore = this.wakes;
     const batch = this.results.take();
     const plan = this.plan();
+    const claimLimited = limit > 0 && plan.limited.length > 0 && !this.claimingLimited;
+    if (claimLimited) this.claimingLimited = true;
+    try {
+      const alongside =
+        claimLimited && plan.plain.length === 0
+          ? this.claimLimited(plan.limited, limit, startNow, [
+              ...batch.completed.map((c) => c.id),
+              ...batch.failed.map((f) => f.id),
+            ])
+          : undefined;
+      const wrote = await this.write(batch, plan, limit, startNow, wakesBefore);
+      if (!claimLimited) return wrote;
+      // Only after the write: its claim of plain queues fills the free slots first.
+      if (!alongside && !wrote) return false;
+      const { more, claimed } = await (alongside ?? this.claimLimited(plan.limited, limit, startNow, []));
+      if (plan.plain.length === 0) {
+        this.countClaim(claimed);
+        // With no plain queue the write claimed nothing: whether a backlog drains
+        // (claims batched, a second cycle overlapping) is the limited claims' to say.
+        this.backlog = more;
+        this.mayHaveWork = more || this.wakes !== wakesBefore;
+      } else if (more) {
+        this.mayHaveWork = true;
+      }
+      return wrote;
+    } finally {
+      if (claimLimited) this.claimingLimited = false;
+    }
+  }
+
+  /** The write of `batch` with the claim of plain queues; false when it failed. */
+  private async write(
+    batch: ResultBatch,
+    plan: ClaimPlan,
+    limit: number,
+    startNow: number,
+    wakesBefore: number,
+  ): Promise<boolean> {
     // With limited queues, keep a slot per limited queue (up to half) out of the
     // common claim, so a backlog in unlimited queues cannot starve them.
     const plainLimit = limit - Math.min(plan.limited.length, Math.floor(limit / 2));
     const sentAt = performance.now();
     let result: CycleResult;
     try {
-      // A worker of limited queues alone with nothing to write has no statement to
-      // send before claim_queue(): an empty claim would cost a round trip per wake.
+      // A worker of limited queues alone with nothing to write has no statement to send.
       const idle = plan.plain.length === 0 && batch.completed.length + batch.failed.length + batch.started.length === 0;
       result = idle
         ? NOTHING_SENT
@@ -339,36 +389,22 @@ export class FetchLoop {
     }
     this.retry.reset();
     // The claims of limited queues are counted where they are made.
-    if (plan.plain.length > 0) this.count(limit, result.claimed.length);
-    else this.stats.cycles++;
-    // Only a claim of plain queues alone says whether a wake found work (limited ones claim below).
-    if (limit > 0 && plan.limited.length === 0) this.cooldown.claimed(result.claimed.length);
-    if (limit > 0) {
-      // A short claim means the backlog is empty, unless a wake arrived meanwhile.
-      this.backlog = result.claimed.length >= plainLimit;
-      this.mayHaveWork = this.backlog || this.wakes !== wakesBefore;
+    if (plan.plain.length > 0) {
+      this.count(limit, result.claimed.length);
+      // Only a claim of plain queues alone says whether a wake found work.
+      if (limit > 0 && plan.limited.length === 0) this.cooldown.claimed(result.claimed.length);
+      if (limit > 0) {
+        // A short claim means the backlog is empty, unless a wake arrived meanwhile.
+        this.backlog = result.claimed.length >= plainLimit;
+        this.mayHaveWork = this.backlog || this.wakes !== wakesBefore;
+      }
+    } else {
+      this.stats.cycles++;
     }
     // What the statement did is done: an exception from an event listener below
     // must neither undo it nor strand the jobs just claimed.
     if (batch.completed.length + batch.failed.length > 0) this.guard(() => this.results.applied(batch, result));
     if (result.claimed.length > 0) this.guard(() => this.target.claimed(result.claimed, performance.now() - sentAt));
-    // Queues with a concurrency limit take their own statements, only when any
-    // are configured. They run after the results above were written, so a slot
-    // freed by a finished job is seen by the limit count.
-    if (limit > 0 && plan.limited.length > 0 && !this.claimingLimited) {
-      this.claimingLimited = true;
-      try {
-        const { more, claimed } = await this.claimLimited(plan.limited, limit, startNow);
-        if (plan.plain.length === 0) this.countClaim(claimed);
-        if (more) this.mayHaveWork = true;
-        // With no plain queue the claim above had nothing to claim from: whether a
-        // backlog drains (claims batched, a second cycle overlapping) is the
-        // limited claim's to say.
-        if (plan.plain.length === 0) this.backlog = more;
-      } finally {
-        this.claimingLimited = false;
-      }
-    }
     return true;
   }
 
@@ -395,6 +431,7 @@ export class FetchLoop {
     queues: readonly string[],
     ownLimit: number,
     ownStarts: number,
+    finished: readonly string[],
   ): Promise<{ more: boolean; claimed: number }> {
     let more = false;
     let claimed = 0;
@@ -405,7 +442,7 @@ export class FetchLoop {
       const startNow = Math.min(max, Math.max(0, this.target.free() - (this.startsRequested - ownStarts)));
       try {
         const sentAt = performance.now();
-        const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow);
+        const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow, finished);
         if (jobs.length >= max) more = true;
         claimed += jobs.length;
         // A rate limit (or a group another claimer held) held jobs back: claim again

@@ -7,6 +7,11 @@ export interface ClaimPlan {
   readonly plain: string[];
   /** Claimed one by one through claim_queue(): a local or a global limit, groups, a rate limit. */
   readonly limited: string[];
+  /**
+   * Of those, the ones where a limit counts every claimed job, so nothing is
+   * claimed ahead: a slot freed there stays idle until the next claim.
+   */
+  readonly strict: string[];
 }
 
 /**
@@ -76,11 +81,17 @@ export class QueueState {
     const limitedGlobally = new Set(rows.filter((r) => r.concurrency_limit !== null || r.grouped).map((r) => r.name));
     const running = this.queues.filter((q) => !paused.has(q));
     const isLimited = (q: string) => this.localLimits.has(q) || limitedGlobally.has(q);
-    return { plain: running.filter((q) => !isLimited(q)), limited: running.filter(isLimited) };
+    const strictGlobally = new Set(rows.filter((r) => r.strict).map((r) => r.name));
+    const limited = running.filter(isLimited);
+    return {
+      plain: running.filter((q) => !isLimited(q)),
+      limited,
+      strict: limited.filter((q) => this.localLimits.has(q) || strictGlobally.has(q)),
+    };
   }
 }
 
 function samePlan(a: ClaimPlan, b: ClaimPlan): boolean {
   const same = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((q, i) => q === y[i]);
-  return same(a.plain, b.plain) && same(a.limited, b.limited);
+  return same(a.plain, b.plain) && same(a.limited, b.limited) && same(a.strict, b.strict);
 }

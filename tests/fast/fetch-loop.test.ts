@@ -74,7 +74,7 @@ function setup(options: Setup = {}): void {
       error: (err) => void errors.push(err),
     },
   );
-  const plan = options.plan ?? { plain: ['default'], limited: [] };
+  const plan = options.plan ?? { plain: ['default'], limited: [], strict: [] };
   loop = new FetchLoop(
     store,
     {
@@ -282,31 +282,74 @@ describe('FetchLoop: claiming', () => {
   it('keeps room in the common claim for each limited queue', async () => {
     db.addMany(10, 't', { queue: 'bulk' });
     db.addMany(10, 't', { queue: 'serial' });
-    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'] }, limits: { serial: 5 } });
+    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'] }, limits: { serial: 5 } });
     loop.start();
     await settle();
     expect(target.held.map((j) => j.queue)).toEqual(['bulk', 'bulk', 'bulk', 'serial']);
   });
 
-  it("claims a limited queue after the cycle's writes, so the slot a finished job freed counts", async () => {
+  it('claims a limited queue beside the write of its finished jobs, which it counts as no longer running', async () => {
     db.setQueue('serial', { limit: 1 });
     const [first, second] = db.addMany(2, 't', { queue: 'serial' });
-    setup({ slots: 4, plan: { plain: [], limited: ['serial'] } });
+    setup({ slots: 4, plan: { plain: [], limited: ['serial'], strict: ['serial'] } });
     loop.start();
     await settle();
     expect(ids(target.held)).toEqual([first]);
     const before = cycles();
+    // The write stays in flight: the claim must not wait for it.
+    const write = db.holdNext('cycle');
     finish(target.held[0]!);
     loop.wake(); // as the worker does when a job of a limited queue ends
     await settle();
+    expect(db.job(first!).status).toBe('processing');
+    expect(ids(target.held)).toEqual([second]);
+    write();
+    await settle();
     expect(cycles()).toBe(before + 1);
     expect(db.job(first!).status).toBe('completed');
-    expect(ids(target.held)).toEqual([second]);
+  });
+
+  it('with plain queues as well, claims the limited queues only once the write (and its claim) are back', async () => {
+    db.setQueue('serial', { limit: 1 });
+    db.addMany(1, 't', { queue: 'bulk' });
+    const [first, second] = db.addMany(2, 't', { queue: 'serial' });
+    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'] } });
+    loop.start();
+    await settle();
+    expect(ids(target.held.filter((j) => j.queue === 'serial'))).toEqual([first]);
+    const write = db.holdNext('cycle');
+    const limitedBefore = db.log.filter((e) => e.op === 'claimLimited').length;
+    finish(target.held.find((j) => j.id === first)!);
+    loop.wake();
+    await settle();
+    expect(db.log.filter((e) => e.op === 'claimLimited')).toHaveLength(limitedBefore);
+    write();
+    await settle();
+    expect(db.job(first!).status).toBe('completed');
+    expect(ids(target.held.filter((j) => j.queue === 'serial'))).toEqual([second]);
+  });
+
+  it('refills a freed slot of a strict limited queue at once while a backlog drains (no batching, no flush wait)', async () => {
+    for (const strict of [true, false]) {
+      db = new MemoryDatabase();
+      db.setQueue('groups', { limit: 8 });
+      db.addMany(20, 't', { queue: 'groups' });
+      setup({ slots: 8, plan: { plain: [], limited: ['groups'], strict: strict ? ['groups'] : [] } });
+      loop.start();
+      await settle();
+      expect(target.held).toHaveLength(8); // a full claim: a backlog drains
+      finish(target.held[0]!);
+      loop.wake();
+      await vi.advanceTimersByTimeAsync(5); // well under completionFlushMs (50)
+      // Not strict, one free slot is under the batch threshold (2 of 8) and waits.
+      expect(target.held).toHaveLength(strict ? 8 : 7);
+      await loop.stopClaiming();
+    }
   });
 
   it('with limited queues alone and nothing to write, a wake sends claim_queue() only (no empty common claim), counted as a claim', async () => {
     db.setQueue('serial', { limit: 1 });
-    setup({ slots: 4, plan: { plain: [], limited: ['serial'] } });
+    setup({ slots: 4, plan: { plain: [], limited: ['serial'], strict: ['serial'] } });
     loop.start();
     await settle();
     const [job] = db.addMany(1, 't', { queue: 'serial' });
@@ -321,7 +364,7 @@ describe('FetchLoop: claiming', () => {
   it("reports a failing limited claim without undoing the cycle's writes or its common claim", async () => {
     db.addMany(2, 't', { queue: 'bulk' });
     db.addMany(2, 't', { queue: 'serial' });
-    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'] } });
+    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'] } });
     db.failNext('claimLimited');
     loop.start();
     await settle();

@@ -51,14 +51,14 @@ describe('GroupedQueues', () => {
   });
 
   it('reports a queue claimed in common order (plain in the plan) even when another worker flagged it first', async () => {
-    db.queues.set('p', { name: 'p', paused: false, concurrency_limit: null, grouped: true });
+    db.queues.set('p', { name: 'p', paused: false, concurrency_limit: null, grouped: true, strict: false });
     grouped.claimed([job('p', 'a')]);
     await settle();
     expect(found).toEqual(['p']);
   });
 
   it('reports a limited queue only when this call flagged it (claim_limited() took its jobs in common order)', async () => {
-    db.queues.set('already', { name: 'already', paused: false, concurrency_limit: null, grouped: true });
+    db.queues.set('already', { name: 'already', paused: false, concurrency_limit: null, grouped: true, strict: false });
     grouped.claimed([job('already', 'a'), job('limited', 'a')]);
     await settle();
     expect(found).toEqual(['limited']);

@@ -40,7 +40,7 @@ afterEach(() => {
 describe('QueueState', () => {
   it('claims every queue in the common claim until it has read the table', () => {
     db.setQueue('a', { paused: true });
-    expect(queueState().claimPlan).toEqual({ plain: QUEUES, limited: [] });
+    expect(queueState().claimPlan).toEqual({ plain: QUEUES, limited: [], strict: [] });
   });
 
   it('leaves paused queues out, sends limited ones (global or local) through claim_limited, keeps the order', async () => {
@@ -49,8 +49,21 @@ describe('QueueState', () => {
     db.setQueue('other', { paused: true }); // not one of this worker's
     const qs = queueState({ d: 1 });
     await qs.start();
-    expect(qs.claimPlan).toEqual({ plain: ['b'], limited: ['c', 'd'] });
+    expect(qs.claimPlan).toEqual({ plain: ['b'], limited: ['c', 'd'], strict: ['c', 'd'] });
     expect(changed).toBe(1);
+    qs.stop();
+  });
+
+  it('marks strict only the limited queues where a limit counts every claimed job (not a grouped queue without limits)', async () => {
+    db.queues.set('a', { name: 'a', paused: false, concurrency_limit: null, grouped: true, strict: false });
+    db.queues.set('b', { name: 'b', paused: false, concurrency_limit: null, grouped: true, strict: true });
+    const qs = queueState({ d: 2 });
+    await qs.start();
+    expect(qs.claimPlan).toEqual({ plain: ['c'], limited: ['a', 'b', 'd'], strict: ['b', 'd'] });
+    db.queues.set('b', { name: 'b', paused: false, concurrency_limit: null, grouped: true, strict: false });
+    await qs.refresh();
+    expect(qs.claimPlan.strict).toEqual(['d']);
+    expect(changed).toBe(2);
     qs.stop();
   });
 
@@ -58,7 +71,7 @@ describe('QueueState', () => {
     db.setQueue('c', { paused: true, limit: 1 });
     const qs = queueState({ c: 3 });
     await qs.start();
-    expect(qs.claimPlan).toEqual({ plain: ['a', 'b', 'd'], limited: [] });
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'b', 'd'], limited: [], strict: [] });
     qs.stop();
   });
 
@@ -70,10 +83,10 @@ describe('QueueState', () => {
     expect(qs.claimPlan.plain).toEqual(['a', 'c', 'd']);
     db.setQueue('b', { paused: false, limit: 1 });
     await qs.refresh();
-    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: ['b'] });
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: ['b'], strict: ['b'] });
     db.setQueue('b', { limit: null });
     await qs.refresh();
-    expect(qs.claimPlan).toEqual({ plain: QUEUES, limited: [] });
+    expect(qs.claimPlan).toEqual({ plain: QUEUES, limited: [], strict: [] });
     qs.stop();
   });
 

@@ -84,12 +84,14 @@ export class MemoryDatabase {
 
   /** Sets a queue's row (what pause/resume and setQueueConcurrency write). */
   setQueue(name: string, state: { paused?: boolean; limit?: number | null }): void {
-    const row = this.queues.get(name) ?? { name, paused: false, concurrency_limit: null, grouped: false };
+    const row = this.queues.get(name) ?? { name, paused: false, concurrency_limit: null, grouped: false, strict: false };
+    const concurrencyLimit = state.limit === undefined ? row.concurrency_limit : state.limit;
     this.queues.set(name, {
       name,
       paused: state.paused ?? row.paused,
-      concurrency_limit: state.limit === undefined ? row.concurrency_limit : state.limit,
+      concurrency_limit: concurrencyLimit,
       grouped: row.grouped,
+      strict: concurrencyLimit !== null,
     });
   }
 
@@ -296,9 +298,9 @@ export class MemoryStore implements WorkerStore {
     return this.cycle({ completed: [], failed: [], started: [], ...batch, queues: [], tasks: [], limit: 0, startNow: 0 });
   }
 
-  async claimLimited(queue: string, tasks: readonly string[], max: number) {
+  async claimLimited(queue: string, tasks: readonly string[], max: number, _startNow?: number, finished: readonly string[] = []) {
     await this.db.enter('claimLimited', this.workerId);
-    const claimed = this.limited(queue, tasks, max);
+    const claimed = this.limited(queue, tasks, max, finished);
     await this.db.pass('claimLimited', 'reply');
     // Groups and rate limits are claim_queue()'s (migration 0016), tested against Postgres.
     return { jobs: claimed, retryAt: null };
@@ -391,7 +393,13 @@ export class MemoryStore implements WorkerStore {
 
   async markGrouped(queue: string) {
     await this.db.enter('markGrouped', this.workerId);
-    const row = this.db.queues.get(queue) ?? { name: queue, paused: false, concurrency_limit: null, grouped: false };
+    const row = this.db.queues.get(queue) ?? {
+      name: queue,
+      paused: false,
+      concurrency_limit: null,
+      grouped: false,
+      strict: false,
+    };
     const flagged = !row.grouped;
     this.db.queues.set(queue, { ...row, grouped: true });
     await this.db.pass('markGrouped', 'reply');
@@ -428,7 +436,7 @@ export class MemoryStore implements WorkerStore {
   }
 
   /** claim_limited() of migration 0010. */
-  private limited(queue: string, tasks: readonly string[], max: number): JobRow[] {
+  private limited(queue: string, tasks: readonly string[], max: number, finished: readonly string[]): JobRow[] {
     const row = this.db.queues.get(queue);
     if (row && this.db.isQueueLocked(queue)) return []; // someone holds the row: try again on a later cycle
     if (row?.paused) return [];
@@ -436,7 +444,9 @@ export class MemoryStore implements WorkerStore {
     const limit = row?.concurrency_limit ?? null;
     if (limit !== null) {
       let running = 0;
-      for (const job of this.db.jobs.values()) if (job.queue === queue && job.status === 'processing') running++;
+      // As claim_limited() (0022): jobs this worker finished, results not written yet, are not running.
+      const done = (job: MemoryJob) => finished.includes(job.id) && job.locked_by === this.workerId;
+      for (const job of this.db.jobs.values()) if (job.queue === queue && job.status === 'processing' && !done(job)) running++;
       n = Math.min(max, limit - running);
     }
     if (n <= 0) return [];
