@@ -86,7 +86,7 @@ async function claimCost(): Promise<void> {
           await client.query(`UPDATE ${s}.queues SET group_cursor = $1 WHERE name = 'q'`, [cursor]);
           const started = performance.now();
           const { rows } = await client.query(
-            `SELECT count(*)::int AS n FROM ${s}.claim_queue('q', 'bench', '{work}', 20, greatest(32, 4 * 20), 20) c WHERE (c.job).id IS NOT NULL`,
+            `SELECT count(*)::int AS n FROM ${s}.claim_queue('q', 'bench', '{work}', 20, greatest(32, 4 * 20), 20, '{}') c WHERE (c.job).id IS NOT NULL`,
           );
           const ms = performance.now() - started;
           await client.query('ROLLBACK');
