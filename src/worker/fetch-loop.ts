@@ -1,27 +1,16 @@
 import type { CompletionWrite, CycleResult, FailureWrite, WorkerStore } from '../db/store.js';
-import type { JobRow } from '../job.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import { Loop } from '../lifecycle/loop.js';
 import { DueTimes } from './due-times.js';
 import type { ClaimPlan } from './queue-state.js';
+import type { ClaimTarget } from './claim-target.js';
+import { LimitedClaims } from './limited-claims.js';
 import { WakeCooldown } from './wake-cooldown.js';
+
+export type { ClaimTarget } from './claim-target.js';
 
 /** The result of a cycle that sent no statement. */
 const NOTHING_SENT: CycleResult = { completed: new Set(), failed: new Set(), skipped: new Set(), claimed: [] };
-
-/** What the fetch loop claims for: the worker's slots. */
-export interface ClaimTarget {
-  /** Jobs the worker may hold now: slots plus the prefetch in effect. */
-  capacity(): number;
-  /** Jobs a claim may ask for now. */
-  wanted(): number;
-  /** Jobs a claim of one limited queue may ask for now. */
-  wantedIn(queue: string): number;
-  /** Free slots: this many of a claim start at once, the rest are claimed ahead. */
-  free(): number;
-  /** Jobs a cycle claimed, and how long its round trip took. */
-  claimed(jobs: JobRow[], roundTripMs: number): void;
-}
 
 /** Results waiting to be written, taken by the next cycle. */
 export interface ResultBatch<C extends CompletionWrite = CompletionWrite, F extends FailureWrite = FailureWrite> {
@@ -103,6 +92,7 @@ export class FetchLoop {
   private readonly retry = new Backoff({ minMs: 50, maxMs: 5_000 });
   private readonly poll: Loop;
   private readonly cooldown: WakeCooldown;
+  private readonly limited: LimitedClaims;
   private mayHaveWork = true;
   /**
    * The last claim came back full: a backlog is draining, and claims wait until
@@ -116,8 +106,6 @@ export class FetchLoop {
   private requested = 0;
   /** Of those, how many their claims start at once (free slots promised to them). */
   private startsRequested = 0;
-  /** A claim of the limited queues is in flight (their free slots are counted once). */
-  private claimingLimited = false;
   private again = false;
   private scheduled = false;
   private stopping = false;
@@ -136,6 +124,14 @@ export class FetchLoop {
   ) {
     // The fallback for missed notifications, and the only wake of workers that do not listen.
     this.poll = new Loop({ pass: () => this.wakeUnbatched(), intervalMs: config.pollIntervalMs, jitter: [0.75, 1.25] });
+    this.limited = new LimitedClaims(
+      store,
+      config,
+      target,
+      () => ({ jobs: this.requested, starts: this.startsRequested }),
+      (at) => this.wakeAt(at),
+      onError,
+    );
     this.cooldown = new WakeCooldown(
       config.wakeCooldownMs,
       () => this.wake(),
@@ -321,12 +317,12 @@ export class FetchLoop {
     const wakesBefore = this.wakes;
     const batch = this.results.take();
     const plan = this.plan();
-    const claimLimited = limit > 0 && plan.limited.length > 0 && !this.claimingLimited;
-    if (claimLimited) this.claimingLimited = true;
+    const claimLimited = limit > 0 && plan.limited.length > 0 && !this.limited.busy;
+    if (claimLimited) this.limited.busy = true;
     try {
       const alongside =
         claimLimited && plan.plain.length === 0
-          ? this.claimLimited(plan.limited, limit, startNow, [
+          ? this.limited.claim(plan.limited, limit, startNow, [
               ...batch.completed.map((c) => c.id),
               ...batch.failed.map((f) => f.id),
             ])
@@ -335,7 +331,7 @@ export class FetchLoop {
       if (!claimLimited) return wrote;
       // Only after the write: its claim of plain queues fills the free slots first.
       if (!alongside && !wrote) return false;
-      const { more, claimed } = await (alongside ?? this.claimLimited(plan.limited, limit, startNow, []));
+      const { more, claimed } = await (alongside ?? this.limited.claim(plan.limited, limit, startNow, []));
       if (plan.plain.length === 0) {
         this.countClaim(claimed);
         // With no plain queue the write claimed nothing: whether a backlog drains
@@ -347,7 +343,7 @@ export class FetchLoop {
       }
       return wrote;
     } finally {
-      if (claimLimited) this.claimingLimited = false;
+      if (claimLimited) this.limited.busy = false;
     }
   }
 
@@ -414,47 +410,6 @@ export class FetchLoop {
     } catch (err) {
       this.onError(err);
     }
-  }
-
-  /**
-   * Claims from each limited queue what the worker may take of it (global, group
-   * and rate limits are applied by claim_queue() in the database): its free slots
-   * start now, and the rest is claimed ahead only where no limit counts it (a
-   * local limit: see Slots.wantedIn; the others: claim_queue() in migration 0019).
-   * `ownLimit` and `ownStarts` are what the calling cycle asked for: the jobs and
-   * free slots of the other cycle in flight are not this claim's. True when some
-   * queue filled every slot it asked for, so it may have more (`more`), and how many
-   * jobs they gave (`claimed`). Errors are reported
-   * and leave the queues to the next cycle; they must not undo the cycle's writes.
-   */
-  private async claimLimited(
-    queues: readonly string[],
-    ownLimit: number,
-    ownStarts: number,
-    finished: readonly string[],
-  ): Promise<{ more: boolean; claimed: number }> {
-    let more = false;
-    let claimed = 0;
-    for (const queue of queues) {
-      const othersAsked = Math.max(0, this.requested - ownLimit);
-      const max = Math.min(this.target.wantedIn(queue) - othersAsked, this.config.batchSize);
-      if (max <= 0) continue;
-      const startNow = Math.min(max, Math.max(0, this.target.free() - (this.startsRequested - ownStarts)));
-      try {
-        const sentAt = performance.now();
-        const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow, finished);
-        if (jobs.length >= max) more = true;
-        claimed += jobs.length;
-        // A rate limit (or a group another claimer held) held jobs back: claim again
-        // when claim_queue() said, not before.
-        if (retryAt !== null) this.wakeAt(retryAt);
-        if (jobs.length > 0) this.guard(() => this.target.claimed(jobs, performance.now() - sentAt));
-      } catch (err) {
-        // Not "more": a persistent error would spin. The next poll tries again.
-        this.onError(err);
-      }
-    }
-    return { more, claimed };
   }
 
   private count(limit: number, claimed: number): void {

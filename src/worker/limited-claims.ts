@@ -1,0 +1,81 @@
+import type { WorkerStore } from '../db/store.js';
+import type { ClaimTarget } from './claim-target.js';
+
+/** What the claims of a worker's limited queues got. */
+export interface LimitedOutcome {
+  /** Some queue filled every slot it asked for, so it may have more. */
+  more: boolean;
+  /** Jobs they gave. */
+  claimed: number;
+}
+
+/** What the fetch loop's cycles in flight asked for, which a claim here must not take again. */
+export interface Requested {
+  /** Jobs asked for. */
+  jobs: number;
+  /** Of those, how many their claims start at once. */
+  starts: number;
+}
+
+/**
+ * The claims of the queues that go through claim_queue(): a local or a global
+ * limit, groups, a rate limit. One statement per queue, each asking for what the
+ * worker may take of it. One such round at a time per worker (`busy`): two
+ * would count the same free slots twice.
+ */
+export class LimitedClaims {
+  busy = false;
+
+  constructor(
+    private readonly store: WorkerStore,
+    private readonly config: { tasks: readonly string[]; batchSize: number },
+    private readonly target: ClaimTarget,
+    private readonly requested: () => Requested,
+    private readonly wakeAt: (at: number) => void,
+    private readonly onError: (err: unknown) => void,
+  ) {}
+
+  /**
+   * Claims from each queue what the worker may take of it (global, group and rate
+   * limits are applied by claim_queue() in the database): its free slots start
+   * now, and the rest is claimed ahead only where no limit counts it (a local
+   * limit: see Slots.wantedIn; the others: claim_queue() in migration 0019).
+   * `ownLimit` and `ownStarts` are what the calling cycle asked for: the jobs and
+   * free slots of the other cycle in flight are not this claim's. `finished`: jobs
+   * whose results are being written beside these claims, not running any more
+   * (migration 0022). Errors are reported and leave the queues to the next cycle;
+   * they must not undo the cycle's writes.
+   */
+  async claim(
+    queues: readonly string[],
+    ownLimit: number,
+    ownStarts: number,
+    finished: readonly string[],
+  ): Promise<LimitedOutcome> {
+    let more = false;
+    let claimed = 0;
+    for (const queue of queues) {
+      const requested = this.requested();
+      const othersAsked = Math.max(0, requested.jobs - ownLimit);
+      const max = Math.min(this.target.wantedIn(queue) - othersAsked, this.config.batchSize);
+      if (max <= 0) continue;
+      const startNow = Math.min(max, Math.max(0, this.target.free() - (requested.starts - ownStarts)));
+      try {
+        const sentAt = performance.now();
+        const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow, finished);
+        if (jobs.length >= max) more = true;
+        claimed += jobs.length;
+        // A rate limit (or a group another claimer held) held jobs back: claim again
+        // when claim_queue() said, not before.
+        if (retryAt !== null) this.wakeAt(retryAt);
+        if (jobs.length > 0) this.target.claimed(jobs, performance.now() - sentAt);
+      } catch (err) {
+        // Not "more": a persistent error would spin. The next poll tries again. An
+        // exception from the target (an event listener) lands here too: the jobs
+        // it was given are its own by then.
+        this.onError(err);
+      }
+    }
+    return { more, claimed };
+  }
+}
