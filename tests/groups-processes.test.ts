@@ -25,7 +25,7 @@ afterAll(async () => {
   await db.drop();
 });
 
-function spawn(name: string, queueName: string): Promise<WorkerProcess> {
+function spawn(name: string, queueName: string, env: Record<string, string> = {}): Promise<WorkerProcess> {
   return spawnWorker({
     DATABASE_URL: db.url,
     SLUICE_SCHEMA: db.schema,
@@ -33,6 +33,7 @@ function spawn(name: string, queueName: string): Promise<WorkerProcess> {
     QUEUES: queueName,
     CONCURRENCY: '8',
     VISIBILITY_MS: '2000',
+    ...env,
   }).then((w) => {
     children.push(w);
     return w;
@@ -142,6 +143,42 @@ describe('groups across worker processes', () => {
     );
     expect(rerun[0].n).toBeGreaterThan(0);
     await stopAll([procs[0]!, procs[1]!, replacement]);
+  });
+
+  it('3 processes hold a group limit with short jobs that fail once and retry (slots refilled beside the write)', async () => {
+    // Every freed slot is claimed while the finished job's row still says 'processing':
+    // the claim must count it out for its own worker only, and retries go back to pending.
+    await setQueueGroups(db.pool, db.schema, 'gshort', { groupConcurrency: 2 });
+    // 4 groups x 2 = 8 group slots against the processes' 24: the limit binds all along.
+    const groups = Array.from({ length: 4 }, (_, g) => `short-${g}`);
+    await queue.enqueueMany(
+      groups.flatMap((group) =>
+        Array.from({ length: 50 }, (_, i) => ({
+          task: 'span',
+          queue: 'gshort',
+          group,
+          payload: { ms: 3 + (i % 4), failFirst: i % 3 === 0 },
+          maxAttempts: 3,
+        })),
+      ),
+    );
+    const procs = await Promise.all(['a', 'b', 'c'].map((n) => spawn(`gshort-${n}`, 'gshort', { BACKOFF_MS: '20' })));
+    await waitFor(async () => (await completed('gshort')) === 200, 'all 200 jobs to complete', 60_000);
+    await stopAll(procs);
+    const spans = await spansOf('gshort');
+    // 200 first attempts and a second one for each of the 68 that failed once.
+    expect(spans).toHaveLength(268);
+    const never = new Date(8.64e15);
+    const overlaps = groups.map((g) =>
+      maxOverlap(
+        spans.filter((s) => s.group_key === g),
+        '',
+        never,
+      ),
+    );
+    // Never over the limit, and the limit bound (some group ran 2 at once).
+    expect(Math.max(...overlaps), `most runs at once per group: ${overlaps.join(', ')}`).toBeLessThanOrEqual(2);
+    expect(Math.max(...overlaps)).toBe(2);
   });
 
   it('3 processes keep a queue rate limit: no 1-second window over limit + burst, also across a SIGKILL', async () => {
