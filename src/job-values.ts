@@ -74,7 +74,8 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     delay_ms: delayMs,
     max_attempts: intOption('maxAttempts', spec.maxAttempts, 5, 1, 1000),
     priority: intOption('priority', spec.priority, 0, -32768, 32767),
-    group_key: spec.group === undefined ? null : checkName('group', spec.group),
+    // null, like leaving it out, means no group: a value read from a nullable column passes through.
+    group_key: spec.group === undefined || spec.group === null ? null : checkName('group', spec.group),
     job_key: jobKey,
     job_key_mode: mode,
     while_processing: whileProcessing,

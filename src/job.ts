@@ -53,8 +53,9 @@ export interface JobOptions {
    * Group key (1–128 characters): a tenant, a customer, an API account. Workers
    * take the jobs of a queue with groups round-robin across its groups, and
    * group concurrency and rate limits apply per group (see setGroupSettings).
+   * null, like leaving it out, means no group.
    */
-  group?: string;
+  group?: string | null;
   /**
    * Deduplication key (1–512 characters, one namespace for all queues and tasks).
    * While a job with this key is pending (or also running, with

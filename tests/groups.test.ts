@@ -156,6 +156,13 @@ describe('groups: enqueue', () => {
     const { rows } = await t.db.pool.query(`SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE queue = 'bad'`);
     expect(rows[0].n).toBe(0);
   });
+
+  it('takes group: null as no group, like leaving it out', async () => {
+    const one = await t.queue.enqueue('t', {}, { queue: 'nullgroup', group: null });
+    const [two] = await t.queue.enqueueMany([{ task: 't', queue: 'nullgroup', group: null }]);
+    const { rows } = await t.db.pool.query(`SELECT group_key FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [[one, two]]);
+    expect(rows).toEqual([{ group_key: null }, { group_key: null }]);
+  });
 });
 
 describe('groups: fair claims', () => {
@@ -214,6 +221,29 @@ describe('groups: fair claims', () => {
     // A claim of two takes the rest of a turn and goes on to the next group.
     expect(groupsOf((await claim('wturns', 1)).jobs)).toEqual(['heavy']);
     expect(groupsOf((await claim('wturns', 3)).jobs)).toEqual(['heavy', 'heavy', 'light1']);
+  });
+
+  it('shares the later rounds of a big claim by weight too (0022)', async () => {
+    await t.queue.enqueueMany(
+      ['heavy', 'light1', 'light2'].flatMap((g) => Array.from({ length: 20 }, () => ({ task: 't', queue: 'wrounds', group: g }))),
+    );
+    await setGroupSettings(t.db.pool, t.db.schema, 'wrounds', 'heavy', { weight: 3 });
+    const { jobs } = await claim('wrounds', 20);
+    const count = (g: string) => groupsOf(jobs).filter((x) => x === g).length;
+    // Round 1: 3 + 1 + 1; the 15 left are shared 3 : 1 : 1 (0016 shared them evenly: 8 : 6 : 6).
+    expect([count('heavy'), count('light1'), count('light2')]).toEqual([12, 4, 4]);
+  });
+
+  it('ends a turn when the weight is lowered to what the group has had of it already', async () => {
+    await t.queue.enqueueMany(
+      ['heavy', 'light'].flatMap((g) => Array.from({ length: 5 }, () => ({ task: 't', queue: 'wlower', group: g }))),
+    );
+    await setGroupSettings(t.db.pool, t.db.schema, 'wlower', 'heavy', { weight: 3 });
+    expect(groupsOf((await claim('wlower', 1)).jobs)).toEqual(['heavy']);
+    expect(groupsOf((await claim('wlower', 1)).jobs)).toEqual(['heavy']);
+    await setGroupSettings(t.db.pool, t.db.schema, 'wlower', 'heavy', { weight: 2 });
+    expect(groupsOf((await claim('wlower', 1)).jobs)).toEqual(['light']);
+    expect(groupsOf((await claim('wlower', 2)).jobs)).toEqual(['heavy', 'heavy']);
   });
 
   it('skips groups whose jobs are not due, and leaves the bound on visits to the next claim', async () => {
@@ -325,6 +355,20 @@ describe('groups: limits', () => {
     // A job taken from the worker (rescued and claimed elsewhere) counts again for its new holder.
     await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_by = 'w3' WHERE id = $1`, [running[1]]);
     expect((await claim('gdone', 5, 'w1', t.db.pool, 5, [running[0]!, running[1]!])).jobs).toHaveLength(0);
+  });
+
+  it('counts a job it says finished once it takes that job again itself (a retry whose write committed first)', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'gagain', { groupConcurrency: 1 });
+    await t.queue.enqueueMany(Array.from({ length: 4 }, () => ({ task: 't', queue: 'gagain', group: 'g' })));
+    const [first] = (await claim('gagain', 5, 'w1')).jobs.map((j) => j.id!);
+    // Its failure was written (back to pending, due now) before the claim that was told it finished ran.
+    await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET status = 'pending', locked_at = NULL, locked_by = NULL WHERE id = $1`, [
+      first,
+    ]);
+    // One group with room for one: the claim takes the retried job, and a second
+    // round must count it as running (outside review: 2 ran under a limit of 1).
+    const again = (await claim('gagain', 5, 'w1', t.db.pool, 5, [first!])).jobs.map((j) => j.id);
+    expect(again).toEqual([first]);
   });
 
   it('does not count finished jobs under a queue-wide limit either, grouped or not (claim_limited)', async () => {

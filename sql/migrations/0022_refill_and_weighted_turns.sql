@@ -6,18 +6,23 @@
 -- group (or queue) would still look full. Two round trips, during which the
 -- slot stood idle while its group had due jobs: with limit 2 per group, 20 groups
 -- and 3 processes of 10 slots, 23% of slot time (bench/groups.ts group-limit).
--- claim_queue() and claim_limited() now take _finished: ids of jobs whose
--- handlers have ended in this worker and whose results are being written
--- beside the claim (src/worker/fetch-loop.ts). They are not counted as running,
--- while still this worker's (locked_by = _worker): a job taken from this worker
--- (rescued and claimed elsewhere) counts again, for whoever holds it now.
+-- claim_queue() and claim_limited() now take _finished: ids of jobs done for good
+-- in this worker (completed, or failed with no attempt left) whose results are
+-- being written beside the claim (src/worker/fetch-loop.ts). They are not counted
+-- as running, while still this worker's (locked_by = _worker): a job taken from
+-- this worker (rescued and claimed elsewhere) counts again, for whoever holds it
+-- now. A job this very claim takes (it can only be one that went back to pending)
+-- leaves _finished and counts again too.
 --
--- 2. A group's weight holds across claims. A turn gave a group `weight` jobs
+-- 2. A group's weight holds across claims, and across the rounds of one claim. A turn gave a group `weight` jobs
 -- within one claim only: a claim of one job (a worker with one free slot, every
 -- claim of a queue with group limits) took one job from each group in turn,
 -- whatever its weight (outside review, 2026-12-01). The queue row now keeps how
 -- much of its turn the group at the cursor has had (group_turn_taken); the next
 -- claim begins with that group's rest of the turn instead of the next group.
+-- A claim of more than one round gave every group of the later rounds an even
+-- share of what was still wanted (so one busy group filled a batch in one visit),
+-- whatever the weights: the later rounds now share it in proportion to weight.
 ALTER TABLE :SCHEMA.queues ADD COLUMN group_turn_taken integer NOT NULL DEFAULT 0;
 
 -- A worker role set up from sql/roles.sql moves the cursor: it moves the turn too.
@@ -133,7 +138,8 @@ DECLARE
   _visits integer := 0;
   _round_first text;
   _round_groups integer := 0;  -- groups that gave jobs in the current round
-  _last_round_groups integer := 0;
+  _round_weight integer := 0;  -- ... and the sum of their weights
+  _share integer;              -- jobs per unit of weight in the current round (after the first)
   _round integer := 1;
   _take integer;
   _limit integer;
@@ -248,11 +254,14 @@ BEGIN
     _resume := false;
     IF _next = _round_first THEN
       -- A full round. Another only if this one gave jobs; its groups then share
-      -- what is still wanted evenly, so one busy group takes the rest of the batch
-      -- in one visit instead of one job per round.
+      -- what is still wanted by weight, so one busy group takes the rest of the
+      -- batch in one visit instead of one job per round.
       EXIT WHEN _round_groups = 0;
-      _last_round_groups := _round_groups;
+      -- Set once per round, so the first group of the round does not take more
+      -- than its share of what the others are still owed.
+      _share := greatest(1, ceil(_n::numeric / _round_weight)::integer);
       _round_groups := 0;
+      _round_weight := 0;
       _round := _round + 1;
     END IF;
 
@@ -273,8 +282,12 @@ BEGIN
     _cursor := _next;
     _turn := 0; -- a group passed below (at its limit, held, out of tokens) has had its turn
     _weight := coalesce(g.weight, 1);
-    _take := CASE WHEN _round = 1 THEN greatest(_weight - _turn_before, 1)
-                  ELSE greatest(_weight, ceil(_n::numeric / greatest(_last_round_groups, 1))::integer) END;
+    -- A weight lowered to what the group has had of its turn already: its turn is over.
+    CONTINUE WHEN _turn_before > 0 AND _turn_before >= _weight;
+    -- Later rounds share what is still wanted by weight (0016 shared it evenly,
+    -- which diluted weights in every claim of more than one round; outside review).
+    _take := CASE WHEN _round = 1 THEN _weight - _turn_before
+                  ELSE _weight * _share END;
     _take := least(_take, _n);
 
     IF _limit IS NOT NULL OR _group_rated THEN
@@ -343,10 +356,15 @@ BEGIN
       WHERE j.id = p.id
       RETURNING j, NULL::timestamptz;
     GET DIAGNOSTICS _got = ROW_COUNT;
+    IF _got > 0 AND cardinality(_finished) > 0 THEN
+      -- Running again, in this worker: counted from now on (see the top of this file).
+      _finished := ARRAY(SELECT unnest(_finished) EXCEPT SELECT unnest(_ids));
+    END IF;
     IF _got > 0 THEN
       _n := _n - _got;
       _total := _total + _got;
       _round_groups := _round_groups + 1;
+      _round_weight := _round_weight + _weight;
       -- Part of a first-round turn, the group giving all it was asked for: the
       -- rest of its turn is the next claim's to give.
       IF _round = 1 AND _next <> '' AND _got = _take AND _turn_before + _got < _weight THEN

@@ -64,6 +64,16 @@ export interface FetchLoopStats {
 }
 
 /**
+ * The jobs of `batch` that are done for good: completed, or failed with no attempt
+ * left. A job going back to pending for a retry is left out: once the write
+ * commits, the claim beside it may take the job again, and must then count it as
+ * running (outside review, 2026-12-01: a group limit of 1 exceeded with 1 ms retries).
+ */
+function done(batch: ResultBatch): string[] {
+  return [...batch.completed.map((c) => c.id), ...batch.failed.filter((f) => f.final).map((f) => f.id)];
+}
+
+/**
  * Cycles in flight at once, each on a connection of its own. One cycle at a time
  * leaves the worker idle for every round trip (it has run what it holds and waits
  * for the claim), and Postgres idle while the worker runs; a second cycle sent
@@ -307,8 +317,8 @@ export class FetchLoop {
   /**
    * One statement: write results, claim up to `limit`; and the limited queues'
    * claims. A worker of limited queues alone sends those beside the write, not
-   * after it: the claims are told which jobs just finished here (not running any
-   * more, though their rows say 'processing' until the write commits), so a slot
+   * after it: the claims are told which jobs are done here for good (not running
+   * any more, though their rows say 'processing' until the write commits), so a slot
    * freed in a group at its limit is refilled one round trip later, not two.
    * With plain queues as well the claims follow the write, which may claim the
    * free slots first.
@@ -321,12 +331,7 @@ export class FetchLoop {
     if (claimLimited) this.limited.busy = true;
     try {
       const alongside =
-        claimLimited && plan.plain.length === 0
-          ? this.limited.claim(plan.limited, limit, startNow, [
-              ...batch.completed.map((c) => c.id),
-              ...batch.failed.map((f) => f.id),
-            ])
-          : undefined;
+        claimLimited && plan.plain.length === 0 ? this.limited.claim(plan.limited, limit, startNow, done(batch)) : undefined;
       const wrote = await this.write(batch, plan, limit, startNow, wakesBefore);
       if (!claimLimited) return wrote;
       // Only after the write: its claim of plain queues fills the free slots first.

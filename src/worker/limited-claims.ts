@@ -42,8 +42,8 @@ export class LimitedClaims {
    * limit: see Slots.wantedIn; the others: claim_queue() in migration 0019).
    * `ownLimit` and `ownStarts` are what the calling cycle asked for: the jobs and
    * free slots of the other cycle in flight are not this claim's. `finished`: jobs
-   * whose results are being written beside these claims, not running any more
-   * (migration 0022). Errors are reported and leave the queues to the next cycle;
+   * done for good whose results are being written beside these claims, not
+   * running any more (migration 0022). Errors are reported and leave the queues to the next cycle;
    * they must not undo the cycle's writes.
    */
   async claim(
