@@ -9,7 +9,7 @@ import {
   type WorkerOptions,
 } from '../src/index.js';
 import { nextEvent, waitFor } from './helpers/database.js';
-import { useWorkers } from './helpers/workers.js';
+import { deferred, useWorkers } from './helpers/workers.js';
 import { runCli } from './helpers/cli.js';
 
 const suite = useWorkers('control');
@@ -229,6 +229,50 @@ describe('pause and resume', () => {
     await Promise.all(ids.map((id) => waitForStatus(id, 'completed')));
     expect(ran.filter((q) => q === 'pz')).toHaveLength(5);
     void list;
+  });
+
+  it('a worker hands back the jobs it claimed ahead of a queue paused (or limited) since, and starts none of them', async () => {
+    const gate = deferred();
+    const ran: string[] = [];
+    const reasons: string[] = [];
+    const handedBack: string[] = [];
+    const [worker] = await startWorkers(1, {
+      queues: ['pz-ahead'],
+      concurrency: 2,
+      tasks: {
+        t: async (payload: { block?: boolean }, { job: j }) => {
+          ran.push(j.id);
+          if (payload.block) await gate.promise;
+        },
+      },
+    });
+    worker!.on('jobs:handed-back', (jobs, { reason }) => {
+      reasons.push(reason);
+      handedBack.push(...jobs.map((j) => j.id));
+    });
+    // Fast runs first, so the worker's next claim takes more than its 2 slots.
+    await suite.queue.enqueueMany(Array.from({ length: 20 }, () => ({ task: 't', queue: 'pz-ahead' })));
+    await waitFor(() => ran.length === 20, 'the fast jobs to run');
+    await suite.queue.enqueueMany([
+      ...Array.from({ length: 2 }, () => ({ task: 't', queue: 'pz-ahead', payload: { block: true } })),
+      ...Array.from({ length: 10 }, () => ({ task: 't', queue: 'pz-ahead' })),
+    ]);
+    await waitFor(() => worker!.waitingJobIds.length > 0, 'jobs claimed ahead to wait in the worker');
+    const waiting = worker!.waitingJobIds;
+    await suite.queue.pauseQueue('pz-ahead');
+    await waitFor(() => reasons.includes('queue-changed'), 'the worker to hand back what it claimed ahead');
+    for (const id of waiting) {
+      expect(handedBack).toContain(id);
+      expect(await job(id)).toMatchObject({ status: 'pending', attempts: 0 });
+    }
+    // The two running jobs finish; nothing of the paused queue starts after them.
+    gate.resolve();
+    await waitFor(async () => (await suite.queue.getJob(ran.at(-1)!))?.status === 'completed', 'the running jobs to finish');
+    expect(ran).toHaveLength(22);
+    expect(worker!.waitingJobIds).toEqual([]);
+    await suite.queue.resumeQueue('pz-ahead');
+    await waitFor(() => ran.length === 32, 'every job to run once resumed');
+    expect(new Set(ran).size).toBe(32);
   });
 
   it('the claim itself skips a paused queue even when the workers missed the change', async () => {

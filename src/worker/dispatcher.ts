@@ -2,7 +2,7 @@ import { SluiceError } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import type { Completer } from './completer.js';
-import type { Emit } from './events.js';
+import type { Emit, HandBackReason } from './events.js';
 import type { ResolvedTask } from './options.js';
 import type { ProgressWriter } from './progress.js';
 import { Run, type AbortCause } from './run.js';
@@ -155,7 +155,7 @@ export class Dispatcher {
         this.handBackTimer = undefined;
         if (!this.signals.accepting()) return;
         const overdue = this.slots.takeOverdue(HAND_BACK_AFTER_MS);
-        if (overdue.length > 0) void this.handBack(overdue);
+        if (overdue.length > 0) void this.handBack(overdue, 'overdue');
         this.armHandBack();
       },
       Math.max(0, since + HAND_BACK_AFTER_MS - Date.now()),
@@ -163,20 +163,23 @@ export class Dispatcher {
     this.handBackTimer.unref();
   }
 
-  /** Hands back the jobs of `queue` claimed ahead: it turned out grouped, and they were not claimed in turn. */
-  handBackQueue(queue: string): void {
+  /**
+   * Hands back the jobs of `queue` claimed ahead: it turned out grouped (they were
+   * not claimed in turn), or was paused or limited since they were claimed.
+   */
+  handBackQueue(queue: string, reason: HandBackReason): void {
     if (!this.signals.accepting()) return;
     const jobs = this.slots.takeWaitingIn(queue);
-    if (jobs.length > 0) void this.handBack(jobs);
+    if (jobs.length > 0) void this.handBack(jobs, reason);
   }
 
-  private async handBack(jobs: JobRow[]): Promise<void> {
+  private async handBack(jobs: JobRow[], reason: HandBackReason): Promise<void> {
     let kept = jobs;
     try {
       const left = new Set(await this.completer.release(jobs));
       const back = jobs.filter((j) => !left.has(j));
       kept = jobs.filter((j) => left.has(j));
-      if (back.length > 0) this.signals.emit('jobs:handed-back', back);
+      if (back.length > 0) this.signals.emit('jobs:handed-back', back, { reason });
     } catch (err) {
       this.signals.error(err);
     }

@@ -27,10 +27,12 @@ export interface WorkerEvents {
   /** One claim statement returned these jobs (they start as slots free). */
   'jobs:claimed': [JobRow[]];
   /**
-   * Jobs claimed ahead that waited too long for a slot went back to pending, their
-   * attempt not spent, for any worker to take.
+   * Jobs claimed ahead went back to pending, their attempt not spent, for any
+   * worker to take: they waited too long for a slot ('overdue'), their queue
+   * turned out grouped ('grouped'), or it was paused or given a limit since they
+   * were claimed ('queue-changed').
    */
-  'jobs:handed-back': [JobRow[]];
+  'jobs:handed-back': [JobRow[], { reason: HandBackReason }];
   /** The maintenance leader took back a job whose worker stopped heartbeating (one event per job). */
   'job:rescue': [RescuedJob];
   /** The job was cancelled while this worker ran it; its handler's signal was aborted. */
@@ -53,6 +55,9 @@ export interface WorkerEvents {
 
 /** Something that emits worker events: the Worker, as seen by logging and metrics. */
 export type WorkerEmitter = EventEmitter<WorkerEvents>;
+
+/** Why jobs claimed ahead were handed back (see 'jobs:handed-back'). */
+export type HandBackReason = 'overdue' | 'grouped' | 'queue-changed';
 
 /** Emits one worker event; the roles get this instead of the whole Worker. */
 export type Emit = <K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]) => void;

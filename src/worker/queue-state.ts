@@ -36,18 +36,18 @@ export class QueueState {
     private readonly queues: readonly string[],
     private readonly localLimits: ReadonlyMap<string, number>,
     refreshIntervalMs: number,
-    private readonly changed: () => void,
+    private readonly changed: (before: ClaimPlan, after: ClaimPlan) => void,
     onError: (err: unknown) => void,
   ) {
     this.current = this.plan([]);
     this.reads = new Loop({
       pass: async () => {
         const next = this.plan(await this.store.queueState(this.queues));
-        const same = samePlan(next, this.current);
+        const before = this.current;
         this.current = next;
-        // Only a changed plan wakes the fetch loop: a worker that does not listen
-        // refreshes on a timer, and a wake on every refresh cost it an extra claim.
-        if (!same) this.changed();
+        // Only a changed plan is reported: a worker that does not listen refreshes
+        // on a timer, and a wake on every refresh cost it an extra claim.
+        if (!samePlan(next, before)) this.changed(before, next);
       },
       intervalMs: refreshIntervalMs > 0 ? refreshIntervalMs : Infinity,
       onError,
@@ -94,4 +94,15 @@ export class QueueState {
 function samePlan(a: ClaimPlan, b: ClaimPlan): boolean {
   const same = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((q, i) => q === y[i]);
   return same(a.plain, b.plain) && same(a.limited, b.limited) && same(a.strict, b.strict);
+}
+
+/**
+ * Queues whose jobs could be claimed ahead under `before` and cannot under
+ * `after`: paused since, or given a limit that counts claimed jobs. The jobs of
+ * theirs a worker claimed ahead and has not started must go back, or they would
+ * start after the pause or over the new limit (outside review, 2026-12-01).
+ */
+export function lostClaimAhead(before: ClaimPlan, after: ClaimPlan): string[] {
+  const ahead = (plan: ClaimPlan, q: string) => plan.plain.includes(q) || (plan.limited.includes(q) && !plan.strict.includes(q));
+  return [...before.plain, ...before.limited].filter((q) => ahead(before, q) && !ahead(after, q));
 }

@@ -193,7 +193,8 @@ export class Slots {
 
   /**
    * Every waiting job of `queue`, to be handed back (a queue found grouped after
-   * they were claimed first come, first served): like takeOverdue. Not those with
+   * they were claimed first come, first served, or paused or limited since): like
+   * takeOverdue. Not those with
    * a job key: the claim gave their key up, and a handed-back job would go back
    * to pending without it (a second job could take the key); they run here.
    */

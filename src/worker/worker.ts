@@ -2,9 +2,6 @@ import { EventEmitter } from 'node:events';
 import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
-import { workerStatements } from '../db/statements/worker.js';
-import { channelFor } from '../db/identifiers.js';
-import { PgWorkerStore } from '../db/store.js';
 import { connectionError } from '../db/connection.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import {
@@ -17,43 +14,21 @@ import {
 } from '../errors.js';
 import type { AnyTasks, TaskMap } from '../job.js';
 import { resolveSchemas } from '../task-schemas.js';
-import { Notifier } from '../notify/listener.js';
 import type { ControlMessage } from '../notify/codec.js';
-import { rescuerTask } from '../maintenance/rescuer.js';
-import { createMaintenance, type WorkerMaintenance } from '../maintenance/worker-maintenance.js';
-import { Completer } from './completer.js';
 import type { Emit, WorkerEvents } from './events.js';
-import { FetchLoop, type FetchLoopStats } from './fetch-loop.js';
-import { Heartbeat } from './heartbeat.js';
-import { instrumentWorker, type Instrumentation } from './instrumentation.js';
-import { composeHandlers, payloadSchemas, tracing } from './middleware.js';
-import { ProgressWriter } from './progress.js';
-import { GroupedQueues } from './grouped-queues.js';
-import { QueueState } from './queue-state.js';
-import { Dispatcher } from './dispatcher.js';
+import type { FetchLoopStats } from './fetch-loop.js';
 import { Slots } from './slots.js';
-import { WorkerRegistry } from './registry.js';
+import { assembleParts, type Parts } from './parts.js';
 
 export type { WorkerEvents } from './events.js';
 
-/** Connections a worker holds besides LISTEN: the fetch loop and heartbeat/rescue. */
-// Two cycles in flight (see MAX_CYCLES_IN_FLIGHT) and the heartbeat's and hand-backs' statements.
+/**
+ * Connections a worker holds besides LISTEN: the fetch loop's (up to two cycles in
+ * flight, see MAX_CYCLES_IN_FLIGHT; a worker of limited queues alone sends a
+ * claim beside a cycle's write), the heartbeat's and the hand-backs'. A statement
+ * that finds them all busy waits in the pool for the next one free.
+ */
 const POOL_SIZE = 3;
-
-/** The parts a running worker is made of; absent before start(). */
-interface Parts {
-  db: Driver;
-  queueState: QueueState;
-  completer: Completer;
-  loop: FetchLoop;
-  heartbeat: Heartbeat;
-  progress: ProgressWriter;
-  dispatcher: Dispatcher;
-  maintenance: WorkerMaintenance | undefined;
-  notifier: Notifier | undefined;
-  instrumentation: Instrumentation;
-  registry: WorkerRegistry;
-}
 
 /**
  * Runs jobs. Uses a fixed handful of connections whatever its concurrency: one for
@@ -158,7 +133,16 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     }
     await this.probe(db);
     try {
-      this.parts = await this.assemble(db);
+      this.parts = await assembleParts(db, {
+        config,
+        options: this.options,
+        slots: this.slots,
+        events: this,
+        emit: this.emitEvent,
+        accepting: () => this.state === 'running',
+        drained: () => this.drained?.(),
+        error: (err) => this.reportError(err),
+      });
     } catch (err) {
       // A part that cannot be made (a missing optional package, bad schemas):
       // nothing has started, so closing the pool leaves nothing behind.
@@ -175,127 +159,6 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     heartbeat.start();
     this.parts.registry.start();
     await this.parts.maintenance?.start();
-  }
-
-  /** Makes the parts of a running worker on its pool; starts none of them. */
-  private async assemble(db: Driver): Promise<Parts> {
-    const config = this.config;
-    const onError = (err: unknown) => this.reportError(err);
-    const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements);
-    const tasks = await composeHandlers(config.tasks, [
-      payloadSchemas(resolveSchemas(this.options.schemas, 'Worker')),
-      ...(config.tracing ? [tracing] : []),
-    ]);
-
-    const completer: Completer = new Completer(store, config, {
-      emit: this.emitEvent,
-      resultAdded: () => loop.resultAdded(),
-      dueAt: (at) => loop.wakeAt(at),
-      error: onError,
-    });
-    // Workers that listen hear of pause/limit changes at once; the timer is the
-    // fallback for missed notifications, and the only source for those that poll.
-    const queueState = new QueueState(
-      store,
-      config.queues,
-      config.queueConcurrency,
-      config.listen ? 30_000 : config.pollIntervalMs,
-      () => loop.wake(),
-      onError,
-    );
-    const groupedQueues = new GroupedQueues(
-      store,
-      (queue) => queueState.claimPlan.plain.includes(queue),
-      (queue) => {
-        dispatcher.handBackQueue(queue);
-        void queueState.refresh().then(() => loop.wake());
-      },
-      onError,
-    );
-    const loop: FetchLoop = new FetchLoop(
-      store,
-      { ...config, tasks: [...config.tasks.keys()] },
-      {
-        capacity: () => this.slots.capacity(),
-        wanted: () => this.slots.wanted(),
-        wantedIn: (queue) => this.slots.wantedIn(queue),
-        free: () => this.slots.free(),
-        claimed: (jobs, roundTripMs) => {
-          heartbeat.claimed(
-            jobs.map((j) => j.id),
-            performance.now() - roundTripMs,
-          );
-          this.slots.recordRoundTrip(roundTripMs);
-          dispatcher.claimed(jobs);
-          groupedQueues.claimed(jobs);
-        },
-      },
-      completer,
-      () => queueState.claimPlan,
-      onError,
-    );
-    // Finished jobs whose results are not written yet (Postgres unreachable, say)
-    // are still this worker's: heartbeat them too, or they would be rescued and run
-    // again once the outage outlasts the visibility timeout.
-    const heartbeat = new Heartbeat(
-      store,
-      {
-        intervalMs: config.heartbeatIntervalMs,
-        renewalTimeoutMs: config.lockRenewalTimeoutMs,
-      },
-      {
-        held: () => [...this.slots.heldIds(), ...completer.ids()],
-        lost: (ids) => dispatcher.lockLost(ids),
-        unrenewed: (ids) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs),
-        error: onError,
-      },
-    );
-    const progress = new ProgressWriter(store, config.progressIntervalMs, onError);
-    const dispatcher = new Dispatcher(
-      this.slots,
-      completer,
-      progress,
-      { tasks, maxResultBytes: config.maxResultBytes },
-      {
-        emit: this.emitEvent,
-        accepting: () => this.state === 'running',
-        finished: (job) => {
-          // A slot of a limited queue opened: it may be claimable again (the statement
-          // that writes this result runs before the limited claims).
-          if (config.queueConcurrency.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wake();
-          if (this.slots.runningCount === 0) this.drained?.();
-        },
-        error: onError,
-      },
-    );
-    const rescuer = rescuerTask(
-      db,
-      workerStatements(config.schema),
-      config.visibilityTimeoutMs,
-      config.rescueIntervalMs,
-      (jobs) => {
-        for (const job of jobs) this.emit('job:rescue', job);
-        this.emit('jobs:rescued', jobs);
-        loop.wake();
-      },
-    );
-    return {
-      db,
-      queueState,
-      completer,
-      loop,
-      heartbeat,
-      progress,
-      dispatcher,
-      maintenance: createMaintenance(db, config, rescuer, this, onError),
-      notifier: config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined,
-      instrumentation: await instrumentWorker(this, config, db),
-      registry: new WorkerRegistry(
-        db,
-        { ...config, tasks: [...config.tasks.keys()], intervalMs: config.registryIntervalMs },
-        onError,
-      ),
-    };
   }
 
   /**

@@ -3,7 +3,7 @@
  * through claim_limited, which not at all) from the queues table and local limits.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { QueueState } from '../../src/worker/queue-state.js';
+import { lostClaimAhead, QueueState } from '../../src/worker/queue-state.js';
 import { MemoryDatabase } from '../helpers/memory-store.js';
 
 const QUEUES = ['a', 'b', 'c', 'd'];
@@ -164,5 +164,22 @@ describe('QueueState', () => {
     await qs.start();
     await vi.advanceTimersByTimeAsync(60_000);
     expect(reads()).toBe(1);
+  });
+});
+
+describe('lostClaimAhead', () => {
+  const plan = (plain: string[], limited: string[] = [], strict: string[] = []) => ({ plain, limited, strict });
+
+  it('names the queues paused or given a counting limit since: their jobs claimed ahead must go back', () => {
+    const before = plan(['a', 'b', 'c'], ['g', 'h', 's'], ['s']);
+    // a paused, b limited (strict), g (grouped, no limit) given a group limit, h paused, s unchanged.
+    const after = plan(['c'], ['b', 'g', 's'], ['b', 'g', 's']);
+    expect(lostClaimAhead(before, after)).toEqual(['a', 'b', 'g', 'h']);
+  });
+
+  it('names none when queues only become claimable ahead, or a grouped queue keeps claiming ahead', () => {
+    expect(lostClaimAhead(plan([], ['a'], ['a']), plan(['a']))).toEqual([]);
+    expect(lostClaimAhead(plan(['a']), plan([], ['a']))).toEqual([]);
+    expect(lostClaimAhead(plan([], [], []), plan(['a']))).toEqual([]);
   });
 });

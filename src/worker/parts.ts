@@ -1,0 +1,176 @@
+import type { Driver } from '../db/driver.js';
+import { channelFor } from '../db/identifiers.js';
+import { workerStatements } from '../db/statements/worker.js';
+import { PgWorkerStore } from '../db/store.js';
+import { rescuerTask } from '../maintenance/rescuer.js';
+import { createMaintenance, type WorkerMaintenance } from '../maintenance/worker-maintenance.js';
+import { Notifier } from '../notify/listener.js';
+import { resolveSchemas } from '../task-schemas.js';
+import { Completer } from './completer.js';
+import { Dispatcher } from './dispatcher.js';
+import type { Emit, WorkerEmitter } from './events.js';
+import { FetchLoop } from './fetch-loop.js';
+import { GroupedQueues } from './grouped-queues.js';
+import { Heartbeat } from './heartbeat.js';
+import { instrumentWorker, type Instrumentation } from './instrumentation.js';
+import { composeHandlers, payloadSchemas, tracing } from './middleware.js';
+import type { ResolvedWorkerConfig, WorkerOptions } from './options.js';
+import { ProgressWriter } from './progress.js';
+import { lostClaimAhead, QueueState } from './queue-state.js';
+import { WorkerRegistry } from './registry.js';
+import type { Slots } from './slots.js';
+
+/** The parts a running worker is made of; absent before start(). */
+export interface Parts {
+  db: Driver;
+  queueState: QueueState;
+  completer: Completer;
+  loop: FetchLoop;
+  heartbeat: Heartbeat;
+  progress: ProgressWriter;
+  dispatcher: Dispatcher;
+  maintenance: WorkerMaintenance | undefined;
+  notifier: Notifier | undefined;
+  instrumentation: Instrumentation;
+  registry: WorkerRegistry;
+}
+
+/** What the parts need of the Worker that owns them. */
+export interface Owner {
+  readonly config: ResolvedWorkerConfig;
+  readonly options: WorkerOptions;
+  readonly slots: Slots;
+  /** Where the maintenance, the instrumentation and the rescue report. */
+  readonly events: WorkerEmitter;
+  readonly emit: Emit;
+  /** False once the worker is stopping: nothing new starts. */
+  accepting(): boolean;
+  /** The last running job finished. */
+  drained(): void;
+  error(err: unknown): void;
+}
+
+/** Makes the parts of a running worker on its pool; starts none of them. */
+export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
+  const { config, slots } = owner;
+  const onError = owner.error;
+  const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements);
+  const tasks = await composeHandlers(config.tasks, [
+    payloadSchemas(resolveSchemas(owner.options.schemas, 'Worker')),
+    ...(config.tracing ? [tracing] : []),
+  ]);
+
+  const completer: Completer = new Completer(store, config, {
+    emit: owner.emit,
+    resultAdded: () => loop.resultAdded(),
+    dueAt: (at) => loop.wakeAt(at),
+    error: onError,
+  });
+  // Workers that listen hear of pause/limit changes at once; the timer is the
+  // fallback for missed notifications, and the only source for those that poll.
+  const queueState = new QueueState(
+    store,
+    config.queues,
+    config.queueConcurrency,
+    config.listen ? 30_000 : config.pollIntervalMs,
+    (before, after) => {
+      // Paused or limited since: what was claimed ahead there must not start.
+      for (const queue of lostClaimAhead(before, after)) dispatcher.handBackQueue(queue, 'queue-changed');
+      loop.wake();
+    },
+    onError,
+  );
+  const groupedQueues = new GroupedQueues(
+    store,
+    (queue) => queueState.claimPlan.plain.includes(queue),
+    (queue) => {
+      dispatcher.handBackQueue(queue, 'grouped');
+      void queueState.refresh().then(() => loop.wake());
+    },
+    onError,
+  );
+  const loop: FetchLoop = new FetchLoop(
+    store,
+    { ...config, tasks: [...config.tasks.keys()] },
+    {
+      capacity: () => slots.capacity(),
+      wanted: () => slots.wanted(),
+      wantedIn: (queue) => slots.wantedIn(queue),
+      free: () => slots.free(),
+      claimed: (jobs, roundTripMs) => {
+        heartbeat.claimed(
+          jobs.map((j) => j.id),
+          performance.now() - roundTripMs,
+        );
+        slots.recordRoundTrip(roundTripMs);
+        dispatcher.claimed(jobs);
+        groupedQueues.claimed(jobs);
+      },
+    },
+    completer,
+    () => queueState.claimPlan,
+    onError,
+  );
+  // Finished jobs whose results are not written yet (Postgres unreachable, say)
+  // are still this worker's: heartbeat them too, or they would be rescued and run
+  // again once the outage outlasts the visibility timeout.
+  const heartbeat = new Heartbeat(
+    store,
+    {
+      intervalMs: config.heartbeatIntervalMs,
+      renewalTimeoutMs: config.lockRenewalTimeoutMs,
+    },
+    {
+      held: () => [...slots.heldIds(), ...completer.ids()],
+      lost: (ids) => dispatcher.lockLost(ids),
+      unrenewed: (ids) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs),
+      error: onError,
+    },
+  );
+  const progress = new ProgressWriter(store, config.progressIntervalMs, onError);
+  const dispatcher = new Dispatcher(
+    slots,
+    completer,
+    progress,
+    { tasks, maxResultBytes: config.maxResultBytes },
+    {
+      emit: owner.emit,
+      accepting: owner.accepting,
+      finished: (job) => {
+        // A slot of a limited queue opened: claim it (beside the write of this
+        // result, which the claim counts as finished; see FetchLoop.cycle).
+        if (config.queueConcurrency.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wake();
+        if (slots.runningCount === 0) owner.drained();
+      },
+      error: onError,
+    },
+  );
+  const rescuer = rescuerTask(
+    db,
+    workerStatements(config.schema),
+    config.visibilityTimeoutMs,
+    config.rescueIntervalMs,
+    (jobs) => {
+      for (const job of jobs) owner.events.emit('job:rescue', job);
+      owner.events.emit('jobs:rescued', jobs);
+      loop.wake();
+    },
+  );
+  return {
+    db,
+    queueState,
+    completer,
+    loop,
+    heartbeat,
+    progress,
+    dispatcher,
+    maintenance: createMaintenance(db, config, rescuer, owner.events, onError),
+    notifier: config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined,
+    instrumentation: await instrumentWorker(owner.events, config, db),
+    registry: new WorkerRegistry(
+      db,
+      { ...config, tasks: [...config.tasks.keys()], intervalMs: config.registryIntervalMs },
+      onError,
+    ),
+  };
+}
