@@ -4,7 +4,7 @@ import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
 import type { Emit } from './events.js';
-import type { AppliedResults, ResultBatch, ResultSource } from './fetch-loop.js';
+import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
 import { describeError, type Outcome, type Run } from './run.js';
 
 interface Completion extends CompletionWrite {

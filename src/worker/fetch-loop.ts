@@ -1,45 +1,17 @@
-import type { CompletionWrite, CycleResult, FailureWrite, WorkerStore } from '../db/store.js';
+import type { CycleResult, WorkerStore } from '../db/store.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import { Loop } from '../lifecycle/loop.js';
 import { DueTimes } from './due-times.js';
 import type { ClaimPlan } from './queue-state.js';
 import type { ClaimTarget } from './claim-target.js';
 import { LimitedClaims } from './limited-claims.js';
+import { doneForGood, type ResultBatch, type ResultSource } from './result-source.js';
 import { WakeCooldown } from './wake-cooldown.js';
 
 export type { ClaimTarget } from './claim-target.js';
 
 /** The result of a cycle that sent no statement. */
 const NOTHING_SENT: CycleResult = { completed: new Set(), failed: new Set(), skipped: new Set(), claimed: [] };
-
-/** Results waiting to be written, taken by the next cycle. */
-export interface ResultBatch<C extends CompletionWrite = CompletionWrite, F extends FailureWrite = FailureWrite> {
-  completed: C[];
-  failed: F[];
-  /** Jobs claimed ahead that have started. */
-  started: string[];
-}
-
-/** What the database did with a batch. */
-export interface AppliedResults {
-  completed: ReadonlySet<string>;
-  failed: ReadonlySet<string>;
-  /** Not written because another session held the row locked: still this worker's. */
-  skipped: ReadonlySet<string>;
-}
-
-/** Where the results come from and go back to: the Completer. */
-export interface ResultSource {
-  /** Results waiting to go out with the next cycle. */
-  readonly size: number;
-  /** Results not written yet: waiting, or held back for a moment (their row was locked). */
-  readonly unwritten: number;
-  take(): ResultBatch;
-  /** A cycle failed: the batch goes back, to be written with the next one. */
-  restore(batch: ResultBatch): void;
-  /** The batch was written; ids missing from every set were no longer this worker's. */
-  applied(batch: ResultBatch, written: AppliedResults): void;
-}
 
 export interface FetchLoopConfig {
   tasks: readonly string[];
@@ -61,16 +33,6 @@ export interface FetchLoopStats {
   claimed: number;
   /** Cycles sent while another was in flight. */
   overlapped: number;
-}
-
-/**
- * The jobs of `batch` that are done for good: completed, or failed with no attempt
- * left. A job going back to pending for a retry is left out: once the write
- * commits, the claim beside it may take the job again, and must then count it as
- * running (outside review, 2026-12-01: a group limit of 1 exceeded with 1 ms retries).
- */
-function done(batch: ResultBatch): string[] {
-  return [...batch.completed.map((c) => c.id), ...batch.failed.filter((f) => f.final).map((f) => f.id)];
 }
 
 /**
@@ -331,7 +293,9 @@ export class FetchLoop {
     if (claimLimited) this.limited.busy = true;
     try {
       const alongside =
-        claimLimited && plan.plain.length === 0 ? this.limited.claim(plan.limited, limit, startNow, done(batch)) : undefined;
+        claimLimited && plan.plain.length === 0
+          ? this.limited.claim(plan.limited, limit, startNow, doneForGood(batch))
+          : undefined;
       const wrote = await this.write(batch, plan, limit, startNow, wakesBefore);
       if (!claimLimited) return wrote;
       // Only after the write: its claim of plain queues fills the free slots first.
