@@ -1,10 +1,9 @@
-import { rows, type Queryable } from '../db/executor.js';
-import { ValidationError, wrapDatabaseError } from '../errors.js';
+import type { Queryable } from '../db/executor.js';
+import { ValidationError } from '../errors.js';
 import {
   CANCELLABLE,
   DELETABLE,
   FINISHED,
-  JOB_STATUSES,
   RETRYABLE,
   isFinished,
   type JobRow,
@@ -12,10 +11,10 @@ import {
   type UnfinishedStatus,
 } from '../job.js';
 import { checks } from '../validate.js';
+import { checkStatus, jobId, query } from './input.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { runNowStatements } from '../db/statements/run-now.js';
-import { searchStatements } from '../db/statements/search.js';
 import { encodeControl } from '../notify/codec.js';
 import { wakeQueues } from '../notify/wake-queues.js';
 
@@ -24,6 +23,8 @@ import { wakeQueues } from '../notify/wake-queues.js';
  * dashboard. Every function takes any `Queryable` (a pg Pool, a client inside
  * your transaction) and the schema; none of them opens connections itself.
  */
+
+export { checkStatus, jobId } from './input.js';
 
 // Call-time arguments are the caller's input: ValidationError.
 const { checkName, intOption } = checks(ValidationError);
@@ -320,64 +321,6 @@ export async function runJobNow(
   return current ? { ok: false, reason: 'wrong_status', status: current.status } : { ok: false, reason: 'not_found' };
 }
 
-/** Path segments of a payload field, at most this many ('customer.address.city' is 3). */
-const MAX_FIELD_DEPTH = 8;
-const MAX_SEARCH_VALUE = 1000;
-
-export interface SearchJobsOptions {
-  /** A payload field as a dotted path: 'userId', 'customer.email', 'items.0.sku'. */
-  field: string;
-  /** The field's value as text: 42 and "42" both match '42'. */
-  value: string;
-  status?: JobStatus;
-  queue?: string;
-  task?: string;
-  /** Cursor: jobs with a smaller id (older). */
-  before?: string | number;
-  /** Jobs per page, 1 to 1000. Default 50. */
-  limit?: number;
-}
-
-/**
- * Jobs whose payload has `field` equal to `value`, newest first, from the jobs
- * table and the history, pages going back with `before` (nextAfter is always
- * null). No index covers arbitrary fields: narrow by queue, task or status on
- * a large table.
- *
- * @example
- *   const page = await searchJobs(pool, 'sluice', { field: 'user.id', value: '42', task: 'send_welcome' });
- */
-export async function searchJobs(db: Queryable, schema: string, options: SearchJobsOptions): Promise<JobPage> {
-  const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
-  const path = fieldPath(options.field);
-  if (typeof options.value !== 'string' || options.value.length > MAX_SEARCH_VALUE) {
-    throw new ValidationError(`searchJobs: value must be a string of at most ${MAX_SEARCH_VALUE} characters`);
-  }
-  const values = [
-    options.status === undefined ? null : [checkStatus(options.status)],
-    options.queue === undefined ? null : [checkName('queue', options.queue)],
-    options.task === undefined ? null : [checkName('task', options.task)],
-    options.before === undefined ? null : jobId(options.before),
-    limit + 1,
-    path,
-    options.value,
-  ];
-  const found = await query<JobRow>(db, searchStatements(schema).byPayloadField, values, 'searchJobs');
-  const jobs = found.slice(0, limit);
-  return { jobs, nextBefore: found.length > limit ? jobs.at(-1)!.id : null, nextAfter: null };
-}
-
-/** 'a.b.0' → ['a', 'b', '0'], or a ValidationError saying what a field looks like. */
-function fieldPath(field: unknown): string[] {
-  const parts = typeof field === 'string' ? field.split('.') : [];
-  if (parts.length === 0 || parts.length > MAX_FIELD_DEPTH || parts.some((p) => p.length === 0 || p.length > 128)) {
-    throw new ValidationError(
-      `searchJobs: field must be a dotted path of 1 to ${MAX_FIELD_DEPTH} names, such as "user.id", got ${JSON.stringify(field)}`,
-    );
-  }
-  return parts;
-}
-
 type ActionQuery = 'retry' | 'cancel' | 'deleteJob';
 
 /**
@@ -406,38 +349,11 @@ async function act<R extends JobRow = JobRow>(
     : { ok: false, reason: 'not_found' };
 }
 
-async function query<T>(db: Queryable, text: string, values: unknown[], context: string): Promise<T[]> {
-  try {
-    return await rows<T>(db, text, values);
-  } catch (err) {
-    throw wrapDatabaseError(err, `${context} failed`);
-  }
-}
-
-const MAX_BIGINT = 2n ** 63n - 1n;
-
-/** A job id as the text Postgres gets: a positive bigint, or a ValidationError. */
-export function jobId(value: string | number): string {
-  const text = typeof value === 'number' ? (Number.isSafeInteger(value) ? String(value) : '') : String(value).trim();
-  if (!/^\d{1,19}$/.test(text) || BigInt(text) < 1n || BigInt(text) > MAX_BIGINT) {
-    throw new ValidationError(`not a job id: ${JSON.stringify(value)}`);
-  }
-  return BigInt(text).toString();
-}
-
 function dateOption(name: string, value: Date | undefined): Date | null {
   if (value === undefined) return null;
   if (!(value instanceof Date) || Number.isNaN(value.getTime()))
     throw new ValidationError(`listJobs: ${name} must be a valid Date`);
   return value;
-}
-
-/** Checks a status name. */
-export function checkStatus(value: unknown): JobStatus {
-  if (!JOB_STATUSES.includes(value as JobStatus)) {
-    throw new ValidationError(`unknown status ${JSON.stringify(value)} (one of ${JOB_STATUSES.join(', ')})`);
-  }
-  return value as JobStatus;
 }
 
 /** An optional one-or-many filter as a text[] parameter (null: no filter). */

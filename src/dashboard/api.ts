@@ -11,9 +11,9 @@ import {
   retryFailed,
   retryJob,
   runJobNow,
-  searchJobs,
   type JobActionResult,
 } from '../admin/jobs.js';
+import { searchJobs } from '../admin/search.js';
 import { setQueuePaused } from '../control.js';
 import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';

@@ -2,7 +2,7 @@ import { quoteSchema } from '../identifiers.js';
 import { jobColumns } from './job-columns.js';
 import { perSchema } from './per-schema.js';
 
-/** The dashboard's job search by a payload field (src/admin/jobs.ts, searchJobs), for one schema. */
+/** The dashboard's job search by a payload field (src/admin/search.ts, searchJobs), for one schema. */
 export interface SearchStatements {
   /**
    * $1 statuses, $2 queues, $3 tasks (text[] or NULL: any), $4 the `before` id

@@ -1,0 +1,33 @@
+import { rows, type Queryable } from '../db/executor.js';
+import { ValidationError, wrapDatabaseError } from '../errors.js';
+import { JOB_STATUSES, type JobStatus } from '../job.js';
+
+// What the admin API checks of its callers' input, and how it runs a statement.
+
+/** Runs `text`; a database error is wrapped with what was being done. */
+export async function query<T>(db: Queryable, text: string, values: unknown[], context: string): Promise<T[]> {
+  try {
+    return await rows<T>(db, text, values);
+  } catch (err) {
+    throw wrapDatabaseError(err, `${context} failed`);
+  }
+}
+
+const MAX_BIGINT = 2n ** 63n - 1n;
+
+/** A job id as the text Postgres gets: a positive bigint, or a ValidationError. */
+export function jobId(value: string | number): string {
+  const text = typeof value === 'number' ? (Number.isSafeInteger(value) ? String(value) : '') : String(value).trim();
+  if (!/^\d{1,19}$/.test(text) || BigInt(text) < 1n || BigInt(text) > MAX_BIGINT) {
+    throw new ValidationError(`not a job id: ${JSON.stringify(value)}`);
+  }
+  return BigInt(text).toString();
+}
+
+/** Checks a status name. */
+export function checkStatus(value: unknown): JobStatus {
+  if (!JOB_STATUSES.includes(value as JobStatus)) {
+    throw new ValidationError(`unknown status ${JSON.stringify(value)} (one of ${JOB_STATUSES.join(', ')})`);
+  }
+  return value as JobStatus;
+}

@@ -1,0 +1,67 @@
+import type { Queryable } from '../db/executor.js';
+import { searchStatements } from '../db/statements/search.js';
+import { ValidationError } from '../errors.js';
+import type { JobRow, JobStatus } from '../job.js';
+import { checks } from '../validate.js';
+import { checkStatus, jobId, query } from './input.js';
+import { DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, type JobPage } from './jobs.js';
+
+const { checkName, intOption } = checks(ValidationError);
+
+/** Path segments of a payload field, at most this many ('customer.address.city' is 3). */
+const MAX_FIELD_DEPTH = 8;
+const MAX_SEARCH_VALUE = 1000;
+
+export interface SearchJobsOptions {
+  /** A payload field as a dotted path: 'userId', 'customer.email', 'items.0.sku'. */
+  field: string;
+  /** The field's value as text: 42 and "42" both match '42'. */
+  value: string;
+  status?: JobStatus;
+  queue?: string;
+  task?: string;
+  /** Cursor: jobs with a smaller id (older). */
+  before?: string | number;
+  /** Jobs per page, 1 to 1000. Default 50. */
+  limit?: number;
+}
+
+/**
+ * Jobs whose payload has `field` equal to `value`, newest first, from the jobs
+ * table and the history, pages going back with `before` (nextAfter is always
+ * null). No index covers arbitrary fields: narrow by queue, task or status on
+ * a large table.
+ *
+ * @example
+ *   const page = await searchJobs(pool, 'sluice', { field: 'user.id', value: '42', task: 'send_welcome' });
+ */
+export async function searchJobs(db: Queryable, schema: string, options: SearchJobsOptions): Promise<JobPage> {
+  const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
+  const path = fieldPath(options.field);
+  if (typeof options.value !== 'string' || options.value.length > MAX_SEARCH_VALUE) {
+    throw new ValidationError(`searchJobs: value must be a string of at most ${MAX_SEARCH_VALUE} characters`);
+  }
+  const values = [
+    options.status === undefined ? null : [checkStatus(options.status)],
+    options.queue === undefined ? null : [checkName('queue', options.queue)],
+    options.task === undefined ? null : [checkName('task', options.task)],
+    options.before === undefined ? null : jobId(options.before),
+    limit + 1,
+    path,
+    options.value,
+  ];
+  const found = await query<JobRow>(db, searchStatements(schema).byPayloadField, values, 'searchJobs');
+  const jobs = found.slice(0, limit);
+  return { jobs, nextBefore: found.length > limit ? jobs.at(-1)!.id : null, nextAfter: null };
+}
+
+/** 'a.b.0' → ['a', 'b', '0'], or a ValidationError saying what a field looks like. */
+function fieldPath(field: unknown): string[] {
+  const parts = typeof field === 'string' ? field.split('.') : [];
+  if (parts.length === 0 || parts.length > MAX_FIELD_DEPTH || parts.some((p) => p.length === 0 || p.length > 128)) {
+    throw new ValidationError(
+      `searchJobs: field must be a dotted path of 1 to ${MAX_FIELD_DEPTH} names, such as "user.id", got ${JSON.stringify(field)}`,
+    );
+  }
+  return parts;
+}
