@@ -368,7 +368,9 @@ export class FetchLoop {
     }
     // What the statement did is done: an exception from an event listener below
     // must neither undo it nor strand the jobs just claimed.
-    if (batch.completed.length + batch.failed.length > 0) this.guard(() => this.results.applied(batch, result));
+    if (batch.completed.length + batch.failed.length + batch.started.length > 0) {
+      this.guard(() => this.results.applied(batch, result));
+    }
     if (result.claimed.length > 0) this.guard(() => this.target.claimed(result.claimed, performance.now() - sentAt));
     return true;
   }

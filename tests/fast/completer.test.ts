@@ -72,6 +72,37 @@ afterEach(() => {
   vi.useRealTimers();
 });
 
+describe('Completer: a result and its start in two cycles', () => {
+  it('holds a result back while the cycle writing its start is out, then offers it (no self-inflicted skip)', async () => {
+    const run = await claimed();
+    completer.markStarted(run.job.id);
+    const first = completer.take();
+    expect(first.started).toEqual([run.job.id]);
+    // The job ends while that cycle is still out: a second cycle must not take its result.
+    completer.record(run, { kind: 'completed', value: 1 }, 5);
+    expect(completer.size).toBe(0);
+    expect(completer.take().completed).toEqual([]);
+    const addedBefore = added;
+    completer.applied(first, await store.write(first));
+    expect(added).toBe(addedBefore + 1);
+    expect(completer.size).toBe(1);
+    await write();
+    expect(db.job(run.job.id).status).toBe('completed');
+    expect(named('job:complete')).toHaveLength(1);
+  });
+
+  it('offers the result again when the cycle with its start failed', async () => {
+    const run = await claimed();
+    completer.markStarted(run.job.id);
+    const first = completer.take();
+    completer.record(run, { kind: 'completed', value: 1 }, 5);
+    completer.restore(first);
+    expect(completer.size).toBe(1);
+    const next = completer.take();
+    expect(next.completed.map((c) => c.id)).toEqual([run.job.id]);
+  });
+});
+
 describe('Completer: completions', () => {
   it('stores the result and reports job:complete once written, not before', async () => {
     const run = await claimed();
