@@ -1,5 +1,6 @@
 import type { WorkerStore } from '../db/store.js';
 import type { JobRow } from '../job.js';
+import type { Grouping } from './queue-state.js';
 
 /** After a failed call (say, a role without the grant of roles.sql), the next try waits this long. */
 const RETRY_AFTER_MS = 60_000;
@@ -25,6 +26,8 @@ export class GroupedQueues {
     private readonly isPlain: (queue: string) => boolean,
     private readonly found: (queue: string) => void,
     private readonly onError: (err: unknown) => void,
+    /** What the claims should take the queue for until the queues table says (QueueState.assumeGrouped). */
+    private readonly assume: (queue: string, grouping: Grouping) => void = () => {},
   ) {}
 
   claimed(jobs: readonly JobRow[]): void {
@@ -33,14 +36,19 @@ export class GroupedQueues {
       if (job.group_key === null || (this.nextCallAt.get(queue) ?? 0) > Date.now()) continue;
       this.nextCallAt.set(queue, Infinity);
       const plain = this.isPlain(queue);
+      // Not claimed in common order any more: nothing until the call returns.
+      if (plain) this.assume(queue, 'flagging');
       this.store.markGrouped(queue).then(
         (flagged) => {
+          if (plain) this.assume(queue, 'grouped');
           if (flagged || plain) this.found(queue);
         },
         (err: unknown) => {
           // Tried again with a grouped job this worker claims a minute from now, not
           // with every claim: a missing grant would otherwise report once per claim.
           this.nextCallAt.set(queue, Date.now() + RETRY_AFTER_MS);
+          // Not flagged: claimed in common order as before (see roles.sql).
+          if (plain) this.assume(queue, 'plain');
           this.onError(err);
         },
       );

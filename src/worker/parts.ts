@@ -74,8 +74,10 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     config.queueConcurrency,
     config.listen ? 30_000 : config.pollIntervalMs,
     (before, after) => {
-      // Paused or limited since: what was claimed ahead there must not start.
-      for (const queue of lostClaimAhead(before, after)) dispatcher.handBackQueue(queue, 'queue-changed');
+      // Paused or limited since, or found grouped: what was claimed ahead there must not start.
+      for (const queue of lostClaimAhead(before, after)) {
+        dispatcher.handBackQueue(queue, queueState.flagging(queue) ? 'grouped' : 'queue-changed');
+      }
       loop.wake();
     },
     onError,
@@ -88,6 +90,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       void queueState.refresh().then(() => loop.wake());
     },
     onError,
+    (queue, grouping) => queueState.assumeGrouped(queue, grouping),
   );
   const loop: FetchLoop = new FetchLoop(
     store,

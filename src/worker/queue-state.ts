@@ -1,6 +1,9 @@
 import type { QueueStateRow, WorkerStore } from '../db/store.js';
 import { Loop } from '../lifecycle/loop.js';
 
+/** What a worker knows of a queue's groups ahead of the queues table (QueueState.assumeGrouped). */
+export type Grouping = 'flagging' | 'grouped' | 'plain';
+
 /** Which of a worker's queues are claimed how, as of the last refresh. */
 export interface ClaimPlan {
   /** Claimed by the common cycle statement: running, no limit anywhere. */
@@ -29,6 +32,9 @@ export interface ClaimPlan {
  */
 export class QueueState {
   private current: ClaimPlan;
+  private rows: QueueStateRow[] = [];
+  /** Queues this worker found grouped jobs in, before the queues table says so. */
+  private readonly assumed = new Map<string, Exclude<Grouping, 'plain'>>();
   private readonly reads: Loop;
 
   constructor(
@@ -42,12 +48,8 @@ export class QueueState {
     this.current = this.plan([]);
     this.reads = new Loop({
       pass: async () => {
-        const next = this.plan(await this.store.queueState(this.queues));
-        const before = this.current;
-        this.current = next;
-        // Only a changed plan is reported: a worker that does not listen refreshes
-        // on a timer, and a wake on every refresh cost it an extra claim.
-        if (!samePlan(next, before)) this.changed(before, next);
+        this.rows = await this.store.queueState(this.queues);
+        this.replan();
       },
       intervalMs: refreshIntervalMs > 0 ? refreshIntervalMs : Infinity,
       onError,
@@ -69,9 +71,37 @@ export class QueueState {
     return this.reads.stop();
   }
 
+  /**
+   * What this worker knows of `queue` before the queues table says it: it claimed
+   * grouped jobs there and is flagging it ('flagging': not claimed at all until the
+   * call returns), flagged it ('grouped': claimed round-robin), or the call failed
+   * ('plain': as the table says). Until the flag committed, any claim of the queue
+   * took it in common order, out of turn: under load 136-175 jobs of 5 ms ran
+   * before the last of 30 small groups' jobs (tests/groups.test.ts).
+   */
+  assumeGrouped(queue: string, grouping: Grouping): void {
+    if (grouping === 'plain') this.assumed.delete(queue);
+    else this.assumed.set(queue, grouping);
+    this.replan();
+  }
+
+  /** True while this worker is flagging `queue` grouped (see assumeGrouped). */
+  flagging(queue: string): boolean {
+    return this.assumed.get(queue) === 'flagging';
+  }
+
   /** Re-reads the queues table; concurrent calls are folded into one more read. Never throws. */
   refresh(): Promise<void> {
     return this.reads.trigger();
+  }
+
+  private replan(): void {
+    const next = this.plan(this.rows);
+    const before = this.current;
+    this.current = next;
+    // Only a changed plan is reported: a worker that does not listen refreshes
+    // on a timer, and a wake on every refresh cost it an extra claim.
+    if (!samePlan(next, before)) this.changed(before, next);
   }
 
   private plan(rows: QueueStateRow[]): ClaimPlan {
@@ -80,11 +110,12 @@ export class QueueState {
     // the fair claim and the rate limits, which the common cycle cannot.
     const limitedGlobally = new Set(rows.filter((r) => r.concurrency_limit !== null || r.grouped).map((r) => r.name));
     const running = this.queues.filter((q) => !paused.has(q));
-    const isLimited = (q: string) => this.localLimits.has(q) || limitedGlobally.has(q);
+    const isLimited = (q: string) => this.localLimits.has(q) || limitedGlobally.has(q) || this.assumed.get(q) === 'grouped';
     const strictGlobally = new Set(rows.filter((r) => r.strict).map((r) => r.name));
-    const limited = running.filter(isLimited);
+    const held = (q: string) => this.assumed.get(q) === 'flagging';
+    const limited = running.filter((q) => isLimited(q) && !held(q));
     return {
-      plain: running.filter((q) => !isLimited(q)),
+      plain: running.filter((q) => !isLimited(q) && !held(q)),
       limited,
       strict: limited.filter((q) => this.localLimits.has(q) || strictGlobally.has(q)),
     };

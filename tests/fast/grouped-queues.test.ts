@@ -14,6 +14,7 @@ let found: string[];
 let errors: unknown[];
 let plain: Set<string>;
 let grouped: GroupedQueues;
+let assumed: [string, string][];
 
 function job(queue: string, group: string | null): JobRow {
   const id = db.add('t', { queue });
@@ -27,11 +28,13 @@ beforeEach(() => {
   found = [];
   errors = [];
   plain = new Set(['p']);
+  assumed = [];
   grouped = new GroupedQueues(
     db.store('w1'),
     (queue) => plain.has(queue),
     (queue) => found.push(queue),
     (err) => errors.push(err),
+    (queue, grouping) => assumed.push([queue, grouping]),
   );
 });
 
@@ -48,6 +51,28 @@ describe('GroupedQueues', () => {
     expect(marks()).toBe(2);
     expect(db.queues.get('p')?.grouped).toBe(true);
     expect(db.queues.get('q')?.grouped).toBe(true);
+  });
+
+  it('holds a plain queue out of every claim from its first grouped job until the flag returns, then claims it grouped', async () => {
+    grouped.claimed([job('p', 'a'), job('limited', 'a')]);
+    // At once: the cycles that follow must not claim more of it in common order.
+    expect(assumed).toEqual([['p', 'flagging']]);
+    await settle();
+    expect(assumed).toEqual([
+      ['p', 'flagging'],
+      ['p', 'grouped'],
+    ]);
+  });
+
+  it('puts the queue back in the common claim when the call fails', async () => {
+    db.failNext('markGrouped');
+    grouped.claimed([job('p', 'a')]);
+    await settle();
+    expect(errors).toHaveLength(1);
+    expect(assumed).toEqual([
+      ['p', 'flagging'],
+      ['p', 'plain'],
+    ]);
   });
 
   it('reports a queue claimed in common order (plain in the plan) even when another worker flagged it first', async () => {

@@ -167,6 +167,25 @@ describe('QueueState', () => {
   });
 });
 
+describe('QueueState.assumeGrouped', () => {
+  it('holds a queue being flagged out of every claim, then claims it as grouped; plain puts it back', async () => {
+    const qs = queueState();
+    await qs.start();
+    expect(qs.claimPlan.plain).toEqual(QUEUES);
+    qs.assumeGrouped('b', 'flagging');
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: [], strict: [] });
+    qs.assumeGrouped('b', 'grouped');
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: ['b'], strict: [] });
+    expect(changed).toBe(2);
+    // A re-read that does not see the flag yet keeps what the worker knows.
+    await qs.refresh();
+    expect(qs.claimPlan.limited).toEqual(['b']);
+    qs.assumeGrouped('b', 'plain');
+    expect(qs.claimPlan.plain).toEqual(QUEUES);
+    qs.stop();
+  });
+});
+
 describe('lostClaimAhead', () => {
   const plan = (plain: string[], limited: string[] = [], strict: string[] = []) => ({ plain, limited, strict });
 
