@@ -38,6 +38,7 @@ export interface DispatcherSignals {
  */
 export class Dispatcher {
   private handBackTimer: NodeJS.Timeout | undefined;
+  private holds = 0;
 
   constructor(
     private readonly slots: Slots,
@@ -54,9 +55,23 @@ export class Dispatcher {
     this.startWaiting();
   }
 
-  /** Starts waiting jobs while slots are free (not once the worker is stopping). */
+  /**
+   * Starts nothing until releaseStarts(): the worker is re-reading the queue
+   * settings after a control message, and a pause or a lowered limit there must
+   * not see the jobs it claimed ahead start meanwhile (up to ~170 ms of starts
+   * under load, outside review). Counted: overlapping re-reads each release once.
+   */
+  holdStarts(): void {
+    this.holds++;
+  }
+
+  releaseStarts(): void {
+    if (this.holds > 0 && --this.holds === 0) this.startWaiting();
+  }
+
+  /** Starts waiting jobs while slots are free (not once the worker is stopping, or while starts are held). */
   startWaiting(): void {
-    if (!this.signals.accepting()) return;
+    if (!this.signals.accepting() || this.holds > 0) return;
     for (let job = this.slots.nextToStart(); job; job = this.slots.nextToStart()) this.run(job);
     this.armHandBack();
   }

@@ -30,6 +30,9 @@ export type { WorkerEvents } from './events.js';
  */
 const POOL_SIZE = 3;
 
+/** How long a control message may hold the start of jobs claimed ahead (see control()). */
+const MAX_START_HOLD_MS = 1_000;
+
 /**
  * Runs jobs. Uses a fixed handful of connections whatever its concurrency: one for
  * LISTEN, and a pool of three for claims, results and heartbeats.
@@ -269,9 +272,28 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   }
 
   private control(message: ControlMessage): void {
-    // A changed setting may free room (a limit raised) without changing the plan: claim after the read.
-    if (message.c === 'queues') void this.parts!.queueState.refresh().then(() => this.parts?.loop.wake());
-    else this.parts!.dispatcher.cancel(message.id, new JobCancelledError(`job ${message.id} was cancelled`));
+    const { dispatcher, queueState, loop } = this.parts!;
+    if (message.c === 'queues') {
+      // A pause or a new limit may have committed: jobs claimed ahead start only
+      // after the re-read, which hands back those of a queue paused or limited.
+      // A changed setting may also free room (a limit raised) without changing
+      // the plan: claim after the read.
+      // Held for a second at most: a re-read stuck on a bad connection must not
+      // stop the worker's other queues.
+      dispatcher.holdStarts();
+      let held = true;
+      const release = () => {
+        if (!held) return;
+        held = false;
+        clearTimeout(timer);
+        dispatcher.releaseStarts();
+        loop.wake();
+      };
+      const timer = setTimeout(release, MAX_START_HOLD_MS).unref();
+      void queueState.refresh().then(release);
+    } else {
+      dispatcher.cancel(message.id, new JobCancelledError(`job ${message.id} was cancelled`));
+    }
   }
 
   private reportError(err: unknown): void {

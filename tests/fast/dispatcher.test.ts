@@ -1,0 +1,64 @@
+/**
+ * Dispatcher: holding the start of jobs claimed ahead while the worker re-reads
+ * its queue settings after a control message (a pause or a lowered limit).
+ */
+import { describe, expect, it } from 'vitest';
+import { Completer } from '../../src/worker/completer.js';
+import { Dispatcher } from '../../src/worker/dispatcher.js';
+import { ProgressWriter } from '../../src/worker/progress.js';
+import { Slots } from '../../src/worker/slots.js';
+import { MemoryDatabase } from '../helpers/memory-store.js';
+
+function setup(started: string[]) {
+  const db = new MemoryDatabase();
+  const store = db.store('w1');
+  const slots = new Slots({ concurrency: 2, prefetch: 0, queueLimits: new Map() });
+  const quiet = { emit: () => {}, resultAdded: () => {}, dueAt: () => {}, error: () => {} };
+  const completer = new Completer(
+    store,
+    { backoff: { baseMs: 1_000, maxMs: 1_000, shape: 'fixed' }, maxResultBytes: 1_000 },
+    quiet,
+  );
+  const task = {
+    handler: (_payload: unknown, ctx: { job: { id: string } }) => {
+      started.push(ctx.job.id);
+      return new Promise<void>(() => {});
+    },
+    timeoutMs: undefined,
+    maxAttempts: undefined,
+    backoff: undefined,
+  };
+  const dispatcher = new Dispatcher(
+    slots,
+    completer,
+    new ProgressWriter(store, 1_000, () => {}),
+    { tasks: new Map([['t', task]]), maxResultBytes: 1_000 },
+    { emit: () => {}, accepting: () => true, finished: () => {}, error: () => {} },
+  );
+  return { db, store, dispatcher };
+}
+
+const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('Dispatcher: held starts', () => {
+  it('starts no claimed job while starts are held, and all of them once the last hold is released', async () => {
+    const started: string[] = [];
+    const { db, store, dispatcher } = setup(started);
+    db.addMany(2, 't');
+    const jobs = await store.claim(2);
+    dispatcher.holdStarts();
+    dispatcher.holdStarts(); // a second control message while the first re-read is out
+    dispatcher.claimed(jobs);
+    await settle();
+    expect(started).toEqual([]);
+    dispatcher.releaseStarts();
+    await settle();
+    expect(started).toEqual([]);
+    dispatcher.releaseStarts();
+    await settle();
+    expect(started).toEqual(jobs.map((j) => j.id));
+    // A release without a hold changes nothing.
+    dispatcher.releaseStarts();
+    expect(started).toHaveLength(2);
+  });
+});
