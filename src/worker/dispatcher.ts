@@ -27,6 +27,11 @@ export interface DispatcherSignals {
   accepting(): boolean;
   /** A run of `job` ended and its slot is free. */
   finished(job: JobRow): void;
+  /**
+   * Why the jobs of `queue` a claim just brought must go back unstarted: it was
+   * paused (or is being flagged grouped) while the claim was out. undefined: they run.
+   */
+  stale?(queue: string): HandBackReason | undefined;
   error(err: unknown): void;
 }
 
@@ -52,6 +57,12 @@ export class Dispatcher {
   claimed(jobs: readonly JobRow[]): void {
     this.signals.emit('jobs:claimed', [...jobs]);
     this.slots.hold(jobs);
+    // A claim sent before its queue was paused can land after the worker heard of
+    // the pause (and handed back what it held there): its jobs go back too.
+    for (const queue of new Set(jobs.map((j) => j.queue))) {
+      const reason = this.signals.stale?.(queue);
+      if (reason) this.handBackQueue(queue, reason);
+    }
     this.startWaiting();
   }
 

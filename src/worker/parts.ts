@@ -139,6 +139,11 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     {
       emit: owner.emit,
       accepting: owner.accepting,
+      stale: (queue) => {
+        const plan = queueState.claimPlan;
+        if (plan.plain.includes(queue) || plan.limited.includes(queue)) return undefined;
+        return queueState.flagging(queue) ? 'grouped' : 'queue-changed';
+      },
       finished: (job) => {
         // A slot of a limited queue opened: claim it (beside the write of this
         // result, which the claim counts as finished; see FetchLoop.cycle).

@@ -9,7 +9,7 @@ import { ProgressWriter } from '../../src/worker/progress.js';
 import { Slots } from '../../src/worker/slots.js';
 import { MemoryDatabase } from '../helpers/memory-store.js';
 
-function setup(started: string[]) {
+function setup(started: string[], stale: (queue: string) => 'queue-changed' | undefined = () => undefined) {
   const db = new MemoryDatabase();
   const store = db.store('w1');
   const slots = new Slots({ concurrency: 2, prefetch: 0, queueLimits: new Map() });
@@ -33,12 +33,19 @@ function setup(started: string[]) {
     completer,
     new ProgressWriter(store, 1_000, () => {}),
     { tasks: new Map([['t', task]]), maxResultBytes: 1_000 },
-    { emit: () => {}, accepting: () => true, finished: () => {}, error: () => {} },
+    {
+      emit: (event, ...args) => void events.push([event, ...args]),
+      accepting: () => true,
+      finished: () => {},
+      stale,
+      error: () => {},
+    },
   );
   return { db, store, dispatcher };
 }
 
 const settle = () => new Promise((resolve) => setImmediate(resolve));
+let events: unknown[][] = [];
 
 describe('Dispatcher: held starts', () => {
   it('starts no claimed job while starts are held, and all of them once the last hold is released', async () => {
@@ -60,5 +67,20 @@ describe('Dispatcher: held starts', () => {
     // A release without a hold changes nothing.
     dispatcher.releaseStarts();
     expect(started).toHaveLength(2);
+  });
+
+  it('hands back, unstarted, the jobs a claim brings of a queue paused while it was out', async () => {
+    events = [];
+    const started: string[] = [];
+    const { db, store, dispatcher } = setup(started, (queue) => (queue === 'paused' ? 'queue-changed' : undefined));
+    const [gone] = db.addMany(1, 't', { queue: 'paused' });
+    const [kept] = db.addMany(1, 't', { queue: 'open' });
+    const jobs = await store.claim(2, ['t'], ['paused', 'open']);
+    dispatcher.claimed(jobs);
+    await settle();
+    expect(started).toEqual([kept]);
+    expect(db.job(gone!)).toMatchObject({ status: 'pending', attempts: 0 });
+    const handedBack = events.find((e) => e[0] === 'jobs:handed-back');
+    expect(handedBack?.[2]).toEqual({ reason: 'queue-changed' });
   });
 });
