@@ -64,6 +64,8 @@ export interface QueueStateRow {
   grouped: boolean;
   /** A limit counts every claimed job: nothing is claimed ahead, each freed slot is refilled at once. */
   strict: boolean;
+  /** The queue's own limits (not only some groups'): claim_queue() claims nothing ahead in it at all. */
+  no_ahead?: boolean;
 }
 
 /** What a claim of one limited, grouped or rate-limited queue got. */

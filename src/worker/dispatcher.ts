@@ -28,10 +28,11 @@ export interface DispatcherSignals {
   /** A run of `job` ended and its slot is free. */
   finished(job: JobRow): void;
   /**
-   * Why the jobs of `queue` a claim just brought must go back unstarted: it was
-   * paused (or is being flagged grouped) while the claim was out. undefined: they run.
+   * Why a job a claim just brought must go back unstarted: its queue was paused
+   * (or is being flagged grouped, or given a limit that counts claimed jobs, and
+   * the job was claimed ahead) while the claim was out. undefined: it runs.
    */
-  stale?(queue: string): HandBackReason | undefined;
+  stale?(job: JobRow): HandBackReason | undefined;
   error(err: unknown): void;
 }
 
@@ -59,9 +60,14 @@ export class Dispatcher {
     this.slots.hold(jobs);
     // A claim sent before its queue was paused can land after the worker heard of
     // the pause (and handed back what it held there): its jobs go back too.
-    for (const queue of new Set(jobs.map((j) => j.queue))) {
-      const reason = this.signals.stale?.(queue);
-      if (reason) this.handBackQueue(queue, reason);
+    const stale = new Map<HandBackReason, Set<string>>();
+    for (const job of jobs) {
+      const reason = this.signals.stale?.(job);
+      if (reason) (stale.get(reason) ?? stale.set(reason, new Set()).get(reason)!).add(job.id);
+    }
+    for (const [reason, ids] of stale) {
+      const back = this.signals.accepting() ? this.slots.takeWaitingIds(ids) : [];
+      if (back.length > 0) void this.handBack(back, reason);
     }
     this.startWaiting();
   }

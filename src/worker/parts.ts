@@ -139,10 +139,14 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     {
       emit: owner.emit,
       accepting: owner.accepting,
-      stale: (queue) => {
+      stale: (job) => {
         const plan = queueState.claimPlan;
-        if (plan.plain.includes(queue) || plan.limited.includes(queue)) return undefined;
-        return queueState.flagging(queue) ? 'grouped' : 'queue-changed';
+        if (plan.plain.includes(job.queue)) return undefined;
+        if (plan.limited.includes(job.queue)) {
+          // Claimed ahead where nothing is any more: a claim sent before the queue's limit.
+          return plan.noAhead.includes(job.queue) && !job.started_at ? 'queue-changed' : undefined;
+        }
+        return queueState.flagging(job.queue) ? 'grouped' : 'queue-changed';
       },
       finished: (job) => {
         // A slot of a limited queue opened: claim it (beside the write of this

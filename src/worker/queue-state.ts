@@ -15,6 +15,8 @@ export interface ClaimPlan {
    * claimed ahead: a slot freed there stays idle until the next claim.
    */
   readonly strict: string[];
+  /** Of those, the ones where no job is claimed ahead at all (a local limit, or the queue's own limits). */
+  readonly noAhead: string[];
 }
 
 /**
@@ -112,19 +114,21 @@ export class QueueState {
     const running = this.queues.filter((q) => !paused.has(q));
     const isLimited = (q: string) => this.localLimits.has(q) || limitedGlobally.has(q) || this.assumed.get(q) === 'grouped';
     const strictGlobally = new Set(rows.filter((r) => r.strict).map((r) => r.name));
+    const noAheadGlobally = new Set(rows.filter((r) => r.no_ahead).map((r) => r.name));
     const held = (q: string) => this.assumed.get(q) === 'flagging';
     const limited = running.filter((q) => isLimited(q) && !held(q));
     return {
       plain: running.filter((q) => !isLimited(q) && !held(q)),
       limited,
       strict: limited.filter((q) => this.localLimits.has(q) || strictGlobally.has(q)),
+      noAhead: limited.filter((q) => this.localLimits.has(q) || noAheadGlobally.has(q)),
     };
   }
 }
 
 function samePlan(a: ClaimPlan, b: ClaimPlan): boolean {
   const same = (x: readonly string[], y: readonly string[]) => x.length === y.length && x.every((q, i) => q === y[i]);
-  return same(a.plain, b.plain) && same(a.limited, b.limited) && same(a.strict, b.strict);
+  return same(a.plain, b.plain) && same(a.limited, b.limited) && same(a.strict, b.strict) && same(a.noAhead, b.noAhead);
 }
 
 /**

@@ -206,6 +206,15 @@ export class Slots {
     return taken;
   }
 
+  /** The waiting jobs among `ids`, to be handed back (as takeWaitingIn, keyed jobs excepted). */
+  takeWaitingIds(ids: ReadonlySet<string>): JobRow[] {
+    const taken: JobRow[] = [];
+    for (const [id, w] of this.waiting) {
+      if (ids.has(id) && w.job.job_key === null) taken.push(this.toReleasing(id, w.job));
+    }
+    return taken;
+  }
+
   /** Out of the waiting list into the hand-back, still held. */
   private toReleasing(id: string, job: JobRow): JobRow {
     this.waiting.delete(id);

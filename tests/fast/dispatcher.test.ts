@@ -3,13 +3,14 @@
  * its queue settings after a control message (a pause or a lowered limit).
  */
 import { describe, expect, it } from 'vitest';
+import type { JobRow } from '../../src/job.js';
 import { Completer } from '../../src/worker/completer.js';
 import { Dispatcher } from '../../src/worker/dispatcher.js';
 import { ProgressWriter } from '../../src/worker/progress.js';
 import { Slots } from '../../src/worker/slots.js';
 import { MemoryDatabase } from '../helpers/memory-store.js';
 
-function setup(started: string[], stale: (queue: string) => 'queue-changed' | undefined = () => undefined) {
+function setup(started: string[], stale: (job: JobRow) => 'queue-changed' | undefined = () => undefined) {
   const db = new MemoryDatabase();
   const store = db.store('w1');
   const slots = new Slots({ concurrency: 2, prefetch: 0, queueLimits: new Map() });
@@ -72,7 +73,7 @@ describe('Dispatcher: held starts', () => {
   it('hands back, unstarted, the jobs a claim brings of a queue paused while it was out', async () => {
     events = [];
     const started: string[] = [];
-    const { db, store, dispatcher } = setup(started, (queue) => (queue === 'paused' ? 'queue-changed' : undefined));
+    const { db, store, dispatcher } = setup(started, (job) => (job.queue === 'paused' ? 'queue-changed' : undefined));
     const [gone] = db.addMany(1, 't', { queue: 'paused' });
     const [kept] = db.addMany(1, 't', { queue: 'open' });
     const jobs = await store.claim(2, ['t'], ['paused', 'open']);

@@ -74,7 +74,7 @@ function setup(options: Setup = {}): void {
       error: (err) => void errors.push(err),
     },
   );
-  const plan = options.plan ?? { plain: ['default'], limited: [], strict: [] };
+  const plan = options.plan ?? { plain: ['default'], limited: [], strict: [], noAhead: [] };
   loop = new FetchLoop(
     store,
     {
@@ -282,7 +282,11 @@ describe('FetchLoop: claiming', () => {
   it('keeps room in the common claim for each limited queue', async () => {
     db.addMany(10, 't', { queue: 'bulk' });
     db.addMany(10, 't', { queue: 'serial' });
-    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'] }, limits: { serial: 5 } });
+    setup({
+      slots: 4,
+      plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'], noAhead: ['serial'] },
+      limits: { serial: 5 },
+    });
     loop.start();
     await settle();
     expect(target.held.map((j) => j.queue)).toEqual(['bulk', 'bulk', 'bulk', 'serial']);
@@ -291,7 +295,7 @@ describe('FetchLoop: claiming', () => {
   it('claims a limited queue beside the write of its finished jobs, which it counts as no longer running', async () => {
     db.setQueue('serial', { limit: 1 });
     const [first, second] = db.addMany(2, 't', { queue: 'serial' });
-    setup({ slots: 4, plan: { plain: [], limited: ['serial'], strict: ['serial'] } });
+    setup({ slots: 4, plan: { plain: [], limited: ['serial'], strict: ['serial'], noAhead: ['serial'] } });
     loop.start();
     await settle();
     expect(ids(target.held)).toEqual([first]);
@@ -313,7 +317,7 @@ describe('FetchLoop: claiming', () => {
     db.setQueue('serial', { limit: 1 });
     db.addMany(1, 't', { queue: 'bulk' });
     const [first, second] = db.addMany(2, 't', { queue: 'serial' });
-    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'] } });
+    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'], noAhead: ['serial'] } });
     loop.start();
     await settle();
     expect(ids(target.held.filter((j) => j.queue === 'serial'))).toEqual([first]);
@@ -334,7 +338,10 @@ describe('FetchLoop: claiming', () => {
       db = new MemoryDatabase();
       db.setQueue('groups', { limit: 8 });
       db.addMany(20, 't', { queue: 'groups' });
-      setup({ slots: 8, plan: { plain: [], limited: ['groups'], strict: strict ? ['groups'] : [] } });
+      setup({
+        slots: 8,
+        plan: { plain: [], limited: ['groups'], strict: strict ? ['groups'] : [], noAhead: strict ? ['groups'] : [] },
+      });
       loop.start();
       await settle();
       expect(target.held).toHaveLength(8); // a full claim: a backlog drains
@@ -349,7 +356,7 @@ describe('FetchLoop: claiming', () => {
 
   it('with limited queues alone and nothing to write, a wake sends claim_queue() only (no empty common claim), counted as a claim', async () => {
     db.setQueue('serial', { limit: 1 });
-    setup({ slots: 4, plan: { plain: [], limited: ['serial'], strict: ['serial'] } });
+    setup({ slots: 4, plan: { plain: [], limited: ['serial'], strict: ['serial'], noAhead: ['serial'] } });
     loop.start();
     await settle();
     const [job] = db.addMany(1, 't', { queue: 'serial' });
@@ -364,7 +371,7 @@ describe('FetchLoop: claiming', () => {
   it("reports a failing limited claim without undoing the cycle's writes or its common claim", async () => {
     db.addMany(2, 't', { queue: 'bulk' });
     db.addMany(2, 't', { queue: 'serial' });
-    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'] } });
+    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'], noAhead: ['serial'] } });
     db.failNext('claimLimited');
     loop.start();
     await settle();

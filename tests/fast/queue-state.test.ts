@@ -40,7 +40,7 @@ afterEach(() => {
 describe('QueueState', () => {
   it('claims every queue in the common claim until it has read the table', () => {
     db.setQueue('a', { paused: true });
-    expect(queueState().claimPlan).toEqual({ plain: QUEUES, limited: [], strict: [] });
+    expect(queueState().claimPlan).toEqual({ plain: QUEUES, limited: [], strict: [], noAhead: [] });
   });
 
   it('leaves paused queues out, sends limited ones (global or local) through claim_limited, keeps the order', async () => {
@@ -49,7 +49,7 @@ describe('QueueState', () => {
     db.setQueue('other', { paused: true }); // not one of this worker's
     const qs = queueState({ d: 1 });
     await qs.start();
-    expect(qs.claimPlan).toEqual({ plain: ['b'], limited: ['c', 'd'], strict: ['c', 'd'] });
+    expect(qs.claimPlan).toEqual({ plain: ['b'], limited: ['c', 'd'], strict: ['c', 'd'], noAhead: ['c', 'd'] });
     expect(changed).toBe(1);
     qs.stop();
   });
@@ -59,7 +59,7 @@ describe('QueueState', () => {
     db.queues.set('b', { name: 'b', paused: false, concurrency_limit: null, grouped: true, strict: true });
     const qs = queueState({ d: 2 });
     await qs.start();
-    expect(qs.claimPlan).toEqual({ plain: ['c'], limited: ['a', 'b', 'd'], strict: ['b', 'd'] });
+    expect(qs.claimPlan).toEqual({ plain: ['c'], limited: ['a', 'b', 'd'], strict: ['b', 'd'], noAhead: ['d'] });
     db.queues.set('b', { name: 'b', paused: false, concurrency_limit: null, grouped: true, strict: false });
     await qs.refresh();
     expect(qs.claimPlan.strict).toEqual(['d']);
@@ -71,7 +71,7 @@ describe('QueueState', () => {
     db.setQueue('c', { paused: true, limit: 1 });
     const qs = queueState({ c: 3 });
     await qs.start();
-    expect(qs.claimPlan).toEqual({ plain: ['a', 'b', 'd'], limited: [], strict: [] });
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'b', 'd'], limited: [], strict: [], noAhead: [] });
     qs.stop();
   });
 
@@ -83,10 +83,10 @@ describe('QueueState', () => {
     expect(qs.claimPlan.plain).toEqual(['a', 'c', 'd']);
     db.setQueue('b', { paused: false, limit: 1 });
     await qs.refresh();
-    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: ['b'], strict: ['b'] });
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: ['b'], strict: ['b'], noAhead: ['b'] });
     db.setQueue('b', { limit: null });
     await qs.refresh();
-    expect(qs.claimPlan).toEqual({ plain: QUEUES, limited: [], strict: [] });
+    expect(qs.claimPlan).toEqual({ plain: QUEUES, limited: [], strict: [], noAhead: [] });
     qs.stop();
   });
 
@@ -173,9 +173,9 @@ describe('QueueState.assumeGrouped', () => {
     await qs.start();
     expect(qs.claimPlan.plain).toEqual(QUEUES);
     qs.assumeGrouped('b', 'flagging');
-    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: [], strict: [] });
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: [], strict: [], noAhead: [] });
     qs.assumeGrouped('b', 'grouped');
-    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: ['b'], strict: [] });
+    expect(qs.claimPlan).toEqual({ plain: ['a', 'c', 'd'], limited: ['b'], strict: [], noAhead: [] });
     expect(changed).toBe(2);
     // A re-read that does not see the flag yet keeps what the worker knows.
     await qs.refresh();
@@ -187,7 +187,7 @@ describe('QueueState.assumeGrouped', () => {
 });
 
 describe('lostClaimAhead', () => {
-  const plan = (plain: string[], limited: string[] = [], strict: string[] = []) => ({ plain, limited, strict });
+  const plan = (plain: string[], limited: string[] = [], strict: string[] = []) => ({ plain, limited, strict, noAhead: strict });
 
   it('names the queues paused or given a counting limit since: their jobs claimed ahead must go back', () => {
     const before = plan(['a', 'b', 'c'], ['g', 'h', 's'], ['s']);

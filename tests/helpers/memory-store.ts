@@ -92,6 +92,7 @@ export class MemoryDatabase {
       concurrency_limit: concurrencyLimit,
       grouped: row.grouped,
       strict: concurrencyLimit !== null,
+      no_ahead: concurrencyLimit !== null,
     });
   }
 

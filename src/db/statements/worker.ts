@@ -340,7 +340,10 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // strict: some limit counts every job claimed (a concurrency or rate limit on
     // the queue, group defaults, or a group's own): claim_queue() claims nothing
     // ahead there, so the worker refills each freed slot at once (FetchLoop).
+    // no_ahead: the queue's own limits, under which claim_queue() claims nothing ahead at all.
     queueState: `SELECT q.name, q.paused, q.concurrency_limit, q.grouped OR q.rate_limit IS NOT NULL AS grouped,
+        q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL OR q.group_concurrency IS NOT NULL
+          OR q.group_rate_limit IS NOT NULL AS no_ahead,
         q.concurrency_limit IS NOT NULL OR q.rate_limit IS NOT NULL OR q.group_concurrency IS NOT NULL
           OR q.group_rate_limit IS NOT NULL
           OR EXISTS (SELECT FROM ${s}.job_groups g WHERE g.queue = q.name
