@@ -58,8 +58,8 @@ export class Dispatcher {
   claimed(jobs: readonly JobRow[]): void {
     this.signals.emit('jobs:claimed', [...jobs]);
     this.slots.hold(jobs);
-    // A claim sent before its queue was paused can land after the worker heard of
-    // the pause (and handed back what it held there): its jobs go back too.
+    // A claim sent before its queue was paused (or limited) can land after the
+    // worker heard of it and handed back what it held there: those jobs go back too.
     const stale = new Map<HandBackReason, Set<string>>();
     for (const job of jobs) {
       const reason = this.signals.stale?.(job);

@@ -77,9 +77,8 @@ export class QueueState {
    * What this worker knows of `queue` before the queues table says it: it claimed
    * grouped jobs there and is flagging it ('flagging': not claimed at all until the
    * call returns), flagged it ('grouped': claimed round-robin), or the call failed
-   * ('plain': as the table says). Until the flag committed, any claim of the queue
-   * took it in common order, out of turn: under load 136-175 jobs of 5 ms ran
-   * before the last of 30 small groups' jobs (tests/groups.test.ts).
+   * ('plain': as the table says). Until the flag has committed, a claim of the
+   * queue would take it in common order, out of turn.
    */
   assumeGrouped(queue: string, grouping: Grouping): void {
     if (grouping === 'plain') this.assumed.delete(queue);
