@@ -108,11 +108,15 @@ describe('groups: enqueue', () => {
       Array.from({ length: 100 }, () => ({ task: 'w', queue: 'late-grouped', group: 'big', payload: { block: true } })),
     );
     // The 4 slots block on the gate; every other job it took waits in the worker,
-    // claimed out of turn, and goes back (at once when the queue is flagged, else
-    // after 0.5 s as overdue: which of the two is tests/fast/grouped-queues.test.ts's).
+    // claimed out of turn, and goes back (at once when the worker starts flagging the
+    // queue, else after 0.5 s as overdue: which of the two is tests/fast/grouped-queues.test.ts's).
     await waitFor(() => handedBack.length > 0, 'the jobs claimed ahead to be handed back');
     expect(ran.length).toBe(24);
-    expect((await listQueueLimits(t.db.pool, t.db.schema)).find((q) => q.name === 'late-grouped')?.grouped).toBe(true);
+    // The hand-back goes out as the worker starts flagging the queue, not after: wait for the flag.
+    await waitFor(
+      async () => (await listQueueLimits(t.db.pool, t.db.schema)).find((q) => q.name === 'late-grouped')?.grouped === true,
+      'the queue to be flagged grouped',
+    );
     gate.resolve();
     await waitFor(() => ran.length === 120, 'every job to run');
     expect(new Set(ran).size).toBe(120);
