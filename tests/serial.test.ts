@@ -111,7 +111,7 @@ describe('global per-queue concurrency across worker processes', () => {
    * `lock` locks: nothing, at once (a wait would hit the lock timeout and fail, a
    * jump would return another job); once that session commits, `expected`.
    */
-  async function claimPastLock(queueName: string, lock: [string, unknown[]], expected: string): Promise<void> {
+  async function claimPastLock(queueName: string, lock: [string, unknown[]], expected: string, comeBack = false): Promise<void> {
     const q = workerStatements(db.schema);
     const [locker, claimer] = await Promise.all(
       [0, 1].map(async () => {
@@ -124,10 +124,19 @@ describe('global per-queue concurrency across worker processes', () => {
       await locker!.query('BEGIN');
       await locker!.query(lock[0], lock[1]);
       await claimer!.query("SET lock_timeout = '2s'");
-      const claim = () => claimer!.query(q.claimLimited, [`${queueName}-claimer`, queueName, ['span'], 1, 1, []]);
-      expect((await claim()).rows).toEqual([]);
+      // Rows without an id carry wait_until (when to come back), not a job.
+      const all = async () =>
+        (await claimer!.query(q.claimLimited, [`${queueName}-claimer`, queueName, ['span'], 1, 1, []])).rows as {
+          id: string | null;
+          wait_until: Date | null;
+        }[];
+      const claim = async () => (await all()).filter((r) => r.id !== null);
+      const held = await all();
+      expect(held.filter((r) => r.id !== null)).toEqual([]);
+      // Held by another claimer, the queue's row says "come back in a moment" (0022).
+      if (comeBack) expect(held.map((r) => r.wait_until instanceof Date)).toEqual([true]);
       await locker!.query('COMMIT');
-      expect((await claim()).rows.map((r: { id: string }) => r.id)).toEqual([expected]);
+      expect((await claim()).map((r) => r.id)).toEqual([expected]);
     } finally {
       await Promise.all([locker!.end(), claimer!.end()]);
     }
@@ -146,7 +155,7 @@ describe('global per-queue concurrency across worker processes', () => {
   it('claim_limited returns at once while another session holds the queue row', async () => {
     await queue.setQueueConcurrency('held', 1);
     const [id] = await queue.enqueueMany([{ task: 'span', queue: 'held' }]);
-    await claimPastLock('held', [`SELECT * FROM ${db.s}.queues WHERE name = 'held' FOR UPDATE`, []], id!);
+    await claimPastLock('held', [`SELECT * FROM ${db.s}.queues WHERE name = 'held' FOR UPDATE`, []], id!, true);
   });
 
   it('claim_limited never hands out more than the limit to claimers racing on separate connections', async () => {
@@ -166,7 +175,8 @@ describe('global per-queue concurrency across worker processes', () => {
         const results = await Promise.all(
           clients.map((c, i) => c.query(q.claimLimited, [`racer${i}`, 'race', ['span'], 5, 5, []])),
         );
-        const claimed = results.flatMap((r) => r.rows as { id: string }[]);
+        // Those that found the queue's row held get a row saying when to come back, not a job.
+        const claimed = results.flatMap((r) => (r.rows as { id: string | null }[]).filter((row) => row.id !== null));
         expect(claimed.length).toBe(2);
         // Finish them (and drop the rest) for the next round.
         await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed' WHERE queue = 'race'`);

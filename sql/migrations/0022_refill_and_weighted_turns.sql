@@ -173,7 +173,12 @@ BEGIN
       RETURN;
     END IF;
     IF q.concurrency_limit IS NOT NULL OR NOT q.grouped THEN
-      RETURN; -- as claim_limited(): the holder is claiming now, a later cycle tries again
+      -- The holder is claiming now: come back in a moment. 0019 returned nothing,
+      -- and a worker with nothing running waited for its next wake-up, with its
+      -- slots idle (0.2-0.6 s gaps in a queue given a limit above what the workers
+      -- can run, outside review).
+      RETURN QUERY SELECT NULL:::SCHEMA.jobs, _at + interval '5 milliseconds';
+      RETURN;
     END IF;
   ELSE
     IF q.paused THEN
