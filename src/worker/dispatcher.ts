@@ -63,7 +63,9 @@ export class Dispatcher {
     const stale = new Map<HandBackReason, Set<string>>();
     for (const job of jobs) {
       const reason = this.signals.stale?.(job);
-      if (reason) (stale.get(reason) ?? stale.set(reason, new Set()).get(reason)!).add(job.id);
+      if (!reason) continue;
+      const ids = stale.get(reason) ?? new Set<string>();
+      stale.set(reason, ids.add(job.id));
     }
     for (const [reason, ids] of stale) {
       const back = this.signals.accepting() ? this.slots.takeWaitingIds(ids) : [];
