@@ -20,8 +20,10 @@
  *
  *   npm run bench:outbox -- [backlog=200000] [--latency-seconds=10] [--warmup-seconds=2] [--size=1000000]
  *                           [--size-every=n] [--size-minutes=m]
- *                           [--batch=2000] [--only=throughput,latency,size]
+ *                           [--batch=2000] [--only=throughput,latency,size] [--memory-streams]
  *
+ * --memory-streams keeps the benchmark's streams in the NATS server's memory instead of
+ * files, to show how much of a limit is the broker's disk path rather than the relay's.
  * Without DATABASE_URL it starts a private embedded Postgres (fsync off), so other
  * sessions' long transactions on a shared server (which hold the relay's horizon
  * back, by design) do not decide the result. NATS: SLUICE_NATS_URL or 127.0.0.1:4222.
@@ -32,7 +34,7 @@ import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { connect, headers as natsHeaders } from 'nats';
+import { connect, headers as natsHeaders, StorageType } from 'nats';
 import { migrate, natsPublisher, Outbox, OutboxRelay } from '../src/index.js';
 import { startEmbeddedPostgres } from '../src/dev/embedded-postgres.js';
 import { quoteSchema } from '../src/db/identifiers.js';
@@ -49,6 +51,7 @@ const sizeMinutes = flag('size-minutes', 0);
 const sizeEvery = flag('size-every', 0);
 const batch = flag('batch', 2000);
 const only = new Set((args.find((a) => a.startsWith('--only='))?.split('=')[1] ?? 'throughput,latency,size').split(','));
+const memoryStreams = args.includes('--memory-streams');
 const NATS_URL = process.env.SLUICE_NATS_URL ?? 'nats://127.0.0.1:4222';
 const KEYS = 1000;
 const CHUNK = 5000;
@@ -75,7 +78,8 @@ const streams: string[] = [];
 
 async function stream(name: string, limits: { max_msgs?: number } = {}): Promise<string> {
   const full = `${name}_${tag}`.toUpperCase();
-  await jsm.streams.add({ name: full, subjects: [`${full.toLowerCase()}.>`], ...limits });
+  const storage = memoryStreams ? StorageType.Memory : StorageType.File;
+  await jsm.streams.add({ name: full, subjects: [`${full.toLowerCase()}.>`], storage, ...limits });
   streams.push(full);
   return full.toLowerCase();
 }
