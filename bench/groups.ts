@@ -8,6 +8,8 @@
  *   at 10,000 and at 1,000,000 pending jobs over 10,000 groups, each claim in a
  *   rolled-back transaction from a random cursor; also with 90% of the groups
  *   holding only delayed jobs (the bounded visits). Median and p95 per claim.
+ * - claim-at-limit: the claim of one freed slot in a queue with group limit 2 and
+ *   20 groups, 19 of them at their limit: median and p95 per claim.
  * - fairness: 2 worker processes at concurrency 20, 5 ms jobs; one group enqueues
  *   100,000 jobs, 50 others 20 each one second later: how long each small job
  *   took from enqueue to finish, and the drain's throughput against the same
@@ -58,6 +60,57 @@ function percentile(values: number[], p: number): number {
 const fmt = (ms: number) => `${ms.toFixed(2)} ms`;
 
 // ---------------------------------------------------------------- claim cost
+
+/**
+ * The claim a worker sends for each freed slot of a queue with a group limit: one
+ * job wanted, limit 2, 20 groups with due jobs, 19 of them at their limit (as in
+ * group-limit below, where every slot is taken). Rolled back each time.
+ */
+async function claimAtLimit(): Promise<void> {
+  const { schema, s, drop } = await freshSchema('atlimit');
+  try {
+    await pool.query(`INSERT INTO ${s}.queues (name, grouped, group_concurrency) VALUES ('q', true, 2)`);
+    await pool.query(
+      `INSERT INTO ${s}.jobs (queue, task, group_key, run_at)
+       SELECT 'q', 'work', 'g' || lpad((i % 20)::text, 2, '0'), now() - interval '1 second' FROM generate_series(1, 2000) i`,
+    );
+    // Two running jobs in every group but the last.
+    await pool.query(
+      `UPDATE ${s}.jobs SET status = 'processing', locked_by = 'other', locked_at = now(), attempts = 1
+       WHERE id IN (SELECT min(id) FROM ${s}.jobs WHERE group_key < 'g19' GROUP BY group_key
+                    UNION SELECT max(id) FROM ${s}.jobs WHERE group_key < 'g19' GROUP BY group_key)`,
+    );
+    await pool.query(`VACUUM ANALYZE ${s}.jobs`);
+    const client = await pool.connect();
+    const times: number[] = [];
+    let claimed = 0;
+    try {
+      for (let i = 0; i < 520; i++) {
+        await client.query('BEGIN');
+        const cursor = `g${String(i % 20).padStart(2, '0')}`;
+        await client.query(`UPDATE ${s}.queues SET group_cursor = $1 WHERE name = 'q'`, [cursor]);
+        const started = performance.now();
+        const { rows } = await client.query(
+          `SELECT count(*)::int AS n FROM ${s}.claim_queue('q', 'bench', '{work}', 1, 32, 1, '{}') c WHERE (c.job).id IS NOT NULL`,
+        );
+        const ms = performance.now() - started;
+        await client.query('ROLLBACK');
+        if (i >= 20) {
+          times.push(ms);
+          claimed += (rows[0] as { n: number }).n;
+        }
+      }
+    } finally {
+      client.release();
+    }
+    log(
+      `claim-at-limit: claim_queue() for one slot, limit 2, 20 groups, 19 at their limit, 500 claims after 20 ` +
+        `(rolled back): median ${fmt(percentile(times, 50))}  p95 ${fmt(percentile(times, 95))}  jobs/claim ${(claimed / 500).toFixed(2)}`,
+    );
+  } finally {
+    await drop();
+  }
+}
 
 async function claimCost(): Promise<void> {
   const { schema, s, drop } = await freshSchema('cost');
@@ -476,6 +529,7 @@ async function enqueueCost(): Promise<void> {
 try {
   if (wanted('enqueue')) await enqueueCost();
   if (wanted('claim-cost')) await claimCost();
+  if (wanted('claim-at-limit')) await claimAtLimit();
   if (wanted('group-limit')) await groupLimit();
   if (wanted('rate')) await rateLimit();
   if (wanted('fairness')) await fairness();

@@ -388,6 +388,23 @@ describe('groups: limits', () => {
     }
   });
 
+  it('passes groups full at their own limit or the default, and fills a group whose own limit is above the default (0023)', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'gfull', { groupConcurrency: 1 });
+    await setGroupSettings(t.db.pool, t.db.schema, 'gfull', 'wide', { concurrencyLimit: 3 });
+    await t.queue.enqueueMany(
+      ['a', 'wide', 'b'].flatMap((g) => Array.from({ length: 4 }, () => ({ task: 't', queue: 'gfull', group: g }))),
+    );
+    // One at a time, as a worker claims freed slots: a then wide, b, wide, wide.
+    const taken: (string | null)[] = [];
+    for (let i = 0; i < 6; i++) taken.push(...groupsOf((await claim('gfull', 1, 'w1', t.db.pool, 1)).jobs));
+    expect(taken.sort()).toEqual(['a', 'b', 'wide', 'wide', 'wide']);
+    // Everyone full: nothing, and no group over its limit, from another worker too.
+    expect((await claim('gfull', 5, 'w2')).jobs).toHaveLength(0);
+    // A limit of its own only (the default removed): the others are free again, 'wide' stays full.
+    await setQueueGroups(t.db.pool, t.db.schema, 'gfull', { groupConcurrency: null });
+    expect(groupsOf((await claim('gfull', 10, 'w2')).jobs).filter((g) => g === 'wide')).toEqual([]);
+  });
+
   it('keeps the queue-wide concurrency limit on a grouped queue', async () => {
     await t.queue.setQueueConcurrency('gglobal', 3);
     await t.queue.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ task: 't', queue: 'gglobal', group: `g${i}` })));
