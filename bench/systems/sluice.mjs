@@ -22,6 +22,8 @@ export async function openWorker({ url, schema, concurrency, onStart, onComplete
     schema,
     concurrency,
     ...(process.env.SLUICE_BENCH_WAKE_COOLDOWN_MS ? { wakeCooldownMs: Number(process.env.SLUICE_BENCH_WAKE_COOLDOWN_MS) } : {}),
+    // SLUICE_BENCH_COMPLETED_JOBS=delete: completed rows deleted at completion, not kept (a non-default setting).
+    ...(process.env.SLUICE_BENCH_COMPLETED_JOBS ? { completedJobs: process.env.SLUICE_BENCH_COMPLETED_JOBS } : {}),
     tasks: { noop: (payload) => onStart(payload.i) },
   });
   worker.on('error', (err) => process.stderr.write(`sluice worker error: ${err.message}\n`));

@@ -137,6 +137,8 @@ export class PgWorkerStore implements WorkerStore {
     private readonly workerId: string,
     /** false: send every statement unnamed (transaction-mode poolers without prepared statements). */
     private readonly prepared: boolean,
+    /** 'delete': completed jobs' rows are deleted by the cycle (WorkerOptions.completedJobs). */
+    private readonly completedJobs: 'keep' | 'delete' = 'keep',
   ) {
     this.queries = workerStatements(schema);
     this.channel = channelFor(schema);
@@ -148,8 +150,15 @@ export class PgWorkerStore implements WorkerStore {
     // plan walks the dequeue index in order (see the statement's comment).
     const many = r.queues.length > 1;
     if (r.completed.length + r.failed.length + r.started.length === 0 && r.limit > 0) return this.claim(r, many);
+    const deleting = this.completedJobs === 'delete';
     const { rows } = await this.db.query<CycleRow>(
-      many ? this.queries.cycleManyQueues : this.queries.cycle,
+      deleting
+        ? many
+          ? this.queries.cycleManyQueuesDeletingCompleted
+          : this.queries.cycleDeletingCompleted
+        : many
+          ? this.queries.cycleManyQueues
+          : this.queries.cycle,
       [
         this.workerId,
         r.completed.map((c) => c.id),
@@ -167,7 +176,7 @@ export class PgWorkerStore implements WorkerStore {
         r.started,
         r.startNow,
       ],
-      this.name(many ? 'cycle-many' : 'cycle'),
+      this.name(`${many ? 'cycle-many' : 'cycle'}${deleting ? '-deleting' : ''}`),
     );
     return cycleResult(rows);
   }

@@ -11,7 +11,7 @@ import { resolveMaintenanceConfig, type MaintenanceOptions, type ResolvedMainten
 import { resolveMetricsOptions, type ResolvedMetricsOptions, type WorkerMetricsOptions } from '../metrics/options.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from '../payload.js';
 import type { WorkerSchemas } from '../task-schemas.js';
-import { checks } from '../validate.js';
+import { checks, shown } from '../validate.js';
 import { BACKOFF_SHAPES, type BackoffOptions } from './backoff.js';
 
 const { boolOption, checkName, intOption, rejectUnknownKeys, schemaOption } = checks(ConfigError);
@@ -127,6 +127,15 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   tracing?: boolean;
   /** Handlers' ctx.progress() reports are written at most this often. Default 1000 ms. */
   progressIntervalMs?: number;
+  /**
+   * 'delete': a completed job's row is deleted by the statement that records its
+   * completion, as graphile-worker does, instead of marked completed (and archived
+   * by the pruner later). Less server work and no finished rows to prune; but
+   * nothing of a completed job remains (its result, getJob, `stats` and dashboard
+   * counts of completed jobs), except for jobs that `queue.waitFor()` is watching,
+   * which are kept as today. Failed and cancelled jobs are kept either way. Default 'keep'.
+   */
+  completedJobs?: 'keep' | 'delete';
   /** Largest handler result stored, in bytes of JSON; a larger one fails the job. Default 1 MiB. */
   maxResultBytes?: number;
   /** Recurring jobs this worker enqueues (see CronSchedule). Default none. */
@@ -171,6 +180,7 @@ export interface ResolvedWorkerConfig {
   readonly workerId: string;
   readonly listen: boolean;
   readonly preparedStatements: boolean;
+  readonly completedJobs: 'keep' | 'delete';
   readonly listenConnectionString: string | undefined;
   /** undefined: this worker takes no part in maintenance. */
   readonly maintenance: ResolvedMaintenanceConfig | undefined;
@@ -212,6 +222,7 @@ const WORKER_KEYS = new Set([
   'listenConnectionString',
   'listen',
   'preparedStatements',
+  'completedJobs',
   'maintenance',
   'logger',
   'metrics',
@@ -326,6 +337,10 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
   if (options.workerId !== undefined) checkName('workerId', options.workerId);
   const listen = boolOption('listen', options.listen, true);
+  const completedJobs = options.completedJobs ?? 'keep';
+  if (completedJobs !== 'keep' && completedJobs !== 'delete') {
+    throw new ConfigError(`completedJobs must be 'keep' or 'delete', got ${shown(completedJobs)}`);
+  }
 
   return Object.freeze({
     schema: schemaOption(options.schema),
@@ -355,6 +370,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     workerId: options.workerId ?? `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`,
     listen,
     preparedStatements: boolOption('preparedStatements', options.preparedStatements, true),
+    completedJobs,
     listenConnectionString: options.listenConnectionString,
     maintenance: resolveMaintenanceConfig(options.maintenance, visibilityTimeoutMs),
     logger: resolveLogger(options.logger),

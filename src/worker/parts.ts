@@ -54,7 +54,7 @@ export interface Owner {
 export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   const { config, slots } = owner;
   const onError = owner.error;
-  const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements);
+  const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements, config.completedJobs);
   const tasks = await composeHandlers(config.tasks, [
     payloadSchemas(resolveSchemas(owner.options.schemas, 'Worker')),
     ...(config.tracing ? [tracing] : []),

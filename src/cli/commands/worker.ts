@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { Worker } from '../../worker/worker.js';
 import { withDatabase } from '../database.js';
 import { loadTasks } from '../task-module.js';
@@ -10,6 +10,7 @@ interface WorkerFlags {
   queue?: string[];
   concurrency: number;
   shutdownTimeout: number;
+  completedJobs: 'keep' | 'delete';
   json?: boolean;
 }
 
@@ -29,6 +30,11 @@ export function registerWorker(program: Command): void {
         'on a signal, how long running jobs may finish before they are aborted',
         10_000,
       ),
+    )
+    .addOption(
+      new Option('--completed-jobs <what>', 'keep completed jobs (archived by the pruner) or delete them at completion')
+        .choices(['keep', 'delete'])
+        .default('keep'),
     )
     .option('--json', 'log JSON lines instead of text')
     .addHelpText(
@@ -54,6 +60,7 @@ Examples:
           queues: flags.queue,
           concurrency: flags.concurrency,
           shutdownTimeoutMs: flags.shutdownTimeout,
+          completedJobs: flags.completedJobs,
           // The maintenance leader's warnings (due jobs no live worker handles) reach the terminal.
           logger: log.logger(),
         });

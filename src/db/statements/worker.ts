@@ -16,6 +16,9 @@ export interface WorkerStatements {
   readonly cycle: string;
   /** The worker cycle for a worker of several queues. */
   readonly cycleManyQueues: string;
+  /** The cycles of a worker with `completedJobs: 'delete'`: completed rows are deleted. */
+  readonly cycleDeletingCompleted: string;
+  readonly cycleManyQueuesDeletingCompleted: string;
   /** A claim with no results to write, for a worker of one queue. */
   readonly claim: string;
   /** A claim with no results to write, for a worker of several queues. */
@@ -88,6 +91,42 @@ function claimStatement(schema: string, filter: QueueFilter): string {
       FROM claimed c`).replaceAll(':SCHEMA', () => schema);
 }
 
+type CompletedJobs = 'keep' | 'delete';
+
+/**
+ * The CTE \`completed\` of the cycle (id, notify_on_finish of each job it
+ * completed). 'keep' marks the rows completed, with their results. 'delete'
+ * deletes them instead: a DELETE only stamps the row as gone, where the UPDATE
+ * writes a new version of it and an entry in two indexes (jobs_pkey and
+ * jobs_finished_idx), and nothing is left for the pruner. A job that
+ * Queue.waitFor() flagged is kept, as with 'keep', so the waiter reads its result.
+ */
+function completion(completed: CompletedJobs): string {
+  const jobs = ':SCHEMA.jobs';
+  const mine = `writable w JOIN unnest($2::bigint[], $3::int[], $12::jsonb[]) AS d(id, attempt, result)
+          ON d.id = w.id AND d.attempt = w.attempts`;
+  const kept = (only: string) => `UPDATE ${jobs} j
+        SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
+            result = d.result -- $12: what each handler returned (JSON text or NULL)
+        FROM ${mine}
+        WHERE j.id = w.id AND w.mine${only}
+        RETURNING j.id, j.notify_on_finish`;
+  if (completed === 'keep')
+    return `completed AS (
+        ${kept('')}
+      )`;
+  return `completed_kept AS (
+        ${kept(' AND j.notify_on_finish')}
+      ), completed_deleted AS (
+        DELETE FROM ${jobs} j
+        USING ${mine}
+        WHERE j.id = w.id AND w.mine AND NOT j.notify_on_finish
+        RETURNING j.id, false AS notify_on_finish
+      ), completed AS (
+        SELECT * FROM completed_kept UNION ALL SELECT * FROM completed_deleted
+      )`;
+}
+
 /**
  * One round trip per worker cycle: record the results of finished jobs and claim
  * the next batch. Data-modifying CTEs all run, referenced or not, in one
@@ -128,7 +167,7 @@ function claimStatement(schema: string, filter: QueueFilter): string {
  * candidate row (at most $11). A stale worker may lock such rows for the length of
  * its statement and leave them pending. `node --import tsx bench/claim-guard.ts`.
  */
-function cycleStatement(schema: string, filter: QueueFilter): string {
+function cycleStatement(schema: string, filter: QueueFilter, completed: CompletedJobs): string {
   // The schema goes in after withGenericPlan: a schema's name may hold "$1".
   const jobs = ':SCHEMA.jobs';
   const claim = `${filter === 'one' ? CYCLE_CLAIM_ONE : CYCLE_CLAIM_MANY}`;
@@ -148,15 +187,7 @@ function cycleStatement(schema: string, filter: QueueFilter): string {
                status = 'processing' AND locked_by = $1::text AS mine
         FROM ${jobs} WHERE id = ANY($2::bigint[] || $4::bigint[] || $14::bigint[])
         FOR UPDATE SKIP LOCKED
-      ), completed AS (
-        UPDATE ${jobs} j
-        SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
-            result = d.result -- $12: what each handler returned (JSON text or NULL)
-        FROM writable w JOIN unnest($2::bigint[], $3::int[], $12::jsonb[]) AS d(id, attempt, result)
-          ON d.id = w.id AND d.attempt = w.attempts
-        WHERE j.id = w.id AND w.mine
-        RETURNING j.id, j.notify_on_finish
-      ), failed AS (
+      ), ${completion(completed)}, failed AS (
         UPDATE ${jobs} j
         SET status = CASE WHEN f.final THEN 'failed' ELSE 'pending' END,
             run_at = CASE WHEN f.final THEN j.run_at ELSE now() + f.delay_ms * interval '1 millisecond' END,
@@ -216,8 +247,10 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
 
     // Paused queues are never claimed, and queues with a global concurrency limit
     // only through claimLimited (see cycleStatement).
-    cycle: cycleStatement(s, 'one'),
-    cycleManyQueues: cycleStatement(s, 'many'),
+    cycle: cycleStatement(s, 'one', 'keep'),
+    cycleManyQueues: cycleStatement(s, 'many', 'keep'),
+    cycleDeletingCompleted: cycleStatement(s, 'one', 'delete'),
+    cycleManyQueuesDeletingCompleted: cycleStatement(s, 'many', 'delete'),
     claim: claimStatement(s, 'one'),
     claimManyQueues: claimStatement(s, 'many'),
 

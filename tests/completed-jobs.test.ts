@@ -1,0 +1,108 @@
+/**
+ * completedJobs: 'delete': the cycle deletes a completed job's row instead of
+ * marking it completed. Failed jobs, retries, jobs someone waits for and jobs
+ * no longer this worker's are left as they were.
+ */
+import { describe, expect, it } from 'vitest';
+import { ConfigError, Worker } from '../src/index.js';
+import { PgWorkerStore } from '../src/db/store.js';
+import { waitFor } from './helpers/database.js';
+import { openTestDriver } from './helpers/driver.js';
+import { useWorkers } from './helpers/workers.js';
+
+const fx = useWorkers('completed');
+
+async function statusCounts(queue: string): Promise<Record<string, number>> {
+  const { rows } = await fx.db.pool.query<{ status: string; n: number }>(
+    `SELECT status, count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = $1 GROUP BY status`,
+    [queue],
+  );
+  return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+}
+
+describe("completedJobs: 'delete'", () => {
+  it('deletes completed jobs, keeps failed ones, and deletes a retried job once it succeeds', async () => {
+    const completions: [string, unknown][] = [];
+    let flaky = 0;
+    const worker = await fx.start({
+      queues: ['del'],
+      completedJobs: 'delete',
+      concurrency: 5,
+      tasks: {
+        ok: async ({ n }: { n: number }) => ({ n }),
+        broken: { handler: async () => Promise.reject(new Error('always')), maxAttempts: 1 },
+        flaky: {
+          handler: async () => {
+            if (flaky++ === 0) throw new Error('once');
+          },
+          backoff: { baseMs: 10, shape: 'fixed' },
+        },
+      },
+    });
+    worker.on('job:complete', (job, info) => completions.push([job.id, info.result]));
+    const ok = await fx.queue.enqueueMany(Array.from({ length: 40 }, (_, n) => ({ task: 'ok', queue: 'del', payload: { n } })));
+    const broken = await fx.queue.enqueue('broken', {}, { queue: 'del' });
+    const retried = await fx.queue.enqueue('flaky', {}, { queue: 'del' });
+    await waitFor(() => completions.length === 41, '41 completions');
+    // The events still carry each result; the rows are gone.
+    expect(completions).toContainEqual([ok[7], { n: 7 }]);
+    await waitFor(async () => (await statusCounts('del')).failed === 1, 'the failed job written');
+    expect(await statusCounts('del')).toEqual({ failed: 1 });
+    expect(await fx.queue.getJob(ok[0]!)).toBeUndefined();
+    expect(await fx.queue.getJob(retried)).toBeUndefined();
+    expect(flaky).toBe(2);
+    expect(await fx.queue.getJob(broken)).toMatchObject({ status: 'failed', attempts: 1 });
+  });
+
+  it('keeps a job that waitFor() is watching, with its result, as a keeping worker would', async () => {
+    // No worker for the queue yet: the wait flags the job before anyone runs it.
+    const id = await fx.queue.enqueue('double', { n: 21 }, { queue: 'watched' });
+    const other = await fx.queue.enqueue('double', { n: 1 }, { queue: 'watched' });
+    const waiting = fx.queue.waitFor(id, { timeoutMs: 20_000 });
+    await waitFor(async () => {
+      const { rows } = await fx.db.pool.query(`SELECT notify_on_finish FROM ${fx.db.s}.jobs WHERE id = $1`, [id]);
+      return rows[0].notify_on_finish === true;
+    }, 'the wait flagged the job');
+    await fx.start({
+      queues: ['watched'],
+      completedJobs: 'delete',
+      tasks: { double: async ({ n }: { n: number }) => n * 2 },
+    });
+    expect(await waiting).toMatchObject({ status: 'completed', result: 42 });
+    await waitFor(async () => (await fx.queue.getJob(other)) === undefined, 'the unwatched job deleted');
+    expect((await fx.queue.getJob(id))!.status).toBe('completed');
+  });
+
+  it('does not delete a job that is no longer this worker’s (rescued and claimed elsewhere)', async () => {
+    const [id] = await fx.queue.enqueueMany([{ task: 'held', queue: 'stale' }]);
+    const driver = await openTestDriver(fx.db.url);
+    try {
+      const stale = new PgWorkerStore(driver, fx.db.schema, 'stale-worker', false, 'delete');
+      const claim = { failed: [], started: [], tasks: ['held'], startNow: 1 };
+      const { claimed } = await stale.cycle({ ...claim, completed: [], queues: ['stale'], limit: 1 });
+      expect(claimed.map((j) => j.id)).toEqual([id]);
+      // Rescued and claimed again by another worker meanwhile.
+      await fx.db.pool.query(`UPDATE ${fx.db.s}.jobs SET locked_by = 'new-owner' WHERE id = $1`, [id]);
+      const late = await stale.cycle({ ...claim, completed: [{ id: id!, attempt: 1, result: null }], queues: [], limit: 0 });
+      expect(late.completed.size).toBe(0);
+      expect(await fx.queue.getJob(id!)).toMatchObject({ status: 'processing', locked_by: 'new-owner' });
+      // Its own completion of the same attempt deletes it.
+      await fx.db.pool.query(`UPDATE ${fx.db.s}.jobs SET locked_by = 'stale-worker' WHERE id = $1`, [id]);
+      const own = await stale.cycle({ ...claim, completed: [{ id: id!, attempt: 1, result: null }], queues: [], limit: 0 });
+      expect([...own.completed]).toEqual([id]);
+      expect(await fx.queue.getJob(id!)).toBeUndefined();
+    } finally {
+      await driver.end();
+    }
+  });
+
+  it('rejects anything but keep or delete', () => {
+    const make = (completedJobs: unknown) =>
+      new Worker({ connectionString: fx.db.url, tasks: { t: async () => {} }, completedJobs: completedJobs as 'keep' });
+    expect(() => make('drop')).toThrow(ConfigError);
+    expect(() => make('drop')).toThrow(/completedJobs must be 'keep' or 'delete', got "drop"/);
+    expect(() => make(true)).toThrow(ConfigError);
+    expect(make('delete').config.completedJobs).toBe('delete');
+    expect(make(undefined).config.completedJobs).toBe('keep');
+  });
+});
