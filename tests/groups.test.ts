@@ -388,7 +388,7 @@ describe('groups: limits', () => {
     }
   });
 
-  it('passes groups full at their own limit or the default, and fills a group whose own limit is above the default (0023)', async () => {
+  it('passes groups full at their own limit or the default, and fills a group whose own limit is above the default', async () => {
     await setQueueGroups(t.db.pool, t.db.schema, 'gfull', { groupConcurrency: 1 });
     await setGroupSettings(t.db.pool, t.db.schema, 'gfull', 'wide', { concurrencyLimit: 3 });
     await t.queue.enqueueMany(
