@@ -26,6 +26,7 @@ import { OutcomeListener } from './outcome-listener.js';
 import { channelFor } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { toJobValues } from './job-values.js';
+import { enqueueBatch } from './enqueue-batch.js';
 import type { AfterCommitJobs, EnqueueArgs, QueueOptions, WaitOptions } from './queue-options.js';
 
 export type { AfterCommitJobs, EnqueueArgs, EnqueueOptions, QueueOptions, WaitOptions } from './queue-options.js';
@@ -48,7 +49,7 @@ const QUEUE_KEYS = new Set([
 ]);
 
 /** The enqueue statements sent named (prepared once per connection) on the Queue's own pool. */
-type PreparedEnqueue = 'enqueue' | 'enqueueDeferred' | 'enqueueMany';
+type PreparedEnqueue = 'enqueue' | 'enqueueDeferred' | 'enqueueMany' | 'enqueueManyUniform';
 
 /** Connections the Queue's own pool opens at most. */
 const POOL_SIZE = 10;
@@ -183,36 +184,15 @@ export class Queue<T extends TaskMap = AnyTasks> {
         throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
       }
     });
-    // One statement cannot insert a key twice (nor decide which spec wins), so a
-    // batch names each key once.
-    const keys = new Set<string>();
-    for (const v of values) {
-      if (v.job_key === null) continue;
-      if (keys.has(v.job_key))
-        throw new ValidationError(`enqueueMany: jobKey ${JSON.stringify(v.job_key)} appears twice in the batch`);
-      keys.add(v.job_key);
-    }
-    // Payloads are already JSON text; splice them in rather than parse and re-encode.
-    const body = values
-      .map(
-        (v) =>
-          `{"queue":${JSON.stringify(v.queue)},"task":${JSON.stringify(v.task)},"payload":${v.payload},` +
-          `"run_at":${JSON.stringify(v.run_at)},"delay_ms":${v.delay_ms},"max_attempts":${v.max_attempts},"priority":${v.priority}` +
-          (v.group_key === null ? '' : `,"group_key":${JSON.stringify(v.group_key)}`) +
-          (v.job_key === null
-            ? '}'
-            : `,"job_key":${JSON.stringify(v.job_key)},"job_key_mode":"${v.job_key_mode}","while_processing":${v.while_processing}}`),
-      )
-      .join(',');
-    // Keyed batches go row by row through enqueue_job(); plain ones stay one INSERT.
+    const batch = enqueueBatch(values);
     const db = this.executor(options.tx);
     const first = values[0]!;
     const task = values.every((v) => v.task === first.task) ? first.task : 'batch';
     try {
       const result = await traceEnqueue(first.queue, task, values.length, (traceContext) =>
-        keys.size > 0
-          ? rows<{ id: string }>(db, this.queries.enqueueManyKeyed, [`[${body}]`])
-          : this.insert<{ id: string }>(db, 'enqueueMany', [`[${body}]`, traceContext]),
+        batch.statement === 'enqueueManyKeyed'
+          ? rows<{ id: string }>(db, this.queries.enqueueManyKeyed, batch.params(traceContext))
+          : this.insert<{ id: string }>(db, batch.statement, batch.params(traceContext)),
       );
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
       return result.map((r) => r.id);

@@ -121,6 +121,61 @@ describe('enqueue', () => {
     await listener.end();
   });
 
+  it('enqueueMany of one queue and one set of options (sent as arrays) stores every payload and option, ids in order', async () => {
+    const payloads: unknown[] = [
+      { text: 'quote " and \\ backslash, {braces}, "nested": [1, "2"]', emoji: '💧', nul: null },
+      null,
+      'a string with , comma and "quotes"',
+      [1, { a: [] }],
+      42,
+      {},
+      'NULL',
+      '',
+    ];
+    const specs = payloads.map((payload, i) => ({
+      task: i % 2 ? 'uniform-a' : 'uniform-b',
+      payload,
+      queue: 'uniform',
+      maxAttempts: 7,
+      priority: -3,
+      group: 'tenant-1',
+    }));
+    const ids = await queue.enqueueMany(specs);
+    const { rows } = await db.pool.query(
+      `SELECT id::text AS id, task, payload, queue, max_attempts, priority, group_key, status, run_at <= now() AS due
+       FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`,
+      [ids],
+    );
+    const byId = new Map(rows.map((r) => [r.id, r]));
+    ids.forEach((id, i) =>
+      expect(byId.get(id)).toEqual({
+        id,
+        task: specs[i]!.task,
+        payload: payloads[i],
+        queue: 'uniform',
+        max_attempts: 7,
+        priority: -3,
+        group_key: 'tenant-1',
+        status: 'pending',
+        due: true,
+      }),
+    );
+    expect(ids.map(Number)).toEqual([...ids.map(Number)].sort((a, b) => a - b));
+    // One option that differs (a delay) sends the batch the other way, with the same result.
+    const mixed = await queue.enqueueMany([
+      { task: 'uniform-a', payload: 'x', queue: 'uniform' },
+      { task: 'uniform-a', payload: 'y', queue: 'uniform', delayMs: 60_000 },
+    ]);
+    const { rows: later } = await db.pool.query(
+      `SELECT payload, run_at > now() + interval '30 seconds' AS delayed FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
+      [mixed],
+    );
+    expect(later).toEqual([
+      { payload: 'x', delayed: false },
+      { payload: 'y', delayed: true },
+    ]);
+  });
+
   it('works from plain SQL with sluice.enqueue_job', async () => {
     const { rows } = await db.pool.query(`SELECT ${db.s}.enqueue_job('default', '{"task":"send_welcome","user_id":42}') AS id`);
     const job = await queue.getJob(rows[0].id);
@@ -234,6 +289,10 @@ describe('enqueue', () => {
       try {
         await own.enqueue('prepared_check', {});
         await own.enqueueMany([{ task: 'prepared_check', payload: {} }]);
+        await own.enqueueMany([
+          { task: 'prepared_check', payload: {} },
+          { task: 'prepared_check', payload: {}, priority: 1 },
+        ]);
         const { rows } = await pool.query<{ name: string }>('SELECT name FROM pg_prepared_statements ORDER BY name');
         return rows.map((r) => r.name);
       } finally {
@@ -243,7 +302,11 @@ describe('enqueue', () => {
     }
 
     it('sends enqueues on its own pool as named prepared statements by default', async () => {
-      expect(await preparedAfterEnqueue({})).toEqual([`sluice-enqueue-${db.schema}`, `sluice-enqueueMany-${db.schema}`]);
+      expect(await preparedAfterEnqueue({})).toEqual([
+        `sluice-enqueue-${db.schema}`,
+        `sluice-enqueueMany-${db.schema}`,
+        `sluice-enqueueManyUniform-${db.schema}`,
+      ]);
     });
 
     it('sends them unnamed with preparedStatements: false, and refuses a non-boolean', async () => {
