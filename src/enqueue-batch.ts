@@ -11,10 +11,14 @@ export interface EnqueueBatch {
 /**
  * Chooses how a validated batch is sent: keyed jobs row by row through
  * enqueue_job(), a batch of one queue and one set of options as two arrays
- * (task, payload), any other as one JSON document. Throws ValidationError when a
+ * (task, payload) where `arrays` allows it, any other as one JSON document.
+ * Arrays only on the Queue's own connections: a caller's transaction may be a
+ * query builder's, and some of them expand an array parameter into a list of
+ * values (Knex, so MikroORM) or leave its type to guess (postgres.js's unsafe);
+ * a JSON document is one text parameter everywhere. Throws ValidationError when a
  * key appears twice: one statement cannot insert it twice, nor decide which wins.
  */
-export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
+export function enqueueBatch(values: readonly JobValues[], arrays: boolean): EnqueueBatch {
   const keys = new Set<string>();
   for (const v of values) {
     if (v.job_key === null) continue;
@@ -25,15 +29,17 @@ export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
   }
   if (keys.size > 0) return { statement: 'enqueueManyKeyed', params: () => [jsonBody(values)] };
   const first = values[0]!;
-  const uniform = values.every(
-    (v) =>
-      v.queue === first.queue &&
-      v.max_attempts === first.max_attempts &&
-      v.priority === first.priority &&
-      v.group_key === first.group_key &&
-      v.run_at === null &&
-      v.delay_ms === 0,
-  );
+  const uniform =
+    arrays &&
+    values.every(
+      (v) =>
+        v.queue === first.queue &&
+        v.max_attempts === first.max_attempts &&
+        v.priority === first.priority &&
+        v.group_key === first.group_key &&
+        v.run_at === null &&
+        v.delay_ms === 0,
+    );
   if (uniform) {
     return {
       statement: 'enqueueManyUniform',

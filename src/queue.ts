@@ -184,8 +184,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
         throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
       }
     });
-    const batch = enqueueBatch(values);
     const db = this.executor(options.tx);
+    const batch = enqueueBatch(values, db === this.db);
     const first = values[0]!;
     const task = values.every((v) => v.task === first.task) ? first.task : 'batch';
     try {
