@@ -231,4 +231,40 @@ describe('results, waitFor and error history', () => {
     expect(job).toMatchObject({ status: 'failed', attempts: 1, result: null });
     expect(job!.last_error).toContain('result.n is a bigint');
   });
+  it('records when each attempt started, also for jobs claimed ahead that started and ended between two cycles', async () => {
+    // Small slots and no-op jobs: most jobs are claimed ahead and run to their end
+    // before the cycle that would write their start mark.
+    const ended: string[] = [];
+    const w = await startWorker({
+      queues: ['starts'],
+      concurrency: 3,
+      tasks: {
+        noop: async () => {},
+        broken: { handler: async () => Promise.reject(new Error('no')), maxAttempts: 2, backoff: { baseMs: 10, shape: 'fixed' } },
+      },
+    });
+    w.on('job:complete', (job) => ended.push(job.id));
+    w.on('job:fail', (job) => ended.push(job.id));
+    await fx.queue.enqueueMany([
+      ...Array.from({ length: 300 }, () => ({ task: 'noop', queue: 'starts' })),
+      ...Array.from({ length: 10 }, () => ({ task: 'broken', queue: 'starts' })),
+    ]);
+    await waitFor(async () => {
+      const { rows } = await fx.db.pool.query(
+        `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'starts' AND status IN ('completed', 'failed')`,
+      );
+      return rows[0].n === 310;
+    }, 'all 310 finished');
+    const { rows } = await fx.db.pool.query(
+      `SELECT status,
+              count(*) FILTER (WHERE started_at IS NULL)::int AS no_start,
+              count(*) FILTER (WHERE started_at > finished_at)::int AS start_after_end,
+              count(*) FILTER (WHERE EXISTS (SELECT FROM jsonb_array_elements(errors) e WHERE e->>'started_at' IS NULL))::int AS attempt_no_start
+       FROM ${fx.db.s}.jobs WHERE queue = 'starts' GROUP BY status ORDER BY status`,
+    );
+    expect(rows).toEqual([
+      { status: 'completed', no_start: 0, start_after_end: 0, attempt_no_start: 0 },
+      { status: 'failed', no_start: 0, start_after_end: 0, attempt_no_start: 0 },
+    ]);
+  });
 });

@@ -9,6 +9,11 @@ export interface CompletionWrite {
   attempt: number;
   /** What the handler returned, as JSON text, or null. */
   result: string | null;
+  /**
+   * When the run started (ms since epoch), for a job claimed ahead: its row's
+   * started_at is written from this if the start mark has not gone out yet.
+   */
+  startedAt?: number;
 }
 
 /** A failed run, as the cycle statement writes it. */
@@ -21,6 +26,8 @@ export interface FailureWrite {
   delayMs: number;
   /** No more attempts: the job becomes 'failed'. */
   final: boolean;
+  /** As CompletionWrite.startedAt: for the row (a final failure) and the error history. */
+  startedAt?: number;
 }
 
 export interface CycleRequest {
@@ -175,6 +182,8 @@ export class PgWorkerStore implements WorkerStore {
         this.doneChannel,
         r.started,
         r.startNow,
+        r.completed.map((c) => c.startedAt ?? null),
+        r.failed.map((f) => f.startedAt ?? null),
       ],
       this.name(`${many ? 'cycle-many' : 'cycle'}${deleting ? '-deleting' : ''}`),
     );

@@ -105,7 +105,7 @@ export class Completer implements ResultSource {
         this.fail(run, error, true, durationMs);
         return;
       }
-      this.completed.push({ id: job.id, attempt: run.attempt, result, job, durationMs });
+      this.completed.push({ id: job.id, attempt: run.attempt, result, job, durationMs, startedAt: localStart(run) });
       this.signals.resultAdded();
     } else if (outcome.kind === 'failed') {
       this.fail(run, outcome.error, outcome.permanent, durationMs);
@@ -234,6 +234,7 @@ export class Completer implements ResultSource {
       errorText: describeError(error),
       delayMs: retryDelayMs(attempt, task.backoff ?? this.config.backoff),
       final: permanent || attempt >= maxAttempts,
+      startedAt: localStart(run),
       job,
       error,
       durationMs,
@@ -269,4 +270,9 @@ export class Completer implements ResultSource {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** The start of a run the claim did not start (claimed ahead), for the row: see CompletionWrite.startedAt. */
+function localStart(run: Run): number | undefined {
+  return run.job.started_at ? undefined : performance.timeOrigin + run.startedAt;
 }
