@@ -72,7 +72,13 @@ describe('sluice worker', () => {
     expect(result.code, result.stderr).toBe(0);
 
     const events = jsonLines(result.stdout);
-    expect(events[0]).toMatchObject({ event: 'started', queues: 'default', tasks: 'hello,fail', concurrency: 4 });
+    expect(events[0]).toMatchObject({
+      event: 'started',
+      queues: 'default',
+      tasks: 'hello,fail',
+      concurrency: 4,
+      completed: 'keep',
+    });
     expect(events).toContainEqual(
       expect.objectContaining({ event: 'completed', id: ok, task: 'hello', queue: 'default', attempt: 1 }),
     );

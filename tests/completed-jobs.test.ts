@@ -73,6 +73,51 @@ describe("completedJobs: 'delete'", () => {
     expect((await fx.queue.getJob(id))!.status).toBe('completed');
   });
 
+  it('completes or deletes every job exactly once while waitFor() calls race the completions', async () => {
+    // As the outside review found it: jobs that start at their claim, and a waitFor()
+    // of each a few ms after its handler returned, while its completion is written.
+    const runs = new Map<string, number>();
+    const lost: string[] = [];
+    const waits: Promise<string>[] = [];
+    const watch = (id: string) =>
+      new Promise((resolve) => setTimeout(resolve, Math.random() * 12)).then(() =>
+        fx.queue.waitFor(id, { timeoutMs: 20_000 }).then(
+          (row) => row.status,
+          (err: Error & { code?: string }) => err.code ?? err.message,
+        ),
+      );
+    const worker = await fx.start({
+      queues: ['raced'],
+      completedJobs: 'delete',
+      concurrency: 50,
+      visibilityTimeoutMs: 2_000,
+      tasks: {
+        t: async (_p: unknown, { job }: { job: { id: string } }) => {
+          runs.set(job.id, (runs.get(job.id) ?? 0) + 1);
+          await new Promise((resolve) => setTimeout(resolve, 2));
+          setImmediate(() => waits.push(watch(job.id)));
+        },
+      },
+    });
+    worker.on('job:lock-lost', (job) => lost.push(job.id));
+    const ids: string[] = [];
+    for (let round = 0; round < 40; round++) {
+      ids.push(
+        ...(await fx.queue.enqueueMany(Array.from({ length: 20 }, () => ({ task: 't', queue: 'raced', maxAttempts: 1 })))),
+      );
+      await new Promise((resolve) => setTimeout(resolve, 40));
+    }
+    await waitFor(() => waits.length >= ids.length, 'all 800 ran');
+    const outcomes = await Promise.all(waits);
+    // Each waiter saw the job completed (kept for it) or already deleted; none failed.
+    expect(outcomes.filter((o) => o !== 'completed' && o !== 'JOB_NOT_FOUND')).toEqual([]);
+    expect(lost).toEqual([]);
+    expect([...runs.values()].filter((n) => n !== 1)).toEqual([]);
+    expect(runs.size).toBe(ids.length);
+    await waitFor(async () => (await statusCounts('raced')).processing === undefined, 'every completion written');
+    expect((await statusCounts('raced')).failed).toBeUndefined();
+  });
+
   it('does not delete a job that is no longer this worker’s (rescued and claimed elsewhere)', async () => {
     const [id] = await fx.queue.enqueueMany([{ task: 'held', queue: 'stale' }]);
     const driver = await openTestDriver(fx.db.url);
@@ -102,6 +147,7 @@ describe("completedJobs: 'delete'", () => {
     expect(() => make('drop')).toThrow(ConfigError);
     expect(() => make('drop')).toThrow(/completedJobs must be 'keep' or 'delete', got "drop"/);
     expect(() => make(true)).toThrow(ConfigError);
+    expect(() => make(null)).toThrow(/completedJobs must be 'keep' or 'delete', got null/);
     expect(make('delete').config.completedJobs).toBe('delete');
     expect(make(undefined).config.completedJobs).toBe('keep');
   });

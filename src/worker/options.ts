@@ -337,7 +337,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
   if (options.workerId !== undefined) checkName('workerId', options.workerId);
   const listen = boolOption('listen', options.listen, true);
-  const completedJobs = options.completedJobs ?? 'keep';
+  const completedJobs = options.completedJobs === undefined ? 'keep' : options.completedJobs;
   if (completedJobs !== 'keep' && completedJobs !== 'delete') {
     throw new ConfigError(`completedJobs must be 'keep' or 'delete', got ${shown(completedJobs)}`);
   }

@@ -72,6 +72,7 @@ Examples:
           queues: worker.config.queues.join(','),
           tasks: [...worker.config.tasks.keys()].join(','),
           concurrency: worker.config.concurrency,
+          completed: worker.config.completedJobs,
         });
         await stopped;
         log.line('stopped');

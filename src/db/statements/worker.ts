@@ -127,12 +127,17 @@ function completion(completed: CompletedJobs): string {
     return `completed AS (
         ${kept('')}
       )`;
+  // Kept or deleted by w.watched, the flag as locked (see writable), not by
+  // j.notify_on_finish: a waitFor() that set it after this statement's snapshot
+  // made the UPDATE pass the row (old version: not watched) and the DELETE drop it
+  // on its recheck (new version: watched), so the job was neither completed nor
+  // deleted, lost its lock and ran again (outside review: 4-21 of 1,500 jobs).
   return `completed_kept AS (
-        ${kept(' AND j.notify_on_finish')}
+        ${kept(' AND w.watched')}
       ), completed_deleted AS (
         DELETE FROM ${jobs} j
         USING ${mine}
-        WHERE j.id = w.id AND w.mine AND NOT j.notify_on_finish
+        WHERE j.id = w.id AND w.mine AND NOT w.watched
         RETURNING j.id, false AS notify_on_finish
       ), completed AS (
         SELECT * FROM completed_kept UNION ALL SELECT * FROM completed_deleted
@@ -196,7 +201,8 @@ function cycleStatement(schema: string, filter: QueueFilter, completed: Complete
         -- running elsewhere). Here and in the updates below the only condition on the
         -- table is the id, so each row is one primary-key lookup.
         SELECT id, attempts, started_at IS NULL AS unstarted,
-               status = 'processing' AND locked_by = $1::text AS mine
+               status = 'processing' AND locked_by = $1::text AS mine,
+               notify_on_finish AS watched
         FROM ${jobs} WHERE id = ANY($2::bigint[] || $4::bigint[] || $14::bigint[])
         FOR UPDATE SKIP LOCKED
       ), ${completion(completed)}, failed AS (
