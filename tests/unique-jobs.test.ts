@@ -33,6 +33,8 @@ async function claim(queueName: string, task: string): Promise<JobRow[]> {
     'unused',
     [],
     10,
+    [],
+    [],
   ]);
   return rows.filter((r) => r.id !== null);
 }
