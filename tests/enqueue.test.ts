@@ -176,6 +176,30 @@ describe('enqueue', () => {
     ]);
   });
 
+  it('stores a null payload as JSON null however the batch is sent (uniform, mixed, keyed, in a transaction)', async () => {
+    const stored = async (ids: string[]) =>
+      (await db.pool.query(`SELECT payload FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`, [ids])).rows.map(
+        (r) => r.payload,
+      );
+    const one = await queue.enqueue('nulls', null);
+    const uniform = await queue.enqueueMany([{ task: 'nulls', payload: null }]);
+    const mixed = await queue.enqueueMany([
+      { task: 'nulls', payload: null },
+      { task: 'nulls', payload: null, delayMs: 1 },
+    ]);
+    const keyed = await queue.enqueueMany([{ task: 'nulls', payload: null, jobKey: 'null-payload' }]);
+    const client = await db.pool.connect();
+    let inTx: string[];
+    try {
+      await client.query('BEGIN');
+      inTx = await queue.enqueueMany([{ task: 'nulls', payload: null }], { tx: client });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    expect(await stored([one, ...uniform, ...mixed, ...keyed, ...inTx])).toEqual([null, null, null, null, null, null]);
+  });
+
   it('works from plain SQL with sluice.enqueue_job', async () => {
     const { rows } = await db.pool.query(`SELECT ${db.s}.enqueue_job('default', '{"task":"send_welcome","user_id":42}') AS id`);
     const job = await queue.getJob(rows[0].id);

@@ -64,8 +64,9 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // document only to take it apart again, which doubled the server CPU of a bulk
     // enqueue (~19 vs ~11 µs per job in batches of 1,000, measured back to back).
     // Each payload still becomes jsonb as it is stored.
+    // A payload that is JSON null comes out of json_to_recordset as SQL NULL: put back.
     enqueueMany: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority, group_key, trace_context)
-      SELECT j.queue, j.task, j.payload,
+      SELECT j.queue, j.task, coalesce(j.payload, 'null'::jsonb),
              coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
              j.max_attempts, j.priority, j.group_key, $2::text::jsonb
       FROM ROWS FROM (json_to_recordset($1::text::json) AS (queue text, task text, payload jsonb,
@@ -99,7 +100,7 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // evaluates a volatile function in the select list after the ORDER BY's sort.)
     // The ids come back in the order of the batch.
     enqueueManyKeyed: `SELECT x.id::text AS id FROM (
-        SELECT j.ord, ${s}.enqueue_job(j.queue, j.payload,
+        SELECT j.ord, ${s}.enqueue_job(j.queue, coalesce(j.payload, 'null'::jsonb),
                coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
                j.max_attempts, j.task, j.priority, j.job_key, j.job_key_mode, j.while_processing, j.group_key) AS id
         FROM ROWS FROM (json_to_recordset($1::text::json) AS (queue text, task text, payload jsonb,
