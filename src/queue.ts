@@ -23,7 +23,7 @@ import { isFinished, type AnyTasks, type JobRow, type JobSpec, type TaskMap, typ
 import { resolveSchemas, validatePayload } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
-import { channelFor } from './db/identifiers.js';
+import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { toJobValues } from './job-values.js';
 import { enqueueBatch } from './enqueue-batch.js';
@@ -358,7 +358,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
   private async insert<R>(db: Queryable, statement: PreparedEnqueue, values: unknown[]): Promise<R[]> {
     const text = this.queries[statement];
     if (db !== this.db || !this.prepared) return rows<R>(db, text, values);
-    const result = await this.db.query<R>(text, values, `sluice-${statement}-${this.schema}`);
+    const result = await this.db.query<R>(text, values, preparedName(statement, this.schema));
     return result.rows;
   }
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { Queue, ValidationError, ConfigError } from '../src/index.js';
+import { Queue, ValidationError, ConfigError, migrate } from '../src/index.js';
 import { channelFor } from '../src/db/identifiers.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
 
@@ -331,6 +331,33 @@ describe('enqueue', () => {
         `sluice-enqueueMany-${db.schema}`,
         `sluice-enqueueManyUniform-${db.schema}`,
       ]);
+    });
+
+    it('gives Queues of two long schemas with a common start names of their own on one shared connection', async () => {
+      // 'sluice-enqueueManyUniform-' + 50 bytes is past the 63 Postgres keeps: cut, both would be one name.
+      const schemas = ['a', 'b'].map((x) => `sluice_prepared_names_${process.pid}_${'x'.repeat(40)}`.slice(0, 49) + x);
+      const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+      try {
+        for (const schema of schemas) await migrate({ pool, schema });
+        const queues = schemas.map((schema) => new Queue({ pool, schema }));
+        for (let round = 0; round < 2; round++) {
+          for (const q of queues) {
+            await q.enqueue('named', {});
+            await q.enqueueMany([{ task: 'named' }, { task: 'named' }]);
+            await q.enqueueMany([{ task: 'named' }, { task: 'named', priority: 2 }]);
+          }
+        }
+        for (const schema of schemas) {
+          const { rows } = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".jobs`);
+          expect(rows[0].n).toBe(10);
+        }
+        const { rows } = await pool.query<{ name: string }>('SELECT name FROM pg_prepared_statements');
+        expect(new Set(rows.map((r) => r.name)).size).toBe(6);
+        await Promise.all(queues.map((q) => q.close()));
+      } finally {
+        for (const schema of schemas) await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+        await pool.end();
+      }
     });
 
     it('sends them unnamed with preparedStatements: false, and refuses a non-boolean', async () => {

@@ -1,6 +1,6 @@
 import type { JobRow } from '../job.js';
 import type { Driver } from './driver.js';
-import { channelFor, doneChannelFor } from './identifiers.js';
+import { channelFor, doneChannelFor, preparedName } from './identifiers.js';
 import { workerStatements, type WorkerStatements } from './statements/worker.js';
 
 /** A finished run, as the cycle statement writes it. */
@@ -269,7 +269,7 @@ export class PgWorkerStore implements WorkerStore {
 
   /** A named prepared statement per schema, unless prepared statements are off. */
   private name(statement: string): string | undefined {
-    return this.prepared ? `sluice-${statement}-${this.queries.schema}` : undefined;
+    return this.prepared ? preparedName(statement, this.queries.schema) : undefined;
   }
 }
 

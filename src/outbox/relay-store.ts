@@ -1,5 +1,6 @@
 import type { Driver } from '../db/driver.js';
 import { rows, type Queryable } from '../db/executor.js';
+import { preparedName } from '../db/identifiers.js';
 import type { OutboxStatements } from '../db/statements/outbox.js';
 import type { RelayMessage } from './publishers/publisher.js';
 
@@ -80,7 +81,7 @@ export class RelayStore {
     const { rows } = await this.db.query<WindowRow>(
       this.q.fetchWindow,
       [destination, after.txid, after.id, partitions, partition, size, this.cleanupTxid],
-      this.prepared ? `sluice_outbox_window_${schema}` : undefined,
+      this.prepared ? preparedName('outbox-window', schema) : undefined,
     );
     const messages: RelayMessage[] = [];
     const positions: Position[] = [];
