@@ -1,7 +1,7 @@
 import { ValidationError } from './errors.js';
 import { DEFAULT_QUEUE, type JobKeyMode, type JobSpec } from './job.js';
 import { serializePayload } from './payload.js';
-import { checks } from './validate.js';
+import { checks, unstorableText } from './validate.js';
 
 const { checkName, intOption } = checks(ValidationError);
 
@@ -61,6 +61,10 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     }
   } else if (typeof jobKey !== 'string' || jobKey.length === 0 || jobKey.length > 512) {
     throw new ValidationError(`jobKey must be a string of 1 to 512 characters, got ${JSON.stringify(jobKey)}`);
+  } else {
+    // Postgres refuses a NUL, and stores a lone surrogate as U+FFFD: another key.
+    const unstorable = unstorableText(jobKey);
+    if (unstorable) throw new ValidationError(`jobKey contains ${unstorable}`);
   }
   const mode = spec.jobKeyMode ?? 'keep';
   if (!KEY_MODES.includes(mode)) throw new ValidationError(`jobKeyMode must be keep, replace or error, got ${String(mode)}`);

@@ -163,7 +163,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
     if (!Array.isArray(jobs)) throw new ValidationError('enqueueMany: jobs must be an array');
     if (this.schemas.size > 0) {
       jobs = await Promise.all(
-        jobs.map(async (spec, i) => {
+        // Array.from, not map: a hole in the array is a job too (undefined, refused below).
+        Array.from(jobs, async (spec, i) => {
           if (!spec || typeof spec !== 'object' || !this.schemas.has(spec.task)) return spec;
           try {
             return { ...spec, payload: await validatePayload(this.schemas, spec.task, spec.payload) };
@@ -175,7 +176,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     }
     config.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany');
     if (jobs.length === 0) return [];
-    const values = jobs.map((spec, i) => {
+    const values = Array.from(jobs, (spec, i) => {
       try {
         if (!spec || typeof spec !== 'object') throw new ValidationError('not an object');
         input.rejectUnknownKeys(spec, SPEC_KEYS, 'job');

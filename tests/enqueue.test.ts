@@ -266,6 +266,10 @@ describe('enqueue', () => {
       ['lone surrogate in task', () => queue.enqueue('\udc00', {})],
       ['priority out of range', () => queue.enqueue('t', {}, { priority: 40_000 })],
       ['NUL in a batch', () => queue.enqueueMany([{ task: 'ok' }, { task: 'ok', queue: '\u0000' }])],
+      ['NUL in a job key', () => queue.enqueue('t', {}, { jobKey: 'a\u0000b' })],
+      ['lone surrogate in a job key', () => queue.enqueueMany([{ task: 't', jobKey: 'k\ud800' }])],
+      // eslint-disable-next-line no-sparse-arrays
+      ['a hole in a batch', () => queue.enqueueMany([{ task: 'ok' }, , { task: 'ok' }] as never)],
     ];
     for (const [name, call] of cases) {
       it(name, async () => {
