@@ -267,4 +267,31 @@ describe('results, waitFor and error history', () => {
       { status: 'failed', no_start: 0, start_after_end: 0, attempt_no_start: 0 },
     ]);
   });
+  it("keeps each completed job's last progress report, also when the handler returns right after it", async () => {
+    await startWorker({
+      queues: ['reports'],
+      concurrency: 5,
+      tasks: {
+        report: async ({ i }: { i: number }, { progress }) => {
+          progress(1);
+          progress({ done: i });
+          return i;
+        },
+      },
+    });
+    const ids = await fx.queue.enqueueMany(
+      Array.from({ length: 200 }, (_, i) => ({ task: 'report', queue: 'reports', payload: { i } })),
+    );
+    await waitFor(async () => {
+      const { rows } = await fx.db.pool.query(
+        `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'reports' AND status = 'completed'`,
+      );
+      return rows[0].n === 200;
+    }, 'all 200 completed');
+    const { rows } = await fx.db.pool.query(`SELECT id::text AS id, progress FROM ${fx.db.s}.jobs WHERE id = ANY($1::bigint[])`, [
+      ids,
+    ]);
+    const wrong = rows.filter((r) => JSON.stringify(r.progress) !== JSON.stringify({ done: ids.indexOf(r.id) }));
+    expect(wrong).toEqual([]);
+  });
 });

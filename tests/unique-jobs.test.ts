@@ -35,6 +35,7 @@ async function claim(queueName: string, task: string): Promise<JobRow[]> {
     10,
     [],
     [],
+    [],
   ]);
   return rows.filter((r) => r.id !== null);
 }

@@ -14,6 +14,8 @@ export interface CompletionWrite {
    * started_at is written from this if the start mark has not gone out yet.
    */
   startedAt?: number;
+  /** The run's newest ctx.progress() report (JSON text), written with the completion. */
+  progress?: string;
 }
 
 /** A failed run, as the cycle statement writes it. */
@@ -184,6 +186,7 @@ export class PgWorkerStore implements WorkerStore {
         r.startNow,
         r.completed.map((c) => c.startedAt ?? null),
         r.failed.map((f) => f.startedAt ?? null),
+        r.completed.map((c) => c.progress ?? null),
       ],
       this.name(`${many ? 'cycle-many' : 'cycle'}${deleting ? '-deleting' : ''}`),
     );

@@ -91,7 +91,7 @@ export class Completer implements ResultSource {
   }
 
   /** Records how a run ended. */
-  record(run: Run, outcome: Outcome, durationMs: number): void {
+  record(run: Run, outcome: Outcome, durationMs: number, progress?: string): void {
     const { job } = run;
     // A job that ended before its start was written needs no start: its outcome says it all.
     this.started.delete(job.id);
@@ -105,7 +105,7 @@ export class Completer implements ResultSource {
         this.fail(run, error, true, durationMs);
         return;
       }
-      this.completed.push({ id: job.id, attempt: run.attempt, result, job, durationMs, startedAt: localStart(run) });
+      this.completed.push({ id: job.id, attempt: run.attempt, result, progress, job, durationMs, startedAt: localStart(run) });
       this.signals.resultAdded();
     } else if (outcome.kind === 'failed') {
       this.fail(run, outcome.error, outcome.permanent, durationMs);

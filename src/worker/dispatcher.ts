@@ -164,7 +164,7 @@ export class Dispatcher {
       const durationMs = performance.now() - run.startedAt;
       if (!this.slots.finish(run, durationMs)) return;
       this.startWaiting();
-      this.completer.record(run, outcome, durationMs);
+      this.completer.record(run, outcome, durationMs, this.progress.ended(job.id));
       this.signals.finished(job);
     });
   }

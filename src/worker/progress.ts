@@ -9,6 +9,8 @@ import { Loop } from '../lifecycle/loop.js';
  */
 export class ProgressWriter {
   private pending = new Map<string, string>();
+  /** The newest report of each running job that made one, written or not: its outcome carries it. */
+  private readonly latest = new Map<string, string>();
   /** Writes only when a report asks for it (runSoon), never on a timer of its own. */
   private readonly writes: Loop;
   private lastWrite = -Infinity;
@@ -25,7 +27,21 @@ export class ProgressWriter {
   report(id: string, json: string): void {
     if (this.writes.isStopped) return;
     this.pending.set(id, json);
+    this.latest.set(id, json);
     this.writes.runSoon(this.lastWrite + this.intervalMs - Date.now());
+  }
+
+  /**
+   * The run of job `id` ended: its newest report, to go out with its outcome, and
+   * none of its own. Written apart, it could land after the outcome, whose
+   * write ends the job, and be dropped by the guarded UPDATE: a handler that
+   * reported and returned at once lost its last report (a test saw it in CI).
+   */
+  ended(id: string): string | undefined {
+    this.pending.delete(id);
+    const json = this.latest.get(id);
+    this.latest.delete(id);
+    return json;
   }
 
   /** Writes what is pending, then accepts no more. */

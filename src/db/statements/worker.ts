@@ -114,12 +114,14 @@ function startedAt(alias: 'd' | 'f'): string {
  */
 function completion(completed: CompletedJobs): string {
   const jobs = ':SCHEMA.jobs';
-  const mine = `writable w JOIN unnest($2::bigint[], $3::int[], $12::jsonb[], $16::float8[]) AS d(id, attempt, result, started_ms)
+  const mine = `writable w JOIN unnest($2::bigint[], $3::int[], $12::jsonb[], $16::float8[], $18::jsonb[])
+            AS d(id, attempt, result, started_ms, progress)
           ON d.id = w.id AND d.attempt = w.attempts`;
   const kept = (only: string) => `UPDATE ${jobs} j
         SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
             result = d.result, -- $12: what each handler returned (JSON text or NULL)
-            started_at = ${startedAt('d')}
+            started_at = ${startedAt('d')},
+            progress = coalesce(d.progress, j.progress) -- $18: the run's last report, if any
         FROM ${mine}
         WHERE j.id = w.id AND w.mine${only}
         RETURNING j.id, j.notify_on_finish`;
