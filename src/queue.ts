@@ -20,7 +20,7 @@ import {
   wrapDatabaseError,
 } from './errors.js';
 import { isFinished, type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
-import { resolveSchemas, validatePayload } from './task-schemas.js';
+import { resolveSchemas, validateBatchPayloads, validatePayload } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
 import { channelFor, preparedName } from './db/identifiers.js';
@@ -161,19 +161,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async enqueueMany(jobs: TaskSpec<T>[], options: { tx?: Queryable } = {}): Promise<string[]> {
     if (!Array.isArray(jobs)) throw new ValidationError('enqueueMany: jobs must be an array');
-    if (this.schemas.size > 0) {
-      jobs = await Promise.all(
-        // Array.from, not map: a hole in the array is a job too (undefined, refused below).
-        Array.from(jobs, async (spec, i) => {
-          if (!spec || typeof spec !== 'object' || !this.schemas.has(spec.task)) return spec;
-          try {
-            return { ...spec, payload: await validatePayload(this.schemas, spec.task, spec.payload) };
-          } catch (err) {
-            throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
-          }
-        }),
-      );
-    }
+    if (this.schemas.size > 0) jobs = await validateBatchPayloads(this.schemas, jobs);
     config.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany');
     if (jobs.length === 0) return [];
     const values = Array.from(jobs, (spec, i) => {

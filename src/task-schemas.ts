@@ -47,6 +47,27 @@ export async function validatePayload(
 }
 
 /**
+ * validatePayload for each job of an enqueueMany batch that has a schema; the
+ * error names the job's place in the batch. Array.from, not map: a hole in the
+ * array is a job too (undefined, refused by the caller).
+ */
+export async function validateBatchPayloads<S extends { task: string; payload?: unknown }>(
+  schemas: ReadonlyMap<string, StandardSchemaV1>,
+  jobs: readonly S[],
+): Promise<S[]> {
+  return Promise.all(
+    Array.from(jobs, async (spec, i) => {
+      if (!spec || typeof spec !== 'object' || !schemas.has(spec.task)) return spec;
+      try {
+        return { ...spec, payload: await validatePayload(schemas, spec.task, spec.payload) };
+      } catch (err) {
+        throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
+      }
+    }),
+  );
+}
+
+/**
  * The worker's side: a handler that first validates the stored payload. A payload
  * that does not fit fails the job at once (PermanentFailure): no retry fixes it.
  */
