@@ -162,9 +162,11 @@ export class Dispatcher {
     this.signals.emit('job:start', job);
     void run.run().then((outcome) => {
       const durationMs = performance.now() - run.startedAt;
+      // Taken also for a run whose job was taken away, so no report of it stays behind.
+      const progress = this.progress.ended(job.id);
       if (!this.slots.finish(run, durationMs)) return;
       this.startWaiting();
-      this.completer.record(run, outcome, durationMs, this.progress.ended(job.id));
+      this.completer.record(run, outcome, durationMs, progress);
       this.signals.finished(job);
     });
   }
