@@ -183,16 +183,21 @@ describe('hostile names and payloads', () => {
       for (const [, body] of source.matchAll(/`((?:[^`\\]|\\.)*)`/gs)) {
         if (!/\b(SELECT|INSERT|UPDATE|DELETE|LISTEN|UNLISTEN|CREATE|DROP|ALTER|GRANT|TRUNCATE)\b/.test(body!)) continue;
         statements++;
+        // A name declared in this file as the quoted schema or a constant fragment,
+        // or a parameter whose type admits only string constants: (action: 'a' | 'b').
+        const declared = (name: string) =>
+          /^\w+$/.test(name) &&
+          (new RegExp(`const ${name} = (quoteSchema\\(|['\`])`).test(source) ||
+            new RegExp(`[(,]\\s*${name}: '[^']*'( \\| '[^']*')*( = '[^']*')?,?\\s*[,)]`).test(source));
         for (const [, expr] of body!.matchAll(/\$\{([^}]*)\}/g)) {
           if (/^(quoteIdent|quoteSchema)\([\w.]+\)$/.test(expr!)) continue;
+          // A helper called with string constants ...
           const call = expr!.match(/^(\w+)\(('[^']*'(, '[^']*')*)?\)$/);
           if (call && helpers.has(call[1]!)) continue;
-          // ... or a parameter whose type admits only string constants: (action: 'a' | 'b').
-          const declared =
-            /^\w+$/.test(expr!) &&
-            (new RegExp(`const ${expr} = (quoteSchema\\(|['\`])`).test(source) ||
-              new RegExp(`[(,]\\s*${expr}: '[^']*'( \\| '[^']*')*( = '[^']*')?,?\\s*[,)]`).test(source));
-          if (!declared) offenders.push(`${file}: \${${expr}}`);
+          // ... or with names of such constants.
+          const named = expr!.match(/^(\w+)\((\w+(?:, \w+)*)\)$/);
+          if (named && helpers.has(named[1]!) && named[2]!.split(', ').every(declared)) continue;
+          if (!declared(expr!)) offenders.push(`${file}: \${${expr}}`);
         }
       }
     }

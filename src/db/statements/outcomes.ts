@@ -31,7 +31,7 @@ export function completion(completed: CompletedJobs): string {
   const mine = `writable w JOIN unnest($2::bigint[], $3::int[], $12::jsonb[], $16::float8[], $18::jsonb[])
             AS d(id, attempt, result, started_ms, progress)
           ON d.id = w.id AND d.attempt = w.attempts`;
-  const kept = (only: string) => `UPDATE ${jobs} j
+  const kept = (only: '' | ' AND w.watched') => `UPDATE ${jobs} j
         SET status = 'completed', locked_at = NULL, finished_at = now(), updated_at = now(),
             result = d.result, -- $12: what each handler returned (JSON text or NULL)
             started_at = ${startedAt('d')},

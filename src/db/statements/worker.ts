@@ -132,7 +132,7 @@ function claimStatement(schema: string, filter: QueueFilter): string {
  * candidate row (at most $11). A stale worker may lock such rows for the length of
  * its statement and leave them pending. `node --import tsx bench/claim-guard.ts`.
  */
-function cycleStatement(schema: string, filter: QueueFilter, completed: CompletedJobs): string {
+function cycleStatement(schema: string, filter: QueueFilter, completed: 'keep' | 'delete'): string {
   // The schema goes in after withGenericPlan: a schema's name may hold "$1".
   const jobs = ':SCHEMA.jobs';
   const claim = `${filter === 'one' ? CYCLE_CLAIM_ONE : CYCLE_CLAIM_MANY}`;
