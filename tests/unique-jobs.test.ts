@@ -36,6 +36,7 @@ async function claim(queueName: string, task: string): Promise<JobRow[]> {
     [],
     [],
     [],
+    [],
   ]);
   return rows.filter((r) => r.id !== null);
 }

@@ -30,6 +30,8 @@ export interface FailureWrite {
   final: boolean;
   /** As CompletionWrite.startedAt: for the row (a final failure) and the error history. */
   startedAt?: number;
+  /** As CompletionWrite.progress. */
+  progress?: string;
 }
 
 export interface CycleRequest {
@@ -187,6 +189,7 @@ export class PgWorkerStore implements WorkerStore {
         r.completed.map((c) => c.startedAt ?? null),
         r.failed.map((f) => f.startedAt ?? null),
         r.completed.map((c) => c.progress ?? null),
+        r.failed.map((f) => f.progress ?? null),
       ],
       this.name(`${many ? 'cycle-many' : 'cycle'}${deleting ? '-deleting' : ''}`),
     );

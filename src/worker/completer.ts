@@ -102,13 +102,13 @@ export class Completer implements ResultSource {
       } catch (error) {
         // A result that cannot be stored would be lost: fail the job instead (no
         // retry would change what the handler returns).
-        this.fail(run, error, true, durationMs);
+        this.fail(run, error, true, durationMs, progress);
         return;
       }
       this.completed.push({ id: job.id, attempt: run.attempt, result, progress, job, durationMs, startedAt: localStart(run) });
       this.signals.resultAdded();
     } else if (outcome.kind === 'failed') {
-      this.fail(run, outcome.error, outcome.permanent, durationMs);
+      this.fail(run, outcome.error, outcome.permanent, durationMs, progress);
     } else if (outcome.kind === 'snoozed') {
       this.snooze(job, outcome.snooze);
     } else if (outcome.kind === 'cancelled') {
@@ -224,7 +224,7 @@ export class Completer implements ResultSource {
     this.signals.resultAdded();
   }
 
-  private fail(run: Run, error: unknown, permanent: boolean, durationMs: number): void {
+  private fail(run: Run, error: unknown, permanent: boolean, durationMs: number, progress?: string): void {
     const { job, task, attempt } = run;
     // The task's retry policy, when it has one, wins over the job's max_attempts.
     const maxAttempts = task.maxAttempts ?? job.max_attempts;
@@ -235,6 +235,7 @@ export class Completer implements ResultSource {
       delayMs: retryDelayMs(attempt, task.backoff ?? this.config.backoff),
       final: permanent || attempt >= maxAttempts,
       startedAt: localStart(run),
+      progress,
       job,
       error,
       durationMs,
