@@ -2,7 +2,7 @@ import { quoteSchema } from '../identifiers.js';
 import { withGenericPlan } from './generic-plan.js';
 import { jobColumns, keepRecent, storedJobColumns } from './job-columns.js';
 import { perSchema } from './per-schema.js';
-import { completion, startedAt, type CompletedJobs } from './outcomes.js';
+import { completion, startedAt } from './outcomes.js';
 
 /**
  * What a worker sends: the cycle (results written + next batch claimed), the
