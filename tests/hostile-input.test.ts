@@ -43,6 +43,9 @@ describe('hostile names and payloads', () => {
       tasks: { [TASK]: async (payload) => void ran.push(payload) },
     });
     worker.on('error', () => {});
+    // Emitted once the result is written (the handler's end comes before that).
+    let written = 0;
+    worker.on('job:complete', () => written++);
     await worker.start();
     try {
       const id = await queue.enqueue(TASK, PAYLOAD, { queue: QUEUE });
@@ -52,7 +55,7 @@ describe('hostile names and payloads', () => {
         JSON.stringify(PAYLOAD),
         TASK,
       ]);
-      await waitFor(() => ran.length === 3, 'the three jobs to run');
+      await waitFor(() => ran.length === 3 && written === 3, 'the three jobs to run and their results to be written');
       expect(ran).toEqual([PAYLOAD, PAYLOAD, PAYLOAD]);
       for (const jobId of [id, many!, String(rows[0].id)]) {
         expect(await queue.getJob(jobId)).toMatchObject({ queue: QUEUE, task: TASK, payload: PAYLOAD, status: 'completed' });
