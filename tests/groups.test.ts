@@ -60,6 +60,16 @@ async function finish(queue: string): Promise<void> {
 }
 
 describe('groups: enqueue', () => {
+  it('enqueue_job() names an empty or overlong group key, and inserts nothing', async () => {
+    for (const key of ["''", "repeat('g', 129)"]) {
+      await expect(
+        t.db.pool.query(`SELECT ${t.db.s}.enqueue_job('bad-group', '{"task":"t"}', _group_key => ${key})`),
+      ).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('_group_key must be 1 to 128 characters') });
+    }
+    const { rows } = await t.db.pool.query(`SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE queue = 'bad-group'`);
+    expect(rows[0].n).toBe(0);
+  });
+
   it('stores the group from enqueue, enqueueMany and enqueue_job(), and flags the queue as grouped', async () => {
     const a = await t.queue.enqueue('t', {}, { queue: 'e1', group: 'tenant-1' });
     const [b, c] = await t.queue.enqueueMany([

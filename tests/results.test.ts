@@ -172,6 +172,22 @@ describe('results, waitFor and error history', () => {
     ]);
   });
 
+  it('a job the rescuer fails for good keeps its start time; one it returns to pending does not', async () => {
+    const { rows } = await fx.db.pool
+      .query(`INSERT INTO ${fx.db.s}.jobs (queue, task, status, attempts, max_attempts, locked_at, locked_by, started_at)
+      VALUES ('gone-for-good', 'x', 'processing', 3, 3, now() - interval '1 hour', 'dead', now() - interval '2 hours'),
+             ('gone-for-good', 'x', 'processing', 1, 3, now() - interval '1 hour', 'dead', now() - interval '2 hours')
+      RETURNING id::text AS id`);
+    const rescued = await rescueExpired(fx.db.pool, workerStatements(fx.db.schema), 0);
+    expect(rescued.map((r) => [r.id, r.status]).sort()).toEqual([
+      [rows[0].id, 'failed'],
+      [rows[1].id, 'pending'],
+    ]);
+    const [failed, pending] = await Promise.all(rows.map((r: { id: string }) => fx.queue.getJob(r.id)));
+    expect(failed!.started_at).toBeInstanceOf(Date);
+    expect(pending!.started_at).toBeNull();
+  });
+
   it('the maintenance leader announces each rescued job (job:rescue) and records it in the history', async () => {
     const { rows } = await fx.db.pool.query(`INSERT INTO ${fx.db.s}.jobs (queue, task, status, attempts, locked_at, locked_by)
       VALUES ('gone', 'x', 'processing', 1, now() - interval '1 hour', 'dead-worker') RETURNING id::text AS id`);

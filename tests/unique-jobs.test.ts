@@ -15,8 +15,12 @@ async function keyed(key: string): Promise<JobRow[]> {
   return rows;
 }
 
-/** Claims with the worker's statement (no results to write). */
-async function claim(queueName: string, task: string): Promise<JobRow[]> {
+/**
+ * Claims with the worker's statement (no results to write): `startNow` of them
+ * start at once, the rest are claimed ahead. `started`: jobs claimed ahead that
+ * have started since, as the worker reports them.
+ */
+async function claim(queueName: string, task: string, startNow = 10, started: string[] = []): Promise<JobRow[]> {
   const { rows } = await fx.db.pool.query(workerStatements(fx.db.schema).cycle, [
     'W',
     [],
@@ -31,14 +35,22 @@ async function claim(queueName: string, task: string): Promise<JobRow[]> {
     10,
     [],
     'unused',
-    [],
-    10,
+    started,
+    startNow,
     [],
     [],
     [],
     [],
   ]);
   return rows.filter((r) => r.id !== null);
+}
+
+async function scopes(...keys: string[]): Promise<Record<string, string>> {
+  const { rows } = await fx.db.pool.query<{ job_key: string; key_scope: string; status: string }>(
+    `SELECT job_key, key_scope, status FROM ${fx.db.s}.jobs WHERE job_key = ANY($1) ORDER BY id`,
+    [keys],
+  );
+  return Object.fromEntries(rows.map((r) => [r.job_key, `${r.status}/${r.key_scope}`]));
 }
 
 /**
@@ -162,6 +174,99 @@ describe('unique jobs', () => {
       held,
     );
     expect((await fx.queue.getJob(held))!.payload).toEqual({});
+  });
+
+  it('a job claimed ahead keeps its key until its start is written, and a hand-back returns it with the key', async () => {
+    const now = await fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-now', priority: 10 });
+    const ahead = await fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-1', priority: 9 });
+    const later = await fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-2', priority: 8 });
+    // One free slot: the first job in claim order starts, the other two are claimed ahead.
+    expect((await claim('ahead', 'ahead', 1)).map((r) => r.id).sort()).toEqual([now, ahead, later].sort());
+    expect(await scopes('ahead-now', 'ahead-1', 'ahead-2')).toEqual({
+      'ahead-now': 'processing/released',
+      'ahead-1': 'processing/pending',
+      'ahead-2': 'processing/pending',
+    });
+    // Not started: the key still names it, in every mode.
+    expect(await fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-1' })).toBe(ahead);
+    await expect(fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-1', jobKeyMode: 'error' })).rejects.toMatchObject(
+      {
+        existingId: ahead,
+      },
+    );
+    // Handed back unstarted (the worker's stop): pending again, with its key.
+    await fx.db.pool.query(workerStatements(fx.db.schema).release, ['W', [later]]);
+    expect(await scopes('ahead-2')).toEqual({ 'ahead-2': 'pending/pending' });
+    expect(await fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-2' })).toBe(later);
+    // Its start written by the next cycle: the key is given up, a new job may take it.
+    await claim('ahead', 'none', 0, [ahead]);
+    expect(await scopes('ahead-1')).toEqual({ 'ahead-1': 'processing/released' });
+    expect(await fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-1' })).not.toBe(ahead);
+  });
+
+  it('replace: a holder claimed ahead gives its key up and the new payload becomes a job of its own', async () => {
+    const holder = await fx.queue.enqueue('debounce', { v: 1 }, { queue: 'replace-ahead', jobKey: 'replace-ahead' });
+    expect((await claim('replace-ahead', 'debounce', 0)).map((r) => r.id)).toEqual([holder]);
+    const newer = await fx.queue.enqueue(
+      'debounce',
+      { v: 2 },
+      { queue: 'replace-ahead', jobKey: 'replace-ahead', jobKeyMode: 'replace' },
+    );
+    expect(newer).not.toBe(holder);
+    expect(await keyed('replace-ahead')).toEqual([
+      { id: holder, status: 'processing', payload: { v: 1 }, key_scope: 'released' },
+      { id: newer, status: 'pending', payload: { v: 2 }, key_scope: 'pending' },
+    ]);
+  });
+
+  it('a grouped claim keeps the keys of the jobs it claims ahead (claim_queue)', async () => {
+    const ids = await Promise.all(
+      ['a', 'b'].map((group) => fx.queue.enqueue('grouped', {}, { queue: 'grouped-keys', jobKey: `g-${group}`, group })),
+    );
+    // The queue known as grouped (a worker flags it on its first grouped claim, 0021).
+    await fx.db.pool.query(`INSERT INTO ${fx.db.s}.queues (name, grouped) VALUES ('grouped-keys', true)`);
+    // Two jobs from two groups, one of them into a free slot.
+    const { rows } = await fx.db.pool.query<{ id: string }>(
+      `SELECT (c.job).id::text AS id FROM ${fx.db.s}.claim_queue('grouped-keys', 'W', ARRAY['grouped'], 2, 32, 1, '{}') c`,
+    );
+    expect(rows.map((r) => r.id).sort()).toEqual([...ids].sort());
+    const [started, ahead] = rows.map((r) => ids.indexOf(r.id));
+    const key = (n: number | undefined) => (n === 0 ? 'g-a' : 'g-b');
+    expect(await scopes('g-a', 'g-b')).toEqual({ [key(started)]: 'processing/released', [key(ahead)]: 'processing/pending' });
+    expect(await fx.queue.enqueue('grouped', {}, { queue: 'grouped-keys', jobKey: key(ahead), group: 'c' })).toBe(ids[ahead!]);
+  });
+
+  it('a worker that stops with keyed jobs claimed ahead hands them back holding their keys', async () => {
+    const gate = deferred();
+    const ran: string[] = [];
+    const worker = await fx.start({
+      queues: ['stop-keys'],
+      concurrency: 1,
+      pollIntervalMs: 3_600_000,
+      tasks: {
+        quick: async (payload: { gate?: boolean }, { job }: { job: { id: string } }) => {
+          ran.push(job.id);
+          if (payload.gate) await gate.promise;
+        },
+      },
+    });
+    // Teach the worker that `quick` is quick, so it claims ahead of its one slot.
+    await fx.queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'quick', queue: 'stop-keys' })));
+    await waitFor(() => ran.length === 30, 'the warm-up jobs');
+    await fx.queue.enqueue('quick', { gate: true }, { queue: 'stop-keys', priority: 10 });
+    const keys = Array.from({ length: 20 }, (_, i) => `stop-${i}`);
+    const ids = await fx.queue.enqueueMany(keys.map((jobKey) => ({ task: 'quick', queue: 'stop-keys', jobKey })));
+    await waitFor(
+      async () => Object.values(await scopes(...keys)).some((s) => s.startsWith('processing')),
+      'a keyed job claimed ahead',
+    );
+    expect(Object.values(await scopes(...keys)).filter((s) => s.startsWith('processing'))).not.toContain('processing/released');
+    const stopped = worker.stop();
+    await waitFor(async () => Object.values(await scopes(...keys)).every((s) => s === 'pending/pending'), 'the hand-back');
+    gate.resolve();
+    await stopped;
+    // Every key still names its job: enqueueing them again adds nothing.
+    expect(await fx.queue.enqueueMany(keys.map((jobKey) => ({ task: 'quick', queue: 'stop-keys', jobKey })))).toEqual(ids);
   });
 
   it('a retried job whose key was taken meanwhile goes back to pending without a conflict', async () => {

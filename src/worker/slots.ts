@@ -194,25 +194,22 @@ export class Slots {
   /**
    * Every waiting job of `queue`, to be handed back (a queue found grouped after
    * they were claimed first come, first served, or paused or limited since): like
-   * takeOverdue. Not those with
-   * a job key: the claim gave their key up, and a handed-back job would go back
-   * to pending without it (a second job could take the key); they run here.
+   * takeOverdue. A job key goes back with its job: a job claimed ahead gives its
+   * key up only when its start is written (migration 0024).
    */
   takeWaitingIn(queue: string): JobRow[] {
-    const taken: JobRow[] = [];
-    for (const [id, w] of this.waiting) {
-      if (w.job.queue === queue && w.job.job_key === null) taken.push(this.toReleasing(id, w.job));
-    }
-    return taken;
+    return this.takeWaitingWhere((job) => job.queue === queue);
   }
 
-  /** The waiting jobs among `ids`, to be handed back (as takeWaitingIn, keyed jobs excepted). */
+  /** The waiting jobs among `ids`, to be handed back (as takeWaitingIn). */
   takeWaitingIds(ids: ReadonlySet<string>): JobRow[] {
-    const taken: JobRow[] = [];
-    for (const [id, w] of this.waiting) {
-      if (ids.has(id) && w.job.job_key === null) taken.push(this.toReleasing(id, w.job));
-    }
-    return taken;
+    return this.takeWaitingWhere((job) => ids.has(job.id));
+  }
+
+  private takeWaitingWhere(taken: (job: JobRow) => boolean): JobRow[] {
+    const jobs: JobRow[] = [];
+    for (const [id, w] of this.waiting) if (taken(w.job)) jobs.push(this.toReleasing(id, w.job));
+    return jobs;
   }
 
   /** Out of the waiting list into the hand-back, still held. */

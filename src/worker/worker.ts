@@ -12,7 +12,7 @@ import {
   SluiceError,
   wrapDatabaseError,
 } from '../errors.js';
-import type { AnyTasks, TaskMap } from '../job.js';
+import type { AnyTasks, JobRow, TaskMap } from '../job.js';
 import { resolveSchemas } from '../task-schemas.js';
 import type { ControlMessage } from '../notify/codec.js';
 import type { Emit, WorkerEvents } from './events.js';
@@ -238,7 +238,10 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     // A claim in flight returns jobs too: wait for it before collecting what never started.
     await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
     await parts.queueState.stop();
+    // Jobs claimed ahead go back now, not after the running ones end: other
+    // workers can run them while this one waits for its handlers.
     const notStarted = this.slots.takeWaiting();
+    const handedBack = this.handBack(parts, notStarted, deadline);
     await Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
 
     if (this.slots.runningCount > 0) {
@@ -255,20 +258,23 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const unfinished = parts.dispatcher.abortAll(new SluiceError('CONFIG', 'worker is shutting down'));
     await parts.loop.drain(deadline);
     await parts.completer.settled();
-    const toRelease = [...unfinished, ...notStarted];
-    if (toRelease.length > 0) {
-      try {
-        await parts.completer.release(toRelease, deadline);
-      } catch (err) {
-        // The rescuer of another worker returns them after the visibility timeout.
-        this.reportError(err);
-      }
-    }
+    await Promise.all([this.handBack(parts, unfinished, deadline), handedBack]);
     // Last, so the workers view shows this worker until its jobs are handed back.
     await parts.registry.stop();
     await parts.instrumentation.stop();
     await parts.db.end();
     this.state = 'stopped';
+  }
+
+  /** Jobs this worker will not run back to pending (see WorkerStore.release). */
+  private async handBack(parts: Parts, jobs: readonly JobRow[], deadline: number): Promise<void> {
+    if (jobs.length === 0) return;
+    try {
+      await parts.completer.release(jobs, deadline);
+    } catch (err) {
+      // The rescuer of another worker returns them after the visibility timeout.
+      this.reportError(err);
+    }
   }
 
   private control(message: ControlMessage): void {

@@ -56,9 +56,10 @@ function claimUpdate(
             -- The first startNow in claim order go into free slots and start now; the
             -- rest are claimed ahead and start when a slot frees (started_at NULL).
             started_at = CASE WHEN p.n <= ${startNow}::int THEN now() END,
-            -- A key held only while pending is given up when the job starts, so it
-            -- is never taken back when the job returns to pending (see 0002).
-            key_scope = CASE WHEN j.key_scope = 'pending' THEN 'released' ELSE j.key_scope END
+            -- A key held only while pending is given up when the job starts (see
+            -- 0002), and only then: a job claimed ahead keeps it until its start is
+            -- written (started, failed below), so a hand-back returns it with its key (0024).
+            key_scope = ${releaseKey(`p.n <= ${startNow}::int`)}
         FROM unnest(ARRAY(
           SELECT id FROM :SCHEMA.jobs
           WHERE status = 'pending' AND ${queueFilter} AND task = ANY(${tasks}::text[]) AND run_at <= now()
@@ -69,6 +70,14 @@ function claimUpdate(
           AND j.queue <> ALL (ARRAY(SELECT name FROM :SCHEMA.queues
             WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
         RETURNING ${storedJobColumns('j')} -- not j.*: the detail columns (errors, result) would be carried for nothing`;
+}
+
+/**
+ * key_scope after a write that starts a job when `starts` holds: a key held only
+ * while pending ('pending') is given up, other scopes stay. Schema-free SQL.
+ */
+function releaseKey(starts: 'true' | `p.n <= ${'$15' | '$5'}::int`): string {
+  return `CASE WHEN j.key_scope = 'pending' AND ${starts} THEN 'released' ELSE j.key_scope END`;
 }
 
 const CYCLE_CLAIM_ONE = `${claimUpdate('queue = ($9::text[])[1]', '$1', '$10', '$11', '$15')}`;
@@ -161,6 +170,7 @@ function cycleStatement(schema: string, filter: QueueFilter, completed: 'keep' |
             last_error = f.error, locked_at = NULL, updated_at = now(),
             started_at = CASE WHEN f.final THEN ${startedAt('f')} END,
             progress = coalesce(f.progress, j.progress), -- $19: the attempt's last report, as for completions
+            key_scope = ${releaseKey('true')}, -- the attempt ran: a job claimed ahead may still hold its key
             -- The history stays on the row for dead-letter inspection. The error
             -- text is the stack, whose first line is "Name: message". Capped: see keepRecent.
             -- started_at and worker: the attempt's start and who ran it, for the history.
@@ -173,7 +183,7 @@ function cycleStatement(schema: string, filter: QueueFilter, completed: 'keep' |
         RETURNING j.id, j.status, j.notify_on_finish
       ), started AS (
         -- $14: jobs claimed ahead that have since started in their worker.
-        UPDATE ${jobs} j SET started_at = now()
+        UPDATE ${jobs} j SET started_at = now(), key_scope = ${releaseKey('true')}
         FROM writable w
         WHERE j.id = w.id AND w.id = ANY($14::bigint[]) AND w.mine AND w.unstarted
       ), claimed AS (${claim}
@@ -285,7 +295,9 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
             'message', 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating'
               || CASE WHEN stale.refund THEN ' before the job started (attempt not counted)' ELSE '' END,
             'unstarted', stale.refund, 'started_at', j.started_at, 'worker', j.locked_by)),
-          locked_at = NULL, locked_by = NULL, run_at = now(), updated_at = now(), started_at = NULL
+          locked_at = NULL, locked_by = NULL, run_at = now(), updated_at = now(),
+          -- A job failed for good keeps its last attempt's start, as a failure written by its worker does.
+          started_at = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN j.started_at END
       FROM (
         -- refund: the handler never started (started_at NULL), and the previous
         -- rescue was not one of these too. A job claimed ahead, started, and killing
@@ -328,7 +340,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       ), snoozed AS (
         UPDATE ${jobs} j
         SET status = 'pending', attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL, updated_at = now(),
-            started_at = NULL, run_at = coalesce($4::timestamptz, now() + $5::float8 * interval '1 millisecond')
+            started_at = NULL, run_at = coalesce($4::timestamptz, now() + $5::float8 * interval '1 millisecond'),
+            key_scope = ${releaseKey('true')}
         FROM target WHERE j.id = target.id
         RETURNING j.run_at
       )
