@@ -160,11 +160,11 @@ describe('Slots: overdue waiting jobs', () => {
   it('takes out every waiting job of one queue (found grouped), still held until handed back', () => {
     const s = slots({ concurrency: 1 });
     const [a1, b1, a2] = [job('t', 'a'), job('t', 'b'), job('t', 'a')];
-    // A keyed job stays: the claim gave its key up, so it must not go back to pending.
+    // A keyed job goes back too: a job claimed ahead still holds its key (migration 0024).
     const keyed = { ...job('t', 'a'), job_key: 'k' };
     s.hold([a1!, b1!, a2!, keyed]);
-    expect(s.takeWaitingIn('a')).toEqual([a1, a2]);
-    expect(s.waitingIds()).toEqual([b1!.id, keyed.id]);
+    expect(s.takeWaitingIn('a')).toEqual([a1, a2, keyed]);
+    expect(s.waitingIds()).toEqual([b1!.id]);
     s.takeOverdue(0, Infinity);
     expect(s.heldIds().sort()).toEqual([a1!.id, b1!.id, a2!.id, keyed.id].sort());
     s.handedBack([a1!, a2!, b1!, keyed], []);
