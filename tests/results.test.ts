@@ -237,6 +237,20 @@ describe('results, waitFor and error history', () => {
     expect(refused).toEqual([expect.any(ValidationError)]);
   });
 
+  it('progress(undefined) clears the report (null), it does not store {}', async () => {
+    await startWorker({
+      queues: ['progress-cleared'],
+      tasks: {
+        clears: async (_p, ctx) => {
+          ctx.progress(50);
+          ctx.progress(undefined);
+        },
+      },
+    });
+    const id = await fx.queue.enqueue('clears', {}, { queue: 'progress-cleared' });
+    expect(await fx.queue.waitFor(id, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', progress: null });
+  });
+
   it('a result that is not JSON fails the job for good instead of losing it', async () => {
     const worker = await startWorker({ queues: ['bad-result'], tasks: { weird: async () => ({ n: 1n }) } });
     const failed = nextEvent<[JobRow, { willRetry: boolean }]>(worker, 'job:fail');

@@ -176,7 +176,8 @@ export class Dispatcher {
 
   /** ctx.progress(): refuse what is not JSON at the call, then write it batched. */
   private reportProgress(run: Run, value: unknown): void {
-    const json = serializePayload(value, this.config.maxResultBytes, 'progress');
+    // undefined clears the report (JSON null), where a payload's undefined means {}.
+    const json = value === undefined ? 'null' : serializePayload(value, this.config.maxResultBytes, 'progress');
     if (this.slots.runOf(run.job.id) !== run) return; // reported after the run ended
     this.progress.report(run.job.id, json);
     this.signals.emit('job:progress', run.job, { progress: value });
