@@ -196,7 +196,8 @@ describe('jobs', () => {
     );
     await db.pool.query(
       `UPDATE ${db.s}.jobs SET status = 'failed', attempts = 5, last_error = 'Error: smtp down\n    at send (mail.js:1)',
-      errors = '[{"attempt":1,"at":"2026-01-01T00:00:00Z","message":"Error: smtp busy"}]', finished_at = now() WHERE id = $1`,
+      errors = '[{"attempt":1,"at":"2026-01-01T00:00:00Z","message":"Error: smtp busy"}]', finished_at = now(),
+      started_at = '2026-01-01T00:00:05Z' WHERE id = $1`,
       [ids[0]],
     );
 
@@ -223,6 +224,7 @@ describe('jobs', () => {
     expect(show.stdout).toMatch(/^last error: +Error: smtp down\n +at send/m);
     expect(show.stdout).toMatch(/^error #1 +2026-01-01T00:00:00.000Z  Error: smtp busy$/m);
     expect(show.stdout).toMatch(/^finished at: +\d{4}-\d\d-\d\dT/m);
+    expect(show.stdout).toMatch(/^started at: +2026-01-01T00:00:05.000Z$/m);
     const shown = JSON.parse((await sluice('jobs', 'show', ids[1]!, '--json')).stdout);
     expect(shown).toMatchObject({ id: ids[1], task: 'b', payload: { n: 1 } });
 

@@ -187,6 +187,7 @@ function describeJob(job: JobRow, archived: boolean): string {
     `priority:     ${job.priority}`,
     `attempts:     ${job.attempts} of ${job.max_attempts}`,
     `run at:       ${formatTime(job.run_at)}`,
+    `started at:   ${formatTime(job.started_at)}`,
     `created at:   ${formatTime(job.created_at)}`,
     `updated at:   ${formatTime(job.updated_at)}`,
     `finished at:  ${formatTime(job.finished_at)}`,
