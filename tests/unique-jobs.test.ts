@@ -261,10 +261,15 @@ describe('unique jobs', () => {
       'a keyed job claimed ahead',
     );
     expect(Object.values(await scopes(...keys)).filter((s) => s.startsWith('processing'))).not.toContain('processing/released');
+    const handedBack: { ids: string[]; reason: string }[] = [];
+    worker.on('jobs:handed-back', (jobs, { reason }) => handedBack.push({ ids: jobs.map((j) => j.id), reason }));
     const stopped = worker.stop();
     await waitFor(async () => Object.values(await scopes(...keys)).every((s) => s === 'pending/pending'), 'the hand-back');
     gate.resolve();
     await stopped;
+    // The stop's hand-back is announced like the others.
+    expect(handedBack.filter((e) => e.reason === 'stopping').flatMap((e) => e.ids).length).toBeGreaterThan(0);
+    expect(ids).toEqual(expect.arrayContaining(handedBack.flatMap((e) => e.ids)));
     // Every key still names its job: enqueueing them again adds nothing.
     expect(await fx.queue.enqueueMany(keys.map((jobKey) => ({ task: 'quick', queue: 'stop-keys', jobKey })))).toEqual(ids);
   });
@@ -314,6 +319,11 @@ describe('unique jobs', () => {
     await expect(
       fx.db.pool.query(`SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"x"}', _job_key => 'k', _job_key_mode => 'merge')`),
     ).rejects.toMatchObject({ code: '22023' });
+    for (const key of ["''", "repeat('k', 513)"]) {
+      await expect(
+        fx.db.pool.query(`SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"x"}', _job_key => ${key})`),
+      ).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('_job_key must be 1 to 512 characters') });
+    }
     // Calls written for migration 0001 still resolve to the one function.
     const old = await fx.db.pool.query(
       `SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"x"}') AS a, ${fx.db.s}.enqueue_job('sql', '{}', now(), 3, 'y', 2) AS b`,

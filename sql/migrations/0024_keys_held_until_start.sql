@@ -14,8 +14,8 @@
 -- mode returns its id, in 'error' mode raises. In 'replace' mode it cannot take
 -- the new payload (its worker holds the old one in memory), so it gives its key
 -- up, as a started holder would have, and the new payload is inserted as a new
--- job. enqueue_job() also names an empty or overlong _group_key instead of
--- failing on the table's check constraint.
+-- job. enqueue_job() also names an empty or overlong _group_key or _job_key
+-- instead of failing on the table's check constraints.
 --
 -- enqueue_job() as in 0016 and claim_queue() as in 0023, with those changes.
 
@@ -48,6 +48,11 @@ BEGIN
   IF _group_key IS NOT NULL AND length(_group_key) NOT BETWEEN 1 AND 128 THEN
     RAISE EXCEPTION 'sluice.enqueue_job: _group_key must be 1 to 128 characters long (NULL: no group), got %',
       CASE WHEN _group_key = '' THEN 'an empty string' ELSE length(_group_key) || ' characters' END
+      USING ERRCODE = '22023';
+  END IF;
+  IF _job_key IS NOT NULL AND length(_job_key) NOT BETWEEN 1 AND 512 THEN
+    RAISE EXCEPTION 'sluice.enqueue_job: _job_key must be 1 to 512 characters long (NULL: no key), got %',
+      CASE WHEN _job_key = '' THEN 'an empty string' ELSE length(_job_key) || ' characters' END
       USING ERRCODE = '22023';
   END IF;
   IF _job_key IS NULL THEN

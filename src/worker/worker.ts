@@ -241,7 +241,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     // Jobs claimed ahead go back now, not after the running ones end: other
     // workers can run them while this one waits for its handlers.
     const notStarted = this.slots.takeWaiting();
-    const handedBack = this.handBack(parts, notStarted, deadline);
+    const handedBack = this.handBack(parts, notStarted, deadline, true);
     await Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
 
     if (this.slots.runningCount > 0) {
@@ -258,7 +258,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const unfinished = parts.dispatcher.abortAll(new SluiceError('CONFIG', 'worker is shutting down'));
     await parts.loop.drain(deadline);
     await parts.completer.settled();
-    await Promise.all([this.handBack(parts, unfinished, deadline), handedBack]);
+    await Promise.all([this.handBack(parts, unfinished, deadline, false), handedBack]);
     // Last, so the workers view shows this worker until its jobs are handed back.
     await parts.registry.stop();
     await parts.instrumentation.stop();
@@ -266,11 +266,17 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     this.state = 'stopped';
   }
 
-  /** Jobs this worker will not run back to pending (see WorkerStore.release). */
-  private async handBack(parts: Parts, jobs: readonly JobRow[], deadline: number): Promise<void> {
+  /**
+   * Jobs this worker will not run back to pending (see WorkerStore.release). Those
+   * claimed ahead are announced ('jobs:handed-back', reason 'stopping'), as the
+   * dispatcher's hand-backs are; those aborted while running are not.
+   */
+  private async handBack(parts: Parts, jobs: readonly JobRow[], deadline: number, claimedAhead: boolean): Promise<void> {
     if (jobs.length === 0) return;
     try {
-      await parts.completer.release(jobs, deadline);
+      const left = new Set(await parts.completer.release(jobs, deadline));
+      const back = jobs.filter((job) => !left.has(job));
+      if (claimedAhead && back.length > 0) this.emitEvent('jobs:handed-back', back, { reason: 'stopping' });
     } catch (err) {
       // The rescuer of another worker returns them after the visibility timeout.
       this.reportError(err);
