@@ -212,6 +212,28 @@ describe('enqueue', () => {
     await expect(db.pool.query(`SELECT ${db.s}.enqueue_job('default', 'not json')`)).rejects.toThrow(/json/i);
   });
 
+  it('enqueue_job() refuses, with a named 22023 error, what the JavaScript side refuses', async () => {
+    const before = (await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n;
+    const refused: [string, RegExp][] = [
+      [`'default', '{"task":5}'`, /"task" must be a string, got a number/],
+      [`NULL, '{"task":"t"}'`, /queue and task names must be 1 to 128 characters long, got NULL/],
+      [`'', '{"task":"t"}'`, /queue and task names must be 1 to 128/],
+      [`'default', '{}', _task => repeat('t', 129)`, /got 7 characters and 129 characters/],
+      [`'default', '{"task":"t"}', _priority => 99999`, /_priority -32768 to 32767, got 5 and 99999/],
+      [`'default', '{"task":"t"}', _max_attempts => 0`, /_max_attempts must be 1 to 1000/],
+      [`'default', '{"task":"t"}', _run_at => '-infinity'`, /_run_at must be a finite time/],
+      [`'default', '{"task":"t"}', _run_at => 'infinity'`, /_run_at must be a finite time/],
+      [`'default', '{"task":"t"}', _job_key_mode => 'merge'`, /_job_key_mode must be keep, replace or error/],
+    ];
+    for (const [args, message] of refused) {
+      await expect(db.pool.query(`SELECT ${db.s}.enqueue_job(${args})`), args).rejects.toMatchObject({
+        code: '22023',
+        message: expect.stringMatching(message),
+      });
+    }
+    expect((await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n).toBe(before);
+  });
+
   describe('rejects bad input with a typed error and inserts nothing', () => {
     const circular: Record<string, unknown> = {};
     circular.self = circular;

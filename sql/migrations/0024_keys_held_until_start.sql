@@ -14,8 +14,10 @@
 -- mode returns its id, in 'error' mode raises. In 'replace' mode it cannot take
 -- the new payload (its worker holds the old one in memory), so it gives its key
 -- up, as a started holder would have, and the new payload is inserted as a new
--- job. enqueue_job() also names an empty or overlong _group_key or _job_key
--- instead of failing on the table's check constraints.
+-- job. enqueue_job() also checks its arguments as the JavaScript side does, and
+-- names what is wrong (22023) instead of failing on a check constraint, or
+-- storing what breaks readers later (outside reviews: an infinite _run_at made
+-- stats and doctor fail; _priority 99999 and {"task": 5} were stored).
 --
 -- enqueue_job() as in 0016 and claim_queue() as in 0023, with those changes.
 
@@ -41,8 +43,33 @@ DECLARE
   _when timestamptz := coalesce(_run_at, clock_timestamp());
   _scope text := CASE WHEN _job_key_while_processing THEN 'active' ELSE 'pending' END;
 BEGIN
+  -- The checks the JavaScript side makes (job-values.ts), so that a call from SQL
+  -- gets a named 22023 error instead of a raw constraint violation, or worse a
+  -- value that breaks readers later (an infinite run_at broke stats and doctor).
   IF _name IS NULL OR _name = '' THEN
     RAISE EXCEPTION 'sluice.enqueue_job: no task name (pass _task or put "task" in the payload)'
+      USING ERRCODE = '22023';
+  END IF;
+  IF _task IS NULL AND jsonb_typeof(_payload->'task') <> 'string' THEN
+    RAISE EXCEPTION 'sluice.enqueue_job: the payload''s "task" must be a string, got a %', jsonb_typeof(_payload->'task')
+      USING ERRCODE = '22023';
+  END IF;
+  IF _queue IS NULL OR length(_queue) NOT BETWEEN 1 AND 128 OR length(_name) > 128 THEN
+    RAISE EXCEPTION 'sluice.enqueue_job: the queue and task names must be 1 to 128 characters long, got % and %',
+      coalesce(length(_queue) || ' characters', 'NULL'), length(_name) || ' characters'
+      USING ERRCODE = '22023';
+  END IF;
+  IF _max_attempts NOT BETWEEN 1 AND 1000 OR _priority NOT BETWEEN -32768 AND 32767 THEN
+    RAISE EXCEPTION 'sluice.enqueue_job: _max_attempts must be 1 to 1000 and _priority -32768 to 32767, got % and %',
+      _max_attempts, _priority
+      USING ERRCODE = '22023';
+  END IF;
+  IF NOT isfinite(_when) THEN
+    RAISE EXCEPTION 'sluice.enqueue_job: _run_at must be a finite time, got %', _when
+      USING ERRCODE = '22023';
+  END IF;
+  IF (_job_key IS NOT NULL AND _job_key_mode IS NULL) OR _job_key_mode NOT IN ('keep', 'replace', 'error') THEN
+    RAISE EXCEPTION 'sluice.enqueue_job: _job_key_mode must be keep, replace or error, got %', _job_key_mode
       USING ERRCODE = '22023';
   END IF;
   IF _group_key IS NOT NULL AND length(_group_key) NOT BETWEEN 1 AND 128 THEN
@@ -61,10 +88,6 @@ BEGIN
             _group_key)
     RETURNING id INTO _id;
     RETURN _id;
-  END IF;
-  IF _job_key_mode IS NULL OR _job_key_mode NOT IN ('keep', 'replace', 'error') THEN
-    RAISE EXCEPTION 'sluice.enqueue_job: _job_key_mode must be keep, replace or error, got %', _job_key_mode
-      USING ERRCODE = '22023';
   END IF;
   FOR _round IN 1..10 LOOP
     INSERT INTO :SCHEMA.jobs (queue, task, payload, run_at, max_attempts, priority, job_key, key_scope, group_key)
