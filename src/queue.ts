@@ -9,6 +9,7 @@ import { traceEnqueue } from './tracing.js';
 import { controlStatements, type ControlStatements } from './db/statements/control.js';
 import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from './control.js';
 import { cancelJob, type CancelJobResult } from './admin/jobs.js';
+import { jobId as checkJobId } from './admin/input.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
 import {
@@ -207,8 +208,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     config.rejectUnknownKeys(options, new Set(['timeoutMs', 'pollIntervalMs']), 'waitFor');
     const timeoutMs = config.intOption('timeoutMs', options.timeoutMs, 60_000, 0, 2 ** 31 - 1);
     const pollIntervalMs = config.intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 2 ** 31 - 1);
-    const jobId = String(id);
-    if (!/^\d{1,19}$/.test(jobId)) throw new ValidationError(`waitFor: not a job id: ${jobId}`);
+    const jobId = checkJobId(id);
     const db = this.ownDriver();
     this.outcomes ??= new OutcomeListener(db, this.schema);
     await this.outcomes.start();
@@ -280,7 +280,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Reads one job, or undefined when there is none with that id. */
   async getJob<P = unknown>(id: string | number, options: { tx?: Queryable } = {}): Promise<JobRow<P> | undefined> {
-    const [row] = await rows<JobRow<P>>(this.executor(options.tx), this.queries.getJob, [String(id)]);
+    const [row] = await rows<JobRow<P>>(this.executor(options.tx), this.queries.getJob, [checkJobId(id)]);
     return row;
   }
 

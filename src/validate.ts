@@ -70,6 +70,10 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
 
   return {
     rejectUnknownKeys(value, known, what) {
+      // Typed as an object, but a caller in plain JavaScript may pass null or a string.
+      if (typeof value !== 'object' || value === null || Array.isArray(value)) {
+        fail(`${what}: options must be an object, got ${shown(value)}`);
+      }
       for (const key of Object.keys(value)) {
         if (!known.has(key)) fail(`${what}: unknown option "${key}"`);
       }

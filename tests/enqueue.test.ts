@@ -321,6 +321,20 @@ describe('enqueue', () => {
       await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [[a, b]]);
     });
 
+    it('options that are not an object, and ids that are not job ids', async () => {
+      const before = await jobCount();
+      for (const options of [null, 'tx', [], 5]) {
+        await expect(queue.enqueue('t', {}, options as never)).rejects.toThrow(/enqueue: options must be an object/);
+      }
+      await expect(queue.enqueueMany([{ task: 't' }], null as never)).rejects.toThrow(/options must be an object/);
+      expect(() => new Queue(null as never)).toThrow(ConfigError);
+      expect(await jobCount()).toBe(before);
+      for (const id of ['abc', '1.5', '', '99999999999999999999999', -1]) {
+        await expect(queue.getJob(id)).rejects.toBeInstanceOf(ValidationError);
+        await expect(queue.waitFor(id)).rejects.toBeInstanceOf(ValidationError);
+      }
+    });
+
     it('bad Queue options', () => {
       expect(() => new Queue({ schema: '' })).toThrow(ConfigError);
       expect(() => new Queue({ conectionString: 'x' } as never)).toThrow(ConfigError);
