@@ -9,6 +9,13 @@ try {
   process.exit(1);
 }
 
+// A reader that went away (`sluice stats --watch | head -1`) ends the command
+// quietly, as it does any Unix tool, instead of an unhandled EPIPE.
+process.stdout.on('error', (err) => {
+  if (err.code !== 'EPIPE') process.stderr.write(`sluice: cannot write the output: ${err.message}\n`);
+  process.exit(err.code === 'EPIPE' ? 0 : 1);
+});
+
 // Exit explicitly: a worker's task module may leave timers or connections open,
 // and a command that finished must not hang on them. (stdout and stderr are
 // synchronous on Linux and macOS for files, pipes and terminals, so nothing

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { quoteSchema } from '../src/db/identifiers.js';
 import { Queue } from '../src/index.js';
 import { createTestSchema, statusCounts, type TestDatabase } from './helpers/database.js';
-import { runSluice, type CliResult } from './helpers/cli.js';
+import { runSluice, spawnCli, type CliResult } from './helpers/cli.js';
 
 let db: TestDatabase;
 let env: Record<string, string>;
@@ -306,5 +306,14 @@ describe('stats', () => {
       { queue: 'a', pending: 1, completed: 1, completedInWindow: 1 },
       { queue: 'b', pending: 2, scheduled: 1 },
     ]);
+  });
+
+  it('--watch into a pipe that closes (| head -1) exits 0 quietly, not with an unhandled EPIPE', async () => {
+    const cli = spawnCli(['stats', '--watch', '--interval', '100ms'], env);
+    await new Promise((resolve) => cli.child.stdout!.once('data', resolve));
+    cli.child.stdout!.destroy(); // the reader went away
+    const { code, stderr } = await cli.exited;
+    expect(stderr).toBe('');
+    expect(code).toBe(0);
   });
 });

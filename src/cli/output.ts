@@ -13,9 +13,10 @@ export class CommandFailed extends Error {}
  * for none. Also takes the text of a time stored inside jsonb (an error's `at`),
  * which Postgres writes in its own format (2026-01-01T09:30:00.123456+00:00).
  */
-export function formatTime(value: Date | string | null | undefined): string {
+export function formatTime(value: Date | string | number | null | undefined): string {
   if (value === null || value === undefined) return '-';
-  const date = typeof value === 'string' ? new Date(value) : value;
+  // A number too: the driver reads an infinite timestamp as ±Infinity.
+  const date = value instanceof Date ? value : new Date(value);
   return Number.isNaN(date.getTime()) ? String(value) : date.toISOString();
 }
 
