@@ -16,7 +16,8 @@ export type SluiceErrorCode =
   | 'WAIT_TIMEOUT'
   | 'JOB_NOT_FOUND'
   | 'CANCELLED'
-  | 'SNOOZE';
+  | 'SNOOZE'
+  | 'SHUTDOWN';
 
 export class SluiceError extends Error {
   readonly code: SluiceErrorCode;
@@ -128,6 +129,17 @@ export class JobNotFoundError extends SluiceError {
 export class JobCancelledError extends SluiceError {
   constructor(message: string) {
     super('CANCELLED', message);
+  }
+}
+
+/**
+ * The worker is stopping: the reason a handler's AbortSignal carries when stop()'s
+ * grace period (shutdownTimeoutMs) ran out, and the error event for jobs it could
+ * not hand back on the way out.
+ */
+export class WorkerStoppingError extends SluiceError {
+  constructor(message: string) {
+    super('SHUTDOWN', message);
   }
 }
 

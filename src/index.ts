@@ -50,6 +50,7 @@ export {
   JobNotFoundError,
   Snooze,
   JobCancelledError,
+  WorkerStoppingError,
   type SluiceErrorCode,
 } from './errors.js';
 export {

@@ -261,6 +261,53 @@ describe('Worker', () => {
     expect(await job(late)).toMatchObject({ status: 'pending', attempts: 0 });
   });
 
+  it('stop(): an aborted job is announced as handed back, with a SHUTDOWN reason; one whose row stays locked elsewhere is an error event', async () => {
+    const reasons: unknown[] = [];
+    const started: string[] = [];
+    const worker = await startWorker({
+      queues: ['stop-locked'],
+      concurrency: 2,
+      shutdownTimeoutMs: 300,
+      tasks: {
+        stuck: async (_p, { job: j, signal }) => {
+          started.push(j.id);
+          signal.addEventListener('abort', () => reasons.push(signal.reason));
+          await new Promise(() => {});
+        },
+      },
+    });
+    const handedBack: string[] = [];
+    const errors: unknown[] = [];
+    worker.on('jobs:handed-back', (jobs, { reason }) => {
+      if (reason === 'stopping') handedBack.push(...jobs.map((j) => j.id));
+    });
+    worker.on('error', (err) => errors.push(err));
+    const [free, locked] = await queue.enqueueMany([
+      { task: 'stuck', queue: 'stop-locked' },
+      { task: 'stuck', queue: 'stop-locked' },
+    ]);
+    await waitFor(() => started.length === 2, 'both jobs to start');
+    const other = await db.pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query(`SELECT 1 FROM ${db.s}.jobs WHERE id = $1 FOR UPDATE`, [locked]);
+      await worker.stop();
+      await other.query('COMMIT');
+    } finally {
+      other.release();
+    }
+    expect(reasons).toEqual([
+      expect.objectContaining({ code: 'SHUTDOWN', name: 'WorkerStoppingError' }),
+      expect.objectContaining({ code: 'SHUTDOWN', name: 'WorkerStoppingError' }),
+    ]);
+    expect(handedBack).toEqual([free]);
+    expect(await job(free!)).toMatchObject({ status: 'pending', attempts: 0 });
+    expect(await job(locked!)).toMatchObject({ status: 'processing', attempts: 1 });
+    expect(errors).toEqual([
+      expect.objectContaining({ code: 'SHUTDOWN', message: expect.stringContaining(`job(s) ${locked} on stop`) }),
+    ]);
+  });
+
   it('never runs more jobs at once than its concurrency', async () => {
     let now = 0;
     let peak = 0;

@@ -5,11 +5,12 @@ import { openDriver } from '../db/drivers/open.js';
 import { connectionError } from '../db/connection.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import {
+  ConfigError,
   isConnectionFailure,
   isNotMigrated,
   JobCancelledError,
   MigrationError,
-  SluiceError,
+  WorkerStoppingError,
   wrapDatabaseError,
 } from '../errors.js';
 import type { AnyTasks, JobRow, TaskMap } from '../job.js';
@@ -108,7 +109,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
 
   /** Starts claiming. Resolves once the worker is running (LISTEN may still be connecting). */
   start(): Promise<void> {
-    if (this.state !== 'idle') return Promise.reject(new SluiceError('CONFIG', 'a Worker can be started once'));
+    if (this.state !== 'idle') return Promise.reject(new ConfigError('a Worker can be started once'));
     this.state = 'running';
     this.keepAlive = setInterval(() => {}, 2 ** 30);
     this.starting = this.open();
@@ -241,7 +242,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     // Jobs claimed ahead go back now, not after the running ones end: other
     // workers can run them while this one waits for its handlers.
     const notStarted = this.slots.takeWaiting();
-    const handedBack = this.handBack(parts, notStarted, deadline, true);
+    const handedBack = this.handBack(parts, notStarted, deadline);
     await Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
 
     if (this.slots.runningCount > 0) {
@@ -255,10 +256,12 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     }
     await parts.heartbeat.stop();
     await parts.progress.stop();
-    const unfinished = parts.dispatcher.abortAll(new SluiceError('CONFIG', 'worker is shutting down'));
+    const unfinished = parts.dispatcher.abortAll(
+      new WorkerStoppingError(`worker is shutting down: shutdownTimeoutMs (${this.config.shutdownTimeoutMs}) ran out`),
+    );
     await parts.loop.drain(deadline);
     await parts.completer.settled();
-    await Promise.all([this.handBack(parts, unfinished, deadline, false), handedBack]);
+    await Promise.all([this.handBack(parts, unfinished, deadline), handedBack]);
     // Last, so the workers view shows this worker until its jobs are handed back.
     await parts.registry.stop();
     await parts.instrumentation.stop();
@@ -267,16 +270,26 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   }
 
   /**
-   * Jobs this worker will not run back to pending (see WorkerStore.release). Those
-   * claimed ahead are announced ('jobs:handed-back', reason 'stopping'), as the
-   * dispatcher's hand-backs are; those aborted while running are not.
+   * Jobs this worker will not run back to pending (see WorkerStore.release), with
+   * their attempt given back, announced ('jobs:handed-back', reason 'stopping').
+   * Rows another session keeps locked past the deadline stay 'processing' until
+   * the rescuer returns them (their attempt then counts): an error event says so.
    */
-  private async handBack(parts: Parts, jobs: readonly JobRow[], deadline: number, claimedAhead: boolean): Promise<void> {
+  private async handBack(parts: Parts, jobs: readonly JobRow[], deadline: number): Promise<void> {
     if (jobs.length === 0) return;
     try {
       const left = new Set(await parts.completer.release(jobs, deadline));
       const back = jobs.filter((job) => !left.has(job));
-      if (claimedAhead && back.length > 0) this.emitEvent('jobs:handed-back', back, { reason: 'stopping' });
+      if (back.length > 0) this.emitEvent('jobs:handed-back', back, { reason: 'stopping' });
+      if (left.size > 0) {
+        const ids = [...left].map((job) => job.id).join(', ');
+        this.reportError(
+          new WorkerStoppingError(
+            `could not hand back job(s) ${ids} on stop: another session holds their rows locked; ` +
+              'the rescuer returns them after the visibility timeout, and their attempt counts',
+          ),
+        );
+      }
     } catch (err) {
       // The rescuer of another worker returns them after the visibility timeout.
       this.reportError(err);

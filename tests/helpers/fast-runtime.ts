@@ -7,7 +7,7 @@
  */
 import type { BackoffOptions } from '../../src/worker/backoff.js';
 import type { JobRow, TaskHandler } from '../../src/job.js';
-import { SluiceError } from '../../src/errors.js';
+import { WorkerStoppingError } from '../../src/errors.js';
 import { Completer } from '../../src/worker/completer.js';
 import { Dispatcher } from '../../src/worker/dispatcher.js';
 import type { WorkerEvents } from '../../src/worker/events.js';
@@ -172,7 +172,7 @@ export class FastWorker {
     }
     this.heartbeat.stop();
     await this.progress.stop();
-    const unfinished = this.dispatcher.abortAll(new SluiceError('CONFIG', 'worker is shutting down'));
+    const unfinished = this.dispatcher.abortAll(new WorkerStoppingError('worker is shutting down'));
     await this.loop.drain(deadline);
     await this.completer.settled();
     const toRelease = [...unfinished, ...notStarted];
