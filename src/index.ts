@@ -67,6 +67,8 @@ export {
   type CancelJobResult,
   type DeleteFinishedOptions,
   getJobAudit,
+  allowedActions,
+  type JobAction,
   type ActionOptions,
   type AuditEntry,
 } from './admin/jobs.js';

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import {
   Queue,
   ValidationError,
+  allowedActions,
   cancelJob,
   deleteFinished,
   deleteJob,
@@ -118,6 +119,12 @@ describe('single-job actions', () => {
     } finally {
       await listener.end();
     }
+  });
+
+  it('allowedActions (exported from the package) says what a job allows by its status', async () => {
+    const id = await queue.enqueue('x');
+    expect(await allowedActions(db.pool, db.schema, id)).toEqual(['cancel', 'delete']);
+    expect(await allowedActions(db.pool, db.schema, '123456789')).toEqual([]);
   });
 
   it('retryJob refuses jobs that are not failed or cancelled, and says why', async () => {
