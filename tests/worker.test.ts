@@ -233,14 +233,19 @@ describe('Worker', () => {
   it('stop() lets running jobs finish, then returns unfinished ones without spending the attempt', async () => {
     const finishing = deferred();
     const started: string[] = [];
+    const errors: unknown[] = [];
     const worker = await startWorker({
       queues: ['stop'],
-      concurrency: 2,
+      concurrency: 3,
       shutdownTimeoutMs: 500,
       tasks: {
         quick_after_stop: async (_p, { job: j }) => {
           started.push(j.id);
           await finishing.promise;
+        },
+        honours_abort: async (_p, { job: j, signal }) => {
+          started.push(j.id);
+          await new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error)));
         },
         ignores_abort: async (_p, { job: j }) => {
           started.push(j.id);
@@ -248,16 +253,27 @@ describe('Worker', () => {
         },
       },
     });
+    worker.on('error', (err) => errors.push(err));
     const quick = await queue.enqueue('quick_after_stop', {}, { queue: 'stop' });
+    const aborted = await queue.enqueue('honours_abort', {}, { queue: 'stop' });
     const stuck = await queue.enqueue('ignores_abort', {}, { queue: 'stop' });
-    await waitFor(() => started.length === 2, 'both jobs to start');
+    await waitFor(() => started.length === 3, 'the three jobs to start');
     const stopped = worker.stop();
     // Enqueued after stop began: must not be claimed.
     const late = await queue.enqueue('quick_after_stop', {}, { queue: 'stop' });
     finishing.resolve();
     await stopped;
     expect(await job(quick)).toMatchObject({ status: 'completed', attempts: 1 });
-    expect(await job(stuck)).toMatchObject({ status: 'pending', attempts: 0, locked_by: null });
+    expect(await job(aborted)).toMatchObject({ status: 'pending', attempts: 0, locked_by: null });
+    // Its handler may still be working on it: handed back, another worker could run
+    // it at the same time. Left to the rescuer, and said so.
+    expect(await job(stuck)).toMatchObject({ status: 'processing', attempts: 1 });
+    expect(errors).toEqual([
+      expect.objectContaining({
+        code: 'SHUTDOWN',
+        message: expect.stringContaining(`job(s) ${stuck}: the handler did not stop`),
+      }),
+    ]);
     expect(await job(late)).toMatchObject({ status: 'pending', attempts: 0 });
   });
 
@@ -271,8 +287,12 @@ describe('Worker', () => {
       tasks: {
         stuck: async (_p, { job: j, signal }) => {
           started.push(j.id);
-          signal.addEventListener('abort', () => reasons.push(signal.reason));
-          await new Promise(() => {});
+          await new Promise((_, reject) =>
+            signal.addEventListener('abort', () => {
+              reasons.push(signal.reason);
+              reject(signal.reason as Error);
+            }),
+          );
         },
       },
     });

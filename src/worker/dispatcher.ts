@@ -95,12 +95,20 @@ export class Dispatcher {
     this.armHandBack();
   }
 
-  /** Aborts every running handler (stop): they end as 'released'. Returns their jobs. */
-  abortAll(reason: Error): JobRow[] {
+  /**
+   * Aborts every running handler (stop): they end as 'released'. Returns their
+   * jobs: those whose handlers stopped within `settleMs` of the abort, and those
+   * whose handlers still run (they ignore their signal).
+   */
+  async abortAll(reason: Error, settleMs: number): Promise<{ stopped: JobRow[]; stillRunning: JobRow[] }> {
     clearTimeout(this.handBackTimer);
     const runs = [...this.slots.runningJobs()];
     for (const run of runs) run.abort('shutdown', reason);
-    return runs.map((r) => r.job);
+    const stopped = await Promise.all(runs.map((run) => run.handlerStopped(settleMs)));
+    return {
+      stopped: runs.filter((_, i) => stopped[i]).map((r) => r.job),
+      stillRunning: runs.filter((_, i) => !stopped[i]).map((r) => r.job),
+    };
   }
 
   /** The job was cancelled: a waiting job never starts, a running one is aborted. */

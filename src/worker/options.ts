@@ -389,3 +389,11 @@ function resolveLogger(logger: unknown): Logger | undefined {
   if (!isLogger(logger)) throw new ConfigError('logger must have debug, info, warn and error methods (a pino logger fits)');
   return logger;
 }
+
+const STOP_KEYS = new Set(['exiting']);
+
+/** Worker.stop()'s options, checked: whether the process exits right after the stop. */
+export function resolveStopOptions(options: { exiting?: boolean }): boolean {
+  rejectUnknownKeys(options, STOP_KEYS, 'stop');
+  return boolOption('exiting', options.exiting, false);
+}

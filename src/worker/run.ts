@@ -51,6 +51,8 @@ export class Run {
   private reason: Error | undefined;
   /** Rejects the run's wait for its handler: set while the handler runs. */
   private interrupt: ((reason: Error) => void) | undefined;
+  /** The handler's promise, kept to tell, after an abort, whether the handler really stopped. */
+  private returned: PromiseLike<unknown> | undefined;
   /** performance.now() when the run began, for event durations. */
   readonly startedAt = performance.now();
 
@@ -98,7 +100,10 @@ export class Run {
       // in a drain of short jobs was a good part of the garbage made per job. A
       // synchronous throw lands in the catch below, as a rejection does.
       let value = this.task.handler(this.job.payload, this.context());
-      if (isThenable(value)) value = await this.settled(value);
+      if (isThenable(value)) {
+        this.returned = value;
+        value = await this.settled(value);
+      }
       return (this.cause && ABORTED[this.cause]) || { kind: 'completed', value };
     } catch (error) {
       const aborted = this.cause && ABORTED[this.cause];
@@ -121,6 +126,25 @@ export class Run {
       if (this.reason) return reject(this.reason);
       this.interrupt = reject;
       returned.then(resolve, reject);
+    });
+  }
+
+  /**
+   * Resolves true once the handler's own promise has settled (at once when it
+   * returned none or has settled already), false if it still runs after `ms`. An
+   * aborted run ends at once for the worker, but only a handler that honoured its
+   * signal has stopped; one that ignores it may still be working on the job.
+   */
+  handlerStopped(ms: number): Promise<boolean> {
+    const returned = this.returned;
+    if (!returned) return Promise.resolve(true);
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(false), ms);
+      const stopped = () => {
+        clearTimeout(timer);
+        resolve(true);
+      };
+      returned.then(stopped, stopped);
     });
   }
 

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
+import { resolveStopOptions, resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
 import { connectionError } from '../db/connection.js';
@@ -33,6 +33,12 @@ const POOL_SIZE = 3;
 
 /** How long a control message may hold the start of jobs claimed ahead (see control()). */
 const MAX_START_HOLD_MS = 1_000;
+
+/**
+ * After stop()'s grace period, how long an aborted handler has to stop before its
+ * job is left to the rescuer instead of handed back (see shutdown()).
+ */
+const ABORTED_HANDLER_GRACE_MS = 1_000;
 
 /**
  * Runs jobs. Uses a fixed handful of connections whatever its concurrency: one for
@@ -169,9 +175,13 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
    * Stops gracefully: claims nothing more, lets running jobs finish for up to
    * `shutdownTimeoutMs`, then aborts the rest. Every job it claimed and did not
    * finish (aborted, or claimed ahead and never started) goes back to pending
-   * without spending its attempt. Writes every buffered result before resolving.
+   * without spending its attempt, except one whose handler ignores its abort and
+   * may still run it. `{ exiting: true }`: the process exits right after, so such
+   * handlers end with it, and their jobs go back too. Writes every buffered result
+   * before resolving.
    */
-  stop(): Promise<void> {
+  stop(options: { exiting?: boolean } = {}): Promise<void> {
+    const exiting = resolveStopOptions(options);
     if (this.state === 'idle') {
       this.state = 'stopped';
       return Promise.resolve();
@@ -179,7 +189,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     // Called while starting: let start() finish (it claims nothing more), then stop.
     this.stopPromise ??= (async () => {
       await this.starting?.catch(() => {});
-      if (this.parts && this.state !== 'stopped') await this.shutdown(this.parts);
+      if (this.parts && this.state !== 'stopped') await this.shutdown(this.parts, exiting);
       this.state = 'stopped';
       clearInterval(this.keepAlive);
     })();
@@ -233,7 +243,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     await ready;
   }
 
-  private async shutdown(parts: Parts): Promise<void> {
+  private async shutdown(parts: Parts, exiting: boolean): Promise<void> {
     this.state = 'stopping';
     const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
     // A claim in flight returns jobs too: wait for it before collecting what never started.
@@ -256,12 +266,25 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     }
     await parts.heartbeat.stop();
     await parts.progress.stop();
-    const unfinished = parts.dispatcher.abortAll(
+    const { stopped, stillRunning } = await parts.dispatcher.abortAll(
       new WorkerStoppingError(`worker is shutting down: shutdownTimeoutMs (${this.config.shutdownTimeoutMs}) ran out`),
+      ABORTED_HANDLER_GRACE_MS,
     );
+    // A handler that ignores its signal may still be working on its job: handed
+    // back, the job could run in another worker at the same time. It stays
+    // 'processing' for the rescuer, which returns it after the visibility timeout.
+    if (stillRunning.length > 0 && !exiting) {
+      this.reportError(
+        new WorkerStoppingError(
+          `job(s) ${stillRunning.map((job) => job.id).join(', ')}: the handler did not stop within ` +
+            `${ABORTED_HANDLER_GRACE_MS} ms of its abort; left processing so that no other worker runs it ` +
+            'while it may still run: the rescuer returns it after the visibility timeout',
+        ),
+      );
+    }
     await parts.loop.drain(deadline);
     await parts.completer.settled();
-    await Promise.all([this.handBack(parts, unfinished, deadline), handedBack]);
+    await Promise.all([this.handBack(parts, exiting ? [...stopped, ...stillRunning] : stopped, deadline), handedBack]);
     // Last, so the workers view shows this worker until its jobs are handed back.
     await parts.registry.stop();
     await parts.instrumentation.stop();

@@ -172,7 +172,7 @@ export class FastWorker {
     }
     this.heartbeat.stop();
     await this.progress.stop();
-    const unfinished = this.dispatcher.abortAll(new WorkerStoppingError('worker is shutting down'));
+    const { stopped: unfinished } = await this.dispatcher.abortAll(new WorkerStoppingError('worker is shutting down'), 0);
     await this.loop.drain(deadline);
     await this.completer.settled();
     const toRelease = [...unfinished, ...notStarted];

@@ -94,7 +94,8 @@ function untilSignal(worker: Worker, log: WorkerLog): Promise<void> {
       }
       signalled = true;
       log.line('stopping', { signal, running: worker.runningJobIds.length });
-      worker.stop().then(() => {
+      // The process exits after the stop: a handler that ignores its abort ends with it.
+      worker.stop({ exiting: true }).then(() => {
         process.off('SIGINT', onSignal);
         process.off('SIGTERM', onSignal);
         resolve();
