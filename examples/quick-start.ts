@@ -63,7 +63,9 @@ const worker = new Worker({
 });
 worker.on('error', (err) => console.error(err.message)); // connection trouble it rides out
 await worker.start();
-process.once('SIGTERM', () => void worker.stop());
+// { exiting: true }: the process ends right after, so even a handler that ignores its
+// abort signal ends with it, and its job can go back to pending at once.
+process.once('SIGTERM', () => void worker.stop({ exiting: true }).then(() => process.exit(0)));
 // #endregion
 
 const jobId = await signUp('ada@example.com');

@@ -328,6 +328,25 @@ describe('Worker', () => {
     ]);
   });
 
+  it('stop({ exiting: true }) hands back a job whose handler ignores its abort: the process ends it', async () => {
+    const started: string[] = [];
+    const worker = await startWorker({
+      queues: ['stop-exiting'],
+      shutdownTimeoutMs: 200,
+      tasks: {
+        ignores_abort: async (_p, { job: j }) => {
+          started.push(j.id);
+          await new Promise(() => {});
+        },
+      },
+    });
+    const id = await queue.enqueue('ignores_abort', {}, { queue: 'stop-exiting' });
+    await waitFor(() => started.length === 1, 'the job to start');
+    await expect(worker.stop({ exitng: true } as never)).rejects.toBeInstanceOf(ConfigError);
+    await worker.stop({ exiting: true });
+    expect(await job(id)).toMatchObject({ status: 'pending', attempts: 0, locked_by: null });
+  });
+
   it('never runs more jobs at once than its concurrency', async () => {
     let now = 0;
     let peak = 0;

@@ -181,7 +181,12 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
    * before resolving.
    */
   stop(options: { exiting?: boolean } = {}): Promise<void> {
-    const exiting = resolveStopOptions(options);
+    let exiting: boolean;
+    try {
+      exiting = resolveStopOptions(options);
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
     if (this.state === 'idle') {
       this.state = 'stopped';
       return Promise.resolve();
