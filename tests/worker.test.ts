@@ -343,8 +343,49 @@ describe('Worker', () => {
     const id = await queue.enqueue('ignores_abort', {}, { queue: 'stop-exiting' });
     await waitFor(() => started.length === 1, 'the job to start');
     await expect(worker.stop({ exitng: true } as never)).rejects.toBeInstanceOf(ConfigError);
+    // Any stop() call's exiting: true counts, also one made after a plain stop() began.
+    const plain = worker.stop();
     await worker.stop({ exiting: true });
+    await plain;
     expect(await job(id)).toMatchObject({ status: 'pending', attempts: 0, locked_by: null });
+  });
+
+  it('stop(): a result it cannot write (its row locked elsewhere past the deadline) is named in an error event', async () => {
+    const gate = deferred();
+    const ran: string[] = [];
+    const worker = await startWorker({
+      queues: ['stop-result-locked'],
+      completionFlushMs: 60_000,
+      batchSize: 100,
+      tasks: {
+        quick: async (_p, { job: j }) => {
+          await gate.promise;
+          ran.push(j.id);
+        },
+      },
+    });
+    const errors: unknown[] = [];
+    worker.on('error', (err) => errors.push(err));
+    const id = await queue.enqueue('quick', {}, { queue: 'stop-result-locked' });
+    await waitFor(async () => (await job(id)).status === 'processing', 'the job to start');
+    const other = await db.pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query(`SELECT 1 FROM ${db.s}.jobs WHERE id = $1 FOR UPDATE`, [id]);
+      gate.resolve();
+      await waitFor(() => ran.length === 1, 'the handler to finish');
+      await worker.stop();
+      await other.query('COMMIT');
+    } finally {
+      other.release();
+    }
+    expect(await job(id)).toMatchObject({ status: 'processing', attempts: 1 });
+    expect(errors).toEqual([
+      expect.objectContaining({
+        code: 'SHUTDOWN',
+        message: expect.stringContaining(`the result(s) of job(s) ${id} could not be written`),
+      }),
+    ]);
   });
 
   it('never runs more jobs at once than its concurrency', async () => {

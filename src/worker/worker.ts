@@ -64,6 +64,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private parts: Parts | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
+  /** Some stop() call said the process exits right after it (read when the stop decides). */
+  private exiting = false;
   private starting: Promise<void> | undefined;
   /**
    * Keeps Node running while the worker runs: every other timer of the worker is
@@ -192,9 +194,10 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       return Promise.resolve();
     }
     // Called while starting: let start() finish (it claims nothing more), then stop.
+    this.exiting ||= exiting;
     this.stopPromise ??= (async () => {
       await this.starting?.catch(() => {});
-      if (this.parts && this.state !== 'stopped') await this.shutdown(this.parts, exiting);
+      if (this.parts && this.state !== 'stopped') await this.shutdown(this.parts);
       this.state = 'stopped';
       clearInterval(this.keepAlive);
     })();
@@ -248,7 +251,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     await ready;
   }
 
-  private async shutdown(parts: Parts, exiting: boolean): Promise<void> {
+  private async shutdown(parts: Parts): Promise<void> {
     this.state = 'stopping';
     const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
     // A claim in flight returns jobs too: wait for it before collecting what never started.
@@ -278,7 +281,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     // A handler that ignores its signal may still be working on its job: handed
     // back, the job could run in another worker at the same time. It stays
     // 'processing' for the rescuer, which returns it after the visibility timeout.
-    if (stillRunning.length > 0 && !exiting) {
+    if (stillRunning.length > 0 && !this.exiting) {
       this.reportError(
         new WorkerStoppingError(
           `job(s) ${stillRunning.map((job) => job.id).join(', ')}: the handler did not stop within ` +
@@ -289,7 +292,18 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     }
     await parts.loop.drain(deadline);
     await parts.completer.settled();
-    await Promise.all([this.handBack(parts, exiting ? [...stopped, ...stillRunning] : stopped, deadline), handedBack]);
+    const unwritten = parts.completer.ids();
+    if (unwritten.length > 0) {
+      this.reportError(
+        new WorkerStoppingError(
+          `the result(s) of job(s) ${unwritten.join(', ')} could not be written on stop (another session holds ` +
+            'their rows locked, or Postgres is unreachable); left processing: the rescuer returns them after ' +
+            'the visibility timeout and they run again',
+        ),
+      );
+    }
+    const handBackRunning = this.exiting ? [...stopped, ...stillRunning] : stopped;
+    await Promise.all([this.handBack(parts, handBackRunning, deadline), handedBack]);
     // Last, so the workers view shows this worker until its jobs are handed back.
     await parts.registry.stop();
     await parts.instrumentation.stop();
