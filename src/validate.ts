@@ -47,10 +47,15 @@ export interface OptionChecks {
 }
 
 /** The shared option checks, throwing `ErrorClass`. */
+/** How many names that passed checkName are remembered, to skip checking them again. */
+const GOOD_NAMES_KEPT = 64;
+
 export function checks(ErrorClass: ErrorClass): OptionChecks {
   function fail(message: string): never {
     throw new ErrorClass(message);
   }
+  /** Names that passed checkName, the most recent first few only. */
+  const goodNames = new Set<string>();
 
   function checkSchemaName(schema: unknown): string {
     if (typeof schema !== 'string' || schema.length === 0) fail('schema must be a non-empty string');
@@ -94,12 +99,21 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
     },
 
     checkName(kind, name) {
-      // Characters as Postgres counts them (code points), not UTF-16 units: an emoji is one.
-      if (typeof name !== 'string' || name.length === 0 || [...name].length > MAX_NAME_LENGTH) {
+      // A batch names the same task and queue in every job: each is checked once.
+      if (typeof name === 'string' && goodNames.has(name)) return name;
+      // Characters as Postgres counts them (code points), not UTF-16 units: an emoji
+      // is one. There are never more code points than UTF-16 units.
+      if (
+        typeof name !== 'string' ||
+        name.length === 0 ||
+        (name.length > MAX_NAME_LENGTH && [...name].length > MAX_NAME_LENGTH)
+      ) {
         fail(`${kind} must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${shown(name)}`);
       }
       const unstorable = unstorableText(name);
       if (unstorable) fail(`${kind} ${shown(name)} contains ${unstorable}`);
+      if (goodNames.size >= GOOD_NAMES_KEPT) goodNames.clear();
+      goodNames.add(name);
       return name;
     },
 

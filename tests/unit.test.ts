@@ -44,6 +44,190 @@ describe('serializePayload', () => {
   });
   it('enforces the size limit in bytes', () => {
     expect(() => serializePayload({ s: 'é'.repeat(10) }, 20)).toThrow(/over the limit of 20/);
+    expect(() => serializePayload({ s: '😀'.repeat(5) }, 22)).toThrow(/is 28 bytes, over the limit of 22/);
+    expect(serializePayload({ s: 'é'.repeat(10) }, 28)).toBe(`{"s":"${'é'.repeat(10)}"}`);
+  });
+  it('refuses what JSON would mangle wherever it sits, naming it', () => {
+    class Point {
+      constructor(readonly x: number) {}
+    }
+    const cyclic: Record<string, unknown> = { a: 1 };
+    cyclic.self = cyclic;
+    const cases: [unknown, RegExp][] = [
+      [{ deep: [{ n: NaN }] }, /payload\.n is NaN/],
+      [{ list: [1, undefined] }, /payload\.list is an array holding undefined/],
+      [{ list: [1, , 3] }, /array holding undefined/], // eslint-disable-line no-sparse-arrays
+      [{ m: new Map([[1, 2]]) }, /payload\.m is a Map/],
+      [{ inner: { s: new Set([1]) } }, /payload\.s is a Set/],
+      [{ ['k\u0000']: 1 }, /contains a NUL character/],
+      [{ nested: { s: 'x\ud800y' } }, /payload\.s contains a lone UTF-16 surrogate/],
+      [[{ f: 1n }], /payload\.f is a bigint/],
+      [cyclic, /not JSON-serialisable/],
+      [{ p: new Point(Infinity) }, /payload\.x is Infinity/],
+    ];
+    for (const [payload, message] of cases) expect(() => serializePayload(payload)).toThrow(message);
+  });
+  it('serialises what JSON keeps as JSON.stringify does', () => {
+    const at = new Date('2026-01-02T03:04:05.000Z');
+    class Point {
+      constructor(readonly x: number) {}
+    }
+    const cases: unknown[] = [
+      { at, n: [1.5, -0, 'a'], o: Object.assign(Object.create(null) as object, { b: false }) },
+      { skipped: undefined, kept: null },
+      { withToJSON: { toJSON: () => ({ replaced: true }) } },
+      { p: new Point(2) },
+      // A literal backslash before "u0000" is text Postgres stores, not a NUL.
+      { s: '\\u0000 and \\ud800' },
+      { pair: '😀' },
+      'a string',
+      [
+        [
+          [
+            [
+              [
+                [
+                  [
+                    [
+                      [
+                        [
+                          [
+                            [
+                              [
+                                [
+                                  [
+                                    [
+                                      [
+                                        [
+                                          [
+                                            [
+                                              [
+                                                [
+                                                  [
+                                                    [
+                                                      [
+                                                        [
+                                                          [
+                                                            [
+                                                              [
+                                                                [
+                                                                  [
+                                                                    [
+                                                                      [
+                                                                        [
+                                                                          [
+                                                                            [
+                                                                              [
+                                                                                [
+                                                                                  [
+                                                                                    [
+                                                                                      [
+                                                                                        [
+                                                                                          [
+                                                                                            [
+                                                                                              [
+                                                                                                [
+                                                                                                  [
+                                                                                                    [
+                                                                                                      [
+                                                                                                        [
+                                                                                                          [
+                                                                                                            [
+                                                                                                              [
+                                                                                                                [
+                                                                                                                  [
+                                                                                                                    [
+                                                                                                                      [
+                                                                                                                        [
+                                                                                                                          [
+                                                                                                                            [
+                                                                                                                              [
+                                                                                                                                [
+                                                                                                                                  [
+                                                                                                                                    [
+                                                                                                                                      [
+                                                                                                                                        [
+                                                                                                                                          [
+                                                                                                                                            [
+                                                                                                                                              [
+                                                                                                                                                [
+                                                                                                                                                  [
+                                                                                                                                                    [
+                                                                                                                                                      1,
+                                                                                                                                                    ],
+                                                                                                                                                  ],
+                                                                                                                                                ],
+                                                                                                                                              ],
+                                                                                                                                            ],
+                                                                                                                                          ],
+                                                                                                                                        ],
+                                                                                                                                      ],
+                                                                                                                                    ],
+                                                                                                                                  ],
+                                                                                                                                ],
+                                                                                                                              ],
+                                                                                                                            ],
+                                                                                                                          ],
+                                                                                                                        ],
+                                                                                                                      ],
+                                                                                                                    ],
+                                                                                                                  ],
+                                                                                                                ],
+                                                                                                              ],
+                                                                                                            ],
+                                                                                                          ],
+                                                                                                        ],
+                                                                                                      ],
+                                                                                                    ],
+                                                                                                  ],
+                                                                                                ],
+                                                                                              ],
+                                                                                            ],
+                                                                                          ],
+                                                                                        ],
+                                                                                      ],
+                                                                                    ],
+                                                                                  ],
+                                                                                ],
+                                                                              ],
+                                                                            ],
+                                                                          ],
+                                                                        ],
+                                                                      ],
+                                                                    ],
+                                                                  ],
+                                                                ],
+                                                              ],
+                                                            ],
+                                                          ],
+                                                        ],
+                                                      ],
+                                                    ],
+                                                  ],
+                                                ],
+                                              ],
+                                            ],
+                                          ],
+                                        ],
+                                      ],
+                                    ],
+                                  ],
+                                ],
+                              ],
+                            ],
+                          ],
+                        ],
+                      ],
+                    ],
+                  ],
+                ],
+              ],
+            ],
+          ],
+        ],
+      ],
+    ];
+    for (const payload of cases) expect(serializePayload(payload)).toBe(JSON.stringify(payload));
   });
 });
 
