@@ -190,6 +190,11 @@ export class ClientProcess {
     return this.call('bulk', batch, total) as Promise<Timed>;
   }
 
+  /** Untimed: `rounds` of `callers` concurrent enqueues (negative payload indexes); how many. */
+  warm(rounds: number, callers: number): Promise<number> {
+    return this.call('warm', rounds, callers) as Promise<number>;
+  }
+
   /** One enqueue every `intervalMs`; when each one's COMMIT was acknowledged. */
   latency(jobs: number, intervalMs: number): Promise<number[]> {
     return this.call('latency', jobs, intervalMs) as Promise<number[]>;

@@ -119,6 +119,18 @@ async function runClient() {
       return { jobs: batches * batch, elapsedMs: now() - started };
     },
     /**
+     * `rounds` of `callers` concurrent enqueues, payload i from -1 down (outside the
+     * timed jobs' 0..n-1): opens the client's connections and readies its
+     * statements before anything is timed. Returns the number of jobs enqueued.
+     */
+    async warm(rounds, callers) {
+      const c = await open();
+      for (let r = 0; r < rounds; r++) {
+        await Promise.all(Array.from({ length: callers }, (_, k) => c.enqueue(-1 - (r * callers + k))));
+      }
+      return rounds * callers;
+    },
+    /**
      * One enqueue every `intervalMs` on a fixed schedule (not waiting for the
      * previous one); returns when each enqueue's COMMIT was acknowledged.
      */
