@@ -44,7 +44,7 @@ export async function latency(ctx: BenchContext, system: System): Promise<Latenc
     await Promise.race([workers.whenCompleted(warmed + sizes.latencyJobs), sleep(sizes.latencyGraceMs)]);
     const reports = await workers.stop();
     const started = new Map<number, number>();
-    for (const report of reports) for (const [i, at] of report.starts) started.set(i, at);
+    for (const report of reports) for (const [i, at] of report.starts) if (i >= 0) started.set(i, at); // warm-up jobs: i < 0
     const latencies = committed.map((at, i) => (started.has(i) ? started.get(i)! - at : Infinity));
     const run = { jobs: sizes.latencyJobs, jobsSeen: started.size, latencyMs: distribution(latencies), workerStats: sumStats(reports) };
     ctx.log(`latency, ${system.label}: p50 ${run.latencyMs.p50.toFixed(2)} ms, p99 ${run.latencyMs.p99.toFixed(2)} ms` +
