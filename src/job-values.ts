@@ -59,7 +59,12 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     if (spec.jobKeyMode !== undefined || spec.jobKeyWhileProcessing !== undefined) {
       throw new ValidationError('jobKeyMode and jobKeyWhileProcessing need a jobKey');
     }
-  } else if (typeof jobKey !== 'string' || jobKey.length === 0 || jobKey.length > 512) {
+  } else if (
+    typeof jobKey !== 'string' ||
+    jobKey.length === 0 ||
+    // Characters (code points), as Postgres counts them; never more than UTF-16 units.
+    (jobKey.length > 512 && [...jobKey].length > 512)
+  ) {
     throw new ValidationError(`jobKey must be a string of 1 to 512 characters, got ${JSON.stringify(jobKey)}`);
   } else {
     // Postgres refuses a NUL, and stores a lone surrogate as U+FFFD: another key.

@@ -20,22 +20,42 @@ export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
  */
 export function serializePayload(payload: unknown, maxBytes = DEFAULT_MAX_PAYLOAD_BYTES, what = 'payload'): string {
   if (payload === undefined) return '{}';
-  let text = isPlain(payload, 0) ? JSON.stringify(payload) : undefined;
-  // JSON.stringify writes NUL and lone surrogates as escapes; a match may also be an
-  // escaped backslash followed by "u0000", which the replacer then lets through.
+  let text: string | undefined;
+  try {
+    text = isPlain(payload, []) ? JSON.stringify(payload) : undefined;
+  } catch {
+    // A getter or a proxy that throws: the replacer below says what failed.
+    text = undefined;
+  }
   if (text === undefined || UNSTORABLE_ESCAPE.test(text)) text = serializeChecked(payload, what);
+  // What the replacer cannot see (a value that changed between reads, an exotic
+  // object) must still never reach Postgres: one such text fails the statement
+  // that writes a whole batch of results.
+  if (UNSTORABLE_ESCAPE.test(text)) {
+    throw new ValidationError(`${what} contains a NUL character or a lone UTF-16 surrogate, which Postgres cannot store`);
+  }
   // A UTF-16 unit is at most 3 bytes of UTF-8: short texts need no count.
   const bytes = text.length * 3 <= maxBytes ? 0 : Buffer.byteLength(text);
   if (bytes > maxBytes) throw new ValidationError(`${what} is ${bytes} bytes, over the limit of ${maxBytes}`);
   return text;
 }
 
-const UNSTORABLE_ESCAPE = /\\u(?:0000|d[89a-f])/;
-/** Deeper than this, the walk leaves the value to the replacer (which finds a cycle). */
+/**
+ * The escapes JSON.stringify writes for a NUL and for a lone surrogate (it writes
+ * a surrogate pair as is), which jsonb refuses; not when the backslash is itself
+ * escaped (the text "\\u0000" is a backslash followed by "u0000").
+ */
+const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(?:0000|d[89a-f])/;
+/** Deeper than this, the walk leaves the value to the replacer. */
 const MAX_PLAIN_DEPTH = 64;
 
-/** True when JSON.stringify keeps `value` as it is: plain objects and arrays of JSON values. */
-function isPlain(value: unknown, depth: number): boolean {
+/**
+ * True when JSON.stringify keeps `value` as it is: plain objects and arrays of
+ * JSON values, without toJSON, boxed primitives or cycles (`ancestors`: the
+ * objects on the path from the root, so a value holding itself twice is not
+ * walked again and again).
+ */
+function isPlain(value: unknown, ancestors: object[]): boolean {
   switch (typeof value) {
     case 'string':
     case 'boolean':
@@ -44,23 +64,32 @@ function isPlain(value: unknown, depth: number): boolean {
       return Number.isFinite(value);
     case 'object': {
       if (value === null) return true;
-      if (depth >= MAX_PLAIN_DEPTH) return false;
-      if (Array.isArray(value)) {
-        for (let i = 0; i < value.length; i++) {
-          const item: unknown = value[i];
-          if (item === undefined || !isPlain(item, depth + 1)) return false;
-        }
-        return true;
-      }
+      if (ancestors.length >= MAX_PLAIN_DEPTH || ancestors.includes(value)) return false;
       const proto: unknown = Object.getPrototypeOf(value);
-      if (proto !== Object.prototype && proto !== null) return false;
-      const record = value as Record<string, unknown>;
-      if ('toJSON' in record) return false;
-      for (const key in record) {
-        const item = record[key];
-        if (item !== undefined && !isPlain(item, depth + 1)) return false;
+      // JSON.stringify calls toJSON wherever it is found, as a Get does.
+      if (typeof (value as { toJSON?: unknown }).toJSON === 'function') return false;
+      ancestors.push(value);
+      let plain = true;
+      if (proto === Array.prototype) {
+        const list = value as unknown[];
+        for (let i = 0; i < list.length && plain; i++) {
+          const item = list[i];
+          plain = item !== undefined && isPlain(item, ancestors);
+        }
+      } else if (proto === Object.prototype || proto === null) {
+        const record = value as Record<string, unknown>;
+        for (const key in record) {
+          const item = record[key];
+          if (item !== undefined && !isPlain(item, ancestors)) {
+            plain = false;
+            break;
+          }
+        }
+      } else {
+        plain = false;
       }
-      return true;
+      ancestors.pop();
+      return plain;
     }
     default:
       return false;
@@ -71,7 +100,10 @@ function isPlain(value: unknown, depth: number): boolean {
 function serializeChecked(payload: unknown, what: string): string {
   let text: string | undefined;
   try {
-    text = JSON.stringify(payload, (key, value: unknown) => {
+    text = JSON.stringify(payload, (key, boxed: unknown) => {
+      // JSON unwraps new String(..), new Number(..) and new Boolean(..) after the
+      // replacer: check what it will write.
+      const value = boxed instanceof String || boxed instanceof Number || boxed instanceof Boolean ? boxed.valueOf() : boxed;
       const type = typeof value;
       if (type === 'bigint' || type === 'function' || type === 'symbol') {
         throw new ValidationError(`${what}${key ? `.${key}` : ''} is a ${type}, which is not JSON`);

@@ -261,6 +261,31 @@ describe('results, waitFor and error history', () => {
     expect(job).toMatchObject({ status: 'failed', attempts: 1, result: null });
     expect(job!.last_error).toContain('result.n is a bigint');
   });
+  it('a result Postgres cannot store (a boxed string holding a NUL) fails its job alone; the others in the batch complete', async () => {
+    const worker = await startWorker({
+      queues: ['boxed-result'],
+      concurrency: 10,
+      tasks: { boxed: async ({ poison }: { poison?: boolean }) => (poison ? { s: new String('a\u0000b') } : 'fine') },
+    });
+    const errors: Error[] = [];
+    worker.on('error', (err) => errors.push(err));
+    const poison = await fx.queue.enqueue('boxed', { poison: true }, { queue: 'boxed-result' });
+    await fx.queue.enqueueMany(Array.from({ length: 50 }, () => ({ task: 'boxed', queue: 'boxed-result', payload: {} })));
+    await waitFor(async () => {
+      const { rows } = await fx.db.pool.query(
+        `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'boxed-result' AND status IN ('completed', 'failed')`,
+      );
+      return rows[0].n === 51;
+    }, 'all 51 finished');
+    const job = await fx.queue.getJob(poison);
+    expect(job).toMatchObject({ status: 'failed', result: null });
+    expect(job!.last_error).toContain('result.s contains a NUL character');
+    const { rows } = await fx.db.pool.query(
+      `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'boxed-result' AND status = 'completed' AND result = '"fine"'`,
+    );
+    expect(rows[0].n).toBe(50);
+    expect(errors).toEqual([]);
+  });
   it('records when each attempt started, also for jobs claimed ahead that started and ended between two cycles', async () => {
     // Small slots and no-op jobs: most jobs are claimed ahead and run to their end
     // before the cycle that would write their start mark.

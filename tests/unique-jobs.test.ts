@@ -301,6 +301,15 @@ describe('unique jobs', () => {
     expect((await fx.queue.getJob(second))!.status).toBe('pending');
   });
 
+  it('counts a key in characters, as enqueue_job() does: 512 emoji fit, 513 do not', async () => {
+    const fits = '😀'.repeat(512);
+    const id = await fx.queue.enqueue('emoji_key', {}, { queue: 'emoji-keys', jobKey: fits });
+    expect((await fx.queue.getJob(id))!.job_key).toBe(fits);
+    await expect(fx.queue.enqueue('emoji_key', {}, { queue: 'emoji-keys', jobKey: `${fits}😀` })).rejects.toThrow(
+      /jobKey must be a string of 1 to 512 characters/,
+    );
+  });
+
   it('works from SQL: enqueue_job(_job_key => ...) and the old call forms', async () => {
     const q = `SELECT ${fx.db.s}.enqueue_job('sql', '{"task":"from_sql"}', _job_key => 'sql-key')::text AS id`;
     const a = (await fx.db.pool.query(q)).rows[0].id;

@@ -65,7 +65,34 @@ describe('serializePayload', () => {
       [cyclic, /not JSON-serialisable/],
       [{ p: new Point(Infinity) }, /payload\.x is Infinity/],
     ];
+    class Listed extends Array {
+      toJSON() {
+        return { n: NaN };
+      }
+    }
+    const twice: Record<string, unknown> = {};
+    twice.a = twice;
+    twice.b = twice;
+    cases.push(
+      [{ s: new String('a\u0000b') }, /payload\.s contains a NUL character/],
+      [{ s: new String('\ud800') }, /payload\.s contains a lone UTF-16 surrogate/],
+      [{ n: new Number(NaN) }, /payload\.n is NaN/],
+      [Object.assign([1], { toJSON: () => Infinity }), /payload is Infinity/],
+      [{ list: Listed.from([1]) }, /payload\.n is NaN/],
+      [{ a: Object.assign([1], { toJSON: () => 1n }) }, /payload\.a is a bigint/],
+      // A value that holds itself twice: found at once, not walked 2^depth times.
+      [twice, /not JSON-serialisable/],
+      [
+        {
+          get boom() {
+            throw new Error('getter failed');
+          },
+        },
+        /not JSON-serialisable: getter failed/,
+      ],
+    );
     for (const [payload, message] of cases) expect(() => serializePayload(payload)).toThrow(message);
+    for (const [payload] of cases) expect(() => serializePayload(payload)).toThrow(ValidationError);
   });
   it('serialises what JSON keeps as JSON.stringify does', () => {
     const at = new Date('2026-01-02T03:04:05.000Z');
