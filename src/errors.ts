@@ -195,6 +195,16 @@ export function isConnectionFailure(err: unknown): boolean {
   );
 }
 
+/**
+ * True when Postgres refused the values of a statement (SQLSTATE class 22, data
+ * exception, or 23, integrity constraint violation): sending it again as it is
+ * fails again, where a lost connection or a deadlock would not.
+ */
+export function isDataRejection(err: unknown): boolean {
+  const code = err instanceof DatabaseError ? err.sqlState : (err as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.length === 5 && (code.startsWith('22') || code.startsWith('23'));
+}
+
 /** Wraps a driver error in the matching typed error, keeping it as `cause`. */
 export function wrapDatabaseError(err: unknown, context: string): SluiceError {
   if (err instanceof SluiceError) return err;

@@ -286,6 +286,42 @@ describe('results, waitFor and error history', () => {
     expect(rows[0].n).toBe(50);
     expect(errors).toEqual([]);
   });
+  it('a result Postgres refuses (here a trigger of the user) fails its job alone; the rest of its batch is written', async () => {
+    const { s } = fx.db;
+    await fx.db.pool.query(`
+      CREATE FUNCTION ${s}.refuse_result() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'this result is not welcome' USING ERRCODE = '22023'; END $$;
+      CREATE TRIGGER refuse_result BEFORE UPDATE ON ${s}.jobs FOR EACH ROW
+        WHEN (NEW.result = '"refuse-me"'::jsonb) EXECUTE FUNCTION ${s}.refuse_result()`);
+    try {
+      const worker = await startWorker({
+        queues: ['refused-result'],
+        concurrency: 10,
+        tasks: { maybe: async ({ refuse }: { refuse?: boolean }) => (refuse ? 'refuse-me' : 'fine') },
+      });
+      const errors: Error[] = [];
+      worker.on('error', (err) => errors.push(err));
+      const refused = await fx.queue.enqueue('maybe', { refuse: true }, { queue: 'refused-result' });
+      await fx.queue.enqueueMany(Array.from({ length: 50 }, () => ({ task: 'maybe', queue: 'refused-result', payload: {} })));
+      await waitFor(async () => {
+        const { rows } = await fx.db.pool.query(
+          `SELECT count(*)::int AS n FROM ${s}.jobs WHERE queue = 'refused-result' AND status IN ('completed', 'failed')`,
+        );
+        return rows[0].n === 51;
+      }, 'all 51 finished');
+      const job = await fx.queue.getJob(refused);
+      expect(job).toMatchObject({ status: 'failed', result: null, attempts: 1 });
+      expect(job!.last_error).toContain('its result could not be stored: this result is not welcome (SQLSTATE 22023)');
+      const { rows } = await fx.db.pool.query(
+        `SELECT count(*)::int AS n FROM ${s}.jobs WHERE queue = 'refused-result' AND status = 'completed' AND result = '"fine"'`,
+      );
+      expect(rows[0].n).toBe(50);
+      // The refused writes are reported, as every failed statement is.
+      expect(errors.length).toBeGreaterThan(0);
+    } finally {
+      await fx.db.pool.query(`DROP TRIGGER refuse_result ON ${s}.jobs; DROP FUNCTION ${s}.refuse_result()`);
+    }
+  });
   it('records when each attempt started, also for jobs claimed ahead that started and ended between two cycles', async () => {
     // Small slots and no-op jobs: most jobs are claimed ahead and run to their end
     // before the cycle that would write their start mark.

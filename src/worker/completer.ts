@@ -1,5 +1,5 @@
 import type { CompletionWrite, FailureWrite, WorkerStore } from '../db/store.js';
-import type { Snooze } from '../errors.js';
+import { DatabaseError, ValidationError, type Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
@@ -9,11 +9,14 @@ import { describeError, type Outcome, type Run } from './run.js';
 
 interface Completion extends CompletionWrite {
   job: JobRow;
+  refused?: undefined;
   durationMs: number;
 }
 
 interface Failure extends FailureWrite {
   job: JobRow;
+  /** Written in place of an outcome Postgres refused (Completer.rejected). */
+  refused?: boolean;
   /** What was thrown, for events. */
   error: unknown;
   durationMs: number;
@@ -63,6 +66,11 @@ export class Completer implements ResultSource {
   /** Snooze writes in flight; settled() waits for them. */
   private readonly writes = new Set<Promise<void>>();
   private deferTimer: NodeJS.Timeout | undefined;
+  /**
+   * Results of a batch whose write Postgres refused (rejected()): they go out one
+   * per cycle, alone, until the one it refuses is found.
+   */
+  private suspects: (Completion | Failure)[] = [];
 
   constructor(
     private readonly store: WorkerStore,
@@ -71,17 +79,23 @@ export class Completer implements ResultSource {
   ) {}
 
   get size(): number {
-    if (this.startsInFlight.size === 0) return this.completed.length + this.failed.length + this.started.size;
-    return this.takeable(this.completed).length + this.takeable(this.failed).length + this.started.size;
+    const suspects = this.suspects.length;
+    if (this.startsInFlight.size === 0) return suspects + this.completed.length + this.failed.length + this.started.size;
+    return suspects + this.takeable(this.completed).length + this.takeable(this.failed).length + this.started.size;
   }
 
   get unwritten(): number {
-    return this.completed.length + this.failed.length + this.deferred.size;
+    return this.suspects.length + this.completed.length + this.failed.length + this.deferred.size;
   }
 
   /** Ids of the jobs whose results wait here: their locks must stay fresh until written. */
   ids(): string[] {
-    return [...this.completed.map((c) => c.id), ...this.failed.map((f) => f.id), ...this.deferred.keys()];
+    return [
+      ...this.suspects.map((r) => r.id),
+      ...this.completed.map((c) => c.id),
+      ...this.failed.map((f) => f.id),
+      ...this.deferred.keys(),
+    ];
   }
 
   /** A job claimed ahead started: its started_at goes out with the next cycle. */
@@ -118,6 +132,12 @@ export class Completer implements ResultSource {
   }
 
   take(): ResultBatch {
+    const suspect = this.suspects.shift();
+    if (suspect) {
+      return 'final' in suspect
+        ? { completed: [], failed: [suspect], started: [], alone: true }
+        : { completed: [suspect], failed: [], started: [], alone: true };
+    }
     const batch = { completed: this.takeable(this.completed), failed: this.takeable(this.failed), started: [...this.started] };
     this.completed = this.completed.filter((c) => !batch.completed.includes(c));
     this.failed = this.failed.filter((f) => !batch.failed.includes(f));
@@ -146,6 +166,46 @@ export class Completer implements ResultSource {
     // statement must not update the same row twice (only one update would count).
     const ended = new Set([...this.completed, ...this.failed].map((r) => r.id));
     for (const id of batch.started) if (!ended.has(id)) this.started.add(id);
+  }
+
+  rejected(batch: ResultBatch, err: unknown): void {
+    const results = [...batch.completed, ...batch.failed] as (Completion | Failure)[];
+    if (!batch.alone) {
+      // Which one Postgres refused is not known: each goes alone, the others written as usual.
+      this.restore({ completed: [], failed: [], started: batch.started });
+      this.suspects.push(...results);
+      return;
+    }
+    this.landed(batch);
+    for (const id of batch.started) this.started.add(id);
+    const result = results[0]!;
+    if (result.refused) {
+      // Refused again with neither result, progress nor its own error text: nothing
+      // more to strip. The job stays 'processing' for the rescuer (attempt counted).
+      this.signals.error(
+        new DatabaseError(`worker: the outcome of job ${result.id} cannot be written: ${describeRefusal(err)}`, undefined, {
+          cause: err,
+        }),
+      );
+      return;
+    }
+    // This job's outcome alone: recorded as a failure for good, without the values
+    // Postgres refused (result, progress, the handler's error text).
+    const refusal = `its ${'final' in result ? 'error' : 'result'} could not be stored: ${describeRefusal(err)}`;
+    this.failed.push({
+      id: result.id,
+      attempt: result.attempt,
+      errorText: `Error: ${refusal}`,
+      delayMs: 0,
+      final: true,
+      startedAt: result.startedAt,
+      progress: undefined,
+      job: result.job,
+      error: new ValidationError(`job ${result.id}: ${refusal}`, { cause: err }),
+      durationMs: result.durationMs,
+      refused: true,
+    });
+    this.signals.resultAdded();
   }
 
   applied(batch: ResultBatch, written: AppliedResults): void {
@@ -267,6 +327,13 @@ export class Completer implements ResultSource {
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write));
   }
+}
+
+/** Postgres' message for a refused write, without the driver's wrapping. */
+function describeRefusal(err: unknown): string {
+  const sqlState = (err as { code?: unknown } | null)?.code;
+  const message = err instanceof Error ? err.message : String(err);
+  return typeof sqlState === 'string' ? `${message} (SQLSTATE ${sqlState})` : message;
 }
 
 function sleep(ms: number): Promise<void> {

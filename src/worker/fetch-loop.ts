@@ -1,4 +1,5 @@
 import type { CycleResult, WorkerStore } from '../db/store.js';
+import { isDataRejection } from '../errors.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import { Loop } from '../lifecycle/loop.js';
 import { DueTimes } from './due-times.js';
@@ -285,9 +286,12 @@ export class FetchLoop {
    * With plain queues as well the claims follow the write, which may claim the
    * free slots first.
    */
-  private async cycle(limit: number, startNow: number): Promise<boolean> {
+  private async cycle(requested: number, startsRequested: number): Promise<boolean> {
     const wakesBefore = this.wakes;
     const batch = this.results.take();
+    // A result sent alone to find the one Postgres refuses goes without a claim.
+    const limit = batch.alone ? 0 : requested;
+    const startNow = batch.alone ? 0 : startsRequested;
     const plan = this.plan();
     const claimLimited = limit > 0 && plan.limited.length > 0 && !this.limited.busy;
     if (claimLimited) this.limited.busy = true;
@@ -344,7 +348,8 @@ export class FetchLoop {
             startNow: Math.min(plainLimit, startNow),
           });
     } catch (err) {
-      this.results.restore(batch);
+      if (isDataRejection(err) && batch.completed.length + batch.failed.length > 0) this.results.rejected(batch, err);
+      else this.results.restore(batch);
       // The claim may have committed with its reply lost: those jobs stay locked to
       // this worker until the rescuer frees them. Nothing is lost, only delayed.
       this.mayHaveWork = true;

@@ -9,6 +9,11 @@ export interface ResultBatch<C extends CompletionWrite = CompletionWrite, F exte
   failed: F[];
   /** Jobs claimed ahead that have started. */
   started: string[];
+  /**
+   * One result of a batch Postgres refused, sent alone and without a claim, so
+   * that a refusal of this write is this result's.
+   */
+  alone?: boolean;
 }
 
 /** What the database did with a batch. */
@@ -28,6 +33,12 @@ export interface ResultSource {
   take(): ResultBatch;
   /** A cycle failed: the batch goes back, to be written with the next one. */
   restore(batch: ResultBatch): void;
+  /**
+   * Postgres refused the values of the batch's write (isDataRejection): the batch
+   * goes back, and its results go out one at a time until the one refused is
+   * found and written as a failure of its job alone.
+   */
+  rejected(batch: ResultBatch, err: unknown): void;
   /** The batch was written; ids missing from every set were no longer this worker's. */
   applied(batch: ResultBatch, written: AppliedResults): void;
 }

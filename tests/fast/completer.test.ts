@@ -424,3 +424,56 @@ describe('Completer: rows another session holds', () => {
     expect(db.job(b!.job.id).status).toBe('processing');
   });
 });
+
+describe('Completer: a batch whose values Postgres refused', () => {
+  const refusal = Object.assign(new Error('unsupported Unicode escape sequence'), { code: '22P05' });
+
+  it('sends its results one at a time without a claim, and fails the refused one alone', async () => {
+    const runs = [await claimed(), await claimed(), await claimed()];
+    runs.forEach((run, i) => completer.record(run, { kind: 'completed', value: i }, 5));
+    const batch = completer.take();
+    expect(batch.completed).toHaveLength(3);
+    completer.rejected(batch, refusal);
+    expect(completer.size).toBe(3);
+    // The first and third go through; the second is refused again, alone.
+    for (const refused of [false, true, false]) {
+      const alone = completer.take();
+      expect(alone).toMatchObject({ alone: true, started: [] });
+      expect(alone.completed.length + alone.failed.length).toBe(1);
+      if (refused) completer.rejected(alone, refusal);
+      else completer.applied(alone, await store.write(alone));
+    }
+    // What replaces the refused outcome: a failure for good, without its result.
+    const replacement = completer.take();
+    expect(replacement.alone).toBeUndefined();
+    expect(replacement.failed).toHaveLength(1);
+    expect(replacement.failed[0]).toMatchObject({ id: runs[1]!.job.id, final: true, progress: undefined });
+    expect(replacement.failed[0]!.errorText).toContain(
+      'its result could not be stored: unsupported Unicode escape sequence (SQLSTATE 22P05)',
+    );
+    completer.applied(replacement, await store.write(replacement));
+    expect(runs.map((r) => db.job(r.job.id).status)).toEqual(['completed', 'failed', 'completed']);
+    expect(named('job:fail').map((e) => e.detail?.willRetry)).toEqual([false]);
+    expect(errors).toEqual([]);
+  });
+
+  it('gives up on an outcome refused even without its values: the job is left for the rescuer, named in an error', async () => {
+    const run = await claimed();
+    completer.record(run, { kind: 'failed', error: new Error('boom'), permanent: false }, 5);
+    // In a batch, then alone: replaced by a failure without the handler's error text.
+    completer.rejected(completer.take(), refusal);
+    completer.rejected(completer.take(), refusal);
+    const replacement = completer.take();
+    expect(replacement.failed[0]!.errorText).toContain('its error could not be stored');
+    // That refused too, in a batch and then alone: nothing is left to strip.
+    completer.rejected(replacement, refusal);
+    const alone = completer.take();
+    expect(alone.alone).toBe(true);
+    completer.rejected(alone, refusal);
+    expect(completer.size).toBe(0);
+    expect(completer.unwritten).toBe(0);
+    expect(errors).toHaveLength(1);
+    expect(String(errors[0])).toContain(`the outcome of job ${run.job.id} cannot be written`);
+    expect(db.job(run.job.id).status).toBe('processing');
+  });
+});
