@@ -1,3 +1,6 @@
+import { inspect } from 'node:util';
+import { MAX_TIME, storableTime, timeOf } from './time-range.js';
+
 /**
  * Every error Sluice throws is a SluiceError with a literal `code`, so callers can
  * branch on `err.code` instead of parsing messages. The driver error, when there
@@ -156,13 +159,21 @@ export class Snooze extends SluiceError {
   readonly runAt: Date | null;
   readonly delayMs: number;
   constructor(until: number | Date) {
-    const isDate = until instanceof Date;
-    if (isDate ? Number.isNaN(until.getTime()) : typeof until !== 'number' || !Number.isFinite(until) || until < 0) {
-      throw new ValidationError(`Snooze: give a delay in ms (>= 0) or a valid Date, got ${String(until)}`);
+    const time = timeOf(until);
+    // Checked here, where the handler throws it: a time Postgres cannot store would
+    // fail the write of the snooze, and the job would wait for the rescuer instead.
+    if (time === undefined) {
+      if (typeof until !== 'number' || !Number.isFinite(until) || until < 0 || until > MAX_TIME - Date.now()) {
+        throw new ValidationError(
+          `Snooze: give a delay in ms (>= 0, ending before the year 10000) or a valid Date, got ${inspect(until)}`,
+        );
+      }
+    } else if (!storableTime(time)) {
+      throw new ValidationError(`Snooze: the Date must be within the years 1 to 9999, got ${new Date(time).toISOString()}`);
     }
-    super('SNOOZE', isDate ? `snoozed until ${until.toISOString()}` : `snoozed for ${until} ms`);
-    this.runAt = isDate ? until : null;
-    this.delayMs = isDate ? 0 : until;
+    super('SNOOZE', time === undefined ? `snoozed for ${until as number} ms` : `snoozed until ${new Date(time).toISOString()}`);
+    this.runAt = time === undefined ? null : new Date(time);
+    this.delayMs = time === undefined ? (until as number) : 0;
   }
 }
 

@@ -1,14 +1,11 @@
+import { inspect } from 'node:util';
 import { ValidationError } from './errors.js';
 import { DEFAULT_QUEUE, type JobKeyMode, type JobSpec } from './job.js';
 import { serializePayload } from './payload.js';
+import { MAX_TIME, storableTime, timeOf } from './time-range.js';
 import { checks, unstorableText } from './validate.js';
 
 const { checkName, intOption } = checks(ValidationError);
-
-// Dates Postgres reads back from an ISO string: JS dates reach far beyond year 9999,
-// but their six-digit-year ISO form ("+275760-09-13...") is not valid input to timestamptz.
-const MIN_RUN_AT = Date.parse('0001-01-01T00:00:00.000Z');
-const MAX_RUN_AT = Date.parse('9999-12-31T23:59:59.999Z');
 
 /** The row parameters of one job, validated. */
 export interface JobValues {
@@ -40,16 +37,15 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
   }
   let runAt: string | null = null;
   if (spec.runAt !== undefined) {
-    if (!(spec.runAt instanceof Date) || Number.isNaN(spec.runAt.getTime())) {
-      throw new ValidationError(`runAt must be a valid Date, got ${String(spec.runAt)}`);
-    }
-    if (spec.runAt.getTime() < MIN_RUN_AT || spec.runAt.getTime() > MAX_RUN_AT) {
-      throw new ValidationError(`runAt must be within the years 1 to 9999, got ${spec.runAt.toISOString()}`);
-    }
-    runAt = spec.runAt.toISOString();
+    const time = timeOf(spec.runAt);
+    if (time === undefined) throw new ValidationError(`runAt must be a valid Date, got ${inspect(spec.runAt)}`);
+    // Written from the time alone: a Date's own toISOString() may have been replaced.
+    const iso = new Date(time).toISOString();
+    if (!storableTime(time)) throw new ValidationError(`runAt must be within the years 1 to 9999, got ${iso}`);
+    runAt = iso;
   }
   const delayMs = spec.delayMs ?? 0;
-  if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_RUN_AT - Date.now()) {
+  if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_TIME - Date.now()) {
     throw new ValidationError(
       `delayMs must be a finite number >= 0 that stays before the year 10000, got ${String(spec.delayMs)}`,
     );

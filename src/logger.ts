@@ -23,7 +23,16 @@ export function isLogger(value: unknown): value is Logger {
 
 /** An error as log fields: message, code and stack, never the whole object graph. */
 export function errorFields(err: unknown): { message: string; code?: string; stack?: string } {
-  if (!(err instanceof Error)) return { message: String(err) };
-  const code = (err as { code?: unknown }).code;
-  return { message: err.message, ...(typeof code === 'string' ? { code } : {}), ...(err.stack ? { stack: err.stack } : {}) };
+  try {
+    if (!(err instanceof Error)) return { message: String(err) };
+    const { code, stack } = err as { code?: unknown; stack?: unknown };
+    return {
+      message: String(err.message),
+      ...(typeof code === 'string' ? { code } : {}),
+      ...(typeof stack === 'string' && stack ? { stack } : {}),
+    };
+  } catch {
+    // A value whose reading throws (a revoked Proxy, a hostile getter): a log line must not.
+    return { message: 'a value that cannot be read' };
+  }
 }

@@ -1,3 +1,4 @@
+import { types } from 'node:util';
 import { ValidationError } from './errors.js';
 import { unstorableText } from './validate.js';
 
@@ -101,9 +102,15 @@ function serializeChecked(payload: unknown, what: string): string {
   let text: string | undefined;
   try {
     text = JSON.stringify(payload, (key, boxed: unknown) => {
-      // JSON unwraps new String(..), new Number(..) and new Boolean(..) after the
-      // replacer: check what it will write.
-      const value = boxed instanceof String || boxed instanceof Number || boxed instanceof Boolean ? boxed.valueOf() : boxed;
+      // JSON unwraps new String(..), new Number(..) and new Boolean(..) (of any realm)
+      // after the replacer, as ToString, ToNumber and the boolean inside: check what it will write.
+      const value = types.isStringObject(boxed)
+        ? String(boxed)
+        : types.isNumberObject(boxed)
+          ? Number(boxed)
+          : types.isBooleanObject(boxed)
+            ? Boolean.prototype.valueOf.call(boxed)
+            : boxed;
       const type = typeof value;
       if (type === 'bigint' || type === 'function' || type === 'symbol') {
         throw new ValidationError(`${what}${key ? `.${key}` : ''} is a ${type}, which is not JSON`);
@@ -111,8 +118,10 @@ function serializeChecked(payload: unknown, what: string): string {
       if (typeof value === 'number' && !Number.isFinite(value)) {
         throw new ValidationError(`${what}${key ? `.${key}` : ''} is ${value}, which is not JSON`);
       }
-      if (value instanceof Map || value instanceof Set) {
-        throw new ValidationError(`${what}${key ? `.${key}` : ''} is a ${value.constructor.name}, which JSON turns into {}`);
+      if (types.isMap(value) || types.isSet(value)) {
+        throw new ValidationError(
+          `${what}${key ? `.${key}` : ''} is a ${types.isMap(value) ? 'Map' : 'Set'}, which JSON turns into {}`,
+        );
       }
       if (Array.isArray(value) && value.includes(undefined)) {
         throw new ValidationError(`${what}${key ? `.${key}` : ''} is an array holding undefined, which JSON turns into null`);

@@ -163,7 +163,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
   async enqueueMany(jobs: TaskSpec<T>[], options: { tx?: Queryable } = {}): Promise<string[]> {
     if (!Array.isArray(jobs)) throw new ValidationError('enqueueMany: jobs must be an array');
     if (this.schemas.size > 0) jobs = await validateBatchPayloads(this.schemas, jobs);
-    config.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany');
+    input.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany');
     if (jobs.length === 0) return [];
     const values = Array.from(jobs, (spec, i) => {
       try {

@@ -326,6 +326,8 @@ describe('enqueue', () => {
       for (const options of [null, 'tx', [], 5]) {
         await expect(queue.enqueue('t', {}, options as never)).rejects.toThrow(/enqueue: options must be an object/);
       }
+      // A ValidationError like enqueue()'s, not a ConfigError.
+      await expect(queue.enqueueMany([{ task: 't' }], null as never)).rejects.toBeInstanceOf(ValidationError);
       await expect(queue.enqueueMany([{ task: 't' }], null as never)).rejects.toThrow(/options must be an object/);
       expect(() => new Queue(null as never)).toThrow(ConfigError);
       expect(await jobCount()).toBe(before);

@@ -8,6 +8,17 @@ import { nextEvent, waitFor } from './helpers/database.js';
 import { deferred, useWorkers } from './helpers/workers.js';
 
 const fx = useWorkers('results');
+
+/** Waits until `count` jobs of `queue` have finished (completed or failed). */
+async function allFinished(queue: string, count: number): Promise<void> {
+  await waitFor(async () => {
+    const { rows } = await fx.db.pool.query(
+      `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = $1 AND status IN ('completed', 'failed')`,
+      [queue],
+    );
+    return rows[0].n === count;
+  }, `all ${count} of ${queue} finished`);
+}
 const startWorker = fx.start;
 
 describe('results, waitFor and error history', () => {
@@ -261,29 +272,28 @@ describe('results, waitFor and error history', () => {
     expect(job).toMatchObject({ status: 'failed', attempts: 1, result: null });
     expect(job!.last_error).toContain('result.n is a bigint');
   });
-  it('a result Postgres cannot store (a boxed string holding a NUL) fails its job alone; the others in the batch complete', async () => {
-    const worker = await startWorker({
-      queues: ['boxed-result'],
-      concurrency: 10,
-      tasks: { boxed: async ({ poison }: { poison?: boolean }) => (poison ? { s: new String('a\u0000b') } : 'fine') },
-    });
+  /** One job whose handler gets { poison: true } among 50 that return 'fine', at concurrency 10; all must finish. */
+  async function poisonAmongFifty(queue: string, handler: (payload: { poison?: boolean }) => Promise<unknown>) {
+    const worker = await startWorker({ queues: [queue], concurrency: 10, tasks: { job: handler } });
     const errors: Error[] = [];
     worker.on('error', (err) => errors.push(err));
-    const poison = await fx.queue.enqueue('boxed', { poison: true }, { queue: 'boxed-result' });
-    await fx.queue.enqueueMany(Array.from({ length: 50 }, () => ({ task: 'boxed', queue: 'boxed-result', payload: {} })));
-    await waitFor(async () => {
-      const { rows } = await fx.db.pool.query(
-        `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'boxed-result' AND status IN ('completed', 'failed')`,
-      );
-      return rows[0].n === 51;
-    }, 'all 51 finished');
-    const job = await fx.queue.getJob(poison);
-    expect(job).toMatchObject({ status: 'failed', result: null });
-    expect(job!.last_error).toContain('result.s contains a NUL character');
+    const poison = await fx.queue.enqueue('job', { poison: true }, { queue });
+    await fx.queue.enqueueMany(Array.from({ length: 50 }, () => ({ task: 'job', queue, payload: {} })));
+    await allFinished(queue, 51);
     const { rows } = await fx.db.pool.query(
-      `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'boxed-result' AND status = 'completed' AND result = '"fine"'`,
+      `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = $1 AND status = 'completed' AND result = '"fine"'`,
+      [queue],
     );
     expect(rows[0].n).toBe(50);
+    return { job: (await fx.queue.getJob(poison))!, errors };
+  }
+
+  it('a result Postgres cannot store (a boxed string holding a NUL) fails its job alone; the others in the batch complete', async () => {
+    const { job, errors } = await poisonAmongFifty('boxed-result', async ({ poison }) =>
+      poison ? { s: new String('a\u0000b') } : 'fine',
+    );
+    expect(job).toMatchObject({ status: 'failed', result: null });
+    expect(job.last_error).toContain('result.s contains a NUL character');
     expect(errors).toEqual([]);
   });
   it('a result Postgres refuses (here a trigger of the user) fails its job alone; the rest of its batch is written', async () => {
@@ -294,33 +304,45 @@ describe('results, waitFor and error history', () => {
       CREATE TRIGGER refuse_result BEFORE UPDATE ON ${s}.jobs FOR EACH ROW
         WHEN (NEW.result = '"refuse-me"'::jsonb) EXECUTE FUNCTION ${s}.refuse_result()`);
     try {
-      const worker = await startWorker({
-        queues: ['refused-result'],
-        concurrency: 10,
-        tasks: { maybe: async ({ refuse }: { refuse?: boolean }) => (refuse ? 'refuse-me' : 'fine') },
-      });
-      const errors: Error[] = [];
-      worker.on('error', (err) => errors.push(err));
-      const refused = await fx.queue.enqueue('maybe', { refuse: true }, { queue: 'refused-result' });
-      await fx.queue.enqueueMany(Array.from({ length: 50 }, () => ({ task: 'maybe', queue: 'refused-result', payload: {} })));
-      await waitFor(async () => {
-        const { rows } = await fx.db.pool.query(
-          `SELECT count(*)::int AS n FROM ${s}.jobs WHERE queue = 'refused-result' AND status IN ('completed', 'failed')`,
-        );
-        return rows[0].n === 51;
-      }, 'all 51 finished');
-      const job = await fx.queue.getJob(refused);
+      const { job, errors } = await poisonAmongFifty('refused-result', async ({ poison }) => (poison ? 'refuse-me' : 'fine'));
       expect(job).toMatchObject({ status: 'failed', result: null, attempts: 1 });
-      expect(job!.last_error).toContain('its result could not be stored: this result is not welcome (SQLSTATE 22023)');
-      const { rows } = await fx.db.pool.query(
-        `SELECT count(*)::int AS n FROM ${s}.jobs WHERE queue = 'refused-result' AND status = 'completed' AND result = '"fine"'`,
-      );
-      expect(rows[0].n).toBe(50);
+      expect(job.last_error).toContain('its result could not be stored: this result is not welcome (SQLSTATE 22023)');
       // The refused writes are reported, as every failed statement is.
       expect(errors.length).toBeGreaterThan(0);
     } finally {
       await fx.db.pool.query(`DROP TRIGGER refuse_result ON ${s}.jobs; DROP FUNCTION ${s}.refuse_result()`);
     }
+  });
+  it('a handler that throws a value that cannot be read fails its job; the slot is freed and the others run', async () => {
+    const worker = await startWorker({
+      queues: ['hostile-throws'],
+      concurrency: 1,
+      tasks: {
+        hostile: async ({ kind }: { kind: string }) => {
+          if (kind === 'revoked') {
+            const { proxy, revoke } = Proxy.revocable({}, {});
+            revoke();
+            throw proxy;
+          }
+          if (kind === 'stack') throw Object.assign(new Error('odd stack'), { stack: 42 });
+        },
+      },
+    });
+    const errors: Error[] = [];
+    worker.on('error', (err) => errors.push(err));
+    const ids = await fx.queue.enqueueMany([
+      { task: 'hostile', queue: 'hostile-throws', payload: { kind: 'revoked' }, maxAttempts: 1 },
+      { task: 'hostile', queue: 'hostile-throws', payload: { kind: 'stack' }, maxAttempts: 1 },
+      ...Array.from({ length: 20 }, () => ({ task: 'hostile', queue: 'hostile-throws', payload: { kind: 'fine' } })),
+    ]);
+    await allFinished('hostile-throws', 22);
+    expect((await fx.queue.getJob(ids[0]!))!.last_error).toContain('the handler threw a value that cannot be read');
+    expect((await fx.queue.getJob(ids[1]!))!.last_error).toBe('Error: odd stack');
+    const { rows } = await fx.db.pool.query(
+      `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'hostile-throws' AND status = 'completed'`,
+    );
+    expect(rows[0].n).toBe(20);
+    expect(errors).toEqual([]);
   });
   it('records when each attempt started, also for jobs claimed ahead that started and ended between two cycles', async () => {
     // Small slots and no-op jobs: most jobs are claimed ahead and run to their end
@@ -340,12 +362,7 @@ describe('results, waitFor and error history', () => {
       ...Array.from({ length: 300 }, () => ({ task: 'noop', queue: 'starts' })),
       ...Array.from({ length: 10 }, () => ({ task: 'broken', queue: 'starts' })),
     ]);
-    await waitFor(async () => {
-      const { rows } = await fx.db.pool.query(
-        `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'starts' AND status IN ('completed', 'failed')`,
-      );
-      return rows[0].n === 310;
-    }, 'all 310 finished');
+    await allFinished('starts', 310);
     const { rows } = await fx.db.pool.query(
       `SELECT status,
               count(*) FILTER (WHERE started_at IS NULL)::int AS no_start,
@@ -375,12 +392,7 @@ describe('results, waitFor and error history', () => {
     const ids = await fx.queue.enqueueMany(
       Array.from({ length: 200 }, (_, i) => ({ task: 'report', queue: 'reports', payload: { i }, maxAttempts: 1 })),
     );
-    await waitFor(async () => {
-      const { rows } = await fx.db.pool.query(
-        `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'reports' AND status IN ('completed', 'failed')`,
-      );
-      return rows[0].n === 200;
-    }, 'all 200 finished');
+    await allFinished('reports', 200);
     const { rows } = await fx.db.pool.query(`SELECT id::text AS id, progress FROM ${fx.db.s}.jobs WHERE id = ANY($1::bigint[])`, [
       ids,
     ]);

@@ -1,10 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import { retryDelayMs } from '../src/worker/backoff.js';
 import { serializePayload } from '../src/payload.js';
-import { describeError } from '../src/worker/run.js';
+import { describeError, Run } from '../src/worker/run.js';
+import { toJobValues } from '../src/job-values.js';
+import type { JobRow } from '../src/job.js';
+import { runInNewContext } from 'node:vm';
 import { describeTarget } from '../src/db/connection.js';
 import { quoteSchema } from '../src/db/identifiers.js';
-import { ValidationError, ConfigError, isConnectionFailure } from '../src/errors.js';
+import { ValidationError, ConfigError, isConnectionFailure, PermanentFailure, Snooze } from '../src/errors.js';
 
 describe('retryDelayMs', () => {
   const opts = { baseMs: 1_000, maxMs: 60_000 };
@@ -91,6 +94,10 @@ describe('serializePayload', () => {
         /not JSON-serialisable: getter failed/,
       ],
     );
+    cases.push(
+      [{ n: runInNewContext('new Number(NaN)') }, /payload\.n is NaN/],
+      [{ m: runInNewContext('new Map([[1, 2]])') }, /payload\.m is a Map/],
+    );
     for (const [payload, message] of cases) expect(() => serializePayload(payload)).toThrow(message);
     for (const [payload] of cases) expect(() => serializePayload(payload)).toThrow(ValidationError);
   });
@@ -111,6 +118,9 @@ describe('serializePayload', () => {
       // Deeper than the walk goes: the replacer serialises it.
       Array.from({ length: 80 }).reduce<unknown>((inner) => [inner], 1),
     ];
+    // A boxed string is written as its ToString, whatever its valueOf says.
+    const boxed = Object.assign(new String('ok'), { valueOf: () => 42 });
+    cases.push({ boxed }, { n: Object.assign(new Number(NaN), { [Symbol.toPrimitive]: () => 5 }) });
     for (const payload of cases) expect(serializePayload(payload)).toBe(JSON.stringify(payload));
   });
 });
@@ -120,6 +130,67 @@ describe('describeError', () => {
     expect(describeError(new Error('boom'))).toMatch(/^Error: boom\n\s+at /);
     expect(describeError({ code: 7 })).toBe('non-Error thrown: {"code":7}');
     expect(describeError('x'.repeat(10_000)).length).toBeLessThan(8_010);
+  });
+  it('describes what a handler may throw without throwing itself', () => {
+    expect(describeError(Object.assign(new Error('x'), { stack: 42 }))).toBe('Error: x');
+    expect(describeError(Object.assign(new TypeError('y'), { stack: undefined, message: Symbol('s') }))).toBe(
+      'TypeError: Symbol(s)',
+    );
+    const hostile = new Error('z');
+    Object.defineProperty(hostile, 'stack', {
+      get() {
+        throw new Error('no stack for you');
+      },
+    });
+    expect(describeError(hostile)).toBe('a value that cannot be read was thrown');
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    expect(describeError(proxy)).toBe('a value that cannot be read was thrown');
+    // An Error of another realm fails instanceof, and keeps its message.
+    expect(describeError(runInNewContext('new Error("from a vm")'))).toMatch(/^Error: from a vm\n/);
+  });
+});
+
+describe('Run: what a handler throws', () => {
+  const job = { id: '1', task: 't', payload: {}, attempts: 1 } as unknown as JobRow;
+  const run = (thrown: unknown) =>
+    new Run(job, {
+      handler: () => {
+        throw thrown;
+      },
+      timeoutMs: undefined,
+      maxAttempts: undefined,
+      backoff: undefined,
+    }).run();
+  it('fails the job, also for a thrown value that cannot be read (a revoked Proxy)', async () => {
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    const outcome = await run(proxy);
+    expect(outcome).toMatchObject({ kind: 'failed', permanent: false });
+    expect(String((outcome as { error: Error }).error.message)).toContain('the handler threw a value that cannot be read');
+    expect(await run(new PermanentFailure('no'))).toMatchObject({ kind: 'failed', permanent: true });
+    expect(await run(new Snooze(5))).toMatchObject({ kind: 'snoozed' });
+  });
+});
+
+describe('Snooze and runAt: times Postgres can store', () => {
+  it('refuses delays and dates outside the years 1 to 9999 where they are made', () => {
+    expect(() => new Snooze(1e300)).toThrow(ValidationError);
+    expect(() => new Snooze(new Date(-8.64e15))).toThrow(/within the years 1 to 9999/);
+    expect(() => new Snooze(new Date(NaN))).toThrow(ValidationError);
+    expect(new Snooze(runInNewContext('new Date(86400000)') as Date).runAt).toEqual(new Date(86_400_000));
+  });
+  it('reads a Date through Date.prototype, not through methods it replaced', () => {
+    const odd = new Date(Date.UTC(2030, 0, 1));
+    odd.toISOString = () => 'not a date';
+    expect(toJobValues({ task: 't', runAt: odd }, 1_000).run_at).toBe('2030-01-01T00:00:00.000Z');
+    const invalid = new Date(NaN);
+    invalid.getTime = () => Date.now();
+    expect(() => toJobValues({ task: 't', runAt: invalid }, 1_000)).toThrow(ValidationError);
+    expect(() => toJobValues({ task: 't', runAt: Object.create(Date.prototype) as Date }, 1_000)).toThrow(ValidationError);
+    expect(toJobValues({ task: 't', runAt: runInNewContext('new Date(0)') as Date }, 1_000).run_at).toBe(
+      '1970-01-01T00:00:00.000Z',
+    );
   });
 });
 

@@ -1,4 +1,4 @@
-import { inspect } from 'node:util';
+import { inspect, types } from 'node:util';
 import type { ResolvedTask } from './options.js';
 import { JobTimeoutError, PermanentFailure, Snooze } from '../errors.js';
 import type { JobContext, JobRow } from '../job.js';
@@ -108,8 +108,7 @@ export class Run {
     } catch (error) {
       const aborted = this.cause && ABORTED[this.cause];
       if (aborted) return aborted;
-      if (error instanceof Snooze) return { kind: 'snoozed', snooze: error };
-      return { kind: 'failed', error, permanent: error instanceof PermanentFailure };
+      return outcomeOf(error);
     } finally {
       this.interrupt = undefined;
       clearTimeout(timer);
@@ -174,20 +173,47 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
 /** The text stored in last_error: the stack when there is one, whatever was thrown otherwise. */
 export function describeError(error: unknown): string {
   let text: string;
-  if (error instanceof Error) {
-    text = error.stack ?? `${error.name}: ${error.message}`;
-  } else if (typeof error === 'string') {
-    text = error;
-  } else {
-    try {
-      // JSON.stringify gives undefined for a symbol or a function: show them as they are.
-      text = `non-Error thrown: ${JSON.stringify(error) ?? String(error)}`;
-    } catch {
-      // Circular or BigInt-holding values: inspect() still shows what they were.
-      text = `non-Error thrown: ${inspect(error, { depth: 2, breakLength: Infinity })}`;
-    }
+  try {
+    text = errorText(error);
+  } catch {
+    // A thrown value whose every reading throws (a revoked Proxy, hostile getters).
+    text = 'a value that cannot be read was thrown';
   }
   return storable(text.length > MAX_ERROR_LENGTH ? `${text.slice(0, MAX_ERROR_LENGTH)}…` : text);
+}
+
+function errorText(error: unknown): string {
+  // isNativeError: also an Error made in another realm (node:vm), which fails instanceof.
+  if (error instanceof Error || types.isNativeError(error)) {
+    const { stack } = error as { stack?: unknown };
+    if (typeof stack === 'string' && stack.length > 0) return stack;
+    const { name, message } = error as { name?: unknown; message?: unknown };
+    return `${String(name ?? 'Error')}: ${String(message ?? '')}`;
+  }
+  if (typeof error === 'string') return error;
+  try {
+    // JSON.stringify gives undefined for a symbol or a function: show them as they are.
+    return `non-Error thrown: ${JSON.stringify(error) ?? String(error)}`;
+  } catch {
+    // Circular or BigInt-holding values: inspect() still shows what they were.
+    return `non-Error thrown: ${inspect(error, { depth: 2, breakLength: Infinity })}`;
+  }
+}
+
+/**
+ * What a handler's throw means. Reading a thrown value can itself throw (a revoked
+ * Proxy fails `instanceof`): such a value fails the job like any error, in place
+ * of one that can be read, and never escapes the run (its slot would be lost).
+ */
+function outcomeOf(thrown: unknown): Outcome {
+  let error = thrown;
+  try {
+    if (error instanceof Snooze) return { kind: 'snoozed', snooze: error };
+    return { kind: 'failed', error, permanent: error instanceof PermanentFailure };
+  } catch (err) {
+    error = new Error(`the handler threw a value that cannot be read (${describeError(err).split('\n')[0]})`);
+    return { kind: 'failed', error, permanent: false };
+  }
 }
 
 const LONE_SURROGATES = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;

@@ -1,0 +1,22 @@
+import { types } from 'node:util';
+
+// Dates Postgres reads back from an ISO string: JS dates reach far beyond year 9999,
+// but their six-digit-year ISO form ("+275760-09-13...") is not valid input to timestamptz.
+export const MIN_TIME = Date.parse('0001-01-01T00:00:00.000Z');
+export const MAX_TIME = Date.parse('9999-12-31T23:59:59.999Z');
+
+/**
+ * The time of `value` in ms when it is a Date (of any realm, so also one made in a
+ * node:vm context) holding a valid time: read through Date.prototype, not through
+ * methods the object may have replaced. Undefined for anything else.
+ */
+export function timeOf(value: unknown): number | undefined {
+  if (!types.isDate(value)) return undefined;
+  const time = Date.prototype.getTime.call(value);
+  return Number.isNaN(time) ? undefined : time;
+}
+
+/** True when `time` (ms) lies within the years 1 to 9999, which Postgres' timestamptz reads back. */
+export function storableTime(time: number): boolean {
+  return time >= MIN_TIME && time <= MAX_TIME;
+}
