@@ -22,13 +22,19 @@ export const DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024;
 export function serializePayload(payload: unknown, maxBytes = DEFAULT_MAX_PAYLOAD_BYTES, what = 'payload'): string {
   if (payload === undefined) return '{}';
   let text: string | undefined;
+  // Counts down a lower bound of the text's size while the value is walked, so a
+  // value far over the limit (a small object that repeats one big part many times)
+  // is refused after about maxBytes of work, not after serialising all of it.
+  const budget: Budget = { left: maxBytes, limit: maxBytes, what };
   try {
-    text = isPlain(payload, []) ? JSON.stringify(payload) : undefined;
+    text = isPlain(payload, [], budget) ? JSON.stringify(payload) : undefined;
   } catch {
     // A getter or a proxy that throws: the replacer below says what failed.
     text = undefined;
   }
-  if (text === undefined || UNSTORABLE_ESCAPE.test(text)) text = serializeChecked(payload, what);
+  if (budget.left < 0) throw overLimit(budget);
+  if (text === undefined || UNSTORABLE_ESCAPE.test(text))
+    text = serializeChecked(payload, { left: maxBytes, limit: maxBytes, what });
   // What the replacer cannot see (a value that changed between reads, an exotic
   // object) must still never reach Postgres: one such text fails the statement
   // that writes a whole batch of results.
@@ -56,15 +62,16 @@ const MAX_PLAIN_DEPTH = 64;
  * objects on the path from the root, so a value holding itself twice is not
  * walked again and again).
  */
-function isPlain(value: unknown, ancestors: object[]): boolean {
+function isPlain(value: unknown, ancestors: object[], budget: Budget): boolean {
   switch (typeof value) {
     case 'string':
+      return (budget.left -= value.length) >= 0;
     case 'boolean':
-      return true;
+      return (budget.left -= 1) >= 0;
     case 'number':
-      return Number.isFinite(value);
+      return Number.isFinite(value) && (budget.left -= 1) >= 0;
     case 'object': {
-      if (value === null) return true;
+      if (value === null) return (budget.left -= 1) >= 0;
       if (ancestors.length >= MAX_PLAIN_DEPTH || ancestors.includes(value)) return false;
       const proto: unknown = Object.getPrototypeOf(value);
       // JSON.stringify calls toJSON wherever it is found, as a Get does.
@@ -75,13 +82,13 @@ function isPlain(value: unknown, ancestors: object[]): boolean {
         const list = value as unknown[];
         for (let i = 0; i < list.length && plain; i++) {
           const item = list[i];
-          plain = item !== undefined && isPlain(item, ancestors);
+          plain = item !== undefined && isPlain(item, ancestors, budget);
         }
       } else if (proto === Object.prototype || proto === null) {
         const record = value as Record<string, unknown>;
         for (const key in record) {
           const item = record[key];
-          if (item !== undefined && !isPlain(item, ancestors)) {
+          if (item !== undefined && (!isPlain(item, ancestors, budget) || (budget.left -= key.length) < 0)) {
             plain = false;
             break;
           }
@@ -97,11 +104,31 @@ function isPlain(value: unknown, ancestors: object[]): boolean {
   }
 }
 
+/**
+ * The bytes a payload's text may still take. What is counted is a lower bound of
+ * the text: each string's and each object key's UTF-16 units (a byte or more each
+ * in UTF-8) and one per other value, never quotes, commas or escapes.
+ */
+interface Budget {
+  left: number;
+  readonly limit: number;
+  readonly what: string;
+}
+
+function overLimit(budget: Budget): ValidationError {
+  return new ValidationError(`${budget.what} is over the limit of ${budget.limit} bytes`);
+}
+
 /** JSON.stringify with a replacer that refuses, and names, what JSON would drop or mangle. */
-function serializeChecked(payload: unknown, what: string): string {
+function serializeChecked(payload: unknown, budget: Budget): string {
+  const { what } = budget;
   let text: string | undefined;
   try {
-    text = JSON.stringify(payload, (key, boxed: unknown) => {
+    text = JSON.stringify(payload, function (this: unknown, key, boxed: unknown) {
+      // An array's keys (its indexes) are not in the text, nor an undefined member.
+      const cost =
+        boxed === undefined ? 0 : (Array.isArray(this) ? 0 : key.length) + (typeof boxed === 'string' ? boxed.length : 1);
+      if ((budget.left -= cost) < 0) throw overLimit(budget);
       // JSON unwraps new String(..), new Number(..) and new Boolean(..) (of any realm)
       // after the replacer, as ToString, ToNumber and the boolean inside: check what it will write.
       const value = types.isStringObject(boxed)

@@ -208,3 +208,24 @@ describe('connection helpers', () => {
     expect(() => quoteSchema('')).toThrow(ConfigError);
   });
 });
+
+describe('serializePayload: the size limit bounds the work', () => {
+  it('refuses a small value that repeats one big part many times without serialising it all', () => {
+    const part = Array.from({ length: 100 }, (_, i) => `item ${i} `.repeat(10));
+    let tree: unknown = part;
+    for (let depth = 0; depth < 8; depth++) tree = Array.from({ length: 10 }, () => tree);
+    // 10^8 copies of a 10 kB part: JSON.stringify alone would not finish in minutes.
+    expect(() => serializePayload({ tree })).toThrow(/payload is over the limit of 1048576 bytes/);
+    expect(() => serializePayload({ tree, when: new Date(0) })).toThrow(/payload is over the limit of 1048576 bytes/);
+  });
+  it('accepts a text of exactly the limit, counted in UTF-8 bytes, on both paths', () => {
+    for (const extra of [{}, { at: new Date(0) }]) {
+      const base = serializePayload({ ...extra, s: '' }).length;
+      const exact = { ...extra, s: 'é'.repeat((1_000 - base) / 2), n: undefined };
+      expect(Buffer.byteLength(serializePayload(exact, 1_000))).toBe(1_000);
+      expect(() => serializePayload({ ...exact, s: `${exact.s}x` }, 1_000)).toThrow(/1001 bytes, over the limit of 1000/);
+      const list = Array.from({ length: 499 }, () => 1);
+      expect(serializePayload({ ...extra, list }, 2_000)).toBe(JSON.stringify({ ...extra, list }));
+    }
+  });
+});
