@@ -10,6 +10,8 @@ import { describeError, type Outcome, type Run } from './run.js';
 interface Completion extends CompletionWrite {
   job: JobRow;
   refused?: undefined;
+  /** Times Postgres refused this outcome sent alone (Completer.rejected). */
+  refusals?: number;
   durationMs: number;
 }
 
@@ -17,6 +19,8 @@ interface Failure extends FailureWrite {
   job: JobRow;
   /** Written in place of an outcome Postgres refused (Completer.rejected). */
   refused?: boolean;
+  /** Times Postgres refused this outcome sent alone. */
+  refusals?: number;
   /** What was thrown, for events. */
   error: unknown;
   durationMs: number;
@@ -28,6 +32,9 @@ export interface CompleterConfig {
   /** Largest result stored, in bytes of JSON. */
   maxResultBytes: number;
 }
+
+/** Times an outcome sent alone may be refused before it is given up (see rejected()). */
+const REFUSALS_BEFORE_GIVING_UP = 4;
 
 /** A write skipped because another session held the row is tried again after this long. */
 const SKIPPED_RETRY_MS = 250;
@@ -179,6 +186,14 @@ export class Completer implements ResultSource {
     this.landed(batch);
     for (const id of batch.started) this.started.add(id);
     const result = results[0]!;
+    // Refused alone: tried a few more times (the fetch loop's retry backoff spaces
+    // them), in case what refused it passes (a trigger being replaced) before the
+    // job's outcome is given up.
+    result.refusals = (result.refusals ?? 0) + 1;
+    if (result.refusals < REFUSALS_BEFORE_GIVING_UP) {
+      this.suspects.unshift(result);
+      return;
+    }
     if (result.refused) {
       // Refused again with neither result, progress nor its own error text: nothing
       // more to strip. The job stays 'processing' for the rescuer (attempt counted).
