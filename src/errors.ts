@@ -207,13 +207,21 @@ export function isConnectionFailure(err: unknown): boolean {
 }
 
 /**
- * True when Postgres refused the values of a statement (SQLSTATE class 22, data
- * exception, or 23, integrity constraint violation): sending it again as it is
- * fails again, where a lost connection or a deadlock would not.
+ * SQLSTATE classes of a refusal of a statement's values: 22 data exception, 23
+ * integrity constraint violation, P0 PL/pgSQL (a trigger's RAISE EXCEPTION), 38
+ * and 39 (a function or trigger that failed). Not 42 (a missing column means a
+ * schema out of step with the code: every statement fails, whatever its values).
+ */
+const REFUSAL_CLASSES = new Set(['22', '23', 'P0', '38', '39']);
+
+/**
+ * True when Postgres refused the values of a statement (REFUSAL_CLASSES): sending
+ * it again as it is likely fails again, where a lost connection or a deadlock
+ * would not.
  */
 export function isDataRejection(err: unknown): boolean {
   const code = err instanceof DatabaseError ? err.sqlState : (err as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && code.length === 5 && (code.startsWith('22') || code.startsWith('23'));
+  return typeof code === 'string' && code.length === 5 && REFUSAL_CLASSES.has(code.slice(0, 2));
 }
 
 /** Wraps a driver error in the matching typed error, keeping it as `cause`. */

@@ -72,6 +72,8 @@ function isPlain(value: unknown, ancestors: object[], budget: Budget): boolean {
       return Number.isFinite(value) && (budget.left -= 1) >= 0;
     case 'object': {
       if (value === null) return (budget.left -= 1) >= 0;
+      // An object or array, an empty one too, is at least a character of the text.
+      if ((budget.left -= 1) < 0) return false;
       if (ancestors.length >= MAX_PLAIN_DEPTH || ancestors.includes(value)) return false;
       const proto: unknown = Object.getPrototypeOf(value);
       // JSON.stringify calls toJSON wherever it is found, as a Get does.
@@ -125,10 +127,6 @@ function serializeChecked(payload: unknown, budget: Budget): string {
   let text: string | undefined;
   try {
     text = JSON.stringify(payload, function (this: unknown, key, boxed: unknown) {
-      // An array's keys (its indexes) are not in the text, nor an undefined member.
-      const cost =
-        boxed === undefined ? 0 : (Array.isArray(this) ? 0 : key.length) + (typeof boxed === 'string' ? boxed.length : 1);
-      if ((budget.left -= cost) < 0) throw overLimit(budget);
       // JSON unwraps new String(..), new Number(..) and new Boolean(..) (of any realm)
       // after the replacer, as ToString, ToNumber and the boolean inside: check what it will write.
       const value = types.isStringObject(boxed)
@@ -138,6 +136,10 @@ function serializeChecked(payload: unknown, budget: Budget): string {
           : types.isBooleanObject(boxed)
             ? Boolean.prototype.valueOf.call(boxed)
             : boxed;
+      // An array's keys (its indexes) are not in the text, nor an undefined member.
+      const cost =
+        value === undefined ? 0 : (Array.isArray(this) ? 0 : key.length) + (typeof value === 'string' ? value.length : 1);
+      if ((budget.left -= cost) < 0) throw overLimit(budget);
       const type = typeof value;
       if (type === 'bigint' || type === 'function' || type === 'symbol') {
         throw new ValidationError(`${what}${key ? `.${key}` : ''} is a ${type}, which is not JSON`);

@@ -273,11 +273,15 @@ describe('results, waitFor and error history', () => {
     expect(job!.last_error).toContain('result.n is a bigint');
   });
   /** One job whose handler gets { poison: true } among 50 that return 'fine', at concurrency 10; all must finish. */
-  async function poisonAmongFifty(queue: string, handler: (payload: { poison?: boolean }) => Promise<unknown>) {
+  async function poisonAmongFifty(
+    queue: string,
+    handler: (payload: { poison?: boolean }) => Promise<unknown>,
+    poisonOptions: { maxAttempts?: number } = {},
+  ) {
     const worker = await startWorker({ queues: [queue], concurrency: 10, tasks: { job: handler } });
     const errors: Error[] = [];
     worker.on('error', (err) => errors.push(err));
-    const poison = await fx.queue.enqueue('job', { poison: true }, { queue });
+    const poison = await fx.queue.enqueue('job', { poison: true }, { queue, ...poisonOptions });
     await fx.queue.enqueueMany(Array.from({ length: 50 }, () => ({ task: 'job', queue, payload: {} })));
     await allFinished(queue, 51);
     const { rows } = await fx.db.pool.query(
@@ -300,13 +304,16 @@ describe('results, waitFor and error history', () => {
     const { s } = fx.db;
     await fx.db.pool.query(`
       CREATE FUNCTION ${s}.refuse_result() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN RAISE EXCEPTION 'this result is not welcome' USING ERRCODE = '22023'; END $$;
+        BEGIN RAISE EXCEPTION 'this result is not welcome'; END $$;
       CREATE TRIGGER refuse_result BEFORE UPDATE ON ${s}.jobs FOR EACH ROW
         WHEN (NEW.result = '"refuse-me"'::jsonb) EXECUTE FUNCTION ${s}.refuse_result()`);
     try {
-      const { job, errors } = await poisonAmongFifty('refused-result', async ({ poison }) => (poison ? 'refuse-me' : 'fine'));
+      // A plain RAISE EXCEPTION (SQLSTATE P0001). The refusal fails the attempt; with no attempt left, the job.
+      const { job, errors } = await poisonAmongFifty('refused-result', async ({ poison }) => (poison ? 'refuse-me' : 'fine'), {
+        maxAttempts: 1,
+      });
       expect(job).toMatchObject({ status: 'failed', result: null, attempts: 1 });
-      expect(job.last_error).toContain('its result could not be stored: this result is not welcome (SQLSTATE 22023)');
+      expect(job.last_error).toContain('its result or progress could not be stored: this result is not welcome (SQLSTATE P0001)');
       // The refused writes are reported, as every failed statement is.
       expect(errors.length).toBeGreaterThan(0);
     } finally {

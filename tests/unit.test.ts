@@ -170,6 +170,11 @@ describe('Run: what a handler throws', () => {
     expect(String((outcome as { error: Error }).error.message)).toContain('the handler threw a value that cannot be read');
     expect(await run(new PermanentFailure('no'))).toMatchObject({ kind: 'failed', permanent: true });
     expect(await run(new Snooze(5))).toMatchObject({ kind: 'snoozed' });
+    // A Snooze changed after its constructor checked it is checked again when thrown.
+    const moved = new Snooze(new Date(Date.now() + 100));
+    moved.runAt!.setTime(-8.64e15);
+    expect(await run(moved)).toMatchObject({ kind: 'failed', error: expect.any(ValidationError) });
+    expect(await run(Object.create(Snooze.prototype))).toMatchObject({ kind: 'failed', error: expect.any(ValidationError) });
   });
 });
 
@@ -217,6 +222,13 @@ describe('serializePayload: the size limit bounds the work', () => {
     // 10^8 copies of a 10 kB part: JSON.stringify alone would not finish in minutes.
     expect(() => serializePayload({ tree })).toThrow(/payload is over the limit of 1048576 bytes/);
     expect(() => serializePayload({ tree, when: new Date(0) })).toThrow(/payload is over the limit of 1048576 bytes/);
+    // Boxed strings count as the strings JSON writes; empty arrays count too.
+    expect(() => serializePayload(Array.from({ length: 100_000 }).fill(new String('q'.repeat(100_000))))).toThrow(
+      /over the limit/,
+    );
+    let doubled: unknown[] = [];
+    for (let depth = 0; depth < 60; depth++) doubled = [doubled, doubled];
+    expect(() => serializePayload({ doubled })).toThrow(/over the limit/);
   });
   it('accepts a text of exactly the limit, counted in UTF-8 bytes, on both paths', () => {
     for (const extra of [{}, { at: new Date(0) }]) {

@@ -1,6 +1,7 @@
 import type { CompletionWrite, FailureWrite, WorkerStore } from '../db/store.js';
 import { DatabaseError, ValidationError, type Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
+import type { ResolvedTask } from './options.js';
 import { serializePayload } from '../payload.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
 import type { Emit } from './events.js';
@@ -9,6 +10,8 @@ import { describeError, type Outcome, type Run } from './run.js';
 
 interface Completion extends CompletionWrite {
   job: JobRow;
+  /** The task's policy, should this outcome have to become a failure (rejected()). */
+  task: ResolvedTask;
   refused?: undefined;
   /** Times Postgres refused this outcome sent alone (Completer.rejected). */
   refusals?: number;
@@ -126,7 +129,16 @@ export class Completer implements ResultSource {
         this.fail(run, error, true, durationMs, progress);
         return;
       }
-      this.completed.push({ id: job.id, attempt: run.attempt, result, progress, job, durationMs, startedAt: localStart(run) });
+      this.completed.push({
+        id: job.id,
+        attempt: run.attempt,
+        result,
+        progress,
+        job,
+        task: run.task,
+        durationMs,
+        startedAt: localStart(run),
+      });
       this.signals.resultAdded();
     } else if (outcome.kind === 'failed') {
       this.fail(run, outcome.error, outcome.permanent, durationMs, progress);
@@ -204,15 +216,23 @@ export class Completer implements ResultSource {
       );
       return;
     }
-    // This job's outcome alone: recorded as a failure for good, without the values
-    // Postgres refused (result, progress, the handler's error text).
-    const refusal = `its ${'final' in result ? 'error' : 'result'} could not be stored: ${describeRefusal(err)}`;
+    // This job's outcome alone becomes a failure of its attempt, without the values
+    // Postgres refused (result, progress, the handler's error text), retried as the
+    // job's policy says: a refusal that passes (a trigger being replaced) then costs
+    // a rerun, not the job.
+    const refusal = `its ${'final' in result ? 'error' : 'result'} or progress could not be stored: ${describeRefusal(err)}`;
+    const retry =
+      'final' in result
+        ? { final: result.final, delayMs: result.delayMs }
+        : {
+            final: result.attempt >= (result.task.maxAttempts ?? result.job.max_attempts),
+            delayMs: retryDelayMs(result.attempt, result.task.backoff ?? this.config.backoff),
+          };
     this.failed.push({
       id: result.id,
       attempt: result.attempt,
       errorText: `Error: ${refusal}`,
-      delayMs: 0,
-      final: true,
+      ...retry,
       startedAt: result.startedAt,
       progress: undefined,
       job: result.job,

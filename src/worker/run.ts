@@ -1,6 +1,6 @@
 import { inspect, types } from 'node:util';
 import type { ResolvedTask } from './options.js';
-import { JobTimeoutError, PermanentFailure, Snooze } from '../errors.js';
+import { JobTimeoutError, PermanentFailure, Snooze, ValidationError } from '../errors.js';
 import type { JobContext, JobRow } from '../job.js';
 
 /** How one run of a job ended, as far as the worker is concerned. */
@@ -200,6 +200,13 @@ function errorText(error: unknown): string {
   }
 }
 
+/** An Error whose stack is its message alone: where Sluice noticed it says nothing about the job. */
+function unreadable(message: string): Error {
+  const error = new Error(message);
+  error.stack = `Error: ${message}`;
+  return error;
+}
+
 /**
  * What a handler's throw means. Reading a thrown value can itself throw (a revoked
  * Proxy fails `instanceof`): such a value fails the job like any error, in place
@@ -208,10 +215,15 @@ function errorText(error: unknown): string {
 function outcomeOf(thrown: unknown): Outcome {
   let error = thrown;
   try {
-    if (error instanceof Snooze) return { kind: 'snoozed', snooze: error };
+    // Made again from its fields: they may have been changed since the constructor
+    // checked them (a Snooze that fails its check fails the job instead).
+    if (error instanceof Snooze) return { kind: 'snoozed', snooze: new Snooze(error.runAt ?? error.delayMs) };
     return { kind: 'failed', error, permanent: error instanceof PermanentFailure };
   } catch (err) {
-    error = new Error(`the handler threw a value that cannot be read (${describeError(err).split('\n')[0]})`);
+    error =
+      err instanceof ValidationError
+        ? err
+        : unreadable(`the handler threw a value that cannot be read (${describeError(err).split('\n')[0]})`);
     return { kind: 'failed', error, permanent: false };
   }
 }

@@ -450,13 +450,14 @@ describe('Completer: a batch whose values Postgres refused', () => {
     const replacement = completer.take();
     expect(replacement.alone).toBeUndefined();
     expect(replacement.failed).toHaveLength(1);
-    expect(replacement.failed[0]).toMatchObject({ id: runs[1]!.job.id, final: true, progress: undefined });
+    // The attempt fails, without its result; attempts are left (5), so the job runs again.
+    expect(replacement.failed[0]).toMatchObject({ id: runs[1]!.job.id, final: false, progress: undefined });
     expect(replacement.failed[0]!.errorText).toContain(
-      'its result could not be stored: unsupported Unicode escape sequence (SQLSTATE 22P05)',
+      'its result or progress could not be stored: unsupported Unicode escape sequence (SQLSTATE 22P05)',
     );
     completer.applied(replacement, await store.write(replacement));
-    expect(runs.map((r) => db.job(r.job.id).status)).toEqual(['completed', 'failed', 'completed']);
-    expect(named('job:fail').map((e) => e.detail?.willRetry)).toEqual([false]);
+    expect(runs.map((r) => db.job(r.job.id).status)).toEqual(['completed', 'pending', 'completed']);
+    expect(named('job:fail').map((e) => e.detail?.willRetry)).toEqual([true]);
     expect(errors).toEqual([]);
   });
 
@@ -467,7 +468,7 @@ describe('Completer: a batch whose values Postgres refused', () => {
     completer.rejected(completer.take(), refusal);
     for (let i = 0; i < 4; i++) completer.rejected(completer.take(), refusal);
     const replacement = completer.take();
-    expect(replacement.failed[0]!.errorText).toContain('its error could not be stored');
+    expect(replacement.failed[0]!.errorText).toContain('its error or progress could not be stored');
     // That refused too, in a batch and then alone: nothing is left to strip.
     completer.rejected(replacement, refusal);
     for (let i = 0; i < 4; i++) {
