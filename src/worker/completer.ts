@@ -13,8 +13,10 @@ interface Completion extends CompletionWrite {
   /** The task's policy, should this outcome have to become a failure (rejected()). */
   task: ResolvedTask;
   refused?: undefined;
-  /** Times Postgres refused this outcome sent alone (Completer.rejected). */
-  refusals?: number;
+  /** When Postgres first refused this outcome sent alone (Completer.rejected). */
+  firstRefusedAt?: number;
+  /** Held after a refusal: goes back to be sent alone, not in a batch. */
+  held?: boolean;
   durationMs: number;
 }
 
@@ -22,8 +24,10 @@ interface Failure extends FailureWrite {
   job: JobRow;
   /** Written in place of an outcome Postgres refused (Completer.rejected). */
   refused?: boolean;
-  /** Times Postgres refused this outcome sent alone. */
-  refusals?: number;
+  /** When Postgres first refused this outcome sent alone (Completer.rejected). */
+  firstRefusedAt?: number;
+  /** Held after a refusal: goes back to be sent alone, not in a batch. */
+  held?: boolean;
   /** What was thrown, for events. */
   error: unknown;
   durationMs: number;
@@ -36,8 +40,8 @@ export interface CompleterConfig {
   maxResultBytes: number;
 }
 
-/** Times an outcome sent alone may be refused before it is given up (see rejected()). */
-const REFUSALS_BEFORE_GIVING_UP = 4;
+/** How long an outcome Postgres refuses is tried again before it is given up (see rejected()). */
+const REFUSED_GIVE_UP_MS = 30_000;
 
 /** A write skipped because another session held the row is tried again after this long. */
 const SKIPPED_RETRY_MS = 250;
@@ -198,12 +202,13 @@ export class Completer implements ResultSource {
     this.landed(batch);
     for (const id of batch.started) this.started.add(id);
     const result = results[0]!;
-    // Refused alone: tried a few more times (the fetch loop's retry backoff spaces
-    // them), in case what refused it passes (a trigger being replaced) before the
-    // job's outcome is given up.
-    result.refusals = (result.refusals ?? 0) + 1;
-    if (result.refusals < REFUSALS_BEFORE_GIVING_UP) {
-      this.suspects.unshift(result);
+    // Refused alone: held (its lock kept fresh) and tried alone again every
+    // SKIPPED_RETRY_MS, while the worker goes on with the rest, in case what refused
+    // it passes (a trigger being replaced); given up after REFUSED_GIVE_UP_MS.
+    result.firstRefusedAt ??= Date.now();
+    if (Date.now() - result.firstRefusedAt < REFUSED_GIVE_UP_MS) {
+      result.held = true;
+      this.defer(result);
       return;
     }
     if (result.refused) {
@@ -312,7 +317,8 @@ export class Completer implements ResultSource {
     this.deferTimer = undefined;
     if (this.deferred.size === 0) return;
     for (const result of this.deferred.values()) {
-      if ('final' in result) this.failed.push(result);
+      if (result.held) this.suspects.push(result);
+      else if ('final' in result) this.failed.push(result);
       else this.completed.push(result);
     }
     this.deferred.clear();
