@@ -8,26 +8,26 @@ import type { Emit } from './events.js';
 import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
 import { describeError, type Outcome, type Run } from './run.js';
 
-interface Completion extends CompletionWrite {
+/** Where an outcome Postgres refused stands (Completer.rejected). */
+interface Refusal {
+  /** When Postgres first refused this outcome sent alone. */
+  firstRefusedAt?: number;
+  /** Held after a refusal: goes back to be sent alone, not in a batch. */
+  held?: boolean;
+}
+
+interface Completion extends CompletionWrite, Refusal {
   job: JobRow;
   /** The task's policy, should this outcome have to become a failure (rejected()). */
   task: ResolvedTask;
   refused?: undefined;
-  /** When Postgres first refused this outcome sent alone (Completer.rejected). */
-  firstRefusedAt?: number;
-  /** Held after a refusal: goes back to be sent alone, not in a batch. */
-  held?: boolean;
   durationMs: number;
 }
 
-interface Failure extends FailureWrite {
+interface Failure extends FailureWrite, Refusal {
   job: JobRow;
   /** Written in place of an outcome Postgres refused (Completer.rejected). */
   refused?: boolean;
-  /** When Postgres first refused this outcome sent alone (Completer.rejected). */
-  firstRefusedAt?: number;
-  /** Held after a refusal: goes back to be sent alone, not in a batch. */
-  held?: boolean;
   /** What was thrown, for events. */
   error: unknown;
   durationMs: number;
