@@ -1,5 +1,5 @@
 import { inspect } from 'node:util';
-import { MAX_TIME, storableTime, timeOf } from './time-range.js';
+import { storableDelay, storableTime, timeOf } from './time-range.js';
 
 /**
  * Every error Sluice throws is a SluiceError with a literal `code`, so callers can
@@ -163,7 +163,7 @@ export class Snooze extends SluiceError {
     // Checked here, where the handler throws it: a time Postgres cannot store would
     // fail the write of the snooze, and the job would wait for the rescuer instead.
     if (time === undefined) {
-      if (typeof until !== 'number' || !Number.isFinite(until) || until < 0 || until > MAX_TIME - Date.now()) {
+      if (!storableDelay(until)) {
         throw new ValidationError(
           `Snooze: give a delay in ms (>= 0, ending before the year 10000) or a valid Date, got ${inspect(until)}`,
         );

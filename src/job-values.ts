@@ -2,7 +2,7 @@ import { inspect } from 'node:util';
 import { ValidationError } from './errors.js';
 import { DEFAULT_QUEUE, type JobKeyMode, type JobSpec } from './job.js';
 import { serializePayload } from './payload.js';
-import { MAX_TIME, storableTime, timeOf } from './time-range.js';
+import { storableDelay, storableTime, timeOf } from './time-range.js';
 import { checks, unstorableText } from './validate.js';
 
 const { checkName, intOption } = checks(ValidationError);
@@ -45,7 +45,7 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     runAt = iso;
   }
   const delayMs = spec.delayMs ?? 0;
-  if (typeof delayMs !== 'number' || !Number.isFinite(delayMs) || delayMs < 0 || delayMs > MAX_TIME - Date.now()) {
+  if (!storableDelay(delayMs)) {
     throw new ValidationError(
       `delayMs must be a finite number >= 0 that stays before the year 10000, got ${String(spec.delayMs)}`,
     );

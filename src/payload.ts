@@ -25,7 +25,7 @@ export function serializePayload(payload: unknown, maxBytes = DEFAULT_MAX_PAYLOA
   // Counts down a lower bound of the text's size while the value is walked, so a
   // value far over the limit (a small object that repeats one big part many times)
   // is refused after about maxBytes of work, not after serialising all of it.
-  const budget: Budget = { left: maxBytes, limit: maxBytes, what };
+  const budget = newBudget(maxBytes, what);
   try {
     text = isPlain(payload, [], budget) ? JSON.stringify(payload) : undefined;
   } catch {
@@ -33,8 +33,7 @@ export function serializePayload(payload: unknown, maxBytes = DEFAULT_MAX_PAYLOA
     text = undefined;
   }
   if (budget.left < 0) throw overLimit(budget);
-  if (text === undefined || UNSTORABLE_ESCAPE.test(text))
-    text = serializeChecked(payload, { left: maxBytes, limit: maxBytes, what });
+  if (text === undefined || UNSTORABLE_ESCAPE.test(text)) text = serializeChecked(payload, newBudget(maxBytes, what));
   // What the replacer cannot see (a value that changed between reads, an exotic
   // object) must still never reach Postgres: one such text fails the statement
   // that writes a whole batch of results.
@@ -117,6 +116,10 @@ interface Budget {
   readonly what: string;
 }
 
+function newBudget(limit: number, what: string): Budget {
+  return { left: limit, limit, what };
+}
+
 function overLimit(budget: Budget): ValidationError {
   return new ValidationError(`${budget.what} is over the limit of ${budget.limit} bytes`);
 }
@@ -140,24 +143,23 @@ function serializeChecked(payload: unknown, budget: Budget): string {
       const cost =
         value === undefined ? 0 : (Array.isArray(this) ? 0 : key.length) + (typeof value === 'string' ? value.length : 1);
       if ((budget.left -= cost) < 0) throw overLimit(budget);
+      const at = key ? `${what}.${key}` : what;
       const type = typeof value;
       if (type === 'bigint' || type === 'function' || type === 'symbol') {
-        throw new ValidationError(`${what}${key ? `.${key}` : ''} is a ${type}, which is not JSON`);
+        throw new ValidationError(`${at} is a ${type}, which is not JSON`);
       }
       if (typeof value === 'number' && !Number.isFinite(value)) {
-        throw new ValidationError(`${what}${key ? `.${key}` : ''} is ${value}, which is not JSON`);
+        throw new ValidationError(`${at} is ${value}, which is not JSON`);
       }
       if (types.isMap(value) || types.isSet(value)) {
-        throw new ValidationError(
-          `${what}${key ? `.${key}` : ''} is a ${types.isMap(value) ? 'Map' : 'Set'}, which JSON turns into {}`,
-        );
+        throw new ValidationError(`${at} is a ${types.isMap(value) ? 'Map' : 'Set'}, which JSON turns into {}`);
       }
       if (Array.isArray(value) && value.includes(undefined)) {
-        throw new ValidationError(`${what}${key ? `.${key}` : ''} is an array holding undefined, which JSON turns into null`);
+        throw new ValidationError(`${at} is an array holding undefined, which JSON turns into null`);
       }
       for (const text of [key, value]) {
         const unstorable = typeof text === 'string' ? unstorableText(text) : undefined;
-        if (unstorable) throw new ValidationError(`${what}${key ? `.${key}` : ''} contains ${unstorable}`);
+        if (unstorable) throw new ValidationError(`${at} contains ${unstorable}`);
       }
       return value;
     });
