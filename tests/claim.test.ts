@@ -95,7 +95,17 @@ describe('claiming', () => {
     await queue.enqueue('known', {}, { queue: 'other' });
     const rows = await claim(db.pool, 'W', ['filter'], ['known'], 10);
     expect(rows.map((r) => [r.task, r.queue])).toEqual([['known', 'filter']]);
-    expect(rows[0]).toMatchObject({ status: 'processing', attempts: 1, locked_by: 'W' });
+    // The statement returns what differs per job, and the claim's time once (the
+    // worker fills in the rest); the row itself holds the claim.
+    expect(rows[0]).toMatchObject({ attempts: 1, started: true });
+    expect(rows[0].claimed_at).toBeInstanceOf(Date);
+    const { rows: stored } = await db.pool.query(
+      `SELECT status, locked_by, locked_at, started_at FROM ${db.s}.jobs WHERE id = $1`,
+      [rows[0].id],
+    );
+    expect(stored[0]).toMatchObject({ status: 'processing', locked_by: 'W' });
+    expect(stored[0].locked_at.getTime()).toBe(rows[0].claimed_at.getTime());
+    expect(stored[0].started_at.getTime()).toBe(rows[0].claimed_at.getTime());
   });
 
   it('three workers take jobs in priority, then run_at, then id order', async () => {

@@ -136,3 +136,50 @@ describe('misbehaving handlers', () => {
     expect(await blocker.exited).toBe(0);
   });
 });
+
+describe('what a handler is given', () => {
+  it('ctx.job is the row as the claim left it: keyed, prioritised, grouped and retried jobs', async () => {
+    const seen: { job: JobRow; row: JobRow }[] = [];
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    await startWorker({
+      queues: ['inspect'],
+      concurrency: 1,
+      tasks: {
+        inspect: {
+          backoff: { baseMs: 1, shape: 'fixed' },
+          handler: async (payload: { failFirst?: boolean; wait?: boolean }, ctx) => {
+            seen.push({ job: ctx.job, row: await job(ctx.job.id) });
+            if (payload.wait) await gate;
+            if (payload.failFirst && ctx.attempt === 1) throw new Error('first attempt fails');
+          },
+        },
+      },
+    });
+    // The first holds the only slot while the others are enqueued.
+    const first = await fx.queue.enqueue('inspect', { wait: true }, { queue: 'inspect', priority: 5 });
+    await waitFor(async () => (seen.length === 1 ? true : undefined), 'the first job to start');
+    const keyed = await fx.queue.enqueue('inspect', {}, { queue: 'inspect', jobKey: 'inspect-key', maxAttempts: 3 });
+    const retried = await fx.queue.enqueue('inspect', { failFirst: true }, { queue: 'inspect', group: 'g1' });
+    release();
+    await settled([first, keyed, retried]);
+    expect(seen.map((s) => s.job.id)).toEqual([first, keyed, retried, retried]);
+    for (const { job: given, row } of seen) {
+      expect(given.status).toBe('processing');
+      expect(given.finished_at).toBeNull();
+      expect(given.locked_at).toBeInstanceOf(Date);
+      // A heartbeat between the claim and the read may have moved locked_at on, and a job
+      // claimed ahead has its start written after the claim: the rest is the row (less
+      // the detail columns, which only getJob reads).
+      const { locked_at: _l, started_at: _s, errors: _e, key_scope: _k, progress: _p, result: _r, ...rest } = row;
+      expect(given).toMatchObject(rest);
+      expect(given.updated_at.getTime()).toBe(given.locked_at!.getTime());
+      if (given.started_at) expect(given.started_at.getTime()).toBe(given.locked_at!.getTime());
+    }
+    expect(seen[1]!.job).toMatchObject({ job_key: 'inspect-key', max_attempts: 3, priority: 0 });
+    expect(seen[0]!.job.priority).toBe(5);
+    expect(seen[3]!.job).toMatchObject({ attempts: 2, group_key: 'g1' });
+    expect(seen[3]!.job.last_error).toContain('first attempt fails');
+    expect(seen[0]!.job.started_at).toBeInstanceOf(Date);
+  });
+});

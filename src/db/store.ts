@@ -124,11 +124,35 @@ export interface WorkerStore {
   markGrouped(queue: string): Promise<boolean>;
 }
 
-interface CycleRow extends JobRow {
+/** A claimed job as the cycle and the claim return it (claimedColumns in statements/job-columns.ts). */
+type ClaimedRow = Pick<
+  JobRow,
+  | 'id'
+  | 'queue'
+  | 'task'
+  | 'payload'
+  | 'priority'
+  | 'run_at'
+  | 'attempts'
+  | 'max_attempts'
+  | 'last_error'
+  | 'created_at'
+  | 'job_key'
+  | 'trace_context'
+  | 'group_key'
+> & {
+  /** The claim started it (a free slot); false: claimed ahead. */
+  started: boolean;
+  /** The claim's now(), on the first claimed row only. */
+  claimed_at: Date | null;
+};
+
+/** A row of the cycle: a claimed job (id null when none was) and, on one row, the ids it wrote. */
+type CycleRow = { [K in keyof ClaimedRow]: ClaimedRow[K] | null } & {
   completed_ids: string[] | null;
   failed_ids: string[] | null;
   skipped_ids: string[] | null;
-}
+};
 
 function lockedWrite(rows: { id: string; done: boolean }[]): LockedWrite {
   const result: LockedWrite = { done: new Set(), skipped: new Set() };
@@ -193,7 +217,7 @@ export class PgWorkerStore implements WorkerStore {
       ],
       this.name(`${many ? 'cycle-many' : 'cycle'}${deleting ? '-deleting' : ''}`),
     );
-    return cycleResult(rows);
+    return cycleResult(rows, this.workerId);
   }
 
   /** A cycle with nothing to write: the claim alone, a cheaper statement (see claimStatement). */
@@ -203,7 +227,7 @@ export class PgWorkerStore implements WorkerStore {
       [this.workerId, r.queues, r.tasks, r.limit, r.startNow],
       this.name(many ? 'claim-many' : 'claim'),
     );
-    return cycleResult(rows);
+    return cycleResult(rows, this.workerId);
   }
 
   async claimLimited(
@@ -280,18 +304,40 @@ export class PgWorkerStore implements WorkerStore {
 }
 
 /** What a cycle's (or a claim's) rows say: the id sets ride on one row, every other column is a claimed job. */
-function cycleResult(rows: CycleRow[]): CycleResult {
+function cycleResult(rows: CycleRow[], workerId: string): CycleResult {
   const first = rows.find((r) => r.completed_ids !== null);
+  const claimedAt = rows.find((r) => r.claimed_at !== null)?.claimed_at?.getTime() ?? Date.now();
   const claimed: JobRow[] = [];
-  for (const row of rows) {
-    if (row.id === null) continue;
-    const { completed_ids: _c, failed_ids: _f, skipped_ids: _s, ...job } = row;
-    claimed.push(job);
-  }
+  for (const row of rows) if (row.id !== null) claimed.push(claimedJob(row as ClaimedRow, claimedAt, workerId));
   return {
     completed: new Set(first?.completed_ids ?? []),
     failed: new Set(first?.failed_ids ?? []),
     skipped: new Set(first?.skipped_ids ?? []),
     claimed,
+  };
+}
+
+/** The job row of a claimed job: what the claim wrote and did not send back is filled in. */
+function claimedJob(row: ClaimedRow, claimedAt: number, workerId: string): JobRow {
+  return {
+    id: row.id,
+    queue: row.queue,
+    task: row.task,
+    payload: row.payload,
+    status: 'processing',
+    priority: row.priority,
+    run_at: row.run_at,
+    attempts: row.attempts,
+    max_attempts: row.max_attempts,
+    locked_at: new Date(claimedAt),
+    locked_by: workerId,
+    last_error: row.last_error,
+    created_at: row.created_at,
+    updated_at: new Date(claimedAt),
+    finished_at: null,
+    started_at: row.started ? new Date(claimedAt) : null,
+    trace_context: row.trace_context,
+    job_key: row.job_key,
+    group_key: row.group_key,
   };
 }

@@ -1,6 +1,6 @@
 import { quoteSchema } from '../identifiers.js';
 import { withGenericPlan } from './generic-plan.js';
-import { jobColumns, keepRecent, storedJobColumns } from './job-columns.js';
+import { claimedColumns, claimReturning, jobColumns, keepRecent } from './job-columns.js';
 import { perSchema } from './per-schema.js';
 import { completion, startedAt } from './outcomes.js';
 
@@ -69,7 +69,7 @@ function claimUpdate(
         WHERE j.id = p.id
           AND j.queue <> ALL (ARRAY(SELECT name FROM :SCHEMA.queues
             WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
-        RETURNING ${storedJobColumns('j')} -- not j.*: the detail columns (errors, result) would be carried for nothing`;
+        RETURNING ${claimReturning('j')} -- not j.*: see claimedColumns`;
 }
 
 /**
@@ -97,8 +97,9 @@ function claimStatement(schema: string, filter: QueueFilter): string {
   const claim = `${filter === 'one' ? CLAIM_ONE : CLAIM_MANY}`;
   return withGenericPlan(`WITH claimed AS (${claim}
       )
-      SELECT NULL::text[] AS completed_ids, NULL::text[] AS failed_ids, NULL::text[] AS skipped_ids, ${jobColumns('c')}
-      FROM claimed c`).replaceAll(':SCHEMA', () => schema);
+      SELECT NULL::text[] AS completed_ids, NULL::text[] AS failed_ids, NULL::text[] AS skipped_ids,
+             ${claimedColumns('c', 'c.n = 1')}
+      FROM (SELECT *, row_number() OVER () AS n FROM claimed) c`).replaceAll(':SCHEMA', () => schema);
 }
 
 /**
@@ -210,7 +211,7 @@ function cycleStatement(schema: string, filter: QueueFilter, completed: 'keep' |
       SELECT CASE WHEN c.n IS NULL OR c.n = 1 THEN a.completed_ids END AS completed_ids,
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.failed_ids END AS failed_ids,
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.skipped_ids END AS skipped_ids,
-             ${jobColumns('c')}
+             ${claimedColumns('c', 'c.n = 1')}
       FROM applied a LEFT JOIN (SELECT *, row_number() OVER () AS n FROM claimed) c ON true`).replaceAll(':SCHEMA', () => schema);
 }
 
