@@ -191,13 +191,13 @@ export class Completer implements ResultSource {
     for (const id of batch.started) if (!ended.has(id)) this.started.add(id);
   }
 
-  rejected(batch: ResultBatch, err: unknown): void {
+  rejected(batch: ResultBatch, err: unknown): boolean {
     const results = [...batch.completed, ...batch.failed] as (Completion | Failure)[];
     if (!batch.alone) {
       // Which one Postgres refused is not known: each goes alone, the others written as usual.
       this.restore({ completed: [], failed: [], started: batch.started });
       this.suspects.push(...results);
-      return;
+      return true;
     }
     this.landed(batch);
     for (const id of batch.started) this.started.add(id);
@@ -205,11 +205,12 @@ export class Completer implements ResultSource {
     // Refused alone: held (its lock kept fresh) and tried alone again every
     // SKIPPED_RETRY_MS, while the worker goes on with the rest, in case what refused
     // it passes (a trigger being replaced); given up after REFUSED_GIVE_UP_MS.
+    const news = result.firstRefusedAt === undefined;
     result.firstRefusedAt ??= Date.now();
     if (Date.now() - result.firstRefusedAt < REFUSED_GIVE_UP_MS) {
       result.held = true;
       this.defer(result);
-      return;
+      return news;
     }
     if (result.refused) {
       // Refused again with neither result, progress nor its own error text: nothing
@@ -219,7 +220,7 @@ export class Completer implements ResultSource {
           cause: err,
         }),
       );
-      return;
+      return false;
     }
     // This job's outcome alone becomes a failure of its attempt, without the values
     // Postgres refused (result, progress, the handler's error text), retried as the
@@ -246,6 +247,7 @@ export class Completer implements ResultSource {
       refused: true,
     });
     this.signals.resultAdded();
+    return true;
   }
 
   applied(batch: ResultBatch, written: AppliedResults): void {

@@ -348,12 +348,13 @@ export class FetchLoop {
             startNow: Math.min(plainLimit, startNow),
           });
     } catch (err) {
-      if (isDataRejection(err) && batch.completed.length + batch.failed.length > 0) this.results.rejected(batch, err);
+      let news = true;
+      if (isDataRejection(err) && batch.completed.length + batch.failed.length > 0) news = this.results.rejected(batch, err);
       else this.results.restore(batch);
       // The claim may have committed with its reply lost: those jobs stay locked to
       // this worker until the rescuer frees them. Nothing is lost, only delayed.
       this.mayHaveWork = true;
-      this.onError(err);
+      if (news) this.onError(err);
       if (!this.stopping && !this.draining) this.scheduleRetry();
       return false;
     }

@@ -36,9 +36,11 @@ export interface ResultSource {
   /**
    * Postgres refused the values of the batch's write (isDataRejection): the batch
    * goes back, and its results go out one at a time until the one refused is
-   * found and written as a failure of its job alone.
+   * found and written as a failure of its job alone. False when the refusal is
+   * not news: an outcome already held being refused again (tried every 250 ms, it
+   * would otherwise raise an error event each time) or one reported on its own.
    */
-  rejected(batch: ResultBatch, err: unknown): void;
+  rejected(batch: ResultBatch, err: unknown): boolean;
   /** The batch was written; ids missing from every set were no longer this worker's. */
   applied(batch: ResultBatch, written: AppliedResults): void;
 }

@@ -433,7 +433,10 @@ describe('Completer: a batch whose values Postgres refused', () => {
     runs.forEach((run, i) => completer.record(run, { kind: 'completed', value: i }, 5));
     const batch = completer.take();
     expect(batch.completed).toHaveLength(3);
-    completer.rejected(batch, refusal);
+    // Whether the refusal is news (the worker raises an error event for it): the
+    // batch's, the first of the one refused alone, and its give-up; not the retries.
+    const news: boolean[] = [];
+    news.push(completer.rejected(batch, refusal));
     expect(completer.size).toBe(3);
     // The first goes through; the second is refused again alone and held, while the
     // third goes through; the second is then tried alone every 250 ms, for 30 s (a
@@ -443,7 +446,7 @@ describe('Completer: a batch whose values Postgres refused', () => {
       expect(alone).toMatchObject({ alone: true, started: [] });
       expect(alone.completed).toHaveLength(1);
       if (refused) expect(alone.completed[0]!.id).toBe(runs[1]!.job.id);
-      if (refused) completer.rejected(alone, refusal);
+      if (refused) news.push(completer.rejected(alone, refusal));
       else completer.applied(alone, await store.write(alone));
     }
     expect(completer.size).toBe(0);
@@ -455,12 +458,15 @@ describe('Completer: a batch whose values Postgres refused', () => {
       const alone = completer.take();
       expect(alone.completed.map((c) => c.id)).toEqual([runs[1]!.job.id]);
       tries++;
-      completer.rejected(alone, refusal);
+      news.push(completer.rejected(alone, refusal));
       // Given up: its replacement waits in the buffer.
       if (completer.size > 0) break;
       expect(tries).toBeLessThan(200);
     }
     expect(tries).toBeGreaterThanOrEqual(30_000 / 250);
+    expect(news.slice(0, 2)).toEqual([true, true]);
+    expect(news.slice(2, -1).every((n) => !n)).toBe(true);
+    expect(news.at(-1)).toBe(true);
     // What replaces the refused outcome: a failure for good, without its result.
     const replacement = completer.take();
     expect(replacement.alone).toBeUndefined();
