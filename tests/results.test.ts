@@ -331,6 +331,15 @@ describe('results, waitFor and error history', () => {
             throw proxy;
           }
           if (kind === 'stack') throw Object.assign(new Error('odd stack'), { stack: 42 });
+          if (kind === 'stack-getter') {
+            const error = new Error('its message survives');
+            Object.defineProperty(error, 'stack', {
+              get() {
+                throw new Error('no stack for you');
+              },
+            });
+            throw error;
+          }
         },
       },
     });
@@ -339,11 +348,13 @@ describe('results, waitFor and error history', () => {
     const ids = await fx.queue.enqueueMany([
       { task: 'hostile', queue: 'hostile-throws', payload: { kind: 'revoked' }, maxAttempts: 1 },
       { task: 'hostile', queue: 'hostile-throws', payload: { kind: 'stack' }, maxAttempts: 1 },
+      { task: 'hostile', queue: 'hostile-throws', payload: { kind: 'stack-getter' }, maxAttempts: 1 },
       ...Array.from({ length: 20 }, () => ({ task: 'hostile', queue: 'hostile-throws', payload: { kind: 'fine' } })),
     ]);
-    await allFinished('hostile-throws', 22);
+    await allFinished('hostile-throws', 23);
     expect((await fx.queue.getJob(ids[0]!))!.last_error).toContain('the handler threw a value that cannot be read');
     expect((await fx.queue.getJob(ids[1]!))!.last_error).toBe('Error: odd stack');
+    expect((await fx.queue.getJob(ids[2]!))!).toMatchObject({ status: 'failed', last_error: 'Error: its message survives' });
     const { rows } = await fx.db.pool.query(
       `SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'hostile-throws' AND status = 'completed'`,
     );

@@ -15,7 +15,9 @@ function spawn(system: System, role: 'worker' | 'client', options: Record<string
   return fork(SCRIPT, [], {
     execPath: system.execPath,
     env: { ...process.env, BENCH_PROCESS: JSON.stringify({ adapter: system.adapter, variant: system.variant, role, ...options }) },
-    execArgv: [],
+    // BENCH_WORKER_ARGV: Node flags for the system's processes, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof"
+    // (NODE_OPTIONS does not take --cpu-prof).
+    execArgv: process.env.BENCH_WORKER_ARGV ? process.env.BENCH_WORKER_ARGV.split(' ') : [],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });
 }

@@ -185,10 +185,10 @@ export function describeError(error: unknown): string {
 function errorText(error: unknown): string {
   // isNativeError: also an Error made in another realm (node:vm), which fails instanceof.
   if (error instanceof Error || types.isNativeError(error)) {
-    const { stack } = error as { stack?: unknown };
+    // Each field read on its own: a getter that throws costs that field, not the others.
+    const stack = readField(error, 'stack');
     if (typeof stack === 'string' && stack.length > 0) return stack;
-    const { name, message } = error as { name?: unknown; message?: unknown };
-    return `${String(name ?? 'Error')}: ${String(message ?? '')}`;
+    return `${fieldText(readField(error, 'name'), 'Error')}: ${fieldText(readField(error, 'message'), '')}`;
   }
   if (typeof error === 'string') return error;
   try {
@@ -197,6 +197,24 @@ function errorText(error: unknown): string {
   } catch {
     // Circular or BigInt-holding values: inspect() still shows what they were.
     return `non-Error thrown: ${inspect(error, { depth: 2, breakLength: Infinity })}`;
+  }
+}
+
+/** A field of a thrown value, or undefined when reading it throws. */
+function readField(value: object, field: 'stack' | 'name' | 'message'): unknown {
+  try {
+    return (value as Record<string, unknown>)[field];
+  } catch {
+    return undefined;
+  }
+}
+
+/** A field as text; `fallback` when it is missing or cannot be made text (a throwing toString). */
+function fieldText(value: unknown, fallback: string): string {
+  try {
+    return value === undefined || value === null ? fallback : String(value);
+  } catch {
+    return fallback;
   }
 }
 
