@@ -319,6 +319,41 @@ describe('results, waitFor and error history', () => {
       await fx.db.pool.query(`DROP TRIGGER IF EXISTS refuse_result ON ${s}.jobs; DROP FUNCTION ${s}.refuse_result()`);
     }
   });
+  it('several results refused at once are all held while the worker runs the rest, and reported once each', async () => {
+    const { s } = fx.db;
+    await fx.db.pool.query(`
+      CREATE FUNCTION ${s}.refuse_some() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'this result is not welcome either'; END $$;
+      CREATE TRIGGER refuse_some BEFORE UPDATE ON ${s}.jobs FOR EACH ROW
+        WHEN (NEW.result = '"refuse-us"'::jsonb) EXECUTE FUNCTION ${s}.refuse_some()`);
+    try {
+      // Outside review 41: three held at concurrency 4 stopped the worker's claims
+      // until they were given up 30 s later (waitFor gives up after 20 s).
+      const queue = 'refused-several';
+      const worker = await startWorker({
+        queues: [queue],
+        concurrency: 4,
+        tasks: { job: async ({ poison }: { poison?: boolean }) => (poison ? 'refuse-us' : 'fine') },
+      });
+      const errors: Error[] = [];
+      worker.on('error', (err) => errors.push(err));
+      const poisons = await fx.queue.enqueueMany(
+        Array.from({ length: 3 }, () => ({ task: 'job', queue, payload: { poison: true } })),
+      );
+      await fx.queue.enqueueMany(Array.from({ length: 100 }, () => ({ task: 'job', queue, payload: {} })));
+      await allFinished(queue, 100);
+      for (const id of poisons) expect(await fx.queue.getJob(id)).toMatchObject({ status: 'processing', attempts: 1 });
+      // Each refusal is news once or twice (in a batch, then alone), not at every try.
+      expect(errors.length).toBeGreaterThan(0);
+      expect(errors.length).toBeLessThanOrEqual(3 * 2 + 3);
+      await fx.db.pool.query(`DROP TRIGGER refuse_some ON ${s}.jobs`);
+      await allFinished(queue, 103);
+      for (const id of poisons)
+        expect(await fx.queue.getJob(id)).toMatchObject({ status: 'completed', result: 'refuse-us', attempts: 1 });
+    } finally {
+      await fx.db.pool.query(`DROP TRIGGER IF EXISTS refuse_some ON ${s}.jobs; DROP FUNCTION ${s}.refuse_some()`);
+    }
+  });
   it('a handler that throws a value that cannot be read fails its job; the slot is freed and the others run', async () => {
     const worker = await startWorker({
       queues: ['hostile-throws'],

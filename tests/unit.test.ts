@@ -142,7 +142,7 @@ describe('describeError', () => {
         throw new Error('no stack for you');
       },
     });
-    expect(describeError(hostile)).toBe('a value that cannot be read was thrown');
+    expect(describeError(hostile)).toBe('Error: z'); // the fields that can be read
     const { proxy, revoke } = Proxy.revocable({}, {});
     revoke();
     expect(describeError(proxy)).toBe('a value that cannot be read was thrown');

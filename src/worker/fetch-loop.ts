@@ -348,14 +348,20 @@ export class FetchLoop {
             startNow: Math.min(plainLimit, startNow),
           });
     } catch (err) {
-      let news = true;
-      if (isDataRejection(err) && batch.completed.length + batch.failed.length > 0) news = this.results.rejected(batch, err);
-      else this.results.restore(batch);
+      const refused = isDataRejection(err) && batch.completed.length + batch.failed.length > 0;
+      const news = refused ? this.results.rejected(batch, err) : (this.results.restore(batch), true);
       // The claim may have committed with its reply lost: those jobs stay locked to
       // this worker until the rescuer frees them. Nothing is lost, only delayed.
       this.mayHaveWork = true;
       if (news) this.onError(err);
-      if (!this.stopping && !this.draining) this.scheduleRetry();
+      if (this.stopping || this.draining) return false;
+      // Values Postgres refused are not a connection in trouble: they go out alone
+      // (or are held, tried every 250 ms), and the loop goes on at once, claims
+      // included. Backing off here left a worker holding three refused results
+      // sending only those, each retry further apart, and claiming nothing (outside
+      // review 41: 100 jobs waited 40 s).
+      if (refused) this.kick();
+      else this.scheduleRetry();
       return false;
     }
     this.retry.reset();
