@@ -33,7 +33,7 @@ async function claim(
 }
 
 function claimParams(workerId: string, queues: string[], tasks: string[], limit: number): unknown[] {
-  return [workerId, [], [], [], [], [], [], [], queues, tasks, limit, [], 'unused', [], limit, [], [], [], []];
+  return [workerId, [], [], [], [], [], [], [], queues, tasks, limit, [], 'unused', [], limit, [], [], [], [], []];
 }
 
 describe('claiming', () => {

@@ -182,4 +182,21 @@ describe('what a handler is given', () => {
     expect(seen[3]!.job.last_error).toContain('first attempt fails');
     expect(seen[0]!.job.started_at).toBeInstanceOf(Date);
   });
+
+  it('ctx.job.started_at of a job claimed ahead is when its handler started, the time its row gets', async () => {
+    // One slot and fast jobs: most are claimed ahead and start as the slot frees
+    // (outside review 41: they saw started_at null while running).
+    const given = new Map<string, Date | null>();
+    await startWorker({
+      queues: ['ahead-starts'],
+      concurrency: 1,
+      tasks: { t: (_payload, ctx) => void given.set(ctx.job.id, ctx.job.started_at) },
+    });
+    const ids = await fx.queue.enqueueMany(Array.from({ length: 60 }, () => ({ task: 't', queue: 'ahead-starts' })));
+    const rows = await settled(ids);
+    for (const row of rows) {
+      expect(given.get(row.id)).toBeInstanceOf(Date);
+      expect(given.get(row.id)!.getTime()).toBe(row.started_at!.getTime());
+    }
+  });
 });

@@ -41,6 +41,7 @@ async function claim(queueName: string, task: string, startNow = 10, started: st
     [],
     [],
     [],
+    [],
   ]);
   return rows.filter((r) => r.id !== null);
 }

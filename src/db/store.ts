@@ -47,6 +47,8 @@ export interface CycleRequest {
   startNow: number;
   /** Jobs claimed ahead that have started since: their started_at is written. */
   started: readonly string[];
+  /** When each of `started` started (ms since epoch); the statement's now() where missing. */
+  startedAt?: readonly number[];
 }
 
 export interface CycleResult {
@@ -214,6 +216,7 @@ export class PgWorkerStore implements WorkerStore {
         r.failed.map((f) => f.startedAt ?? null),
         r.completed.map((c) => c.progress ?? null),
         r.failed.map((f) => f.progress ?? null),
+        r.startedAt ?? r.started.map(() => null),
       ],
       this.name(`${many ? 'cycle-many' : 'cycle'}${deleting ? '-deleting' : ''}`),
     );

@@ -66,8 +66,8 @@ export interface CompleterSignals {
 export class Completer implements ResultSource {
   private completed: Completion[] = [];
   private failed: Failure[] = [];
-  /** Jobs claimed ahead that started since the last cycle (their started_at is written by the next). */
-  private started = new Set<string>();
+  /** Jobs claimed ahead that started since the last cycle, and when (their started_at is written by the next). */
+  private started = new Map<string, number>();
   /**
    * Starts taken by a cycle still in flight. A job's result waits for its start's
    * cycle to come back: written by a second cycle in flight at the same time, it
@@ -112,9 +112,9 @@ export class Completer implements ResultSource {
     ];
   }
 
-  /** A job claimed ahead started: its started_at goes out with the next cycle. */
-  markStarted(id: string): void {
-    this.started.add(id);
+  /** A job claimed ahead started at `at` (ms since epoch): its started_at goes out with the next cycle. */
+  markStarted(id: string, at: number): void {
+    this.started.set(id, at);
     this.signals.resultAdded();
   }
 
@@ -158,13 +158,18 @@ export class Completer implements ResultSource {
     const suspect = this.suspects.shift();
     if (suspect) {
       return 'final' in suspect
-        ? { completed: [], failed: [suspect], started: [], alone: true }
-        : { completed: [suspect], failed: [], started: [], alone: true };
+        ? { completed: [], failed: [suspect], started: [], startedAt: [], alone: true }
+        : { completed: [suspect], failed: [], started: [], startedAt: [], alone: true };
     }
-    const batch = { completed: this.takeable(this.completed), failed: this.takeable(this.failed), started: [...this.started] };
+    const batch = {
+      completed: this.takeable(this.completed),
+      failed: this.takeable(this.failed),
+      started: [...this.started.keys()],
+      startedAt: [...this.started.values()],
+    };
     this.completed = this.completed.filter((c) => !batch.completed.includes(c));
     this.failed = this.failed.filter((f) => !batch.failed.includes(f));
-    this.started = new Set();
+    this.started = new Map();
     for (const id of batch.started) this.startsInFlight.add(id);
     return batch;
   }
@@ -188,19 +193,21 @@ export class Completer implements ResultSource {
     // Not the start of a job that has ended since: its outcome says it all, and one
     // statement must not update the same row twice (only one update would count).
     const ended = new Set([...this.completed, ...this.failed].map((r) => r.id));
-    for (const id of batch.started) if (!ended.has(id)) this.started.add(id);
+    batch.started.forEach((id, i) => {
+      if (!ended.has(id)) this.started.set(id, batch.startedAt[i]!);
+    });
   }
 
   rejected(batch: ResultBatch, err: unknown): boolean {
     const results = [...batch.completed, ...batch.failed] as (Completion | Failure)[];
     if (!batch.alone) {
       // Which one Postgres refused is not known: each goes alone, the others written as usual.
-      this.restore({ completed: [], failed: [], started: batch.started });
+      this.restore({ completed: [], failed: [], started: batch.started, startedAt: batch.startedAt });
       this.suspects.push(...results);
       return true;
     }
     this.landed(batch);
-    for (const id of batch.started) this.started.add(id);
+    batch.started.forEach((id, i) => this.started.set(id, batch.startedAt[i]!));
     const result = results[0]!;
     // Refused alone: held (its lock kept fresh) and tried alone again every
     // SKIPPED_RETRY_MS, while the worker goes on with the rest, in case what refused
@@ -385,5 +392,5 @@ function sleep(ms: number): Promise<void> {
 
 /** The start of a run the claim did not start (claimed ahead), for the row: see CompletionWrite.startedAt. */
 function localStart(run: Run): number | undefined {
-  return run.job.started_at ? undefined : performance.timeOrigin + run.startedAt;
+  return run.claimedAhead ? run.startedAtMs : undefined;
 }

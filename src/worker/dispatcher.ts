@@ -165,8 +165,12 @@ export class Dispatcher {
     if (!task) return; // cannot happen: the claim filters on known tasks
     const run = new Run(job, task, this.onProgress);
     this.slots.start(run);
-    // Claimed ahead: the database learns that it started with the next cycle.
-    if (!job.started_at) this.completer.markStarted(job.id);
+    // Claimed ahead: the database learns that it started with the next cycle, at
+    // the time its handler is told now.
+    if (run.claimedAhead) {
+      this.completer.markStarted(job.id, run.startedAtMs);
+      job.started_at = new Date(run.startedAtMs);
+    }
     this.signals.emit('job:start', job);
     void run.run().then((outcome) => {
       const durationMs = performance.now() - run.startedAt;

@@ -342,6 +342,7 @@ export class FetchLoop {
             completed: batch.completed,
             failed: batch.failed,
             started: batch.started,
+            startedAt: batch.startedAt,
             queues: plan.plain,
             tasks: this.config.tasks,
             limit: plainLimit,

@@ -9,6 +9,8 @@ export interface ResultBatch<C extends CompletionWrite = CompletionWrite, F exte
   failed: F[];
   /** Jobs claimed ahead that have started. */
   started: string[];
+  /** When each of `started` started (ms since epoch, the worker's clock), for its row. */
+  startedAt: number[];
   /**
    * One result of a batch Postgres refused, sent alone and without a claim, so
    * that a refusal of this write is this result's.

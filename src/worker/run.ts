@@ -55,13 +55,23 @@ export class Run {
   private returned: PromiseLike<unknown> | undefined;
   /** performance.now() when the run began, for event durations. */
   readonly startedAt = performance.now();
+  /** The same moment in whole ms since epoch, for the row's started_at (and ctx.job's: they agree to the ms). */
+  readonly startedAtMs = Math.floor(performance.timeOrigin + this.startedAt);
+  /**
+   * The claim did not start the job (claimed ahead, started_at NULL): its start is
+   * this run's, written by the next cycle. Read before the dispatcher sets
+   * job.started_at for the handler.
+   */
+  readonly claimedAhead: boolean;
 
   constructor(
     readonly job: JobRow,
     readonly task: ResolvedTask,
     /** Receives the handler's ctx.progress() reports (one function for every run: the run comes with each). */
     private readonly onProgress: (value: unknown, run: Run) => void = () => {},
-  ) {}
+  ) {
+    this.claimedAhead = !job.started_at;
+  }
 
   get attempt(): number {
     return this.job.attempts;

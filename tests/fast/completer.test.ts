@@ -75,7 +75,7 @@ afterEach(() => {
 describe('Completer: a result and its start in two cycles', () => {
   it('holds a result back while the cycle writing its start is out, then offers it (no self-inflicted skip)', async () => {
     const run = await claimed();
-    completer.markStarted(run.job.id);
+    completer.markStarted(run.job.id, Date.now());
     const first = completer.take();
     expect(first.started).toEqual([run.job.id]);
     // The job ends while that cycle is still out: a second cycle must not take its result.
@@ -93,7 +93,7 @@ describe('Completer: a result and its start in two cycles', () => {
 
   it('offers the result again when the cycle with its start failed', async () => {
     const run = await claimed();
-    completer.markStarted(run.job.id);
+    completer.markStarted(run.job.id, Date.now());
     const first = completer.take();
     completer.record(run, { kind: 'completed', value: 1 }, 5);
     completer.restore(first);
@@ -338,11 +338,11 @@ describe('Completer: jobs claimed ahead', () => {
   it('writes started_at of a job claimed ahead with the next cycle', async () => {
     const id = db.add('t');
     const [row] = await store
-      .cycle({ completed: [], failed: [], started: [], queues: ['default'], tasks: ['t'], limit: 1, startNow: 0 })
+      .cycle({ completed: [], failed: [], started: [], startedAt: [], queues: ['default'], tasks: ['t'], limit: 1, startNow: 0 })
       .then((r) => r.claimed);
     expect(row!.started_at).toBeNull();
     await vi.advanceTimersByTimeAsync(1_000);
-    completer.markStarted(id);
+    completer.markStarted(id, Date.now());
     expect(added).toBe(1);
     expect(completer.size).toBe(1);
     await write();
@@ -351,17 +351,19 @@ describe('Completer: jobs claimed ahead', () => {
 
   it('sends no start for a job that ended before its start was written', async () => {
     const run = await claimed();
-    completer.markStarted(run.job.id);
+    completer.markStarted(run.job.id, Date.now());
     completer.record(run, { kind: 'completed', value: 1 }, 1);
     expect(completer.take().started).toEqual([]);
   });
 
   it('keeps the start marks of a failed cycle for the next one', () => {
-    completer.markStarted('41');
+    completer.markStarted('41', 41);
     const batch = completer.take();
-    completer.markStarted('42');
+    completer.markStarted('42', 42);
     completer.restore(batch);
-    expect(completer.take().started.sort()).toEqual(['41', '42']);
+    const next = completer.take();
+    expect(next.started.sort()).toEqual(['41', '42']);
+    expect(next.startedAt.sort()).toEqual([41, 42]);
   });
 });
 

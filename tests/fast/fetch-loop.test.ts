@@ -154,7 +154,7 @@ describe('FetchLoop: claiming', () => {
     const ahead = target.held[1]!;
     expect(db.job(ahead.id).started_at).toBeNull();
     finish(target.held[0]!);
-    completer.markStarted(ahead.id); // it took the freed slot
+    completer.markStarted(ahead.id, Date.now()); // it took the freed slot
     await vi.advanceTimersByTimeAsync(60);
     expect(db.job(ahead.id).started_at).not.toBeNull();
     expect(db.job('1').status).toBe('completed');

@@ -271,10 +271,12 @@ export class MemoryStore implements WorkerStore {
       });
       failed.add(f.id);
     }
-    for (const id of r.started) {
+    r.started.forEach((id, i) => {
       const job = this.db.jobs.get(id);
-      if (writable(id) && mine(job, this.workerId) && job.started_at === null) job.started_at = now;
-    }
+      const at = r.startedAt?.[i];
+      if (writable(id) && mine(job, this.workerId) && job.started_at === null)
+        job.started_at = at === undefined ? now : new Date(at);
+    });
     // As in the SQL, paused and limited queues are left out after the LIMIT (the
     // guard against a stale cache sits on the outer UPDATE): a worker that still
     // asks for such a queue gets a short claim, and those rows stay pending.

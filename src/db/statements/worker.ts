@@ -183,10 +183,11 @@ function cycleStatement(schema: string, filter: QueueFilter, completed: 'keep' |
         WHERE j.id = w.id AND w.mine
         RETURNING j.id, j.status, j.notify_on_finish
       ), started AS (
-        -- $14: jobs claimed ahead that have since started in their worker.
-        UPDATE ${jobs} j SET started_at = now(), key_scope = ${releaseKey('true')}
-        FROM writable w
-        WHERE j.id = w.id AND w.id = ANY($14::bigint[]) AND w.mine AND w.unstarted
+        -- $14: jobs claimed ahead that have since started in their worker, $20 when
+        -- (the worker's clock, as its handler was told in ctx.job.started_at).
+        UPDATE ${jobs} j SET started_at = coalesce(to_timestamp(st.ms / 1000.0), now()), key_scope = ${releaseKey('true')}
+        FROM writable w JOIN unnest($14::bigint[], $20::float8[]) AS st(id, ms) ON st.id = w.id
+        WHERE j.id = w.id AND w.mine AND w.unstarted
       ), claimed AS (${claim}
       ), notified AS (
         -- Outcome notifications ($13 = 'sluice:<schema>:done'), only for jobs that
