@@ -3,7 +3,7 @@ import { ValidationError } from './errors.js';
 import { DEFAULT_QUEUE, type JobKeyMode, type JobSpec } from './job.js';
 import { serializePayload } from './payload.js';
 import { storableDelay, storableTime, timeOf } from './time-range.js';
-import { checks, unstorableText } from './validate.js';
+import { checks, shown, unstorableText } from './validate.js';
 
 const { checkName, intOption } = checks(ValidationError);
 
@@ -23,6 +23,28 @@ export interface JobValues {
 }
 
 const KEY_MODES: readonly string[] = ['keep', 'replace', 'error'];
+
+/**
+ * Runs `read` over a caller's input (payload, options, the batch): whatever
+ * reading it throws (a Proxy whose traps throw, a revoked one, a throwing getter)
+ * becomes a ValidationError that says so, and nothing is sent.
+ */
+export function readInput<R>(what: string, read: () => R): R {
+  try {
+    return read();
+  } catch (err) {
+    if (err instanceof ValidationError) throw err;
+    throw new ValidationError(`${what}: the input cannot be read (${shown(errorMessage(err))})`, { cause: err });
+  }
+}
+
+function errorMessage(err: unknown): unknown {
+  try {
+    return err instanceof Error ? err.message : err;
+  } catch {
+    return 'an error that cannot be read';
+  }
+}
 
 /**
  * Checks one job spec and turns it into the row parameters of an INSERT. Throws
@@ -47,7 +69,7 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
   const delayMs = spec.delayMs ?? 0;
   if (!storableDelay(delayMs)) {
     throw new ValidationError(
-      `delayMs must be a finite number >= 0 that stays before the year 10000, got ${String(spec.delayMs)}`,
+      `delayMs must be a finite number >= 0 that stays before the year 10000, got ${shown(spec.delayMs)}`,
     );
   }
   const jobKey = spec.jobKey ?? null;
@@ -68,7 +90,7 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     if (unstorable) throw new ValidationError(`jobKey contains ${unstorable}`);
   }
   const mode = spec.jobKeyMode ?? 'keep';
-  if (!KEY_MODES.includes(mode)) throw new ValidationError(`jobKeyMode must be keep, replace or error, got ${String(mode)}`);
+  if (!KEY_MODES.includes(mode)) throw new ValidationError(`jobKeyMode must be keep, replace or error, got ${shown(mode)}`);
   const whileProcessing = spec.jobKeyWhileProcessing ?? false;
   if (typeof whileProcessing !== 'boolean') throw new ValidationError('jobKeyWhileProcessing must be a boolean');
   return {

@@ -26,7 +26,7 @@ import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
-import { toJobValues } from './job-values.js';
+import { readInput, toJobValues } from './job-values.js';
 import { enqueueBatch } from './enqueue-batch.js';
 import type { AfterCommitJobs, EnqueueArgs, QueueOptions, WaitOptions } from './queue-options.js';
 
@@ -117,9 +117,13 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
   async enqueue<K extends keyof T & string>(task: K, ...[payload, options = {}]: EnqueueArgs<T[K]>): Promise<string> {
-    const checked = await validatePayload(this.schemas, task, payload);
-    input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
-    const v = toJobValues({ ...options, task, payload: checked }, this.maxPayloadBytes);
+    // Not through an async function without a schema: a payload returned from one is
+    // read for a `then` (a hostile Proxy throws there, outside readInput).
+    const checked = this.schemas.size > 0 ? await validatePayload(this.schemas, task, payload) : payload;
+    const v = readInput('enqueue', () => {
+      input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
+      return toJobValues({ ...options, task, payload: checked }, this.maxPayloadBytes);
+    });
     const db = this.executor(options.tx);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority, v.group_key];
     // Concurrent enqueues on our own pool defer their wake-up past the COMMIT, so
@@ -161,19 +165,24 @@ export class Queue<T extends TaskMap = AnyTasks> {
    * Returns the ids in the order of `jobs`.
    */
   async enqueueMany(jobs: TaskSpec<T>[], options: { tx?: Queryable } = {}): Promise<string[]> {
-    if (!Array.isArray(jobs)) throw new ValidationError('enqueueMany: jobs must be an array');
+    if (!readInput('enqueueMany', () => Array.isArray(jobs))) throw new ValidationError('enqueueMany: jobs must be an array');
     if (this.schemas.size > 0) jobs = await validateBatchPayloads(this.schemas, jobs);
-    input.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany');
-    if (jobs.length === 0) return [];
-    const values = Array.from(jobs, (spec, i) => {
-      try {
-        if (!spec || typeof spec !== 'object') throw new ValidationError('not an object');
-        input.rejectUnknownKeys(spec, SPEC_KEYS, 'job');
-        return toJobValues(spec, this.maxPayloadBytes);
-      } catch (err) {
-        throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
-      }
-    });
+    readInput('enqueueMany', () => input.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany'));
+    const values = readInput('enqueueMany', () =>
+      Array.from(jobs, (spec, i) =>
+        readInput(`enqueueMany: job ${i}`, () => {
+          try {
+            if (!spec || typeof spec !== 'object') throw new ValidationError('not an object');
+            input.rejectUnknownKeys(spec, SPEC_KEYS, 'job');
+            return toJobValues(spec, this.maxPayloadBytes);
+          } catch (err) {
+            if (!(err instanceof ValidationError)) throw err;
+            throw new ValidationError(`enqueueMany: job ${i}: ${err.message}`, { cause: err });
+          }
+        }),
+      ),
+    );
+    if (values.length === 0) return [];
     const db = this.executor(options.tx);
     const batch = enqueueBatch(values, db === this.db);
     const first = values[0]!;
@@ -265,11 +274,13 @@ export class Queue<T extends TaskMap = AnyTasks> {
     const specs: JobSpec[] = [];
     const jobs: AfterCommitJobs<T> = {
       enqueue: async (task, ...[payload, options = {}]) => {
-        const spec = { ...options, task, payload } as JobSpec;
+        const spec = readInput('enqueueAfterCommit', () => ({ ...options, task, payload }) as JobSpec);
         // Everything enqueueMany would check, now, while the caller can still roll back.
-        await validatePayload(this.schemas, task, payload);
-        input.rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
-        toJobValues(spec, this.maxPayloadBytes);
+        if (this.schemas.size > 0) await validatePayload(this.schemas, task, payload);
+        readInput('enqueueAfterCommit', () => {
+          input.rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
+          toJobValues(spec, this.maxPayloadBytes);
+        });
         specs.push(spec);
       },
     };

@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 /**
  * The option checks every part of Sluice shares. The error they throw is the
  * caller's choice: constructors and start-up options throw ConfigError (a
@@ -133,8 +134,15 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
  * 100,000-character message.
  */
 export function shown(value: unknown): string {
-  if (typeof value !== 'string')
-    return typeof value === 'number' || typeof value === 'boolean' ? String(value) : (JSON.stringify(value) ?? String(value));
+  if (typeof value !== 'string') {
+    if (typeof value === 'number' || typeof value === 'boolean') return String(value);
+    try {
+      return JSON.stringify(value) ?? String(value);
+    } catch {
+      // A bigint, a cycle, a throwing toJSON or a Proxy: inspect() shows what it is without running its code.
+      return inspect(value, { depth: 1, breakLength: Infinity, customInspect: false });
+    }
+  }
   const chars = [...value];
   if (chars.length <= 60) return JSON.stringify(value);
   return `${JSON.stringify(chars.slice(0, 40).join(''))}… (${chars.length} characters)`;

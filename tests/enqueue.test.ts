@@ -31,6 +31,20 @@ async function listen(): Promise<{ received: string[]; client: pg.Client }> {
   return { received, client };
 }
 
+/** An object whose every read throws, as hostile input may be. */
+function throwingProxy<T extends object>(target: T): T {
+  const boom = () => {
+    throw new Error('boom');
+  };
+  return new Proxy(target, { get: boom, ownKeys: boom, has: boom, getOwnPropertyDescriptor: boom, getPrototypeOf: boom });
+}
+
+function revokedProxy(): object {
+  const { proxy, revoke } = Proxy.revocable({}, {});
+  revoke();
+  return proxy;
+}
+
 describe('enqueue', () => {
   it('stores the job with its options', async () => {
     const runAt = new Date(Date.now() + 3_600_000);
@@ -292,6 +306,20 @@ describe('enqueue', () => {
       ['lone surrogate in a job key', () => queue.enqueueMany([{ task: 't', jobKey: 'k\ud800' }])],
       // eslint-disable-next-line no-sparse-arrays
       ['a hole in a batch', () => queue.enqueueMany([{ task: 'ok' }, , { task: 'ok' }] as never)],
+      // Outside review 41: input that throws as it is read is bad input too.
+      ['payload Proxy whose traps throw', () => queue.enqueue('t', throwingProxy({}))],
+      ['revoked Proxy payload', () => queue.enqueue('t', revokedProxy())],
+      ['options Proxy whose traps throw', () => queue.enqueue('t', {}, throwingProxy({}))],
+      ['revoked Proxy options', () => queue.enqueue('t', {}, revokedProxy() as never)],
+      ['batch Proxy whose traps throw', () => queue.enqueueMany(throwingProxy([{ task: 't' }]))],
+      ['revoked Proxy batch', () => queue.enqueueMany(revokedProxy() as never)],
+      ['a job of a batch that throws as read', () => queue.enqueueMany([{ task: 'ok' }, throwingProxy({ task: 't' })])],
+      ['enqueueMany options Proxy', () => queue.enqueueMany([{ task: 'ok' }], throwingProxy({}))],
+      ['bigint priority', () => queue.enqueue('t', {}, { priority: 10n as unknown as number })],
+      [
+        'enqueueAfterCommit with a throwing Proxy',
+        () => queue.enqueueAfterCommit(async (jobs) => jobs.enqueue('t', {}, throwingProxy({}))),
+      ],
     ];
     for (const [name, call] of cases) {
       it(name, async () => {

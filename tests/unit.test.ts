@@ -143,6 +143,14 @@ describe('describeError', () => {
       },
     });
     expect(describeError(hostile)).toBe('Error: z'); // the fields that can be read
+    const opaque = new Error('hidden');
+    for (const field of ['stack', 'message', 'name'])
+      Object.defineProperty(opaque, field, {
+        get() {
+          throw new Error('no');
+        },
+      });
+    expect(describeError(opaque)).toBe('Error: (its message cannot be read)');
     const { proxy, revoke } = Proxy.revocable({}, {});
     revoke();
     expect(describeError(proxy)).toBe('a value that cannot be read was thrown');

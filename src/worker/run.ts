@@ -198,7 +198,7 @@ function errorText(error: unknown): string {
     // Each field read on its own: a getter that throws costs that field, not the others.
     const stack = readField(error, 'stack');
     if (typeof stack === 'string' && stack.length > 0) return stack;
-    return `${fieldText(readField(error, 'name'), 'Error')}: ${fieldText(readField(error, 'message'), '')}`;
+    return `${fieldText(readField(error, 'name'), 'Error')}: ${fieldText(readField(error, 'message'), '', '(its message cannot be read)')}`;
   }
   if (typeof error === 'string') return error;
   try {
@@ -210,21 +210,25 @@ function errorText(error: unknown): string {
   }
 }
 
-/** A field of a thrown value, or undefined when reading it throws. */
+/** Stands for a field whose reading threw. */
+const UNREADABLE = Symbol('unreadable');
+
+/** A field of a thrown value, or UNREADABLE when reading it throws. */
 function readField(value: object, field: 'stack' | 'name' | 'message'): unknown {
   try {
     return (value as Record<string, unknown>)[field];
   } catch {
-    return undefined;
+    return UNREADABLE;
   }
 }
 
-/** A field as text; `fallback` when it is missing or cannot be made text (a throwing toString). */
-function fieldText(value: unknown, fallback: string): string {
+/** A field as text: `missing` when it is absent, `unreadable` when it cannot be read or made text. */
+function fieldText(value: unknown, missing: string, unreadable = missing): string {
+  if (value === UNREADABLE) return unreadable;
   try {
-    return value === undefined || value === null ? fallback : String(value);
+    return value === undefined || value === null ? missing : String(value);
   } catch {
-    return fallback;
+    return unreadable;
   }
 }
 
