@@ -296,37 +296,44 @@ describe('results, waitFor and error history', () => {
     expect(job.last_error).toContain('result.s contains a NUL character');
     expect(errors).toEqual([]);
   });
-  it('a result Postgres refuses (here a trigger of the user) is held and retried alone; the rest of its batch is written', async () => {
+  /**
+   * Runs `body` with a trigger of the user's that refuses (RAISE EXCEPTION, SQLSTATE
+   * P0001) every write of the result `result`; `lift()` drops it early.
+   */
+  async function withRefusedResult(name: string, result: string, body: (lift: () => Promise<void>) => Promise<void>) {
     const { s } = fx.db;
+    const lift = async () => {
+      await fx.db.pool.query(`DROP TRIGGER IF EXISTS ${name} ON ${s}.jobs`);
+    };
     await fx.db.pool.query(`
-      CREATE FUNCTION ${s}.refuse_result() RETURNS trigger LANGUAGE plpgsql AS $$
+      CREATE FUNCTION ${s}.${name}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN RAISE EXCEPTION 'this result is not welcome'; END $$;
-      CREATE TRIGGER refuse_result BEFORE UPDATE ON ${s}.jobs FOR EACH ROW
-        WHEN (NEW.result = '"refuse-me"'::jsonb) EXECUTE FUNCTION ${s}.refuse_result()`);
+      CREATE TRIGGER ${name} BEFORE UPDATE ON ${s}.jobs FOR EACH ROW
+        WHEN (NEW.result = '${JSON.stringify(result)}'::jsonb) EXECUTE FUNCTION ${s}.${name}()`);
     try {
+      await body(lift);
+    } finally {
+      await lift();
+      await fx.db.pool.query(`DROP FUNCTION ${s}.${name}()`);
+    }
+  }
+  it('a result Postgres refuses (here a trigger of the user) is held and retried alone; the rest of its batch is written', async () => {
+    await withRefusedResult('refuse_result', 'refuse-me', async (lift) => {
       // A plain RAISE EXCEPTION (SQLSTATE P0001). The other 50 are written while the
       // refused one is held, its lock kept, and tried alone again; once the trigger
       // goes, it is written: run once, its attempt not spent again. (Given up after
       // 30 s: tests/fast/completer.test.ts.)
       const { job, errors } = await poisonAmongFifty('refused-result', async ({ poison }) => (poison ? 'refuse-me' : 'fine'), 50);
       expect(job).toMatchObject({ status: 'processing', attempts: 1 });
-      await fx.db.pool.query(`DROP TRIGGER refuse_result ON ${s}.jobs`);
+      await lift();
       await allFinished('refused-result', 51);
       expect(await fx.queue.getJob(job.id)).toMatchObject({ status: 'completed', result: 'refuse-me', attempts: 1 });
       // The refused writes are reported, as every failed statement is.
       expect(errors.length).toBeGreaterThan(0);
-    } finally {
-      await fx.db.pool.query(`DROP TRIGGER IF EXISTS refuse_result ON ${s}.jobs; DROP FUNCTION ${s}.refuse_result()`);
-    }
+    });
   });
   it('several results refused at once are all held while the worker runs the rest, and reported once each', async () => {
-    const { s } = fx.db;
-    await fx.db.pool.query(`
-      CREATE FUNCTION ${s}.refuse_some() RETURNS trigger LANGUAGE plpgsql AS $$
-        BEGIN RAISE EXCEPTION 'this result is not welcome either'; END $$;
-      CREATE TRIGGER refuse_some BEFORE UPDATE ON ${s}.jobs FOR EACH ROW
-        WHEN (NEW.result = '"refuse-us"'::jsonb) EXECUTE FUNCTION ${s}.refuse_some()`);
-    try {
+    await withRefusedResult('refuse_some', 'refuse-us', async (lift) => {
       // Outside review 41: three held at concurrency 4 stopped the worker's claims
       // until they were given up 30 s later (waitFor gives up after 20 s).
       const queue = 'refused-several';
@@ -346,13 +353,11 @@ describe('results, waitFor and error history', () => {
       // Each refusal is news once or twice (in a batch, then alone), not at every try.
       expect(errors.length).toBeGreaterThan(0);
       expect(errors.length).toBeLessThanOrEqual(3 * 2 + 3);
-      await fx.db.pool.query(`DROP TRIGGER refuse_some ON ${s}.jobs`);
+      await lift();
       await allFinished(queue, 103);
       for (const id of poisons)
         expect(await fx.queue.getJob(id)).toMatchObject({ status: 'completed', result: 'refuse-us', attempts: 1 });
-    } finally {
-      await fx.db.pool.query(`DROP TRIGGER IF EXISTS refuse_some ON ${s}.jobs; DROP FUNCTION ${s}.refuse_some()`);
-    }
+    });
   });
   it('a handler that throws a value that cannot be read fails its job; the slot is freed and the others run', async () => {
     const worker = await startWorker({
