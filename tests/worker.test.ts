@@ -64,6 +64,16 @@ describe('Worker', () => {
     expect((await job(rows[0].id)).finished_at).toBeInstanceOf(Date);
   });
 
+  it('one slot runs a backlog in priority order, jobs claimed ahead of it included', async () => {
+    // Outside review 43: a claim's rows came back in join order, so jobs claimed
+    // ahead of a free slot started out of priority order.
+    const order: number[] = [];
+    await startWorker({ queues: ['prio-one-slot'], concurrency: 1, tasks: { p: ({ p }: { p: number }) => void order.push(p) } });
+    const priorities = [0, 5, -3, 10, 5, 7, 7, 1, 2, 9, -1, 4];
+    await queue.enqueueMany(priorities.map((p) => ({ task: 'p', queue: 'prio-one-slot', priority: p, payload: { p } })));
+    await waitFor(() => order.length === priorities.length, 'every job to run');
+    expect(order).toEqual([...priorities].sort((a, b) => b - a));
+  });
   it('leaves jobs of unknown tasks for a worker that knows them', async () => {
     const unknown = await queue.enqueue('nobody_handles_this', {}, { queue: 'unknown' });
     const known = await queue.enqueue('handled', {}, { queue: 'unknown' });

@@ -69,7 +69,10 @@ function claimUpdate(
         WHERE j.id = p.id
           AND j.queue <> ALL (ARRAY(SELECT name FROM :SCHEMA.queues
             WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
-        RETURNING ${claimReturning('j')} -- not j.*: see claimedColumns`;
+        -- not j.*: see claimedColumns. claim_order: RETURNING follows the join, not
+        -- the claim order (outside review 43: a worker's prefetched jobs started out of
+        -- priority order), so the rows are put back in it below.
+        RETURNING ${claimReturning('j')}, p.n AS claim_order`;
 }
 
 /**
@@ -99,7 +102,8 @@ function claimStatement(schema: string, filter: QueueFilter): string {
       )
       SELECT NULL::text[] AS completed_ids, NULL::text[] AS failed_ids, NULL::text[] AS skipped_ids,
              ${claimedColumns('c', 'c.n = 1')}
-      FROM (SELECT *, row_number() OVER () AS n FROM claimed) c`).replaceAll(':SCHEMA', () => schema);
+      FROM (SELECT *, row_number() OVER (ORDER BY claim_order) AS n FROM claimed) c
+      ORDER BY c.n`).replaceAll(':SCHEMA', () => schema);
 }
 
 /**
@@ -213,7 +217,8 @@ function cycleStatement(schema: string, filter: QueueFilter, completed: 'keep' |
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.failed_ids END AS failed_ids,
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.skipped_ids END AS skipped_ids,
              ${claimedColumns('c', 'c.n = 1')}
-      FROM applied a LEFT JOIN (SELECT *, row_number() OVER () AS n FROM claimed) c ON true`).replaceAll(':SCHEMA', () => schema);
+      FROM applied a LEFT JOIN (SELECT *, row_number() OVER (ORDER BY claim_order) AS n FROM claimed) c ON true
+      ORDER BY c.n`).replaceAll(':SCHEMA', () => schema);
 }
 
 /** The statements of a worker for one schema, built once per schema. */
