@@ -272,8 +272,15 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async enqueueAfterCommit<R>(work: (jobs: AfterCommitJobs<T>) => Promise<R>): Promise<{ result: R; jobIds: string[] }> {
     const specs: JobSpec[] = [];
+    let collecting = true;
     const jobs: AfterCommitJobs<T> = {
       enqueue: async (task, ...[payload, options = {}]) => {
+        // A call after `work` settled would be collected by no one: a silent loss (outside review 43).
+        if (!collecting) {
+          throw new ValidationError(
+            'enqueueAfterCommit: jobs.enqueue() was called after work() settled; its job would never be inserted (await it inside work)',
+          );
+        }
         const spec = readInput('enqueueAfterCommit', () => ({ ...options, task, payload }) as JobSpec);
         // Everything enqueueMany would check, now, while the caller can still roll back.
         if (this.schemas.size > 0) await validatePayload(this.schemas, task, payload);
@@ -284,7 +291,12 @@ export class Queue<T extends TaskMap = AnyTasks> {
         specs.push(spec);
       },
     };
-    const result = await work(jobs);
+    let result: R;
+    try {
+      result = await work(jobs);
+    } finally {
+      collecting = false;
+    }
     const jobIds = await this.enqueueMany(specs as TaskSpec<T>[]);
     return { result, jobIds };
   }

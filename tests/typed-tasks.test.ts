@@ -182,6 +182,16 @@ describe('enqueueAfterCommit', () => {
         }),
       ).rejects.toThrow(ValidationError);
       expect(await jobsOf('after-commit')).toHaveLength(2);
+
+      // A call after work settled (not awaited inside it) throws rather than being lost.
+      let late: Parameters<Parameters<typeof queue.enqueueAfterCommit>[0]>[0] | undefined;
+      await queue.enqueueAfterCommit(async (jobs) => {
+        late = jobs;
+      });
+      await expect(late!.enqueue('send_welcome', { userId: 6 }, { queue: 'after-commit' })).rejects.toThrow(
+        /called after work\(\) settled/,
+      );
+      expect(await jobsOf('after-commit')).toHaveLength(2);
     } finally {
       client.release();
     }
