@@ -154,6 +154,8 @@ function serializeChecked(payload: unknown, budget: Budget): string {
       if (types.isMap(value) || types.isSet(value)) {
         throw new ValidationError(`${at} is a ${types.isMap(value) ? 'Map' : 'Set'}, which JSON turns into {}`);
       }
+      const mangled = mangledObject(value);
+      if (mangled) throw new ValidationError(`${at} is ${mangled}`);
       if (Array.isArray(value) && value.includes(undefined)) {
         throw new ValidationError(`${at} is an array holding undefined, which JSON turns into null`);
       }
@@ -169,4 +171,20 @@ function serializeChecked(payload: unknown, budget: Budget): string {
   }
   if (text === undefined) throw new ValidationError(`${what} is not JSON-serialisable`);
   return text;
+}
+
+/**
+ * What JSON would make of a built-in object that has no toJSON, where that loses
+ * what it holds (outside review 43: an Error in a payload was stored as {}, its
+ * message gone); undefined for anything else, class instances included.
+ */
+function mangledObject(value: unknown): string | undefined {
+  if (typeof value !== 'object' || value === null) return undefined;
+  if (types.isNativeError(value)) return 'an Error, which JSON turns into {} (its message and stack are not enumerable)';
+  if (types.isRegExp(value)) return 'a RegExp, which JSON turns into {}';
+  if (types.isWeakMap(value) || types.isWeakSet(value) || types.isPromise(value)) return 'an object JSON turns into {}';
+  if (types.isAnyArrayBuffer(value) || types.isArrayBufferView(value)) {
+    return 'binary data (an ArrayBuffer or a typed array), which JSON turns into {} or an object keyed by index';
+  }
+  return undefined;
 }
