@@ -123,3 +123,32 @@ describe('the pg driver on a pool it made', () => {
     }
   });
 });
+
+describe('the pg driver with a statement limit', () => {
+  let driver: PgDriver;
+  beforeAll(() => {
+    driver = pgDriver({
+      connectionString: databaseUrl(),
+      max: 1,
+      applicationName: 'sluice-test-pg-reuse',
+      statementTimeoutMs: 10_000,
+    });
+  });
+  afterAll(async () => {
+    await driver.end();
+  });
+
+  it('keeps a connection whose statement Postgres refused, and drops one the server ended', async () => {
+    const pid = async () => (await driver.query('SELECT pg_backend_pid() AS pid', [])).rows[0].pid as number;
+    const first = await pid();
+    // An error of the statement (here a trigger-like RAISE, then a division by zero):
+    // the session is fine, and is used again (outside review 42: a refused result
+    // tried every 250 ms opened a new connection each time).
+    await expect(driver.query(`DO $$ BEGIN RAISE EXCEPTION 'refused'; END $$`, [])).rejects.toThrow('refused');
+    await expect(driver.query('SELECT 1 / $1::int', [0])).rejects.toThrow('division by zero');
+    expect(await pid()).toBe(first);
+    // The server ending the session (57P01, SQLSTATE class of shutdowns): a new connection.
+    await expect(driver.query('SELECT pg_terminate_backend(pg_backend_pid())', [])).rejects.toThrow();
+    expect(await pid()).not.toBe(first);
+  });
+});

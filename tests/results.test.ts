@@ -334,27 +334,36 @@ describe('results, waitFor and error history', () => {
   });
   it('several results refused at once are all held while the worker runs the rest, and reported once each', async () => {
     await withRefusedResult('refuse_some', 'refuse-us', async (lift) => {
-      // Outside review 41: three held at concurrency 4 stopped the worker's claims
-      // until they were given up 30 s later (waitFor gives up after 20 s).
+      // Outside reviews 41 and 42: three held at concurrency 4 stopped the worker's
+      // claims until they were given up 30 s later (waitFor gives up after 20 s), and
+      // 20 held at concurrency 50 did too, each tried alone on a new connection.
       const queue = 'refused-several';
       const worker = await startWorker({
         queues: [queue],
-        concurrency: 4,
-        tasks: { job: async ({ poison }: { poison?: boolean }) => (poison ? 'refuse-us' : 'fine') },
+        concurrency: 50,
+        tasks: {
+          job: async ({ poison }: { poison?: boolean }) => {
+            if (poison) return 'refuse-us';
+            await new Promise((resolve) => setTimeout(resolve, 10));
+            return 'fine';
+          },
+        },
       });
       const errors: Error[] = [];
       worker.on('error', (err) => errors.push(err));
       const poisons = await fx.queue.enqueueMany(
-        Array.from({ length: 3 }, () => ({ task: 'job', queue, payload: { poison: true } })),
+        Array.from({ length: 20 }, () => ({ task: 'job', queue, payload: { poison: true } })),
       );
-      await fx.queue.enqueueMany(Array.from({ length: 100 }, () => ({ task: 'job', queue, payload: {} })));
-      await allFinished(queue, 100);
+      // The other jobs arrive once all 20 are held, each refused on its own.
+      await waitFor(() => errors.length >= 20, 'the refused results to be held');
+      await fx.queue.enqueueMany(Array.from({ length: 500 }, () => ({ task: 'job', queue, payload: {} })));
+      await allFinished(queue, 500);
       for (const id of poisons) expect(await fx.queue.getJob(id)).toMatchObject({ status: 'processing', attempts: 1 });
       // Each refusal is news once or twice (in a batch, then alone), not at every try.
       expect(errors.length).toBeGreaterThan(0);
-      expect(errors.length).toBeLessThanOrEqual(3 * 2 + 3);
+      expect(errors.length).toBeLessThanOrEqual(20 * 2 + 5);
       await lift();
-      await allFinished(queue, 103);
+      await allFinished(queue, 520);
       for (const id of poisons)
         expect(await fx.queue.getJob(id)).toMatchObject({ status: 'completed', result: 'refuse-us', attempts: 1 });
     });

@@ -85,6 +85,13 @@ export class Completer implements ResultSource {
    * per cycle, alone, until the one it refuses is found.
    */
   private suspects: (Completion | Failure)[] = [];
+  /**
+   * Held results (each refused on its own already) due for another try: they go
+   * out together, in one statement without a claim, whatever their number. One at
+   * a time they took a round trip each every 250 ms, and with dozens held the
+   * worker sent little else (outside review 42: a drain stalled for 30-60 s).
+   */
+  private heldDue: (Completion | Failure)[] = [];
 
   constructor(
     private readonly store: WorkerStore,
@@ -93,19 +100,20 @@ export class Completer implements ResultSource {
   ) {}
 
   get size(): number {
-    const suspects = this.suspects.length;
+    const suspects = this.suspects.length + this.heldDue.length;
     if (this.startsInFlight.size === 0) return suspects + this.completed.length + this.failed.length + this.started.size;
     return suspects + this.takeable(this.completed).length + this.takeable(this.failed).length + this.started.size;
   }
 
   get unwritten(): number {
-    return this.suspects.length + this.completed.length + this.failed.length + this.deferred.size;
+    return this.suspects.length + this.heldDue.length + this.completed.length + this.failed.length + this.deferred.size;
   }
 
   /** Ids of the jobs whose results wait here: their locks must stay fresh until written. */
   ids(): string[] {
     return [
       ...this.suspects.map((r) => r.id),
+      ...this.heldDue.map((r) => r.id),
       ...this.completed.map((c) => c.id),
       ...this.failed.map((f) => f.id),
       ...this.deferred.keys(),
@@ -156,10 +164,15 @@ export class Completer implements ResultSource {
 
   take(): ResultBatch {
     const suspect = this.suspects.shift();
-    if (suspect) {
-      return 'final' in suspect
-        ? { completed: [], failed: [suspect], started: [], startedAt: [], alone: true }
-        : { completed: [suspect], failed: [], started: [], startedAt: [], alone: true };
+    const alone = suspect ? [suspect] : this.heldDue.splice(0);
+    if (alone.length > 0) {
+      return {
+        completed: alone.filter((r): r is Completion => !('final' in r)),
+        failed: alone.filter((r): r is Failure => 'final' in r),
+        started: [],
+        startedAt: [],
+        alone: true,
+      };
     }
     const batch = {
       completed: this.takeable(this.completed),
@@ -208,10 +221,18 @@ export class Completer implements ResultSource {
     }
     this.landed(batch);
     batch.started.forEach((id, i) => this.started.set(id, batch.startedAt[i]!));
-    const result = results[0]!;
-    // Refused alone: held (its lock kept fresh) and tried alone again every
-    // SKIPPED_RETRY_MS, while the worker goes on with the rest, in case what refused
-    // it passes (a trigger being replaced); given up after REFUSED_GIVE_UP_MS.
+    // Each of these was refused on its own (a suspect alone, or held ones tried
+    // again together): each is held or given up by its own clock.
+    let news = false;
+    for (const result of results) news = this.refusedAlone(result, err) || news;
+    return news;
+  }
+
+  /** Whether this refusal is news: the first of this outcome, or its giving up. */
+  private refusedAlone(result: Completion | Failure, err: unknown): boolean {
+    // Held (its lock kept fresh) and tried again every SKIPPED_RETRY_MS, while the
+    // worker goes on with the rest, in case what refused it passes (a trigger being
+    // replaced); given up after REFUSED_GIVE_UP_MS.
     const news = result.firstRefusedAt === undefined;
     result.firstRefusedAt ??= Date.now();
     if (Date.now() - result.firstRefusedAt < REFUSED_GIVE_UP_MS) {
@@ -326,7 +347,7 @@ export class Completer implements ResultSource {
     this.deferTimer = undefined;
     if (this.deferred.size === 0) return;
     for (const result of this.deferred.values()) {
-      if (result.held) this.suspects.push(result);
+      if (result.held) this.heldDue.push(result);
       else if ('final' in result) this.failed.push(result);
       else this.completed.push(result);
     }

@@ -12,8 +12,9 @@ export interface ResultBatch<C extends CompletionWrite = CompletionWrite, F exte
   /** When each of `started` started (ms since epoch, the worker's clock), for its row. */
   startedAt: number[];
   /**
-   * One result of a batch Postgres refused, sent alone and without a claim, so
-   * that a refusal of this write is this result's.
+   * Sent without a claim, and a refusal of this write is its results' own: one
+   * result of a batch Postgres refused, sent alone to find the one refused, or
+   * the held results (each refused on its own already) tried again together.
    */
   alone?: boolean;
 }

@@ -484,6 +484,32 @@ describe('Completer: a batch whose values Postgres refused', () => {
     expect(errors).toEqual([]);
   });
 
+  it('tries held outcomes again together, one statement for all of them', async () => {
+    // Outside review 42: held outcomes tried one per statement every 250 ms left the
+    // worker sending little else once dozens were held.
+    const runs = await Promise.all(Array.from({ length: 5 }, () => claimed()));
+    runs.forEach((run, i) => completer.record(run, { kind: 'completed', value: i }, 5));
+    expect(completer.rejected(completer.take(), refusal)).toBe(true);
+    for (let i = 0; i < 5; i++) {
+      const alone = completer.take();
+      expect(alone.completed).toHaveLength(1);
+      expect(completer.rejected(alone, refusal)).toBe(true);
+    }
+    expect(completer.size).toBe(0);
+    vi.advanceTimersByTime(250);
+    const again = completer.take();
+    expect(again).toMatchObject({ alone: true, failed: [] });
+    expect(again.completed.map((c) => c.id).sort()).toEqual(runs.map((r) => r.job.id).sort());
+    expect(completer.take().completed).toEqual([]);
+    // Refused together again: all held again, and no news.
+    expect(completer.rejected(again, refusal)).toBe(false);
+    vi.advanceTimersByTime(250);
+    const passes = completer.take();
+    expect(passes.completed).toHaveLength(5);
+    completer.applied(passes, await store.write(passes));
+    expect(runs.map((r) => db.job(r.job.id).status)).toEqual(Array(5).fill('completed'));
+  });
+
   it('gives up on an outcome refused even without its values: the job is left for the rescuer, named in an error', async () => {
     const run = await claimed();
     completer.record(run, { kind: 'failed', error: new Error('boom'), permanent: false }, 5);
