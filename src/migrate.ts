@@ -8,7 +8,7 @@ import { rows, type Queryable } from './db/executor.js';
 import { ConfigError, MigrationError, isConnectionFailure } from './errors.js';
 import { checks } from './validate.js';
 
-const { schemaOption } = checks(ConfigError);
+const { schemaOption, rejectUnknownKeys } = checks(ConfigError);
 
 const MIGRATIONS_DIR = fileURLToPath(new URL('../sql/migrations/', import.meta.url));
 
@@ -58,8 +58,12 @@ export async function loadMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]>
  *   await migrate({ connectionString: process.env.DATABASE_URL });
  *   await migrate({ sql }); // your postgres.js instance: its settings, a connection of migrate's own
  */
+const MIGRATE_KEYS = new Set(['connectionString', 'pool', 'sql', 'driver', 'schema']);
+
 export async function migrate(options: MigrateOptions): Promise<MigrationResult> {
   if (!options || typeof options !== 'object') throw new ConfigError('migrate: options object required');
+  // A misspelt `schema` would otherwise migrate the default schema (outside review 43).
+  rejectUnknownKeys(options, MIGRATE_KEYS, 'migrate');
   const driverName = resolveDriverName(options, 'migrate');
   if (!hasConnection(options)) throw new ConfigError('migrate: give connectionString, pool or sql');
   const schema = schemaOption(options.schema);

@@ -10,9 +10,11 @@ import {
   getJob,
   getStats,
   listJobs,
+  redriveDeadLetters,
   retryFailed,
   retryJob,
 } from '../src/index.js';
+import { searchJobs } from '../src/admin/search.js';
 import { channelFor } from '../src/db/identifiers.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
 
@@ -89,6 +91,30 @@ describe('listJobs', () => {
     await expect(listJobs(db.pool, db.schema, { limit: 0 })).rejects.toThrow(/limit must be an integer from 1 to 1000/);
     await expect(listJobs(db.pool, db.schema, { before: 'abc' })).rejects.toThrow(/not a job id/);
     await expect(listJobs(db.pool, db.schema, { before: 5, after: 1 })).rejects.toThrow(/not both/);
+  });
+
+  it('refuses a misspelt option instead of widening what it lists, retries, deletes or redrives', async () => {
+    // Outside review 43: listJobs({ staus: 'failed' }) listed every job.
+    const [kept] = await queue.enqueueMany([
+      { task: 't', queue: 'keep' },
+      { task: 't', queue: 'other' },
+    ]);
+    await setStatus([kept!], 'failed', ", finished_at = now() - interval '1 day'");
+    const typo = { staus: 'failed' } as never;
+    await expect(listJobs(db.pool, db.schema, typo)).rejects.toThrow(/listJobs: unknown option "staus"/);
+    await expect(searchJobs(db.pool, db.schema, { field: 'a', value: 'b', quue: 'x' } as never)).rejects.toThrow(
+      /unknown option "quue"/,
+    );
+    await expect(retryFailed(db.pool, db.schema, { quue: 'keep' } as never)).rejects.toBeInstanceOf(ValidationError);
+    await expect(deleteFinished(db.pool, db.schema, { olderThanMs: 0, status: ['failed'] } as never)).rejects.toThrow(
+      /unknown option "status"/,
+    );
+    await expect(redriveDeadLetters(db.pool, db.schema, { all: true, quue: 'keep' } as never)).rejects.toBeInstanceOf(
+      ValidationError,
+    );
+    await expect(retryJob(db.pool, db.schema, kept!, { actr: 'me' } as never)).rejects.toThrow(/unknown option "actr"/);
+    // Nothing was changed.
+    expect(await statusCounts(db)).toEqual({ failed: 1, pending: 1 });
   });
 });
 

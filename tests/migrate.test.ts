@@ -67,6 +67,10 @@ describe('migrate', () => {
 
   it('rejects bad options with a typed error', async () => {
     await expect(migrate({ schema: 'x' })).rejects.toBeInstanceOf(ConfigError);
+    // A misspelt schema must not migrate the default one (outside review 43).
+    await expect(migrate({ connectionString: 'postgres://nowhere.invalid/x', schmea: 'x' } as never)).rejects.toThrow(
+      /migrate: unknown option "schmea"/,
+    );
     await expect(migrate({ connectionString: url, schema: '' })).rejects.toBeInstanceOf(ConfigError);
     await expect(migrate({ connectionString: url, schema: 'x'.repeat(80) })).rejects.toBeInstanceOf(ConfigError);
   });

@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
+import { knownOptions } from './input.js';
 import {
   listJobs,
   retryFailed,
@@ -45,12 +46,16 @@ export interface RedriveResult {
  *   await redriveDeadLetters(pool, 'sluice', { ids: ['42', '43'] });
  *   await redriveDeadLetters(pool, 'sluice', { all: true, queue: 'mail' });
  */
+const REDRIVE_KEYS = new Set(['ids', 'all', 'queue']);
+
 export async function redriveDeadLetters(
   db: Queryable,
   schema: string,
   target: RedriveTarget,
   options: ActionOptions = {},
 ): Promise<RedriveResult> {
+  // A misspelt `queue` would redrive the failed jobs of every queue.
+  knownOptions(target, REDRIVE_KEYS, 'redriveDeadLetters');
   if ('all' in target && target.all === true) {
     const { retried } = await retryFailed(db, schema, target.queue === undefined ? options : { ...options, queue: target.queue });
     return { redriven: retried, skipped: [] };

@@ -1,6 +1,7 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
 import { JOB_STATUSES, type JobStatus } from '../job.js';
+import { checks } from '../validate.js';
 
 // What the admin API checks of its callers' input, and how it runs a statement.
 
@@ -11,6 +12,17 @@ export async function query<T>(db: Queryable, text: string, values: unknown[], c
   } catch (err) {
     throw wrapDatabaseError(err, `${context} failed`);
   }
+}
+
+const { rejectUnknownKeys } = checks(ValidationError);
+
+/**
+ * Refuses option names `what` does not know (undefined options pass): a typo in
+ * a filter would otherwise widen it, and list, retry or delete every job
+ * (outside review 43: listJobs({ staus: 'failed' }) listed them all).
+ */
+export function knownOptions(options: unknown, keys: ReadonlySet<string>, what: string): void {
+  if (options !== undefined) rejectUnknownKeys(options as object, keys, what);
 }
 
 const MAX_BIGINT = 2n ** 63n - 1n;

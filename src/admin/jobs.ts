@@ -11,7 +11,7 @@ import {
   type UnfinishedStatus,
 } from '../job.js';
 import { checks } from '../validate.js';
-import { checkStatus, jobId, query } from './input.js';
+import { checkStatus, jobId, knownOptions, query } from './input.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { runNowStatements } from '../db/statements/run-now.js';
@@ -75,7 +75,13 @@ export type JobActionResult =
  *   let page = await listJobs(pool, 'sluice', { status: 'failed', limit: 100 });
  *   while (page.nextBefore) page = await listJobs(pool, 'sluice', { status: 'failed', before: page.nextBefore });
  */
+const LIST_KEYS = new Set(['status', 'queue', 'task', 'limit', 'before', 'after', 'createdFrom', 'createdUntil']);
+const ACTION_KEYS = new Set(['actor']);
+const RETRY_FAILED_KEYS = new Set(['queue', 'actor']);
+const DELETE_FINISHED_KEYS = new Set(['olderThanMs', 'statuses', 'batchSize']);
+
 export async function listJobs(db: Queryable, schema: string, options: ListJobsOptions = {}): Promise<JobPage> {
+  knownOptions(options, LIST_KEYS, 'listJobs');
   const admin = adminStatements(schema);
   const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
   if (options.before !== undefined && options.after !== undefined) {
@@ -192,6 +198,7 @@ export async function retryFailed(
   schema: string,
   options: { queue?: string } & ActionOptions = {},
 ): Promise<{ retried: number; queues: Record<string, number> }> {
+  knownOptions(options, RETRY_FAILED_KEYS, 'retryFailed');
   const queue = options.queue === undefined ? null : checkName('queue', options.queue);
   const counts = await query<{ queue: string; count: number }>(
     db,
@@ -270,6 +277,7 @@ export async function deleteFinished(
   schema: string,
   options: DeleteFinishedOptions,
 ): Promise<{ deleted: number }> {
+  knownOptions(options, DELETE_FINISHED_KEYS, 'deleteFinished');
   if (!options || typeof options.olderThanMs !== 'number' || !Number.isFinite(options.olderThanMs) || options.olderThanMs < 0) {
     throw new ValidationError('deleteFinished: olderThanMs must be a number of milliseconds >= 0');
   }
@@ -312,6 +320,7 @@ export async function runJobNow(
   options: ActionOptions = {},
 ): Promise<JobActionResult> {
   const jobIdText = jobId(id);
+  knownOptions(options, ACTION_KEYS, 'runJobNow');
   const [job] = await query<JobRow>(db, runNowStatements(schema).job, [jobIdText, actorOf(options)], 'runJobNow');
   if (job) {
     await wakeQueues(db, schema, [job.queue]);
@@ -338,6 +347,7 @@ async function act<R extends JobRow = JobRow>(
 ): Promise<{ ok: true; job: R } | Exclude<JobActionResult, { ok: true }>> {
   const admin = adminStatements(schema);
   const jobIdText = jobId(id);
+  knownOptions(options, ACTION_KEYS, action);
   const [job] = await query<R>(db, admin[action], [jobIdText, allowed, actorOf(options), ...extra], action);
   if (job) return { ok: true, job };
   const [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], action);

@@ -3,7 +3,7 @@ import { searchStatements } from '../db/statements/search.js';
 import { ValidationError } from '../errors.js';
 import type { JobRow, JobStatus } from '../job.js';
 import { checks } from '../validate.js';
-import { checkStatus, jobId, query } from './input.js';
+import { checkStatus, jobId, knownOptions, query } from './input.js';
 import { DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, type JobPage } from './jobs.js';
 
 const { checkName, intOption } = checks(ValidationError);
@@ -35,7 +35,10 @@ export interface SearchJobsOptions {
  * @example
  *   const page = await searchJobs(pool, 'sluice', { field: 'user.id', value: '42', task: 'send_welcome' });
  */
+const SEARCH_KEYS = new Set(['field', 'value', 'status', 'queue', 'task', 'before', 'limit']);
+
 export async function searchJobs(db: Queryable, schema: string, options: SearchJobsOptions): Promise<JobPage> {
+  knownOptions(options, SEARCH_KEYS, 'searchJobs');
   const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
   const path = fieldPath(options.field);
   if (typeof options.value !== 'string' || options.value.length > MAX_SEARCH_VALUE) {
