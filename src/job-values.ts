@@ -3,7 +3,7 @@ import { ValidationError } from './errors.js';
 import { DEFAULT_QUEUE, type JobKeyMode, type JobSpec } from './job.js';
 import { serializePayload } from './payload.js';
 import { storableDelay, storableTime, timeOf } from './time-range.js';
-import { checks, shown, unstorableText } from './validate.js';
+import { checks, readOrFail, shown, unstorableText } from './validate.js';
 
 const { checkName, intOption } = checks(ValidationError);
 
@@ -30,20 +30,7 @@ const KEY_MODES: readonly string[] = ['keep', 'replace', 'error'];
  * becomes a ValidationError that says so, and nothing is sent.
  */
 export function readInput<R>(what: string, read: () => R): R {
-  try {
-    return read();
-  } catch (err) {
-    if (err instanceof ValidationError) throw err;
-    throw new ValidationError(`${what}: the input cannot be read (${shown(errorMessage(err))})`, { cause: err });
-  }
-}
-
-function errorMessage(err: unknown): unknown {
-  try {
-    return err instanceof Error ? err.message : err;
-  } catch {
-    return 'an error that cannot be read';
-  }
+  return readOrFail(ValidationError, what, read);
 }
 
 /**

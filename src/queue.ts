@@ -1,4 +1,4 @@
-import { checks } from './validate.js';
+import { checks, readOrFail, snapshotOptions } from './validate.js';
 import { hasConnection, resolveDriverName, type PgPool } from './db/connection.js';
 import type { Driver, DriverName } from './db/driver.js';
 import { lazyDriver, openDriver } from './db/drivers/open.js';
@@ -88,7 +88,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
   private readonly prepared: boolean;
   private readonly schemas: Map<string, StandardSchemaV1>;
 
-  constructor(options: QueueOptions<T> = {}) {
+  constructor(given: QueueOptions<T> = {}) {
+    const options = readOrFail(ConfigError, 'Queue', () => snapshotOptions(given));
     config.rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
     this.schema = config.schemaOption(options.schema);
     this.queries = enqueueStatements(this.schema);

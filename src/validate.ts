@@ -133,6 +133,39 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
  * mistaken for 2), and cut short, so a 100,000-character value does not make a
  * 100,000-character message.
  */
+/**
+ * Runs `read` over a caller's input or options: whatever reading them throws (a
+ * Proxy whose traps throw, a revoked one, a throwing getter) becomes an
+ * `ErrorClass` error that says so, with the original as its cause; errors of
+ * `ErrorClass` (the checks' own) pass as they are.
+ */
+export function readOrFail<R>(ErrorClass: ErrorClass, what: string, read: () => R): R {
+  try {
+    return read();
+  } catch (err) {
+    if (err instanceof ErrorClass) throw err;
+    throw new ErrorClass(`${what}: the input cannot be read (${shown(errorMessage(err))})`, { cause: err });
+  }
+}
+
+/**
+ * A plain copy of an options object, every property read once (a getter or a
+ * Proxy trap that throws fails here, inside readOrFail, not later at an odd
+ * place). Anything but a plain object is returned as it is, for the caller's
+ * own "options must be an object" check.
+ */
+export function snapshotOptions<O>(options: O): O {
+  return typeof options === 'object' && options !== null && !Array.isArray(options) ? { ...options } : options;
+}
+
+function errorMessage(err: unknown): unknown {
+  try {
+    return err instanceof Error ? err.message : err;
+  } catch {
+    return 'an error that cannot be read';
+  }
+}
+
 export function shown(value: unknown): string {
   if (typeof value !== 'string') {
     if (typeof value === 'number' || typeof value === 'boolean') return String(value);

@@ -4,6 +4,7 @@ import {
   JobCancelledError,
   ValidationError,
   ConfigError,
+  Queue,
   Worker,
   type JobRow,
   type WorkerOptions,
@@ -204,6 +205,30 @@ describe('retry control from handlers', () => {
     expect(() => make({ tasks: { t: { handler: async () => {}, retries: 3 } as never } })).toThrow(/unknown option/);
     expect(() => make({ queueConcurrency: { elsewhere: 1 } })).toThrow(/not one of this worker's queues/);
     expect(() => make({ concurrency: 4, queueConcurrency: { default: 5 } })).toThrow(ConfigError);
+  });
+
+  it('options that throw as they are read are a ConfigError, for the Worker and the Queue', () => {
+    // Outside review 43: a throwing getter escaped as a plain Error.
+    const hostile = {
+      connectionString: suite.db.url,
+      tasks: { t: async () => {} },
+      get concurrency(): number {
+        throw new Error('no concurrency for you');
+      },
+    };
+    expect(() => new Worker(hostile)).toThrow(/Worker: the input cannot be read/);
+    expect(() => new Worker(hostile)).toThrow(ConfigError);
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    expect(() => new Queue(proxy)).toThrow(ConfigError);
+    expect(
+      () =>
+        new Queue({
+          get schema(): string {
+            throw new Error('no schema');
+          },
+        }),
+    ).toThrow(/Queue: the input cannot be read/);
   });
 });
 

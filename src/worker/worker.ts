@@ -15,6 +15,7 @@ import {
 } from '../errors.js';
 import type { AnyTasks, JobRow, TaskMap } from '../job.js';
 import { resolveSchemas } from '../task-schemas.js';
+import { readOrFail, snapshotOptions } from '../validate.js';
 import type { ControlMessage } from '../notify/codec.js';
 import type { Emit, WorkerEvents } from './events.js';
 import type { FetchLoopStats } from './fetch-loop.js';
@@ -77,8 +78,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private readonly emitEvent: Emit = (event, ...args) =>
     void (this.emit as (e: string, ...a: unknown[]) => boolean)(event, ...args);
 
-  constructor(options: WorkerOptions<T>) {
+  constructor(given: WorkerOptions<T>) {
     super();
+    const options = readOrFail(ConfigError, 'Worker', () => snapshotOptions(given));
     this.config = resolveWorkerConfig(options as WorkerOptions);
     // Checked here so that bad schemas fail the constructor, not start().
     resolveSchemas(options.schemas, 'Worker');
