@@ -340,5 +340,14 @@ describe('relay', () => {
     const usage = await runCli(db.url, db.schema, ['relay']);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toContain('give at least one --destination');
+    // A schema no relay has started on says so rather than printing nothing.
+    const empty = await createTestSchema('relaynone');
+    try {
+      const none = await runCli(empty.url, empty.schema, ['relay', '--status']);
+      expect(none.code).toBe(0);
+      expect(none.stdout).toContain('no-destinations');
+    } finally {
+      await empty.drop();
+    }
   });
 });

@@ -74,7 +74,10 @@ Examples:
       };
       await withDatabase(command, async ({ pool, url, schema }) => {
         if (flags.status) {
-          for (const lag of await outboxLag(pool, schema)) log('lag', { ...lag });
+          const lags = await outboxLag(pool, schema);
+          for (const lag of lags) log('lag', { ...lag });
+          // Silence would read as "nothing to report" and "not set up" alike.
+          if (lags.length === 0) log('no-destinations', { note: 'no relay has started on any destination of this schema yet' });
           return;
         }
         if (!flags.destination?.length) throw new UsageError('give at least one --destination (or --status)');
