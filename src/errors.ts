@@ -234,3 +234,15 @@ export function wrapDatabaseError(err: unknown, context: string): SluiceError {
     cause: err,
   });
 }
+
+/** A key held by another job (mode 'error') becomes a DuplicateJobError; anything else is wrapped as usual. */
+export function enqueueError(err: unknown, context: string): Error {
+  // pg calls the violated index `constraint`, postgres.js `constraint_name`.
+  const e = err as { code?: string; constraint?: string; constraint_name?: string; detail?: string; message?: string } | null;
+  if (e?.code === '23505' && (e.constraint ?? e.constraint_name) === 'jobs_job_key_idx') {
+    const existing = /existing job id: (\d+)/.exec(e.detail ?? '')?.[1];
+    const key = /holds key (.*)$/.exec(e.message ?? '')?.[1];
+    return new DuplicateJobError(`${context}: ${e.message}`, existing, key, { cause: err });
+  }
+  return wrapDatabaseError(err, context);
+}

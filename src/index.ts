@@ -11,7 +11,7 @@ export { Worker, type WorkerEvents } from './worker/worker.js';
 export type { CronSchedule } from './maintenance/cron-schedule.js';
 export { listSchedules, type CronTick, type ScheduleInfo } from './maintenance/cron.js';
 export type { RescuedJob } from './maintenance/rescuer.js';
-export type { FetchLoopStats as WorkerStats } from './worker/fetch-loop.js';
+export type { FetchLoopStats as WorkerStats } from './worker/cycle-stats.js';
 export { migrate, type MigrateOptions, type MigrationResult } from './migrate.js';
 export type { WorkerOptions } from './worker/options.js';
 export type { ConnectionOptions, DriverConnectionOptions, PgPool, PgPoolClient, PgClient } from './db/connection.js';

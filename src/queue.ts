@@ -12,14 +12,7 @@ import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { jobId as checkJobId } from './admin/input.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
-import {
-  ConfigError,
-  DuplicateJobError,
-  JobNotFoundError,
-  ValidationError,
-  WaitTimeoutError,
-  wrapDatabaseError,
-} from './errors.js';
+import { ConfigError, enqueueError, JobNotFoundError, ValidationError, WaitTimeoutError, wrapDatabaseError } from './errors.js';
 import { isFinished, type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
 import { resolveSchemas, validateBatchPayloads, validatePayload } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
@@ -399,16 +392,4 @@ function openQueueDriver(name: DriverName, options: QueueOptions): Driver {
   const connection = { connectionString, pool, sql, listenConnectionString };
   if (name === 'pg') return pgDriver({ ...connection, max: POOL_SIZE, applicationName: 'sluice-queue' });
   return lazyDriver(() => openDriver(name, connection, POOL_SIZE, 'sluice-queue'));
-}
-
-/** A key held by another job (mode 'error') becomes a DuplicateJobError; anything else is wrapped as usual. */
-function enqueueError(err: unknown, context: string): Error {
-  // pg calls the violated index `constraint`, postgres.js `constraint_name`.
-  const e = err as { code?: string; constraint?: string; constraint_name?: string; detail?: string; message?: string } | null;
-  if (e?.code === '23505' && (e.constraint ?? e.constraint_name) === 'jobs_job_key_idx') {
-    const existing = /existing job id: (\d+)/.exec(e.detail ?? '')?.[1];
-    const key = /holds key (.*)$/.exec(e.message ?? '')?.[1];
-    return new DuplicateJobError(`${context}: ${e.message}`, existing, key, { cause: err });
-  }
-  return wrapDatabaseError(err, context);
 }

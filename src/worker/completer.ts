@@ -7,6 +7,7 @@ import { retryDelayMs, type BackoffOptions } from './backoff.js';
 import type { Emit } from './events.js';
 import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
 import { describeError, type Outcome, type Run } from './run.js';
+import { releaseJobs, SKIPPED_RETRY_MS, writeSnooze } from './single-writes.js';
 
 /** Where an outcome Postgres refused stands (Completer.rejected). */
 interface Refusal {
@@ -42,9 +43,6 @@ export interface CompleterConfig {
 
 /** How long an outcome Postgres refuses is tried again before it is given up (see rejected()). */
 const REFUSED_GIVE_UP_MS = 30_000;
-
-/** A write skipped because another session held the row is tried again after this long. */
-const SKIPPED_RETRY_MS = 250;
 
 /** What the completer tells the rest of the worker. */
 export interface CompleterSignals {
@@ -320,14 +318,8 @@ export class Completer implements ResultSource {
    * not released (still this worker's: the rescuer returns them later). Throws when
    * the database cannot be reached.
    */
-  async release(jobs: readonly JobRow[], deadline = Date.now()): Promise<JobRow[]> {
-    let left = [...jobs];
-    for (;;) {
-      const { skipped } = await this.store.release(left.map((j) => j.id));
-      left = left.filter((j) => skipped.has(j.id));
-      if (left.length === 0 || Date.now() + SKIPPED_RETRY_MS > deadline) return left;
-      await sleep(SKIPPED_RETRY_MS);
-    }
+  release(jobs: readonly JobRow[], deadline = Date.now()): Promise<JobRow[]> {
+    return releaseJobs(this.store, jobs, deadline);
   }
 
   /** Resolves once the snoozes in flight are written (or failed), and deferred results are back in the buffer. */
@@ -376,25 +368,7 @@ export class Completer implements ResultSource {
 
   /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
   private snooze(job: JobRow, snooze: Snooze): void {
-    const write = (async () => {
-      try {
-        let runAt = await this.store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
-        // Another session holds the row: never wait on its lock, ask again shortly.
-        while (runAt === 'skipped') {
-          await sleep(SKIPPED_RETRY_MS);
-          runAt = await this.store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
-        }
-        if (runAt) {
-          this.signals.dueAt(runAt.getTime());
-          this.signals.emit('job:snooze', job, { runAt });
-        } else {
-          this.signals.emit('job:lock-lost', job);
-        }
-      } catch (err) {
-        // The job stays 'processing' until the rescuer returns it (spending the attempt).
-        this.signals.error(err);
-      }
-    })();
+    const write = writeSnooze(this.store, job, snooze, this.signals);
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write));
   }
@@ -405,10 +379,6 @@ function describeRefusal(err: unknown): string {
   const sqlState = (err as { code?: unknown } | null)?.code;
   const message = err instanceof Error ? err.message : String(err);
   return typeof sqlState === 'string' ? `${message} (SQLSTATE ${sqlState})` : message;
-}
-
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
 }
 
 /** The start of a run the claim did not start (claimed ahead), for the row: see CompletionWrite.startedAt. */

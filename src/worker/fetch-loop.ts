@@ -2,6 +2,7 @@ import type { CycleResult, WorkerStore } from '../db/store.js';
 import { isDataRejection } from '../errors.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import { Loop } from '../lifecycle/loop.js';
+import { CycleStats } from './cycle-stats.js';
 import { DueTimes } from './due-times.js';
 import type { ClaimPlan } from './queue-state.js';
 import type { ClaimTarget } from './claim-target.js';
@@ -20,20 +21,6 @@ export interface FetchLoopConfig {
   completionFlushMs: number;
   pollIntervalMs: number;
   wakeCooldownMs: number;
-}
-
-/** Counters of the fetch loop, for benchmarks and monitoring. */
-export interface FetchLoopStats {
-  /** Statements sent (each writes results and/or claims). */
-  cycles: number;
-  /** Cycles that asked for jobs. */
-  claims: number;
-  /** Cycles that asked for jobs and got none: the cost of a wake-up with nothing to do. */
-  emptyClaims: number;
-  /** Jobs claimed. */
-  claimed: number;
-  /** Cycles sent while another was in flight. */
-  overlapped: number;
 }
 
 /**
@@ -59,7 +46,7 @@ export const MAX_CYCLES_IN_FLIGHT = 2;
  * woken: idle workers do not hammer Postgres with empty claims.
  */
 export class FetchLoop {
-  readonly stats: FetchLoopStats = { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0, overlapped: 0 };
+  readonly stats = new CycleStats();
   // A time this worker waited for came: claim even a single free slot for it.
   private readonly due = new DueTimes((timer) => (timer ? this.wakeUnbatched() : this.wake()));
   private readonly retry = new Backoff({ minMs: 50, maxMs: 5_000 });
@@ -306,7 +293,7 @@ export class FetchLoop {
       if (!alongside && !wrote) return false;
       const { more, claimed } = await (alongside ?? this.limited.claim(plan.limited, limit, startNow, []));
       if (plan.plain.length === 0) {
-        this.countClaim(claimed);
+        this.stats.claim(claimed);
         // With no plain queue the write claimed nothing: whether a backlog drains
         // (claims batched, a second cycle overlapping) is the limited claims' to say.
         this.backlog = more;
@@ -356,11 +343,9 @@ export class FetchLoop {
       this.mayHaveWork = true;
       if (news) this.onError(err);
       if (this.stopping || this.draining) return false;
-      // Values Postgres refused are not a connection in trouble: they go out alone
-      // (or are held, tried every 250 ms), and the loop goes on at once, claims
-      // included. Backing off here left a worker holding three refused results
-      // sending only those, each retry further apart, and claiming nothing (outside
-      // review 41: 100 jobs waited 40 s).
+      // Refused values are no connection trouble: they go out alone or held, and the
+      // loop goes on at once. Backing off here left a worker holding three refused
+      // results sending only those, ever further apart, claiming nothing (review 41).
       if (refused) this.kick();
       else this.scheduleRetry();
       return false;
@@ -368,7 +353,7 @@ export class FetchLoop {
     this.retry.reset();
     // The claims of limited queues are counted where they are made.
     if (plan.plain.length > 0) {
-      this.count(limit, result.claimed.length);
+      this.stats.cycle(limit, result.claimed.length);
       // Only a claim of plain queues alone says whether a wake found work.
       if (limit > 0 && plan.limited.length === 0) this.cooldown.claimed(result.claimed.length);
       if (limit > 0) {
@@ -394,17 +379,6 @@ export class FetchLoop {
     } catch (err) {
       this.onError(err);
     }
-  }
-
-  private count(limit: number, claimed: number): void {
-    this.stats.cycles++;
-    if (limit > 0) this.countClaim(claimed);
-  }
-
-  private countClaim(claimed: number): void {
-    this.stats.claims++;
-    this.stats.claimed += claimed;
-    if (claimed === 0) this.stats.emptyClaims++;
   }
 
   /**

@@ -18,7 +18,7 @@ import { resolveSchemas } from '../task-schemas.js';
 import { readOrFail, snapshotOptions } from '../validate.js';
 import type { ControlMessage } from '../notify/codec.js';
 import type { Emit, WorkerEvents } from './events.js';
-import type { FetchLoopStats } from './fetch-loop.js';
+import type { FetchLoopStats } from './cycle-stats.js';
 import { Slots } from './slots.js';
 import { assembleParts, type Parts } from './parts.js';
 

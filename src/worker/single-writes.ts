@@ -1,0 +1,55 @@
+import type { WorkerStore } from '../db/store.js';
+import type { Snooze } from '../errors.js';
+import type { JobRow } from '../job.js';
+import type { Emit } from './events.js';
+
+// The worker's writes that go out on their own rather than with a cycle: snoozes
+// and hand-backs, both rare. Neither waits on a row another session holds locked:
+// it asks again shortly.
+
+/** A write skipped because another session held the row is tried again after this long. */
+export const SKIPPED_RETRY_MS = 250;
+
+/**
+ * Back to pending now without spending the attempt the claim took (see
+ * Completer.release). Rows another session holds are tried again until
+ * `deadline`; returns the jobs not released. Throws when the database cannot be reached.
+ */
+export async function releaseJobs(store: WorkerStore, jobs: readonly JobRow[], deadline: number): Promise<JobRow[]> {
+  let left = [...jobs];
+  for (;;) {
+    const { skipped } = await store.release(left.map((j) => j.id));
+    left = left.filter((j) => skipped.has(j.id));
+    if (left.length === 0 || Date.now() + SKIPPED_RETRY_MS > deadline) return left;
+    await sleep(SKIPPED_RETRY_MS);
+  }
+}
+
+/** A job back to pending at the snooze time, the attempt not spent; reported through `signals`, never thrown. */
+export async function writeSnooze(
+  store: WorkerStore,
+  job: JobRow,
+  snooze: Snooze,
+  signals: { emit: Emit; dueAt(at: number): void; error(err: unknown): void },
+): Promise<void> {
+  try {
+    let runAt = await store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
+    while (runAt === 'skipped') {
+      await sleep(SKIPPED_RETRY_MS);
+      runAt = await store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
+    }
+    if (runAt) {
+      signals.dueAt(runAt.getTime());
+      signals.emit('job:snooze', job, { runAt });
+    } else {
+      signals.emit('job:lock-lost', job);
+    }
+  } catch (err) {
+    // The job stays 'processing' until the rescuer returns it (spending the attempt).
+    signals.error(err);
+  }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
