@@ -180,7 +180,10 @@ function serializeChecked(payload: unknown, budget: Budget): string {
  */
 function mangledObject(value: unknown): string | undefined {
   if (typeof value !== 'object' || value === null) return undefined;
-  if (types.isNativeError(value)) return 'an Error, which JSON turns into {} (its message and stack are not enumerable)';
+  // instanceof too: a DOMException, or an object made from Error.prototype, is no native error.
+  if (types.isNativeError(value) || value instanceof Error) {
+    return 'an Error, which JSON turns into {} (its message and stack are not enumerable)';
+  }
   if (types.isRegExp(value)) return 'a RegExp, which JSON turns into {}';
   if (types.isWeakMap(value) || types.isWeakSet(value) || types.isPromise(value)) return 'an object JSON turns into {}';
   if (types.isAnyArrayBuffer(value) || types.isArrayBufferView(value)) {

@@ -113,6 +113,16 @@ describe('listJobs', () => {
       ValidationError,
     );
     await expect(retryJob(db.pool, db.schema, kept!, { actr: 'me' } as never)).rejects.toThrow(/unknown option "actr"/);
+    await expect(getStats(db.pool, db.schema, { window: 1 } as never)).rejects.toThrow(/getStats: unknown option "window"/);
+    const unreadable = new Proxy(
+      {},
+      {
+        ownKeys() {
+          throw new Error('no keys');
+        },
+      },
+    );
+    await expect(retryFailed(db.pool, db.schema, unreadable)).rejects.toThrow(/retryFailed: the input cannot be read/);
     // Nothing was changed.
     expect(await statusCounts(db)).toEqual({ failed: 1, pending: 1 });
   });

@@ -218,6 +218,13 @@ describe('retry control from handlers', () => {
     };
     expect(() => new Worker(hostile)).toThrow(/Worker: the input cannot be read/);
     expect(() => new Worker(hostile)).toThrow(ConfigError);
+    // One level down too: a task definition whose handler cannot be read.
+    const badTask = {
+      get handler(): () => void {
+        throw new Error('no handler');
+      },
+    };
+    expect(() => new Worker({ connectionString: suite.db.url, tasks: { t: badTask } })).toThrow(ConfigError);
     const { proxy, revoke } = Proxy.revocable({}, {});
     revoke();
     expect(() => new Queue(proxy)).toThrow(ConfigError);

@@ -316,6 +316,7 @@ describe('enqueue', () => {
       ['a job of a batch that throws as read', () => queue.enqueueMany([{ task: 'ok' }, throwingProxy({ task: 't' })])],
       ['enqueueMany options Proxy', () => queue.enqueueMany([{ task: 'ok' }], throwingProxy({}))],
       ['an Error inside a payload', () => queue.enqueue('t', { error: new Error('lost message') })],
+      ['a DOMException inside a payload', () => queue.enqueue('t', { error: new DOMException('lost too') })],
       ['a RegExp inside a payload', () => queue.enqueue('t', { re: /x/ })],
       ['a typed array inside a payload', () => queue.enqueue('t', { bytes: new Uint8Array([1, 2]) })],
       ['a WeakMap payload', () => queue.enqueue('t', new WeakMap())],

@@ -55,7 +55,7 @@ export async function redriveDeadLetters(
   options: ActionOptions = {},
 ): Promise<RedriveResult> {
   // A misspelt `queue` would redrive the failed jobs of every queue.
-  knownOptions(target, REDRIVE_KEYS, 'redriveDeadLetters');
+  target = knownOptions(target, REDRIVE_KEYS, 'redriveDeadLetters');
   if ('all' in target && target.all === true) {
     const { retried } = await retryFailed(db, schema, target.queue === undefined ? options : { ...options, queue: target.queue });
     return { redriven: retried, skipped: [] };

@@ -2,6 +2,7 @@ import { rows, type Queryable } from '../db/executor.js';
 import { groupStatements } from '../db/statements/groups.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
 import { checks } from '../validate.js';
+import { knownOptions } from './input.js';
 
 const { checkName, intOption } = checks(ValidationError);
 
@@ -61,6 +62,7 @@ export async function getGroupStats(
   queue: string,
   options: { limit?: number } = {},
 ): Promise<QueueGroupStats> {
+  options = knownOptions(options, new Set(['limit']), 'getGroupStats');
   const name = checkName('queue', queue);
   const limit = intOption('limit', options.limit, 50, 1, 10_000);
   let found: Row[];

@@ -1,7 +1,7 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
 import { JOB_STATUSES, type JobStatus } from '../job.js';
-import { checks } from '../validate.js';
+import { checks, readOrFail, snapshotOptions } from '../validate.js';
 
 // What the admin API checks of its callers' input, and how it runs a statement.
 
@@ -17,12 +17,18 @@ export async function query<T>(db: Queryable, text: string, values: unknown[], c
 const { rejectUnknownKeys } = checks(ValidationError);
 
 /**
- * Refuses option names `what` does not know (undefined options pass): a typo in
- * a filter would otherwise widen it, and list, retry or delete every job
- * (outside review 43: listJobs({ staus: 'failed' }) listed them all).
+ * The options of `what`, read once (a throwing getter or Proxy is a
+ * ValidationError), with names it does not know refused: a typo in a filter would
+ * otherwise widen it, and list, retry or delete every job (outside review 43:
+ * listJobs({ staus: 'failed' }) listed them all). Undefined options pass.
  */
-export function knownOptions(options: unknown, keys: ReadonlySet<string>, what: string): void {
-  if (options !== undefined) rejectUnknownKeys(options as object, keys, what);
+export function knownOptions<O>(options: O, keys: ReadonlySet<string>, what: string): O {
+  if (options === undefined) return options;
+  return readOrFail(ValidationError, what, () => {
+    const copy = snapshotOptions(options);
+    rejectUnknownKeys(copy as object, keys, what);
+    return copy;
+  });
 }
 
 const MAX_BIGINT = 2n ** 63n - 1n;

@@ -81,7 +81,7 @@ const RETRY_FAILED_KEYS = new Set(['queue', 'actor']);
 const DELETE_FINISHED_KEYS = new Set(['olderThanMs', 'statuses', 'batchSize']);
 
 export async function listJobs(db: Queryable, schema: string, options: ListJobsOptions = {}): Promise<JobPage> {
-  knownOptions(options, LIST_KEYS, 'listJobs');
+  options = knownOptions(options, LIST_KEYS, 'listJobs');
   const admin = adminStatements(schema);
   const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
   if (options.before !== undefined && options.after !== undefined) {
@@ -198,7 +198,7 @@ export async function retryFailed(
   schema: string,
   options: { queue?: string } & ActionOptions = {},
 ): Promise<{ retried: number; queues: Record<string, number> }> {
-  knownOptions(options, RETRY_FAILED_KEYS, 'retryFailed');
+  options = knownOptions(options, RETRY_FAILED_KEYS, 'retryFailed');
   const queue = options.queue === undefined ? null : checkName('queue', options.queue);
   const counts = await query<{ queue: string; count: number }>(
     db,
@@ -277,7 +277,7 @@ export async function deleteFinished(
   schema: string,
   options: DeleteFinishedOptions,
 ): Promise<{ deleted: number }> {
-  knownOptions(options, DELETE_FINISHED_KEYS, 'deleteFinished');
+  options = knownOptions(options, DELETE_FINISHED_KEYS, 'deleteFinished');
   if (!options || typeof options.olderThanMs !== 'number' || !Number.isFinite(options.olderThanMs) || options.olderThanMs < 0) {
     throw new ValidationError('deleteFinished: olderThanMs must be a number of milliseconds >= 0');
   }
@@ -320,7 +320,7 @@ export async function runJobNow(
   options: ActionOptions = {},
 ): Promise<JobActionResult> {
   const jobIdText = jobId(id);
-  knownOptions(options, ACTION_KEYS, 'runJobNow');
+  options = knownOptions(options, ACTION_KEYS, 'runJobNow');
   const [job] = await query<JobRow>(db, runNowStatements(schema).job, [jobIdText, actorOf(options)], 'runJobNow');
   if (job) {
     await wakeQueues(db, schema, [job.queue]);
@@ -347,7 +347,7 @@ async function act<R extends JobRow = JobRow>(
 ): Promise<{ ok: true; job: R } | Exclude<JobActionResult, { ok: true }>> {
   const admin = adminStatements(schema);
   const jobIdText = jobId(id);
-  knownOptions(options, ACTION_KEYS, action);
+  options = knownOptions(options, ACTION_KEYS, action);
   const [job] = await query<R>(db, admin[action], [jobIdText, allowed, actorOf(options), ...extra], action);
   if (job) return { ok: true, job };
   const [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], action);

@@ -38,7 +38,7 @@ export interface SearchJobsOptions {
 const SEARCH_KEYS = new Set(['field', 'value', 'status', 'queue', 'task', 'before', 'limit']);
 
 export async function searchJobs(db: Queryable, schema: string, options: SearchJobsOptions): Promise<JobPage> {
-  knownOptions(options, SEARCH_KEYS, 'searchJobs');
+  options = knownOptions(options, SEARCH_KEYS, 'searchJobs');
   const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
   const path = fieldPath(options.field);
   if (typeof options.value !== 'string' || options.value.length > MAX_SEARCH_VALUE) {

@@ -4,6 +4,7 @@ import { listQueueLimits } from '../groups/settings.js';
 import { checks } from '../validate.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { getGroupStats } from './groups.js';
+import { knownOptions } from './input.js';
 
 const { checkName, intOption } = checks(ValidationError);
 
@@ -57,6 +58,9 @@ export interface Stats {
 /** What the statement returns: everything but the derived rate. */
 type StatsRow = Omit<QueueStats, 'jobsPerSecond'>;
 
+const STATS_KEYS = new Set(['windowMs', 'groups']);
+const THROUGHPUT_KEYS = new Set(['minutes', 'queue']);
+
 /**
  * Per-queue counts by status, the age of the oldest due job, throughput and
  * failures over the last `windowMs` (default one minute). One statement: a pass
@@ -76,6 +80,7 @@ export async function getStats(
   schema: string,
   options: { windowMs?: number; groups?: boolean } = {},
 ): Promise<Stats> {
+  options = knownOptions(options, STATS_KEYS, 'getStats');
   const windowMs = intOption('windowMs', options.windowMs, 60_000, 1_000, 86_400_000);
   let found: StatsRow[];
   try {
@@ -133,6 +138,7 @@ export async function getThroughput(
   schema: string,
   options: { minutes?: number; queue?: string } = {},
 ): Promise<ThroughputPoint[]> {
+  options = knownOptions(options, THROUGHPUT_KEYS, 'getThroughput');
   const minutes = intOption('minutes', options.minutes, 60, 1, 1440);
   const queue = options.queue === undefined ? null : checkName('queue', options.queue);
   try {

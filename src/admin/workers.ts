@@ -2,6 +2,7 @@ import { rows, type Queryable } from '../db/executor.js';
 import { workerRegistryStatements } from '../db/statements/workers.js';
 import { wrapDatabaseError } from '../errors.js';
 import { MISSED_INTERVALS_DEAD } from '../worker/registry.js';
+import { knownOptions } from './input.js';
 
 /** A job a worker runs now (or holds, claimed ahead, with no start yet). */
 export interface RunningJob {
@@ -53,6 +54,7 @@ export async function listWorkers(
   schema: string,
   options: { runningPerWorker?: number } = {},
 ): Promise<WorkerInfo[]> {
+  options = knownOptions(options, new Set(['runningPerWorker']), 'listWorkers');
   const { list } = workerRegistryStatements(schema);
   try {
     return await rows<WorkerInfo>(db, list, [MISSED_INTERVALS_DEAD, options.runningPerWorker ?? 20]);

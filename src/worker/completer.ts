@@ -220,9 +220,14 @@ export class Completer implements ResultSource {
     this.landed(batch);
     batch.started.forEach((id, i) => this.started.set(id, batch.startedAt[i]!));
     // Each of these was refused on its own (a suspect alone, or held ones tried
-    // again together): each is held or given up by its own clock.
+    // again together): each is held or given up by its own clock. One whose time is
+    // up but that was refused beside others is tried once alone first: it may be
+    // the others that are still refused (outside review 44).
     let news = false;
-    for (const result of results) news = this.refusedAlone(result, err) || news;
+    for (const result of results) {
+      if (results.length > 1 && expired(result)) this.suspects.push(result);
+      else news = this.refusedAlone(result, err) || news;
+    }
     return news;
   }
 
@@ -233,7 +238,7 @@ export class Completer implements ResultSource {
     // replaced); given up after REFUSED_GIVE_UP_MS.
     const news = result.firstRefusedAt === undefined;
     result.firstRefusedAt ??= Date.now();
-    if (Date.now() - result.firstRefusedAt < REFUSED_GIVE_UP_MS) {
+    if (!expired(result)) {
       result.held = true;
       this.defer(result);
       return news;
@@ -372,6 +377,11 @@ export class Completer implements ResultSource {
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write));
   }
+}
+
+/** An outcome refused for longer than REFUSED_GIVE_UP_MS: given up when refused alone again. */
+function expired(result: Refusal): boolean {
+  return result.firstRefusedAt !== undefined && Date.now() - result.firstRefusedAt >= REFUSED_GIVE_UP_MS;
 }
 
 /** Postgres' message for a refused write, without the driver's wrapping. */

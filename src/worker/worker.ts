@@ -81,9 +81,10 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   constructor(given: WorkerOptions<T>) {
     super();
     const options = readOrFail(ConfigError, 'Worker', () => snapshotOptions(given));
-    this.config = resolveWorkerConfig(options as WorkerOptions);
+    // Inside readOrFail too: tasks, backoff and the rest are read here, one level down.
+    this.config = readOrFail(ConfigError, 'Worker', () => resolveWorkerConfig(options as WorkerOptions));
     // Checked here so that bad schemas fail the constructor, not start().
-    resolveSchemas(options.schemas, 'Worker');
+    readOrFail(ConfigError, 'Worker', () => resolveSchemas(options.schemas, 'Worker'));
     this.options = options as WorkerOptions;
     this.slots = new Slots({
       concurrency: this.config.concurrency,

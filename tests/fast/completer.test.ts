@@ -510,6 +510,33 @@ describe('Completer: a batch whose values Postgres refused', () => {
     expect(runs.map((r) => db.job(r.job.id).status)).toEqual(Array(5).fill('completed'));
   });
 
+  it('tries an outcome alone once before giving it up when it was refused beside others', async () => {
+    // Outside review 44: held first, it passed again at 9 s, but the group it went out
+    // with kept being refused for another's sake, and at 30 s it was given up.
+    const [early, late] = [await claimed(), await claimed()];
+    completer.record(early, { kind: 'completed', value: 'early' }, 5);
+    completer.rejected(completer.take(), refusal);
+    completer.rejected(completer.take(), refusal); // alone: held
+    vi.advanceTimersByTime(10_000);
+    expect(completer.rejected(completer.take(), refusal)).toBe(false); // tried again, held
+    completer.record(late, { kind: 'completed', value: 'late' }, 5);
+    completer.rejected(completer.take(), refusal);
+    completer.rejected(completer.take(), refusal); // alone: held
+    vi.advanceTimersByTime(20_000);
+    // The early one's 30 s are up: its group is refused (the late one's sake), and it
+    // goes alone once, where it passes.
+    const group = completer.take();
+    expect(group.completed.map((c) => c.id).sort()).toEqual([early.job.id, late.job.id].sort());
+    completer.rejected(group, refusal);
+    const alone = completer.take();
+    expect(alone).toMatchObject({ alone: true });
+    expect(alone.completed.map((c) => c.id)).toEqual([early.job.id]);
+    completer.applied(alone, await store.write(alone));
+    expect(db.job(early.job.id).status).toBe('completed');
+    expect(named('job:fail')).toEqual([]);
+    expect(completer.ids()).toEqual([late.job.id]);
+  });
+
   it('gives up on an outcome refused even without its values: the job is left for the rescuer, named in an error', async () => {
     const run = await claimed();
     completer.record(run, { kind: 'failed', error: new Error('boom'), permanent: false }, 5);
