@@ -1,4 +1,4 @@
-import { checks, readOrFail, snapshotOptions } from './validate.js';
+import { checks, readOrFail, snapshotOptions, unreadable } from './validate.js';
 import { hasConnection, resolveDriverName, type PgPool } from './db/connection.js';
 import type { Driver, DriverName } from './db/driver.js';
 import { lazyDriver, openDriver } from './db/drivers/open.js';
@@ -163,18 +163,16 @@ export class Queue<T extends TaskMap = AnyTasks> {
     if (this.schemas.size > 0) jobs = await validateBatchPayloads(this.schemas, jobs);
     readInput('enqueueMany', () => input.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany'));
     const values = readInput('enqueueMany', () =>
-      Array.from(jobs, (spec, i) =>
-        readInput(`enqueueMany: job ${i}`, () => {
-          try {
-            if (!spec || typeof spec !== 'object') throw new ValidationError('not an object');
-            input.rejectUnknownKeys(spec, SPEC_KEYS, 'job');
-            return toJobValues(spec, this.maxPayloadBytes);
-          } catch (err) {
-            if (!(err instanceof ValidationError)) throw err;
-            throw new ValidationError(`enqueueMany: job ${i}: ${err.message}`, { cause: err });
-          }
-        }),
-      ),
+      Array.from(jobs, (spec, i) => {
+        try {
+          if (!spec || typeof spec !== 'object') throw new ValidationError('not an object');
+          input.rejectUnknownKeys(spec, SPEC_KEYS, 'job');
+          return toJobValues(spec, this.maxPayloadBytes);
+        } catch (err) {
+          const why = err instanceof ValidationError ? err.message : unreadable(err);
+          throw new ValidationError(`enqueueMany: job ${i}: ${why}`, { cause: err });
+        }
+      }),
     );
     if (values.length === 0) return [];
     const db = this.executor(options.tx);

@@ -1,4 +1,3 @@
-import { inspect } from 'node:util';
 /**
  * The option checks every part of Sluice shares. The error they throw is the
  * caller's choice: constructors and start-up options throw ConfigError (a
@@ -10,6 +9,7 @@ import { inspect } from 'node:util';
  *   rejectUnknownKeys(options, KEYS, 'Worker');
  *   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
  */
+import { inspect } from 'node:util';
 
 /** An error class the checks can throw: SluiceError subclasses such as ConfigError or ValidationError. */
 export type ErrorClass = new (message: string, options?: { cause?: unknown }) => Error;
@@ -129,11 +129,6 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
 }
 
 /**
- * A rejected value as an error message shows it: strings quoted (so '2' is not
- * mistaken for 2), and cut short, so a 100,000-character value does not make a
- * 100,000-character message.
- */
-/**
  * Runs `read` over a caller's input or options: whatever reading them throws (a
  * Proxy whose traps throw, a revoked one, a throwing getter) becomes an
  * `ErrorClass` error that says so, with the original as its cause; errors of
@@ -144,8 +139,13 @@ export function readOrFail<R>(ErrorClass: ErrorClass, what: string, read: () => 
     return read();
   } catch (err) {
     if (err instanceof ErrorClass) throw err;
-    throw new ErrorClass(`${what}: the input cannot be read (${shown(errorMessage(err))})`, { cause: err });
+    throw new ErrorClass(`${what}: ${unreadable(err)}`, { cause: err });
   }
+}
+
+/** What a read of a caller's input that threw `err` is reported as. */
+export function unreadable(err: unknown): string {
+  return `the input cannot be read (${shown(errorMessage(err))})`;
 }
 
 /**
@@ -166,6 +166,11 @@ function errorMessage(err: unknown): unknown {
   }
 }
 
+/**
+ * A rejected value as an error message shows it: strings quoted (so '2' is not
+ * mistaken for 2), and cut short, so a 100,000-character value does not make a
+ * 100,000-character message.
+ */
 export function shown(value: unknown): string {
   if (typeof value !== 'string') {
     if (typeof value === 'number' || typeof value === 'boolean') return String(value);

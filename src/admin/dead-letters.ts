@@ -37,6 +37,8 @@ export interface RedriveResult {
   skipped: { id: string; reason: string }[];
 }
 
+const REDRIVE_KEYS = new Set(['ids', 'all', 'queue']);
+
 /**
  * Re-enqueues dead letters: back to 'pending', due now, error history kept (a job
  * that spent its attempts gets one more, as with retryJob). Wakes the queues'
@@ -46,8 +48,6 @@ export interface RedriveResult {
  *   await redriveDeadLetters(pool, 'sluice', { ids: ['42', '43'] });
  *   await redriveDeadLetters(pool, 'sluice', { all: true, queue: 'mail' });
  */
-const REDRIVE_KEYS = new Set(['ids', 'all', 'queue']);
-
 export async function redriveDeadLetters(
   db: Queryable,
   schema: string,

@@ -68,6 +68,12 @@ export type JobActionResult =
   // archived: the pruner moved the job to jobs_history, which is read-only.
   | { ok: false; reason: 'wrong_status'; status: JobStatus; archived?: true };
 
+/** The option names each admin function takes (see knownOptions). */
+const LIST_KEYS = new Set(['status', 'queue', 'task', 'limit', 'before', 'after', 'createdFrom', 'createdUntil']);
+const ACTION_KEYS = new Set(['actor']);
+const RETRY_FAILED_KEYS = new Set(['queue', 'actor']);
+const DELETE_FINISHED_KEYS = new Set(['olderThanMs', 'statuses', 'batchSize']);
+
 /**
  * Lists jobs with keyset pagination by id: fast on any page of a large table.
  *
@@ -75,11 +81,6 @@ export type JobActionResult =
  *   let page = await listJobs(pool, 'sluice', { status: 'failed', limit: 100 });
  *   while (page.nextBefore) page = await listJobs(pool, 'sluice', { status: 'failed', before: page.nextBefore });
  */
-const LIST_KEYS = new Set(['status', 'queue', 'task', 'limit', 'before', 'after', 'createdFrom', 'createdUntil']);
-const ACTION_KEYS = new Set(['actor']);
-const RETRY_FAILED_KEYS = new Set(['queue', 'actor']);
-const DELETE_FINISHED_KEYS = new Set(['olderThanMs', 'statuses', 'batchSize']);
-
 export async function listJobs(db: Queryable, schema: string, options: ListJobsOptions = {}): Promise<JobPage> {
   options = knownOptions(options, LIST_KEYS, 'listJobs');
   const admin = adminStatements(schema);

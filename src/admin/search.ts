@@ -26,6 +26,8 @@ export interface SearchJobsOptions {
   limit?: number;
 }
 
+const SEARCH_KEYS = new Set(['field', 'value', 'status', 'queue', 'task', 'before', 'limit']);
+
 /**
  * Jobs whose payload has `field` equal to `value`, newest first, from the jobs
  * table and the history, pages going back with `before` (nextAfter is always
@@ -35,8 +37,6 @@ export interface SearchJobsOptions {
  * @example
  *   const page = await searchJobs(pool, 'sluice', { field: 'user.id', value: '42', task: 'send_welcome' });
  */
-const SEARCH_KEYS = new Set(['field', 'value', 'status', 'queue', 'task', 'before', 'limit']);
-
 export async function searchJobs(db: Queryable, schema: string, options: SearchJobsOptions): Promise<JobPage> {
   options = knownOptions(options, SEARCH_KEYS, 'searchJobs');
   const limit = intOption('limit', options.limit, DEFAULT_LIST_LIMIT, 1, MAX_LIST_LIMIT);
