@@ -28,15 +28,18 @@ const welcomed: number[] = [];
 /** Runs `work` in a transaction on one connection: COMMIT if it resolves, ROLLBACK if it throws. */
 async function transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
   const tx = await pool.connect();
+  const lost = (err: Error) => console.error(`transaction: ${err.message}`); // unheard, it would end the process
+  tx.on('error', lost);
   try {
     await tx.query('BEGIN');
     const result = await work(tx);
     await tx.query('COMMIT');
     return result;
   } catch (err) {
-    await tx.query('ROLLBACK');
+    await tx.query('ROLLBACK').catch(() => {}); // a lost connection rolled back already
     throw err;
   } finally {
+    tx.off('error', lost);
     tx.release();
   }
 }

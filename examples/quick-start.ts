@@ -28,6 +28,9 @@ const queue = new Queue({ pool, schema });
 // #region enqueue
 async function signUp(email: string): Promise<string> {
   const client = await pool.connect();
+  // pg reports a checked-out client's lost connection as an 'error' event: unheard, it ends the process.
+  const lost = (err: Error) => console.error(`signUp: ${err.message}`);
+  client.on('error', lost);
   try {
     await client.query('BEGIN');
     const { rows } = await client.query('INSERT INTO users (email) VALUES ($1) RETURNING id', [email]);
@@ -35,9 +38,10 @@ async function signUp(email: string): Promise<string> {
     await client.query('COMMIT'); // the user and the job exist from here on, together
     return jobId;
   } catch (err) {
-    await client.query('ROLLBACK'); // neither the user nor the job
+    await client.query('ROLLBACK').catch(() => {}); // neither the user nor the job (a lost connection rolled back)
     throw err;
   } finally {
+    client.off('error', lost);
     client.release();
   }
 }

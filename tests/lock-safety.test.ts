@@ -163,6 +163,55 @@ describe('a worker cut off from Postgres', () => {
   });
 });
 
+describe('a hand-back whose reply is lost', () => {
+  // Review 47: after a Postgres crash, jobs claimed ahead whose hand-back had
+  // committed, its reply lost, started on their worker while others ran them too.
+  it('never starts the jobs it tried to hand back: each runs once, though the other worker has them', async () => {
+    proxy = await startTcpProxy(t.db.url);
+    const ran: { id: string; worker: string }[] = [];
+    const tasks = (worker: string) => ({
+      fast: async (_: unknown, { job }: { job: JobRow }) => void ran.push({ id: job.id, worker }),
+      // Ends soon after the hand-back (500 ms): the worker's slot is then free while
+      // its heartbeat (every 5 s) has not yet found the jobs gone.
+      slow: async () => new Promise<void>((resolve) => setTimeout(resolve, 900)),
+    });
+    let a: Worker | undefined;
+    try {
+      a = await t.start({ connectionString: proxy.url, maintenance: false, concurrency: 1, prefetch: 10, tasks: tasks('a') });
+      // Fast jobs first, so the worker knows how quickly its slot frees and claims ahead.
+      await t.queue.enqueueMany(Array.from({ length: 20 }, () => ({ task: 'fast' })));
+      await waitFor(async () => (await statusCounts(t.db)).completed === 20, 'the warm-up jobs');
+      const lost = proxy.loseReplyTo('released AS (');
+      const [slow, ...behind] = await t.queue.enqueueMany([
+        { task: 'slow' },
+        ...Array.from({ length: 5 }, () => ({ task: 'fast' })),
+      ]);
+      await waitFor(async () => {
+        const { rows } = await t.db.pool.query(`SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE status = 'processing'`);
+        return rows[0].n === 6;
+      }, 'the slow job to run and five to wait behind it, claimed ahead');
+      // Claimed ahead and waiting past the hand-back delay: handed back, the reply lost.
+      await Promise.race([
+        lost,
+        new Promise((_, reject) => setTimeout(() => reject(new Error('no hand-back was sent')), 10_000)),
+      ]);
+      await t.start({ pollIntervalMs: 100, concurrency: 5, tasks: tasks('b') });
+      await waitFor(async () => {
+        const { rows } = await t.db.pool.query(
+          `SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE id = ANY($1) AND status = 'completed'`,
+          [[slow, ...behind]],
+        );
+        return rows[0].n === 6;
+      }, 'every job to complete');
+      // Each ran once: on the other worker, or here only once claimed again (never from the failed hand-back).
+      expect(behind.map((id) => ran.filter((r) => r.id === id).length)).toEqual(behind.map(() => 1));
+    } finally {
+      await a?.stop();
+      await proxy.close();
+    }
+  });
+});
+
 describe('a job whose handler never started', () => {
   it('gets its attempt back when its worker dies; a started one spends it', async () => {
     const { PgWorkerStore } = await import('../src/db/store.js');

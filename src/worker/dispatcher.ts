@@ -1,5 +1,6 @@
 import { SluiceError } from '../errors.js';
 import type { JobRow } from '../job.js';
+import { Backoff } from '../lifecycle/backoff.js';
 import { serializePayload } from '../payload.js';
 import type { Completer } from './completer.js';
 import type { Emit, HandBackReason } from './events.js';
@@ -45,6 +46,10 @@ export interface DispatcherSignals {
 export class Dispatcher {
   private handBackTimer: NodeJS.Timeout | undefined;
   private holds = 0;
+  /** Hand-backs whose statement failed, so whether they committed is unknown: tried again. */
+  private readonly unsure: { jobs: JobRow[]; reason: HandBackReason }[] = [];
+  private unsureTimer: NodeJS.Timeout | undefined;
+  private readonly unsureRetry = new Backoff({ minMs: 250, maxMs: 5_000 });
 
   constructor(
     private readonly slots: Slots,
@@ -120,6 +125,8 @@ export class Dispatcher {
   /** The heartbeat found these taken away: their runs' results must not count. */
   lockLost(ids: readonly string[]): void {
     for (const id of ids) {
+      // A hand-back whose outcome was unknown went through (or the rescuer took it): nothing to retry.
+      if (this.slots.dropReleasing(id)) continue;
       const waiting = this.slots.dropWaiting(id);
       if (waiting) {
         this.signals.emit('job:lock-lost', waiting);
@@ -223,22 +230,47 @@ export class Dispatcher {
   }
 
   private async handBack(jobs: JobRow[], reason: HandBackReason): Promise<void> {
-    let kept = jobs;
+    let left: Set<JobRow>;
     try {
-      const left = new Set(await this.completer.release(jobs));
-      const back = jobs.filter((j) => !left.has(j));
-      kept = jobs.filter((j) => left.has(j));
-      if (back.length > 0) this.signals.emit('jobs:handed-back', back, { reason });
+      left = new Set(await this.completer.release(jobs));
     } catch (err) {
       this.signals.error(err);
+      // A statement that failed may have committed all the same (its reply lost
+      // as Postgres went down, or the wake-up after it failed): the jobs may be
+      // pending again, or running in another worker already, so they must never
+      // start here (review 47: 227 jobs ran twice after a crash). They stay held,
+      // so the heartbeat renews those still this worker's and gives up the others,
+      // and the hand-back is tried again: it only touches rows still this worker's.
+      this.retryHandBack(jobs, reason);
+      return;
     }
-    // Not handed back (Postgres unreachable, or the row locked by another session):
-    // still ours, held throughout (so the heartbeat kept watching their locks), and
-    // waiting again until a slot frees or the next try.
-    this.slots.handedBack(
-      jobs.filter((j) => !kept.includes(j)),
-      kept,
-    );
-    if (kept.length > 0 && this.signals.accepting()) this.startWaiting();
+    this.unsureRetry.reset();
+    const back = jobs.filter((j) => !left.has(j));
+    if (back.length > 0) this.signals.emit('jobs:handed-back', back, { reason });
+    // Rows another session held locked were not touched: still ours, waiting again.
+    this.slots.handedBack(back, [...left]);
+    if (left.size > 0 && this.signals.accepting()) this.startWaiting();
+  }
+
+  private retryHandBack(jobs: JobRow[], reason: HandBackReason): void {
+    this.unsure.push({ jobs, reason });
+    if (this.unsureTimer) return;
+    this.unsureTimer = setTimeout(() => {
+      this.unsureTimer = undefined;
+      // Once the worker stops, its own hand-back takes them (takeUnsureHandBacks).
+      if (!this.signals.accepting()) return;
+      for (const batch of this.unsure.splice(0)) {
+        const still = this.slots.stillReleasing(batch.jobs);
+        if (still.length > 0) void this.handBack(still, batch.reason);
+      }
+    }, this.unsureRetry.next());
+    this.unsureTimer.unref();
+  }
+
+  /** Stop: the jobs of hand-backs still to be tried again, for the stop's own hand-back. */
+  takeUnsureHandBacks(): JobRow[] {
+    clearTimeout(this.unsureTimer);
+    this.unsureTimer = undefined;
+    return this.slots.takeReleasing(this.unsure.splice(0).flatMap((batch) => batch.jobs));
   }
 }

@@ -228,6 +228,16 @@ export class Slots {
     this.hold(kept.filter((job) => this.releasing.delete(job.id)));
   }
 
+  /** Those of `jobs` still being handed back (not given up since). */
+  stillReleasing(jobs: readonly JobRow[]): JobRow[] {
+    return jobs.filter((job) => this.releasing.has(job.id));
+  }
+
+  /** Those of `jobs` still being handed back, taken out (stop hands them back itself). */
+  takeReleasing(jobs: readonly JobRow[]): JobRow[] {
+    return jobs.filter((job) => this.releasing.delete(job.id));
+  }
+
   /** A job being handed back whose lock expired: it must not wait again if the hand-back fails. */
   dropReleasing(id: string): JobRow | undefined {
     const job = this.releasing.get(id);

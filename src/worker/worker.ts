@@ -262,7 +262,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     await parts.queueState.stop();
     // Jobs claimed ahead go back now, not after the running ones end: other
     // workers can run them while this one waits for its handlers.
-    const notStarted = this.slots.takeWaiting();
+    const notStarted = [...this.slots.takeWaiting(), ...parts.dispatcher.takeUnsureHandBacks()];
     const handedBack = this.handBack(parts, notStarted, deadline);
     await Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
 

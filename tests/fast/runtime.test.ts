@@ -512,6 +512,54 @@ describe('runtime: hand-back and stop', () => {
     expect(db.job(slow).status).toBe('processing');
   });
 
+  // Review 47: after a Postgres crash, a hand-back that had committed but whose
+  // reply was lost left its jobs to start here while other workers ran them too.
+  it('never starts jobs whose hand-back failed: it may have committed; the hand-back is tried again', async () => {
+    db.addMany(5, 'fast');
+    const slow = db.add('slow');
+    const behind = db.addMany(5, 'fast');
+    const runs = new Map<string, string[]>();
+    const record = (worker: string) => async (_: unknown, ctx: { job: { id: string } }) => {
+      runs.set(ctx.job.id, [...(runs.get(ctx.job.id) ?? []), worker]);
+      await sleep(1);
+    };
+    // The slow job ends soon after the hand-back: A's slot is free while the jobs it failed to hand back are still its own.
+    const tasks = (worker: string) => ({ fast: record(worker), slow: async () => sleep(700) });
+    const a = await start('A', { tasks: tasks('A'), concurrency: 1, prefetch: 10, pollIntervalMs: NO_POLL });
+    await vi.advanceTimersByTimeAsync(100);
+    expect(behind.every((id) => db.job(id).locked_by === 'A')).toBe(true); // claimed ahead, waiting
+    db.loseNextReply('release');
+    const b = await start('B', { tasks: tasks('B'), concurrency: 1, pollIntervalMs: 100 });
+    await vi.advanceTimersByTimeAsync(500); // the hand-back commits, its reply is lost
+    expect(a.errors.length).toBeGreaterThan(0);
+    await vi.advanceTimersByTimeAsync(3_000); // A's slow job has ended: its slot is free
+    expect(behind.map((id) => runs.get(id))).toEqual(behind.map(() => ['B']));
+    expect(db.job(slow).status).toBe('completed');
+    expect(db.count('completed')).toBe(11);
+    expect(b.ids('job:complete')).toEqual(expect.arrayContaining(behind));
+  });
+
+  it('a hand-back that failed before it ran is tried again; its jobs never start here', async () => {
+    db.addMany(5, 'fast');
+    db.add('slow');
+    const behind = db.addMany(3, 'fast');
+    const started: string[] = [];
+    const tasks = {
+      fast: async (_: unknown, ctx: { job: { id: string } }) => void started.push(ctx.job.id),
+      slow: async () => sleep(5_000),
+    };
+    const a = await start('A', { tasks, concurrency: 1, prefetch: 10, pollIntervalMs: NO_POLL });
+    await vi.advanceTimersByTimeAsync(100);
+    db.failNext('release', Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' }));
+    await vi.advanceTimersByTimeAsync(2_000);
+    // Tried again: handed back with their attempts unspent, and never started here.
+    expect(a.ids('jobs:handed-back')).toEqual(behind);
+    expect(behind.map((id) => db.job(id))).toEqual(
+      behind.map(() => expect.objectContaining({ status: 'pending', attempts: 0, locked_by: null })),
+    );
+    expect(started.filter((id) => behind.includes(id))).toEqual([]);
+  });
+
   it('stop() waits for a claim in flight and gives back what it brought, attempts unspent', async () => {
     db.addMany(10, 't');
     let ran = 0;

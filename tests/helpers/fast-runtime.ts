@@ -160,7 +160,7 @@ export class FastWorker {
     const deadline = Date.now() + Math.max(2_000, shutdownTimeoutMs);
     await this.loop.stopClaiming();
     this.queueState.stop();
-    const notStarted = this.slots.takeWaiting();
+    const notStarted = [...this.slots.takeWaiting(), ...this.dispatcher.takeUnsureHandBacks()];
     if (this.slots.runningCount > 0) {
       await new Promise<void>((resolve) => {
         const timer = setTimeout(resolve, shutdownTimeoutMs);

@@ -32,6 +32,7 @@ export class MemoryDatabase {
   private readonly cut = new Set<string>();
   private nextId = 1;
   private readonly failures: { op: Operation; error: Error }[] = [];
+  private readonly lostReplies: Operation[] = [];
   private readonly gates: { op: Operation; when: Gate; open: Promise<void> }[] = [];
 
   /** Adds a pending job; returns its id. */
@@ -117,6 +118,11 @@ export class MemoryDatabase {
     this.failures.push({ op, error });
   }
 
+  /** The next call of `op` (by any worker) does its work, then rejects as if its reply was lost with the connection. */
+  loseNextReply(op: Operation): void {
+    this.lostReplies.push(op);
+  }
+
   /**
    * The next call of `op` waits until the returned function is called (a statement
    * in flight): 'before' it runs (default), or after it ran, with its 'reply' on the way.
@@ -145,6 +151,11 @@ export class MemoryDatabase {
   async pass(op: Operation, when: Gate): Promise<void> {
     const gate = this.gates.findIndex((g) => g.op === op && g.when === when);
     if (gate >= 0) await this.gates.splice(gate, 1)[0]!.open;
+    const lost = when === 'reply' ? this.lostReplies.indexOf(op) : -1;
+    if (lost >= 0) {
+      this.lostReplies.splice(lost, 1);
+      throw Object.assign(new Error('Connection terminated unexpectedly'), { code: 'ECONNRESET' });
+    }
   }
 
   /** True when another session holds the job's row. */

@@ -5,12 +5,20 @@ import net from 'node:net';
  * way a network partition does: cut() keeps every socket open but stops carrying
  * bytes (a blackhole: no RST, no FIN, so neither side notices by itself);
  * restore() carries them again, including what was sent meanwhile.
+ * loseReplyTo() lets one statement reach Postgres and cuts its client off before the reply.
  */
 export interface TcpProxy {
   /** A connection string through the proxy, made from the upstream one. */
   url: string;
   cut(): void;
   restore(): void;
+  /**
+   * The next client message holding `marker` (a statement's text, sent when it is
+   * first prepared) reaches Postgres, which runs and commits it; its client's
+   * connection is then closed before any reply comes back: a statement that
+   * committed with its reply lost. Resolves when that happened.
+   */
+  loseReplyTo(marker: string): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -21,9 +29,20 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
   let cut = false;
   const held: (() => void)[] = [];
   const sockets = new Set<net.Socket>();
+  let lose: { marker: string; done: () => void } | undefined;
 
-  const forward = (from: net.Socket, to: net.Socket) => {
-    from.on('data', (chunk) => {
+  const forward = (from: net.Socket, to: net.Socket, pair: { doomed: boolean }, fromClient: boolean) => {
+    from.on('data', (chunk: Buffer) => {
+      if (pair.doomed) return; // the reply that is lost
+      if (fromClient && lose && chunk.includes(lose.marker)) {
+        const { done } = lose;
+        lose = undefined;
+        pair.doomed = true;
+        to.write(chunk);
+        from.destroy();
+        done();
+        return;
+      }
       if (!cut) {
         to.write(chunk);
         return;
@@ -40,11 +59,14 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
   const server = net.createServer((client) => {
     const server = net.connect(port, host);
     sockets.add(client).add(server);
-    forward(client, server);
-    forward(server, client);
+    const pair = { doomed: false };
+    forward(client, server, pair, true);
+    forward(server, client, pair, false);
     const close = () => {
       client.destroy();
-      server.destroy();
+      // Postgres must read the statement that loses its reply before the connection goes.
+      if (pair.doomed) setTimeout(() => server.destroy(), 1_000).unref();
+      else server.destroy();
       sockets.delete(client);
       sockets.delete(server);
     };
@@ -62,6 +84,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
     cut: () => {
       cut = true;
     },
+    loseReplyTo: (marker) => new Promise<void>((done) => (lose = { marker, done })),
     restore: () => {
       cut = false;
       for (const send of held.splice(0)) send();

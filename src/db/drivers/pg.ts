@@ -116,10 +116,15 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
 
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
       const client = await pool.connect();
+      // A pool of yours leaves a checked-out client without an 'error' listener: a
+      // connection lost between two statements would crash the process (review 47).
+      const onError = () => {};
+      client.on('error', onError);
       try {
         await client.query('BEGIN');
         const result = await fn(client);
         await client.query('COMMIT');
+        client.removeListener('error', onError);
         client.release();
         return result;
       } catch (err) {
