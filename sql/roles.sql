@@ -104,14 +104,15 @@ GRANT INSERT (destination, key, headers, payload) ON :SCHEMA.outbox TO sluice_ou
 GRANT SELECT (id) ON :SCHEMA.outbox TO sluice_outbox_publish;
 
 -- Relay: `sluice relay` / OutboxRelay. It reads messages, deletes published ones,
--- keeps the watermark and lease rows (and creates them for a new destination),
+-- keeps the watermark and lease rows (creates them for a new destination, and
+-- replaces them when the partition count changes while no relay runs),
 -- counts failures and moves poison messages to the dead letters. It cannot add or
 -- change messages. VACUUM needs the table's owner (Postgres 17: or the MAINTAIN
 -- privilege): run a relay with this role with `vacuumEvery: 0` and leave the outbox
 -- to autovacuum (migration 0015 sets it to come after a fixed number of dead rows).
 GRANT USAGE ON SCHEMA :SCHEMA TO sluice_outbox_relay;
 GRANT SELECT, DELETE ON :SCHEMA.outbox TO sluice_outbox_relay;
-GRANT SELECT, INSERT (destination, partition, partitions),
+GRANT SELECT, INSERT (destination, partition, partitions, txid, id), DELETE,
   UPDATE (holder, expires_at, txid, id, published, published_at) ON :SCHEMA.outbox_relays TO sluice_outbox_relay;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.outbox_failures TO sluice_outbox_relay;
 GRANT SELECT, INSERT ON :SCHEMA.outbox_dead_letters TO sluice_outbox_relay;

@@ -194,6 +194,11 @@ const DOLLAR_QUOTE_TAG = /\$(?:[A-Za-z_\u0080-\uffff][A-Za-z0-9_\u0080-\uffff]*)
 
 const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
 
+/** Whether `text` holds half of a surrogate pair alone: UTF-8 cannot encode it (Buffer.from writes U+FFFD). */
+export function hasLoneSurrogate(text: string): boolean {
+  return LONE_SURROGATE.test(text);
+}
+
 /**
  * Why Postgres cannot store this text unchanged, or undefined when it can: text
  * columns reject NUL, and a lone UTF-16 surrogate has no UTF-8 form (the driver
@@ -201,6 +206,6 @@ const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[
  */
 export function unstorableText(text: string): string | undefined {
   if (text.includes('\0')) return 'a NUL character, which Postgres text cannot store';
-  if (LONE_SURROGATE.test(text)) return 'a lone UTF-16 surrogate, which is not valid Unicode';
+  if (hasLoneSurrogate(text)) return 'a lone UTF-16 surrogate, which is not valid Unicode';
   return undefined;
 }

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect, type NatsConnection } from 'nats';
 import amqp from 'amqplib';
 import { Outbox, OutboxRelay, natsPublisher, rabbitMqPublisher, type RelayMessage } from '../src/index.js';
+import { badSubject } from '../src/outbox/publishers/nats.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { AMQP_URL, NATS_URL, brokerAvailable, createStream, readStream } from './helpers/brokers.js';
 import { spawnCli } from './helpers/cli.js';
@@ -160,6 +161,34 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
       await relay.stop();
     }
   });
+
+  it('a destination that is no NATS subject is refused and dead-lettered; one no stream captures waits, named', async () => {
+    const message = (id: number, destination: string): RelayMessage => ({
+      id: String(id),
+      destination,
+      key: null,
+      headers: null,
+      payload: Buffer.from('x'),
+      createdAt: new Date(),
+      messageId: `t:${id}`,
+    });
+    const publisher = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
+    const uncaptured = natsPublisher({ servers: NATS_URL, subjectPrefix: `nostream${tag}.`, ackTimeoutMs: 1_000 });
+    try {
+      // Review 46: these timed out or got 503 on every try, counted as transient, for ever.
+      const bad = ['bad dest', 'orders..x', 'orders.*', 'orders.>'];
+      const results = await publisher.publish(bad.map((destination, i) => message(i, destination)));
+      expect(results.map((r) => (r.ok ? 'ok' : `${r.transient}: ${r.error.message}`))).toEqual(
+        bad.map((d) => `false: "${prefix}.${d}" is not a NATS subject to publish to: ${badSubject(`${prefix}.${d}`)}`),
+      );
+      expect(badSubject(`${prefix}.orders.paid`)).toBeUndefined();
+      const [result] = await uncaptured.publish([message(9, 'x')]);
+      expect(result).toMatchObject({ ok: false, transient: true });
+      expect((result as { error: Error }).error.message).toMatch(/no JetStream stream captures subject|timeout/i);
+    } finally {
+      await Promise.all([publisher.close(), uncaptured.close()]);
+    }
+  });
 });
 
 describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
@@ -195,6 +224,50 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
     } finally {
       await relay.stop();
       await ch.deleteQueue(queue).catch(() => {});
+      await conn.close();
+    }
+  });
+
+  it('a message no queue receives is refused, not lost: published once its queue exists, else a dead letter', async () => {
+    const late = `sluice-t-late-${tag}`;
+    const never = `sluice-t-never-${tag}`;
+    const conn = await amqp.connect(AMQP_URL);
+    const ch = await conn.createChannel();
+    const relay = new OutboxRelay({
+      pool: db.pool,
+      schema: db.schema,
+      publisher: rabbitMqPublisher({ url: AMQP_URL }),
+      destinations: [late, never],
+      maxAttempts: 30,
+      retry: { minMs: 20, maxMs: 40 },
+    });
+    const failures: string[] = [];
+    const dead: string[] = [];
+    relay.events.on('failure', (f) => failures.push(`${f.destination}: ${f.error.message}`));
+    relay.events.on('deadLetter', (d) => dead.push(d.destination));
+    await relay.start();
+    try {
+      await outbox.publishMany(['1', '2', '3'].map((payload) => ({ destination: late, payload, key: 'k' })));
+      await outbox.publish(never, 'nowhere');
+      await waitFor(() => failures.some((f) => f.startsWith(late)), 'the first message returned');
+      expect(failures.find((f) => f.startsWith(late))).toMatch(/unroutable: no queue named/);
+      await ch.assertQueue(late, { durable: false, autoDelete: false });
+      const got: string[] = [];
+      await waitFor(async () => {
+        for (let m = await ch.get(late, { noAck: true }); m; m = await ch.get(late, { noAck: true }))
+          got.push(m.content.toString());
+        return got.length === 3;
+      }, 'all three once the queue exists');
+      expect(got).toEqual(['1', '2', '3']);
+      await waitFor(() => dead.includes(never), 'the unroutable message dead-lettered after its tries');
+      const { rows } = await db.pool.query(
+        `SELECT attempts, last_error FROM ${db.s}.outbox_dead_letters WHERE destination = $1`,
+        [never],
+      );
+      expect(rows).toEqual([{ attempts: 30, last_error: expect.stringMatching(/unroutable/) }]);
+    } finally {
+      await relay.stop();
+      await ch.deleteQueue(late).catch(() => {});
       await conn.close();
     }
   });

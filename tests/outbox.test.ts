@@ -110,11 +110,21 @@ describe('publish', () => {
 
   it('refuses bad input with a ValidationError and writes nothing', async () => {
     const d = freshDestination();
-    const small = new Outbox({ pool: db.pool, schema: db.schema, maxMessageBytes: 10 });
+    // 266 bytes: 10 for the payload, key and headers, 256 kept for the relay's own headers.
+    const small = new Outbox({ pool: db.pool, schema: db.schema, maxMessageBytes: 266 });
     const bad: [unknown, unknown, unknown][] = [
       ['', 'x', {}],
       ['x'.repeat(256), 'x', {}],
       [d, 'x'.repeat(11), {}],
+      [d, 'x'.repeat(6), { key: 'kkkkk' }], // 11 with its key
+      [d, 'x', { headers: { h: 'vvvvvv' } }], // 11 with its header line
+      // Review 46: stored as {}, as an object keyed by index, or with U+FFFD for the surrogate.
+      [d, new ArrayBuffer(3), {}],
+      [d, new Uint16Array([1, 2]), {}],
+      [d, { data: new Float32Array(1) }, {}],
+      [d, '\ud800', {}],
+      [d, 'x', { headers: { 'Nats-Msg-Id': 'mine' } }],
+      [d, 'x', { headers: { 'sluice-key': 'k' } }],
       [d, undefined, {}],
       [d, 'x', { key: 5 }],
       [d, 'x', { headers: { 'bad name': 'v' } }],
@@ -133,8 +143,13 @@ describe('publish', () => {
         { destination: d, payload: 'ok' },
         { destination: d, payload: 'x'.repeat(11) },
       ]),
-    ).rejects.toBeInstanceOf(ValidationError);
+    ).rejects.toThrow(/^publishMany: message 1: the message is 267 bytes/);
     expect(await count('outbox', d)).toBe(0);
+    // Exactly at the limit, and bytes with a NUL (bytes, not text): written.
+    await small.publish(d, 'xxx', { key: 'kk', headers: { h: '' } }); // 3 + 2 + "h: \r\n"
+    await small.publish(d, new Uint8Array([0, 1, 2]));
+    expect(await count('outbox', d)).toBe(2);
+    await db.pool.query(`DELETE FROM ${db.s}.outbox WHERE destination = $1`, [d]);
     expect(() => new OutboxRelay({ pool: db.pool, publisher: new MemoryBroker(), destinations: [] })).toThrow(ConfigError);
     expect(() => new OutboxRelay({ pool: db.pool, publisher: {} as never, destinations: ['a'] })).toThrow(ConfigError);
     expect(() => new OutboxRelay({ pool: db.pool, publisher: new MemoryBroker(), destinations: ['a'], partitions: 0 })).toThrow(
@@ -257,6 +272,27 @@ describe('relay', () => {
     expect(await count('outbox_dead_letters', d)).toBe(0);
   });
 
+  it('keeps its backoff while the broker is down, however many messages commit meanwhile', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    let tries = 0;
+    let down = true;
+    broker.down = () => (tries++, down);
+    // Polls only after 10 s: every early try is the backoff's, or a wake-up's.
+    const relay = startRelay(broker, [d], { retry: { minMs: 300, maxMs: 600 }, pollIntervalMs: 10_000 });
+    await relay.start();
+    // 30 commits, one at a time over about 1.5 s: each wakes the relay (review 46: each was a try).
+    for (let i = 0; i < 30; i++) {
+      await outbox.publish(d, String(i), { key: 'k' });
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    // At most one try per backoff delay (300-600 ms, with jitter from 150 ms) after the first.
+    expect(tries).toBeLessThanOrEqual(12);
+    down = false;
+    await waitFor(() => broker.stored.length === 30, 'all published once the broker is back');
+    expect(broker.ofKey('k')).toEqual(Array.from({ length: 30 }, (_, i) => String(i)));
+  });
+
   it('moves a message refused maxAttempts times to the dead letters, and its key goes on', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();
@@ -297,7 +333,7 @@ describe('relay', () => {
     expect(check?.advice).toMatch(/start `sluice relay`/);
   });
 
-  it('splits keys over partitions held by two relays; a stopped relay hands its partitions over', async () => {
+  it('splits keys over partitions held by two relays; a stopped relay hands its partitions over; the count changes once none runs', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();
     const a = startRelay(broker, [d], { partitions: 4, maxPartitions: 2, leaseMs: 1000, relayId: 'relay-a' });
@@ -316,7 +352,24 @@ describe('relay', () => {
     for (let round = 5; round < 10; round++) await publishRound(round);
     await waitFor(() => broker.stored.length === 200, 'rounds 5-9 published');
     for (const key of keys) expect(broker.ofKey(key)).toEqual(Array.from({ length: 10 }, (_, r) => `${key}:${r}`));
-    await expect(startRelay(broker, [d], { partitions: 3 }).start()).rejects.toThrow(/relayed with 4 partitions/);
+    await expect(startRelay(broker, [d], { partitions: 3 }).start()).rejects.toThrow(
+      /relayed with 4 partitions, not 3, and the count cannot change now: a relay holds 4 of its partitions/,
+    );
+    // Review 46: with every relay stopped and nothing waiting, the count changes.
+    await b.stop();
+    await publishRound(10);
+    await expect(startRelay(broker, [d], { partitions: 3 }).start()).rejects.toThrow(/20 of its messages are not published yet/);
+    const c = startRelay(broker, [d], { partitions: 4 });
+    await c.start();
+    await waitFor(() => broker.stored.length === 220, 'round 10 published');
+    await c.stop();
+    const three = startRelay(broker, [d], { partitions: 3 });
+    await three.start();
+    await waitFor(() => three.holding.length === 3, 'the new layout held');
+    for (let round = 11; round < 13; round++) await publishRound(round);
+    await waitFor(() => broker.stored.length === 260, 'rounds 11-12 published on three partitions');
+    for (const key of keys) expect(broker.ofKey(key)).toEqual(Array.from({ length: 13 }, (_, r) => `${key}:${r}`));
+    expect(broker.duplicates).toBe(0);
   });
 
   it('reports a schema without the outbox as a ConfigError', async () => {

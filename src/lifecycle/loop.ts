@@ -66,6 +66,7 @@ export class Loop<R = void> {
   private readonly abort = new AbortController();
   private readonly backoff: Backoff | undefined;
   private readonly random: () => number;
+  private lastFailed = false;
 
   constructor(private readonly options: LoopOptions<R>) {
     this.random = options.random ?? Math.random;
@@ -75,6 +76,11 @@ export class Loop<R = void> {
   /** True once stop() was called. */
   get isStopped(): boolean {
     return this.stopped;
+  }
+
+  /** The last pass failed and a backoff delays the next: a runSoon() now would cut it short. */
+  get backingOff(): boolean {
+    return this.lastFailed && this.backoff !== undefined;
   }
 
   /** Arms the first pass one interval from now, and one after every pass from then on. */
@@ -157,8 +163,10 @@ export class Loop<R = void> {
     try {
       const result = await this.options.pass(this.abort.signal);
       this.backoff?.reset();
+      this.lastFailed = false;
       return this.interval(result);
     } catch (err) {
+      this.lastFailed = true;
       if (!this.abort.signal.aborted) this.options.onError?.(err);
       return this.backoff ? this.backoff.next() : this.interval(undefined);
     }

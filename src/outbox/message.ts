@@ -1,5 +1,6 @@
 import { ValidationError } from '../errors.js';
-import { unstorableText } from '../validate.js';
+import { serializePayload } from '../payload.js';
+import { hasLoneSurrogate, unstorableText } from '../validate.js';
 
 /** What a message's body may be: bytes as they are, a string (UTF-8), or anything else as JSON. */
 export type OutboxPayload = Uint8Array | string | Record<string, unknown> | unknown[] | number | boolean | null;
@@ -22,8 +23,17 @@ export interface EncodedMessage {
 /** Longest destination (a NATS subject or a RabbitMQ routing key), in characters; the column allows 255. */
 export const MAX_DESTINATION_LENGTH = 255;
 export const MAX_KEY_LENGTH = 1024;
-/** The default largest payload: NATS's default max_payload. */
+/** The default largest message: NATS's default max_payload, which counts the headers too. */
 export const DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024;
+/**
+ * What the relay adds to a message (NATS's header preamble, Nats-Msg-Id with the
+ * schema and the id, the key header's name), counted against maxMessageBytes, so a
+ * message that fits when published fits the broker (review 46: a payload of
+ * exactly 1 MiB passed, then was refused by NATS on every try).
+ */
+export const RELAY_HEADER_BYTES = 256;
+/** Header names the relay sets itself (its default key header and NATS's de-duplication id). */
+const RESERVED_HEADERS = new Set(['nats-msg-id', 'sluice-key']);
 
 /**
  * Checks a message and turns it into the row the outbox stores. Bad input throws
@@ -48,25 +58,38 @@ export function encodeMessage(
     }
     checkText('key', key);
   }
-  const body = toBytes(payload);
-  if (body.length > maxBytes) {
-    throw new ValidationError(`publish: payload is ${body.length} bytes, more than the ${maxBytes} allowed (maxMessageBytes)`);
+  const checked = checkHeaders(headers);
+  const body = toBytes(payload, maxBytes);
+  const size = body.length + metadataBytes(key ?? null, checked);
+  if (size > maxBytes) {
+    throw new ValidationError(
+      `publish: the message is ${size} bytes with its headers and key (the payload ${body.length}), ` +
+        `more than the ${maxBytes} allowed (maxMessageBytes, counting ${RELAY_HEADER_BYTES} for the relay's own headers)`,
+    );
   }
-  return { destination, key: key ?? null, headers: checkHeaders(headers), payload: body };
+  return { destination, key: key ?? null, headers: checked, payload: body };
 }
 
-function toBytes(payload: unknown): Buffer {
+/** The bytes a message's key and headers take at the broker, with room for the relay's own. */
+function metadataBytes(key: string | null, headers: Record<string, string> | null): number {
+  let bytes = RELAY_HEADER_BYTES + (key === null ? 0 : Buffer.byteLength(key));
+  // "Name: value\r\n" per header.
+  for (const [name, value] of Object.entries(headers ?? {})) bytes += name.length + Buffer.byteLength(value) + 4;
+  return bytes;
+}
+
+function toBytes(payload: unknown, maxBytes: number): Buffer {
   if (payload instanceof Uint8Array) return Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength);
-  if (typeof payload === 'string') return Buffer.from(payload, 'utf8');
-  if (payload === undefined) throw new ValidationError('publish: payload is required (use null for an empty JSON body)');
-  let json: string | undefined;
-  try {
-    json = JSON.stringify(payload);
-  } catch (err) {
-    throw new ValidationError(`publish: payload is not JSON-serialisable: ${(err as Error).message}`, { cause: err });
+  if (typeof payload === 'string') {
+    // UTF-8 has no lone surrogate: Buffer.from would write U+FFFD in its place (review 46).
+    if (hasLoneSurrogate(payload))
+      throw new ValidationError('publish: payload contains a lone UTF-16 surrogate, which UTF-8 cannot encode');
+    return Buffer.from(payload, 'utf8');
   }
-  if (json === undefined) throw new ValidationError(`publish: payload of type ${typeof payload} is not JSON`);
-  return Buffer.from(json, 'utf8');
+  if (payload === undefined) throw new ValidationError('publish: payload is required (use null for an empty JSON body)');
+  // The jobs' checked serialiser: refuses what JSON would drop or mangle (an
+  // ArrayBuffer or a Uint16Array became {} or an object keyed by index, review 46).
+  return Buffer.from(serializePayload(payload, maxBytes, 'publish: payload'), 'utf8');
 }
 
 // NATS and AMQP header names are tokens: no control characters, spaces or colons.
@@ -78,6 +101,9 @@ function checkHeaders(headers: unknown): Record<string, string> | null {
   const entries = Object.entries(headers);
   for (const [name, value] of entries) {
     if (!HEADER_NAME.test(name)) throw new ValidationError(`publish: header name ${JSON.stringify(name)} is not a token`);
+    if (RESERVED_HEADERS.has(name.toLowerCase())) {
+      throw new ValidationError(`publish: header ${name} is set by the relay (the message's id or key), not by publish`);
+    }
     if (typeof value !== 'string') throw new ValidationError(`publish: header ${name} must be a string`);
     if (/[\r\n]/.test(value)) throw new ValidationError(`publish: header ${name} contains a line break`);
     checkText(`header ${name}`, value);

@@ -83,10 +83,15 @@ export class Outbox {
     input.rejectUnknownKeys(options, new Set(['tx']), 'publishMany');
     if (!Array.isArray(messages)) throw new ValidationError('publishMany: messages must be an array');
     if (messages.length === 0) return [];
-    const encoded = messages.map((message) => {
-      if (!message || typeof message !== 'object') throw new ValidationError('publishMany: each message must be an object');
-      input.rejectUnknownKeys(message, MESSAGE_KEYS, 'publishMany message');
-      return encodeMessage(message.destination, message.payload, message, this.maxBytes);
+    const encoded = messages.map((message, i) => {
+      if (!message || typeof message !== 'object') throw new ValidationError(`publishMany: message ${i} is not an object`);
+      input.rejectUnknownKeys(message, MESSAGE_KEYS, `publishMany message ${i}`);
+      try {
+        return encodeMessage(message.destination, message.payload, message, this.maxBytes);
+      } catch (err) {
+        if (!(err instanceof ValidationError)) throw err;
+        throw new ValidationError(`publishMany: message ${i}: ${err.message.replace(/^publish: /, '')}`, { cause: err });
+      }
     });
     const db = this.executor(options.tx);
     try {

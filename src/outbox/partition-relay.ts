@@ -63,9 +63,13 @@ export class PartitionRelay {
     void this.loop.trigger();
   }
 
-  /** New messages were committed: look now (if this relay holds the partition). */
+  /**
+   * New messages were committed: look now (if this relay holds the partition),
+   * unless the broker is failing: a wake must not cut the backoff short, or a
+   * broker that is down gets a retry per committed message (review 46: ~150 a second).
+   */
   wake(): void {
-    if (this.held) this.loop.runSoon(0);
+    if (this.held && !this.loop.backingOff) this.loop.runSoon(0);
   }
 
   /** Stops after the batch in flight; gives the lease up so another relay takes over at once. */
@@ -127,7 +131,7 @@ export class PartitionRelay {
     const sentAt = Date.now();
     this.acquiring = true;
     const watermark = await this.store
-      .acquire(this.destination, this.partition, relayId, leaseMs)
+      .acquire(this.destination, this.partition, this.partitions, relayId, leaseMs)
       .finally(() => (this.acquiring = false));
     const wasHeld = this.heldUntil > 0;
     if (!watermark) {

@@ -59,9 +59,34 @@ export class RelayStore {
     await this.db.query(this.q.createPartitions, [destination, partitions]);
   }
 
+  /**
+   * Changes a destination's partition count, when no relay holds one of its
+   * partitions and no message waits; otherwise says why it cannot.
+   */
+  async repartition(destination: string, partitions: number): Promise<string | undefined> {
+    return this.db.transaction(async (tx) => {
+      const [state] = await rows<{ held: number; waiting: number; txid: string | null; id: string | null }>(
+        tx,
+        this.q.repartitionCheck,
+        [destination],
+      );
+      if (state!.held > 0) return `a relay holds ${state!.held} of its partitions`;
+      if (state!.waiting > 0) return `${state!.waiting} of its messages are not published yet`;
+      await tx.query(this.q.dropPartitions, [destination]);
+      await tx.query(this.q.createPartitionsAt, [destination, partitions, state!.txid ?? '0', state!.id ?? '0']);
+      return undefined;
+    });
+  }
+
   /** The watermark when this holder has (or now took) the lease; undefined when another relay holds it. */
-  async acquire(destination: string, partition: number, holder: string, leaseMs: number): Promise<Position | undefined> {
-    const { rows } = await this.db.query<Position>(this.q.acquire, [destination, partition, holder, leaseMs]);
+  async acquire(
+    destination: string,
+    partition: number,
+    partitions: number,
+    holder: string,
+    leaseMs: number,
+  ): Promise<Position | undefined> {
+    const { rows } = await this.db.query<Position>(this.q.acquire, [destination, partition, holder, leaseMs, partitions]);
     const row = rows[0];
     return row && { txid: String(row.txid), id: String(row.id) };
   }

@@ -81,10 +81,13 @@ export class OutboxRelay {
       for (const d of o.destinations) {
         const counts = await store.partitionCounts(d.name);
         const other = counts.find((n) => n !== d.partitions);
-        if (other !== undefined) {
+        // Another count: taken when it is safe (no relay of the destination runs, nothing waits).
+        const refused = other === undefined ? undefined : await store.repartition(d.name, d.partitions);
+        if (refused) {
           throw new ConfigError(
-            `OutboxRelay: destination ${d.name} is relayed with ${other} partitions, not ${d.partitions}; ` +
-              'use the same count in every relay (changing it needs every relay stopped and the outbox drained)',
+            `OutboxRelay: destination ${d.name} is relayed with ${other} partitions, not ${d.partitions}, and ` +
+              `the count cannot change now: ${refused}. Use the same count in every relay, or stop them all ` +
+              'once everything is published (sluice relay --status: waiting 0) and start them with the new one',
           );
         }
         await store.createPartitions(d.name, d.partitions);

@@ -17,8 +17,18 @@ export interface OutboxStatements {
   /** Creates the watermark rows of a destination's partitions ($1 destination, $2 partitions) if missing. */
   readonly createPartitions: string;
   /**
+   * Locks a destination's partition rows and says whether their count may change:
+   * leases still held, messages not yet published (each past its own partition's
+   * watermark), and the furthest watermark, where new partitions start.
+   */
+  readonly repartitionCheck: string;
+  /** Deletes a destination's partition rows ($1 destination), in the transaction of repartitionCheck. */
+  readonly dropPartitions: string;
+  /** Creates a destination's partition rows at a watermark ($1 destination, $2 partitions, $3 txid, $4 id). */
+  readonly createPartitionsAt: string;
+  /**
    * Takes a partition's lease if free or expired, or renews it for its holder.
-   * $1 destination, $2 partition, $3 holder, $4 lease ms. Returns the watermark when held.
+   * $1 destination, $2 partition, $3 holder, $4 lease ms, $5 partition count. Returns the watermark when held.
    */
   readonly acquire: string;
   /** Gives the lease up ($1 destination, $2 partition, $3 holder). */
@@ -62,7 +72,8 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
   // A message's partition: its key's hash (or, without a key, its id's: such
   // messages have no order to keep and spread evenly). hashtext() is a signed
   // int4; shifted to be non-negative before the modulo (abs() of its minimum overflows).
-  const partitionOf = (row: string) => `mod(hashtext(coalesce(${row}.key, ${row}.id::text))::bigint + 2147483648, $4)`;
+  const partitionOf = (row: string, count = '$4') =>
+    `mod(hashtext(coalesce(${row}.key, ${row}.id::text))::bigint + 2147483648, ${count})`;
   // Every transaction below the xmin of the statement's snapshot has ended, so
   // the rows below it are final: none can appear later behind the watermark.
   // One running transaction is left out ($7): the relay's own clean-up, which
@@ -82,8 +93,24 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
     partitionCounts: `SELECT DISTINCT partitions FROM ${relays} WHERE destination = $1`,
     createPartitions: `INSERT INTO ${relays} (destination, partition, partitions)
       SELECT $1, p, $2 FROM generate_series(0, $2::int - 1) p ON CONFLICT DO NOTHING`,
+    // New partitions may start at the furthest watermark once no message waits
+    // behind any: every message at or below it is published, and any later one
+    // comes from a transaction that was still running when that watermark was
+    // set (it only passes transactions that had ended), so it lies beyond.
+    repartitionCheck: `WITH old AS (
+        SELECT partition, partitions, txid, id, holder, expires_at FROM ${relays} WHERE destination = $1 FOR UPDATE
+      )
+      SELECT (SELECT count(*)::int FROM old WHERE holder IS NOT NULL AND expires_at > now()) AS held,
+        (SELECT count(*)::int FROM ${outbox} o JOIN old r ON r.partition = ${partitionOf('o', 'r.partitions')}
+          WHERE o.destination = $1 AND (o.txid, o.id) > (r.txid, r.id)) AS waiting,
+        (SELECT txid::text FROM old ORDER BY txid DESC, id DESC LIMIT 1) AS txid,
+        (SELECT id FROM old ORDER BY txid DESC, id DESC LIMIT 1) AS id`,
+    dropPartitions: `DELETE FROM ${relays} WHERE destination = $1`,
+    createPartitionsAt: `INSERT INTO ${relays} (destination, partition, partitions, txid, id)
+      SELECT $1, p, $2, $3::xid8, $4 FROM generate_series(0, $2::int - 1) p`,
+    // $5 partitions: a relay started before the count changed never takes a partition of the new layout.
     acquire: `UPDATE ${relays} SET holder = $3, expires_at = now() + $4 * interval '1 millisecond'
-      WHERE destination = $1 AND partition = $2 AND (holder IS NULL OR holder = $3 OR expires_at < now())
+      WHERE destination = $1 AND partition = $2 AND partitions = $5 AND (holder IS NULL OR holder = $3 OR expires_at < now())
       RETURNING txid, id`,
     resign: `UPDATE ${relays} SET holder = NULL, expires_at = NULL WHERE destination = $1 AND partition = $2 AND holder = $3`,
     // The window is an ordered walk of the primary key from the watermark (the

@@ -37,6 +37,30 @@ export function isTransientNatsError(err: unknown): boolean {
   return typeof code !== 'string' || TRANSIENT_CODES.has(code);
 }
 
+/**
+ * Why `subject` cannot be published to, or undefined when it can: empty tokens
+ * (`a..b`), white space, or a wildcard token. JetStream never stores such a
+ * message and nats.js does not refuse it: it timed out or got 503 on every try,
+ * counted as transient, so it blocked its destination for ever (review 46), or,
+ * for a wildcard, reached subscribers as a literal subject.
+ */
+export function badSubject(subject: string): string | undefined {
+  if (/[\s\p{Cc}]/u.test(subject)) return 'it contains white space or a control character';
+  const tokens = subject.split('.');
+  if (tokens.some((t) => t === '')) return 'it has an empty token (a leading, trailing or doubled ".")';
+  if (tokens.some((t) => t === '*' || t === '>')) return 'it has a wildcard token ("*" or ">")';
+  return undefined;
+}
+
+/** nats.js says only "503": name the subject and what it means here. */
+function explained(err: unknown, subject: string): Error {
+  const error = asError(err);
+  if ((err as { code?: unknown } | null)?.code !== '503') return error;
+  return new Error(`no JetStream stream captures subject "${subject}", or JetStream is not running (503, no responders)`, {
+    cause: error,
+  });
+}
+
 interface Connected {
   nc: Nats.NatsConnection;
   js: Nats.JetStreamClient;
@@ -93,15 +117,26 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
       }
       return Promise.all(
         messages.map((m) => {
+          const subject = prefix + m.destination;
+          const bad = badSubject(subject);
+          // Refused, so it counts as a try and ends in the dead letters.
+          if (bad) {
+            const error = new Error(`"${subject}" is not a NATS subject to publish to: ${bad}`);
+            return Promise.resolve<PublishResult>({ ok: false, error, transient: false });
+          }
           let h: Nats.MsgHdrs | undefined;
           if (m.headers || (keyHeader && m.key !== null)) {
             h = c.headers();
             if (m.headers) for (const [name, value] of Object.entries(m.headers)) h.set(name, value);
             if (keyHeader && m.key !== null) h.set(keyHeader, m.key);
           }
-          return c.js.publish(prefix + m.destination, m.payload, { msgID: m.messageId, headers: h, timeout }).then(
+          return c.js.publish(subject, m.payload, { msgID: m.messageId, headers: h, timeout }).then(
             (ack): PublishResult => ({ ok: true, duplicate: ack.duplicate }),
-            (err: unknown): PublishResult => ({ ok: false, error: asError(err), transient: isTransientNatsError(err) }),
+            (err: unknown): PublishResult => ({
+              ok: false,
+              error: explained(err, subject),
+              transient: isTransientNatsError(err),
+            }),
           );
         }),
       );
