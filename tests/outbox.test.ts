@@ -1,5 +1,15 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { Outbox, OutboxRelay, ValidationError, ConfigError, outboxLag, runDoctor, type RelayEventMap } from '../src/index.js';
+import {
+  Outbox,
+  OutboxRelay,
+  ValidationError,
+  ConfigError,
+  outboxLag,
+  runDoctor,
+  listOutboxDeadLetters,
+  redriveOutboxDeadLetters,
+  type RelayEventMap,
+} from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { MemoryBroker } from './helpers/outbox.js';
 import { runCli } from './helpers/cli.js';
@@ -317,6 +327,31 @@ describe('relay', () => {
     expect(check?.status).toBe('warn');
     expect(check?.summary).toContain(`${d}: 0 waiting`);
     expect(check?.summary).toContain('1 dead letters');
+
+    // Review 46: dead letters can be listed, and sent again once the broker takes them.
+    expect(await listOutboxDeadLetters(db.pool, db.schema, { destinations: [d] })).toEqual([
+      expect.objectContaining({
+        id: ids[1],
+        destination: d,
+        key: 'k',
+        bytes: 6,
+        attempts: 3,
+        lastError: `refused ${db.schema}:${ids[1]}`,
+      }),
+    ]);
+    await expect(redriveOutboxDeadLetters(db.pool, db.schema, {})).rejects.toThrow(/give \{ destinations \}/);
+    await expect(redriveOutboxDeadLetters(db.pool, db.schema, { destination: [d] } as never)).rejects.toThrow(ValidationError);
+    const listed = await runCli(db.url, db.schema, ['relay', '--dead-letters', '--destination', d, '--json']);
+    expect(listed.code).toBe(0);
+    expect(JSON.parse(listed.stdout.trim())).toMatchObject({ event: 'dead_letter', id: ids[1], attempts: 3 });
+    broker.refuse = () => false;
+    const redriven = await runCli(db.url, db.schema, ['relay', '--redrive', '--destination', d]);
+    expect(redriven.stdout).toMatch(/redriven count=1/);
+    await waitFor(() => broker.stored.length === 3, 'the redriven message published');
+    expect(broker.ofKey('k')).toEqual(['before', 'after', 'poison']);
+    expect(await listOutboxDeadLetters(db.pool, db.schema, { destinations: [d] })).toEqual([]);
+    const after = (await runDoctor({ pool: db.pool, schema: db.schema })).checks.find((c) => c.id === 'outbox_lag');
+    expect(after?.status).toBe('ok');
   });
 
   it('doctor: messages waiting with no relay holding their destination are critical', async () => {

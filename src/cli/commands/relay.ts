@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { Option } from 'commander';
 import { OutboxRelay } from '../../outbox/relay.js';
 import { outboxLag } from '../../outbox/lag.js';
+import { dropOutboxDeadLetters, listOutboxDeadLetters, redriveOutboxDeadLetters } from '../../outbox/dead-letters.js';
 import { natsPublisher } from '../../outbox/publishers/nats.js';
 import { rabbitMqPublisher } from '../../outbox/publishers/rabbitmq.js';
 import type { BrokerPublisher } from '../../outbox/publishers/publisher.js';
@@ -26,6 +27,9 @@ interface RelayFlags {
   metricsPort?: number;
   metricsHost: string;
   status?: boolean;
+  deadLetters?: boolean;
+  redrive?: boolean;
+  dropDeadLetters?: boolean;
   json?: boolean;
 }
 
@@ -52,6 +56,9 @@ export function registerRelay(program: Command): void {
     .option('--metrics-port <n>', 'serve Prometheus metrics at GET /metrics on this port (0: any free port)', integer(0, 65_535))
     .option('--metrics-host <host>', 'interface for --metrics-port (0.0.0.0: scraped from other hosts)', '127.0.0.1')
     .option('--status', "print every destination's lag and exit")
+    .option('--dead-letters', 'print the dead letters (of the --destination(s), or all) and exit')
+    .option('--redrive', "put the --destination(s)' dead letters back into the outbox as new messages, and exit")
+    .option('--drop-dead-letters', "delete the --destination(s)' dead letters for good, and exit")
     .option('--json', 'JSON lines instead of text')
     .addHelpText(
       'after',
@@ -64,7 +71,9 @@ Examples:
   sluice relay --destination orders.paid --destination orders.shipped --subject-prefix app.
   sluice relay --broker rabbitmq --exchange events --destination orders.paid --partitions 4 --max-partitions 2
   sluice relay --destination orders.paid --metrics-port 9465
-  sluice relay --status --json`,
+  sluice relay --status --json
+  sluice relay --dead-letters --destination orders.paid
+  sluice relay --redrive --destination orders.paid`,
     )
     .action(async (flags: RelayFlags, command: Command) => {
       const log = (event: string, fields: Record<string, unknown> = {}, stream: NodeJS.WritableStream = process.stdout) => {
@@ -78,6 +87,19 @@ Examples:
           for (const lag of lags) log('lag', { ...lag });
           // Silence would read as "nothing to report" and "not set up" alike.
           if (lags.length === 0) log('no-destinations', { note: 'no relay has started on any destination of this schema yet' });
+          return;
+        }
+        if (flags.deadLetters) {
+          const letters = await listOutboxDeadLetters(pool, schema, { destinations: flags.destination, limit: 1000 });
+          for (const letter of letters) log('dead_letter', { ...letter });
+          if (letters.length === 0) log('no-dead-letters');
+          return;
+        }
+        if (flags.redrive || flags.dropDeadLetters) {
+          if (!flags.destination?.length) throw new UsageError('give the --destination(s) whose dead letters to act on');
+          const target = { destinations: flags.destination };
+          if (flags.redrive) log('redriven', { count: await redriveOutboxDeadLetters(pool, schema, target) });
+          else log('dropped', { count: await dropOutboxDeadLetters(pool, schema, target) });
           return;
         }
         if (!flags.destination?.length) throw new UsageError('give at least one --destination (or --status)');
