@@ -17,8 +17,14 @@ export interface OutboxDeadLetter {
   deadAt: Date;
 }
 
-/** Which dead letters: those of these destinations and/or with these ids; `all: true` for every one. */
-export type OutboxDeadLetterTarget = { destinations?: readonly string[]; ids?: readonly (string | number)[] } | { all: true };
+/** Dead letters of these destinations and/or with these ids. */
+export interface OutboxDeadLetterFilter {
+  destinations?: readonly string[];
+  ids?: readonly (string | number)[];
+}
+
+/** Which dead letters to act on: a filter, or `all: true` for every one. */
+export type OutboxDeadLetterTarget = OutboxDeadLetterFilter | { all: true };
 
 const TARGET_KEYS = new Set(['destinations', 'ids', 'all']);
 const LIST_KEYS = new Set(['destinations', 'ids', 'limit']);
@@ -27,7 +33,7 @@ const LIST_KEYS = new Set(['destinations', 'ids', 'limit']);
 export async function listOutboxDeadLetters(
   db: Queryable,
   schema: string,
-  options: { destinations?: readonly string[]; ids?: readonly (string | number)[]; limit?: number } = {},
+  options: OutboxDeadLetterFilter & { limit?: number } = {},
 ): Promise<OutboxDeadLetter[]> {
   const o = knownOptions(options, LIST_KEYS, 'listOutboxDeadLetters');
   const limit = o.limit ?? 100;
@@ -84,9 +90,7 @@ async function act(db: Queryable, statement: string, target: OutboxDeadLetterTar
   const t = knownOptions(target, TARGET_KEYS, what);
   if (!t || typeof t !== 'object') throw new ValidationError(`${what}: give { destinations }, { ids } or { all: true }`);
   const all = 'all' in t && t.all === true;
-  const [destinations, ids] = all
-    ? [null, null]
-    : filter(t as { destinations?: readonly string[]; ids?: readonly (string | number)[] }, what);
+  const [destinations, ids] = all ? [null, null] : filter(t as OutboxDeadLetterFilter, what);
   if (!all && destinations === null && ids === null) {
     throw new ValidationError(`${what}: give { destinations }, { ids } or { all: true }`);
   }
@@ -99,10 +103,7 @@ async function act(db: Queryable, statement: string, target: OutboxDeadLetterTar
 }
 
 /** The destinations and ids to pass ($1, $2), null where not given. */
-function filter(
-  o: { destinations?: readonly string[]; ids?: readonly (string | number)[] },
-  what: string,
-): [string[] | null, string[] | null] {
+function filter(o: OutboxDeadLetterFilter, what: string): [string[] | null, string[] | null] {
   const { destinations, ids } = o;
   if (destinations !== undefined && (!Array.isArray(destinations) || destinations.some((d) => typeof d !== 'string'))) {
     throw new ValidationError(`${what}: destinations must be an array of strings`);
