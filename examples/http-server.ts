@@ -18,6 +18,8 @@ import { migrate, Queue, Worker } from 'sluice';
 const connectionString = process.env.DATABASE_URL;
 const schema = process.env.SLUICE_SCHEMA ?? 'example_http_server';
 const pool = new pg.Pool({ connectionString, options: `-c search_path=${schema}` });
+pool.on('error', (err) => console.error(`pg: ${err.message}`)); // see examples/quick-start.ts
+pool.on('connect', (client) => client.on('error', (err) => console.error(`pg: ${err.message}`)));
 await pool.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`);
 await migrate({ connectionString, schema });
 await pool.query('CREATE TABLE users (id serial PRIMARY KEY, email text UNIQUE NOT NULL)');
@@ -27,9 +29,7 @@ const welcomed: number[] = [];
 // #region route
 /** Runs `work` in a transaction on one connection: COMMIT if it resolves, ROLLBACK if it throws. */
 async function transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<T> {
-  const tx = await pool.connect();
-  const lost = (err: Error) => console.error(`transaction: ${err.message}`); // unheard, it would end the process
-  tx.on('error', lost);
+  const tx = await pool.connect(); // the pool's 'connect' listener hears its 'error' events
   try {
     await tx.query('BEGIN');
     const result = await work(tx);
@@ -39,7 +39,6 @@ async function transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<
     await tx.query('ROLLBACK').catch(() => {}); // a lost connection rolled back already
     throw err;
   } finally {
-    tx.off('error', lost);
     tx.release();
   }
 }

@@ -16,6 +16,10 @@ const connectionString = process.env.DATABASE_URL;
 const schema = process.env.SLUICE_SCHEMA ?? 'example_quick_start'; // where Sluice's tables go (default 'sluice')
 // The application's tables sit next to Sluice's in this example, so `users` needs no schema prefix.
 const pool = new pg.Pool({ connectionString, options: `-c search_path=${schema}` });
+// pg reports a lost connection as an 'error' event, on the pool while a client is idle and on the
+// client while it is checked out: unheard, it ends the process. 'connect' fires before the first hand-over.
+pool.on('error', (err) => console.error(`pg: ${err.message}`));
+pool.on('connect', (client) => client.on('error', (err) => console.error(`pg: ${err.message}`)));
 // #endregion
 await pool.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`); // each run starts afresh
 
@@ -28,9 +32,6 @@ const queue = new Queue({ pool, schema });
 // #region enqueue
 async function signUp(email: string): Promise<string> {
   const client = await pool.connect();
-  // pg reports a checked-out client's lost connection as an 'error' event: unheard, it ends the process.
-  const lost = (err: Error) => console.error(`signUp: ${err.message}`);
-  client.on('error', lost);
   try {
     await client.query('BEGIN');
     const { rows } = await client.query('INSERT INTO users (email) VALUES ($1) RETURNING id', [email]);
@@ -41,7 +42,6 @@ async function signUp(email: string): Promise<string> {
     await client.query('ROLLBACK').catch(() => {}); // neither the user nor the job (a lost connection rolled back)
     throw err;
   } finally {
-    client.off('error', lost);
     client.release();
   }
 }

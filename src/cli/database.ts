@@ -96,6 +96,8 @@ export async function withDatabase<T>(command: Command, fn: (db: CommandDatabase
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
   });
   pool.on('error', () => {});
+  // A client's lost connection, reported before the command's statement hears of it, must not end the process.
+  pool.on('connect', (client) => client.on('error', () => {}));
   try {
     try {
       const client = await pool.connect();

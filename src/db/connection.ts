@@ -49,6 +49,7 @@ export interface PgPool {
   query(text: string, values?: unknown[]): Promise<PgQueryResult>;
   query(config: PgQueryConfig): Promise<PgQueryResult>;
   connect(): Promise<PgPoolClient>;
+  connect(callback: (err: Error | undefined, client: PgPoolClient | undefined, done: unknown) => void): void;
 }
 
 /** Where Sluice gets its connections: a URL (Sluice owns the pool) or your `pg` Pool. */

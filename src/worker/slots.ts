@@ -141,8 +141,14 @@ export class Slots {
    * Claimed jobs wait here until started. Those the claim marked as started
    * (started_at set: it gave them free slots) go first, so they are the ones that
    * start now.
+   *
+   * A job being handed back that a claim brings again was pending in between:
+   * the hand-back committed, though its reply may have been lost. It is no longer
+   * being handed back, so a retry of that hand-back must leave it alone (review
+   * 49: a retry released jobs this worker had claimed anew and was running).
    */
   hold(jobs: readonly JobRow[], now = Date.now()): void {
+    for (const job of jobs) this.releasing.delete(job.id);
     for (const job of jobs) if (job.started_at) this.waiting.set(job.id, { job, since: now });
     for (const job of jobs) if (!job.started_at) this.waiting.set(job.id, { job, since: now });
   }

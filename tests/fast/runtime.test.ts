@@ -539,6 +539,38 @@ describe('runtime: hand-back and stop', () => {
     expect(b.ids('job:complete')).toEqual(expect.arrayContaining(behind));
   });
 
+  // Review 49: a hand-back that committed with its reply lost was tried again after
+  // the same worker had claimed its jobs anew, and handed back jobs it was running
+  // or had run (their results not written yet): they ran again at the same attempt.
+  it('a job claimed again after a hand-back whose reply was lost is not handed back by its retry', async () => {
+    db.addMany(5, 'fast');
+    const slow = db.add('slow');
+    const behind = db.addMany(5, 'fast');
+    const runs = new Map<string, number>();
+    let fastMs = 1;
+    const tasks = {
+      fast: async (_: unknown, ctx: { job: { id: string } }) => {
+        runs.set(ctx.job.id, (runs.get(ctx.job.id) ?? 0) + 1);
+        await sleep(fastMs);
+      },
+      slow: async () => sleep(700),
+    };
+    const a = await start('A', { tasks, concurrency: 1, prefetch: 10, pollIntervalMs: 100 });
+    await vi.advanceTimersByTimeAsync(100);
+    expect(behind.every((id) => db.job(id).locked_by === 'A')).toBe(true); // claimed ahead, waiting
+    db.loseNextReply('release');
+    await vi.advanceTimersByTimeAsync(500); // the hand-back commits, its reply is lost
+    expect(a.errors.length).toBeGreaterThan(0);
+    // The slow job ends and A claims the jobs again: they run while the hand-back is tried again.
+    fastMs = 400;
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(behind.map((id) => runs.get(id))).toEqual(behind.map(() => 1));
+    expect(behind.map((id) => db.job(id))).toEqual(
+      behind.map(() => expect.objectContaining({ status: 'completed', attempts: 1, locked_by: 'A' })),
+    );
+    expect(db.job(slow).status).toBe('completed');
+  });
+
   it('a hand-back that failed before it ran is tried again; its jobs never start here', async () => {
     db.addMany(5, 'fast');
     db.add('slow');

@@ -6,6 +6,7 @@ import net from 'node:net';
  * bytes (a blackhole: no RST, no FIN, so neither side notices by itself);
  * restore() carries them again, including what was sent meanwhile.
  * loseReplyTo() lets one statement reach Postgres and cuts its client off before the reply.
+ * terminateAtReady() ends the next new connection the way pg_terminate_backend can.
  */
 export interface TcpProxy {
   /** A connection string through the proxy, made from the upstream one. */
@@ -19,7 +20,43 @@ export interface TcpProxy {
    * committed with its reply lost. Resolves when that happened.
    */
   loseReplyTo(marker: string): Promise<void>;
+  /**
+   * The next connection opened is terminated by "the server" as soon as it is
+   * ready: its ReadyForQuery and a FATAL 57P01 ErrorResponse reach the client in
+   * one packet, then the socket closes (pg_terminate_backend on a fresh backend,
+   * whose reply can arrive in the same read). Resolves when that was sent.
+   */
+  terminateAtReady(): Promise<void>;
   close(): Promise<void>;
+}
+
+interface Pair {
+  /** Nothing more is carried: the connection is going away. */
+  doomed: boolean;
+  /** Set on the connection to terminate once it is ready (terminateAtReady). */
+  terminated?: () => void;
+}
+
+/** The protocol's ReadyForQuery message, idle: 'Z', length 5, 'I'. */
+const READY_FOR_QUERY = Buffer.from([0x5a, 0, 0, 0, 5, 0x49]);
+
+/** An ErrorResponse as pg_terminate_backend makes the server send it. */
+const TERMINATED = errorResponse({
+  S: 'FATAL',
+  V: 'FATAL',
+  C: '57P01',
+  M: 'terminating connection due to administrator command',
+});
+
+function errorResponse(fields: Record<string, string>): Buffer {
+  const body = Buffer.concat([
+    ...Object.entries(fields).map(([code, value]) => Buffer.from(`${code}${value}\0`)),
+    Buffer.from([0]),
+  ]);
+  const header = Buffer.alloc(5);
+  header.write('E', 0);
+  header.writeInt32BE(body.length + 4, 1);
+  return Buffer.concat([header, body]);
 }
 
 export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
@@ -30,10 +67,18 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
   const held: (() => void)[] = [];
   const sockets = new Set<net.Socket>();
   let lose: { marker: string; done: () => void } | undefined;
+  let terminate: (() => void) | undefined;
 
-  const forward = (from: net.Socket, to: net.Socket, pair: { doomed: boolean }, fromClient: boolean) => {
+  const forward = (from: net.Socket, to: net.Socket, pair: Pair, fromClient: boolean) => {
     from.on('data', (chunk: Buffer) => {
       if (pair.doomed) return; // the reply that is lost
+      if (!fromClient && pair.terminated && chunk.includes(READY_FOR_QUERY)) {
+        pair.doomed = true;
+        to.end(Buffer.concat([chunk, TERMINATED]));
+        from.destroy();
+        pair.terminated();
+        return;
+      }
       if (fromClient && lose && chunk.includes(lose.marker)) {
         const { done } = lose;
         lose = undefined;
@@ -59,7 +104,8 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
   const server = net.createServer((client) => {
     const server = net.connect(port, host);
     sockets.add(client).add(server);
-    const pair = { doomed: false };
+    const pair: Pair = { doomed: false, terminated: terminate };
+    terminate = undefined;
     forward(client, server, pair, true);
     forward(server, client, pair, false);
     const close = () => {
@@ -85,6 +131,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
       cut = true;
     },
     loseReplyTo: (marker) => new Promise<void>((done) => (lose = { marker, done })),
+    terminateAtReady: () => new Promise<void>((done) => (terminate = done)),
     restore: () => {
       cut = false;
       for (const send of held.splice(0)) send();

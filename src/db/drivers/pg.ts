@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { openPool, type PgClient, type PgPool, type PgQueryConfig } from '../connection.js';
+import { openPool, type PgClient, type PgPool, type PgPoolClient, type PgQueryConfig } from '../connection.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
@@ -33,6 +33,31 @@ function reusableAfter(err: unknown): boolean {
   const code = err.code ?? '';
   // 08: connection exceptions; 57P: the server shutting down or restarting.
   return code.length === 5 && !code.startsWith('08') && !code.startsWith('57P');
+}
+
+/** Swallows a checked-out client's 'error' event: the statement in flight fails with the error anyway. */
+const ignoreError = (): void => {};
+
+/**
+ * pool.connect(), with an 'error' listener on the client from the moment the pool
+ * hands it over. Awaiting the promise form leaves a gap: a new connection's
+ * termination (pg_terminate_backend, a restart) can arrive in the same packet as
+ * its ReadyForQuery and be parsed before the await resumes, and an 'error' event
+ * nobody listens to ends the process (review 49, a worker on a pool of the
+ * user's). The callback runs in that same turn. Whoever hands a healthy client
+ * back removes ignoreError first.
+ */
+function checkout(pool: PgPool): Promise<PgPoolClient> {
+  return new Promise((resolve, reject) => {
+    pool.connect((err, client) => {
+      if (err || !client) {
+        reject(err ?? new Error('the pool gave no client'));
+        return;
+      }
+      client.on('error', ignoreError);
+      resolve(client);
+    });
+  });
 }
 
 export interface PgDriverOptions {
@@ -77,7 +102,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
       await client.connect();
       return { client, release: () => void client.end().catch(() => {}) };
     }
-    const client = await pool.connect();
+    const client = await checkout(pool);
     return { client, release: (err) => client.release(err ?? true) };
   }
 
@@ -92,20 +117,16 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
         : { text, values };
       if (name) config.name = name;
       if (limit === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
-      const client = await pool.connect();
-      // The statement fails with a connection error by itself; as in pg's own
-      // pool.query, the client's 'error' event must not go unhandled meanwhile.
-      const onError = () => {};
-      client.on('error', onError);
+      const client = await checkout(pool);
       try {
         const result = await timeLimit(client.query(config), limit, () => destroy(client), 'statement');
-        client.removeListener('error', onError);
+        client.removeListener('error', ignoreError);
         client.release();
         return result as { rows: any[] };
       } catch (err) {
         // A connection that failed keeps its listener: it may still report its end.
         if (reusableAfter(err)) {
-          client.removeListener('error', onError);
+          client.removeListener('error', ignoreError);
           client.release();
         } else {
           client.release(err as Error);
@@ -115,16 +136,14 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
     },
 
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
-      const client = await pool.connect();
       // A pool of yours leaves a checked-out client without an 'error' listener: a
       // connection lost between two statements would crash the process (review 47).
-      const onError = () => {};
-      client.on('error', onError);
+      const client = await checkout(pool);
       try {
         await client.query('BEGIN');
         const result = await fn(client);
         await client.query('COMMIT');
-        client.removeListener('error', onError);
+        client.removeListener('error', ignoreError);
         client.release();
         return result;
       } catch (err) {
