@@ -263,3 +263,35 @@ describe('a job whose handler never started', () => {
     }
   });
 });
+
+describe('a claim whose reply is lost', () => {
+  // Review 49: its jobs stayed locked to the worker until the rescuer took them,
+  // which counted the attempt of those the claim had started: with maxAttempts 1
+  // they failed without running.
+  it('gives its jobs back at once, attempts unspent: jobs with one attempt each run once', async () => {
+    proxy = await startTcpProxy(t.db.url);
+    const ran: string[] = [];
+    const ids = await t.queue.enqueueMany(Array.from({ length: 3 }, () => ({ task: 'once', maxAttempts: 1 })));
+    // The claim-only statement, sent by the worker's first claim on a new connection.
+    const lost = proxy.loseReplyTo('NULL::text[] AS completed_ids');
+    let w: Worker | undefined;
+    try {
+      w = await t.start({
+        connectionString: proxy.url,
+        maintenance: false, // no rescuer: only the worker itself can give the jobs back
+        concurrency: 4,
+        pollIntervalMs: 200,
+        tasks: { once: async (_: unknown, { job }: { job: JobRow }) => void ran.push(job.id) },
+      });
+      await Promise.race([lost, new Promise((_, reject) => setTimeout(() => reject(new Error('no claim was sent')), 10_000))]);
+      await waitFor(async () => (await statusCounts(t.db)).completed === 3, 'the three jobs to complete');
+      expect(ran.sort()).toEqual([...ids].sort());
+      const { rows } = await t.db.pool.query(`SELECT attempts FROM ${t.db.s}.jobs WHERE id = ANY($1)`, [ids]);
+      expect(rows).toEqual(ids.map(() => ({ attempts: 1 })));
+      expect(w.stats.orphansReleased).toBe(3);
+    } finally {
+      await w?.stop();
+      await proxy.close();
+    }
+  });
+});

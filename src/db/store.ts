@@ -114,6 +114,11 @@ export interface WorkerStore {
   /** Back to pending without spending the attempt (done); wakes their queues. */
   release(ids: readonly string[]): Promise<LockedWrite>;
   /**
+   * Jobs locked to this worker that are not among `held` (a claim whose reply was
+   * lost) back to pending, attempt not spent; wakes their queues. Returns their ids.
+   */
+  releaseOrphans(held: readonly string[]): Promise<string[]>;
+  /**
    * Back to pending at a later time, attempt not spent: the new run_at; 'skipped'
    * when another session held the row; undefined when the job is no longer ours.
    */
@@ -268,9 +273,20 @@ export class PgWorkerStore implements WorkerStore {
       this.workerId,
       ids,
     ]);
-    const queues = [...new Set(rows.filter((r) => r.released).map((r) => r.queue))];
-    if (queues.length > 0) await this.db.query(this.queries.notify, [this.channel, queues]);
+    await this.wake(rows.filter((r) => r.released));
     return lockedWrite(rows.map((r) => ({ id: r.id, done: r.released })));
+  }
+
+  async releaseOrphans(held: readonly string[]): Promise<string[]> {
+    const { rows } = await this.db.query<{ id: string; queue: string }>(this.queries.releaseOrphans, [this.workerId, held]);
+    await this.wake(rows);
+    return rows.map((r) => r.id);
+  }
+
+  /** Wakes the workers of the queues of jobs just made pending again. */
+  private async wake(rows: readonly { queue: string }[]): Promise<void> {
+    const queues = [...new Set(rows.map((r) => r.queue))];
+    if (queues.length > 0) await this.db.query(this.queries.notify, [this.channel, queues]);
   }
 
   async snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | 'skipped' | undefined> {

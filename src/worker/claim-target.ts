@@ -10,6 +10,8 @@ export interface ClaimTarget {
   wantedIn(queue: string): number;
   /** Free slots: this many of a claim start at once, the rest are claimed ahead. */
   free(): number;
+  /** Every job the worker holds: running, waiting, being handed back, or its result unwritten. */
+  heldIds(): string[];
   /** Jobs a cycle claimed, and how long its round trip took. */
   claimed(jobs: JobRow[], roundTripMs: number): void;
 }

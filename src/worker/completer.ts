@@ -77,6 +77,8 @@ export class Completer implements ResultSource {
   private readonly deferred = new Map<string, Completion | Failure>();
   /** Snooze writes in flight; settled() waits for them. */
   private readonly writes = new Set<Promise<void>>();
+  /** The jobs of those snooze writes: still this worker's until written. */
+  private readonly snoozing = new Set<string>();
   private deferTimer: NodeJS.Timeout | undefined;
   /**
    * Results of a batch whose write Postgres refused (rejected()): they go out one
@@ -107,7 +109,7 @@ export class Completer implements ResultSource {
     return this.suspects.length + this.heldDue.length + this.completed.length + this.failed.length + this.deferred.size;
   }
 
-  /** Ids of the jobs whose results wait here: their locks must stay fresh until written. */
+  /** Ids of the jobs whose results (or snoozes) wait here: their locks must stay fresh until written. */
   ids(): string[] {
     return [
       ...this.suspects.map((r) => r.id),
@@ -115,6 +117,7 @@ export class Completer implements ResultSource {
       ...this.completed.map((c) => c.id),
       ...this.failed.map((f) => f.id),
       ...this.deferred.keys(),
+      ...this.snoozing,
     ];
   }
 
@@ -375,7 +378,11 @@ export class Completer implements ResultSource {
   private snooze(job: JobRow, snooze: Snooze): void {
     const write = writeSnooze(this.store, job, snooze, this.signals);
     this.writes.add(write);
-    void write.finally(() => this.writes.delete(write));
+    this.snoozing.add(job.id);
+    void write.finally(() => {
+      this.writes.delete(write);
+      this.snoozing.delete(job.id);
+    });
   }
 }
 

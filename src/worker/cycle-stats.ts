@@ -10,6 +10,8 @@ export interface FetchLoopStats {
   claimed: number;
   /** Cycles sent while another was in flight. */
   overlapped: number;
+  /** Jobs a claim whose reply was lost had locked to this worker, given back unrun (attempts not spent). */
+  orphansReleased: number;
 }
 
 /** The fetch loop's counters, counted as its statements come back. */
@@ -19,6 +21,7 @@ export class CycleStats implements FetchLoopStats {
   emptyClaims = 0;
   claimed = 0;
   overlapped = 0;
+  orphansReleased = 0;
 
   /** A cycle came back with `claimed` jobs of the `limit` it asked for (0: it asked for none). */
   cycle(limit: number, claimed: number): void {

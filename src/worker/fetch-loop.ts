@@ -71,6 +71,13 @@ export class FetchLoop {
   private stopping = false;
   private draining = false;
   private forceFlush = false;
+  /**
+   * A claim failed after it may have committed (its reply lost): rows may be
+   * locked to this worker that it never heard of. They go back to pending with the
+   * next statement, sent alone (sweep()).
+   */
+  private orphans = false;
+  private sweeping = false;
   private flushTimer: NodeJS.Timeout | undefined;
   private retryTimer: NodeJS.Timeout | undefined;
 
@@ -91,6 +98,7 @@ export class FetchLoop {
       () => ({ jobs: this.requested, starts: this.startsRequested }),
       (at) => this.wakeAt(at),
       onError,
+      () => (this.orphans = true),
     );
     this.cooldown = new WakeCooldown(
       config.wakeCooldownMs,
@@ -210,7 +218,12 @@ export class FetchLoop {
   }
 
   private step(): void {
-    if (this.inFlight.size >= MAX_CYCLES_IN_FLIGHT || this.retryTimer || this.draining) return;
+    if (this.inFlight.size >= MAX_CYCLES_IN_FLIGHT || this.retryTimer || this.draining || this.sweeping) return;
+    if (this.orphans && !this.stopping) {
+      // Once the cycle in flight is back (it kicks again).
+      if (this.inFlight.size === 0) this.sweep();
+      return;
+    }
     const wanted = this.claimable();
     const claimNow = wanted >= this.threshold();
     const flushNow = this.results.size > 0 && (this.forceFlush || this.results.size >= this.config.batchSize);
@@ -224,7 +237,7 @@ export class FetchLoop {
     // A write that goes out anyway takes a claim along for free, even below the threshold.
     void this.send(Math.min(wanted, this.config.batchSize)).then(() => {
       if (this.draining) return;
-      if (this.again || this.wantClaim()) {
+      if (this.again || this.orphans || this.wantClaim()) {
         this.again = false;
         this.kick();
       } else if (this.results.size > 0) {
@@ -233,6 +246,37 @@ export class FetchLoop {
     });
     // While a backlog drains, the second cycle goes out as soon as enough slots are wanted.
     if (this.backlog && this.wantClaim()) this.kick();
+  }
+
+  /**
+   * Gives back the rows a claim whose reply was lost locked to this worker: every
+   * row locked to it but not held. Sent alone, with no claim in flight: a claim
+   * beside it would bring rows this worker holds without the sweep knowing. They
+   * never ran here, so their attempts are not spent; without the sweep they waited
+   * for the rescuer, which counts the attempt of those the claim started (with
+   * maxAttempts 1: failed without running).
+   */
+  private sweep(): void {
+    this.sweeping = true;
+    const sweep = this.store.releaseOrphans(this.target.heldIds()).then(
+      (ids) => {
+        // The backoff stays: only a cycle that goes through resets it.
+        this.orphans = false;
+        this.stats.orphansReleased += ids.length;
+        if (ids.length > 0) this.mayHaveWork = true; // pending again
+      },
+      (err: unknown) => {
+        this.onError(err);
+        this.scheduleRetry();
+      },
+    );
+    const done = sweep.finally(() => {
+      this.sweeping = false;
+      this.inFlight.delete(done);
+      // Not for a claim that fails each time (a limited queue's): that would spin.
+      if (this.again || this.results.size > 0 || this.wantClaim()) this.kick();
+    });
+    this.inFlight.add(done);
   }
 
   private armFlushTimer(): void {
@@ -337,6 +381,8 @@ export class FetchLoop {
           });
     } catch (err) {
       const refused = isDataRejection(err) && batch.completed.length + batch.failed.length > 0;
+      // A claim refused by Postgres claimed nothing; any other failure may have committed.
+      if (plainLimit > 0 && plan.plain.length > 0 && !isDataRejection(err)) this.orphans = true;
       const news = refused ? this.results.rejected(batch, err) : (this.results.restore(batch), true);
       // The claim may have committed with its reply lost: those jobs stay locked to
       // this worker until the rescuer frees them. Nothing is lost, only delayed.

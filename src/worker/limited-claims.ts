@@ -1,4 +1,5 @@
 import type { WorkerStore } from '../db/store.js';
+import { isDataRejection } from '../errors.js';
 import type { ClaimTarget } from './claim-target.js';
 
 /** What the claims of a worker's limited queues got. */
@@ -33,6 +34,8 @@ export class LimitedClaims {
     private readonly requested: () => Requested,
     private readonly wakeAt: (at: number) => void,
     private readonly onError: (err: unknown) => void,
+    /** A claim failed after it may have committed: its jobs may be locked to this worker, unknown to it. */
+    private readonly claimLost: () => void,
   ) {}
 
   /**
@@ -73,6 +76,7 @@ export class LimitedClaims {
         // Not "more": a persistent error would spin. The next poll tries again. An
         // exception from the target (an event listener) lands here too: the jobs
         // it was given are its own by then.
+        if (!isDataRejection(err)) this.claimLost();
         this.onError(err);
       }
     }

@@ -66,6 +66,12 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     dueAt: (at) => loop.wakeAt(at),
     error: onError,
   });
+  // Every job this worker holds: the heartbeat keeps their locks fresh, and the
+  // sweep after a claim whose reply was lost leaves them alone. Finished jobs whose
+  // results are not written yet (Postgres unreachable, say) are still this worker's:
+  // heartbeated too, or they would be rescued and run again once the outage
+  // outlasts the visibility timeout.
+  const held = (): string[] => [...slots.heldIds(), ...completer.ids()];
   // Workers that listen hear of pause/limit changes at once; the timer is the
   // fallback for missed notifications, and the only source for those that poll.
   const queueState = new QueueState(
@@ -100,6 +106,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       wanted: () => slots.wanted(),
       wantedIn: (queue) => slots.wantedIn(queue),
       free: () => slots.free(),
+      heldIds: held,
       claimed: (jobs, roundTripMs) => {
         heartbeat.claimed(
           jobs.map((j) => j.id),
@@ -114,9 +121,6 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     () => queueState.claimPlan,
     onError,
   );
-  // Finished jobs whose results are not written yet (Postgres unreachable, say)
-  // are still this worker's: heartbeat them too, or they would be rescued and run
-  // again once the outage outlasts the visibility timeout.
   const heartbeat = new Heartbeat(
     store,
     {
@@ -124,7 +128,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       renewalTimeoutMs: config.lockRenewalTimeoutMs,
     },
     {
-      held: () => [...slots.heldIds(), ...completer.ids()],
+      held,
       lost: (ids) => dispatcher.lockLost(ids),
       unrenewed: (ids) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs),
       error: onError,

@@ -115,7 +115,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
 
   /** Counters of the fetch loop since start (all zero before start). */
   get stats(): FetchLoopStats {
-    return { ...(this.parts?.loop.stats ?? { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0, overlapped: 0 }) };
+    return {
+      ...(this.parts?.loop.stats ?? { cycles: 0, claims: 0, emptyClaims: 0, claimed: 0, overlapped: 0, orphansReleased: 0 }),
+    };
   }
 
   /** Starts claiming. Resolves once the worker is running (LISTEN may still be connecting). */

@@ -37,6 +37,10 @@ class Target implements ClaimTarget {
     if (limit === undefined) return Math.max(0, free);
     return Math.max(0, Math.min(free, limit - this.held.filter((j) => j.queue === queue).length));
   }
+  /** As the worker's: what it holds, and the jobs whose results wait to be written. */
+  heldIds(): string[] {
+    return [...this.held.map((j) => j.id), ...completer.ids()];
+  }
   claimed(jobs: JobRow[]): void {
     this.held.push(...jobs);
   }
@@ -166,7 +170,7 @@ describe('FetchLoop: claiming', () => {
     loop.start();
     await settle();
     expect(target.held).toHaveLength(30);
-    expect(loop.stats).toEqual({ cycles: 4, claims: 4, emptyClaims: 1, claimed: 30, overlapped: 0 });
+    expect(loop.stats).toEqual({ cycles: 4, claims: 4, emptyClaims: 1, claimed: 30, overlapped: 0, orphansReleased: 0 });
   });
 
   it('while a backlog drains, sends a second cycle beside the first (never a third), asking only for what the first did not', async () => {

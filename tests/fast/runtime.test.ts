@@ -571,6 +571,24 @@ describe('runtime: hand-back and stop', () => {
     expect(db.job(slow).status).toBe('completed');
   });
 
+  // Review 49: a claim whose reply was lost left its jobs locked to the worker until
+  // the rescuer took them, counting the attempt of those the claim had started.
+  it('gives back, attempts unspent, the jobs a claim whose reply was lost locked to it', async () => {
+    const jobs = db.addMany(3, 'once', { max_attempts: 1 });
+    const runs: string[] = [];
+    db.loseNextReply('cycle');
+    const a = await start('A', {
+      tasks: { once: async (_: unknown, ctx: { job: { id: string } }) => void runs.push(ctx.job.id) },
+      concurrency: 4,
+      pollIntervalMs: 500,
+    });
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(a.errors.length).toBeGreaterThan(0); // the lost reply
+    expect(runs.sort()).toEqual([...jobs].sort());
+    expect(jobs.map((id) => db.job(id))).toEqual(jobs.map(() => expect.objectContaining({ status: 'completed', attempts: 1 })));
+    expect(a.loop.stats.orphansReleased).toBe(3);
+  });
+
   it('a hand-back that failed before it ran is tried again; its jobs never start here', async () => {
     db.addMany(5, 'fast');
     db.add('slow');

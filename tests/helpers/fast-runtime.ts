@@ -85,6 +85,7 @@ export class FastWorker {
       },
       { emit, resultAdded: () => loop.resultAdded(), dueAt: (at) => loop.wakeAt(at), error: onError },
     );
+    const held = (): string[] => [...slots.heldIds(), ...completer.ids()];
     const queueState = new QueueState(store, options.queues ?? ['default'], limits, pollIntervalMs, () => loop.wake(), onError);
     const loop: FetchLoop = new FetchLoop(
       store,
@@ -100,6 +101,7 @@ export class FastWorker {
         wanted: () => slots.wanted(),
         wantedIn: (queue) => slots.wantedIn(queue),
         free: () => slots.free(),
+        heldIds: held,
         claimed: (jobs, roundTripMs) => {
           heartbeat.claimed(
             jobs.map((j) => j.id),
@@ -117,7 +119,7 @@ export class FastWorker {
       store,
       { intervalMs: options.heartbeatIntervalMs ?? 1_000, renewalTimeoutMs },
       {
-        held: () => [...slots.heldIds(), ...completer.ids()],
+        held,
         lost: (ids) => dispatcher.lockLost(ids),
         unrenewed: (ids) => dispatcher.unrenewed(ids, renewalTimeoutMs),
         error: onError,

@@ -339,6 +339,22 @@ export class MemoryStore implements WorkerStore {
 
   async release(ids: readonly string[]) {
     await this.db.enter('release', this.workerId);
+    const result = this.releaseRows(ids);
+    await this.db.pass('release', 'reply');
+    return result;
+  }
+
+  async releaseOrphans(held: readonly string[]) {
+    await this.db.enter('releaseOrphans', this.workerId);
+    const keep = new Set(held);
+    const orphans = [...this.db.jobs.values()].filter((j) => mine(j, this.workerId) && !keep.has(j.id));
+    const { done } = this.releaseRows(orphans.map((j) => j.id));
+    await this.db.pass('releaseOrphans', 'reply');
+    return [...done];
+  }
+
+  /** Back to pending, attempt not spent: rows another session holds are skipped. */
+  private releaseRows(ids: readonly string[]): LockedWrite {
     const result: LockedWrite = { done: new Set(), skipped: new Set() };
     const now = new Date();
     for (const id of ids) {
@@ -359,7 +375,6 @@ export class MemoryStore implements WorkerStore {
       });
       result.done.add(id);
     }
-    await this.db.pass('release', 'reply');
     return result;
   }
 

@@ -26,6 +26,7 @@ export interface WorkerStatements {
   readonly claimManyQueues: string;
   readonly heartbeat: string;
   readonly release: string;
+  readonly releaseOrphans: string;
   readonly rescue: string;
   readonly notify: string;
   readonly claimLimited: string;
@@ -275,6 +276,23 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       UNION ALL
       SELECT id::text, queue, false FROM ${jobs}
       WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1 AND id NOT IN (SELECT id FROM mine)`,
+
+    // Rows locked to this worker that it does not hold: a claim committed with its
+    // reply lost (Postgres crashed, the connection was cut), so the worker never
+    // heard of them. They never ran, so they go back to pending with the attempt
+    // the claim took given back, now rather than after the visibility timeout
+    // (the rescuer would count the attempt of those the claim started). $2: every
+    // job the worker holds; sent only while no claim of its own is in flight.
+    releaseOrphans: `WITH orphans AS (
+        SELECT id FROM ${jobs}
+        WHERE status = 'processing' AND locked_by = $1 AND id <> ALL($2::bigint[])
+        FOR UPDATE SKIP LOCKED
+      )
+      UPDATE ${jobs} j
+      SET status = 'pending', attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL,
+          updated_at = now(), started_at = NULL
+      FROM orphans WHERE j.id = orphans.id
+      RETURNING j.id::text AS id, j.queue`,
 
     // Jobs whose heartbeat is older than the visibility timeout: their worker died
     // or hung. Back to pending (the attempt stays spent), or failed when none are
