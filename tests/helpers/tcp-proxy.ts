@@ -14,6 +14,12 @@ export interface TcpProxy {
   cut(): void;
   restore(): void;
   /**
+   * Every connection open now stops carrying bytes for good, without a close (a
+   * dropped NAT entry, a failover): only a client that gives it up and connects
+   * again gets through. New connections work.
+   */
+  strand(): void;
+  /**
    * The next client message holding `marker` (a statement's text, sent when it is
    * first prepared) reaches Postgres, which runs and commits it; its client's
    * connection is then closed before any reply comes back: a statement that
@@ -66,6 +72,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
   let cut = false;
   const held: (() => void)[] = [];
   const sockets = new Set<net.Socket>();
+  const pairs = new Set<Pair>();
   let lose: { marker: string; done: () => void } | undefined;
   let terminate: (() => void) | undefined;
 
@@ -106,6 +113,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
     sockets.add(client).add(server);
     const pair: Pair = { doomed: false, terminated: terminate };
     terminate = undefined;
+    pairs.add(pair);
     forward(client, server, pair, true);
     forward(server, client, pair, false);
     const close = () => {
@@ -115,6 +123,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
       else server.destroy();
       sockets.delete(client);
       sockets.delete(server);
+      pairs.delete(pair);
     };
     client.on('error', close).on('close', close);
     server.on('error', close).on('close', close);
@@ -129,6 +138,9 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
     url: url.toString(),
     cut: () => {
       cut = true;
+    },
+    strand: () => {
+      for (const pair of pairs) pair.doomed = true;
     },
     loseReplyTo: (marker) => new Promise<void>((done) => (lose = { marker, done })),
     terminateAtReady: () => new Promise<void>((done) => (terminate = done)),

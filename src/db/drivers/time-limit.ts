@@ -7,13 +7,19 @@ import { ConnectionError } from '../../errors.js';
  * closed (a dropped NAT entry, a failover that blackholes) is otherwise noticed
  * only by TCP keepalive, minutes later. No limit when `ms` is undefined.
  */
-export function timeLimit<T>(work: Promise<T>, ms: number | undefined, onTimeout: () => void, what: string): Promise<T> {
+export function timeLimit<T>(
+  work: Promise<T>,
+  ms: number | undefined,
+  onTimeout: () => void,
+  what: string,
+  from = 'Postgres',
+): Promise<T> {
   if (ms === undefined) return work;
   let timer: NodeJS.Timeout | undefined;
   const expired = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       onTimeout();
-      reject(new ConnectionError(`${what}: no answer from Postgres within ${ms} ms; the connection was dropped`));
+      reject(new ConnectionError(`${what}: no answer from ${from} within ${ms} ms; the connection was dropped`));
     }, ms);
   });
   // The work may still settle after the limit: nobody is waiting for it then.

@@ -1,4 +1,5 @@
 import type * as Nats from 'nats';
+import { timeLimit } from '../../db/drivers/time-limit.js';
 import { importPeer } from '../../optional-peer.js';
 import { allFailed, asError, type BrokerPublisher, type PublishResult, type RelayMessage } from './publisher.js';
 
@@ -61,6 +62,9 @@ function explained(err: unknown, subject: string): Error {
   });
 }
 
+/** Longest wait for a drain on close. */
+const CLOSE_TIMEOUT_MS = 2_000;
+
 interface Connected {
   nc: Nats.NatsConnection;
   js: Nats.JetStreamClient;
@@ -94,6 +98,12 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
         // Keep reconnecting for ever: the relay's own backoff decides when to retry.
         maxReconnectAttempts: -1,
         reconnectTimeWait: 250,
+        // Opening a connection into a blackhole gives up, rather than hang.
+        timeout: timeout,
+        // A silent connection is found by unanswered PINGs (nats.js' default takes
+        // 4 minutes): ~10-15 s here, then nats.js reconnects by itself.
+        pingInterval: 5_000,
+        maxPingOut: 2,
         ...options.connectOptions,
       });
       // A connection closed for good is replaced on the next batch.
@@ -115,7 +125,7 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
       } catch (err) {
         return allFailed(messages.length, asError(err), isTransientNatsError(err));
       }
-      return Promise.all(
+      const results = await Promise.all(
         messages.map((m) => {
           const subject = prefix + m.destination;
           const bad = badSubject(subject);
@@ -140,12 +150,24 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
           );
         }),
       );
+      // Acks that time out while the connection still looks open: it may have gone
+      // silent (a blackhole sends no error), and nats.js would keep it until its
+      // PINGs go unanswered. The next batch goes out on a fresh one (review 48).
+      if (results.some((r) => !r.ok && (r.error as { code?: unknown }).code === 'TIMEOUT') && !c.nc.isClosed()) {
+        c.nc.reconnect().catch(() => {});
+      }
+      return results;
     },
     async close(): Promise<void> {
       const pending = connecting;
       connecting = undefined;
       const c = await pending?.catch(() => undefined);
-      await c?.nc.drain().catch(() => c.nc.close());
+      if (!c) return;
+      // Bounded: a drain over a silent connection would wait for ever.
+      const drained = c.nc.drain();
+      await timeLimit(drained, CLOSE_TIMEOUT_MS, () => void c.nc.close().catch(() => {}), 'draining', 'NATS').catch(() =>
+        c.nc.close().catch(() => {}),
+      );
     },
   };
 }

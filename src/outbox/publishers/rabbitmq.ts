@@ -1,5 +1,6 @@
 import type * as Amqp from 'amqplib';
 import { importPeer } from '../../optional-peer.js';
+import { timeLimit } from '../../db/drivers/time-limit.js';
 import { allFailed, asError, type BrokerPublisher, type PublishResult, type RelayMessage } from './publisher.js';
 
 export interface RabbitMqPublisherOptions {
@@ -9,6 +10,13 @@ export interface RabbitMqPublisherOptions {
   exchange?: string;
   /** The header that carries the message's key (null: none). Default 'sluice-key'. */
   keyHeader?: string | null;
+  /**
+   * How long a batch waits for the broker's confirms, in ms. Past it the connection
+   * counts as dead (a silent network: no error, no close): its messages fail as
+   * transient (retried with backoff) and the next batch opens a new connection.
+   * Also bounds opening a connection. Default 10000.
+   */
+  confirmTimeoutMs?: number;
 }
 
 interface Connected {
@@ -19,6 +27,8 @@ interface Connected {
   onClose: Set<(err: Error) => void>;
   /** Message ids the broker returned as unroutable; their confirm follows the return. */
   returned: Set<string>;
+  /** Gives the connection up: every confirm still awaited fails with `err`. */
+  drop(err: Error): void;
 }
 
 /**
@@ -33,15 +43,31 @@ interface Connected {
 export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): BrokerPublisher {
   const exchange = options.exchange ?? '';
   const keyHeader = options.keyHeader === undefined ? 'sluice-key' : options.keyHeader;
+  const confirmTimeoutMs = options.confirmTimeoutMs ?? 10_000;
   let connecting: Promise<Connected> | undefined;
   let active: Connected | undefined;
 
   const connect = (): Promise<Connected> =>
     (connecting ??= (async () => {
       const amqp = await importPeer('amqplib', 'The RabbitMQ relay', () => import('amqplib'));
-      const model = await amqp.connect(options.url ?? 'amqp://guest:guest@127.0.0.1:5672');
-      const channel = await model.createConfirmChannel();
-      const c: Connected = { model, channel, closed: undefined, onClose: new Set(), returned: new Set() };
+      const model = await amqp.connect(options.url ?? 'amqp://guest:guest@127.0.0.1:5672', {
+        timeout: confirmTimeoutMs,
+      });
+      const channel = await timeLimit(
+        model.createConfirmChannel(),
+        confirmTimeoutMs,
+        () => destroy(model),
+        'opening a confirm channel',
+        'RabbitMQ',
+      );
+      const c: Connected = {
+        model,
+        channel,
+        closed: undefined,
+        onClose: new Set(),
+        returned: new Set(),
+        drop: (err) => lost(err),
+      };
       // Published as mandatory: a message no queue receives comes back (before its
       // confirm) instead of being confirmed and dropped (review 46: 1,922 lost while
       // a queue was deleted for 3 s, counted as published).
@@ -58,7 +84,8 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         }
         for (const fail of c.onClose) fail(c.closed);
         c.onClose.clear();
-        void model.close().catch(() => {});
+        // A close handshake on a silent connection would never end: the socket goes.
+        destroy(model);
       };
       model.on('error', lost);
       model.on('close', lost);
@@ -106,7 +133,19 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       } catch (err) {
         return allFailed(messages.length, asError(err));
       }
-      return Promise.all(messages.map((m) => publishOne(c, m)));
+      // No confirm within the timeout: the connection is silent (a network
+      // blackhole sends neither an error nor a close), so it is given up, its
+      // messages fail as transient, and the next batch connects anew. Without this
+      // the relay waited for ever (review 48).
+      const timer = setTimeout(
+        () => c.drop(new Error(`RabbitMQ confirmed nothing for ${confirmTimeoutMs} ms: connection given up`)),
+        confirmTimeoutMs,
+      );
+      try {
+        return await Promise.all(messages.map((m) => publishOne(c, m)));
+      } finally {
+        clearTimeout(timer);
+      }
     },
     async close(): Promise<void> {
       const pending = connecting;
@@ -114,10 +153,20 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       const c = await pending?.catch(() => undefined);
       if (c && !c.closed) {
         c.closed = new Error('publisher closed');
-        await c.model.close().catch(() => {});
+        // Bounded: a silent connection never answers the close handshake.
+        const close = c.model.close();
+        await timeLimit(close, CLOSE_TIMEOUT_MS, () => destroy(c.model), 'closing', 'RabbitMQ').catch(() => {});
       }
     },
   };
+}
+
+/** Longest wait for the broker to answer a close. */
+const CLOSE_TIMEOUT_MS = 2_000;
+
+/** Closes the connection's socket at once, without the close handshake. */
+function destroy(model: Amqp.ChannelModel): void {
+  (model as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
 }
 
 function unroutable(exchange: string, routingKey: string): Error {

@@ -1,0 +1,110 @@
+import { randomBytes } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect, type NatsConnection } from 'nats';
+import amqp from 'amqplib';
+import { Outbox, OutboxRelay, natsPublisher, rabbitMqPublisher, type BrokerPublisher } from '../src/index.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { AMQP_URL, NATS_URL, brokerAvailable, createStream, readStream } from './helpers/brokers.js';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
+
+// A broker behind a network that goes silent (a blackhole: no error, no close).
+// Outside review 48: the relay stalled with no error, and relay.stop() hung.
+
+const natsUp = await brokerAvailable('NATS', NATS_URL);
+const rabbitUp = await brokerAvailable('RabbitMQ', AMQP_URL);
+
+let db: TestDatabase;
+let outbox: Outbox;
+const tag = randomBytes(4).toString('hex');
+
+beforeAll(async () => {
+  db = await createTestSchema('outbox_silent');
+  outbox = new Outbox({ pool: db.pool, schema: db.schema });
+});
+afterAll(async () => {
+  await outbox.close();
+  await db.drop();
+});
+
+/**
+ * Messages go out; the relay's connection to the broker goes silent for good
+ * while more are published: the relay reports transient failures (nothing is
+ * counted against the messages), gives the connection up and gets every message
+ * into the broker over a new one; then, with the whole network silent, stop()
+ * still returns.
+ */
+async function ridesOutSilence(proxy: TcpProxy, publisher: BrokerPublisher, destination: string): Promise<void> {
+  const relay = new OutboxRelay({ pool: db.pool, schema: db.schema, publisher, destinations: [destination] });
+  let published = 0;
+  const failures: { transient: boolean }[] = [];
+  relay.events.on('published', (b) => (published += b.count));
+  relay.events.on('failure', (f) => failures.push(f));
+  await relay.start();
+  try {
+    await outbox.publishMany(Array.from({ length: 10 }, (_, n) => ({ destination, payload: `before:${n}` })));
+    await waitFor(() => published === 10, 'the first 10 in the broker');
+    proxy.strand();
+    await outbox.publishMany(Array.from({ length: 10 }, (_, n) => ({ destination, payload: `during:${n}` })));
+    await waitFor(() => failures.length > 0, 'the silent connection reported as a failure');
+    expect(failures.every((f) => f.transient)).toBe(true);
+    await waitFor(() => published === 20, 'the other 10 in the broker over a new connection', 60_000);
+  } finally {
+    proxy.cut();
+    await relay.stop(); // must return though the broker cannot answer
+    await proxy.close();
+  }
+  const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.outbox_dead_letters`);
+  expect(rows[0].n).toBe(0);
+}
+
+describe.skipIf(!natsUp)('a silent network to NATS', () => {
+  let nc: NatsConnection;
+  const stream = `SLUICE_SILENT_${tag}`;
+  const prefix = `sluicesilent${tag}`;
+
+  beforeAll(async () => {
+    nc = await connect({ servers: NATS_URL });
+    await createStream(await nc.jetstreamManager(), stream, prefix);
+  });
+  afterAll(async () => {
+    await (await nc.jetstreamManager()).streams.delete(stream).catch(() => {});
+    await nc.close();
+  });
+
+  it('fails its batches as transient, publishes over a new connection, and stop() returns', async () => {
+    const proxy = await startTcpProxy(NATS_URL);
+    const publisher = natsPublisher({ servers: proxy.url, subjectPrefix: `${prefix}.`, ackTimeoutMs: 1_000 });
+    await ridesOutSilence(proxy, publisher, 'orders');
+    const stored = (await readStream(nc, stream)).map((m) => m.payload);
+    // The re-publish after a timed-out ack is dropped by JetStream's de-duplication.
+    expect([...stored].sort()).toEqual(
+      [...Array.from({ length: 10 }, (_, n) => `before:${n}`), ...Array.from({ length: 10 }, (_, n) => `during:${n}`)].sort(),
+    );
+  });
+});
+
+describe.skipIf(!rabbitUp)('a silent network to RabbitMQ', () => {
+  it('fails its batches as transient, publishes over a new connection, and stop() returns', async () => {
+    const queue = `sluice-silent-${tag}`;
+    const conn = await amqp.connect(AMQP_URL);
+    const ch = await conn.createChannel();
+    await ch.assertQueue(queue, { durable: false, autoDelete: false });
+    try {
+      const proxy = await startTcpProxy(AMQP_URL);
+      const publisher = rabbitMqPublisher({ url: proxy.url, confirmTimeoutMs: 1_000 });
+      await ridesOutSilence(proxy, publisher, queue);
+      const got = new Set<string>();
+      for (let m = await ch.get(queue, { noAck: true }); m; m = await ch.get(queue, { noAck: true })) {
+        got.add(m.content.toString());
+      }
+      // RabbitMQ does not de-duplicate: a message may be there twice, none missing.
+      for (let n = 0; n < 10; n++) {
+        expect(got.has(`before:${n}`)).toBe(true);
+        expect(got.has(`during:${n}`)).toBe(true);
+      }
+    } finally {
+      await ch.deleteQueue(queue).catch(() => {});
+      await conn.close();
+    }
+  });
+});
