@@ -118,6 +118,8 @@ export interface WorkerStore {
    * lost) back to pending, attempt not spent; wakes their queues. Returns their ids.
    */
   releaseOrphans(held: readonly string[]): Promise<string[]>;
+  /** Status and attempt of those of `ids` whose rows this worker holds or finished (locked_by is its id). */
+  writtenByMe(ids: readonly string[]): Promise<Map<string, { status: string; attempts: number }>>;
   /**
    * Back to pending at a later time, attempt not spent: the new run_at; 'skipped'
    * when another session held the row; undefined when the job is no longer ours.
@@ -281,6 +283,14 @@ export class PgWorkerStore implements WorkerStore {
     const { rows } = await this.db.query<{ id: string; queue: string }>(this.queries.releaseOrphans, [this.workerId, held]);
     await this.wake(rows);
     return rows.map((r) => r.id);
+  }
+
+  async writtenByMe(ids: readonly string[]): Promise<Map<string, { status: string; attempts: number }>> {
+    const { rows } = await this.db.query<{ id: string; status: string; attempts: number }>(this.queries.writtenByMe, [
+      this.workerId,
+      ids,
+    ]);
+    return new Map(rows.map((r) => [r.id, { status: r.status, attempts: r.attempts }]));
   }
 
   /** Wakes the workers of the queues of jobs just made pending again. */

@@ -17,7 +17,13 @@ interface Refusal {
   held?: boolean;
 }
 
-interface Completion extends CompletionWrite, Refusal {
+/** Whether an outcome may already be written. */
+interface Sent {
+  /** Sent in a statement that failed (its reply maybe lost after it committed). */
+  unsure?: boolean;
+}
+
+interface Completion extends CompletionWrite, Refusal, Sent {
   job: JobRow;
   /** The task's policy, should this outcome have to become a failure (rejected()). */
   task: ResolvedTask;
@@ -25,7 +31,7 @@ interface Completion extends CompletionWrite, Refusal {
   durationMs: number;
 }
 
-interface Failure extends FailureWrite, Refusal {
+interface Failure extends FailureWrite, Refusal, Sent {
   job: JobRow;
   /** Written in place of an outcome Postgres refused (Completer.rejected). */
   refused?: boolean;
@@ -202,6 +208,7 @@ export class Completer implements ResultSource {
 
   restore(batch: ResultBatch): void {
     this.landed(batch);
+    for (const result of [...batch.completed, ...batch.failed] as (Completion | Failure)[]) result.unsure = true;
     this.completed = (batch.completed as Completion[]).concat(this.completed);
     this.failed = (batch.failed as Failure[]).concat(this.failed);
     // Not the start of a job that has ended since: its outcome says it all, and one
@@ -291,32 +298,69 @@ export class Completer implements ResultSource {
     for (const result of [...batch.completed, ...batch.failed] as (Completion | Failure)[]) {
       if (skipped.has(result.id)) this.defer(result);
     }
+    const unsure = { completed: [] as Completion[], failed: [] as Failure[] };
     for (const c of batch.completed as Completion[]) {
       if (skipped.has(c.id)) continue;
-      if (!completed.has(c.id)) {
-        emit('job:lock-lost', c.job);
-        continue;
-      }
-      emit('job:complete', c.job, {
-        result: c.result == null ? null : (JSON.parse(c.result) as unknown),
-        durationMs: c.durationMs,
-      });
+      if (completed.has(c.id)) this.completedEvent(c);
+      else if (c.unsure) unsure.completed.push(c);
+      else emit('job:lock-lost', c.job);
     }
     for (const f of batch.failed as Failure[]) {
       if (skipped.has(f.id)) continue;
-      if (!failed.has(f.id)) {
-        emit('job:lock-lost', f.job);
-        continue;
-      }
-      const willRetry = !f.final;
-      emit('job:fail', f.job, { error: f.error, willRetry, durationMs: f.durationMs });
-      if (willRetry) {
-        // Other workers find the retry by polling; this one knows when it falls due.
-        const runAt = Date.now() + f.delayMs;
-        this.signals.dueAt(runAt);
-        emit('job:retry', f.job, { error: f.error, runAt: new Date(runAt), nextAttempt: f.attempt + 1 });
-      }
+      if (failed.has(f.id)) this.failedEvent(f);
+      else if (f.unsure) unsure.failed.push(f);
+      else emit('job:lock-lost', f.job);
     }
+    if (unsure.completed.length + unsure.failed.length > 0) this.confirm(unsure.completed, unsure.failed);
+  }
+
+  private completedEvent(c: Completion): void {
+    this.signals.emit('job:complete', c.job, {
+      result: c.result == null ? null : (JSON.parse(c.result) as unknown),
+      durationMs: c.durationMs,
+    });
+  }
+
+  private failedEvent(f: Failure): void {
+    const willRetry = !f.final;
+    this.signals.emit('job:fail', f.job, { error: f.error, willRetry, durationMs: f.durationMs });
+    if (willRetry) {
+      // Other workers find the retry by polling; this one knows when it falls due.
+      const runAt = Date.now() + f.delayMs;
+      this.signals.dueAt(runAt);
+      this.signals.emit('job:retry', f.job, { error: f.error, runAt: new Date(runAt), nextAttempt: f.attempt + 1 });
+    }
+  }
+
+  /**
+   * Outcomes sent before in a statement that failed, and now found no longer this
+   * worker's: that statement may have committed them, its reply lost. The rows
+   * say which: finished by this worker at that attempt, the outcome's events fire;
+   * otherwise the lock was lost. Rare (a crash, a cut connection), so a statement
+   * of its own rather than a column of every cycle.
+   */
+  private confirm(completed: readonly Completion[], failed: readonly Failure[]): void {
+    const lost = (r: Completion | Failure) => this.signals.emit('job:lock-lost', r.job);
+    const check = this.store.writtenByMe([...completed, ...failed].map((r) => r.id)).then(
+      (rows) => {
+        const wrote = (r: Completion | Failure, status: string) =>
+          rows.get(r.id)?.status === status && rows.get(r.id)?.attempts === r.attempt;
+        for (const c of completed) {
+          if (wrote(c, 'completed')) this.completedEvent(c);
+          else lost(c);
+        }
+        for (const f of failed) {
+          if (wrote(f, f.final ? 'failed' : 'pending')) this.failedEvent(f);
+          else lost(f);
+        }
+      },
+      (err: unknown) => {
+        this.signals.error(err);
+        [...completed, ...failed].forEach(lost);
+      },
+    );
+    this.writes.add(check);
+    void check.finally(() => this.writes.delete(check));
   }
 
   /**

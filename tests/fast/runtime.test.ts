@@ -589,6 +589,32 @@ describe('runtime: hand-back and stop', () => {
     expect(a.loop.stats.orphansReleased).toBe(3);
   });
 
+  // Review 49: a result whose write committed with its reply lost was sent again,
+  // found the row no longer 'processing', and was reported as job:lock-lost.
+  it('reports a result whose write committed with its reply lost as written, not as a lost lock', async () => {
+    const [done, retried] = db.addMany(2, 't');
+    const w = await start('A', {
+      tasks: {
+        t: async (_: unknown, ctx: { job: { id: string } }) => {
+          await sleep(50);
+          if (ctx.job.id === retried) throw new Error('again later');
+        },
+      },
+      concurrency: 2,
+      pollIntervalMs: NO_POLL,
+      backoff: { baseMs: 60_000, maxMs: 60_000, shape: 'fixed' },
+    });
+    await vi.advanceTimersByTimeAsync(10); // claimed
+    db.loseNextReply('cycle');
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(w.errors.length).toBeGreaterThan(0); // the lost reply
+    expect(db.job(done!)).toMatchObject({ status: 'completed', attempts: 1 });
+    expect(db.job(retried!)).toMatchObject({ status: 'pending', attempts: 1 });
+    expect(w.ids('job:lock-lost')).toEqual([]);
+    expect(w.ids('job:complete')).toEqual([done]);
+    expect(w.ids('job:fail')).toEqual([retried]);
+  });
+
   it('a hand-back that failed before it ran is tried again; its jobs never start here', async () => {
     db.addMany(5, 'fast');
     db.add('slow');

@@ -353,6 +353,17 @@ export class MemoryStore implements WorkerStore {
     return [...done];
   }
 
+  async writtenByMe(ids: readonly string[]) {
+    await this.db.enter('writtenByMe', this.workerId);
+    const rows = new Map<string, { status: string; attempts: number }>();
+    for (const id of ids) {
+      const job = this.db.jobs.get(id);
+      if (job?.locked_by === this.workerId) rows.set(id, { status: job.status, attempts: job.attempts });
+    }
+    await this.db.pass('writtenByMe', 'reply');
+    return rows;
+  }
+
   /** Back to pending, attempt not spent: rows another session holds are skipped. */
   private releaseRows(ids: readonly string[]): LockedWrite {
     const result: LockedWrite = { done: new Set(), skipped: new Set() };

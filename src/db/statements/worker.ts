@@ -27,6 +27,7 @@ export interface WorkerStatements {
   readonly heartbeat: string;
   readonly release: string;
   readonly releaseOrphans: string;
+  readonly writtenByMe: string;
   readonly rescue: string;
   readonly notify: string;
   readonly claimLimited: string;
@@ -293,6 +294,12 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
           updated_at = now(), started_at = NULL
       FROM orphans WHERE j.id = orphans.id
       RETURNING j.id::text AS id, j.queue`,
+
+    // Where results this worker sent in a statement whose reply was lost stand: a
+    // row it finished keeps locked_by (a completion or failure clears only
+    // locked_at), so status and attempts say whether that write committed.
+    writtenByMe: `SELECT id::text AS id, status, attempts FROM ${jobs}
+      WHERE id = ANY($2::bigint[]) AND locked_by = $1`,
 
     // Jobs whose heartbeat is older than the visibility timeout: their worker died
     // or hung. Back to pending (the attempt stays spent), or failed when none are
