@@ -57,6 +57,36 @@ async function ridesOutSilence(proxy: TcpProxy, publisher: BrokerPublisher, dest
   expect(rows[0].n).toBe(0);
 }
 
+/**
+ * stop() while a batch waits for acks that will not come: it gives the batch up
+ * (published again by whichever relay goes on) rather than wait out the ack
+ * timeout, here longer than the test's own timeout.
+ */
+async function stopsWithBatchInFlight(proxy: TcpProxy, broker: BrokerPublisher, destination: string): Promise<void> {
+  let calls = 0;
+  const publisher: BrokerPublisher = {
+    name: broker.name,
+    publish: (messages) => (calls++, broker.publish(messages)),
+    close: () => broker.close(),
+  };
+  const relay = new OutboxRelay({ pool: db.pool, schema: db.schema, publisher, destinations: [destination] });
+  let published = 0;
+  relay.events.on('published', (b) => (published += b.count));
+  await relay.start();
+  try {
+    await outbox.publish(destination, 'first');
+    await waitFor(() => published === 1, 'the first message in the broker');
+    proxy.strand();
+    const before = calls;
+    await outbox.publish(destination, 'stranded');
+    await waitFor(() => calls > before, 'a batch sent into the silent connection');
+  } finally {
+    await relay.stop();
+    await proxy.close();
+  }
+  expect(published).toBe(1);
+}
+
 describe.skipIf(!natsUp)('a silent network to NATS', () => {
   let nc: NatsConnection;
   const stream = `SLUICE_SILENT_${tag}`;
@@ -81,6 +111,17 @@ describe.skipIf(!natsUp)('a silent network to NATS', () => {
       [...Array.from({ length: 10 }, (_, n) => `before:${n}`), ...Array.from({ length: 10 }, (_, n) => `during:${n}`)].sort(),
     );
   });
+
+  it('stop() returns at once with a batch waiting for acks over a silent connection', async () => {
+    const proxy = await startTcpProxy(NATS_URL);
+    const publisher = natsPublisher({
+      servers: proxy.url,
+      subjectPrefix: `${prefix}.`,
+      ackTimeoutMs: 120_000,
+      connectOptions: { pingInterval: 120_000 }, // nothing finds the silence before the ack timeout
+    });
+    await stopsWithBatchInFlight(proxy, publisher, 'stop');
+  });
 });
 
 describe.skipIf(!rabbitUp)('a silent network to RabbitMQ', () => {
@@ -102,6 +143,20 @@ describe.skipIf(!rabbitUp)('a silent network to RabbitMQ', () => {
         expect(got.has(`before:${n}`)).toBe(true);
         expect(got.has(`during:${n}`)).toBe(true);
       }
+    } finally {
+      await ch.deleteQueue(queue).catch(() => {});
+      await conn.close();
+    }
+  });
+
+  it('stop() returns at once with a batch waiting for confirms over a silent connection', async () => {
+    const queue = `sluice-silent-stop-${tag}`;
+    const conn = await amqp.connect(AMQP_URL);
+    const ch = await conn.createChannel();
+    await ch.assertQueue(queue, { durable: false, autoDelete: false });
+    try {
+      const proxy = await startTcpProxy(AMQP_URL);
+      await stopsWithBatchInFlight(proxy, rabbitMqPublisher({ url: proxy.url, confirmTimeoutMs: 120_000 }), queue);
     } finally {
       await ch.deleteQueue(queue).catch(() => {});
       await conn.close();

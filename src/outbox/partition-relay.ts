@@ -97,7 +97,11 @@ export class PartitionRelay {
       const end = window.end;
       const next = this.fetch(end);
       next.catch(() => {});
-      const results = window.messages.length > 0 ? await this.publisher.publish(window.messages) : [];
+      const results = window.messages.length > 0 ? await unlessStopped(this.publisher.publish(window.messages), signal) : [];
+      // Stopped with acks still out (a silent broker would hold stop() for the ack
+      // timeout): the batch stays unrecorded, to be published again by whichever
+      // relay goes on (JetStream drops it as a duplicate).
+      if (!results) return 'idle';
       const failedAt = results.findIndex((r) => !r.ok);
       if (failedAt >= 0) {
         await this.handleFailure(window, failedAt, results[failedAt] as Extract<PublishResult, { ok: false }>);
@@ -219,4 +223,14 @@ export class PartitionRelay {
     if (err instanceof RelayPublishError) return;
     this.events.emit('error', err as Error);
   }
+}
+
+/** `work`'s value, or undefined as soon as `signal` fires. */
+function unlessStopped<T>(work: Promise<T>, signal: AbortSignal): Promise<T | undefined> {
+  if (signal.aborted) return Promise.resolve(undefined);
+  return new Promise((resolve, reject) => {
+    const stopped = () => resolve(undefined);
+    signal.addEventListener('abort', stopped, { once: true });
+    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', stopped));
+  });
 }

@@ -141,6 +141,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         () => c.drop(new Error(`RabbitMQ confirmed nothing for ${confirmTimeoutMs} ms: connection given up`)),
         confirmTimeoutMs,
       );
+      timer.unref();
       try {
         return await Promise.all(messages.map((m) => publishOne(c, m)));
       } finally {
@@ -152,10 +153,12 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       connecting = undefined;
       const c = await pending?.catch(() => undefined);
       if (c && !c.closed) {
-        c.closed = new Error('publisher closed');
-        // Bounded: a silent connection never answers the close handshake.
+        // Bounded: a silent connection never answers the close handshake. Then
+        // every confirm still awaited (a batch stop() gave up on) fails, so its
+        // timer does not keep the process alive.
         const close = c.model.close();
         await timeLimit(close, CLOSE_TIMEOUT_MS, () => destroy(c.model), 'closing', 'RabbitMQ').catch(() => {});
+        c.drop(new Error('publisher closed'));
       }
     },
   };
