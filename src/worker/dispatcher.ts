@@ -50,6 +50,8 @@ export class Dispatcher {
   private readonly unsure: { jobs: JobRow[]; reason: HandBackReason }[] = [];
   private unsureTimer: NodeJS.Timeout | undefined;
   private readonly unsureRetry = new Backoff({ minMs: 250, maxMs: 5_000 });
+  /** Jobs of hand-backs sent and not yet reported ('jobs:handed-back'), and why. */
+  private readonly handingBack = new Map<string, { job: JobRow; reason: HandBackReason }>();
 
   constructor(
     private readonly slots: Slots,
@@ -61,6 +63,16 @@ export class Dispatcher {
 
   /** Claimed jobs: they start at once where slots are free, the rest wait. */
   claimed(jobs: readonly JobRow[]): void {
+    // Claimed again here: their hand-back committed, whatever its reply says. Told
+    // now, before they start, not when that reply comes (review 50: after).
+    const back = new Map<HandBackReason, JobRow[]>();
+    for (const job of jobs) {
+      const sent = this.handingBack.get(job.id);
+      if (!sent) continue;
+      this.handingBack.delete(job.id);
+      back.set(sent.reason, [...(back.get(sent.reason) ?? []), sent.job]);
+    }
+    for (const [reason, handed] of back) this.signals.emit('jobs:handed-back', handed, { reason });
     this.signals.emit('jobs:claimed', [...jobs]);
     this.slots.hold(jobs);
     // A claim sent before its queue was paused (or limited) can land after the
@@ -126,7 +138,10 @@ export class Dispatcher {
   lockLost(ids: readonly string[]): void {
     for (const id of ids) {
       // A hand-back whose outcome was unknown went through (or the rescuer took it): nothing to retry.
-      if (this.slots.dropReleasing(id)) continue;
+      if (this.slots.dropReleasing(id)) {
+        this.handingBack.delete(id);
+        continue;
+      }
       const waiting = this.slots.dropWaiting(id);
       if (waiting) {
         this.signals.emit('job:lock-lost', waiting);
@@ -145,7 +160,7 @@ export class Dispatcher {
     for (const id of ids) {
       const job = this.slots.dropWaiting(id);
       if (job) waiting.push(job);
-      this.slots.dropReleasing(id);
+      if (this.slots.dropReleasing(id)) this.handingBack.delete(id);
       const run = this.slots.runOf(id);
       if (run) {
         this.abort(
@@ -230,6 +245,7 @@ export class Dispatcher {
   }
 
   private async handBack(jobs: JobRow[], reason: HandBackReason): Promise<void> {
+    for (const job of jobs) if (!this.handingBack.has(job.id)) this.handingBack.set(job.id, { job, reason });
     let left: Set<JobRow>;
     try {
       left = new Set(await this.completer.release(jobs));
@@ -246,7 +262,10 @@ export class Dispatcher {
     }
     this.unsureRetry.reset();
     const back = jobs.filter((j) => !left.has(j));
-    if (back.length > 0) this.signals.emit('jobs:handed-back', back, { reason });
+    for (const job of left) this.handingBack.delete(job.id);
+    // Those claimed again meanwhile were reported then.
+    const untold = back.filter((j) => this.handingBack.delete(j.id));
+    if (untold.length > 0) this.signals.emit('jobs:handed-back', untold, { reason });
     // Rows another session held locked were not touched: still ours, waiting again.
     this.slots.handedBack(back, [...left]);
     if (left.size > 0 && this.signals.accepting()) this.startWaiting();
@@ -271,6 +290,8 @@ export class Dispatcher {
   takeUnsureHandBacks(): JobRow[] {
     clearTimeout(this.unsureTimer);
     this.unsureTimer = undefined;
-    return this.slots.takeReleasing(this.unsure.splice(0).flatMap((batch) => batch.jobs));
+    const jobs = this.slots.takeReleasing(this.unsure.splice(0).flatMap((batch) => batch.jobs));
+    for (const job of jobs) this.handingBack.delete(job.id);
+    return jobs;
   }
 }

@@ -615,6 +615,27 @@ describe('runtime: hand-back and stop', () => {
     expect(w.ids('job:fail')).toEqual([retried]);
   });
 
+  // Review 50: a hand-back whose reply came after the worker had claimed its jobs
+  // again and started them was reported ('jobs:handed-back') after their start.
+  it('reports a hand-back before the jobs it gave back start again here', async () => {
+    db.addMany(5, 'fast');
+    db.add('slow');
+    const behind = db.addMany(5, 'fast');
+    const tasks = { fast: async () => sleep(1), slow: async () => sleep(700) };
+    const a = await start('A', { tasks, concurrency: 1, prefetch: 10, pollIntervalMs: 100 });
+    await vi.advanceTimersByTimeAsync(100);
+    expect(behind.every((id) => db.job(id).locked_by === 'A')).toBe(true); // claimed ahead, waiting
+    const reply = db.holdNext('release', 'reply'); // the hand-back commits; its reply is slow
+    await vi.advanceTimersByTimeAsync(1_500); // the slow job ends; A claims the jobs again and runs them
+    expect(behind.map((id) => db.job(id).status)).toEqual(behind.map(() => 'completed'));
+    reply();
+    await vi.advanceTimersByTimeAsync(100);
+    expect(a.ids('jobs:handed-back').sort()).toEqual([...behind].sort());
+    const at = (event: 'jobs:handed-back' | 'job:start', id: string) =>
+      a.events.findIndex((e) => e.event === event && [e.args[0]].flat().some((j) => (j as { id: string }).id === id));
+    for (const id of behind) expect(at('jobs:handed-back', id)).toBeLessThan(at('job:start', id));
+  });
+
   it('a hand-back that failed before it ran is tried again; its jobs never start here', async () => {
     db.addMany(5, 'fast');
     db.add('slow');
