@@ -64,7 +64,11 @@ function claimUpdate(
             key_scope = ${releaseKey(`p.n <= ${startNow}::int`)}
         FROM unnest(ARRAY(
           SELECT id FROM :SCHEMA.jobs
-          WHERE status = 'pending' AND ${queueFilter} AND task = ANY(${tasks}::text[]) AND run_at <= now()
+          -- clock_timestamp(), not now(): the statement's snapshot is taken after its
+          -- transaction's start, so rows of an enqueue that committed in between are
+          -- visible, their run_at (the insert's clock) past now(): all but the first of
+          -- a batch were skipped, and one slot ran a backlog out of priority order.
+          WHERE status = 'pending' AND ${queueFilter} AND task = ANY(${tasks}::text[]) AND run_at <= clock_timestamp()
           ORDER BY priority DESC, run_at, id
           LIMIT ${limit}::int
           FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(id, n)
