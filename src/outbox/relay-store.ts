@@ -65,15 +65,19 @@ export class RelayStore {
    */
   async repartition(destination: string, partitions: number): Promise<string | undefined> {
     return this.db.transaction(async (tx) => {
-      const [state] = await rows<{ held: number; waiting: number; txid: string | null; id: string | null }>(
-        tx,
-        this.q.repartitionCheck,
-        [destination],
-      );
+      const [state] = await rows<{
+        held: number;
+        waiting: number;
+        txid: string | null;
+        id: string | null;
+        published: string;
+        published_at: Date | null;
+      }>(tx, this.q.repartitionCheck, [destination]);
       if (state!.held > 0) return `a relay holds ${state!.held} of its partitions`;
       if (state!.waiting > 0) return `${state!.waiting} of its messages are not published yet`;
       await tx.query(this.q.dropPartitions, [destination]);
-      await tx.query(this.q.createPartitionsAt, [destination, partitions, state!.txid ?? '0', state!.id ?? '0']);
+      const { txid, id, published, published_at: publishedAt } = state!;
+      await tx.query(this.q.createPartitionsAt, [destination, partitions, txid ?? '0', id ?? '0', published, publishedAt]);
       return undefined;
     });
   }

@@ -24,7 +24,11 @@ export interface OutboxStatements {
   readonly repartitionCheck: string;
   /** Deletes a destination's partition rows ($1 destination), in the transaction of repartitionCheck. */
   readonly dropPartitions: string;
-  /** Creates a destination's partition rows at a watermark ($1 destination, $2 partitions, $3 txid, $4 id). */
+  /**
+   * Creates a destination's partition rows at a watermark ($1 destination, $2
+   * partitions, $3 txid, $4 id), partition 0 carrying the old rows' published
+   * count and time ($5, $6) so the destination's totals go on.
+   */
   readonly createPartitionsAt: string;
   /**
    * Takes a partition's lease if free or expired, or renews it for its holder.
@@ -98,16 +102,20 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
     // comes from a transaction that was still running when that watermark was
     // set (it only passes transactions that had ended), so it lies beyond.
     repartitionCheck: `WITH old AS (
-        SELECT partition, partitions, txid, id, holder, expires_at FROM ${relays} WHERE destination = $1 FOR UPDATE
+        SELECT partition, partitions, txid, id, holder, expires_at, published, published_at
+        FROM ${relays} WHERE destination = $1 FOR UPDATE
       )
       SELECT (SELECT count(*)::int FROM old WHERE holder IS NOT NULL AND expires_at > now()) AS held,
         (SELECT count(*)::int FROM ${outbox} o JOIN old r ON r.partition = ${partitionOf('o', 'r.partitions')}
           WHERE o.destination = $1 AND (o.txid, o.id) > (r.txid, r.id)) AS waiting,
         (SELECT txid::text FROM old ORDER BY txid DESC, id DESC LIMIT 1) AS txid,
-        (SELECT id FROM old ORDER BY txid DESC, id DESC LIMIT 1) AS id`,
+        (SELECT id FROM old ORDER BY txid DESC, id DESC LIMIT 1) AS id,
+        (SELECT coalesce(sum(published), 0)::text FROM old) AS published,
+        (SELECT max(published_at) FROM old) AS published_at`,
     dropPartitions: `DELETE FROM ${relays} WHERE destination = $1`,
-    createPartitionsAt: `INSERT INTO ${relays} (destination, partition, partitions, txid, id)
-      SELECT $1, p, $2, $3::xid8, $4 FROM generate_series(0, $2::int - 1) p`,
+    createPartitionsAt: `INSERT INTO ${relays} (destination, partition, partitions, txid, id, published, published_at)
+      SELECT $1, p, $2, $3::xid8, $4, CASE WHEN p = 0 THEN $5::bigint ELSE 0 END, CASE WHEN p = 0 THEN $6::timestamptz END
+      FROM generate_series(0, $2::int - 1) p`,
     // $5 partitions: a relay started before the count changed never takes a partition of the new layout.
     acquire: `UPDATE ${relays} SET holder = $3, expires_at = now() + $4 * interval '1 millisecond'
       WHERE destination = $1 AND partition = $2 AND partitions = $5 AND (holder IS NULL OR holder = $3 OR expires_at < now())
