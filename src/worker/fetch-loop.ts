@@ -12,6 +12,12 @@ import { WakeCooldown } from './wake-cooldown.js';
 
 export type { ClaimTarget } from './claim-target.js';
 
+/** A claim after a wake goes without the results waiting while they are fewer than this. */
+const CLAIM_ALONE_BELOW = 4;
+
+/** The batch of a claim sent without the results waiting (they keep their flush timer). */
+const NO_RESULTS: ResultBatch = Object.freeze({ completed: [], failed: [], started: [], startedAt: [] });
+
 /** The result of a cycle that sent no statement. */
 const NOTHING_SENT: CycleResult = { completed: new Set(), failed: new Set(), skipped: new Set(), claimed: [] };
 
@@ -231,11 +237,23 @@ export class FetchLoop {
       if (this.results.size > 0) this.armFlushTimer();
       return;
     }
-    this.forceFlush = false;
-    clearTimeout(this.flushTimer);
-    this.flushTimer = undefined;
+    // Woken with no backlog (a job was just enqueued, workers idle) and only a few
+    // results waiting: the claim goes alone, the cheap statement, and the results
+    // keep their flush timer. Carried along, they made the claim a write (measured:
+    // 1.4 ms instead of ~1 from enqueue to claimed, most of the pick-up latency).
+    // More results ride along as before: under a steady stream of enqueues a flush
+    // of their own would cost a statement per few jobs.
+    const claimOnly =
+      claimNow && !flushNow && !this.backlog && this.results.size < CLAIM_ALONE_BELOW && this.plan().limited.length === 0;
+    if (claimOnly) {
+      if (this.results.size > 0) this.armFlushTimer();
+    } else {
+      this.forceFlush = false;
+      clearTimeout(this.flushTimer);
+      this.flushTimer = undefined;
+    }
     // A write that goes out anyway takes a claim along for free, even below the threshold.
-    void this.send(Math.min(wanted, this.config.batchSize)).then(() => {
+    void this.send(Math.min(wanted, this.config.batchSize), !claimOnly).then(() => {
       if (this.draining) return;
       if (this.again || this.orphans || this.wantClaim()) {
         this.again = false;
@@ -292,13 +310,13 @@ export class FetchLoop {
    * before anyone awaiting the result runs, so a follow-up kick() starts a cycle
    * instead of being folded into one that has already ended.
    */
-  private send(limit: number): Promise<boolean> {
+  private send(limit: number, withResults = true): Promise<boolean> {
     // Free slots another cycle out has promised to its jobs are not free for this one.
     const startNow = Math.min(limit, Math.max(0, this.target.free() - this.startsRequested));
     if (this.inFlight.size > 0) this.stats.overlapped++;
     this.requested += limit;
     this.startsRequested += startNow;
-    const cycle = this.cycle(limit, startNow).finally(() => {
+    const cycle = this.cycle(limit, startNow, withResults).finally(() => {
       this.requested -= limit;
       this.startsRequested -= startNow;
       this.inFlight.delete(done);
@@ -317,9 +335,9 @@ export class FetchLoop {
    * With plain queues as well the claims follow the write, which may claim the
    * free slots first.
    */
-  private async cycle(requested: number, startsRequested: number): Promise<boolean> {
+  private async cycle(requested: number, startsRequested: number, withResults: boolean): Promise<boolean> {
     const wakesBefore = this.wakes;
-    const batch = this.results.take();
+    const batch = withResults ? this.results.take() : NO_RESULTS;
     // A result sent alone to find the one Postgres refuses goes without a claim.
     const limit = batch.alone ? 0 : requested;
     const startNow = batch.alone ? 0 : startsRequested;
@@ -384,8 +402,7 @@ export class FetchLoop {
       // A claim refused by Postgres claimed nothing; any other failure may have committed.
       if (plainLimit > 0 && plan.plain.length > 0 && !isDataRejection(err)) this.orphans = true;
       const news = refused ? this.results.rejected(batch, err) : (this.results.restore(batch), true);
-      // The claim may have committed with its reply lost: those jobs stay locked to
-      // this worker until the rescuer frees them. Nothing is lost, only delayed.
+      // The claim may have committed with its reply lost: sweep() gives its jobs back.
       this.mayHaveWork = true;
       if (news) this.onError(err);
       if (this.stopping || this.draining) return false;
