@@ -1,35 +1,25 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connect, type NatsConnection } from 'nats';
+import { describe, expect, it } from 'vitest';
 import amqp from 'amqplib';
-import { Outbox, OutboxRelay, natsPublisher, rabbitMqPublisher, type RelayMessage } from '../src/index.js';
+import { OutboxRelay, natsPublisher, rabbitMqPublisher, type RelayMessage } from '../src/index.js';
 import { badSubject } from '../src/outbox/publishers/nats.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
-import { AMQP_URL, NATS_URL, brokerAvailable, createStream, readStream } from './helpers/brokers.js';
+import { waitFor } from './helpers/database.js';
+import { AMQP_URL, NATS_URL, brokerAvailable, readStream, useNatsStream } from './helpers/brokers.js';
+import { useOutboxSchema } from './helpers/outbox.js';
 import { spawnCli } from './helpers/cli.js';
 
 const natsUp = await brokerAvailable('NATS', NATS_URL);
 const rabbitUp = await brokerAvailable('RabbitMQ', AMQP_URL);
 
-let db: TestDatabase;
-let outbox: Outbox;
+const schema = useOutboxSchema('outbox_brokers');
 const tag = randomBytes(4).toString('hex');
-
-beforeAll(async () => {
-  db = await createTestSchema('outbox_brokers');
-  outbox = new Outbox({ pool: db.pool, schema: db.schema });
-});
-afterAll(async () => {
-  await outbox.close();
-  await db.drop();
-});
 
 const keys = ['alpha', 'beta', 'gamma', 'delta'];
 /** 200 messages over four keys, in 10 transactions; payload `<key>:<n>`, n counting per key. */
 async function publishRounds(destination: string): Promise<void> {
   const next = new Map(keys.map((k) => [k, 0]));
   for (let t = 0; t < 10; t++) {
-    await outbox.publishMany(
+    await schema.outbox.publishMany(
       Array.from({ length: 20 }, (_, i) => {
         const key = keys[(t + i) % keys.length]!;
         const n = next.get(key)!;
@@ -48,23 +38,19 @@ function expectOrderPerKey(payloads: string[]): void {
 }
 
 describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
-  let nc: NatsConnection;
-  const stream = `SLUICE_T_${tag}`;
-  const prefix = `sluicet${tag}`;
-
-  beforeAll(async () => {
-    nc = await connect({ servers: NATS_URL });
-    await createStream(await nc.jetstreamManager(), stream, prefix, { max_msg_size: 2048 });
-  });
-  afterAll(async () => {
-    await (await nc.jetstreamManager()).streams.delete(stream).catch(() => {});
-    await nc.close();
-  });
+  const stream = useNatsStream('t', { max_msg_size: 2048 });
+  const { prefix } = stream;
 
   it('publishes in order per key with the stable message id; a re-publish is dropped as a duplicate', async () => {
     const publisher = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
     const sent: RelayMessage[] = [];
-    const relay = new OutboxRelay({ pool: db.pool, schema: db.schema, publisher, destinations: ['orders'], batchSize: 64 });
+    const relay = new OutboxRelay({
+      pool: schema.db.pool,
+      schema: schema.db.schema,
+      publisher,
+      destinations: ['orders'],
+      batchSize: 64,
+    });
     relay.events.on('published', (b) => sent.push(...b.messages));
     await relay.start();
     try {
@@ -73,12 +59,12 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
     } finally {
       await relay.stop();
     }
-    const stored = await readStream(nc, stream);
+    const stored = await readStream(stream.nc, stream.name);
     expect(stored).toHaveLength(200);
     expect(stored.every((m) => m.subject === `${prefix}.orders`)).toBe(true);
     expectOrderPerKey(stored.map((m) => m.payload));
     expect(stored.map((m) => m.msgId)).toEqual(sent.map((m) => m.messageId));
-    expect(stored[0]!.msgId).toMatch(new RegExp(`^${db.schema}:\\d+$`));
+    expect(stored[0]!.msgId).toMatch(new RegExp(`^${schema.db.schema}:\\d+$`));
     expect(new Set(stored.map((m) => m.key))).toEqual(new Set(keys));
 
     // A relay that died after publishing and before recording sends the batch again: JetStream drops it.
@@ -89,7 +75,7 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
     } finally {
       await again.close();
     }
-    expect(await readStream(nc, stream)).toHaveLength(200);
+    expect(await readStream(stream.nc, stream.name)).toHaveLength(200);
   });
 
   it('sluice relay publishes to JetStream until SIGTERM, serves its metrics, then gives its lease up and exits 0', async () => {
@@ -104,10 +90,10 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
       '--metrics-port',
       '0',
     ];
-    const cli = spawnCli(args, { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema });
+    const cli = spawnCli(args, { DATABASE_URL: schema.db.url, SLUICE_SCHEMA: schema.db.schema });
     await waitFor(() => cli.stdout().includes('acquired destination=cli'), 'the CLI relay holding its partition');
-    await outbox.publishMany(Array.from({ length: 10 }, (_, i) => ({ destination: 'cli', payload: `c${i}`, key: 'c' })));
-    const onCli = async () => (await readStream(nc, stream)).filter((m) => m.subject === `${prefix}.cli`);
+    await schema.outbox.publishMany(Array.from({ length: 10 }, (_, i) => ({ destination: 'cli', payload: `c${i}`, key: 'c' })));
+    const onCli = async () => (await readStream(stream.nc, stream.name)).filter((m) => m.subject === `${prefix}.cli`);
     await waitFor(async () => (await onCli()).length === 10, 'ten messages through the CLI relay');
     expect((await onCli()).map((m) => m.payload)).toEqual(Array.from({ length: 10 }, (_, i) => `c${i}`));
     const url = /started .*metrics=(http:\/\/\S+)/.exec(cli.stdout())?.[1];
@@ -119,7 +105,7 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
     const result = await cli.exited;
     expect(result.code).toBe(0);
     expect(result.stdout).toMatch(/stopped published=10/);
-    const { rows } = await db.pool.query(`SELECT holder FROM ${db.s}.outbox_relays WHERE destination = 'cli'`);
+    const { rows } = await schema.db.pool.query(`SELECT holder FROM ${schema.db.s}.outbox_relays WHERE destination = 'cli'`);
     expect(rows).toEqual([{ holder: null }]);
     // The endpoint went with the process.
     await expect(fetch(url!)).rejects.toThrow();
@@ -128,8 +114,8 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
   it('a message JetStream refuses becomes a dead letter; its key goes on', async () => {
     const publisher = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
     const relay = new OutboxRelay({
-      pool: db.pool,
-      schema: db.schema,
+      pool: schema.db.pool,
+      schema: schema.db.schema,
       publisher,
       destinations: ['poison'],
       maxAttempts: 2,
@@ -139,22 +125,25 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
     relay.events.on('deadLetter', (d) => dead.push(d.messageId));
     await relay.start();
     try {
-      const ids = await outbox.publishMany([
+      const ids = await schema.outbox.publishMany([
         { destination: 'poison', payload: 'first', key: 'p' },
         { destination: 'poison', payload: 'x'.repeat(4096), key: 'p' }, // over the stream's max_msg_size
         { destination: 'poison', payload: 'third', key: 'p' },
       ]);
       await waitFor(() => dead.length === 1, 'the oversized message dead-lettered');
-      expect(dead).toEqual([`${db.schema}:${ids[1]}`]);
+      expect(dead).toEqual([`${schema.db.schema}:${ids[1]}`]);
       await waitFor(
-        async () => (await readStream(nc, stream)).filter((m) => m.subject === `${prefix}.poison`).length === 2,
+        async () => (await readStream(stream.nc, stream.name)).filter((m) => m.subject === `${prefix}.poison`).length === 2,
         'its neighbours published',
       );
-      const poison = (await readStream(nc, stream)).filter((m) => m.subject === `${prefix}.poison`).map((m) => m.payload);
+      const poison = (await readStream(stream.nc, stream.name))
+        .filter((m) => m.subject === `${prefix}.poison`)
+        .map((m) => m.payload);
       expect(poison).toEqual(['first', 'third']);
-      const { rows } = await db.pool.query(`SELECT attempts, last_error FROM ${db.s}.outbox_dead_letters WHERE id = $1`, [
-        ids[1],
-      ]);
+      const { rows } = await schema.db.pool.query(
+        `SELECT attempts, last_error FROM ${schema.db.s}.outbox_dead_letters WHERE id = $1`,
+        [ids[1]],
+      );
       expect(rows[0].attempts).toBe(2);
       expect(rows[0].last_error).toMatch(/size|payload/i);
     } finally {
@@ -198,8 +187,8 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
     const ch = await conn.createChannel();
     await ch.assertQueue(queue, { durable: false, autoDelete: false });
     const relay = new OutboxRelay({
-      pool: db.pool,
-      schema: db.schema,
+      pool: schema.db.pool,
+      schema: schema.db.schema,
       publisher: rabbitMqPublisher({ url: AMQP_URL }),
       destinations: [queue],
       batchSize: 64,
@@ -218,7 +207,7 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
       }
       expect(got).toHaveLength(200);
       expectOrderPerKey(got.map((m) => m.payload));
-      expect(got.every((m) => typeof m.messageId === 'string' && m.messageId.startsWith(`${db.schema}:`))).toBe(true);
+      expect(got.every((m) => typeof m.messageId === 'string' && m.messageId.startsWith(`${schema.db.schema}:`))).toBe(true);
       expect(new Set(got.map((m) => m.messageId)).size).toBe(200);
       expect(got.every((m) => m.payload.startsWith(`${String(m.key)}:`))).toBe(true);
     } finally {
@@ -234,8 +223,8 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
     const conn = await amqp.connect(AMQP_URL);
     const ch = await conn.createChannel();
     const relay = new OutboxRelay({
-      pool: db.pool,
-      schema: db.schema,
+      pool: schema.db.pool,
+      schema: schema.db.schema,
       publisher: rabbitMqPublisher({ url: AMQP_URL }),
       destinations: [late, never],
       maxAttempts: 30,
@@ -247,8 +236,8 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
     relay.events.on('deadLetter', (d) => dead.push(d.destination));
     await relay.start();
     try {
-      await outbox.publishMany(['1', '2', '3'].map((payload) => ({ destination: late, payload, key: 'k' })));
-      await outbox.publish(never, 'nowhere');
+      await schema.outbox.publishMany(['1', '2', '3'].map((payload) => ({ destination: late, payload, key: 'k' })));
+      await schema.outbox.publish(never, 'nowhere');
       await waitFor(() => failures.some((f) => f.startsWith(late)), 'the first message returned');
       expect(failures.find((f) => f.startsWith(late))).toMatch(/unroutable: no queue named/);
       await ch.assertQueue(late, { durable: false, autoDelete: false });
@@ -260,8 +249,8 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
       }, 'all three once the queue exists');
       expect(got).toEqual(['1', '2', '3']);
       await waitFor(() => dead.includes(never), 'the unroutable message dead-lettered after its tries');
-      const { rows } = await db.pool.query(
-        `SELECT attempts, last_error FROM ${db.s}.outbox_dead_letters WHERE destination = $1`,
+      const { rows } = await schema.db.pool.query(
+        `SELECT attempts, last_error FROM ${schema.db.s}.outbox_dead_letters WHERE destination = $1`,
         [never],
       );
       expect(rows).toEqual([{ attempts: 30, last_error: expect.stringMatching(/unroutable/) }]);

@@ -1,10 +1,8 @@
-import { randomBytes } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connect, type NatsConnection } from 'nats';
 import { Outbox } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
-import { NATS_URL, brokerAvailable, createStream, readStream } from './helpers/brokers.js';
+import { NATS_URL, brokerAvailable, readStream, useNatsStream } from './helpers/brokers.js';
 import { spawnWorker, type WorkerProcess } from './helpers/processes.js';
 
 const natsUp = await brokerAvailable('NATS', NATS_URL);
@@ -23,19 +21,7 @@ afterAll(async () => {
 });
 
 describe.skipIf(!natsUp)('relays in separate processes', () => {
-  let nc: NatsConnection;
-  const tag = randomBytes(4).toString('hex');
-  const stream = `SLUICE_P_${tag}`;
-  const prefix = `sluicep${tag}`;
-
-  beforeAll(async () => {
-    nc = await connect({ servers: NATS_URL });
-    await createStream(await nc.jetstreamManager(), stream, prefix);
-  });
-  afterAll(async () => {
-    await (await nc.jetstreamManager()).streams.delete(stream).catch(() => {});
-    await nc.close();
-  });
+  const stream = useNatsStream('p');
 
   it('three relays share six partitions; one SIGKILLed mid-batch loses nothing and reorders no key', async () => {
     const env = (id: string) => ({
@@ -47,7 +33,7 @@ describe.skipIf(!natsUp)('relays in separate processes', () => {
       RELAY_MAX_PARTITIONS: '3',
       RELAY_BATCH: '20',
       RELAY_LEASE_MS: '1000',
-      RELAY_PREFIX: `${prefix}.`,
+      RELAY_PREFIX: `${stream.prefix}.`,
       RELAY_ID: id,
     });
     const relays = await Promise.all(['r1', 'r2', 'r3'].map((id) => spawnWorker(env(id), RELAY_SCRIPT)));
@@ -74,9 +60,12 @@ describe.skipIf(!natsUp)('relays in separate processes', () => {
       expect(await victim.exited).toBe('SIGKILL');
       for (let r = ROUNDS / 2; r < ROUNDS; r++) await round(r);
       const total = 50 * ROUNDS;
-      const jsm = await nc.jetstreamManager();
-      await waitFor(async () => (await jsm.streams.info(stream)).state.messages >= total, `all ${total} messages in the stream`);
-      const stored = await readStream(nc, stream);
+      const jsm = await stream.nc.jetstreamManager();
+      await waitFor(
+        async () => (await jsm.streams.info(stream.name)).state.messages >= total,
+        `all ${total} messages in the stream`,
+      );
+      const stored = await readStream(stream.nc, stream.name);
       // JetStream de-duplicates what the killed relay had sent but not recorded.
       expect(stored).toHaveLength(total);
       expect(new Set(stored.map((m) => m.msgId)).size).toBe(total);

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { connect, type NatsConnection } from 'nats';
+import { describe, expect, it } from 'vitest';
 import amqp from 'amqplib';
-import { Outbox, OutboxRelay, natsPublisher, rabbitMqPublisher, type BrokerPublisher } from '../src/index.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
-import { AMQP_URL, NATS_URL, brokerAvailable, createStream, readStream } from './helpers/brokers.js';
+import { OutboxRelay, natsPublisher, rabbitMqPublisher, type BrokerPublisher } from '../src/index.js';
+import { waitFor } from './helpers/database.js';
+import { AMQP_URL, NATS_URL, brokerAvailable, readStream, useNatsStream } from './helpers/brokers.js';
+import { useOutboxSchema } from './helpers/outbox.js';
 import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 
 // A broker behind a network that goes silent (a blackhole: no error, no close).
@@ -13,18 +13,8 @@ import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 const natsUp = await brokerAvailable('NATS', NATS_URL);
 const rabbitUp = await brokerAvailable('RabbitMQ', AMQP_URL);
 
-let db: TestDatabase;
-let outbox: Outbox;
+const schema = useOutboxSchema('outbox_silent');
 const tag = randomBytes(4).toString('hex');
-
-beforeAll(async () => {
-  db = await createTestSchema('outbox_silent');
-  outbox = new Outbox({ pool: db.pool, schema: db.schema });
-});
-afterAll(async () => {
-  await outbox.close();
-  await db.drop();
-});
 
 /**
  * Messages go out; the relay's connection to the broker goes silent for good
@@ -34,17 +24,17 @@ afterAll(async () => {
  * still returns.
  */
 async function ridesOutSilence(proxy: TcpProxy, publisher: BrokerPublisher, destination: string): Promise<void> {
-  const relay = new OutboxRelay({ pool: db.pool, schema: db.schema, publisher, destinations: [destination] });
+  const relay = new OutboxRelay({ pool: schema.db.pool, schema: schema.db.schema, publisher, destinations: [destination] });
   let published = 0;
   const failures: { transient: boolean }[] = [];
   relay.events.on('published', (b) => (published += b.count));
   relay.events.on('failure', (f) => failures.push(f));
   await relay.start();
   try {
-    await outbox.publishMany(Array.from({ length: 10 }, (_, n) => ({ destination, payload: `before:${n}` })));
+    await schema.outbox.publishMany(Array.from({ length: 10 }, (_, n) => ({ destination, payload: `before:${n}` })));
     await waitFor(() => published === 10, 'the first 10 in the broker');
     proxy.strand();
-    await outbox.publishMany(Array.from({ length: 10 }, (_, n) => ({ destination, payload: `during:${n}` })));
+    await schema.outbox.publishMany(Array.from({ length: 10 }, (_, n) => ({ destination, payload: `during:${n}` })));
     await waitFor(() => failures.length > 0, 'the silent connection reported as a failure');
     expect(failures.every((f) => f.transient)).toBe(true);
     await waitFor(() => published === 20, 'the other 10 in the broker over a new connection', 60_000);
@@ -53,7 +43,7 @@ async function ridesOutSilence(proxy: TcpProxy, publisher: BrokerPublisher, dest
     await relay.stop(); // must return though the broker cannot answer
     await proxy.close();
   }
-  const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.outbox_dead_letters`);
+  const { rows } = await schema.db.pool.query(`SELECT count(*)::int AS n FROM ${schema.db.s}.outbox_dead_letters`);
   expect(rows[0].n).toBe(0);
 }
 
@@ -69,16 +59,16 @@ async function stopsWithBatchInFlight(proxy: TcpProxy, broker: BrokerPublisher, 
     publish: (messages) => (calls++, broker.publish(messages)),
     close: () => broker.close(),
   };
-  const relay = new OutboxRelay({ pool: db.pool, schema: db.schema, publisher, destinations: [destination] });
+  const relay = new OutboxRelay({ pool: schema.db.pool, schema: schema.db.schema, publisher, destinations: [destination] });
   let published = 0;
   relay.events.on('published', (b) => (published += b.count));
   await relay.start();
   try {
-    await outbox.publish(destination, 'first');
+    await schema.outbox.publish(destination, 'first');
     await waitFor(() => published === 1, 'the first message in the broker');
     proxy.strand();
     const before = calls;
-    await outbox.publish(destination, 'stranded');
+    await schema.outbox.publish(destination, 'stranded');
     await waitFor(() => calls > before, 'a batch sent into the silent connection');
   } finally {
     await relay.stop();
@@ -88,24 +78,13 @@ async function stopsWithBatchInFlight(proxy: TcpProxy, broker: BrokerPublisher, 
 }
 
 describe.skipIf(!natsUp)('a silent network to NATS', () => {
-  let nc: NatsConnection;
-  const stream = `SLUICE_SILENT_${tag}`;
-  const prefix = `sluicesilent${tag}`;
-
-  beforeAll(async () => {
-    nc = await connect({ servers: NATS_URL });
-    await createStream(await nc.jetstreamManager(), stream, prefix);
-  });
-  afterAll(async () => {
-    await (await nc.jetstreamManager()).streams.delete(stream).catch(() => {});
-    await nc.close();
-  });
+  const stream = useNatsStream('silent');
 
   it('fails its batches as transient, publishes over a new connection, and stop() returns', async () => {
     const proxy = await startTcpProxy(NATS_URL);
-    const publisher = natsPublisher({ servers: proxy.url, subjectPrefix: `${prefix}.`, ackTimeoutMs: 1_000 });
+    const publisher = natsPublisher({ servers: proxy.url, subjectPrefix: `${stream.prefix}.`, ackTimeoutMs: 1_000 });
     await ridesOutSilence(proxy, publisher, 'orders');
-    const stored = (await readStream(nc, stream)).map((m) => m.payload);
+    const stored = (await readStream(stream.nc, stream.name)).map((m) => m.payload);
     // The re-publish after a timed-out ack is dropped by JetStream's de-duplication.
     expect([...stored].sort()).toEqual(
       [...Array.from({ length: 10 }, (_, n) => `before:${n}`), ...Array.from({ length: 10 }, (_, n) => `during:${n}`)].sort(),
@@ -116,7 +95,7 @@ describe.skipIf(!natsUp)('a silent network to NATS', () => {
     const proxy = await startTcpProxy(NATS_URL);
     const publisher = natsPublisher({
       servers: proxy.url,
-      subjectPrefix: `${prefix}.`,
+      subjectPrefix: `${stream.prefix}.`,
       ackTimeoutMs: 120_000,
       connectOptions: { pingInterval: 120_000 }, // nothing finds the silence before the ack timeout
     });

@@ -1,5 +1,7 @@
+import { randomBytes } from 'node:crypto';
 import { connect as tcpConnect } from 'node:net';
-import type { JetStreamManager, NatsConnection } from 'nats';
+import { connect, type JetStreamManager, type NatsConnection } from 'nats';
+import { afterAll, beforeAll } from 'vitest';
 
 export const NATS_URL = process.env.SLUICE_NATS_URL ?? 'nats://127.0.0.1:4222';
 export const AMQP_URL = process.env.SLUICE_AMQP_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
@@ -64,4 +66,36 @@ export async function readStream(nc: NatsConnection, stream: string): Promise<St
     });
   }
   return out;
+}
+
+/** A JetStream stream of a test file's own, made before its tests and deleted after. */
+export interface TestStream {
+  /** The connection the stream was made on, for reading it back. */
+  readonly nc: NatsConnection;
+  readonly name: string;
+  /** Subjects under `<prefix>.` land in the stream. */
+  readonly prefix: string;
+}
+
+/** Registers beforeAll/afterAll hooks for a stream named after `label` and a random tag. */
+export function useNatsStream(label: string, extra: { max_msg_size?: number } = {}): TestStream {
+  const tag = randomBytes(4).toString('hex');
+  let nc: NatsConnection | undefined;
+  const stream = {
+    get nc(): NatsConnection {
+      if (!nc) throw new Error('the stream is made in beforeAll');
+      return nc;
+    },
+    name: `SLUICE_${label.toUpperCase()}_${tag}`,
+    prefix: `sluice${label.toLowerCase()}${tag}`,
+  };
+  beforeAll(async () => {
+    nc = await connect({ servers: NATS_URL });
+    await createStream(await nc.jetstreamManager(), stream.name, stream.prefix, extra);
+  });
+  afterAll(async () => {
+    await (await nc?.jetstreamManager())?.streams.delete(stream.name).catch(() => {});
+    await nc?.close();
+  });
+  return stream;
 }

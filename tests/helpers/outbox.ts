@@ -1,4 +1,6 @@
-import type { BrokerPublisher, PublishResult, RelayMessage } from '../../src/index.js';
+import { afterAll, beforeAll } from 'vitest';
+import { Outbox, type BrokerPublisher, type PublishResult, type RelayMessage } from '../../src/index.js';
+import { createTestSchema, type TestDatabase } from './database.js';
 
 /**
  * A broker in memory, for the relay's decisions (order, watermark, retries, dead
@@ -39,4 +41,29 @@ export class MemoryBroker implements BrokerPublisher {
   ofKey(key: string): string[] {
     return this.stored.filter((m) => m.key === key).map((m) => m.payload.toString());
   }
+}
+
+/** A schema of a test file's own with an Outbox on it: made before its tests, dropped after. */
+export function useOutboxSchema(prefix: string): { readonly db: TestDatabase; readonly outbox: Outbox } {
+  let made: { db: TestDatabase; outbox: Outbox } | undefined;
+  beforeAll(async () => {
+    const db = await createTestSchema(prefix);
+    made = { db, outbox: new Outbox({ pool: db.pool, schema: db.schema }) };
+  });
+  afterAll(async () => {
+    await made?.outbox.close();
+    await made?.db.drop();
+  });
+  const get = () => {
+    if (!made) throw new Error('the schema is made in beforeAll');
+    return made;
+  };
+  return {
+    get db() {
+      return get().db;
+    },
+    get outbox() {
+      return get().outbox;
+    },
+  };
 }
