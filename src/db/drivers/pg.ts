@@ -5,7 +5,7 @@ import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listeni
 import type { Queryable } from '../executor.js';
 import { ConnectionError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
-import { timeLimit } from './time-limit.js';
+import { timeLimit } from '../../lifecycle/time-limit.js';
 
 /** Longest wait for UNLISTEN on close when no statement limit is set. */
 const CLOSE_LIMIT_MS = 5_000;

@@ -3,7 +3,7 @@ import { ConfigError, ConnectionError } from '../../errors.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
-import { timeLimit } from './time-limit.js';
+import { timeLimit } from '../../lifecycle/time-limit.js';
 
 export interface PostgresJsDriverOptions {
   connectionString?: string;

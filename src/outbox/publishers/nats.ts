@@ -1,5 +1,5 @@
 import type * as Nats from 'nats';
-import { timeLimit } from '../../db/drivers/time-limit.js';
+import { timeLimit } from '../../lifecycle/time-limit.js';
 import { importPeer } from '../../optional-peer.js';
 import { allFailed, asError, type BrokerPublisher, type PublishResult, type RelayMessage } from './publisher.js';
 

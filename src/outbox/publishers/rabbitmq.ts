@@ -1,6 +1,6 @@
 import type * as Amqp from 'amqplib';
 import { importPeer } from '../../optional-peer.js';
-import { timeLimit } from '../../db/drivers/time-limit.js';
+import { timeLimit } from '../../lifecycle/time-limit.js';
 import { allFailed, asError, type BrokerPublisher, type PublishResult, type RelayMessage } from './publisher.js';
 
 export interface RabbitMqPublisherOptions {

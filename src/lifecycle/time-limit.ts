@@ -1,9 +1,9 @@
-import { ConnectionError } from '../../errors.js';
+import { ConnectionError } from '../errors.js';
 
 /**
- * `work`, or a ConnectionError once `ms` have passed without an answer, after
- * calling `onTimeout` (which drops the connection that went silent, so it is
- * never used again). A connection that stops carrying packets without being
+ * `work`, or a ConnectionError once `ms` have passed without an answer (from
+ * Postgres, or a broker: `from`), after calling `onTimeout` (which drops the
+ * connection that went silent, so it is never used again). A connection that stops carrying packets without being
  * closed (a dropped NAT entry, a failover that blackholes) is otherwise noticed
  * only by TCP keepalive, minutes later. No limit when `ms` is undefined.
  */
