@@ -59,7 +59,10 @@ async function stopsWithBatchInFlight(proxy: TcpProxy, broker: BrokerPublisher, 
     publish: (messages) => (calls++, broker.publish(messages)),
     close: () => broker.close(),
   };
-  const relay = new OutboxRelay({ pool: schema.db.pool, schema: schema.db.schema, publisher, destinations: [destination] });
+  const timersBefore = timersHolding();
+  // On a pool of its own, ended by stop(): the idle timers of a shared pool's clients would count.
+  const { url: connectionString, schema: name } = schema.db;
+  const relay = new OutboxRelay({ connectionString, schema: name, publisher, destinations: [destination] });
   let published = 0;
   relay.events.on('published', (b) => (published += b.count));
   await relay.start();
@@ -75,6 +78,14 @@ async function stopsWithBatchInFlight(proxy: TcpProxy, broker: BrokerPublisher, 
     await proxy.close();
   }
   expect(published).toBe(1);
+  // Nothing of the given-up connection keeps the process alive (review 51: amqplib's
+  // heartbeat timers did, for minutes): no more timers hold the event loop than before.
+  await waitFor(() => timersHolding() <= timersBefore, 'the relay to leave no timer holding the process');
+}
+
+/** Timers that keep the process alive (unref'd ones do not count). */
+function timersHolding(): number {
+  return process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
 }
 
 describe.skipIf(!natsUp)('a silent network to NATS', () => {
