@@ -10,7 +10,7 @@ import { Completer } from '../../src/worker/completer.js';
 import { FetchLoop, type ClaimTarget } from '../../src/worker/fetch-loop.js';
 import type { ClaimPlan } from '../../src/worker/queue-state.js';
 import { Run } from '../../src/worker/run.js';
-import { MemoryDatabase } from '../helpers/memory-store.js';
+import { MemoryDatabase, type MemoryStore } from '../helpers/memory-store.js';
 
 const TASK = { handler: () => {}, timeoutMs: undefined, maxAttempts: undefined, backoff: undefined };
 
@@ -463,6 +463,32 @@ describe('FetchLoop: writing results', () => {
     const waiting = db.add('t');
     await vi.advanceTimersByTimeAsync(10_000);
     expect(db.job(waiting).status, 'a job due for 10 s with a slot free').toBe('processing');
+  });
+});
+
+describe('FetchLoop: pick-up after a wake', () => {
+  it('claims alone when a few results wait, and writes them on their flush timer', async () => {
+    db.addMany(1, 't');
+    setup({ slots: 4, completionFlushMs: 50 });
+    loop.start();
+    await settle();
+    finish(target.held[0]!); // one result waits for its flush
+    const sent: { completed: number; limit: number }[] = [];
+    const proto = Object.getPrototypeOf(db.store('w1')) as MemoryStore;
+    const cycle = proto.cycle;
+    vi.spyOn(proto, 'cycle').mockImplementation(function (this: MemoryStore, r) {
+      sent.push({ completed: r.completed.length, limit: r.limit });
+      return cycle.call(this, r);
+    });
+    const fresh = db.add('t');
+    loop.wake(); // the notification of a new job
+    await settle();
+    expect(target.held.map((j) => j.id)).toEqual([fresh]);
+    expect(sent[0]).toEqual({ completed: 0, limit: expect.any(Number) }); // the claim went without the result
+    expect(completed).toEqual([]);
+    await vi.advanceTimersByTimeAsync(60);
+    expect(completed).toEqual(['1']); // written by its flush timer
+    expect(db.job('1').status).toBe('completed');
   });
 });
 
