@@ -50,8 +50,6 @@ export class Dispatcher {
   private readonly unsure: { jobs: JobRow[]; reason: HandBackReason }[] = [];
   private unsureTimer: NodeJS.Timeout | undefined;
   private readonly unsureRetry = new Backoff({ minMs: 250, maxMs: 5_000 });
-  /** Jobs of hand-backs sent and not yet reported ('jobs:handed-back'), and why. */
-  private readonly handingBack = new Map<string, { job: JobRow; reason: HandBackReason }>();
 
   constructor(
     private readonly slots: Slots,
@@ -66,11 +64,10 @@ export class Dispatcher {
     // Claimed again here: their hand-back committed, whatever its reply says. Told
     // now, before they start, not when that reply comes (review 50: after).
     const back = new Map<HandBackReason, JobRow[]>();
-    for (const job of jobs) {
-      const sent = this.handingBack.get(job.id);
-      if (!sent) continue;
-      this.handingBack.delete(job.id);
-      back.set(sent.reason, [...(back.get(sent.reason) ?? []), sent.job]);
+    for (const { job, reason } of this.slots.takeReclaimed(jobs)) {
+      const handed = back.get(reason) ?? [];
+      back.set(reason, handed);
+      handed.push(job);
     }
     for (const [reason, handed] of back) this.signals.emit('jobs:handed-back', handed, { reason });
     this.signals.emit('jobs:claimed', [...jobs]);
@@ -85,7 +82,7 @@ export class Dispatcher {
       stale.set(reason, ids.add(job.id));
     }
     for (const [reason, ids] of stale) {
-      const back = this.signals.accepting() ? this.slots.takeWaitingIds(ids) : [];
+      const back = this.signals.accepting() ? this.slots.takeWaitingIds(ids, reason) : [];
       if (back.length > 0) void this.handBack(back, reason);
     }
     this.startWaiting();
@@ -138,10 +135,7 @@ export class Dispatcher {
   lockLost(ids: readonly string[]): void {
     for (const id of ids) {
       // A hand-back whose outcome was unknown went through (or the rescuer took it): nothing to retry.
-      if (this.slots.dropReleasing(id)) {
-        this.handingBack.delete(id);
-        continue;
-      }
+      if (this.slots.dropReleasing(id)) continue;
       const waiting = this.slots.dropWaiting(id);
       if (waiting) {
         this.signals.emit('job:lock-lost', waiting);
@@ -160,7 +154,7 @@ export class Dispatcher {
     for (const id of ids) {
       const job = this.slots.dropWaiting(id);
       if (job) waiting.push(job);
-      if (this.slots.dropReleasing(id)) this.handingBack.delete(id);
+      this.slots.dropReleasing(id);
       const run = this.slots.runOf(id);
       if (run) {
         this.abort(
@@ -240,12 +234,11 @@ export class Dispatcher {
    */
   handBackQueue(queue: string, reason: HandBackReason): void {
     if (!this.signals.accepting()) return;
-    const jobs = this.slots.takeWaitingIn(queue);
+    const jobs = this.slots.takeWaitingIn(queue, reason);
     if (jobs.length > 0) void this.handBack(jobs, reason);
   }
 
   private async handBack(jobs: JobRow[], reason: HandBackReason): Promise<void> {
-    for (const job of jobs) if (!this.handingBack.has(job.id)) this.handingBack.set(job.id, { job, reason });
     let left: Set<JobRow>;
     try {
       left = new Set(await this.completer.release(jobs));
@@ -262,9 +255,8 @@ export class Dispatcher {
     }
     this.unsureRetry.reset();
     const back = jobs.filter((j) => !left.has(j));
-    for (const job of left) this.handingBack.delete(job.id);
-    // Those claimed again meanwhile were reported then.
-    const untold = back.filter((j) => this.handingBack.delete(j.id));
+    // Those claimed again meanwhile (or given up) are no longer being handed back: reported then.
+    const untold = this.slots.stillReleasing(back);
     if (untold.length > 0) this.signals.emit('jobs:handed-back', untold, { reason });
     // Rows another session held locked were not touched: still ours, waiting again.
     this.slots.handedBack(back, [...left]);
@@ -290,8 +282,6 @@ export class Dispatcher {
   takeUnsureHandBacks(): JobRow[] {
     clearTimeout(this.unsureTimer);
     this.unsureTimer = undefined;
-    const jobs = this.slots.takeReleasing(this.unsure.splice(0).flatMap((batch) => batch.jobs));
-    for (const job of jobs) this.handingBack.delete(job.id);
-    return jobs;
+    return this.slots.takeReleasing(this.unsure.splice(0).flatMap((batch) => batch.jobs));
   }
 }

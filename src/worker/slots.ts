@@ -1,4 +1,5 @@
 import type { JobRow } from '../job.js';
+import type { HandBackReason } from './events.js';
 import type { Run } from './run.js';
 
 /** Smallest time window a prefetch covers, however fast the round trip. */
@@ -14,6 +15,12 @@ export interface SlotsConfig {
   prefetch: number;
   /** Local per-queue limits. Queues with a local limit are never claimed ahead. */
   queueLimits: ReadonlyMap<string, number>;
+}
+
+/** A job being handed back, and why (for the 'jobs:handed-back' event). */
+export interface Releasing {
+  job: JobRow;
+  reason: HandBackReason;
 }
 
 interface Waiting {
@@ -40,7 +47,7 @@ export class Slots {
   private readonly running = new Map<string, Run>();
   private readonly waiting = new Map<string, Waiting>();
   /** Handed back, the release statement in flight: still this worker's (heartbeated) until it commits. */
-  private readonly releasing = new Map<string, JobRow>();
+  private readonly releasing = new Map<string, Releasing>();
   /** Per task: moving average of the run time (ms). */
   private readonly runMs = new Map<string, number>();
   /** Moving average of a cycle's round trip (ms), as the fetch loop measured it. */
@@ -141,16 +148,27 @@ export class Slots {
    * Claimed jobs wait here until started. Those the claim marked as started
    * (started_at set: it gave them free slots) go first, so they are the ones that
    * start now.
-   *
-   * A job being handed back that a claim brings again was pending in between:
-   * the hand-back committed, though its reply may have been lost. It is no longer
-   * being handed back, so a retry of that hand-back must leave it alone (review
-   * 49: a retry released jobs this worker had claimed anew and was running).
    */
   hold(jobs: readonly JobRow[], now = Date.now()): void {
-    for (const job of jobs) this.releasing.delete(job.id);
     for (const job of jobs) if (job.started_at) this.waiting.set(job.id, { job, since: now });
     for (const job of jobs) if (!job.started_at) this.waiting.set(job.id, { job, since: now });
+  }
+
+  /**
+   * Those of `jobs` (just claimed) that were being handed back, taken out: they
+   * were pending in between, so the hand-back committed, though its reply may
+   * have been lost. A retry of that hand-back must leave them alone (review 49: a
+   * retry released jobs this worker had claimed anew and was running).
+   */
+  takeReclaimed(jobs: readonly JobRow[]): Releasing[] {
+    const reclaimed: Releasing[] = [];
+    for (const job of jobs) {
+      const r = this.releasing.get(job.id);
+      if (!r) continue;
+      this.releasing.delete(job.id);
+      reclaimed.push(r);
+    }
+    return reclaimed;
   }
 
   /** The next waiting job when a slot is free (claim order), taken out of the waiting list. */
@@ -192,7 +210,7 @@ export class Slots {
     const overdue: JobRow[] = [];
     for (const [id, w] of this.waiting) {
       if (now - w.since < maxWaitMs) break; // claim order is time order
-      overdue.push(this.toReleasing(id, w.job));
+      overdue.push(this.toReleasing(id, w.job, 'overdue'));
     }
     return overdue;
   }
@@ -203,25 +221,25 @@ export class Slots {
    * takeOverdue. A job key goes back with its job: a job claimed ahead gives its
    * key up only when its start is written (migration 0024).
    */
-  takeWaitingIn(queue: string): JobRow[] {
-    return this.takeWaitingWhere((job) => job.queue === queue);
+  takeWaitingIn(queue: string, reason: HandBackReason): JobRow[] {
+    return this.takeWaitingWhere((job) => job.queue === queue, reason);
   }
 
   /** The waiting jobs among `ids`, to be handed back (as takeWaitingIn). */
-  takeWaitingIds(ids: ReadonlySet<string>): JobRow[] {
-    return this.takeWaitingWhere((job) => ids.has(job.id));
+  takeWaitingIds(ids: ReadonlySet<string>, reason: HandBackReason): JobRow[] {
+    return this.takeWaitingWhere((job) => ids.has(job.id), reason);
   }
 
-  private takeWaitingWhere(taken: (job: JobRow) => boolean): JobRow[] {
+  private takeWaitingWhere(taken: (job: JobRow) => boolean, reason: HandBackReason): JobRow[] {
     const jobs: JobRow[] = [];
-    for (const [id, w] of this.waiting) if (taken(w.job)) jobs.push(this.toReleasing(id, w.job));
+    for (const [id, w] of this.waiting) if (taken(w.job)) jobs.push(this.toReleasing(id, w.job, reason));
     return jobs;
   }
 
   /** Out of the waiting list into the hand-back, still held. */
-  private toReleasing(id: string, job: JobRow): JobRow {
+  private toReleasing(id: string, job: JobRow, reason: HandBackReason): JobRow {
     this.waiting.delete(id);
-    this.releasing.set(id, job);
+    this.releasing.set(id, { job, reason });
     return job;
   }
 
@@ -246,9 +264,9 @@ export class Slots {
 
   /** A job being handed back whose lock expired: it must not wait again if the hand-back fails. */
   dropReleasing(id: string): JobRow | undefined {
-    const job = this.releasing.get(id);
+    const r = this.releasing.get(id);
     this.releasing.delete(id);
-    return job;
+    return r?.job;
   }
 
   /** When the oldest waiting job was claimed, or undefined when none waits. */

@@ -163,7 +163,7 @@ describe('Slots: overdue waiting jobs', () => {
     // A keyed job goes back too: a job claimed ahead still holds its key (migration 0024).
     const keyed = { ...job('t', 'a'), job_key: 'k' };
     s.hold([a1!, b1!, a2!, keyed]);
-    expect(s.takeWaitingIn('a')).toEqual([a1, a2, keyed]);
+    expect(s.takeWaitingIn('a', 'grouped')).toEqual([a1, a2, keyed]);
     expect(s.waitingIds()).toEqual([b1!.id]);
     s.takeOverdue(0, Infinity);
     expect(s.heldIds().sort()).toEqual([a1!.id, b1!.id, a2!.id, keyed.id].sort());
