@@ -151,6 +151,52 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
     }
   });
 
+  it('a row whose headers or key NATS cannot carry is refused and dead-lettered, and its partition goes on', async () => {
+    const publisher = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
+    const relay = new OutboxRelay({
+      pool: schema.db.pool,
+      schema: schema.db.schema,
+      publisher,
+      destinations: ['headers'],
+      maxAttempts: 2,
+      retry: { minMs: 10, maxMs: 20 },
+    });
+    const dead: string[] = [];
+    relay.events.on('deadLetter', (d) => dead.push(d.messageId.slice(schema.db.schema.length + 1)));
+    try {
+      // Review 62: rows publish() now refuses, written straight into the table (older
+      // rows, other code), and a key with a line break, which publish() takes (RabbitMQ
+      // carries it). Each failed the whole batch as transient, for ever.
+      const { rows } = await schema.db.pool.query<{ id: string }>(
+        `INSERT INTO ${schema.db.s}.outbox (destination, key, headers, payload)
+         SELECT 'headers', k, h::jsonb, convert_to(p, 'UTF8')
+         FROM (VALUES (1, 'a', NULL, 'first'), (2, 'a', '{"x":"a\\r\\nb"}', 'crlf'), (3, 'b', '{"y":5}', 'number'),
+                      (4, 'b', '{"bad name":"v"}', 'space'), (5, 'a', NULL, 'last of a')) AS v(n, k, h, p)
+         ORDER BY n RETURNING id::text`,
+      );
+      const [lineBreak] = await schema.outbox.publishMany([
+        { destination: 'headers', payload: 'key with a line break', key: 'c\r\nd' },
+        { destination: 'headers', payload: 'last of b', key: 'b' },
+      ]);
+      await relay.start();
+      await waitFor(() => dead.length === 4, 'the four messages NATS cannot carry dead-lettered');
+      expect(dead.sort()).toEqual([rows[1]!.id, rows[2]!.id, rows[3]!.id, lineBreak].sort());
+      await waitFor(
+        async () => (await readStream(stream.nc, stream.name)).filter((m) => m.subject === `${prefix}.headers`).length === 3,
+        'the others published',
+      );
+      const sent = (await readStream(stream.nc, stream.name)).filter((m) => m.subject === `${prefix}.headers`);
+      expect(sent.map((m) => m.payload)).toEqual(['first', 'last of a', 'last of b']);
+      const letters = await schema.db.pool.query<{ last_error: string }>(
+        `SELECT last_error FROM ${schema.db.s}.outbox_dead_letters WHERE id = $1`,
+        [rows[2]!.id],
+      );
+      expect(letters.rows[0]!.last_error).toMatch(/NATS cannot carry its headers or key: header y is not a string/);
+    } finally {
+      await relay.stop();
+    }
+  });
+
   it('a destination that is no NATS subject is refused and dead-lettered; one no stream captures waits, named', async () => {
     const message = (id: number, destination: string): RelayMessage => ({
       id: String(id),

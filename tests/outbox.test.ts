@@ -167,6 +167,34 @@ describe('publish', () => {
     );
     await small.close();
   });
+
+  it('the SQL publish() refuses the headers Outbox.publish refuses, naming the fault (22023), and writes nothing', async () => {
+    const d = freshDestination();
+    // Review 62: stored, and then the NATS relay failed on them at every try.
+    const bad: [string, RegExp][] = [
+      ['{"x":"a\\r\\nb"}', /^publish: header x contains a line break$/],
+      ['{"x":"a\\nb"}', /^publish: header x contains a line break$/],
+      ['{"y":5}', /^publish: header y must be a string, got number$/],
+      ['{"z":{"a":1}}', /^publish: header z must be a string, got object$/],
+      ['{"bad name":"v"}', /^publish: header name "bad name" is not a token$/],
+      ['{"a:b":"v"}', /^publish: header name "a:b" is not a token$/],
+      ['{"Sluice-Key":"v"}', /^publish: header Sluice-Key is set by the relay/],
+      ['{"nats-msg-id":"v"}', /^publish: header nats-msg-id is set by the relay/],
+    ];
+    for (const [headers, message] of bad) {
+      for (const payload of [`'text'`, `'{"j":1}'::jsonb`, `'\\x01'::bytea`]) {
+        const err = await db.pool.query(`SELECT ${db.s}.publish($1, ${payload}, 'k', $2)`, [d, headers]).then(
+          () => undefined,
+          (e: unknown) => e as { code?: string; message?: string },
+        );
+        expect(err?.code, `${headers} with ${payload}`).toBe('22023');
+        expect(err?.message).toMatch(message);
+      }
+    }
+    expect(await count('outbox', d)).toBe(0);
+    await db.pool.query(`SELECT ${db.s}.publish($1, 'ok', 'k', '{"X-Trace":"a b","e":""}')`, [d]);
+    expect(await count('outbox', d)).toBe(1);
+  });
 });
 
 describe('relay', () => {

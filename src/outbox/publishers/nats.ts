@@ -135,10 +135,14 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
             return Promise.resolve<PublishResult>({ ok: false, error, transient: false });
           }
           let h: Nats.MsgHdrs | undefined;
-          if (m.headers || (keyHeader && m.key !== null)) {
-            h = c.headers();
-            if (m.headers) for (const [name, value] of Object.entries(m.headers)) h.set(name, value);
-            if (keyHeader && m.key !== null) h.set(keyHeader, m.key);
+          try {
+            h = natsHeaders(c, m, keyHeader);
+          } catch (err) {
+            // Headers NATS cannot carry (a line break, a space in a name, a value that is
+            // no string: rows written by SQL or with such a key) are this message's fault:
+            // refused, so they end in the dead letters instead of failing the batch for ever.
+            const error = new Error(`message ${m.id}: NATS cannot carry its headers or key: ${asError(err).message}`);
+            return Promise.resolve<PublishResult>({ ok: false, error, transient: false });
           }
           return c.js.publish(subject, m.payload, { msgID: m.messageId, headers: h, timeout }).then(
             (ack): PublishResult => ({ ok: true, duplicate: ack.duplicate }),
@@ -170,4 +174,16 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
       );
     },
   };
+}
+
+/** The NATS headers of a message: its own and its key's; undefined when it has none. Throws what NATS refuses. */
+function natsHeaders(c: Connected, m: RelayMessage, keyHeader: string | null): Nats.MsgHdrs | undefined {
+  if (!m.headers && (!keyHeader || m.key === null)) return undefined;
+  const h = c.headers();
+  for (const [name, value] of Object.entries(m.headers ?? {})) {
+    if (typeof value !== 'string') throw new Error(`header ${name} is not a string`);
+    h.set(name, value);
+  }
+  if (keyHeader && m.key !== null) h.set(keyHeader, m.key);
+  return h;
 }

@@ -120,7 +120,10 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         c.channel.publish(exchange, m.destination, m.payload, properties, done);
       } catch (err) {
         c.onClose.delete(failed);
-        resolve({ ok: false, error: asError(err), transient: true });
+        // A closed channel throws IllegalOperationError: the connection's trouble. Anything
+        // else is amqplib refusing to encode this message: its fault, so it counts as a try.
+        const closed = Boolean(c.closed) || asError(err).name === 'IllegalOperationError';
+        resolve({ ok: false, error: asError(err), transient: closed });
       }
     });
 
