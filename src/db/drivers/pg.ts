@@ -6,6 +6,10 @@ import type { Queryable } from '../executor.js';
 import { ConnectionError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
+import { cancelStatement } from './cancel.js';
+
+/** Longest wait for Postgres to take the cancel of a statement that went past its limit. */
+const CANCEL_LIMIT_MS = 2_000;
 
 /** Longest wait for UNLISTEN on close when no statement limit is set. */
 const CLOSE_LIMIT_MS = 5_000;
@@ -118,12 +122,24 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
       if (name) config.name = name;
       if (limit === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
       const client = await checkout(pool);
+      let cancelling: Promise<void> | undefined;
       try {
-        const result = await timeLimit(client.query(config), limit, () => destroy(client), 'statement');
+        const result = await timeLimit(
+          client.query(config),
+          limit,
+          () => {
+            // The session may still be waiting (on a lock) to run it: cancelled, it cannot
+            // commit later, behind the error this caller is about to act on.
+            cancelling = cancelStatement(client, CANCEL_LIMIT_MS);
+            destroy(client);
+          },
+          'statement',
+        );
         client.removeListener('error', ignoreError);
         client.release();
         return result as { rows: any[] };
       } catch (err) {
+        await cancelling;
         // A connection that failed keeps its listener: it may still report its end.
         if (reusableAfter(err)) {
           client.removeListener('error', ignoreError);

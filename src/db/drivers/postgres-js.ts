@@ -31,12 +31,21 @@ export interface PostgresJsSql {
 
 /** A statement on postgres.js (the instance, or a transaction of it), returning `{ rows }`. */
 async function run(sql: Sql | TransactionSql, text: string, values: unknown[] = []): Promise<{ rows: any[] }> {
+  return start(sql, text, values).rows;
+}
+
+/** A statement sent, and how to cancel it. */
+function start(
+  sql: Sql | TransactionSql,
+  text: string,
+  values: unknown[] = [],
+): { rows: Promise<{ rows: any[] }>; cancel(): void } {
   // postgres.js types an array parameter by its first element (`[true]` is sent
   // as bool, not bool[]), which then fails the statement's `$n::bool[]` cast.
   // Type 0 lets the server take the type from the cast instead.
   const params = values.map((v) => (Array.isArray(v) ? sql.typed(v as never, 0) : v));
-  const result = await sql.unsafe(text, params as never[]);
-  return { rows: [...result] };
+  const query = sql.unsafe(text, params as never[]);
+  return { rows: query.then((result) => ({ rows: [...result] })), cancel: () => query.cancel() };
 }
 
 type Postgres = (url?: string | Options<{}>, options?: Options<{}>) => Sql;
@@ -137,7 +146,16 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
   }
 
   return {
-    query: (text: string, values?: unknown[]) => timeLimit(run(sql, text, values), limit, replace, 'statement'),
+    query(text: string, values?: unknown[]) {
+      const statement = start(sql, text, values);
+      // Cancelled before its connection goes: a session still waiting (on a lock) to
+      // run it would otherwise run it later (see cancelStatement in cancel.ts).
+      const expired = () => {
+        statement.cancel();
+        replace();
+      };
+      return timeLimit(statement.rows, limit, expired, 'statement');
+    },
 
     transaction: <T>(fn: (tx: Queryable) => Promise<T>) =>
       sql.begin((tx) => fn({ query: (text, values) => run(tx, text, values) })) as Promise<T>,
