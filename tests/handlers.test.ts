@@ -107,6 +107,44 @@ describe('misbehaving handlers', () => {
     expect(completed).toEqual(['sentinel']);
   });
 
+  it('a timed-out handler that honours its signal with some clean-up never overlaps its retry, nor exceeds concurrency', async () => {
+    // Review 61: the failure was written and the slot refilled at the timeout, so the
+    // retry started (50 ms later, in the same slot) while attempt 1 still cleaned up.
+    const spans: { attempt: number; start: number; end: number }[] = [];
+    let running = 0;
+    let most = 0;
+    await startWorker({
+      queues: ['cleanup'],
+      concurrency: 1,
+      backoff: { baseMs: 50, maxMs: 100 },
+      tasks: {
+        slow: {
+          timeoutMs: 150,
+          handler: (_p: unknown, { signal, attempt }: { signal: AbortSignal; attempt: number }) => {
+            const start = performance.now();
+            most = Math.max(most, ++running);
+            return new Promise((_, reject) => {
+              signal.addEventListener('abort', () =>
+                setTimeout(() => {
+                  running--;
+                  spans.push({ attempt, start, end: performance.now() });
+                  reject(signal.reason as Error);
+                }, 300),
+              );
+            });
+          },
+        },
+      },
+    });
+    const id = await fx.queue.enqueue('slow', {}, { queue: 'cleanup', maxAttempts: 3 });
+    const [row] = await settled([id]);
+    expect(row).toMatchObject({ status: 'failed', attempts: 3 });
+    await waitFor(() => spans.length === 3, 'all three attempts to clean up');
+    expect(most).toBe(1);
+    spans.sort((a, b) => a.attempt - b.attempt);
+    for (let i = 1; i < spans.length; i++) expect(spans[i]!.start).toBeGreaterThanOrEqual(spans[i - 1]!.end);
+  });
+
   it('a handler that blocks the event loop past the visibility timeout loses the job visibly: job:lock-lost, result dropped', async () => {
     const blocker = await spawnWorker({
       DATABASE_URL: fx.db.url,

@@ -6,7 +6,7 @@ import type { Completer } from './completer.js';
 import type { Emit, HandBackReason } from './events.js';
 import type { ResolvedTask } from './options.js';
 import type { ProgressWriter } from './progress.js';
-import { Run, type AbortCause } from './run.js';
+import { ABORTED_HANDLER_GRACE_MS, Run, type AbortCause } from './run.js';
 import type { Slots } from './slots.js';
 
 /**
@@ -188,8 +188,15 @@ export class Dispatcher {
       job.started_at = new Date(run.startedAtMs);
     }
     this.signals.emit('job:start', job);
-    void run.run().then((outcome) => {
+    void run.run().then(async (outcome) => {
       const durationMs = performance.now() - run.startedAt;
+      // Aborted but for a stop (which waits for handlers itself): the slot and the
+      // job stay this run's until its handler has stopped, up to a grace period. A
+      // timed-out handler honouring its signal with some clean-up otherwise overlapped
+      // its own retry, in a slot refilled beyond concurrency (outside review 61); the
+      // heartbeat keeps the job meanwhile.
+      const cause = run.abortCause;
+      if (cause && cause !== 'shutdown') await run.handlerStopped(ABORTED_HANDLER_GRACE_MS);
       // Taken also for a run whose job was taken away, so no report of it stays behind.
       const progress = this.progress.ended(job.id);
       if (!this.slots.finish(run, durationMs)) return;

@@ -34,6 +34,14 @@ const ABORTED: Partial<Record<AbortCause, Outcome>> = {
 const MAX_ERROR_LENGTH = 8_000;
 
 /**
+ * How long an aborted handler has to stop before the worker stops waiting for it:
+ * after stop()'s grace period, before its job is left to the rescuer instead of
+ * handed back (Worker.shutdown()); after a timeout, before its failure is written
+ * and its slot refilled (Dispatcher).
+ */
+export const ABORTED_HANDLER_GRACE_MS = 1_000;
+
+/**
  * One handler run of a claimed job. The handler gets an AbortSignal; when the job
  * times out, the worker stops, the lock is lost or the job is cancelled, the signal
  * fires and the run ends at once, whether or not the handler honours the signal (a
@@ -71,6 +79,11 @@ export class Run {
     private readonly onProgress: (value: unknown, run: Run) => void = () => {},
   ) {
     this.claimedAhead = !job.started_at;
+  }
+
+  /** Why the worker aborted the run; undefined while it was not. */
+  get abortCause(): AbortCause | undefined {
+    return this.cause;
   }
 
   get attempt(): number {

@@ -21,6 +21,7 @@ import type { Emit, WorkerEvents } from './events.js';
 import type { FetchLoopStats } from './cycle-stats.js';
 import { Slots } from './slots.js';
 import { assembleParts, type Parts } from './parts.js';
+import { ABORTED_HANDLER_GRACE_MS } from './run.js';
 
 export type { WorkerEvents } from './events.js';
 
@@ -34,12 +35,6 @@ const POOL_SIZE = 3;
 
 /** How long a control message may hold the start of jobs claimed ahead (see control()). */
 const MAX_START_HOLD_MS = 1_000;
-
-/**
- * After stop()'s grace period, how long an aborted handler has to stop before its
- * job is left to the rescuer instead of handed back (see shutdown()).
- */
-const ABORTED_HANDLER_GRACE_MS = 1_000;
 
 /**
  * Runs jobs. Uses a fixed handful of connections whatever its concurrency: one for
