@@ -123,4 +123,33 @@ describe('stop() while the network is silent', () => {
     await worker.stop();
     expect(ran).toEqual(['before']);
   });
+
+  it('with statements far longer than its deadline allowed, settles without them; what it could not write stays processing', async () => {
+    // Review 61: with the default 30 s statement limit, stop() waited for statement after
+    // statement on the silent network: minutes, past any supervisor's grace period.
+    const errors: string[] = [];
+    let finished = 0;
+    const worker = await t.start({
+      connectionString: proxy.url,
+      listenConnectionString: proxy.url,
+      statementTimeoutMs: 120_000, // longer than this test may take
+      shutdownTimeoutMs: 300,
+      concurrency: 4,
+      tasks: {
+        job: async (p: { ms: number }) => {
+          await new Promise((resolve) => setTimeout(resolve, p.ms));
+          finished++;
+        },
+      },
+    });
+    worker.on('error', (err) => errors.push(err.message));
+    const ids = await t.queue.enqueueMany(Array.from({ length: 4 }, () => ({ task: 'job', payload: { ms: 200 } })));
+    await waitFor(async () => (await statusCounts(t.db)).processing === 4, 'all four running');
+    proxy.cut();
+    await worker.stop();
+    expect(finished).toBe(4);
+    expect(errors.some((m) => /could not be written on stop/.test(m))).toBe(true);
+    const { rows } = await t.db.pool.query(`SELECT status FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+    expect(rows.map((r) => r.status)).toEqual(['processing', 'processing', 'processing', 'processing']);
+  });
 });

@@ -19,6 +19,12 @@ export interface Driver extends Queryable {
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
   /** LISTENs on `channel` over a connection of its own; resolves once LISTEN is in place. */
   listen(channel: string, handlers: ListenHandlers): Promise<Listening>;
+  /**
+   * Gives up at once: every statement in flight fails with `reason` (its connection
+   * is cut), and so does every later one. For a stop that must not wait for a
+   * network gone silent; end() still closes what is left.
+   */
+  abort(reason: Error): void;
   /** Closes the connections this driver opened (a pool or `sql` the caller gave is left open). */
   end(): Promise<void>;
 }

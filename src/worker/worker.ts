@@ -6,6 +6,7 @@ import { connectionError } from '../db/connection.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import {
   ConfigError,
+  ConnectionError,
   isConnectionFailure,
   isNotMigrated,
   JobCancelledError,
@@ -32,6 +33,9 @@ export type { WorkerEvents } from './events.js';
  * that finds them all busy waits in the pool for the next one free.
  */
 const POOL_SIZE = 3;
+
+/** On stop, how long past the deadline and the handlers' grace the last writes get (see shutdown()). */
+const LAST_WRITES_MS = 2_000;
 
 /** How long a control message may hold the start of jobs claimed ahead (see control()). */
 const MAX_START_HOLD_MS = 1_000;
@@ -254,6 +258,23 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private async shutdown(parts: Parts): Promise<void> {
     this.state = 'stopping';
     const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
+    // Every step below waits on Postgres, each within statementTimeoutMs: on a network
+    // gone silent that added up to minutes (outside review 61). Past the deadline, the
+    // handlers' grace and a moment for the last writes, the driver gives up at once and
+    // what is left unwritten stays for the rescuer, as the errors then reported say.
+    const cutOff = setTimeout(
+      () => parts.db.abort(new ConnectionError('worker stopping: Postgres did not answer before the deadline of stop()')),
+      deadline + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS - Date.now(),
+    );
+    try {
+      await this.shutdownParts(parts, deadline);
+    } finally {
+      clearTimeout(cutOff);
+    }
+    this.state = 'stopped';
+  }
+
+  private async shutdownParts(parts: Parts, deadline: number): Promise<void> {
     // A claim in flight returns jobs too: wait for it before collecting what never started.
     await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
     await parts.queueState.stop();
@@ -308,7 +329,6 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     await parts.registry.stop();
     await parts.instrumentation.stop();
     await parts.db.end();
-    this.state = 'stopped';
   }
 
   /**

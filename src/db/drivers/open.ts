@@ -42,6 +42,13 @@ export function lazyDriver(open: () => Promise<Driver>): Driver {
     query: async (text, values, name) => (await driver()).query(text, values, name),
     transaction: async (fn) => (await driver()).transaction(fn),
     listen: async (channel, handlers) => (await driver()).listen(channel, handlers),
+    abort(reason) {
+      // A driver never opened has nothing in flight; one opening is aborted once open.
+      void opening?.then(
+        (opened) => opened.abort(reason),
+        () => {},
+      );
+    },
     async end() {
       const opened = await opening?.catch(() => undefined);
       await opened?.end();

@@ -92,8 +92,45 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
   const limit = options.statementTimeoutMs;
   const handle = openPool(options, options.max, options.applicationName, limit);
   const pool = handle.pool;
+  /** Set by abort(): every statement fails with it from then on. */
+  let aborted: Error | undefined;
+  /** The connections this driver is using now (out of the pool, or its own for LISTEN): abort() cuts them. */
+  const inUse = new Set<PgClient>();
+  /** Checkouts still waiting for a connection: abort() fails them. */
+  const waiting = new Set<(err: Error) => void>();
+
+  /** A connection out of the pool, held in inUse until give() returns it. */
+  function take(): Promise<PgPoolClient> {
+    if (aborted) return Promise.reject(aborted);
+    return new Promise((resolve, reject) => {
+      waiting.add(reject);
+      checkout(pool).then(
+        (client) => {
+          waiting.delete(reject);
+          if (aborted) {
+            client.release(aborted);
+            reject(aborted);
+            return;
+          }
+          inUse.add(client);
+          resolve(client);
+        },
+        (err: unknown) => {
+          waiting.delete(reject);
+          reject(err as Error);
+        },
+      );
+    });
+  }
+
+  /** Back to the pool; an error (or true) destroys the connection instead. */
+  function give(client: PgPoolClient, err?: Error | boolean): void {
+    inUse.delete(client);
+    client.release(err);
+  }
 
   async function connectListener(): Promise<{ client: PgClient; release(err?: Error): void }> {
+    if (aborted) throw aborted;
     const url = options.listenConnectionString ?? options.connectionString;
     if (url) {
       const client = new pg.Client({
@@ -103,11 +140,21 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
         keepAlive: true,
       });
       client.on('error', () => {});
-      await client.connect();
-      return { client, release: () => void client.end().catch(() => {}) };
+      inUse.add(client);
+      const release = () => {
+        inUse.delete(client);
+        void client.end().catch(() => {});
+      };
+      try {
+        await client.connect();
+      } catch (err) {
+        release();
+        throw err;
+      }
+      return { client, release };
     }
-    const client = await checkout(pool);
-    return { client, release: (err) => client.release(err ?? true) };
+    const client = await take();
+    return { client, release: (err) => give(client, err ?? true) };
   }
 
   return {
@@ -120,8 +167,9 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
         ? { text, values: encodeArrays(values), types: SLUICE_TYPES }
         : { text, values };
       if (name) config.name = name;
+      if (aborted) throw aborted;
       if (limit === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
-      const client = await checkout(pool);
+      const client = await take();
       let cancelling: Promise<void> | undefined;
       try {
         const result = await timeLimit(
@@ -136,31 +184,31 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
           'statement',
         );
         client.removeListener('error', ignoreError);
-        client.release();
+        give(client);
         return result as { rows: any[] };
       } catch (err) {
         await cancelling;
         // A connection that failed keeps its listener: it may still report its end.
-        if (reusableAfter(err)) {
+        if (reusableAfter(err) && !aborted) {
           client.removeListener('error', ignoreError);
-          client.release();
+          give(client);
         } else {
-          client.release(err as Error);
+          give(client, err as Error);
         }
-        throw err;
+        throw aborted ?? err;
       }
     },
 
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
       // A pool of yours leaves a checked-out client without an 'error' listener: a
       // connection lost between two statements would crash the process (review 47).
-      const client = await checkout(pool);
+      const client = await take();
       try {
         await client.query('BEGIN');
         const result = await fn(client);
         await client.query('COMMIT');
         client.removeListener('error', ignoreError);
-        client.release();
+        give(client);
         return result;
       } catch (err) {
         // A failed ROLLBACK means the connection is broken: destroy it rather than reuse it.
@@ -168,8 +216,8 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
           () => undefined,
           (e: Error) => e,
         );
-        client.release(broken ?? undefined);
-        throw err;
+        give(client, broken ?? undefined);
+        throw aborted ?? err;
       }
     },
 
@@ -226,6 +274,14 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
           );
         },
       };
+    },
+
+    abort(reason: Error) {
+      if (aborted) return;
+      aborted = reason;
+      for (const fail of waiting) fail(reason);
+      waiting.clear();
+      for (const client of inUse) destroy(client);
     },
 
     end: () => handle.end(),

@@ -145,8 +145,14 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
     return instance(settings, options.listenConnectionString ?? options.connectionString);
   }
 
+  /** Set by abort(): every statement fails with it from then on. */
+  let aborted: Error | undefined;
+  /** The LISTEN instances open now: abort() closes them too. */
+  const listeners = new Set<Sql>();
+
   return {
     query(text: string, values?: unknown[]) {
+      if (aborted) return Promise.reject(aborted);
       const statement = start(sql, text, values);
       // Cancelled before its connection goes: a session still waiting (on a lock) to
       // run it would otherwise run it later (see cancelStatement in cancel.ts).
@@ -158,12 +164,16 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
     },
 
     transaction: <T>(fn: (tx: Queryable) => Promise<T>) =>
-      sql.begin((tx) => fn({ query: (text, values) => run(tx, text, values) })) as Promise<T>,
+      aborted
+        ? Promise.reject(aborted)
+        : (sql.begin((tx) => fn({ query: (text, values) => run(tx, text, values) })) as Promise<T>),
 
     async listen(channel: string, handlers: ListenHandlers): Promise<Listening> {
+      if (aborted) throw aborted;
       let open = true;
       const stop = () => {
         open = false;
+        listeners.delete(listener);
         void listener.end({ timeout: 0 }).catch(() => {});
       };
       const listener = listenInstance(
@@ -176,6 +186,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
           handlers.lost(new Error('LISTEN connection closed'));
         },
       );
+      listeners.add(listener);
       try {
         await listener.unsafe(`LISTEN ${quoteIdent(channel)}`);
       } catch (err) {
@@ -186,6 +197,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
         async close() {
           if (!open) return;
           open = false;
+          listeners.delete(listener);
           await listener.end({ timeout: 1 }).catch(() => {});
         },
         async check(timeoutMs: number) {
@@ -203,6 +215,13 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
       };
     },
 
-    end: () => sql.end({ timeout: 5 }),
+    abort(reason: Error) {
+      if (aborted) return;
+      aborted = reason;
+      // postgres.js ends an instance's connections at once with timeout 0: what is in flight fails.
+      for (const instance of [sql, ...listeners]) void instance.end({ timeout: 0 }).catch(() => {});
+    },
+
+    end: () => sql.end({ timeout: aborted ? 0 : 5 }),
   };
 }
