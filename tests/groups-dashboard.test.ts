@@ -91,6 +91,24 @@ describe('dashboard JSON API: groups and limits', () => {
     expect((await post('/api/queues/dq2/groups', { weight: 2 })).status).toBe(400);
     expect((await post('/api/queues/dq2/limits', { groupConcurrency: 'lots' })).status).toBe(400);
     expect((await api('/api/limits')).body.queues.map((q: { name: string }) => q.name)).not.toContain('dq2');
+    // Review 62: "got NaN" for ?top=abc, and 1e3 taken as 1000.
+    for (const top of ['abc', '1e3', '-1']) {
+      const answer = await api(`/api/queues/dq/groups?top=${top}`);
+      expect(answer.status).toBe(400);
+      expect(answer.body.error.message).toContain(`got "${top}"`);
+    }
+  });
+
+  it('serves the routes of a queue whose name has 128 characters, percent-encoded to 1,536', async () => {
+    // Review 62: Fastify's default limit of 100 characters per path parameter refused them.
+    for (const name of ['q'.repeat(128), '\u{1F600}'.repeat(32) + 'é'.repeat(64)]) {
+      expect((await post(`/api/queues/${encodeURIComponent(name)}/limits`, { groupConcurrency: 3, create: true })).status).toBe(
+        200,
+      );
+      const groups = await api(`/api/queues/${encodeURIComponent(name)}/groups`);
+      expect(groups.status).toBe(200);
+      expect(groups.body.queue).toBe(name);
+    }
   });
 
   it('sets and removes a rate limit alone without marking the queue grouped, audited once each', async () => {

@@ -458,6 +458,15 @@ describe('relay', () => {
     const usage = await runCli(db.url, db.schema, ['relay']);
     expect(usage.code).toBe(2);
     expect(usage.stderr).toContain('give at least one --destination');
+    // Review 62: the second action was silently skipped.
+    for (const both of [
+      ['--redrive', '--drop-dead-letters'],
+      ['--status', '--dead-letters'],
+    ]) {
+      const conflict = await runCli(db.url, db.schema, ['relay', ...both, '--destination', d]);
+      expect(conflict.code).toBe(2);
+      expect(conflict.stderr).toContain(`${both.join(' and ')} are separate actions: give one of them`);
+    }
     // A schema no relay has started on says so rather than printing nothing.
     const empty = await createTestSchema('relaynone');
     try {

@@ -41,7 +41,9 @@ export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): 
   app.get('/api/queues/:queue/groups', async (req, reply) => {
     const queue = String((req.params as { queue: string }).queue);
     const top = (req.query as { top?: string }).top;
-    const stats = await getGroupStats(db, schema, queue, top === undefined ? {} : { limit: Number(top) });
+    // Only digits become a number: getGroupStats then quotes what was given ("abc", "1e3"), not NaN (review 62).
+    const limit = top !== undefined && /^\d{1,9}$/.test(top) ? Number(top) : (top as unknown as number | undefined);
+    const stats = await getGroupStats(db, schema, queue, limit === undefined ? {} : { limit });
     const settings = await listGroupSettings(db, schema, queue);
     return reply.header('cache-control', 'no-store').send({ ...stats, settings });
   });

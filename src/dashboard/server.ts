@@ -7,6 +7,13 @@ import { checkBindSafety, type DashboardOptions } from './options.js';
 import { dashboardPlugin } from './plugin.js';
 
 /** fastify is an optional peer dependency: only the dashboard needs it. */
+/**
+ * Longest path parameter (a queue's name, percent-encoded) the routes take. Fastify's
+ * default of 100 refused queue names of 101 to 128 characters, which Sluice allows
+ * (review 62); 128 characters of 4 UTF-8 bytes each, percent-encoded, are 1,536.
+ */
+const MAX_PARAM_LENGTH = 1_536;
+
 async function loadFastify() {
   return (await importPeer('fastify', 'the dashboard', () => import('fastify'))).default;
 }
@@ -31,6 +38,7 @@ export async function createDashboardHandler(options: DashboardOptions): Promise
   let handler: RequestListener | undefined;
   // Fastify wants a server of its own; this one is never listened on, it only hands us the routing function.
   const app = Fastify({
+    maxParamLength: MAX_PARAM_LENGTH,
     serverFactory: (h) => {
       handler = h as RequestListener;
       return createServer(h);
@@ -65,7 +73,7 @@ export async function startDashboard(options: StartDashboardOptions): Promise<Ru
     throw new ConfigError(`dashboard: port must be 0 to 65535, got ${port}`);
   checkBindSafety(host, dashboardOptions);
   const Fastify = await loadFastify();
-  const app = Fastify({ forceCloseConnections: true });
+  const app = Fastify({ forceCloseConnections: true, maxParamLength: MAX_PARAM_LENGTH });
   await app.register(dashboardPlugin, dashboardOptions);
   try {
     await app.listen({ host, port });

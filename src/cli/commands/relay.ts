@@ -33,6 +33,14 @@ interface RelayFlags {
   json?: boolean;
 }
 
+/** The flags that make `sluice relay` do one thing and exit, instead of relaying. */
+const ACTIONS = [
+  ['status', '--status'],
+  ['deadLetters', '--dead-letters'],
+  ['redrive', '--redrive'],
+  ['dropDeadLetters', '--drop-dead-letters'],
+] as const satisfies readonly (readonly [keyof RelayFlags, string])[];
+
 export function registerRelay(program: Command): void {
   program
     .command('relay')
@@ -81,6 +89,9 @@ Examples:
         const rest = Object.entries(fields).map(([k, v]) => `${k}=${v instanceof Date ? formatTime(v) : String(v)}`);
         stream.write(`${formatTime(new Date())} ${event}${rest.length ? ` ${rest.join(' ')}` : ''}\n`);
       };
+      // One action per run: `--redrive --drop-dead-letters` redrove and silently dropped nothing (review 62).
+      const actions = ACTIONS.filter(([flag]) => flags[flag]).map(([, name]) => name);
+      if (actions.length > 1) throw new UsageError(`${actions.join(' and ')} are separate actions: give one of them`);
       await withDatabase(command, async ({ pool, url, schema }) => {
         if (flags.status) {
           const lags = await outboxLag(pool, schema);
