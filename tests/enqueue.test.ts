@@ -248,6 +248,31 @@ describe('enqueue', () => {
     expect((await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n).toBe(before);
   });
 
+  it('a run_at outside the years 1 to 9999 is refused from SQL too, by enqueue_job() or a plain INSERT', async () => {
+    // Review 61: stored, and then shown as "Invalid Date" (JavaScript ends at year 275760).
+    const before = (await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n;
+    for (const when of ['294276-01-01', '10000-01-01 00:00:00+00', '4000-01-01 BC', '0001-12-31 23:59:59+00 BC']) {
+      for (const sql of [
+        `SELECT ${db.s}.enqueue_job('default', '{}', $1::timestamptz, 5, 't')`,
+        `INSERT INTO ${db.s}.jobs (task, run_at) VALUES ('t', $1::timestamptz)`,
+      ]) {
+        await expect(db.pool.query(sql, [when]), `${sql} ${when}`).rejects.toMatchObject({
+          code: '23514',
+          message: expect.stringContaining('jobs_run_at_years_1_to_9999'),
+        });
+      }
+    }
+    expect((await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n).toBe(before);
+    const edges = ['0001-01-01 00:00:00+00', '9999-12-31 23:59:59.999+00'];
+    const ids = await Promise.all(
+      edges.map(
+        async (when) => (await db.pool.query(`SELECT ${db.s}.enqueue_job('edge', '{}', $1, 5, 't') AS id`, [when])).rows[0].id,
+      ),
+    );
+    const jobs = await Promise.all(ids.map((id: string) => queue.getJob(id)));
+    expect(jobs.map((j) => j!.run_at.toISOString())).toEqual(['0001-01-01T00:00:00.000Z', '9999-12-31T23:59:59.999Z']);
+  });
+
   describe('rejects bad input with a typed error and inserts nothing', () => {
     const circular: Record<string, unknown> = {};
     circular.self = circular;
