@@ -38,7 +38,7 @@ export async function createDashboardHandler(options: DashboardOptions): Promise
   let handler: RequestListener | undefined;
   // Fastify wants a server of its own; this one is never listened on, it only hands us the routing function.
   const app = Fastify({
-    maxParamLength: MAX_PARAM_LENGTH,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     serverFactory: (h) => {
       handler = h as RequestListener;
       return createServer(h);
@@ -73,7 +73,7 @@ export async function startDashboard(options: StartDashboardOptions): Promise<Ru
     throw new ConfigError(`dashboard: port must be 0 to 65535, got ${port}`);
   checkBindSafety(host, dashboardOptions);
   const Fastify = await loadFastify();
-  const app = Fastify({ forceCloseConnections: true, maxParamLength: MAX_PARAM_LENGTH });
+  const app = Fastify({ forceCloseConnections: true, routerOptions: { maxParamLength: MAX_PARAM_LENGTH } });
   await app.register(dashboardPlugin, dashboardOptions);
   try {
     await app.listen({ host, port });

@@ -262,19 +262,28 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     // gone silent that added up to minutes (outside review 61). Past the deadline, the
     // handlers' grace and a moment for the last writes, the driver gives up at once and
     // what is left unwritten stays for the rescuer, as the errors then reported say.
-    const cutOff = setTimeout(
-      () => parts.db.abort(new ConnectionError('worker stopping: Postgres did not answer before the deadline of stop()')),
-      deadline + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS - Date.now(),
-    );
+    let cutOff: NodeJS.Timeout | undefined;
+    let cutAt = 0;
+    /** Gives up on Postgres at `at`, or later if already set for later. */
+    const giveUpAt = (at: number) => {
+      if (at <= cutAt) return;
+      cutAt = at;
+      clearTimeout(cutOff);
+      cutOff = setTimeout(
+        () => parts.db.abort(new ConnectionError('worker stopping: Postgres did not answer before the deadline of stop()')),
+        at - Date.now(),
+      );
+    };
+    giveUpAt(deadline + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
     try {
-      await this.shutdownParts(parts, deadline);
+      await this.shutdownParts(parts, deadline, giveUpAt);
     } finally {
       clearTimeout(cutOff);
     }
     this.state = 'stopped';
   }
 
-  private async shutdownParts(parts: Parts, deadline: number): Promise<void> {
+  private async shutdownParts(parts: Parts, deadline: number, giveUpAt: (at: number) => void): Promise<void> {
     // A claim in flight returns jobs too: wait for it before collecting what never started.
     await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
     await parts.queueState.stop();
@@ -293,6 +302,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
         };
       });
     }
+    // The wait began after the steps above: slow ones (not a silent network, which the
+    // first cut-off ends) must not cut the handlers' grace and the last writes short.
+    giveUpAt(Date.now() + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
     await parts.heartbeat.stop();
     await parts.progress.stop();
     const { stopped, stillRunning } = await parts.dispatcher.abortAll(
