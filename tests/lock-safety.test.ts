@@ -273,7 +273,7 @@ describe('a claim whose reply is lost', () => {
     const ran: string[] = [];
     const ids = await t.queue.enqueueMany(Array.from({ length: 3 }, () => ({ task: 'once', maxAttempts: 1 })));
     // The claim-only statement, sent by the worker's first claim on a new connection.
-    const lost = proxy.loseReplyTo('NULL::text[] AS completed_ids');
+    const lost = proxy.loseReplyTo('p.n::int AS claim_order');
     let w: Worker | undefined;
     try {
       w = await t.start({

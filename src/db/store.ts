@@ -232,12 +232,14 @@ export class PgWorkerStore implements WorkerStore {
 
   /** A cycle with nothing to write: the claim alone, a cheaper statement (see claimStatement). */
   private async claim(r: CycleRequest, many: boolean): Promise<CycleResult> {
-    const { rows } = await this.db.query<CycleRow>(
+    const { rows } = await this.db.query<ClaimedRow & { claim_order: number }>(
       many ? this.queries.claimManyQueues : this.queries.claim,
       [this.workerId, r.queues, r.tasks, r.limit, r.startNow],
       this.name(many ? 'claim-many' : 'claim'),
     );
-    return cycleResult(rows, this.workerId);
+    // In the join's order: back into claim order (see claimStatement).
+    if (rows.length > 1) rows.sort((a, b) => a.claim_order - b.claim_order);
+    return { completed: new Set(), failed: new Set(), skipped: new Set(), claimed: claimedJobs(rows, this.workerId) };
   }
 
   async claimLimited(
@@ -335,15 +337,19 @@ export class PgWorkerStore implements WorkerStore {
 /** What a cycle's (or a claim's) rows say: the id sets ride on one row, every other column is a claimed job. */
 function cycleResult(rows: CycleRow[], workerId: string): CycleResult {
   const first = rows.find((r) => r.completed_ids !== null);
-  const claimedAt = rows.find((r) => r.claimed_at !== null)?.claimed_at?.getTime() ?? Date.now();
-  const claimed: JobRow[] = [];
-  for (const row of rows) if (row.id !== null) claimed.push(claimedJob(row as ClaimedRow, claimedAt, workerId));
   return {
     completed: new Set(first?.completed_ids ?? []),
     failed: new Set(first?.failed_ids ?? []),
     skipped: new Set(first?.skipped_ids ?? []),
-    claimed,
+    // A cycle that claimed nothing still has its one row, with no job on it.
+    claimed: claimedJobs(rows.filter((row) => row.id !== null) as ClaimedRow[], workerId),
   };
+}
+
+/** The claimed jobs of a cycle's or a claim's rows; the claim's time rides on one of them. */
+function claimedJobs(rows: readonly ClaimedRow[], workerId: string): JobRow[] {
+  const claimedAt = rows.find((r) => r.claimed_at !== null)?.claimed_at?.getTime() ?? Date.now();
+  return rows.map((row) => claimedJob(row, claimedAt, workerId));
 }
 
 /** The job row of a claimed job: what the claim wrote and did not send back is filled in. */
