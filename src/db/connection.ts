@@ -120,7 +120,23 @@ export function hasConnection(options: DriverConnectionOptions): boolean {
 export interface PoolHandle {
   pool: PgPool;
   owned: boolean;
+  /**
+   * Cuts every connection of a pool made here, those still connecting included
+   * (a connection attempt into a silent network otherwise holds end() for its
+   * whole timeout). Nothing for the caller's pool: its connections are not ours.
+   */
+  destroyAll(): void;
   end(): Promise<void>;
+}
+
+/**
+ * Closes a client's socket at once: end() would wait for a server that no longer
+ * answers. The client then emits 'error' ("terminated unexpectedly"), which must
+ * have a listener even while the client is checked out of its pool.
+ */
+export function destroyConnection(client: PgClient): void {
+  client.on('error', () => {});
+  (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
 }
 
 /**
@@ -134,9 +150,20 @@ export function openPool(
   connectTimeoutMs?: number,
 ): PoolHandle {
   if (options.pool) {
-    return { pool: options.pool, owned: false, end: async () => {} };
+    return { pool: options.pool, owned: false, destroyAll: () => {}, end: async () => {} };
+  }
+  // Every client the pool makes, from before it connects until it ends (pg-pool's
+  // documented Client option): destroyAll() needs the connecting ones too.
+  const clients = new Set<PgClient>();
+  class TrackedClient extends pg.Client {
+    constructor(config?: string | pg.ClientConfig) {
+      super(config);
+      clients.add(this);
+      this.once('end', () => clients.delete(this));
+    }
   }
   const pool = new pg.Pool({
+    Client: TrackedClient,
     connectionString: options.connectionString,
     max,
     application_name: applicationName,
@@ -157,6 +184,9 @@ export function openPool(
   return {
     pool,
     owned: true,
+    destroyAll: () => {
+      for (const client of clients) destroyConnection(client);
+    },
     end: async () => {
       if (ended) return;
       ended = true;

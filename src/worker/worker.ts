@@ -257,7 +257,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
 
   private async shutdown(parts: Parts): Promise<void> {
     this.state = 'stopping';
-    const deadline = Date.now() + Math.max(2_000, this.config.shutdownTimeoutMs);
+    const stopAt = Date.now();
+    const deadline = stopAt + Math.max(2_000, this.config.shutdownTimeoutMs);
     // Every step below waits on Postgres, each within statementTimeoutMs: on a network
     // gone silent that added up to minutes (outside review 61). Past the deadline, the
     // handlers' grace and a moment for the last writes, the driver gives up at once and
@@ -276,14 +277,14 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     };
     giveUpAt(deadline + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
     try {
-      await this.shutdownParts(parts, deadline, giveUpAt);
+      await this.shutdownParts(parts, stopAt, deadline, giveUpAt);
     } finally {
       clearTimeout(cutOff);
     }
     this.state = 'stopped';
   }
 
-  private async shutdownParts(parts: Parts, deadline: number, giveUpAt: (at: number) => void): Promise<void> {
+  private async shutdownParts(parts: Parts, stopAt: number, deadline: number, giveUpAt: (at: number) => void): Promise<void> {
     // A claim in flight returns jobs too: wait for it before collecting what never started.
     await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
     await parts.queueState.stop();
@@ -291,19 +292,22 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     // workers can run them while this one waits for its handlers.
     const notStarted = [...this.slots.takeWaiting(), ...parts.dispatcher.takeUnsureHandBacks()];
     const handedBack = this.handBack(parts, notStarted, deadline);
-    await Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
+    // Beside the running jobs' time, not before it: on a silent network these wait
+    // for their statements, and the handlers' time counts from the stop.
+    const listenersStopped = Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
 
     if (this.slots.runningCount > 0) {
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, this.config.shutdownTimeoutMs);
+        const timer = setTimeout(resolve, Math.max(0, stopAt + this.config.shutdownTimeoutMs - Date.now()));
         this.drained = () => {
           clearTimeout(timer);
           resolve();
         };
       });
     }
-    // The wait began after the steps above: slow ones (not a silent network, which the
-    // first cut-off ends) must not cut the handlers' grace and the last writes short.
+    await listenersStopped;
+    // Steps above that were slow (not a silent network, which the first cut-off
+    // ends) must not cut the handlers' grace and the last writes short.
     giveUpAt(Date.now() + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
     await parts.heartbeat.stop();
     await parts.progress.stop();

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { openPool, type PgClient, type PgPool, type PgPoolClient, type PgQueryConfig } from '../connection.js';
+import { destroyConnection, openPool, type PgClient, type PgPool, type PgPoolClient, type PgQueryConfig } from '../connection.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
@@ -13,16 +13,6 @@ const CANCEL_LIMIT_MS = 2_000;
 
 /** Longest wait for UNLISTEN on close when no statement limit is set. */
 const CLOSE_LIMIT_MS = 5_000;
-
-/**
- * Closes a client's socket at once: end() would wait for a server that no longer
- * answers. The client then emits 'error' ("terminated unexpectedly"), which must
- * have a listener even while the client is checked out of its pool.
- */
-function destroy(client: PgClient): void {
-  client.on('error', () => {});
-  (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
-}
 
 /**
  * Whether a connection whose statement failed with `err` can serve the next one:
@@ -179,7 +169,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
             // The session may still be waiting (on a lock) to run it: cancelled, it cannot
             // commit later, behind the error this caller is about to act on.
             cancelling = cancelStatement(client, CANCEL_LIMIT_MS);
-            destroy(client);
+            destroyConnection(client);
           },
           'statement',
         );
@@ -254,7 +244,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
             await timeLimit(
               client.query(`UNLISTEN ${quoteIdent(channel)}`),
               limit ?? CLOSE_LIMIT_MS,
-              () => destroy(client),
+              () => destroyConnection(client),
               'UNLISTEN',
             );
             held.release();
@@ -267,7 +257,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
             client.query('SELECT 1'),
             timeoutMs,
             () => {
-              destroy(client);
+              destroyConnection(client);
               lost(new ConnectionError(`listen connection silent for ${timeoutMs} ms`));
             },
             'LISTEN connection check',
@@ -281,9 +271,18 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
       aborted = reason;
       for (const fail of waiting) fail(reason);
       waiting.clear();
-      for (const client of inUse) destroy(client);
+      for (const client of inUse) destroyConnection(client);
+      // Connections the pool is still opening, which end() would wait for.
+      handle.destroyAll();
     },
 
-    end: () => handle.end(),
+    end() {
+      const ending = handle.end();
+      // After abort(): connections the pool opened since for checkouts that were
+      // still queued. Ending, it opens no more; cut, they do not hold end() for
+      // their connect timeout.
+      if (aborted) handle.destroyAll();
+      return ending;
+    },
   };
 }
