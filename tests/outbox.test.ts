@@ -140,6 +140,8 @@ describe('publish', () => {
       [d, 'x', { headers: { 'bad name': 'v' } }],
       [d, 'x', { headers: { h: 1 } }],
       [d, 'x', { headers: { h: 'a\r\nb' } }],
+      [d, 'x', { key: 'a\nb' }],
+      [d, 'x', { headers: { 'Nats-Rollup': 'sub' } }],
       [d, 'x', { key: 'nul\0' }],
       [d, 'x', { priority: 1 }],
     ];
@@ -178,12 +180,20 @@ describe('publish', () => {
       ['{"z":{"a":1}}', /^publish: header z must be a string, got object$/],
       ['{"bad name":"v"}', /^publish: header name "bad name" is not a token$/],
       ['{"a:b":"v"}', /^publish: header name "a:b" is not a token$/],
-      ['{"Sluice-Key":"v"}', /^publish: header Sluice-Key is set by the relay/],
-      ['{"nats-msg-id":"v"}', /^publish: header nats-msg-id is set by the relay/],
+      ['{"Sluice-Key":"v"}', /^publish: header Sluice-Key is reserved/],
+      ['{"nats-msg-id":"v"}', /^publish: header nats-msg-id is reserved/],
+      // Review 63: JetStream's other controls (a rollup purges the subject's messages).
+      ['{"Nats-Rollup":"sub"}', /^publish: header Nats-Rollup is reserved \(Nats-\* headers are JetStream's controls/],
+      ['{"NATS-Expected-Stream":"x"}', /^publish: header NATS-Expected-Stream is reserved/],
     ];
-    for (const [headers, message] of bad) {
+    const cases: [string, string, RegExp][] = [
+      ...bad.map(([headers, message]): [string, string, RegExp] => ['k', headers, message]),
+      ['a\nb', '{}', /^publish: key contains a line break$/],
+      ['a\rb', '{}', /^publish: key contains a line break$/],
+    ];
+    for (const [key, headers, message] of cases) {
       for (const payload of [`'text'`, `'{"j":1}'::jsonb`, `'\\x01'::bytea`]) {
-        const err = await db.pool.query(`SELECT ${db.s}.publish($1, ${payload}, 'k', $2)`, [d, headers]).then(
+        const err = await db.pool.query(`SELECT ${db.s}.publish($1, ${payload}, $3, $2)`, [d, headers, key]).then(
           () => undefined,
           (e: unknown) => e as { code?: string; message?: string },
         );

@@ -32,8 +32,17 @@ export const DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024;
  * exactly 1 MiB passed, then was refused by NATS on every try).
  */
 export const RELAY_HEADER_BYTES = 256;
-/** Header names the relay sets itself (its default key header and NATS's de-duplication id). */
-const RESERVED_HEADERS = new Set(['nats-msg-id', 'sluice-key']);
+/**
+ * Whether a header name is not for publish() to set: the relay's default key
+ * header, and every Nats-* header (JetStream's controls: the relay sets
+ * Nats-Msg-Id; others such as Nats-Rollup or Nats-Expected-Stream would make the
+ * broker purge a subject or refuse the message, review 63). Kept in step with
+ * outbox_message_problem() in sql/migrations/0025.
+ */
+function reservedHeader(name: string): boolean {
+  const lower = name.toLowerCase();
+  return lower === 'sluice-key' || lower.startsWith('nats-');
+}
 
 /**
  * Checks a message and turns it into the row the outbox stores. Bad input throws
@@ -57,6 +66,8 @@ export function encodeMessage(
       throw new ValidationError(`publish: key must be a string of at most ${MAX_KEY_LENGTH} characters`);
     }
     checkText('key', key);
+    // It travels as a header (Sluice-Key), which cannot hold one (NATS refuses it).
+    if (/[\r\n]/.test(key)) throw new ValidationError('publish: key contains a line break');
   }
   const checked = checkHeaders(headers);
   const body = toBytes(payload, maxBytes);
@@ -101,8 +112,10 @@ function checkHeaders(headers: unknown): Record<string, string> | null {
   const entries = Object.entries(headers);
   for (const [name, value] of entries) {
     if (!HEADER_NAME.test(name)) throw new ValidationError(`publish: header name ${JSON.stringify(name)} is not a token`);
-    if (RESERVED_HEADERS.has(name.toLowerCase())) {
-      throw new ValidationError(`publish: header ${name} is set by the relay (the message's id or key), not by publish`);
+    if (reservedHeader(name)) {
+      throw new ValidationError(
+        `publish: header ${name} is reserved (Nats-* headers are JetStream's controls, Sluice-Key carries the key)`,
+      );
     }
     if (typeof value !== 'string') throw new ValidationError(`publish: header ${name} must be a string`);
     if (/[\r\n]/.test(value)) throw new ValidationError(`publish: header ${name} contains a line break`);

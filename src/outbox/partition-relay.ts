@@ -177,7 +177,8 @@ export class PartitionRelay {
   /**
    * The messages before the failed one are in the broker: the watermark moves up
    * to them. The failed one is retried after a backoff (the pass throws), and
-   * after maxAttempts refusals it becomes a dead letter, so its key goes on.
+   * after maxAttempts refusals (at once when no try can send it) it becomes a dead
+   * letter, so its key goes on.
    * Messages after it that the broker took are sent again with the same id.
    */
   private async handleFailure(window: Window, index: number, result: Extract<PublishResult, { ok: false }>): Promise<void> {
@@ -192,7 +193,7 @@ export class PartitionRelay {
     const attempts = await this.store.recordFailure(this.destination, message.id, result.error.message);
     this.failing.add(message.id);
     this.events.emit('failure', { ...info, transient: false, attempts });
-    if (attempts < this.options.maxAttempts) {
+    if (attempts < this.options.maxAttempts && !result.unsendable) {
       throw new RelayPublishError(
         `${this.publisher.name} refused message ${message.messageId} (try ${attempts} of ${this.options.maxAttempts}): ${result.error.message}`,
         false,

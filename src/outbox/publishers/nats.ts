@@ -132,17 +132,17 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
           // Refused, so it counts as a try and ends in the dead letters.
           if (bad) {
             const error = new Error(`"${subject}" is not a NATS subject to publish to: ${bad}`);
-            return Promise.resolve<PublishResult>({ ok: false, error, transient: false });
+            return Promise.resolve<PublishResult>({ ok: false, error, transient: false, unsendable: true });
           }
           let h: Nats.MsgHdrs | undefined;
           try {
             h = natsHeaders(c, m, keyHeader);
           } catch (err) {
             // Headers NATS cannot carry (a line break, a space in a name, a value that is
-            // no string: rows written by SQL or with such a key) are this message's fault:
-            // refused, so they end in the dead letters instead of failing the batch for ever.
+            // no string: rows written past publish()) are this message's fault: a dead
+            // letter at once, instead of failing the batch for ever.
             const error = new Error(`message ${m.id}: NATS cannot carry its headers or key: ${asError(err).message}`);
-            return Promise.resolve<PublishResult>({ ok: false, error, transient: false });
+            return Promise.resolve<PublishResult>({ ok: false, error, transient: false, unsendable: true });
           }
           return c.js.publish(subject, m.payload, { msgID: m.messageId, headers: h, timeout }).then(
             (ack): PublishResult => ({ ok: true, duplicate: ack.duplicate }),

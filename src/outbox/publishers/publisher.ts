@@ -22,7 +22,19 @@ export interface RelayMessage {
  * retries with backoff. Others (the broker refused this message) count, and a
  * message refused maxAttempts times becomes a dead letter.
  */
-export type PublishResult = { ok: true; duplicate?: boolean } | { ok: false; error: Error; transient: boolean };
+export type PublishResult =
+  | { ok: true; duplicate?: boolean }
+  | {
+      ok: false;
+      error: Error;
+      transient: boolean;
+      /**
+       * No try can ever send this message as it is (a subject or headers the broker
+       * cannot take): it becomes a dead letter at once, not after maxAttempts tries
+       * with backoff, which held its key back for a minute or more per message.
+       */
+      unsendable?: boolean;
+    };
 
 /**
  * What the relay needs from a broker client: publish a batch in order and say,

@@ -123,7 +123,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         // A closed channel throws IllegalOperationError: the connection's trouble. Anything
         // else is amqplib refusing to encode this message: its fault, so it counts as a try.
         const closed = Boolean(c.closed) || asError(err).name === 'IllegalOperationError';
-        resolve({ ok: false, error: asError(err), transient: closed });
+        resolve({ ok: false, error: asError(err), transient: closed, unsendable: !closed });
       }
     });
 
