@@ -21,7 +21,6 @@ function claimUpdate(
   tasks: '$10' | '$3',
   limit: '$11' | '$4',
   startNow: '$15' | '$5',
-  returning: string,
 ): string {
   return `
         UPDATE :SCHEMA.jobs j
@@ -47,20 +46,11 @@ function claimUpdate(
         WHERE j.id = p.id
           AND j.queue <> ALL (ARRAY(SELECT name FROM :SCHEMA.queues
             WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
-        -- not j.*: see claimedColumns. claim_order: RETURNING follows the join, not
-        -- the claim order (outside review 43: a worker's prefetched jobs started out of
-        -- priority order), so the rows are put back in it after.
-        RETURNING ${returning}`;
+        -- RETURNING (added by the callers): not j.*, see claimedColumns; and
+        -- claim_order, as RETURNING follows the join, not the claim order (outside
+        -- review 43: a worker's prefetched jobs started out of priority order), so
+        -- the rows are put back in it after.`;
 }
-
-/** What the cycle's claim returns, for its outer SELECT to number and put in claim order. */
-const FOR_THE_CYCLE = `${claimReturning('j')}, p.n AS claim_order`;
-
-/**
- * What the claim alone returns, as the store reads it: the claimed columns, the
- * claim's time on the first in claim order, and that order (the store sorts by it).
- */
-const FOR_THE_STORE = `${claimedColumns('j', 'p.n = 1')}, p.n::int AS claim_order`;
 
 /**
  * key_scope after a write that starts a job when `starts` holds: a key held only
@@ -70,10 +60,17 @@ export function releaseKey(starts: 'true' | `p.n <= ${'$15' | '$5'}::int`): stri
   return `CASE WHEN j.key_scope = 'pending' AND ${starts} THEN 'released' ELSE j.key_scope END`;
 }
 
-const CYCLE_CLAIM_ONE = claimUpdate('queue = ($9::text[])[1]', '$1', '$10', '$11', '$15', FOR_THE_CYCLE);
-const CYCLE_CLAIM_MANY = claimUpdate('queue = ANY($9::text[])', '$1', '$10', '$11', '$15', FOR_THE_CYCLE);
-const CLAIM_ONE = claimUpdate('queue = ($2::text[])[1]', '$1', '$3', '$4', '$5', FOR_THE_STORE);
-const CLAIM_MANY = claimUpdate('queue = ANY($2::text[])', '$1', '$3', '$4', '$5', FOR_THE_STORE);
+// The cycle's claim: its outer SELECT numbers the rows and puts them in claim order.
+const CYCLE_CLAIM_ONE = `${claimUpdate('queue = ($9::text[])[1]', '$1', '$10', '$11', '$15')}
+        RETURNING ${claimReturning('j')}, p.n AS claim_order`;
+const CYCLE_CLAIM_MANY = `${claimUpdate('queue = ANY($9::text[])', '$1', '$10', '$11', '$15')}
+        RETURNING ${claimReturning('j')}, p.n AS claim_order`;
+// The claim alone: the rows as the store reads them, the claim's time on the first
+// in claim order, and that order (the store sorts by it).
+const CLAIM_ONE = `${claimUpdate('queue = ($2::text[])[1]', '$1', '$3', '$4', '$5')}
+        RETURNING ${claimedColumns('j', 'p.n = 1')}, p.n::int AS claim_order`;
+const CLAIM_MANY = `${claimUpdate('queue = ANY($2::text[])', '$1', '$3', '$4', '$5')}
+        RETURNING ${claimedColumns('j', 'p.n = 1')}, p.n::int AS claim_order`;
 
 export type QueueFilter = 'one' | 'many';
 
