@@ -58,9 +58,16 @@ export class Heartbeat {
     this.watcher = new Loop({ pass: () => this.watch(), intervalMs: Math.min(1_000, config.intervalMs / 2) });
   }
 
-  /** Jobs claimed by a statement sent at `sentAt` (performance.now()). */
+  /**
+   * Jobs claimed by a statement sent at `sentAt` (performance.now()). A new lock:
+   * one given up before (the same worker may claim a job again before the watcher
+   * sees it go) is reported again if this one cannot be renewed either.
+   */
   claimed(ids: readonly string[], sentAt: number): void {
-    for (const id of ids) this.renewedAt.set(id, sentAt);
+    for (const id of ids) {
+      this.renewedAt.set(id, sentAt);
+      this.given.delete(id);
+    }
   }
 
   start(): void {

@@ -172,6 +172,23 @@ describe('Heartbeat', () => {
     expect(lost).toEqual([]);
   });
 
+  it('reports a job claimed again (by the same worker) after it was given up, when the new lock cannot be renewed', async () => {
+    // Found by tests/chaos.test.ts: a job given up (unrenewed), failed and claimed
+    // again by the same worker before the watcher saw it go was never reported
+    // again: "said so once" outlived the lock it was about, and the new run
+    // overlapped the rescuer's.
+    db.addMany(1, 't');
+    held = await claim(1);
+    for (let i = 0; i < 100; i++) db.failNext('heartbeat'); // Postgres unreachable
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS);
+    expect(unrenewed.map((u) => u.ids)).toEqual([held]);
+    // Claimed again at once: held all along, as the watcher sees it.
+    heartbeat.claimed(held, performance.now());
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS);
+    expect(unrenewed.map((u) => u.ids)).toEqual([held, held]);
+  });
+
   it('forgets a job it no longer holds: no unrenewed report for it', async () => {
     db.addMany(1, 't');
     held = await claim(1);
