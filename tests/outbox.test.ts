@@ -142,6 +142,8 @@ describe('publish', () => {
       [d, 'x', { headers: { h: 'a\r\nb' } }],
       [d, 'x', { key: 'a\nb' }],
       [d, 'x', { headers: { 'Nats-Rollup': 'sub' } }],
+      [d, 'x', { headers: new Map([['a', 'b']]) }], // review 64: stored as no headers
+      [d, 'x', { headers: [] }],
       [d, 'x', { key: 'nul\0' }],
       [d, 'x', { priority: 1 }],
     ];

@@ -39,7 +39,7 @@ export const RELAY_HEADER_BYTES = 256;
  * broker purge a subject or refuse the message, review 63). Kept in step with
  * outbox_message_problem() in sql/migrations/0025.
  */
-function reservedHeader(name: string): boolean {
+export function reservedHeader(name: string): boolean {
   const lower = name.toLowerCase();
   return lower === 'sluice-key' || lower.startsWith('nats-');
 }
@@ -108,7 +108,11 @@ const HEADER_NAME = /^[!#-'*+\-.0-9A-Z^_`a-z|~]+$/;
 
 function checkHeaders(headers: unknown): Record<string, string> | null {
   if (headers === undefined || headers === null) return null;
-  if (typeof headers !== 'object' || Array.isArray(headers)) throw new ValidationError('publish: headers must be an object');
+  // A plain object: a Map (or any class instance) has no own entries to read and was stored as no headers.
+  const proto: unknown = typeof headers === 'object' ? Object.getPrototypeOf(headers) : undefined;
+  if (typeof headers !== 'object' || (proto !== Object.prototype && proto !== null)) {
+    throw new ValidationError('publish: headers must be a plain object of strings');
+  }
   const entries = Object.entries(headers);
   for (const [name, value] of entries) {
     if (!HEADER_NAME.test(name)) throw new ValidationError(`publish: header name ${JSON.stringify(name)} is not a token`);

@@ -1,6 +1,7 @@
 import type * as Nats from 'nats';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import { importPeer } from '../../optional-peer.js';
+import { reservedHeader } from '../message.js';
 import { allFailed, asError, type BrokerPublisher, type PublishResult, type RelayMessage } from './publisher.js';
 
 export interface NatsPublisherOptions {
@@ -181,6 +182,8 @@ function natsHeaders(c: Connected, m: RelayMessage, keyHeader: string | null): N
   if (!m.headers && (!keyHeader || m.key === null)) return undefined;
   const h = c.headers();
   for (const [name, value] of Object.entries(m.headers ?? {})) {
+    // Rows written past publish(): Nats-Rollup would purge the subject (review 64).
+    if (reservedHeader(name)) throw new Error(`header ${name} is reserved (Nats-* headers are JetStream's controls)`);
     if (typeof value !== 'string') throw new Error(`header ${name} is not a string`);
     h.set(name, value);
   }
