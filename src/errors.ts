@@ -141,8 +141,8 @@ export class JobCancelledError extends SluiceError {
  * not hand back on the way out.
  */
 export class WorkerStoppingError extends SluiceError {
-  constructor(message: string) {
-    super('SHUTDOWN', message);
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('SHUTDOWN', message, options);
   }
 }
 

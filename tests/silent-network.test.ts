@@ -152,4 +152,29 @@ describe('stop() while the network is silent', () => {
     const { rows } = await t.db.pool.query(`SELECT status FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
     expect(rows.map((r) => r.status)).toEqual(['processing', 'processing', 'processing', 'processing']);
   });
+
+  it('names the running jobs it aborted and could not hand back, as it names unwritten results', async () => {
+    // Review 64: only "Postgres did not answer" errors, no job named.
+    const errors: { code?: string; message: string }[] = [];
+    const worker = await t.start({
+      connectionString: proxy.url,
+      listenConnectionString: proxy.url,
+      shutdownTimeoutMs: 300,
+      concurrency: 2,
+      tasks: {
+        long: (_p: unknown, { signal }: { signal: AbortSignal }) =>
+          new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error))),
+      },
+    });
+    worker.on('error', (err) => errors.push(err as { code?: string; message: string }));
+    const ids = await t.queue.enqueueMany([{ task: 'long' }, { task: 'long' }]);
+    await waitFor(async () => (await statusCounts(t.db)).processing === 2, 'both running');
+    proxy.cut();
+    await worker.stop();
+    const named = errors.find((e) => /could not hand back job\(s\) .* on stop/.test(e.message));
+    expect(named?.code).toBe('SHUTDOWN');
+    for (const id of ids) expect(named?.message).toContain(id);
+    const { rows } = await t.db.pool.query(`SELECT status FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+    expect(rows.map((r) => r.status)).toEqual(['processing', 'processing']);
+  });
 });
