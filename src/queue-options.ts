@@ -53,6 +53,14 @@ export interface QueueOptions<T extends TaskMap = AnyTasks> extends DriverConnec
    * pooler (PgBouncer), where LISTEN does not work (waiters then only poll).
    */
   listenConnectionString?: string;
+  /**
+   * Longest a statement on the Queue's own connections (not `tx`) may go unanswered,
+   * and connecting may take: past it the statement is cancelled, its connection
+   * dropped and the call rejects with a ConnectionError. A network gone silent
+   * otherwise held an enqueue, and close(), for as long as TCP kept the
+   * connection (review 64). Default 30 s.
+   */
+  statementTimeoutMs?: number;
 }
 
 export interface WaitOptions {

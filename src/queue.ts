@@ -40,6 +40,7 @@ const QUEUE_KEYS = new Set([
   'schemas',
   'preparedStatements',
   'listenConnectionString',
+  'statementTimeoutMs',
 ]);
 
 /** The enqueue statements sent named (prepared once per connection) on the Queue's own pool. */
@@ -100,7 +101,10 @@ export class Queue<T extends TaskMap = AnyTasks> {
     this.metrics = options.metrics;
     this.prepared = config.boolOption('preparedStatements', options.preparedStatements, true);
     this.schemas = resolveSchemas(options.schemas, 'Queue');
-    this.db = hasConnection(options) ? openQueueDriver(resolveDriverName(options, 'Queue'), options) : undefined;
+    const statementTimeoutMs = config.intOption('statementTimeoutMs', options.statementTimeoutMs, 30_000, 100, 86_400_000);
+    this.db = hasConnection(options)
+      ? openQueueDriver(resolveDriverName(options, 'Queue'), options, statementTimeoutMs)
+      : undefined;
     this.wakeUps = this.db && new WakeUps(this.db, this.queries.wake, channelFor(this.schema));
   }
 
@@ -385,9 +389,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
  * package, imported on demand) opens on the first call; pg opens at once, so
  * that `queue.pool` is there from the start.
  */
-function openQueueDriver(name: DriverName, options: QueueOptions): Driver {
+function openQueueDriver(name: DriverName, options: QueueOptions, statementTimeoutMs: number): Driver {
   const { connectionString, pool, sql, listenConnectionString } = options;
-  const connection = { connectionString, pool, sql, listenConnectionString };
+  const connection = { connectionString, pool, sql, listenConnectionString, statementTimeoutMs };
   if (name === 'pg') return pgDriver({ ...connection, max: POOL_SIZE, applicationName: 'sluice-queue' });
   return lazyDriver(() => openDriver(name, connection, POOL_SIZE, 'sluice-queue'));
 }

@@ -5,7 +5,7 @@
  * worker and Postgres blackholes the traffic.
  */
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import type { SluiceError } from '../src/index.js';
+import { ConnectionError, Queue, type SluiceError } from '../src/index.js';
 import { statusCounts, waitFor } from './helpers/database.js';
 import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 import { useWorkers } from './helpers/workers.js';
@@ -103,6 +103,28 @@ describe('a silent pool connection', () => {
     await t.queue.enqueue('job', { n: 'after' });
     await waitFor(() => ran.includes('after'), 'a job after the connection came back');
     await waitFor(async () => (await statusCounts(t.db)).completed === 2, 'both results written');
+  });
+});
+
+describe("a Queue's enqueue on a silent network", () => {
+  it('rejects with a ConnectionError after statementTimeoutMs, writes nothing late, and close() settles', async () => {
+    // Review 64: the enqueue never settled, and close() and the process hung with it.
+    const queue = new Queue({ connectionString: proxy.url, schema: t.db.schema, statementTimeoutMs: 800 });
+    try {
+      await queue.enqueue('quiet', { n: 1 });
+      proxy.cut();
+      const during = queue.enqueue('quiet', { n: 2 });
+      await expect(during).rejects.toBeInstanceOf(ConnectionError);
+      await expect(during).rejects.toThrow(/no answer from Postgres within 800 ms/);
+    } finally {
+      await queue.close();
+      proxy.restore();
+    }
+    // The INSERT sent into the silence reaches Postgres once the proxy carries it:
+    // it was cancelled first, or found its connection gone (never committed late).
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const { rows } = await t.db.pool.query(`SELECT payload->>'n' AS n FROM ${t.db.s}.jobs WHERE task = 'quiet'`);
+    expect(rows.map((r) => r.n)).toEqual(['1']);
   });
 });
 
