@@ -23,6 +23,7 @@ import type { FetchLoopStats } from './cycle-stats.js';
 import { Slots } from './slots.js';
 import { assembleParts, type Parts } from './parts.js';
 import { ABORTED_HANDLER_GRACE_MS } from './run.js';
+import { CutOff } from '../lifecycle/cut-off.js';
 
 export type { WorkerEvents } from './events.js';
 
@@ -263,28 +264,19 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     // gone silent that added up to minutes (outside review 61). Past the deadline, the
     // handlers' grace and a moment for the last writes, the driver gives up at once and
     // what is left unwritten stays for the rescuer, as the errors then reported say.
-    let cutOff: NodeJS.Timeout | undefined;
-    let cutAt = 0;
-    /** Gives up on Postgres at `at`, or later if already set for later. */
-    const giveUpAt = (at: number) => {
-      if (at <= cutAt) return;
-      cutAt = at;
-      clearTimeout(cutOff);
-      cutOff = setTimeout(
-        () => parts.db.abort(new ConnectionError('worker stopping: Postgres did not answer before the deadline of stop()')),
-        at - Date.now(),
-      );
-    };
-    giveUpAt(deadline + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
+    const cutOff = new CutOff(() =>
+      parts.db.abort(new ConnectionError('worker stopping: Postgres did not answer before the deadline of stop()')),
+    );
+    cutOff.notBefore(deadline + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
     try {
-      await this.shutdownParts(parts, stopAt, deadline, giveUpAt);
+      await this.shutdownParts(parts, stopAt, deadline, cutOff);
     } finally {
-      clearTimeout(cutOff);
+      cutOff.clear();
     }
     this.state = 'stopped';
   }
 
-  private async shutdownParts(parts: Parts, stopAt: number, deadline: number, giveUpAt: (at: number) => void): Promise<void> {
+  private async shutdownParts(parts: Parts, stopAt: number, deadline: number, cutOff: CutOff): Promise<void> {
     // A claim in flight returns jobs too: wait for it before collecting what never started.
     await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
     await parts.queueState.stop();
@@ -314,7 +306,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     await listenersStopped;
     // Steps above that were slow (not a silent network, which the first cut-off
     // ends) must not cut the handlers' grace and the last writes short.
-    giveUpAt(Date.now() + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
+    cutOff.notBefore(Date.now() + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
     await parts.heartbeat.stop();
     await parts.progress.stop();
     const { stopped, stillRunning } = await aborting;
