@@ -248,21 +248,36 @@ describe('enqueue', () => {
     expect((await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n).toBe(before);
   });
 
-  it('a run_at outside the years 1 to 9999 is refused from SQL too, by enqueue_job() or a plain INSERT', async () => {
+  it('a run_at outside the years 1 to 9999 is refused from SQL too, by enqueue_job(), INSERT or UPDATE, naming it (22023)', async () => {
     // Review 61: stored, and then shown as "Invalid Date" (JavaScript ends at year 275760).
+    // Review 63: refused, but as a raw 23514 naming only the constraint.
     const before = (await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n;
+    const kept = (await db.pool.query(`SELECT ${db.s}.enqueue_job('range', '{}', now(), 5, 't') AS id`)).rows[0].id as string;
     for (const when of ['294276-01-01', '10000-01-01 00:00:00+00', '4000-01-01 BC', '0001-12-31 23:59:59+00 BC']) {
       for (const sql of [
         `SELECT ${db.s}.enqueue_job('default', '{}', $1::timestamptz, 5, 't')`,
         `INSERT INTO ${db.s}.jobs (task, run_at) VALUES ('t', $1::timestamptz)`,
+        `UPDATE ${db.s}.jobs SET run_at = $1::timestamptz WHERE id = ${kept}`,
       ]) {
         await expect(db.pool.query(sql, [when]), `${sql} ${when}`).rejects.toMatchObject({
-          code: '23514',
-          message: expect.stringContaining('jobs_run_at_years_1_to_9999'),
+          code: '22023',
+          message: expect.stringMatching(/^sluice: run_at .* is outside the years 1 to 9999 \(UTC\)$/),
         });
       }
     }
-    expect((await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n).toBe(before);
+    expect((await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n).toBe(before + 1);
+    // The constraint stays behind the trigger: with the trigger disabled, it still refuses.
+    const client = await db.pool.connect();
+    try {
+      await client.query(`BEGIN; ALTER TABLE ${db.s}.jobs DISABLE TRIGGER jobs_run_at_range`);
+      await expect(client.query(`UPDATE ${db.s}.jobs SET run_at = '294276-01-01' WHERE id = ${kept}`)).rejects.toMatchObject({
+        code: '23514',
+        message: expect.stringContaining('jobs_run_at_years_1_to_9999'),
+      });
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
     const edges = ['0001-01-01 00:00:00+00', '9999-12-31 23:59:59.999+00'];
     const ids = await Promise.all(
       edges.map(

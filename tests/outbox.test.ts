@@ -187,6 +187,10 @@ describe('publish', () => {
       // Review 63: JetStream's other controls (a rollup purges the subject's messages).
       ['{"Nats-Rollup":"sub"}', /^publish: header Nats-Rollup is reserved \(Nats-\* headers are JetStream's controls/],
       ['{"NATS-Expected-Stream":"x"}', /^publish: header NATS-Expected-Stream is reserved/],
+      // Review 63: refused by the table's check constraint, as a raw 23514.
+      ['["a","b"]', /^publish: headers must be a JSON object \(or NULL for none\), got array$/],
+      ['"a"', /^publish: headers must be a JSON object \(or NULL for none\), got string$/],
+      ['null', /^publish: headers must be a JSON object \(or NULL for none\), got null$/],
     ];
     const cases: [string, string, RegExp][] = [
       ...bad.map(([headers, message]): [string, string, RegExp] => ['k', headers, message]),
