@@ -6,15 +6,13 @@ import { connectionError } from '../db/connection.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import {
   ConfigError,
-  ConnectionError,
   isConnectionFailure,
   isNotMigrated,
   JobCancelledError,
   MigrationError,
-  WorkerStoppingError,
   wrapDatabaseError,
 } from '../errors.js';
-import type { AnyTasks, JobRow, TaskMap } from '../job.js';
+import type { AnyTasks, TaskMap } from '../job.js';
 import { resolveSchemas } from '../task-schemas.js';
 import { readOrFail, snapshotOptions } from '../validate.js';
 import type { ControlMessage } from '../notify/codec.js';
@@ -22,8 +20,7 @@ import type { Emit, WorkerEvents } from './events.js';
 import type { FetchLoopStats } from './cycle-stats.js';
 import { Slots } from './slots.js';
 import { assembleParts, type Parts } from './parts.js';
-import { ABORTED_HANDLER_GRACE_MS } from './run.js';
-import { CutOff } from '../lifecycle/cut-off.js';
+import { shutDown } from './shutdown.js';
 
 export type { WorkerEvents } from './events.js';
 
@@ -34,9 +31,6 @@ export type { WorkerEvents } from './events.js';
  * that finds them all busy waits in the pool for the next one free.
  */
 const POOL_SIZE = 3;
-
-/** On stop, how long past the deadline and the handlers' grace the last writes get (see shutdown()). */
-const LAST_WRITES_MS = 2_000;
 
 /** How long a control message may hold the start of jobs claimed ahead (see control()). */
 const MAX_START_HOLD_MS = 1_000;
@@ -202,7 +196,17 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     this.exiting ||= exiting;
     this.stopPromise ??= (async () => {
       await this.starting?.catch(() => {});
-      if (this.parts && this.state !== 'stopped') await this.shutdown(this.parts);
+      if (this.parts && this.state !== 'stopped') {
+        this.state = 'stopping';
+        await shutDown(this.parts, {
+          config: this.config,
+          slots: this.slots,
+          emit: this.emitEvent,
+          exiting: () => this.exiting,
+          onDrained: (resolve) => (this.drained = resolve),
+          reportError: (err) => this.reportError(err),
+        });
+      }
       this.state = 'stopped';
       clearInterval(this.keepAlive);
     })();
@@ -256,127 +260,6 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     await ready;
   }
 
-  private async shutdown(parts: Parts): Promise<void> {
-    this.state = 'stopping';
-    const stopAt = Date.now();
-    const deadline = stopAt + Math.max(2_000, this.config.shutdownTimeoutMs);
-    // Every step below waits on Postgres, each within statementTimeoutMs: on a network
-    // gone silent that added up to minutes (outside review 61). Past the deadline, the
-    // handlers' grace and a moment for the last writes, the driver gives up at once and
-    // what is left unwritten stays for the rescuer, as the errors then reported say.
-    const cutOff = new CutOff(() =>
-      parts.db.abort(new ConnectionError('worker stopping: Postgres did not answer before the deadline of stop()')),
-    );
-    cutOff.notBefore(deadline + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
-    try {
-      await this.shutdownParts(parts, stopAt, deadline, cutOff);
-    } finally {
-      cutOff.clear();
-    }
-    this.state = 'stopped';
-  }
-
-  private async shutdownParts(parts: Parts, stopAt: number, deadline: number, cutOff: CutOff): Promise<void> {
-    // A claim in flight returns jobs too: wait for it before collecting what never started.
-    await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
-    await parts.queueState.stop();
-    // Jobs claimed ahead go back now, not after the running ones end: other
-    // workers can run them while this one waits for its handlers.
-    const notStarted = [...this.slots.takeWaiting(), ...parts.dispatcher.takeUnsureHandBacks()];
-    const handedBack = this.handBack(parts, notStarted, deadline);
-    // Beside the running jobs' time, not before it: on a silent network these wait
-    // for their statements, and the handlers' time counts from the stop.
-    const listenersStopped = Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
-
-    if (this.slots.runningCount > 0) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(resolve, Math.max(0, stopAt + this.config.shutdownTimeoutMs - Date.now()));
-        this.drained = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-    }
-    // The handlers' time is up: their signal fires now, not after the steps below,
-    // which on a silent network wait for the cut-off (review 64: 3 s late).
-    const aborting = parts.dispatcher.abortAll(
-      new WorkerStoppingError(`worker is shutting down: shutdownTimeoutMs (${this.config.shutdownTimeoutMs}) ran out`),
-      ABORTED_HANDLER_GRACE_MS,
-    );
-    await listenersStopped;
-    // Steps above that were slow (not a silent network, which the first cut-off
-    // ends) must not cut the handlers' grace and the last writes short.
-    cutOff.notBefore(Date.now() + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
-    await parts.heartbeat.stop();
-    await parts.progress.stop();
-    const { stopped, stillRunning } = await aborting;
-    // A handler that ignores its signal may still be working on its job: handed
-    // back, the job could run in another worker at the same time. It stays
-    // 'processing' for the rescuer, which returns it after the visibility timeout.
-    if (stillRunning.length > 0 && !this.exiting) {
-      this.reportError(
-        new WorkerStoppingError(
-          `job(s) ${stillRunning.map((job) => job.id).join(', ')}: the handler did not stop within ` +
-            `${ABORTED_HANDLER_GRACE_MS} ms of its abort; left processing so that no other worker runs it ` +
-            'while it may still run: the rescuer returns it after the visibility timeout',
-        ),
-      );
-    }
-    await parts.loop.drain(deadline);
-    await parts.completer.settled();
-    const unwritten = parts.completer.ids();
-    if (unwritten.length > 0) {
-      this.reportError(
-        new WorkerStoppingError(
-          `the result(s) of job(s) ${unwritten.join(', ')} could not be written on stop (another session holds ` +
-            'their rows locked, or Postgres is unreachable); left processing: the rescuer returns them after ' +
-            'the visibility timeout and they run again',
-        ),
-      );
-    }
-    const handBackRunning = this.exiting ? [...stopped, ...stillRunning] : stopped;
-    await Promise.all([this.handBack(parts, handBackRunning, deadline), handedBack]);
-    // Last, so the workers view shows this worker until its jobs are handed back.
-    await parts.registry.stop();
-    await parts.instrumentation.stop();
-    await parts.db.end();
-  }
-
-  /**
-   * Jobs this worker will not run back to pending (see WorkerStore.release), with
-   * their attempt given back, announced ('jobs:handed-back', reason 'stopping').
-   * Rows another session keeps locked past the deadline stay 'processing' until
-   * the rescuer returns them (their attempt then counts): an error event says so.
-   */
-  private async handBack(parts: Parts, jobs: readonly JobRow[], deadline: number): Promise<void> {
-    if (jobs.length === 0) return;
-    try {
-      const left = new Set(await parts.completer.release(jobs, deadline));
-      const back = jobs.filter((job) => !left.has(job));
-      if (back.length > 0) this.emitEvent('jobs:handed-back', back, { reason: 'stopping' });
-      if (left.size > 0) {
-        const ids = [...left].map((job) => job.id).join(', ');
-        this.reportError(
-          new WorkerStoppingError(
-            `could not hand back job(s) ${ids} on stop: another session holds their rows locked; ` +
-              'the rescuer returns them after the visibility timeout, and their attempt counts',
-          ),
-        );
-      }
-    } catch (err) {
-      // The rescuer of another worker returns them after the visibility timeout. Named,
-      // as every job a stop leaves processing is (review 64: only the connection error was).
-      const ids = jobs.map((job) => job.id).join(', ');
-      this.reportError(
-        new WorkerStoppingError(
-          `could not hand back job(s) ${ids} on stop (${err instanceof Error ? err.message : String(err)}); left processing: ` +
-            'the rescuer returns them after the visibility timeout',
-          { cause: err },
-        ),
-      );
-    }
-  }
-
   private control(message: ControlMessage): void {
     const { dispatcher, queueState, loop } = this.parts!;
     if (message.c === 'queues') {
@@ -406,8 +289,4 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const wrapped = wrapDatabaseError(err, 'worker');
     if (this.listenerCount('error') > 0) this.emit('error', wrapped);
   }
-}
-
-function sleepUntil(deadline: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - Date.now())).unref());
 }

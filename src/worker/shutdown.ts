@@ -1,0 +1,152 @@
+import { ConnectionError, WorkerStoppingError } from '../errors.js';
+import type { JobRow } from '../job.js';
+import { CutOff } from '../lifecycle/cut-off.js';
+import type { Emit } from './events.js';
+import type { ResolvedWorkerConfig } from './options.js';
+import type { Parts } from './parts.js';
+import { ABORTED_HANDLER_GRACE_MS } from './run.js';
+import type { Slots } from './slots.js';
+
+/** On stop, how long past the deadline and the handlers' grace the last writes get. */
+const LAST_WRITES_MS = 2_000;
+
+/** What a stop needs of the Worker it stops. */
+export interface Stopping {
+  readonly config: ResolvedWorkerConfig;
+  readonly slots: Slots;
+  readonly emit: Emit;
+  /** Read when the stop decides: a later stop({ exiting: true }) may still set it. */
+  exiting(): boolean;
+  /** Calls `resolve` when the last running handler ends (the worker's drained hook). */
+  onDrained(resolve: () => void): void;
+  reportError(err: unknown): void;
+}
+
+/**
+ * A worker's stop, in order: claim nothing more, hand back what never started,
+ * give running handlers until shutdownTimeoutMs, abort the rest, write the
+ * results, hand back the aborted jobs, close. Every step waits on Postgres
+ * within statementTimeoutMs; on a network gone silent that added up to minutes
+ * (outside review 61), so past the deadline, the handlers' grace and a moment
+ * for the last writes, the driver gives up at once and what is left unwritten
+ * stays for the rescuer, as the errors then reported say.
+ */
+export async function shutDown(parts: Parts, worker: Stopping): Promise<void> {
+  const stopAt = Date.now();
+  const deadline = stopAt + Math.max(2_000, worker.config.shutdownTimeoutMs);
+  const cutOff = new CutOff(() =>
+    parts.db.abort(new ConnectionError('worker stopping: Postgres did not answer before the deadline of stop()')),
+  );
+  cutOff.notBefore(deadline + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
+  try {
+    await stopParts(parts, worker, stopAt, deadline, cutOff);
+  } finally {
+    cutOff.clear();
+  }
+}
+
+async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadline: number, cutOff: CutOff): Promise<void> {
+  const { config, slots } = worker;
+  // A claim in flight returns jobs too: wait for it before collecting what never started.
+  await Promise.race([parts.loop.stopClaiming(), sleepUntil(deadline)]);
+  await parts.queueState.stop();
+  // Jobs claimed ahead go back now, not after the running ones end: other
+  // workers can run them while this one waits for its handlers.
+  const notStarted = [...slots.takeWaiting(), ...parts.dispatcher.takeUnsureHandBacks()];
+  const handedBack = handBack(parts, worker, notStarted, deadline);
+  // Beside the running jobs' time, not before it: on a silent network these wait
+  // for their statements, and the handlers' time counts from the stop.
+  const listenersStopped = Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
+
+  if (slots.runningCount > 0) {
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, Math.max(0, stopAt + config.shutdownTimeoutMs - Date.now()));
+      worker.onDrained(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+  // The handlers' time is up: their signal fires now, not after the steps below,
+  // which on a silent network wait for the cut-off (review 64: 3 s late).
+  const aborting = parts.dispatcher.abortAll(
+    new WorkerStoppingError(`worker is shutting down: shutdownTimeoutMs (${config.shutdownTimeoutMs}) ran out`),
+    ABORTED_HANDLER_GRACE_MS,
+  );
+  await listenersStopped;
+  // Steps above that were slow (not a silent network, which the first cut-off
+  // ends) must not cut the handlers' grace and the last writes short.
+  cutOff.notBefore(Date.now() + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
+  await parts.heartbeat.stop();
+  await parts.progress.stop();
+  const { stopped, stillRunning } = await aborting;
+  // A handler that ignores its signal may still be working on its job: handed
+  // back, the job could run in another worker at the same time. It stays
+  // 'processing' for the rescuer, which returns it after the visibility timeout.
+  if (stillRunning.length > 0 && !worker.exiting()) {
+    worker.reportError(
+      new WorkerStoppingError(
+        `job(s) ${stillRunning.map((job) => job.id).join(', ')}: the handler did not stop within ` +
+          `${ABORTED_HANDLER_GRACE_MS} ms of its abort; left processing so that no other worker runs it ` +
+          'while it may still run: the rescuer returns it after the visibility timeout',
+      ),
+    );
+  }
+  await parts.loop.drain(deadline);
+  await parts.completer.settled();
+  const unwritten = parts.completer.ids();
+  if (unwritten.length > 0) {
+    worker.reportError(
+      new WorkerStoppingError(
+        `the result(s) of job(s) ${unwritten.join(', ')} could not be written on stop (another session holds ` +
+          'their rows locked, or Postgres is unreachable); left processing: the rescuer returns them after ' +
+          'the visibility timeout and they run again',
+      ),
+    );
+  }
+  const handBackRunning = worker.exiting() ? [...stopped, ...stillRunning] : stopped;
+  await Promise.all([handBack(parts, worker, handBackRunning, deadline), handedBack]);
+  // Last, so the workers view shows this worker until its jobs are handed back.
+  await parts.registry.stop();
+  await parts.instrumentation.stop();
+  await parts.db.end();
+}
+
+/**
+ * Jobs this worker will not run back to pending (see WorkerStore.release), with
+ * their attempt given back, announced ('jobs:handed-back', reason 'stopping').
+ * Rows another session keeps locked past the deadline stay 'processing' until
+ * the rescuer returns them (their attempt then counts): an error event says so.
+ */
+async function handBack(parts: Parts, worker: Stopping, jobs: readonly JobRow[], deadline: number): Promise<void> {
+  if (jobs.length === 0) return;
+  try {
+    const left = new Set(await parts.completer.release(jobs, deadline));
+    const back = jobs.filter((job) => !left.has(job));
+    if (back.length > 0) worker.emit('jobs:handed-back', back, { reason: 'stopping' });
+    if (left.size > 0) {
+      const ids = [...left].map((job) => job.id).join(', ');
+      worker.reportError(
+        new WorkerStoppingError(
+          `could not hand back job(s) ${ids} on stop: another session holds their rows locked; ` +
+            'the rescuer returns them after the visibility timeout, and their attempt counts',
+        ),
+      );
+    }
+  } catch (err) {
+    // The rescuer of another worker returns them after the visibility timeout. Named,
+    // as every job a stop leaves processing is (review 64: only the connection error was).
+    const ids = jobs.map((job) => job.id).join(', ');
+    worker.reportError(
+      new WorkerStoppingError(
+        `could not hand back job(s) ${ids} on stop (${err instanceof Error ? err.message : String(err)}); left processing: ` +
+          'the rescuer returns them after the visibility timeout',
+        { cause: err },
+      ),
+    );
+  }
+}
+
+function sleepUntil(deadline: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, deadline - Date.now())).unref());
+}
