@@ -37,7 +37,7 @@ export const RELAY_HEADER_BYTES = 256;
  * header, and every Nats-* header (JetStream's controls: the relay sets
  * Nats-Msg-Id; others such as Nats-Rollup or Nats-Expected-Stream would make the
  * broker purge a subject or refuse the message, review 63). Kept in step with
- * outbox_message_problem() in sql/migrations/0025.
+ * outbox_message_problem() in sql/migrations/0025 and 0027.
  */
 export function reservedHeader(name: string): boolean {
   const lower = name.toLowerCase();
