@@ -57,3 +57,48 @@ describe.each<DriverName>(['pg', 'postgres.js'])('a statement past its limit on 
     }
   });
 });
+
+describe.each<DriverName>(['pg', 'postgres.js'])('a statement in flight when the %s driver is aborted', (name) => {
+  it('is cancelled in Postgres: it never runs after abort() and end()', async () => {
+    // Outside review 65: stop() past its deadline cut the connections of a claim
+    // waiting on a LOCK TABLE without cancelling it; the claim committed when the
+    // lock went, for a job the stopped worker never ran (failed by the rescuer).
+    const n = name === 'pg' ? 3 : 4;
+    const app = `sluice-abort-${n}`;
+    const driver = await openDriver(name, { connectionString: db.url, statementTimeoutMs: 60_000 }, 2, app);
+    try {
+      await driver.query('SELECT 1');
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE ${db.s}.t IN ACCESS EXCLUSIVE MODE`);
+      const waiting = driver.query(`INSERT INTO ${db.s}.t VALUES (${n})`);
+      const failed = waiting.then(
+        () => undefined,
+        (err: unknown) => err,
+      );
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+          [app],
+        );
+        return rows[0].n === 1;
+      }, 'the insert waiting for the lock');
+      driver.abort(new ConnectionError('aborted by the test'));
+      expect(await failed).toBeInstanceOf(ConnectionError);
+      await driver.end();
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+          [app],
+        );
+        return rows[0].n === 0;
+      }, 'no session of the driver left waiting for the lock');
+      await locker.query('COMMIT');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.t WHERE n = $1`, [n]);
+      expect(rows[0].n).toBe(0);
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      await driver.end().catch(() => {});
+    }
+  });
+});

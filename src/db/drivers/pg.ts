@@ -11,6 +11,12 @@ import { cancelStatement } from './cancel.js';
 /** Longest wait for Postgres to take the cancel of a statement that went past its limit. */
 const CANCEL_LIMIT_MS = 2_000;
 
+/**
+ * Longest wait in end() for abort()'s cancels: on a healthy network one takes a
+ * millisecond; on a silent one it never arrives, and stop() must not wait long.
+ */
+const ABORT_CANCEL_LIMIT_MS = 1_000;
+
 /** Longest wait for UNLISTEN on close when no statement limit is set. */
 const CLOSE_LIMIT_MS = 5_000;
 
@@ -84,6 +90,8 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
   const pool = handle.pool;
   /** Set by abort(): every statement fails with it from then on. */
   let aborted: Error | undefined;
+  /** abort()'s cancels of the statements it cut, still being delivered. */
+  const cancels: Promise<void>[] = [];
   /** The connections this driver is using now (out of the pool, or its own for LISTEN): abort() cuts them. */
   const inUse = new Set<PgClient>();
   /** Checkouts still waiting for a connection: abort() fails them. */
@@ -271,18 +279,24 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
       aborted = reason;
       for (const fail of waiting) fail(reason);
       waiting.clear();
-      for (const client of inUse) destroyConnection(client);
+      // Cancelled before they are cut: a session waiting on a lock would otherwise run
+      // its statement when the lock goes (outside review 65: a stopped worker's claim
+      // took a job it never ran). end() waits for the cancels to be delivered.
+      for (const client of inUse) {
+        cancels.push(cancelStatement(client, ABORT_CANCEL_LIMIT_MS));
+        destroyConnection(client);
+      }
       // Connections the pool is still opening, which end() would wait for.
       handle.destroyAll();
     },
 
-    end() {
+    async end() {
       const ending = handle.end();
       // After abort(): connections the pool opened since for checkouts that were
       // still queued. Ending, it opens no more; cut, they do not hold end() for
       // their connect timeout.
       if (aborted) handle.destroyAll();
-      return ending;
+      await Promise.all([ending, ...cancels]);
     },
   };
 }

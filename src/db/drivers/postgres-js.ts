@@ -149,6 +149,8 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
   let aborted: Error | undefined;
   /** The LISTEN instances open now: abort() closes them too. */
   const listeners = new Set<Sql>();
+  /** Statements sent and not settled: abort() cancels them (see the pg driver's abort()). */
+  const inFlight = new Set<{ cancel(): void }>();
 
   return {
     query(text: string, values?: unknown[]) {
@@ -160,7 +162,17 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
         statement.cancel();
         replace();
       };
-      return timeLimit(statement.rows, limit, expired, 'statement');
+      inFlight.add(statement);
+      return timeLimit(statement.rows, limit, expired, 'statement').then(
+        (result) => {
+          inFlight.delete(statement);
+          return result;
+        },
+        (err: unknown) => {
+          inFlight.delete(statement);
+          throw aborted ?? err;
+        },
+      );
     },
 
     transaction: <T>(fn: (tx: Queryable) => Promise<T>) =>
@@ -218,6 +230,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
     abort(reason: Error) {
       if (aborted) return;
       aborted = reason;
+      for (const statement of inFlight) statement.cancel();
       // postgres.js ends an instance's connections at once with timeout 0: what is in flight fails.
       for (const instance of [sql, ...listeners]) void instance.end({ timeout: 0 }).catch(() => {});
     },
