@@ -261,11 +261,22 @@ describe('enqueue', () => {
       ]) {
         await expect(db.pool.query(sql, [when]), `${sql} ${when}`).rejects.toMatchObject({
           code: '22023',
-          message: expect.stringMatching(/^sluice: run_at .* is outside the years 1 to 9999 \(UTC\)$/),
+          message: expect.stringMatching(/^sluice: run_at .* UTC is outside the years 1 to 9999 \(UTC\)$/),
         });
       }
     }
     expect((await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs`)).rows[0].n).toBe(before + 1);
+    // Named in UTC whatever the session's time zone (review 65: "9999-12-31 20:00:00-08 is outside").
+    const zoned = await db.pool.connect();
+    try {
+      await zoned.query(`SET TimeZone = 'America/Los_Angeles'`);
+      await expect(
+        zoned.query(`SELECT ${db.s}.enqueue_job('default', '{}', '9999-12-31 20:00:00-08', 5, 't')`),
+      ).rejects.toMatchObject({ message: 'sluice: run_at 10000-01-01 04:00:00 UTC is outside the years 1 to 9999 (UTC)' });
+    } finally {
+      await zoned.query('RESET TimeZone');
+      zoned.release();
+    }
     // The constraint stays behind the trigger: with the trigger disabled, it still refuses.
     const client = await db.pool.connect();
     try {

@@ -35,6 +35,37 @@ describe('migrate', () => {
     expect(rows.map((r) => r.version)).toEqual(all.map((m) => m.version));
   });
 
+  it('0027 brings rows stored before 0026 with a run_at outside the years 1-9999 within them, so their queue runs again', async () => {
+    // Outside review 65: 0026's NOT VALID constraint let such a row stay but refused
+    // every new version of it, so every claim of its queue failed.
+    const schema = fresh('range');
+    await migrate({ connectionString: url, schema });
+    const s = `"${schema}"`;
+    // Back to 0026 with rows written before it (what 0027 creates undone, the constraint lifted).
+    await pool.query(`
+      DROP TRIGGER jobs_run_at_range ON ${s}.jobs; DROP FUNCTION ${s}.refuse_run_at_out_of_range();
+      DROP TRIGGER outbox_refuse_row ON ${s}.outbox; DROP FUNCTION ${s}.refuse_outbox_row();
+      DROP FUNCTION ${s}.outbox_message_problem(text, jsonb);
+      ALTER FUNCTION ${s}.outbox_entries_problem(text, jsonb) RENAME TO outbox_message_problem;
+      DELETE FROM ${s}.migrations WHERE version = 27;
+      ALTER TABLE ${s}.jobs DROP CONSTRAINT jobs_run_at_years_1_to_9999;
+      INSERT INTO ${s}.jobs (task, run_at) VALUES ('early', '4000-01-01 BC'), ('late', '294276-01-01'), ('fine', now());
+      ALTER TABLE ${s}.jobs ADD CONSTRAINT jobs_run_at_years_1_to_9999
+        CHECK (run_at >= '0001-01-01 00:00:00+00' AND run_at < '10000-01-01 00:00:00+00') NOT VALID;`);
+    const claim = `UPDATE ${s}.jobs SET status = 'processing', attempts = attempts + 1 WHERE status = 'pending' RETURNING task`;
+    await expect(pool.query(claim)).rejects.toMatchObject({ code: '23514' });
+    const result = await migrate({ connectionString: url, schema });
+    expect(result.applied.map((m) => m.version)).toEqual([27]);
+    const { rows } = await pool.query(
+      `SELECT task, to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US') AS at FROM ${s}.jobs WHERE task <> 'fine' ORDER BY task`,
+    );
+    expect(rows).toEqual([
+      { task: 'early', at: '0001-01-01 00:00:00.000000' },
+      { task: 'late', at: '9999-12-31 23:59:59.999999' },
+    ]);
+    expect((await pool.query(claim)).rows.map((r) => r.task).sort()).toEqual(['early', 'fine', 'late']);
+  });
+
   it('is safe when many processes migrate the same schema at once', async () => {
     const schema = fresh('race');
     const results = await Promise.all(Array.from({ length: 6 }, () => migrate({ connectionString: url, schema })));

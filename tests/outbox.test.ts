@@ -207,6 +207,24 @@ describe('publish', () => {
         expect(err?.message).toMatch(message);
       }
     }
+    // Review 65: raw 23514 / 23502 from the table's constraints, from publish() or an INSERT.
+    const rows: [string, unknown[], RegExp][] = [
+      [
+        `SELECT ${db.s}.publish($1, '{}'::jsonb, $2)`,
+        [d, 'k'.repeat(1025)],
+        /^publish: the key must be at most 1024 characters long, got 1025$/,
+      ],
+      [`SELECT ${db.s}.publish($1, 'p')`, [''], /^publish: the destination must be 1 to 255 characters long, got 0 characters$/],
+      [`SELECT ${db.s}.publish($1, 'p')`, [null], /^publish: the destination must be 1 to 255 characters long, got NULL$/],
+      [`SELECT ${db.s}.publish($1, NULL::jsonb)`, [d], /^publish: no payload \(NULL\)/],
+      [`INSERT INTO ${db.s}.outbox (destination, payload) VALUES ($1, NULL)`, [d], /^publish: no payload \(NULL\)/],
+    ];
+    for (const [sql, values, message] of rows) {
+      await expect(db.pool.query(sql, values), sql).rejects.toMatchObject({
+        code: '22023',
+        message: expect.stringMatching(message),
+      });
+    }
     expect(await count('outbox', d)).toBe(0);
     await db.pool.query(`SELECT ${db.s}.publish($1, 'ok', 'k', '{"X-Trace":"a b","e":""}')`, [d]);
     expect(await count('outbox', d)).toBe(1);
