@@ -26,6 +26,15 @@ afterAll(async () => {
   await db.drop();
 });
 
+/** Sessions of `app` waiting for a lock now. */
+async function lockWaiters(app: string): Promise<number> {
+  const { rows } = await db.pool.query(
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
+    [app],
+  );
+  return rows[0].n as number;
+}
+
 describe.each<DriverName>(['pg', 'postgres.js'])('a statement past its limit on the %s driver', (name) => {
   it('is cancelled in Postgres: it never runs after its caller got the error', async () => {
     const n = name === 'pg' ? 1 : 2;
@@ -36,13 +45,10 @@ describe.each<DriverName>(['pg', 'postgres.js'])('a statement past its limit on 
       await locker.query(`LOCK TABLE ${db.s}.t IN ACCESS EXCLUSIVE MODE`);
       await expect(driver.query(`INSERT INTO ${db.s}.t VALUES (${n})`)).rejects.toBeInstanceOf(ConnectionError);
       // Cancelled, the session stops waiting for the lock at once.
-      await waitFor(async () => {
-        const { rows } = await db.pool.query(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-          [`sluice-cancel-${n}`],
-        );
-        return rows[0].n === 0;
-      }, 'no session of the driver left waiting for the lock');
+      await waitFor(
+        async () => (await lockWaiters(`sluice-cancel-${n}`)) === 0,
+        'no session of the driver left waiting for the lock',
+      );
       await locker.query('COMMIT');
       // Anything still waiting would have run by now.
       await new Promise((resolve) => setTimeout(resolve, 300));
@@ -75,23 +81,11 @@ describe.each<DriverName>(['pg', 'postgres.js'])('a statement in flight when the
         () => undefined,
         (err: unknown) => err,
       );
-      await waitFor(async () => {
-        const { rows } = await db.pool.query(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-          [app],
-        );
-        return rows[0].n === 1;
-      }, 'the insert waiting for the lock');
+      await waitFor(async () => (await lockWaiters(app)) === 1, 'the insert waiting for the lock');
       driver.abort(new ConnectionError('aborted by the test'));
       expect(await failed).toBeInstanceOf(ConnectionError);
       await driver.end();
-      await waitFor(async () => {
-        const { rows } = await db.pool.query(
-          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = $1 AND wait_event_type = 'Lock'`,
-          [app],
-        );
-        return rows[0].n === 0;
-      }, 'no session of the driver left waiting for the lock');
+      await waitFor(async () => (await lockWaiters(app)) === 0, 'no session of the driver left waiting for the lock');
       await locker.query('COMMIT');
       await new Promise((resolve) => setTimeout(resolve, 300));
       const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.t WHERE n = $1`, [n]);
