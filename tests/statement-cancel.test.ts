@@ -1,6 +1,6 @@
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConnectionError } from '../src/index.js';
+import { ConnectionError, Queue, Worker, type JobRow } from '../src/index.js';
 import type { DriverName } from '../src/db/driver.js';
 import { openDriver } from '../src/db/drivers/open.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
@@ -33,6 +33,15 @@ async function lockWaiters(app: string): Promise<number> {
     [app],
   );
   return rows[0].n as number;
+}
+
+/** Whether some session waits for a lock in a statement on this file's jobs table. */
+async function jobsStatementWaits(): Promise<boolean> {
+  const { rows } = await db.pool.query(
+    `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+    [`%${db.s}.jobs%`],
+  );
+  return rows[0].n > 0;
 }
 
 describe.each<DriverName>(['pg', 'postgres.js'])('a statement past its limit on the %s driver', (name) => {
@@ -94,5 +103,96 @@ describe.each<DriverName>(['pg', 'postgres.js'])('a statement in flight when the
       await locker.query('ROLLBACK').catch(() => {});
       await driver.end().catch(() => {});
     }
+  });
+});
+
+describe('a worker stopped while its claim waits on a table lock', () => {
+  // Outside reviews 65 and 66: the claim, blocked by LOCK TABLE (a migration, a
+  // VACUUM FULL during a deploy), committed after the stop had given up on it, or
+  // returned after the stop's deadline and was never handed back: either way its
+  // job stayed processing, locked to a stopped worker, and the rescuer failed it
+  // (maxAttempts 1) without it ever running.
+  it.each([
+    ['after stop() has settled', undefined],
+    ['past the stop deadline, before it gives up on Postgres', 2_600],
+  ])('leaves the job pending with its attempt when the lock goes %s', async (_, releaseAfterMs) => {
+    await db.pool.query(`DELETE FROM ${db.s}.jobs`);
+    const queue = new Queue({ pool: db.pool, schema: db.schema });
+    const runs: string[] = [];
+    const handedBack: JobRow[] = [];
+    const worker = new Worker({
+      connectionString: db.url,
+      schema: db.schema,
+      shutdownTimeoutMs: 300, // the deadline: 2 s, the least stop() gives
+      pollIntervalMs: 200,
+      maintenance: false,
+      tasks: { t: (_payload, { job }) => void runs.push(job.id) },
+    });
+    worker.on('error', () => {});
+    worker.on('jobs:handed-back', (jobs) => handedBack.push(...jobs));
+    await worker.start();
+    await locker.query('BEGIN');
+    await locker.query(`LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+    let released = false;
+    const release = async () => {
+      if (released) return;
+      released = true;
+      await locker.query('COMMIT');
+    };
+    try {
+      const id = await queue.enqueue('t', {}, { tx: locker, maxAttempts: 1 });
+      await waitFor(jobsStatementWaits, "the worker's claim waiting for the lock");
+      const stopped = worker.stop();
+      if (releaseAfterMs !== undefined) {
+        await new Promise((resolve) => setTimeout(resolve, releaseAfterMs));
+        await release();
+      }
+      await stopped;
+      await release();
+      await new Promise((resolve) => setTimeout(resolve, 300)); // anything still waiting would have run
+      const { rows } = await db.pool.query(`SELECT status, attempts, locked_by FROM ${db.s}.jobs WHERE id = $1`, [id]);
+      expect(rows[0]).toEqual({ status: 'pending', attempts: 0, locked_by: null });
+      expect(runs).toEqual([]);
+      // Claimed late and handed back, or never claimed: never both, never neither.
+      expect(handedBack.map((j) => j.id).filter((j) => j === id).length).toBeLessThanOrEqual(1);
+    } finally {
+      await release().catch(() => {});
+    }
+  });
+});
+
+describe('a worker stopped while its start waits on a table lock', () => {
+  it('settles without waiting for the lock, and claims nothing', async () => {
+    // Outside review 66: stop() waited for start(), whose first query waited on the
+    // lock for statementTimeoutMs (33 s); `sluice worker` likewise on SIGTERM.
+    await db.pool.query(`DELETE FROM ${db.s}.jobs`);
+    await db.pool.query(`INSERT INTO ${db.s}.jobs (task) VALUES ('t')`);
+    const worker = new Worker({
+      connectionString: db.url,
+      schema: db.schema,
+      shutdownTimeoutMs: 300,
+      statementTimeoutMs: 120_000, // longer than this test may take: only the stop's cut ends the wait
+      maintenance: false,
+      tasks: { t: () => {} },
+    });
+    const errors: Error[] = [];
+    worker.on('error', (err) => errors.push(err));
+    await locker.query('BEGIN');
+    await locker.query(`LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+    try {
+      const started = worker.start().then(
+        () => 'started',
+        (err: Error) => err,
+      );
+      await waitFor(jobsStatementWaits, "the worker's start-up query waiting for the lock");
+      await worker.stop(); // with the lock still held
+      expect(await started).toBeDefined();
+      expect(errors.some((err) => /deadline of stop\(\)/.test(err.message))).toBe(true);
+    } finally {
+      await locker.query('COMMIT');
+    }
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const { rows } = await db.pool.query(`SELECT status, attempts FROM ${db.s}.jobs`);
+    expect(rows).toEqual([{ status: 'pending', attempts: 0 }]);
   });
 });
