@@ -20,7 +20,7 @@ import type { Emit, WorkerEvents } from './events.js';
 import type { FetchLoopStats } from './cycle-stats.js';
 import { Slots } from './slots.js';
 import { assembleParts, type Parts } from './parts.js';
-import { shutDown } from './shutdown.js';
+import { pastDeadline, shutDown } from './shutdown.js';
 
 export type { WorkerEvents } from './events.js';
 
@@ -62,6 +62,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   /** Some stop() call said the process exits right after it (read when the stop decides). */
   private exiting = false;
   private starting: Promise<void> | undefined;
+  /** The driver, once start() has opened it (before its parts are made). */
+  private db: Driver | undefined;
   /**
    * Keeps Node running while the worker runs: every other timer of the worker is
    * unref'd, so in an outage (no connection left) an idle worker process would
@@ -142,6 +144,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       this.state = 'stopped';
       throw err;
     }
+    this.db = db;
     await this.probe(db);
     try {
       this.parts = await assembleParts(db, {
@@ -195,7 +198,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     // Called while starting: let start() finish (it claims nothing more), then stop.
     this.exiting ||= exiting;
     this.stopPromise ??= (async () => {
-      await this.starting?.catch(() => {});
+      await this.startedOrCut();
       if (this.parts && this.state !== 'stopped') {
         this.state = 'stopping';
         await shutDown(this.parts, {
@@ -211,6 +214,29 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       clearInterval(this.keepAlive);
     })();
     return this.stopPromise;
+  }
+
+  /**
+   * A start() in progress, waited for until the stop's deadline; past it, its
+   * statements are cut and it ends at once (outside review 66: a start-up query
+   * held by a table lock kept stop() waiting for statementTimeoutMs, 33 s).
+   */
+  private async startedOrCut(): Promise<void> {
+    if (!this.starting) return;
+    const settled = this.starting.then(
+      () => true,
+      () => true,
+    );
+    let timer: NodeJS.Timeout | undefined;
+    const inTime = await Promise.race([
+      settled,
+      new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), Math.max(2_000, this.config.shutdownTimeoutMs)))),
+    ]);
+    clearTimeout(timer);
+    if (!inTime) {
+      this.db?.abort(pastDeadline());
+      await settled;
+    }
   }
 
   /**
