@@ -57,6 +57,33 @@ const jsonLines = (text: string) =>
     .map((l) => JSON.parse(l));
 
 describe('sluice worker', () => {
+  it('exits 0 on SIGTERM while its start-up check waits on a table lock, claiming nothing', async () => {
+    // Review 66: killed by the signal (code 143) before its handler was in place.
+    const [id] = await queue.enqueueMany([{ task: 'hello', payload: { to: 'you' } }]);
+    const locker = await db.pool.connect();
+    try {
+      await locker.query(`BEGIN; LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--json']);
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = 'sluice-cli' AND query LIKE $1`,
+          [`%${db.s}.jobs%`],
+        );
+        return rows[0].n > 0;
+      }, "the worker's start-up check waiting for the lock");
+      worker.child.kill('SIGTERM');
+      const result = await worker.exited;
+      expect(result.code, result.stderr).toBe(0);
+      expect(jsonLines(result.stdout)).toEqual([
+        expect.objectContaining({ event: 'stopped', signal: 'SIGTERM', before: 'start' }),
+      ]);
+    } finally {
+      await locker.query('COMMIT');
+      locker.release();
+    }
+    expect(await status(id!)).toBe('pending');
+  });
+
   it('runs the jobs of a JavaScript task module, logs JSON lines, and exits 0 on SIGTERM', async () => {
     const [ok, bad] = await queue.enqueueMany([
       { task: 'hello', payload: { to: 'you' } },

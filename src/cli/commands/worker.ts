@@ -50,9 +50,20 @@ Examples:
   node --import tsx ./node_modules/.bin/sluice worker --tasks ./src/tasks.ts --json`,
     )
     .action(async (flags: WorkerFlags, command: Command) => {
-      const tasks = await loadTasks(flags.tasks);
       const log = new WorkerLog(flags.json ?? false);
+      // A signal while the database is still being checked, before the worker exists:
+      // nothing is claimed yet, so exit at once, and cleanly (review 66: killed by
+      // SIGTERM, code 143, while the check waited on a table lock).
+      const beforeWorker = (signal: NodeJS.Signals) => {
+        log.line('stopped', { signal, before: 'start' });
+        process.exit(0);
+      };
+      process.once('SIGINT', beforeWorker);
+      process.once('SIGTERM', beforeWorker);
+      const tasks = await loadTasks(flags.tasks);
       await withDatabase(command, async ({ url, schema }) => {
+        process.off('SIGINT', beforeWorker);
+        process.off('SIGTERM', beforeWorker);
         const worker = new Worker({
           connectionString: url,
           schema,
