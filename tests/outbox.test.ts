@@ -218,6 +218,11 @@ describe('publish', () => {
       [`SELECT ${db.s}.publish($1, 'p')`, [null], /^publish: the destination must be 1 to 255 characters long, got NULL$/],
       [`SELECT ${db.s}.publish($1, NULL::jsonb)`, [d], /^publish: no payload \(NULL\)/],
       [`INSERT INTO ${db.s}.outbox (destination, payload) VALUES ($1, NULL)`, [d], /^publish: no payload \(NULL\)/],
+      [
+        `INSERT INTO ${db.s}.outbox (destination, payload, headers) VALUES ($1, 'x', '[]')`,
+        [d],
+        /^publish: headers must be a JSON object \(or NULL for none\), got array$/,
+      ],
     ];
     for (const [sql, values, message] of rows) {
       await expect(db.pool.query(sql, values), sql).rejects.toMatchObject({

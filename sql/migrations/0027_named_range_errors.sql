@@ -12,7 +12,8 @@
 -- 2. publish() with headers that are not a JSON object (an array, a string, JSON
 --    null): outbox_message_problem() now says so, as Outbox.publish does.
 -- 3. An outbox row with no destination or one longer than 255 characters, no
---    payload, or a key longer than 1024 characters, from publish() or an INSERT.
+--    payload, a key longer than 1024 characters, or headers that are not a JSON
+--    object, from publish() or an INSERT.
 --
 -- And rows stored before 0026 with a run_at outside those years are brought to
 -- the nearest time within them (review 65). 0026's constraint is NOT VALID, so it
@@ -63,6 +64,9 @@ BEGIN
       USING ERRCODE = '22023';
   ELSIF NEW.payload IS NULL THEN
     RAISE EXCEPTION 'publish: no payload (NULL); send an empty one for none' USING ERRCODE = '22023';
+  ELSIF jsonb_typeof(NEW.headers) <> 'object' THEN
+    RAISE EXCEPTION 'publish: headers must be a JSON object (or NULL for none), got %', jsonb_typeof(NEW.headers)
+      USING ERRCODE = '22023';
   END IF;
   RAISE EXCEPTION 'publish: the key must be at most 1024 characters long, got %', length(NEW.key)
     USING ERRCODE = '22023';
@@ -71,5 +75,5 @@ $$;
 
 CREATE TRIGGER outbox_refuse_row BEFORE INSERT ON :SCHEMA.outbox FOR EACH ROW
   WHEN (NEW.destination IS NULL OR length(NEW.destination) NOT BETWEEN 1 AND 255 OR NEW.payload IS NULL
-        OR length(NEW.key) > 1024)
+        OR length(NEW.key) > 1024 OR jsonb_typeof(NEW.headers) <> 'object')
   EXECUTE FUNCTION :SCHEMA.refuse_outbox_row();
