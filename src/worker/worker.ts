@@ -258,7 +258,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
           { cause: err },
         );
       }
-      this.reportError(isConnectionFailure(err) ? connectionError(err, this.options.connectionString) : err);
+      // Cut by a stop() while starting: the stop's own error says why, not "cannot reach".
+      const unreachable = isConnectionFailure(err) && !this.stopPromise;
+      this.reportError(unreachable ? connectionError(err, this.options.connectionString) : err);
     }
   }
 
