@@ -74,7 +74,8 @@ export class FetchLoop {
   private startsRequested = 0;
   private again = false;
   private scheduled = false;
-  private stopping = false;
+  /** True until start(): a wake before it (LISTEN in place while stop() waits for the start) claims nothing. */
+  private stopping = true;
   private draining = false;
   private forceFlush = false;
   /**

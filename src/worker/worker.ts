@@ -153,7 +153,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
         slots: this.slots,
         events: this,
         emit: this.emitEvent,
-        accepting: () => this.state === 'running',
+        // Not once stop() was called, even while start() finishes (review 67: a job started).
+        accepting: () => this.state === 'running' && !this.stopPromise,
         drained: () => this.drained?.(),
         error: (err) => this.reportError(err),
       });

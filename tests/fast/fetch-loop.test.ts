@@ -141,6 +141,20 @@ describe('FetchLoop: claiming', () => {
     expect(db.job('1').locked_by).toBe('w1');
   });
 
+  it('claims nothing for a wake, notification or due time before start()', async () => {
+    // Review 67: LISTEN in place while stop() waited for the start woke the loop,
+    // and a worker being stopped claimed and ran a job.
+    db.addMany(3, 't');
+    setup({ slots: 4 });
+    loop.wake();
+    loop.notified(Date.now());
+    loop.wakeAt(Date.now());
+    await settle();
+    expect(target.held).toEqual([]);
+    expect(db.count('processing')).toBe(0);
+    expect(loop.stats.claims).toBe(0);
+  });
+
   it('starts at once only as many claimed jobs as there are free slots; the rest are claimed ahead', async () => {
     db.addMany(10, 't');
     setup({ slots: 2, prefetch: 3 });
