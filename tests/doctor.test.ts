@@ -75,7 +75,9 @@ describe('doctor', () => {
       expect(idleCheck.summary).toMatch(/idle in a transaction/);
       expect(idleCheck.advice).toMatch(/idle_in_transaction_session_timeout/);
       const snapshots = check(report, 'oldest_snapshot');
-      expect((snapshots.details as { pid?: number }[]).some((s) => s.pid === pid)).toBe(true);
+      // The five oldest are listed: sessions elsewhere on the server may hold older ones.
+      const listed = snapshots.details as { pid?: number }[];
+      if (!listed.some((s) => s.pid === pid)) expect(listed).toHaveLength(5);
       expect(snapshots.status).not.toBe('ok');
     } finally {
       await idle.end();
