@@ -196,3 +196,51 @@ describe('a worker stopped while its start waits on a table lock', () => {
     expect(rows).toEqual([{ status: 'pending', attempts: 0 }]);
   });
 });
+
+describe('a worker whose stop gives up on Postgres', () => {
+  it('gives back, on a connection of its own, the rows still locked to it (a claim that committed as it gave up)', async () => {
+    // Review 67: a claim that committed within milliseconds of the give-up left its
+    // job processing, locked to the stopped worker; the rescuer failed it unrun.
+    await db.pool.query(`DELETE FROM ${db.s}.jobs`);
+    const worker = new Worker({
+      connectionString: db.url,
+      schema: db.schema,
+      shutdownTimeoutMs: 300,
+      pollIntervalMs: 200,
+      maintenance: false,
+      tasks: { t: () => {} },
+    });
+    worker.on('error', () => {});
+    await worker.start();
+    // A job as such a claim leaves it: processing, locked to this worker, which does not know it.
+    const { rows } = await db.pool.query(
+      `INSERT INTO ${db.s}.jobs (task, queue, max_attempts) VALUES ('t', 'elsewhere', 1) RETURNING id`,
+    );
+    const id = rows[0].id as string;
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET status = 'processing', attempts = 1, locked_by = $2, locked_at = now(), started_at = now() WHERE id = $1`,
+      [id, worker.config.workerId],
+    );
+    // The worker's next claim waits on this lock, and so does its stop, which gives up on its pool.
+    await locker.query('BEGIN');
+    await locker.query(`LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+    try {
+      await waitFor(jobsStatementWaits, "the worker's claim waiting for the lock");
+      const stopped = worker.stop();
+      // The last sweep, on its own connection, waits on the lock too: let it through.
+      await waitFor(async () => {
+        const { rows: waiting } = await db.pool.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%WITH orphans AS%' AND query LIKE $1`,
+          [`%${db.s}.jobs%`],
+        );
+        return waiting[0].n > 0;
+      }, "the stop's last sweep");
+      await locker.query('COMMIT');
+      await stopped;
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+    }
+    const { rows: after } = await db.pool.query(`SELECT status, attempts, locked_by FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    expect(after[0]).toEqual({ status: 'pending', attempts: 0, locked_by: null });
+  });
+});

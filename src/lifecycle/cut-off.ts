@@ -5,15 +5,24 @@
 export class CutOff {
   private timer: NodeJS.Timeout | undefined;
   private at = 0;
+  private ran = false;
 
   constructor(private readonly action: () => void) {}
+
+  /** Whether the action has run. */
+  get fired(): boolean {
+    return this.ran;
+  }
 
   /** Runs the action at `at` (ms since epoch), unless it is set for later already. */
   notBefore(at: number): void {
     if (at <= this.at) return;
     this.at = at;
     clearTimeout(this.timer);
-    this.timer = setTimeout(this.action, at - Date.now());
+    this.timer = setTimeout(() => {
+      this.ran = true;
+      this.action();
+    }, at - Date.now());
   }
 
   clear(): void {

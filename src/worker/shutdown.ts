@@ -1,4 +1,5 @@
 import { ConnectionError, WorkerStoppingError } from '../errors.js';
+import type { WorkerStore } from '../db/store.js';
 import type { JobRow } from '../job.js';
 import { CutOff } from '../lifecycle/cut-off.js';
 import type { Emit } from './events.js';
@@ -17,6 +18,11 @@ export interface Stopping {
   readonly emit: Emit;
   /** Read when the stop decides: a later stop({ exiting: true }) may still set it. */
   exiting(): boolean;
+  /**
+   * A store on a connection of its own, outside the pool the stop gave up on, with
+   * a short statement limit; `end()` closes it.
+   */
+  spare(): Promise<{ store: WorkerStore; end(): Promise<void> }>;
   /** Calls `resolve` when the last running handler ends (the worker's drained hook). */
   onDrained(resolve: () => void): void;
   reportError(err: unknown): void;
@@ -108,11 +114,46 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   // worker, failed by the rescuer without running).
   const claimedLate = slots.takeWaiting();
   const handBackRunning = worker.exiting() ? [...stopped, ...stillRunning] : stopped;
-  await Promise.all([handBack(parts, worker, [...handBackRunning, ...claimedLate], deadline), handedBack]);
+  const back = [...handBackRunning, ...claimedLate];
+  if (cutOff.fired) {
+    // The pool is cut: every statement on it fails. A claim that committed just
+    // before the cut (it waited that long on a lock) left jobs locked to this
+    // worker, whether its reply got here or not (review 67: failed by the rescuer,
+    // never run). One sweep on a connection of its own gives back every row still
+    // locked to this worker but those that must stay processing.
+    await handedBack;
+    const keep = [...(worker.exiting() ? [] : stillRunning.map((job) => job.id)), ...unwritten];
+    await releaseAfterCut(worker, keep, [...notStarted, ...back]);
+  } else {
+    await Promise.all([handBack(parts, worker, back, deadline), handedBack]);
+  }
   // Last, so the workers view shows this worker until its jobs are handed back.
   await parts.registry.stop();
   await parts.instrumentation.stop();
   await parts.db.end();
+}
+
+/**
+ * After the cut-off: every row still locked to this worker, but `keep`, back to
+ * pending with its attempt given back, on a spare connection. The jobs of `known`
+ * it returns are announced as handed back. A row another session keeps locked is
+ * skipped and left to the rescuer, as a hand-back leaves it.
+ */
+async function releaseAfterCut(worker: Stopping, keep: readonly string[], known: readonly JobRow[]): Promise<void> {
+  let released: Set<string>;
+  try {
+    const spare = await worker.spare();
+    try {
+      released = new Set(await spare.store.releaseOrphans(keep));
+    } finally {
+      await spare.end().catch(() => {});
+    }
+  } catch (err) {
+    if (known.length > 0) notHandedBack(worker, known, err);
+    return;
+  }
+  const back = known.filter((job) => released.has(job.id));
+  if (back.length > 0) worker.emit('jobs:handed-back', back, { reason: 'stopping' });
 }
 
 /**
@@ -137,17 +178,23 @@ async function handBack(parts: Parts, worker: Stopping, jobs: readonly JobRow[],
       );
     }
   } catch (err) {
-    // The rescuer of another worker returns them after the visibility timeout. Named,
-    // as every job a stop leaves processing is (review 64: only the connection error was).
-    const ids = jobs.map((job) => job.id).join(', ');
-    worker.reportError(
-      new WorkerStoppingError(
-        `could not hand back job(s) ${ids} on stop (${err instanceof Error ? err.message : String(err)}); left processing: ` +
-          'the rescuer returns them after the visibility timeout',
-        { cause: err },
-      ),
-    );
+    notHandedBack(worker, jobs, err);
   }
+}
+
+/**
+ * The rescuer of another worker returns them after the visibility timeout. Named,
+ * as every job a stop leaves processing is (review 64: only the connection error was).
+ */
+function notHandedBack(worker: Stopping, jobs: readonly JobRow[], err: unknown): void {
+  const ids = jobs.map((job) => job.id).join(', ');
+  worker.reportError(
+    new WorkerStoppingError(
+      `could not hand back job(s) ${ids} on stop (${err instanceof Error ? err.message : String(err)}); left processing: ` +
+        'the rescuer returns them after the visibility timeout',
+      { cause: err },
+    ),
+  );
 }
 
 /** Why a stop gives up on Postgres: the error its statements still waiting then fail with. */

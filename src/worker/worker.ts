@@ -4,6 +4,7 @@ import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
 import { connectionError } from '../db/connection.js';
 import { migrateStatements } from '../db/statements/migrate.js';
+import { PgWorkerStore, type WorkerStore } from '../db/store.js';
 import {
   ConfigError,
   isConnectionFailure,
@@ -31,6 +32,9 @@ export type { WorkerEvents } from './events.js';
  * that finds them all busy waits in the pool for the next one free.
  */
 const POOL_SIZE = 3;
+
+/** The statement limit of the stop's last sweep (see spareStore): Postgres answered moments before. */
+const SPARE_STATEMENT_MS = 2_000;
 
 /** How long a control message may hold the start of jobs claimed ahead (see control()). */
 const MAX_START_HOLD_MS = 1_000;
@@ -208,6 +212,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
           emit: this.emitEvent,
           exiting: () => this.exiting,
           onDrained: (resolve) => (this.drained = resolve),
+          spare: () => this.spareStore(),
           reportError: (err) => this.reportError(err),
         });
       }
@@ -215,6 +220,18 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       clearInterval(this.keepAlive);
     })();
     return this.stopPromise;
+  }
+
+  /** A store on one connection of its own, for the stop's last sweep after it cut its pool (see shutdown.ts). */
+  private async spareStore(): Promise<{ store: WorkerStore; end(): Promise<void> }> {
+    const { config } = this;
+    const db = await openDriver(
+      config.driver,
+      { ...this.options, prepare: false, statementTimeoutMs: SPARE_STATEMENT_MS },
+      1,
+      'sluice-worker',
+    );
+    return { store: new PgWorkerStore(db, config.schema, config.workerId, false, config.completedJobs), end: () => db.end() };
   }
 
   /**
