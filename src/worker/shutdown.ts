@@ -123,7 +123,7 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
     // locked to this worker but those that must stay processing.
     await handedBack;
     const keep = [...(worker.exiting() ? [] : stillRunning.map((job) => job.id)), ...unwritten];
-    await releaseAfterCut(worker, keep, [...notStarted, ...back]);
+    await releaseAfterCut(worker, keep, notStarted, back);
   } else {
     await Promise.all([handBack(parts, worker, back, deadline), handedBack]);
   }
@@ -135,11 +135,17 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
 
 /**
  * After the cut-off: every row still locked to this worker, but `keep`, back to
- * pending with its attempt given back, on a spare connection. The jobs of `known`
- * it returns are announced as handed back. A row another session keeps locked is
- * skipped and left to the rescuer, as a hand-back leaves it.
+ * pending with its attempt given back, on a spare connection. The jobs it returns
+ * of `handedBackBefore` (whose hand-back may have failed) and of `back` (to go back
+ * now) are announced as handed back; a job of `back` it could not return (another
+ * session keeps its row locked) is named in an error, as handBack does.
  */
-async function releaseAfterCut(worker: Stopping, keep: readonly string[], known: readonly JobRow[]): Promise<void> {
+async function releaseAfterCut(
+  worker: Stopping,
+  keep: readonly string[],
+  handedBackBefore: readonly JobRow[],
+  back: readonly JobRow[],
+): Promise<void> {
   let released: Set<string>;
   try {
     const spare = await worker.spare();
@@ -149,11 +155,14 @@ async function releaseAfterCut(worker: Stopping, keep: readonly string[], known:
       await spare.end().catch(() => {});
     }
   } catch (err) {
-    if (known.length > 0) notHandedBack(worker, known, err);
+    // Those of handedBackBefore whose hand-back failed were named then.
+    if (back.length > 0) notHandedBack(worker, back, err);
     return;
   }
-  const back = known.filter((job) => released.has(job.id));
-  if (back.length > 0) worker.emit('jobs:handed-back', back, { reason: 'stopping' });
+  const returned = [...handedBackBefore, ...back].filter((job) => released.has(job.id));
+  if (returned.length > 0) worker.emit('jobs:handed-back', returned, { reason: 'stopping' });
+  const left = back.filter((job) => !released.has(job.id));
+  if (left.length > 0) notHandedBack(worker, left, new Error('another session holds their rows locked'));
 }
 
 /**
