@@ -39,7 +39,7 @@ export interface Stopping {
  */
 export async function shutDown(parts: Parts, worker: Stopping): Promise<void> {
   const stopAt = Date.now();
-  const deadline = stopAt + Math.max(2_000, worker.config.shutdownTimeoutMs);
+  const deadline = stopAt + stopWindowMs(worker.config);
   const cutOff = new CutOff(() => parts.db.abort(pastDeadline()));
   cutOff.notBefore(deadline + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
   try {
@@ -204,6 +204,11 @@ function notHandedBack(worker: Stopping, jobs: readonly JobRow[], err: unknown):
       { cause: err },
     ),
   );
+}
+
+/** How long after stop() its deadline falls: shutdownTimeoutMs, and at least 2 s for the writes it makes. */
+export function stopWindowMs(config: ResolvedWorkerConfig): number {
+  return Math.max(2_000, config.shutdownTimeoutMs);
 }
 
 /** Why a stop gives up on Postgres: the error its statements still waiting then fail with. */

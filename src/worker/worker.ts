@@ -21,7 +21,7 @@ import type { Emit, WorkerEvents } from './events.js';
 import type { FetchLoopStats } from './cycle-stats.js';
 import { Slots } from './slots.js';
 import { assembleParts, type Parts } from './parts.js';
-import { pastDeadline, shutDown } from './shutdown.js';
+import { pastDeadline, shutDown, stopWindowMs } from './shutdown.js';
 
 export type { WorkerEvents } from './events.js';
 
@@ -248,7 +248,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     let timer: NodeJS.Timeout | undefined;
     const inTime = await Promise.race([
       settled,
-      new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), Math.max(2_000, this.config.shutdownTimeoutMs)))),
+      new Promise<false>((resolve) => (timer = setTimeout(() => resolve(false), stopWindowMs(this.config)))),
     ]);
     clearTimeout(timer);
     if (!inTime) {
