@@ -16,7 +16,7 @@ export class CutOff {
 
   /** Runs the action at `at` (ms since epoch), unless it is set for later already. */
   notBefore(at: number): void {
-    if (at <= this.at) return;
+    if (this.ran || at <= this.at) return;
     this.at = at;
     clearTimeout(this.timer);
     this.timer = setTimeout(() => {
