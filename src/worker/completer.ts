@@ -1,44 +1,23 @@
-import type { CompletionWrite, FailureWrite, WorkerStore } from '../db/store.js';
-import { DatabaseError, ValidationError, type Snooze } from '../errors.js';
+import type { WorkerStore } from '../db/store.js';
+import { DatabaseError, type Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
-import type { ResolvedTask } from './options.js';
+import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
 import { serializePayload } from '../payload.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
 import type { Emit } from './events.js';
+import {
+  describeRefusal,
+  expired,
+  failureInPlaceOf,
+  isFailure,
+  localStart,
+  type Completion,
+  type Failure,
+  type Recorded,
+} from './outcome-records.js';
 import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
 import { describeError, type Outcome, type Run } from './run.js';
 import { releaseJobs, SKIPPED_RETRY_MS, writeSnooze } from './single-writes.js';
-
-/** Where an outcome Postgres refused stands (Completer.rejected). */
-interface Refusal {
-  /** When Postgres first refused this outcome sent alone. */
-  firstRefusedAt?: number;
-  /** Held after a refusal: goes back to be sent alone, not in a batch. */
-  held?: boolean;
-}
-
-/** Whether an outcome may already be written. */
-interface Sent {
-  /** Sent in a statement that failed (its reply maybe lost after it committed). */
-  unsure?: boolean;
-}
-
-interface Completion extends CompletionWrite, Refusal, Sent {
-  job: JobRow;
-  /** The task's policy, should this outcome have to become a failure (rejected()). */
-  task: ResolvedTask;
-  refused?: undefined;
-  durationMs: number;
-}
-
-interface Failure extends FailureWrite, Refusal, Sent {
-  job: JobRow;
-  /** Written in place of an outcome Postgres refused (Completer.rejected). */
-  refused?: boolean;
-  /** What was thrown, for events. */
-  error: unknown;
-  durationMs: number;
-}
 
 export interface CompleterConfig {
   /** The worker's retry delay policy (a task's own wins). */
@@ -46,9 +25,6 @@ export interface CompleterConfig {
   /** Largest result stored, in bytes of JSON. */
   maxResultBytes: number;
 }
-
-/** How long an outcome Postgres refuses is tried again before it is given up (see rejected()). */
-const REFUSED_GIVE_UP_MS = 30_000;
 
 /** What the completer tells the rest of the worker. */
 export interface CompleterSignals {
@@ -80,24 +56,24 @@ export class Completer implements ResultSource {
    */
   private readonly startsInFlight = new Set<string>();
   /** Results whose row another session held: back in the buffer after SKIPPED_RETRY_MS. */
-  private readonly deferred = new Map<string, Completion | Failure>();
+  private readonly deferred = new Map<string, Recorded>();
   /** Snooze writes in flight; settled() waits for them. */
   private readonly writes = new Set<Promise<void>>();
   /** The jobs of those snooze writes: still this worker's until written. */
   private readonly snoozing = new Set<string>();
-  private deferTimer: NodeJS.Timeout | undefined;
+  private readonly deferTimer = new OneShotTimer(() => this.undefer());
   /**
    * Results of a batch whose write Postgres refused (rejected()): they go out one
    * per cycle, alone, until the one it refuses is found.
    */
-  private suspects: (Completion | Failure)[] = [];
+  private suspects: Recorded[] = [];
   /**
    * Held results (each refused on its own already) due for another try: they go
    * out together, in one statement without a claim, whatever their number. One at
    * a time they took a round trip each every 250 ms, and with dozens held the
    * worker sent little else (outside review 42: a drain stalled for 30-60 s).
    */
-  private heldDue: (Completion | Failure)[] = [];
+  private heldDue: Recorded[] = [];
 
   constructor(
     private readonly store: WorkerStore,
@@ -174,8 +150,8 @@ export class Completer implements ResultSource {
     const alone = suspect ? [suspect] : this.heldDue.splice(0);
     if (alone.length > 0) {
       return {
-        completed: alone.filter((r): r is Completion => !('final' in r)),
-        failed: alone.filter((r): r is Failure => 'final' in r),
+        completed: alone.filter((r): r is Completion => !isFailure(r)),
+        failed: alone.filter(isFailure),
         started: [],
         startedAt: [],
         alone: true,
@@ -195,7 +171,7 @@ export class Completer implements ResultSource {
   }
 
   /** Results not waiting for a start in flight. */
-  private takeable<R extends Completion | Failure>(list: R[]): R[] {
+  private takeable<R extends Recorded>(list: R[]): R[] {
     return this.startsInFlight.size === 0 ? list : list.filter((r) => !this.startsInFlight.has(r.id));
   }
 
@@ -208,7 +184,7 @@ export class Completer implements ResultSource {
 
   restore(batch: ResultBatch): void {
     this.landed(batch);
-    for (const result of [...batch.completed, ...batch.failed] as (Completion | Failure)[]) result.unsure = true;
+    for (const result of [...batch.completed, ...batch.failed] as Recorded[]) result.unsure = true;
     this.completed = (batch.completed as Completion[]).concat(this.completed);
     this.failed = (batch.failed as Failure[]).concat(this.failed);
     // Not the start of a job that has ended since: its outcome says it all, and one
@@ -220,7 +196,7 @@ export class Completer implements ResultSource {
   }
 
   rejected(batch: ResultBatch, err: unknown): boolean {
-    const results = [...batch.completed, ...batch.failed] as (Completion | Failure)[];
+    const results = [...batch.completed, ...batch.failed] as Recorded[];
     if (!batch.alone) {
       // Which one Postgres refused is not known: each goes alone, the others written as usual.
       this.restore({ completed: [], failed: [], started: batch.started, startedAt: batch.startedAt });
@@ -242,10 +218,10 @@ export class Completer implements ResultSource {
   }
 
   /** Whether this refusal is news: the first of this outcome, or its giving up. */
-  private refusedAlone(result: Completion | Failure, err: unknown): boolean {
+  private refusedAlone(result: Recorded, err: unknown): boolean {
     // Held (its lock kept fresh) and tried again every SKIPPED_RETRY_MS, while the
     // worker goes on with the rest, in case what refused it passes (a trigger being
-    // replaced); given up after REFUSED_GIVE_UP_MS.
+    // replaced); given up after 30 s (expired()).
     const news = result.firstRefusedAt === undefined;
     result.firstRefusedAt ??= Date.now();
     if (!expired(result)) {
@@ -263,30 +239,8 @@ export class Completer implements ResultSource {
       );
       return false;
     }
-    // This job's outcome alone becomes a failure of its attempt, without the values
-    // Postgres refused (result, progress, the handler's error text), retried as the
-    // job's policy says: a refusal that passes (a trigger being replaced) then costs
-    // a rerun, not the job.
-    const refusal = `its ${'final' in result ? 'error' : 'result'} or progress could not be stored: ${describeRefusal(err)}`;
-    const retry =
-      'final' in result
-        ? { final: result.final, delayMs: result.delayMs }
-        : {
-            final: result.attempt >= (result.task.maxAttempts ?? result.job.max_attempts),
-            delayMs: retryDelayMs(result.attempt, result.task.backoff ?? this.config.backoff),
-          };
-    this.failed.push({
-      id: result.id,
-      attempt: result.attempt,
-      errorText: `Error: ${refusal}`,
-      ...retry,
-      startedAt: result.startedAt,
-      progress: undefined,
-      job: result.job,
-      error: new ValidationError(`job ${result.id}: ${refusal}`, { cause: err }),
-      durationMs: result.durationMs,
-      refused: true,
-    });
+    // This job's outcome alone becomes a failure of its attempt (see failureInPlaceOf).
+    this.failed.push(failureInPlaceOf(result, err, this.config.backoff));
     this.signals.resultAdded();
     return true;
   }
@@ -295,7 +249,7 @@ export class Completer implements ResultSource {
     this.landed(batch);
     const { emit } = this.signals;
     const { completed, failed, skipped } = written;
-    for (const result of [...batch.completed, ...batch.failed] as (Completion | Failure)[]) {
+    for (const result of [...batch.completed, ...batch.failed] as Recorded[]) {
       if (skipped.has(result.id)) this.defer(result);
     }
     const unsure = { completed: [] as Completion[], failed: [] as Failure[] };
@@ -340,10 +294,10 @@ export class Completer implements ResultSource {
    * of its own rather than a column of every cycle.
    */
   private confirm(completed: readonly Completion[], failed: readonly Failure[]): void {
-    const lost = (r: Completion | Failure) => this.signals.emit('job:lock-lost', r.job);
+    const lost = (r: Recorded) => this.signals.emit('job:lock-lost', r.job);
     const check = this.store.writtenByMe([...completed, ...failed].map((r) => r.id)).then(
       (rows) => {
-        const wrote = (r: Completion | Failure, status: string) =>
+        const wrote = (r: Recorded, status: string) =>
           rows.get(r.id)?.status === status && rows.get(r.id)?.attempts === r.attempt;
         for (const c of completed) {
           if (wrote(c, 'completed')) this.completedEvent(c);
@@ -381,18 +335,17 @@ export class Completer implements ResultSource {
   }
 
   /** A result whose row was locked by another session goes back to the buffer a little later. */
-  private defer(result: Completion | Failure): void {
+  private defer(result: Recorded): void {
     this.deferred.set(result.id, result);
-    this.deferTimer ??= setTimeout(() => this.undefer(), SKIPPED_RETRY_MS);
+    this.deferTimer.arm(SKIPPED_RETRY_MS);
   }
 
   private undefer(): void {
-    clearTimeout(this.deferTimer);
-    this.deferTimer = undefined;
+    this.deferTimer.clear();
     if (this.deferred.size === 0) return;
     for (const result of this.deferred.values()) {
       if (result.held) this.heldDue.push(result);
-      else if ('final' in result) this.failed.push(result);
+      else if (isFailure(result)) this.failed.push(result);
       else this.completed.push(result);
     }
     this.deferred.clear();
@@ -428,21 +381,4 @@ export class Completer implements ResultSource {
       this.snoozing.delete(job.id);
     });
   }
-}
-
-/** An outcome refused for longer than REFUSED_GIVE_UP_MS: given up when refused alone again. */
-function expired(result: Refusal): boolean {
-  return result.firstRefusedAt !== undefined && Date.now() - result.firstRefusedAt >= REFUSED_GIVE_UP_MS;
-}
-
-/** Postgres' message for a refused write, without the driver's wrapping. */
-function describeRefusal(err: unknown): string {
-  const sqlState = (err as { code?: unknown } | null)?.code;
-  const message = err instanceof Error ? err.message : String(err);
-  return typeof sqlState === 'string' ? `${message} (SQLSTATE ${sqlState})` : message;
-}
-
-/** The start of a run the claim did not start (claimed ahead), for the row: see CompletionWrite.startedAt. */
-function localStart(run: Run): number | undefined {
-  return run.claimedAhead ? run.startedAtMs : undefined;
 }

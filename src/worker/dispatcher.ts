@@ -1,6 +1,7 @@
 import { SluiceError } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { Backoff } from '../lifecycle/backoff.js';
+import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
 import { serializePayload } from '../payload.js';
 import type { Completer } from './completer.js';
 import type { Emit, HandBackReason } from './events.js';
@@ -44,11 +45,11 @@ export interface DispatcherSignals {
  * Completer.
  */
 export class Dispatcher {
-  private handBackTimer: NodeJS.Timeout | undefined;
+  private readonly handBackTimer = new OneShotTimer(() => this.handBackOverdue(), true);
   private holds = 0;
   /** Hand-backs whose statement failed, so whether they committed is unknown: tried again. */
   private readonly unsure: { jobs: JobRow[]; reason: HandBackReason }[] = [];
-  private unsureTimer: NodeJS.Timeout | undefined;
+  private readonly unsureTimer = new OneShotTimer(() => this.retryUnsure(), true);
   private readonly unsureRetry = new Backoff({ minMs: 250, maxMs: 5_000 });
 
   constructor(
@@ -115,7 +116,7 @@ export class Dispatcher {
    * whose handlers still run (they ignore their signal).
    */
   async abortAll(reason: Error, settleMs: number): Promise<{ stopped: JobRow[]; stillRunning: JobRow[] }> {
-    clearTimeout(this.handBackTimer);
+    this.handBackTimer.clear();
     const runs = [...this.slots.runningJobs()];
     for (const run of runs) run.abort('shutdown', reason);
     const stopped = await Promise.all(runs.map((run) => run.handlerStopped(settleMs)));
@@ -221,18 +222,15 @@ export class Dispatcher {
   /** Jobs claimed ahead that waited too long go back to pending for any worker. */
   private armHandBack(): void {
     const since = this.slots.oldestWaitingSince();
-    if (since === undefined || this.handBackTimer) return;
-    this.handBackTimer = setTimeout(
-      () => {
-        this.handBackTimer = undefined;
-        if (!this.signals.accepting()) return;
-        const overdue = this.slots.takeOverdue(HAND_BACK_AFTER_MS);
-        if (overdue.length > 0) void this.handBack(overdue, 'overdue');
-        this.armHandBack();
-      },
-      Math.max(0, since + HAND_BACK_AFTER_MS - Date.now()),
-    );
-    this.handBackTimer.unref();
+    if (since === undefined || this.handBackTimer.armed) return;
+    this.handBackTimer.arm(Math.max(0, since + HAND_BACK_AFTER_MS - Date.now()));
+  }
+
+  private handBackOverdue(): void {
+    if (!this.signals.accepting()) return;
+    const overdue = this.slots.takeOverdue(HAND_BACK_AFTER_MS);
+    if (overdue.length > 0) void this.handBack(overdue, 'overdue');
+    this.armHandBack();
   }
 
   /**
@@ -272,23 +270,21 @@ export class Dispatcher {
 
   private retryHandBack(jobs: JobRow[], reason: HandBackReason): void {
     this.unsure.push({ jobs, reason });
-    if (this.unsureTimer) return;
-    this.unsureTimer = setTimeout(() => {
-      this.unsureTimer = undefined;
-      // Once the worker stops, its own hand-back takes them (takeUnsureHandBacks).
-      if (!this.signals.accepting()) return;
-      for (const batch of this.unsure.splice(0)) {
-        const still = this.slots.stillReleasing(batch.jobs);
-        if (still.length > 0) void this.handBack(still, batch.reason);
-      }
-    }, this.unsureRetry.next());
-    this.unsureTimer.unref();
+    if (!this.unsureTimer.armed) this.unsureTimer.arm(this.unsureRetry.next());
+  }
+
+  private retryUnsure(): void {
+    // Once the worker stops, its own hand-back takes them (takeUnsureHandBacks).
+    if (!this.signals.accepting()) return;
+    for (const batch of this.unsure.splice(0)) {
+      const still = this.slots.stillReleasing(batch.jobs);
+      if (still.length > 0) void this.handBack(still, batch.reason);
+    }
   }
 
   /** Stop: the jobs of hand-backs still to be tried again, for the stop's own hand-back. */
   takeUnsureHandBacks(): JobRow[] {
-    clearTimeout(this.unsureTimer);
-    this.unsureTimer = undefined;
+    this.unsureTimer.clear();
     return this.slots.takeReleasing(this.unsure.splice(0).flatMap((batch) => batch.jobs));
   }
 }

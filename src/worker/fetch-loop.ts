@@ -2,21 +2,19 @@ import type { CycleResult, WorkerStore } from '../db/store.js';
 import { isDataRejection } from '../errors.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import { Loop } from '../lifecycle/loop.js';
+import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
 import { CycleStats } from './cycle-stats.js';
+import { CyclesInFlight } from './cycles-in-flight.js';
 import { DueTimes } from './due-times.js';
 import type { ClaimPlan } from './queue-state.js';
 import type { ClaimTarget } from './claim-target.js';
 import { LimitedClaims } from './limited-claims.js';
-import { doneForGood, type ResultBatch, type ResultSource } from './result-source.js';
+import { OrphanSweep } from './orphan-sweep.js';
+import { doneForGood, NO_RESULTS, type ResultBatch, type ResultSource } from './result-source.js';
 import { WakeCooldown } from './wake-cooldown.js';
-
-export type { ClaimTarget } from './claim-target.js';
 
 /** A claim after a wake goes without the results waiting while they are fewer than this. */
 const CLAIM_ALONE_BELOW = 4;
-
-/** The batch of a claim sent without the results waiting (they keep their flush timer). */
-const NO_RESULTS: ResultBatch = Object.freeze({ completed: [], failed: [], started: [], startedAt: [] });
 
 /** The result of a cycle that sent no statement. */
 const NOTHING_SENT: CycleResult = { completed: new Set(), failed: new Set(), skipped: new Set(), claimed: [] };
@@ -28,15 +26,6 @@ export interface FetchLoopConfig {
   pollIntervalMs: number;
   wakeCooldownMs: number;
 }
-
-/**
- * Cycles in flight at once, each on a connection of its own. One cycle at a time
- * leaves the worker idle for every round trip (it has run what it holds and waits
- * for the claim), and Postgres idle while the worker runs; a second cycle sent
- * while the first is out overlaps the two. More would only queue behind each
- * other in Postgres, and each cycle needs a pooled connection.
- */
-export const MAX_CYCLES_IN_FLIGHT = 2;
 
 /**
  * Decides when to send a cycle: the one statement that writes buffered results
@@ -67,26 +56,16 @@ export class FetchLoop {
   private backlog = false;
   /** Bumped by every wake, so a cycle that was already running cannot cancel it. */
   private wakes = 0;
-  private readonly inFlight = new Set<Promise<void>>();
-  /** Jobs the cycles in flight asked for, not back yet. */
-  private requested = 0;
-  /** Of those, how many their claims start at once (free slots promised to them). */
-  private startsRequested = 0;
+  private readonly inFlight = new CyclesInFlight();
   private again = false;
   private scheduled = false;
   /** True until start(): a wake before it (LISTEN in place while stop() waits for the start) claims nothing. */
   private stopping = true;
   private draining = false;
   private forceFlush = false;
-  /**
-   * A claim failed after it may have committed (its reply lost): rows may be
-   * locked to this worker that it never heard of. They go back to pending with the
-   * next statement, sent alone (sweep()).
-   */
-  private orphans = false;
-  private sweeping = false;
-  private flushTimer: NodeJS.Timeout | undefined;
-  private retryTimer: NodeJS.Timeout | undefined;
+  private readonly orphans: OrphanSweep;
+  private readonly flushTimer = new OneShotTimer(() => this.kick(true));
+  private readonly retryTimer = new OneShotTimer(() => this.kick());
 
   constructor(
     private readonly store: WorkerStore,
@@ -96,16 +75,17 @@ export class FetchLoop {
     private readonly plan: () => ClaimPlan,
     private readonly onError: (err: unknown) => void,
   ) {
+    this.orphans = new OrphanSweep(store, target, this.stats);
     // The fallback for missed notifications, and the only wake of workers that do not listen.
     this.poll = new Loop({ pass: () => this.wakeUnbatched(), intervalMs: config.pollIntervalMs, jitter: [0.75, 1.25] });
     this.limited = new LimitedClaims(
       store,
       config,
       target,
-      () => ({ jobs: this.requested, starts: this.startsRequested }),
+      () => ({ jobs: this.inFlight.requested, starts: this.inFlight.startsRequested }),
       (at) => this.wakeAt(at),
       onError,
-      () => (this.orphans = true),
+      () => (this.orphans.due = true),
     );
     this.cooldown = new WakeCooldown(
       config.wakeCooldownMs,
@@ -161,21 +141,15 @@ export class FetchLoop {
     void this.poll.stop();
     this.due.clear();
     this.cooldown.stop();
-    await this.settled();
-  }
-
-  private async settled(): Promise<void> {
-    while (this.inFlight.size > 0) await Promise.all(this.inFlight);
+    await this.inFlight.settled();
   }
 
   /** Writes every buffered result, retrying while the database is unreachable, until `deadline`. */
   async drain(deadline: number): Promise<void> {
     this.draining = true;
-    clearTimeout(this.flushTimer);
-    this.flushTimer = undefined;
-    clearTimeout(this.retryTimer);
-    this.retryTimer = undefined;
-    await this.settled();
+    this.flushTimer.clear();
+    this.retryTimer.clear();
+    await this.inFlight.settled();
     while (this.results.unwritten > 0) {
       if (this.results.size > 0 && (await this.send(0))) continue;
       if (Date.now() > deadline) return;
@@ -196,22 +170,26 @@ export class FetchLoop {
    */
   private claimable(): number {
     if (!this.mayHaveWork || this.stopping || (this.inFlight.size > 0 && !this.backlog)) return 0;
-    return Math.max(0, this.target.wanted() - this.requested);
+    return Math.max(0, this.target.wanted() - this.inFlight.requested);
   }
 
   /**
-   * Claim only this many or more: a batch while a backlog drains, any free slot
-   * after a wake. Not with a strict limited queue (see ClaimPlan.strict): nothing
-   * is claimed ahead there, so a slot left to wait for a batch (or for the
-   * completion flush timer) is a slot idle while its group may have due jobs.
+   * Claim only this many or more, unless a write goes out anyway. While a backlog
+   * drains, a quarter of the capacity (slots plus active prefetch), at most a
+   * quarter of a batch: a few jobs at a time would cost a round trip per few jobs.
+   * After a wake, any free slot; and always with a strict limited queue (see
+   * ClaimPlan.strict): nothing is claimed ahead there, so a slot left to wait for a
+   * batch (or the completion flush timer) is a slot idle while its group may have
+   * due jobs.
    */
   private threshold(): number {
-    return this.backlog && this.plan().strict.length === 0 ? this.batchThreshold() : 1;
+    if (!this.backlog || this.plan().strict.length > 0) return 1;
+    return Math.max(1, Math.floor(Math.min(this.target.capacity(), this.config.batchSize) / 4));
   }
 
   private kick(flush = false): void {
     if (flush) this.forceFlush = true;
-    if (this.inFlight.size >= MAX_CYCLES_IN_FLIGHT) {
+    if (this.inFlight.full) {
       this.again = true;
       return;
     }
@@ -225,8 +203,8 @@ export class FetchLoop {
   }
 
   private step(): void {
-    if (this.inFlight.size >= MAX_CYCLES_IN_FLIGHT || this.retryTimer || this.draining || this.sweeping) return;
-    if (this.orphans && !this.stopping) {
+    if (this.inFlight.full || this.retryTimer.armed || this.draining || this.orphans.running) return;
+    if (this.orphans.due && !this.stopping) {
       // Once the cycle in flight is back (it kicks again).
       if (this.inFlight.size === 0) this.sweep();
       return;
@@ -250,13 +228,12 @@ export class FetchLoop {
       if (this.results.size > 0) this.armFlushTimer();
     } else {
       this.forceFlush = false;
-      clearTimeout(this.flushTimer);
-      this.flushTimer = undefined;
+      this.flushTimer.clear();
     }
     // A write that goes out anyway takes a claim along for free, even below the threshold.
     void this.send(Math.min(wanted, this.config.batchSize), !claimOnly).then(() => {
       if (this.draining) return;
-      if (this.again || this.orphans || this.wantClaim()) {
+      if (this.again || this.orphans.due || this.wantClaim()) {
         this.again = false;
         this.kick();
       } else if (this.results.size > 0) {
@@ -267,64 +244,35 @@ export class FetchLoop {
     if (this.backlog && this.wantClaim()) this.kick();
   }
 
-  /**
-   * Gives back the rows a claim whose reply was lost locked to this worker: every
-   * row locked to it but not held. Sent alone, with no claim in flight: a claim
-   * beside it would bring rows this worker holds without the sweep knowing. They
-   * never ran here, so their attempts are not spent; without the sweep they waited
-   * for the rescuer, which counts the attempt of those the claim started (with
-   * maxAttempts 1: failed without running).
-   */
+  /** Sends the orphan sweep (see OrphanSweep): the rows a lost claim's reply may have locked here go back. */
   private sweep(): void {
-    this.sweeping = true;
-    const sweep = this.store.releaseOrphans(this.target.heldIds()).then(
-      (ids) => {
-        // The backoff stays: only a cycle that goes through resets it.
-        this.orphans = false;
-        this.stats.orphansReleased += ids.length;
-        if (ids.length > 0) this.mayHaveWork = true; // pending again
-      },
-      (err: unknown) => {
-        this.onError(err);
-        this.scheduleRetry();
-      },
-    );
-    const done = sweep.finally(() => {
-      this.sweeping = false;
-      this.inFlight.delete(done);
+    const sweep = () =>
+      this.orphans.run().then(
+        (released) => {
+          // The backoff stays: only a cycle that goes through resets it.
+          if (released > 0) this.mayHaveWork = true; // pending again
+        },
+        (err: unknown) => {
+          this.onError(err);
+          this.scheduleRetry();
+        },
+      );
+    void this.inFlight.track(0, 0, sweep).then(() => {
       // Not for a claim that fails each time (a limited queue's): that would spin.
       if (this.again || this.results.size > 0 || this.wantClaim()) this.kick();
     });
-    this.inFlight.add(done);
   }
 
   private armFlushTimer(): void {
-    if (this.flushTimer || this.draining) return;
-    this.flushTimer = setTimeout(() => {
-      this.flushTimer = undefined;
-      this.kick(true);
-    }, this.config.completionFlushMs);
+    if (!this.draining) this.flushTimer.arm(this.config.completionFlushMs);
   }
 
-  /**
-   * Sends one cycle; resolves false when it failed. The in-flight mark is cleared
-   * before anyone awaiting the result runs, so a follow-up kick() starts a cycle
-   * instead of being folded into one that has already ended.
-   */
+  /** Sends one cycle; resolves false when it failed. */
   private send(limit: number, withResults = true): Promise<boolean> {
     // Free slots another cycle out has promised to its jobs are not free for this one.
-    const startNow = Math.min(limit, Math.max(0, this.target.free() - this.startsRequested));
+    const startNow = Math.min(limit, Math.max(0, this.target.free() - this.inFlight.startsRequested));
     if (this.inFlight.size > 0) this.stats.overlapped++;
-    this.requested += limit;
-    this.startsRequested += startNow;
-    const cycle = this.cycle(limit, startNow, withResults).finally(() => {
-      this.requested -= limit;
-      this.startsRequested -= startNow;
-      this.inFlight.delete(done);
-    });
-    const done = cycle.then(() => {});
-    this.inFlight.add(done);
-    return cycle;
+    return this.inFlight.track(limit, startNow, () => this.cycle(limit, startNow, withResults));
   }
 
   /**
@@ -338,7 +286,7 @@ export class FetchLoop {
    */
   private async cycle(requested: number, startsRequested: number, withResults: boolean): Promise<boolean> {
     const wakesBefore = this.wakes;
-    const batch = withResults ? this.results.take() : NO_RESULTS;
+    const batch = withResults ? this.results.take() : NO_RESULTS; // the results waiting keep their flush timer
     // A result sent alone to find the one Postgres refuses goes without a claim.
     const limit = batch.alone ? 0 : requested;
     const startNow = batch.alone ? 0 : startsRequested;
@@ -401,7 +349,7 @@ export class FetchLoop {
     } catch (err) {
       const refused = isDataRejection(err) && batch.completed.length + batch.failed.length > 0;
       // A claim refused by Postgres claimed nothing; any other failure may have committed.
-      if (plainLimit > 0 && plan.plain.length > 0 && !isDataRejection(err)) this.orphans = true;
+      if (plainLimit > 0 && plan.plain.length > 0 && !isDataRejection(err)) this.orphans.due = true;
       const news = refused ? this.results.rejected(batch, err) : (this.results.restore(batch), true);
       // The claim may have committed with its reply lost: sweep() gives its jobs back.
       this.mayHaveWork = true;
@@ -445,20 +393,7 @@ export class FetchLoop {
     }
   }
 
-  /**
-   * While a backlog drains, claim only when this many jobs are wanted, unless a
-   * write goes out anyway: claiming a few jobs at a time would cost a round trip
-   * per few jobs. A quarter of the capacity (slots plus active prefetch), at most
-   * a quarter of a batch.
-   */
-  private batchThreshold(): number {
-    return Math.max(1, Math.floor(Math.min(this.target.capacity(), this.config.batchSize) / 4));
-  }
-
   private scheduleRetry(): void {
-    this.retryTimer = setTimeout(() => {
-      this.retryTimer = undefined;
-      this.kick();
-    }, this.retry.next());
+    this.retryTimer.arm(this.retry.next());
   }
 }

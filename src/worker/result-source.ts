@@ -19,6 +19,9 @@ export interface ResultBatch<C extends CompletionWrite = CompletionWrite, F exte
   alone?: boolean;
 }
 
+/** A batch with no result in it: a cycle that only claims. */
+export const NO_RESULTS: ResultBatch = Object.freeze({ completed: [], failed: [], started: [], startedAt: [] });
+
 /** What the database did with a batch. */
 export interface AppliedResults {
   completed: ReadonlySet<string>;

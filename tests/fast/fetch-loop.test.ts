@@ -7,7 +7,8 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import type { JobRow } from '../../src/job.js';
 import { Completer } from '../../src/worker/completer.js';
-import { FetchLoop, type ClaimTarget } from '../../src/worker/fetch-loop.js';
+import type { ClaimTarget } from '../../src/worker/claim-target.js';
+import { FetchLoop } from '../../src/worker/fetch-loop.js';
 import type { ClaimPlan } from '../../src/worker/queue-state.js';
 import { Run } from '../../src/worker/run.js';
 import { MemoryDatabase, type MemoryStore } from '../helpers/memory-store.js';
