@@ -1,3 +1,4 @@
+import { createRequire } from 'node:module';
 import pg from 'pg';
 
 /*
@@ -73,14 +74,18 @@ export function parseTimestamptz(text: string, fallback: (text: string) => unkno
 }
 
 /**
- * Type parsers for the statements on a pool Sluice made: timestamptz by
- * parseTimestamptz, every other type as pg parses it. (On your own pool, which may
- * carry parsers of its own, pg's are left alone.)
+ * Type parsers for Sluice's statements, on any pool: timestamptz by
+ * parseTimestamptz, every other type as pg parses it by default. Not pg's global
+ * registry (pg.types), which an application may have changed for its own queries
+ * (`setTypeParser(1184, (v) => v)` for timestamps as strings, a jsonb parser): on a
+ * pool of yours the worker read its claims through those and ran no job (outside
+ * review 69).
  */
 export const SLUICE_TYPES = {
   getTypeParser(oid: number, format?: string): (text: string) => unknown {
-    const pgParser = pg.types.getTypeParser(oid, (format ?? 'text') as 'text');
-    if (oid !== TIMESTAMPTZ_OID || (format !== undefined && format !== 'text')) return pgParser;
+    if (format !== undefined && format !== 'text') return pg.types.getTypeParser(oid, format as 'binary');
+    const pgParser = defaultTextParser(oid);
+    if (oid !== TIMESTAMPTZ_OID) return pgParser;
     // Asked once per column of every result: one closure per pg parser, not per call.
     if (timestamptz !== undefined && timestamptz.fallback === pgParser) return timestamptz.parse;
     const parse = (text: string) => parseTimestamptz(text, pgParser);
@@ -88,6 +93,29 @@ export const SLUICE_TYPES = {
     return parse;
   },
 };
+
+let defaults: Map<number, (text: string) => unknown> | undefined;
+
+/**
+ * pg's own text parser for `oid`, as it ships (pg-types' table, read once from the
+ * copy pg itself loads); text stays a string. Where that table cannot be loaded (a
+ * pg-types of another shape), pg's registry as it stands.
+ */
+function defaultTextParser(oid: number): (text: string) => unknown {
+  if (defaults === undefined) {
+    const table = new Map<number, (text: string) => unknown>();
+    try {
+      const fromPg = createRequire(createRequire(import.meta.url).resolve('pg'));
+      const parsers = fromPg('pg-types/lib/textParsers') as { init(register: (oid: number, fn: never) => void): void };
+      parsers.init((id, fn: (text: string) => unknown) => table.set(id, fn));
+    } catch {
+      // Left empty: pg's registry below.
+    }
+    defaults = table;
+  }
+  if (defaults.size === 0) return pg.types.getTypeParser(oid, 'text');
+  return defaults.get(oid) ?? String;
+}
 
 let timestamptz: { fallback: (text: string) => unknown; parse: (text: string) => unknown } | undefined;
 

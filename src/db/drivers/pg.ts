@@ -159,11 +159,10 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
     pool,
 
     async query(text: string, values?: unknown[], name?: string) {
-      // On a pool Sluice made, its own parsers and array encoding (see
-      // pg-encoding.ts); a pool of yours keeps whatever types you gave it.
-      const config: PgQueryConfig & { types?: typeof SLUICE_TYPES } = handle.owned
-        ? { text, values: encodeArrays(values), types: SLUICE_TYPES }
-        : { text, values };
+      // Sluice's own parsers on every pool, yours too: its statements must read
+      // their rows as it wrote them, whatever your pg.types say (see pg-encoding.ts).
+      // Its array encoding only on a pool it made.
+      const config = withSluiceTypes(text, handle.owned ? encodeArrays(values) : values);
       if (name) config.name = name;
       if (aborted) throw aborted;
       if (limit === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
@@ -203,7 +202,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
       const client = await take();
       try {
         await client.query('BEGIN');
-        const result = await fn(client);
+        const result = await fn({ query: (text, values) => client.query(withSluiceTypes(text, values)) });
         await client.query('COMMIT');
         client.removeListener('error', ignoreError);
         give(client);
@@ -299,4 +298,10 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
       await Promise.all([ending, ...cancels]);
     },
   };
+}
+
+/** A statement read with Sluice's parsers (SLUICE_TYPES), which pg takes per query. */
+function withSluiceTypes(text: string, values: unknown[] | undefined): PgQueryConfig {
+  const config: PgQueryConfig & { types: typeof SLUICE_TYPES } = { text, values, types: SLUICE_TYPES };
+  return config;
 }

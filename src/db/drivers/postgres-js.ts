@@ -63,7 +63,9 @@ async function loadPostgres(): Promise<Postgres> {
 const jsonText = (x: unknown) => (typeof x === 'string' ? x : JSON.stringify(x));
 
 interface ParsedOptions {
+  parsers: Record<number, unknown>;
   serializers: Record<number, unknown>;
+  transform: object;
   connection: Record<string, unknown>;
 }
 
@@ -93,17 +95,19 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
       const types = { sluiceJson: { to: 3802, from: [114, 3802], serialize: jsonText, parse: JSON.parse } };
       return postgres(url!, { ...settings, types, connection, onnotice: () => {} } as Options<{}>);
     }
-    // Reuse the caller's parsed options (what postgres.js's own listen() does), with
-    // our json serialisers. Array serialisers are dropped: postgres.js registers
-    // them again, bound to this instance's element serialisers.
+    // Reuse the caller's parsed options (what postgres.js's own listen() does): its
+    // connection settings, but postgres.js's own parsers and no transform, with our
+    // json serialisers. Sluice's statements must read their rows as they wrote them:
+    // with the caller's `transform: postgres.camel` or `types`, the worker read
+    // `max_attempts` as undefined and retried failing jobs for ever (outside review 69).
+    // Array parsers and serialisers come back as each connection fetches the types.
     const parsed = options.sql.options as ParsedOptions;
-    const serializers: Record<number, unknown> = { ...parsed.serializers, 114: jsonText, 3802: jsonText };
-    // 199 and 3807 are json[] and jsonb[].
-    delete serializers[199];
-    delete serializers[3807];
+    const plain = postgres({ max: 1, fetch_types: false }).options as unknown as ParsedOptions;
     return postgres({
       ...(parsed as object),
-      serializers,
+      parsers: { ...plain.parsers },
+      serializers: { ...plain.serializers, 114: jsonText, 3802: jsonText },
+      transform: plain.transform,
       onnotice: () => {},
       ...settings,
       connection: { ...parsed.connection, ...connection },
