@@ -260,26 +260,41 @@ describe('groups: fair claims', () => {
     expect(groupsOf((await claim('wlower', 2)).jobs)).toEqual(['heavy', 'heavy']);
   });
 
-  it('skips groups whose jobs are not due, and leaves the bound on visits to the next claim', async () => {
-    await t.queue.enqueueMany(
-      Array.from({ length: 200 }, (_, i) => ({
-        task: 't',
-        queue: 'future',
-        group: `f${String(i).padStart(3, '0')}`,
-        delayMs: 3_600_000,
-      })),
-    );
-    await t.queue.enqueue('t', {}, { queue: 'future', group: 'zz-due' });
-    // One job wanted: at most 32 groups are visited per claim, so the due group
-    // (after 200 delayed ones) is reached within a few claims, never in one scan of all.
-    let found: Claimed[] = [];
-    let claims = 0;
-    while (found.length === 0 && claims < 20) {
-      found = (await claim('future', 1)).jobs;
-      claims++;
+  /** `n` groups named `${prefix}0000`... in `queue`, each with only a job due in an hour. */
+  async function delayedGroups(queue: string, prefix: string, n: number): Promise<void> {
+    for (let from = 0; from < n; from += 1_000) {
+      await t.queue.enqueueMany(
+        Array.from({ length: Math.min(1_000, n - from) }, (_, i) => ({
+          task: 't',
+          queue,
+          group: `${prefix}${String(from + i).padStart(4, '0')}`,
+          delayMs: 3_600_000,
+        })),
+      );
     }
-    expect(groupsOf(found)).toEqual(['zz-due']);
-    expect(claims).toBeGreaterThan(1);
+  }
+
+  it('an empty-handed claim passes up to 1,024 groups with nothing due, and leaves the rest to the next claim (0028)', async () => {
+    // Before 0028 a claim visited at most 32 groups and its worker then waited for
+    // its next poll: a due job behind 1,000 such groups waited 44-54 s (review 68).
+    await delayedGroups('future', 'f', 200);
+    await t.queue.enqueue('t', {}, { queue: 'future', group: 'zz-due' });
+    expect(groupsOf((await claim('future', 1)).jobs)).toEqual(['zz-due']);
+
+    await delayedGroups('far', 'f', 1_100);
+    await t.queue.enqueue('t', {}, { queue: 'far', group: 'zz-due' });
+    // One scan of all of them is never made: the bound holds.
+    const first = await claim('far', 1);
+    expect(first.jobs).toEqual([]);
+    expect(groupsOf((await claim('far', 1)).jobs)).toEqual(['zz-due']);
+  });
+
+  it('a claim that holds jobs already visits at most max(32, 4 x its batch) groups (0028)', async () => {
+    await t.queue.enqueue('t', {}, { queue: 'bounded', group: 'a-due' });
+    await delayedGroups('bounded', 'm', 100);
+    await t.queue.enqueue('t', {}, { queue: 'bounded', group: 'zz-due' });
+    expect(groupsOf((await claim('bounded', 2)).jobs)).toEqual(['a-due']);
+    expect(groupsOf((await claim('bounded', 2)).jobs)).toEqual(['zz-due']);
   });
 
   it('a worker drains the small groups while the big backlog waits its turns', async () => {
