@@ -143,7 +143,11 @@ describe('usage errors exit 2 with one line', () => {
       ['enqueue', 't', '--delay', '10'],
       /--delay.*needs a unit: 10ms for milliseconds, 10s for seconds/,
     ],
-    ['bad date', ['enqueue', 't', '--run-at', 'tomorrowish'], /must be a date/],
+    ['bad date', ['enqueue', 't', '--run-at', 'tomorrowish'], /must be an ISO 8601 date/],
+    // JavaScript's Date took these (as 2001-12-01, and 2 March): outside review 69.
+    ['a bare number as a date', ['enqueue', 't', '--run-at', '12'], /must be an ISO 8601 date/],
+    ['a date that does not exist', ['enqueue', 't', '--run-at', '2030-02-30'], /not a date that exists/],
+    ['a time without its zone', ['enqueue', 't', '--run-at', '2030-01-01 10:00'], /needs a time zone/],
     ['unknown status', ['jobs', 'list', '--status', 'done'], /unknown status "done"/],
     ['retry without id or --failed', ['jobs', 'retry'], /give a job id or --failed/],
     ['bulk delete without --older-than', ['jobs', 'delete', '--completed'], /needs --older-than/],

@@ -68,6 +68,10 @@ describe('dead letters', () => {
 
   it('refuses unclear requests', async () => {
     await expect(redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: [] })).rejects.toBeInstanceOf(ValidationError);
+    // Both: refused, not every dead letter redriven (outside review 69).
+    const failedBefore = (await statusCounts(fx.db)).failed ?? 0;
+    await expect(redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: ['1'], all: true } as never)).rejects.toThrow(/not both/);
+    expect((await statusCounts(fx.db)).failed ?? 0).toBe(failedBefore);
     const both = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '1', '--all']);
     expect(both.code).toBe(2);
     expect(both.stderr).toContain('give job ids, or --all');

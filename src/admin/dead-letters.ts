@@ -56,6 +56,10 @@ export async function redriveDeadLetters(
 ): Promise<RedriveResult> {
   // A misspelt `queue` would redrive the failed jobs of every queue.
   target = knownOptions(target, REDRIVE_KEYS, 'redriveDeadLetters');
+  // Both given: which one was meant is not known, and `all` would redrive every dead letter.
+  if ('all' in target && 'ids' in target && target.all !== undefined && target.ids !== undefined) {
+    throw new ValidationError('redriveDeadLetters: give { ids: [...] } or { all: true }, not both');
+  }
   if ('all' in target && target.all === true) {
     const { retried } = await retryFailed(db, schema, target.queue === undefined ? options : { ...options, queue: target.queue });
     return { redriven: retried, skipped: [] };
