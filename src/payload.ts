@@ -185,7 +185,15 @@ function mangledObject(value: unknown): string | undefined {
     return 'an Error, which JSON turns into {} (its message and stack are not enumerable)';
   }
   if (types.isRegExp(value)) return 'a RegExp, which JSON turns into {}';
-  if (types.isWeakMap(value) || types.isWeakSet(value) || types.isPromise(value)) return 'an object JSON turns into {}';
+  if (
+    types.isWeakMap(value) ||
+    types.isWeakSet(value) ||
+    types.isPromise(value) ||
+    value instanceof WeakRef ||
+    value instanceof FinalizationRegistry
+  ) {
+    return 'an object JSON turns into {}';
+  }
   if (types.isAnyArrayBuffer(value) || types.isArrayBufferView(value)) {
     return 'binary data (an ArrayBuffer or a typed array), which JSON turns into {} or an object keyed by index';
   }

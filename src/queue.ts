@@ -79,6 +79,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
   private readonly wakeUps: WakeUps | undefined;
   /** Enqueues running on this Queue's own pool right now. */
   private ownInFlight = 0;
+  private closed = false;
   private readonly prepared: boolean;
   private readonly schemas: Map<string, StandardSchemaV1>;
 
@@ -351,6 +352,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Ends the connections Sluice opened (a pool or `sql` you passed in is left open). */
   async close(): Promise<void> {
+    this.closed = true;
     await this.wakeUps?.settled();
     await this.outcomes?.stop();
     await this.db?.end();
@@ -379,6 +381,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
   }
 
   private ownDriver(): Driver {
+    // Said plainly: pg's own words for it are "Cannot use a pool after calling end on the pool".
+    if (this.closed) throw new ConfigError('this Queue is closed (close() was called): make a new Queue, or pass { tx }');
     if (!this.db) throw new ConfigError('this Queue has no connection: pass { tx } or give connectionString, pool or sql');
     return this.db;
   }

@@ -154,6 +154,7 @@ describe('usage errors exit 2 with one line', () => {
     ['delete id and bulk', ['jobs', 'delete', '5', '--completed', '--older-than', '1d'], /give a job id, or/],
     ['worker without --tasks', ['worker'], /required option '--tasks <module>'/],
     ['worker with a missing module', ['worker', '--tasks', './no/such/tasks.js'], /task module not found/],
+    ['worker with a directory as its module', ['worker', '--tasks', './tests'], /task module is a directory/],
     ['not a job id', ['jobs', 'show', '12abc'], /not a job id/],
   ];
   it('for every kind of mistake', async () => {

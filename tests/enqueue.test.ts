@@ -371,6 +371,7 @@ describe('enqueue', () => {
       ['a RegExp inside a payload', () => queue.enqueue('t', { re: /x/ })],
       ['a typed array inside a payload', () => queue.enqueue('t', { bytes: new Uint8Array([1, 2]) })],
       ['a WeakMap payload', () => queue.enqueue('t', new WeakMap())],
+      ['a WeakRef inside a payload', () => queue.enqueue('t', { ref: new WeakRef({}) })],
       ['bigint priority', () => queue.enqueue('t', {}, { priority: 10n as unknown as number })],
       [
         'enqueueAfterCommit with a throwing Proxy',
@@ -429,6 +430,18 @@ describe('enqueue', () => {
     it('a Queue without a connection needs tx', async () => {
       await expect(new Queue({ schema: db.schema }).enqueue('t', {})).rejects.toBeInstanceOf(ConfigError);
     });
+  });
+
+  it('a closed Queue says so, on its own pool or yours, and still takes { tx } (outside review 69)', async () => {
+    for (const options of [{ connectionString: db.url }, { pool: db.pool }]) {
+      const closed = new Queue({ ...options, schema: db.schema });
+      await closed.enqueue('before_close', {});
+      await closed.close();
+      await expect(closed.enqueue('after_close', {})).rejects.toThrow(ConfigError);
+      await expect(closed.getJob('1')).rejects.toThrow(/this Queue is closed/);
+      const id = await closed.enqueue('after_close_tx', {}, { tx: db.pool });
+      expect((await queue.getJob(id))?.task).toBe('after_close_tx');
+    }
   });
 
   describe('preparedStatements', () => {

@@ -97,6 +97,10 @@ describe('dashboard JSON API: groups and limits', () => {
       expect(answer.status).toBe(400);
       expect(answer.body.error.message).toContain(`got "${top}"`);
     }
+    // Review 68: the message named the library's `limit`, not the parameter given.
+    const zero = await api('/api/queues/dq/groups?top=0');
+    expect(zero.status).toBe(400);
+    expect(zero.body.error.message).toMatch(/^\?top= /);
   });
 
   it('serves the routes of a queue whose name has 128 characters, percent-encoded to 1,536', async () => {

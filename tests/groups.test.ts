@@ -627,6 +627,13 @@ describe("groups: the claim statement's plans (0019)", () => {
   });
 });
 
+/** A Proxy whose every use throws a TypeError. */
+function revoked(): never {
+  const { proxy, revoke } = Proxy.revocable({}, {});
+  revoke();
+  return proxy as never;
+}
+
 describe('groups: settings', () => {
   it('rejects bad settings with a ValidationError', async () => {
     const bad: [string, () => Promise<unknown>][] = [
@@ -642,6 +649,18 @@ describe('groups: settings', () => {
       ['null settings for a group', () => setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', null as never)],
       ['no settings for a group', () => setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', {})],
       ['129 emoji', () => setGroupSettings(t.db.pool, t.db.schema, 'q', '😀'.repeat(129), { weight: 2 })],
+      // Input that throws as it is read (outside review 68: a plain Error or TypeError came through).
+      [
+        'a getter that throws',
+        () =>
+          setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', {
+            get weight(): number {
+              throw new Error('boom');
+            },
+          }),
+      ],
+      ['revoked Proxy group settings', () => setQueueGroups(t.db.pool, t.db.schema, 'q', revoked())],
+      ['revoked Proxy rate limit', () => setQueueRateLimit(t.db.pool, t.db.schema, 'q', revoked())],
     ];
     for (const [what, call] of bad) await expect(call(), what).rejects.toBeInstanceOf(ValidationError);
     // Nothing was written by any of them: 'q' has no settings (setQueueGroups({}) used to flag it grouped).

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { extname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { TaskList } from '../job.js';
@@ -13,6 +13,7 @@ import { CommandFailed, UsageError } from './output.js';
 export async function loadTasks(path: string): Promise<TaskList> {
   const file = resolve(process.cwd(), path);
   if (!existsSync(file)) throw new UsageError(`task module not found: ${file}`);
+  if (statSync(file).isDirectory()) throw new UsageError(`task module is a directory, not a file: ${file}`);
   let mod: Record<string, unknown>;
   try {
     mod = await import(pathToFileURL(file).href);

@@ -43,7 +43,13 @@ export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): 
     const top = (req.query as { top?: string }).top;
     // Only digits become a number: getGroupStats then quotes what was given ("abc", "1e3"), not NaN (review 62).
     const limit = top !== undefined && /^\d{1,9}$/.test(top) ? Number(top) : (top as unknown as number | undefined);
-    const stats = await getGroupStats(db, schema, queue, limit === undefined ? {} : { limit });
+    const stats = await getGroupStats(db, schema, queue, limit === undefined ? {} : { limit }).catch((err: unknown) => {
+      // The library's option is `limit`; here it is the ?top= parameter.
+      if (err instanceof ValidationError && /^limit\b/.test(err.message)) {
+        throw new ValidationError(err.message.replace(/^limit\b/, '?top='), { cause: err });
+      }
+      throw err;
+    });
     const settings = await listGroupSettings(db, schema, queue);
     return reply.header('cache-control', 'no-store').send({ ...stats, settings });
   });

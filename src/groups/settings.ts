@@ -3,7 +3,7 @@ import { rows, type Queryable } from '../db/executor.js';
 import { groupStatements } from '../db/statements/groups.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
 import { encodeControl } from '../notify/codec.js';
-import { checks } from '../validate.js';
+import { checks, readOrFail } from '../validate.js';
 
 const { checkName, intOption, rejectUnknownKeys } = checks(ValidationError);
 
@@ -130,12 +130,16 @@ export async function setQueueGroups(
   settings: QueueGroupOptions,
   options: ActionOptions = {},
 ): Promise<QueueLimits> {
-  // Nothing to set would still turn the queue grouped, for good: surely not what was meant.
-  requireSome(settings, 'group settings: give groupConcurrency or groupRateLimit (null removes one)');
-  rejectUnknownKeys(settings, new Set(['groupConcurrency', 'groupRateLimit']), 'group settings');
-  const concurrency =
-    settings.groupConcurrency === undefined ? undefined : limitOption('groupConcurrency', settings.groupConcurrency);
-  const rate = settings.groupRateLimit === undefined ? undefined : resolveRateLimit('groupRateLimit', settings.groupRateLimit);
+  const { concurrency, rate } = readOrFail(ValidationError, 'group settings', () => {
+    // Nothing to set would still turn the queue grouped, for good: surely not what was meant.
+    requireSome(settings, 'group settings: give groupConcurrency or groupRateLimit (null removes one)');
+    rejectUnknownKeys(settings, new Set(['groupConcurrency', 'groupRateLimit']), 'group settings');
+    const { groupConcurrency, groupRateLimit } = settings;
+    return {
+      concurrency: groupConcurrency === undefined ? undefined : limitOption('groupConcurrency', groupConcurrency),
+      rate: groupRateLimit === undefined ? undefined : resolveRateLimit('groupRateLimit', groupRateLimit),
+    };
+  });
   const q = groupStatements(schema);
   return toLimits(
     await write<QueueRow>(db, q.setQueueGroups, queue, [
@@ -169,7 +173,7 @@ export async function setQueueRateLimit(
   options: ActionOptions = {},
 ): Promise<QueueLimits> {
   if (rate === undefined) throw new ValidationError('rate limit: give { limit, intervalMs?, burst? } or null for none');
-  const r = resolveRateLimit('rate limit', rate);
+  const r = readOrFail(ValidationError, 'rate limit', () => resolveRateLimit('rate limit', rate));
   const q = groupStatements(schema);
   return toLimits(
     await write<QueueRow>(db, q.setQueueRate, queue, [
@@ -199,13 +203,17 @@ export async function setGroupSettings(
   settings: GroupOptions,
   options: ActionOptions = {},
 ): Promise<GroupSettings> {
-  requireSome(settings, 'group settings: give weight, concurrencyLimit or rateLimit (null: the queue default)');
-  rejectUnknownKeys(settings, new Set(['weight', 'concurrencyLimit', 'rateLimit']), 'group settings');
   const key = group === null ? '' : checkName('group', group);
-  const weight = settings.weight === undefined ? undefined : intOption('weight', settings.weight, 1, 1, 1000);
-  const concurrency =
-    settings.concurrencyLimit === undefined ? undefined : limitOption('concurrencyLimit', settings.concurrencyLimit);
-  const rate = settings.rateLimit === undefined ? undefined : resolveRateLimit('rateLimit', settings.rateLimit);
+  const { weight, concurrency, rate } = readOrFail(ValidationError, 'group settings', () => {
+    requireSome(settings, 'group settings: give weight, concurrencyLimit or rateLimit (null: the queue default)');
+    rejectUnknownKeys(settings, new Set(['weight', 'concurrencyLimit', 'rateLimit']), 'group settings');
+    const { weight, concurrencyLimit, rateLimit } = settings;
+    return {
+      weight: weight === undefined ? undefined : intOption('weight', weight, 1, 1, 1000),
+      concurrency: concurrencyLimit === undefined ? undefined : limitOption('concurrencyLimit', concurrencyLimit),
+      rate: rateLimit === undefined ? undefined : resolveRateLimit('rateLimit', rateLimit),
+    };
+  });
   const q = groupStatements(schema);
   return toGroup(
     await write<GroupRow>(db, q.setGroup, queue, [
