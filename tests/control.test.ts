@@ -118,6 +118,31 @@ describe('cancellation', () => {
     expect(await job(bad)).toMatchObject({ status: 'cancelled', attempts: 1, last_error: null });
   });
 
+  it('a running job cancelled while its handler ignores the signal is reported cancelled, not also lock-lost', async () => {
+    let release: (() => void) | undefined;
+    const [worker] = await startWorkers(1, {
+      queues: ['c-ignore'],
+      heartbeatIntervalMs: 100,
+      tasks: {
+        // Ignores its signal: runs on after the cancel, through several heartbeats.
+        stubborn: async () => new Promise<void>((resolve) => (release = resolve)),
+      },
+    });
+    const events: string[] = [];
+    worker!.on('job:lock-lost', (j) => events.push(`lock-lost ${j.id}`));
+    worker!.on('job:cancel', (j) => events.push(`cancel ${j.id}`));
+    const id = await suite.queue.enqueue('stubborn', {}, { queue: 'c-ignore' });
+    await waitFor(() => release, 'the job to start');
+    await suite.queue.cancel(id);
+    await waitForStatus(id, 'cancelled');
+    // Heartbeats find the row no longer locked to the worker meanwhile (review 69: job:lock-lost as well).
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    release!();
+    await waitFor(() => events.length > 0, 'the cancel event');
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(events).toEqual([`cancel ${id}`]);
+  });
+
   it('finished or unknown jobs cannot be cancelled; a bad id is a ValidationError', async () => {
     const id = await suite.queue.enqueue('x', {}, { queue: 'c-done' });
     await suite.db.pool.query(`UPDATE ${suite.db.s}.jobs SET status = 'completed' WHERE id = $1`, [id]);

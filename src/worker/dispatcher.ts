@@ -143,7 +143,8 @@ export class Dispatcher {
         continue;
       }
       const run = this.slots.runOf(id);
-      if (!run) continue;
+      // A cancelled job's lock went with its cancel, which its run has had (job:cancel): not lost too.
+      if (!run || run.abortCause === 'cancelled') continue;
       this.abort(run, 'lock-lost', `job ${id}: lock expired and the job was taken back`);
       this.signals.emit('job:lock-lost', run.job);
     }
