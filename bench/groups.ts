@@ -168,7 +168,9 @@ async function claimCost(): Promise<void> {
     await pool.query(`UPDATE ${s}.queues SET group_concurrency = 2 WHERE name = 'q'`);
     await fill(1_000_000, 0);
     await measure('1,000,000 pending over 10,000 groups, group limit 2');
-    log(`  (visits per claim are bounded at max(32, 4 x batch) = 80; schema ${schema})`);
+    log(
+      `  (visits per claim are bounded at max(32, 4 x batch) = 80 once it holds a job, 1,024 before (0028); schema ${schema})`,
+    );
   } finally {
     await drop();
   }

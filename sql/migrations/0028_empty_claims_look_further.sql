@@ -16,7 +16,8 @@
 -- has jobs keeps the old bound. Passing a group with nothing due costs two index
 -- descents; passing a full group, one.
 --
--- claim_queue() as in 0024, with that change.
+-- claim_queue() as in 0024, with that change, and no UPDATE run for a visit that
+-- found nothing to claim.
 
 CREATE OR REPLACE FUNCTION :SCHEMA.claim_queue(_queue text, _worker text, _tasks text[], _max integer, _max_visits integer,
                                     _start_now integer, _finished bigint[])
@@ -281,16 +282,21 @@ BEGIN
         LIMIT _take
         FOR UPDATE SKIP LOCKED);
     END IF;
-    RETURN QUERY
-      UPDATE :SCHEMA.jobs j
-      SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = _worker,
-          updated_at = now(),
-          started_at = CASE WHEN _total + p.n <= _starts THEN now() END,
-          key_scope = CASE WHEN j.key_scope = 'pending' AND _total + p.n <= _starts THEN 'released' ELSE j.key_scope END
-      FROM unnest(_ids) WITH ORDINALITY AS p(id, n)
-      WHERE j.id = p.id
-      RETURNING j, NULL::timestamptz;
-    GET DIAGNOSTICS _got = ROW_COUNT;
+    -- A group with nothing due skips the UPDATE (a statement run on no rows): an
+    -- empty claim may now visit a thousand such groups.
+    _got := 0;
+    IF cardinality(_ids) > 0 THEN
+      RETURN QUERY
+        UPDATE :SCHEMA.jobs j
+        SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = _worker,
+            updated_at = now(),
+            started_at = CASE WHEN _total + p.n <= _starts THEN now() END,
+            key_scope = CASE WHEN j.key_scope = 'pending' AND _total + p.n <= _starts THEN 'released' ELSE j.key_scope END
+        FROM unnest(_ids) WITH ORDINALITY AS p(id, n)
+        WHERE j.id = p.id
+        RETURNING j, NULL::timestamptz;
+      GET DIAGNOSTICS _got = ROW_COUNT;
+    END IF;
     IF _got > 0 AND cardinality(_finished) > 0 THEN
       -- Running again, in this worker: counted from now on (see the top of this file).
       _finished := ARRAY(SELECT unnest(_finished) EXCEPT SELECT unnest(_ids));
