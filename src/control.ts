@@ -2,7 +2,7 @@ import type { ControlStatements } from './db/statements/control.js';
 import { encodeControl } from './notify/codec.js';
 import { rows, type Queryable } from './db/executor.js';
 import { ValidationError, wrapDatabaseError } from './errors.js';
-import { actorOf, type ActionOptions } from './admin/jobs.js';
+import { actorOfOptions, type ActionOptions } from './admin/jobs.js';
 import { checks } from './validate.js';
 
 const { checkName, intOption } = checks(ValidationError);
@@ -68,7 +68,7 @@ async function upsertQueue(
   options: ActionOptions,
 ): Promise<QueueSettings> {
   const name = checkName('queue', queue);
-  const actor = actorOf(options);
+  const actor = actorOfOptions(options, 'queue settings');
   try {
     const [row] = await rows<QueueRow>(db, text, [name, value, channel, actor, encodeControl({ c: 'queues' })]);
     return toSettings(row!);

@@ -1,3 +1,4 @@
+import { inspect } from 'node:util';
 import { checks, readOrFail, snapshotOptions, unreadable } from './validate.js';
 import { hasConnection, resolveDriverName, type PgPool } from './db/connection.js';
 import type { Driver, DriverName } from './db/driver.js';
@@ -147,7 +148,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
                 v.job_key_mode,
                 v.while_processing,
               ]);
-        return row!.id;
+        return jobIdOf(row);
       });
       this.metrics?.enqueued.inc({ queue: v.queue, task: v.task });
       return id;
@@ -191,7 +192,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
           : this.insert<{ id: string }>(db, batch.statement, batch.params(traceContext)),
       );
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
-      return result.map((r) => r.id);
+      return result.map(jobIdOf);
     } catch (err) {
       throw enqueueError(err, 'enqueueMany failed');
     }
@@ -386,6 +387,24 @@ export class Queue<T extends TaskMap = AnyTasks> {
     if (!this.db) throw new ConfigError('this Queue has no connection: pass { tx } or give connectionString, pool or sql');
     return this.db;
   }
+}
+
+/**
+ * The id an enqueue statement returned. On a connection of the caller's (a \`tx\`)
+ * the row comes through its parsing: a postgres.js transform may rename the
+ * column (postgres.pascal: \`Id\`), which is taken as the row's only value; what
+ * is no id at all (a row transform, a text parser) is a ConfigError, thrown into
+ * the caller's transaction, rather than an undefined id for a job that commits
+ * (outside review 70).
+ */
+function jobIdOf(row: { id?: unknown } | undefined): string {
+  const values = row && typeof row === 'object' ? Object.values(row) : [];
+  const id = row?.id ?? (values.length === 1 ? values[0] : undefined);
+  if (typeof id === 'string' && /^\d+$/.test(id)) return id;
+  throw new ConfigError(
+    `enqueue: the job's id came back as ${inspect(row)}, not as written: does the tx connection transform rows ` +
+      '(a postgres.js transform other than column renaming) or parse text columns? Enqueue on a connection without them',
+  );
 }
 
 /**

@@ -1,7 +1,8 @@
 import pg from 'pg';
 import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { Queue, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
+import { ConfigError, Queue, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
+import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
 // A worker on the application's own connection objects reads Sluice's rows with
@@ -126,6 +127,34 @@ describe("a worker on the application's own connection", () => {
       expect(row).toEqual({ someColumn: 1 });
     } finally {
       await sql.end();
+    }
+  });
+
+  it("postgres.js: an enqueue in the caller's transaction returns the id through a renaming transform, and refuses one it cannot read (review 70)", async () => {
+    const queue = new Queue({ connectionString: db.url, schema: db.schema });
+    const pascal = postgres(db.url, { max: 1, onnotice: () => {}, transform: postgres.pascal });
+    const wrapped = postgres(db.url, {
+      max: 1,
+      onnotice: () => {},
+      transform: { row: { from: (row: unknown) => ({ w: row }) } },
+    });
+    try {
+      const [one, many] = await pascal.begin(async (tx) => [
+        await queue.enqueue('t', {}, { queue: 'tx_pascal', tx: postgresJsAdapter(tx) }),
+        await queue.enqueueMany([{ task: 't', queue: 'tx_pascal' }], { tx: postgresJsAdapter(tx) }),
+      ]);
+      expect((await queue.getJob(one))?.queue).toBe('tx_pascal');
+      expect((await queue.getJob(many[0]!))?.queue).toBe('tx_pascal');
+      // Before: undefined came back for a job that committed.
+      await expect(
+        wrapped.begin((tx) => queue.enqueue('t', {}, { queue: 'tx_wrapped', tx: postgresJsAdapter(tx) })),
+      ).rejects.toThrow(ConfigError);
+      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'tx_wrapped'`);
+      expect(rows[0].n).toBe(0); // the error rolled the caller's transaction back
+    } finally {
+      await queue.close();
+      await pascal.end();
+      await wrapped.end();
     }
   });
 });

@@ -661,6 +661,24 @@ describe('groups: settings', () => {
       ],
       ['revoked Proxy group settings', () => setQueueGroups(t.db.pool, t.db.schema, 'q', revoked())],
       ['revoked Proxy rate limit', () => setQueueRateLimit(t.db.pool, t.db.schema, 'q', revoked())],
+      // The trailing { actor } options too (review 70), and names they do not know.
+      ['unknown action option', () => setGroupSettings(t.db.pool, t.db.schema, 'q', 'g', { weight: 2 }, { bogus: 1 } as never)],
+      ['revoked Proxy action options', () => setQueueGroups(t.db.pool, t.db.schema, 'q', { groupConcurrency: 2 }, revoked())],
+      [
+        'action options with a throwing getter',
+        () =>
+          setQueueRateLimit(
+            t.db.pool,
+            t.db.schema,
+            'q',
+            { limit: 5 },
+            {
+              get actor(): string {
+                throw new Error('boom');
+              },
+            },
+          ),
+      ],
     ];
     for (const [what, call] of bad) await expect(call(), what).rejects.toBeInstanceOf(ValidationError);
     // Nothing was written by any of them: 'q' has no settings (setQueueGroups({}) used to flag it grouped).

@@ -130,6 +130,15 @@ export interface AuditEntry {
   actor: string;
 }
 
+/**
+ * The actor of an action whose options are `{ actor }` alone (queue, group and
+ * schedule settings): the options read once, with names they do not know refused
+ * (outside review 70: a throwing getter came through raw, `{ bogus: 1 }` passed).
+ */
+export function actorOfOptions(options: ActionOptions | undefined, what: string): string {
+  return actorOf(knownOptions(options ?? {}, ACTION_KEYS, what));
+}
+
 /** The actor of an action, checked (1 to 256 characters); 'api' when none is given. */
 export function actorOf(options: ActionOptions): string {
   const actor = options.actor ?? 'api';

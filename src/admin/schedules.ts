@@ -1,7 +1,7 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { runNowStatements } from '../db/statements/run-now.js';
 import { wrapDatabaseError } from '../errors.js';
-import { actorOf, type ActionOptions } from './jobs.js';
+import { actorOfOptions, type ActionOptions } from './jobs.js';
 
 /**
  * Enqueues one job of a recurring schedule now, with the schedule's task,
@@ -21,7 +21,7 @@ export async function runScheduleNow(
   try {
     const [job] = await rows<{ id: string; queue: string }>(db, runNowStatements(schema).schedule, [
       String(name),
-      actorOf(options),
+      actorOfOptions(options, 'runScheduleNow'),
     ]);
     return job;
   } catch (err) {

@@ -1,4 +1,4 @@
-import { actorOf, type ActionOptions } from '../admin/jobs.js';
+import { actorOfOptions, type ActionOptions } from '../admin/jobs.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { groupStatements } from '../db/statements/groups.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
@@ -151,7 +151,7 @@ export async function setQueueGroups(
       rate?.burst ?? null,
       true,
       q.channel,
-      actorOf(options),
+      actorOfOptions(options, 'setQueueGroups'),
       encodeControl({ c: 'queues' }),
     ]),
   );
@@ -181,7 +181,7 @@ export async function setQueueRateLimit(
       r?.intervalMs ?? null,
       r?.burst ?? null,
       q.channel,
-      actorOf(options),
+      actorOfOptions(options, 'setQueueRateLimit'),
       encodeControl({ c: 'queues' }),
     ]),
   );
@@ -227,7 +227,7 @@ export async function setGroupSettings(
       rate?.intervalMs ?? null,
       rate?.burst ?? null,
       q.channel,
-      actorOf(options),
+      actorOfOptions(options, 'setGroupSettings'),
       encodeControl({ c: 'queues' }),
     ]),
   );
