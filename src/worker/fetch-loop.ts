@@ -212,7 +212,11 @@ export class FetchLoop {
     const wanted = this.claimable();
     const claimNow = wanted >= this.threshold();
     const flushNow = this.results.size > 0 && (this.forceFlush || this.results.size >= this.config.batchSize);
-    if (!claimNow && !flushNow) {
+    // Only limited queues, their claim out: nothing to send till it is back and kicks
+    // (outside review 70: the loop spun through thousands of empty cycles meanwhile).
+    const limitedOut = !flushNow && this.limited.busy && this.plan().plain.length === 0;
+    if ((!claimNow && !flushNow) || limitedOut) {
+      this.again ||= limitedOut;
       if (this.results.size > 0) this.armFlushTimer();
       return;
     }
@@ -254,7 +258,7 @@ export class FetchLoop {
         },
         (err: unknown) => {
           this.onError(err);
-          this.scheduleRetry();
+          this.retryTimer.arm(this.retry.next());
         },
       );
     void this.inFlight.track(0, 0, sweep).then(() => {
@@ -304,6 +308,7 @@ export class FetchLoop {
       if (!alongside && !wrote) return false;
       const { more, claimed } = await (alongside ?? this.limited.claim(plan.limited, limit, startNow, []));
       if (plan.plain.length === 0) {
+        this.stats.cycles++; // the limited claims' statement (the write's, if any, counted as sent)
         this.stats.claim(claimed);
         // With no plain queue the write claimed nothing: whether a backlog drains
         // (claims batched, a second cycle overlapping) is the limited claims' to say.
@@ -359,7 +364,7 @@ export class FetchLoop {
       // loop goes on at once. Backing off here left a worker holding three refused
       // results sending only those, ever further apart, claiming nothing (review 41).
       if (refused) this.kick();
-      else this.scheduleRetry();
+      else this.retryTimer.arm(this.retry.next());
       return false;
     }
     this.retry.reset();
@@ -373,7 +378,7 @@ export class FetchLoop {
         this.backlog = result.claimed.length >= plainLimit;
         this.mayHaveWork = this.backlog || this.wakes !== wakesBefore;
       }
-    } else {
+    } else if (result !== NOTHING_SENT) {
       this.stats.cycles++;
     }
     // What the statement did is done: an exception from an event listener below
@@ -391,9 +396,5 @@ export class FetchLoop {
     } catch (err) {
       this.onError(err);
     }
-  }
-
-  private scheduleRetry(): void {
-    this.retryTimer.arm(this.retry.next());
   }
 }

@@ -387,6 +387,24 @@ describe('FetchLoop: claiming', () => {
     expect(loop.stats).toMatchObject({ claims: 2, claimed: 1, emptyClaims: 1 });
   });
 
+  it('with limited queues alone, sends nothing more while their claim is out, and claims again once it is back (review 70)', async () => {
+    db.setQueue('serial', { limit: 1 });
+    setup({ slots: 4, plan: { plain: [], limited: ['serial'], strict: ['serial'], noAhead: ['serial'] } });
+    const release = db.holdNext('claimLimited');
+    loop.start();
+    await settle();
+    loop.wake();
+    await settle();
+    // Before: each hop of the loop started another cycle that sent nothing, counted as sent.
+    expect(loop.stats.cycles).toBe(0);
+    expect(loop.stats.overlapped).toBe(0);
+    const [job] = db.addMany(1, 't', { queue: 'serial' });
+    release();
+    await settle();
+    expect(ids(target.held)).toEqual([job]);
+    expect(loop.stats).toMatchObject({ cycles: 2, claims: 2, claimed: 1, overlapped: 0 });
+  });
+
   it("reports a failing limited claim without undoing the cycle's writes or its common claim", async () => {
     db.addMany(2, 't', { queue: 'bulk' });
     db.addMany(2, 't', { queue: 'serial' });
