@@ -450,6 +450,25 @@ describe('groups: limits', () => {
     expect(second.waitUntil!.getTime()).toBeLessThan(Date.now() + 31_000);
   });
 
+  it('a rate-limited queue with fewer due jobs than tokens sets no timer: an idle worker does not claim it every token (0028)', async () => {
+    // Review 71: a worker with more free slots than the burst was told to come back
+    // at the next token whatever the backlog, and claimed an empty queue for ever.
+    await setQueueRateLimit(t.db.pool, t.db.schema, 'rated-idle', { limit: 1, intervalMs: 60_000, burst: 5 });
+    expect(await claim('rated-idle', 10)).toEqual({ jobs: [], waitUntil: null });
+    await t.queue.enqueueMany([
+      { task: 't', queue: 'rated-idle' },
+      { task: 't', queue: 'rated-idle' },
+    ]);
+    const some = await claim('rated-idle', 10);
+    expect(some.jobs).toHaveLength(2);
+    expect(some.waitUntil).toBeNull();
+    // Three tokens left, four jobs due: all three spent, and a timer for the fourth.
+    await t.queue.enqueueMany(Array.from({ length: 4 }, () => ({ task: 't', queue: 'rated-idle' })));
+    const capped = await claim('rated-idle', 10);
+    expect(capped.jobs).toHaveLength(3);
+    expect(capped.waitUntil).not.toBeNull();
+  });
+
   it('rate-limits each group on its own', async () => {
     await setQueueGroups(t.db.pool, t.db.schema, 'grated', { groupRateLimit: { limit: 1, intervalMs: 60_000, burst: 2 } });
     await setGroupSettings(t.db.pool, t.db.schema, 'grated', 'vip', { rateLimit: { limit: 10, intervalMs: 60_000, burst: 4 } });
