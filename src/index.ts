@@ -6,6 +6,7 @@ export {
   type EnqueueArgs,
   type AfterCommitJobs,
   type WaitOptions,
+  type SettingOptions,
 } from './queue.js';
 export { Worker, type WorkerEvents } from './worker/worker.js';
 export type { CronSchedule } from './maintenance/cron-schedule.js';

@@ -10,7 +10,7 @@ import { traceEnqueue } from './tracing.js';
 import { controlStatements, type ControlStatements } from './db/statements/control.js';
 import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from './control.js';
 import { cancelJob, type CancelJobResult } from './admin/jobs.js';
-import { jobId as checkJobId } from './admin/input.js';
+import { jobId as checkJobId, knownOptions } from './admin/input.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
 import { ConfigError, enqueueError, JobNotFoundError, ValidationError, WaitTimeoutError, wrapDatabaseError } from './errors.js';
@@ -326,13 +326,15 @@ export class Queue<T extends TaskMap = AnyTasks> {
    * @example
    *   await queue.pauseQueue('emails'); // e.g. while the mail provider is down
    */
-  async pauseQueue(name: string, options: { tx?: Queryable } = {}): Promise<QueueSettings> {
-    return setQueuePaused(this.executor(options.tx), this.control, name, true);
+  async pauseQueue(name: string, options: SettingOptions = {}): Promise<QueueSettings> {
+    const { tx, actor } = settingOptions(options, 'pauseQueue');
+    return setQueuePaused(this.executor(tx), this.control, name, true, { actor });
   }
 
   /** Lets workers claim from a paused queue again (they hear of it at once). */
-  async resumeQueue(name: string, options: { tx?: Queryable } = {}): Promise<QueueSettings> {
-    return setQueuePaused(this.executor(options.tx), this.control, name, false);
+  async resumeQueue(name: string, options: SettingOptions = {}): Promise<QueueSettings> {
+    const { tx, actor } = settingOptions(options, 'resumeQueue');
+    return setQueuePaused(this.executor(tx), this.control, name, false, { actor });
   }
 
   /**
@@ -342,8 +344,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
    * @example
    *   await queue.setQueueConcurrency('ledger', 1);
    */
-  async setQueueConcurrency(name: string, limit: number | null, options: { tx?: Queryable } = {}): Promise<QueueSettings> {
-    return setQueueConcurrencyLimit(this.executor(options.tx), this.control, name, limit);
+  async setQueueConcurrency(name: string, limit: number | null, options: SettingOptions = {}): Promise<QueueSettings> {
+    const { tx, actor } = settingOptions(options, 'setQueueConcurrency');
+    return setQueueConcurrencyLimit(this.executor(tx), this.control, name, limit, { actor });
   }
 
   /** Every queue that has settings (paused or limited, or once was). */
@@ -387,6 +390,19 @@ export class Queue<T extends TaskMap = AnyTasks> {
     if (!this.db) throw new ConfigError('this Queue has no connection: pass { tx } or give connectionString, pool or sql');
     return this.db;
   }
+}
+
+/** Options of the Queue's queue settings: the caller's transaction, and who acts (audit log; default 'api'). */
+export interface SettingOptions {
+  tx?: Queryable;
+  actor?: string;
+}
+
+const SETTING_KEYS = new Set(['tx', 'actor']);
+
+/** The options read once, names they do not know refused (outside review 71: `actor` was dropped, `{ bogus: 1 }` taken). */
+function settingOptions(options: SettingOptions, what: string): SettingOptions {
+  return knownOptions(options ?? {}, SETTING_KEYS, what) ?? {};
 }
 
 /**

@@ -265,6 +265,23 @@ describe('retry control from handlers', () => {
 });
 
 describe('pause and resume', () => {
+  it("the Queue's queue settings take { tx, actor }: the actor goes to the audit log, unknown names are refused (review 71)", async () => {
+    await suite.queue.pauseQueue('pz-actor', { actor: 'ops' });
+    await suite.queue.setQueueConcurrency('pz-actor', 3, { actor: 'ops', tx: suite.db.pool });
+    await suite.queue.resumeQueue('pz-actor');
+    const { rows } = await suite.db.pool.query<{ action: string; actor: string }>(
+      `SELECT action, actor FROM ${suite.db.s}.audit_log WHERE queue = 'pz-actor' ORDER BY id`,
+    );
+    expect(rows.map((r) => r.actor)).toEqual(['ops', 'ops', 'api']);
+    await expect(suite.queue.pauseQueue('pz-actor', { bogus: 1 } as never)).rejects.toBeInstanceOf(ValidationError);
+    await expect(suite.queue.setQueueConcurrency('pz-actor', 1, { actr: 'x' } as never)).rejects.toThrow(/unknown option/);
+    await expect(suite.queue.pauseQueue('pz-actor', { actor: 'a\0b' })).rejects.toThrow(/actor holds a NUL/);
+    expect((await suite.queue.listQueues()).find((q) => q.name === 'pz-actor')).toMatchObject({
+      paused: false,
+      concurrencyLimit: 3,
+    });
+  });
+
   it('a paused queue is not claimed from by any worker, jobs still enqueue, resume wakes them at once', async () => {
     const ran: string[] = [];
     const list = await startWorkers(3, {

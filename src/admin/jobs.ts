@@ -10,7 +10,7 @@ import {
   type JobStatus,
   type UnfinishedStatus,
 } from '../job.js';
-import { checks } from '../validate.js';
+import { checks, unstorableText } from '../validate.js';
 import { checkStatus, jobId, knownOptions, query } from './input.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
@@ -145,6 +145,8 @@ export function actorOf(options: ActionOptions): string {
   if (typeof actor !== 'string' || actor.length === 0 || actor.length > 256) {
     throw new ValidationError('actor must be a string of 1 to 256 characters');
   }
+  const unstorable = unstorableText(actor);
+  if (unstorable) throw new ValidationError(`actor holds ${unstorable}`);
   return actor;
 }
 
