@@ -306,10 +306,10 @@ export class FetchLoop {
       if (!claimLimited) return wrote;
       // Only after the write: its claim of plain queues fills the free slots first.
       if (!alongside && !wrote) return false;
-      const { more, claimed } = await (alongside ?? this.limited.claim(plan.limited, limit, startNow, []));
+      const { more, perStatement } = await (alongside ?? this.limited.claim(plan.limited, limit, startNow, []));
+      // One statement per limited queue asked (the write's, if any, counted where it was sent).
+      for (const claimed of perStatement) this.stats.cycle(1, claimed);
       if (plan.plain.length === 0) {
-        this.stats.cycles++; // the limited claims' statement (the write's, if any, counted as sent)
-        this.stats.claim(claimed);
         // With no plain queue the write claimed nothing: whether a backlog drains
         // (claims batched, a second cycle overlapping) is the limited claims' to say.
         this.backlog = more;

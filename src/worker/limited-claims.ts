@@ -6,8 +6,8 @@ import type { ClaimTarget } from './claim-target.js';
 export interface LimitedOutcome {
   /** Some queue filled every slot it asked for, so it may have more. */
   more: boolean;
-  /** Jobs they gave. */
-  claimed: number;
+  /** Jobs each claim statement sent gave, in order (one per queue asked). */
+  perStatement: number[];
 }
 
 /** What the fetch loop's cycles in flight asked for, which a claim here must not take again. */
@@ -56,7 +56,7 @@ export class LimitedClaims {
     finished: readonly string[],
   ): Promise<LimitedOutcome> {
     let more = false;
-    let claimed = 0;
+    const perStatement: number[] = [];
     for (const queue of queues) {
       const requested = this.requested();
       const othersAsked = Math.max(0, requested.jobs - ownLimit);
@@ -66,8 +66,8 @@ export class LimitedClaims {
       try {
         const sentAt = performance.now();
         const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow, finished);
+        perStatement.push(jobs.length);
         if (jobs.length >= max) more = true;
-        claimed += jobs.length;
         // A rate limit (or a group another claimer held) held jobs back: claim again
         // when claim_queue() said, not before.
         if (retryAt !== null) this.wakeAt(retryAt);
@@ -80,6 +80,6 @@ export class LimitedClaims {
         this.onError(err);
       }
     }
-    return { more, claimed };
+    return { more, perStatement };
   }
 }

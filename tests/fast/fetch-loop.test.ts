@@ -405,6 +405,19 @@ describe('FetchLoop: claiming', () => {
     expect(loop.stats).toMatchObject({ cycles: 2, claims: 2, claimed: 1, overlapped: 0 });
   });
 
+  it('counts each statement it sends, one per limited queue, and the jobs each gave, beside plain queues too (review 71)', async () => {
+    db.setQueue('serial', { limit: 1 });
+    db.setQueue('serial2', { limit: 1 });
+    const limited = ['serial', 'serial2'];
+    setup({ slots: 4, plan: { plain: ['bulk'], limited, strict: limited, noAhead: limited } });
+    for (const queue of ['bulk', 'serial', 'serial2']) db.addMany(1, 't', { queue });
+    loop.start();
+    await settle();
+    expect(target.held).toHaveLength(3);
+    const sent = db.log.filter((e) => e.op === 'cycle' || e.op === 'claimLimited').length;
+    expect(loop.stats).toMatchObject({ cycles: sent, claimed: 3 });
+  });
+
   it("reports a failing limited claim without undoing the cycle's writes or its common claim", async () => {
     db.addMany(2, 't', { queue: 'bulk' });
     db.addMany(2, 't', { queue: 'serial' });
