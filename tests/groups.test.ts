@@ -574,14 +574,23 @@ describe('groups: claiming ahead (0019)', () => {
     const holder = new pg.Client({ connectionString: t.db.url });
     await holder.connect();
     try {
-      // The lock claim_queue() takes for the group (0016: hashtext of the queue and of the group).
+      // The key of a claim of the same names in another schema (0016-0024: the queue
+      // and group alone) no longer holds this schema's group (0028, review 72).
       await holder.query(`SELECT pg_advisory_lock(hashtext('ahead-busy'), hashtext('g'))`);
+      const other = await claim('ahead-busy', 1);
+      expect(other.jobs).toHaveLength(1);
+      expect(other.waitUntil).toBeNull();
+      await finish('ahead-busy');
+      await t.queue.enqueueMany(Array.from({ length: 3 }, () => ({ task: 't', queue: 'ahead-busy', group: 'g' })));
+      // The lock claim_queue() takes for the group: the queue's name with this schema's queues table, and the group.
+      const key = `hashtext('ahead-busy') # (SELECT tableoid::integer FROM ${t.db.s}.queues WHERE name = 'ahead-busy')`;
+      await holder.query(`SELECT pg_advisory_lock(${key}, hashtext('g'))`);
       const before = Date.now();
       const held = await claim('ahead-busy', 2);
       expect(held.jobs).toHaveLength(0);
       expect(held.waitUntil).not.toBeNull();
       expect(held.waitUntil!.getTime()).toBeLessThan(before + 1_000);
-      await holder.query(`SELECT pg_advisory_unlock(hashtext('ahead-busy'), hashtext('g'))`);
+      await holder.query(`SELECT pg_advisory_unlock(${key}, hashtext('g'))`);
       const free = await claim('ahead-busy', 2);
       expect(free.jobs).toHaveLength(2);
       expect(free.waitUntil).toBeNull();

@@ -23,6 +23,11 @@
 -- (outside review 71: 657 claims in 15 s at 20 per second; ~580 a second, 42% of
 -- a core, at 1,000 per second).
 --
+-- And: the advisory lock of a limited group is keyed by the schema's queues table
+-- too. It was (queue, group) alone, database-wide: a claim in one schema held the
+-- group of the same names in another, whose workers skipped it and came back
+-- every 5 ms until the first claim ended (outside review 72).
+--
 -- claim_queue() as in 0024, with those changes, and no UPDATE run for a visit
 -- that found nothing to claim.
 
@@ -57,7 +62,7 @@ DECLARE
   _take integer;
   _limit integer;
   _got integer;
-  _lock_queue integer := hashtext(_queue);
+  _lock_queue integer;         -- the advisory lock space of this schema's queue, set at its first use
   _group_rated boolean;
   _busy boolean := false;      -- a group was passed because another claimer held it
   _rate_tokens integer;        -- whole tokens of the queue's bucket, when fewer than wanted
@@ -243,6 +248,11 @@ BEGIN
       -- Full when the claim began: passed without taking its lock, so a claim
       -- locks only the groups it may take from.
       CONTINUE WHEN _next = ANY(_full);
+      IF _lock_queue IS NULL THEN
+        -- The queues table's oid in the key: advisory locks are database-wide, and
+        -- schemas with the same queue and group names held each other's groups.
+        SELECT hashtext(_queue) # tableoid::integer INTO _lock_queue FROM :SCHEMA.queues WHERE name = _queue;
+      END IF;
       IF NOT pg_try_advisory_xact_lock(_lock_queue, hashtext(_next)) THEN
         _busy := true;
         CONTINUE; -- another claimer is in this group right now
