@@ -469,6 +469,33 @@ describe('groups: limits', () => {
     expect(capped.waitUntil).not.toBeNull();
   });
 
+  it("an idle worker backs off while a transaction holds its limited queue's row, and claims once it ends (review 72)", async () => {
+    await setQueueRateLimit(t.db.pool, t.db.schema, 'rated-held', { limit: 20, intervalMs: 1_000, burst: 5 });
+    const ran: string[] = [];
+    const worker = await t.start({
+      queues: ['rated-held'],
+      concurrency: 10,
+      pollIntervalMs: 3_600_000,
+      tasks: { t: async (_p: unknown, { job }: { job: { id: string } }) => void ran.push(job.id) },
+    });
+    const admin = await t.db.pool.connect();
+    try {
+      // An admin's transaction that changed the queue's settings and is still open.
+      await admin.query('BEGIN');
+      await t.queue.setQueueConcurrency('rated-held', 50, { tx: admin });
+      const before = worker.stats.claims;
+      const id = await t.queue.enqueue('t', {}, { queue: 'rated-held' }); // wakes the worker
+      await new Promise((resolve) => setTimeout(resolve, 1_500));
+      // Told "come back in 5 ms" each time, it came back every 5-7 ms: some 200 claims here.
+      expect(worker.stats.claims - before).toBeLessThan(30);
+      await admin.query('COMMIT');
+      await waitFor(() => ran.includes(id), 'the job to run once the transaction ended');
+    } finally {
+      await admin.query('ROLLBACK').catch(() => {});
+      admin.release();
+    }
+  });
+
   it('rate-limits each group on its own', async () => {
     await setQueueGroups(t.db.pool, t.db.schema, 'grated', { groupRateLimit: { limit: 1, intervalMs: 60_000, burst: 2 } });
     await setGroupSettings(t.db.pool, t.db.schema, 'grated', 'vip', { rateLimit: { limit: 10, intervalMs: 60_000, burst: 4 } });
