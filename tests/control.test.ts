@@ -276,6 +276,9 @@ describe('pause and resume', () => {
     await expect(suite.queue.pauseQueue('pz-actor', { bogus: 1 } as never)).rejects.toBeInstanceOf(ValidationError);
     await expect(suite.queue.setQueueConcurrency('pz-actor', 1, { actr: 'x' } as never)).rejects.toThrow(/unknown option/);
     await expect(suite.queue.pauseQueue('pz-actor', { actor: 'a\0b' })).rejects.toThrow(/actor holds a NUL/);
+    // 200 emoji are 200 characters for Postgres, 400 UTF-16 units for JavaScript (review 72).
+    await suite.queue.pauseQueue('pz-actor', { actor: '\u{1F600}'.repeat(200) });
+    await suite.queue.resumeQueue('pz-actor');
     expect((await suite.queue.listQueues()).find((q) => q.name === 'pz-actor')).toMatchObject({
       paused: false,
       concurrencyLimit: 3,

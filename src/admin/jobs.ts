@@ -142,7 +142,8 @@ export function actorOfOptions(options: ActionOptions | undefined, what: string)
 /** The actor of an action, checked (1 to 256 characters); 'api' when none is given. */
 export function actorOf(options: ActionOptions): string {
   const actor = options.actor ?? 'api';
-  if (typeof actor !== 'string' || actor.length === 0 || actor.length > 256) {
+  // Characters as Postgres counts them (code points): 200 emoji are 400 UTF-16 units.
+  if (typeof actor !== 'string' || actor.length === 0 || [...actor].length > 256) {
     throw new ValidationError('actor must be a string of 1 to 256 characters');
   }
   const unstorable = unstorableText(actor);
