@@ -1,5 +1,5 @@
 import { inspect } from 'node:util';
-import { ValidationError } from './errors.js';
+import { ConfigError, ValidationError } from './errors.js';
 import { DEFAULT_QUEUE, type JobKeyMode, type JobSpec } from './job.js';
 import { serializePayload } from './payload.js';
 import { storableDelay, storableTime, timeOf } from './time-range.js';
@@ -94,4 +94,22 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     job_key_mode: mode,
     while_processing: whileProcessing,
   };
+}
+
+/**
+ * The id an enqueue statement returned. On a connection of the caller's (a \`tx\`)
+ * the row comes through its parsing: a postgres.js transform may rename the
+ * column (postgres.pascal: \`Id\`), which is taken as the row's only value; what
+ * is no id at all (a row transform, a text parser) is a ConfigError, thrown into
+ * the caller's transaction, rather than an undefined id for a job that commits
+ * (outside review 70).
+ */
+export function jobIdOf(row: { id?: unknown } | undefined): string {
+  const values = row && typeof row === 'object' ? Object.values(row) : [];
+  const id = row?.id ?? (values.length === 1 ? values[0] : undefined);
+  if (typeof id === 'string' && /^\d+$/.test(id)) return id;
+  throw new ConfigError(
+    `enqueue: the job's id came back as ${inspect(row)}, not as written: does the tx connection transform rows ` +
+      '(a postgres.js transform other than column renaming) or parse text columns? Enqueue on a connection without them',
+  );
 }

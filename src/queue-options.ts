@@ -1,4 +1,5 @@
 import type { DriverConnectionOptions } from './db/connection.js';
+import { knownOptions } from './admin/input.js';
 import type { Queryable } from './db/executor.js';
 import type { AnyTasks, JobOptions, TaskMap } from './job.js';
 import type { SluiceMetrics } from './metrics/metrics.js';
@@ -69,3 +70,45 @@ export interface WaitOptions {
   /** Re-read the job this often in case a notification was missed. Default 2000 ms. */
   pollIntervalMs?: number;
 }
+
+/** Options of the Queue's queue settings: the caller's transaction, and who acts (audit log; default 'api'). */
+export interface SettingOptions {
+  tx?: Queryable;
+  actor?: string;
+}
+
+const SETTING_KEYS = new Set(['tx', 'actor']);
+
+/** The options read once, names they do not know refused (outside review 71: `actor` was dropped, `{ bogus: 1 }` taken). */
+export function settingOptions(options: SettingOptions, what: string): SettingOptions {
+  return knownOptions(options ?? {}, SETTING_KEYS, what) ?? {};
+}
+
+const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
+/** The option names each takes: others are refused. */
+export const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'group', 'tx', ...KEY_OPTIONS]);
+export const SPEC_KEYS = new Set([
+  'task',
+  'payload',
+  'queue',
+  'runAt',
+  'delayMs',
+  'maxAttempts',
+  'priority',
+  'group',
+  ...KEY_OPTIONS,
+]);
+
+export const QUEUE_KEYS = new Set([
+  'connectionString',
+  'pool',
+  'sql',
+  'driver',
+  'schema',
+  'maxPayloadBytes',
+  'metrics',
+  'schemas',
+  'preparedStatements',
+  'listenConnectionString',
+  'statementTimeoutMs',
+]);

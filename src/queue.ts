@@ -1,4 +1,3 @@
-import { inspect } from 'node:util';
 import { checks, readOrFail, snapshotOptions, unreadable } from './validate.js';
 import { hasConnection, resolveDriverName, type PgPool } from './db/connection.js';
 import type { Driver, DriverName } from './db/driver.js';
@@ -10,7 +9,7 @@ import { traceEnqueue } from './tracing.js';
 import { controlStatements, type ControlStatements } from './db/statements/control.js';
 import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from './control.js';
 import { cancelJob, type CancelJobResult } from './admin/jobs.js';
-import { jobId as checkJobId, knownOptions } from './admin/input.js';
+import { jobId as checkJobId } from './admin/input.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
 import { ConfigError, enqueueError, JobNotFoundError, ValidationError, WaitTimeoutError, wrapDatabaseError } from './errors.js';
@@ -20,29 +19,21 @@ import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
-import { readInput, toJobValues } from './job-values.js';
+import { jobIdOf, readInput, toJobValues } from './job-values.js';
 import { enqueueBatch } from './enqueue-batch.js';
-import type { AfterCommitJobs, EnqueueArgs, QueueOptions, WaitOptions } from './queue-options.js';
+import {
+  ENQUEUE_KEYS,
+  QUEUE_KEYS,
+  settingOptions,
+  SPEC_KEYS,
+  type AfterCommitJobs,
+  type EnqueueArgs,
+  type QueueOptions,
+  type SettingOptions,
+  type WaitOptions,
+} from './queue-options.js';
 
-export type { AfterCommitJobs, EnqueueArgs, EnqueueOptions, QueueOptions, WaitOptions } from './queue-options.js';
-
-const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
-const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'group', 'tx', ...KEY_OPTIONS]);
-const SPEC_KEYS = new Set(['task', 'payload', 'queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'group', ...KEY_OPTIONS]);
-
-const QUEUE_KEYS = new Set([
-  'connectionString',
-  'pool',
-  'sql',
-  'driver',
-  'schema',
-  'maxPayloadBytes',
-  'metrics',
-  'schemas',
-  'preparedStatements',
-  'listenConnectionString',
-  'statementTimeoutMs',
-]);
+export type { AfterCommitJobs, EnqueueArgs, EnqueueOptions, QueueOptions, SettingOptions, WaitOptions } from './queue-options.js';
 
 /** The enqueue statements sent named (prepared once per connection) on the Queue's own pool. */
 type PreparedEnqueue = 'enqueue' | 'enqueueDeferred' | 'enqueueMany' | 'enqueueManyUniform';
@@ -390,37 +381,6 @@ export class Queue<T extends TaskMap = AnyTasks> {
     if (!this.db) throw new ConfigError('this Queue has no connection: pass { tx } or give connectionString, pool or sql');
     return this.db;
   }
-}
-
-/** Options of the Queue's queue settings: the caller's transaction, and who acts (audit log; default 'api'). */
-export interface SettingOptions {
-  tx?: Queryable;
-  actor?: string;
-}
-
-const SETTING_KEYS = new Set(['tx', 'actor']);
-
-/** The options read once, names they do not know refused (outside review 71: `actor` was dropped, `{ bogus: 1 }` taken). */
-function settingOptions(options: SettingOptions, what: string): SettingOptions {
-  return knownOptions(options ?? {}, SETTING_KEYS, what) ?? {};
-}
-
-/**
- * The id an enqueue statement returned. On a connection of the caller's (a \`tx\`)
- * the row comes through its parsing: a postgres.js transform may rename the
- * column (postgres.pascal: \`Id\`), which is taken as the row's only value; what
- * is no id at all (a row transform, a text parser) is a ConfigError, thrown into
- * the caller's transaction, rather than an undefined id for a job that commits
- * (outside review 70).
- */
-function jobIdOf(row: { id?: unknown } | undefined): string {
-  const values = row && typeof row === 'object' ? Object.values(row) : [];
-  const id = row?.id ?? (values.length === 1 ? values[0] : undefined);
-  if (typeof id === 'string' && /^\d+$/.test(id)) return id;
-  throw new ConfigError(
-    `enqueue: the job's id came back as ${inspect(row)}, not as written: does the tx connection transform rows ` +
-      '(a postgres.js transform other than column renaming) or parse text columns? Enqueue on a connection without them',
-  );
 }
 
 /**
