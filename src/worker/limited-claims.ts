@@ -95,8 +95,13 @@ export class LimitedClaims {
 
   /** When to claim `queue` again, told `retryAt` after a claim that gave `claimed` jobs. */
   private notBefore(queue: string, retryAt: number, claimed: number): number {
+    // Every empty answer with a retry time counts, however far off it looks: it is
+    // the server's clock, and a server a few ms ahead made each "5 ms" look longer,
+    // so the worker never backed off (outside review 73). An empty claim told to
+    // wait for a rate limit's token means other workers take the tokens: waiting a
+    // little longer costs the queue nothing.
     const now = Date.now();
-    if (claimed > 0 || retryAt - now > HELD_RETRY_MS) {
+    if (claimed > 0) {
       this.held.delete(queue);
       return retryAt;
     }
