@@ -496,6 +496,31 @@ describe('groups: limits', () => {
     }
   });
 
+  it('passes a new group whose settings row an open transaction is writing, instead of waiting for it (0028, review 73)', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'gr-new', { groupRateLimit: { limit: 100 } });
+    await t.queue.enqueue('t', {}, { queue: 'gr-new', group: 'acme' });
+    await t.queue.enqueue('t', {}, { queue: 'gr-new', group: 'other' });
+    const admin = await t.db.pool.connect();
+    try {
+      await admin.query('BEGIN');
+      await setGroupSettings(admin, t.db.schema, 'gr-new', 'acme', { weight: 2 });
+      // Before: the claim waited on the admin's uncommitted row until it committed.
+      const answer = await Promise.race([
+        claim('gr-new', 2),
+        new Promise<'waited'>((resolve) => setTimeout(() => resolve('waited'), 10_000).unref()),
+      ]);
+      expect(answer).not.toBe('waited');
+      const held = answer as Awaited<ReturnType<typeof claim>>;
+      expect(groupsOf(held.jobs)).toEqual(['other']);
+      expect(held.waitUntil).not.toBeNull(); // come back for acme in a moment
+      await admin.query('COMMIT');
+      expect(groupsOf((await claim('gr-new', 2)).jobs)).toEqual(['acme']);
+    } finally {
+      await admin.query('ROLLBACK').catch(() => {});
+      admin.release();
+    }
+  });
+
   it('rate-limits each group on its own', async () => {
     await setQueueGroups(t.db.pool, t.db.schema, 'grated', { groupRateLimit: { limit: 1, intervalMs: 60_000, burst: 2 } });
     await setGroupSettings(t.db.pool, t.db.schema, 'grated', 'vip', { rateLimit: { limit: 10, intervalMs: 60_000, burst: 4 } });

@@ -23,6 +23,11 @@
 -- (outside review 71: 657 claims in 15 s at 20 per second; ~580 a second, 42% of
 -- a core, at 1,000 per second).
 --
+-- And: the first claim of a group under a group rate limit, which creates the
+-- group's row for its token bucket, no longer waits for another session's
+-- uncommitted row of that group (an admin's setGroupSettings in an open
+-- transaction): it passes the group, as claims pass whatever another session holds.
+--
 -- And: the advisory lock of a limited group is keyed by the schema's queues table
 -- too. It was (queue, group) alone, database-wide: a claim in one schema held the
 -- group of the same names in another, whose workers skipped it and came back
@@ -62,6 +67,7 @@ DECLARE
   _take integer;
   _limit integer;
   _got integer;
+  _lock_timeout text;
   _lock_queue integer;         -- the advisory lock space of this schema's queue, set at its first use
   _group_rated boolean;
   _busy boolean := false;      -- a group was passed because another claimer held it
@@ -265,7 +271,20 @@ BEGIN
       END IF;
       IF _group_rated THEN
         IF g.queue IS NULL THEN
-          INSERT INTO :SCHEMA.job_groups (queue, group_key) VALUES (_queue, _next) ON CONFLICT DO NOTHING;
+          -- Another session's uncommitted row for this group (setGroupSettings in an
+          -- open transaction) makes the INSERT wait for that transaction's end, and
+          -- the whole claim with it: give up at once and pass the group, as a row
+          -- locked elsewhere is passed (outside review 73: a worker stalled for as
+          -- long as an admin's transaction stayed open).
+          BEGIN
+            _lock_timeout := current_setting('lock_timeout');
+            PERFORM set_config('lock_timeout', '1ms', true);
+            INSERT INTO :SCHEMA.job_groups (queue, group_key) VALUES (_queue, _next) ON CONFLICT DO NOTHING;
+            PERFORM set_config('lock_timeout', _lock_timeout, true);
+          EXCEPTION WHEN lock_not_available THEN
+            _busy := true;
+            CONTINUE;
+          END;
         END IF;
         SELECT * INTO g FROM :SCHEMA.job_groups WHERE queue = _queue AND group_key = _next FOR UPDATE SKIP LOCKED;
         CONTINUE WHEN NOT FOUND; -- an admin is changing its settings
