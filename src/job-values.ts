@@ -97,9 +97,9 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
 }
 
 /**
- * The id an enqueue statement returned. On a connection of the caller's (a \`tx\`)
+ * The id an enqueue statement returned. On a connection of the caller's (a `tx`)
  * the row comes through its parsing: a postgres.js transform may rename the
- * column (postgres.pascal: \`Id\`), which is taken as the row's only value; what
+ * column (postgres.pascal: `Id`), which is taken as the row's only value; what
  * is no id at all (a row transform, a text parser) is a ConfigError, thrown into
  * the caller's transaction, rather than an undefined id for a job that commits
  * (outside review 70).

@@ -88,6 +88,10 @@ interface ParsedOptions {
 export async function postgresJsDriver(options: PostgresJsDriverOptions): Promise<Driver> {
   const postgres = await loadPostgres();
 
+  // postgres.js's default parsers, serialisers and transform, read once from an
+  // instance that never connects: what the caller's instance is copied with.
+  let plain: ParsedOptions | undefined;
+
   function instance(settings: Record<string, unknown>, url = options.connectionString): Sql {
     const connection = { application_name: settings.application_name };
     delete settings.application_name;
@@ -102,7 +106,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
     // `max_attempts` as undefined and retried failing jobs for ever (outside review 69).
     // Array parsers and serialisers come back as each connection fetches the types.
     const parsed = options.sql.options as ParsedOptions;
-    const plain = postgres({ max: 1, fetch_types: false }).options as unknown as ParsedOptions;
+    plain ??= postgres({ max: 1, fetch_types: false }).options as unknown as ParsedOptions;
     return postgres({
       ...(parsed as object),
       parsers: { ...plain.parsers },

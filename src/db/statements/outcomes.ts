@@ -19,7 +19,7 @@ export function startedAt(alias: 'd' | 'f'): string {
 }
 
 /**
- * The CTE \`completed\` of the cycle (id, notify_on_finish of each job it
+ * The CTE `completed` of the cycle (id, notify_on_finish of each job it
  * completed). 'keep' marks the rows completed, with their results. 'delete'
  * deletes them instead: a DELETE only stamps the row as gone, where the UPDATE
  * writes a new version of it and an entry in two indexes (jobs_pkey and
