@@ -12,7 +12,7 @@ import {
   setQueueGroups,
   setQueueRateLimit,
 } from '../src/groups/settings.js';
-import { waitFor } from './helpers/database.js';
+import { createTestSchema, waitFor } from './helpers/database.js';
 import { prune } from '../src/maintenance/pruner.js';
 import { resolvePrunerConfig } from '../src/maintenance/options.js';
 import { maintenanceStatements } from '../src/db/statements/maintenance.js';
@@ -580,6 +580,43 @@ async function startedOf(jobs: Claimed[]): Promise<[string | null, boolean][]> {
 }
 
 describe('groups: claiming ahead (0019)', () => {
+  it('reads the jobs table through its indexes only, however small the table looks to the planner (0029)', async () => {
+    // A schema of its own: no other session reads its jobs table, so its scan
+    // counter moves only with the claims below. Before 0029 a generic plan scanned
+    // a table the planner took for small: the UPDATE of each group's claimed rows
+    // (~1 ms per group at 2,700 jobs) and the look for jobs without a group.
+    const db = await createTestSchema('claimscan');
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    try {
+      await db.pool.query(
+        `INSERT INTO ${db.s}.queues (name, grouped, group_concurrency) VALUES ('q', true, 2);
+         INSERT INTO ${db.s}.jobs (queue, task, group_key) SELECT 'q', 't', 'g' || (i % 20) FROM generate_series(1, 2000) i`,
+      );
+      const seqScans = async () => {
+        // This session's counts are flushed when it goes idle after this call.
+        await client.query('SELECT pg_stat_force_next_flush()');
+        const { rows } = await client.query<{ n: string }>(
+          `SELECT pg_stat_clear_snapshot(), (SELECT seq_scan FROM pg_stat_user_tables WHERE relid = '${db.s}.jobs'::regclass) AS n`,
+        );
+        return Number(rows[0]!.n);
+      };
+      const before = await seqScans();
+      let claimed = 0;
+      for (let i = 0; i < 5; i++) {
+        const { rows } = await client.query(
+          `SELECT count(*)::int AS n FROM ${db.s}.claim_queue('q', 'w', '{t}', 3, 32, 3, '{}') c WHERE (c.job).id IS NOT NULL`,
+        );
+        claimed += (rows[0] as { n: number }).n;
+      }
+      expect(claimed).toBe(15);
+      expect(await seqScans()).toBe(before);
+    } finally {
+      await client.end();
+      await db.drop();
+    }
+  });
+
   it('claims a grouped queue without limits ahead: the first startNow start, the rest wait in the worker', async () => {
     await t.queue.enqueueMany(
       ['a', 'b'].flatMap((g) => Array.from({ length: 5 }, () => ({ task: 't', queue: 'ahead', group: g }))),
