@@ -235,7 +235,10 @@ export function wrapDatabaseError(err: unknown, context: string): SluiceError {
   });
 }
 
-/** A key held by another job (mode 'error') becomes a DuplicateJobError; anything else is wrapped as usual. */
+/**
+ * A key held by another job (mode 'error') becomes a DuplicateJobError, a value
+ * enqueue_job() refuses (22023) a ValidationError; anything else is wrapped as usual.
+ */
 export function enqueueError(err: unknown, context: string): Error {
   // pg calls the violated index `constraint`, postgres.js `constraint_name`.
   const e = err as { code?: string; constraint?: string; constraint_name?: string; detail?: string; message?: string } | null;
@@ -244,5 +247,7 @@ export function enqueueError(err: unknown, context: string): Error {
     const key = /holds key (.*)$/.exec(e.message ?? '')?.[1];
     return new DuplicateJobError(`${context}: ${e.message}`, existing, key, { cause: err });
   }
+  // enqueue_job()'s own checks (a key's holder of another task in 'replace' mode).
+  if (e?.code === '22023') return new ValidationError(`${context}: ${e.message}`, { cause: err });
   return wrapDatabaseError(err, context);
 }

@@ -84,6 +84,13 @@ export function settingOptions(options: SettingOptions, what: string): SettingOp
   return knownOptions(options ?? {}, SETTING_KEYS, what) ?? {};
 }
 
+const TX_KEYS = new Set(['tx']);
+
+/** The `{ tx }` of a read, other option names refused (outside review 75: `{ trx }` was taken and ignored). */
+export function txOption(options: { tx?: Queryable } | undefined, what: string): Queryable | undefined {
+  return knownOptions(options ?? {}, TX_KEYS, what)?.tx;
+}
+
 const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
 /** The option names each takes: others are refused. */
 export const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'group', 'tx', ...KEY_OPTIONS]);

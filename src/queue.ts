@@ -26,6 +26,7 @@ import {
   QUEUE_KEYS,
   settingOptions,
   SPEC_KEYS,
+  txOption,
   type AfterCommitJobs,
   type EnqueueArgs,
   type QueueOptions,
@@ -292,7 +293,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Reads one job, or undefined when there is none with that id. */
   async getJob<P = unknown>(id: string | number, options: { tx?: Queryable } = {}): Promise<JobRow<P> | undefined> {
-    const [row] = await rows<JobRow<P>>(this.executor(options.tx), this.queries.getJob, [checkJobId(id)]);
+    const [row] = await rows<JobRow<P>>(this.executor(txOption(options, 'getJob')), this.queries.getJob, [checkJobId(id)]);
     return row;
   }
 
@@ -300,14 +301,17 @@ export class Queue<T extends TaskMap = AnyTasks> {
    * Cancels a job that has not finished: a pending job never runs; a running job's
    * AbortSignal fires on the worker that runs it and the job ends 'cancelled', not
    * retried. A job that does not exist or already finished is refused
-   * (`{ ok: false, reason }`). Same as the admin API's cancelJob.
+   * (`{ ok: false, reason }`). Same as the admin API's cancelJob; `actor` goes to
+   * the job's audit log. Other option names are refused: a misspelt `tx` would
+   * cancel outside the caller's transaction (outside review 75).
    *
    * @example
    *   const result = await queue.cancel(id);
    *   if (result.ok && result.previousStatus === 'processing') console.log('its worker was told to stop');
    */
-  async cancel(id: string | number, options: { tx?: Queryable } = {}): Promise<CancelJobResult> {
-    return cancelJob(this.executor(options.tx), this.schema, id);
+  async cancel(id: string | number, options: SettingOptions = {}): Promise<CancelJobResult> {
+    const { tx, actor } = settingOptions(options, 'cancel');
+    return cancelJob(this.executor(tx), this.schema, id, { actor });
   }
 
   /**
@@ -342,7 +346,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Every queue that has settings (paused or limited, or once was). */
   async listQueues(options: { tx?: Queryable } = {}): Promise<QueueSettings[]> {
-    return listQueueSettings(this.executor(options.tx), this.control);
+    return listQueueSettings(this.executor(txOption(options, 'listQueues')), this.control);
   }
 
   /** Ends the connections Sluice opened (a pool or `sql` you passed in is left open). */

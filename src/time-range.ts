@@ -25,3 +25,8 @@ export function storableTime(time: number): boolean {
 export function storableDelay(ms: unknown): ms is number {
   return typeof ms === 'number' && Number.isFinite(ms) && ms >= 0 && ms <= MAX_TIME - Date.now();
 }
+
+/** True when `ms` is an age Postgres can take from now(): finite, >= 0, reaching back no further than the year 1. */
+export function storableAge(ms: unknown): ms is number {
+  return typeof ms === 'number' && Number.isFinite(ms) && ms >= 0 && Date.now() - ms >= MIN_TIME;
+}

@@ -109,6 +109,13 @@ describe('listJobs', () => {
     await expect(deleteFinished(db.pool, db.schema, { olderThanMs: 0, status: ['failed'] } as never)).rejects.toThrow(
       /unknown option "status"/,
     );
+    // A string was read character by character, an age past the year 1 reached Postgres (outside review 75).
+    await expect(deleteFinished(db.pool, db.schema, { olderThanMs: 0, statuses: 'failed' } as never)).rejects.toThrow(
+      /statuses must be an array/,
+    );
+    await expect(deleteFinished(db.pool, db.schema, { olderThanMs: 1e20, statuses: ['failed'] })).rejects.toThrow(
+      /olderThanMs must be .* no further than the year 1/,
+    );
     await expect(redriveDeadLetters(db.pool, db.schema, { all: true, quue: 'keep' } as never)).rejects.toBeInstanceOf(
       ValidationError,
     );

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   Snooze,
+  getJobAudit,
   JobCancelledError,
   ValidationError,
   ConfigError,
@@ -50,6 +51,27 @@ describe('cancellation', () => {
     expect(ran).toEqual([marker]);
     expect(await job(doomed)).toMatchObject({ status: 'cancelled', attempts: 0 });
     expect((await job(doomed)).finished_at).toBeInstanceOf(Date);
+  });
+
+  it('cancel takes { tx, actor } and refuses other option names, so a misspelt tx cancels nothing (outside review 75)', async () => {
+    const id = await suite.queue.enqueue('note', {}, { queue: 'c-options' });
+    await expect(suite.queue.cancel(id, { trx: suite.db.pool } as never)).rejects.toThrow(/cancel: unknown option "trx"/);
+    await expect(suite.queue.getJob(id, { txx: 1 } as never)).rejects.toThrow(/getJob: unknown option "txx"/);
+    await expect(suite.queue.listQueues({ tx: suite.db.pool, x: 1 } as never)).rejects.toThrow(/listQueues: unknown option "x"/);
+    expect(await job(id)).toMatchObject({ status: 'pending' });
+    const client = await suite.db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      expect(await suite.queue.cancel(id, { tx: client, actor: 'ops' })).toMatchObject({ ok: true });
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(await job(id)).toMatchObject({ status: 'pending' });
+    expect(await suite.queue.cancel(id, { actor: 'ops' })).toMatchObject({ ok: true });
+    expect(await getJobAudit(suite.db.pool, suite.db.schema, id)).toEqual([
+      expect.objectContaining({ action: 'cancel', actor: 'ops' }),
+    ]);
   });
 
   it('a running job is aborted on whichever worker runs it, ends cancelled and is not retried', async () => {

@@ -126,6 +126,9 @@ describe('recurring jobs', () => {
       ],
       [{ name: 'a', cron: '* * * * *', task: 't', backfill: 1001 }],
       [{ name: 'a', cron: '* * * * *', task: 't', every: 5 }],
+      // A date that never comes, and a seventh (year) field (outside review 75).
+      [{ name: 'a', cron: '0 0 30 2 *', task: 't' }],
+      [{ name: 'a', cron: '0 0 0 1 1 * 2099', task: 't' }],
     ];
     for (const schedules of bad)
       expect(() => new Worker({ ...base, schedules: schedules as CronSchedule[] })).toThrow(ConfigError);
@@ -143,6 +146,20 @@ describe('recurring jobs', () => {
       '2026-03-31T00:30:00.000Z',
     ]);
     expect(dueTicks(daily, new Date('2026-03-26T12:00:00Z'), new Date('2026-03-31T12:00:00Z'), 0)).toHaveLength(1);
+  });
+
+  it('dueTicks lists a tick once where a DST change moves a skipped one onto it (outside review 75)', () => {
+    const hourly = parseCron('h', '0 * * * *', 'Europe/Berlin');
+    // 02:00 local does not exist on 29 March 2026; croner moves it onto 03:00 (01:00Z).
+    const ticks = dueTicks(hourly, new Date('2026-03-28T20:30:00Z'), new Date('2026-03-29T03:30:00Z'), 5);
+    expect(ticks.map((t) => t.toISOString())).toEqual([
+      '2026-03-28T22:00:00.000Z',
+      '2026-03-28T23:00:00.000Z',
+      '2026-03-29T00:00:00.000Z',
+      '2026-03-29T01:00:00.000Z',
+      '2026-03-29T02:00:00.000Z',
+      '2026-03-29T03:00:00.000Z',
+    ]);
   });
 });
 

@@ -104,6 +104,23 @@ describe('unique jobs', () => {
     expect(await keyed('replace-1')).toHaveLength(1);
   });
 
+  it('replace under another task is refused and changes nothing, from JavaScript and from SQL (0030, outside review 75)', async () => {
+    const a = await fx.queue.enqueue('sync', { v: 1 }, { jobKey: 'replace-task', delayMs: 3_600_000 });
+    const err = await fx.queue
+      .enqueue('other', { v: 2 }, { jobKey: 'replace-task', jobKeyMode: 'replace' })
+      .catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(ValidationError);
+    expect((err as Error).message).toMatch(/holds key replace-task for task sync, not other: replace keeps the holder's task/);
+    await expect(
+      fx.db.pool.query(
+        `SELECT ${fx.db.s}.enqueue_job('default', '{"v":3}', _task => 'other', _job_key => 'replace-task', _job_key_mode => 'replace')`,
+      ),
+    ).rejects.toMatchObject({ code: '22023', message: expect.stringMatching(/^enqueue_job: job \d+ holds key/) });
+    expect(await keyed('replace-task')).toEqual([{ id: a, status: 'pending', payload: { v: 1 }, key_scope: 'pending' }]);
+    // The same task still replaces.
+    expect(await fx.queue.enqueue('sync', { v: 4 }, { jobKey: 'replace-task', jobKeyMode: 'replace' })).toBe(a);
+  });
+
   it('error: throws DuplicateJobError naming the holder, inserts nothing', async () => {
     const a = await fx.queue.enqueue('sync', {}, { jobKey: 'error-1' });
     const err = await fx.queue.enqueue('sync', {}, { jobKey: 'error-1', jobKeyMode: 'error' }).catch((e) => e);

@@ -17,6 +17,7 @@ import { adminStatements } from '../db/statements/admin.js';
 import { runNowStatements } from '../db/statements/run-now.js';
 import { encodeControl } from '../notify/codec.js';
 import { wakeQueues } from '../notify/wake-queues.js';
+import { storableAge } from '../time-range.js';
 
 /**
  * The admin API: inspect and repair jobs. Used by `sluice jobs` and by the
@@ -291,8 +292,15 @@ export async function deleteFinished(
   options: DeleteFinishedOptions,
 ): Promise<{ deleted: number }> {
   options = knownOptions(options, DELETE_FINISHED_KEYS, 'deleteFinished');
-  if (!options || typeof options.olderThanMs !== 'number' || !Number.isFinite(options.olderThanMs) || options.olderThanMs < 0) {
-    throw new ValidationError('deleteFinished: olderThanMs must be a number of milliseconds >= 0');
+  // Bounded: an age past the year 1 reached Postgres as "interval out of range" (outside review 75).
+  if (!options || !storableAge(options.olderThanMs)) {
+    throw new ValidationError(
+      'deleteFinished: olderThanMs must be a number of milliseconds >= 0, reaching back no further than the year 1',
+    );
+  }
+  // An array: a string was read one character at a time (outside review 75).
+  if (options.statuses !== undefined && !Array.isArray(options.statuses)) {
+    throw new ValidationError('deleteFinished: statuses must be an array, e.g. ["completed"]');
   }
   const statuses = [...(options.statuses ?? ['completed'])];
   if (statuses.length === 0) throw new ValidationError('deleteFinished: statuses is empty');

@@ -62,11 +62,22 @@ export function parseCron(name: string, cron: unknown, timezone: unknown): Cron 
   } catch {
     throw new ConfigError(`schedule "${name}": unknown time zone ${JSON.stringify(timezone)}`);
   }
+  // croner also reads a seventh field (the year), which the README does not offer:
+  // a past year made a schedule that silently never fired (outside review 75).
+  const fields = cron.trim().split(/\s+/).length;
+  if (!cron.trim().startsWith('@') && fields > 6) {
+    throw new ConfigError(`schedule "${name}": cron ${JSON.stringify(cron)} has ${fields} fields; 5, or 6 with seconds first`);
+  }
+  let pattern: Cron;
   try {
-    return new Cron(cron, { timezone, paused: true });
+    pattern = new Cron(cron, { timezone, paused: true });
   } catch (err) {
     throw new ConfigError(`schedule "${name}": invalid cron ${JSON.stringify(cron)}: ${(err as Error).message}`, { cause: err });
   }
+  // A date that does not exist ('0 0 30 2 *'): croner parses it, and its search for
+  // earlier ticks then threw at every maintenance round (outside review 75).
+  if (pattern.nextRun() === null) throw new ConfigError(`schedule "${name}": cron ${JSON.stringify(cron)} never fires`);
+  return pattern;
 }
 
 /** Validates the schedules of a worker's options (names must be unique). */
@@ -126,11 +137,18 @@ export function dueTicks(pattern: Cron, lastTick: Date, now: Date, backfill: num
   // croner works in whole seconds and excludes the reference second itself, so ask
   // from the start of the next second and drop anything past `now`.
   const reference = new Date(Math.floor(now.getTime() / 1000) * 1000 + 1000);
-  return pattern
-    .previousRuns(backfill + 1, reference)
+  // A tick a DST change skips is moved onto the next hour, which croner then lists
+  // twice (outside review 75): a few more asked for, each instant kept once.
+  const distinct = new Map<number, Date>();
+  for (const t of pattern.previousRuns(backfill + 1 + DST_SPARE, reference)) distinct.set(t.getTime(), t);
+  return [...distinct.values()]
+    .slice(0, backfill + 1)
     .filter((t) => t.getTime() > lastTick.getTime() && t.getTime() <= now.getTime())
     .reverse();
 }
+
+/** Extra ticks asked of croner, for the duplicates of DST changes in a backfill's span. */
+const DST_SPARE = 8;
 
 /** The first tick strictly after `after`, or null when the pattern has no more. */
 export function nextTick(pattern: Cron, after: Date): Date | null {
