@@ -116,3 +116,4 @@ GRANT SELECT, INSERT (destination, partition, partitions, txid, id), DELETE,
   UPDATE (holder, expires_at, txid, id, published, published_at) ON :SCHEMA.outbox_relays TO sluice_outbox_relay;
 GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.outbox_failures TO sluice_outbox_relay;
 GRANT SELECT, INSERT ON :SCHEMA.outbox_dead_letters TO sluice_outbox_relay;
+GRANT SELECT ON :SCHEMA.outbox_identity TO sluice_outbox_relay; -- migration 0031

@@ -144,6 +144,11 @@ function serializeChecked(payload: unknown, budget: Budget): string {
         value === undefined ? 0 : (Array.isArray(this) ? 0 : key.length) + (typeof value === 'string' ? value.length : 1);
       if ((budget.left -= cost) < 0) throw overLimit(budget);
       const at = key ? `${what}.${key}` : what;
+      // The replacer sees what toJSON made: an invalid Date's is null (outside review 74).
+      const original = (this as Record<string, unknown>)[key];
+      if (types.isDate(original) && Number.isNaN(Date.prototype.getTime.call(original))) {
+        throw new ValidationError(`${at} is an invalid Date, which JSON turns into null`);
+      }
       const type = typeof value;
       if (type === 'bigint' || type === 'function' || type === 'symbol') {
         throw new ValidationError(`${at} is a ${type}, which is not JSON`);

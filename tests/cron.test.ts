@@ -148,6 +148,28 @@ describe('recurring jobs', () => {
     expect(dueTicks(daily, new Date('2026-03-26T12:00:00Z'), new Date('2026-03-31T12:00:00Z'), 0)).toHaveLength(1);
   });
 
+  it('dueTicks keeps a full backfill of distinct ticks across a DST change of a schedule of every minute (outside review 76)', () => {
+    const minutely = parseCron('m', '* * * * *', 'Europe/Berlin');
+    // croner lists each skipped 02:xx again as 03:xx: 60 duplicates in this span.
+    const ticks = dueTicks(minutely, new Date('2026-03-28T00:00:00Z'), new Date('2026-03-29T01:30:00Z'), 100);
+    expect(ticks).toHaveLength(101);
+    expect(new Set(ticks.map((t) => t.getTime())).size).toBe(101);
+    expect(ticks[0]!.toISOString()).toBe('2026-03-28T23:50:00.000Z');
+    expect(ticks.at(-1)!.toISOString()).toBe('2026-03-29T01:30:00.000Z');
+  });
+
+  it('dueTicks finds the ticks of a pattern croner cannot search backwards (29 February, outside review 76)', () => {
+    const leap = parseCron('leap', '0 0 29 2 *', 'UTC');
+    expect(dueTicks(leap, new Date('2026-12-01T00:00:00Z'), new Date('2026-12-03T00:00:00Z'), 3)).toEqual([]);
+    expect(
+      dueTicks(leap, new Date('2026-12-01T00:00:00Z'), new Date('2028-03-01T00:00:00Z'), 3).map((t) => t.toISOString()),
+    ).toEqual(['2028-02-29T00:00:00.000Z']);
+    const fifthFriday = parseCron('ff', '0 0 * 2 5#5', 'UTC');
+    expect(
+      dueTicks(fifthFriday, new Date('2020-01-01T00:00:00Z'), new Date('2040-01-01T00:00:00Z'), 0).map((t) => t.toISOString()),
+    ).toEqual(['2036-02-29T00:00:00.000Z']);
+  });
+
   it('dueTicks lists a tick once where a DST change moves a skipped one onto it (outside review 75)', () => {
     const hourly = parseCron('h', '0 * * * *', 'Europe/Berlin');
     // 02:00 local does not exist on 29 March 2026; croner moves it onto 03:00 (01:00Z).

@@ -372,6 +372,9 @@ describe('enqueue', () => {
       ['a typed array inside a payload', () => queue.enqueue('t', { bytes: new Uint8Array([1, 2]) })],
       ['a WeakMap payload', () => queue.enqueue('t', new WeakMap())],
       ['a WeakRef inside a payload', () => queue.enqueue('t', { ref: new WeakRef({}) })],
+      // JSON made it null (outside review 74).
+      ['an invalid Date inside a payload', () => queue.enqueue('t', { at: new Date('x') })],
+      ['an invalid Date payload', () => queue.enqueue('t', new Date(Number.NaN))],
       ['bigint priority', () => queue.enqueue('t', {}, { priority: 10n as unknown as number })],
       [
         'enqueueAfterCommit with a throwing Proxy',

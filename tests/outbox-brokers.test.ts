@@ -5,7 +5,7 @@ import { OutboxRelay, natsPublisher, rabbitMqPublisher, type RelayMessage } from
 import { badSubject } from '../src/outbox/publishers/nats.js';
 import { waitFor } from './helpers/database.js';
 import { AMQP_URL, NATS_URL, brokerAvailable, readStream, useNatsStream } from './helpers/brokers.js';
-import { useOutboxSchema } from './helpers/outbox.js';
+import { messageIdOf, useOutboxSchema } from './helpers/outbox.js';
 import { spawnCli } from './helpers/cli.js';
 
 const natsUp = await brokerAvailable('NATS', NATS_URL);
@@ -64,7 +64,10 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
     expect(stored.every((m) => m.subject === `${prefix}.orders`)).toBe(true);
     expectOrderPerKey(stored.map((m) => m.payload));
     expect(stored.map((m) => m.msgId)).toEqual(sent.map((m) => m.messageId));
-    expect(stored[0]!.msgId).toMatch(new RegExp(`^${schema.db.schema}:\\d+$`));
+    // <schema>:<outbox identity>:<id> (migration 0031).
+    const origin = await messageIdOf(schema.db, '');
+    expect(stored[0]!.msgId!.slice(0, origin.length)).toBe(origin);
+    expect(stored[0]!.msgId!.slice(origin.length)).toMatch(/^\d+$/);
     expect(new Set(stored.map((m) => m.key))).toEqual(new Set(keys));
 
     // A relay that died after publishing and before recording sends the batch again: JetStream drops it.
@@ -131,7 +134,7 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
         { destination: 'poison', payload: 'third', key: 'p' },
       ]);
       await waitFor(() => dead.length === 1, 'the oversized message dead-lettered');
-      expect(dead).toEqual([`${schema.db.schema}:${ids[1]}`]);
+      expect(dead).toEqual([await messageIdOf(schema.db, ids[1]!)]);
       await waitFor(
         async () => (await readStream(stream.nc, stream.name)).filter((m) => m.subject === `${prefix}.poison`).length === 2,
         'its neighbours published',
@@ -162,7 +165,7 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
       retry: { minMs: 10, maxMs: 20 },
     });
     const dead: string[] = [];
-    relay.events.on('deadLetter', (d) => dead.push(d.messageId.slice(schema.db.schema.length + 1)));
+    relay.events.on('deadLetter', (d) => dead.push(d.messageId.slice(d.messageId.lastIndexOf(':') + 1)));
     try {
       // Review 62: rows publish() refuses, written straight into the table (older rows,
       // other code). Each failed the whole batch as transient, for ever; now each is a
@@ -258,7 +261,8 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
       }
       expect(got).toHaveLength(200);
       expectOrderPerKey(got.map((m) => m.payload));
-      expect(got.every((m) => typeof m.messageId === 'string' && m.messageId.startsWith(`${schema.db.schema}:`))).toBe(true);
+      const origin = (await messageIdOf(schema.db, '')).slice(0, -1);
+      expect(got.every((m) => typeof m.messageId === 'string' && m.messageId.startsWith(`${origin}:`))).toBe(true);
       expect(new Set(got.map((m) => m.messageId)).size).toBe(200);
       expect(got.every((m) => m.payload.startsWith(`${String(m.key)}:`))).toBe(true);
     } finally {

@@ -8,10 +8,13 @@ import {
   runDoctor,
   listOutboxDeadLetters,
   redriveOutboxDeadLetters,
+  migrate,
+  natsPublisher,
+  rabbitMqPublisher,
   type RelayEventMap,
 } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
-import { MemoryBroker } from './helpers/outbox.js';
+import { MemoryBroker, messageIdOf } from './helpers/outbox.js';
 import { runCli } from './helpers/cli.js';
 
 let db: TestDatabase;
@@ -382,13 +385,14 @@ describe('relay', () => {
     await waitFor(() => dead.length === 1, 'the poison message dead-lettered');
     await waitFor(() => broker.stored.length === 2, 'the rest of the key published');
     expect(broker.ofKey('k')).toEqual(['before', 'after']);
-    expect(broker.attempts.get(`${db.schema}:${ids[1]}`)).toBe(3);
-    expect(dead).toEqual([`${db.schema}:${ids[1]}`]);
+    const poison = await messageIdOf(db, ids[1]!);
+    expect(broker.attempts.get(poison)).toBe(3);
+    expect(dead).toEqual([poison]);
     const { rows } = await db.pool.query(
       `SELECT id, attempts, last_error, convert_from(payload, 'UTF8') AS body FROM ${db.s}.outbox_dead_letters WHERE destination = $1`,
       [d],
     );
-    expect(rows).toEqual([{ id: ids[1], attempts: 3, last_error: `refused ${db.schema}:${ids[1]}`, body: 'poison' }]);
+    expect(rows).toEqual([{ id: ids[1], attempts: 3, last_error: `refused ${poison}`, body: 'poison' }]);
     expect(await count('outbox_failures', d)).toBe(0);
     const check = (await runDoctor({ pool: db.pool, schema: db.schema })).checks.find((c) => c.id === 'outbox_lag');
     expect(check?.status).toBe('warn');
@@ -403,7 +407,7 @@ describe('relay', () => {
         key: 'k',
         bytes: 6,
         attempts: 3,
-        lastError: `refused ${db.schema}:${ids[1]}`,
+        lastError: `refused ${poison}`,
       }),
     ]);
     await expect(redriveOutboxDeadLetters(db.pool, db.schema, {})).rejects.toThrow(/give \{ destinations \}/);
@@ -515,5 +519,123 @@ describe('relay', () => {
     } finally {
       await empty.drop();
     }
+  });
+});
+
+describe('relay: outside review 74', () => {
+  it('message ids carry the outbox identity: a schema made again does not reuse the ids JetStream saw (0031)', async () => {
+    // The MemoryBroker drops a message id it has seen, as JetStream does within its window.
+    const broker = new MemoryBroker();
+    const schema = `t_outbox_again_${process.pid}`;
+    const round = async (payload: string) => {
+      await db.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await migrate({ pool: db.pool, schema });
+      const mine = new Outbox({ pool: db.pool, schema });
+      await mine.publish('again', payload);
+      const relay = new OutboxRelay({ pool: db.pool, schema, publisher: broker, destinations: ['again'], pollIntervalMs: 50 });
+      relays.push(relay);
+      await relay.start();
+      await waitFor(() => broker.stored.some((m) => m.payload.toString() === payload), `${payload} published`);
+      await relay.stop();
+      await mine.close();
+    };
+    try {
+      await round('first');
+      await round('second');
+      expect(broker.duplicates).toBe(0);
+      expect(broker.stored.map((m) => m.payload.toString())).toEqual(['first', 'second']);
+      // Both rows had id 1 in their schema; the ids differ by the identity.
+      expect(new Set(broker.stored.map((m) => m.messageId)).size).toBe(2);
+      expect(broker.stored.every((m) => m.messageId.startsWith(`${schema}:`) && m.messageId.endsWith(':1'))).toBe(true);
+    } finally {
+      await db.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+    }
+  });
+
+  it('fills in a retry bound given alone, and retries after a broker error with it', async () => {
+    const only = (retry: object) => startRelay(new MemoryBroker(), [freshDestination()], { retry }).options.retry;
+    expect(only({ minMs: 100 })).toEqual({ minMs: 100, maxMs: 30_000 });
+    expect(only({ maxMs: 50 })).toEqual({ minMs: 50, maxMs: 50 });
+    expect(only({ maxMs: 5_000 })).toEqual({ minMs: 200, maxMs: 5_000 });
+    expect(() => only({ minMs: 10, max: 5 })).toThrow(ConfigError);
+    // Before: maxMs undefined made the backoff NaN, and the relay never tried again.
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    let down = 3;
+    broker.down = () => down-- > 0;
+    const relay = startRelay(broker, [d], { retry: { minMs: 5 } });
+    await relay.start();
+    await outbox.publish(d, 'after the outage');
+    await waitFor(() => broker.stored.length === 1, 'published once the broker is back');
+  });
+
+  it('relays started at once with different partition counts: one layout, and a relay left out of it says so', async () => {
+    for (let i = 0; i < 5; i++) {
+      const d = freshDestination();
+      const errors = new Map<number, Error[]>([
+        [2, []],
+        [4, []],
+      ]);
+      const relay = (partitions: number) => {
+        const r = startRelay(new MemoryBroker(), [d], { partitions, leaseMs: 1_000 });
+        r.events.on('error', (err) => errors.get(partitions)!.push(err));
+        return r;
+      };
+      const started = await Promise.allSettled([relay(2).start(), relay(4).start()]);
+      // Before: both checks passed, and some partitions had each count (messages published twice).
+      const { rows } = await db.pool.query<{ partitions: number }>(
+        `SELECT DISTINCT partitions FROM ${db.s}.outbox_relays WHERE destination = $1`,
+        [d],
+      );
+      expect(rows, `round ${i}`).toHaveLength(1);
+      const layout = rows[0]!.partitions;
+      const other = layout === 2 ? 4 : 2;
+      const otherStarted = started[other === 2 ? 0 : 1]!;
+      if (otherStarted.status === 'rejected') {
+        expect(otherStarted.reason).toBeInstanceOf(ConfigError);
+      } else {
+        // Started first, then the layout changed under it: it says so instead of idling in silence.
+        await waitFor(
+          () => errors.get(other)!.some((e) => e instanceof ConfigError && /is now relayed with/.test(e.message)),
+          `round ${i}: the relay of ${other} partitions reporting the change`,
+        );
+      }
+      expect(errors.get(layout)).toEqual([]);
+      await Promise.all(relays.splice(0).map((r) => r.stop()));
+    }
+  });
+
+  it('a failure row goes when its message is published by another relay and deleted (doctor no longer warns)', async () => {
+    const d = freshDestination();
+    const refusing = new MemoryBroker();
+    refusing.refuse = () => true;
+    const first = startRelay(refusing, [d], { maxAttempts: 100 });
+    await first.start();
+    await outbox.publish(d, 'refused at first');
+    await waitFor(async () => (await count('outbox_failures', d)) === 1, 'a failure recorded');
+    await first.stop();
+    const taking = new MemoryBroker();
+    await startRelay(taking, [d]).start();
+    await waitFor(() => taking.stored.length === 1, 'published by the second relay');
+    await waitFor(async () => (await count('outbox', d)) === 0, 'the published message deleted');
+    await waitFor(async () => (await count('outbox_failures', d)) === 0, 'its failure row gone with it');
+  });
+
+  it('refuses invalid input up front: an invalid Date payload, a destination that is no NATS subject, publisher option typos', async () => {
+    await expect(outbox.publish(freshDestination(), new Date('x') as never)).rejects.toThrow(/invalid Date/);
+    await expect(outbox.publish(freshDestination(), { at: new Date(Number.NaN) })).rejects.toBeInstanceOf(ValidationError);
+    const nats = natsPublisher({ subjectPrefix: 'p.' });
+    for (const destination of ['orders.*', 'orders.>', 'bad subject', 'a..b']) {
+      expect(
+        () => new OutboxRelay({ pool: db.pool, schema: db.schema, publisher: nats, destinations: [destination] }),
+        destination,
+      ).toThrow(/is not a NATS subject/);
+    }
+    expect(() => natsPublisher({ server: 'nats://x' } as never)).toThrow(/natsPublisher: unknown option "server"/);
+    expect(() => natsPublisher({ ackTimeoutMs: -1 })).toThrow(ConfigError);
+    expect(() => natsPublisher({ servers: 5 } as never)).toThrow(ConfigError);
+    expect(() => rabbitMqPublisher({ urll: 'amqp://x' } as never)).toThrow(/rabbitMqPublisher: unknown option "urll"/);
+    expect(() => rabbitMqPublisher({ confirmTimeoutMs: 0 })).toThrow(ConfigError);
+    expect(() => rabbitMqPublisher({ keyHeader: 5 } as never)).toThrow(ConfigError);
   });
 });

@@ -119,6 +119,17 @@ describe('unique jobs', () => {
     expect(await keyed('replace-task')).toEqual([{ id: a, status: 'pending', payload: { v: 1 }, key_scope: 'pending' }]);
     // The same task still replaces.
     expect(await fx.queue.enqueue('sync', { v: 4 }, { jobKey: 'replace-task', jobKeyMode: 'replace' })).toBe(a);
+    // A running holder (jobKeyWhileProcessing) of another task: its id came back and the payload was dropped (review 76).
+    const running = await fx.queue.enqueue('sync', {}, { jobKey: 'replace-task-running', jobKeyWhileProcessing: true });
+    await fx.db.pool.query(`UPDATE ${fx.db.s}.jobs SET status = 'processing', locked_by = 'w', attempts = 1 WHERE id = $1`, [
+      running,
+    ]);
+    await expect(
+      fx.queue.enqueue('other', {}, { jobKey: 'replace-task-running', jobKeyMode: 'replace', jobKeyWhileProcessing: true }),
+    ).rejects.toThrow(/for task sync, not other/);
+    expect(
+      await fx.queue.enqueue('sync', {}, { jobKey: 'replace-task-running', jobKeyMode: 'replace', jobKeyWhileProcessing: true }),
+    ).toBe(running);
   });
 
   it('error: throws DuplicateJobError naming the holder, inserts nothing', async () => {

@@ -5,7 +5,11 @@
 -- group, priority, attempts and task. Enqueued under another task, the payload
 -- was built for that task and ran in the holder's handler, which validated it
 -- against its own schema, if any (outside review 75). It is now a 22023 error
--- (a ValidationError from the JavaScript side), and nothing changes.
+-- (a ValidationError from the JavaScript side), and nothing changes; so is a
+-- running holder of another task (jobKeyWhileProcessing), whose id 'replace'
+-- returned while the new payload was dropped (outside review 76). Being an
+-- error raised by the statement, it aborts the caller's transaction, as the
+-- 'error' mode's does.
 --
 -- Every message began 'sluice.enqueue_job:' whatever the schema (outside review
 -- 75: in schema review75_t2 the error named sluice). They begin 'enqueue_job:'
@@ -120,8 +124,15 @@ BEGIN
       CONTINUE WHEN FOUND;
     END IF;
 
-    SELECT id, status INTO _id, _status FROM :SCHEMA.jobs
+    SELECT id, status, task INTO _id, _status, _held_task FROM :SCHEMA.jobs
     WHERE job_key = _job_key AND key_scope IN ('pending', 'active') AND status IN ('pending', 'processing');
+    IF _id IS NOT NULL AND _job_key_mode = 'replace' AND _held_task <> _name THEN
+      -- A running holder (jobKeyWhileProcessing) is kept as is and its id returned:
+      -- under another task that dropped the new payload in silence (outside review 76).
+      RAISE EXCEPTION 'enqueue_job: job % holds key % for task %, not %: replace keeps the holder''s task',
+        _id, _job_key, _held_task, _name
+        USING ERRCODE = '22023';
+    END IF;
     IF _id IS NOT NULL THEN
       IF _job_key_mode = 'error' THEN
         RAISE EXCEPTION 'enqueue_job: job % already holds key %', _id, _job_key

@@ -116,7 +116,8 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
     }
     return {
       name,
-      cron: entry.cron,
+      // As parsed: white space inside (a tab, a line break) broke `sluice cron list`'s table (outside review 76).
+      cron: entry.cron.trim().split(/\s+/).join(' '),
       timezone,
       task,
       payload,
@@ -134,21 +135,52 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
  * `1 + backfill` of them, oldest first. Older missed ticks are skipped.
  */
 export function dueTicks(pattern: Cron, lastTick: Date, now: Date, backfill: number): Date[] {
-  // croner works in whole seconds and excludes the reference second itself, so ask
-  // from the start of the next second and drop anything past `now`.
-  const reference = new Date(Math.floor(now.getTime() / 1000) * 1000 + 1000);
-  // A tick a DST change skips is moved onto the next hour, which croner then lists
-  // twice (outside review 75): a few more asked for, each instant kept once.
-  const distinct = new Map<number, Date>();
-  for (const t of pattern.previousRuns(backfill + 1 + DST_SPARE, reference)) distinct.set(t.getTime(), t);
-  return [...distinct.values()]
-    .slice(0, backfill + 1)
-    .filter((t) => t.getTime() > lastTick.getTime() && t.getTime() <= now.getTime())
-    .reverse();
+  let newest: Date[];
+  try {
+    newest = distinctPrevious(pattern, backfill + 1, now);
+  } catch {
+    // croner's backward search throws for some patterns that match rarely (29
+    // February, the fifth Friday of February), at every maintenance round, for
+    // ever (outside review 76): walk forward from the last tick instead.
+    newest = forwardTicks(pattern, lastTick, now, backfill + 1);
+  }
+  return newest.filter((t) => t.getTime() > lastTick.getTime()).reverse();
 }
 
-/** Extra ticks asked of croner, for the duplicates of DST changes in a backfill's span. */
-const DST_SPARE = 8;
+/**
+ * The newest `wanted` ticks before `reference`, newest first, each instant once. A
+ * tick a DST change skips is moved onto the next hour, which croner then lists
+ * twice (outside review 75), once per skipped tick: a schedule of every minute
+ * has 60 such duplicates (outside review 76), so more are asked for until enough
+ * distinct ones come back.
+ */
+function distinctPrevious(pattern: Cron, wanted: number, now: Date): Date[] {
+  // croner works in whole seconds and excludes the reference second itself, so ask
+  // from the start of the next second and drop anything past `now` (where a DST
+  // change moved skipped ticks, even an hour past it).
+  const reference = new Date(Math.floor(now.getTime() / 1000) * 1000 + 1000);
+  for (let asked = wanted + 8; ; asked *= 2) {
+    const runs = pattern.previousRuns(asked, reference);
+    const distinct = [...new Map(runs.map((t) => [t.getTime(), t])).values()]
+      .filter((t) => t.getTime() <= now.getTime())
+      .sort((a, b) => b.getTime() - a.getTime());
+    if (distinct.length >= wanted || runs.length < asked || asked >= MAX_ASKED) return distinct.slice(0, wanted);
+  }
+}
+
+/** At most this many ticks asked of croner at once: an hour of a schedule of every second, and more. */
+const MAX_ASKED = 16_384;
+
+/** The newest `wanted` ticks after `after` and at or before `now`, newest first, found walking forward (bounded). */
+function forwardTicks(pattern: Cron, after: Date, now: Date, wanted: number): Date[] {
+  const ticks: Date[] = [];
+  let t = pattern.nextRun(after);
+  for (let i = 0; t && t.getTime() <= now.getTime() && i < MAX_ASKED; i++, t = pattern.nextRun(t)) {
+    ticks.push(t);
+    if (ticks.length > wanted) ticks.shift();
+  }
+  return ticks.reverse();
+}
 
 /** The first tick strictly after `after`, or null when the pattern has no more. */
 export function nextTick(pattern: Cron, after: Date): Date | null {

@@ -1,8 +1,23 @@
+import { ConfigError } from '../errors.js';
 import { Loop } from '../lifecycle/loop.js';
 import type { BrokerPublisher, PublishResult } from './publishers/publisher.js';
 import type { ResolvedRelayOptions } from './relay-options.js';
 import type { RelayEvents } from './relay-events.js';
 import { START, type Position, type RelayStore, type Window } from './relay-store.js';
+
+/** The longest wait between passes while committed messages wait behind an open transaction. */
+const HORIZON_MAX_MS = 200;
+
+/**
+ * The wait after the `passes`-th pass in a row that found committed messages
+ * behind a transaction still open: horizonRetryMs, doubling, up to 200 ms (or the
+ * poll interval). A transaction left open (idle in transaction) kept every
+ * partition at ~90 passes a second for as long as it lasted (outside review 74).
+ */
+export function horizonDelay(passes: number, o: { horizonRetryMs: number; pollIntervalMs: number }): number {
+  const cap = Math.max(o.horizonRetryMs, Math.min(HORIZON_MAX_MS, o.pollIntervalMs));
+  return Math.min(cap, o.horizonRetryMs * 2 ** Math.min(Math.max(0, passes - 1), 20));
+}
 
 /** What a pass found: the next pass comes at once (more to do), soon (rows not yet final), or after the poll interval. */
 type PassOutcome = 'more' | 'horizon' | 'idle' | 'standby';
@@ -32,6 +47,10 @@ export class PartitionRelay {
   /** Ids with a failure row, cleared once they are published. */
   private failing = new Set<string>();
   private readonly loop: Loop<PassOutcome>;
+  /** The other partition count last reported (see reportLayout). */
+  private reportedLayout: number | null = null;
+  /** Passes in a row that ended behind the horizon: each waits twice as long as the last (see delayAfter). */
+  private behindHorizon = 0;
 
   constructor(
     readonly destination: string,
@@ -82,8 +101,9 @@ export class PartitionRelay {
   }
 
   private delayAfter(outcome: PassOutcome | undefined): number {
+    this.behindHorizon = outcome === 'horizon' ? this.behindHorizon + 1 : 0;
     if (outcome === 'more') return 0;
-    if (outcome === 'horizon') return this.options.horizonRetryMs;
+    if (outcome === 'horizon') return horizonDelay(this.behindHorizon, this.options);
     if (outcome === 'standby') return this.options.leaseMs / 2;
     // An idle pass also renews the lease: come back well before it expires.
     return Math.min(this.options.pollIntervalMs, this.options.leaseMs / 3);
@@ -134,9 +154,10 @@ export class PartitionRelay {
     if (!this.held && !this.mayAcquire()) return false;
     const sentAt = Date.now();
     this.acquiring = true;
-    const watermark = await this.store
+    const { watermark, other } = await this.store
       .acquire(this.destination, this.partition, this.partitions, relayId, leaseMs)
       .finally(() => (this.acquiring = false));
+    this.reportLayout(other);
     const wasHeld = this.heldUntil > 0;
     if (!watermark) {
       if (wasHeld) this.lost();
@@ -167,6 +188,24 @@ export class PartitionRelay {
     this.heldUntil = sentAt + this.options.leaseMs;
     this.watermark = to;
     return true;
+  }
+
+  /**
+   * A relay started since with another partition count changed the destination's
+   * (allowed while no lease was held and nothing waited): this one can never take
+   * a partition again, and said nothing (outside review 74). Said once per change.
+   */
+  private reportLayout(other: number | null): void {
+    if (other !== null && other !== this.reportedLayout) {
+      this.events.emit(
+        'error',
+        new ConfigError(
+          `OutboxRelay: destination ${this.destination} is now relayed with ${other} partitions, not ${this.partitions}: ` +
+            'this relay takes none of them; restart it with the same count as the others',
+        ),
+      );
+    }
+    this.reportedLayout = other;
   }
 
   private lost(): void {

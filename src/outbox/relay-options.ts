@@ -8,6 +8,7 @@ import { MAX_DESTINATION_LENGTH } from './message.js';
 import type { BrokerPublisher } from './publishers/publisher.js';
 
 const config = checks(ConfigError);
+const RETRY_KEYS = new Set(['minMs', 'maxMs']);
 
 export interface DestinationOption {
   name: string;
@@ -38,8 +39,8 @@ export interface OutboxRelayOptions extends DriverConnectionOptions {
   leaseMs?: number;
   /** Refusals of one message before it becomes a dead letter. Default 10. */
   maxAttempts?: number;
-  /** Backoff between retries after a failure. Default 200 ms doubling to 30 s. */
-  retry?: BackoffOptions;
+  /** Backoff between retries after a failure. Default 200 ms doubling to 30 s; either bound may be given alone. */
+  retry?: Partial<BackoffOptions>;
   /** How often published messages are deleted, in ms. Default 1000. */
   cleanupIntervalMs?: number;
   /** Rows deleted per statement. Default 20000. */
@@ -127,13 +128,22 @@ export function resolveRelayOptions(options: OutboxRelayOptions): ResolvedRelayO
       throw new ConfigError(`OutboxRelay: destination must be a string of 1 to ${MAX_DESTINATION_LENGTH} characters`);
     }
     if (seen.has(name)) throw new ConfigError(`OutboxRelay: destination ${name} is listed twice`);
+    // Every message for it would be a dead letter (outside review 74: 'orders.*' started, as if a wildcard).
+    const refused = p.refuses?.(name);
+    if (refused) throw new ConfigError(`OutboxRelay: destination ${name} cannot be published: ${refused}`);
     seen.add(name);
     return { name, partitions: config.intOption(`partitions of ${name}`, n, partitions, 1, 1024) };
   });
   const total = destinations.reduce((sum, d) => sum + d.partitions, 0);
-  const retry = options.retry ?? { minMs: 200, maxMs: 30_000 };
-  config.intOption('retry.minMs', retry.minMs, 0, 1, 3_600_000);
-  config.intOption('retry.maxMs', retry.maxMs, 0, retry.minMs, 3_600_000);
+  // Each bound defaults on its own: `{ minMs: 100 }` left maxMs undefined, the
+  // backoff NaN, and the relay never retried after a broker error (outside review 74).
+  const retryIn: Partial<BackoffOptions> = options.retry ?? {};
+  if (typeof retryIn !== 'object' || retryIn === null) throw new ConfigError('OutboxRelay: retry must be { minMs, maxMs }');
+  config.rejectUnknownKeys(retryIn, RETRY_KEYS, 'OutboxRelay: retry');
+  // A maxMs alone below the default minMs brings minMs down with it.
+  const maxGiven = typeof retryIn.maxMs === 'number' && retryIn.maxMs >= 1 ? retryIn.maxMs : undefined;
+  const minMs = config.intOption('retry.minMs', retryIn.minMs, Math.min(200, maxGiven ?? 200), 1, 3_600_000);
+  const retry = { minMs, maxMs: config.intOption('retry.maxMs', retryIn.maxMs, Math.max(minMs, 30_000), minMs, 3_600_000) };
   const leaseMs = config.intOption('leaseMs', options.leaseMs, 10_000, 500, 3_600_000);
   if (options.relayId !== undefined) config.checkName('relayId', options.relayId);
   if (options.listenConnectionString !== undefined && typeof options.listenConnectionString !== 'string') {
@@ -148,7 +158,7 @@ export function resolveRelayOptions(options: OutboxRelayOptions): ResolvedRelayO
     horizonRetryMs: config.intOption('horizonRetryMs', options.horizonRetryMs, 10, 1, 60_000),
     leaseMs,
     maxAttempts: config.intOption('maxAttempts', options.maxAttempts, 10, 1, 1000),
-    retry: { minMs: retry.minMs, maxMs: retry.maxMs },
+    retry,
     cleanupIntervalMs: config.intOption('cleanupIntervalMs', options.cleanupIntervalMs, 1000, 10, 3_600_000),
     cleanupChunk: config.intOption('cleanupChunk', options.cleanupChunk, 20_000, 1, 1_000_000),
     vacuumEvery: config.intOption('vacuumEvery', options.vacuumEvery, 50_000, 0, 1_000_000_000),

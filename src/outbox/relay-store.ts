@@ -38,6 +38,8 @@ interface WindowRow {
 export class RelayStore {
   /** The txid of this store's clean-up transaction while it deletes; left out of the horizon (see fetchWindow). */
   private cleanupTxid: string | null = null;
+  /** `<schema>:<outbox identity>:`, before each message's id (loadIdentity). */
+  private messagePrefix = '';
 
   constructor(
     private readonly db: Driver,
@@ -50,49 +52,73 @@ export class RelayStore {
     return this.db;
   }
 
-  async partitionCounts(destination: string): Promise<number[]> {
-    const { rows } = await this.db.query<{ partitions: number }>(this.q.partitionCounts, [destination]);
-    return rows.map((r) => r.partitions);
+  /**
+   * Creates a destination's partitions, or changes their count where that is safe
+   * (see repartition). Returns the count it is relayed with and why that cannot
+   * change, or undefined when done. One registration at a time (lockRegistrations).
+   */
+  async register(destination: string, partitions: number): Promise<{ other: number; refused: string } | undefined> {
+    return this.db.transaction(async (tx) => {
+      await tx.query(this.q.lockRegistrations);
+      const counts = await rows<{ partitions: number }>(tx, this.q.partitionCounts, [destination]);
+      const other = counts.map((r) => r.partitions).find((n) => n !== partitions);
+      if (other !== undefined) {
+        const refused = await this.repartition(tx, destination, partitions);
+        if (refused) return { other, refused };
+      }
+      await tx.query(this.q.createPartitions, [destination, partitions]);
+      return undefined;
+    });
   }
 
-  async createPartitions(destination: string, partitions: number): Promise<void> {
-    await this.db.query(this.q.createPartitions, [destination, partitions]);
+  /** Reads the schema's outbox identity, which every message id carries from now on (migration 0031). */
+  async loadIdentity(schema: string): Promise<void> {
+    const [row] = await rows<{ id: string }>(this.db, this.q.identity);
+    this.messagePrefix = `${schema}:${row!.id}:`;
   }
 
   /**
    * Changes a destination's partition count, when no relay holds one of its
    * partitions and no message waits; otherwise says why it cannot.
    */
-  async repartition(destination: string, partitions: number): Promise<string | undefined> {
-    return this.db.transaction(async (tx) => {
-      const [state] = await rows<{
-        held: number;
-        waiting: number;
-        txid: string | null;
-        id: string | null;
-        published: string;
-        published_at: Date | null;
-      }>(tx, this.q.repartitionCheck, [destination]);
-      if (state!.held > 0) return `a relay holds ${state!.held} of its partitions`;
-      if (state!.waiting > 0) return `${state!.waiting} of its messages are not published yet`;
-      await tx.query(this.q.dropPartitions, [destination]);
-      const { txid, id, published, published_at: publishedAt } = state!;
-      await tx.query(this.q.createPartitionsAt, [destination, partitions, txid ?? '0', id ?? '0', published, publishedAt]);
-      return undefined;
-    });
+  private async repartition(tx: Queryable, destination: string, partitions: number): Promise<string | undefined> {
+    const [state] = await rows<{
+      held: number;
+      waiting: number;
+      txid: string | null;
+      id: string | null;
+      published: string;
+      published_at: Date | null;
+    }>(tx, this.q.repartitionCheck, [destination]);
+    if (state!.held > 0) return `a relay holds ${state!.held} of its partitions`;
+    if (state!.waiting > 0) return `${state!.waiting} of its messages are not published yet`;
+    await tx.query(this.q.dropPartitions, [destination]);
+    const { txid, id, published, published_at: publishedAt } = state!;
+    await tx.query(this.q.createPartitionsAt, [destination, partitions, txid ?? '0', id ?? '0', published, publishedAt]);
+    return undefined;
   }
 
-  /** The watermark when this holder has (or now took) the lease; undefined when another relay holds it. */
+  /**
+   * The watermark when this holder has (or now took) the lease, else undefined;
+   * and the other partition count the destination is relayed with now, if it is.
+   */
   async acquire(
     destination: string,
     partition: number,
     partitions: number,
     holder: string,
     leaseMs: number,
-  ): Promise<Position | undefined> {
-    const { rows } = await this.db.query<Position>(this.q.acquire, [destination, partition, holder, leaseMs, partitions]);
-    const row = rows[0];
-    return row && { txid: String(row.txid), id: String(row.id) };
+  ): Promise<{ watermark: Position | undefined; other: number | null }> {
+    const { rows } = await this.db.query<{ txid: string | null; id: string | null; other: number | null }>(this.q.acquire, [
+      destination,
+      partition,
+      holder,
+      leaseMs,
+      partitions,
+    ]);
+    const row = rows[0]!;
+    const watermark = row.txid === null ? undefined : { txid: String(row.txid), id: String(row.id) };
+    return { watermark, other: row.other };
   }
 
   async resign(destination: string, partition: number, holder: string): Promise<void> {
@@ -129,7 +155,7 @@ export class RelayStore {
         headers: r.headers,
         payload: r.payload!,
         createdAt: r.created_at!,
-        messageId: `${schema}:${position.id}`,
+        messageId: `${this.messagePrefix}${position.id}`,
       });
     }
     return { messages, positions, end };

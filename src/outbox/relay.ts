@@ -78,19 +78,17 @@ export class OutboxRelay {
     this.driver = driver;
     const store = new RelayStore(driver, outboxStatements(o.schema), o.preparedStatements);
     try {
+      await store.loadIdentity(o.schema);
       for (const d of o.destinations) {
-        const counts = await store.partitionCounts(d.name);
-        const other = counts.find((n) => n !== d.partitions);
         // Another count: taken when it is safe (no relay of the destination runs, nothing waits).
-        const refused = other === undefined ? undefined : await store.repartition(d.name, d.partitions);
-        if (refused) {
+        const refusal = await store.register(d.name, d.partitions);
+        if (refusal) {
           throw new ConfigError(
-            `OutboxRelay: destination ${d.name} is relayed with ${other} partitions, not ${d.partitions}, and ` +
-              `the count cannot change now: ${refused}. Use the same count in every relay, or stop them all ` +
+            `OutboxRelay: destination ${d.name} is relayed with ${refusal.other} partitions, not ${d.partitions}, and ` +
+              `the count cannot change now: ${refusal.refused}. Use the same count in every relay, or stop them all ` +
               'once everything is published (sluice relay --status: waiting 0) and start them with the new one',
           );
         }
-        await store.createPartitions(d.name, d.partitions);
       }
     } catch (err) {
       await this.stop();

@@ -67,3 +67,9 @@ export function useOutboxSchema(prefix: string): { readonly db: TestDatabase; re
     },
   };
 }
+
+/** The id the relay gives outbox row `id` of this schema: `<schema>:<outbox identity>:<id>` (migration 0031). */
+export async function messageIdOf(db: TestDatabase, id: string): Promise<string> {
+  const { rows } = await db.pool.query<{ id: string }>(`SELECT id::text AS id FROM ${db.s}.outbox_identity`);
+  return `${db.schema}:${rows[0]!.id}:${id}`;
+}

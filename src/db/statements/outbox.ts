@@ -14,6 +14,13 @@ export interface OutboxStatements {
   readonly publishMany: string;
   /** The partition counts a destination's relay rows already have ($1 destination). */
   readonly partitionCounts: string;
+  /**
+   * Taken by a relay while it registers a destination's partitions (to the end of
+   * that transaction): one registration at a time, so relays started together
+   * with different counts cannot both pass the check (outside review 74). The
+   * mode conflicts with itself, not with the relays' updates.
+   */
+  readonly lockRegistrations: string;
   /** Creates the watermark rows of a destination's partitions ($1 destination, $2 partitions) if missing. */
   readonly createPartitions: string;
   /**
@@ -32,7 +39,10 @@ export interface OutboxStatements {
   readonly createPartitionsAt: string;
   /**
    * Takes a partition's lease if free or expired, or renews it for its holder.
-   * $1 destination, $2 partition, $3 holder, $4 lease ms, $5 partition count. Returns the watermark when held.
+   * $1 destination, $2 partition, $3 holder, $4 lease ms, $5 partition count.
+   * One row: the watermark when held (else nulls), and `other`, another partition
+   * count the destination is relayed with now (a relay started since with another
+   * count changed it), else null.
    */
   readonly acquire: string;
   /** Gives the lease up ($1 destination, $2 partition, $3 holder). */
@@ -58,8 +68,13 @@ export interface OutboxStatements {
   readonly clearFailures: string;
   /** Copies a message to the dead letters with its failure count ($1 id, $2 destination, $3 txid). */
   readonly deadLetter: string;
-  /** Deletes up to $2 published messages of destination $1 (behind every partition's watermark). Returns the count. */
+  /**
+   * Deletes up to $2 published messages of destination $1 (behind every partition's
+   * watermark), and the failures recorded for them. Returns the count.
+   */
   readonly deletePublished: string;
+  /** The schema's outbox identity (migration 0031), part of every message id. */
+  readonly identity: string;
   /** The transaction's own txid (assigned now): a clean-up transaction says who it is before it deletes. */
   readonly currentTxid: string;
   /** Reclaims the space of deleted messages now, rather than at autovacuum's next round. */
@@ -95,6 +110,7 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
     publishMany: `INSERT INTO ${outbox} (destination, key, headers, payload)
       SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::bytea[]) RETURNING id`,
     partitionCounts: `SELECT DISTINCT partitions FROM ${relays} WHERE destination = $1`,
+    lockRegistrations: `LOCK TABLE ${relays} IN SHARE UPDATE EXCLUSIVE MODE`,
     createPartitions: `INSERT INTO ${relays} (destination, partition, partitions)
       SELECT $1, p, $2 FROM generate_series(0, $2::int - 1) p ON CONFLICT DO NOTHING`,
     // New partitions may start at the furthest watermark once no message waits
@@ -117,9 +133,13 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
       SELECT $1, p, $2, $3::xid8, $4, CASE WHEN p = 0 THEN $5::bigint ELSE 0 END, CASE WHEN p = 0 THEN $6::timestamptz END
       FROM generate_series(0, $2::int - 1) p`,
     // $5 partitions: a relay started before the count changed never takes a partition of the new layout.
-    acquire: `UPDATE ${relays} SET holder = $3, expires_at = now() + $4 * interval '1 millisecond'
-      WHERE destination = $1 AND partition = $2 AND partitions = $5 AND (holder IS NULL OR holder = $3 OR expires_at < now())
-      RETURNING txid, id`,
+    acquire: `WITH taken AS (
+        UPDATE ${relays} SET holder = $3, expires_at = now() + $4 * interval '1 millisecond'
+        WHERE destination = $1 AND partition = $2 AND partitions = $5 AND (holder IS NULL OR holder = $3 OR expires_at < now())
+        RETURNING txid, id
+      )
+      SELECT t.txid, t.id, (SELECT r.partitions FROM ${relays} r WHERE r.destination = $1 AND r.partitions <> $5 LIMIT 1) AS other
+      FROM (SELECT) one LEFT JOIN taken t ON true`,
     resign: `UPDATE ${relays} SET holder = NULL, expires_at = NULL WHERE destination = $1 AND partition = $2 AND holder = $3`,
     // The window is an ordered walk of the primary key from the watermark (the
     // LIMIT inside keeps the planner on it: a filter on the partition outside
@@ -166,9 +186,15 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
           ORDER BY p.txid, p.id LIMIT $2
         ) d
         WHERE o.destination = d.destination AND o.txid = d.txid AND o.id = d.id
-        RETURNING 1
+        RETURNING o.id
+      ), cleared AS (
+        -- A message refused and then published by another relay (a restart, a
+        -- standby) kept its failure row, and the doctor warned for ever (outside
+        -- review 74): the row goes with the message.
+        DELETE FROM ${s}.outbox_failures f WHERE f.destination = $1 AND f.id IN (SELECT id FROM gone)
       )
       SELECT count(*)::int AS deleted FROM gone`,
+    identity: `SELECT id::text AS id FROM ${s}.outbox_identity`,
     currentTxid: `SELECT pg_current_xact_id()::text AS txid`,
     // TRUNCATE false: cutting empty pages off the end needs an ACCESS EXCLUSIVE
     // lock, which stops every publish (and the relay's reads) while it is held; the

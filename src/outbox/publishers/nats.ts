@@ -2,7 +2,15 @@ import type * as Nats from 'nats';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import { importPeer } from '../../optional-peer.js';
 import { reservedHeader } from '../message.js';
-import { allFailed, asError, type BrokerPublisher, type PublishResult, type RelayMessage } from './publisher.js';
+import { ConfigError } from '../../errors.js';
+import {
+  allFailed,
+  asError,
+  publisherOptions,
+  type BrokerPublisher,
+  type PublishResult,
+  type RelayMessage,
+} from './publisher.js';
 
 export interface NatsPublisherOptions {
   /** NATS server URL(s). Default 'nats://127.0.0.1:4222'. */
@@ -85,8 +93,22 @@ interface Connected {
  *     publisher: natsPublisher({ servers: 'nats://127.0.0.1:4222' }) });
  */
 export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublisher {
+  const timeout = publisherOptions(
+    'natsPublisher',
+    options,
+    ['subjectPrefix'],
+    { name: 'ackTimeoutMs', value: options.ackTimeoutMs, default: 5_000 },
+    ['servers', 'connectOptions'],
+  );
+  const servers = options.servers;
+  if (
+    servers !== undefined &&
+    typeof servers !== 'string' &&
+    !(Array.isArray(servers) && servers.every((x) => typeof x === 'string'))
+  ) {
+    throw new ConfigError('natsPublisher: servers must be a URL or an array of URLs');
+  }
   const prefix = options.subjectPrefix ?? '';
-  const timeout = options.ackTimeoutMs ?? 5_000;
   const keyHeader = options.keyHeader === undefined ? 'Sluice-Key' : options.keyHeader;
   let connecting: Promise<Connected> | undefined;
 
@@ -119,6 +141,10 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
 
   return {
     name: 'nats',
+    refuses(destination: string): string | undefined {
+      const bad = badSubject(prefix + destination);
+      return bad && `"${prefix + destination}" is not a NATS subject: ${bad}`;
+    },
     async publish(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
       let c: Connected;
       try {

@@ -1,3 +1,5 @@
+import { ConfigError } from '../../errors.js';
+import { checks } from '../../validate.js';
 /** A message as the relay hands it to a broker. */
 export interface RelayMessage {
   /** The outbox row id. */
@@ -46,6 +48,36 @@ export interface BrokerPublisher {
   readonly name: string;
   publish(messages: readonly RelayMessage[]): Promise<PublishResult[]>;
   close(): Promise<void>;
+  /** Why no message for `destination` can ever be published, or undefined: the relay refuses such a destination at once. */
+  refuses?(destination: string): string | undefined;
+}
+
+const checked = checks(ConfigError);
+
+/**
+ * A publisher's options, checked (ConfigError naming the bad one): names it does
+ * not know refused (outside review 74: `natsPublisher({ server })` connected to the
+ * default server), strings where strings go, the timeout in range. Returns the timeout.
+ */
+export function publisherOptions(
+  what: string,
+  options: object | undefined,
+  strings: readonly string[],
+  timeout: { name: string; value: unknown; default: number },
+  other: readonly string[],
+): number {
+  if (options === null || typeof options !== 'object') throw new ConfigError(`${what}: options must be an object`);
+  checked.rejectUnknownKeys(options, new Set([...strings, timeout.name, 'keyHeader', ...other]), what);
+  const values = options as Record<string, unknown>;
+  for (const name of strings) {
+    if (values[name] !== undefined && typeof values[name] !== 'string')
+      throw new ConfigError(`${what}: ${name} must be a string`);
+  }
+  const keyHeader = values.keyHeader;
+  if (keyHeader !== undefined && keyHeader !== null && (typeof keyHeader !== 'string' || keyHeader === '')) {
+    throw new ConfigError(`${what}: keyHeader must be a header name, or null for none`);
+  }
+  return checked.intOption(`${what}: ${timeout.name}`, timeout.value, timeout.default, 1, 3_600_000);
 }
 
 /** Every message of a batch failed the same way (no connection to the broker). */

@@ -1,7 +1,14 @@
 import type * as Amqp from 'amqplib';
 import { importPeer } from '../../optional-peer.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
-import { allFailed, asError, type BrokerPublisher, type PublishResult, type RelayMessage } from './publisher.js';
+import {
+  allFailed,
+  asError,
+  publisherOptions,
+  type BrokerPublisher,
+  type PublishResult,
+  type RelayMessage,
+} from './publisher.js';
 
 export interface RabbitMqPublisherOptions {
   /** amqp:// URL. Default 'amqp://guest:guest@127.0.0.1:5672'. */
@@ -41,9 +48,15 @@ interface Connected {
  * recording, consumers see a message again, with the same message_id.
  */
 export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): BrokerPublisher {
+  const confirmTimeoutMs = publisherOptions(
+    'rabbitMqPublisher',
+    options,
+    ['url', 'exchange'],
+    { name: 'confirmTimeoutMs', value: options.confirmTimeoutMs, default: 10_000 },
+    [],
+  );
   const exchange = options.exchange ?? '';
   const keyHeader = options.keyHeader === undefined ? 'sluice-key' : options.keyHeader;
-  const confirmTimeoutMs = options.confirmTimeoutMs ?? 10_000;
   let connecting: Promise<Connected> | undefined;
   let active: Connected | undefined;
 
