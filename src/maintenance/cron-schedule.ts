@@ -148,7 +148,7 @@ export function dueTicks(pattern: Cron, lastTick: Date, now: Date, backfill: num
 }
 
 /**
- * The newest `wanted` ticks before `reference`, newest first, each instant once. A
+ * The newest `wanted` ticks at or before `now`, newest first, each instant once. A
  * tick a DST change skips is moved onto the next hour, which croner then lists
  * twice (outside review 75), once per skipped tick: a schedule of every minute
  * has 60 such duplicates (outside review 76), so more are asked for until enough

@@ -93,13 +93,10 @@ interface Connected {
  *     publisher: natsPublisher({ servers: 'nats://127.0.0.1:4222' }) });
  */
 export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublisher {
-  const timeout = publisherOptions(
-    'natsPublisher',
-    options,
-    ['subjectPrefix'],
-    { name: 'ackTimeoutMs', value: options.ackTimeoutMs, default: 5_000 },
-    ['servers', 'connectOptions'],
-  );
+  const timeout = publisherOptions('natsPublisher', options, ['subjectPrefix'], { name: 'ackTimeoutMs', default: 5_000 }, [
+    'servers',
+    'connectOptions',
+  ]);
   const servers = options.servers;
   if (
     servers !== undefined &&

@@ -63,7 +63,7 @@ export function publisherOptions(
   what: string,
   options: object | undefined,
   strings: readonly string[],
-  timeout: { name: string; value: unknown; default: number },
+  timeout: { name: string; default: number },
   other: readonly string[],
 ): number {
   if (options === null || typeof options !== 'object') throw new ConfigError(`${what}: options must be an object`);
@@ -77,7 +77,7 @@ export function publisherOptions(
   if (keyHeader !== undefined && keyHeader !== null && (typeof keyHeader !== 'string' || keyHeader === '')) {
     throw new ConfigError(`${what}: keyHeader must be a header name, or null for none`);
   }
-  return checked.intOption(`${what}: ${timeout.name}`, timeout.value, timeout.default, 1, 3_600_000);
+  return checked.intOption(`${what}: ${timeout.name}`, values[timeout.name], timeout.default, 1, 3_600_000);
 }
 
 /** Every message of a batch failed the same way (no connection to the broker). */

@@ -52,7 +52,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     'rabbitMqPublisher',
     options,
     ['url', 'exchange'],
-    { name: 'confirmTimeoutMs', value: options.confirmTimeoutMs, default: 10_000 },
+    { name: 'confirmTimeoutMs', default: 10_000 },
     [],
   );
   const exchange = options.exchange ?? '';
