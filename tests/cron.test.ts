@@ -129,6 +129,7 @@ describe('recurring jobs', () => {
       // A date that never comes, and a seventh (year) field (outside review 75).
       [{ name: 'a', cron: '0 0 30 2 *', task: 't' }],
       [{ name: 'a', cron: '0 0 0 1 1 * 2099', task: 't' }],
+      [{ name: 'a\tb', cron: '* * * * *', task: 't' }],
     ];
     for (const schedules of bad)
       expect(() => new Worker({ ...base, schedules: schedules as CronSchedule[] })).toThrow(ConfigError);

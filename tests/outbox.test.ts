@@ -634,8 +634,46 @@ describe('relay: outside review 74', () => {
     expect(() => natsPublisher({ server: 'nats://x' } as never)).toThrow(/natsPublisher: unknown option "server"/);
     expect(() => natsPublisher({ ackTimeoutMs: -1 })).toThrow(ConfigError);
     expect(() => natsPublisher({ servers: 5 } as never)).toThrow(ConfigError);
+    expect(() => natsPublisher({ servers: [] })).toThrow(ConfigError);
+    expect(() => natsPublisher({ servers: '' })).toThrow(ConfigError);
     expect(() => rabbitMqPublisher({ urll: 'amqp://x' } as never)).toThrow(/rabbitMqPublisher: unknown option "urll"/);
     expect(() => rabbitMqPublisher({ confirmTimeoutMs: 0 })).toThrow(ConfigError);
     expect(() => rabbitMqPublisher({ keyHeader: 5 } as never)).toThrow(ConfigError);
+    // Review 77: a Nats-Rollup key header purged the subject with every keyed message.
+    for (const keyHeader of ['Nats-Rollup', 'nats-msg-id', 'a b', 'a:b', ''])
+      expect(() => natsPublisher({ keyHeader }), keyHeader).toThrow(/natsPublisher: keyHeader/);
+    expect(() => natsPublisher({ keyHeader: 'X-Key' })).not.toThrow();
+    expect(() => natsPublisher({ keyHeader: null })).not.toThrow();
+  });
+
+  it('keeps commit order within a key for overlapping producers that take an advisory lock on the key before writing (outside review 77)', async () => {
+    // A row lock does not do it: a transaction takes its id when it first writes,
+    // before it waits for the row, and waiters get the row in no particular order.
+    // pg_advisory_xact_lock takes no transaction id, so the id comes after the lock.
+    const d = freshDestination();
+    await db.pool.query(`CREATE TABLE ${db.s}.advisory_orders (id text PRIMARY KEY, version int NOT NULL)`);
+    await db.pool.query(`INSERT INTO ${db.s}.advisory_orders VALUES ('order-1', 0)`);
+    const producer = async () => {
+      for (let i = 0; i < 40; i++) {
+        const client = await db.pool.connect();
+        try {
+          await client.query('BEGIN');
+          await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', ['order-1']);
+          const { rows } = await client.query<{ version: number }>(
+            `UPDATE ${db.s}.advisory_orders SET version = version + 1 WHERE id = 'order-1' RETURNING version`,
+          );
+          await outbox.publish(d, { version: rows[0]!.version }, { tx: client, key: 'order-1' });
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: 6 }, producer));
+    const broker = new MemoryBroker();
+    await startRelay(broker, [d]).start();
+    await waitFor(() => broker.stored.length === 240, 'all 240 published');
+    const versions = broker.ofKey('order-1').map((p) => (JSON.parse(p) as { version: number }).version);
+    expect(versions).toEqual(Array.from({ length: 240 }, (_, i) => i + 1));
   });
 });

@@ -88,9 +88,10 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
   return list.map((entry: CronSchedule) => {
     if (!entry || typeof entry !== 'object') throw new ConfigError('schedules: each schedule must be an object');
     const name = entry.name;
-    if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
+    // No control characters: a tab or a line break broke `sluice cron list`'s table (outside review 77).
+    if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH || /\p{Cc}/u.test(name)) {
       throw new ConfigError(
-        `schedules: name must be a string of 1 to ${MAX_NAME_LENGTH} characters, got ${JSON.stringify(name)}`,
+        `schedules: name must be a string of 1 to ${MAX_NAME_LENGTH} characters without control characters, got ${JSON.stringify(name)}`,
       );
     }
     rejectUnknownKeys(entry, KEYS, `schedule "${name}"`);

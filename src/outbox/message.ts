@@ -106,6 +106,17 @@ function toBytes(payload: unknown, maxBytes: number): Buffer {
 // NATS and AMQP header names are tokens: no control characters, spaces or colons.
 const HEADER_NAME = /^[!#-'*+\-.0-9A-Z^_`a-z|~]+$/;
 
+/**
+ * Why `name` cannot carry a message's key (a publisher's keyHeader), or undefined:
+ * not a token, or a Nats-* control (outside review 77: keyHeader 'Nats-Rollup' made
+ * every keyed message purge its subject).
+ */
+export function keyHeaderProblem(name: string): string | undefined {
+  if (!HEADER_NAME.test(name)) return 'is not a header name (a token: no spaces, colons or control characters)';
+  if (name.toLowerCase().startsWith('nats-')) return "is reserved (Nats-* headers are JetStream's controls)";
+  return undefined;
+}
+
 function checkHeaders(headers: unknown): Record<string, string> | null {
   if (headers === undefined || headers === null) return null;
   // A plain object: a Map (or any class instance) has no own entries to read and was stored as no headers.

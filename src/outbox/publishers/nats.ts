@@ -100,8 +100,8 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
   const servers = options.servers;
   if (
     servers !== undefined &&
-    typeof servers !== 'string' &&
-    !(Array.isArray(servers) && servers.every((x) => typeof x === 'string'))
+    !(typeof servers === 'string' && servers !== '') &&
+    !(Array.isArray(servers) && servers.length > 0 && servers.every((x) => typeof x === 'string' && x !== ''))
   ) {
     throw new ConfigError('natsPublisher: servers must be a URL or an array of URLs');
   }

@@ -1,5 +1,6 @@
 import { ConfigError } from '../../errors.js';
 import { checks } from '../../validate.js';
+import { keyHeaderProblem } from '../message.js';
 /** A message as the relay hands it to a broker. */
 export interface RelayMessage {
   /** The outbox row id. */
@@ -74,8 +75,10 @@ export function publisherOptions(
       throw new ConfigError(`${what}: ${name} must be a string`);
   }
   const keyHeader = values.keyHeader;
-  if (keyHeader !== undefined && keyHeader !== null && (typeof keyHeader !== 'string' || keyHeader === '')) {
-    throw new ConfigError(`${what}: keyHeader must be a header name, or null for none`);
+  if (keyHeader !== undefined && keyHeader !== null) {
+    if (typeof keyHeader !== 'string') throw new ConfigError(`${what}: keyHeader must be a header name, or null for none`);
+    const problem = keyHeaderProblem(keyHeader);
+    if (problem) throw new ConfigError(`${what}: keyHeader ${JSON.stringify(keyHeader)} ${problem}`);
   }
   return checked.intOption(`${what}: ${timeout.name}`, values[timeout.name], timeout.default, 1, 3_600_000);
 }
