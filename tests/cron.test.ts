@@ -130,6 +130,8 @@ describe('recurring jobs', () => {
       [{ name: 'a', cron: '0 0 30 2 *', task: 't' }],
       [{ name: 'a', cron: '0 0 0 1 1 * 2099', task: 't' }],
       [{ name: 'a\tb', cron: '* * * * *', task: 't' }],
+      [{ name: ' ', cron: '* * * * *', task: 't' }],
+      [{ name: 'a\u2028b', cron: '* * * * *', task: 't' }],
     ];
     for (const schedules of bad)
       expect(() => new Worker({ ...base, schedules: schedules as CronSchedule[] })).toThrow(ConfigError);

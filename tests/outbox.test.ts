@@ -636,6 +636,7 @@ describe('relay: outside review 74', () => {
     expect(() => natsPublisher({ servers: 5 } as never)).toThrow(ConfigError);
     expect(() => natsPublisher({ servers: [] })).toThrow(ConfigError);
     expect(() => natsPublisher({ servers: '' })).toThrow(ConfigError);
+    expect(() => natsPublisher({ servers: ['  '] })).toThrow(ConfigError);
     expect(() => rabbitMqPublisher({ urll: 'amqp://x' } as never)).toThrow(/rabbitMqPublisher: unknown option "urll"/);
     expect(() => rabbitMqPublisher({ confirmTimeoutMs: 0 })).toThrow(ConfigError);
     expect(() => rabbitMqPublisher({ keyHeader: 5 } as never)).toThrow(ConfigError);

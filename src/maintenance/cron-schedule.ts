@@ -88,10 +88,17 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
   return list.map((entry: CronSchedule) => {
     if (!entry || typeof entry !== 'object') throw new ConfigError('schedules: each schedule must be an object');
     const name = entry.name;
-    // No control characters: a tab or a line break broke `sluice cron list`'s table (outside review 77).
-    if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH || /\p{Cc}/u.test(name)) {
+    // No control characters or line separators, no white space at the ends: a tab or a
+    // line break broke `sluice cron list`'s table (outside reviews 77, 78).
+    if (
+      typeof name !== 'string' ||
+      name.length === 0 ||
+      name.length > MAX_NAME_LENGTH ||
+      /[\p{Cc}\p{Zl}\p{Zp}]/u.test(name) ||
+      name.trim() !== name
+    ) {
       throw new ConfigError(
-        `schedules: name must be a string of 1 to ${MAX_NAME_LENGTH} characters without control characters, got ${JSON.stringify(name)}`,
+        `schedules: name must be a string of 1 to ${MAX_NAME_LENGTH} characters, without control characters or white space at its ends, got ${JSON.stringify(name)}`,
       );
     }
     rejectUnknownKeys(entry, KEYS, `schedule "${name}"`);

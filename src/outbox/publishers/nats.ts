@@ -100,8 +100,8 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
   const servers = options.servers;
   if (
     servers !== undefined &&
-    !(typeof servers === 'string' && servers !== '') &&
-    !(Array.isArray(servers) && servers.length > 0 && servers.every((x) => typeof x === 'string' && x !== ''))
+    !(typeof servers === 'string' && servers.trim() !== '') &&
+    !(Array.isArray(servers) && servers.length > 0 && servers.every((x) => typeof x === 'string' && x.trim() !== ''))
   ) {
     throw new ConfigError('natsPublisher: servers must be a URL or an array of URLs');
   }
