@@ -99,6 +99,8 @@ REVOKE ALL ON :SCHEMA.outbox, :SCHEMA.outbox_relays, :SCHEMA.outbox_failures, :S
 -- their ids, nothing else: it cannot read, change or delete any message, nor move
 -- a watermark. The identity column's sequence needs no grant; neither does the
 -- insert trigger's pg_notify. publish() runs with the caller's rights (this grant).
+-- lock_outbox_keys() (Outbox.lockKeys) needs nothing more: it runs with the
+-- caller's rights and touches no table.
 GRANT USAGE ON SCHEMA :SCHEMA TO sluice_outbox_publish;
 GRANT INSERT (destination, key, headers, payload) ON :SCHEMA.outbox TO sluice_outbox_publish;
 GRANT SELECT (id) ON :SCHEMA.outbox TO sluice_outbox_publish;

@@ -647,10 +647,10 @@ describe('relay: outside review 74', () => {
     expect(() => natsPublisher({ keyHeader: null })).not.toThrow();
   });
 
-  it('keeps commit order within a key for overlapping producers that take an advisory lock on the key before writing (outside review 77)', async () => {
+  it('keeps commit order within a key for overlapping producers that lock the key before writing (lockKeys; outside review 77)', async () => {
     // A row lock does not do it: a transaction takes its id when it first writes,
     // before it waits for the row, and waiters get the row in no particular order.
-    // pg_advisory_xact_lock takes no transaction id, so the id comes after the lock.
+    // lockKeys takes an advisory lock, which takes no transaction id, so the id comes after it.
     const d = freshDestination();
     await db.pool.query(`CREATE TABLE ${db.s}.advisory_orders (id text PRIMARY KEY, version int NOT NULL)`);
     await db.pool.query(`INSERT INTO ${db.s}.advisory_orders VALUES ('order-1', 0)`);
@@ -659,7 +659,7 @@ describe('relay: outside review 74', () => {
         const client = await db.pool.connect();
         try {
           await client.query('BEGIN');
-          await client.query('SELECT pg_advisory_xact_lock(hashtext($1))', ['order-1']);
+          await outbox.lockKeys('order-1', { tx: client });
           const { rows } = await client.query<{ version: number }>(
             `UPDATE ${db.s}.advisory_orders SET version = version + 1 WHERE id = 'order-1' RETURNING version`,
           );
@@ -676,5 +676,56 @@ describe('relay: outside review 74', () => {
     await waitFor(() => broker.stored.length === 240, 'all 240 published');
     const versions = broker.ofKey('order-1').map((p) => (JSON.parse(p) as { version: number }).version);
     expect(versions).toEqual(Array.from({ length: 240 }, (_, i) => i + 1));
+  });
+
+  it('refuses to lock keys after the transaction wrote, and aborts it: too late to keep the order (migration 0032)', async () => {
+    const d = freshDestination();
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await outbox.publish(d, { n: 1 }, { tx: client, key: 'k' });
+      await expect(outbox.lockKeys(['k'], { tx: client })).rejects.toThrow(
+        /lockKeys: this transaction has already written or locked a row; lock the keys before its first write/,
+      );
+      await expect(client.query('SELECT 1')).rejects.toThrow(/current transaction is aborted/);
+      await client.query('ROLLBACK');
+      // The same from SQL, after a row lock alone.
+      await client.query('BEGIN');
+      await client.query(`SELECT FROM ${db.s}.outbox_identity FOR UPDATE`);
+      await expect(client.query(`SELECT ${db.s}.lock_outbox_keys('k')`)).rejects.toMatchObject({ code: '55000' });
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    expect(await count('outbox', d)).toBe(0);
+    const tx = { query: () => Promise.reject(new Error('not reached')) };
+    await expect(outbox.lockKeys('k', {} as never)).rejects.toThrow(ConfigError);
+    await expect(outbox.lockKeys('k', undefined as never)).rejects.toThrow(/lockKeys: pass \{ tx \}/);
+    await expect(outbox.lockKeys('k', { tx, tz: 1 } as never)).rejects.toThrow(/lockKeys: unknown option "tz"/);
+    await expect(outbox.lockKeys([1] as never, { tx })).rejects.toThrow(ValidationError);
+  });
+
+  it("holds a key's lock until the transaction ends, in this schema only (migration 0032)", async () => {
+    const other = await createTestSchema('outbox_locks');
+    const [holder, here, there] = await Promise.all([db.pool.connect(), db.pool.connect(), other.pool.connect()]);
+    try {
+      await holder.query('BEGIN');
+      // Several keys, a duplicate and a NULL (skipped) from SQL.
+      await holder.query(`SELECT ${db.s}.lock_outbox_keys('b', 'a', NULL, 'a')`);
+      for (const client of [here, there]) await client.query("BEGIN; SET LOCAL lock_timeout = '200ms'");
+      // Same key, same schema: waits (here, until lock_timeout gives up).
+      await expect(outbox.lockKeys(['c', 'a'], { tx: here })).rejects.toMatchObject({ sqlState: '55P03' });
+      // Same key, another schema: free.
+      await new Outbox({ pool: other.pool, schema: other.schema }).lockKeys(['a', 'b'], { tx: there });
+      await holder.query('COMMIT');
+      await here.query("ROLLBACK; BEGIN; SET LOCAL lock_timeout = '200ms'");
+      await outbox.lockKeys(['a', 'b'], { tx: here });
+    } finally {
+      for (const client of [holder, here, there]) {
+        await client.query('ROLLBACK');
+        client.release();
+      }
+      await other.drop();
+    }
   });
 });

@@ -29,6 +29,7 @@ export interface OutboxMessage extends PublishOptions {
 const OUTBOX_KEYS = new Set(['connectionString', 'pool', 'sql', 'driver', 'schema', 'maxMessageBytes']);
 const PUBLISH_KEYS = new Set(['tx', 'key', 'headers']);
 const MESSAGE_KEYS = new Set(['destination', 'payload', 'key', 'headers']);
+const TX_KEYS = new Set(['tx']);
 const POOL_SIZE = 10;
 
 /**
@@ -80,7 +81,7 @@ export class Outbox {
    * order of the array.
    */
   async publishMany(messages: OutboxMessage[], options: { tx?: Queryable } = {}): Promise<string[]> {
-    input.rejectUnknownKeys(options, new Set(['tx']), 'publishMany');
+    input.rejectUnknownKeys(options, TX_KEYS, 'publishMany');
     if (!Array.isArray(messages)) throw new ValidationError('publishMany: messages must be an array');
     if (messages.length === 0) return [];
     const encoded = messages.map((message, i) => {
@@ -104,6 +105,29 @@ export class Outbox {
       return ids.map((r) => String(r.id));
     } catch (err) {
       throw wrapDatabaseError(err, 'publishMany');
+    }
+  }
+
+  /**
+   * Makes the messages of `keys` that your transaction publishes come out in
+   * commit order among overlapping producers: takes each key's lock (held until
+   * your COMMIT or ROLLBACK), so the next producer of a key starts after this one
+   * ends. Call it with `tx` before the transaction's first write or row lock:
+   * after one it is too late, and it throws a ConfigError (and the transaction is
+   * aborted). Keys are locked in one order, so producers of the same keys cannot deadlock.
+   */
+  async lockKeys(keys: string | readonly string[], options: { tx: Queryable }): Promise<void> {
+    if (!options?.tx) throw new ConfigError('lockKeys: pass { tx }, your open transaction (the locks last until it ends)');
+    config.rejectUnknownKeys(options, TX_KEYS, 'lockKeys');
+    const list = typeof keys === 'string' ? [keys] : keys;
+    if (!Array.isArray(list) || list.some((k) => typeof k !== 'string'))
+      throw new ValidationError('lockKeys: keys must be a string or an array of strings');
+    try {
+      await this.executor(options.tx).query(this.queries.lockKeys, [list]);
+    } catch (err) {
+      if ((err as { code?: unknown } | null)?.code === '55000')
+        throw new ConfigError(`lockKeys: ${(err as Error).message.replace(/^lock_outbox_keys: /, '')}`, { cause: err });
+      throw wrapDatabaseError(err, 'lockKeys');
     }
   }
 

@@ -12,6 +12,8 @@ export interface OutboxStatements {
   readonly publishOne: string;
   /** Arrays of the same four, one element per message, inserted in array order. Returns the ids in that order. */
   readonly publishMany: string;
+  /** The order locks of keys ($1 text[]) for the rest of the transaction (migration 0032). */
+  readonly lockKeys: string;
   /** The partition counts a destination's relay rows already have ($1 destination). */
   readonly partitionCounts: string;
   /**
@@ -109,6 +111,7 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
     // key in one call keep their order.
     publishMany: `INSERT INTO ${outbox} (destination, key, headers, payload)
       SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::bytea[]) RETURNING id`,
+    lockKeys: `SELECT ${s}.lock_outbox_keys(VARIADIC $1::text[])`,
     partitionCounts: `SELECT DISTINCT partitions FROM ${relays} WHERE destination = $1`,
     lockRegistrations: `LOCK TABLE ${relays} IN SHARE UPDATE EXCLUSIVE MODE`,
     createPartitions: `INSERT INTO ${relays} (destination, partition, partitions)
