@@ -25,8 +25,32 @@ export default defineConfig({
         test: {
           ...shared,
           name: 'postgres.js',
-          include: ['tests/worker.test.ts', 'tests/processes.test.ts', 'tests/results.test.ts', 'tests/unique-jobs.test.ts',
-            'tests/cron.test.ts', 'tests/typed-tasks.test.ts'],
+          include: [
+            'tests/worker.test.ts',
+            'tests/processes.test.ts',
+            'tests/results.test.ts',
+            'tests/unique-jobs.test.ts',
+            'tests/cron.test.ts',
+            'tests/typed-tasks.test.ts',
+          ],
+          env: { SLUICE_TEST_DRIVER: 'postgres.js' },
+        },
+      },
+      // postgres.js 4 (a rewrite; its own parsed options) in place of 3, for Sluice and
+      // the tests alike: the files that hand Sluice a postgres.js `sql` or run on it.
+      {
+        resolve: { alias: [{ find: /^postgres$/, replacement: 'postgres4' }] },
+        test: {
+          ...shared,
+          name: 'postgres.js 4',
+          include: [
+            'tests/drivers.test.ts',
+            'tests/connection-settings.test.ts',
+            'tests/reconnect.test.ts',
+            'tests/adapters.test.ts',
+            'tests/statement-cancel.test.ts',
+            'tests/worker.test.ts',
+          ],
           env: { SLUICE_TEST_DRIVER: 'postgres.js' },
         },
       },

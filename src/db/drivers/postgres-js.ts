@@ -62,6 +62,12 @@ async function loadPostgres(): Promise<Postgres> {
 /** Sluice hands JSON over as text already; postgres.js would JSON.stringify it a second time. */
 const jsonText = (x: unknown) => (typeof x === 'string' ? x : JSON.stringify(x));
 
+/** json and jsonb: sent as the text Sluice made, read with JSON.parse. */
+const JSON_TYPES = { sluiceJson: { to: 3802, from: [114, 3802], serialize: jsonText, parse: JSON.parse } };
+
+/** postgres.js 4's parsed options (a rewrite: it resolves types per instance, `resolve`). */
+const isVersion4 = (parsed: object) => 'resolve' in parsed && 'shared_types' in parsed;
+
 interface ParsedOptions {
   parsers: Record<number, unknown>;
   serializers: Record<number, unknown>;
@@ -95,26 +101,39 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
   function instance(settings: Record<string, unknown>, url = options.connectionString): Sql {
     const connection = { application_name: settings.application_name };
     delete settings.application_name;
-    if (!options.sql) {
-      const types = { sluiceJson: { to: 3802, from: [114, 3802], serialize: jsonText, parse: JSON.parse } };
-      return postgres(url!, { ...settings, types, connection, onnotice: () => {} } as Options<{}>);
-    }
+    if (!options.sql) return postgres(url!, { ...settings, types: JSON_TYPES, connection, onnotice: () => {} } as Options<{}>);
     // Reuse the caller's parsed options (what postgres.js's own listen() does): its
     // connection settings, but postgres.js's own parsers and no transform, with our
     // json serialisers. Sluice's statements must read their rows as they wrote them:
     // with the caller's `transform: postgres.camel` or `types`, the worker read
     // `max_attempts` as undefined and retried failing jobs for ever (outside review 69).
-    // Array parsers and serialisers come back as each connection fetches the types.
     const parsed = options.sql.options as ParsedOptions;
     plain ??= postgres({ max: 1, fetch_types: false }).options as unknown as ParsedOptions;
-    return postgres({
+    const own = {
       ...(parsed as object),
-      parsers: { ...plain.parsers },
-      serializers: { ...plain.serializers, 114: jsonText, 3802: jsonText },
       transform: plain.transform,
       onnotice: () => {},
       ...settings,
       connection: { ...parsed.connection, ...connection },
+    };
+    if (isVersion4(parsed)) {
+      // postgres.js 4 builds its parsers and serialisers from `types` when the
+      // instance is made (3 took them ready-made, below): the caller's custom types
+      // and type inference left out, ours in; state of its own, not the caller's.
+      return postgres({
+        ...own,
+        types: JSON_TYPES,
+        infer: false,
+        shared_types: undefined,
+        shared: { retries: 0 },
+        parameters: {},
+      } as unknown as Options<{}>);
+    }
+    // Array parsers and serialisers come back as each connection fetches the types.
+    return postgres({
+      ...own,
+      parsers: { ...plain.parsers },
+      serializers: { ...plain.serializers, 114: jsonText, 3802: jsonText },
     } as unknown as Options<{}>);
   }
 
