@@ -678,14 +678,14 @@ describe('relay: outside review 74', () => {
     expect(versions).toEqual(Array.from({ length: 240 }, (_, i) => i + 1));
   });
 
-  it('refuses to lock keys after the transaction wrote, and aborts it: too late to keep the order (migration 0032)', async () => {
+  it('refuses to lock keys once the transaction has its id, or a second time, and aborts it: too late to keep the order (migration 0032)', async () => {
     const d = freshDestination();
     const client = await db.pool.connect();
     try {
       await client.query('BEGIN');
       await outbox.publish(d, { n: 1 }, { tx: client, key: 'k' });
       await expect(outbox.lockKeys(['k'], { tx: client })).rejects.toThrow(
-        /lockKeys: this transaction has already written or locked a row; lock the keys before its first write/,
+        /^lockKeys: this transaction already has a transaction id \(it wrote or locked a row, or drew from a sequence\)/,
       );
       await expect(client.query('SELECT 1')).rejects.toThrow(/current transaction is aborted/);
       await client.query('ROLLBACK');
@@ -694,6 +694,17 @@ describe('relay: outside review 74', () => {
       await client.query(`SELECT FROM ${db.s}.outbox_identity FOR UPDATE`);
       await expect(client.query(`SELECT ${db.s}.lock_outbox_keys('k')`)).rejects.toMatchObject({ code: '55000' });
       await client.query('ROLLBACK');
+      // Keys locked call by call can deadlock (outside review 81): one call per transaction.
+      await client.query('BEGIN');
+      await outbox.lockKeys(['a', 'b'], { tx: client });
+      await expect(outbox.lockKeys('c', { tx: client })).rejects.toThrow(/^lockKeys: this transaction locked keys already/);
+      await client.query('ROLLBACK');
+      // A savepoint rolled back releases its locks, and so allows another call.
+      await client.query('BEGIN; SAVEPOINT s');
+      await outbox.lockKeys('a', { tx: client });
+      await client.query('ROLLBACK TO s');
+      await outbox.lockKeys('a', { tx: client });
+      await client.query('COMMIT');
     } finally {
       client.release();
     }
@@ -702,7 +713,13 @@ describe('relay: outside review 74', () => {
     await expect(outbox.lockKeys('k', {} as never)).rejects.toThrow(ConfigError);
     await expect(outbox.lockKeys('k', undefined as never)).rejects.toThrow(/lockKeys: pass \{ tx \}/);
     await expect(outbox.lockKeys('k', { tx, tz: 1 } as never)).rejects.toThrow(/lockKeys: unknown option "tz"/);
-    await expect(outbox.lockKeys([1] as never, { tx })).rejects.toThrow(ValidationError);
+    // On a pool each statement may take another connection, outside any transaction: the locks would end at once.
+    await expect(outbox.lockKeys('k', { tx: db.pool })).rejects.toThrow(/lockKeys: tx is a pool/);
+    // Keys as publish() takes them (outside review 81: a NUL was a DatabaseError that aborted the transaction).
+    for (const bad of [1, null, 'a\u0000b', '\uD800', 'x'.repeat(1025), 'a\nb'])
+      await expect(outbox.lockKeys([bad] as never, { tx }), JSON.stringify(bad)).rejects.toThrow(ValidationError);
+    await expect(outbox.lockKeys(Array.from({ length: 1001 }, String), { tx })).rejects.toThrow(/at most 1000 keys/);
+    await expect(db.pool.query(`SELECT ${db.s}.lock_outbox_keys(repeat('x', 1025))`)).rejects.toMatchObject({ code: '22023' });
   });
 
   it("holds a key's lock until the transaction ends, in this schema only (migration 0032)", async () => {

@@ -63,6 +63,16 @@ export async function listWorkers(
   }
 }
 
+/** Queues with due pending jobs and no live worker: those findUnknownTasks leaves out. */
+export async function findUnwatchedQueues(db: Queryable, schema: string): Promise<string[]> {
+  const { unwatchedQueues } = workerRegistryStatements(schema);
+  try {
+    return (await rows<{ queue: string }>(db, unwatchedQueues, [MISSED_INTERVALS_DEAD])).map((r) => r.queue);
+  } catch (err) {
+    throw wrapDatabaseError(err, 'findUnwatchedQueues failed');
+  }
+}
+
 /**
  * Due pending jobs whose task no live worker of their queue handles, by queue
  * and task, most jobs first. Queues without any live worker are not included.

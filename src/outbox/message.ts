@@ -61,14 +61,7 @@ export function encodeMessage(
   }
   checkText('destination', destination);
   const { key, headers } = options ?? {};
-  if (key !== undefined && key !== null) {
-    if (typeof key !== 'string' || key.length > MAX_KEY_LENGTH) {
-      throw new ValidationError(`publish: key must be a string of at most ${MAX_KEY_LENGTH} characters`);
-    }
-    checkText('key', key);
-    // It travels as a header (Sluice-Key), which cannot hold one (NATS refuses it).
-    if (/[\r\n]/.test(key)) throw new ValidationError('publish: key contains a line break');
-  }
+  if (key !== undefined && key !== null) checkKey(key, 'publish');
   const checked = checkHeaders(headers);
   const body = toBytes(payload, maxBytes);
   const size = body.length + metadataBytes(key ?? null, checked);
@@ -139,7 +132,17 @@ function checkHeaders(headers: unknown): Record<string, string> | null {
   return entries.length > 0 ? (headers as Record<string, string>) : null;
 }
 
-function checkText(what: string, text: string): void {
+function checkText(what: string, text: string, caller = 'publish'): void {
   const unstorable = unstorableText(text);
-  if (unstorable) throw new ValidationError(`publish: ${what} contains ${unstorable}`);
+  if (unstorable) throw new ValidationError(`${caller}: ${what} contains ${unstorable}`);
+}
+
+/** Throws a ValidationError (from `caller`) unless `key` is a key a message may carry. */
+export function checkKey(key: unknown, caller: string): asserts key is string {
+  if (typeof key !== 'string' || key.length > MAX_KEY_LENGTH) {
+    throw new ValidationError(`${caller}: key must be a string of at most ${MAX_KEY_LENGTH} characters`);
+  }
+  checkText('key', key, caller);
+  // It travels as a header (Sluice-Key), which cannot hold one (NATS refuses it).
+  if (/[\r\n]/.test(key)) throw new ValidationError(`${caller}: key contains a line break`);
 }

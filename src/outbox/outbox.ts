@@ -5,7 +5,7 @@ import { rows, type Queryable } from '../db/executor.js';
 import { outboxStatements, type OutboxStatements } from '../db/statements/outbox.js';
 import { ConfigError, ValidationError, wrapDatabaseError } from '../errors.js';
 import { checks } from '../validate.js';
-import { DEFAULT_MAX_MESSAGE_BYTES, encodeMessage, type OutboxPayload, type PublishOptions } from './message.js';
+import { checkKey, DEFAULT_MAX_MESSAGE_BYTES, encodeMessage, type OutboxPayload, type PublishOptions } from './message.js';
 
 const config = checks(ConfigError);
 const input = checks(ValidationError);
@@ -30,6 +30,12 @@ const OUTBOX_KEYS = new Set(['connectionString', 'pool', 'sql', 'driver', 'schem
 const PUBLISH_KEYS = new Set(['tx', 'key', 'headers']);
 const MESSAGE_KEYS = new Set(['destination', 'payload', 'key', 'headers']);
 const TX_KEYS = new Set(['tx']);
+/** Most keys one lockKeys takes: each is a lock held to the end of the transaction, and the server's lock table is shared. */
+const MAX_LOCKED_KEYS = 1_000;
+
+/** A pg Pool (not one of its clients): each query may run on another connection, outside any transaction. */
+const isPgPool = (tx: object): boolean =>
+  'totalCount' in tx && 'idleCount' in tx && typeof (tx as { connect?: unknown }).connect === 'function';
 const POOL_SIZE = 10;
 
 /**
@@ -112,21 +118,32 @@ export class Outbox {
    * Makes the messages of `keys` that your transaction publishes come out in
    * commit order among overlapping producers: takes each key's lock (held until
    * your COMMIT or ROLLBACK), so the next producer of a key starts after this one
-   * ends. Call it with `tx` before the transaction's first write or row lock:
-   * after one it is too late, and it throws a ConfigError (and the transaction is
-   * aborted). Keys are locked in one order, so producers of the same keys cannot deadlock.
+   * ends. Call it once per transaction, with every key, in your transaction (`tx`)
+   * before anything else: after a write, a row lock or a sequence's nextval() (the
+   * transaction may have its id by then), or a second time, it throws a
+   * ConfigError and the transaction is aborted. Keys are locked in one order, so
+   * producers of the same keys cannot deadlock.
    */
   async lockKeys(keys: string | readonly string[], options: { tx: Queryable }): Promise<void> {
     if (!options?.tx) throw new ConfigError('lockKeys: pass { tx }, your open transaction (the locks last until it ends)');
     config.rejectUnknownKeys(options, TX_KEYS, 'lockKeys');
+    if (isPgPool(options.tx)) {
+      throw new ConfigError(
+        'lockKeys: tx is a pool; pass the client of your open transaction (on a pool the locks end with the statement)',
+      );
+    }
     const list = typeof keys === 'string' ? [keys] : keys;
-    if (!Array.isArray(list) || list.some((k) => typeof k !== 'string'))
-      throw new ValidationError('lockKeys: keys must be a string or an array of strings');
+    if (!Array.isArray(list)) throw new ValidationError('lockKeys: keys must be a string or an array of strings');
+    if (list.length > MAX_LOCKED_KEYS)
+      throw new ValidationError(`lockKeys: at most ${MAX_LOCKED_KEYS} keys at once, got ${list.length}`);
+    for (const key of list) checkKey(key, 'lockKeys');
     try {
       await this.executor(options.tx).query(this.queries.lockKeys, [list]);
     } catch (err) {
-      if ((err as { code?: unknown } | null)?.code === '55000')
-        throw new ConfigError(`lockKeys: ${(err as Error).message.replace(/^lock_outbox_keys: /, '')}`, { cause: err });
+      const e = err as { code?: unknown; message?: unknown } | null;
+      const message = typeof e?.message === 'string' ? e.message.replace(/^lock_outbox_keys: /, '') : String(err);
+      if (e?.code === '55000') throw new ConfigError(`lockKeys: ${message}`, { cause: err });
+      if (e?.code === '22023') throw new ValidationError(`lockKeys: ${message}`, { cause: err });
       throw wrapDatabaseError(err, 'lockKeys');
     }
   }

@@ -20,6 +20,8 @@ export interface WorkerRegistryStatements {
   readonly list: string;
   /** $1 missed intervals after which a row counts as dead. */
   readonly unknownTasks: string;
+  /** Queues with due jobs and no live worker ($1 as above): what unknownTasks cannot judge. */
+  readonly unwatchedQueues: string;
 }
 
 export const workerRegistryStatements = perSchema((schema: string): WorkerRegistryStatements => {
@@ -76,5 +78,11 @@ export const workerRegistryStatements = perSchema((schema: string): WorkerRegist
       WHERE EXISTS (SELECT FROM live l WHERE d.queue = ANY(l.queues))
         AND NOT EXISTS (SELECT FROM live l WHERE d.queue = ANY(l.queues) AND d.task = ANY(l.tasks))
       ORDER BY d.jobs DESC, d.queue, d.task`,
+
+    unwatchedQueues: `SELECT d.queue FROM (
+        SELECT DISTINCT queue FROM ${s}.jobs WHERE status = 'pending' AND run_at <= now()
+      ) d
+      WHERE NOT EXISTS (SELECT FROM ${s}.workers w WHERE ${alive('w', '$1')} AND d.queue = ANY(w.queues))
+      ORDER BY d.queue`,
   };
 });
