@@ -291,10 +291,16 @@ describe('pause and resume', () => {
     await suite.queue.pauseQueue('pz-actor', { actor: 'ops' });
     await suite.queue.setQueueConcurrency('pz-actor', 3, { actor: 'ops', tx: suite.db.pool });
     await suite.queue.resumeQueue('pz-actor');
-    const { rows } = await suite.db.pool.query<{ action: string; actor: string }>(
-      `SELECT action, actor FROM ${suite.db.s}.audit_log WHERE queue = 'pz-actor' ORDER BY id`,
+    const { rows } = await suite.db.pool.query<{ action: string; actor: string; detail: unknown }>(
+      `SELECT action, actor, detail FROM ${suite.db.s}.audit_log WHERE queue = 'pz-actor' ORDER BY id`,
     );
     expect(rows.map((r) => r.actor)).toEqual(['ops', 'ops', 'api']);
+    // The limit set, in the record (migration 0033); pause and resume need none.
+    expect(rows.map((r) => [r.action, r.detail])).toEqual([
+      ['pause', null],
+      ['concurrency_limit', { concurrency_limit: 3 }],
+      ['resume', null],
+    ]);
     await expect(suite.queue.pauseQueue('pz-actor', { bogus: 1 } as never)).rejects.toBeInstanceOf(ValidationError);
     await expect(suite.queue.setQueueConcurrency('pz-actor', 1, { actr: 'x' } as never)).rejects.toThrow(/unknown option/);
     await expect(suite.queue.pauseQueue('pz-actor', { actor: 'a\0b' })).rejects.toThrow(/actor holds a NUL/);

@@ -837,7 +837,9 @@ describe('groups: settings', () => {
     await setQueueRateLimit(t.db.pool, t.db.schema, 'settings', null);
     const [after] = (await listQueueLimits(t.db.pool, t.db.schema)).filter((q) => q.name === 'settings');
     expect(after?.rateLimit).toBeNull();
-    const { rows } = await t.db.pool.query(`SELECT action, actor FROM ${t.db.s}.audit_log WHERE queue = 'settings' ORDER BY id`);
+    const { rows } = await t.db.pool.query(
+      `SELECT action, actor, detail, at FROM ${t.db.s}.audit_log WHERE queue = 'settings' ORDER BY id`,
+    );
     expect(rows.map((r) => r.action)).toEqual([
       'rate_limit',
       'group_defaults',
@@ -847,6 +849,29 @@ describe('groups: settings', () => {
       'rate_limit',
     ]);
     expect(rows[0].actor).toBe('test');
+    // What each change left (migration 0033; outside review 80: the log said only that something changed).
+    expect(rows.map((r) => r.detail)).toEqual([
+      { rate_limit: 100, rate_interval_ms: 1000, rate_burst: 10 },
+      { group_concurrency: 4, group_rate_limit: null, group_rate_interval_ms: null, group_rate_burst: null },
+      { group_concurrency: 4, group_rate_limit: 5, group_rate_interval_ms: 2000, group_rate_burst: 1 },
+      { group: null, weight: 2, concurrency_limit: null, rate_limit: null, rate_interval_ms: null, rate_burst: null },
+      { group: null, weight: 2, concurrency_limit: 7, rate_limit: null, rate_interval_ms: null, rate_burst: null },
+      { rate_limit: null, rate_interval_ms: null, rate_burst: null },
+    ]);
+    // The time of each statement, not of its transaction's start.
+    const client = await t.db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query('SELECT pg_sleep(0.05)');
+      await setGroupSettings(client, t.db.schema, 'settings', 'g1', { weight: 3 });
+      const { rows: times } = await client.query(
+        `SELECT at > now() AS after_begin FROM ${t.db.s}.audit_log WHERE queue = 'settings' ORDER BY id DESC LIMIT 1`,
+      );
+      expect(times[0].after_begin).toBe(true);
+    } finally {
+      await client.query('ROLLBACK');
+      client.release();
+    }
   });
 });
 

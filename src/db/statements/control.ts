@@ -33,9 +33,10 @@ export const controlStatements = perSchema((schema: string): ControlStatements =
         ON CONFLICT (name) DO UPDATE SET ${column} = excluded.${column}, updated_at = now()
         RETURNING q.name, q.paused, q.concurrency_limit, q.updated_at
       ), logged AS (
-        INSERT INTO ${s}.audit_log (queue, action, actor)
+        INSERT INTO ${s}.audit_log (queue, action, actor, detail)
         SELECT q.name, CASE WHEN '${column}' = 'concurrency_limit' THEN 'concurrency_limit'
-                            WHEN q.paused THEN 'pause' ELSE 'resume' END, $4::text
+                            WHEN q.paused THEN 'pause' ELSE 'resume' END, $4::text,
+               CASE WHEN '${column}' = 'concurrency_limit' THEN jsonb_build_object('concurrency_limit', q.concurrency_limit) END
         FROM q
       )
       SELECT q.*, pg_notify($3, $5) IS NULL AS notified FROM q`;

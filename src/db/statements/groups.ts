@@ -31,8 +31,15 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
   // channel, the actor and the control message. A value is changed only when its
   // flag is true, so one statement serves every combination of options. The audit
   // record is written by the same statement (migration 0007).
-  const audited = (action: 'group_defaults' | 'rate_limit', written: 'q', actor: '$10' | '$6') => `
-      , logged AS (INSERT INTO ${s}.audit_log (queue, action, actor) SELECT name, '${action}', ${actor}::text FROM ${written})`;
+  // The record's detail is the settings as the statement left them (migration 0033).
+  const audited = (action: 'group_defaults' | 'rate_limit', actor: '$10' | '$6') => {
+    const prefix = action === 'group_defaults' ? 'group_' : '';
+    const detail = action === 'group_defaults' ? `'group_concurrency', q.group_concurrency, ` : '';
+    return `
+      , logged AS (INSERT INTO ${s}.audit_log (queue, action, actor, detail)
+          SELECT name, '${action}', ${actor}::text, jsonb_build_object(${detail}'${prefix}rate_limit', q.${prefix}rate_limit,
+            '${prefix}rate_interval_ms', q.${prefix}rate_interval_ms, '${prefix}rate_burst', q.${prefix}rate_burst) FROM q)`;
+  };
   return {
     schema,
     channel: channelFor(schema),
@@ -52,7 +59,7 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
           group_rate_burst = CASE WHEN $4 THEN excluded.group_rate_burst ELSE q.group_rate_burst END,
           updated_at = now()
         RETURNING ${queueColumns}
-      )${audited('group_defaults', 'q', '$10')}
+      )${audited('group_defaults', '$10')}
       SELECT q.*, pg_notify($9, $11) IS NULL AS notified FROM q`,
 
     // A queue's rate limit ($2 limit, $3 interval, $4 burst; all NULL: none). The
@@ -62,7 +69,7 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
         ON CONFLICT (name) DO UPDATE SET rate_limit = excluded.rate_limit, rate_interval_ms = excluded.rate_interval_ms,
           rate_burst = excluded.rate_burst, tokens = NULL, tokens_at = NULL, updated_at = now()
         RETURNING ${queueColumns}
-      )${audited('rate_limit', 'q', '$6')}
+      )${audited('rate_limit', '$6')}
       SELECT q.*, pg_notify($5, $7) IS NULL AS notified FROM q`,
 
     // One group's own settings ($2 group, '' for jobs without one): $3/$4 weight,
@@ -85,7 +92,10 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
         RETURNING g.queue, g.group_key, g.weight, g.concurrency_limit, g.rate_limit, g.rate_interval_ms, g.rate_burst,
           g.updated_at
       ), logged AS (
-        INSERT INTO ${s}.audit_log (queue, action, actor) SELECT queue, 'group_settings', $12::text FROM g
+        INSERT INTO ${s}.audit_log (queue, action, actor, detail)
+        SELECT queue, 'group_settings', $12::text, jsonb_build_object('group', nullif(group_key, ''), 'weight', weight,
+          'concurrency_limit', concurrency_limit, 'rate_limit', rate_limit, 'rate_interval_ms', rate_interval_ms,
+          'rate_burst', rate_burst) FROM g
       )
       SELECT g.*, pg_notify($11, $13) IS NULL AS notified FROM g`,
 
