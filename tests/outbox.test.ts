@@ -695,7 +695,10 @@ describe('relay: outside review 74', () => {
       await expect(client.query(`SELECT ${db.s}.lock_outbox_keys('k')`)).rejects.toMatchObject({ code: '55000' });
       await client.query('ROLLBACK');
       // Keys locked call by call can deadlock (outside review 81): one call per transaction.
+      // One without keys locks nothing and does not count (outside review 82).
       await client.query('BEGIN');
+      await outbox.lockKeys([], { tx: client });
+      await client.query(`SELECT ${db.s}.lock_outbox_keys(NULL)`);
       await outbox.lockKeys(['a', 'b'], { tx: client });
       await expect(outbox.lockKeys('c', { tx: client })).rejects.toThrow(/^lockKeys: this transaction locked keys already/);
       await client.query('ROLLBACK');
@@ -719,7 +722,8 @@ describe('relay: outside review 74', () => {
     for (const bad of [1, null, 'a\u0000b', '\uD800', 'x'.repeat(1025), 'a\nb'])
       await expect(outbox.lockKeys([bad] as never, { tx }), JSON.stringify(bad)).rejects.toThrow(ValidationError);
     await expect(outbox.lockKeys(Array.from({ length: 1001 }, String), { tx })).rejects.toThrow(/at most 1000 keys/);
-    await expect(db.pool.query(`SELECT ${db.s}.lock_outbox_keys(repeat('x', 1025))`)).rejects.toMatchObject({ code: '22023' });
+    for (const key of [`repeat('x', 1025)`, `E'a\\nb'`])
+      await expect(db.pool.query(`SELECT ${db.s}.lock_outbox_keys(${key})`), key).rejects.toMatchObject({ code: '22023' });
   });
 
   it("holds a key's lock until the transaction ends, in this schema only (migration 0032)", async () => {

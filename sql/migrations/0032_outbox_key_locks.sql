@@ -15,9 +15,9 @@
 -- The lock space is this schema's outbox (its row type's oid, which needs no
 -- privilege on the table): advisory locks are database-wide, and a key of one
 -- schema must not hold the same key of another. Keys are locked by their hash, in
--- order. NULL keys (messages that ask for no order) are skipped. The limits are
--- publish()'s key length and, since each key is a lock held to the end of the
--- transaction in the server's shared lock table, 1,000 keys.
+-- order. NULL keys (messages that ask for no order) are skipped. Keys are checked
+-- as publish() checks them (length, line breaks), and at most 1,000 are taken: each
+-- is a lock held to the end of the transaction in the server's shared lock table.
 CREATE FUNCTION :SCHEMA.lock_outbox_keys(VARIADIC keys text[]) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -27,6 +27,10 @@ DECLARE
   _called text := 'sluice.outbox_keys_locked_' || abs(_space::bigint);
   _hash integer;
 BEGIN
+  -- No key, no lock: such a call does not use up the transaction's one call.
+  IF NOT EXISTS (SELECT FROM unnest(keys) AS k WHERE k IS NOT NULL) THEN
+    RETURN;
+  END IF;
   IF pg_current_xact_id_if_assigned() IS NOT NULL THEN
     RAISE EXCEPTION 'lock_outbox_keys: this transaction already has a transaction id (it wrote or locked a row, or drew from a sequence): lock the keys before anything else, or its messages can be published out of commit order'
       USING ERRCODE = '55000';
@@ -40,6 +44,9 @@ BEGIN
   END IF;
   IF EXISTS (SELECT FROM unnest(keys) AS k WHERE length(k) > 1024) THEN
     RAISE EXCEPTION 'lock_outbox_keys: a key is longer than 1024 characters' USING ERRCODE = '22023';
+  END IF;
+  IF EXISTS (SELECT FROM unnest(keys) AS k WHERE k ~ '[\r\n]') THEN
+    RAISE EXCEPTION 'lock_outbox_keys: a key contains a line break' USING ERRCODE = '22023';
   END IF;
   PERFORM set_config(_called, 'on', true);
   FOR _hash IN SELECT DISTINCT hashtext(k) AS h FROM unnest(keys) AS k WHERE k IS NOT NULL ORDER BY h LOOP

@@ -41,21 +41,27 @@ export function unknownTasksResult(unknown: UnknownTask[], t: DoctorThresholds, 
     const summary =
       unwatched.length === 0
         ? 'every due job has a live worker with its task'
-        : `not checked for ${unwatched.length === 1 ? 'queue' : `${unwatched.length} queues`} with due jobs and no live worker ` +
-          `(${namesOf(unwatched)}: see the backlog check); every other due job has a live worker with its task`;
+        : `${notChecked(unwatched)}; every other due job has a live worker with its task`;
     return { id: ID, title: TITLE, status: 'ok', summary, details: [] };
   }
   const oldest = Math.max(...unknown.map((u) => u.oldestMs));
+  const found = unknown.map((u) => `${u.task} on ${u.queue}: ${u.jobs} due, oldest waiting ${formatMs(u.oldestMs)}`);
   return {
     id: ID,
     title: TITLE,
     status: oldest >= t.backlogAgeMs[1] ? 'critical' : 'warn',
-    summary: unknown.map((u) => `${u.task} on ${u.queue}: ${u.jobs} due, oldest waiting ${formatMs(u.oldestMs)}`).join('; '),
+    summary: [...found, ...(unwatched.length === 0 ? [] : [`${notChecked(unwatched)}`])].join('; '),
     advice:
       'No live worker of the queue has a handler for the task, so these jobs never run. Deploy a worker with ' +
       'that task (check the spelling of the task name), or cancel the jobs.',
     details: unknown,
   };
+}
+
+/** What this check cannot judge: queues with due jobs and no live worker at all. */
+function notChecked(unwatched: string[]): string {
+  const queues = unwatched.length === 1 ? 'queue' : `${unwatched.length} queues`;
+  return `not checked for ${queues} with due jobs and no live worker (${namesOf(unwatched)}: see the backlog check)`;
 }
 
 /** Up to five queue names, then how many more. */

@@ -32,14 +32,15 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
   // flag is true, so one statement serves every combination of options. The audit
   // record is written by the same statement (migration 0007).
   // The record's detail is the settings as the statement left them (migration 0033).
-  const audited = (action: 'group_defaults' | 'rate_limit', actor: '$10' | '$6') => {
-    const prefix = action === 'group_defaults' ? 'group_' : '';
-    const detail = action === 'group_defaults' ? `'group_concurrency', q.group_concurrency, ` : '';
-    return `
+  const audited = (action: 'group_defaults' | 'rate_limit', actor: '$10' | '$6') => `
       , logged AS (INSERT INTO ${s}.audit_log (queue, action, actor, detail)
-          SELECT name, '${action}', ${actor}::text, jsonb_build_object(${detail}'${prefix}rate_limit', q.${prefix}rate_limit,
-            '${prefix}rate_interval_ms', q.${prefix}rate_interval_ms, '${prefix}rate_burst', q.${prefix}rate_burst) FROM q)`;
-  };
+          SELECT name, '${action}', ${actor}::text, CASE '${action}'
+            WHEN 'group_defaults' THEN jsonb_build_object('group_concurrency', q.group_concurrency,
+              'group_rate_limit', q.group_rate_limit, 'group_rate_interval_ms', q.group_rate_interval_ms,
+              'group_rate_burst', q.group_rate_burst)
+            ELSE jsonb_build_object('rate_limit', q.rate_limit, 'rate_interval_ms', q.rate_interval_ms,
+              'rate_burst', q.rate_burst) END
+          FROM q)`;
   return {
     schema,
     channel: channelFor(schema),
