@@ -11,6 +11,7 @@ export {
 export { Worker, type WorkerEvents } from './worker/worker.js';
 export type { CronSchedule } from './maintenance/cron-schedule.js';
 export { listSchedules, type CronTick, type ScheduleInfo } from './maintenance/cron.js';
+export { deleteSchedule, runScheduleNow } from './admin/schedules.js';
 export type { RescuedJob } from './maintenance/rescuer.js';
 export type { FetchLoopStats as WorkerStats } from './worker/cycle-stats.js';
 export { migrate, type MigrateOptions, type MigrationResult } from './migrate.js';

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, listSchedules, Worker, type CronSchedule, type CronTick } from '../src/index.js';
+import { ConfigError, deleteSchedule, listSchedules, Worker, type CronSchedule, type CronTick } from '../src/index.js';
 import { dueTicks, parseCron } from '../src/maintenance/cron-schedule.js';
 import { waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
@@ -113,6 +113,46 @@ describe('recurring jobs', () => {
     expect(new Date(listed!.nextRun).getTime()).toBeGreaterThan(Date.now() - 5_000);
     const text = await cli(['cron', 'list']);
     expect(text.stdout).toMatch(/hourly-report\s+0 \* \* \* \*\s+Asia\/Tokyo\s+cron-cli\/report/);
+  });
+
+  it('a schedule no worker ticks is listed as overdue, and deleteSchedule / sluice cron delete remove it, audited (outside review 83)', async () => {
+    const { workers } = await startReplicas(
+      1,
+      [{ name: 'gone-from-code', cron: '* * * * *', task: 'old', queue: 'cron-gone' }],
+      'cron-gone',
+    );
+    await workers[0]!.stop();
+    const find = async () => (await listSchedules(fx.db.pool, fx.db.schema)).find((s) => s.name === 'gone-from-code');
+    expect((await find())?.overdueSince).toBeNull();
+    // As if its workers had left it ten minutes ago: the minute after is long past, and nothing enqueued it.
+    await fx.db.pool.query(
+      `UPDATE ${fx.db.s}.cron_schedules SET last_tick = now() - interval '10 minutes', created_at = now() - interval '10 minutes'
+       WHERE name = 'gone-from-code'`,
+    );
+    const overdue = await find();
+    expect(overdue!.overdueSince!.getTime()).toBeLessThan(Date.now() - 8 * 60_000);
+    expect(overdue!.nextRun!.getTime()).toBeGreaterThan(Date.now() - 5_000);
+    expect((await cli(['cron', 'list'])).stdout).toMatch(/gone-from-code .* overdue since \d{4}-/);
+
+    expect(await deleteSchedule(fx.db.pool, fx.db.schema, 'gone-from-code', { actor: 'ops' })).toBe(true);
+    expect(await find()).toBeUndefined();
+    expect(await deleteSchedule(fx.db.pool, fx.db.schema, 'gone-from-code')).toBe(false);
+    const { rows } = await fx.db.pool.query(
+      `SELECT action, actor, detail FROM ${fx.db.s}.audit_log WHERE queue = 'cron-gone' ORDER BY id`,
+    );
+    expect(rows).toEqual([
+      {
+        action: 'delete_schedule',
+        actor: 'ops',
+        detail: { name: 'gone-from-code', cron: '* * * * *', timezone: 'UTC', task: 'old' },
+      },
+    ]);
+    const missing = await cli(['cron', 'delete', 'gone-from-code']);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/no schedule named "gone-from-code"/);
+    await startReplicas(1, [{ name: 'again', cron: '0 0 * * *', task: 'old', queue: 'cron-gone' }], 'cron-gone');
+    const deleted = await cli(['cron', 'delete', 'again']);
+    expect(deleted).toMatchObject({ code: 0, stdout: 'deleted schedule again\n' });
   });
 
   it('rejects bad schedules with ConfigError', () => {

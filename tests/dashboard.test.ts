@@ -293,6 +293,20 @@ describe('API', () => {
     );
     expect(rows).toEqual(mine.map((id) => ({ job_id: id, action: 'retry' })));
     expect((await post('api/jobs/retry-failed', { queue: 42 })).status).toBe(400);
+    // A misspelt filter, or a body that is no object, is refused: it retried every
+    // failed job of every queue (outside review 83).
+    for (const body of [{ queu: 'bulk-other' }, [1, 2], null, 'bulk-other']) {
+      const refused = await post('api/jobs/retry-failed', body);
+      expect(refused.status, JSON.stringify(body)).toBe(400);
+    }
+    expect((await post('api/jobs/retry-failed', { queu: 'x' })).body.error.message).toBe(
+      'retry-failed: unknown option "queu" (it takes queue)',
+    );
+    expect(await statusOf(other)).toBe('failed');
+    // So are unknown names sent to the other actions.
+    expect((await post(`api/jobs/${other}/retry`, { force: true })).status).toBe(400);
+    expect((await post('api/queues/bulk-other/pause', { crate: true })).status).toBe(400);
+    expect(await statusOf(other)).toBe('failed');
   });
 
   it('reports per-queue counts, failure rate and a per-minute throughput series for the last hour', async () => {

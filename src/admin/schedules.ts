@@ -1,4 +1,5 @@
 import { rows, type Queryable } from '../db/executor.js';
+import { cronStatements } from '../db/statements/cron.js';
 import { runNowStatements } from '../db/statements/run-now.js';
 import { wrapDatabaseError } from '../errors.js';
 import { actorOfOptions, type ActionOptions } from './jobs.js';
@@ -26,5 +27,23 @@ export async function runScheduleNow(
     return job;
   } catch (err) {
     throw wrapDatabaseError(err, 'runScheduleNow failed');
+  }
+}
+
+/**
+ * Deletes a recurring schedule: for one taken out of the workers' `schedules`,
+ * which stays listed (overdue) until then. A worker that still defines it
+ * registers it again when it starts, counting from then. False when there was
+ * no schedule of that name. Recorded in the audit log as 'delete_schedule'.
+ *
+ * @example
+ *   await deleteSchedule(pool, 'sluice', 'old-report', { actor: 'cli' });
+ */
+export async function deleteSchedule(db: Queryable, schema: string, name: string, options: ActionOptions = {}): Promise<boolean> {
+  try {
+    const gone = await rows(db, cronStatements(schema).remove, [String(name), actorOfOptions(options, 'deleteSchedule')]);
+    return gone.length > 0;
+  } catch (err) {
+    throw wrapDatabaseError(err, 'deleteSchedule failed');
   }
 }

@@ -19,6 +19,7 @@ import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
 import { attemptsOf } from './attempts.js';
+import { actionBody } from './body.js';
 import { createFlag, forKnownQueue, UnknownQueueError } from './known-queue.js';
 import type { HealthReports } from './health.js';
 import type { LiveFeed } from './live.js';
@@ -133,6 +134,7 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   const actions = { retry: retryJob, cancel: cancelJob, delete: deleteJob, 'run-now': runJobNow } as const;
   for (const [name, action] of Object.entries(actions)) {
     app.post(`/api/jobs/:id/${name}`, async (req, reply) => {
+      actionBody(req.body, [], name);
       const result = await action(db, schema, jobId(param(req.params, 'id')), { actor: ctx.actor(req) });
       return sendActionResult(reply, result, name, feed);
     });
@@ -146,7 +148,7 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     app.post(`/api/queues/:queue/${name}`, async (req) => {
       const queue = param(req.params, 'queue');
       // Like `sluice queues pause`: a typo must not create a paused queue; {"create": true} does it on purpose.
-      const guarded = forKnownQueue(db, schema, queue, createFlag(req.body));
+      const guarded = forKnownQueue(db, schema, queue, createFlag(actionBody(req.body, ['create'], name)));
       const settings = await setQueuePaused(guarded, control, queue, paused, { actor: ctx.actor(req) });
       feed.changed(queue);
       return { queue: settings };
@@ -154,7 +156,7 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   }
 
   app.post('/api/jobs/retry-failed', async (req) => {
-    const body = (req.body ?? {}) as { queue?: unknown };
+    const body = actionBody(req.body, ['queue'], 'retry-failed') as { queue?: unknown };
     if (body.queue !== undefined && typeof body.queue !== 'string') throw new ValidationError('queue must be a string');
     const result = await retryFailed(db, schema, { queue: body.queue, actor: ctx.actor(req) });
     feed.changed(body.queue ?? '');

@@ -1,3 +1,4 @@
+import { objectBody } from './body.js';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { getGroupStats } from '../admin/groups.js';
 import type { Queryable } from '../db/executor.js';
@@ -87,10 +88,4 @@ export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): 
     const guarded = forKnownQueue(db, schema, queue, createFlag({ create }));
     return { group: await setGroupSettings(guarded, schema, queue, group, settings, { actor: ctx.actor(req) }) };
   });
-}
-
-function objectBody(body: unknown): Record<string, unknown> {
-  if (body === null || typeof body !== 'object' || Array.isArray(body))
-    throw new ValidationError('the body must be a JSON object');
-  return body as Record<string, unknown>;
 }

@@ -128,6 +128,13 @@ export interface ScheduleInfo {
   lastTick: Date | null;
   /** The next tick after now; null if the pattern has no more (or no longer parses). */
   nextRun: Date | null;
+  /**
+   * The tick after the last one enqueued (or after the schedule was registered),
+   * when it is more than a minute past: no worker is ticking this schedule (it was
+   * taken out of the workers' `schedules`, or none of them runs). Null otherwise.
+   * deleteSchedule removes a schedule for good.
+   */
+  overdueSince: Date | null;
   /** When a worker last published this definition. */
   updatedAt: Date;
 }
@@ -143,8 +150,12 @@ interface ScheduleRow {
   max_attempts: number;
   backfill: number;
   last_tick: Date | null;
+  counted_from: Date;
   updated_at: Date;
 }
+
+/** How late a tick may be before its schedule counts as overdue: a leader's pass, a restart. */
+const OVERDUE_AFTER_MS = 60_000;
 
 /**
  * Every schedule any worker has registered in `schema`, with its next run
@@ -159,8 +170,12 @@ export async function listSchedules(db: Queryable, schema: string): Promise<Sche
   const list = await rows<ScheduleRow>(db, q.list);
   return list.map((r) => {
     let next: Date | null = null;
+    let overdueSince: Date | null = null;
     try {
-      next = nextTick(parseCron(r.name, r.cron, r.timezone), now);
+      const pattern = parseCron(r.name, r.cron, r.timezone);
+      next = nextTick(pattern, now);
+      const due = nextTick(pattern, r.counted_from);
+      if (due && now.getTime() - due.getTime() > OVERDUE_AFTER_MS) overdueSince = due;
     } catch {
       // Written by a newer or older Sluice with a pattern this one cannot read.
     }
@@ -176,6 +191,7 @@ export async function listSchedules(db: Queryable, schema: string): Promise<Sche
       backfill: r.backfill,
       lastTick: r.last_tick,
       nextRun: next,
+      overdueSince,
       updatedAt: r.updated_at,
     };
   });

@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
+import { deleteSchedule } from '../../admin/schedules.js';
 import { listSchedules } from '../../maintenance/cron.js';
 import { withDatabase } from '../database.js';
-import { formatTime, printJson, printTable } from '../output.js';
+import { CommandFailed, formatTime, printJson, printTable } from '../output.js';
 
 /** `sluice cron list`: the recurring schedules workers registered, with their next run. */
 export function registerCron(program: Command): void {
@@ -20,7 +21,25 @@ export function registerCron(program: Command): void {
       }
       printTable(
         ['NAME', 'CRON', 'TIME ZONE', 'QUEUE/TASK', 'LAST TICK', 'NEXT RUN'],
-        schedules.map((s) => [s.name, s.cron, s.timezone, `${s.queue}/${s.task}`, formatTime(s.lastTick), formatTime(s.nextRun)]),
+        schedules.map((s) => [
+          s.name,
+          s.cron,
+          s.timezone,
+          `${s.queue}/${s.task}`,
+          formatTime(s.lastTick),
+          // No worker ticks it: "next run" would be a promise nobody keeps.
+          s.overdueSince ? `overdue since ${formatTime(s.overdueSince)}` : formatTime(s.nextRun),
+        ]),
       );
+    });
+  cron
+    .command('delete')
+    .description('delete a schedule taken out of the workers (one a worker still defines comes back when it starts)')
+    .argument('<name>', 'the schedule name')
+    .exitOverride()
+    .action(async (name: string, _opts: object, command: Command) => {
+      const deleted = await withDatabase(command, ({ pool, schema }) => deleteSchedule(pool, schema, name, { actor: 'cli' }));
+      if (!deleted) throw new CommandFailed(`no schedule named ${JSON.stringify(name)}`);
+      process.stdout.write(`deleted schedule ${name}\n`);
     });
 }

@@ -8,6 +8,8 @@ export interface CronStatements {
   readonly enqueueTicks: string;
   readonly advance: string;
   readonly list: string;
+  /** $1 name, $2 actor: deletes the schedule, recorded in the audit log (migration 0033's detail). */
+  readonly remove: string;
   /** The database clock, which schedules are computed on. */
   readonly now: string;
 }
@@ -45,8 +47,20 @@ export const cronStatements = perSchema((schema: string): CronStatements => {
 
     // register starts last_tick at now(), the same transaction time as created_at's
     // default, and only a tick moves it: equal means the schedule never ticked.
+    // counted_from: the tick the next one follows (the registration before the first).
     list: `SELECT name, cron, timezone, task, queue, payload, priority, max_attempts, backfill,
-        NULLIF(last_tick, created_at) AS last_tick, updated_at FROM ${s}.cron_schedules ORDER BY name`,
+        NULLIF(last_tick, created_at) AS last_tick, last_tick AS counted_from, updated_at
+      FROM ${s}.cron_schedules ORDER BY name`,
+
+    // A worker that still defines the schedule registers it again when it starts.
+    remove: `WITH gone AS (
+        DELETE FROM ${s}.cron_schedules WHERE name = $1 RETURNING name, cron, timezone, task, queue
+      ), logged AS (
+        INSERT INTO ${s}.audit_log (queue, action, actor, detail)
+        SELECT queue, 'delete_schedule', $2::text,
+          jsonb_build_object('name', name, 'cron', cron, 'timezone', timezone, 'task', task) FROM gone
+      )
+      SELECT name FROM gone`,
 
     now: 'SELECT now() AS now',
   };

@@ -42,9 +42,13 @@ function scheduleTable(schedules, ctx) {
       h('td', { 'data-label': 'Last tick' }, s.lastTick
         ? h('time', { datetime: s.lastTick, title: time(s.lastTick) }, relative(s.lastTick))
         : h('small', null, 'not yet')),
-      h('td', { 'data-label': 'Next run' }, s.nextRun
-        ? h('time', { datetime: s.nextRun, title: time(s.nextRun) }, relative(s.nextRun))
-        : h('small', null, 'none')),
+      h('td', { 'data-label': 'Next run' }, s.overdueSince
+        // No worker ticks it (taken out of the code, or no worker runs): `sluice cron delete` removes it.
+        ? h('span', { class: 'error', title: `Due since ${time(s.overdueSince)} and not enqueued: no worker is ticking this schedule` },
+          'overdue since ', h('time', { datetime: s.overdueSince }, relative(s.overdueSince)))
+        : s.nextRun
+          ? h('time', { datetime: s.nextRun, title: time(s.nextRun) }, relative(s.nextRun))
+          : h('small', null, 'none')),
       h('td', { 'data-label': '' }, h('button', {
         type: 'button',
         class: 'small',
