@@ -377,6 +377,8 @@ describe('database down', () => {
       await new Promise((r) => setTimeout(r, 20));
       expect((await api('api/status', {}, behind)).body).toMatchObject({ database: 'unreachable', since: down.since });
       expect(await api('api/overview', {}, behind)).toMatchObject({ status: 503, body: { error: { code: 'CONNECTION' } } });
+      // The health checks too (outside review 83: a 500 with the socket's error code).
+      expect(await api('api/health', {}, behind)).toMatchObject({ status: 503, body: { error: { code: 'CONNECTION' } } });
 
       gate.up();
       const back = await stream.next('status', (s) => s.database === 'ok');

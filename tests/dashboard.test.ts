@@ -219,6 +219,11 @@ describe('API', () => {
     expect(await ids('until=2026-01-02T10:00:00Z')).toEqual([old]);
     expect(await ids('from=2026-01-02T00:00:00Z&until=2026-01-03T00:00:00Z')).toEqual([mid]);
     expect((await api('api/jobs?from=yesterday')).status).toBe(400);
+    // A date that does not exist, or a time without its zone (outside review 83: 30 February was read as 2 March).
+    const feb30 = await api('api/jobs?from=2026-02-30T00:00:00Z');
+    expect(feb30.status).toBe(400);
+    expect(feb30.body.error.message).toMatch(/^from is not a date that exists/);
+    expect((await api('api/jobs?until=2026-01-02T10:00:00')).body.error.message).toMatch(/^until needs a time zone/);
   });
 
   it('answers bad filters with 400 and unknown jobs with 404', async () => {

@@ -3,6 +3,7 @@ import { Writable } from 'node:stream';
 import { context, propagation, trace, SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
+import pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, PermanentFailure, Queue, SluiceMetrics, Worker, type WorkerOptions } from '../src/index.js';
@@ -98,9 +99,33 @@ describe('metrics', () => {
         expect(sample(text, 'sluice_queue_depth', { ...q, schema: db.schema, state: 'due' })).toBe(0);
         expect(sample(text, 'sluice_maintenance_leader')).toBe(1);
         expect(sample(text, 'sluice_jobs_running')).toBe(0);
+        expect(sample(text, 'sluice_queue_depth_up', { schema: db.schema })).toBe(1);
+        expect(sample(text, 'sluice_jobs_pruned_total', { mode: 'removed' })).toBe(0);
       },
     );
     await queue.close();
+  });
+
+  it('says when it could not read queue depth: behind a lock, within 5 s, and when the database is away (outside review 83)', async () => {
+    const metrics = new SluiceMetrics();
+    const locker = await db.pool.connect();
+    const away = new pg.Pool({ connectionString: 'postgres://postgres@127.0.0.1:1/none' });
+    try {
+      await locker.query(`BEGIN; LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      metrics.watchSchema(db.schema, db.pool);
+      metrics.watchSchema('elsewhere', away);
+      const text = await metrics.text();
+      expect(sample(text, 'sluice_queue_depth_up', { schema: db.schema })).toBe(0);
+      expect(sample(text, 'sluice_queue_depth_up', { schema: 'elsewhere' })).toBe(0);
+      expect(sample(text, 'sluice_queue_depth', { schema: db.schema })).toBeUndefined();
+      await locker.query('ROLLBACK');
+      const again = await metrics.text();
+      expect(sample(again, 'sluice_queue_depth_up', { schema: db.schema })).toBe(1);
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      locker.release();
+      await away.end();
+    }
   });
 
   it('rejects bad metrics and logger options', () => {

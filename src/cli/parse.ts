@@ -1,5 +1,6 @@
 import { InvalidArgumentError, Option } from 'commander';
 import ms from 'ms';
+import { parseIsoDateTime } from '../iso-date-time.js';
 
 /**
  * Argument parsers for commander options. They throw InvalidArgumentError, which
@@ -35,39 +36,11 @@ export function duration(value: string): number {
   return parsed;
 }
 
-/** ISO 8601: a date, or a date and time with its zone (Z or ±HH:MM). */
-const ISO_DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(Z|[+-]\d{2}:?\d{2}))?$/i;
-
-/**
- * A date and time in ISO 8601 (2026-01-31T09:00:00Z, or a date alone: midnight
- * UTC). Only that: JavaScript's Date also takes "12", "March 5" and 2030-02-30
- * (as 2001-12-01, 2001-03-05 and 2 March), and a time without a zone as the
- * machine's local time, so a typo ran a job at once or hours off (outside review 69).
- */
+/** A date and time in ISO 8601 (see parseIsoDateTime), or an InvalidArgumentError. */
 export function dateTime(value: string): Date {
-  const example = 'like 2026-01-31T09:00:00Z or 2026-01-31T10:00:00+01:00';
-  const match = ISO_DATE_TIME.exec(value.trim());
-  if (!match) {
-    const zoneless = /^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?$/i.test(value.trim());
-    throw new InvalidArgumentError(
-      zoneless ? `needs a time zone: ${value.trim()}Z for UTC, or an offset (+01:00)` : `must be an ISO 8601 date, ${example}`,
-    );
-  }
-  const [, year, month, day, hour = '0', minute = '0', second = '0'] = match;
-  const date = new Date(value.trim());
-  // The fields as written must be a real calendar date and time (Date rolls 30 February over into March).
-  const calendar = new Date(0);
-  calendar.setUTCFullYear(Number(year), Number(month) - 1, Number(day));
-  const valid =
-    !Number.isNaN(date.getTime()) &&
-    calendar.getUTCFullYear() === Number(year) &&
-    calendar.getUTCMonth() === Number(month) - 1 &&
-    calendar.getUTCDate() === Number(day) &&
-    Number(hour) < 24 &&
-    Number(minute) < 60 &&
-    Number(second) < 60;
-  if (!valid) throw new InvalidArgumentError(`is not a date that exists, ${example}`);
-  return date;
+  return parseIsoDateTime(value, (problem) => {
+    throw new InvalidArgumentError(problem);
+  });
 }
 
 /** For repeatable options (`--queue a --queue b`): collects every value. */

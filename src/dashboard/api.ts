@@ -17,7 +17,8 @@ import { searchJobs } from '../admin/search.js';
 import { setQueuePaused } from '../control.js';
 import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
-import { DatabaseError, SluiceError, ValidationError } from '../errors.js';
+import { DatabaseError, isConnectionFailure, SluiceError, ValidationError } from '../errors.js';
+import { parseIsoDateTime } from '../iso-date-time.js';
 import { attemptsOf } from './attempts.js';
 import { actionBody } from './body.js';
 import { createFlag, forKnownQueue, UnknownQueueError } from './known-queue.js';
@@ -79,6 +80,8 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
       const status = HTTP_STATUS[err.code] ?? 500;
       return reply.code(status).send({ error: { code: err.code, message: err.message } });
     }
+    // A database that cannot be reached is a 503 on every route (api/health gave a 500, outside review 83).
+    if (isConnectionFailure(err)) return reply.code(503).send({ error: { code: 'CONNECTION', message: err.message } });
     const status = err.statusCode && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;
     return reply.code(status).send({ error: { code: err.code ?? 'INTERNAL', message: err.message } });
   });
@@ -185,9 +188,7 @@ function integer(name: string, text: string): number {
 }
 
 function date(name: string, text: string): Date {
-  const value = new Date(text);
-  if (!/^\d{4}-\d{2}-\d{2}T/.test(text) || Number.isNaN(value.getTime())) {
-    throw new ValidationError(`${name} must be an ISO 8601 time such as 2026-01-31T12:00:00Z, got ${JSON.stringify(text)}`);
-  }
-  return value;
+  return parseIsoDateTime(text, (problem) => {
+    throw new ValidationError(`${name} ${problem}, got ${JSON.stringify(text)}`);
+  });
 }

@@ -2,6 +2,7 @@ import type * as PromClient from 'prom-client';
 import type { Queryable } from '../db/executor.js';
 import { metricsStatements } from '../db/statements/metrics.js';
 import { requirePeer } from '../optional-peer.js';
+import { timeLimit } from '../lifecycle/time-limit.js';
 
 // The public types below are the parts of prom-client's that Sluice uses, written
 // out rather than imported: prom-client is optional, and a declaration file that
@@ -137,14 +138,21 @@ export class SluiceMetrics {
       labelNames: ['mode'],
       registers,
     });
+    // Present from the start at 0, so that increase() sees the first prune.
+    this.pruned.inc({ mode: 'removed' }, 0);
 
     // Depth and age come from the database at scrape time, so every worker's
     // endpoint shows the whole queue, not just its own share.
     const sources = this.depthSources;
-    // Both gauges are collected in the same scrape: they share one read, forgotten
-    // on the next turn of the event loop so the following scrape reads afresh.
+    // The depth gauges are collected in the same scrape (prom-client starts every
+    // metric's collect in one turn): they share one read, forgotten once it settles
+    // so that the next scrape reads afresh. (Forgotten a turn later, a scrape made
+    // within a millisecond of a slow one got the slow one's result again.)
     let pending: Promise<Map<string, DepthRow[]>> | undefined;
-    const read = () => (pending ??= readDepth(sources).finally(() => setTimeout(() => (pending = undefined), 0)));
+    const read = () =>
+      (pending ??= readDepth(sources).finally(() => {
+        pending = undefined;
+      }));
     type Labels = Record<string, string>;
     const depthGauge = (name: string, help: string, labelNames: string[], pick: (row: DepthRow) => [Labels, number][]) =>
       new client.Gauge({
@@ -168,6 +176,19 @@ export class SluiceMetrics {
     depthGauge(`${p}queue_oldest_due_age_seconds`, 'How long the oldest due pending job of a queue has waited', [], (r) => [
       [{}, r.oldest_due_seconds],
     ]);
+    // Without it, a database that cannot answer made the depth series vanish, and
+    // alerts on depth resolved (outside review 83).
+    new client.Gauge({
+      name: `${p}queue_depth_up`,
+      help: `1 when this scrape read queue depth from the schema's database, 0 when it could not within ${DEPTH_READ_LIMIT_MS / 1_000} s (the depth and age series are then absent)`,
+      labelNames: ['schema'],
+      registers,
+      async collect() {
+        this.reset();
+        const got = await read();
+        for (const schema of sources.keys()) this.set({ schema }, got.has(schema) ? 1 : 0);
+      },
+    });
   }
 
   /** Reports depth and age of this schema's queues at scrape time, read through `db`. */
@@ -189,12 +210,18 @@ export class SluiceMetrics {
   }
 }
 
+/** Longest wait for the depth read at a scrape: well inside Prometheus's default 10 s scrape timeout. */
+const DEPTH_READ_LIMIT_MS = 5_000;
+
 async function readDepth(sources: Map<string, Queryable>): Promise<Map<string, DepthRow[]>> {
   const out = new Map<string, DepthRow[]>();
   await Promise.all(
     [...sources].map(async ([schema, db]) => {
       try {
-        out.set(schema, (await db.query(metricsStatements(schema).depth)).rows as DepthRow[]);
+        // Bounded: behind a lock the read waited for the statement timeout (30 s), past
+        // Prometheus's scrape timeout, and the whole scrape was lost (outside review 83).
+        const { rows } = await timeLimit(db.query(metricsStatements(schema).depth), DEPTH_READ_LIMIT_MS, () => {}, 'queue depth');
+        out.set(schema, rows as DepthRow[]);
       } catch {
         // A scrape must not fail because the database is briefly away; the gauge is just absent.
       }
