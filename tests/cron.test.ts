@@ -1,5 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { ConfigError, deleteSchedule, listSchedules, Worker, type CronSchedule, type CronTick } from '../src/index.js';
+import {
+  ConfigError,
+  deleteSchedule,
+  listSchedules,
+  ValidationError,
+  Worker,
+  type CronSchedule,
+  type CronTick,
+} from '../src/index.js';
 import { dueTicks, parseCron } from '../src/maintenance/cron-schedule.js';
 import { waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
@@ -137,6 +145,9 @@ describe('recurring jobs', () => {
     expect(await deleteSchedule(fx.db.pool, fx.db.schema, 'gone-from-code', { actor: 'ops' })).toBe(true);
     expect(await find()).toBeUndefined();
     expect(await deleteSchedule(fx.db.pool, fx.db.schema, 'gone-from-code')).toBe(false);
+    // Outside review 84: undefined deleted a schedule named "undefined".
+    for (const bad of [undefined, null, '', 'a\u0000b'])
+      await expect(deleteSchedule(fx.db.pool, fx.db.schema, bad as never), String(bad)).rejects.toThrow(ValidationError);
     const { rows } = await fx.db.pool.query(
       `SELECT action, actor, detail FROM ${fx.db.s}.audit_log WHERE queue = 'cron-gone' ORDER BY id`,
     );

@@ -248,6 +248,9 @@ describe('cron view', () => {
     expect((await api(`api/jobs/${job.id}`)).body.audit).toEqual([expect.objectContaining({ action: 'run_schedule' })]);
 
     expect(await post('api/schedules/missing/run')).toMatchObject({ status: 404, body: { error: { code: 'NOT_FOUND' } } });
+    // A payload it would not use, or any other body than an object, is refused (outside review 84).
+    for (const body of [{ payload: { a: 1 } }, [], null])
+      expect((await post('api/schedules/nightly/run', body)).status, JSON.stringify(body)).toBe(400);
   });
 });
 

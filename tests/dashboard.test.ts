@@ -223,6 +223,9 @@ describe('API', () => {
     const feb30 = await api('api/jobs?from=2026-02-30T00:00:00Z');
     expect(feb30.status).toBe(400);
     expect(feb30.body.error.message).toMatch(/^from is not a date that exists/);
+    // Given twice (outside review 84: a 500).
+    const twice = await api('api/jobs?from=2026-01-02T00:00:00Z&from=2026-01-03T00:00:00Z');
+    expect(twice).toMatchObject({ status: 400, body: { error: { message: 'from must be given once' } } });
     expect((await api('api/jobs?until=2026-01-02T10:00:00')).body.error.message).toMatch(/^until needs a time zone/);
   });
 
@@ -307,6 +310,9 @@ describe('API', () => {
     expect((await post('api/jobs/retry-failed', { queu: 'x' })).body.error.message).toBe(
       'retry-failed: unknown option "queu" (it takes queue)',
     );
+    expect(await statusOf(other)).toBe('failed');
+    // And a query string, which the route does not read (outside review 84: ?queue=q retried every queue).
+    expect((await post('api/jobs/retry-failed?queue=bulk-other')).status).toBe(400);
     expect(await statusOf(other)).toBe('failed');
     // So are unknown names sent to the other actions.
     expect((await post(`api/jobs/${other}/retry`, { force: true })).status).toBe(400);

@@ -6,6 +6,7 @@ import { listSchedules } from '../maintenance/cron.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import { describeFailure, type DatabaseStatus, type LiveFeed } from './live.js';
 import { iso } from './time.js';
+import { actionInput } from './body.js';
 
 export interface WorkersApiContext {
   db: Queryable;
@@ -36,6 +37,7 @@ export function registerWorkersApi(app: FastifyInstance, ctx: WorkersApiContext)
 
   app.post('/api/schedules/:name/run', async (req, reply) => {
     const name = String((req.params as { name: string }).name);
+    actionInput(req, [], 'run');
     const job = await runScheduleNow(db, schema, name, { actor: ctx.actor(req) });
     if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: `no schedule named ${JSON.stringify(name)}` } });
     feed.changed(job.queue);

@@ -8,6 +8,24 @@ export function objectBody(body: unknown): Record<string, unknown> {
 }
 
 /**
+ * The input of an action: its JSON body (see actionBody), and no query string. A
+ * route reads only its body: `retry-failed?queue=q` retried every queue (outside review 84).
+ */
+export function actionInput(
+  req: { body?: unknown; query?: unknown },
+  known: readonly string[],
+  what: string,
+): Record<string, unknown> {
+  const query = Object.keys((req.query as object | undefined) ?? {});
+  if (query.length > 0) {
+    throw new ValidationError(
+      `${what}: takes no query string (got ${JSON.stringify(query[0])}); send its options as a JSON body`,
+    );
+  }
+  return actionBody(req.body, known, what);
+}
+
+/**
  * The JSON body of an action (none: `{}`) holding only `known` names. An unknown
  * name is refused, as the admin API refuses it: `{"queu": "q"}` to retry-failed
  * retried every failed job of every queue (outside review 83).
