@@ -34,7 +34,9 @@ export function registerCron(program: Command): void {
     });
   cron
     .command('delete')
-    .description('delete a schedule taken out of the workers (a running worker that still defines it registers it again within a minute)')
+    .description(
+      'delete a schedule taken out of the workers (a running worker that still defines it registers it again within a minute)',
+    )
     .argument('<name>', 'the schedule name')
     .exitOverride()
     .action(async (name: string, _opts: object, command: Command) => {
