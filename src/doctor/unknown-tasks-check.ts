@@ -50,7 +50,7 @@ export function unknownTasksResult(unknown: UnknownTask[], t: DoctorThresholds, 
     id: ID,
     title: TITLE,
     status: oldest >= t.backlogAgeMs[1] ? 'critical' : 'warn',
-    summary: [...found, ...(unwatched.length === 0 ? [] : [`${notChecked(unwatched)}`])].join('; '),
+    summary: [...found, ...(unwatched.length === 0 ? [] : [notChecked(unwatched)])].join('; '),
     advice:
       'No live worker of the queue has a handler for the task, so these jobs never run. Deploy a worker with ' +
       'that task (check the spelling of the task name), or cancel the jobs.',
