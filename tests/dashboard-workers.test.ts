@@ -7,6 +7,7 @@ import { unknownTasksTask } from '../src/maintenance/unknown-tasks.js';
 import { waitFor } from './helpers/database.js';
 import { openEventStream } from './helpers/sse.js';
 import { startGate } from './helpers/tcp-gate.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
 import { useWorkers } from './helpers/workers.js';
 
 const TOKEN = 'test-token-0123456789';
@@ -353,6 +354,21 @@ describe('attempts of a job that failed for good', () => {
 });
 
 describe('database down', () => {
+  it('on a silent network (no refusal, no reset) api/status says unreachable within its 5 s, not a minute later (outside review 84)', async () => {
+    const proxy = await startTcpProxy(fx.db.url);
+    const behind = await startDashboard({ connectionString: proxy.url, schema: fx.db.schema, token: TOKEN, port: 0 });
+    try {
+      expect((await api('api/status', {}, behind)).body).toMatchObject({ database: 'ok' });
+      proxy.strand();
+      const stalled = await api('api/status', {}, behind);
+      expect(stalled.body).toMatchObject({ database: 'unreachable', message: expect.stringMatching(/status probe: no answer/) });
+    } finally {
+      // Closes though a statement is still out on a stranded connection.
+      await behind.close();
+      await proxy.close();
+    }
+  });
+
   it('says so in the event stream and the status endpoint, and recovers', async () => {
     const gate = await startGate(new URL(fx.db.url));
     const behind = await startDashboard({

@@ -7,6 +7,7 @@ import { migrateStatements } from '../db/statements/migrate.js';
 import { describeFailure, type DatabaseStatus, type LiveFeed } from './live.js';
 import { iso } from './time.js';
 import { actionInput } from './body.js';
+import { timeLimit } from '../lifecycle/time-limit.js';
 
 export interface WorkersApiContext {
   db: Queryable;
@@ -50,7 +51,9 @@ export function registerWorkersApi(app: FastifyInstance, ctx: WorkersApiContext)
   app.get('/api/status', async (_req, reply) => {
     let found: Omit<DatabaseStatus, 'since'>;
     try {
-      await db.query(probe);
+      // Bounded: on a silent network (no refusal, no reset) the probe waited about a
+      // minute, and the page said "live" meanwhile (outside review 84).
+      await timeLimit(db.query(probe), STATUS_PROBE_LIMIT_MS, () => {}, 'status probe');
       found = { database: 'ok' };
     } catch (err) {
       found = describeFailure(err);
@@ -59,3 +62,6 @@ export function registerWorkersApi(app: FastifyInstance, ctx: WorkersApiContext)
     return reply.header('cache-control', 'no-store').send(feed.observe(found));
   });
 }
+
+/** Longest wait for the status probe's round trip: a health check's budget, not a query's. */
+const STATUS_PROBE_LIMIT_MS = 5_000;

@@ -14,6 +14,8 @@ import { registerGroupsApi } from './groups.js';
 import { loadOverview } from './overview.js';
 
 /** Most connections the dashboard's own pool opens (LISTEN comes on top, on its own connection). */
+/** Most time a dashboard statement may take, as the Worker's and Queue's default. */
+const STATEMENT_TIMEOUT_MS = 30_000;
 const POOL_SIZE = 4;
 
 // The page loads only its own scripts and styles; nothing may frame it (the
@@ -40,9 +42,11 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
   const { connectionString, pool, sql, listenConnectionString } = options;
   // One driver for the queries and the LISTEN: on pg that is a client of its own
   // when there is a URL, else one borrowed from your pool.
+  // Statements are bounded as the Worker's and Queue's are by default: on a silent
+  // network a request waited about a minute, on a connection never given up (outside review 84).
   const db = await openDriver(
     config.driver,
-    { connectionString, pool, sql, listenConnectionString },
+    { connectionString, pool, sql, listenConnectionString, statementTimeoutMs: STATEMENT_TIMEOUT_MS },
     POOL_SIZE,
     'sluice-dashboard',
   );
@@ -57,7 +61,12 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
 
   // Event streams hold their connections open: end them before the server waits for connections to close.
   app.addHook('preClose', async () => feed.close());
-  app.addHook('onClose', async () => db.end());
+  // The requests have been answered by then: a statement still out (a status probe
+  // given up on a silent network) has nobody waiting, and end() would wait for it.
+  app.addHook('onClose', async () => {
+    db.abort(new Error('sluice dashboard closed'));
+    await db.end();
+  });
 
   // Who made each request, for the audit log of the actions it takes.
   const actors = new WeakMap<FastifyRequest, string>();
