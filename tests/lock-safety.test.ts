@@ -241,6 +241,8 @@ describe('a job whose handler never started', () => {
           [ahead, false],
         ]),
       );
+      const runAt = `SELECT run_at FROM ${t.db.s}.jobs WHERE id = $1`;
+      const { rows: before } = await t.db.pool.query<{ run_at: Date }>(runAt, [ahead]);
       await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour'`);
       await rescueExpired(driver, workerStatements(t.db.schema), 1_000);
       const { rows } = await t.db.pool.query(
@@ -251,6 +253,8 @@ describe('a job whose handler never started', () => {
         { id: started, status: 'failed', attempts: 1, started_at: expect.any(Date) },
         { id: ahead, status: 'pending', attempts: 0, started_at: null },
       ]);
+      // Never started: its place in claim order kept (outside review 86: it went behind every job due since).
+      expect((await t.db.pool.query<{ run_at: Date }>(runAt, [ahead])).rows[0]!.run_at).toEqual(before[0]!.run_at);
       // Claimed ahead and lost again: a job whose start may just not have been written
       // before a crash must not loop for ever, so two unstarted rescues in a row spend it.
       await dead.cycle({ completed: [], failed: [], started: [], queues: ['default'], tasks: ['once'], limit: 1, startNow: 0 });

@@ -56,8 +56,20 @@ export function printTable(header: string[], rows: string[][]): void {
   process.stdout.write(formatTable(header, rows));
 }
 
-/** Left-aligned columns separated by two spaces: readable, and easy to cut/awk. */
-export function formatTable(header: string[], rows: string[][]): string {
+/**
+ * A name as the CLI prints it among other text: as is, unless it holds a control
+ * character (a line break, a tab) or begins or ends with white space, which would
+ * break a table's rows or hide in it; then quoted and escaped as a JSON string.
+ * Group keys, queue and task names may hold anything (outside review 86).
+ */
+export function printable(text: string): string {
+  // eslint-disable-next-line no-control-regex -- control characters are what it looks for
+  return /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(text) || text !== text.trim() ? JSON.stringify(text) : text;
+}
+
+/** Left-aligned columns separated by two spaces: readable, and easy to cut/awk. Cells as printable() shows them. */
+export function formatTable(header: string[], rawRows: string[][]): string {
+  const rows = rawRows.map((r) => r.map((cell) => (cell === '' ? cell : printable(cell))));
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
   const line = (cells: string[]) =>
     cells

@@ -191,7 +191,7 @@ export class MemoryDatabase {
         errors: [...recent(job.errors), { attempt: job.attempts, at: now.toISOString(), message }],
         locked_at: null,
         locked_by: null,
-        run_at: now,
+        run_at: started ? now : job.run_at, // never started: keeps its place in claim order
         updated_at: now,
         started_at: null,
       });

@@ -1,4 +1,4 @@
-import type { Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
 import { getGroupStats } from '../../admin/groups.js';
 import { setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from '../../control.js';
 import type { Queryable } from '../../db/executor.js';
@@ -15,7 +15,7 @@ import {
 } from '../../groups/settings.js';
 import { withDatabase } from '../database.js';
 import { duration, integer } from '../parse.js';
-import { printJson, printTable, UsageError } from '../output.js';
+import { printable, printJson, printTable, UsageError } from '../output.js';
 import { checks } from '../../validate.js';
 
 // A queue name typed on the command line: invalid ('' or too long) is a usage error, as for enqueue --queue.
@@ -24,7 +24,7 @@ const { checkName } = checks(UsageError);
 function print(settings: QueueSettings, json: boolean | undefined): void {
   if (json) return printJson(settings);
   const limit = settings.concurrencyLimit === null ? 'no limit' : `limit ${settings.concurrencyLimit}`;
-  process.stdout.write(`${settings.name}: ${settings.paused ? 'paused' : 'running'}, ${limit}\n`);
+  process.stdout.write(`${printable(settings.name)}: ${settings.paused ? 'paused' : 'running'}, ${limit}\n`);
 }
 
 function rateText(rate: Required<RateLimit> | null): string {
@@ -35,24 +35,47 @@ function printLimits(limits: QueueLimits, json: boolean | undefined): void {
   if (json) return printJson(limits);
   const groups = limits.groupConcurrency === null ? 'no group limit' : `group limit ${limits.groupConcurrency}`;
   process.stdout.write(
-    `${limits.name}: ${limits.grouped ? 'grouped' : 'not grouped'}, ${groups}, rate ${rateText(limits.rateLimit)}, ` +
+    `${printable(limits.name)}: ${limits.grouped ? 'grouped' : 'not grouped'}, ${groups}, rate ${rateText(limits.rateLimit)}, ` +
       `group rate ${rateText(limits.groupRateLimit)}\n`,
   );
 }
 
 function printGroup(group: GroupSettings, json: boolean | undefined): void {
   if (json) return printJson(group);
+  // A group's own setting, or the queue's default for its groups (outside review 86:
+  // "rate -" read as no limit while the queue's group rate still held it).
   const limit = group.concurrencyLimit === null ? 'queue default' : String(group.concurrencyLimit);
+  const rate = group.rateLimit === null ? 'queue default' : rateText(group.rateLimit);
   process.stdout.write(
-    `${group.queue} / ${group.group ?? '(no group)'}: weight ${group.weight}, limit ${limit}, rate ${rateText(group.rateLimit)}\n`,
+    `${printable(group.queue)} / ${group.group === null ? '(no group)' : printable(group.group)}: weight ${group.weight}, ` +
+      `limit ${limit}, rate ${rate}\n`,
   );
 }
 
-/** `<n>` or "none", for options that set or remove a limit. */
-function limitOrNone(what: string, value: string): number | null {
+/** Most running jobs: a queue's limit and a group's (as the API takes them). */
+const MAX_CONCURRENCY = 10_000;
+/** Most starts per interval. */
+const MAX_RATE = 1_000_000;
+
+/**
+ * `<n>` or "none", for options that set or remove a limit. Checked here against
+ * the API's range, so the message names what was typed (outside review 86: "--limit
+ * 0" was answered with the API's "groupConcurrency must be ...").
+ */
+function limitOrNone(what: string, value: string, max: number): number | null {
   if (value === 'none') return null;
-  if (!/^\d+$/.test(value)) throw new UsageError(`${what} must be a positive integer or "none"`);
-  return Number(value);
+  const n = Number(value);
+  if (!/^\d+$/.test(value) || n < 1 || n > max) throw new UsageError(`${what} must be an integer from 1 to ${max}, or "none"`);
+  return n;
+}
+
+/** --per: a whole number of milliseconds from 1 ms to a day, as a rate's interval is. */
+function interval(value: string): number {
+  const n = duration(value);
+  if (!Number.isInteger(n) || n < 1 || n > 86_400_000) {
+    throw new InvalidArgumentError('must be a whole number of milliseconds from 1ms to 1d');
+  }
+  return n;
 }
 
 interface RateFlags {
@@ -62,7 +85,7 @@ interface RateFlags {
 
 /** A rate from `<n>|none` and --per/--burst. */
 function rateOf(what: string, value: string, flags: RateFlags): RateLimit | null {
-  const limit = limitOrNone(what, value);
+  const limit = limitOrNone(what, value, MAX_RATE);
   if (limit === null) {
     if (flags.per !== undefined || flags.burst !== undefined)
       throw new UsageError(`--per and --burst go with a rate, not with ${what} none`);
@@ -165,7 +188,7 @@ export function registerQueues(program: Command): void {
     .option('--json', 'print the settings as JSON')
     .exitOverride()
     .action(async (name: string, n: string, flags: { json?: boolean; create?: boolean }, command: Command) => {
-      const limit = limitOrNone('the limit', n);
+      const limit = limitOrNone('the limit', n, MAX_CONCURRENCY);
       print(
         await changeQueue(command, name, flags.create, (pool, schema) =>
           setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit, { actor: 'cli' }),
@@ -177,7 +200,7 @@ export function registerQueues(program: Command): void {
   queues
     .command('rate <queue> <n>')
     .description('most job starts of a queue per interval across all workers ("none" removes it)')
-    .option('--per <duration>', 'the interval (default 1s)', duration)
+    .option('--per <duration>', 'the interval (default 1s)', interval)
     .option('--burst <n>', 'most starts at once after a quiet spell (default a tenth of n)', integer(1, 1_000_000))
     .option('--create', 'also for a queue that has no jobs or settings yet')
     .option('--json', 'print the settings as JSON')
@@ -197,7 +220,7 @@ export function registerQueues(program: Command): void {
     .description("a queue's group defaults: most running jobs and starts per group")
     .option('--limit <n>', 'most jobs of one group running at once ("none" removes it)')
     .option('--rate <n>', 'most starts of one group per interval ("none" removes it)')
-    .option('--per <duration>', 'the interval of --rate (default 1s)', duration)
+    .option('--per <duration>', 'the interval of --rate (default 1s)', interval)
     .option('--burst <n>', 'most starts of one group at once (default a tenth of --rate)', integer(1, 1_000_000))
     .option('--create', 'also for a queue that has no jobs or settings yet')
     .option('--json', 'print the settings as JSON')
@@ -213,7 +236,7 @@ export function registerQueues(program: Command): void {
           throw new UsageError('give --limit and/or --rate ("none" removes one); sluice queues list shows the settings');
         }
         const settings = {
-          ...(flags.limit === undefined ? {} : { groupConcurrency: limitOrNone('--limit', flags.limit) }),
+          ...(flags.limit === undefined ? {} : { groupConcurrency: limitOrNone('--limit', flags.limit, MAX_CONCURRENCY) }),
           ...(flags.rate === undefined ? {} : { groupRateLimit: rateOf('--rate', flags.rate, flags) }),
         };
         printLimits(
@@ -231,7 +254,7 @@ export function registerQueues(program: Command): void {
     .option('--weight <n>', 'jobs taken from the group per turn of the round robin', integer(1, 1000))
     .option('--limit <n>', 'most of its jobs running at once ("none": the queue default)')
     .option('--rate <n>', 'most of its starts per interval ("none": the queue default)')
-    .option('--per <duration>', 'the interval of --rate (default 1s)', duration)
+    .option('--per <duration>', 'the interval of --rate (default 1s)', interval)
     .option('--burst <n>', 'most of its starts at once (default a tenth of --rate)', integer(1, 1_000_000))
     .option('--create', 'also for a queue that has no jobs or settings yet')
     .option('--json', 'print the settings as JSON')
@@ -249,7 +272,7 @@ export function registerQueues(program: Command): void {
         }
         const settings = {
           ...(flags.weight === undefined ? {} : { weight: flags.weight }),
-          ...(flags.limit === undefined ? {} : { concurrencyLimit: limitOrNone('--limit', flags.limit) }),
+          ...(flags.limit === undefined ? {} : { concurrencyLimit: limitOrNone('--limit', flags.limit, MAX_CONCURRENCY) }),
           ...(flags.rate === undefined ? {} : { rateLimit: rateOf('--rate', flags.rate, flags) }),
         };
         printGroup(
@@ -278,7 +301,7 @@ export function registerQueues(program: Command): void {
       });
       if (flags.json) return printJson(stats);
       process.stdout.write(
-        `${stats.queue}: ${stats.groups} groups, ${stats.due} due, ${stats.running} running, ${stats.throttled} throttled\n`,
+        `${printable(stats.queue)}: ${stats.groups} groups, ${stats.due} due, ${stats.running} running, ${stats.throttled} throttled\n`,
       );
       if (stats.top.length === 0) return;
       printTable(

@@ -140,7 +140,12 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
             'message', 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating'
               || CASE WHEN stale.refund THEN ' before the job started (attempt not counted)' ELSE '' END,
             'unstarted', stale.refund, 'started_at', j.started_at, 'worker', j.locked_by)),
-          locked_at = NULL, locked_by = NULL, run_at = now(), updated_at = now(),
+          locked_at = NULL, locked_by = NULL, updated_at = now(),
+          -- A job that never started keeps its place in claim order: it was due, and
+          -- waited only for a slot of the worker that died (outside review 86: such jobs
+          -- queued behind every job due since). One that ran lines up behind the jobs
+          -- due now, as a retry does: a job that kills its worker goes to the back.
+          run_at = CASE WHEN stale.refund THEN j.run_at ELSE now() END,
           -- A job failed for good keeps its last attempt's start, as a failure written by its worker does.
           started_at = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN j.started_at END
       FROM (
