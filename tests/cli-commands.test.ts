@@ -230,6 +230,9 @@ describe('jobs', () => {
     expect(show.stdout).toMatch(/^error #1 +2026-01-01T00:00:00.000Z  Error: smtp busy$/m);
     expect(show.stdout).toMatch(/^finished at: +\d{4}-\d\d-\d\dT/m);
     expect(show.stdout).toMatch(/^started at: +2026-01-01T00:00:05.000Z$/m);
+    // Not processing: nobody holds it (outside review 85: "locked by" on a job waiting for its retry).
+    expect(show.stdout).toMatch(/^last run by: +/m);
+    expect(show.stdout).not.toMatch(/^locked by:/m);
     const shown = JSON.parse((await sluice('jobs', 'show', ids[1]!, '--json')).stdout);
     expect(shown).toMatchObject({ id: ids[1], task: 'b', payload: { n: 1 } });
 

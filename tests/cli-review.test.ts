@@ -60,6 +60,20 @@ describe('times in --json', () => {
 });
 
 describe('archived jobs', () => {
+  it('a queue whose jobs are all archived is known to `queues pause` (outside review 85: "has no jobs")', async () => {
+    const [id] = await fx.queue.enqueueMany([{ task: 'x', queue: 'only-archived' }]);
+    await fx.db.pool.query(
+      `UPDATE ${fx.db.s}.jobs SET status = 'completed', finished_at = now() - interval '10 minutes' WHERE id = $1`,
+      [id],
+    );
+    await prune(fx.db.pool, buildMaintenanceQueries(fx.db.schema), resolvePrunerConfig({ delayMs: 0 }));
+    const { rows } = await fx.db.pool.query(`SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = 'only-archived'`);
+    expect(rows[0].n).toBe(0);
+    const pause = await sluice('queues', 'pause', 'only-archived');
+    expect(pause.code, pause.stderr).toBe(0);
+    expect(pause.stdout).toBe('only-archived: paused, no limit\n');
+  });
+
   it('retry, cancel and delete say archived and read-only (exit 1); show says archived; bulk delete says what it skips', async () => {
     // The pruner archives completed and cancelled jobs (failed ones stay until their retention ends).
     const [done, cancelled] = await fx.queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);

@@ -191,7 +191,11 @@ function describeJob(job: JobRow, archived: boolean): string {
     `created at:   ${formatTime(job.created_at)}`,
     `updated at:   ${formatTime(job.updated_at)}`,
     `finished at:  ${formatTime(job.finished_at)}`,
-    `locked by:    ${job.locked_by ?? '-'}${job.locked_at ? ` (heartbeat ${formatTime(job.locked_at)})` : ''}`,
+    // Held only while processing: a job waiting for its retry keeps the name of the
+    // worker that ran it last, which "locked by" misread as a holder (outside review 85).
+    job.status === 'processing'
+      ? `locked by:    ${job.locked_by ?? '-'}${job.locked_at ? ` (heartbeat ${formatTime(job.locked_at)})` : ''}`
+      : `last run by:  ${job.locked_by ?? '-'}`,
     `payload:      ${indent(JSON.stringify(job.payload, null, 2))}`,
   ];
   if (job.job_key) lines.push(`key:          ${job.job_key}`);

@@ -142,7 +142,10 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
              (count(*) FILTER (WHERE throttled) OVER ())::int AS "throttledCount"
       FROM x ORDER BY due DESC, running DESC, g LIMIT $2`,
 
-    // Whether a queue has any job (for the CLI's check of a queue name).
-    queueHasJobs: `SELECT EXISTS (SELECT FROM ${s}.jobs WHERE queue = $1) AS found`,
+    // Whether a queue has any job (for the CLI's check of a queue name), in the
+    // history too: a queue whose jobs the pruner all moved there is no typo (outside
+    // review 85), and `sluice stats` lists it.
+    queueHasJobs: `SELECT EXISTS (SELECT FROM ${s}.jobs WHERE queue = $1)
+        OR EXISTS (SELECT FROM ${s}.jobs_history WHERE queue = $1) AS found`,
   };
 });
