@@ -77,6 +77,16 @@ export function isNotMigrated(err: unknown): boolean {
   return typeof code === 'string' && NOT_MIGRATED.has(code);
 }
 
+/** undefined_column: a statement on a schema migrated by an older version of Sluice, not to the latest. */
+export function isBehindMigrations(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === '42703';
+}
+
+/** insufficient_privilege: the role may not do this. */
+export function isInsufficientPrivilege(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === '42501';
+}
+
 /** A handler ran longer than its task's timeout; the job is retried. */
 export class JobTimeoutError extends SluiceError {
   constructor(message: string) {

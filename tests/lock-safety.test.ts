@@ -268,6 +268,97 @@ describe('a job whose handler never started', () => {
   });
 });
 
+describe('a job rescued while its worker still runs it', () => {
+  // Outside review 85: with a rescuer whose visibility timeout was shorter than the
+  // worker's, the same worker claimed the job again and again while its first run
+  // went on; the row kept the worker's name, so the heartbeat renewed it, and five
+  // attempts ran at once in one process, none aborted or told.
+  it('ends the earlier run (lock lost) and starts the new attempt only once that handler has stopped', async () => {
+    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const lost: number[] = [];
+    const ran: { attempt: number; start: number; end?: number }[] = [];
+    await t.start(
+      {
+        pollIntervalMs: 50,
+        tasks: {
+          slow: async (_payload: unknown, { job, signal }: { job: JobRow; signal: AbortSignal }) => {
+            const run: { attempt: number; start: number; end?: number } = { attempt: job.attempts, start: performance.now() };
+            ran.push(run);
+            try {
+              // The first attempt runs until aborted, then takes a moment to clean up.
+              if (job.attempts === 1) {
+                await new Promise<void>((resolve) => signal.addEventListener('abort', () => resolve(), { once: true }));
+                await new Promise((resolve) => setTimeout(resolve, 200));
+                throw signal.reason as Error;
+              }
+            } finally {
+              run.end = performance.now();
+            }
+          },
+        },
+      },
+      (w) => w.on('job:lock-lost', (j) => lost.push(j.attempts)),
+    );
+    const [id] = await t.queue.enqueueMany([{ task: 'slow' }]);
+    await waitFor(() => ran.length === 1, 'the first attempt to start');
+    // A rescuer that judges the lock expired (a heartbeat an hour ago): again until it
+    // takes the job, as the worker's heartbeat may renew the lock in between.
+    await waitFor(async () => {
+      await t.db.pool.query(
+        `UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing'`,
+        [id],
+      );
+      await rescueExpired(t.db.pool, workerStatements(t.db.schema), 1_000);
+      // Taken by this rescue or by the worker's own rescuer (the row is eligible to both).
+      const { rows } = await t.db.pool.query(`SELECT jsonb_array_length(errors) AS n FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
+      return rows[0].n > 0;
+    }, 'the rescue of the first attempt');
+    await waitFor(async () => (await t.queue.getJob(id!))?.status === 'completed', 'the job to complete');
+    expect(lost).toEqual([1]);
+    expect(ran.map((r) => r.attempt)).toEqual([1, 2]);
+    expect(ran[0]!.end!, 'the second attempt started before the first had stopped').toBeLessThanOrEqual(ran[1]!.start);
+    expect(await t.queue.getJob(id!)).toMatchObject({ status: 'completed', attempts: 2 });
+  });
+});
+
+describe("each worker's own visibility timeout", () => {
+  // Outside review 85: the leader rescued with its own (2 s) the jobs of a live worker
+  // configured with 30 s, which heartbeats every 5 s. Migration 0034.
+  it('is the one its jobs are rescued after; the rescuer uses its own for workers with no registry row', async () => {
+    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const rescue = async () => (await rescueExpired(t.db.pool, workerStatements(t.db.schema), 2_000)).map((r) => r.id);
+    const [slow, unknown] = await t.queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
+    await t.db.pool.query(
+      `INSERT INTO ${t.db.s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms, visibility_timeout_ms)
+       VALUES ('slow-beat', 'h', 1, '{default}', '{x}', 1, '0', 1000, 60000)`,
+    );
+    try {
+      // Both last renewed 10 s ago: past the rescuer's 2 s, within slow-beat's 60 s.
+      await t.db.pool.query(
+        `UPDATE ${t.db.s}.jobs SET status = 'processing', attempts = 1, started_at = now() - interval '10 seconds',
+           locked_at = now() - interval '10 seconds', locked_by = CASE WHEN id = $1 THEN 'slow-beat' ELSE 'unregistered' END
+         WHERE id = ANY($2::bigint[])`,
+        [slow, [slow, unknown]],
+      );
+      expect(await rescue()).toEqual([unknown]);
+      await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '61 seconds' WHERE id = $1`, [slow]);
+      expect(await rescue()).toEqual([slow]);
+    } finally {
+      await t.db.pool.query(`DELETE FROM ${t.db.s}.workers WHERE id = 'slow-beat'`);
+    }
+  });
+
+  it('is written to the registry by each worker', async () => {
+    await t.start({ workerId: 'vis-45', visibilityTimeoutMs: 45_000, tasks: { x: async () => {} } });
+    await waitFor(async () => {
+      const { rows } = await t.db.pool.query(`SELECT visibility_timeout_ms FROM ${t.db.s}.workers WHERE id = 'vis-45'`);
+      return rows[0]?.visibility_timeout_ms === 45_000;
+    }, 'the registry row');
+  });
+});
+
 describe('a claim whose reply is lost', () => {
   // Review 49: its jobs stayed locked to the worker until the rescuer took them,
   // which counted the attempt of those the claim had started: with maxAttempts 1

@@ -216,8 +216,9 @@ describe('Worker', () => {
     const a = await startWorker({
       queues: ['stolen'],
       workerId: 'worker-A',
-      // One slot, busy with the job: A cannot claim it again after the rescue.
+      // One slot, busy with the job, and nothing claimed ahead: A cannot claim it again after the rescue.
       concurrency: 1,
+      prefetch: 0,
       visibilityTimeoutMs: 60_000,
       tasks: {
         slow: async () => {
@@ -228,9 +229,18 @@ describe('Worker', () => {
     });
     const id = await queue.enqueue('slow', {}, { queue: 'stolen' });
     await startedA.promise;
-    // Simulate A's heartbeat going stale: rescue with a zero timeout.
-    const rescued = await rescueExpired(driver, workerStatements(db.schema), 0);
-    expect(rescued.map((r) => r.id)).toContain(id);
+    // Simulate A's heartbeat going stale: its last renewal longer ago than its own
+    // visibility timeout (the rescuer honours a worker's own, migration 0034). Again
+    // until the rescue takes it: A's heartbeat may renew the lock in between.
+    await waitFor(async () => {
+      await db.pool.query(
+        `UPDATE ${db.s}.jobs SET locked_at = now() - interval '2 minutes' WHERE id = $1 AND status = 'processing'`,
+        [id],
+      );
+      await rescueExpired(driver, workerStatements(db.schema), 0);
+      // Taken by this rescue or by a worker's own rescuer (the row is eligible to both).
+      return (await job(id)).status === 'pending';
+    }, 'the rescue of the job');
     const b = await startWorker({ queues: ['stolen'], workerId: 'worker-B', tasks: { slow: async () => {} } });
     await nextEvent(b, 'job:complete');
     const lockLost = nextEvent<[JobRow]>(a, 'job:lock-lost');

@@ -1,6 +1,7 @@
 import type { Queryable } from '../db/executor.js';
 import type { WorkerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
+import { isBehindMigrations, isInsufficientPrivilege, isNotMigrated } from '../errors.js';
 import type { PeriodicTask } from './runner.js';
 
 export interface RescuedJob {
@@ -14,17 +15,44 @@ const BATCH = 1_000;
 /**
  * Gives back jobs whose worker stopped heartbeating (crashed, hung, cut off): any
  * live worker may run it; SKIP LOCKED keeps several rescuers from colliding.
- * Rescued jobs that go back to pending wake the workers of their queues.
+ * Each job gets the visibility timeout its worker wrote in the registry, or
+ * `visibilityTimeoutMs` where there is none. Rescued jobs that go back to pending
+ * wake the workers of their queues.
  */
 export async function rescueExpired(
   db: Queryable,
   queries: WorkerStatements,
   visibilityTimeoutMs: number,
 ): Promise<RescuedJob[]> {
-  const { rows } = (await db.query(queries.rescue, [visibilityTimeoutMs, BATCH])) as { rows: RescuedJob[] };
+  const timeouts = await workerTimeouts(db, queries, visibilityTimeoutMs);
+  const { rows } = (await db.query(queries.rescue, [visibilityTimeoutMs, BATCH, timeouts.workers, timeouts.ms])) as {
+    rows: RescuedJob[];
+  };
   const queues = [...new Set(rows.filter((r) => r.status === 'pending').map((r) => r.queue))];
   if (queues.length > 0) await db.query(queries.notify, [channelFor(queries.schema), queues]);
   return rows;
+}
+
+/**
+ * The workers whose registered visibility timeout differs from the rescuer's. None
+ * where the registry cannot be read (not migrated to 0034, a role without rights on
+ * it): the registry is optional, the rescue is not, so it goes on with its own.
+ */
+async function workerTimeouts(
+  db: Queryable,
+  queries: WorkerStatements,
+  visibilityTimeoutMs: number,
+): Promise<{ workers: string[]; ms: number[] }> {
+  try {
+    const { rows } = await db.query(queries.rescueTimeouts, [visibilityTimeoutMs]);
+    const row = rows[0] as { workers: string[] | null; ms: number[] | null } | undefined;
+    return { workers: row?.workers ?? [], ms: row?.ms ?? [] };
+  } catch (err) {
+    if (isNotMigrated(err) || isBehindMigrations(err) || isInsufficientPrivilege(err)) {
+      return { workers: [], ms: [] };
+    }
+    throw err;
+  }
 }
 
 /** rescueExpired as a leader task: runs on one worker of the cluster, every `intervalMs`. */

@@ -71,6 +71,14 @@ export class Dispatcher {
       handed.push(job);
     }
     for (const [reason, handed] of back) this.signals.emit('jobs:handed-back', handed, { reason });
+    // Claimed again while an earlier attempt is still held here: that attempt's
+    // lock was taken back (a rescuer judged it expired: one with a shorter
+    // visibility timeout, say) before this worker's heartbeat noticed, and the row
+    // keeps this worker's name, so no heartbeat would. That run is over (lock lost,
+    // its signal aborted, its result not written); the new attempt waits for its
+    // handler to stop (Slots.nextToStart). Outside review 85: five attempts of one
+    // job ran at once in one worker, none told.
+    this.lockLost(jobs.filter((job) => this.slots.holds(job.id)).map((job) => job.id));
     this.signals.emit('jobs:claimed', [...jobs]);
     this.slots.hold(jobs);
     // A claim sent before its queue was paused (or limited) can land after the

@@ -2,7 +2,14 @@ import { createRequire } from 'node:module';
 import { hostname } from 'node:os';
 import type { Queryable } from '../db/executor.js';
 import { workerRegistryStatements } from '../db/statements/workers.js';
-import { ConfigError, isNotMigrated, MigrationError, type SluiceError } from '../errors.js';
+import {
+  ConfigError,
+  isBehindMigrations,
+  isInsufficientPrivilege,
+  isNotMigrated,
+  MigrationError,
+  type SluiceError,
+} from '../errors.js';
 import { Loop } from '../lifecycle/loop.js';
 
 /** A row not refreshed for this many of its intervals belongs to a dead worker. */
@@ -11,7 +18,6 @@ export const MISSED_INTERVALS_DEAD = 3;
 export const MISSED_INTERVALS_PRUNED = 20;
 
 const VERSION = (createRequire(import.meta.url)('../../package.json') as { version: string }).version;
-const INSUFFICIENT_PRIVILEGE = '42501';
 
 /** What a worker publishes about itself. */
 export interface RegistryEntry {
@@ -22,6 +28,8 @@ export interface RegistryEntry {
   concurrency: number;
   /** How often the row is refreshed. */
   intervalMs: number;
+  /** After how long without a heartbeat its jobs may be rescued (the rescuer reads it). */
+  visibilityTimeoutMs: number;
 }
 
 /**
@@ -30,9 +38,10 @@ export interface RegistryEntry {
  * deleted on stop. Readers count a row as alive while it was refreshed within
  * MISSED_INTERVALS_DEAD intervals, so a worker that crashed drops out by itself.
  *
- * The registry is for people and checks, never for running jobs: when it cannot
- * be written (a schema not migrated to 0017, a role without rights on the
- * table) the worker says so once and runs on without it.
+ * The registry is for people and checks, and for the rescuer's timing: when it
+ * cannot be written (a schema not migrated to 0017, a role without rights on the
+ * table) the worker says so once and runs on without it, its jobs rescued after
+ * the leader's visibility timeout instead of its own.
  */
 export class WorkerRegistry {
   private readonly loop: Loop;
@@ -53,6 +62,7 @@ export class WorkerRegistry {
       entry.concurrency,
       VERSION,
       entry.intervalMs,
+      entry.visibilityTimeoutMs,
     ];
     this.loop = new Loop({ pass: () => this.publish(), intervalMs: entry.intervalMs, jitter: [0.8, 1], onError: error });
   }
@@ -102,7 +112,15 @@ function unusable(err: unknown, schema: string): SluiceError | undefined {
       { cause: err },
     );
   }
-  if ((err as { code?: unknown } | null)?.code === INSUFFICIENT_PRIVILEGE) {
+  if (isBehindMigrations(err)) {
+    return new MigrationError(
+      `schema "${schema}" was migrated by an older version of Sluice (its workers table lacks a column of migration 0034): ` +
+        'run `sluice migrate`; until then this worker runs jobs but is missing from the dashboard, and its jobs are ' +
+        "rescued after the maintenance leader's visibility timeout, not its own",
+      { cause: err },
+    );
+  }
+  if (isInsufficientPrivilege(err)) {
     return new ConfigError(
       `this worker's role may not write ${schema}.workers: grant it select, insert, update and delete on that table ` +
         '(sql/roles.sql); until then it runs jobs but is missing from the dashboard and from the unknown-tasks check',

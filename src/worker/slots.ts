@@ -82,6 +82,11 @@ export class Slots {
     return [...this.running.keys(), ...this.waiting.keys(), ...this.releasing.keys()];
   }
 
+  /** True while `id` is running or waiting here. */
+  holds(id: string): boolean {
+    return this.running.has(id) || this.waiting.has(id);
+  }
+
   runOf(id: string): Run | undefined {
     return this.running.get(id);
   }
@@ -171,13 +176,19 @@ export class Slots {
     return reclaimed;
   }
 
-  /** The next waiting job when a slot is free (claim order), taken out of the waiting list. */
+  /**
+   * The next waiting job when a slot is free (claim order), taken out of the
+   * waiting list. Not one whose earlier attempt still runs here (its lock was lost,
+   * see Dispatcher.claimed): it waits for that handler to stop.
+   */
   nextToStart(): JobRow | undefined {
     if (this.running.size >= this.config.concurrency) return undefined;
-    const first = this.waiting.values().next();
-    if (first.done) return undefined;
-    this.waiting.delete(first.value.job.id);
-    return first.value.job;
+    for (const [id, w] of this.waiting) {
+      if (this.running.has(id)) continue;
+      this.waiting.delete(id);
+      return w.job;
+    }
+    return undefined;
   }
 
   start(run: Run): void {

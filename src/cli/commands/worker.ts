@@ -3,13 +3,14 @@ import { Worker } from '../../worker/worker.js';
 import { withDatabase } from '../database.js';
 import { loadTasks } from '../task-module.js';
 import { WorkerLog } from '../worker-log.js';
-import { collect, durationOption, integer } from '../parse.js';
+import { collect, duration, durationOption, integer } from '../parse.js';
 
 interface WorkerFlags {
   tasks: string;
   queue?: string[];
   concurrency: number;
   shutdownTimeout: number;
+  visibilityTimeout?: number;
   completedJobs: 'keep' | 'delete';
   json?: boolean;
 }
@@ -30,6 +31,11 @@ export function registerWorker(program: Command): void {
         'on a signal, how long running jobs may finish before they are aborted',
         10_000,
       ),
+    )
+    .option(
+      '--visibility-timeout <duration>',
+      "how long a job's lock lasts without a heartbeat before it may be rescued (default 30s)",
+      duration,
     )
     .addOption(
       new Option('--completed-jobs <what>', 'keep completed jobs (archived by the pruner) or delete them at completion')
@@ -71,6 +77,7 @@ Examples:
           queues: flags.queue,
           concurrency: flags.concurrency,
           shutdownTimeoutMs: flags.shutdownTimeout,
+          ...(flags.visibilityTimeout === undefined ? {} : { visibilityTimeoutMs: flags.visibilityTimeout }),
           completedJobs: flags.completedJobs,
           // The maintenance leader's warnings (due jobs no live worker handles) reach the terminal.
           logger: log.logger(),

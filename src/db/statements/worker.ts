@@ -28,6 +28,7 @@ export interface WorkerStatements {
   readonly releaseOrphans: string;
   readonly writtenByMe: string;
   readonly rescue: string;
+  readonly rescueTimeouts: string;
   readonly notify: string;
   readonly claimLimited: string;
   readonly snooze: string;
@@ -128,8 +129,11 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // running job looks stale although its worker is alive and about to reconnect.
     // Heartbeats therefore count as no older than the server's start: workers get a
     // full visibility timeout after a restart to heartbeat again before anything
-    // of theirs is rescued (the condition is a constant, so jobs_processing_idx still
-    // serves the scan).
+    // of theirs is rescued.
+    //
+    // Whose visibility timeout: the worker's that holds the job, from $3/$4 (the
+    // registry's, read by rescueTimeouts), else the rescuer's own ($1). A leader with
+    // a shorter one rescued the jobs of live workers configured longer (migration 0034).
     rescue: `UPDATE ${jobs} j
       SET status = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
           attempts = CASE WHEN stale.refund THEN j.attempts - 1 ELSE j.attempts END,
@@ -153,16 +157,22 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
         -- rescue was not one of these too. A job claimed ahead, started, and killing
         -- its worker before its start was written would otherwise never spend an
         -- attempt; this way it spends one at least every second crash.
-        SELECT id, started_at IS NULL AND coalesce((errors -> -1 ->> 'unstarted')::boolean, false) = false AS refund
-        FROM ${jobs}
-        WHERE status = 'processing' AND locked_at < now() - $1::float8 * interval '1 millisecond'
-          AND pg_postmaster_start_time() < now() - $1::float8 * interval '1 millisecond'
-        ORDER BY locked_at
+        SELECT p.id, p.started_at IS NULL AND coalesce((p.errors -> -1 ->> 'unstarted')::boolean, false) = false AS refund
+        FROM ${jobs} p LEFT JOIN unnest($3::text[], $4::float8[]) AS v(worker, ms) ON v.worker = p.locked_by
+        WHERE p.status = 'processing'
+          AND greatest(p.locked_at, pg_postmaster_start_time()) < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
+        ORDER BY p.locked_at
         LIMIT $2
-        FOR UPDATE SKIP LOCKED
+        FOR UPDATE OF p SKIP LOCKED
       ) stale
       WHERE j.id = stale.id
       RETURNING j.id::text AS id, j.queue, j.status`,
+
+    // The visibility timeouts the registry holds that differ from the rescuer's
+    // own ($1), for the rescue's $3/$4: workers that heartbeat no faster than their
+    // own timeout asks are not rescued at the leader's pace (migration 0034).
+    rescueTimeouts: `SELECT array_agg(id) AS workers, array_agg(visibility_timeout_ms::float8) AS ms
+      FROM ${s}.workers WHERE visibility_timeout_ms IS DISTINCT FROM $1::int AND visibility_timeout_ms IS NOT NULL`,
 
     // Wakes workers of a queue after jobs went back to pending outside an INSERT.
     // The payload comes from wake_payload() (migration 0009), like every wake-up.

@@ -32,11 +32,14 @@ export const workerRegistryStatements = perSchema((schema: string): WorkerRegist
     // The same statement at start and on every interval: a row the leader pruned
     // (the worker was cut off for a while) comes back on the next pass by itself.
     // started_at stays what the first insert set.
-    upsert: `INSERT INTO ${s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms)
-      VALUES ($1, $2, $3, $4::text[], $5::text[], $6, $7, $8)
+    // visibility_timeout_ms: after how long without a heartbeat the rescuer may take
+    // this worker's jobs (migration 0034).
+    upsert: `INSERT INTO ${s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms, visibility_timeout_ms)
+      VALUES ($1, $2, $3, $4::text[], $5::text[], $6, $7, $8, $9)
       ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), host = EXCLUDED.host, pid = EXCLUDED.pid,
         queues = EXCLUDED.queues, tasks = EXCLUDED.tasks, concurrency = EXCLUDED.concurrency,
-        version = EXCLUDED.version, interval_ms = EXCLUDED.interval_ms`,
+        version = EXCLUDED.version, interval_ms = EXCLUDED.interval_ms,
+        visibility_timeout_ms = EXCLUDED.visibility_timeout_ms`,
 
     remove: `DELETE FROM ${s}.workers WHERE id = $1`,
 
