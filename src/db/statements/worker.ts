@@ -172,7 +172,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // own ($1), for the rescue's $3/$4: workers that heartbeat no faster than their
     // own timeout asks are not rescued at the leader's pace (migration 0034).
     rescueTimeouts: `SELECT array_agg(id) AS workers, array_agg(visibility_timeout_ms::float8) AS ms
-      FROM ${s}.workers WHERE visibility_timeout_ms IS DISTINCT FROM $1::int AND visibility_timeout_ms IS NOT NULL`,
+      FROM ${s}.workers WHERE visibility_timeout_ms <> $1::int`,
 
     // Wakes workers of a queue after jobs went back to pending outside an INSERT.
     // The payload comes from wake_payload() (migration 0009), like every wake-up.
