@@ -197,6 +197,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
    * re-reads the job every `pollIntervalMs` in case a notification is lost.
    * Throws WaitTimeoutError after `timeoutMs` (the job is not affected) and
    * JobNotFoundError for an unknown id. Needs the Queue's own connection (not only `tx`).
+   * A read that Postgres does not answer is not retried: it rejects with a
+   * ConnectionError, possibly before `timeoutMs` (the job is not affected).
    *
    * @example
    *   const id = await queue.enqueue('resize', { url });
@@ -293,8 +295,14 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Reads one job, or undefined when there is none with that id. */
   async getJob<P = unknown>(id: string | number, options: { tx?: Queryable } = {}): Promise<JobRow<P> | undefined> {
-    const [row] = await rows<JobRow<P>>(this.executor(txOption(options, 'getJob')), this.queries.getJob, [checkJobId(id)]);
-    return row;
+    const db = this.executor(txOption(options, 'getJob'));
+    const jobId = checkJobId(id);
+    try {
+      const [row] = await rows<JobRow<P>>(db, this.queries.getJob, [jobId]);
+      return row;
+    } catch (err) {
+      throw wrapDatabaseError(err, 'getJob failed');
+    }
   }
 
   /**

@@ -32,6 +32,13 @@ export interface Driver extends Queryable {
 /** What LISTEN connections call themselves (pg_stat_activity), whichever component opens them. */
 export const LISTEN_APPLICATION_NAME = 'sluice-listen';
 
+/**
+ * Why a statement past its time limit may have had no answer: the same timeout
+ * covers a network gone silent and a statement held by a lock (outside review 87:
+ * a lock wait read as a network failure).
+ */
+export const STATEMENT_HINT = 'a silent network, or a statement that waited on a lock or ran that long; it was cancelled';
+
 export interface ListenHandlers {
   notification(payload: string | undefined): void;
   /** The LISTEN connection is gone for good; the caller opens a new one with listen(). */

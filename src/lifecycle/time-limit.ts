@@ -2,7 +2,7 @@ import { ConnectionError } from '../errors.js';
 
 /**
  * `work`, or a ConnectionError once `ms` have passed without an answer (from
- * Postgres, or a broker: `from`), after calling `onTimeout` (which drops the
+ * Postgres, or a broker: `from`; `hint` says what may have held it), after calling `onTimeout` (which drops the
  * connection that went silent, so it is never used again). A connection that stops carrying packets without being
  * closed (a dropped NAT entry, a failover that blackholes) is otherwise noticed
  * only by TCP keepalive, minutes later. No limit when `ms` is undefined.
@@ -12,14 +12,15 @@ export function timeLimit<T>(
   ms: number | undefined,
   onTimeout: () => void,
   what: string,
-  from = 'Postgres',
+  { from = 'Postgres', hint }: { from?: string; hint?: string } = {},
 ): Promise<T> {
   if (ms === undefined) return work;
   let timer: NodeJS.Timeout | undefined;
   const expired = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       onTimeout();
-      reject(new ConnectionError(`${what}: no answer from ${from} within ${ms} ms; the connection was dropped`));
+      const why = hint ? ` (${hint})` : '';
+      reject(new ConnectionError(`${what}: no answer from ${from} within ${ms} ms${why}; the connection was dropped`));
     }, ms);
   });
   // The work may still settle after the limit: nobody is waiting for it then.

@@ -1,7 +1,7 @@
 import pg from 'pg';
 import { destroyConnection, openPool, type PgClient, type PgPool, type PgPoolClient, type PgQueryConfig } from '../connection.js';
 import { quoteIdent } from '../identifiers.js';
-import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
+import { LISTEN_APPLICATION_NAME, STATEMENT_HINT, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
 import { ConnectionError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
@@ -179,6 +179,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
             destroyConnection(client);
           },
           'statement',
+          { hint: STATEMENT_HINT },
         );
         client.removeListener('error', ignoreError);
         give(client);

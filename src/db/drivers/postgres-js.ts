@@ -1,7 +1,7 @@
 import type { Sql, Options, TransactionSql } from 'postgres';
 import { ConfigError, ConnectionError } from '../../errors.js';
 import { quoteIdent } from '../identifiers.js';
-import { LISTEN_APPLICATION_NAME, type Driver, type ListenHandlers, type Listening } from '../driver.js';
+import { LISTEN_APPLICATION_NAME, STATEMENT_HINT, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 
@@ -190,7 +190,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
         replace();
       };
       inFlight.add(statement);
-      return timeLimit(statement.rows, limit, expired, 'statement').then(
+      return timeLimit(statement.rows, limit, expired, 'statement', { hint: STATEMENT_HINT }).then(
         (result) => {
           inFlight.delete(statement);
           return result;

@@ -193,8 +193,8 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
       if (!c) return;
       // Bounded: a drain over a silent connection would wait for ever.
       const drained = c.nc.drain();
-      await timeLimit(drained, CLOSE_TIMEOUT_MS, () => void c.nc.close().catch(() => {}), 'draining', 'NATS').catch(() =>
-        c.nc.close().catch(() => {}),
+      await timeLimit(drained, CLOSE_TIMEOUT_MS, () => void c.nc.close().catch(() => {}), 'draining', { from: 'NATS' }).catch(
+        () => c.nc.close().catch(() => {}),
       );
     },
   };

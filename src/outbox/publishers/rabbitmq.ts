@@ -71,7 +71,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         confirmTimeoutMs,
         () => destroy(model),
         'opening a confirm channel',
-        'RabbitMQ',
+        { from: 'RabbitMQ' },
       );
       const c: Connected = {
         model,
@@ -173,7 +173,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         // every confirm still awaited (a batch stop() gave up on) fails, so its
         // timer does not keep the process alive.
         const close = c.model.close();
-        await timeLimit(close, CLOSE_TIMEOUT_MS, () => destroy(c.model), 'closing', 'RabbitMQ').catch(() => {});
+        await timeLimit(close, CLOSE_TIMEOUT_MS, () => destroy(c.model), 'closing', { from: 'RabbitMQ' }).catch(() => {});
         c.drop(new Error('publisher closed'));
       }
     },

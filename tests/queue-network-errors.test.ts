@@ -1,0 +1,81 @@
+/**
+ * Every Queue method rejects with a ConnectionError (a SluiceError with a code
+ * callers can branch on) when Postgres stops answering or cannot be reached, not
+ * with the driver's own error (outside review 87: getJob threw pg's bare Error).
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ConnectionError, Queue } from '../src/index.js';
+import { createTestSchema, type TestDatabase } from './helpers/database.js';
+import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
+
+let db: TestDatabase;
+let id: string;
+const proxies: TcpProxy[] = [];
+
+beforeAll(async () => {
+  db = await createTestSchema('qnet');
+  const queue = new Queue({ pool: db.pool, schema: db.schema });
+  id = await queue.enqueue('quiet', { n: 1 });
+});
+afterAll(async () => {
+  for (const p of proxies) {
+    p.restore();
+    await p.close();
+  }
+  await db.drop();
+});
+
+async function proxied(): Promise<TcpProxy> {
+  const proxy = await startTcpProxy(db.url);
+  proxies.push(proxy);
+  return proxy;
+}
+
+/** Each public read or setting of a Queue, called once. */
+const calls: [string, (q: Queue) => Promise<unknown>][] = [
+  ['getJob', (q) => q.getJob(id)],
+  ['waitFor', (q) => q.waitFor(id, { timeoutMs: 60_000 })],
+  ['cancel', (q) => q.cancel('999999999')],
+  ['pauseQueue', (q) => q.pauseQueue('elsewhere')],
+  ['resumeQueue', (q) => q.resumeQueue('elsewhere')],
+  ['setQueueConcurrency', (q) => q.setQueueConcurrency('elsewhere', 3)],
+  ['listQueues', (q) => q.listQueues()],
+  ['enqueue', (q) => q.enqueue('quiet', { n: 2 })],
+  ['enqueueMany', (q) => q.enqueueMany([{ task: 'quiet', payload: { n: 3 } }])],
+];
+
+describe.each(['pg', 'postgres.js'] as const)('a Queue on %s', (driver) => {
+  it.each(calls)('%s on a silent network rejects with a ConnectionError', async (_name, call) => {
+    const proxy = await proxied();
+    const queue = new Queue({ connectionString: proxy.url, schema: db.schema, driver, statementTimeoutMs: 800 });
+    try {
+      await queue.listQueues(); // a connection is open and idle before the cut
+      proxy.cut();
+      const error: unknown = await call(queue).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(ConnectionError);
+      expect((error as ConnectionError).message).toMatch(/no answer from Postgres within 800 ms \(a silent network, or/);
+    } finally {
+      proxy.restore();
+      await queue.close();
+    }
+  });
+
+  it.each(calls)('%s with Postgres unreachable rejects with a ConnectionError', async (_name, call) => {
+    const proxy = await proxied();
+    await proxy.close(); // nothing listens on its port now: connection refused
+    const queue = new Queue({ connectionString: proxy.url, schema: db.schema, driver, statementTimeoutMs: 800 });
+    try {
+      const error: unknown = await call(queue).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(ConnectionError);
+      expect((error as ConnectionError).message).toMatch(/ECONNREFUSED|connect/i);
+    } finally {
+      await queue.close();
+    }
+  });
+});
