@@ -129,6 +129,9 @@ export interface JobError {
   message: string;
   /** The stack (or whatever was thrown, as text); absent for rescues. */
   stack?: string;
+  /** When the attempt started and on which worker (entries written before these were recorded lack them). */
+  started_at?: string | null;
+  worker?: string | null;
 }
 
 /** What a handler receives besides the payload. */

@@ -222,7 +222,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       // after the flag is announced, one written before it is read below.
       await rows(db, this.queries.watchJob, [jobId, channelFor(this.schema)]);
       for (;;) {
-        const job = await this.getJob<P>(jobId);
+        const [job] = await rows<JobRow<P>>(db, this.queries.getJob, [jobId]);
         if (!job) throw new JobNotFoundError(jobId);
         if (isFinished(job.status)) return job;
         const left = deadline - Date.now();

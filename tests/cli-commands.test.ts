@@ -233,6 +233,13 @@ describe('jobs', () => {
     // Not processing: nobody holds it (outside review 85: "locked by" on a job waiting for its retry).
     expect(show.stdout).toMatch(/^last run by: +/m);
     expect(show.stdout).not.toMatch(/^locked by:/m);
+    // A rescue clears locked_by; its history entry still names the worker (review 88: "last run by: -").
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET attempts = 1, locked_by = NULL,
+      errors = '[{"attempt":1,"at":"2026-01-01T00:00:00Z","message":"rescued","worker":"host:7:rescued"}]' WHERE id = $1`,
+      [ids[2]],
+    );
+    expect((await sluice('jobs', 'show', ids[2]!)).stdout).toMatch(/^last run by: +host:7:rescued$/m);
     const shown = JSON.parse((await sluice('jobs', 'show', ids[1]!, '--json')).stdout);
     expect(shown).toMatchObject({ id: ids[1], task: 'b', payload: { n: 1 } });
 

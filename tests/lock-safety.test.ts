@@ -320,6 +320,79 @@ describe('a job rescued while its worker still runs it', () => {
     expect(ran[0]!.end!, 'the second attempt started before the first had stopped').toBeLessThanOrEqual(ran[1]!.start);
     expect(await t.queue.getJob(id!)).toMatchObject({ status: 'completed', attempts: 2 });
   });
+
+  // Outside review 88: a first attempt that ignored its signal ran on beside the
+  // second in the same process: the re-claimed job was handed back as overdue,
+  // claimed again, and started once the 1 s grace had passed, with job:lock-lost
+  // told twice.
+  it('never starts the new attempt in this process while a handler that ignores its signal still runs', async () => {
+    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const lost: number[] = [];
+    const ran: { attempt: number; start: number; end?: number }[] = [];
+    await t.start(
+      {
+        pollIntervalMs: 50,
+        tasks: {
+          deaf: async (_payload: unknown, { job }: { job: JobRow }) => {
+            const run: { attempt: number; start: number; end?: number } = { attempt: job.attempts, start: performance.now() };
+            ran.push(run);
+            // The first attempt never looks at its signal and runs on for 2.5 s
+            // after the rescue: past the grace period and several hand-backs.
+            if (job.attempts === 1) await new Promise((resolve) => setTimeout(resolve, 2_500));
+            run.end = performance.now();
+          },
+        },
+      },
+      (w) => w.on('job:lock-lost', (j) => lost.push(j.attempts)),
+    );
+    const [id] = await t.queue.enqueueMany([{ task: 'deaf' }]);
+    await waitFor(() => ran.length === 1, 'the first attempt to start');
+    await waitFor(async () => {
+      await t.db.pool.query(
+        `UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing'`,
+        [id],
+      );
+      await rescueExpired(t.db.pool, workerStatements(t.db.schema), 1_000);
+      const { rows } = await t.db.pool.query(`SELECT jsonb_array_length(errors) AS n FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
+      return rows[0].n > 0;
+    }, 'the rescue of the first attempt');
+    await waitFor(async () => (await t.queue.getJob(id!))?.status === 'completed', 'the job to complete');
+    expect(ran.map((r) => r.attempt)).toEqual([1, 2]);
+    expect(ran[0]!.end!, 'the second attempt started before the first had returned').toBeLessThanOrEqual(ran[1]!.start);
+    expect(lost, 'job:lock-lost once for the first attempt').toEqual([1]);
+    expect(await t.queue.getJob(id!)).toMatchObject({ status: 'completed', attempts: 2 });
+  });
+
+  it('runs the new attempt here once a visibility timeout has passed, if the old handler never returns', async () => {
+    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const attempts: number[] = [];
+    await t.start({
+      pollIntervalMs: 50,
+      visibilityTimeoutMs: 2_000,
+      tasks: {
+        hung: (_payload: unknown, { job }: { job: JobRow }) => {
+          attempts.push(job.attempts);
+          // The first attempt never settles: it must not keep its job off this worker for good.
+          return job.attempts === 1 ? new Promise<void>(() => {}) : undefined;
+        },
+      },
+    });
+    const [id] = await t.queue.enqueueMany([{ task: 'hung' }]);
+    await waitFor(() => attempts.length === 1, 'the first attempt to start');
+    await waitFor(async () => {
+      await t.db.pool.query(
+        `UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing'`,
+        [id],
+      );
+      await rescueExpired(t.db.pool, workerStatements(t.db.schema), 1_000);
+      const { rows } = await t.db.pool.query(`SELECT jsonb_array_length(errors) AS n FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
+      return rows[0].n > 0;
+    }, 'the rescue of the first attempt');
+    await waitFor(async () => (await t.queue.getJob(id!))?.status === 'completed', 'the job to complete', 20_000);
+    expect(attempts).toEqual([1, 2]);
+  });
 });
 
 describe("each worker's own visibility timeout", () => {

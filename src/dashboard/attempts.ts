@@ -17,20 +17,13 @@ export interface Attempt {
 }
 
 /**
- * A failed attempt's entry in `errors` may carry when it started and on which
- * worker (`started_at`, `worker`): entries written before those were recorded
- * lack them, and then only the current attempt's come from the row itself.
- */
-type StoredError = JobError & { started_at?: string; worker?: string };
-
-/**
  * Every attempt of a job, oldest first: the failed ones from its `errors`
  * history, and the current or last one from the row (started_at, finished_at,
  * locked_by). A failed-for-good job's last attempt is both: the row adds its
  * start and worker to the history entry.
  */
 export function attemptsOf(job: JobRow, now = new Date()): Attempt[] {
-  const attempts: Attempt[] = (job.errors ?? []).map((e: StoredError) =>
+  const attempts: Attempt[] = (job.errors ?? []).map((e: JobError) =>
     attempt(e.attempt, 'failed', iso(e.started_at), iso(e.at), e.worker ?? null, e.message),
   );
   const started = iso(job.started_at);

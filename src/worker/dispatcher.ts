@@ -20,6 +20,8 @@ export const HAND_BACK_AFTER_MS = 500;
 export interface DispatcherConfig {
   tasks: ReadonlyMap<string, ResolvedTask>;
   maxResultBytes: number;
+  /** After a lost lock, how long a handler that ignores its signal keeps new attempts of its job off this worker. */
+  visibilityTimeoutMs: number;
 }
 
 /** What the dispatcher needs from the rest of the worker. */
@@ -152,7 +154,8 @@ export class Dispatcher {
       }
       const run = this.slots.runOf(id);
       // A cancelled job's lock went with its cancel, which its run has had (job:cancel): not lost too.
-      if (!run || run.abortCause === 'cancelled') continue;
+      // One already told lost is not told again (its heartbeat may find it gone once more).
+      if (!run || run.abortCause === 'cancelled' || run.abortCause === 'lock-lost') continue;
       this.abort(run, 'lock-lost', `job ${id}: lock expired and the job was taken back`);
       this.signals.emit('job:lock-lost', run.job);
     }
@@ -206,10 +209,18 @@ export class Dispatcher {
       // its own retry, in a slot refilled beyond concurrency (outside review 61); the
       // heartbeat keeps the job meanwhile.
       const cause = run.abortCause;
-      if (cause && cause !== 'shutdown') await run.handlerStopped(ABORTED_HANDLER_GRACE_MS);
+      const stopped = !cause || cause === 'shutdown' || (await run.handlerStopped(ABORTED_HANDLER_GRACE_MS));
       // Taken also for a run whose job was taken away, so no report of it stays behind.
       const progress = this.progress.ended(job.id);
       if (!this.slots.finish(run, durationMs)) return;
+      // After a lost lock its slot is given up, not its job: a new attempt claimed
+      // here waits until the handler returns (outside review 88: a handler that
+      // ignored its signal ran on beside its own retry, in the same process), for up
+      // to a visibility timeout, after which it counts as hung, as the rescuer would
+      // count it. Not after a timeout: retrying a hung handler's job is what it is for.
+      if (!stopped && cause !== 'timeout') {
+        void this.slots.outlived(run, this.config.visibilityTimeoutMs).then(() => this.startWaiting());
+      }
       this.startWaiting();
       this.completer.record(run, outcome, durationMs, progress);
       this.signals.finished(job);

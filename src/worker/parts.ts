@@ -139,7 +139,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     slots,
     completer,
     progress,
-    { tasks, maxResultBytes: config.maxResultBytes },
+    { tasks, maxResultBytes: config.maxResultBytes, visibilityTimeoutMs: config.visibilityTimeoutMs },
     {
       emit: owner.emit,
       accepting: owner.accepting,

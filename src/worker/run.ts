@@ -170,6 +170,12 @@ export class Run {
     });
   }
 
+  /** Resolves once the handler's own promise has settled (at once when it returned none). */
+  handlerReturned(): Promise<void> {
+    const done = (): void => {};
+    return this.returned ? Promise.resolve(this.returned).then(done, done) : Promise.resolve();
+  }
+
   /** What the handler gets besides the payload: `signal` made only if it is read. */
   private context(): JobContext {
     // eslint-disable-next-line @typescript-eslint/no-this-alias -- read by the context's signal getter

@@ -45,6 +45,11 @@ interface Waiting {
  */
 export class Slots {
   private readonly running = new Map<string, Run>();
+  /**
+   * Jobs whose aborted handler ignored its signal past the grace period: their slot
+   * was given up, but no attempt of the job starts here until that handler returns.
+   */
+  private readonly stillRunning = new Set<string>();
   private readonly waiting = new Map<string, Waiting>();
   /** Handed back, the release statement in flight: still this worker's (heartbeated) until it commits. */
   private readonly releasing = new Map<string, Releasing>();
@@ -179,12 +184,13 @@ export class Slots {
   /**
    * The next waiting job when a slot is free (claim order), taken out of the
    * waiting list. Not one whose earlier attempt still runs here (its lock was lost,
-   * see Dispatcher.claimed): it waits for that handler to stop.
+   * see Dispatcher.claimed), even past its slot (outlived): it waits for that
+   * handler to stop, or is handed back as overdue for another worker to run.
    */
   nextToStart(): JobRow | undefined {
     if (this.running.size >= this.config.concurrency) return undefined;
     for (const [id, w] of this.waiting) {
-      if (this.running.has(id)) continue;
+      if (this.running.has(id) || this.stillRunning.has(id)) continue;
       this.waiting.delete(id);
       return w.job;
     }
@@ -205,6 +211,23 @@ export class Slots {
     const previous = this.runMs.get(run.job.task);
     this.runMs.set(run.job.task, previous === undefined ? sample : previous + ALPHA * (sample - previous));
     return true;
+  }
+
+  /**
+   * The aborted run's handler still runs past its grace period, its slot given up:
+   * until it returns, or for `maxMs`, no attempt of its job starts here. Resolves then.
+   */
+  async outlived(run: Run, maxMs: number): Promise<void> {
+    const id = run.job.id;
+    this.stillRunning.add(id);
+    let timer: NodeJS.Timeout | undefined;
+    const hung = new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, maxMs);
+      timer.unref(); // a stopped worker's process need not wait for it
+    });
+    await Promise.race([run.handlerReturned(), hung]);
+    clearTimeout(timer);
+    this.stillRunning.delete(id);
   }
 
   /** A cycle's measured round trip. */

@@ -33,7 +33,7 @@ function setup(started: string[], stale: (job: JobRow) => 'queue-changed' | unde
     slots,
     completer,
     new ProgressWriter(store, 1_000, () => {}),
-    { tasks: new Map([['t', task]]), maxResultBytes: 1_000 },
+    { tasks: new Map([['t', task]]), maxResultBytes: 1_000, visibilityTimeoutMs: 30_000 },
     {
       emit: (event, ...args) => void events.push([event, ...args]),
       accepting: () => true,

@@ -130,7 +130,7 @@ export class FastWorker {
       slots,
       completer,
       progress,
-      { tasks, maxResultBytes: 1024 * 1024 },
+      { tasks, maxResultBytes: 1024 * 1024, visibilityTimeoutMs: 30_000 },
       {
         emit,
         accepting: () => this.state === 'running',

@@ -178,6 +178,13 @@ function report(result: JobActionResult, id: string, done: string, allowed: read
   else process.stdout.write(`${done} job ${result.job.id} (${result.job.task} on queue ${result.job.queue})\n`);
 }
 
+/** The worker named by the job's latest failed or rescued attempt (a rescue clears locked_by; review 88). */
+function lastWorker(job: JobRow): string | undefined {
+  const errors = job.errors ?? [];
+  for (let i = errors.length - 1; i >= 0; i--) if (errors[i]!.worker) return errors[i]!.worker!;
+  return undefined;
+}
+
 function describeJob(job: JobRow, archived: boolean): string {
   const lines = [
     `id:           ${job.id}`,
@@ -195,7 +202,7 @@ function describeJob(job: JobRow, archived: boolean): string {
     // worker that ran it last, which "locked by" misread as a holder (outside review 85).
     job.status === 'processing'
       ? `locked by:    ${job.locked_by ?? '-'}${job.locked_at ? ` (heartbeat ${formatTime(job.locked_at)})` : ''}`
-      : `last run by:  ${job.locked_by ?? '-'}`,
+      : `last run by:  ${job.locked_by ?? lastWorker(job) ?? '-'}`,
     `payload:      ${indent(JSON.stringify(job.payload, null, 2))}`,
   ];
   if (job.job_key) lines.push(`key:          ${job.job_key}`);
