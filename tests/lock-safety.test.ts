@@ -268,14 +268,31 @@ describe('a job whose handler never started', () => {
   });
 });
 
+/**
+ * A rescuer that judges the job's lock expired (a heartbeat an hour ago) while its
+ * worker runs it: again until one takes it, as the worker's heartbeat may renew the
+ * lock in between (taken by this rescue or the worker's own rescuer: either may).
+ */
+async function rescueWhileRunning(id: string): Promise<void> {
+  const { rescueExpired } = await import('../src/maintenance/rescuer.js');
+  const { workerStatements } = await import('../src/db/statements/worker.js');
+  await waitFor(async () => {
+    await t.db.pool.query(
+      `UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing'`,
+      [id],
+    );
+    await rescueExpired(t.db.pool, workerStatements(t.db.schema), 1_000);
+    const { rows } = await t.db.pool.query(`SELECT jsonb_array_length(errors) AS n FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
+    return rows[0].n > 0;
+  }, 'the rescue of the first attempt');
+}
+
 describe('a job rescued while its worker still runs it', () => {
   // Outside review 85: with a rescuer whose visibility timeout was shorter than the
   // worker's, the same worker claimed the job again and again while its first run
   // went on; the row kept the worker's name, so the heartbeat renewed it, and five
   // attempts ran at once in one process, none aborted or told.
   it('ends the earlier run (lock lost) and starts the new attempt only once that handler has stopped', async () => {
-    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
-    const { workerStatements } = await import('../src/db/statements/worker.js');
     const lost: number[] = [];
     const ran: { attempt: number; start: number; end?: number }[] = [];
     await t.start(
@@ -302,18 +319,7 @@ describe('a job rescued while its worker still runs it', () => {
     );
     const [id] = await t.queue.enqueueMany([{ task: 'slow' }]);
     await waitFor(() => ran.length === 1, 'the first attempt to start');
-    // A rescuer that judges the lock expired (a heartbeat an hour ago): again until it
-    // takes the job, as the worker's heartbeat may renew the lock in between.
-    await waitFor(async () => {
-      await t.db.pool.query(
-        `UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing'`,
-        [id],
-      );
-      await rescueExpired(t.db.pool, workerStatements(t.db.schema), 1_000);
-      // Taken by this rescue or by the worker's own rescuer (the row is eligible to both).
-      const { rows } = await t.db.pool.query(`SELECT jsonb_array_length(errors) AS n FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
-      return rows[0].n > 0;
-    }, 'the rescue of the first attempt');
+    await rescueWhileRunning(id!);
     await waitFor(async () => (await t.queue.getJob(id!))?.status === 'completed', 'the job to complete');
     expect(lost).toEqual([1]);
     expect(ran.map((r) => r.attempt)).toEqual([1, 2]);
@@ -326,8 +332,6 @@ describe('a job rescued while its worker still runs it', () => {
   // claimed again, and started once the 1 s grace had passed, with job:lock-lost
   // told twice.
   it('never starts the new attempt in this process while a handler that ignores its signal still runs', async () => {
-    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
-    const { workerStatements } = await import('../src/db/statements/worker.js');
     const lost: number[] = [];
     const ran: { attempt: number; start: number; end?: number }[] = [];
     await t.start(
@@ -348,15 +352,7 @@ describe('a job rescued while its worker still runs it', () => {
     );
     const [id] = await t.queue.enqueueMany([{ task: 'deaf' }]);
     await waitFor(() => ran.length === 1, 'the first attempt to start');
-    await waitFor(async () => {
-      await t.db.pool.query(
-        `UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing'`,
-        [id],
-      );
-      await rescueExpired(t.db.pool, workerStatements(t.db.schema), 1_000);
-      const { rows } = await t.db.pool.query(`SELECT jsonb_array_length(errors) AS n FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
-      return rows[0].n > 0;
-    }, 'the rescue of the first attempt');
+    await rescueWhileRunning(id!);
     await waitFor(async () => (await t.queue.getJob(id!))?.status === 'completed', 'the job to complete');
     expect(ran.map((r) => r.attempt)).toEqual([1, 2]);
     expect(ran[0]!.end!, 'the second attempt started before the first had returned').toBeLessThanOrEqual(ran[1]!.start);
@@ -365,8 +361,6 @@ describe('a job rescued while its worker still runs it', () => {
   });
 
   it('runs the new attempt here once a visibility timeout has passed, if the old handler never returns', async () => {
-    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
-    const { workerStatements } = await import('../src/db/statements/worker.js');
     const attempts: number[] = [];
     await t.start({
       pollIntervalMs: 50,
@@ -381,15 +375,7 @@ describe('a job rescued while its worker still runs it', () => {
     });
     const [id] = await t.queue.enqueueMany([{ task: 'hung' }]);
     await waitFor(() => attempts.length === 1, 'the first attempt to start');
-    await waitFor(async () => {
-      await t.db.pool.query(
-        `UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing'`,
-        [id],
-      );
-      await rescueExpired(t.db.pool, workerStatements(t.db.schema), 1_000);
-      const { rows } = await t.db.pool.query(`SELECT jsonb_array_length(errors) AS n FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
-      return rows[0].n > 0;
-    }, 'the rescue of the first attempt');
+    await rescueWhileRunning(id!);
     await waitFor(async () => (await t.queue.getJob(id!))?.status === 'completed', 'the job to complete', 20_000);
     expect(attempts).toEqual([1, 2]);
   });
