@@ -248,8 +248,11 @@ export function wrapDatabaseError(err: unknown, context: string): SluiceError {
 /**
  * A key held by another job (mode 'error') becomes a DuplicateJobError, a value
  * enqueue_job() refuses (22023) a ValidationError; anything else is wrapped as usual.
+ * `committed` says whose commit it was: for an enqueue that committed on its own
+ * (no `tx`), a lost connection leaves the caller unsure whether the job exists,
+ * and the message says so (outside review 87).
  */
-export function enqueueError(err: unknown, context: string): Error {
+export function enqueueError(err: unknown, context: string, committed: 'own' | 'caller'): Error {
   // pg calls the violated index `constraint`, postgres.js `constraint_name`.
   const e = err as { code?: string; constraint?: string; constraint_name?: string; detail?: string; message?: string } | null;
   if (e?.code === '23505' && (e.constraint ?? e.constraint_name) === 'jobs_job_key_idx') {
@@ -259,5 +262,12 @@ export function enqueueError(err: unknown, context: string): Error {
   }
   // enqueue_job()'s own checks (a key's holder of another task in 'replace' mode).
   if (e?.code === '22023') return new ValidationError(`${context}: ${e.message}`, { cause: err });
-  return wrapDatabaseError(err, context);
+  const wrapped = wrapDatabaseError(err, context);
+  if (committed === 'caller' || !(wrapped instanceof ConnectionError)) return wrapped;
+  const message = err instanceof SluiceError ? `${context}: ${wrapped.message}` : wrapped.message;
+  return new ConnectionError(
+    `${message}; nothing was enqueued unless the commit reached Postgres before the connection failed ` +
+      '(give jobs a jobKey to retry without a duplicate)',
+    { cause: err },
+  );
 }

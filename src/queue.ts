@@ -145,7 +145,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       this.metrics?.enqueued.inc({ queue: v.queue, task: v.task });
       return id;
     } catch (err) {
-      throw enqueueError(err, 'enqueue failed');
+      throw enqueueError(err, 'enqueue failed', options.tx ? 'caller' : 'own');
     } finally {
       if (!options.tx) this.ownInFlight--;
     }
@@ -186,7 +186,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
       return result.map(jobIdOf);
     } catch (err) {
-      throw enqueueError(err, 'enqueueMany failed');
+      throw enqueueError(err, 'enqueueMany failed', options.tx ? 'caller' : 'own');
     }
   }
 

@@ -3,9 +3,10 @@
  * callers can branch on) when Postgres stops answering or cannot be reached, not
  * with the driver's own error (outside review 87: getJob threw pg's bare Error).
  */
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConnectionError, Queue } from '../src/index.js';
-import { createTestSchema, type TestDatabase } from './helpers/database.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 
 let db: TestDatabase;
@@ -75,6 +76,56 @@ describe.each(['pg', 'postgres.js'] as const)('a Queue on %s', (driver) => {
       expect(error).toBeInstanceOf(ConnectionError);
       expect((error as ConnectionError).message).toMatch(/ECONNREFUSED|connect/i);
     } finally {
+      await queue.close();
+    }
+  });
+});
+
+describe.each(['pg', 'postgres.js'] as const)('an enqueue whose reply is lost, on %s', (driver) => {
+  // postgres.js describes a new statement before it executes it: the proxy's cut
+  // after the message with its text lands before the execution, so nothing commits.
+  it.runIf(driver === 'pg')('says the job may exist, and it does: the commit went through', async () => {
+    const proxy = await proxied();
+    const queue = new Queue({ connectionString: proxy.url, schema: db.schema, driver, statementTimeoutMs: 5_000 });
+    try {
+      const lost = proxy.loseReplyTo('RETURNING id::text AS id');
+      const error: unknown = await queue.enqueue('reply_lost', { driver }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      await lost;
+      expect(error).toBeInstanceOf(ConnectionError);
+      expect((error as Error).message).toMatch(/^enqueue failed: .*; nothing was enqueued unless the commit reached Postgres/);
+      // Postgres reads the statement, runs and commits it, with no one to tell.
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE payload->>'driver' = $1`, [
+          driver,
+        ]);
+        return rows[0].n === 1;
+      }, 'the enqueued job');
+    } finally {
+      await queue.close();
+    }
+  });
+
+  it("does not say so inside the caller's transaction, whose commit is the caller's", async () => {
+    const proxy = await proxied();
+    const queue = new Queue({ schema: db.schema, driver });
+    const client = new pg.Client({ connectionString: proxy.url });
+    client.on('error', () => {});
+    await client.connect();
+    try {
+      await client.query('BEGIN');
+      const lost = proxy.loseReplyTo('RETURNING id::text AS id');
+      const error: unknown = await queue.enqueue('in_tx', {}, { tx: client }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      await lost;
+      expect(error).toBeInstanceOf(ConnectionError);
+      expect((error as Error).message).not.toMatch(/nothing was enqueued unless/);
+    } finally {
+      await client.end().catch(() => {});
       await queue.close();
     }
   });
