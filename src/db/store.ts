@@ -28,11 +28,6 @@ export interface FailureWrite {
   delayMs: number;
   /** No more attempts: the job becomes 'failed'. */
   final: boolean;
-  /**
-   * The attempts the task's policy allows (its maxAttempts, else the job's): written
-   * to the row, so that what it shows, and what a rescue goes by, is the policy in force.
-   */
-  maxAttempts: number;
   /** As CompletionWrite.startedAt: for the row (a final failure) and the error history. */
   startedAt?: number;
   /** As CompletionWrite.progress. */
@@ -229,7 +224,6 @@ export class PgWorkerStore implements WorkerStore {
         r.completed.map((c) => c.progress ?? null),
         r.failed.map((f) => f.progress ?? null),
         r.startedAt ?? r.started.map(() => null),
-        r.failed.map((f) => f.maxAttempts),
       ],
       this.name(`${many ? 'cycle-many' : 'cycle'}${deleting ? '-deleting' : ''}`),
     );

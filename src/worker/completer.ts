@@ -362,7 +362,6 @@ export class Completer implements ResultSource {
       errorText: describeError(error),
       delayMs: retryDelayMs(attempt, task.backoff ?? this.config.backoff),
       final: permanent || attempt >= maxAttempts,
-      maxAttempts,
       startedAt: localStart(run),
       progress,
       job,

@@ -63,11 +63,10 @@ export function expired(outcome: Recorded): boolean {
 export function failureInPlaceOf(outcome: Recorded, err: unknown, backoff: Required<BackoffOptions>): Failure {
   const refusal = `its ${isFailure(outcome) ? 'error' : 'result'} or progress could not be stored: ${describeRefusal(err)}`;
   const retry = isFailure(outcome)
-    ? { final: outcome.final, delayMs: outcome.delayMs, maxAttempts: outcome.maxAttempts }
+    ? { final: outcome.final, delayMs: outcome.delayMs }
     : {
         final: outcome.attempt >= (outcome.task.maxAttempts ?? outcome.job.max_attempts),
         delayMs: retryDelayMs(outcome.attempt, outcome.task.backoff ?? backoff),
-        maxAttempts: outcome.task.maxAttempts ?? outcome.job.max_attempts,
       };
   return {
     id: outcome.id,

@@ -264,7 +264,6 @@ export class MemoryStore implements WorkerStore {
       if (!mine(job, this.workerId, f.attempt)) continue;
       Object.assign(job, {
         status: f.final ? 'failed' : 'pending',
-        max_attempts: Math.max(f.maxAttempts, f.attempt),
         last_error: f.errorText,
         locked_at: null,
         updated_at: now,

@@ -156,9 +156,6 @@ export function cycleStatement(schema: string, filter: QueueFilter, completed: '
             last_error = f.error, locked_at = NULL, updated_at = now(),
             started_at = CASE WHEN f.final THEN ${startedAt('f')} END,
             progress = coalesce(f.progress, j.progress), -- $19: the attempt's last report, as for completions
-            -- $21: the task's policy when it has one (never below the attempts made):
-            -- a row read "3/5" after a task's maxAttempts 3 ended it (outside reviews 85, 89).
-            max_attempts = greatest(f.max_attempts, f.attempt),
             key_scope = ${releaseKey('true')}, -- the attempt ran: a job claimed ahead may still hold its key
             -- The history stays on the row for dead-letter inspection. The error
             -- text is the stack, whose first line is "Name: message". Capped: see keepRecent.
@@ -166,9 +163,8 @@ export function cycleStatement(schema: string, filter: QueueFilter, completed: '
             errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', f.attempt, 'at', now(),
               'message', split_part(f.error, chr(10), 1), 'stack', f.error,
               'started_at', ${startedAt('f')}, 'worker', j.locked_by))
-        FROM writable w JOIN unnest($4::bigint[], $5::int[], $6::text[], $7::float8[], $8::bool[], $17::float8[], $19::jsonb[],
-            $21::int[])
-          AS f(id, attempt, error, delay_ms, final, started_ms, progress, max_attempts) ON f.id = w.id AND f.attempt = w.attempts
+        FROM writable w JOIN unnest($4::bigint[], $5::int[], $6::text[], $7::float8[], $8::bool[], $17::float8[], $19::jsonb[])
+          AS f(id, attempt, error, delay_ms, final, started_ms, progress) ON f.id = w.id AND f.attempt = w.attempts
         WHERE j.id = w.id AND w.mine
         RETURNING j.id, j.status, j.notify_on_finish
       ), started AS (
