@@ -1,8 +1,7 @@
 import { checks, readOrFail, snapshotOptions, unreadable } from './validate.js';
 import { hasConnection, resolveDriverName, type PgPool } from './db/connection.js';
-import type { Driver, DriverName } from './db/driver.js';
-import { lazyDriver, openDriver } from './db/drivers/open.js';
-import { pgDriver } from './db/drivers/pg.js';
+import type { Driver } from './db/driver.js';
+import { openQueueDriver } from './db/drivers/queue-driver.js';
 import { enqueueStatements, type EnqueueStatements } from './db/statements/enqueue.js';
 import type { SluiceMetrics } from './metrics/metrics.js';
 import { traceEnqueue } from './tracing.js';
@@ -38,9 +37,6 @@ export type { AfterCommitJobs, EnqueueArgs, EnqueueOptions, QueueOptions, Settin
 
 /** The enqueue statements sent named (prepared once per connection) on the Queue's own pool. */
 type PreparedEnqueue = 'enqueue' | 'enqueueDeferred' | 'enqueueMany' | 'enqueueManyUniform';
-
-/** Connections the Queue's own pool opens at most. */
-const POOL_SIZE = 10;
 
 /** Constructor and waitFor options are the programmer's: ConfigError. Jobs are input: ValidationError. */
 const config = checks(ConfigError);
@@ -393,16 +389,4 @@ export class Queue<T extends TaskMap = AnyTasks> {
     if (!this.db) throw new ConfigError('this Queue has no connection: pass { tx } or give connectionString, pool or sql');
     return this.db;
   }
-}
-
-/**
- * The Queue's driver. The constructor cannot wait, so postgres.js (an optional
- * package, imported on demand) opens on the first call; pg opens at once, so
- * that `queue.pool` is there from the start.
- */
-function openQueueDriver(name: DriverName, options: QueueOptions, statementTimeoutMs: number): Driver {
-  const { connectionString, pool, sql, listenConnectionString } = options;
-  const connection = { connectionString, pool, sql, listenConnectionString, statementTimeoutMs };
-  if (name === 'pg') return pgDriver({ ...connection, max: POOL_SIZE, applicationName: 'sluice-queue' });
-  return lazyDriver(() => openDriver(name, connection, POOL_SIZE, 'sluice-queue'));
 }
