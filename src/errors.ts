@@ -266,8 +266,8 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
   if (committed === 'caller' || !(wrapped instanceof ConnectionError)) return wrapped;
   const message = err instanceof SluiceError ? `${context}: ${wrapped.message}` : wrapped.message;
   return new ConnectionError(
-    `${message}; nothing was enqueued unless the commit reached Postgres before the connection failed ` +
-      '(give jobs a jobKey to retry without a duplicate)',
+    `${message}; the job exists all the same if Postgres ran the statement (a reply lost on the way, ` +
+      'or a cancel that did not arrive): give jobs a jobKey to retry without a duplicate',
     { cause: err },
   );
 }

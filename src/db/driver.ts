@@ -37,7 +37,7 @@ export const LISTEN_APPLICATION_NAME = 'sluice-listen';
  * covers a network gone silent and a statement held by a lock (outside review 87:
  * a lock wait read as a network failure).
  */
-export const STATEMENT_HINT = 'a silent network, or a statement that waited on a lock or ran that long; it was cancelled';
+export const STATEMENT_HINT = 'a silent network, or a statement that waited on a lock or ran that long; a cancel was sent';
 
 export interface ListenHandlers {
   notification(payload: string | undefined): void;
