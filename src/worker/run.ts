@@ -156,24 +156,20 @@ export class Run {
    * returned none or has settled already), false if it still runs after `ms`. An
    * aborted run ends at once for the worker, but only a handler that honoured its
    * signal has stopped; one that ignores it may still be working on the job.
+   * `keepAlive: false`: the wait does not hold the process open by itself.
    */
-  handlerStopped(ms: number): Promise<boolean> {
+  handlerStopped(ms: number, { keepAlive = true } = {}): Promise<boolean> {
     const returned = this.returned;
     if (!returned) return Promise.resolve(true);
     return new Promise((resolve) => {
       const timer = setTimeout(() => resolve(false), ms);
+      if (!keepAlive) timer.unref();
       const stopped = () => {
         clearTimeout(timer);
         resolve(true);
       };
       returned.then(stopped, stopped);
     });
-  }
-
-  /** Resolves once the handler's own promise has settled (at once when it returned none). */
-  handlerReturned(): Promise<void> {
-    const done = (): void => {};
-    return this.returned ? Promise.resolve(this.returned).then(done, done) : Promise.resolve();
   }
 
   /** What the handler gets besides the payload: `signal` made only if it is read. */

@@ -220,13 +220,8 @@ export class Slots {
   async outlived(run: Run, maxMs: number): Promise<void> {
     const id = run.job.id;
     this.stillRunning.add(id);
-    let timer: NodeJS.Timeout | undefined;
-    const hung = new Promise<void>((resolve) => {
-      timer = setTimeout(resolve, maxMs);
-      timer.unref(); // a stopped worker's process need not wait for it
-    });
-    await Promise.race([run.handlerReturned(), hung]);
-    clearTimeout(timer);
+    // A stopped worker's process need not stay open for it.
+    await run.handlerStopped(maxMs, { keepAlive: false });
     this.stillRunning.delete(id);
   }
 
