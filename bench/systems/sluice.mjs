@@ -23,6 +23,8 @@ export async function openWorker({ url, schema, concurrency, onStart, onComplete
     concurrency,
     ...(process.env.SLUICE_BENCH_WAKE_COOLDOWN_MS ? { wakeCooldownMs: Number(process.env.SLUICE_BENCH_WAKE_COOLDOWN_MS) } : {}),
     // SLUICE_BENCH_COMPLETED_JOBS=delete: completed rows deleted at completion, not kept (a non-default setting).
+    // SLUICE_BENCH_BATCH_SIZE: a batchSize other than the default, to compare settings.
+    ...(process.env.SLUICE_BENCH_BATCH_SIZE ? { batchSize: Number(process.env.SLUICE_BENCH_BATCH_SIZE) } : {}),
     ...(process.env.SLUICE_BENCH_COMPLETED_JOBS ? { completedJobs: process.env.SLUICE_BENCH_COMPLETED_JOBS } : {}),
     tasks: { noop: (payload) => onStart(payload.i) },
   });

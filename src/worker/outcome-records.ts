@@ -23,6 +23,8 @@ interface Refusal {
 interface Sent {
   /** Sent in a statement that failed (its reply maybe lost after it committed). */
   unsure?: boolean;
+  /** Skipped once already because another session held its row (Completer.skipped). */
+  skippedBefore?: boolean;
 }
 
 export interface Completion extends CompletionWrite, Refusal, Sent {

@@ -368,11 +368,18 @@ describe('Completer: jobs claimed ahead', () => {
 });
 
 describe('Completer: rows another session holds', () => {
-  it('defers a result whose row is locked (no lock-lost), keeps it heartbeated, and writes it once the lock goes', async () => {
+  it('offers a result whose row is locked to the next cycle once, then defers it (no lock-lost), keeps it heartbeated, and writes it once the lock goes', async () => {
     const run = await claimed();
     const unlock = db.lockJob(run.job.id);
     completer.record(run, { kind: 'completed', value: 'v' }, 1);
+    const offered = added;
     await write();
+    // Skipped once: straight back in the buffer (a claim's recheck lock lasts one statement).
+    expect(completer.size).toBe(1);
+    expect(added).toBe(offered + 1);
+    await write();
+    // Skipped again: something else holds the row; it waits.
+    expect(completer.size).toBe(0);
     expect(events).toEqual([]);
     expect(completer.ids()).toEqual([run.job.id]);
     expect(db.job(run.job.id).status).toBe('processing');
@@ -389,6 +396,8 @@ describe('Completer: rows another session holds', () => {
     const run = await claimed();
     const unlock = db.lockJob(run.job.id);
     completer.record(run, { kind: 'failed', error: new Error('x'), permanent: false }, 1);
+    await write();
+    expect(completer.size).toBe(1); // skipped once: offered to the next cycle
     await write();
     expect(completer.size).toBe(0);
     await completer.settled();
