@@ -245,12 +245,12 @@ export class Completer implements ResultSource {
     return true;
   }
 
-  applied(batch: ResultBatch, written: AppliedResults): void {
+  applied(batch: ResultBatch, written: AppliedResults, othersBack?: Promise<void>): void {
     this.landed(batch);
     const { emit } = this.signals;
     const { completed, failed, skipped } = written;
     for (const result of [...batch.completed, ...batch.failed] as Recorded[]) {
-      if (skipped.has(result.id)) this.skipped(result);
+      if (skipped.has(result.id)) this.skipped(result, othersBack);
     }
     const unsure = { completed: [] as Completion[], failed: [] as Failure[] };
     for (const c of batch.completed as Completion[]) {
@@ -336,22 +336,37 @@ export class Completer implements ResultSource {
 
   /**
    * A result whose row another session held. The first time it goes out again
-   * with the next cycle: the usual holder is a claim that was running at the same
-   * time, this worker's own second cycle or another worker's, and such a claim
-   * keeps the row locked only until it commits. Its scan, reading an older
-   * snapshot, met the row just claimed (committed since) and locked it to
-   * recheck it; Postgres keeps a lock taken for a recheck that failed until the
-   * statement's transaction ends. Deferred by SKIPPED_RETRY_MS every time, such
-   * results were written ~250 ms late (200 of a 3,000-job drain, the drain's last
-   * quarter of a second). A row still held the second time is held by something
-   * else (an open transaction): it waits, as before.
+   * once the cycles that were out beside its write are back (`othersBack`), or
+   * with the next cycle: the usual holder is a claim that ran at the same time,
+   * this worker's own other cycle or another worker's, and such a claim keeps
+   * the row locked only until it commits. Its scan, reading an older snapshot,
+   * met the row just claimed (committed since) and locked it to recheck it;
+   * Postgres keeps a lock taken for a recheck that failed until the statement's
+   * transaction ends. Deferred by SKIPPED_RETRY_MS every time, such results were
+   * written ~250 ms late (200 of a 3,000-job drain, the drain's last quarter of a
+   * second). A row still held the second time is held by something else (an open
+   * transaction): it waits, as before.
    */
-  private skipped(result: Recorded): void {
+  private skipped(result: Recorded, othersBack: Promise<void> | undefined): void {
     if (result.skippedBefore || result.held) {
       this.defer(result);
       return;
     }
     result.skippedBefore = true;
+    if (!othersBack) {
+      this.reoffer(result);
+      return;
+    }
+    // Kept with the deferred (heartbeated, and back at the latest with them).
+    this.deferred.set(result.id, result);
+    void othersBack.then(() => {
+      if (this.deferred.get(result.id) !== result) return; // back already (undefer)
+      this.deferred.delete(result.id);
+      this.reoffer(result);
+    });
+  }
+
+  private reoffer(result: Recorded): void {
     if (isFailure(result)) this.failed.push(result);
     else this.completed.push(result);
     this.signals.resultAdded();

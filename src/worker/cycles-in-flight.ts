@@ -53,6 +53,12 @@ export class CyclesInFlight {
     return sent;
   }
 
+  /** Resolves once every cycle out now is back (not those sent later); undefined when at most one is out. */
+  othersBack(): Promise<void> | undefined {
+    if (this.out.size < 2) return undefined;
+    return Promise.allSettled(this.out).then(() => {});
+  }
+
   /** Resolves once no cycle is out, those sent meanwhile included. */
   async settled(): Promise<void> {
     while (this.out.size > 0) await Promise.all(this.out);

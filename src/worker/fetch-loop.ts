@@ -384,7 +384,9 @@ export class FetchLoop {
     // What the statement did is done: an exception from an event listener below
     // must neither undo it nor strand the jobs just claimed.
     if (batch.completed.length + batch.failed.length + batch.started.length > 0) {
-      this.guard(() => this.results.applied(batch, result));
+      // This cycle is still counted as out: the others are those beside it.
+      const othersBack = result.skipped.size > 0 ? this.inFlight.othersBack() : undefined;
+      this.guard(() => this.results.applied(batch, result, othersBack));
     }
     if (result.claimed.length > 0) this.guard(() => this.target.claimed(result.claimed, performance.now() - sentAt));
     return true;

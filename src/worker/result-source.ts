@@ -47,8 +47,12 @@ export interface ResultSource {
    * would otherwise raise an error event each time) or one reported on its own.
    */
   rejected(batch: ResultBatch, err: unknown): boolean;
-  /** The batch was written; ids missing from every set were no longer this worker's. */
-  applied(batch: ResultBatch, written: AppliedResults): void;
+  /**
+   * The batch was written; ids missing from every set were no longer this worker's.
+   * `othersBack`: resolves once the other cycles that were out meanwhile are back
+   * (their claims may have held rows this write skipped).
+   */
+  applied(batch: ResultBatch, written: AppliedResults, othersBack?: Promise<void>): void;
 }
 
 /**

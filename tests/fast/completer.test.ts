@@ -392,6 +392,27 @@ describe('Completer: rows another session holds', () => {
     expect(events.map((e) => e.event)).toEqual(['job:complete']);
   });
 
+  it('offers a skipped result again once the cycles out beside its write are back, not before and not 250 ms later', async () => {
+    const run = await claimed();
+    const unlock = db.lockJob(run.job.id); // as a claim running beside the write would
+    completer.record(run, { kind: 'completed', value: 'v' }, 1);
+    const batch = completer.take();
+    let othersBack!: () => void;
+    const back = new Promise<void>((resolve) => (othersBack = resolve));
+    completer.applied(batch, await store.write(batch), back);
+    expect(completer.size).toBe(0);
+    expect(completer.ids()).toEqual([run.job.id]); // still heartbeated meanwhile
+    unlock(); // that claim commits
+    const before = added;
+    othersBack();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(added).toBe(before + 1);
+    expect(completer.size).toBe(1);
+    await write();
+    expect(db.job(run.job.id)).toMatchObject({ status: 'completed', result: 'v' });
+    expect(named('job:complete')).toHaveLength(1);
+  });
+
   it('settled() puts deferred results back in the buffer at once', async () => {
     const run = await claimed();
     const unlock = db.lockJob(run.job.id);
