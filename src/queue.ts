@@ -42,6 +42,9 @@ type PreparedEnqueue = 'enqueue' | 'enqueueDeferred' | 'enqueueMany' | 'enqueueM
 const config = checks(ConfigError);
 const input = checks(ValidationError);
 
+/** How often waitFor reads a job it could not flag (its row held by another session), and tries the flag again. */
+const UNFLAGGED_POLL_MS = 250;
+
 /**
  * Adds jobs. Use one per application; pass `tx` to enqueue inside your own
  * transaction so the job exists exactly when your data does.
@@ -193,6 +196,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
    * re-reads the job every `pollIntervalMs` in case a notification is lost.
    * Throws WaitTimeoutError after `timeoutMs` (the job is not affected) and
    * JobNotFoundError for an unknown id. Needs the Queue's own connection (not only `tx`).
+   * Never waits on a row lock another session holds (the job is read every 250 ms
+   * until it can be flagged).
    * A read that Postgres does not answer is not retried: it rejects with a
    * ConnectionError, possibly before `timeoutMs` (the job is not affected).
    *
@@ -213,10 +218,13 @@ export class Queue<T extends TaskMap = AnyTasks> {
     let wake: () => void = () => {};
     const unsubscribe = this.outcomes.subscribe(jobId, () => wake());
     const deadline = Date.now() + timeoutMs;
+    // Flag the job for a notification first, then read it: an outcome written
+    // after the flag is announced, one written before it is read below. A row that
+    // another session holds is not flagged (see watchJob): until it is, the job is
+    // read again every UNFLAGGED_POLL_MS and the flag tried again before each read.
+    const watch = async () => (await rows(db, this.queries.watchJob, [jobId, channelFor(this.schema)])).length > 0;
     try {
-      // Flag the job for a notification first, then read it: an outcome written
-      // after the flag is announced, one written before it is read below.
-      await rows(db, this.queries.watchJob, [jobId, channelFor(this.schema)]);
+      let flagged = await watch();
       for (;;) {
         const [job] = await rows<JobRow<P>>(db, this.queries.getJob, [jobId]);
         if (!job) throw new JobNotFoundError(jobId);
@@ -224,13 +232,15 @@ export class Queue<T extends TaskMap = AnyTasks> {
         const left = deadline - Date.now();
         if (left <= 0)
           throw new WaitTimeoutError(`job ${jobId} did not finish within ${timeoutMs} ms (status ${job.status})`, jobId);
+        const pause = flagged ? pollIntervalMs : Math.min(pollIntervalMs, UNFLAGGED_POLL_MS);
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, Math.min(left, pollIntervalMs));
+          const timer = setTimeout(resolve, Math.min(left, pause));
           wake = () => {
             clearTimeout(timer);
             resolve();
           };
         });
+        flagged ||= await watch();
       }
     } catch (err) {
       throw wrapDatabaseError(err, 'waitFor failed');

@@ -80,6 +80,31 @@ describe('results, waitFor and error history', () => {
     expect(await fx.queue.waitFor(locked, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', result: { n: 1 } });
   });
 
+  it('waitFor does not wait on a row lock held elsewhere: it times out as asked, and flags the job once the lock goes', async () => {
+    const id = await fx.queue.enqueue('echo', { n: 3 }, { queue: 'held' });
+    const holder = await fx.db.pool.connect();
+    const flag = async () =>
+      (await fx.db.pool.query(`SELECT notify_on_finish AS f FROM ${fx.db.s}.jobs WHERE id = $1`, [id])).rows[0].f as boolean;
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM ${fx.db.s}.jobs WHERE id = $1 FOR UPDATE`, [id]);
+      // Before (outside review 91) the flag's UPDATE waited on the lock past timeoutMs,
+      // until the Queue's statement limit failed it as a lost connection.
+      const err = await fx.queue.waitFor(id, { timeoutMs: 300 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(WaitTimeoutError);
+      // A waiter whose only wake-up is the notification (its polls an hour apart).
+      const waiting = fx.queue.waitFor(id, { timeoutMs: 20_000, pollIntervalMs: 3_600_000 });
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      expect(await flag()).toBe(false); // the row is held: nothing flagged it
+      await holder.query('COMMIT');
+      await waitFor(flag, 'the waiter to flag the job once the lock is gone');
+      await fx.start({ queues: ['held'], pollIntervalMs: 3_600_000, tasks: { echo: async (p) => p } });
+      expect(await waiting).toMatchObject({ status: 'completed', result: { n: 3 } });
+    } finally {
+      holder.release();
+    }
+  });
+
   it('notifies only for jobs someone waits for', async () => {
     const listener = new pg.Client(fx.db.url);
     await listener.connect();

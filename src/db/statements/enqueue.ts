@@ -117,13 +117,23 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // sees the flag; if the job finished first, the status says so. Either way no
     // outcome slips between the check and the wait.
     //
+    // The row is locked SKIP LOCKED: a row another session holds (an open
+    // transaction, an admin in psql) is not flagged, and the caller looks again
+    // later, instead of waiting for that lock past its own timeoutMs (outside
+    // review 91: a 3 s waitFor waited 30 s and failed as a lost connection, with
+    // its pooled connection, and a dozen such calls stalled every enqueue).
+    // No row: unflagged (finished, unknown, or held elsewhere; the read tells which).
+    //
     // The UPDATE locks a pending row for a moment, and a claim running right then
     // skips it (SKIP LOCKED), comes back short and lets its worker sleep until the
     // next poll. So a pending job's queue is woken again ($2: the workers' channel).
-    watchJob: `WITH watched AS (
-        UPDATE ${jobs} SET notify_on_finish = true
-        WHERE id = $1 AND status IN ('pending', 'processing')
-        RETURNING id, queue, status, run_at
+    watchJob: `WITH target AS (
+        SELECT id FROM ${jobs} WHERE id = $1 AND status IN ('pending', 'processing')
+        FOR UPDATE SKIP LOCKED
+      ), watched AS (
+        UPDATE ${jobs} j SET notify_on_finish = true
+        FROM target t WHERE j.id = t.id
+        RETURNING j.id, j.queue, j.status, j.run_at
       )
       SELECT id::text AS id, CASE WHEN status = 'pending' THEN pg_notify($2, ${s}.wake_payload(queue, run_at)) END AS woke
       FROM watched`,
