@@ -82,6 +82,11 @@ export function isBehindMigrations(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === '42703';
 }
 
+/** A lock wait ended by lock_timeout (lock_not_available). */
+export function isLockTimeout(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === '55P03';
+}
+
 /** insufficient_privilege: the role may not do this. */
 export function isInsufficientPrivilege(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === '42501';

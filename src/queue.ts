@@ -11,7 +11,15 @@ import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { jobId as checkJobId } from './admin/input.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
-import { ConfigError, enqueueError, JobNotFoundError, ValidationError, WaitTimeoutError, wrapDatabaseError } from './errors.js';
+import {
+  ConfigError,
+  enqueueError,
+  isLockTimeout,
+  JobNotFoundError,
+  ValidationError,
+  WaitTimeoutError,
+  wrapDatabaseError,
+} from './errors.js';
 import { isFinished, type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
 import { resolveSchemas, validateBatchPayloads, validatePayload } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
@@ -42,6 +50,8 @@ type PreparedEnqueue = 'enqueue' | 'enqueueDeferred' | 'enqueueMany' | 'enqueueM
 const config = checks(ConfigError);
 const input = checks(ValidationError);
 
+/** Longest waitFor's flag waits for a row lock another session holds (see watchJob). */
+const FLAG_LOCK_WAIT_MS = 250;
 /** How often waitFor reads a job it could not flag (its row held by another session), and tries the flag again. */
 const UNFLAGGED_POLL_MS = 250;
 
@@ -196,8 +206,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
    * re-reads the job every `pollIntervalMs` in case a notification is lost.
    * Throws WaitTimeoutError after `timeoutMs` (the job is not affected) and
    * JobNotFoundError for an unknown id. Needs the Queue's own connection (not only `tx`).
-   * Never waits on a row lock another session holds (the job is read every 250 ms
-   * until it can be flagged).
+   * Waits at most 250 ms for a row lock another session holds (then the job is
+   * read every 250 ms until it can be flagged).
    * A read that Postgres does not answer is not retried: it rejects with a
    * ConnectionError, possibly before `timeoutMs` (the job is not affected).
    *
@@ -220,9 +230,18 @@ export class Queue<T extends TaskMap = AnyTasks> {
     const deadline = Date.now() + timeoutMs;
     // Flag the job for a notification first, then read it: an outcome written
     // after the flag is announced, one written before it is read below. A row that
-    // another session holds is not flagged (see watchJob): until it is, the job is
-    // read again every UNFLAGGED_POLL_MS and the flag tried again before each read.
-    const watch = async () => (await rows(db, this.queries.watchJob, [jobId, channelFor(this.schema)])).length > 0;
+    // another session holds longer than FLAG_LOCK_WAIT_MS is not flagged (see
+    // watchJob): until it is, the job is read again every UNFLAGGED_POLL_MS and
+    // the flag tried again before each read.
+    const watch = async (): Promise<boolean> => {
+      const lockWaitMs = Math.max(1, Math.min(FLAG_LOCK_WAIT_MS, deadline - Date.now()));
+      try {
+        return (await rows(db, this.queries.watchJob, [jobId, channelFor(this.schema), String(lockWaitMs)])).length > 0;
+      } catch (err) {
+        if (isLockTimeout(err)) return false;
+        throw err;
+      }
+    };
     try {
       let flagged = await watch();
       for (;;) {

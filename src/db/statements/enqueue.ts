@@ -117,23 +117,25 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // sees the flag; if the job finished first, the status says so. Either way no
     // outcome slips between the check and the wait.
     //
-    // The row is locked SKIP LOCKED: a row another session holds (an open
-    // transaction, an admin in psql) is not flagged, and the caller looks again
-    // later, instead of waiting for that lock past its own timeoutMs (outside
-    // review 91: a 3 s waitFor waited 30 s and failed as a lost connection, with
-    // its pooled connection, and a dozen such calls stalled every enqueue).
-    // No row: unflagged (finished, unknown, or held elsewhere; the read tells which).
+    // The flag waits at most $3 ms for a row lock another session holds (a worker's
+    // statement holds one for milliseconds; an open transaction, an admin in psql,
+    // for as long as it likes), then fails with lock_not_available (55P03) and the
+    // caller reads the job and tries again later. Waited for without a bound, a 3 s
+    // waitFor waited 30 s and failed as a lost connection, holding a pooled
+    // connection all along; a dozen stalled every enqueue (outside review 91).
+    // Skipped at once (SKIP LOCKED), the flag missed the jobs a worker was claiming
+    // right then, whose outcomes then went unannounced. set_config(..., true) lasts
+    // for this statement's own transaction only; the InitPlan runs before any row is
+    // locked.
     //
     // The UPDATE locks a pending row for a moment, and a claim running right then
     // skips it (SKIP LOCKED), comes back short and lets its worker sleep until the
     // next poll. So a pending job's queue is woken again ($2: the workers' channel).
-    watchJob: `WITH target AS (
-        SELECT id FROM ${jobs} WHERE id = $1 AND status IN ('pending', 'processing')
-        FOR UPDATE SKIP LOCKED
-      ), watched AS (
-        UPDATE ${jobs} j SET notify_on_finish = true
-        FROM target t WHERE j.id = t.id
-        RETURNING j.id, j.queue, j.status, j.run_at
+    watchJob: `WITH watched AS (
+        UPDATE ${jobs} SET notify_on_finish = true
+        WHERE id = $1 AND status IN ('pending', 'processing')
+          AND (SELECT set_config('lock_timeout', $3::text, true)) IS NOT NULL
+        RETURNING id, queue, status, run_at
       )
       SELECT id::text AS id, CASE WHEN status = 'pending' THEN pg_notify($2, ${s}.wake_payload(queue, run_at)) END AS woke
       FROM watched`,
