@@ -5,7 +5,7 @@
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { quoteSchema } from '../src/db/identifiers.js';
 import { Queue } from '../src/index.js';
-import { createTestSchema, statusCounts, type TestDatabase } from './helpers/database.js';
+import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
 import { runSluice, spawnCli, type CliResult } from './helpers/cli.js';
 
 let db: TestDatabase;
@@ -293,6 +293,27 @@ describe('jobs', () => {
     expect(old.stdout).toBe('deleted 2 completed jobs finished more than 7d ago\n');
     expect(await statusCounts(db)).toEqual({ completed: 2 });
   });
+});
+
+describe('a row locked by another session', () => {
+  it('jobs cancel says why it waits after 5 s, then cancels once the lock goes', async () => {
+    const id = await queue.enqueue('t', {}, { queue: 'locked' });
+    const holder = await db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT 1 FROM ${db.s}.jobs WHERE id = $1 FOR UPDATE`, [id]);
+      const cli = spawnCli(['jobs', 'cancel', id], env);
+      await waitFor(() => cli.stderr().includes('still waiting for Postgres'), 'the notice', 20_000);
+      expect(cli.stderr()).toMatch(/locked by another session .*sluice doctor/);
+      expect((await job(id)).status).toBe('pending');
+      await holder.query('COMMIT');
+      const result = await cli.exited;
+      expect(result.code, result.stderr).toBe(0);
+      expect((await job(id)).status).toBe('cancelled');
+    } finally {
+      holder.release();
+    }
+  }, 30_000);
 });
 
 describe('stats', () => {

@@ -81,11 +81,27 @@ export interface CommandDatabase {
 }
 
 /**
+ * After this long without an answer a command says why it may be waiting. Its
+ * statements wait, as Postgres's do, for a row or table another session holds
+ * locked (an open transaction, an admin in psql), with no limit: a silent wait
+ * read as a hang (outside review 92). A lock_timeout was not set for them: as a
+ * startup parameter a default PgBouncer refuses the connection, and a session SET
+ * would outlive the command on a transaction-mode server connection.
+ */
+const SLOW_NOTICE_MS = 5_000;
+
+/**
  * Opens a small pool for one command, checks that Postgres answers and that the
  * schema holds Sluice's tables, runs `fn`, and always ends the pool. Failures
  * become one line: where the database is (never the password), and what to do.
+ * `runsUntilStopped`: `fn` serves until a signal (worker, relay), so a long run is
+ * no sign of a lock wait.
  */
-export async function withDatabase<T>(command: Command, fn: (db: CommandDatabase) => Promise<T>): Promise<T> {
+export async function withDatabase<T>(
+  command: Command,
+  fn: (db: CommandDatabase) => Promise<T>,
+  { runsUntilStopped = false } = {},
+): Promise<T> {
   const global = globalOptions(command);
   const url = requireDatabaseUrl(global);
   const { probe } = migrateStatements(global.schema);
@@ -98,6 +114,8 @@ export async function withDatabase<T>(command: Command, fn: (db: CommandDatabase
   pool.on('error', () => {});
   // A client's lost connection, reported before the command's statement hears of it, must not end the process.
   pool.on('connect', (client) => client.on('error', () => {}));
+  const slow = runsUntilStopped ? undefined : setTimeout(() => process.stderr.write(slowNotice()), SLOW_NOTICE_MS);
+  slow?.unref();
   try {
     try {
       const client = await pool.connect();
@@ -112,8 +130,17 @@ export async function withDatabase<T>(command: Command, fn: (db: CommandDatabase
       throw explain(err, global.schema, url);
     }
   } finally {
+    clearTimeout(slow);
     await pool.end();
   }
+}
+
+function slowNotice(): string {
+  return (
+    `sluice: still waiting for Postgres after ${SLOW_NOTICE_MS / 1000} s; a row or table this command needs may be ` +
+    'locked by another session (an open transaction: see `sluice doctor` or pg_stat_activity). ' +
+    'It goes on once the lock is released; Ctrl-C gives up (a statement that has not finished changes nothing)\n'
+  );
 }
 
 function explain(err: unknown, schema: string, url: string): unknown {
