@@ -11,19 +11,12 @@ import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { jobId as checkJobId } from './admin/input.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
-import {
-  ConfigError,
-  enqueueError,
-  isLockTimeout,
-  JobNotFoundError,
-  ValidationError,
-  WaitTimeoutError,
-  wrapDatabaseError,
-} from './errors.js';
-import { isFinished, type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
+import { ConfigError, enqueueError, ValidationError, wrapDatabaseError } from './errors.js';
+import { type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
 import { resolveSchemas, validateBatchPayloads, validatePayload } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
+import { waitForJob } from './wait-for.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { jobIdOf, readInput, toJobValues } from './job-values.js';
@@ -49,11 +42,6 @@ type PreparedEnqueue = 'enqueue' | 'enqueueDeferred' | 'enqueueMany' | 'enqueueM
 /** Constructor and waitFor options are the programmer's: ConfigError. Jobs are input: ValidationError. */
 const config = checks(ConfigError);
 const input = checks(ValidationError);
-
-/** Longest waitFor's flag waits for a row lock another session holds (see watchJob). */
-const FLAG_LOCK_WAIT_MS = 250;
-/** How often waitFor reads a job it could not flag (its row held by another session), and tries the flag again. */
-const UNFLAGGED_POLL_MS = 250;
 
 /**
  * Adds jobs. Use one per application; pass `tx` to enqueue inside your own
@@ -225,47 +213,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     this.outcomes ??= new OutcomeListener(db, this.schema);
     await this.outcomes.start();
 
-    let wake: () => void = () => {};
-    const unsubscribe = this.outcomes.subscribe(jobId, () => wake());
-    const deadline = Date.now() + timeoutMs;
-    // Flag the job for a notification first, then read it: an outcome written
-    // after the flag is announced, one written before it is read below. A row that
-    // another session holds longer than FLAG_LOCK_WAIT_MS is not flagged (see
-    // watchJob): until it is, the job is read again every UNFLAGGED_POLL_MS and
-    // the flag tried again before each read.
-    const watch = async (): Promise<boolean> => {
-      const lockWaitMs = Math.max(1, Math.min(FLAG_LOCK_WAIT_MS, deadline - Date.now()));
-      try {
-        return (await rows(db, this.queries.watchJob, [jobId, channelFor(this.schema), String(lockWaitMs)])).length > 0;
-      } catch (err) {
-        if (isLockTimeout(err)) return false;
-        throw err;
-      }
-    };
-    try {
-      let flagged = await watch();
-      for (;;) {
-        const [job] = await rows<JobRow<P>>(db, this.queries.getJob, [jobId]);
-        if (!job) throw new JobNotFoundError(jobId);
-        if (isFinished(job.status)) return job;
-        const left = deadline - Date.now();
-        if (left <= 0)
-          throw new WaitTimeoutError(`job ${jobId} did not finish within ${timeoutMs} ms (status ${job.status})`, jobId);
-        const pause = flagged ? pollIntervalMs : Math.min(pollIntervalMs, UNFLAGGED_POLL_MS);
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, Math.min(left, pause));
-          wake = () => {
-            clearTimeout(timer);
-            resolve();
-          };
-        });
-        flagged ||= await watch();
-      }
-    } catch (err) {
-      throw wrapDatabaseError(err, 'waitFor failed');
-    } finally {
-      unsubscribe();
-    }
+    return waitForJob<P>(jobId, { db, outcomes: this.outcomes, queries: this.queries, timeoutMs, pollIntervalMs });
   }
 
   /**

@@ -94,14 +94,17 @@ const SLOW_NOTICE_MS = 5_000;
  * Opens a small pool for one command, checks that Postgres answers and that the
  * schema holds Sluice's tables, runs `fn`, and always ends the pool. Failures
  * become one line: where the database is (never the password), and what to do.
- * `runsUntilStopped`: `fn` serves until a signal (worker, relay), so a long run is
- * no sign of a lock wait.
  */
-export async function withDatabase<T>(
-  command: Command,
-  fn: (db: CommandDatabase) => Promise<T>,
-  { runsUntilStopped = false } = {},
-): Promise<T> {
+export function withDatabase<T>(command: Command, fn: (db: CommandDatabase) => Promise<T>): Promise<T> {
+  return openFor(command, fn, true);
+}
+
+/** withDatabase for a command that serves until a signal (worker, relay): a long run is no sign of a lock wait. */
+export function withDatabaseUntilStopped<T>(command: Command, fn: (db: CommandDatabase) => Promise<T>): Promise<T> {
+  return openFor(command, fn, false);
+}
+
+async function openFor<T>(command: Command, fn: (db: CommandDatabase) => Promise<T>, slowNotice: boolean): Promise<T> {
   const global = globalOptions(command);
   const url = requireDatabaseUrl(global);
   const { probe } = migrateStatements(global.schema);
@@ -114,7 +117,7 @@ export async function withDatabase<T>(
   pool.on('error', () => {});
   // A client's lost connection, reported before the command's statement hears of it, must not end the process.
   pool.on('connect', (client) => client.on('error', () => {}));
-  const slow = runsUntilStopped ? undefined : setTimeout(() => process.stderr.write(slowNotice()), SLOW_NOTICE_MS);
+  const slow = slowNotice ? setTimeout(() => process.stderr.write(slowNoticeText()), SLOW_NOTICE_MS) : undefined;
   slow?.unref();
   try {
     try {
@@ -135,7 +138,7 @@ export async function withDatabase<T>(
   }
 }
 
-function slowNotice(): string {
+function slowNoticeText(): string {
   return (
     `sluice: still waiting for Postgres after ${SLOW_NOTICE_MS / 1000} s; a row or table this command needs may be ` +
     'locked by another session (an open transaction: see `sluice doctor` or pg_stat_activity). ' +

@@ -1,7 +1,6 @@
 import type { WorkerStore } from '../db/store.js';
 import { DatabaseError, type Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
-import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
 import { serializePayload } from '../payload.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
 import type { Emit } from './events.js';
@@ -17,7 +16,8 @@ import {
 } from './outcome-records.js';
 import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
 import { describeError, type Outcome, type Run } from './run.js';
-import { releaseJobs, SKIPPED_RETRY_MS, writeSnooze } from './single-writes.js';
+import { LockedResults } from './locked-results.js';
+import { releaseJobs, writeSnooze } from './single-writes.js';
 
 export interface CompleterConfig {
   /** The worker's retry delay policy (a task's own wins). */
@@ -55,13 +55,12 @@ export class Completer implements ResultSource {
    * (a 5 ms job's result written ~290 ms late under load, tests/groups.test.ts).
    */
   private readonly startsInFlight = new Set<string>();
-  /** Results whose row another session held: back in the buffer after SKIPPED_RETRY_MS. */
-  private readonly deferred = new Map<string, Recorded>();
+  /** Results whose row another session held, until they may go out again. */
+  private readonly deferred = new LockedResults((results) => this.putBack(results));
   /** Snooze writes in flight; settled() waits for them. */
   private readonly writes = new Set<Promise<void>>();
   /** The jobs of those snooze writes: still this worker's until written. */
   private readonly snoozing = new Set<string>();
-  private readonly deferTimer = new OneShotTimer(() => this.undefer());
   /**
    * Results of a batch whose write Postgres refused (rejected()): they go out one
    * per cycle, alone, until the one it refuses is found.
@@ -98,7 +97,7 @@ export class Completer implements ResultSource {
       ...this.heldDue.map((r) => r.id),
       ...this.completed.map((c) => c.id),
       ...this.failed.map((f) => f.id),
-      ...this.deferred.keys(),
+      ...this.deferred.ids(),
       ...this.snoozing,
     ];
   }
@@ -226,7 +225,7 @@ export class Completer implements ResultSource {
     result.firstRefusedAt ??= Date.now();
     if (!expired(result)) {
       result.held = true;
-      this.defer(result);
+      this.deferred.defer(result);
       return news;
     }
     if (result.refused) {
@@ -250,7 +249,7 @@ export class Completer implements ResultSource {
     const { emit } = this.signals;
     const { completed, failed, skipped } = written;
     for (const result of [...batch.completed, ...batch.failed] as Recorded[]) {
-      if (skipped.has(result.id)) this.skipped(result, othersBack);
+      if (skipped.has(result.id)) this.deferred.skipped(result, othersBack);
     }
     const unsure = { completed: [] as Completion[], failed: [] as Failure[] };
     for (const c of batch.completed as Completion[]) {
@@ -331,62 +330,16 @@ export class Completer implements ResultSource {
   /** Resolves once the snoozes in flight are written (or failed), and deferred results are back in the buffer. */
   async settled(): Promise<void> {
     while (this.writes.size > 0) await Promise.all(this.writes);
-    this.undefer();
+    this.deferred.releaseAll();
   }
 
-  /**
-   * A result whose row another session held. The first time it goes out again
-   * once the cycles that were out beside its write are back (`othersBack`), or
-   * with the next cycle: the usual holder is a claim that ran at the same time,
-   * this worker's own other cycle or another worker's, and such a claim keeps
-   * the row locked only until it commits. Its scan, reading an older snapshot,
-   * met the row just claimed (committed since) and locked it to recheck it;
-   * Postgres keeps a lock taken for a recheck that failed until the statement's
-   * transaction ends. Deferred by SKIPPED_RETRY_MS every time, such results were
-   * written ~250 ms late (200 of a 3,000-job drain, the drain's last quarter of a
-   * second). A row still held the second time is held by something else (an open
-   * transaction): it waits, as before.
-   */
-  private skipped(result: Recorded, othersBack: Promise<void> | undefined): void {
-    if (result.skippedBefore || result.held) {
-      this.defer(result);
-      return;
-    }
-    result.skippedBefore = true;
-    if (!othersBack) {
-      this.reoffer(result);
-      return;
-    }
-    // Kept with the deferred (heartbeated, and back at the latest with them).
-    this.deferred.set(result.id, result);
-    void othersBack.then(() => {
-      if (this.deferred.get(result.id) !== result) return; // back already (undefer)
-      this.deferred.delete(result.id);
-      this.reoffer(result);
-    });
-  }
-
-  private reoffer(result: Recorded): void {
-    if (isFailure(result)) this.failed.push(result);
-    else this.completed.push(result);
-    this.signals.resultAdded();
-  }
-
-  /** A result whose row was locked by another session goes back to the buffer a little later. */
-  private defer(result: Recorded): void {
-    this.deferred.set(result.id, result);
-    this.deferTimer.arm(SKIPPED_RETRY_MS);
-  }
-
-  private undefer(): void {
-    this.deferTimer.clear();
-    if (this.deferred.size === 0) return;
-    for (const result of this.deferred.values()) {
+  /** Results back from LockedResults: held ones go out alone, the rest with the next cycle. */
+  private putBack(results: Recorded[]): void {
+    for (const result of results) {
       if (result.held) this.heldDue.push(result);
       else if (isFailure(result)) this.failed.push(result);
       else this.completed.push(result);
     }
-    this.deferred.clear();
     this.signals.resultAdded();
   }
 

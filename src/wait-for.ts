@@ -1,0 +1,71 @@
+import type { Queryable } from './db/executor.js';
+import { rows } from './db/executor.js';
+import { channelFor } from './db/identifiers.js';
+import type { EnqueueStatements } from './db/statements/enqueue.js';
+import { isLockTimeout, JobNotFoundError, WaitTimeoutError, wrapDatabaseError } from './errors.js';
+import { isFinished, type JobRow } from './job.js';
+import type { OutcomeListener } from './outcome-listener.js';
+
+/** Longest the flag waits for a row lock another session holds (see watchJob). */
+const FLAG_LOCK_WAIT_MS = 250;
+/** How often a job that could not be flagged (its row held by another session) is read, and the flag tried again. */
+const UNFLAGGED_POLL_MS = 250;
+
+export interface WaitPlan {
+  db: Queryable;
+  /** Started, on the Queue's own connection. */
+  outcomes: OutcomeListener;
+  queries: Pick<EnqueueStatements, 'schema' | 'watchJob' | 'getJob'>;
+  timeoutMs: number;
+  pollIntervalMs: number;
+}
+
+/**
+ * Queue.waitFor() once its options are checked: flags job `jobId` for a
+ * notification, then reads it until it is finished, woken by the notification or
+ * every `pollIntervalMs`. Throws WaitTimeoutError after `timeoutMs`.
+ */
+export async function waitForJob<P>(jobId: string, plan: WaitPlan): Promise<JobRow<P>> {
+  const { db, outcomes, queries, timeoutMs, pollIntervalMs } = plan;
+  let wake: () => void = () => {};
+  const unsubscribe = outcomes.subscribe(jobId, () => wake());
+  const deadline = Date.now() + timeoutMs;
+  // Flag the job for a notification first, then read it: an outcome written after
+  // the flag is announced, one written before it is read below. A row that another
+  // session holds longer than FLAG_LOCK_WAIT_MS is not flagged (see watchJob):
+  // until it is, the job is read again every UNFLAGGED_POLL_MS and the flag tried
+  // again before each read.
+  const watch = async (): Promise<boolean> => {
+    const lockWaitMs = Math.max(1, Math.min(FLAG_LOCK_WAIT_MS, deadline - Date.now()));
+    try {
+      return (await rows(db, queries.watchJob, [jobId, channelFor(queries.schema), String(lockWaitMs)])).length > 0;
+    } catch (err) {
+      if (isLockTimeout(err)) return false;
+      throw err;
+    }
+  };
+  try {
+    let flagged = await watch();
+    for (;;) {
+      const [job] = await rows<JobRow<P>>(db, queries.getJob, [jobId]);
+      if (!job) throw new JobNotFoundError(jobId);
+      if (isFinished(job.status)) return job;
+      const left = deadline - Date.now();
+      if (left <= 0)
+        throw new WaitTimeoutError(`job ${jobId} did not finish within ${timeoutMs} ms (status ${job.status})`, jobId);
+      const pause = flagged ? pollIntervalMs : Math.min(pollIntervalMs, UNFLAGGED_POLL_MS);
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, Math.min(left, pause));
+        wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+      });
+      flagged ||= await watch();
+    }
+  } catch (err) {
+    throw wrapDatabaseError(err, 'waitFor failed');
+  } finally {
+    unsubscribe();
+  }
+}
