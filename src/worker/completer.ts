@@ -56,7 +56,7 @@ export class Completer implements ResultSource {
    */
   private readonly startsInFlight = new Set<string>();
   /** Results whose row another session held, until they may go out again. */
-  private readonly deferred = new LockedResults((results) => this.putBack(results));
+  private readonly locked = new LockedResults((results) => this.putBack(results));
   /** Snooze writes in flight; settled() waits for them. */
   private readonly writes = new Set<Promise<void>>();
   /** The jobs of those snooze writes: still this worker's until written. */
@@ -87,7 +87,7 @@ export class Completer implements ResultSource {
   }
 
   get unwritten(): number {
-    return this.suspects.length + this.heldDue.length + this.completed.length + this.failed.length + this.deferred.size;
+    return this.suspects.length + this.heldDue.length + this.completed.length + this.failed.length + this.locked.size;
   }
 
   /** Ids of the jobs whose results (or snoozes) wait here: their locks must stay fresh until written. */
@@ -97,7 +97,7 @@ export class Completer implements ResultSource {
       ...this.heldDue.map((r) => r.id),
       ...this.completed.map((c) => c.id),
       ...this.failed.map((f) => f.id),
-      ...this.deferred.ids(),
+      ...this.locked.ids(),
       ...this.snoozing,
     ];
   }
@@ -225,7 +225,7 @@ export class Completer implements ResultSource {
     result.firstRefusedAt ??= Date.now();
     if (!expired(result)) {
       result.held = true;
-      this.deferred.defer(result);
+      this.locked.defer(result);
       return news;
     }
     if (result.refused) {
@@ -249,7 +249,7 @@ export class Completer implements ResultSource {
     const { emit } = this.signals;
     const { completed, failed, skipped } = written;
     for (const result of [...batch.completed, ...batch.failed] as Recorded[]) {
-      if (skipped.has(result.id)) this.deferred.skipped(result, othersBack);
+      if (skipped.has(result.id)) this.locked.skipped(result, othersBack);
     }
     const unsure = { completed: [] as Completion[], failed: [] as Failure[] };
     for (const c of batch.completed as Completion[]) {
@@ -327,10 +327,10 @@ export class Completer implements ResultSource {
     return releaseJobs(this.store, jobs, deadline);
   }
 
-  /** Resolves once the snoozes in flight are written (or failed), and deferred results are back in the buffer. */
+  /** Resolves once the snoozes in flight are written (or failed), and results held for locked rows are back in the buffer. */
   async settled(): Promise<void> {
     while (this.writes.size > 0) await Promise.all(this.writes);
-    this.deferred.releaseAll();
+    this.locked.releaseAll();
   }
 
   /** Results back from LockedResults: held ones go out alone, the rest with the next cycle. */
