@@ -43,6 +43,8 @@ export class Heartbeat {
   private readonly renewedAt = new Map<string, number>();
   /** Reported as unrenewed already: told once. */
   private readonly given = new Set<string>();
+  /** performance.now() when each held job's claim reached this worker. */
+  private readonly landedAt = new Map<string, number>();
 
   constructor(
     private readonly store: WorkerStore,
@@ -64,8 +66,10 @@ export class Heartbeat {
    * sees it go) is reported again if this one cannot be renewed either.
    */
   claimed(ids: readonly string[], sentAt: number): void {
+    const now = performance.now();
     for (const id of ids) {
       this.renewedAt.set(id, sentAt);
+      this.landedAt.set(id, now);
       this.given.delete(id);
     }
   }
@@ -93,8 +97,12 @@ export class Heartbeat {
     const { done, skipped } = await this.store.heartbeat(ids);
     for (const id of done) this.renewedAt.set(id, sentAt);
     // A job may have finished while the statement ran; only those still held count.
+    // A claim whose reply came after this statement was sent may have committed
+    // after its snapshot: the row it did not find is that claim's new attempt, not
+    // a lock taken away (a job rescued from this worker and claimed by it again;
+    // the old attempt is told lost by the claim itself).
     const still = new Set(this.signals.held());
-    const gone = ids.filter((id) => !done.has(id) && !skipped.has(id) && still.has(id));
+    const gone = ids.filter((id) => !done.has(id) && !skipped.has(id) && still.has(id) && (this.landedAt.get(id) ?? 0) < sentAt);
     if (gone.length > 0) this.signals.lost(gone);
     return skipped.size > 0;
   }
@@ -107,6 +115,7 @@ export class Heartbeat {
     for (const [id, at] of this.renewedAt) {
       if (!held.has(id)) {
         this.renewedAt.delete(id);
+        this.landedAt.delete(id);
         this.given.delete(id);
       } else if (now - at > this.config.renewalTimeoutMs && !this.given.has(id)) {
         this.given.add(id);

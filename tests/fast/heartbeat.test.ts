@@ -100,6 +100,27 @@ describe('Heartbeat', () => {
     expect(lost).toEqual([]);
   });
 
+  // CI: a job rescued from this worker and claimed by it again while a beat was
+  // out: the beat, whose snapshot predates that claim, found the row gone, and its
+  // new attempt (waiting for the old handler to stop) was told lost and dropped.
+  it('does not report a job whose claim landed while the statement ran (a new attempt, not a lost lock)', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS + 1);
+    expect(db.rescue(VISIBILITY_MS)).toEqual(held);
+    const open = db.holdNext('heartbeat', 'reply');
+    const beat = heartbeat.beat();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(await claim(1)).toEqual(held);
+    open();
+    await beat;
+    expect(lost).toEqual([]);
+    // The next beat renews the new attempt's lock.
+    await heartbeat.beat();
+    expect(lost).toEqual([]);
+    expect(db.job(held[0]!).locked_by).toBe('w1');
+  });
+
   it('does not report as lost a job whose row another session holds, and asks again well before the next beat', async () => {
     db.addMany(1, 't');
     held = await claim(1);
