@@ -4,6 +4,7 @@
 // the benchmark: a TypeScript loader would inflate the RSS it measures.
 //
 // RSS_WORKER (JSON): { url, schema, jobs, concurrency }.
+import { Session } from 'node:inspector/promises';
 import { PerformanceObserver, constants } from 'node:perf_hooks';
 import { getHeapSpaceStatistics, getHeapStatistics } from 'node:v8';
 
@@ -52,12 +53,25 @@ const worker = await adapter.openWorker({
     if (++completed === options.jobs) drained();
   },
 });
+// --alloc N: where the drain allocates, garbage included (V8's sampling heap
+// profiler, keeping what the collectors freed): the N largest sites, to stderr.
+// The profiler costs time and memory of its own: not for the RSS figures.
+const alloc = options.allocTop > 0 ? new Session() : null;
+if (alloc) {
+  alloc.connect();
+  await alloc.post('HeapProfiler.startSampling', {
+    samplingInterval: 4096,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+}
 const started = performance.now();
 await worker.start();
 const afterStart = rss();
 await done;
 const drainMs = performance.now() - started;
 const peakDuringDrain = maxRss();
+if (alloc) printAllocations((await alloc.post('HeapProfiler.stopSampling')).profile, options.allocTop);
 await worker.stop();
 clearInterval(sampler);
 observer.disconnect();
@@ -76,3 +90,25 @@ process.stdout.write(
   })}\n`,
 );
 process.exit(0);
+
+/** Sums a sampling heap profile by allocating function and prints the largest. */
+function printAllocations(profile, top) {
+  const bySite = new Map();
+  let total = 0;
+  const walk = (node) => {
+    const self = node.selfSize;
+    if (self > 0) {
+      const { functionName, url, lineNumber } = node.callFrame;
+      const site = `${functionName || '(anonymous)'} ${url.replace(/^.*node_modules\//, '').replace(/^file:\/\/.*\/dist\//, 'dist/')}:${lineNumber + 1}`;
+      bySite.set(site, (bySite.get(site) ?? 0) + self);
+      total += self;
+    }
+    for (const child of node.children) walk(child);
+  };
+  walk(profile.head);
+  const jobs = options.jobs;
+  process.stderr.write(`[alloc] ${(total / MB).toFixed(1)} MB sampled, ${(total / jobs).toFixed(0)} bytes per job\n`);
+  for (const [site, bytes] of [...bySite].sort((a, b) => b[1] - a[1]).slice(0, top)) {
+    process.stderr.write(`[alloc] ${(bytes / jobs).toFixed(0).padStart(6)} B/job  ${site}\n`);
+  }
+}

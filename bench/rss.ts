@@ -1,6 +1,6 @@
 /**
  * Worker peak RSS in a drain, cheaply: `npm run bench:rss` (options: --jobs 100000,
- * --concurrency 10, --runs 3, --json). Each run prefills a fresh schema with no-op
+ * --concurrency 10, --runs 3, --json, --alloc N). Each run prefills a fresh schema with no-op
  * jobs, then one Sluice Worker in a plain Node process of its own
  * (bench/rss-worker.mjs, through the drain benchmark's adapter) drains them and
  * reports its RSS after import, after start and at its peak (resourceUsage().maxRSS),
@@ -24,6 +24,8 @@ const { values: args } = parseArgs({
     concurrency: { type: 'string', default: '10' },
     runs: { type: 'string', default: '3' },
     json: { type: 'boolean', default: false },
+    // Where the drain allocates: the N largest allocation sites per job, garbage included (skews the RSS).
+    alloc: { type: 'string', default: '0' },
     // Flags for the worker's Node only, to look closer (--node-args=--trace-gc, --node-args="--heap-prof ..."): not what users run.
     'node-args': { type: 'string', default: '' },
   },
@@ -41,6 +43,7 @@ interface RunReport {
   rss: { atLaunch: number; afterImport: number; afterStart: number; peakDuringDrain: number; peak: number; end: number };
   heapPeak: { heapTotal: number; heapUsed: number; external: number; arrayBuffers: number };
   heapEnd: { used: number; total: number };
+  spacesPeak: Record<string, number>;
   gc: { scavenges: number; markCompacts: number; other: number; ms: number };
   stats: Record<string, number>;
 }
@@ -62,7 +65,7 @@ function drainInChild(schema: string): Promise<RunReport> {
   return new Promise((resolve, reject) => {
     const nodeArgs = args['node-args'].split(' ').filter(Boolean);
     const child = spawn(process.execPath, [...nodeArgs, CHILD], {
-      env: { ...process.env, RSS_WORKER: JSON.stringify({ url, schema, jobs, concurrency }) },
+      env: { ...process.env, RSS_WORKER: JSON.stringify({ url, schema, jobs, concurrency, allocTop: Number(args.alloc) }) },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
     let out = '';
@@ -94,7 +97,10 @@ for (let i = 0; i < runs; i++) {
       `[rss] run ${i + 1}: peak ${mb(r.rss.peak)} MB (import ${mb(r.rss.afterImport)}, start ${mb(r.rss.afterStart)}), ` +
         `heap peak ${mb(r.heapPeak.heapTotal)} total / ${mb(r.heapPeak.heapUsed)} used, external ${mb(r.heapPeak.external)}, ` +
         `${r.gc.scavenges} scavenges + ${r.gc.markCompacts} mark-compacts (${r.gc.ms.toFixed(0)} ms), ` +
-        `${Math.round(r.completed / (r.drainMs / 1000))} jobs/s`,
+        `${Math.round(r.completed / (r.drainMs / 1000))} jobs/s; largest spaces: ` +
+        Object.entries(r.spacesPeak)
+          .map(([name, size]) => `${name} ${mb(size)}`)
+          .join(', '),
     );
   } finally {
     await db.drop();

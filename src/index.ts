@@ -60,6 +60,7 @@ export {
   getJob,
   retryJob,
   retryFailed,
+  runJobNow,
   cancelJob,
   deleteJob,
   deleteFinished,

@@ -57,6 +57,7 @@ describe('help', () => {
       ['jobs', 'show'],
       ['jobs', 'retry'],
       ['jobs', 'cancel'],
+      ['jobs', 'run-now'],
       ['jobs', 'delete'],
       ['stats'],
       ['demo'],
@@ -277,6 +278,21 @@ describe('jobs', () => {
       [id],
     );
     expect(audit.map((a) => `${a.action}:${a.actor}`).sort()).toEqual(['cancel:cli', 'delete:cli', 'retry:cli']);
+  });
+
+  it('run-now makes a delayed job due now, audited, and refuses one that is not pending', async () => {
+    const id = await queue.enqueue('x', {}, { delayMs: 3_600_000 });
+    const run = await sluice('jobs', 'run-now', id);
+    expect(run.stdout).toBe(`job ${id} (x on queue default) is due now\n`);
+    const { rows } = await db.pool.query(`SELECT run_at <= now() AS due FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    expect(rows).toEqual([{ due: true }]);
+    const { rows: audit } = await db.pool.query(`SELECT action, actor FROM ${db.s}.audit_log WHERE job_id = $1`, [id]);
+    expect(audit).toEqual([{ action: 'run_now', actor: 'cli' }]);
+    expect(JSON.parse((await sluice('jobs', 'run-now', id, '--json')).stdout)).toMatchObject({ id, status: 'pending' });
+
+    await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'processing' WHERE id = $1`, [id]);
+    expectOneLineError(await sluice('jobs', 'run-now', id), 1, /is processing; only pending jobs can be run now/);
+    expectOneLineError(await sluice('jobs', 'run-now', '987654321'), 1, /job 987654321 not found/);
   });
 
   it('retry --failed [--queue] and delete --completed --older-than', async () => {

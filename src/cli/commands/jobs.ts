@@ -9,6 +9,7 @@ import {
   listJobs,
   retryFailed,
   retryJob,
+  runJobNow,
   type JobActionResult,
 } from '../../admin/jobs.js';
 import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus } from '../../job.js';
@@ -30,7 +31,7 @@ interface ListFlags {
 }
 
 export function registerJobs(program: Command): void {
-  const jobs = program.command('jobs').description('list, inspect, retry, cancel and delete jobs');
+  const jobs = program.command('jobs').description('list, inspect, retry, cancel, run now and delete jobs');
 
   jobs
     .command('list')
@@ -124,6 +125,25 @@ export function registerJobs(program: Command): void {
     });
 
   jobs
+    .command('run-now')
+    .description('make a delayed or retrying job due now: it runs at the next claim')
+    .argument('<id>', 'job id')
+    .option('--json', 'print the job as JSON')
+    .action(async (id: string, flags: { json?: boolean }, command: Command) => {
+      await withDatabase(command, async ({ pool, schema }) => {
+        const result = await runJobNow(pool, schema, id, { actor: ACTOR });
+        report(
+          result,
+          id,
+          'run now',
+          ['pending'],
+          flags.json,
+          (job) => `job ${job.id} (${job.task} on queue ${job.queue}) is due now`,
+        );
+      });
+    });
+
+  jobs
     .command('delete')
     .description('delete a job, or finished jobs older than a duration')
     .argument('[id]', 'job id')
@@ -163,8 +183,15 @@ interface DeleteFlags {
   json?: boolean;
 }
 
-/** Prints what a single-job action did, or fails with why it did nothing. */
-function report(result: JobActionResult, id: string, done: string, allowed: readonly JobStatus[], json?: boolean): void {
+/** Prints what a single-job action did (`done job 42 (…)`, or `line`), or fails with why it did nothing. */
+function report(
+  result: JobActionResult,
+  id: string,
+  done: string,
+  allowed: readonly JobStatus[],
+  json?: boolean,
+  line = (job: JobRow) => `${done} job ${job.id} (${job.task} on queue ${job.queue})`,
+): void {
   if (!result.ok) {
     if (result.reason === 'not_found') throw new CommandFailed(`job ${id} not found`);
     if (result.archived) {
@@ -175,7 +202,7 @@ function report(result: JobActionResult, id: string, done: string, allowed: read
     throw new CommandFailed(`job ${id} is ${result.status}; only ${allowed.join(' or ')} jobs can be ${done}`);
   }
   if (json) printJson(result.job);
-  else process.stdout.write(`${done} job ${result.job.id} (${result.job.task} on queue ${result.job.queue})\n`);
+  else process.stdout.write(`${line(result.job)}\n`);
 }
 
 /** The worker named by the job's latest failed or rescued attempt (a rescue clears locked_by; review 88). */
