@@ -150,7 +150,8 @@ describe('usage errors exit 2 with one line', () => {
     ['a date that does not exist', ['enqueue', 't', '--run-at', '2030-02-30'], /not a date that exists/],
     ['a time without its zone', ['enqueue', 't', '--run-at', '2030-01-01 10:00'], /needs a time zone/],
     ['unknown status', ['jobs', 'list', '--status', 'done'], /unknown status "done"/],
-    ['retry without id or --failed', ['jobs', 'retry'], /give a job id or --failed/],
+    ['retry without id or --failed', ['jobs', 'retry'], /give a job id or --failed$/m],
+    ['retry with an id and --failed', ['jobs', 'retry', '5', '--failed'], /give a job id or --failed, not both/],
     ['bulk delete without --older-than', ['jobs', 'delete', '--completed'], /needs --older-than/],
     ['delete id and bulk', ['jobs', 'delete', '5', '--completed', '--older-than', '1d'], /give a job id, or/],
     ['worker without --tasks', ['worker'], /required option '--tasks <module>'/],
@@ -293,6 +294,9 @@ describe('jobs', () => {
     await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'processing' WHERE id = $1`, [id]);
     expectOneLineError(await sluice('jobs', 'run-now', id), 1, /is processing; only pending jobs can be run now/);
     expectOneLineError(await sluice('jobs', 'run-now', '987654321'), 1, /job 987654321 not found/);
+    // Named as read (review 93: "job  012 not found").
+    expectOneLineError(await sluice('jobs', 'run-now', ' 0987654321'), 1, /: job 987654321 not found/);
+    expectOneLineError(await sluice('jobs', 'run-now', ` 0${id}`), 1, new RegExp(`: job ${id} is processing`));
   });
 
   it('retry --failed [--queue] and delete --completed --older-than', async () => {

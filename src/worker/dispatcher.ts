@@ -7,8 +7,11 @@ import type { Completer } from './completer.js';
 import type { Emit, HandBackReason } from './events.js';
 import type { ResolvedTask } from './options.js';
 import type { ProgressWriter } from './progress.js';
-import { ABORTED_HANDLER_GRACE_MS, Run, type AbortCause } from './run.js';
+import { ABORTED_HANDLER_GRACE_MS, Run, type AbortCause, type Outcome } from './run.js';
 import type { Slots } from './slots.js';
+
+/** The outcome of a run whose lock was taken away: nothing to write. */
+const LOST: Outcome = { kind: 'lost' };
 
 /**
  * A job claimed ahead that waited this long for a slot goes back to pending for
@@ -155,9 +158,10 @@ export class Dispatcher {
       const run = this.slots.runOf(id);
       // A cancelled job's lock went with its cancel, which its run has had (job:cancel): not lost too.
       // One already told lost is not told again (its heartbeat may find it gone once more).
-      if (!run || run.abortCause === 'cancelled' || run.abortCause === 'lock-lost') continue;
-      this.abort(run, 'lock-lost', `job ${id}: lock expired and the job was taken back`);
-      this.signals.emit('job:lock-lost', run.job);
+      if (!run || run.abortCause === 'cancelled') continue;
+      if (run.loseLock(new SluiceError('LOCK_LOST', `job ${id}: lock expired and the job was taken back`))) {
+        this.signals.emit('job:lock-lost', run.job);
+      }
     }
   }
 
@@ -222,7 +226,9 @@ export class Dispatcher {
         void this.slots.outlived(run, this.config.visibilityTimeoutMs).then(() => this.startWaiting());
       }
       this.startWaiting();
-      this.completer.record(run, outcome, durationMs, progress);
+      // Found taken away after something else aborted it (an unrenewed lock): already
+      // told lost, and its failure would only be refused (and told lost again).
+      this.completer.record(run, run.lockLost ? LOST : outcome, durationMs, progress);
       this.signals.finished(job);
     });
   }

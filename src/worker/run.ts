@@ -56,6 +56,8 @@ export const ABORTED_HANDLER_GRACE_MS = 1_000;
 export class Run {
   private controller: AbortController | undefined;
   private cause: AbortCause | undefined;
+  /** Its lock was found taken away (whatever aborted it first): told once, its result dropped. */
+  private lost = false;
   private reason: Error | undefined;
   /** Rejects the run's wait for its handler: set while the handler runs. */
   private interrupt: ((reason: Error) => void) | undefined;
@@ -88,6 +90,25 @@ export class Run {
 
   get attempt(): number {
     return this.job.attempts;
+  }
+
+  /** True once the lock was found taken away (see loseLock). */
+  get lockLost(): boolean {
+    return this.lost;
+  }
+
+  /**
+   * The lock was found taken away: the run is aborted (unless something else
+   * aborted it first: a timeout, a lock it could not renew) and its result must not
+   * be written. True the first time only, so the loss is told once however often
+   * the heartbeat or a claim finds it again (outside review 93: a run aborted as
+   * unrenewed was told lost at every beat until its handler returned).
+   */
+  loseLock(reason: Error): boolean {
+    if (this.lost) return false;
+    this.lost = true;
+    this.abort('lock-lost', reason);
+    return true;
   }
 
   abort(cause: AbortCause, reason: Error): void {

@@ -2,19 +2,24 @@
  * Dispatcher: holding the start of jobs claimed ahead while the worker re-reads
  * its queue settings after a control message (a pause or a lowered limit).
  */
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import type { JobRow } from '../../src/job.js';
 import { Completer } from '../../src/worker/completer.js';
 import { Dispatcher } from '../../src/worker/dispatcher.js';
+import { ABORTED_HANDLER_GRACE_MS } from '../../src/worker/run.js';
 import { ProgressWriter } from '../../src/worker/progress.js';
 import { Slots } from '../../src/worker/slots.js';
 import { MemoryDatabase } from '../helpers/memory-store.js';
 
-function setup(started: string[], stale: (job: JobRow) => 'queue-changed' | undefined = () => undefined) {
+function setup(
+  started: string[],
+  stale: (job: JobRow) => 'queue-changed' | undefined = () => undefined,
+  resultAdded: () => void = () => {},
+) {
   const db = new MemoryDatabase();
   const store = db.store('w1');
   const slots = new Slots({ concurrency: 2, prefetch: 0, queueLimits: new Map() });
-  const quiet = { emit: () => {}, resultAdded: () => {}, dueAt: () => {}, error: () => {} };
+  const quiet = { emit: () => {}, resultAdded, dueAt: () => {}, error: () => {} };
   const completer = new Completer(
     store,
     { backoff: { baseMs: 1_000, maxMs: 1_000, shape: 'fixed' }, maxResultBytes: 1_000 },
@@ -83,5 +88,33 @@ describe('Dispatcher: held starts', () => {
     expect(db.job(gone!)).toMatchObject({ status: 'pending', attempts: 0 });
     const handedBack = events.find((e) => e[0] === 'jobs:handed-back');
     expect(handedBack?.[2]).toEqual({ reason: 'queue-changed' });
+  });
+});
+
+describe('Dispatcher: lost locks', () => {
+  afterEach(() => void vi.useRealTimers());
+
+  // Outside review 93: a handler that blocked the event loop past the renewal
+  // timeout was aborted as unrenewed; its job, rescued meanwhile, was then told
+  // lost at every heartbeat (and once more by its refused failure) until the
+  // handler returned: 3-4 job:lock-lost events for one attempt.
+  it('tells a run lost once, also after it was aborted as unrenewed, and records no result for it', async () => {
+    vi.useFakeTimers();
+    events = [];
+    const started: string[] = [];
+    let results = 0;
+    const { db, store, dispatcher } = setup(started, undefined, () => results++);
+    const [id] = db.addMany(1, 't');
+    dispatcher.claimed(await store.claim(1));
+    await vi.advanceTimersByTimeAsync(0);
+    expect(started).toEqual([id]);
+    dispatcher.unrenewed([id!], 3_000);
+    db.job(id!).locked_by = 'w2'; // rescued and claimed elsewhere
+    dispatcher.lockLost([id!]);
+    dispatcher.lockLost([id!]);
+    await vi.advanceTimersByTimeAsync(ABORTED_HANDLER_GRACE_MS + 100);
+    dispatcher.lockLost([id!]);
+    expect(events.filter((e) => e[0] === 'job:lock-lost')).toHaveLength(1);
+    expect(results).toBe(0);
   });
 });

@@ -12,6 +12,7 @@ import {
   runJobNow,
   type JobActionResult,
 } from '../../admin/jobs.js';
+import { jobId } from '../../admin/input.js';
 import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus } from '../../job.js';
 import { withDatabase } from '../database.js';
 import { CommandFailed, firstLine, formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
@@ -84,7 +85,7 @@ export function registerJobs(program: Command): void {
     .action(async (id: string, flags: { json?: boolean }, command: Command) => {
       await withDatabase(command, async ({ pool, schema }) => {
         const job = await getJob(pool, schema, id);
-        if (!job) throw new CommandFailed(`job ${id} not found`);
+        if (!job) throw new CommandFailed(`job ${jobId(id)} not found`);
         if (flags.json) printJson(job);
         else process.stdout.write(describeJob(job, await isArchived(pool, schema, id)));
       });
@@ -99,7 +100,8 @@ export function registerJobs(program: Command): void {
     .option('--json', 'print the result as JSON')
     .addHelpText('after', '\nExamples:\n  sluice jobs retry 42\n  sluice jobs retry --failed --queue mail')
     .action(async (id: string | undefined, flags: { failed?: boolean; queue?: string; json?: boolean }, command: Command) => {
-      if ((id === undefined) === !flags.failed) throw new UsageError('give a job id or --failed (not both)');
+      if (id === undefined && !flags.failed) throw new UsageError('give a job id or --failed');
+      if (id !== undefined && flags.failed) throw new UsageError('give a job id or --failed, not both');
       if (flags.queue !== undefined && !flags.failed) throw new UsageError('--queue goes with --failed');
       await withDatabase(command, async ({ pool, schema }) => {
         if (flags.failed) {
@@ -193,6 +195,8 @@ function report(
   line = (job: JobRow) => `${done} job ${job.id} (${job.task} on queue ${job.queue})`,
 ): void {
   if (!result.ok) {
+    // The id as it was read (" 012" is job 12), as the action itself has checked it.
+    id = jobId(id);
     if (result.reason === 'not_found') throw new CommandFailed(`job ${id} not found`);
     if (result.archived) {
       throw new CommandFailed(
