@@ -155,6 +155,25 @@ describe('groups: enqueue', () => {
     expect(rows[0].n).toBe(3);
   });
 
+  it("one group's settings changed in a transaction left open leave the queue's row unlocked (outside review 94)", async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'gs-open-tx', { groupConcurrency: 2 });
+    const tx = await t.db.pool.connect();
+    try {
+      await tx.query('BEGIN');
+      await setGroupSettings(tx, t.db.schema, 'gs-open-tx', 'g0', { weight: 2 });
+      // A claim of a queue with a queue-wide limit locks this row: it waited for the transaction.
+      const { rows } = await t.db.pool.query(`SELECT name FROM ${t.db.s}.queues WHERE name = 'gs-open-tx' FOR UPDATE NOWAIT`);
+      expect(rows).toEqual([{ name: 'gs-open-tx' }]);
+      await tx.query('COMMIT');
+    } finally {
+      await tx.query('ROLLBACK').catch(() => {});
+      tx.release();
+    }
+    expect(await listGroupSettings(t.db.pool, t.db.schema, 'gs-open-tx')).toEqual([
+      expect.objectContaining({ group: 'g0', weight: 2 }),
+    ]);
+  });
+
   it('a queue without grouped jobs stays ungrouped and is claimed by the common cycle', async () => {
     await t.queue.enqueue('t', {}, { queue: 'plain-only' });
     expect((await listQueueLimits(t.db.pool, t.db.schema)).some((q) => q.name === 'plain-only')).toBe(false);
@@ -834,6 +853,11 @@ describe('groups: settings', () => {
     expect(await listGroupSettings(t.db.pool, t.db.schema, 'settings')).toMatchObject([
       { group: null, weight: 2, concurrencyLimit: 7, rateLimit: null },
     ]);
+    // null is the default for the weight too (1), as for the limits (outside review 94: it was refused).
+    await setGroupSettings(t.db.pool, t.db.schema, 'settings', 'back', { weight: 4 });
+    expect(await setGroupSettings(t.db.pool, t.db.schema, 'settings', 'back', { weight: null })).toMatchObject({ weight: 1 });
+    await t.db.pool.query(`DELETE FROM ${t.db.s}.job_groups WHERE group_key = 'back'`);
+    await t.db.pool.query(`DELETE FROM ${t.db.s}.audit_log WHERE detail ->> 'group' = 'back'`);
     await setQueueRateLimit(t.db.pool, t.db.schema, 'settings', null);
     const [after] = (await listQueueLimits(t.db.pool, t.db.schema)).filter((q) => q.name === 'settings');
     expect(after?.rateLimit).toBeNull();

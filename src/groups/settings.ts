@@ -55,9 +55,9 @@ export interface QueueGroupOptions {
   groupRateLimit?: RateLimit | null;
 }
 
-/** A group's own settings; keys left out keep their value, null removes. */
+/** A group's own settings; keys left out keep their value, null removes (a weight back to 1). */
 export interface GroupOptions {
-  weight?: number;
+  weight?: number | null;
   concurrencyLimit?: number | null;
   rateLimit?: RateLimit | null;
 }
@@ -209,7 +209,8 @@ export async function setGroupSettings(
     rejectUnknownKeys(settings, new Set(['weight', 'concurrencyLimit', 'rateLimit']), 'group settings');
     const { weight, concurrencyLimit, rateLimit } = settings;
     return {
-      weight: weight === undefined ? undefined : intOption('weight', weight, 1, 1, 1000),
+      // null: the default, as for the limits (review 94: null was refused for the weight alone).
+      weight: weight === undefined ? undefined : weight === null ? 1 : intOption('weight', weight, 1, 1, 1000),
       concurrency: concurrencyLimit === undefined ? undefined : limitOption('concurrencyLimit', concurrencyLimit),
       rate: rateLimit === undefined ? undefined : resolveRateLimit('rateLimit', rateLimit),
     };

@@ -75,8 +75,13 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
 
     // One group's own settings ($2 group, '' for jobs without one): $3/$4 weight,
     // $5/$6 concurrency limit, $7/$8..$10 rate limit. The queue becomes grouped.
+    // The queue's row is written only when it is not grouped yet: ON CONFLICT DO
+    // UPDATE locks the row it meets even where its WHERE is false, and a transaction
+    // left open after changing one group's weight then held up every claim of a
+    // queue with a queue-wide limit (outside review 94: no start for 2.5 s).
     setGroup: `WITH queue AS (
-        INSERT INTO ${s}.queues AS q (name, grouped) VALUES ($1, true)
+        INSERT INTO ${s}.queues AS q (name, grouped)
+        SELECT $1, true WHERE NOT EXISTS (SELECT FROM ${s}.queues WHERE name = $1 AND grouped)
         ON CONFLICT (name) DO UPDATE SET grouped = true, updated_at = now() WHERE NOT q.grouped
       ), g AS (
         INSERT INTO ${s}.job_groups AS g (queue, group_key, weight, concurrency_limit, rate_limit, rate_interval_ms, rate_burst)
