@@ -14,6 +14,7 @@ import {
 } from '../../admin/jobs.js';
 import { jobId } from '../../admin/input.js';
 import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus } from '../../job.js';
+import type { PgPool } from '../../db/connection.js';
 import { withDatabase } from '../database.js';
 import { CommandFailed, firstLine, formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
 import { collect, duration, integer } from '../parse.js';
@@ -115,35 +116,18 @@ export function registerJobs(program: Command): void {
       });
     });
 
-  jobs
-    .command('cancel')
-    .description('cancel a job: a pending one never runs, a running one is aborted')
-    .argument('<id>', 'job id')
-    .option('--json', 'print the job as JSON')
-    .action(async (id: string, flags: { json?: boolean }, command: Command) => {
-      await withDatabase(command, async ({ pool, schema }) => {
-        report(await cancelJob(pool, schema, id, { actor: ACTOR }), id, 'cancelled', CANCELLABLE, flags.json);
-      });
-    });
+  oneJobAction(jobs, 'cancel', 'cancel a job: a pending one never runs, a running one is aborted', (pool, schema, id) =>
+    cancelJob(pool, schema, id, { actor: ACTOR }).then((result) => ({ result, done: 'cancelled', allowed: CANCELLABLE })),
+  );
 
-  jobs
-    .command('run-now')
-    .description('make a delayed or retrying job due now: it runs at the next claim')
-    .argument('<id>', 'job id')
-    .option('--json', 'print the job as JSON')
-    .action(async (id: string, flags: { json?: boolean }, command: Command) => {
-      await withDatabase(command, async ({ pool, schema }) => {
-        const result = await runJobNow(pool, schema, id, { actor: ACTOR });
-        report(
-          result,
-          id,
-          'run now',
-          ['pending'],
-          flags.json,
-          (job) => `job ${job.id} (${job.task} on queue ${job.queue}) is due now`,
-        );
-      });
-    });
+  oneJobAction(jobs, 'run-now', 'make a delayed or retrying job due now: it runs at the next claim', (pool, schema, id) =>
+    runJobNow(pool, schema, id, { actor: ACTOR }).then((result) => ({
+      result,
+      done: 'run now',
+      allowed: ['pending'],
+      line: (job: JobRow) => `job ${job.id} (${job.task} on queue ${job.queue}) is due now`,
+    })),
+  );
 
   jobs
     .command('delete')
@@ -183,6 +167,34 @@ interface DeleteFlags {
   cancelled?: boolean;
   olderThan?: number;
   json?: boolean;
+}
+
+/** What a one-job action did, and how report() words it. */
+interface Reported {
+  result: JobActionResult;
+  done: string;
+  allowed: readonly JobStatus[];
+  line?: (job: JobRow) => string;
+}
+
+/** `sluice jobs <name> <id> [--json]`: runs `act` on the job and reports it. */
+function oneJobAction(
+  jobs: Command,
+  name: string,
+  description: string,
+  act: (pool: PgPool, schema: string, id: string) => Promise<Reported>,
+): void {
+  jobs
+    .command(name)
+    .description(description)
+    .argument('<id>', 'job id')
+    .option('--json', 'print the job as JSON')
+    .action(async (id: string, flags: { json?: boolean }, command: Command) => {
+      await withDatabase(command, async ({ pool, schema }) => {
+        const { result, done, allowed, line } = await act(pool, schema, id);
+        report(result, id, done, allowed, flags.json, line);
+      });
+    });
 }
 
 /** Prints what a single-job action did (`done job 42 (…)`, or `line`), or fails with why it did nothing. */
