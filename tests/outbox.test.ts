@@ -650,6 +650,29 @@ describe('relay: outside review 74', () => {
     expect(() => natsPublisher({ keyHeader: null })).not.toThrow();
   });
 
+  it('names the NATS servers it cannot reach in the failure, without their password (outside review 95)', async () => {
+    // Port 1: nothing listens, so the connect is refused at once (no broker needed).
+    const nats = natsPublisher({ servers: ['nats://relay:s3cret@127.0.0.1:1', 'nats://127.0.0.1:2'], ackTimeoutMs: 2_000 });
+    try {
+      const message = {
+        id: '1',
+        destination: 'd',
+        key: null,
+        headers: null,
+        payload: Buffer.from('x'),
+        createdAt: new Date(),
+        messageId: 'm:1',
+      };
+      const [result] = await nats.publish([message]);
+      expect(result).toMatchObject({ ok: false, transient: true });
+      const { message: text } = (result as { error: Error }).error;
+      expect(text).toMatch(/^cannot reach NATS at nats:\/\/127\.0\.0\.1:1, nats:\/\/127\.0\.0\.1:2: /);
+      expect(text).not.toContain('s3cret');
+    } finally {
+      await nats.close();
+    }
+  });
+
   it('keeps commit order within a key for overlapping producers that lock the key before writing (lockKeys; outside review 77)', async () => {
     // A row lock does not do it: a transaction takes its id when it first writes,
     // before it waits for the row, and waiters get the row in no particular order.

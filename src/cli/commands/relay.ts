@@ -8,6 +8,7 @@ import { rabbitMqPublisher } from '../../outbox/publishers/rabbitmq.js';
 import type { BrokerPublisher } from '../../outbox/publishers/publisher.js';
 import type { MetricsServer } from '../../metrics/server.js';
 import { withDatabaseUntilStopped } from '../database.js';
+import { FailureLines } from '../failure-lines.js';
 import { UsageError, formatTime, printJson } from '../output.js';
 import { collect, integer } from '../parse.js';
 
@@ -141,15 +142,12 @@ Examples:
             process.stderr,
           ),
         );
-        // Failures repeat with every retry: one line per distinct error, until a batch goes through.
-        let lastFailure = '';
+        const failures = new FailureLines();
         relay.events.on('failure', (f) => {
-          const line = `${f.destination} ${f.error.message}`;
-          if (line === lastFailure) return;
-          lastFailure = line;
+          if (!failures.shouldLog(f)) return;
           log('failure', { destination: f.destination, transient: f.transient, error: f.error.message }, process.stderr);
         });
-        relay.events.on('published', () => (lastFailure = ''));
+        relay.events.on('published', (b) => failures.published(b));
         relay.events.on('error', (err) => log('error', { error: err.message }, process.stderr));
         // Before the relay connects: a missing prom-client or a taken port fails the command with nothing opened.
         const metrics =

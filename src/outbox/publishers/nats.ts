@@ -71,6 +71,16 @@ function explained(err: unknown, subject: string): Error {
   });
 }
 
+/**
+ * nats.js names only the code of a failed connect ("CONNECTION_REFUSED"): name the
+ * servers too, without any password in their URLs (outside review 95).
+ */
+function unreachable(err: unknown, servers: string | string[] | undefined): Error {
+  const error = asError(err);
+  const where = [servers ?? 'nats://127.0.0.1:4222'].flat().map((url) => url.replace(/\/\/[^/@]*@/, '//'));
+  return new Error(`cannot reach NATS at ${where.join(', ')}: ${error.message}`, { cause: error });
+}
+
 /** Longest wait for a drain on close. */
 const CLOSE_TIMEOUT_MS = 2_000;
 
@@ -147,7 +157,7 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
       try {
         c = await connect();
       } catch (err) {
-        return allFailed(messages.length, asError(err), isTransientNatsError(err));
+        return allFailed(messages.length, unreachable(err, options.servers), isTransientNatsError(err));
       }
       const results = await Promise.all(
         messages.map((m) => {
