@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import net from 'node:net';
 import { describe, expect, it } from 'vitest';
 import amqp from 'amqplib';
 import { OutboxRelay, natsPublisher, rabbitMqPublisher, type BrokerPublisher } from '../src/index.js';
@@ -151,5 +152,45 @@ describe.skipIf(!rabbitUp)('a silent network to RabbitMQ', () => {
       await ch.deleteQueue(queue).catch(() => {});
       await conn.close();
     }
+  });
+});
+
+// Outside review 96: stop() waited for a connect still under way until it gave up
+// (the whole confirmTimeoutMs, 10 or 30 s), past a Kubernetes grace period.
+describe('a broker that accepts connections and never answers', () => {
+  it.each(['rabbitmq', 'nats'] as const)('%s: close() does not wait out a connect still under way', async (kind) => {
+    const sockets: net.Socket[] = [];
+    const server = net.createServer((socket) => void sockets.push(socket));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as net.AddressInfo;
+    // Connects that wait 10 minutes for the broker's greeting: longer than the test may run.
+    const publisher =
+      kind === 'rabbitmq'
+        ? rabbitMqPublisher({ url: `amqp://guest:guest@127.0.0.1:${port}`, confirmTimeoutMs: 600_000 })
+        : natsPublisher({
+            servers: `nats://127.0.0.1:${port}`,
+            ackTimeoutMs: 600_000,
+            connectOptions: { waitOnFirstConnect: false },
+          });
+    const message = {
+      id: '1',
+      destination: 'd',
+      key: null,
+      headers: null,
+      payload: Buffer.from('x'),
+      createdAt: new Date(),
+      messageId: 'm:1',
+    };
+    const publishing = publisher.publish([message]);
+    try {
+      await waitFor(() => sockets.length > 0, 'the connect under way');
+      await publisher.close();
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      server.close();
+    }
+    // The connect ends when its socket goes: the batch failed as transient, nothing was sent.
+    const [result] = await publishing;
+    expect(result).toMatchObject({ ok: false, transient: true });
   });
 });

@@ -33,6 +33,33 @@ export const DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024;
  */
 export const RELAY_HEADER_BYTES = 256;
 /**
+ * The most headers a message may carry, and the most bytes they may take
+ * ("Name: value" and a line end each). Both brokers refuse much more than this
+ * (amqplib encodes a message's properties in 64 KiB; NATS headers count against
+ * the payload limit), and nats.js sets headers in time quadratic in their count:
+ * a message with 20,000 headers, under maxMessageBytes, blocked the relay's event
+ * loop past every ack timeout, retried as transient for ever (outside review 96).
+ * Kept in step with outbox_message_problem() in sql/migrations/0035.
+ */
+export const MAX_HEADERS = 100;
+export const MAX_HEADER_BYTES = 32 * 1024;
+
+/** Why `headers` are too many or too large for a message, or undefined. */
+export function headersProblem(headers: Record<string, unknown>): string | undefined {
+  const entries = Object.entries(headers);
+  if (entries.length > MAX_HEADERS) return `it has ${entries.length} headers, more than the ${MAX_HEADERS} allowed`;
+  let bytes = 0;
+  for (const [name, value] of entries) bytes += headerBytes(name, typeof value === 'string' ? value : '');
+  if (bytes > MAX_HEADER_BYTES) return `its headers take ${bytes} bytes, more than the ${MAX_HEADER_BYTES} allowed`;
+  return undefined;
+}
+
+/** "Name: value\r\n". */
+function headerBytes(name: string, value: string): number {
+  return Buffer.byteLength(name) + Buffer.byteLength(value) + 4;
+}
+
+/**
  * Whether a header name is not for publish() to set: the relay's default key
  * header, and every Nats-* header (JetStream's controls: the relay sets
  * Nats-Msg-Id; others such as Nats-Rollup or Nats-Expected-Stream would make the
@@ -77,8 +104,7 @@ export function encodeMessage(
 /** The bytes a message's key and headers take at the broker, with room for the relay's own. */
 function metadataBytes(key: string | null, headers: Record<string, string> | null): number {
   let bytes = RELAY_HEADER_BYTES + (key === null ? 0 : Buffer.byteLength(key));
-  // "Name: value\r\n" per header.
-  for (const [name, value] of Object.entries(headers ?? {})) bytes += name.length + Buffer.byteLength(value) + 4;
+  for (const [name, value] of Object.entries(headers ?? {})) bytes += headerBytes(name, value);
   return bytes;
 }
 
@@ -129,6 +155,8 @@ function checkHeaders(headers: unknown): Record<string, string> | null {
     if (/[\r\n]/.test(value)) throw new ValidationError(`publish: header ${name} contains a line break`);
     checkText(`header ${name}`, value);
   }
+  const problem = headersProblem(headers as Record<string, string>);
+  if (problem) throw new ValidationError(`publish: ${problem}`);
   return entries.length > 0 ? (headers as Record<string, string>) : null;
 }
 

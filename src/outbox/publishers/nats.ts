@@ -1,11 +1,13 @@
 import type * as Nats from 'nats';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import { importPeer } from '../../optional-peer.js';
-import { reservedHeader } from '../message.js';
+import { headersProblem, reservedHeader } from '../message.js';
 import { ConfigError } from '../../errors.js';
 import {
   allFailed,
   asError,
+  CLOSE_TIMEOUT_MS,
+  openedBy,
   publisherOptions,
   type BrokerPublisher,
   type PublishResult,
@@ -80,9 +82,6 @@ function unreachable(err: unknown, servers: string | string[] | undefined): Erro
   const where = [servers ?? 'nats://127.0.0.1:4222'].flat().map((url) => url.replace(/\/\/[^/@]*@/, '//'));
   return new Error(`cannot reach NATS at ${where.join(', ')}: ${error.message}`, { cause: error });
 }
-
-/** Longest wait for a drain on close. */
-const CLOSE_TIMEOUT_MS = 2_000;
 
 interface Connected {
   nc: Nats.NatsConnection;
@@ -197,14 +196,16 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
       return results;
     },
     async close(): Promise<void> {
+      const deadline = Date.now() + CLOSE_TIMEOUT_MS;
       const pending = connecting;
       connecting = undefined;
-      const c = await pending?.catch(() => undefined);
+      const c = await openedBy(pending, deadline, (late) => void late.nc.close().catch(() => {}));
       if (!c) return;
       // Bounded: a drain over a silent connection would wait for ever.
       const drained = c.nc.drain();
-      await timeLimit(drained, CLOSE_TIMEOUT_MS, () => void c.nc.close().catch(() => {}), 'draining', { from: 'NATS' }).catch(
-        () => c.nc.close().catch(() => {}),
+      const left = Math.max(0, deadline - Date.now());
+      await timeLimit(drained, left, () => void c.nc.close().catch(() => {}), 'draining', { from: 'NATS' }).catch(() =>
+        c.nc.close().catch(() => {}),
       );
     },
   };
@@ -213,6 +214,9 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
 /** The NATS headers of a message: its own and its key's; undefined when it has none. Throws what NATS refuses. */
 function natsHeaders(c: Connected, m: RelayMessage, keyHeader: string | null): Nats.MsgHdrs | undefined {
   if (!m.headers && (!keyHeader || m.key === null)) return undefined;
+  // Rows written past publish(): checked before nats.js, whose headers take time quadratic in their count.
+  const problem = m.headers && headersProblem(m.headers);
+  if (problem) throw new Error(problem);
   const h = c.headers();
   for (const [name, value] of Object.entries(m.headers ?? {})) {
     // Rows written past publish(): Nats-Rollup would purge the subject (review 64).

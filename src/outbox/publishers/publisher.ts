@@ -1,4 +1,5 @@
 import { ConfigError } from '../../errors.js';
+import { timeLimit } from '../../lifecycle/time-limit.js';
 import { checks } from '../../validate.js';
 import { keyHeaderProblem } from '../message.js';
 /** A message as the relay hands it to a broker. */
@@ -86,6 +87,21 @@ export function publisherOptions(
 /** Every message of a batch failed the same way (no connection to the broker). */
 export function allFailed(count: number, error: Error, transient = true): PublishResult[] {
   return Array.from({ length: count }, () => ({ ok: false, error, transient }) as const);
+}
+
+/** Longest wait of a publisher's close(): for a connection still opening, then for the broker to answer the close. */
+export const CLOSE_TIMEOUT_MS = 2_000;
+
+/**
+ * The connection a publisher is still opening, if it opens before `deadline`
+ * (ms since epoch); one that opens later goes to `late`, which closes it.
+ * close() must not wait out a connect to a broker that accepts TCP and never
+ * answers (outside review 96: stop() took the whole confirmTimeoutMs, 10 or 30 s).
+ */
+export function openedBy<T>(pending: Promise<T> | undefined, deadline: number, late: (c: T) => void): Promise<T | undefined> {
+  if (!pending) return Promise.resolve(undefined);
+  const opened = timeLimit(pending, Math.max(0, deadline - Date.now()), () => void pending.then(late, () => {}), 'opening');
+  return opened.catch(() => undefined);
 }
 
 /** The error a rejected promise carried, as an Error. */

@@ -1,9 +1,12 @@
 import type * as Amqp from 'amqplib';
 import { importPeer } from '../../optional-peer.js';
+import { headersProblem } from '../message.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import {
   allFailed,
   asError,
+  CLOSE_TIMEOUT_MS,
+  openedBy,
   publisherOptions,
   type BrokerPublisher,
   type PublishResult,
@@ -115,6 +118,12 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     new Promise((resolve) => {
       const failed = (error: Error) => resolve({ ok: false, error, transient: true });
       if (c.closed) return failed(c.closed);
+      // Rows written past publish(): refused here, as amqplib would refuse more than 64 KiB of them.
+      const problem = m.headers && headersProblem(m.headers);
+      if (problem) {
+        const error = new Error(`message ${m.id}: RabbitMQ cannot carry its headers: ${problem}`);
+        return resolve({ ok: false, error, transient: false, unsendable: true });
+      }
       c.onClose.add(failed);
       const headers: Record<string, string> = { ...m.headers };
       if (keyHeader && m.key !== null) headers[keyHeader] = m.key;
@@ -165,23 +174,22 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       }
     },
     async close(): Promise<void> {
+      const deadline = Date.now() + CLOSE_TIMEOUT_MS;
       const pending = connecting;
       connecting = undefined;
-      const c = await pending?.catch(() => undefined);
+      const c = await openedBy(pending, deadline, (late) => late.drop(new Error('publisher closed')));
       if (c && !c.closed) {
         // Bounded: a silent connection never answers the close handshake. Then
         // every confirm still awaited (a batch stop() gave up on) fails, so its
         // timer does not keep the process alive.
         const close = c.model.close();
-        await timeLimit(close, CLOSE_TIMEOUT_MS, () => destroy(c.model), 'closing', { from: 'RabbitMQ' }).catch(() => {});
+        const left = Math.max(0, deadline - Date.now());
+        await timeLimit(close, left, () => destroy(c.model), 'closing', { from: 'RabbitMQ' }).catch(() => {});
         c.drop(new Error('publisher closed'));
       }
     },
   };
 }
-
-/** Longest wait for the broker to answer a close. */
-const CLOSE_TIMEOUT_MS = 2_000;
 
 /**
  * Closes the connection's socket at once, without the close handshake. With an
