@@ -4,6 +4,7 @@ import {
   OutboxRelay,
   ValidationError,
   ConfigError,
+  ConnectionError,
   outboxLag,
   runDoctor,
   listOutboxDeadLetters,
@@ -16,6 +17,7 @@ import {
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { MemoryBroker, messageIdOf } from './helpers/outbox.js';
 import { runCli } from './helpers/cli.js';
+import { startGate } from './helpers/tcp-gate.js';
 
 let db: TestDatabase;
 let outbox: Outbox;
@@ -161,7 +163,19 @@ describe('publish', () => {
         { destination: d, payload: 'x'.repeat(11) },
       ]),
     ).rejects.toThrow(/^publishMany: message 1: the message is 267 bytes/);
+    // Review 96: 20,000 headers passed, and jammed the NATS relay's partition.
+    const headers = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`h${i}`, 'v']));
+    await expect(outbox.publish(d, 'x', { headers: headers(101) })).rejects.toThrow(
+      /^publish: it has 101 headers, more than the 100 allowed$/,
+    );
+    await expect(outbox.publish(d, 'x', { headers: { h: 'v'.repeat(32 * 1024) } })).rejects.toThrow(
+      /^publish: its headers take 32773 bytes, more than the 32768 allowed$/,
+    );
     expect(await count('outbox', d)).toBe(0);
+    // Exactly at both limits: 100 headers; h0-h98 take 10 × 7 + 89 × 8 bytes ("h0: v\r\n"), h the rest.
+    await outbox.publish(d, 'x', { headers: { ...headers(99), h: 'v'.repeat(32 * 1024 - 782 - 5) } });
+    expect(await count('outbox', d)).toBe(1);
+    await db.pool.query(`DELETE FROM ${db.s}.outbox WHERE destination = $1`, [d]);
     // Exactly at the limit, and bytes with a NUL (bytes, not text): written.
     await small.publish(d, 'xxx', { key: 'kk', headers: { h: '' } }); // 3 + 2 + "h: \r\n"
     await small.publish(d, new Uint8Array([0, 1, 2]));
@@ -194,6 +208,12 @@ describe('publish', () => {
       ['["a","b"]', /^publish: headers must be a JSON object \(or NULL for none\), got array$/],
       ['"a"', /^publish: headers must be a JSON object \(or NULL for none\), got string$/],
       ['null', /^publish: headers must be a JSON object \(or NULL for none\), got null$/],
+      // Review 96 (migration 0035).
+      [
+        JSON.stringify(Object.fromEntries(Array.from({ length: 101 }, (_, i) => [`h${i}`, 'v']))),
+        /^publish: it has 101 headers, more than the 100 allowed$/,
+      ],
+      [JSON.stringify({ h: 'v'.repeat(32 * 1024) }), /^publish: its headers take 32773 bytes, more than the 32768 allowed$/],
     ];
     const cases: [string, string, RegExp][] = [
       ...bad.map(([headers, message]): [string, string, RegExp] => ['k', headers, message]),
@@ -773,6 +793,75 @@ describe('relay: outside review 74', () => {
         client.release();
       }
       await other.drop();
+    }
+  });
+});
+
+describe('relay: outside review 96', () => {
+  it('records the messages the broker took behind a dead letter instead of sending them again, and counts them as published', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    broker.refuse = (m) => m.payload.toString().startsWith('poison');
+    // maxAttempts 1: each refusal is a dead letter at once, mid-batch.
+    const relay = startRelay(broker, [d], { maxAttempts: 1, batchSize: 100 });
+    let published = 0;
+    relay.events.on('published', (b) => (published += b.count));
+    const dead: string[] = [];
+    relay.events.on('deadLetter', (x) => dead.push(x.messageId));
+    const payloads = ['a', 'poison-1', 'b', 'c', 'poison-2', 'd'];
+    // Committed before the relay starts: one window, one batch.
+    await outbox.publishMany(payloads.map((payload) => ({ destination: d, payload, key: 'k' })));
+    await relay.start();
+    await waitFor(() => dead.length === 2 && published === 4, 'two dead letters and four messages published');
+    expect(broker.ofKey('k')).toEqual(['a', 'b', 'c', 'd']);
+    // Each message went to the broker once: before, b, c and d went again after each dead letter.
+    expect([...broker.attempts.values()]).toEqual([1, 1, 1, 1, 1, 1]);
+    expect(broker.duplicates).toBe(0);
+  });
+
+  it('refuses start() after stop()', async () => {
+    const relay = startRelay(new MemoryBroker(), [freshDestination()]);
+    await relay.start();
+    await relay.stop();
+    await expect(relay.start()).rejects.toThrow(/start\(\) after stop\(\).*create a new OutboxRelay/);
+  });
+
+  it('relays started one after another take the free partitions at once, not after half a lease', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    // A standby looks again after half a lease (60 s here), so the wait below only
+    // passes if the partitions left free by siblings' failed acquires are taken at once.
+    const options = { partitions: 4, maxPartitions: 2, leaseMs: 120_000 };
+    const a = startRelay(broker, [d], options);
+    const b = startRelay(broker, [d], options);
+    await a.start();
+    await waitFor(() => a.holding.length === 2, 'a holds two partitions');
+    await b.start();
+    await waitFor(() => b.holding.length === 2, 'b holds the other two', 15_000);
+  });
+
+  it('says a lease that expired while Postgres was unreachable is lost, and acquired again once it is back', async () => {
+    const d = freshDestination();
+    const gate = await startGate(new URL(db.url));
+    try {
+      const relay = startRelay(new MemoryBroker(), [d], { pool: undefined, connectionString: gate.url, leaseMs: 500 });
+      const events: string[] = [];
+      relay.events.on('acquired', (p) => events.push(`acquired ${p.partition}`));
+      relay.events.on('lost', (p) => events.push(`lost ${p.partition} ${p.reason}`));
+      const errors: Error[] = [];
+      relay.events.on('error', (err) => errors.push(err));
+      await relay.start();
+      await waitFor(() => events.length === 1, 'the partition acquired');
+      gate.down();
+      await waitFor(() => events.length === 2, 'the lease lost');
+      expect(relay.holding).toEqual([]);
+      expect(errors.some((e) => e instanceof ConnectionError)).toBe(true);
+      gate.up();
+      await waitFor(() => events.length === 3, 'the partition acquired again');
+      expect(events).toEqual(['acquired 0', 'lost 0 expired', 'acquired 0']);
+      await relay.stop();
+    } finally {
+      await gate.close();
     }
   });
 });

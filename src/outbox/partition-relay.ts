@@ -19,8 +19,19 @@ export function horizonDelay(passes: number, o: { horizonRetryMs: number; pollIn
   return Math.min(cap, o.horizonRetryMs * 2 ** Math.min(Math.max(0, passes - 1), 20));
 }
 
-/** What a pass found: the next pass comes at once (more to do), soon (rows not yet final), or after the poll interval. */
-type PassOutcome = 'more' | 'horizon' | 'idle' | 'standby';
+/**
+ * What a pass found: the next pass comes at once (more to do), soon (rows not yet
+ * final; room for a lease that other partitions' acquires may not need), or after
+ * the poll interval (idle) or half a lease (standby: another relay holds it, or
+ * this process holds maxPartitions).
+ */
+type PassOutcome = 'more' | 'horizon' | 'idle' | 'standby' | 'settling';
+
+/** Whether this process may take one more partition: 'settling' while acquires in flight fill its room (they may fail). */
+export type LeaseRoom = 'free' | 'full' | 'settling';
+
+/** The wait before a partition looks again for room that acquires in flight may leave. */
+const SETTLING_MS = 100;
 
 /** A message refused by the broker, or a broker that cannot be reached: the pass fails and the loop backs off. */
 export class RelayPublishError extends Error {
@@ -61,7 +72,7 @@ export class PartitionRelay {
     private readonly options: ResolvedRelayOptions,
     private readonly events: RelayEvents,
     /** Whether this process may take one more partition (maxPartitions). */
-    private readonly mayAcquire: () => boolean,
+    private readonly room: () => LeaseRoom,
   ) {
     this.loop = new Loop<PassOutcome>({
       pass: (signal) => this.pass(signal),
@@ -105,12 +116,17 @@ export class PartitionRelay {
     if (outcome === 'more') return 0;
     if (outcome === 'horizon') return horizonDelay(this.behindHorizon, this.options);
     if (outcome === 'standby') return this.options.leaseMs / 2;
+    // Relays started together left free partitions unheld for ~5 s: the siblings
+    // whose acquires were in flight (and failed, another relay held those) had
+    // filled the room, and the rest waited half a lease (outside review 96).
+    if (outcome === 'settling') return SETTLING_MS;
     // An idle pass also renews the lease: come back well before it expires.
     return Math.min(this.options.pollIntervalMs, this.options.leaseMs / 3);
   }
 
   private async pass(signal: AbortSignal): Promise<PassOutcome> {
-    if (!(await this.holdLease())) return 'standby';
+    const lease = await this.holdLease();
+    if (lease !== 'held') return lease;
     let window = await this.fetch(this.watermark);
     while (window.end && !signal.aborted) {
       // The next window, read while the broker acks this one; dropped when this one fails.
@@ -122,16 +138,7 @@ export class PartitionRelay {
       // timeout): the batch stays unrecorded, to be published again by whichever
       // relay goes on (JetStream drops it as a duplicate).
       if (!results) return 'idle';
-      const failedAt = results.findIndex((r) => !r.ok);
-      if (failedAt >= 0) {
-        await this.handleFailure(window, failedAt, results[failedAt] as Extract<PublishResult, { ok: false }>);
-        return 'more';
-      }
-      if (!(await this.advance(end, results.length))) return 'standby';
-      if (results.length > 0) {
-        const { destination, partition } = this;
-        this.events.emit('published', { destination, partition, count: results.length, messages: window.messages });
-      }
+      if (!(await this.record(window, results, end))) return 'standby';
       if (this.failing.size > 0) await this.clearFailures(window);
       if (!this.held) return 'standby';
       window = await next;
@@ -147,11 +154,15 @@ export class PartitionRelay {
     return this.store.fetchWindow(this.destination, after, this.partitions, this.partition, batchSize, this.options.schema);
   }
 
-  /** Takes or renews the lease when it is not fresh; false when another relay holds it. */
-  private async holdLease(): Promise<boolean> {
+  /** Takes or renews the lease when it is not fresh; 'standby' when another relay holds it or there is no room. */
+  private async holdLease(): Promise<'held' | 'standby' | 'settling'> {
     const { leaseMs, relayId } = this.options;
-    if (Date.now() < this.heldUntil - leaseMs / 2) return true;
-    if (!this.held && !this.mayAcquire()) return false;
+    if (Date.now() < this.heldUntil - leaseMs / 2) return 'held';
+    this.noteExpiry();
+    if (!this.held) {
+      const room = this.room();
+      if (room !== 'free') return room === 'full' ? 'standby' : 'settling';
+    }
     const sentAt = Date.now();
     this.acquiring = true;
     const { watermark, other } = await this.store
@@ -160,15 +171,15 @@ export class PartitionRelay {
     this.reportLayout(other);
     const wasHeld = this.heldUntil > 0;
     if (!watermark) {
-      if (wasHeld) this.lost();
-      return false;
+      if (wasHeld) this.lost('taken');
+      return 'standby';
     }
     this.heldUntil = sentAt + leaseMs;
     // Only the holder moves the watermark, so the row's is the truth: equal to
     // ours while we held it throughout, newer when another relay held it meanwhile.
     this.watermark = watermark;
     if (!wasHeld) this.events.emit('acquired', { destination: this.destination, partition: this.partition });
-    return true;
+    return 'held';
   }
 
   private async advance(to: Position, published: number): Promise<boolean> {
@@ -182,7 +193,7 @@ export class PartitionRelay {
       this.options.leaseMs,
     );
     if (!held) {
-      this.lost();
+      this.lost('taken');
       return false;
     }
     this.heldUntil = sentAt + this.options.leaseMs;
@@ -208,22 +219,61 @@ export class PartitionRelay {
     this.reportedLayout = other;
   }
 
-  private lost(): void {
+  private lost(reason: 'taken' | 'expired'): void {
     this.heldUntil = 0;
-    this.events.emit('lost', { destination: this.destination, partition: this.partition });
+    this.events.emit('lost', { destination: this.destination, partition: this.partition, reason });
   }
 
   /**
-   * The messages before the failed one are in the broker: the watermark moves up
-   * to them. The failed one is retried after a backoff (the pass throws), and
-   * after maxAttempts refusals (at once when no try can send it) it becomes a dead
-   * letter, so its key goes on.
-   * Messages after it that the broker took are sent again with the same id.
+   * A lease that ran out before this relay could renew it (Postgres unreachable
+   * longer than leaseMs) is lost, and said so: another relay may have taken it
+   * meanwhile. Taken again, it is 'acquired' again (outside review 96: after an
+   * outage partitions changed hands without either event).
    */
-  private async handleFailure(window: Window, index: number, result: Extract<PublishResult, { ok: false }>): Promise<void> {
+  private noteExpiry(): void {
+    if (this.heldUntil > 0 && !this.held) this.lost('expired');
+  }
+
+  /**
+   * Records what the broker took, in order: the watermark moves over each run of
+   * accepted messages, and a refused one is retried (the pass throws) or becomes a
+   * dead letter. After a dead letter the messages the broker took behind it are
+   * recorded too, not sent again (outside review 96: each refusal mid-batch sent
+   * the rest of the batch to RabbitMQ once more, 9 messages delivered 34 times).
+   * False when the lease was lost.
+   */
+  private async record(window: Window, results: readonly PublishResult[], end: Position): Promise<boolean> {
+    let from = 0; // the first message not recorded yet
+    for (let i = 0; i < results.length; i++) {
+      const result = results[i]!;
+      if (result.ok) continue;
+      if (i > from && !(await this.recordPublished(window, from, i, window.positions[i - 1]!))) return false;
+      if (!(await this.refused(window, i, result))) return false;
+      from = i + 1;
+    }
+    return this.recordPublished(window, from, results.length, end);
+  }
+
+  /** Moves the watermark to `to` over the window's messages [first, last), which the broker has. */
+  private async recordPublished(window: Window, first: number, last: number, to: Position): Promise<boolean> {
+    if (!(await this.advance(to, last - first))) return false;
+    if (last > first) {
+      const all = first === 0 && last === window.messages.length;
+      const messages = all ? window.messages : window.messages.slice(first, last);
+      this.events.emit('published', { destination: this.destination, partition: this.partition, count: last - first, messages });
+    }
+    return true;
+  }
+
+  /**
+   * A message the broker did not take, the ones before it recorded. It is retried
+   * after a backoff (the pass throws); after maxAttempts refusals (at once when no
+   * try can send it) it becomes a dead letter, so its key goes on, and true is
+   * returned. False when the lease was lost.
+   */
+  private async refused(window: Window, index: number, result: Extract<PublishResult, { ok: false }>): Promise<boolean> {
     const message = window.messages[index]!;
     const at = window.positions[index]!;
-    if (index > 0 && !(await this.advance(window.positions[index - 1]!, index))) return;
     const info = { destination: this.destination, partition: this.partition, messageId: message.messageId, error: result.error };
     if (result.transient) {
       this.events.emit('failure', { ...info, transient: true, attempts: 0 });
@@ -242,13 +292,14 @@ export class PartitionRelay {
     const sentAt = Date.now();
     const { relayId, leaseMs } = this.options;
     if (!(await this.store.deadLetter(this.destination, this.partition, relayId, at, 0, leaseMs))) {
-      this.lost();
-      return;
+      this.lost('taken');
+      return false;
     }
     this.heldUntil = sentAt + leaseMs;
     this.watermark = at;
     this.failing.delete(message.id);
     this.events.emit('deadLetter', { ...info, attempts });
+    return true;
   }
 
   private async clearFailures(window: Window): Promise<void> {
@@ -259,9 +310,10 @@ export class PartitionRelay {
   }
 
   private failed(err: unknown): void {
+    this.noteExpiry();
     // A refused message was already reported as a 'failure' event.
     if (err instanceof RelayPublishError) return;
-    this.events.emit('error', err as Error);
+    this.events.reportError(err);
   }
 }
 

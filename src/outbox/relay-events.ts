@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { wrapDatabaseError } from '../errors.js';
 import type { RelayMessage } from './publishers/publisher.js';
 
 export interface PartitionInfo {
@@ -27,12 +28,20 @@ export interface RelayEventMap {
   caughtUp: [PartitionInfo & { behindHorizon: boolean }];
   /** This relay took a partition's lease. */
   acquired: [PartitionInfo];
-  /** This relay found its lease taken by another relay (it had expired): it stops publishing that partition. */
-  lost: [PartitionInfo];
+  /**
+   * This relay no longer holds a partition's lease: 'taken', another relay holds
+   * it (this one's had expired); 'expired', this relay could not renew it in time
+   * (Postgres unreachable longer than leaseMs), so another may take it. It stops
+   * publishing that partition until it takes the lease again ('acquired').
+   */
+  lost: [PartitionInfo & { reason: 'taken' | 'expired' }];
   failure: [FailureInfo];
   /** A message refused maxAttempts times moved to outbox_dead_letters. */
   deadLetter: [Omit<FailureInfo, 'transient'>];
-  /** A statement failed (Postgres unreachable, ...): the relay retries with backoff. */
+  /**
+   * A statement failed (Postgres unreachable, ...): the relay retries with backoff.
+   * A ConnectionError or DatabaseError (with the SQLSTATE), as the worker reports them.
+   */
   error: [Error];
 }
 
@@ -41,5 +50,10 @@ export class RelayEvents extends EventEmitter<RelayEventMap> {
     super();
     // An 'error' nobody listens to must not crash the process: the relay retries anyway.
     this.on('error', () => {});
+  }
+
+  /** Emits `err` as 'error', typed as the worker's errors are (a ConnectionError for a lost connection). */
+  reportError(err: unknown): void {
+    this.emit('error', wrapDatabaseError(err, 'OutboxRelay'));
   }
 }

@@ -7,7 +7,7 @@ import { ConfigError, isNotMigrated, wrapDatabaseError } from '../errors.js';
 import { Loop } from '../lifecycle/loop.js';
 import { Notifier } from '../notify/listener.js';
 import { outboxLag, type OutboxLag } from './lag.js';
-import { PartitionRelay } from './partition-relay.js';
+import { PartitionRelay, type LeaseRoom } from './partition-relay.js';
 import type { BrokerPublisher } from './publishers/publisher.js';
 import { RelayEvents, type PartitionInfo } from './relay-events.js';
 import { resolveRelayOptions, type OutboxRelayOptions, type ResolvedRelayOptions } from './relay-options.js';
@@ -43,6 +43,7 @@ export class OutboxRelay {
   private cleanups: { destination: string; loop: Loop }[] = [];
   private notifier: Notifier | undefined;
   private started = false;
+  private stopped = false;
 
   constructor(options: OutboxRelayOptions) {
     this.options = resolveRelayOptions(options);
@@ -62,6 +63,8 @@ export class OutboxRelay {
    * ConfigError when a destination is already relayed with another partition count.
    */
   async start(): Promise<void> {
+    // Started again after stop(), it did nothing, silently (outside review 96).
+    if (this.stopped) throw new ConfigError('OutboxRelay: start() after stop() (or a failed start); create a new OutboxRelay');
     if (this.started) return;
     this.started = true;
     const o = this.options;
@@ -74,7 +77,10 @@ export class OutboxRelay {
       { connectionString, pool, sql, listenConnectionString },
       max,
       'sluice-relay',
-    );
+    ).catch((err: unknown) => {
+      this.started = false; // nothing was opened: start() may try again
+      throw wrapDatabaseError(err, 'OutboxRelay');
+    });
     this.driver = driver;
     const store = new RelayStore(driver, outboxStatements(o.schema), o.preparedStatements);
     try {
@@ -96,10 +102,15 @@ export class OutboxRelay {
         throw new ConfigError(`OutboxRelay: schema "${o.schema}" has no outbox; run sluice migrate`, { cause: err });
       throw wrapDatabaseError(err, 'OutboxRelay');
     }
-    const mayAcquire = () => this.relays.filter((r) => r.held || r.acquiring).length < o.maxPartitions;
+    const room = (): LeaseRoom => {
+      const held = this.relays.filter((r) => r.held).length;
+      if (held >= o.maxPartitions) return 'full';
+      const acquiring = this.relays.filter((r) => r.acquiring && !r.held).length;
+      return held + acquiring < o.maxPartitions ? 'free' : 'settling';
+    };
     for (const d of o.destinations) {
       for (let p = 0; p < d.partitions; p++) {
-        this.relays.push(new PartitionRelay(d.name, p, d.partitions, store, this.publisher, o, this.events, mayAcquire));
+        this.relays.push(new PartitionRelay(d.name, p, d.partitions, store, this.publisher, o, this.events, room));
       }
       this.cleanups.push({ destination: d.name, loop: this.cleanupLoop(store, d.name) });
     }
@@ -111,7 +122,7 @@ export class OutboxRelay {
     this.notifier.on('listening', () => {
       for (const r of this.relays) r.wake();
     });
-    this.notifier.on('connectionError', (err) => this.events.emit('error', err));
+    this.notifier.on('connectionError', (err) => this.events.reportError(err));
     this.notifier.start();
     for (const r of this.relays) r.start();
     for (const c of this.cleanups) c.loop.start();
@@ -125,6 +136,7 @@ export class OutboxRelay {
 
   /** Finishes the batches in flight, gives the leases up, closes the connections and the publisher. */
   async stop(): Promise<void> {
+    this.stopped = true;
     await Promise.all(this.cleanups.map((c) => c.loop.stop()));
     await Promise.all(this.relays.map((r) => r.stop()));
     await this.notifier?.stop();
@@ -159,7 +171,7 @@ export class OutboxRelay {
       intervalMs: cleanupIntervalMs,
       jitter: [0.8, 1.2],
       backoff: this.options.retry,
-      onError: (err) => this.events.emit('error', err as Error),
+      onError: (err) => this.events.reportError(err),
     });
   }
 }

@@ -148,7 +148,13 @@ Examples:
           log('failure', { destination: f.destination, transient: f.transient, error: f.error.message }, process.stderr);
         });
         relay.events.on('published', (b) => failures.published(b));
-        relay.events.on('error', (err) => log('error', { error: err.message }, process.stderr));
+        relay.events.on('error', (err) => {
+          if (failures.shouldLogError(err)) log('error', { error: err.message }, process.stderr);
+        });
+        const wentThrough = () => {
+          if (failures.wentThrough()) log('recovered');
+        };
+        for (const event of ['published', 'caughtUp', 'acquired'] as const) relay.events.on(event, wentThrough);
         // Before the relay connects: a missing prom-client or a taken port fails the command with nothing opened.
         const metrics =
           flags.metricsPort === undefined ? undefined : await serveRelayMetrics(relay, flags.metricsPort, flags.metricsHost);
