@@ -65,9 +65,12 @@ describe('reconnects', () => {
     const ran: string[] = [];
     const errors: SluiceError[] = [];
     const worker = newWorker(ran, errors);
+    const reconnected: number[] = [];
+    worker.on('reconnected', ({ downMs }) => reconnected.push(downMs));
     await worker.start();
     const before = await queue.enqueue('t');
     await waitFor(() => ran.includes(before), 'the job before the restart');
+    expect(reconnected).toEqual([]);
 
     let outage: unknown;
     await server.restart(async () => {
@@ -80,6 +83,10 @@ describe('reconnects', () => {
     const after = await queue.enqueue('t');
     await waitFor(async () => (await queue.getJob(after))?.status === 'completed', 'the job after the restart', 30_000);
     expect(ran.filter((id) => id === after)).toHaveLength(1);
+    // Outside review 97: nothing said the worker was back. Said once, when LISTEN is in place again.
+    await waitFor(() => reconnected.length > 0, "the worker's reconnected event");
+    expect(reconnected).toHaveLength(1);
+    expect(reconnected[0]).toBeGreaterThanOrEqual(0);
   });
 
   it('re-LISTENs after its LISTEN connection is killed and catches up on what was enqueued meanwhile', async () => {

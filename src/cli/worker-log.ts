@@ -1,9 +1,13 @@
 import type { Worker } from '../worker/worker.js';
 import type { JobRow } from '../job.js';
 import type { Logger } from '../logger.js';
+import { ErrorLines } from './error-lines.js';
 import { firstLine } from './output.js';
 
 type Fields = Record<string, string | number | boolean | null>;
+
+/** The logger's messages for events that follow() prints itself. */
+const FOLLOWED = new Set(['worker error', 'rescued jobs with expired locks', 'reconnected to Postgres']);
 
 /**
  * One line per job outcome (and per worker lifecycle step), either compact text
@@ -11,6 +15,8 @@ type Fields = Record<string, string | number | boolean | null>;
  * or JSON lines ({"time", "event", ...}) for log shippers.
  */
 export class WorkerLog {
+  private readonly errors = new ErrorLines();
+
   constructor(private readonly json: boolean) {}
 
   /** Logs every job outcome of the worker. */
@@ -23,7 +29,18 @@ export class WorkerLog {
     worker.on('job:snooze', (job, { runAt }) => this.job('snoozed', job, null, { until: runAt.toISOString() }));
     worker.on('job:lock-lost', (job) => this.job('lock-lost', job, null));
     worker.on('jobs:rescued', (jobs) => this.line('rescued', { count: jobs.length }));
-    worker.on('error', (err) => this.line('error', { error: err.message }, process.stderr));
+    // At a stop: which jobs went back to pending unfinished (outside review 97: the log did not say).
+    worker.on('jobs:handed-back', (jobs, { reason }) => {
+      if (reason === 'stopping') this.line('handed-back', { count: jobs.length, ids: jobs.map((j) => j.id).join(',') });
+    });
+    worker.on('error', (err) => {
+      const line = this.errors.next(err.message);
+      if (line) this.line('error', { error: err.message, ...(line.repeated > 0 && line) }, process.stderr);
+    });
+    worker.on('reconnected', ({ downMs }) => {
+      this.errors.wentThrough();
+      this.line('reconnected', { after: `${Math.round(downMs)}ms` });
+    });
   }
 
   /**
@@ -35,7 +52,7 @@ export class WorkerLog {
   logger(verbose = false): Logger {
     const write = (level: string, fields: object, message?: string) => {
       const f = fields as Record<string, unknown>;
-      if ('jobId' in f || message === 'worker error' || message === 'rescued jobs with expired locks') return;
+      if ('jobId' in f || (message !== undefined && FOLLOWED.has(message))) return;
       const out: Fields = message ? { message } : {};
       for (const [k, v] of Object.entries(f)) {
         if (k === 'err' && v && typeof v === 'object' && 'message' in v) out.error = String(v.message);
@@ -62,7 +79,10 @@ export class WorkerLog {
       return;
     }
     const text = Object.entries(fields)
-      .map(([k, v]) => (k === 'job' || k === 'message' ? v : k === 'error' ? `error: ${v}` : `${k}=${v}`))
+      // An 'error' line's error is its text: "error error: worker: ..." said it twice (outside review 97).
+      .map(([k, v]) =>
+        k === 'job' || k === 'message' || (k === 'error' && event === 'error') ? v : k === 'error' ? `error: ${v}` : `${k}=${v}`,
+      )
       .join(' ');
     out.write(`${time} ${event}${text ? ` ${text}` : ''}\n`);
   }

@@ -51,6 +51,12 @@ export interface WorkerEvents {
   'cron:enqueued': [CronTick[]];
   /** A database or connection problem the worker is riding out (it keeps going). */
   error: [SluiceError];
+  /**
+   * Postgres is reachable again after 'error' events that said it was not (a
+   * ConnectionError): the worker's LISTEN connection is back. `downMs`: since the
+   * first of those errors.
+   */
+  reconnected: [{ downMs: number }];
 }
 
 /** Something that emits worker events: the Worker, as seen by logging and metrics. */

@@ -29,6 +29,7 @@ export function logWorkerEvents(worker: WorkerEmitter, workerId: string, logger:
     'leader:elected': () => logger.info(base, 'elected maintenance leader'),
     'leader:lost': () => logger.info(base, 'no longer maintenance leader'),
     error: (err: unknown) => logger.error({ ...base, err: errorFields(err) }, 'worker error'),
+    reconnected: (r: { downMs: number }) => logger.info({ ...base, downMs: Math.round(r.downMs) }, 'reconnected to Postgres'),
   } as const;
   for (const [event, listener] of Object.entries(listeners)) worker.on(event as 'error', listener as (e: unknown) => void);
   return () => {

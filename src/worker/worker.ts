@@ -10,6 +10,7 @@ import {
   isConnectionFailure,
   isNotMigrated,
   JobCancelledError,
+  ConnectionError,
   MigrationError,
   wrapDatabaseError,
 } from '../errors.js';
@@ -75,6 +76,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
    */
   private keepAlive: NodeJS.Timeout | undefined;
   private drained: (() => void) | undefined;
+  /** When the first connection error since Postgres was last reachable came (see reachable()). */
+  private unreachableSince: number | undefined;
   private readonly emitEvent: Emit = (event, ...args) =>
     void (this.emit as (e: string, ...a: unknown[]) => boolean)(event, ...args);
 
@@ -294,6 +297,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     notifier.on('listening', () => {
       void queueState.refresh();
       loop.wake();
+      this.reachable();
     });
     notifier.on('connectionError', (err) => this.reportError(err));
     // Resolve start() once LISTEN is in place, so a job enqueued right after is
@@ -333,6 +337,15 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
 
   private reportError(err: unknown): void {
     const wrapped = wrapDatabaseError(err, 'worker');
+    if (wrapped instanceof ConnectionError) this.unreachableSince ??= Date.now();
     if (this.listenerCount('error') > 0) this.emit('error', wrapped);
+  }
+
+  /** LISTEN is in place again: after connection errors, Postgres is back. */
+  private reachable(): void {
+    if (this.unreachableSince === undefined) return;
+    const downMs = Date.now() - this.unreachableSince;
+    this.unreachableSince = undefined;
+    this.emit('reconnected', { downMs });
   }
 }

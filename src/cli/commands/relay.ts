@@ -8,6 +8,7 @@ import { rabbitMqPublisher } from '../../outbox/publishers/rabbitmq.js';
 import type { BrokerPublisher } from '../../outbox/publishers/publisher.js';
 import type { MetricsServer } from '../../metrics/server.js';
 import { withDatabaseUntilStopped } from '../database.js';
+import { ErrorLines } from '../error-lines.js';
 import { FailureLines } from '../failure-lines.js';
 import { UsageError, formatTime, printJson } from '../output.js';
 import { collect, integer } from '../parse.js';
@@ -148,11 +149,13 @@ Examples:
           log('failure', { destination: f.destination, transient: f.transient, error: f.error.message }, process.stderr);
         });
         relay.events.on('published', (b) => failures.published(b));
+        const errors = new ErrorLines();
         relay.events.on('error', (err) => {
-          if (failures.shouldLogError(err)) log('error', { error: err.message }, process.stderr);
+          const line = errors.next(err.message);
+          if (line) log('error', { error: err.message, ...(line.repeated > 0 && line) }, process.stderr);
         });
         const wentThrough = () => {
-          if (failures.wentThrough()) log('recovered');
+          if (errors.wentThrough()) log('recovered');
         };
         for (const event of ['published', 'caughtUp', 'acquired'] as const) relay.events.on(event, wentThrough);
         // Before the relay connects: a missing prom-client or a taken port fails the command with nothing opened.

@@ -1,0 +1,46 @@
+/**
+ * WorkerLog, the lines `sluice worker` prints: a connection error once per
+ * outage, not per retry, without "error error:", and a line when Postgres is
+ * back (outside review 97: 31 lines in 4 s and no word of recovery).
+ */
+import { EventEmitter } from 'node:events';
+import { afterEach, describe, expect, it, vi } from 'vitest';
+import { WorkerLog } from '../../src/cli/worker-log.js';
+import { ConnectionError } from '../../src/errors.js';
+import type { Worker } from '../../src/worker/worker.js';
+
+afterEach(() => vi.restoreAllMocks());
+
+function captured(): string[] {
+  const lines: string[] = [];
+  const keep = (chunk: string | Uint8Array) => (lines.push(String(chunk).replace(/^\S+ /, '').trimEnd()), true);
+  vi.spyOn(process.stdout, 'write').mockImplementation(keep);
+  vi.spyOn(process.stderr, 'write').mockImplementation(keep);
+  return lines;
+}
+
+describe('WorkerLog', () => {
+  it('logs a repeated connection error once until the worker reconnects, then says so', () => {
+    const lines = captured();
+    const worker = new EventEmitter();
+    new WorkerLog(false).follow(worker as unknown as Worker);
+    const refused = new ConnectionError('worker: connect ECONNREFUSED 127.0.0.1:5432');
+    for (let i = 0; i < 5; i++) worker.emit('error', refused);
+    worker.emit('reconnected', { downMs: 4321.4 });
+    worker.emit('error', refused);
+    expect(lines).toEqual([
+      'error worker: connect ECONNREFUSED 127.0.0.1:5432',
+      'reconnected after=4321ms',
+      'error worker: connect ECONNREFUSED 127.0.0.1:5432',
+    ]);
+  });
+
+  it('names the jobs a stop handed back; not the hand-backs of a running worker', () => {
+    const lines = captured();
+    const worker = new EventEmitter();
+    new WorkerLog(false).follow(worker as unknown as Worker);
+    worker.emit('jobs:handed-back', [{ id: '7' }], { reason: 'overdue' });
+    worker.emit('jobs:handed-back', [{ id: '8' }, { id: '9' }], { reason: 'stopping' });
+    expect(lines).toEqual(['handed-back count=2 ids=8,9']);
+  });
+});
