@@ -144,6 +144,8 @@ describe('usage errors exit 2 with one line', () => {
       ['enqueue', 't', '--delay', '10'],
       /--delay.*needs a unit: 10ms for milliseconds, 10s for seconds/,
     ],
+    // Outside review 97: told it needed a unit.
+    ['negative duration', ['enqueue', 't', '--delay', '-5s'], /argument '-5s' is invalid\. must not be negative/],
     ['bad date', ['enqueue', 't', '--run-at', 'tomorrowish'], /must be an ISO 8601 date/],
     // JavaScript's Date took these (as 2001-12-01, and 2 March): outside review 69.
     ['a bare number as a date', ['enqueue', 't', '--run-at', '12'], /must be an ISO 8601 date/],

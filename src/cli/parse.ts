@@ -30,7 +30,9 @@ export function duration(value: string): number {
     throw new InvalidArgumentError(`needs a unit: ${trimmed}ms for milliseconds, ${trimmed}s for seconds`);
   }
   const parsed = ms(trimmed as ms.StringValue);
-  if (typeof parsed !== 'number' || !Number.isFinite(parsed) || parsed < 0) {
+  // Outside review 97: "-5s" was told it needs a unit.
+  if (typeof parsed === 'number' && parsed < 0) throw new InvalidArgumentError('must not be negative');
+  if (typeof parsed !== 'number' || !Number.isFinite(parsed)) {
     throw new InvalidArgumentError('must be a duration with a unit, like 500ms, 30s, 5m, 2h or 7d');
   }
   return parsed;
