@@ -134,6 +134,9 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
       ...['x', 'x', 'y'].map((group) => ({ task: 't', queue: 'tenants', group })),
       { task: 't', queue: 'tenants', group: 'z', delayMs: 3_600_000 },
       { task: 't', queue: 'plain-stats' },
+      // Outside review 94: a queue no worker has claimed from and with no group settings
+      // is not marked grouped yet, and its groups were left out.
+      ...['a', 'a', 'b'].map((group) => ({ task: 't', queue: 'fresh-groups', group })),
     ]);
     // One of x's jobs runs, and x may run one at a time: its other due job is held back.
     await db.pool.query(
@@ -146,6 +149,7 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     expect(table.code, table.stderr).toBe(0);
     expect(table.stdout).toMatch(/^GROUPED QUEUE\s+GROUPS\s+WITH DUE JOBS\s+WITH RUNNING JOBS\s+THROTTLED$/m);
     expect(table.stdout).toMatch(/^tenants\s+3\s+2\s+1\s+1$/m);
+    expect(table.stdout).toMatch(/^fresh-groups\s+2\s+2\s+0\s+0$/m);
     expect(table.stdout).not.toMatch(/^plain-stats\s+\d+\s+\d+\s+\d+\s+\d+$/m);
 
     const json = JSON.parse((await runCli(db.url, db.schema, ['stats', '--json'])).stdout) as {

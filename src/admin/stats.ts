@@ -3,6 +3,7 @@ import { ValidationError, wrapDatabaseError } from '../errors.js';
 import { listQueueLimits } from '../groups/settings.js';
 import { checks } from '../validate.js';
 import { adminStatements } from '../db/statements/admin.js';
+import { groupStatements } from '../db/statements/groups.js';
 import { getGroupStats } from './groups.js';
 import { knownOptions } from './input.js';
 
@@ -103,12 +104,17 @@ export async function getStats(
   };
 }
 
-/** The group counts of those of `queues` that are grouped, one read each. */
+/** The group counts of those of `queues` that are grouped or have grouped jobs waiting, one read each. */
 async function groupCounts(db: Queryable, schema: string, queues: StatsRow[]): Promise<Map<string, QueueGroupCounts>> {
   const shown = new Set(queues.map((q) => q.queue));
-  const grouped = (await listQueueLimits(db, schema)).filter((q) => q.grouped && shown.has(q.name));
+  const grouped = (await listQueueLimits(db, schema)).filter((q) => q.grouped && shown.has(q.name)).map((q) => q.name);
+  const others = [...shown].filter((name) => !grouped.includes(name));
+  if (others.length > 0) {
+    const found = await rows<{ name: string }>(db, groupStatements(schema).queuesWithGroupedJobs, [others]);
+    grouped.push(...found.map((r) => r.name));
+  }
   const counts = new Map<string, QueueGroupCounts>();
-  for (const { name } of grouped) {
+  for (const name of grouped) {
     // limit 1: only the totals are wanted, not the busiest groups.
     const g = await getGroupStats(db, schema, name, { limit: 1 });
     counts.set(name, { total: g.groups, withDue: g.groupsDue, withRunning: g.groupsRunning, throttled: g.throttled });

@@ -19,6 +19,7 @@ export interface GroupStatements {
   readonly listGroupSettings: string;
   readonly groupStats: string;
   readonly queueHasJobs: string;
+  readonly queuesWithGroupedJobs: string;
 }
 
 /** The group statements for one schema, built once per schema. */
@@ -152,5 +153,12 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
     // review 85), and `sluice stats` lists it.
     queueHasJobs: `SELECT EXISTS (SELECT FROM ${s}.jobs WHERE queue = $1)
         OR EXISTS (SELECT FROM ${s}.jobs_history WHERE queue = $1) AS found`,
+
+    // Which of the queues $1 have pending jobs with a group: a queue is marked
+    // grouped only when a worker first claims such a job or a group setting is
+    // made, and stats left out the groups of a backlog enqueued before that
+    // (outside review 94). One probe of jobs_group_dequeue_idx per queue.
+    queuesWithGroupedJobs: `SELECT q AS name FROM unnest($1::text[]) AS q
+      WHERE EXISTS (SELECT FROM ${s}.jobs j WHERE j.queue = q AND j.status = 'pending' AND j.group_key IS NOT NULL)`,
   };
 });
