@@ -5,7 +5,7 @@ import amqp from 'amqplib';
 import { OutboxRelay, natsPublisher, rabbitMqPublisher, type BrokerPublisher } from '../src/index.js';
 import { waitFor } from './helpers/database.js';
 import { AMQP_URL, NATS_URL, brokerAvailable, readStream, useNatsStream } from './helpers/brokers.js';
-import { useOutboxSchema } from './helpers/outbox.js';
+import { relayMessage, useOutboxSchema } from './helpers/outbox.js';
 import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 
 // A broker behind a network that goes silent (a blackhole: no error, no close).
@@ -170,18 +170,8 @@ describe('a broker that accepts connections and never answers', () => {
         : natsPublisher({
             servers: `nats://127.0.0.1:${port}`,
             ackTimeoutMs: 600_000,
-            connectOptions: { waitOnFirstConnect: false },
           });
-    const message = {
-      id: '1',
-      destination: 'd',
-      key: null,
-      headers: null,
-      payload: Buffer.from('x'),
-      createdAt: new Date(),
-      messageId: 'm:1',
-    };
-    const publishing = publisher.publish([message]);
+    const publishing = publisher.publish([relayMessage()]);
     try {
       await waitFor(() => sockets.length > 0, 'the connect under way');
       await publisher.close();

@@ -15,7 +15,7 @@ import {
   type RelayEventMap,
 } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
-import { MemoryBroker, messageIdOf } from './helpers/outbox.js';
+import { MemoryBroker, messageIdOf, relayMessage } from './helpers/outbox.js';
 import { runCli } from './helpers/cli.js';
 import { startGate } from './helpers/tcp-gate.js';
 
@@ -674,16 +674,7 @@ describe('relay: outside review 74', () => {
     // Port 1: nothing listens, so the connect is refused at once (no broker needed).
     const nats = natsPublisher({ servers: ['nats://relay:s3cret@127.0.0.1:1', 'nats://127.0.0.1:2'], ackTimeoutMs: 2_000 });
     try {
-      const message = {
-        id: '1',
-        destination: 'd',
-        key: null,
-        headers: null,
-        payload: Buffer.from('x'),
-        createdAt: new Date(),
-        messageId: 'm:1',
-      };
-      const [result] = await nats.publish([message]);
+      const [result] = await nats.publish([relayMessage()]);
       expect(result).toMatchObject({ ok: false, transient: true });
       const { message: text } = (result as { error: Error }).error;
       expect(text).toMatch(/^cannot reach NATS at nats:\/\/127\.0\.0\.1:1, nats:\/\/127\.0\.0\.1:2: /);

@@ -43,6 +43,19 @@ export class MemoryBroker implements BrokerPublisher {
   }
 }
 
+/** A message as a relay hands it to a publisher, for publishers tested alone. */
+export function relayMessage(): RelayMessage {
+  return {
+    id: '1',
+    destination: 'd',
+    key: null,
+    headers: null,
+    payload: Buffer.from('x'),
+    createdAt: new Date(),
+    messageId: 'm:1',
+  };
+}
+
 /** A schema of a test file's own with an Outbox on it: made before its tests, dropped after. */
 export function useOutboxSchema(prefix: string): { readonly db: TestDatabase; readonly outbox: Outbox } {
   let made: { db: TestDatabase; outbox: Outbox } | undefined;
