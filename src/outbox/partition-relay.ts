@@ -20,10 +20,10 @@ export function horizonDelay(passes: number, o: { horizonRetryMs: number; pollIn
 }
 
 /**
- * What a pass found: the next pass comes at once (more to do), soon (rows not yet
- * final; room for a lease that other partitions' acquires may not need), or after
- * the poll interval (idle) or half a lease (standby: another relay holds it, or
- * this process holds maxPartitions).
+ * What a pass found: the next pass comes at once (more to do); soon (horizon: rows
+ * not yet final; settling: this process's room for leases is filled by acquires
+ * still in flight, which may fail); after the poll interval (idle); or after half
+ * a lease (standby: another relay holds it, or this process holds maxPartitions).
  */
 type PassOutcome = 'more' | 'horizon' | 'idle' | 'standby' | 'settling';
 
