@@ -183,4 +183,22 @@ describe('a broker that accepts connections and never answers', () => {
     const [result] = await publishing;
     expect(result).toMatchObject({ ok: false, transient: true });
   });
+
+  // Outside review 98: ECONNRESET counted as NATS refusing the message, so messages the broker never saw became dead letters.
+  it.each(['rabbitmq', 'nats'] as const)('%s: a connection reset at connect is transient', async (kind) => {
+    const server = net.createServer((socket) => socket.resetAndDestroy());
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as net.AddressInfo;
+    const publisher =
+      kind === 'rabbitmq'
+        ? rabbitMqPublisher({ url: `amqp://guest:guest@127.0.0.1:${port}` })
+        : natsPublisher({ servers: `nats://127.0.0.1:${port}` });
+    try {
+      const [result] = await publisher.publish([relayMessage()]);
+      expect(result).toMatchObject({ ok: false, transient: true });
+    } finally {
+      await publisher.close();
+      server.close();
+    }
+  });
 });

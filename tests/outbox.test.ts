@@ -16,7 +16,7 @@ import {
 } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { MemoryBroker, messageIdOf, relayMessage } from './helpers/outbox.js';
-import { runCli } from './helpers/cli.js';
+import { runCli, spawnCli } from './helpers/cli.js';
 import { startGate } from './helpers/tcp-gate.js';
 
 let db: TestDatabase;
@@ -852,6 +852,33 @@ describe('relay: outside review 96', () => {
       expect(events).toEqual(['acquired 0', 'lost 0 expired', 'acquired 0']);
       await relay.stop();
     } finally {
+      await gate.close();
+    }
+  });
+
+  it('an idle sluice relay outlives a Postgres outage: it logs the error once and says when it has recovered (review 98)', async () => {
+    const d = freshDestination();
+    const gate = await startGate(new URL(db.url));
+    // Nothing to publish, so it never connects to NATS (nothing listens on port 1).
+    const cli = spawnCli(['relay', '--destination', d, '--nats-url', 'nats://127.0.0.1:1'], {
+      DATABASE_URL: gate.url,
+      SLUICE_SCHEMA: db.schema,
+    });
+    try {
+      await waitFor(() => cli.stdout().includes(`acquired destination=${d}`), 'the relay holding its partition');
+      gate.down();
+      await waitFor(() => / error error=/.test(cli.stderr()), 'the outage logged');
+      gate.up();
+      // Before, the process exited with code 13 once its connections were gone: nothing kept Node running.
+      await waitFor(() => / recovered\n/.test(cli.stdout()), 'the relay recovered', 30_000);
+      cli.child.kill('SIGTERM');
+      const result = await cli.exited;
+      expect(result.code, result.stderr).toBe(0);
+      // Each error once, though every pass of the outage failed.
+      const lines = result.stderr.split('\n').filter((l) => / error error=/.test(l));
+      expect(new Set(lines.map((l) => l.replace(/^\S+ /, ''))).size).toBe(lines.length);
+    } finally {
+      cli.child.kill('SIGKILL');
       await gate.close();
     }
   });

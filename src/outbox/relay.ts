@@ -44,6 +44,12 @@ export class OutboxRelay {
   private notifier: Notifier | undefined;
   private started = false;
   private stopped = false;
+  /**
+   * Keeps Node running from start() to stop(), as a Worker does: every other timer
+   * of the relay is unref'd, so an idle `sluice relay` exited (code 13, nothing
+   * logged) when a Postgres restart closed its connections (outside review 98).
+   */
+  private keepAlive: NodeJS.Timeout | undefined;
 
   constructor(options: OutboxRelayOptions) {
     this.options = resolveRelayOptions(options);
@@ -67,6 +73,7 @@ export class OutboxRelay {
     if (this.stopped) throw new ConfigError('OutboxRelay: start() after stop() (or a failed start); create a new OutboxRelay');
     if (this.started) return;
     this.started = true;
+    this.keepAlive = setInterval(() => {}, 2 ** 30);
     const o = this.options;
     const { connectionString, pool, sql, listenConnectionString } = this.connection;
     const total = o.destinations.reduce((n, d) => n + d.partitions, 0);
@@ -79,6 +86,7 @@ export class OutboxRelay {
       'sluice-relay',
     ).catch((err: unknown) => {
       this.started = false; // nothing was opened: start() may try again
+      clearInterval(this.keepAlive);
       throw wrapDatabaseError(err, 'OutboxRelay');
     });
     this.driver = driver;
@@ -137,6 +145,7 @@ export class OutboxRelay {
   /** Finishes the batches in flight, gives the leases up, closes the connections and the publisher. */
   async stop(): Promise<void> {
     this.stopped = true;
+    clearInterval(this.keepAlive);
     await Promise.all(this.cleanups.map((c) => c.loop.stop()));
     await Promise.all(this.relays.map((r) => r.stop()));
     await this.notifier?.stop();

@@ -29,8 +29,19 @@ export interface NatsPublisherOptions {
 
 // These mean the broker or the path to it is not there now, not that it refused
 // this message: 503 is "no responders" (JetStream down, or no stream listens on
-// the subject yet), 408 a JetStream request timeout.
+// the subject yet), 408 a JetStream request timeout; the E* codes are Node's
+// socket errors (outside review 98: ECONNRESET counted as a refusal, and messages
+// the broker never saw became dead letters).
 const TRANSIENT_CODES = new Set([
+  'ECONNRESET',
+  'ECONNREFUSED',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOTFOUND',
+  'EAI_AGAIN',
   'TIMEOUT',
   '503',
   '408',
@@ -156,7 +167,8 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
       try {
         c = await connect();
       } catch (err) {
-        return allFailed(messages.length, unreachable(err, options.servers), isTransientNatsError(err));
+        // Whatever stops a connect (a refusal, a reset, bad credentials) is no message's fault.
+        return allFailed(messages.length, unreachable(err, options.servers));
       }
       const results = await Promise.all(
         messages.map((m) => {
