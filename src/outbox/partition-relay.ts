@@ -1,5 +1,6 @@
 import { ConfigError } from '../errors.js';
 import { Loop } from '../lifecycle/loop.js';
+import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
 import type { BrokerPublisher, PublishResult } from './publishers/publisher.js';
 import type { ResolvedRelayOptions } from './relay-options.js';
 import type { RelayEvents } from './relay-events.js';
@@ -52,6 +53,8 @@ export class RelayPublishError extends Error {
  */
 export class PartitionRelay {
   private heldUntil = 0;
+  /** Fires when the lease runs out unrenewed: 'lost' is said then, as `held` turns false (see checkExpiry). */
+  private readonly expiry = new OneShotTimer(() => this.checkExpiry(), true);
   /** An acquire is in flight: counts against maxPartitions like a held lease. */
   acquiring = false;
   private watermark: Position = START;
@@ -105,6 +108,7 @@ export class PartitionRelay {
   /** Stops after the batch in flight; gives the lease up so another relay takes over at once. */
   async stop(): Promise<void> {
     await this.loop.stop();
+    this.expiry.clear();
     if (this.heldUntil > 0) {
       this.heldUntil = 0;
       await this.store.resign(this.destination, this.partition, this.options.relayId).catch(() => {});
@@ -158,7 +162,7 @@ export class PartitionRelay {
   private async holdLease(): Promise<'held' | 'standby' | 'settling'> {
     const { leaseMs, relayId } = this.options;
     if (Date.now() < this.heldUntil - leaseMs / 2) return 'held';
-    this.noteExpiry();
+    this.checkExpiry();
     if (!this.held) {
       const room = this.room();
       if (room !== 'free') return room === 'full' ? 'standby' : 'settling';
@@ -169,17 +173,28 @@ export class PartitionRelay {
       .acquire(this.destination, this.partition, this.partitions, relayId, leaseMs)
       .finally(() => (this.acquiring = false));
     this.reportLayout(other);
-    const wasHeld = this.heldUntil > 0;
     if (!watermark) {
-      if (wasHeld) this.lost('taken');
+      this.lost('taken');
       return 'standby';
     }
-    this.heldUntil = sentAt + leaseMs;
+    this.renewed(sentAt);
     // Only the holder moves the watermark, so the row's is the truth: equal to
     // ours while we held it throughout, newer when another relay held it meanwhile.
     this.watermark = watermark;
-    if (!wasHeld) this.events.emit('acquired', { destination: this.destination, partition: this.partition });
     return 'held';
+  }
+
+  /**
+   * The lease is this relay's until `sentAt` (when the statement that took or
+   * renewed it was sent) plus leaseMs; 'acquired' when it was not held (or was
+   * said lost while the statement was out).
+   */
+  private renewed(sentAt: number): void {
+    const wasHeld = this.heldUntil > 0;
+    this.heldUntil = sentAt + this.options.leaseMs;
+    this.expiry.clear();
+    this.expiry.arm(Math.max(0, this.heldUntil - Date.now()) + 1);
+    if (!wasHeld) this.events.emit('acquired', { destination: this.destination, partition: this.partition });
   }
 
   private async advance(to: Position, published: number): Promise<boolean> {
@@ -196,7 +211,7 @@ export class PartitionRelay {
       this.lost('taken');
       return false;
     }
-    this.heldUntil = sentAt + this.options.leaseMs;
+    this.renewed(sentAt);
     this.watermark = to;
     return true;
   }
@@ -219,18 +234,21 @@ export class PartitionRelay {
     this.reportedLayout = other;
   }
 
+  /** Said once per lease held: not again when its expiry was said while a renewal was out. */
   private lost(reason: 'taken' | 'expired'): void {
+    if (this.heldUntil === 0) return;
     this.heldUntil = 0;
+    this.expiry.clear();
     this.events.emit('lost', { destination: this.destination, partition: this.partition, reason });
   }
 
   /**
    * A lease that ran out before this relay could renew it (Postgres unreachable
-   * longer than leaseMs) is lost, and said so: another relay may have taken it
-   * meanwhile. Taken again, it is 'acquired' again (outside review 96: after an
-   * outage partitions changed hands without either event).
+   * longer than leaseMs, the process stalled) is lost, and said so at once, so
+   * that `holding` and the events agree: another relay may take it. Taken again,
+   * it is 'acquired' again (outside reviews 96 and 98).
    */
-  private noteExpiry(): void {
+  checkExpiry(): void {
     if (this.heldUntil > 0 && !this.held) this.lost('expired');
   }
 
@@ -295,7 +313,7 @@ export class PartitionRelay {
       this.lost('taken');
       return false;
     }
-    this.heldUntil = sentAt + leaseMs;
+    this.renewed(sentAt);
     this.watermark = at;
     this.failing.delete(message.id);
     this.events.emit('deadLetter', { ...info, attempts });
@@ -310,7 +328,7 @@ export class PartitionRelay {
   }
 
   private failed(err: unknown): void {
-    this.noteExpiry();
+    this.checkExpiry();
     // A refused message was already reported as a 'failure' event.
     if (err instanceof RelayPublishError) return;
     this.events.reportError(err);

@@ -29,10 +29,12 @@ export interface RelayEventMap {
   /** This relay took a partition's lease. */
   acquired: [PartitionInfo];
   /**
-   * This relay no longer holds a partition's lease: 'taken', another relay holds
-   * it (this one's had expired); 'expired', this relay could not renew it in time
-   * (Postgres unreachable longer than leaseMs), so another may take it. It stops
-   * publishing that partition until it takes the lease again ('acquired').
+   * This relay no longer holds a partition's lease: 'expired', it ran out before
+   * this relay renewed it (Postgres unreachable longer than leaseMs, the process
+   * stalled), said when it runs out, whether or not another relay takes it then;
+   * 'taken', a renewal found another relay holding it though this relay's own
+   * clock still gave it time. It stops publishing that partition until it takes
+   * the lease again ('acquired'). `holding` always agrees with these events.
    */
   lost: [PartitionInfo & { reason: 'taken' | 'expired' }];
   failure: [FailureInfo];

@@ -61,6 +61,8 @@ export class OutboxRelay {
 
   /** Partitions this relay holds now. */
   get holding(): PartitionInfo[] {
+    // A lease that ran out is said lost first, so this list and the events agree.
+    for (const r of this.relays) r.checkExpiry();
     return this.relays.filter((r) => r.held).map((r) => ({ destination: r.destination, partition: r.partition }));
   }
 
