@@ -893,4 +893,20 @@ describe('relay: outside review 96', () => {
       await gate.close();
     }
   });
+
+  it('retries a refused message alone: the messages behind it go once with its first try and once after it (review 98)', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    broker.refuse = (m) => m.payload.toString() === 'poison';
+    const relay = startRelay(broker, [d], { maxAttempts: 3, batchSize: 100 });
+    const dead: string[] = [];
+    relay.events.on('deadLetter', (x) => dead.push(x.messageId));
+    const ids = await outbox.publishMany(['a', 'poison', 'b', 'c'].map((payload) => ({ destination: d, payload, key: 'k' })));
+    await relay.start();
+    await waitFor(() => dead.length === 1 && broker.stored.length === 3, 'the poison dead-lettered and the rest published');
+    const tries = await Promise.all(ids.map(async (id) => broker.attempts.get(await messageIdOf(db, id))));
+    // Before: b and c went with each of the poison's three tries.
+    expect(tries).toEqual([1, 3, 2, 2]);
+    expect(broker.ofKey('k')).toEqual(['a', 'b', 'c']);
+  });
 });

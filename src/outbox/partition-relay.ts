@@ -58,6 +58,8 @@ export class PartitionRelay {
   /** An acquire is in flight: counts against maxPartitions like a held lease. */
   acquiring = false;
   private watermark: Position = START;
+  /** A message refused and to be tried again: it goes alone until it is through (see alone()). */
+  private retrying: string | undefined;
   /** Ids with a failure row, cleared once they are published. */
   private failing = new Set<string>();
   private readonly loop: Loop<PassOutcome>;
@@ -133,17 +135,18 @@ export class PartitionRelay {
     if (lease !== 'held') return lease;
     let window = await this.fetch(this.watermark);
     while (window.end && !signal.aborted) {
+      const { batch, end } = this.retrying === undefined ? { batch: window, end: window.end } : this.alone(window, window.end);
       // The next window, read while the broker acks this one; dropped when this one fails.
-      const end = window.end;
       const next = this.fetch(end);
       next.catch(() => {});
-      const results = window.messages.length > 0 ? await unlessStopped(this.publisher.publish(window.messages), signal) : [];
+      const results = batch.messages.length > 0 ? await unlessStopped(this.publisher.publish(batch.messages), signal) : [];
       // Stopped with acks still out (a silent broker would hold stop() for the ack
       // timeout): the batch stays unrecorded, to be published again by whichever
       // relay goes on (JetStream drops it as a duplicate).
       if (!results) return 'idle';
-      if (!(await this.record(window, results, end))) return 'standby';
-      if (this.failing.size > 0) await this.clearFailures(window);
+      if (!(await this.record(batch, results, end))) return 'standby';
+      this.retrying = undefined;
+      if (this.failing.size > 0) await this.clearFailures(batch);
       if (!this.held) return 'standby';
       window = await next;
     }
@@ -151,6 +154,23 @@ export class PartitionRelay {
     const behindHorizon = await this.store.beyondHorizon(this.destination, this.watermark);
     this.events.emit('caughtUp', { destination: this.destination, partition: this.partition, behindHorizon });
     return behindHorizon ? 'horizon' : 'idle';
+  }
+
+  /**
+   * The window cut to the refused message at its head, which goes alone until the
+   * broker takes it or it is a dead letter: sent with the messages behind it, those
+   * went again with every try (outside review 98: each message behind one refusal
+   * delivered 10 times to RabbitMQ at maxAttempts 10). They went once with its
+   * first try and go once more after it.
+   */
+  private alone(window: Window, end: Position): { batch: Window; end: Position } {
+    const first = window.messages[0];
+    if (!first || first.id !== this.retrying) {
+      this.retrying = undefined; // no longer at the head (a dead letter made elsewhere)
+      return { batch: window, end };
+    }
+    const head = window.positions[0]!;
+    return { batch: { messages: [first], positions: [head], end: head }, end: head };
   }
 
   private fetch(after: Position): Promise<Window> {
@@ -238,6 +258,7 @@ export class PartitionRelay {
   private lost(reason: 'taken' | 'expired'): void {
     if (this.heldUntil === 0) return;
     this.heldUntil = 0;
+    this.retrying = undefined;
     this.expiry.clear();
     this.events.emit('lost', { destination: this.destination, partition: this.partition, reason });
   }
@@ -301,6 +322,7 @@ export class PartitionRelay {
     this.failing.add(message.id);
     this.events.emit('failure', { ...info, transient: false, attempts });
     if (attempts < this.options.maxAttempts && !result.unsendable) {
+      this.retrying = message.id;
       throw new RelayPublishError(
         `${this.publisher.name} refused message ${message.messageId} (try ${attempts} of ${this.options.maxAttempts}): ${result.error.message}`,
         false,
