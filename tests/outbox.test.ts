@@ -171,6 +171,12 @@ describe('publish', () => {
     await expect(outbox.publish(d, 'x', { headers: { h: 'v'.repeat(32 * 1024) } })).rejects.toThrow(
       /^publish: its headers take 32773 bytes, more than the 32768 allowed$/,
     );
+    // Review 98: AMQP's limit on a header name.
+    await expect(outbox.publish(d, 'x', { headers: { ['n'.repeat(256)]: 'v' } })).rejects.toThrow(
+      /^publish: header name "n{20}…" is longer than 255 bytes$/,
+    );
+    await outbox.publish(d, 'x', { headers: { ['n'.repeat(255)]: 'v' } });
+    await db.pool.query(`DELETE FROM ${db.s}.outbox WHERE destination = $1`, [d]);
     expect(await count('outbox', d)).toBe(0);
     // Exactly at both limits: 100 headers; h0-h98 take 10 × 7 + 89 × 8 bytes ("h0: v\r\n"), h the rest.
     await outbox.publish(d, 'x', { headers: { ...headers(99), h: 'v'.repeat(32 * 1024 - 782 - 5) } });
@@ -214,6 +220,7 @@ describe('publish', () => {
         /^publish: it has 101 headers, more than the 100 allowed$/,
       ],
       [JSON.stringify({ h: 'v'.repeat(32 * 1024) }), /^publish: its headers take 32773 bytes, more than the 32768 allowed$/],
+      [JSON.stringify({ ['n'.repeat(256)]: 'v' }), /^publish: header name "n{20}…" is longer than 255 bytes$/],
     ];
     const cases: [string, string, RegExp][] = [
       ...bad.map(([headers, message]): [string, string, RegExp] => ['k', headers, message]),

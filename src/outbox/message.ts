@@ -43,13 +43,19 @@ export const RELAY_HEADER_BYTES = 256;
  */
 export const MAX_HEADERS = 100;
 export const MAX_HEADER_BYTES = 32 * 1024;
+/** AMQP carries a header name as a short string (outside review 98: a 300-character name passed, then amqplib refused it). */
+export const MAX_HEADER_NAME_BYTES = 255;
 
 /** Why `headers` are too many or too large for a message, or undefined. */
 export function headersProblem(headers: Record<string, unknown>): string | undefined {
   const entries = Object.entries(headers);
   if (entries.length > MAX_HEADERS) return `it has ${entries.length} headers, more than the ${MAX_HEADERS} allowed`;
   let bytes = 0;
-  for (const [name, value] of entries) bytes += headerBytes(name, typeof value === 'string' ? value : '');
+  for (const [name, value] of entries) {
+    if (Buffer.byteLength(name) > MAX_HEADER_NAME_BYTES)
+      return `header name ${JSON.stringify(name.slice(0, 20) + '…')} is longer than ${MAX_HEADER_NAME_BYTES} bytes`;
+    bytes += headerBytes(name, typeof value === 'string' ? value : '');
+  }
   if (bytes > MAX_HEADER_BYTES) return `its headers take ${bytes} bytes, more than the ${MAX_HEADER_BYTES} allowed`;
   return undefined;
 }
