@@ -196,6 +196,9 @@ describe('a broker that accepts connections and never answers', () => {
     try {
       const [result] = await publisher.publish([relayMessage()]);
       expect(result).toMatchObject({ ok: false, transient: true });
+      // Review 99: RabbitMQ's said only "read ECONNRESET". Without the password.
+      const { message } = (result as { error: Error }).error;
+      expect(message).toMatch(new RegExp(`^cannot reach (RabbitMQ at amqp|NATS at nats)://127\\.0\\.0\\.1:${port}: `));
     } finally {
       await publisher.close();
       server.close();

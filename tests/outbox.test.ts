@@ -868,7 +868,10 @@ describe('relay: outside review 96', () => {
       }
       expect(events).toEqual(['acquired 0', 'lost 0 expired', 'acquired 0']);
       expect(disagreements).toEqual([]);
+      // Review 99: stop() emptied `holding` without a word.
       await relay.stop();
+      expect(events.at(-1)).toBe('lost 0 stopped');
+      expect(relay.holding).toEqual([]);
     } finally {
       await gate.close();
     }
@@ -901,19 +904,24 @@ describe('relay: outside review 96', () => {
     }
   });
 
-  it('retries a refused message alone: the messages behind it go once with its first try and once after it (review 98)', async () => {
+  it('does not send again what the broker took behind messages being retried (reviews 98 and 99)', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();
-    broker.refuse = (m) => m.payload.toString() === 'poison';
+    broker.refuse = (m) => m.payload.toString().startsWith('poison');
     const relay = startRelay(broker, [d], { maxAttempts: 3, batchSize: 100 });
     const dead: string[] = [];
     relay.events.on('deadLetter', (x) => dead.push(x.messageId));
-    const ids = await outbox.publishMany(['a', 'poison', 'b', 'c'].map((payload) => ({ destination: d, payload, key: 'k' })));
+    let published = 0;
+    relay.events.on('published', (b) => (published += b.count));
+    const payloads = ['a', 'poison-1', 'b', 'poison-2', 'c'];
+    const ids = await outbox.publishMany(payloads.map((payload) => ({ destination: d, payload, key: 'k' })));
     await relay.start();
-    await waitFor(() => dead.length === 1 && broker.stored.length === 3, 'the poison dead-lettered and the rest published');
+    await waitFor(() => dead.length === 2 && published === 3, 'both poisons dead-lettered and the rest published');
     const tries = await Promise.all(ids.map(async (id) => broker.attempts.get(await messageIdOf(db, id))));
-    // Before: b and c went with each of the poison's three tries.
-    expect(tries).toEqual([1, 3, 2, 2]);
+    // Before: b and c went with each try of each poison. poison-2 rides along with
+    // poison-1's tries (counted against poison-1 only), then has three of its own.
+    expect(tries).toEqual([1, 3, 1, 5, 1]);
     expect(broker.ofKey('k')).toEqual(['a', 'b', 'c']);
+    expect(broker.duplicates).toBe(0);
   });
 });

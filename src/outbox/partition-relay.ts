@@ -1,7 +1,7 @@
 import { ConfigError } from '../errors.js';
 import { Loop } from '../lifecycle/loop.js';
 import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
-import type { BrokerPublisher, PublishResult } from './publishers/publisher.js';
+import type { BrokerPublisher, PublishResult, RelayMessage } from './publishers/publisher.js';
 import type { ResolvedRelayOptions } from './relay-options.js';
 import type { RelayEvents } from './relay-events.js';
 import { START, type Position, type RelayStore, type Window } from './relay-store.js';
@@ -58,8 +58,11 @@ export class PartitionRelay {
   /** An acquire is in flight: counts against maxPartitions like a held lease. */
   acquiring = false;
   private watermark: Position = START;
-  /** A message refused and to be tried again: it goes alone until it is through (see alone()). */
-  private retrying: string | undefined;
+  /**
+   * Messages past the watermark that the broker has acked, held back from it by a
+   * message before them that is being retried: not sent again (see publishNew).
+   */
+  private readonly ahead = new Set<string>();
   /** Ids with a failure row, cleared once they are published. */
   private failing = new Set<string>();
   private readonly loop: Loop<PassOutcome>;
@@ -110,9 +113,9 @@ export class PartitionRelay {
   /** Stops after the batch in flight; gives the lease up so another relay takes over at once. */
   async stop(): Promise<void> {
     await this.loop.stop();
-    this.expiry.clear();
     if (this.heldUntil > 0) {
-      this.heldUntil = 0;
+      // Said, so that `holding` and the events agree to the end (outside review 99).
+      this.lost('stopped');
       await this.store.resign(this.destination, this.partition, this.options.relayId).catch(() => {});
     }
   }
@@ -135,18 +138,18 @@ export class PartitionRelay {
     if (lease !== 'held') return lease;
     let window = await this.fetch(this.watermark);
     while (window.end && !signal.aborted) {
-      const { batch, end } = this.retrying === undefined ? { batch: window, end: window.end } : this.alone(window, window.end);
       // The next window, read while the broker acks this one; dropped when this one fails.
+      const end = window.end;
       const next = this.fetch(end);
       next.catch(() => {});
-      const results = batch.messages.length > 0 ? await unlessStopped(this.publisher.publish(batch.messages), signal) : [];
+      const results = window.messages.length > 0 ? await unlessStopped(this.publishNew(window.messages), signal) : [];
       // Stopped with acks still out (a silent broker would hold stop() for the ack
       // timeout): the batch stays unrecorded, to be published again by whichever
       // relay goes on (JetStream drops it as a duplicate).
       if (!results) return 'idle';
-      if (!(await this.record(batch, results, end))) return 'standby';
-      this.retrying = undefined;
-      if (this.failing.size > 0) await this.clearFailures(batch);
+      if (!(await this.record(window, results, end))) return 'standby';
+      if (this.ahead.size > 0) for (const m of window.messages) this.ahead.delete(m.id);
+      if (this.failing.size > 0) await this.clearFailures(window);
       if (!this.held) return 'standby';
       window = await next;
     }
@@ -157,20 +160,18 @@ export class PartitionRelay {
   }
 
   /**
-   * The window cut to the refused message at its head, which goes alone until the
-   * broker takes it or it is a dead letter: sent with the messages behind it, those
-   * went again with every try (outside review 98: each message behind one refusal
-   * delivered 10 times to RabbitMQ at maxAttempts 10). They went once with its
-   * first try and go once more after it.
+   * Publishes the messages the broker does not have yet; those in `ahead` count as
+   * published without being sent. A refused message is retried with the batch
+   * behind it, and that batch went to the broker again with every try (outside
+   * reviews 98 and 99: 10 deliveries each to RabbitMQ at maxAttempts 10, and more
+   * with each further refusal).
    */
-  private alone(window: Window, end: Position): { batch: Window; end: Position } {
-    const first = window.messages[0];
-    if (!first || first.id !== this.retrying) {
-      this.retrying = undefined; // no longer at the head (a dead letter made elsewhere)
-      return { batch: window, end };
-    }
-    const head = window.positions[0]!;
-    return { batch: { messages: [first], positions: [head], end: head }, end: head };
+  private async publishNew(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
+    if (this.ahead.size === 0) return this.publisher.publish(messages);
+    const fresh = messages.filter((m) => !this.ahead.has(m.id));
+    const sent = fresh.length > 0 ? await this.publisher.publish(fresh) : [];
+    let next = 0;
+    return messages.map((m): PublishResult => (this.ahead.has(m.id) ? { ok: true } : sent[next++]!));
   }
 
   private fetch(after: Position): Promise<Window> {
@@ -255,10 +256,11 @@ export class PartitionRelay {
   }
 
   /** Said once per lease held: not again when its expiry was said while a renewal was out. */
-  private lost(reason: 'taken' | 'expired'): void {
+  private lost(reason: 'taken' | 'expired' | 'stopped'): void {
     if (this.heldUntil === 0) return;
     this.heldUntil = 0;
-    this.retrying = undefined;
+    // Whoever holds the lease next sends them again (as after a crash).
+    this.ahead.clear();
     this.expiry.clear();
     this.events.emit('lost', { destination: this.destination, partition: this.partition, reason });
   }
@@ -277,9 +279,10 @@ export class PartitionRelay {
    * Records what the broker took, in order: the watermark moves over each run of
    * accepted messages, and a refused one is retried (the pass throws) or becomes a
    * dead letter. After a dead letter the messages the broker took behind it are
-   * recorded too, not sent again (outside review 96: each refusal mid-batch sent
-   * the rest of the batch to RabbitMQ once more, 9 messages delivered 34 times).
-   * False when the lease was lost.
+   * recorded too; while it is retried they are kept in `ahead`. Either way they are
+   * not sent again (outside review 96: each refusal mid-batch sent the rest of the
+   * batch to RabbitMQ once more, 9 messages delivered 34 times). False when the
+   * lease was lost.
    */
   private async record(window: Window, results: readonly PublishResult[], end: Position): Promise<boolean> {
     let from = 0; // the first message not recorded yet
@@ -287,6 +290,8 @@ export class PartitionRelay {
       const result = results[i]!;
       if (result.ok) continue;
       if (i > from && !(await this.recordPublished(window, from, i, window.positions[i - 1]!))) return false;
+      // Retried (the call throws): what the broker took behind it stays there.
+      for (let j = i + 1; j < results.length; j++) if (results[j]!.ok) this.ahead.add(window.messages[j]!.id);
       if (!(await this.refused(window, i, result))) return false;
       from = i + 1;
     }
@@ -322,7 +327,6 @@ export class PartitionRelay {
     this.failing.add(message.id);
     this.events.emit('failure', { ...info, transient: false, attempts });
     if (attempts < this.options.maxAttempts && !result.unsendable) {
-      this.retrying = message.id;
       throw new RelayPublishError(
         `${this.publisher.name} refused message ${message.messageId} (try ${attempts} of ${this.options.maxAttempts}): ${result.error.message}`,
         false,

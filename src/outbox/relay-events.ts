@@ -33,10 +33,11 @@ export interface RelayEventMap {
    * this relay renewed it (Postgres unreachable longer than leaseMs, the process
    * stalled), said when it runs out, whether or not another relay takes it then;
    * 'taken', a renewal found another relay holding it though this relay's own
-   * clock still gave it time. It stops publishing that partition until it takes
-   * the lease again ('acquired'). `holding` always agrees with these events.
+   * clock still gave it time; 'stopped', stop() gave it up. It stops publishing
+   * that partition until it takes the lease again ('acquired'). `holding` always
+   * agrees with these events.
    */
-  lost: [PartitionInfo & { reason: 'taken' | 'expired' }];
+  lost: [PartitionInfo & { reason: 'taken' | 'expired' | 'stopped' }];
   failure: [FailureInfo];
   /** A message refused maxAttempts times moved to outbox_dead_letters. */
   deadLetter: [Omit<FailureInfo, 'transient'>];

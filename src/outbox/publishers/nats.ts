@@ -9,6 +9,7 @@ import {
   CLOSE_TIMEOUT_MS,
   openedBy,
   publisherOptions,
+  unreachable,
   type BrokerPublisher,
   type PublishResult,
   type RelayMessage,
@@ -82,16 +83,6 @@ function explained(err: unknown, subject: string): Error {
   return new Error(`no JetStream stream captures subject "${subject}", or JetStream is not running (503, no responders)`, {
     cause: error,
   });
-}
-
-/**
- * nats.js names only the code of a failed connect ("CONNECTION_REFUSED"): name the
- * servers too, without any password in their URLs (outside review 95).
- */
-function unreachable(err: unknown, servers: string | string[] | undefined): Error {
-  const error = asError(err);
-  const where = [servers ?? 'nats://127.0.0.1:4222'].flat().map((url) => url.replace(/\/\/[^/@]*@/, '//'));
-  return new Error(`cannot reach NATS at ${where.join(', ')}: ${error.message}`, { cause: error });
 }
 
 interface Connected {
@@ -168,7 +159,7 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
         c = await connect();
       } catch (err) {
         // Whatever stops a connect (a refusal, a reset, bad credentials) is no message's fault.
-        return allFailed(messages.length, unreachable(err, options.servers));
+        return allFailed(messages.length, unreachable('NATS', err, options.servers ?? 'nats://127.0.0.1:4222'));
       }
       const results = await Promise.all(
         messages.map((m) => {

@@ -104,6 +104,18 @@ export function openedBy<T>(pending: Promise<T> | undefined, deadline: number, l
   return opened.catch(() => undefined);
 }
 
+/**
+ * A failed connect, naming the broker's URLs without any password in them: the
+ * client libraries name only the code ("CONNECTION_REFUSED", "read ECONNRESET";
+ * outside reviews 95 and 99).
+ */
+export function unreachable(broker: string, err: unknown, urls: string | string[]): Error {
+  if (err instanceof ConfigError) return err; // a missing client library says so itself
+  const error = asError(err);
+  const where = [urls].flat().map((url) => url.replace(/\/\/[^/@]*@/, '//'));
+  return new Error(`cannot reach ${broker} at ${where.join(', ')}: ${error.message}`, { cause: error });
+}
+
 /** The error a rejected promise carried, as an Error. */
 export function asError(err: unknown): Error {
   return err instanceof Error ? err : new Error(String(err));

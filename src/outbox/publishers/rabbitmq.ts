@@ -8,6 +8,7 @@ import {
   CLOSE_TIMEOUT_MS,
   openedBy,
   publisherOptions,
+  unreachable,
   type BrokerPublisher,
   type PublishResult,
   type RelayMessage,
@@ -59,6 +60,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     [],
   );
   const exchange = options.exchange ?? '';
+  const url = options.url ?? 'amqp://guest:guest@127.0.0.1:5672';
   const keyHeader = options.keyHeader === undefined ? 'sluice-key' : options.keyHeader;
   let connecting: Promise<Connected> | undefined;
   let active: Connected | undefined;
@@ -66,7 +68,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
   const connect = (): Promise<Connected> =>
     (connecting ??= (async () => {
       const amqp = await importPeer('amqplib', 'The RabbitMQ relay', () => import('amqplib'));
-      const model = await amqp.connect(options.url ?? 'amqp://guest:guest@127.0.0.1:5672', {
+      const model = await amqp.connect(url, {
         timeout: confirmTimeoutMs,
       });
       const channel = await timeLimit(
@@ -156,7 +158,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       try {
         c = await connect();
       } catch (err) {
-        return allFailed(messages.length, asError(err));
+        return allFailed(messages.length, unreachable('RabbitMQ', err, url));
       }
       // No confirm within the timeout: the connection is silent (a network
       // blackhole sends neither an error nor a close), so it is given up, its
