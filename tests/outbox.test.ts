@@ -924,4 +924,40 @@ describe('relay: outside review 96', () => {
     expect(broker.ofKey('k')).toEqual(['a', 'b', 'c']);
     expect(broker.duplicates).toBe(0);
   });
+
+  it('keeps its lease while it retries a refused message: the backoff stays under a third of the lease (review 100)', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    broker.refuse = (m) => m.payload.toString() === 'poison';
+    // Uncapped, the tries after 400 ms came after the 600 ms lease had run out.
+    const relay = startRelay(broker, [d], { leaseMs: 600, retry: { minMs: 50, maxMs: 30_000 }, maxAttempts: 6 });
+    const lost: string[] = [];
+    relay.events.on('lost', (p) => lost.push(p.reason));
+    const dead: string[] = [];
+    relay.events.on('deadLetter', (x) => dead.push(x.messageId));
+    const ids = await outbox.publishMany(['poison', 'b'].map((payload) => ({ destination: d, payload, key: 'k' })));
+    await relay.start();
+    await waitFor(() => dead.length === 1 && broker.stored.length === 1, 'the poison dead-lettered and b published');
+    expect(lost).toEqual([]);
+    expect(broker.attempts.get(await messageIdOf(db, ids[1]!))).toBe(1);
+  });
+
+  it('stop() while start() is still under way: start() settles quietly and nothing is left running (review 100)', async () => {
+    for (const delayMs of [0, 2, 5, 10, 15, 20]) {
+      // Its own pool, which stop() ends: the errors came from using it after that.
+      const relay = startRelay(new MemoryBroker(), [freshDestination()], {
+        partitions: 4,
+        pool: undefined,
+        connectionString: db.url,
+      });
+      const errors: Error[] = [];
+      relay.events.on('error', (err) => errors.push(err));
+      const starting = relay.start();
+      await new Promise((resolve) => setTimeout(resolve, delayMs));
+      await relay.stop();
+      await expect(starting).resolves.toBeUndefined();
+      expect(errors).toEqual([]);
+      expect(relay.holding).toEqual([]);
+    }
+  });
 });

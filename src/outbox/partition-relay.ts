@@ -34,6 +34,21 @@ export type LeaseRoom = 'free' | 'full' | 'settling';
 /** The wait before a partition looks again for room that acquires in flight may leave. */
 const SETTLING_MS = 100;
 
+/**
+ * The relay's retry backoff, capped at a third of the lease: each retry renews the
+ * lease first (holdLease), so a partition keeps it while it retries. With the
+ * default 30 s cap, a refused message's later tries came after the 10 s lease had
+ * run out: the relay lost its partition between tries, and another relay (or it,
+ * taking it back) sent again what the broker already had (outside review 100).
+ */
+export function leaseKeepingBackoff(o: { retry: { minMs: number; maxMs: number }; leaseMs: number }): {
+  minMs: number;
+  maxMs: number;
+} {
+  const cap = Math.floor(o.leaseMs / 3);
+  return { minMs: Math.min(o.retry.minMs, cap), maxMs: Math.min(o.retry.maxMs, cap) };
+}
+
 /** A message refused by the broker, or a broker that cannot be reached: the pass fails and the loop backs off. */
 export class RelayPublishError extends Error {
   constructor(
@@ -86,7 +101,7 @@ export class PartitionRelay {
       pass: (signal) => this.pass(signal),
       intervalMs: (outcome) => this.delayAfter(outcome),
       jitter: [0.8, 1.2],
-      backoff: options.retry,
+      backoff: leaseKeepingBackoff(options),
       onError: (err) => this.failed(err),
     });
   }

@@ -91,6 +91,11 @@ export class OutboxRelay {
       clearInterval(this.keepAlive);
       throw wrapDatabaseError(err, 'OutboxRelay');
     });
+    if (this.stopped) {
+      // stop() came while connecting, and found nothing to close.
+      await driver.end();
+      return;
+    }
     this.driver = driver;
     const store = new RelayStore(driver, outboxStatements(o.schema), o.preparedStatements);
     try {
@@ -107,11 +112,14 @@ export class OutboxRelay {
         }
       }
     } catch (err) {
+      // stop() called meanwhile ended the pool under this start: it stops quietly.
+      if (this.stopped) return;
       await this.stop();
       if (isNotMigrated(err))
         throw new ConfigError(`OutboxRelay: schema "${o.schema}" has no outbox; run sluice migrate`, { cause: err });
       throw wrapDatabaseError(err, 'OutboxRelay');
     }
+    if (this.stopped) return; // stop() came while the destinations were registered
     const room = (): LeaseRoom => {
       const held = this.relays.filter((r) => r.held).length;
       if (held >= o.maxPartitions) return 'full';
