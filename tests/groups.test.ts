@@ -915,4 +915,17 @@ describe('groups: metrics', () => {
     expect(text).toContain(`sluice_group_jobs{${labels},group="a",state="running"} 1`);
     expect(text).not.toContain(`${labels},group="b"`);
   });
+
+  it('reports the groups of a queue whose grouped jobs no worker has claimed yet', async () => {
+    // Not marked grouped: no worker has claimed from it and it has no group settings.
+    await t.queue.enqueueMany(['a', 'a', 'b'].map((group) => ({ task: 't', queue: 'gunmarked', group })));
+    await t.queue.enqueue('t', {}, { queue: 'gplain' });
+    expect((await listQueueLimits(t.db.pool, t.db.schema)).find((q) => q.name === 'gunmarked')?.grouped).not.toBe(true);
+    const metrics = new SluiceMetrics();
+    watchGroups(metrics, t.db.schema, t.db.pool, { top: 5 });
+    const text = await metrics.text();
+    expect(text).toContain(`sluice_queue_groups{schema="${t.db.schema}",queue="gunmarked"} 2`);
+    expect(text).toContain(`sluice_group_jobs{schema="${t.db.schema}",queue="gunmarked",group="a",state="due"} 2`);
+    expect(text).not.toContain(`queue="gplain"`);
+  });
 });

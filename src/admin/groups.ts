@@ -1,6 +1,7 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { groupStatements } from '../db/statements/groups.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
+import { listQueueLimits } from '../groups/settings.js';
 import { checks } from '../validate.js';
 import { knownOptions } from './input.js';
 
@@ -92,4 +93,26 @@ export async function getGroupStats(
       }) => group,
     ),
   };
+}
+
+/**
+ * Which queues have groups to show: those marked grouped (or, with
+ * `rateLimited`, rate-limited) and those with grouped pending jobs that no worker
+ * has claimed yet (a queue is marked grouped only at its first grouped claim or
+ * group setting, and stats and metrics left out the groups of a backlog enqueued
+ * before that: outside review 94). Only queues in `among`, when given.
+ */
+export async function queuesWithGroups(
+  db: Queryable,
+  schema: string,
+  options: { among?: ReadonlySet<string>; rateLimited?: boolean } = {},
+): Promise<string[]> {
+  const { among, rateLimited = false } = options;
+  const known = (await listQueueLimits(db, schema)).filter((q) => !among || among.has(q.name));
+  const marked = known.filter((q) => q.grouped || (rateLimited && q.rateLimit !== null)).map((q) => q.name);
+  const statements = groupStatements(schema);
+  const found = among
+    ? await rows<{ name: string }>(db, statements.queuesWithGroupedJobs, [[...among].filter((n) => !marked.includes(n))])
+    : await rows<{ name: string }>(db, statements.allQueuesWithGroupedJobs);
+  return [...marked, ...found.map((r) => r.name).filter((name) => !marked.includes(name))];
 }

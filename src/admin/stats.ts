@@ -1,10 +1,8 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
-import { listQueueLimits } from '../groups/settings.js';
 import { checks } from '../validate.js';
 import { adminStatements } from '../db/statements/admin.js';
-import { groupStatements } from '../db/statements/groups.js';
-import { getGroupStats } from './groups.js';
+import { getGroupStats, queuesWithGroups } from './groups.js';
 import { knownOptions } from './input.js';
 
 const { checkName, intOption } = checks(ValidationError);
@@ -106,13 +104,7 @@ export async function getStats(
 
 /** The group counts of those of `queues` that are grouped or have grouped jobs waiting, one read each. */
 async function groupCounts(db: Queryable, schema: string, queues: StatsRow[]): Promise<Map<string, QueueGroupCounts>> {
-  const shown = new Set(queues.map((q) => q.queue));
-  const grouped = (await listQueueLimits(db, schema)).filter((q) => q.grouped && shown.has(q.name)).map((q) => q.name);
-  const others = [...shown].filter((name) => !grouped.includes(name));
-  if (others.length > 0) {
-    const found = await rows<{ name: string }>(db, groupStatements(schema).queuesWithGroupedJobs, [others]);
-    grouped.push(...found.map((r) => r.name));
-  }
+  const grouped = await queuesWithGroups(db, schema, { among: new Set(queues.map((q) => q.queue)) });
   const counts = new Map<string, QueueGroupCounts>();
   for (const name of grouped) {
     // limit 1: only the totals are wanted, not the busiest groups.

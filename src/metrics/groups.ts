@@ -1,7 +1,6 @@
 import type * as PromClient from 'prom-client';
-import { getGroupStats, type QueueGroupStats } from '../admin/groups.js';
+import { getGroupStats, queuesWithGroups, type QueueGroupStats } from '../admin/groups.js';
 import type { Queryable } from '../db/executor.js';
-import { listQueueLimits } from '../groups/settings.js';
 import { requirePeer } from '../optional-peer.js';
 import type { SluiceMetrics } from './metrics.js';
 
@@ -14,7 +13,8 @@ export interface GroupMetricsOptions {
 
 /**
  * Adds per-group gauges to `metrics`' registry, read from the database at scrape
- * time for every grouped or rate-limited queue of `schema`:
+ * time for every grouped or rate-limited queue of `schema`, and every queue with
+ * grouped jobs waiting that no worker has claimed yet:
  * - `sluice_queue_groups{schema,queue}`: groups with pending or running jobs;
  * - `sluice_queue_groups_throttled{schema,queue}`: groups whose due jobs their
  *   concurrency or rate limit holds back now;
@@ -62,8 +62,8 @@ export function watchGroups(metrics: SluiceMetrics, schema: string, db: Queryabl
 
 async function readGroups(db: Queryable, schema: string, top: number): Promise<QueueGroupStats[]> {
   try {
-    const queues = (await listQueueLimits(db, schema)).filter((q) => q.grouped || q.rateLimit !== null);
-    return await Promise.all(queues.map((q) => getGroupStats(db, schema, q.name, { limit: top })));
+    const queues = await queuesWithGroups(db, schema, { rateLimited: true });
+    return await Promise.all(queues.map((name) => getGroupStats(db, schema, name, { limit: top })));
   } catch {
     // A scrape must not fail because the database is briefly away; the gauges are just absent.
     return [];

@@ -20,6 +20,7 @@ export interface GroupStatements {
   readonly groupStats: string;
   readonly queueHasJobs: string;
   readonly queuesWithGroupedJobs: string;
+  readonly allQueuesWithGroupedJobs: string;
 }
 
 /** The group statements for one schema, built once per schema. */
@@ -160,5 +161,16 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
     // (outside review 94). One probe of jobs_group_dequeue_idx per queue.
     queuesWithGroupedJobs: `SELECT q AS name FROM unnest($1::text[]) AS q
       WHERE EXISTS (SELECT FROM ${s}.jobs j WHERE j.queue = q AND j.status = 'pending' AND j.group_key IS NOT NULL)`,
+
+    // Every queue with pending jobs that have a group, for metrics, which has no
+    // list of queues to ask about (such a queue may have no queues row yet): one
+    // probe of jobs_group_dequeue_idx per queue found, skipping from one to the next.
+    allQueuesWithGroupedJobs: `WITH RECURSIVE q(name) AS (
+        (SELECT queue FROM ${s}.jobs WHERE status = 'pending' AND group_key IS NOT NULL ORDER BY queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT queue FROM ${s}.jobs WHERE status = 'pending' AND group_key IS NOT NULL AND queue > q.name
+                ORDER BY queue LIMIT 1)
+        FROM q WHERE q.name IS NOT NULL)
+      SELECT name FROM q WHERE name IS NOT NULL`,
   };
 });
