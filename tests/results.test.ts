@@ -282,6 +282,50 @@ describe('results, waitFor and error history', () => {
     expect(refused).toEqual([expect.any(ValidationError)]);
   });
 
+  it('a single report made while another session holds the row is stored once the row is free', async () => {
+    const reported = deferred();
+    const release = deferred();
+    await startWorker({
+      queues: ['progress-held'],
+      progressIntervalMs: 50,
+      tasks: {
+        once: async (_p, ctx) => {
+          await reported.promise;
+          ctx.progress({ pct: 40 });
+          await release.promise;
+        },
+      },
+    });
+    const id = await fx.queue.enqueue('once', {}, { queue: 'progress-held' });
+    await waitFor(async () => (await fx.queue.getJob(id))?.status === 'processing', 'the job to start');
+    const other = await fx.db.pool.connect();
+    try {
+      await other.query('BEGIN');
+      await other.query(`SELECT id FROM ${fx.db.s}.jobs WHERE id = $1 FOR UPDATE`, [id]);
+      reported.resolve();
+      // The report's write finds the row held and skips it (it never waits on another session).
+      await waitFor(async () => {
+        const { rows } = await fx.db.pool.query(
+          `SELECT count(*)::int AS n FROM pg_stat_activity
+           WHERE starts_with(query, $1) AND query LIKE '%SET progress%' AND state = 'idle'`,
+          [`UPDATE ${fx.db.s}.jobs j`],
+        );
+        return rows[0].n > 0;
+      }, 'a progress write to have been sent');
+      expect((await fx.queue.getJob(id))?.progress).toBeNull();
+      await other.query('COMMIT');
+    } finally {
+      other.release();
+    }
+    // Only one report was made: it is the worker's retry that stores it.
+    await waitFor(
+      async () => ((await fx.queue.getJob(id))?.progress as { pct?: number } | null)?.pct === 40,
+      'the report stored',
+    );
+    release.resolve();
+    expect(await fx.queue.waitFor(id, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', progress: { pct: 40 } });
+  });
+
   it('progress(undefined) clears the report (null), it does not store {}', async () => {
     await startWorker({
       queues: ['progress-cleared'],

@@ -125,8 +125,8 @@ export interface WorkerStore {
    * when another session held the row; undefined when the job is no longer ours.
    */
   snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | 'skipped' | undefined>;
-  /** Writes the latest progress of running jobs. */
-  progress(ids: readonly string[], values: readonly string[]): Promise<void>;
+  /** Writes the latest progress of running jobs; the ids written (not rows another session held, nor jobs no longer this worker's). */
+  progress(ids: readonly string[], values: readonly string[]): Promise<Set<string>>;
   /** Rows of the worker's queues that are paused or limited. */
   queueState(queues: readonly string[]): Promise<QueueStateRow[]>;
   /** Flags `queue` grouped and tells the workers, unless it is already; true when this call flagged it. */
@@ -314,8 +314,10 @@ export class PgWorkerStore implements WorkerStore {
     return row?.mine ? 'skipped' : undefined;
   }
 
-  async progress(ids: readonly string[], values: readonly string[]): Promise<void> {
-    await this.db.query(this.queries.progress, [this.workerId, ids, values]);
+  /** Writes the reports; the ids written (not those whose rows another session held, or no longer this worker's). */
+  async progress(ids: readonly string[], values: readonly string[]): Promise<Set<string>> {
+    const { rows } = await this.db.query<{ id: string }>(this.queries.progress, [this.workerId, ids, values]);
+    return new Set(rows.map((r) => r.id));
   }
 
   async queueState(queues: readonly string[]): Promise<QueueStateRow[]> {

@@ -57,6 +57,15 @@ export class ProgressWriter {
     const batch = this.pending;
     this.pending = new Map();
     this.lastWrite = Date.now();
-    await this.store.progress([...batch.keys()], [...batch.values()]);
+    const written = await this.store.progress([...batch.keys()], [...batch.values()]);
+    // Not written but still running here: its row was held by another session (or by
+    // this worker's own cycle) for that moment. Sent again unless a newer report came.
+    let again = false;
+    for (const [id, json] of batch) {
+      if (written.has(id) || this.pending.has(id) || this.latest.get(id) !== json) continue;
+      this.pending.set(id, json);
+      again = true;
+    }
+    if (again && !this.writes.isStopped) this.writes.runSoon(this.intervalMs);
   }
 }

@@ -66,6 +66,33 @@ describe('ProgressWriter', () => {
     expect([db.job(ids[0]!).progress, db.job(ids[1]!).progress]).toEqual([1, 2]);
   });
 
+  it('sends a report again when its row was held by another session, unless a newer one came', async () => {
+    const commit = db.lockJob(ids[0]!);
+    writer.report(ids[0]!, '1');
+    writer.report(ids[1]!, '2');
+    await vi.advanceTimersByTimeAsync(0);
+    expect([db.job(ids[0]!).progress, db.job(ids[1]!).progress]).toEqual([undefined, 2]);
+    await vi.advanceTimersByTimeAsync(1_000); // still held: tried again, skipped again
+    expect(progressOps()).toBe(2);
+    commit();
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(db.job(ids[0]!).progress).toBe(1);
+    expect(progressOps()).toBe(3);
+    // Written: not sent again.
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(progressOps()).toBe(3);
+  });
+
+  it('does not send again the report of a job that ended meanwhile', async () => {
+    const commit = db.lockJob(ids[0]!);
+    writer.report(ids[0]!, '1');
+    await vi.advanceTimersByTimeAsync(0);
+    writer.ended(ids[0]!);
+    commit();
+    await vi.advanceTimersByTimeAsync(5_000);
+    expect(progressOps()).toBe(1);
+  });
+
   it('reports a failed write and keeps writing later reports', async () => {
     db.failNext('progress');
     writer.report(ids[0]!, '1');

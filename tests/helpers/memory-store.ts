@@ -415,11 +415,16 @@ export class MemoryStore implements WorkerStore {
 
   async progress(ids: readonly string[], values: readonly string[]) {
     await this.db.enter('progress', this.workerId);
+    const written = new Set<string>();
     ids.forEach((id, i) => {
       const job = this.db.jobs.get(id);
-      if (mine(job, this.workerId) && !this.db.isLocked(id)) job.progress = JSON.parse(values[i]!);
+      if (mine(job, this.workerId) && !this.db.isLocked(id)) {
+        job.progress = JSON.parse(values[i]!);
+        written.add(id);
+      }
     });
     await this.db.pass('progress', 'reply');
+    return written;
   }
 
   async queueState(queues: readonly string[]) {

@@ -229,12 +229,15 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     markGrouped: `SELECT ${s}.mark_queue_grouped($1, $2) AS flagged`,
 
     // Latest progress of running jobs, one statement for all of a worker's reports.
-    // Ignored once the job is no longer this worker's (finished, rescued), and for
-    // rows another session holds locked (progress is best effort; never wait).
+    // Ignored once the job is no longer this worker's (finished, rescued). Rows
+    // another session holds locked are skipped, never waited for; the ids written
+    // come back, and the worker sends the others again (the worker's own cycle
+    // writing a job's start held its row as the first report came, which was lost).
     progress: `UPDATE ${jobs} j SET progress = p.progress
       FROM unnest($2::bigint[], $3::jsonb[]) AS p(id, progress)
       WHERE j.id = p.id AND j.id IN (
         SELECT id FROM ${jobs} WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1
-        FOR UPDATE SKIP LOCKED)`,
+        FOR UPDATE SKIP LOCKED)
+      RETURNING j.id::text AS id`,
   };
 });
