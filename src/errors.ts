@@ -52,6 +52,28 @@ export class ConnectionError extends SluiceError {
   }
 }
 
+/**
+ * A ConnectionError from before anything was sent: no connection could be had
+ * (refused, no such host, the server starting up, no free connection in a pool).
+ * The statement did not run, so sending it again cannot duplicate anything.
+ */
+export class NotSentError extends ConnectionError {}
+
+// Driver codes of a connection that was never made: nothing can have been sent on it.
+// 57P03: cannot connect now (the server is starting or stopping).
+const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', '57P03', 'CONNECT_TIMEOUT']);
+
+/** True when `err` (or what it wraps) says the statement was never sent. */
+export function neverSent(err: unknown): boolean {
+  for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    if (e instanceof NotSentError) return true;
+    const code = (e as { code?: unknown }).code;
+    if (typeof code === 'string' && NEVER_CONNECTED.has(code)) return true;
+    if (e instanceof Error && /timeout exceeded when trying to connect/i.test(e.message)) return true;
+  }
+  return false;
+}
+
 /** Postgres answered with an error (constraint, permission, syntax ...). */
 export class DatabaseError extends SluiceError {
   /** The SQLSTATE Postgres returned, e.g. `23505`. */
@@ -203,6 +225,7 @@ const CONNECTION_CODES = new Set([
   'ETIMEDOUT',
   'ENOTFOUND',
   'EHOSTUNREACH',
+  'EAI_AGAIN', // a DNS lookup that failed for now
   // postgres.js's own codes for a lost or refused connection.
   'CONNECTION_CLOSED',
   'CONNECTION_ENDED',
@@ -245,7 +268,9 @@ export function wrapDatabaseError(err: unknown, context: string): SluiceError {
   const message = err instanceof Error ? err.message : String(err);
   if (isConnectionFailure(err)) return new ConnectionError(`${context}: ${message}`, { cause: err });
   const sqlState = (err as { code?: unknown } | null)?.code;
-  return new DatabaseError(`${context}: ${message}`, typeof sqlState === 'string' ? sqlState : undefined, {
+  // Sluice's own statements only come here: a table or schema missing means one never migrated.
+  const hint = isNotMigrated(err) ? ' (run `sluice migrate` or migrate() first, or check the schema option)' : '';
+  return new DatabaseError(`${context}: ${message}${hint}`, typeof sqlState === 'string' ? sqlState : undefined, {
     cause: err,
   });
 }
@@ -270,6 +295,8 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
   const wrapped = wrapDatabaseError(err, context);
   if (committed === 'caller' || !(wrapped instanceof ConnectionError)) return wrapped;
   const message = err instanceof SluiceError ? `${context}: ${wrapped.message}` : wrapped.message;
+  // No connection was made: the job cannot exist, and the "may exist" warning misled (outside review 101).
+  if (neverSent(err)) return new NotSentError(`${message}; nothing was sent, so the job was not enqueued`, { cause: err });
   return new ConnectionError(
     `${message}; the job exists all the same if Postgres ran the statement (a reply lost on the way, ` +
       'or a cancel that did not arrive): give jobs a jobKey to retry without a duplicate',

@@ -43,6 +43,7 @@ export {
   ConfigError,
   ValidationError,
   ConnectionError,
+  NotSentError,
   DatabaseError,
   MigrationError,
   JobTimeoutError,

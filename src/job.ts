@@ -82,8 +82,12 @@ export interface JobSpec<P = unknown> extends JobOptions {
 /** A job of a typed task map: the payload must be its task's. */
 export type TaskSpec<T extends TaskMap = AnyTasks> = { [K in keyof T & string]: JobSpec<T[K]> & { task: K } }[keyof T & string];
 
-/** A row of the jobs table as Sluice reads it. Ids are strings: bigint does not fit a JS number. */
-export interface JobRow<P = unknown> {
+/**
+ * A row of the jobs table as Sluice reads it. Ids are strings: bigint does not fit
+ * a JS number. `P` types the payload, `R` the result (both as you assert them: the
+ * row is read, not checked).
+ */
+export interface JobRow<P = unknown, R = unknown> {
   id: string;
   queue: string;
   task: string;
@@ -115,7 +119,7 @@ export interface JobRow<P = unknown> {
   /** Every failed attempt, oldest first (getJob / dead-letter views only). */
   errors?: JobError[];
   /** What the handler returned (getJob only; null until completed or when it returned nothing). */
-  result?: unknown;
+  result?: R | null;
   /** The last progress the handler reported (getJob only). */
   progress?: unknown;
 }

@@ -5,7 +5,7 @@ import { migrateStatements } from './db/statements/migrate.js';
 import { connectionError, hasConnection, resolveDriverName, type DriverConnectionOptions } from './db/connection.js';
 import { openDriver } from './db/drivers/open.js';
 import { rows, type Queryable } from './db/executor.js';
-import { ConfigError, MigrationError, isConnectionFailure } from './errors.js';
+import { ConfigError, MigrationError, isConnectionFailure, wrapDatabaseError } from './errors.js';
 import { checks } from './validate.js';
 
 const { schemaOption, rejectUnknownKeys } = checks(ConfigError);
@@ -80,7 +80,8 @@ export async function migrate(options: MigrateOptions): Promise<MigrationResult>
     });
   } catch (err) {
     if (!began && isConnectionFailure(err)) throw connectionError(err, connectionString);
-    throw err;
+    // A login refused or a database that does not exist came out as pg's own error (outside review 101).
+    throw wrapDatabaseError(err, began ? 'migrate failed' : 'migrate could not begin');
   } finally {
     await driver.end();
   }

@@ -172,6 +172,9 @@ function serializeChecked(payload: unknown, budget: Budget): string {
     });
   } catch (err) {
     if (err instanceof ValidationError) throw err;
+    if (err instanceof RangeError && /call stack/i.test(err.message)) {
+      throw new ValidationError(`${what} is nested too deeply to be serialised (${err.message})`, { cause: err });
+    }
     throw new ValidationError(`${what} is not JSON-serialisable: ${(err as Error).message}`, { cause: err });
   }
   if (text === undefined) throw new ValidationError(`${what} is not JSON-serialisable`);

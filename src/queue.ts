@@ -70,6 +70,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
   /** Enqueues running on this Queue's own pool right now. */
   private ownInFlight = 0;
   private closed = false;
+  /** Aborted by close(): waitFor calls in flight end at once. */
+  private readonly closing = new AbortController();
   private readonly prepared: boolean;
   private readonly schemas: Map<string, StandardSchemaV1>;
 
@@ -204,7 +206,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
    *   const job = await queue.waitFor(id, { timeoutMs: 30_000 });
    *   if (job.status === 'completed') console.log(job.result);
    */
-  async waitFor<P = unknown>(id: string | number, options: WaitOptions = {}): Promise<JobRow<P>> {
+  async waitFor<P = unknown, R = unknown>(id: string | number, options: WaitOptions = {}): Promise<JobRow<P, R>> {
     config.rejectUnknownKeys(options, new Set(['timeoutMs', 'pollIntervalMs']), 'waitFor');
     const timeoutMs = config.intOption('timeoutMs', options.timeoutMs, 60_000, 0, 2 ** 31 - 1);
     const pollIntervalMs = config.intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 2 ** 31 - 1);
@@ -213,7 +215,14 @@ export class Queue<T extends TaskMap = AnyTasks> {
     this.outcomes ??= new OutcomeListener(db, this.schema);
     await this.outcomes.start();
 
-    return waitForJob<P>(jobId, { db, outcomes: this.outcomes, queries: this.queries, timeoutMs, pollIntervalMs });
+    return waitForJob<P, R>(jobId, {
+      db,
+      outcomes: this.outcomes,
+      queries: this.queries,
+      timeoutMs,
+      pollIntervalMs,
+      closing: this.closing.signal,
+    });
   }
 
   /**
@@ -267,11 +276,14 @@ export class Queue<T extends TaskMap = AnyTasks> {
   }
 
   /** Reads one job, or undefined when there is none with that id. */
-  async getJob<P = unknown>(id: string | number, options: { tx?: Queryable } = {}): Promise<JobRow<P> | undefined> {
+  async getJob<P = unknown, R = unknown>(
+    id: string | number,
+    options: { tx?: Queryable } = {},
+  ): Promise<JobRow<P, R> | undefined> {
     const db = this.executor(txOption(options, 'getJob'));
     const jobId = checkJobId(id);
     try {
-      const [row] = await rows<JobRow<P>>(db, this.queries.getJob, [jobId]);
+      const [row] = await rows<JobRow<P, R>>(db, this.queries.getJob, [jobId]);
       return row;
     } catch (err) {
       throw wrapDatabaseError(err, 'getJob failed');
@@ -333,6 +345,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
   /** Ends the connections Sluice opened (a pool or `sql` you passed in is left open). */
   async close(): Promise<void> {
     this.closed = true;
+    this.closing.abort();
     await this.wakeUps?.settled();
     await this.outcomes?.stop();
     await this.db?.end();

@@ -2,7 +2,7 @@ import type { Queryable } from './db/executor.js';
 import { rows } from './db/executor.js';
 import { channelFor } from './db/identifiers.js';
 import type { EnqueueStatements } from './db/statements/enqueue.js';
-import { isLockTimeout, JobNotFoundError, WaitTimeoutError, wrapDatabaseError } from './errors.js';
+import { ConfigError, isLockTimeout, JobNotFoundError, WaitTimeoutError, wrapDatabaseError } from './errors.js';
 import { isFinished, type JobRow } from './job.js';
 import type { OutcomeListener } from './outcome-listener.js';
 
@@ -18,6 +18,8 @@ export interface WaitPlan {
   queries: Pick<EnqueueStatements, 'schema' | 'watchJob' | 'getJob'>;
   timeoutMs: number;
   pollIntervalMs: number;
+  /** Aborted when the Queue is closed: the wait ends at once. */
+  closing: AbortSignal;
 }
 
 /**
@@ -25,8 +27,10 @@ export interface WaitPlan {
  * notification, then reads it until it is finished, woken by the notification or
  * every `pollIntervalMs`. Throws WaitTimeoutError after `timeoutMs`.
  */
-export async function waitForJob<P>(jobId: string, plan: WaitPlan): Promise<JobRow<P>> {
-  const { db, outcomes, queries, timeoutMs, pollIntervalMs } = plan;
+export async function waitForJob<P, R>(jobId: string, plan: WaitPlan): Promise<JobRow<P, R>> {
+  const { db, outcomes, queries, timeoutMs, pollIntervalMs, closing } = plan;
+  // Said plainly: it was "DatabaseError: waitFor failed: Cannot use a pool after calling end on the pool" (outside review 101).
+  const closed = () => new ConfigError(`waitFor: the Queue was closed while it waited for job ${jobId}`);
   let wake: () => void = () => {};
   const unsubscribe = outcomes.subscribe(jobId, () => wake());
   const deadline = Date.now() + timeoutMs;
@@ -47,7 +51,7 @@ export async function waitForJob<P>(jobId: string, plan: WaitPlan): Promise<JobR
   try {
     let flagged = await watch();
     for (;;) {
-      const [job] = await rows<JobRow<P>>(db, queries.getJob, [jobId]);
+      const [job] = await rows<JobRow<P, R>>(db, queries.getJob, [jobId]);
       if (!job) throw new JobNotFoundError(jobId);
       if (isFinished(job.status)) return job;
       const left = deadline - Date.now();
@@ -58,13 +62,16 @@ export async function waitForJob<P>(jobId: string, plan: WaitPlan): Promise<JobR
         const timer = setTimeout(resolve, Math.min(left, pause));
         wake = () => {
           clearTimeout(timer);
+          closing.removeEventListener('abort', wake);
           resolve();
         };
+        closing.addEventListener('abort', wake);
       });
+      if (closing.aborted) throw closed();
       flagged ||= await watch();
     }
   } catch (err) {
-    throw wrapDatabaseError(err, 'waitFor failed');
+    throw closing.aborted ? closed() : wrapDatabaseError(err, 'waitFor failed');
   } finally {
     unsubscribe();
   }

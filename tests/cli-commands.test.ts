@@ -270,7 +270,7 @@ describe('jobs', () => {
     expectOneLineError(
       await sluice('jobs', 'delete', id),
       1,
-      /is processing; only pending or completed or failed or cancelled jobs can be deleted/,
+      /is processing; only pending, completed, failed or cancelled jobs can be deleted/,
     );
     await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'completed', finished_at = now() WHERE id = $1`, [id]);
     expect((await sluice('jobs', 'delete', id)).code).toBe(0);

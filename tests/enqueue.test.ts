@@ -447,6 +447,35 @@ describe('enqueue', () => {
     }
   });
 
+  it('on a schema never migrated, says to migrate (outside review 101)', async () => {
+    const unmigrated = new Queue({ pool: db.pool, schema: 'never_migrated_here' });
+    await expect(unmigrated.enqueue('t', {})).rejects.toThrow(
+      /^enqueue failed: relation "never_migrated_here.jobs" does not exist \(run `sluice migrate` or migrate\(\) first, or check the schema option\)/,
+    );
+    await expect(unmigrated.enqueue('t', {})).rejects.toMatchObject({ code: 'DATABASE', sqlState: '42P01' });
+  });
+
+  it('close() ends a waitFor in flight at once with a ConfigError that says so (outside review 101)', async () => {
+    for (const options of [{ connectionString: db.url }, { pool: db.pool }]) {
+      const own = new Queue({ ...options, schema: db.schema });
+      const id = await own.enqueue('never_runs_here', {});
+      const waiting = own.waitFor(id, { timeoutMs: 60_000, pollIntervalMs: 60_000 }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      // Flagged and waiting for its notification.
+      await waitFor(
+        async () =>
+          (await db.pool.query(`SELECT notify_on_finish FROM ${db.s}.jobs WHERE id = $1`, [id])).rows[0].notify_on_finish,
+        'the job flagged',
+      );
+      await own.close();
+      const error = await waiting;
+      expect(error).toBeInstanceOf(ConfigError);
+      expect((error as Error).message).toBe(`waitFor: the Queue was closed while it waited for job ${id}`);
+    }
+  });
+
   describe('preparedStatements', () => {
     /** Enqueues through a Queue on a one-connection pool and lists that connection's prepared statements. */
     async function preparedAfterEnqueue(options: { preparedStatements?: boolean }): Promise<string[]> {

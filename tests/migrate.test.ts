@@ -5,7 +5,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { migrate, loadMigrations } from '../src/migrate.js';
-import { MigrationError, ConfigError } from '../src/errors.js';
+import { MigrationError, ConfigError, DatabaseError } from '../src/errors.js';
 import { databaseUrl } from './helpers/database.js';
 
 const url = databaseUrl();
@@ -104,5 +104,17 @@ describe('migrate', () => {
     );
     await expect(migrate({ connectionString: url, schema: '' })).rejects.toBeInstanceOf(ConfigError);
     await expect(migrate({ connectionString: url, schema: 'x'.repeat(80) })).rejects.toBeInstanceOf(ConfigError);
+  });
+
+  it("rejects a database that does not exist with a DatabaseError carrying Postgres's SQLSTATE, not pg's own error", async () => {
+    const missing = new URL(url);
+    missing.pathname = `/no_such_db_${randomBytes(3).toString('hex')}`;
+    const error: unknown = await migrate({ connectionString: missing.toString(), schema: fresh('nodb') }).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(error).toBeInstanceOf(DatabaseError);
+    expect(error).toMatchObject({ code: 'DATABASE', sqlState: '3D000' });
+    expect((error as Error).message).toMatch(/^migrate could not begin: database "no_such_db_\w+" does not exist/);
   });
 });

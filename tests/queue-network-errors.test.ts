@@ -5,7 +5,7 @@
  */
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConnectionError, Queue } from '../src/index.js';
+import { ConfigError, ConnectionError, NotSentError, Queue } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 
@@ -75,10 +75,56 @@ describe.each(['pg', 'postgres.js'] as const)('a Queue on %s', (driver) => {
       );
       expect(error).toBeInstanceOf(ConnectionError);
       expect((error as ConnectionError).message).toMatch(/ECONNREFUSED|connect/i);
+      // Refused: nothing was sent, and an enqueue says the job does not exist (outside review 101).
+      if (_name.startsWith('enqueue')) {
+        expect(error).toBeInstanceOf(NotSentError);
+        expect((error as Error).message).toMatch(/nothing was sent, so the job was not enqueued$/);
+        expect((error as Error).message).not.toMatch(/exists all the same/);
+      }
     } finally {
       await queue.close();
     }
   });
+});
+
+describe('a pool of yours with no free client', () => {
+  it('fails the statement with a NotSentError after statementTimeoutMs, sends nothing, and leaves the pool usable', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    pool.on('error', () => {});
+    const queue = new Queue({ pool, schema: db.schema, statementTimeoutMs: 300 });
+    const held = await pool.connect();
+    try {
+      const error: unknown = await queue.enqueue('starved', { n: 1 }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(NotSentError);
+      expect((error as Error).message).toMatch(
+        /no free connection in your pool within 300 ms \(max 1, 1 open, 0 idle, 1 waiting\)/,
+      );
+      expect((error as Error).message).toMatch(/the job was not enqueued$/);
+    } finally {
+      held.release();
+    }
+    // The checkout that was given up on got its client later and handed it straight back.
+    await queue.enqueue('starved', { n: 2 });
+    const { rows } = await db.pool.query(`SELECT payload->>'n' AS n FROM ${db.s}.jobs WHERE task = 'starved'`);
+    expect(rows.map((r: { n: string }) => r.n)).toEqual(['2']);
+    expect(pool.totalCount - pool.idleCount).toBe(0);
+    await queue.close();
+    await pool.end();
+  });
+});
+
+describe('a connection string that is not a URL', () => {
+  it.each(['not a url', 'mysql://root@localhost/db', 'postgres://user:pass@host:port/db'])(
+    '%s is a ConfigError naming the option, before any connection',
+    (url) => {
+      expect(() => new Queue({ connectionString: url })).toThrow(ConfigError);
+      expect(() => new Queue({ connectionString: url })).toThrow(/^connectionString: the database URL (is not|must be)/);
+      expect(() => new Queue({ connectionString: db.url, listenConnectionString: url })).toThrow(/^listenConnectionString: /);
+    },
+  );
 });
 
 describe.each(['pg', 'postgres.js'] as const)('an enqueue whose reply is lost, on %s', (driver) => {

@@ -32,6 +32,13 @@ describe('retryDelayMs', () => {
 });
 
 describe('serializePayload', () => {
+  it('says a payload nested too deeply to serialise is nested too deeply', () => {
+    let deep: unknown = {};
+    for (let i = 0; i < 100_000; i++) deep = { d: deep };
+    expect(() => serializePayload(deep)).toThrow(
+      /^payload is nested too deeply to be serialised \(Maximum call stack size exceeded\)$/,
+    );
+  });
   it('keeps plain JSON', () => {
     expect(serializePayload({ a: [1, 'x', null, { b: true }] })).toBe('{"a":[1,"x",null,{"b":true}]}');
     expect(serializePayload(undefined)).toBe('{}');

@@ -1,6 +1,7 @@
 /** What Worker.start() says when it cannot work: once, clearly, with what to do. */
 import { describe, expect, it } from 'vitest';
-import { MigrationError, Worker, type SluiceError } from '../src/index.js';
+import pg from 'pg';
+import { ConfigError, MigrationError, Worker, type SluiceError } from '../src/index.js';
 import { databaseUrl, waitFor } from './helpers/database.js';
 import { TEST_DRIVER } from './helpers/driver.js';
 
@@ -86,6 +87,23 @@ describe('Worker.start() failing after it connected', () => {
       proxy.close();
       await db.drop();
     }
+  });
+
+  it('refuses a pool of max 1 that its LISTEN would keep for good, and a URL pg would misread', async () => {
+    const pool = new pg.Pool({ connectionString: databaseUrl(), max: 1 });
+    const tasks = { t: async () => {} };
+    try {
+      expect(() => new Worker({ pool, tasks })).toThrow(ConfigError);
+      expect(() => new Worker({ pool, tasks })).toThrow(/your pool's max is 1, and LISTEN keeps one of its connections for good/);
+      // Without LISTEN on the pool, a pool of one is enough.
+      expect(() => new Worker({ pool, tasks, listen: false })).not.toThrow();
+      expect(() => new Worker({ pool, tasks, listenConnectionString: databaseUrl() })).not.toThrow();
+    } finally {
+      await pool.end();
+    }
+    const worker = new Worker({ connectionString: 'not a url', tasks });
+    await expect(worker.start()).rejects.toThrow(/^connectionString: the database URL is not a URL/);
+    await worker.stop();
   });
 });
 

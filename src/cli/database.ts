@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { join } from 'node:path';
 import pg from 'pg';
 import { connectionError, describeTarget, type PgPool } from '../db/connection.js';
+import { databaseUrlProblem } from '../db/database-url.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import { isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
 import { CommandFailed, UsageError } from './output.js';
@@ -24,27 +25,10 @@ export function requireDatabaseUrl(options: GlobalOptions): string {
   return options.databaseUrl;
 }
 
-/**
- * pg reads any string as a URL: "not-a-url" becomes a connection to a host named
- * "base" (ENOTFOUND base), and mysql://… gets as far as a TypeError. Say instead
- * what the URL must look like, without echoing it (it may hold a password).
- */
+/** A UsageError when `url` is not one pg can use (see databaseUrlProblem). */
 export function checkDatabaseUrl(url: string): void {
-  const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
-  const shape = 'postgres://user:password@host:5432/database';
-  if (scheme === 'postgres' || scheme === 'postgresql') {
-    if (!URL.canParse(url))
-      throw new UsageError(
-        `the database URL is not a valid URL; it should look like ${shape} (special characters in the password percent-encoded)`,
-      );
-    return;
-  }
-  if (scheme === 'socket' || url.startsWith('/')) return; // a Unix socket, as pg also accepts
-  throw new UsageError(
-    scheme
-      ? `the database URL must be a postgres:// or postgresql:// URL, not ${scheme}:`
-      : `the database URL is not a URL; it should look like ${shape}`,
-  );
+  const problem = databaseUrlProblem(url);
+  if (problem) throw new UsageError(problem);
 }
 
 // SQLSTATEs of a server that answered but would not let us in, and what to do.

@@ -86,7 +86,8 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * may take. Past it the connection counts as silent (a dropped NAT entry, a
    * failover that blackholes): it is dropped, the statement fails with a
    * ConnectionError (an 'error' event) and is retried on a new connection.
-   * Default 30 s. Applies to the connections the worker opens, not to a `pool` you pass.
+   * Default 30 s. On a `pool` you pass it bounds the wait for a free client too
+   * (NotSentError), not the opening of connections, which is the pool's.
    */
   statementTimeoutMs?: number;
   /**
@@ -301,6 +302,16 @@ function resolveDriver(options: WorkerOptions): DriverName {
     return 'postgres.js';
   }
   if (pool && driver === 'postgres.js') throw new ConfigError("Worker: pool is a pg Pool; use driver 'pg' or pass sql");
+  if (pool && options.listen !== false && !options.connectionString && !options.listenConnectionString) {
+    // LISTEN keeps one client of the pool for good: with max 1, every statement waited for ever (outside review 101).
+    const max = (pool as { options?: { max?: unknown } }).options?.max;
+    if (typeof max === 'number' && max < 2) {
+      throw new ConfigError(
+        `Worker: your pool's max is ${max}, and LISTEN keeps one of its connections for good: ` +
+          'give the pool max 3 or more, a listenConnectionString, or listen: false',
+      );
+    }
+  }
   checkConnection(options, 'Worker');
   return driver ?? 'pg';
 }

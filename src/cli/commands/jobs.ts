@@ -215,7 +215,7 @@ function report(
         `job ${id} is archived (${result.status}, moved to the history by the pruner) and read-only: it cannot be ${done}`,
       );
     }
-    throw new CommandFailed(`job ${id} is ${result.status}; only ${allowed.join(' or ')} jobs can be ${done}`);
+    throw new CommandFailed(`job ${id} is ${result.status}; only ${orList(allowed)} jobs can be ${done}`);
   }
   if (json) printJson(result.job);
   else process.stdout.write(`${line(result.job)}\n`);
@@ -259,4 +259,9 @@ function describeJob(job: JobRow, archived: boolean): string {
 /** Continues a multi-line value under the column where it started. */
 function indent(text: string): string {
   return text.replaceAll('\n', '\n              ');
+}
+
+/** "a", "a or b", "a, b or c". */
+function orList(items: readonly string[]): string {
+  return items.length < 2 ? items.join('') : `${items.slice(0, -1).join(', ')} or ${items.at(-1)}`;
 }

@@ -1,3 +1,4 @@
+import { checkConnectionUrls } from '../database-url.js';
 import type { Driver, DriverName } from '../driver.js';
 import type { PgDriverOptions } from './pg.js';
 import type { PostgresJsSql } from './postgres-js.js';
@@ -22,6 +23,7 @@ export async function openDriver(
   max: number,
   applicationName: string,
 ): Promise<Driver> {
+  checkConnectionUrls(connection);
   if (name === 'postgres.js') {
     const { postgresJsDriver } = await import('./postgres-js.js');
     return postgresJsDriver({ ...connection, max, applicationName });

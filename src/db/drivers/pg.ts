@@ -3,7 +3,7 @@ import { destroyConnection, openPool, type PgClient, type PgPool, type PgPoolCli
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, STATEMENT_HINT, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
-import { ConnectionError } from '../../errors.js';
+import { ConnectionError, NotSentError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import { cancelStatement } from './cancel.js';
@@ -97,23 +97,45 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
   /** Checkouts still waiting for a connection: abort() fails them. */
   const waiting = new Set<(err: Error) => void>();
 
-  /** A connection out of the pool, held in inUse until give() returns it. */
+  /**
+   * A connection out of the pool, held in inUse until give() returns it. From a
+   * pool of yours the wait is bounded by the statement limit: every connection
+   * taken for good (LISTEN keeps one; a Queue's waitFor another) left a worker on
+   * a pool of 1 or 2 waiting for ever, without a word (outside review 101). Pools
+   * Sluice makes are sized for what it takes from them.
+   */
   function take(): Promise<PgPoolClient> {
     if (aborted) return Promise.reject(aborted);
     return new Promise((resolve, reject) => {
+      let gaveUp = false;
+      const timer =
+        handle.owned || limit === undefined
+          ? undefined
+          : setTimeout(() => {
+              gaveUp = true;
+              waiting.delete(reject);
+              reject(poolExhausted(pool, limit));
+            }, limit);
       waiting.add(reject);
       checkout(pool).then(
         (client) => {
+          clearTimeout(timer);
           waiting.delete(reject);
           if (aborted) {
             client.release(aborted);
-            reject(aborted);
+            if (!gaveUp) reject(aborted);
+            return;
+          }
+          if (gaveUp) {
+            client.removeListener('error', ignoreError);
+            client.release();
             return;
           }
           inUse.add(client);
           resolve(client);
         },
         (err: unknown) => {
+          clearTimeout(timer);
           waiting.delete(reject);
           reject(err as Error);
         },
@@ -305,4 +327,23 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
 function withSluiceTypes(text: string, values: unknown[] | undefined): PgQueryConfig {
   const config: PgQueryConfig & { types: typeof SLUICE_TYPES } = { text, values, types: SLUICE_TYPES };
   return config;
+}
+
+/** A checkout from a pool of yours that waited `ms` in vain: nothing was sent. */
+function poolExhausted(pool: PgPool, ms: number): NotSentError {
+  const { totalCount, idleCount, waitingCount, options } = pool as {
+    totalCount?: number;
+    idleCount?: number;
+    waitingCount?: number;
+    options?: { max?: number };
+  };
+  const state =
+    totalCount === undefined
+      ? ''
+      : ` (max ${options?.max ?? '?'}, ${totalCount} open, ${idleCount} idle, ${waitingCount} waiting)`;
+  return new NotSentError(
+    `no free connection in your pool within ${ms} ms${state}: a worker's LISTEN keeps one for good, ` +
+      'and a Queue waitFor another, unless they have a connectionString or listenConnectionString of their own; ' +
+      'give the pool more connections',
+  );
 }

@@ -1,4 +1,5 @@
 import type { DriverConnectionOptions } from '../connection.js';
+import { checkConnectionUrls } from '../database-url.js';
 import type { Driver, DriverName } from '../driver.js';
 import { lazyDriver, openDriver } from './open.js';
 import { pgDriver } from './pg.js';
@@ -18,6 +19,7 @@ export function openQueueDriver(
 ): Driver {
   const { connectionString, pool, sql, listenConnectionString } = options;
   const connection = { connectionString, pool, sql, listenConnectionString, statementTimeoutMs };
+  checkConnectionUrls(connection);
   if (name === 'pg') return pgDriver({ ...connection, max: POOL_SIZE, applicationName: 'sluice-queue' });
   return lazyDriver(() => openDriver(name, connection, POOL_SIZE, 'sluice-queue'));
 }
