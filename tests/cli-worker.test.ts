@@ -2,6 +2,7 @@
  * `sluice worker` and `sluice stats --watch` as long-running processes: real
  * signals, real Postgres, this file's own schema.
  */
+import net from 'node:net';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Queue } from '../src/index.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
@@ -82,6 +83,40 @@ describe('sluice worker', () => {
       locker.release();
     }
     expect(await status(id!)).toBe('pending');
+  });
+
+  it('started while Postgres cannot be reached, waits for it and then runs jobs (outside review 102)', async () => {
+    // A port nothing listens on yet: connections are refused until the forwarder below opens it.
+    const port = await new Promise<number>((resolve) => {
+      const probe = net.createServer().listen(0, '127.0.0.1', () => {
+        const { port } = probe.address() as net.AddressInfo;
+        probe.close(() => resolve(port));
+      });
+    });
+    const target = new URL(db.url);
+    const via = new URL(db.url);
+    via.hostname = '127.0.0.1';
+    via.port = String(port);
+    const [id] = await queue.enqueueMany([{ task: 'hello', payload: { to: 'later' } }]);
+    const worker = spawnCli(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`], { ...env, DATABASE_URL: via.toString() });
+    running.push(worker);
+    await waitFor(() => /cannot reach Postgres at .*ECONNREFUSED.*; waiting for it/.test(worker.stderr()), 'the worker to wait');
+    const forwarder = net.createServer((client) => {
+      const server = net.connect(Number(target.port || 5432), target.hostname || '127.0.0.1');
+      client.pipe(server).pipe(client);
+      client.on('error', () => server.destroy());
+      server.on('error', () => client.destroy());
+    });
+    await new Promise<void>((resolve) => forwarder.listen(port, '127.0.0.1', resolve));
+    try {
+      await waitFor(async () => (await status(id!)) === 'completed', 'the job run once Postgres is reachable');
+      expect(worker.stderr()).toMatch(/sluice: reached Postgres after \d+ s/);
+      worker.child.kill('SIGTERM');
+      const result = await worker.exited;
+      expect(result.code, result.stderr).toBe(0);
+    } finally {
+      forwarder.close();
+    }
   });
 
   it('runs the jobs of a JavaScript task module, logs JSON lines, and exits 0 on SIGTERM', async () => {

@@ -4,7 +4,7 @@ import pg from 'pg';
 import { connectionError, describeTarget, type PgPool } from '../db/connection.js';
 import { databaseUrlProblem } from '../db/database-url.js';
 import { migrateStatements } from '../db/statements/migrate.js';
-import { isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
+import { isConnectionFailure, isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
 import { CommandFailed, UsageError } from './output.js';
 
 export interface GlobalOptions {
@@ -83,12 +83,56 @@ export function withDatabase<T>(command: Command, fn: (db: CommandDatabase) => P
   return openFor(command, fn, true);
 }
 
-/** withDatabase for a command that serves until a signal (worker, relay): a long run is no sign of a lock wait. */
-export function withDatabaseUntilStopped<T>(command: Command, fn: (db: CommandDatabase) => Promise<T>): Promise<T> {
-  return openFor(command, fn, false);
+/**
+ * withDatabase for a command that serves until a signal (worker, relay): a long run
+ * is no sign of a lock wait. With `waitForPostgres`, a Postgres that cannot be
+ * reached yet (down, restarting, starting up) is waited for, as a Worker's start()
+ * does: a worker started during a restart or failover exited 1, and under systemd
+ * or Kubernetes that is a crash loop (outside review 102). A refused login, a
+ * missing database or schema still end the command.
+ */
+export function withDatabaseUntilStopped<T>(
+  command: Command,
+  fn: (db: CommandDatabase) => Promise<T>,
+  options: { waitForPostgres?: boolean } = {},
+): Promise<T> {
+  return openFor(command, fn, false, options.waitForPostgres ?? false);
 }
 
-async function openFor<T>(command: Command, fn: (db: CommandDatabase) => Promise<T>, slowNotice: boolean): Promise<T> {
+/** Tries to connect again this often while Postgres cannot be reached, and says so again this often. */
+const RECONNECT_MS = 2_000;
+const REPEAT_NOTICE_MS = 60_000;
+
+/** Resolves once `pool` hands out a connection; waits for Postgres while `wait` and it cannot be reached. */
+async function reach(pool: PgPool, url: string, wait: boolean): Promise<void> {
+  let since: number | undefined;
+  let noticed = -Infinity;
+  for (;;) {
+    try {
+      const client = await pool.connect();
+      client.release();
+      if (since !== undefined)
+        process.stderr.write(`sluice: reached Postgres after ${Math.round((Date.now() - since) / 1000)} s\n`);
+      return;
+    } catch (err) {
+      const failure = connectionError(err, url);
+      if (!wait || !isConnectionFailure(err)) throw failure;
+      since ??= Date.now();
+      if (Date.now() - noticed >= REPEAT_NOTICE_MS) {
+        noticed = Date.now();
+        process.stderr.write(`sluice: ${failure.message}; waiting for it (Ctrl-C gives up)\n`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
+    }
+  }
+}
+
+async function openFor<T>(
+  command: Command,
+  fn: (db: CommandDatabase) => Promise<T>,
+  slowNotice: boolean,
+  waitForPostgres = false,
+): Promise<T> {
   const global = globalOptions(command);
   const url = requireDatabaseUrl(global);
   const { probe } = migrateStatements(global.schema);
@@ -104,12 +148,7 @@ async function openFor<T>(command: Command, fn: (db: CommandDatabase) => Promise
   const slow = slowNotice ? setTimeout(() => process.stderr.write(slowNoticeText()), SLOW_NOTICE_MS) : undefined;
   slow?.unref();
   try {
-    try {
-      const client = await pool.connect();
-      client.release();
-    } catch (err) {
-      throw connectionError(err, url);
-    }
+    await reach(pool, url, waitForPostgres);
     try {
       await pool.query(probe);
       return await fn({ pool, url, schema: global.schema });

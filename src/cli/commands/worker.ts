@@ -67,34 +67,38 @@ Examples:
       process.once('SIGINT', beforeWorker);
       process.once('SIGTERM', beforeWorker);
       const tasks = await loadTasks(flags.tasks);
-      await withDatabaseUntilStopped(command, async ({ url, schema }) => {
-        process.off('SIGINT', beforeWorker);
-        process.off('SIGTERM', beforeWorker);
-        const worker = new Worker({
-          connectionString: url,
-          schema,
-          tasks,
-          queues: flags.queue,
-          concurrency: flags.concurrency,
-          shutdownTimeoutMs: flags.shutdownTimeout,
-          ...(flags.visibilityTimeout === undefined ? {} : { visibilityTimeoutMs: flags.visibilityTimeout }),
-          completedJobs: flags.completedJobs,
-          // The maintenance leader's warnings (due jobs no live worker handles) reach the terminal.
-          logger: log.logger(),
-        });
-        log.follow(worker);
-        const stopped = untilSignal(worker, log);
-        await worker.start();
-        log.line('started', {
-          worker: worker.config.workerId,
-          queues: worker.config.queues.join(','),
-          tasks: [...worker.config.tasks.keys()].join(','),
-          concurrency: worker.config.concurrency,
-          completed: worker.config.completedJobs,
-        });
-        await stopped;
-        log.line('stopped');
-      });
+      await withDatabaseUntilStopped(
+        command,
+        async ({ url, schema }) => {
+          process.off('SIGINT', beforeWorker);
+          process.off('SIGTERM', beforeWorker);
+          const worker = new Worker({
+            connectionString: url,
+            schema,
+            tasks,
+            queues: flags.queue,
+            concurrency: flags.concurrency,
+            shutdownTimeoutMs: flags.shutdownTimeout,
+            ...(flags.visibilityTimeout === undefined ? {} : { visibilityTimeoutMs: flags.visibilityTimeout }),
+            completedJobs: flags.completedJobs,
+            // The maintenance leader's warnings (due jobs no live worker handles) reach the terminal.
+            logger: log.logger(),
+          });
+          log.follow(worker);
+          const stopped = untilSignal(worker, log);
+          await worker.start();
+          log.line('started', {
+            worker: worker.config.workerId,
+            queues: worker.config.queues.join(','),
+            tasks: [...worker.config.tasks.keys()].join(','),
+            concurrency: worker.config.concurrency,
+            completed: worker.config.completedJobs,
+          });
+          await stopped;
+          log.line('stopped');
+        },
+        { waitForPostgres: true },
+      );
     });
 }
 
