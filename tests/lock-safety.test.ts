@@ -114,6 +114,30 @@ describe('row locks held by another session', () => {
     expect(a).toBeDefined();
   });
 
+  it('a running job whose row another session holds past the renewal timeout is handed back, its attempt unspent', async () => {
+    // Outside review 102: an admin's FOR UPDATE made a job of one attempt a dead letter.
+    const release = deferred();
+    const handedBack: { id: string; reason: string }[] = [];
+    const failed: string[] = [];
+    await t.start({ ...FAST_LOCKS, tasks: { long: recordedTask('a', release.promise) } }, (w) => {
+      w.on('jobs:handed-back', (jobs, { reason }) => jobs.forEach((j) => handedBack.push({ id: j.id, reason })));
+      w.on('job:fail', (j) => failed.push(j.id));
+    });
+    const id = await t.queue.enqueue('long', {}, { maxAttempts: 1 });
+    await waitFor(() => runs.length === 1, 'the job to run');
+    await lockOutside(`SELECT id FROM ${t.db.s}.jobs WHERE id = $1 FOR UPDATE`, [id]);
+    // Aborted at the renewal timeout (3/4 of the visibility timeout), while the row is still held.
+    await waitFor(() => runs[0]!.end !== undefined, 'the handler aborted', 10_000);
+    await outside!.query('COMMIT');
+    release.resolve();
+    const done = await t.queue.waitFor(id, { timeoutMs: 20_000 });
+    expect(done).toMatchObject({ status: 'completed', attempts: 1 });
+    expect(handedBack).toEqual([{ id, reason: 'row-held' }]);
+    expect(failed).toEqual([]);
+    expect(runs).toHaveLength(2);
+    expectNoOverlap();
+  });
+
   it('a locked queue row stops neither the other queues nor the writing of results', async () => {
     await t.queue.setQueueConcurrency('limited', 2);
     await lockOutside(`SELECT * FROM ${t.db.s}.queues WHERE name = 'limited' FOR UPDATE`, []);

@@ -30,8 +30,11 @@ export class WorkerLog {
     worker.on('job:lock-lost', (job) => this.job('lock-lost', job, null));
     worker.on('jobs:rescued', (jobs) => this.line('rescued', { count: jobs.length }));
     // At a stop: which jobs went back to pending unfinished (outside review 97: the log did not say).
+    // And a running job given back because another session held its row past the renewal timeout.
     worker.on('jobs:handed-back', (jobs, { reason }) => {
-      if (reason === 'stopping') this.line('handed-back', { count: jobs.length, ids: jobs.map((j) => j.id).join(',') });
+      if (reason === 'stopping' || reason === 'row-held') {
+        this.line('handed-back', { count: jobs.length, ids: jobs.map((j) => j.id).join(','), reason });
+      }
     });
     worker.on('error', (err) => {
       const line = this.errors.next(err.message);

@@ -1,9 +1,9 @@
 import type { WorkerStore } from '../db/store.js';
-import { DatabaseError, type Snooze } from '../errors.js';
+import { DatabaseError, Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
-import type { Emit } from './events.js';
+import type { Emit, HandBackReason } from './events.js';
 import {
   describeRefusal,
   expired,
@@ -138,6 +138,9 @@ export class Completer implements ResultSource {
       this.fail(run, outcome.error, outcome.permanent, durationMs, progress);
     } else if (outcome.kind === 'snoozed') {
       this.snooze(job, outcome.snooze);
+    } else if (outcome.kind === 'handedBack') {
+      // Written as a snooze of 0 (pending now, the attempt not spent), retried while the row stays held.
+      this.snooze(job, new Snooze(0), 'row-held');
     } else if (outcome.kind === 'cancelled') {
       this.signals.emit('job:cancel', job);
     }
@@ -363,8 +366,8 @@ export class Completer implements ResultSource {
   }
 
   /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
-  private snooze(job: JobRow, snooze: Snooze): void {
-    const write = writeSnooze(this.store, job, snooze, this.signals);
+  private snooze(job: JobRow, snooze: Snooze, handBack?: HandBackReason): void {
+    const write = writeSnooze(this.store, job, snooze, this.signals, handBack);
     this.writes.add(write);
     this.snoozing.add(job.id);
     void write.finally(() => {

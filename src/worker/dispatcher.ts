@@ -165,15 +165,31 @@ export class Dispatcher {
     }
   }
 
-  /** Locks that could not be renewed in time: give those jobs up before anyone can rescue them. */
-  unrenewed(ids: readonly string[], renewalTimeoutMs: number): void {
+  /**
+   * Locks that could not be renewed in time: give those jobs up before anyone can
+   * rescue them. A run whose row another session held ('row-held') is handed back
+   * without spending its attempt: an admin's or a report's FOR UPDATE made a job of
+   * one attempt a dead letter (outside review 102). One whose beats went
+   * unanswered (the database away, the event loop blocked by its handler) fails
+   * the attempt, so a handler that blocks for ever runs out of attempts.
+   */
+  unrenewed(ids: readonly string[], renewalTimeoutMs: number, rowHeld: ReadonlySet<string> = new Set()): void {
     const waiting: JobRow[] = [];
     for (const id of ids) {
       const job = this.slots.dropWaiting(id);
       if (job) waiting.push(job);
       this.slots.dropReleasing(id);
       const run = this.slots.runOf(id);
-      if (run) {
+      if (!run) continue;
+      if (rowHeld.has(id)) {
+        this.abort(
+          run,
+          'row-held',
+          `job ${id}: another session held its row locked for ${renewalTimeoutMs} ms, so its lock could not be ` +
+            'renewed; aborted before the visibility timeout lets another worker take it, and handed back ' +
+            'without spending the attempt',
+        );
+      } else {
         this.abort(
           run,
           'unrenewed',

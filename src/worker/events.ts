@@ -63,7 +63,7 @@ export interface WorkerEvents {
 export type WorkerEmitter = EventEmitter<WorkerEvents>;
 
 /** Why jobs claimed ahead were handed back (see 'jobs:handed-back'). */
-export type HandBackReason = 'overdue' | 'grouped' | 'queue-changed' | 'stopping';
+export type HandBackReason = 'overdue' | 'grouped' | 'queue-changed' | 'stopping' | 'row-held';
 
 /** Emits one worker event; the roles get this instead of the whole Worker. */
 export type Emit = <K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]) => void;

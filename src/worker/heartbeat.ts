@@ -17,9 +17,11 @@ export interface HeartbeatSignals {
   /**
    * These could not be renewed for renewalTimeoutMs (the database unreachable, or
    * their rows locked by another session): abort their handlers now, before the
-   * visibility timeout lets the rescuer give them to another worker.
+   * visibility timeout lets the rescuer give them to another worker. `rowHeld`:
+   * those of them whose latest beats were answered, saying another session held
+   * the row (the worker and the database are fine; not the job's doing).
    */
-  unrenewed(ids: string[]): void;
+  unrenewed(ids: string[], rowHeld: ReadonlySet<string>): void;
   error(err: unknown): void;
 }
 
@@ -43,6 +45,8 @@ export class Heartbeat {
   private readonly renewedAt = new Map<string, number>();
   /** Reported as unrenewed already: told once. */
   private readonly given = new Set<string>();
+  /** performance.now() of the latest answered beat that found each job's row held by another session. */
+  private readonly heldAt = new Map<string, number>();
   /** The jobs the beat in flight asks about, and those of them claimed again meanwhile. */
   private asking: Set<string> | undefined;
   private readonly claimedMeanwhile = new Set<string>();
@@ -97,7 +101,12 @@ export class Heartbeat {
     this.asking = new Set(ids);
     try {
       const { done, skipped } = await this.store.heartbeat(ids);
-      for (const id of done) this.renewedAt.set(id, sentAt);
+      for (const id of done) {
+        this.renewedAt.set(id, sentAt);
+        this.heldAt.delete(id);
+      }
+      const answeredAt = performance.now();
+      for (const id of skipped) this.heldAt.set(id, answeredAt);
       // A job may have finished while the statement ran; only those still held count.
       // A job claimed again while it ran may have been claimed after its snapshot:
       // the row it did not find is that claim's new attempt, not a lock taken away
@@ -118,15 +127,21 @@ export class Heartbeat {
     const held = new Set(this.signals.held());
     const now = performance.now();
     const expired: string[] = [];
+    const rowHeld = new Set<string>();
     for (const [id, at] of this.renewedAt) {
       if (!held.has(id)) {
         this.renewedAt.delete(id);
         this.given.delete(id);
+        this.heldAt.delete(id);
       } else if (now - at > this.config.renewalTimeoutMs && !this.given.has(id)) {
         this.given.add(id);
         expired.push(id);
+        // Beats go out every quarter interval while rows are held: one answered within
+        // the interval says the worker and the database are fine, and the row held.
+        const heldAt = this.heldAt.get(id);
+        if (heldAt !== undefined && now - heldAt <= this.config.intervalMs) rowHeld.add(id);
       }
     }
-    if (expired.length > 0) this.signals.unrenewed(expired);
+    if (expired.length > 0) this.signals.unrenewed(expired, rowHeld);
   }
 }

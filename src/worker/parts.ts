@@ -130,7 +130,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     {
       held,
       lost: (ids) => dispatcher.lockLost(ids),
-      unrenewed: (ids) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs),
+      unrenewed: (ids, rowHeld) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld),
       error: onError,
     },
   );

@@ -10,6 +10,8 @@ export type Outcome =
   | { kind: 'failed'; error: unknown; permanent: boolean }
   /** The worker gave the job back (shutdown): the attempt does not count. */
   | { kind: 'released' }
+  /** Aborted while another session held its row (see Dispatcher.unrenewed): back to pending now, the attempt not spent. */
+  | { kind: 'handedBack' }
   /** The job was taken away (lock expired): this run's result must not be recorded. */
   | { kind: 'lost' }
   /** The job was cancelled while it ran: already 'cancelled' in the database, nothing to write. */
@@ -20,13 +22,15 @@ export type Outcome =
 /**
  * Why the worker aborted a run: its timeout passed, the worker is stopping, the
  * lock was taken away, the job was cancelled, or the lock could not be renewed in
- * time ('unrenewed': the attempt fails and is retried, like a timeout).
+ * time ('unrenewed': the attempt fails and is retried, like a timeout; 'row-held':
+ * another session held the row all that time, and the job is handed back).
  */
-export type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled' | 'unrenewed';
+export type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled' | 'unrenewed' | 'row-held';
 
 /** Outcomes of a run that was aborted by the worker rather than ended by the handler. */
 const ABORTED: Partial<Record<AbortCause, Outcome>> = {
   shutdown: { kind: 'released' },
+  'row-held': { kind: 'handedBack' },
   'lock-lost': { kind: 'lost' },
   cancelled: { kind: 'cancelled' },
 };

@@ -1,7 +1,7 @@
 import type { WorkerStore } from '../db/store.js';
 import type { Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
-import type { Emit } from './events.js';
+import type { Emit, HandBackReason } from './events.js';
 
 // The worker's writes that go out on their own rather than with a cycle: snoozes
 // and hand-backs, both rare. Neither waits on a row another session holds locked:
@@ -25,12 +25,17 @@ export async function releaseJobs(store: WorkerStore, jobs: readonly JobRow[], d
   }
 }
 
-/** A job back to pending at the snooze time, the attempt not spent; reported through `signals`, never thrown. */
+/**
+ * A job back to pending at the snooze time, the attempt not spent; reported through
+ * `signals`, never thrown. With `handBack`, the worker's doing rather than the
+ * handler's: told as 'jobs:handed-back' with that reason, not 'job:snooze'.
+ */
 export async function writeSnooze(
   store: WorkerStore,
   job: JobRow,
   snooze: Snooze,
   signals: { emit: Emit; dueAt(at: number): void; error(err: unknown): void },
+  handBack?: HandBackReason,
 ): Promise<void> {
   try {
     let runAt = await store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
@@ -40,7 +45,8 @@ export async function writeSnooze(
     }
     if (runAt) {
       signals.dueAt(runAt.getTime());
-      signals.emit('job:snooze', job, { runAt });
+      if (handBack) signals.emit('jobs:handed-back', [job], { reason: handBack });
+      else signals.emit('job:snooze', job, { runAt });
     } else {
       signals.emit('job:lock-lost', job);
     }

@@ -16,7 +16,7 @@ let db: MemoryDatabase;
 let store: MemoryStore;
 let held: string[];
 let lost: string[][];
-let unrenewed: { ids: string[]; at: number }[];
+let unrenewed: { ids: string[]; at: number; rowHeld: string[] }[];
 let errors: unknown[];
 let heartbeat: Heartbeat;
 
@@ -46,7 +46,7 @@ beforeEach(() => {
     {
       held: () => [...held],
       lost: (ids) => void lost.push(ids),
-      unrenewed: (ids) => void unrenewed.push({ ids, at: Date.now() }),
+      unrenewed: (ids, rowHeld) => void unrenewed.push({ ids, at: Date.now(), rowHeld: [...rowHeld] }),
       error: (err) => void errors.push(err),
     },
   );
@@ -181,6 +181,18 @@ describe('Heartbeat', () => {
     expect(givenUpAt).toBeLessThan(db.job(held[0]!).locked_at!.getTime() + VISIBILITY_MS);
     await vi.advanceTimersByTimeAsync(10_000);
     expect(unrenewed).toHaveLength(1);
+    // Unanswered beats: not a row held by another session.
+    expect(unrenewed[0]!.rowHeld).toEqual([]);
+  });
+
+  it('says which of the jobs it gives up had their rows held by another session, the beats answered', async () => {
+    db.addMany(2, 't');
+    held = await claim(2);
+    const commit = db.lockJob(held[0]!);
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS - 1);
+    expect(unrenewed.map((u) => [u.ids, u.rowHeld])).toEqual([[[held[0]], [held[0]]]]);
+    commit();
   });
 
   it('gives up a job whose row another session keeps locked past the renewal timeout', async () => {
