@@ -47,13 +47,17 @@ export interface Owner {
   accepting(): boolean;
   /** The last running job finished. */
   drained(): void;
-  error(err: unknown): void;
+  /** `part`: which part of the worker failed (its error message says so). */
+  error(err: unknown, part?: string): void;
 }
 
 /** Makes the parts of a running worker on its pool; starts none of them. */
 export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   const { config, slots } = owner;
-  const onError = owner.error;
+  const errorIn =
+    (part: string) =>
+    (err: unknown): void =>
+      owner.error(err, part);
   const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements, config.completedJobs);
   const tasks = await composeHandlers(config.tasks, [
     payloadSchemas(resolveSchemas(owner.options.schemas, 'Worker')),
@@ -64,7 +68,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     emit: owner.emit,
     resultAdded: () => loop.resultAdded(),
     dueAt: (at) => loop.wakeAt(at),
-    error: onError,
+    error: errorIn('result write'),
   });
   // Every job this worker holds: the heartbeat keeps their locks fresh, and the
   // sweep after a claim whose reply was lost leaves them alone. Finished jobs whose
@@ -86,7 +90,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       }
       loop.wake();
     },
-    onError,
+    errorIn('queue settings'),
   );
   const groupedQueues = new GroupedQueues(
     store,
@@ -95,7 +99,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       dispatcher.handBackQueue(queue, 'grouped');
       void queueState.refresh().then(() => loop.wake());
     },
-    onError,
+    errorIn('grouped queues'),
     (queue, grouping) => queueState.assumeGrouped(queue, grouping),
   );
   const loop: FetchLoop = new FetchLoop(
@@ -119,7 +123,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     },
     completer,
     () => queueState.claimPlan,
-    onError,
+    errorIn('claim'),
   );
   const heartbeat = new Heartbeat(
     store,
@@ -131,10 +135,10 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       held,
       lost: (ids) => dispatcher.lockLost(ids),
       unrenewed: (ids, rowHeld) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld),
-      error: onError,
+      error: errorIn('heartbeat'),
     },
   );
-  const progress = new ProgressWriter(store, config.progressIntervalMs, onError);
+  const progress = new ProgressWriter(store, config.progressIntervalMs, errorIn('progress'));
   const dispatcher = new Dispatcher(
     slots,
     completer,
@@ -158,7 +162,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
         if (config.queueConcurrency.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wake();
         if (slots.runningCount === 0) owner.drained();
       },
-      error: onError,
+      error: errorIn('hand-back'),
     },
   );
   const rescuer = rescuerTask(
@@ -180,13 +184,13 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     heartbeat,
     progress,
     dispatcher,
-    maintenance: createMaintenance(db, config, rescuer, owner.events, onError),
+    maintenance: createMaintenance(db, config, rescuer, owner.events, errorIn('maintenance')),
     notifier: config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined,
     instrumentation: await instrumentWorker(owner.events, config, db),
     registry: new WorkerRegistry(
       db,
       { ...config, tasks: [...config.tasks.keys()], intervalMs: config.registryIntervalMs },
-      onError,
+      errorIn('registry'),
     ),
   };
 }

@@ -163,7 +163,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
         // Not once stop() was called, even while start() finishes (review 67: a job started).
         accepting: () => this.state === 'running' && !this.stopPromise,
         drained: () => this.drained?.(),
-        error: (err) => this.reportError(err),
+        error: (err, part) => this.reportError(err, part),
       });
     } catch (err) {
       // A part that cannot be made (a missing optional package, bad schemas):
@@ -335,8 +335,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     }
   }
 
-  private reportError(err: unknown): void {
-    const wrapped = wrapDatabaseError(err, 'worker');
+  private reportError(err: unknown, part?: string): void {
+    // Which part failed, where known: "worker: <driver message>" did not say (outside review 102).
+    const wrapped = wrapDatabaseError(err, part ? `worker ${part}` : 'worker');
     if (wrapped instanceof ConnectionError) this.unreachableSince ??= Date.now();
     if (this.listenerCount('error') > 0) this.emit('error', wrapped);
   }

@@ -35,12 +35,13 @@ describe('WorkerLog', () => {
     ]);
   });
 
-  it('names the jobs a stop handed back; not the hand-backs of a running worker', () => {
+  it('names the jobs a stop handed back, and running jobs given back for a held row; not jobs claimed ahead', () => {
     const lines = captured();
     const worker = new EventEmitter();
     new WorkerLog(false).follow(worker as unknown as Worker);
     worker.emit('jobs:handed-back', [{ id: '7' }], { reason: 'overdue' });
     worker.emit('jobs:handed-back', [{ id: '8' }, { id: '9' }], { reason: 'stopping' });
-    expect(lines).toEqual(['handed-back count=2 ids=8,9']);
+    worker.emit('jobs:handed-back', [{ id: '10' }], { reason: 'row-held' });
+    expect(lines).toEqual(['handed-back count=2 ids=8,9 reason=stopping', 'handed-back count=1 ids=10 reason=row-held']);
   });
 });
