@@ -60,8 +60,8 @@ export class ConnectionError extends SluiceError {
 export class NotSentError extends ConnectionError {}
 
 // Driver codes of a connection that was never made: nothing can have been sent on it.
-// 57P03: cannot connect now (the server is starting or stopping).
-const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', '57P03', 'CONNECT_TIMEOUT']);
+// 57P03: cannot connect now (the server is starting or stopping); 53300: too many connections.
+const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', '57P03', '53300', 'CONNECT_TIMEOUT']);
 
 /** True when `err` (or what it wraps) says the statement was never sent. */
 export function neverSent(err: unknown): boolean {
@@ -69,7 +69,13 @@ export function neverSent(err: unknown): boolean {
     if (e instanceof NotSentError) return true;
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string' && NEVER_CONNECTED.has(code)) return true;
-    if (e instanceof Error && /timeout exceeded when trying to connect/i.test(e.message)) return true;
+    // pg's words for a pool's and a client's connect timeout.
+    if (
+      e instanceof Error &&
+      /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(e.message)
+    ) {
+      return true;
+    }
   }
   return false;
 }
@@ -226,6 +232,7 @@ const CONNECTION_CODES = new Set([
   'ENOTFOUND',
   'EHOSTUNREACH',
   'EAI_AGAIN', // a DNS lookup that failed for now
+  '53300', // too many connections: the server refused one more, for now
   // postgres.js's own codes for a lost or refused connection.
   'CONNECTION_CLOSED',
   'CONNECTION_ENDED',

@@ -13,6 +13,8 @@ export class OutcomeListener {
   private readonly notifier: Notifier;
   private readonly waiters = new Map<string, Set<() => void>>();
   private ready: Promise<void> | undefined;
+  /** Ends the wait of start(): stop() during a start must not leave its waiters hanging. */
+  private settleStart: (() => void) | undefined;
 
   /** `driver` is the Queue's: it LISTENs on a connection of its own (pg: one of the caller's pool when there is no URL). */
   constructor(driver: Driver, schema: string) {
@@ -26,6 +28,7 @@ export class OutcomeListener {
   /** Resolves once LISTEN is in place (or the first attempt failed: waiters then poll). */
   start(): Promise<void> {
     this.ready ??= new Promise<void>((resolve) => {
+      this.settleStart = resolve;
       this.notifier.once('listening', resolve);
       this.notifier.once('connectionError', () => resolve());
       this.notifier.start();
@@ -45,6 +48,9 @@ export class OutcomeListener {
   }
 
   async stop(): Promise<void> {
-    if (this.ready) await this.notifier.stop();
+    if (!this.ready) return;
+    // Outside review 103: a close() right after the first waitFor() left that waitFor, and close(), hanging.
+    this.settleStart?.();
+    await this.notifier.stop();
   }
 }

@@ -16,7 +16,7 @@ import { type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec }
 import { resolveSchemas, validateBatchPayloads, validatePayload } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
-import { waitForJob } from './wait-for.js';
+import { closedWhileWaiting, waitForJob } from './wait-for.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { jobIdOf, readInput, toJobValues } from './job-values.js';
@@ -74,6 +74,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
   private readonly closing = new AbortController();
   private readonly prepared: boolean;
   private readonly schemas: Map<string, StandardSchemaV1>;
+  /** waitFor()'s LISTEN would keep the only client of a pool of yours (see waitFor). */
+  private readonly listenStarvesPool: boolean;
 
   constructor(given: QueueOptions<T> = {}) {
     const options = readOrFail(ConfigError, 'Queue', () => snapshotOptions(given));
@@ -99,6 +101,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
       ? openQueueDriver(resolveDriverName(options, 'Queue'), options, statementTimeoutMs)
       : undefined;
     this.wakeUps = this.db && new WakeUps(this.db, this.queries.wake, channelFor(this.schema));
+    const poolMax = (options.pool as { options?: { max?: unknown } } | undefined)?.options?.max;
+    this.listenStarvesPool =
+      typeof poolMax === 'number' && poolMax < 2 && !options.connectionString && !options.listenConnectionString;
   }
 
   /** The `pg` Pool the Queue uses when no `tx` is given (yours, or the one it made); undefined on postgres.js. */
@@ -212,8 +217,17 @@ export class Queue<T extends TaskMap = AnyTasks> {
     const pollIntervalMs = config.intOption('pollIntervalMs', options.pollIntervalMs, 2_000, 10, 2 ** 31 - 1);
     const jobId = checkJobId(id);
     const db = this.ownDriver();
+    if (this.listenStarvesPool) {
+      // Outside review 103: the LISTEN kept the pool's one client, and every other call waited for it.
+      throw new ConfigError(
+        "waitFor: your pool's max is 1, and waitFor's LISTEN would keep that connection until close(): " +
+          'give the pool max 2 or more, or the Queue a listenConnectionString',
+      );
+    }
     this.outcomes ??= new OutcomeListener(db, this.schema);
     await this.outcomes.start();
+    // close() while LISTEN was being set up: said as waitForJob says it.
+    if (this.closing.signal.aborted) throw closedWhileWaiting(jobId);
 
     return waitForJob<P, R>(jobId, {
       db,

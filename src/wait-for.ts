@@ -23,14 +23,22 @@ export interface WaitPlan {
 }
 
 /**
+ * What a waitFor() in flight rejects with when its Queue is closed. Said plainly: it
+ * was "DatabaseError: waitFor failed: Cannot use a pool after calling end on the
+ * pool" (outside review 101).
+ */
+export function closedWhileWaiting(jobId: string): ConfigError {
+  return new ConfigError(`waitFor: the Queue was closed while it waited for job ${jobId}`);
+}
+
+/**
  * Queue.waitFor() once its options are checked: flags job `jobId` for a
  * notification, then reads it until it is finished, woken by the notification or
  * every `pollIntervalMs`. Throws WaitTimeoutError after `timeoutMs`.
  */
 export async function waitForJob<P, R>(jobId: string, plan: WaitPlan): Promise<JobRow<P, R>> {
   const { db, outcomes, queries, timeoutMs, pollIntervalMs, closing } = plan;
-  // Said plainly: it was "DatabaseError: waitFor failed: Cannot use a pool after calling end on the pool" (outside review 101).
-  const closed = () => new ConfigError(`waitFor: the Queue was closed while it waited for job ${jobId}`);
+  const closed = () => closedWhileWaiting(jobId);
   let wake: () => void = () => {};
   const unsubscribe = outcomes.subscribe(jobId, () => wake());
   const deadline = Date.now() + timeoutMs;
@@ -65,7 +73,9 @@ export async function waitForJob<P, R>(jobId: string, plan: WaitPlan): Promise<J
           closing.removeEventListener('abort', wake);
           resolve();
         };
-        closing.addEventListener('abort', wake);
+        // Closed during the read above: an aborted signal fires no more events.
+        if (closing.aborted) wake();
+        else closing.addEventListener('abort', wake);
       });
       if (closing.aborted) throw closed();
       flagged ||= await watch();

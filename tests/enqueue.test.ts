@@ -476,6 +476,23 @@ describe('enqueue', () => {
     }
   });
 
+  it('close() right after a waitFor, while its LISTEN is still being set up or its first read is out, ends both', async () => {
+    // Outside review 103: both hung for ever (and a waitFor on your pool took a poll interval to end).
+    for (const options of [{ connectionString: db.url }, { pool: db.pool }]) {
+      for (const delayMs of [0, 1, 5, 15]) {
+        const own = new Queue({ ...options, schema: db.schema });
+        const id = await own.enqueue('never_runs_here', {});
+        const waiting = own.waitFor(id, { timeoutMs: 60_000, pollIntervalMs: 60_000 }).then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        await new Promise((resolve) => setTimeout(resolve, delayMs));
+        await own.close();
+        expect(await waiting).toBeInstanceOf(ConfigError);
+      }
+    }
+  });
+
   describe('preparedStatements', () => {
     /** Enqueues through a Queue on a one-connection pool and lists that connection's prepared statements. */
     async function preparedAfterEnqueue(options: { preparedStatements?: boolean }): Promise<string[]> {

@@ -100,7 +100,7 @@ describe('a pool of yours with no free client', () => {
       );
       expect(error).toBeInstanceOf(NotSentError);
       expect((error as Error).message).toMatch(
-        /no free connection in your pool within 300 ms \(max 1, 1 open, 0 idle, 1 waiting\)/,
+        /no connection from your pool within 300 ms \(max 1, 1 open, 0 idle, 1 waiting\): its clients were all in use/,
       );
       expect((error as Error).message).toMatch(/the job was not enqueued$/);
     } finally {
@@ -116,12 +116,58 @@ describe('a pool of yours with no free client', () => {
   });
 });
 
+describe('a pool of yours of one connection', () => {
+  it('refuses waitFor, whose LISTEN would keep that connection for good', async () => {
+    const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+    const queue = new Queue({ pool, schema: db.schema });
+    try {
+      const id = await queue.enqueue('one_client', {});
+      await expect(queue.waitFor(id)).rejects.toThrow(/^waitFor: your pool's max is 1, and waitFor's LISTEN would keep/);
+      expect(await queue.getJob(id)).toMatchObject({ status: 'pending' });
+    } finally {
+      await queue.close();
+      await pool.end();
+    }
+  });
+});
+
+describe('a login the server turns away for now', () => {
+  it('too many connections (53300) is a NotSentError: the job was not enqueued', async () => {
+    const role = `sluice_full_${process.pid}`;
+    await db.pool.query(`DROP ROLE IF EXISTS ${role}`);
+    await db.pool.query(`CREATE ROLE ${role} LOGIN CONNECTION LIMIT 0`);
+    const url = new URL(db.url);
+    url.username = role;
+    url.password = '';
+    const queue = new Queue({ connectionString: url.toString(), schema: db.schema });
+    try {
+      const error: unknown = await queue.enqueue('full', {}).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(NotSentError);
+      expect((error as Error).message).toMatch(
+        /too many connections for role .*; nothing was sent, so the job was not enqueued$/,
+      );
+    } finally {
+      await queue.close();
+      await db.pool.query(`DROP ROLE ${role}`);
+    }
+  });
+});
+
 describe('a connection string that is not a URL', () => {
-  it.each(['not a url', 'mysql://root@localhost/db', 'postgres://user:pass@host:port/db'])(
+  it('takes the socket forms pg takes', () => {
+    for (const url of ['postgresql://postgres@/db?host=/tmp&port=5', 'postgresql:///db?host=/tmp', 'socket:/tmp?db=x']) {
+      expect(() => new Queue({ connectionString: url })).not.toThrow();
+    }
+  });
+
+  it.each(['not a url', 'mysql://root@localhost/db', 'postgres://user:pass@host:port/db', 'postgres:/db'])(
     '%s is a ConfigError naming the option, before any connection',
     (url) => {
       expect(() => new Queue({ connectionString: url })).toThrow(ConfigError);
-      expect(() => new Queue({ connectionString: url })).toThrow(/^connectionString: the database URL (is not|must be)/);
+      expect(() => new Queue({ connectionString: url })).toThrow(/^connectionString: the database URL (is not|must)/);
       expect(() => new Queue({ connectionString: db.url, listenConnectionString: url })).toThrow(/^listenConnectionString: /);
     },
   );

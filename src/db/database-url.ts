@@ -11,7 +11,12 @@ export function databaseUrlProblem(url: string): string | undefined {
   const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
   const shape = 'postgres://user:password@host:5432/database';
   if (scheme === 'postgres' || scheme === 'postgresql') {
-    return URL.canParse(url)
+    // "postgres:/x" (one slash) made pg fall back to PGHOST or localhost:5432, another server maybe (outside review 103).
+    if (!/^[a-z]+:\/\//i.test(url))
+      return `the database URL must begin with ${scheme}:// (two slashes); it should look like ${shape}`;
+    // libpq's socket form, postgresql://user@/db?host=/run/postgresql, has an empty host, which URL refuses and pg takes.
+    const parsable = URL.canParse(url) || URL.canParse(url.replace(/^([a-z]+:\/\/[^/?#]*@)(?=[/?#]|$)/i, '$1localhost'));
+    return parsable
       ? undefined
       : `the database URL is not a valid URL; it should look like ${shape} (special characters in the password percent-encoded)`;
   }

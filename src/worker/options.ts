@@ -307,8 +307,8 @@ function resolveDriver(options: WorkerOptions): DriverName {
     const max = (pool as { options?: { max?: unknown } }).options?.max;
     if (typeof max === 'number' && max < 2) {
       throw new ConfigError(
-        `Worker: your pool's max is ${max}, and LISTEN keeps one of its connections for good: ` +
-          'give the pool max 3 or more, a listenConnectionString, or listen: false',
+        `Worker: your pool's max is ${max}, ` +
+          'and LISTEN keeps one of its connections for good: give the pool max 3 or more, a listenConnectionString, or listen: false',
       );
     }
   }

