@@ -1,4 +1,20 @@
 #!/usr/bin/env node
+// `sluice worker` stopped before its own handlers are in place (while Node loads the
+// CLI, about half a second) exits 0, as it does a moment later before it has started:
+// nothing is claimed yet. Node's default ended it with 143 and no word (outside review 104).
+const early = (signal) => {
+  const json = process.argv.includes('--json');
+  process.stdout.write(
+    json
+      ? `${JSON.stringify({ time: new Date(), event: 'stopped', signal, before: 'load' })}\n`
+      : `stopped signal=${signal} before=load\n`,
+  );
+  process.exit(0);
+};
+if (process.argv.slice(2).includes('worker')) {
+  process.once('SIGINT', early);
+  process.once('SIGTERM', early);
+}
 let main;
 try {
   ({ main } = await import('../dist/cli/main.js'));
@@ -20,4 +36,6 @@ process.stdout.on('error', (err) => {
 // and a command that finished must not hang on them. (stdout and stderr are
 // synchronous on Linux and macOS for files, pipes and terminals, so nothing
 // written is lost.)
+process.off('SIGINT', early);
+process.off('SIGTERM', early);
 process.exit(await main(process.argv));

@@ -138,6 +138,51 @@ describe('row locks held by another session', () => {
     expectNoOverlap();
   });
 
+  it('hands a row-held job back only once a handler that ignores its signal has stopped', async () => {
+    // Outside review 104: handed back at once, it ran in another worker beside the first run.
+    const firstRunGoesOn = deferred();
+    const handedBack: string[] = [];
+    let runCount = 0;
+    await t.start(
+      {
+        ...FAST_LOCKS,
+        tasks: {
+          stubborn: async (_p: unknown, { job }: { job: JobRow }) => {
+            const run: RunRecord = { id: job.id, worker: 'a', start: performance.now() };
+            runs.push(run);
+            // The first run ignores its signal and goes on until told.
+            if (++runCount === 1) await firstRunGoesOn.promise;
+            run.end = performance.now();
+          },
+        },
+      },
+      (w) => w.on('jobs:handed-back', (jobs) => jobs.forEach((j) => handedBack.push(j.id))),
+    );
+    const id = await t.queue.enqueue('stubborn', {}, { maxAttempts: 1 });
+    await waitFor(() => runs.length === 1, 'the job to run');
+    const lockedAt = await serverMs();
+    await lockOutside(`SELECT id FROM ${t.db.s}.jobs WHERE id = $1 FOR UPDATE`, [id]);
+    await waitFor(async () => (await serverMs()) - lockedAt > 3_000, 'the renewal timeout to pass', 10_000);
+    await outside!.query('COMMIT');
+    // The row is free, the handler still runs: the job stays this worker's, its lock renewed.
+    const freedAt = await serverMs();
+    await waitFor(async () => {
+      const { rows } = await t.db.pool.query(
+        `SELECT status, extract(epoch FROM locked_at) * 1000 AS locked_ms FROM ${t.db.s}.jobs WHERE id = $1`,
+        [id],
+      );
+      return rows[0].status === 'processing' && Number(rows[0].locked_ms) > freedAt;
+    }, 'a heartbeat after the lock went');
+    expect(handedBack).toEqual([]);
+    expect(runs).toHaveLength(1);
+    firstRunGoesOn.resolve();
+    const done = await t.queue.waitFor(id, { timeoutMs: 20_000 });
+    expect(done).toMatchObject({ status: 'completed', attempts: 1 });
+    expect(handedBack).toEqual([id]);
+    expect(runs).toHaveLength(2);
+    expectNoOverlap();
+  });
+
   it('a locked queue row stops neither the other queues nor the writing of results', async () => {
     await t.queue.setQueueConcurrency('limited', 2);
     await lockOutside(`SELECT * FROM ${t.db.s}.queues WHERE name = 'limited' FOR UPDATE`, []);

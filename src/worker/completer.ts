@@ -22,6 +22,8 @@ import { releaseJobs, writeSnooze } from './single-writes.js';
 export interface CompleterConfig {
   /** The worker's retry delay policy (a task's own wins). */
   backoff: Required<BackoffOptions>;
+  /** How long a hand-back waits for an aborted handler that has not stopped (see record). */
+  visibilityTimeoutMs: number;
   /** Largest result stored, in bytes of JSON. */
   maxResultBytes: number;
 }
@@ -139,8 +141,12 @@ export class Completer implements ResultSource {
     } else if (outcome.kind === 'snoozed') {
       this.snooze(job, outcome.snooze);
     } else if (outcome.kind === 'handedBack') {
-      // Written as a snooze of 0 (pending now, the attempt not spent), retried while the row stays held.
-      this.snooze(job, new Snooze(0), 'row-held');
+      // Written as a snooze of 0 (pending now, the attempt not spent), retried while the
+      // row stays held; and not before the handler has stopped: one that ignores its
+      // signal ran beside the next attempt in another worker (outside review 104). The
+      // job stays held, so heartbeated, meanwhile, for up to a visibility timeout, after
+      // which the handler counts as hung (as Slots.outlived counts it).
+      this.snooze(job, new Snooze(0), 'row-held', run.handlerStopped(this.config.visibilityTimeoutMs));
     } else if (outcome.kind === 'cancelled') {
       this.signals.emit('job:cancel', job);
     }
@@ -366,8 +372,8 @@ export class Completer implements ResultSource {
   }
 
   /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
-  private snooze(job: JobRow, snooze: Snooze, handBack?: HandBackReason): void {
-    const write = writeSnooze(this.store, job, snooze, this.signals, handBack);
+  private snooze(job: JobRow, snooze: Snooze, handBack?: HandBackReason, after?: Promise<unknown>): void {
+    const write = (after ?? Promise.resolve()).then(() => writeSnooze(this.store, job, snooze, this.signals, handBack));
     this.writes.add(write);
     this.snoozing.add(job.id);
     void write.finally(() => {

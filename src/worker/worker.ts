@@ -281,7 +281,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       }
       // Cut by a stop() while starting: the stop's own error says why, not "cannot reach".
       const unreachable = isConnectionFailure(err) && !this.stopPromise;
-      this.reportError(unreachable ? connectionError(err, this.options.connectionString) : err);
+      this.reportError(unreachable ? connectionError(err, this.options.connectionString) : err, 'start');
     }
   }
 
@@ -299,7 +299,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       loop.wake();
       this.reachable();
     });
-    notifier.on('connectionError', (err) => this.reportError(err));
+    notifier.on('connectionError', (err) => this.reportError(err, 'listen'));
     // Resolve start() once LISTEN is in place, so a job enqueued right after is
     // pushed, not polled. If Postgres is down, start anyway: the notifier retries.
     const ready = new Promise<void>((resolve) => {

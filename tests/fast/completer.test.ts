@@ -29,7 +29,7 @@ let completer: Completer;
 function makeCompleter(s: MemoryStore, maxResultBytes = 1_000): Completer {
   return new Completer(
     s,
-    { backoff: { baseMs: 1_000, maxMs: 60_000, shape: 'fixed' }, maxResultBytes },
+    { backoff: { baseMs: 1_000, maxMs: 60_000, shape: 'fixed' }, maxResultBytes, visibilityTimeoutMs: 30_000 },
     {
       emit: (event, ...args) =>
         void events.push({ event, job: args[0] as JobRow, detail: args[1] as Record<string, unknown> | undefined }),

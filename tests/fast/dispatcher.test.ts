@@ -22,7 +22,7 @@ function setup(
   const quiet = { emit: () => {}, resultAdded, dueAt: () => {}, error: () => {} };
   const completer = new Completer(
     store,
-    { backoff: { baseMs: 1_000, maxMs: 1_000, shape: 'fixed' }, maxResultBytes: 1_000 },
+    { backoff: { baseMs: 1_000, maxMs: 1_000, shape: 'fixed' }, maxResultBytes: 1_000, visibilityTimeoutMs: 30_000 },
     quiet,
   );
   const task = {

@@ -69,7 +69,7 @@ function setup(options: Setup = {}): void {
   target = new Target(options.slots ?? 4, new Map(Object.entries(options.limits ?? {})), options.prefetch ?? 0);
   completer = new Completer(
     store,
-    { backoff: { baseMs: 1_000, maxMs: 1_000, shape: 'fixed' }, maxResultBytes: 1_000 },
+    { backoff: { baseMs: 1_000, maxMs: 1_000, shape: 'fixed' }, maxResultBytes: 1_000, visibilityTimeoutMs: 30_000 },
     {
       emit: (event, ...args) => {
         if (event === 'job:complete') completed.push((args[0] as JobRow).id);

@@ -82,6 +82,7 @@ export class FastWorker {
       {
         backoff: options.backoff ?? { baseMs: 1_000, maxMs: 3_600_000, shape: 'exponential' },
         maxResultBytes: 1024 * 1024,
+        visibilityTimeoutMs: 30_000,
       },
       { emit, resultAdded: () => loop.resultAdded(), dueAt: (at) => loop.wakeAt(at), error: onError },
     );
