@@ -94,91 +94,96 @@ Examples:
       // One action per run: `--redrive --drop-dead-letters` redrove and silently dropped nothing (review 62).
       const actions = ACTIONS.filter(([flag]) => flags[flag]).map(([, name]) => name);
       if (actions.length > 1) throw new UsageError(`${actions.join(' and ')} are separate actions: give one of them`);
-      await withDatabaseUntilStopped(command, async ({ pool, url, schema }) => {
-        if (flags.status) {
-          const lags = await outboxLag(pool, schema);
-          for (const lag of lags) log('lag', { ...lag });
-          // Silence would read as "nothing to report" and "not set up" alike.
-          if (lags.length === 0) log('no-destinations', { note: 'no relay has started on any destination of this schema yet' });
-          return;
-        }
-        if (flags.deadLetters) {
-          const letters = await listOutboxDeadLetters(pool, schema, { destinations: flags.destination, limit: 1000 });
-          for (const letter of letters) log('dead_letter', { ...letter });
-          if (letters.length === 0) log('no-dead-letters');
-          return;
-        }
-        if (flags.redrive || flags.dropDeadLetters) {
-          if (!flags.destination?.length) throw new UsageError('give the --destination(s) whose dead letters to act on');
-          const target = { destinations: flags.destination };
-          if (flags.redrive) log('redriven', { count: await redriveOutboxDeadLetters(pool, schema, target) });
-          else log('dropped', { count: await dropOutboxDeadLetters(pool, schema, target) });
-          return;
-        }
-        if (!flags.destination?.length) throw new UsageError('give at least one --destination (or --status)');
-        const publisher: BrokerPublisher =
-          flags.broker === 'nats'
-            ? natsPublisher({ servers: flags.natsUrl, subjectPrefix: flags.subjectPrefix })
-            : rabbitMqPublisher({ url: flags.amqpUrl, exchange: flags.exchange });
-        const relay = new OutboxRelay({
-          connectionString: url,
-          schema,
-          publisher,
-          destinations: flags.destination,
-          partitions: flags.partitions,
-          maxPartitions: flags.maxPartitions,
-          batchSize: flags.batchSize,
-          maxAttempts: flags.maxAttempts,
-          listenConnectionString: flags.listenUrl,
-          preparedStatements: flags.preparedStatements,
-        });
-        let published = 0;
-        relay.events.on('published', (b) => (published += b.count));
-        relay.events.on('acquired', (p) => log('acquired', { ...p }));
-        relay.events.on('lost', (p) => log('lost', { ...p }));
-        relay.events.on('deadLetter', (d) =>
-          log(
-            'dead_letter',
-            { destination: d.destination, message: d.messageId, attempts: d.attempts, error: d.error.message },
-            process.stderr,
-          ),
-        );
-        const failures = new FailureLines();
-        relay.events.on('failure', (f) => {
-          if (!failures.shouldLog(f)) return;
-          log('failure', { destination: f.destination, transient: f.transient, error: f.error.message }, process.stderr);
-        });
-        relay.events.on('published', (b) => failures.published(b));
-        const errors = new ErrorLines();
-        relay.events.on('error', (err) => {
-          const line = errors.next(err.message);
-          if (line) log('error', { error: err.message, ...(line.repeated > 0 && line) }, process.stderr);
-        });
-        const wentThrough = () => {
-          if (errors.wentThrough()) log('recovered');
-        };
-        for (const event of ['published', 'caughtUp', 'acquired'] as const) relay.events.on(event, wentThrough);
-        // Before the relay connects: a missing prom-client or a taken port fails the command with nothing opened.
-        const metrics =
-          flags.metricsPort === undefined ? undefined : await serveRelayMetrics(relay, flags.metricsPort, flags.metricsHost);
-        const stopped = untilSignal(relay);
-        try {
-          await relay.start();
-          log('started', {
-            relay: relay.options.relayId,
-            broker: flags.broker,
-            destinations: flags.destination.join(','),
-            ...(metrics && { metrics: metrics.url }),
+      await withDatabaseUntilStopped(
+        command,
+        async ({ pool, url, schema }) => {
+          if (flags.status) {
+            const lags = await outboxLag(pool, schema);
+            for (const lag of lags) log('lag', { ...lag });
+            // Silence would read as "nothing to report" and "not set up" alike.
+            if (lags.length === 0) log('no-destinations', { note: 'no relay has started on any destination of this schema yet' });
+            return;
+          }
+          if (flags.deadLetters) {
+            const letters = await listOutboxDeadLetters(pool, schema, { destinations: flags.destination, limit: 1000 });
+            for (const letter of letters) log('dead_letter', { ...letter });
+            if (letters.length === 0) log('no-dead-letters');
+            return;
+          }
+          if (flags.redrive || flags.dropDeadLetters) {
+            if (!flags.destination?.length) throw new UsageError('give the --destination(s) whose dead letters to act on');
+            const target = { destinations: flags.destination };
+            if (flags.redrive) log('redriven', { count: await redriveOutboxDeadLetters(pool, schema, target) });
+            else log('dropped', { count: await dropOutboxDeadLetters(pool, schema, target) });
+            return;
+          }
+          if (!flags.destination?.length) throw new UsageError('give at least one --destination (or --status)');
+          const publisher: BrokerPublisher =
+            flags.broker === 'nats'
+              ? natsPublisher({ servers: flags.natsUrl, subjectPrefix: flags.subjectPrefix })
+              : rabbitMqPublisher({ url: flags.amqpUrl, exchange: flags.exchange });
+          const relay = new OutboxRelay({
+            connectionString: url,
+            schema,
+            publisher,
+            destinations: flags.destination,
+            partitions: flags.partitions,
+            maxPartitions: flags.maxPartitions,
+            batchSize: flags.batchSize,
+            maxAttempts: flags.maxAttempts,
+            listenConnectionString: flags.listenUrl,
+            preparedStatements: flags.preparedStatements,
           });
-          const progress = setInterval(() => log('progress', { published }), 10_000);
-          progress.unref();
-          await stopped;
-          clearInterval(progress);
-        } finally {
-          await metrics?.close();
-        }
-        log('stopped', { published });
-      });
+          let published = 0;
+          relay.events.on('published', (b) => (published += b.count));
+          relay.events.on('acquired', (p) => log('acquired', { ...p }));
+          relay.events.on('lost', (p) => log('lost', { ...p }));
+          relay.events.on('deadLetter', (d) =>
+            log(
+              'dead_letter',
+              { destination: d.destination, message: d.messageId, attempts: d.attempts, error: d.error.message },
+              process.stderr,
+            ),
+          );
+          const failures = new FailureLines();
+          relay.events.on('failure', (f) => {
+            if (!failures.shouldLog(f)) return;
+            log('failure', { destination: f.destination, transient: f.transient, error: f.error.message }, process.stderr);
+          });
+          relay.events.on('published', (b) => failures.published(b));
+          const errors = new ErrorLines();
+          relay.events.on('error', (err) => {
+            const line = errors.next(err.message);
+            if (line) log('error', { error: err.message, ...(line.repeated > 0 && line) }, process.stderr);
+          });
+          const wentThrough = () => {
+            if (errors.wentThrough()) log('recovered');
+          };
+          for (const event of ['published', 'caughtUp', 'acquired'] as const) relay.events.on(event, wentThrough);
+          // Before the relay connects: a missing prom-client or a taken port fails the command with nothing opened.
+          const metrics =
+            flags.metricsPort === undefined ? undefined : await serveRelayMetrics(relay, flags.metricsPort, flags.metricsHost);
+          const stopped = untilSignal(relay);
+          try {
+            await relay.start();
+            log('started', {
+              relay: relay.options.relayId,
+              broker: flags.broker,
+              destinations: flags.destination.join(','),
+              ...(metrics && { metrics: metrics.url }),
+            });
+            const progress = setInterval(() => log('progress', { published }), 10_000);
+            progress.unref();
+            await stopped;
+            clearInterval(progress);
+          } finally {
+            await metrics?.close();
+          }
+          log('stopped', { published });
+        },
+        // Serving (not a one-off action), it waits for a Postgres it cannot reach yet, as `sluice worker` does.
+        { waitForPostgres: !flags.status && !flags.deadLetters && !flags.redrive && !flags.dropDeadLetters },
+      );
     });
 }
 
