@@ -1,8 +1,14 @@
 #!/usr/bin/env node
 // `sluice worker` stopped before its own handlers are in place (while Node loads the
-// CLI, about half a second) exits 0, as it does a moment later before it has started:
-// nothing is claimed yet. Node's default ended it with 143 and no word (outside review 104).
+// CLI) exits 0, as it does a moment later before it has started: nothing is claimed
+// yet. Node's default ended it with 143 and no word (outside review 104). Never
+// removed: a signal caught while it was the only listener is delivered a moment
+// later, and found no listener at all once it had been removed (review 105: the
+// worker then started and ran on). Once the worker command has its own handlers
+// (they set the flag), this one leaves the signal to them.
+const TAKEN = Symbol.for('sluice.cli.signalsTaken');
 const early = (signal) => {
+  if (globalThis[TAKEN]) return;
   const json = process.argv.includes('--json');
   process.stdout.write(
     json
@@ -12,8 +18,8 @@ const early = (signal) => {
   process.exit(0);
 };
 if (process.argv.slice(2).includes('worker')) {
-  process.once('SIGINT', early);
-  process.once('SIGTERM', early);
+  process.on('SIGINT', early);
+  process.on('SIGTERM', early);
 }
 let main;
 try {
@@ -36,6 +42,4 @@ process.stdout.on('error', (err) => {
 // and a command that finished must not hang on them. (stdout and stderr are
 // synchronous on Linux and macOS for files, pipes and terminals, so nothing
 // written is lost.)
-process.off('SIGINT', early);
-process.off('SIGTERM', early);
 process.exit(await main(process.argv));

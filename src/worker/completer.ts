@@ -1,5 +1,5 @@
 import type { WorkerStore } from '../db/store.js';
-import { DatabaseError, Snooze } from '../errors.js';
+import { DatabaseError, Snooze, SluiceError } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
@@ -144,9 +144,11 @@ export class Completer implements ResultSource {
       // Written as a snooze of 0 (pending now, the attempt not spent), retried while the
       // row stays held; and not before the handler has stopped: one that ignores its
       // signal ran beside the next attempt in another worker (outside review 104). The
-      // job stays held, so heartbeated, meanwhile, for up to a visibility timeout, after
-      // which the handler counts as hung (as Slots.outlived counts it).
-      this.snooze(job, new Snooze(0), 'row-held', run.handlerStopped(this.config.visibilityTimeoutMs));
+      // job stays held, so heartbeated, meanwhile, for up to a visibility timeout. A
+      // handler still running then is not handed back at all (review 105: it ran beside
+      // the new attempt): as at stop(), the job is left for the rescuer.
+      const stopped = run.handlerStopped(this.config.visibilityTimeoutMs);
+      this.snooze(job, new Snooze(0), 'row-held', stopped);
     } else if (outcome.kind === 'cancelled') {
       this.signals.emit('job:cancel', job);
     }
@@ -371,9 +373,21 @@ export class Completer implements ResultSource {
     this.signals.resultAdded();
   }
 
+  private leftForRescue(job: JobRow): void {
+    this.signals.error(
+      new SluiceError(
+        'LOCK_LOST',
+        `job ${job.id}: its handler did not stop within ${this.config.visibilityTimeoutMs} ms of its abort; ` +
+          'left processing so that no other worker runs it while it may still run: the rescuer returns it',
+      ),
+    );
+  }
+
   /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
-  private snooze(job: JobRow, snooze: Snooze, handBack?: HandBackReason, after?: Promise<unknown>): void {
-    const write = (after ?? Promise.resolve()).then(() => writeSnooze(this.store, job, snooze, this.signals, handBack));
+  private snooze(job: JobRow, snooze: Snooze, handBack?: HandBackReason, after?: Promise<boolean>): void {
+    const write = (after ?? Promise.resolve(true)).then((go) =>
+      go ? writeSnooze(this.store, job, snooze, this.signals, handBack) : this.leftForRescue(job),
+    );
     this.writes.add(write);
     this.snoozing.add(job.id);
     void write.finally(() => {

@@ -308,7 +308,7 @@ function resolveDriver(options: WorkerOptions): DriverName {
     if (typeof max === 'number' && max < 2) {
       throw new ConfigError(
         `Worker: your pool's max is ${max}, ` +
-          'and LISTEN keeps one of its connections for good: give the pool max 3 or more, a listenConnectionString, or listen: false',
+          'and LISTEN keeps one of its connections for good: give the pool max 2 or more (3 lets two cycles go out at once), a listenConnectionString, or listen: false',
       );
     }
   }

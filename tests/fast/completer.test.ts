@@ -591,3 +591,36 @@ describe('Completer: a batch whose values Postgres refused', () => {
     expect(db.job(run.job.id).status).toBe('processing');
   });
 });
+
+describe('Completer: a job handed back because another session held its row', () => {
+  /** A run of a claimed job whose handler is still going (its abort ignored) until `ended` resolves. */
+  async function stubbornRun(ended: Promise<void>): Promise<Run> {
+    const run = await claimed({}, { handler: () => ended });
+    void run.run();
+    run.abort('row-held', new Error('row held'));
+    return run;
+  }
+
+  it('is handed back, its attempt unspent, once its handler has stopped', async () => {
+    let end!: () => void;
+    const run = await stubbornRun(new Promise<void>((resolve) => (end = resolve)));
+    completer.record(run, { kind: 'handedBack' }, 5);
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(db.job(run.job.id).status).toBe('processing');
+    expect(completer.ids()).toEqual([run.job.id]); // still held: heartbeated meanwhile
+    end();
+    await vi.advanceTimersByTimeAsync(0);
+    expect(db.job(run.job.id)).toMatchObject({ status: 'pending', attempts: 0 });
+    expect(named('jobs:handed-back')).toHaveLength(1);
+  });
+
+  it('is left processing for the rescuer when its handler still runs a visibility timeout later', async () => {
+    const run = await stubbornRun(new Promise<void>(() => {}));
+    completer.record(run, { kind: 'handedBack' }, 5);
+    await vi.advanceTimersByTimeAsync(30_000);
+    expect(db.job(run.job.id).status).toBe('processing');
+    expect(completer.ids()).toEqual([]);
+    expect(named('jobs:handed-back')).toEqual([]);
+    expect(String(errors[0])).toMatch(/its handler did not stop within 30000 ms of its abort; left processing/);
+  });
+});

@@ -66,6 +66,8 @@ Examples:
       };
       process.once('SIGINT', beforeWorker);
       process.once('SIGTERM', beforeWorker);
+      // bin/sluice.js's handler for the signals that come while the CLI loads leaves them to these now.
+      (globalThis as Record<symbol, unknown>)[Symbol.for('sluice.cli.signalsTaken')] = true;
       const tasks = await loadTasks(flags.tasks);
       await withDatabaseUntilStopped(
         command,
