@@ -378,7 +378,8 @@ export class Completer implements ResultSource {
       new SluiceError(
         'LOCK_LOST',
         `job ${job.id}: its handler did not stop within ${this.config.visibilityTimeoutMs} ms of its abort; ` +
-          'left processing so that no other worker runs it while it may still run: the rescuer returns it',
+          'not handed back but left processing for the rescuer, which returns it after the visibility timeout; ' +
+          'if the handler still runs then, the next attempt runs beside it (handlers must honour their signal)',
       ),
     );
   }
