@@ -1,5 +1,5 @@
 import { checks, readOrFail, snapshotOptions, unreadable } from './validate.js';
-import { hasConnection, resolveDriverName, type PgPool } from './db/connection.js';
+import { hasConnection, poolTooSmallToListen, resolveDriverName, type PgPool } from './db/connection.js';
 import type { Driver } from './db/driver.js';
 import { openQueueDriver } from './db/drivers/queue-driver.js';
 import { enqueueStatements, type EnqueueStatements } from './db/statements/enqueue.js';
@@ -101,9 +101,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       ? openQueueDriver(resolveDriverName(options, 'Queue'), options, statementTimeoutMs)
       : undefined;
     this.wakeUps = this.db && new WakeUps(this.db, this.queries.wake, channelFor(this.schema));
-    const poolMax = (options.pool as { options?: { max?: unknown } } | undefined)?.options?.max;
-    this.listenStarvesPool =
-      typeof poolMax === 'number' && poolMax < 2 && !options.connectionString && !options.listenConnectionString;
+    this.listenStarvesPool = poolTooSmallToListen(options) !== undefined;
   }
 
   /** The `pg` Pool the Queue uses when no `tx` is given (yours, or the one it made); undefined on postgres.js. */

@@ -52,6 +52,21 @@ export interface PgPool {
   connect(callback: (err: Error | undefined, client: PgPoolClient | undefined, done: unknown) => void): void;
 }
 
+/**
+ * The size of a pool of yours when a LISTEN would take one of its clients for good
+ * (no URL of its own to LISTEN through) and it is too small to spare one (max 1):
+ * every other statement then waited for ever (outside reviews 101, 103). Else undefined.
+ */
+export function poolTooSmallToListen(options: {
+  pool?: unknown;
+  connectionString?: string;
+  listenConnectionString?: string;
+}): number | undefined {
+  if (!options.pool || options.connectionString || options.listenConnectionString) return undefined;
+  const max = (options.pool as { options?: { max?: unknown } }).options?.max;
+  return typeof max === 'number' && max < 2 ? max : undefined;
+}
+
 /** Where Sluice gets its connections: a URL (Sluice owns the pool) or your `pg` Pool. */
 export interface ConnectionOptions {
   /** postgres://user:pass@host:port/db. Ignored when `pool` is given. */

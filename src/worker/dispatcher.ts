@@ -168,7 +168,7 @@ export class Dispatcher {
   /**
    * Locks that could not be renewed in time: give those jobs up before anyone can
    * rescue them. A run whose row another session held ('row-held') is handed back
-   * without spending its attempt: an admin's or a report's FOR UPDATE made a job of
+   * without spending its attempt: an admin's or a report's row lock (FOR UPDATE) made a job of
    * one attempt a dead letter (outside review 102). One whose beats went
    * unanswered (the database away, the event loop blocked by its handler) fails
    * the attempt, so a handler that blocks for ever runs out of attempts.

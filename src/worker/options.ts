@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { checkConnection, type ConnectionOptions } from '../db/connection.js';
+import { checkConnection, poolTooSmallToListen, type ConnectionOptions } from '../db/connection.js';
 import type { DriverName } from '../db/driver.js';
 import type { PostgresJsSql } from '../db/drivers/postgres-js.js';
 import { ConfigError } from '../errors.js';
@@ -302,15 +302,12 @@ function resolveDriver(options: WorkerOptions): DriverName {
     return 'postgres.js';
   }
   if (pool && driver === 'postgres.js') throw new ConfigError("Worker: pool is a pg Pool; use driver 'pg' or pass sql");
-  if (pool && options.listen !== false && !options.connectionString && !options.listenConnectionString) {
-    // LISTEN keeps one client of the pool for good: with max 1, every statement waited for ever (outside review 101).
-    const max = (pool as { options?: { max?: unknown } }).options?.max;
-    if (typeof max === 'number' && max < 2) {
-      throw new ConfigError(
-        `Worker: your pool's max is ${max}, ` +
-          'and LISTEN keeps one of its connections for good: give the pool max 2 or more (3 lets two cycles go out at once), a listenConnectionString, or listen: false',
-      );
-    }
+  const max = options.listen === false ? undefined : poolTooSmallToListen(options);
+  if (max !== undefined) {
+    throw new ConfigError(
+      `Worker: your pool's max is ${max}, ` +
+        'and LISTEN keeps one of its connections for good: give the pool max 2 or more (3 lets two cycles go out at once), a listenConnectionString, or listen: false',
+    );
   }
   checkConnection(options, 'Worker');
   return driver ?? 'pg';
