@@ -63,9 +63,16 @@ export class NotSentError extends ConnectionError {}
 // 57P03: cannot connect now (the server is starting or stopping); 53300: too many connections.
 const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', '57P03', '53300', 'CONNECT_TIMEOUT']);
 
+/** `err` and the errors it wraps (`cause`), at most five deep: whoever wrapped a driver's error, it is found. */
+export function* causeChain(err: unknown): Generator<object> {
+  for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+    yield e;
+  }
+}
+
 /** True when `err` (or what it wraps) says the statement was never sent. */
 export function neverSent(err: unknown): boolean {
-  for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+  for (const e of causeChain(err)) {
     if (e instanceof NotSentError) return true;
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string' && NEVER_CONNECTED.has(code)) return true;

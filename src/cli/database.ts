@@ -4,7 +4,7 @@ import pg from 'pg';
 import { connectionError, describeTarget, type PgPool } from '../db/connection.js';
 import { databaseUrlProblem } from '../db/database-url.js';
 import { migrateStatements } from '../db/statements/migrate.js';
-import { isConnectionFailure, isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
+import { causeChain, isConnectionFailure, isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
 import { CommandFailed, UsageError } from './output.js';
 
 export interface GlobalOptions {
@@ -44,7 +44,7 @@ const LOGIN_REFUSED: Record<string, string> = {
  * undefined. Found on the error itself or on its causes, whoever wrapped it.
  */
 export function loginProblem(err: unknown, url: string | undefined): string | undefined {
-  for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
+  for (const e of causeChain(err)) {
     const { code, message } = e as { code?: unknown; message?: unknown };
     const hint = typeof code === 'string' ? LOGIN_REFUSED[code] : undefined;
     if (hint) return `Postgres at ${describeTarget(url)}: ${String(message)} (${hint})`;
