@@ -75,6 +75,13 @@ async function serverMs(): Promise<number> {
   return Number(rows[0].ms);
 }
 
+/** One pass of the rescuer, as a maintenance leader in another process runs it. */
+async function rescueNow(): Promise<string[]> {
+  const { rescueExpired } = await import('../src/maintenance/rescuer.js');
+  const { workerStatements } = await import('../src/db/statements/worker.js');
+  return (await rescueExpired(t.db.pool, workerStatements(t.db.schema), FAST_LOCKS.visibilityTimeoutMs)).map((r) => r.id);
+}
+
 const FAST_LOCKS = { visibilityTimeoutMs: 3_000, heartbeatIntervalMs: 200, rescueIntervalMs: 200 };
 
 describe('row locks held by another session', () => {
@@ -184,6 +191,74 @@ describe('row locks held by another session', () => {
     expect(handedBack).toEqual([id]);
     expect(runs).toHaveLength(2);
     expectNoOverlap();
+  });
+
+  // Outside review 105: with the row held past the visibility timeout, the
+  // leader's rescuer could take the job the moment the lock went, before the
+  // worker's hand-back (3 of 32 jobs), spending the attempt of a job that was not
+  // at fault. The worker now lists such jobs in its registry row, and the rescuer
+  // leaves the jobs a live worker lists alone.
+  it('a row held past the visibility timeout is handed back by its worker, never rescued', async () => {
+    const release = deferred();
+    const handedBack: string[] = [];
+    const rescued: string[] = [];
+    await t.start({ ...FAST_LOCKS, tasks: { long: recordedTask('a', release.promise) } }, (w) => {
+      w.on('jobs:handed-back', (jobs) => jobs.forEach((j) => handedBack.push(j.id)));
+      w.on('jobs:rescued', (jobs) => jobs.forEach((j) => rescued.push(j.id)));
+    });
+    const ids = await t.queue.enqueueMany(Array.from({ length: 4 }, () => ({ task: 'long', maxAttempts: 1 })));
+    await waitFor(() => runs.length === 4, 'the jobs to run');
+    await lockOutside(`SELECT id FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[]) FOR UPDATE`, [ids]);
+    await waitFor(() => runs.every((r) => r.end !== undefined), 'the handlers aborted', 10_000);
+    await waitFor(
+      async () => {
+        const { rows } = await t.db.pool.query(
+          `SELECT count(*)::int AS n FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[]) AND locked_at < now() - interval '4 seconds'`,
+          [ids],
+        );
+        return rows[0].n === ids.length;
+      },
+      'the locks to be older than the visibility timeout',
+      15_000,
+    );
+    // Another process's leader rescuing the moment the lock goes, before this worker's next beat.
+    await outside!.query('COMMIT');
+    expect(await rescueNow()).toEqual([]);
+    release.resolve();
+    for (const id of ids)
+      expect(await t.queue.waitFor(id, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', attempts: 1 });
+    expect(rescued).toEqual([]);
+    expect(handedBack.sort()).toEqual([...ids].sort());
+    expectNoOverlap();
+  });
+
+  it('a finished job whose row is held past the visibility timeout keeps its result: written once the row is free, not run again', async () => {
+    const release = deferred();
+    const rescued: string[] = [];
+    await t.start({ ...FAST_LOCKS, tasks: { quick: recordedTask('a', release.promise) } }, (w) =>
+      w.on('jobs:rescued', (jobs) => jobs.forEach((j) => rescued.push(j.id))),
+    );
+    const id = await t.queue.enqueue('quick', {}, { maxAttempts: 1 });
+    await waitFor(() => runs.length === 1, 'the job to run');
+    await lockOutside(`SELECT id FROM ${t.db.s}.jobs WHERE id = $1 FOR UPDATE`, [id]);
+    release.resolve();
+    await waitFor(() => runs[0]!.end !== undefined, 'the handler to return');
+    await waitFor(
+      async () => {
+        const { rows } = await t.db.pool.query(
+          `SELECT locked_at < now() - interval '4 seconds' AS old FROM ${t.db.s}.jobs WHERE id = $1`,
+          [id],
+        );
+        return rows[0].old === true;
+      },
+      'the lock to be older than the visibility timeout',
+      15_000,
+    );
+    await outside!.query('COMMIT');
+    expect(await rescueNow()).toEqual([]);
+    expect(await t.queue.waitFor(id, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', attempts: 1 });
+    expect(rescued).toEqual([]);
+    expect(runs).toHaveLength(1);
   });
 
   it('a locked queue row stops neither the other queues nor the writing of results', async () => {
@@ -478,6 +553,30 @@ describe("each worker's own visibility timeout", () => {
       expect(await rescue()).toEqual([slow]);
     } finally {
       await t.db.pool.query(`DELETE FROM ${t.db.s}.workers WHERE id = 'slow-beat'`);
+    }
+  });
+
+  it('leaves to a live worker the jobs its row lists as held by another session, and rescues them once the row is dead', async () => {
+    const [listed, other] = await t.queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
+    await t.db.pool.query(
+      `INSERT INTO ${t.db.s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms, visibility_timeout_ms, row_held)
+       VALUES ('holder', 'h', 1, '{default}', '{x}', 1, '0', 1000, 2000, $1::bigint[])`,
+      [[listed, other]],
+    );
+    try {
+      // Both stale; "other" is listed by holder but locked to another worker (a stale list entry protects nothing).
+      await t.db.pool.query(
+        `UPDATE ${t.db.s}.jobs SET status = 'processing', attempts = 1, started_at = now() - interval '10 seconds',
+           locked_at = now() - interval '10 seconds', locked_by = CASE WHEN id = $1 THEN 'holder' ELSE 'someone-else' END
+         WHERE id = ANY($2::bigint[])`,
+        [listed, [listed, other]],
+      );
+      expect(await rescueNow()).toEqual([other]);
+      // Three missed intervals: the holder counts as dead, and its list with it.
+      await t.db.pool.query(`UPDATE ${t.db.s}.workers SET last_seen_at = now() - interval '4 seconds' WHERE id = 'holder'`);
+      expect(await rescueNow()).toEqual([listed]);
+    } finally {
+      await t.db.pool.query(`DELETE FROM ${t.db.s}.workers WHERE id = 'holder'`);
     }
   });
 

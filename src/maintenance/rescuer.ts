@@ -3,6 +3,7 @@ import type { WorkerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
 import { isBehindMigrations, isInsufficientPrivilege, isNotMigrated } from '../errors.js';
 import type { PeriodicTask } from './runner.js';
+import { MISSED_INTERVALS_DEAD } from '../worker/registry.js';
 
 export interface RescuedJob {
   id: string;
@@ -24,8 +25,15 @@ export async function rescueExpired(
   queries: WorkerStatements,
   visibilityTimeoutMs: number,
 ): Promise<RescuedJob[]> {
-  const timeouts = await workerTimeouts(db, queries, visibilityTimeoutMs);
-  const { rows } = (await db.query(queries.rescue, [visibilityTimeoutMs, BATCH, timeouts.workers, timeouts.ms])) as {
+  const registry = await fromRegistry(db, queries, visibilityTimeoutMs);
+  const { rows } = (await db.query(queries.rescue, [
+    visibilityTimeoutMs,
+    BATCH,
+    registry.workers,
+    registry.ms,
+    registry.heldBy,
+    registry.held,
+  ])) as {
     rows: RescuedJob[];
   };
   const queues = [...new Set(rows.filter((r) => r.status === 'pending').map((r) => r.queue))];
@@ -33,23 +41,28 @@ export async function rescueExpired(
   return rows;
 }
 
+interface FromRegistry {
+  /** Workers whose registered visibility timeout differs from the rescuer's, and theirs. */
+  workers: string[];
+  ms: number[];
+  /** (worker, job) pairs: jobs a live worker answers for though another session holds their rows. */
+  heldBy: string[];
+  held: string[];
+}
+
 /**
- * The workers whose registered visibility timeout differs from the rescuer's. None
- * where the registry cannot be read (not migrated to 0034, a role without rights on
- * it): the registry is optional, the rescue is not, so it goes on with its own.
+ * What the registry tells the rescue. Nothing where the registry cannot be read
+ * (not migrated to 0036, a role without rights on it): the registry is optional,
+ * the rescue is not, so it goes on with its own timeout.
  */
-async function workerTimeouts(
-  db: Queryable,
-  queries: WorkerStatements,
-  visibilityTimeoutMs: number,
-): Promise<{ workers: string[]; ms: number[] }> {
+async function fromRegistry(db: Queryable, queries: WorkerStatements, visibilityTimeoutMs: number): Promise<FromRegistry> {
   try {
-    const { rows } = await db.query(queries.rescueTimeouts, [visibilityTimeoutMs]);
-    const row = rows[0] as { workers: string[] | null; ms: number[] | null } | undefined;
-    return { workers: row?.workers ?? [], ms: row?.ms ?? [] };
+    const { rows } = await db.query(queries.rescueTimeouts, [visibilityTimeoutMs, MISSED_INTERVALS_DEAD]);
+    const row = rows[0] as { [K in keyof FromRegistry]: FromRegistry[K] | null } | undefined;
+    return { workers: row?.workers ?? [], ms: row?.ms ?? [], heldBy: row?.heldBy ?? [], held: row?.held ?? [] };
   } catch (err) {
     if (isNotMigrated(err) || isBehindMigrations(err) || isInsufficientPrivilege(err)) {
-      return { workers: [], ms: [] };
+      return { workers: [], ms: [], heldBy: [], held: [] };
     }
     throw err;
   }

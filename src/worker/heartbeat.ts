@@ -22,6 +22,8 @@ export interface HeartbeatSignals {
    * the row (the worker and the database are fine; not the job's doing).
    */
   unrenewed(ids: string[], rowHeld: ReadonlySet<string>): void;
+  /** Rows of held jobs were found held by another session, some for the first time: see rowHeld(). */
+  rowsHeld(): void;
   error(err: unknown): void;
 }
 
@@ -106,7 +108,9 @@ export class Heartbeat {
         this.heldAt.delete(id);
       }
       const answeredAt = performance.now();
+      const newlyHeld = [...skipped].some((id) => !this.heldAt.has(id));
       for (const id of skipped) this.heldAt.set(id, answeredAt);
+      if (newlyHeld) this.signals.rowsHeld();
       // A job may have finished while the statement ran; only those still held count.
       // A job claimed again while it ran may have been claimed after its snapshot:
       // the row it did not find is that claim's new attempt, not a lock taken away
@@ -120,6 +124,16 @@ export class Heartbeat {
       this.asking = undefined;
       this.claimedMeanwhile.clear();
     }
+  }
+
+  /**
+   * The held jobs whose latest answered beat found their rows held by another
+   * session: no beat can renew them, and the rescuer must leave them to this
+   * worker (it hands them back, or writes their results, once the rows are free).
+   */
+  rowHeld(): string[] {
+    const held = new Set(this.signals.held());
+    return [...this.heldAt.keys()].filter((id) => held.has(id));
   }
 
   /** Reports held jobs whose lock is older than renewalTimeoutMs; forgets jobs no longer held. */

@@ -135,6 +135,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       held,
       lost: (ids) => dispatcher.lockLost(ids),
       unrenewed: (ids, rowHeld) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld),
+      rowsHeld: () => registry.refresh(),
       error: errorIn('heartbeat'),
     },
   );
@@ -176,6 +177,16 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       loop.wake();
     },
   );
+  const registry = new WorkerRegistry(
+    db,
+    {
+      ...config,
+      tasks: [...config.tasks.keys()],
+      intervalMs: config.registryIntervalMs,
+      rowHeld: () => heartbeat.rowHeld(),
+    },
+    errorIn('registry'),
+  );
   return {
     db,
     queueState,
@@ -187,10 +198,6 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     maintenance: createMaintenance(db, config, rescuer, owner.events, errorIn('maintenance')),
     notifier: config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined,
     instrumentation: await instrumentWorker(owner.events, config, db),
-    registry: new WorkerRegistry(
-      db,
-      { ...config, tasks: [...config.tasks.keys()], intervalMs: config.registryIntervalMs },
-      errorIn('registry'),
-    ),
+    registry,
   };
 }

@@ -30,6 +30,8 @@ export interface RegistryEntry {
   intervalMs: number;
   /** After how long without a heartbeat its jobs may be rescued (the rescuer reads it). */
   visibilityTimeoutMs: number;
+  /** Its jobs whose rows another session holds: the rescuer leaves them to it while the row is alive. */
+  rowHeld(): readonly string[];
 }
 
 /**
@@ -77,6 +79,15 @@ export class WorkerRegistry {
     void this.loop.trigger();
   }
 
+  /**
+   * Writes the row now (or right after the write in flight): jobs whose rows
+   * another session holds were found, and the rescuer must know before their locks
+   * outlast the visibility timeout.
+   */
+  refresh(): void {
+    void this.loop.trigger();
+  }
+
   /** Stops refreshing and deletes the row, so the worker leaves the list at once. */
   async stop(): Promise<void> {
     await this.loop.stop();
@@ -92,7 +103,7 @@ export class WorkerRegistry {
   private async publish(): Promise<void> {
     if (this.disabled) return;
     try {
-      await this.db.query(workerRegistryStatements(this.entry.schema).upsert, this.values);
+      await this.db.query(workerRegistryStatements(this.entry.schema).upsert, [...this.values, this.entry.rowHeld()]);
     } catch (err) {
       const why = unusable(err, this.entry.schema);
       if (!why) throw err;
@@ -114,9 +125,9 @@ function unusable(err: unknown, schema: string): SluiceError | undefined {
   }
   if (isBehindMigrations(err)) {
     return new MigrationError(
-      `schema "${schema}" was migrated by an older version of Sluice (its workers table lacks a column of migration 0034): ` +
+      `schema "${schema}" was migrated by an older version of Sluice (its workers table lacks a column of migration 0034 or 0036): ` +
         'run `sluice migrate`; until then this worker runs jobs but is missing from the dashboard, and its jobs are ' +
-        "rescued after the maintenance leader's visibility timeout, not its own",
+        "rescued after the maintenance leader's visibility timeout, not its own, even while another session holds their rows",
       { cause: err },
     );
   }

@@ -18,6 +18,7 @@ let held: string[];
 let lost: string[][];
 let unrenewed: { ids: string[]; at: number; rowHeld: string[] }[];
 let errors: unknown[];
+let rowsHeldTold: number;
 let heartbeat: Heartbeat;
 
 /** Claims `n` jobs as w1 and tells the heartbeat, as the worker does. */
@@ -40,6 +41,7 @@ beforeEach(() => {
   lost = [];
   unrenewed = [];
   errors = [];
+  rowsHeldTold = 0;
   heartbeat = new Heartbeat(
     store,
     { intervalMs: INTERVAL_MS, renewalTimeoutMs: RENEWAL_TIMEOUT_MS },
@@ -47,6 +49,7 @@ beforeEach(() => {
       held: () => [...held],
       lost: (ids) => void lost.push(ids),
       unrenewed: (ids, rowHeld) => void unrenewed.push({ ids, at: Date.now(), rowHeld: [...rowHeld] }),
+      rowsHeld: () => void rowsHeldTold++,
       error: (err) => void errors.push(err),
     },
   );
@@ -134,6 +137,30 @@ describe('Heartbeat', () => {
     await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4);
     expect(heartbeatOps()).toBe(2);
     expect(db.job(held[0]!).locked_at!.getTime()).toBeGreaterThan(skippedAt);
+  });
+
+  it('lists the jobs whose rows another session holds (for the rescuer), tells when one is newly found, drops them once renewed', async () => {
+    db.addMany(2, 't');
+    held = await claim(2);
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS - 10);
+    const unlock = db.lockJob(held[0]!);
+    await vi.advanceTimersByTimeAsync(10);
+    expect(heartbeat.rowHeld()).toEqual([held[0]]);
+    expect(rowsHeldTold).toBe(1);
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4); // asked again, still held: not told again
+    expect(heartbeatOps()).toBe(2);
+    expect(rowsHeldTold).toBe(1);
+    unlock();
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4);
+    expect(heartbeat.rowHeld()).toEqual([]);
+    const relock = db.lockJob(held[1]!);
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS);
+    expect(heartbeat.rowHeld()).toEqual([held[1]]);
+    expect(rowsHeldTold).toBe(2);
+    held = [held[0]!]; // the job left this worker (its result written, say): no longer listed
+    expect(heartbeat.rowHeld()).toEqual([]);
+    relock();
   });
 
   it('sends nothing when the worker holds nothing', async () => {

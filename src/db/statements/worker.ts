@@ -2,6 +2,7 @@ import { quoteSchema } from '../identifiers.js';
 import { claimStatement, cycleStatement, releaseKey } from './cycle.js';
 import { jobColumns, keepRecent } from './job-columns.js';
 import { perSchema } from './per-schema.js';
+import { aliveWorker } from './workers.js';
 
 /**
  * What a worker sends: the cycle (results written + next batch claimed), the
@@ -134,6 +135,11 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // Whose visibility timeout: the worker's that holds the job, from $3/$4 (the
     // registry's, read by rescueTimeouts), else the rescuer's own ($1). A leader with
     // a shorter one rescued the jobs of live workers configured longer (migration 0034).
+    //
+    // $5/$6: (worker, job) pairs a live worker lists as its own though another
+    // session holds their rows (no heartbeat could renew them); left to that
+    // worker, which hands them back or writes their results once the rows are free
+    // (migration 0036; outside review 105: taken the moment the lock went).
     rescue: `UPDATE ${jobs} j
       SET status = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
           attempts = CASE WHEN stale.refund THEN j.attempts - 1 ELSE j.attempts END,
@@ -161,6 +167,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
         FROM ${jobs} p LEFT JOIN unnest($3::text[], $4::float8[]) AS v(worker, ms) ON v.worker = p.locked_by
         WHERE p.status = 'processing'
           AND greatest(p.locked_at, pg_postmaster_start_time()) < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
+          AND NOT EXISTS (SELECT 1 FROM unnest($5::text[], $6::bigint[]) AS h(worker, id) WHERE h.id = p.id AND h.worker = p.locked_by)
         ORDER BY p.locked_at
         LIMIT $2
         FOR UPDATE OF p SKIP LOCKED
@@ -170,9 +177,15 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
 
     // The visibility timeouts the registry holds that differ from the rescuer's
     // own ($1), for the rescue's $3/$4: workers that heartbeat no faster than their
-    // own timeout asks are not rescued at the leader's pace (migration 0034).
-    rescueTimeouts: `SELECT array_agg(id) AS workers, array_agg(visibility_timeout_ms::float8) AS ms
-      FROM ${s}.workers WHERE visibility_timeout_ms <> $1::int`,
+    // own timeout asks are not rescued at the leader's pace (migration 0034). And
+    // the jobs live workers answer for whose rows another session holds, for $5/$6
+    // (0036; $2: missed intervals after which a row counts as dead).
+    rescueTimeouts: `SELECT t.workers, t.ms, h.held_by AS "heldBy", h.held::text[] AS held
+      FROM (SELECT array_agg(id) AS workers, array_agg(visibility_timeout_ms::float8) AS ms
+            FROM ${s}.workers WHERE visibility_timeout_ms <> $1::int) t,
+        (SELECT array_agg(w.id) AS held_by, array_agg(r.id) AS held
+            FROM ${s}.workers w CROSS JOIN LATERAL unnest(w.row_held) AS r(id)
+            WHERE ${aliveWorker('w', '$2')}) h`,
 
     // Wakes workers of a queue after jobs went back to pending outside an INSERT.
     // The payload comes from wake_payload() (migration 0009), like every wake-up.

@@ -10,7 +10,10 @@ import { perSchema } from './per-schema.js';
  * every reader passes that factor, so they all agree on who is alive.
  */
 export interface WorkerRegistryStatements {
-  /** $1 id, $2 host, $3 pid, $4 queues, $5 tasks, $6 concurrency, $7 version, $8 interval_ms. */
+  /**
+   * $1 id, $2 host, $3 pid, $4 queues, $5 tasks, $6 concurrency, $7 version, $8 interval_ms,
+   * $9 visibility_timeout_ms, $10 row_held.
+   */
   readonly upsert: string;
   /** $1 id. */
   readonly remove: string;
@@ -24,22 +27,26 @@ export interface WorkerRegistryStatements {
   readonly unwatchedQueues: string;
 }
 
+/** SQL: the registry row `row` was refreshed within `factor` of its own intervals (it counts as alive). */
+export const aliveWorker = (row: string, factor: string): string =>
+  `${row}.last_seen_at > now() - ${factor}::float8 * ${row}.interval_ms * interval '1 millisecond'`;
+
 export const workerRegistryStatements = perSchema((schema: string): WorkerRegistryStatements => {
   const s = quoteSchema(schema);
-  const alive = (row: string, factor: string) =>
-    `${row}.last_seen_at > now() - ${factor}::float8 * ${row}.interval_ms * interval '1 millisecond'`;
+  const alive = aliveWorker;
   return {
     // The same statement at start and on every interval: a row the leader pruned
     // (the worker was cut off for a while) comes back on the next pass by itself.
     // started_at stays what the first insert set.
     // visibility_timeout_ms: after how long without a heartbeat the rescuer may take
-    // this worker's jobs (migration 0034).
-    upsert: `INSERT INTO ${s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms, visibility_timeout_ms)
-      VALUES ($1, $2, $3, $4::text[], $5::text[], $6, $7, $8, $9)
+    // this worker's jobs (migration 0034). row_held: its jobs whose rows another
+    // session holds, which the rescuer leaves to it while the row is alive (0036).
+    upsert: `INSERT INTO ${s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms, visibility_timeout_ms, row_held)
+      VALUES ($1, $2, $3, $4::text[], $5::text[], $6, $7, $8, $9, $10::bigint[])
       ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), host = EXCLUDED.host, pid = EXCLUDED.pid,
         queues = EXCLUDED.queues, tasks = EXCLUDED.tasks, concurrency = EXCLUDED.concurrency,
         version = EXCLUDED.version, interval_ms = EXCLUDED.interval_ms,
-        visibility_timeout_ms = EXCLUDED.visibility_timeout_ms`,
+        visibility_timeout_ms = EXCLUDED.visibility_timeout_ms, row_held = EXCLUDED.row_held`,
 
     remove: `DELETE FROM ${s}.workers WHERE id = $1`,
 

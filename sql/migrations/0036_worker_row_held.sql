@@ -1,0 +1,14 @@
+-- The jobs a live worker still answers for although another session holds their
+-- rows, so that the rescuer leaves them to it.
+--
+-- A job whose row an application or psql session held longer than the visibility
+-- timeout could not be heartbeated meanwhile; the moment the lock went, the
+-- maintenance leader's rescuer could take it before its worker wrote the hand-back
+-- (or the result it had buffered), spending the attempt of a job that was not at
+-- fault: a job of one attempt became a dead letter, and a finished one ran again
+-- (outside review 105: 3 of 32 such jobs). The worker now lists those jobs in its
+-- registry row as soon as a heartbeat finds their rows held, and the rescuer skips
+-- the jobs a live worker lists under its own id. A worker that dies stops
+-- refreshing its row, and its jobs are rescued as before once the row counts as
+-- dead (three of its intervals).
+ALTER TABLE :SCHEMA.workers ADD COLUMN row_held bigint[] NOT NULL DEFAULT '{}';
