@@ -572,12 +572,45 @@ describe("each worker's own visibility timeout", () => {
         [listed, [listed, other]],
       );
       expect(await rescueNow()).toEqual([other]);
-      // Three missed intervals: the holder counts as dead, and its list with it.
+      expect(await t.queue.getJob(other!)).toMatchObject({ status: 'pending', attempts: 1 });
+      // Not refreshed within its visibility timeout: the holder counts as dead (killed
+      // while the row was held); the job comes back, its attempt not counted, as it was not at fault.
       await t.db.pool.query(`UPDATE ${t.db.s}.workers SET last_seen_at = now() - interval '4 seconds' WHERE id = 'holder'`);
       expect(await rescueNow()).toEqual([listed]);
+      const back = await t.queue.getJob(listed!);
+      expect(back).toMatchObject({ status: 'pending', attempts: 0 });
+      expect(back!.last_error).toMatch(/while another session held the job's row \(attempt not counted\)/);
     } finally {
       await t.db.pool.query(`DELETE FROM ${t.db.s}.workers WHERE id = 'holder'`);
     }
+  });
+
+  it("a worker stopped while a running job's row is held leaves it listed: rescued once the row is free, its attempt not counted", async () => {
+    const release = deferred();
+    const worker = await t.start({
+      ...FAST_LOCKS,
+      workerId: 'stops-held',
+      shutdownTimeoutMs: 200,
+      tasks: { long: recordedTask('a', release.promise) },
+    });
+    const id = await t.queue.enqueue('long', {}, { maxAttempts: 1 });
+    await waitFor(() => runs.length === 1, 'the job to run');
+    await lockOutside(`SELECT id FROM ${t.db.s}.jobs WHERE id = $1 FOR UPDATE`, [id]);
+    await waitFor(async () => {
+      const { rows } = await t.db.pool.query(`SELECT row_held::text[] AS held FROM ${t.db.s}.workers WHERE id = 'stops-held'`);
+      return rows[0]?.held.includes(id) === true;
+    }, 'the job listed in the registry');
+    await worker.stop();
+    const { rows } = await t.db.pool.query(
+      `SELECT row_held::text[] AS held, stopped_at IS NOT NULL AS stopped FROM ${t.db.s}.workers WHERE id = 'stops-held'`,
+    );
+    expect(rows).toEqual([{ held: [id], stopped: true }]);
+    await outside!.query('COMMIT');
+    await waitFor(async () => (await rescueNow()).includes(id), 'the rescue', 15_000);
+    expect(await t.queue.getJob(id)).toMatchObject({ status: 'pending', attempts: 0 });
+    release.resolve();
+    await t.start({ tasks: { long: async () => {} } });
+    expect(await t.queue.waitFor(id, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', attempts: 1 });
   });
 
   it('is written to the registry by each worker', async () => {

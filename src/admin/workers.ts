@@ -29,6 +29,11 @@ export interface WorkerInfo {
   lastSeenAt: Date;
   /** Refreshed within the last few of its intervals; a dead worker's row stays until the leader deletes it. */
   alive: boolean;
+  /**
+   * When it stopped, for a worker that stopped while another session held rows of
+   * its jobs: its row stays, listing them, until the leader deletes it (migration 0036).
+   */
+  stoppedAt: Date | null;
   runningCount: number;
   /** The first `runningPerWorker` of them, oldest start first. */
   running: RunningJob[];

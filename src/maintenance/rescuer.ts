@@ -3,7 +3,6 @@ import type { WorkerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
 import { isBehindMigrations, isInsufficientPrivilege, isNotMigrated } from '../errors.js';
 import type { PeriodicTask } from './runner.js';
-import { MISSED_INTERVALS_DEAD } from '../worker/registry.js';
 
 export interface RescuedJob {
   id: string;
@@ -33,6 +32,7 @@ export async function rescueExpired(
     registry.ms,
     registry.heldBy,
     registry.held,
+    registry.alive,
   ])) as {
     rows: RescuedJob[];
   };
@@ -45,9 +45,14 @@ interface FromRegistry {
   /** Workers whose registered visibility timeout differs from the rescuer's, and theirs. */
   workers: string[];
   ms: number[];
-  /** (worker, job) pairs: jobs a live worker answers for though another session holds their rows. */
+  /**
+   * (worker, job, alive): jobs a worker answers for though another session holds
+   * their rows; left to it while it is alive, rescued without spending their
+   * attempt once it stopped or died.
+   */
   heldBy: string[];
   held: string[];
+  alive: boolean[];
 }
 
 /**
@@ -57,12 +62,18 @@ interface FromRegistry {
  */
 async function fromRegistry(db: Queryable, queries: WorkerStatements, visibilityTimeoutMs: number): Promise<FromRegistry> {
   try {
-    const { rows } = await db.query(queries.rescueTimeouts, [visibilityTimeoutMs, MISSED_INTERVALS_DEAD]);
+    const { rows } = await db.query(queries.rescueTimeouts, [visibilityTimeoutMs]);
     const row = rows[0] as { [K in keyof FromRegistry]: FromRegistry[K] | null } | undefined;
-    return { workers: row?.workers ?? [], ms: row?.ms ?? [], heldBy: row?.heldBy ?? [], held: row?.held ?? [] };
+    return {
+      workers: row?.workers ?? [],
+      ms: row?.ms ?? [],
+      heldBy: row?.heldBy ?? [],
+      held: row?.held ?? [],
+      alive: row?.alive ?? [],
+    };
   } catch (err) {
     if (isNotMigrated(err) || isBehindMigrations(err) || isInsufficientPrivilege(err)) {
-      return { workers: [], ms: [], heldBy: [], held: [] };
+      return { workers: [], ms: [], heldBy: [], held: [], alive: [] };
     }
     throw err;
   }

@@ -30,7 +30,12 @@ export interface RegistryEntry {
   intervalMs: number;
   /** After how long without a heartbeat its jobs may be rescued (the rescuer reads it). */
   visibilityTimeoutMs: number;
-  /** Its jobs whose rows another session holds: the rescuer leaves them to it while the row is alive. */
+  /** How often its heartbeats renew its jobs' locks: the row's pace while it lists row-held jobs. */
+  heartbeatIntervalMs: number;
+  /**
+   * Its jobs whose rows another session holds: the rescuer leaves them to it while
+   * the row was refreshed within the visibility timeout.
+   */
   rowHeld(): readonly string[];
 }
 
@@ -46,7 +51,8 @@ export interface RegistryEntry {
  * the leader's visibility timeout instead of its own.
  */
 export class WorkerRegistry {
-  private readonly loop: Loop;
+  /** Passes say whether the row listed row-held jobs. */
+  private readonly loop: Loop<boolean>;
   private readonly values: unknown[];
   private disabled = false;
 
@@ -66,7 +72,15 @@ export class WorkerRegistry {
       entry.intervalMs,
       entry.visibilityTimeoutMs,
     ];
-    this.loop = new Loop({ pass: () => this.publish(), intervalMs: entry.intervalMs, jitter: [0.8, 1], onError: error });
+    // While it lists jobs whose rows are held, the row stands in for their
+    // heartbeats: refreshed as often, so a worker killed meanwhile is seen dead
+    // after a visibility timeout, as its other jobs are.
+    this.loop = new Loop({
+      pass: () => this.publish(),
+      intervalMs: (listing) => (listing ? Math.min(entry.intervalMs, entry.heartbeatIntervalMs) : entry.intervalMs),
+      jitter: [0.8, 1],
+      onError: error,
+    });
   }
 
   /**
@@ -88,28 +102,38 @@ export class WorkerRegistry {
     void this.loop.trigger();
   }
 
-  /** Stops refreshing and deletes the row, so the worker leaves the list at once. */
-  async stop(): Promise<void> {
+  /**
+   * Stops refreshing and deletes the row, so the worker leaves the list at once.
+   * `rowHeld`: jobs the worker leaves because another session holds their rows;
+   * the row then stays, marked stopped, listing them, so that the rescuer returns
+   * them once the rows are free without counting their attempt.
+   */
+  async stop(rowHeld: readonly string[] = []): Promise<void> {
     await this.loop.stop();
     if (this.disabled) return;
+    const statements = workerRegistryStatements(this.entry.schema);
     try {
-      await this.db.query(workerRegistryStatements(this.entry.schema).remove, [this.entry.workerId]);
+      if (rowHeld.length > 0) await this.db.query(statements.stopHolding, [this.entry.workerId, rowHeld]);
+      else await this.db.query(statements.remove, [this.entry.workerId]);
     } catch (err) {
       // Readers drop the row after a few intervals anyway, and the leader deletes it later.
       this.error(err);
     }
   }
 
-  private async publish(): Promise<void> {
-    if (this.disabled) return;
+  private async publish(): Promise<boolean> {
+    if (this.disabled) return false;
+    const rowHeld = this.entry.rowHeld();
     try {
-      await this.db.query(workerRegistryStatements(this.entry.schema).upsert, [...this.values, this.entry.rowHeld()]);
+      await this.db.query(workerRegistryStatements(this.entry.schema).upsert, [...this.values, rowHeld]);
+      return rowHeld.length > 0;
     } catch (err) {
       const why = unusable(err, this.entry.schema);
       if (!why) throw err;
       this.disabled = true;
       void this.loop.stop();
       this.error(why);
+      return false;
     }
   }
 }

@@ -103,8 +103,8 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
     worker.reportError(
       new WorkerStoppingError(
         `the result(s) of job(s) ${unwritten.join(', ')} could not be written on stop (another session holds ` +
-          'their rows locked, or Postgres is unreachable); left processing: the rescuer returns them after ' +
-          'the visibility timeout and they run again',
+          'their rows locked, or Postgres is unreachable); they run again: ' +
+          ROW_HELD_LEFT,
       ),
     );
   }
@@ -124,11 +124,12 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
     await handedBack;
     const keep = [...(worker.exiting() ? [] : stillRunning.map((job) => job.id)), ...unwritten];
     await releaseAfterCut(worker, keep, notStarted, back);
+    // The registry last, so the workers view shows this worker until its jobs are handed back.
+    await parts.registry.stop();
   } else {
-    await Promise.all([handBack(parts, worker, back, deadline), handedBack]);
+    const left = (await Promise.all([handBack(parts, worker, back, deadline), handedBack])).flat();
+    await parts.registry.stop([...left, ...unwritten]);
   }
-  // Last, so the workers view shows this worker until its jobs are handed back.
-  await parts.registry.stop();
   await parts.instrumentation.stop();
   await parts.db.end();
 }
@@ -171,25 +172,32 @@ async function releaseAfterCut(
  * Rows another session keeps locked past the deadline stay 'processing' until
  * the rescuer returns them (their attempt then counts): an error event says so.
  */
-async function handBack(parts: Parts, worker: Stopping, jobs: readonly JobRow[], deadline: number): Promise<void> {
-  if (jobs.length === 0) return;
+/** Hands `jobs` back; returns the ids of those whose rows another session held to the end. */
+async function handBack(parts: Parts, worker: Stopping, jobs: readonly JobRow[], deadline: number): Promise<string[]> {
+  if (jobs.length === 0) return [];
   try {
     const left = new Set(await parts.completer.release(jobs, deadline));
     const back = jobs.filter((job) => !left.has(job));
     if (back.length > 0) worker.emit('jobs:handed-back', back, { reason: 'stopping' });
     if (left.size > 0) {
-      const ids = [...left].map((job) => job.id).join(', ');
+      const ids = [...left].map((job) => job.id);
       worker.reportError(
         new WorkerStoppingError(
-          `could not hand back job(s) ${ids} on stop: another session holds their rows locked; ` +
-            'the rescuer returns them after the visibility timeout, and their attempt counts',
+          `could not hand back job(s) ${ids.join(', ')} on stop: another session holds their rows locked; ` + ROW_HELD_LEFT,
         ),
       );
+      return ids;
     }
   } catch (err) {
     notHandedBack(worker, jobs, err);
   }
+  return [];
 }
+
+/** What becomes of the jobs a stop leaves because another session holds their rows. */
+const ROW_HELD_LEFT =
+  "left processing, listed in this worker's registry row: the rescuer returns them once their rows are free, " +
+  'without counting their attempt (where the registry cannot be written, after the visibility timeout, counting it)';
 
 /**
  * The rescuer of another worker returns them after the visibility timeout. Named,

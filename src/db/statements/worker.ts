@@ -2,7 +2,6 @@ import { quoteSchema } from '../identifiers.js';
 import { claimStatement, cycleStatement, releaseKey } from './cycle.js';
 import { jobColumns, keepRecent } from './job-columns.js';
 import { perSchema } from './per-schema.js';
-import { aliveWorker } from './workers.js';
 
 /**
  * What a worker sends: the cycle (results written + next batch claimed), the
@@ -136,20 +135,20 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // registry's, read by rescueTimeouts), else the rescuer's own ($1). A leader with
     // a shorter one rescued the jobs of live workers configured longer (migration 0034).
     //
-    // $5/$6: (worker, job) pairs a live worker lists as its own though another
-    // session holds their rows (no heartbeat could renew them); left to that
-    // worker, which hands them back or writes their results once the rows are free
-    // (migration 0036; outside review 105: taken the moment the lock went).
+    // $5/$6/$7: (worker, job, alive) for the jobs workers list as theirs though
+    // another session holds their rows (no heartbeat could renew them; migration
+    // 0036). Those of a live worker are left to it: it hands them back, or writes
+    // their results, once the rows are free (outside review 105: the rescuer took
+    // them the moment the lock went). Those of a worker that stopped or died with
+    // the row held get their attempt back, as jobs that never started do: the
+    // attempt was lost to someone else's lock, not to the job (review 104).
     rescue: `UPDATE ${jobs} j
       SET status = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
           attempts = CASE WHEN stale.refund THEN j.attempts - 1 ELSE j.attempts END,
           finished_at = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN now() END,
-          last_error = 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating'
-            || CASE WHEN stale.refund THEN ' before the job started (attempt not counted)' ELSE '' END,
+          last_error = stale.message,
           errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
-            'message', 'lock expired: worker ' || coalesce(j.locked_by, '?') || ' stopped heartbeating'
-              || CASE WHEN stale.refund THEN ' before the job started (attempt not counted)' ELSE '' END,
-            'unstarted', stale.refund, 'started_at', j.started_at, 'worker', j.locked_by)),
+            'message', stale.message, 'unstarted', stale.refund, 'started_at', j.started_at, 'worker', j.locked_by)),
           locked_at = NULL, locked_by = NULL, updated_at = now(),
           -- A job that never started keeps its place in claim order: it was due, and
           -- waited only for a slot of the worker that died (outside review 86: such jobs
@@ -159,18 +158,30 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
           -- A job failed for good keeps its last attempt's start, as a failure written by its worker does.
           started_at = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN j.started_at END
       FROM (
-        -- refund: the handler never started (started_at NULL), and the previous
-        -- rescue was not one of these too. A job claimed ahead, started, and killing
-        -- its worker before its start was written would otherwise never spend an
-        -- attempt; this way it spends one at least every second crash.
-        SELECT p.id, p.started_at IS NULL AND coalesce((p.errors -> -1 ->> 'unstarted')::boolean, false) = false AS refund
-        FROM ${jobs} p LEFT JOIN unnest($3::text[], $4::float8[]) AS v(worker, ms) ON v.worker = p.locked_by
-        WHERE p.status = 'processing'
-          AND greatest(p.locked_at, pg_postmaster_start_time()) < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
-          AND NOT EXISTS (SELECT 1 FROM unnest($5::text[], $6::bigint[]) AS h(worker, id) WHERE h.id = p.id AND h.worker = p.locked_by)
-        ORDER BY p.locked_at
-        LIMIT $2
-        FOR UPDATE OF p SKIP LOCKED
+        SELECT r.id, r.refund, 'lock expired: worker ' || coalesce(r.locked_by, '?') || ' stopped heartbeating'
+            || CASE WHEN NOT r.refund THEN ''
+                    WHEN r.unstarted THEN ' before the job started (attempt not counted)'
+                    ELSE ' while another session held the job''s row (attempt not counted)' END AS message
+        FROM (
+          -- refund: the handler never started (started_at NULL), or its worker left
+          -- the job while another session held the row, and the previous rescue was
+          -- not one of these too. A job claimed ahead, started, and killing its
+          -- worker before its start was written would otherwise never spend an
+          -- attempt; this way it spends one at least every second crash.
+          SELECT p.id, p.locked_by, p.started_at IS NULL AS unstarted,
+            (p.started_at IS NULL OR h.alive IS NOT NULL)
+              AND coalesce((p.errors -> -1 ->> 'unstarted')::boolean, false) = false AS refund
+          FROM ${jobs} p
+            LEFT JOIN unnest($3::text[], $4::float8[]) AS v(worker, ms) ON v.worker = p.locked_by
+            LEFT JOIN unnest($5::text[], $6::bigint[], $7::boolean[]) AS h(worker, id, alive)
+              ON h.id = p.id AND h.worker = p.locked_by
+          WHERE p.status = 'processing'
+            AND greatest(p.locked_at, pg_postmaster_start_time()) < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
+            AND h.alive IS NOT TRUE
+          ORDER BY p.locked_at
+          LIMIT $2
+          FOR UPDATE OF p SKIP LOCKED
+        ) r
       ) stale
       WHERE j.id = stale.id
       RETURNING j.id::text AS id, j.queue, j.status`,
@@ -178,14 +189,18 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // The visibility timeouts the registry holds that differ from the rescuer's
     // own ($1), for the rescue's $3/$4: workers that heartbeat no faster than their
     // own timeout asks are not rescued at the leader's pace (migration 0034). And
-    // the jobs live workers answer for whose rows another session holds, for $5/$6
-    // (0036; $2: missed intervals after which a row counts as dead).
-    rescueTimeouts: `SELECT t.workers, t.ms, h.held_by AS "heldBy", h.held::text[] AS held
+    // the jobs workers answer for whose rows another session holds, for $5/$6/$7
+    // (0036), each with whether its worker still answers for it: a row that lists
+    // such jobs is refreshed at the pace of heartbeats, so it counts while it was
+    // refreshed within the worker's visibility timeout, as a job's lock does (and
+    // no older than the server's start, as for locks), and the worker has not stopped.
+    rescueTimeouts: `SELECT t.workers, t.ms, h.held_by AS "heldBy", h.held::text[] AS held, h.alive
       FROM (SELECT array_agg(id) AS workers, array_agg(visibility_timeout_ms::float8) AS ms
             FROM ${s}.workers WHERE visibility_timeout_ms <> $1::int) t,
-        (SELECT array_agg(w.id) AS held_by, array_agg(r.id) AS held
-            FROM ${s}.workers w CROSS JOIN LATERAL unnest(w.row_held) AS r(id)
-            WHERE ${aliveWorker('w', '$2')}) h`,
+        (SELECT array_agg(w.id) AS held_by, array_agg(r.id) AS held,
+            array_agg(w.stopped_at IS NULL AND greatest(w.last_seen_at, pg_postmaster_start_time())
+              > now() - coalesce(w.visibility_timeout_ms, $1::int) * interval '1 millisecond') AS alive
+            FROM ${s}.workers w CROSS JOIN LATERAL unnest(w.row_held) AS r(id)) h`,
 
     // Wakes workers of a queue after jobs went back to pending outside an INSERT.
     // The payload comes from wake_payload() (migration 0009), like every wake-up.

@@ -17,6 +17,8 @@ export interface WorkerRegistryStatements {
   readonly upsert: string;
   /** $1 id. */
   readonly remove: string;
+  /** $1 id, $2 the jobs it leaves whose rows another session holds: kept, stopped, for the rescuer. */
+  readonly stopHolding: string;
   /** $1 missed intervals after which a row is deleted. */
   readonly prune: string;
   /** $1 missed intervals after which a row counts as dead; $2 running jobs listed per worker. */
@@ -27,13 +29,15 @@ export interface WorkerRegistryStatements {
   readonly unwatchedQueues: string;
 }
 
-/** SQL: the registry row `row` was refreshed within `factor` of its own intervals (it counts as alive). */
-export const aliveWorker = (row: string, factor: string): string =>
+/** SQL: the registry row `row` was refreshed within `factor` of its own intervals. */
+const refreshedWithin = (row: string, factor: string): string =>
   `${row}.last_seen_at > now() - ${factor}::float8 * ${row}.interval_ms * interval '1 millisecond'`;
+
+/** SQL: ... and its worker has not stopped: it counts as alive. */
+const alive = (row: string, factor: string): string => `(${refreshedWithin(row, factor)} AND ${row}.stopped_at IS NULL)`;
 
 export const workerRegistryStatements = perSchema((schema: string): WorkerRegistryStatements => {
   const s = quoteSchema(schema);
-  const alive = aliveWorker;
   return {
     // The same statement at start and on every interval: a row the leader pruned
     // (the worker was cut off for a while) comes back on the next pass by itself.
@@ -46,11 +50,14 @@ export const workerRegistryStatements = perSchema((schema: string): WorkerRegist
       ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), host = EXCLUDED.host, pid = EXCLUDED.pid,
         queues = EXCLUDED.queues, tasks = EXCLUDED.tasks, concurrency = EXCLUDED.concurrency,
         version = EXCLUDED.version, interval_ms = EXCLUDED.interval_ms,
-        visibility_timeout_ms = EXCLUDED.visibility_timeout_ms, row_held = EXCLUDED.row_held`,
+        visibility_timeout_ms = EXCLUDED.visibility_timeout_ms, row_held = EXCLUDED.row_held, stopped_at = NULL`,
 
     remove: `DELETE FROM ${s}.workers WHERE id = $1`,
 
-    prune: `DELETE FROM ${s}.workers w WHERE NOT (${alive('w', '$1')})`,
+    stopHolding: `UPDATE ${s}.workers SET row_held = $2::bigint[], stopped_at = now(), last_seen_at = now() WHERE id = $1`,
+
+    // A stopped row (kept for the jobs it lists, see stopHolding) goes like a dead one.
+    prune: `DELETE FROM ${s}.workers w WHERE NOT (${refreshedWithin('w', '$1')})`,
 
     // Every registered worker with the jobs it runs now (status processing,
     // locked_by = its id), the first $2 of each. One pass over the processing
@@ -67,7 +74,7 @@ export const workerRegistryStatements = perSchema((schema: string): WorkerRegist
         FROM held GROUP BY locked_by
       )
       SELECT w.id, w.host, w.pid, w.queues, w.tasks, w.concurrency, w.version, w.interval_ms AS "intervalMs",
-        w.started_at AS "startedAt", w.last_seen_at AS "lastSeenAt", ${alive('w', '$1')} AS alive,
+        w.started_at AS "startedAt", w.last_seen_at AS "lastSeenAt", ${alive('w', '$1')} AS alive, w.stopped_at AS "stoppedAt",
         coalesce(r.count, 0) AS "runningCount", coalesce(r.jobs, '[]'::jsonb) AS running
       FROM ${s}.workers w LEFT JOIN running r ON r.locked_by = w.id
       ORDER BY alive DESC, w.started_at, w.id`,

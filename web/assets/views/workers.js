@@ -38,7 +38,7 @@ function workerList(workers) {
   }
   const alive = workers.filter((w) => w.alive).length;
   return [
-    h('p', null, `${count(alive)} alive`, workers.length > alive ? `, ${count(workers.length - alive)} not heard from (dead or cut off)` : ''),
+    h('p', null, `${count(alive)} alive`, workers.length > alive ? `, ${count(workers.length - alive)} stopped or not heard from (dead or cut off)` : ''),
     h('table', { class: 'stack workers' },
       h('caption', { class: 'sr-only' }, 'Workers and the jobs they run'),
       h('thead', null, h('tr', null,
@@ -47,7 +47,7 @@ function workerList(workers) {
         h('tr', { 'data-worker-id': w.id, 'data-alive': String(w.alive) },
           h('th', { scope: 'row', 'data-label': 'Worker' }, h('span', { class: 'mono' }, w.id),
             h('small', null, ` ${w.host} · pid ${w.pid} · v${w.version}`)),
-          h('td', { 'data-label': 'State' }, h('span', { class: `badge ${w.alive ? 'state-running' : 'state-dead'}` }, w.alive ? 'alive' : 'not heard from')),
+          h('td', { 'data-label': 'State' }, h('span', { class: `badge ${w.alive ? 'state-running' : 'state-dead'}` }, w.alive ? 'alive' : w.stoppedAt ? 'stopped' : 'not heard from')),
           h('td', { 'data-label': 'Queues' }, w.queues.map((/** @type {string} */ q, /** @type {number} */ i) =>
             [i ? ', ' : '', h('a', { href: `#/jobs?queue=${encodeURIComponent(q)}` }, q)])),
           h('td', { 'data-label': 'Tasks' }, w.tasks.join(', ')),
