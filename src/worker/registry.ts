@@ -51,8 +51,7 @@ export interface RegistryEntry {
  * the leader's visibility timeout instead of its own.
  */
 export class WorkerRegistry {
-  /** Passes say whether the row listed row-held jobs. */
-  private readonly loop: Loop<boolean>;
+  private readonly loop: Loop;
   private readonly values: unknown[];
   private disabled = false;
 
@@ -77,7 +76,7 @@ export class WorkerRegistry {
     // after a visibility timeout, as its other jobs are.
     this.loop = new Loop({
       pass: () => this.publish(),
-      intervalMs: (listing) => (listing ? Math.min(entry.intervalMs, entry.heartbeatIntervalMs) : entry.intervalMs),
+      intervalMs: () => (entry.rowHeld().length > 0 ? Math.min(entry.intervalMs, entry.heartbeatIntervalMs) : entry.intervalMs),
       jitter: [0.8, 1],
       onError: error,
     });
@@ -121,19 +120,16 @@ export class WorkerRegistry {
     }
   }
 
-  private async publish(): Promise<boolean> {
-    if (this.disabled) return false;
-    const rowHeld = this.entry.rowHeld();
+  private async publish(): Promise<void> {
+    if (this.disabled) return;
     try {
-      await this.db.query(workerRegistryStatements(this.entry.schema).upsert, [...this.values, rowHeld]);
-      return rowHeld.length > 0;
+      await this.db.query(workerRegistryStatements(this.entry.schema).upsert, [...this.values, this.entry.rowHeld()]);
     } catch (err) {
       const why = unusable(err, this.entry.schema);
       if (!why) throw err;
       this.disabled = true;
       void this.loop.stop();
       this.error(why);
-      return false;
     }
   }
 }
