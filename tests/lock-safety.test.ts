@@ -613,6 +613,32 @@ describe("each worker's own visibility timeout", () => {
     expect(await t.queue.waitFor(id, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', attempts: 1 });
   });
 
+  it('a stop while a row-held job waits to be handed back gives up the hand-back at once, names the job, and leaves it listed', async () => {
+    // Outside review 107: the hand-back asked again until the stop's cut-off (13 s),
+    // reported as "Postgres did not answer", and the job was never named.
+    const release = deferred();
+    const errors: Error[] = [];
+    const worker = await t.start(
+      { ...FAST_LOCKS, workerId: 'stops-handing-back', tasks: { long: recordedTask('a', release.promise) } },
+      (w) => w.on('error', (err) => errors.push(err)),
+    );
+    const id = await t.queue.enqueue('long', {}, { maxAttempts: 1 });
+    await waitFor(() => runs.length === 1, 'the job to run');
+    await lockOutside(`SELECT id FROM ${t.db.s}.jobs WHERE id = $1 FOR UPDATE`, [id]);
+    await waitFor(() => runs[0]!.end !== undefined, 'the handler aborted (row held)', 10_000);
+    await worker.stop();
+    expect(errors.filter((e) => e.name === 'ConnectionError')).toEqual([]);
+    expect(errors.some((e) => (e as { code?: string }).code === 'SHUTDOWN' && e.message.includes(`job(s) ${id}`))).toBe(true);
+    const { rows } = await t.db.pool.query(
+      `SELECT row_held::text[] AS held, stopped_at IS NOT NULL AS stopped FROM ${t.db.s}.workers WHERE id = 'stops-handing-back'`,
+    );
+    expect(rows).toEqual([{ held: [id], stopped: true }]);
+    await outside!.query('COMMIT');
+    await waitFor(async () => (await rescueNow()).includes(id), 'the rescue', 15_000);
+    expect(await t.queue.getJob(id)).toMatchObject({ status: 'pending', attempts: 0 });
+    release.resolve();
+  });
+
   it('is written to the registry by each worker', async () => {
     await t.start({ workerId: 'vis-45', visibilityTimeoutMs: 45_000, tasks: { x: async () => {} } });
     await waitFor(async () => {

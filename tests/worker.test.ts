@@ -400,10 +400,15 @@ describe('Worker', () => {
       other.release();
     }
     expect(await job(id)).toMatchObject({ status: 'processing', attempts: 1 });
+    // Listed in the stopped worker's registry row: the rescuer gives the attempt back.
+    const { rows } = await db.pool.query(`SELECT 1 FROM ${db.s}.workers WHERE $1 = ANY(row_held) AND stopped_at IS NOT NULL`, [
+      id,
+    ]);
+    expect(rows).toHaveLength(1);
     expect(errors).toEqual([
       expect.objectContaining({
         code: 'SHUTDOWN',
-        message: expect.stringContaining(`the result(s) of job(s) ${id} could not be written`),
+        message: expect.stringContaining(`the result(s) or hand-back(s) of job(s) ${id} could not be written`),
       }),
     ]);
   });

@@ -63,6 +63,10 @@ export class Completer implements ResultSource {
   private readonly writes = new Set<Promise<void>>();
   /** The jobs of those snooze writes: still this worker's until written. */
   private readonly snoozing = new Set<string>();
+  /** Fires in settled(): snoozes stop asking again for rows another session holds. */
+  private readonly stopping = new AbortController();
+  /** Hand-backs and snoozes given up at stop, their rows still held: still this worker's, unwritten. */
+  private readonly leftAtStop = new Set<string>();
   /**
    * Results of a batch whose write Postgres refused (rejected()): they go out one
    * per cycle, alone, until the one it refuses is found.
@@ -101,6 +105,7 @@ export class Completer implements ResultSource {
       ...this.failed.map((f) => f.id),
       ...this.locked.ids(),
       ...this.snoozing,
+      ...this.leftAtStop,
     ];
   }
 
@@ -338,8 +343,13 @@ export class Completer implements ResultSource {
     return releaseJobs(this.store, jobs, deadline);
   }
 
-  /** Resolves once the snoozes in flight are written (or failed), and results held for locked rows are back in the buffer. */
+  /**
+   * At stop: resolves once the snoozes in flight are written, failed or given up
+   * (a row another session still holds: ids() keeps the job), and results held
+   * for locked rows are back in the buffer.
+   */
   async settled(): Promise<void> {
+    this.stopping.abort();
     while (this.writes.size > 0) await Promise.all(this.writes);
     this.locked.releaseAll();
   }
@@ -386,12 +396,20 @@ export class Completer implements ResultSource {
 
   /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
   private snooze(job: JobRow, snooze: Snooze, handBack?: HandBackReason, after?: Promise<boolean>): void {
-    const write = (after ?? Promise.resolve(true)).then((go) =>
-      go ? writeSnooze(this.store, job, snooze, this.signals, handBack) : this.leftForRescue(job),
-    );
+    const { signal } = this.stopping;
+    let onStop = (): void => {};
+    const stop = new Promise<'stopping'>((resolve) => (onStop = () => resolve('stopping')));
+    if (after) signal.addEventListener('abort', onStop, { once: true });
+    const write = Promise.race([after ?? true, stop]).then(async (go) => {
+      // A handler still running at stop: its job stays processing, as the stop's other such jobs.
+      if (go === 'stopping') return;
+      if (!go) return this.leftForRescue(job);
+      if (!(await writeSnooze(this.store, job, snooze, this.signals, signal, handBack))) this.leftAtStop.add(job.id);
+    });
     this.writes.add(write);
     this.snoozing.add(job.id);
     void write.finally(() => {
+      signal.removeEventListener('abort', onStop);
       this.writes.delete(write);
       this.snoozing.delete(job.id);
     });

@@ -22,8 +22,8 @@ export interface HeartbeatSignals {
    * the row (the worker and the database are fine; not the job's doing).
    */
   unrenewed(ids: string[], rowHeld: ReadonlySet<string>): void;
-  /** Rows of held jobs were found held by another session, some for the first time: see rowHeld(). */
-  rowsHeld(): void;
+  /** rowHeld() changed: a job's row was found held by another session, or one was renewed again. */
+  rowHeldChanged(): void;
   error(err: unknown): void;
 }
 
@@ -76,6 +76,9 @@ export class Heartbeat {
     for (const id of ids) {
       this.renewedAt.set(id, sentAt);
       this.given.delete(id);
+      // A new lock: whatever held the row of its previous attempt is past (a row-held
+      // job handed back and claimed again at once must not stay listed as held).
+      this.heldAt.delete(id);
       if (this.asking?.has(id)) this.claimedMeanwhile.add(id);
     }
   }
@@ -103,14 +106,17 @@ export class Heartbeat {
     this.asking = new Set(ids);
     try {
       const { done, skipped } = await this.store.heartbeat(ids);
+      let changed = false;
       for (const id of done) {
         this.renewedAt.set(id, sentAt);
-        this.heldAt.delete(id);
+        changed = this.heldAt.delete(id) || changed;
       }
       const answeredAt = performance.now();
-      const newlyHeld = [...skipped].some((id) => !this.heldAt.has(id));
-      for (const id of skipped) this.heldAt.set(id, answeredAt);
-      if (newlyHeld) this.signals.rowsHeld();
+      for (const id of skipped) {
+        changed = !this.heldAt.has(id) || changed;
+        this.heldAt.set(id, answeredAt);
+      }
+      if (changed) this.signals.rowHeldChanged();
       // A job may have finished while the statement ran; only those still held count.
       // A job claimed again while it ran may have been claimed after its snapshot:
       // the row it did not find is that claim's new attempt, not a lock taken away

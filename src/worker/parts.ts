@@ -135,7 +135,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       held,
       lost: (ids) => dispatcher.lockLost(ids),
       unrenewed: (ids, rowHeld) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld),
-      rowsHeld: () => registry.refresh(),
+      rowHeldChanged: () => registry.refresh(),
       error: errorIn('heartbeat'),
     },
   );

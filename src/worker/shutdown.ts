@@ -102,8 +102,8 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   if (unwritten.length > 0) {
     worker.reportError(
       new WorkerStoppingError(
-        `the result(s) of job(s) ${unwritten.join(', ')} could not be written on stop (another session holds ` +
-          'their rows locked, or Postgres is unreachable); they run again: ' +
+        `the result(s) or hand-back(s) of job(s) ${unwritten.join(', ')} could not be written on stop (another ` +
+          'session holds their rows locked, or Postgres is unreachable); they run again: ' +
           ROW_HELD_LEFT,
       ),
     );

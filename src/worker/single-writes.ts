@@ -29,17 +29,21 @@ export async function releaseJobs(store: WorkerStore, jobs: readonly JobRow[], d
  * A job back to pending at the snooze time, the attempt not spent; reported through
  * `signals`, never thrown. With `handBack`, the worker's doing rather than the
  * handler's: told as 'jobs:handed-back' with that reason, not 'job:snooze'.
+ * A row another session holds is asked again until `stopping` fires; false then
+ * (the job is still this worker's, unwritten), true otherwise.
  */
 export async function writeSnooze(
   store: WorkerStore,
   job: JobRow,
   snooze: Snooze,
   signals: { emit: Emit; dueAt(at: number): void; error(err: unknown): void },
+  stopping: AbortSignal,
   handBack?: HandBackReason,
-): Promise<void> {
+): Promise<boolean> {
   try {
     let runAt = await store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
     while (runAt === 'skipped') {
+      if (stopping.aborted) return false;
       await sleep(SKIPPED_RETRY_MS);
       runAt = await store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
     }
@@ -54,6 +58,7 @@ export async function writeSnooze(
     // The job stays 'processing' until the rescuer returns it (spending the attempt).
     signals.error(err);
   }
+  return true;
 }
 
 function sleep(ms: number): Promise<void> {

@@ -49,7 +49,7 @@ beforeEach(() => {
       held: () => [...held],
       lost: (ids) => void lost.push(ids),
       unrenewed: (ids, rowHeld) => void unrenewed.push({ ids, at: Date.now(), rowHeld: [...rowHeld] }),
-      rowsHeld: () => void rowsHeldTold++,
+      rowHeldChanged: () => void rowsHeldTold++,
       error: (err) => void errors.push(err),
     },
   );
@@ -154,11 +154,17 @@ describe('Heartbeat', () => {
     unlock();
     await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4);
     expect(heartbeat.rowHeld()).toEqual([]);
+    expect(rowsHeldTold).toBe(2); // renewed again: the list shrank
     const relock = db.lockJob(held[1]!);
     await vi.advanceTimersByTimeAsync(INTERVAL_MS);
     expect(heartbeat.rowHeld()).toEqual([held[1]]);
-    expect(rowsHeldTold).toBe(2);
-    held = [held[0]!]; // the job left this worker (its result written, say): no longer listed
+    expect(rowsHeldTold).toBe(3);
+    const [first, second] = held as [string, string];
+    heartbeat.claimed([second], performance.now()); // handed back and claimed again at once: a new lock
+    expect(heartbeat.rowHeld()).toEqual([]);
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS);
+    expect(heartbeat.rowHeld()).toEqual([second]); // still held: listed again by the next beat
+    held = [first]; // the job left this worker (its result written, say): no longer listed
     expect(heartbeat.rowHeld()).toEqual([]);
     relock();
   });

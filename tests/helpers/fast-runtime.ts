@@ -123,7 +123,7 @@ export class FastWorker {
         held,
         lost: (ids) => dispatcher.lockLost(ids),
         unrenewed: (ids) => dispatcher.unrenewed(ids, renewalTimeoutMs),
-        rowsHeld: () => {},
+        rowHeldChanged: () => {},
         error: onError,
       },
     );
