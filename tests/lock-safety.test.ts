@@ -528,6 +528,16 @@ describe('a job rescued while its worker still runs it', () => {
   });
 });
 
+/** Marks `ids` running, last renewed 10 s ago: the first locked to `owner`, the rest to `other`. */
+async function runningUnrenewed(ids: string[], owner: string, other: string): Promise<void> {
+  await t.db.pool.query(
+    `UPDATE ${t.db.s}.jobs SET status = 'processing', attempts = 1, started_at = now() - interval '10 seconds',
+       locked_at = now() - interval '10 seconds', locked_by = CASE WHEN id = $1 THEN $3 ELSE $4 END
+     WHERE id = ANY($2::bigint[])`,
+    [ids[0], ids, owner, other],
+  );
+}
+
 describe("each worker's own visibility timeout", () => {
   // Outside review 85: the leader rescued with its own (2 s) the jobs of a live worker
   // configured with 30 s, which heartbeats every 5 s. Migration 0034.
@@ -542,12 +552,7 @@ describe("each worker's own visibility timeout", () => {
     );
     try {
       // Both last renewed 10 s ago: past the rescuer's 2 s, within slow-beat's 60 s.
-      await t.db.pool.query(
-        `UPDATE ${t.db.s}.jobs SET status = 'processing', attempts = 1, started_at = now() - interval '10 seconds',
-           locked_at = now() - interval '10 seconds', locked_by = CASE WHEN id = $1 THEN 'slow-beat' ELSE 'unregistered' END
-         WHERE id = ANY($2::bigint[])`,
-        [slow, [slow, unknown]],
-      );
+      await runningUnrenewed([slow!, unknown!], 'slow-beat', 'unregistered');
       expect(await rescue()).toEqual([unknown]);
       await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '61 seconds' WHERE id = $1`, [slow]);
       expect(await rescue()).toEqual([slow]);
@@ -565,12 +570,7 @@ describe("each worker's own visibility timeout", () => {
     );
     try {
       // Both stale; "other" is listed by holder but locked to another worker (a stale list entry protects nothing).
-      await t.db.pool.query(
-        `UPDATE ${t.db.s}.jobs SET status = 'processing', attempts = 1, started_at = now() - interval '10 seconds',
-           locked_at = now() - interval '10 seconds', locked_by = CASE WHEN id = $1 THEN 'holder' ELSE 'someone-else' END
-         WHERE id = ANY($2::bigint[])`,
-        [listed, [listed, other]],
-      );
+      await runningUnrenewed([listed!, other!], 'holder', 'someone-else');
       expect(await rescueNow()).toEqual([other]);
       expect(await t.queue.getJob(other!)).toMatchObject({ status: 'pending', attempts: 1 });
       // Not refreshed within its visibility timeout: the holder counts as dead (killed
