@@ -70,7 +70,7 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     // Characters (code points), as Postgres counts them; never more than UTF-16 units.
     (jobKey.length > 512 && [...jobKey].length > 512)
   ) {
-    throw new ValidationError(`jobKey must be a string of 1 to 512 characters, got ${JSON.stringify(jobKey)}`);
+    throw new ValidationError(`jobKey must be a string of 1 to 512 characters, got ${shown(jobKey)}`);
   } else {
     // Postgres refuses a NUL, and stores a lone surrogate as U+FFFD: another key.
     const unstorable = unstorableText(jobKey);

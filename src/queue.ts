@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { checks, readOrFail, snapshotOptions, unreadable } from './validate.js';
 import { hasConnection, poolTooSmallToListen, resolveDriverName, type PgPool } from './db/connection.js';
 import type { Driver } from './db/driver.js';
@@ -78,6 +79,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
   private readonly listenStarvesPool: boolean;
 
   constructor(given: QueueOptions<T> = {}) {
+    // Each waitFor in flight listens on it: any number may wait at once (outside
+    // review 109: Node warned of a leak at 11).
+    setMaxListeners(0, this.closing.signal);
     const options = readOrFail(ConfigError, 'Queue', () => snapshotOptions(given));
     config.rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
     this.schema = config.schemaOption(options.schema);

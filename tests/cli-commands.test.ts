@@ -259,7 +259,7 @@ describe('jobs', () => {
     );
 
     const cancel = await sluice('jobs', 'cancel', id);
-    expect(cancel.stdout).toBe(`cancelled job ${id} (x on queue default)\n`);
+    expect(cancel.stdout).toBe(`cancelled job ${id} (x on queue default; had not started)\n`);
     expect((await job(id)).status).toBe('cancelled');
     expectOneLineError(await sluice('jobs', 'cancel', id), 1, /is cancelled; only pending or processing jobs can be cancelled/);
 

@@ -199,7 +199,7 @@ describe('sluice worker', () => {
     const { id, worker } = await workerWithJobInFlight('never');
     const cancel = await spawnCli(['jobs', 'cancel', id], env).exited;
     expect(cancel.code, cancel.stderr).toBe(0);
-    expect(cancel.stdout).toBe(`cancelled job ${id} (gated on queue default)\n`);
+    expect(cancel.stdout).toBe(`cancelled job ${id} (gated on queue default; was running: its worker aborts the handler)\n`);
     await waitFor(
       () => worker.stdout().includes(`cancelled gated #${id} queue=default attempt=1`),
       'the worker to log the cancel',

@@ -74,8 +74,19 @@ describe('dead letters', () => {
     expect((await statusCounts(fx.db)).failed ?? 0).toBe(failedBefore);
     const both = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '1', '--all']);
     expect(both.code).toBe(2);
-    expect(both.stderr).toContain('give job ids, or --all');
+    expect(both.stderr).toContain('give job ids or --all, not both');
+    const neither = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive']);
+    expect(neither.code).toBe(2);
+    expect(neither.stderr).toContain('give the ids of the jobs to redrive, or --all');
     const none = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'show', '123456789']);
     expect(none.code).toBe(1);
+    // Outside review 109: a misspelt queue redrove nothing with exit 0; a job not failed was shown as a dead letter.
+    const typo = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '--all', '--queue', 'paymnets']);
+    expect(typo.code).toBe(2);
+    expect(typo.stderr).toContain('queue "paymnets" has no jobs and no settings');
+    const pending = await fx.queue.enqueue('never-run', {}, { queue: 'elsewhere' });
+    const notDead = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'show', pending]);
+    expect(notDead.code).toBe(1);
+    expect(notDead.stderr).toContain(`job ${pending} is pending, not a dead letter`);
   });
 });

@@ -98,6 +98,12 @@ describe('doctor', () => {
     expect(check(report, 'backlog')).toMatchObject({ status: 'warn' });
     expect(check(report, 'backlog').summary).toMatch(/reports: 1 due, oldest waiting 10 min/);
     expect(check(report, 'maintenance').summary).toMatch(/leader: none/);
+    // A paused queue's backlog waits on purpose: named, not a warning (outside review 109).
+    await db.pool.query(`INSERT INTO ${db.s}.queues (name, paused) VALUES ('reports', true)`);
+    const paused = check(await runDoctor({ db: db.pool, schema: db.schema }), 'backlog');
+    expect(paused).toMatchObject({ status: 'ok' });
+    expect(paused.summary).toMatch(/reports \(paused\): 1 due, oldest waiting 10 min/);
+    await db.pool.query(`DELETE FROM ${db.s}.queues WHERE name = 'reports'`);
   });
 
   it('sluice doctor --json prints the report and exits 2 on critical findings', async () => {

@@ -297,21 +297,26 @@ export interface BacklogRow {
   queue: string;
   due: number;
   oldest_ms: number;
+  /** A paused queue's backlog waits on purpose: reported, never a warning (outside review 109). */
+  paused?: boolean;
 }
 
 export function checkBacklog(rows: BacklogRow[], t: DoctorThresholds): CheckResult {
-  const details = rows.map((r) => ({ ...r, status: level(r.oldest_ms, t.backlogAgeMs) }));
+  const details = rows.map((r) => ({ ...r, status: r.paused ? ('ok' as const) : level(r.oldest_ms, t.backlogAgeMs) }));
   const summary =
     rows.length === 0
       ? 'no due jobs waiting'
-      : details.map((d) => `${d.queue}: ${d.due} due, oldest waiting ${formatMs(d.oldest_ms)}`).join('; ');
+      : details
+          .map((d) => `${d.queue}${d.paused ? ' (paused)' : ''}: ${d.due} due, oldest waiting ${formatMs(d.oldest_ms)}`)
+          .join('; ');
   return result(
     'backlog',
     'pending backlog',
     worst(details.map((d) => d.status)),
     summary,
     'Due jobs wait longer than they should: no worker runs for the queue (or for those tasks), or workers ' +
-      'are too few. Start workers with that queue, raise concurrency, or check `sluice jobs` for tasks nobody handles.',
+      'are too few. Start workers with that queue, raise concurrency, or check `sluice jobs` for tasks nobody handles. ' +
+      'A paused queue waits until `sluice queues resume`.',
     details,
   );
 }

@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { listDeadLetters, redriveDeadLetters } from '../../admin/dead-letters.js';
 import { getJob } from '../../admin/jobs.js';
+import { isKnownQueue } from '../../groups/settings.js';
 import { withDatabase } from '../database.js';
 import { ExitStatus, formatTime, printJson, printTable, UsageError } from '../output.js';
 
@@ -66,6 +67,11 @@ export function registerDeadLetters(program: Command): void {
         process.stderr.write(`sluice: no job with id ${id}\n`);
         throw new ExitStatus(1);
       }
+      // Outside review 109: a cancelled job was shown as if it were a dead letter.
+      if (job.status !== 'failed') {
+        process.stderr.write(`sluice: job ${id} is ${job.status}, not a dead letter: see sluice jobs show ${id}\n`);
+        throw new ExitStatus(1);
+      }
       if (flags.json) return printJson(job);
       process.stdout.write(
         `job ${job.id}  ${job.queue}/${job.task}  ${job.status}  attempts ${job.attempts}/${job.max_attempts}\n`,
@@ -84,11 +90,16 @@ export function registerDeadLetters(program: Command): void {
     .option('--json', 'print the result as JSON')
     .exitOverride()
     .action(async (ids: string[], flags: { all?: boolean; queue?: string; json?: boolean }, command: Command) => {
-      if (flags.all ? ids.length > 0 : ids.length === 0) throw new UsageError('give job ids, or --all (not both)');
+      if (flags.all && ids.length > 0) throw new UsageError('give job ids or --all, not both');
+      if (!flags.all && ids.length === 0) throw new UsageError('give the ids of the jobs to redrive, or --all');
       if (flags.queue !== undefined && !flags.all) throw new UsageError('--queue goes with --all');
-      const result = await withDatabase(command, ({ pool, schema }) =>
-        redriveDeadLetters(pool, schema, flags.all ? { all: true, queue: flags.queue } : { ids }, { actor: 'cli' }),
-      );
+      const result = await withDatabase(command, async ({ pool, schema }) => {
+        // A misspelt queue would redrive nothing and say so with exit 0 (outside review 109).
+        if (flags.queue !== undefined && !(await isKnownQueue(pool, schema, flags.queue))) {
+          throw new UsageError(`queue "${flags.queue}" has no jobs and no settings: check the name (sluice queues list)`);
+        }
+        return redriveDeadLetters(pool, schema, flags.all ? { all: true, queue: flags.queue } : { ids }, { actor: 'cli' });
+      });
       if (flags.json) return printJson(result);
       process.stdout.write(`redriven: ${result.redriven}\n`);
       for (const s of result.skipped) process.stdout.write(`skipped ${s.id}: ${s.reason}\n`);

@@ -117,7 +117,15 @@ export function registerJobs(program: Command): void {
     });
 
   oneJobAction(jobs, 'cancel', 'cancel a job: a pending one never runs, a running one is aborted', (pool, schema, id) =>
-    cancelJob(pool, schema, id, { actor: ACTOR }).then((result) => ({ result, done: 'cancelled', allowed: CANCELLABLE })),
+    cancelJob(pool, schema, id, { actor: ACTOR }).then((result) => ({
+      result,
+      done: 'cancelled',
+      allowed: CANCELLABLE,
+      // Whether a handler was running (its worker told to abort it) or the job had not started (review 109).
+      line: (job: JobRow) =>
+        `cancelled job ${job.id} (${job.task} on queue ${job.queue}; ` +
+        `${result.ok && result.previousStatus === 'processing' ? 'was running: its worker aborts the handler' : 'had not started'})`,
+    })),
   );
 
   oneJobAction(jobs, 'run-now', 'make a delayed or retrying job due now: it runs at the next claim', (pool, schema, id) =>

@@ -91,10 +91,13 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
       WHERE n.nspname = $1 AND am.amname = 'btree' AND ic.relkind = 'i'
       ORDER BY ic.relname`,
 
-    // Due pending jobs per queue and how long the oldest has waited.
-    backlog: `SELECT queue, count(*)::int AS due, ${MS('now() - min(run_at)')} AS oldest_ms
-      FROM ${s}.jobs WHERE status = 'pending' AND run_at <= now()
-      GROUP BY queue ORDER BY queue`,
+    // Due pending jobs per queue, how long the oldest has waited, and whether the
+    // queue is paused (its backlog waits on purpose).
+    backlog: `SELECT b.queue, b.due, b.oldest_ms, coalesce(q.paused, false) AS paused
+      FROM (SELECT queue, count(*)::int AS due, ${MS('now() - min(run_at)')} AS oldest_ms
+            FROM ${s}.jobs WHERE status = 'pending' AND run_at <= now() GROUP BY queue) b
+        LEFT JOIN ${s}.queues q ON q.name = b.queue
+      ORDER BY b.queue`,
 
     // Processing jobs whose heartbeat stopped longer ago than $1 ms: no worker
     // holds them and no rescuer has taken them back.
