@@ -60,6 +60,22 @@ describe('results, waitFor and error history', () => {
     expect((await fx.queue.waitFor(id, { timeoutMs: 1_000 })).status).toBe('completed');
   });
 
+  it('many waitFor calls at once on one Queue make Node warn of no listener leak', async () => {
+    // Outside review 109: a MaxListenersExceededWarning at 10-11 calls waiting at once.
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    process.on('warning', onWarning);
+    try {
+      const ids = await fx.queue.enqueueMany(Array.from({ length: 15 }, () => ({ task: 'never_run', queue: 'nobody' })));
+      const waits = ids.map((id) => fx.queue.waitFor(id, { timeoutMs: 300 }).catch((e: unknown) => e));
+      expect(await Promise.all(waits)).toEqual(ids.map(() => expect.any(WaitTimeoutError)));
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off('warning', onWarning);
+    }
+    expect(warnings.filter((w) => w.name === 'MaxListenersExceededWarning')).toEqual([]);
+  });
+
   it('waitFor wakes the workers of a job that a claim skipped while it was locked', async () => {
     const locked = await fx.queue.enqueue('echo', { n: 1 }, { queue: 'skipped', priority: 5 });
     const sentinel = await fx.queue.enqueue('echo', { n: 2 }, { queue: 'skipped' });
