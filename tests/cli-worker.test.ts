@@ -152,6 +152,27 @@ describe('sluice worker', () => {
     expect(await statusCounts(db)).toEqual({ completed: 1, failed: 1 });
   });
 
+  it("ticks the task module's `schedules` export, and refuses a malformed one", async () => {
+    // Outside review 109: cron needed a Worker started from code.
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-scheduled-tasks.mjs`, '--json']);
+    await waitFor(
+      () => jsonLines(worker.stdout()).filter((l) => l.event === 'completed' && l.task === 'tick').length >= 2,
+      'two ticks run',
+      20_000,
+    );
+    worker.child.kill('SIGTERM');
+    const result = await worker.exited;
+    expect(result.code, result.stderr).toBe(0);
+    expect(jsonLines(result.stdout)[0]).toMatchObject({ event: 'started', schedules: 'every-second' });
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE job_key LIKE 'cron:every-second:%'`);
+    expect(rows[0].n).toBeGreaterThanOrEqual(2);
+    await db.pool.query(`DELETE FROM ${db.s}.cron_schedules`);
+
+    const bad = await start(['worker', '--tasks', `${FIXTURES}cli-bad-schedule-tasks.mjs`]).exited;
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toMatch(/broken/);
+  });
+
   it('takes only the --queue queues', async () => {
     const [mail, other] = await queue.enqueueMany([
       { task: 'hello', queue: 'mail' },

@@ -5,12 +5,20 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import type { TaskList } from '../job.js';
 import { CommandFailed, UsageError } from './output.js';
 
+/** What a task module gives the worker: its handlers, and the schedules it ticks, if any. */
+export interface TaskModule {
+  tasks: TaskList;
+  /** As the Worker's `schedules` option; the Worker checks them (a ConfigError). */
+  schedules?: unknown;
+}
+
 /**
  * Loads the user's task module: a file whose `tasks` export, or default export,
- * maps task names to handlers. JavaScript loads as is; TypeScript needs the
- * user's loader in this process (`node --import tsx`, or NODE_OPTIONS).
+ * maps task names to handlers, and whose `schedules` export (optional) lists
+ * recurring jobs, as `new Worker({ schedules })` takes them. JavaScript loads as
+ * is; TypeScript needs the user's loader in this process (`node --import tsx`, or NODE_OPTIONS).
  */
-export async function loadTasks(path: string): Promise<TaskList> {
+export async function loadTasks(path: string): Promise<TaskModule> {
   const file = resolve(process.cwd(), path);
   if (!existsSync(file)) throw new UsageError(`task module not found: ${file}`);
   if (statSync(file).isDirectory()) throw new UsageError(`task module is a directory, not a file: ${file}`);
@@ -36,7 +44,8 @@ export async function loadTasks(path: string): Promise<TaskList> {
   if (!tasks || typeof tasks !== 'object') {
     throw new UsageError(`task module ${path} must export \`tasks\` (or a default export) mapping task names to handlers`);
   }
-  return tasks as TaskList;
+  const schedules = mod.schedules ?? (fromDefault && typeof fromDefault === 'object' ? fromDefault.schedules : undefined);
+  return schedules === undefined ? { tasks: tasks as TaskList } : { tasks: tasks as TaskList, schedules };
 }
 
 /** The first line, and the next one too when the first only announces it ("… 1 error:"). */

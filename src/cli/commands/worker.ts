@@ -1,5 +1,6 @@
 import { Option, type Command } from 'commander';
 import { Worker } from '../../worker/worker.js';
+import type { WorkerOptions } from '../../worker/options.js';
 import { withDatabaseUntilStopped } from '../database.js';
 import { loadTasks } from '../task-module.js';
 import { WorkerLog } from '../worker-log.js';
@@ -68,7 +69,7 @@ Examples:
       process.once('SIGTERM', beforeWorker);
       // bin/sluice.js's handler for the signals that come while the CLI loads leaves them to these now.
       (globalThis as Record<symbol, unknown>)[Symbol.for('sluice.cli.signalsTaken')] = true;
-      const tasks = await loadTasks(flags.tasks);
+      const { tasks, schedules } = await loadTasks(flags.tasks);
       await withDatabaseUntilStopped(
         command,
         async ({ url, schema }) => {
@@ -78,6 +79,8 @@ Examples:
             connectionString: url,
             schema,
             tasks,
+            // The module's `schedules` export: recurring jobs this worker ticks (checked by the Worker).
+            ...(schedules === undefined ? {} : { schedules: schedules as WorkerOptions['schedules'] }),
             queues: flags.queue,
             concurrency: flags.concurrency,
             shutdownTimeoutMs: flags.shutdownTimeout,
@@ -95,6 +98,7 @@ Examples:
             tasks: [...worker.config.tasks.keys()].join(','),
             concurrency: worker.config.concurrency,
             completed: worker.config.completedJobs,
+            ...(worker.config.schedules.length > 0 ? { schedules: worker.config.schedules.map((x) => x.name).join(',') } : {}),
           });
           await stopped;
           log.line('stopped');
