@@ -210,6 +210,54 @@ describe('reconnects', () => {
     await pool.query('DELETE FROM sluice.jobs WHERE id = $1', [id]);
   });
 
+  it('a row-held job whose hand-back meets a Postgres restart is handed back once the row is free, its attempt unspent', async () => {
+    // Outside review 108: the hand-back failed on the restart and was dropped; the
+    // row locked again after it (a retried application transaction) for longer than
+    // the visibility timeout, the rescuer took the job and a job of one attempt failed.
+    const runs: { start: number; end?: number }[] = [];
+    const handedBack: string[] = [];
+    const worker = new Worker({
+      connectionString: url,
+      visibilityTimeoutMs: 4_000,
+      rescueIntervalMs: 200,
+      tasks: {
+        held: async (_p, { signal }) => {
+          const run: { start: number; end?: number } = { start: performance.now() };
+          runs.push(run);
+          // The first run lasts until aborted; the second returns at once.
+          if (runs.length === 1) await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+          run.end = performance.now();
+        },
+      },
+    });
+    worker.on('error', () => {});
+    worker.on('jobs:handed-back', (jobs) => jobs.forEach((j) => handedBack.push(j.id)));
+    workers.push(worker);
+    await worker.start();
+    const id = await queue.enqueue('held', {}, { maxAttempts: 1 });
+    await waitFor(() => runs.length === 1, 'the job to run');
+    const lockRow = async (): Promise<pg.Client> => {
+      const client = new pg.Client({ connectionString: url });
+      client.on('error', () => {});
+      await client.connect();
+      await client.query('BEGIN');
+      await client.query('SELECT 1 FROM sluice.jobs WHERE id = $1 FOR UPDATE', [id]);
+      return client;
+    };
+    const first = await lockRow();
+    await waitFor(() => runs[0]!.end !== undefined, 'the handler aborted (row held)', 10_000);
+    // Down long enough for the hand-back's retries to meet the outage.
+    await server.restart(() => new Promise((resolve) => setTimeout(resolve, 1_500)));
+    await first.end().catch(() => {});
+    const second = await waitFor(() => lockRow().catch(() => undefined), 'the row locked again after the restart');
+    await new Promise((resolve) => setTimeout(resolve, 6_000)); // past the visibility timeout
+    await second.query('COMMIT');
+    await second.end();
+    expect(await queue.waitFor(id, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', attempts: 1 });
+    expect(handedBack).toEqual([id]);
+    expect(runs).toHaveLength(2);
+  }, 60_000);
+
   it('an enqueue on a connection killed under it is a ConnectionError', async () => {
     const client = new pg.Client({ connectionString: url, application_name: 'victim' });
     client.on('error', () => {});

@@ -35,7 +35,10 @@ export interface CompleterSignals {
   resultAdded(): void;
   /** A job this worker returned to pending falls due at `at` (ms since epoch). */
   dueAt(at: number): void;
+  /** A result write failed. */
   error(err: unknown): void;
+  /** A snooze or hand-back failed for good. */
+  writeError(err: unknown, what: 'hand-back' | 'snooze'): void;
 }
 
 /**

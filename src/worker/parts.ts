@@ -69,6 +69,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     resultAdded: () => loop.resultAdded(),
     dueAt: (at) => loop.wakeAt(at),
     error: errorIn('result write'),
+    writeError: (err, what) => owner.error(err, what),
   });
   // Every job this worker holds: the heartbeat keeps their locks fresh, and the
   // sweep after a claim whose reply was lost leaves them alone. Finished jobs whose

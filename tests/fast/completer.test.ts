@@ -36,6 +36,7 @@ function makeCompleter(s: MemoryStore, maxResultBytes = 1_000): Completer {
       resultAdded: () => void added++,
       dueAt: (at) => void dueAt.push(at),
       error: (err) => void errors.push(err),
+      writeError: (err) => void errors.push(err),
     },
   );
 }

@@ -77,6 +77,7 @@ function setup(options: Setup = {}): void {
       resultAdded: () => loop.resultAdded(),
       dueAt: (at) => loop.wakeAt(at),
       error: (err) => void errors.push(err),
+      writeError: (err) => void errors.push(err),
     },
   );
   const plan = options.plan ?? { plain: ['default'], limited: [], strict: [], noAhead: [] };

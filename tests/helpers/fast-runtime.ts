@@ -84,7 +84,13 @@ export class FastWorker {
         maxResultBytes: 1024 * 1024,
         visibilityTimeoutMs: 30_000,
       },
-      { emit, resultAdded: () => loop.resultAdded(), dueAt: (at) => loop.wakeAt(at), error: onError },
+      {
+        emit,
+        resultAdded: () => loop.resultAdded(),
+        dueAt: (at) => loop.wakeAt(at),
+        error: onError,
+        writeError: onError,
+      },
     );
     const held = (): string[] => [...slots.heldIds(), ...completer.ids()];
     const queueState = new QueueState(store, options.queues ?? ['default'], limits, pollIntervalMs, () => loop.wake(), onError);

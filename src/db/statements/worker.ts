@@ -148,7 +148,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
           finished_at = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN now() END,
           last_error = stale.message,
           errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
-            'message', stale.message, 'unstarted', stale.refund, 'started_at', j.started_at, 'worker', j.locked_by)),
+            'message', stale.message, 'unstarted', stale.unstarted, 'refunded', stale.refund,
+            'started_at', j.started_at, 'worker', j.locked_by)),
           locked_at = NULL, locked_by = NULL, updated_at = now(),
           -- A job that never started keeps its place in claim order: it was due, and
           -- waited only for a slot of the worker that died (outside review 86: such jobs
@@ -158,8 +159,10 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
           -- A job failed for good keeps its last attempt's start, as a failure written by its worker does.
           started_at = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN j.started_at END
       FROM (
-        SELECT r.id, r.refund, 'lock expired: worker ' || coalesce(r.locked_by, '?') || ' stopped heartbeating'
-            || CASE WHEN NOT r.refund THEN ''
+        -- Not "the worker died": a live one leaves a job whose handler ignored its
+        -- abort to the rescuer too (outside review 108).
+        SELECT r.id, r.refund, r.unstarted, 'lock expired: worker ' || coalesce(r.locked_by, '?') || ' stopped heartbeating'
+            || CASE WHEN NOT r.refund THEN ' it (the worker died, hung or was cut off, or left the job to the rescuer)'
                     WHEN r.unstarted THEN ' before the job started (attempt not counted)'
                     ELSE ' while another session held the job''s row (attempt not counted)' END AS message
         FROM (
@@ -170,7 +173,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
           -- attempt; this way it spends one at least every second crash.
           SELECT p.id, p.locked_by, p.started_at IS NULL AS unstarted,
             (p.started_at IS NULL OR h.alive IS NOT NULL)
-              AND coalesce((p.errors -> -1 ->> 'unstarted')::boolean, false) = false AS refund
+              -- 'refunded' since migration 0036; before it, 'unstarted' said the same.
+              AND coalesce((p.errors -> -1 ->> 'refunded')::boolean, (p.errors -> -1 ->> 'unstarted')::boolean, false) = false AS refund
           FROM ${jobs} p
             LEFT JOIN unnest($3::text[], $4::float8[]) AS v(worker, ms) ON v.worker = p.locked_by
             LEFT JOIN unnest($5::text[], $6::bigint[], $7::boolean[]) AS h(worker, id, alive)
