@@ -1,5 +1,5 @@
 import type { WorkerStore } from '../db/store.js';
-import { DatabaseError, Snooze, SluiceError } from '../errors.js';
+import { DatabaseError, Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
@@ -17,7 +17,8 @@ import {
 import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
 import { describeError, type Outcome, type Run } from './run.js';
 import { LockedResults } from './locked-results.js';
-import { releaseJobs, writeSnooze } from './single-writes.js';
+import { releaseJobs } from './single-writes.js';
+import { Snoozes } from './snoozes.js';
 
 export interface CompleterConfig {
   /** The worker's retry delay policy (a task's own wins). */
@@ -62,14 +63,10 @@ export class Completer implements ResultSource {
   private readonly startsInFlight = new Set<string>();
   /** Results whose row another session held, until they may go out again. */
   private readonly locked = new LockedResults((results) => this.putBack(results));
-  /** Snooze writes in flight; settled() waits for them. */
+  /** Snooze writes and write checks in flight; settled() waits for them. */
   private readonly writes = new Set<Promise<void>>();
-  /** The jobs of those snooze writes: still this worker's until written. */
-  private readonly snoozing = new Set<string>();
-  /** Fires in settled(): snoozes stop asking again for rows another session holds. */
-  private readonly stopping = new AbortController();
-  /** Hand-backs and snoozes given up at stop, their rows still held: still this worker's, unwritten. */
-  private readonly leftAtStop = new Set<string>();
+  /** Snoozes and hand-backs: their jobs still this worker's until written. */
+  private readonly snoozes: Snoozes;
   /**
    * Results of a batch whose write Postgres refused (rejected()): they go out one
    * per cycle, alone, until the one it refuses is found.
@@ -87,7 +84,9 @@ export class Completer implements ResultSource {
     private readonly store: WorkerStore,
     private readonly config: CompleterConfig,
     private readonly signals: CompleterSignals,
-  ) {}
+  ) {
+    this.snoozes = new Snoozes(store, config.visibilityTimeoutMs, signals);
+  }
 
   get size(): number {
     const suspects = this.suspects.length + this.heldDue.length;
@@ -107,8 +106,7 @@ export class Completer implements ResultSource {
       ...this.completed.map((c) => c.id),
       ...this.failed.map((f) => f.id),
       ...this.locked.ids(),
-      ...this.snoozing,
-      ...this.leftAtStop,
+      ...this.snoozes.ids(),
     ];
   }
 
@@ -352,7 +350,7 @@ export class Completer implements ResultSource {
    * for locked rows are back in the buffer.
    */
   async settled(): Promise<void> {
-    this.stopping.abort();
+    this.snoozes.stop();
     while (this.writes.size > 0) await Promise.all(this.writes);
     this.locked.releaseAll();
   }
@@ -386,35 +384,10 @@ export class Completer implements ResultSource {
     this.signals.resultAdded();
   }
 
-  private leftForRescue(job: JobRow): void {
-    this.signals.error(
-      new SluiceError(
-        'LOCK_LOST',
-        `job ${job.id}: its handler did not stop within ${this.config.visibilityTimeoutMs} ms of its abort; ` +
-          'not handed back but left processing for the rescuer, which returns it after the visibility timeout; ' +
-          'if the handler still runs then, the next attempt runs beside it (handlers must honour their signal)',
-      ),
-    );
-  }
-
   /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
   private snooze(job: JobRow, snooze: Snooze, handBack?: HandBackReason, after?: Promise<boolean>): void {
-    const { signal } = this.stopping;
-    let onStop = (): void => {};
-    const stop = new Promise<'stopping'>((resolve) => (onStop = () => resolve('stopping')));
-    if (after) signal.addEventListener('abort', onStop, { once: true });
-    const write = Promise.race([after ?? true, stop]).then(async (go) => {
-      // A handler still running at stop: its job stays processing, as the stop's other such jobs.
-      if (go === 'stopping') return;
-      if (!go) return this.leftForRescue(job);
-      if (!(await writeSnooze(this.store, job, snooze, this.signals, signal, handBack))) this.leftAtStop.add(job.id);
-    });
+    const write = this.snoozes.write(job, snooze, handBack, after);
     this.writes.add(write);
-    this.snoozing.add(job.id);
-    void write.finally(() => {
-      signal.removeEventListener('abort', onStop);
-      this.writes.delete(write);
-      this.snoozing.delete(job.id);
-    });
+    void write.finally(() => this.writes.delete(write));
   }
 }

@@ -1,0 +1,79 @@
+import type { WorkerStore } from '../db/store.js';
+import { SluiceError, type Snooze } from '../errors.js';
+import type { JobRow } from '../job.js';
+import type { Emit, HandBackReason } from './events.js';
+import { writeSnooze } from './single-writes.js';
+
+export interface SnoozeSignals {
+  emit: Emit;
+  dueAt(at: number): void;
+  /** A snooze or hand-back failed for good. */
+  writeError(err: unknown, what: 'hand-back' | 'snooze'): void;
+  /** A hand-back given up because its handler never stopped. */
+  error(err: unknown): void;
+}
+
+/**
+ * The worker's snoozes and hand-backs in flight: each written on its own (they
+ * are rare), its job still this worker's (heartbeated, listed when its row is
+ * held) until written; on stop, given up where another session still holds the row.
+ */
+export class Snoozes {
+  /** The write in flight per job. */
+  private readonly inFlight = new Map<string, Promise<void>>();
+  /** Fires at stop(): writes stop asking again for rows another session holds, or for a lost connection. */
+  private readonly stopping = new AbortController();
+  /** Given up at stop, their rows still held: still this worker's, unwritten. */
+  private readonly leftAtStop = new Set<string>();
+
+  constructor(
+    private readonly store: WorkerStore,
+    private readonly visibilityTimeoutMs: number,
+    private readonly signals: SnoozeSignals,
+  ) {}
+
+  /** The jobs of the writes in flight, and of those given up at stop. */
+  ids(): string[] {
+    return [...this.inFlight.keys(), ...this.leftAtStop];
+  }
+
+  /**
+   * Back to pending at the snooze time, the attempt not spent. With `after`, once
+   * the job's handler has stopped (true), or not at all when it did not within a
+   * visibility timeout (false: left for the rescuer). Resolves when written or given up.
+   */
+  write(job: JobRow, snooze: Snooze, handBack?: HandBackReason, after?: Promise<boolean>): Promise<void> {
+    const { signal } = this.stopping;
+    let onStop = (): void => {};
+    const stop = new Promise<'stopping'>((resolve) => (onStop = () => resolve('stopping')));
+    if (after) signal.addEventListener('abort', onStop, { once: true });
+    const write = Promise.race([after ?? true, stop]).then(async (go) => {
+      // A handler still running at stop: its job stays processing, as the stop's other such jobs.
+      if (go === 'stopping') return;
+      if (!go) return this.leftForRescue(job);
+      if (!(await writeSnooze(this.store, job, snooze, this.signals, signal, handBack))) this.leftAtStop.add(job.id);
+    });
+    this.inFlight.set(job.id, write);
+    void write.finally(() => {
+      signal.removeEventListener('abort', onStop);
+      if (this.inFlight.get(job.id) === write) this.inFlight.delete(job.id);
+    });
+    return write;
+  }
+
+  /** Writes in flight give up what they cannot write now (see write). */
+  stop(): void {
+    this.stopping.abort();
+  }
+
+  private leftForRescue(job: JobRow): void {
+    this.signals.error(
+      new SluiceError(
+        'LOCK_LOST',
+        `job ${job.id}: its handler did not stop within ${this.visibilityTimeoutMs} ms of its abort; ` +
+          'not handed back but left processing for the rescuer, which returns it after the visibility timeout; ' +
+          'if the handler still runs then, the next attempt runs beside it (handlers must honour their signal)',
+      ),
+    );
+  }
+}
