@@ -169,10 +169,10 @@ async function releaseAfterCut(
 /**
  * Jobs this worker will not run back to pending (see WorkerStore.release), with
  * their attempt given back, announced ('jobs:handed-back', reason 'stopping').
- * Rows another session keeps locked past the deadline stay 'processing' until
- * the rescuer returns them (their attempt then counts): an error event says so.
+ * Rows another session keeps locked past the deadline stay 'processing', and an
+ * error event says so: returns their ids, for the registry row to list (the
+ * rescuer then returns them without counting their attempt).
  */
-/** Hands `jobs` back; returns the ids of those whose rows another session held to the end. */
 async function handBack(parts: Parts, worker: Stopping, jobs: readonly JobRow[], deadline: number): Promise<string[]> {
   if (jobs.length === 0) return [];
   try {
