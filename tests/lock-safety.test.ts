@@ -528,6 +528,21 @@ describe('a job rescued while its worker still runs it', () => {
   });
 });
 
+/**
+ * After a stop while another session held job `id`'s row: the stopped worker's
+ * registry row lists it; once the lock goes, the rescuer returns it, attempt not counted.
+ */
+async function expectListedThenRefunded(workerId: string, id: string): Promise<void> {
+  const { rows } = await t.db.pool.query(
+    `SELECT row_held::text[] AS held, stopped_at IS NOT NULL AS stopped FROM ${t.db.s}.workers WHERE id = $1`,
+    [workerId],
+  );
+  expect(rows).toEqual([{ held: [id], stopped: true }]);
+  await outside!.query('COMMIT');
+  await waitFor(async () => (await rescueNow()).includes(id), 'the rescue', 15_000);
+  expect(await t.queue.getJob(id)).toMatchObject({ status: 'pending', attempts: 0 });
+}
+
 /** Marks `ids` running, last renewed 10 s ago: the first locked to `owner`, the rest to `other`. */
 async function runningUnrenewed(ids: string[], owner: string, other: string): Promise<void> {
   await t.db.pool.query(
@@ -601,13 +616,7 @@ describe("each worker's own visibility timeout", () => {
       return rows[0]?.held.includes(id) === true;
     }, 'the job listed in the registry');
     await worker.stop();
-    const { rows } = await t.db.pool.query(
-      `SELECT row_held::text[] AS held, stopped_at IS NOT NULL AS stopped FROM ${t.db.s}.workers WHERE id = 'stops-held'`,
-    );
-    expect(rows).toEqual([{ held: [id], stopped: true }]);
-    await outside!.query('COMMIT');
-    await waitFor(async () => (await rescueNow()).includes(id), 'the rescue', 15_000);
-    expect(await t.queue.getJob(id)).toMatchObject({ status: 'pending', attempts: 0 });
+    await expectListedThenRefunded('stops-held', id);
     release.resolve();
     await t.start({ tasks: { long: async () => {} } });
     expect(await t.queue.waitFor(id, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', attempts: 1 });
@@ -629,13 +638,7 @@ describe("each worker's own visibility timeout", () => {
     await worker.stop();
     expect(errors.filter((e) => e.name === 'ConnectionError')).toEqual([]);
     expect(errors.some((e) => (e as { code?: string }).code === 'SHUTDOWN' && e.message.includes(`job(s) ${id}`))).toBe(true);
-    const { rows } = await t.db.pool.query(
-      `SELECT row_held::text[] AS held, stopped_at IS NOT NULL AS stopped FROM ${t.db.s}.workers WHERE id = 'stops-handing-back'`,
-    );
-    expect(rows).toEqual([{ held: [id], stopped: true }]);
-    await outside!.query('COMMIT');
-    await waitFor(async () => (await rescueNow()).includes(id), 'the rescue', 15_000);
-    expect(await t.queue.getJob(id)).toMatchObject({ status: 'pending', attempts: 0 });
+    await expectListedThenRefunded('stops-handing-back', id);
     release.resolve();
   });
 
