@@ -136,6 +136,14 @@ export interface JobError {
   /** When the attempt started and on which worker (entries written before these were recorded lack them). */
   started_at?: string | null;
   worker?: string | null;
+  /**
+   * The attempt was given back (not counted): a rescued job that never started
+   * (`unstarted` too) or whose worker left it while another session held its row,
+   * or a job handed back after Postgres restarted under its running handler.
+   */
+  refunded?: boolean;
+  /** A rescued job whose handler never started. */
+  unstarted?: boolean;
 }
 
 /** What a handler receives besides the payload. */

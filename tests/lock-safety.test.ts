@@ -569,7 +569,10 @@ describe("each worker's own visibility timeout", () => {
       // Both last renewed 10 s ago: past the rescuer's 2 s, within slow-beat's 60 s.
       await runningUnrenewed([slow!, unknown!], 'slow-beat', 'unregistered');
       expect(await rescue()).toEqual([unknown]);
-      await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '61 seconds' WHERE id = $1`, [slow]);
+      // Past its own timeout once that is shorter. (Not by a lock 61 s old: heartbeats
+      // count as no older than the server's start, and an embedded server started for
+      // the tests may be younger than that.)
+      await t.db.pool.query(`UPDATE ${t.db.s}.workers SET visibility_timeout_ms = 1000 WHERE id = 'slow-beat'`);
       expect(await rescue()).toEqual([slow]);
     } finally {
       await t.db.pool.query(`DELETE FROM ${t.db.s}.workers WHERE id = 'slow-beat'`);

@@ -258,6 +258,36 @@ describe('reconnects', () => {
     expect(runs).toHaveLength(2);
   }, 60_000);
 
+  it('a job aborted by a Postgres restart longer than the renewal timeout gets its attempt back and runs again', async () => {
+    // Outside review 110: a 7 s outage with a 4 s visibility timeout made a job of
+    // one attempt a dead letter, though the outage was Postgres's, not the job's.
+    let runs = 0;
+    const handedBack: string[] = [];
+    const worker = new Worker({
+      connectionString: url,
+      visibilityTimeoutMs: 4_000, // renewal timeout 3 s
+      rescueIntervalMs: 200,
+      tasks: {
+        long: async (_p, { signal }) => {
+          // The first run lasts until aborted; the second returns at once.
+          if (++runs === 1) await new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+        },
+      },
+    });
+    worker.on('error', () => {});
+    worker.on('jobs:handed-back', (jobs, { reason }) => jobs.forEach((j) => handedBack.push(`${j.id}:${reason}`)));
+    workers.push(worker);
+    await worker.start();
+    const id = await queue.enqueue('long', {}, { maxAttempts: 1 });
+    await waitFor(() => runs === 1, 'the job to run');
+    await server.restart(() => new Promise((resolve) => setTimeout(resolve, 4_500)));
+    expect(await queue.waitFor(id, { timeoutMs: 20_000 })).toMatchObject({ status: 'completed', attempts: 1 });
+    expect(runs).toBe(2);
+    expect(handedBack).toEqual([`${id}:restart`]);
+    const job = await queue.getJob(id);
+    expect(job?.errors).toMatchObject([{ attempt: 1, refunded: true, message: expect.stringMatching(/Postgres restarted/) }]);
+  }, 60_000);
+
   it('an enqueue on a connection killed under it is a ConnectionError', async () => {
     const client = new pg.Client({ connectionString: url, application_name: 'victim' });
     client.on('error', () => {});

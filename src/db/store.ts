@@ -125,6 +125,13 @@ export interface WorkerStore {
    * when another session held the row; undefined when the job is no longer ours.
    */
   snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | 'skipped' | undefined>;
+  /**
+   * A job whose handler was aborted because Postgres could not be reached: back to
+   * pending, attempt not spent, if the server restarted since its lock was last
+   * renewed (its run_at); 'charge' when it did not (the worker writes the failure);
+   * 'skipped' when another session held the row; undefined when the job is no longer ours.
+   */
+  handBackAfterRestart(id: string, attempt: number, message: string): Promise<Date | 'charge' | 'skipped' | undefined>;
   /** Writes the latest progress of running jobs; the ids written (not rows another session held, nor jobs no longer this worker's). */
   progress(ids: readonly string[], values: readonly string[]): Promise<Set<string>>;
   /** Rows of the worker's queues that are paused or limited. */
@@ -311,6 +318,17 @@ export class PgWorkerStore implements WorkerStore {
     ]);
     const row = rows[0];
     if (row?.run_at) return row.run_at;
+    return row?.mine ? 'skipped' : undefined;
+  }
+
+  async handBackAfterRestart(id: string, attempt: number, message: string): Promise<Date | 'charge' | 'skipped' | undefined> {
+    const { rows } = await this.db.query<{ run_at: Date | null; charge: boolean; mine: boolean }>(
+      this.queries.handBackAfterRestart,
+      [this.workerId, id, attempt, message],
+    );
+    const row = rows[0];
+    if (row?.run_at) return row.run_at;
+    if (row?.charge) return 'charge';
     return row?.mine ? 'skipped' : undefined;
   }
 

@@ -110,6 +110,16 @@ export class Completer implements ResultSource {
     ];
   }
 
+  /**
+   * Of the held `ids`, those whose locks the heartbeat renews: not the jobs aborted
+   * in an outage while their restart check is out, as it reads their locks' age
+   * (renewed now, the restart would no longer show; see Snoozes.afterOutage).
+   */
+  renewable(ids: string[]): string[] {
+    const checking = this.snoozes.checkingRestart;
+    return checking.size === 0 ? ids : ids.filter((id) => !checking.has(id));
+  }
+
   /** A job claimed ahead started at `at` (ms since epoch): its started_at goes out with the next cycle. */
   markStarted(id: string, at: number): void {
     this.started.set(id, at);
@@ -155,6 +165,11 @@ export class Completer implements ResultSource {
       // the new attempt): as at stop(), the job is left for the rescuer.
       const stopped = run.handlerStopped(this.config.visibilityTimeoutMs);
       this.snooze(job, new Snooze(0), 'row-held', stopped);
+    } else if (outcome.kind === 'unrenewed') {
+      // Postgres was unreachable for the lock's renewal timeout: a failure, unless
+      // it restarted meanwhile (outside review 110: an outage made a job of one
+      // attempt a dead letter). Asked once the database answers.
+      this.track(this.snoozes.afterOutage(job, () => this.fail(run, outcome.error, false, durationMs, progress)));
     } else if (outcome.kind === 'cancelled') {
       this.signals.emit('job:cancel', job);
     }
@@ -386,7 +401,11 @@ export class Completer implements ResultSource {
 
   /** Back to pending at the snooze time, the attempt not spent. Not batched: snoozes are rare. */
   private snooze(job: JobRow, snooze: Snooze, handBack?: HandBackReason, after?: Promise<boolean>): void {
-    const write = this.snoozes.write(job, snooze, handBack, after);
+    this.track(this.snoozes.write(job, snooze, handBack, after));
+  }
+
+  /** A write settled() waits for. */
+  private track(write: Promise<void>): void {
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write));
   }

@@ -171,7 +171,8 @@ export class Dispatcher {
    * without spending its attempt: an admin's or a report's row lock (FOR UPDATE) made a job of
    * one attempt a dead letter (outside review 102). One whose beats went
    * unanswered (the database away, the event loop blocked by its handler) fails
-   * the attempt, so a handler that blocks for ever runs out of attempts.
+   * the attempt, so a handler that blocks for ever runs out of attempts, unless
+   * Postgres turns out to have restarted meanwhile (Completer: 'unrenewed').
    */
   unrenewed(ids: readonly string[], renewalTimeoutMs: number, rowHeld: ReadonlySet<string> = new Set()): void {
     const waiting: JobRow[] = [];

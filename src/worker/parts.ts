@@ -133,7 +133,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       renewalTimeoutMs: config.lockRenewalTimeoutMs,
     },
     {
-      held,
+      held: () => completer.renewable(held()),
       lost: (ids) => dispatcher.lockLost(ids),
       unrenewed: (ids, rowHeld) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld),
       rowHeldChanged: () => registry.refresh(),

@@ -12,6 +12,11 @@ export type Outcome =
   | { kind: 'released' }
   /** Aborted while another session held its row (see Dispatcher.unrenewed): back to pending now, the attempt not spent. */
   | { kind: 'handedBack' }
+  /**
+   * Aborted because its lock could not be renewed while Postgres was unreachable:
+   * a failure (`error`), unless Postgres restarted meanwhile (Completer).
+   */
+  | { kind: 'unrenewed'; error: unknown }
   /** The job was taken away (lock expired): this run's result must not be recorded. */
   | { kind: 'lost' }
   /** The job was cancelled while it ran: already 'cancelled' in the database, nothing to write. */
@@ -22,7 +27,8 @@ export type Outcome =
 /**
  * Why the worker aborted a run: its timeout passed, the worker is stopping, the
  * lock was taken away, the job was cancelled, or the lock could not be renewed in
- * time ('unrenewed': the attempt fails and is retried, like a timeout; 'row-held':
+ * time ('unrenewed': the attempt fails and is retried, like a timeout, unless
+ * Postgres restarted meanwhile; 'row-held':
  * another session held the row all that time, and the job is handed back).
  */
 export type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled' | 'unrenewed' | 'row-held';
@@ -152,15 +158,19 @@ export class Run {
         this.returned = value;
         value = await this.settled(value);
       }
-      return (this.cause && ABORTED[this.cause]) || { kind: 'completed', value };
+      return this.aborted() ?? { kind: 'completed', value };
     } catch (error) {
-      const aborted = this.cause && ABORTED[this.cause];
-      if (aborted) return aborted;
-      return outcomeOf(error);
+      return this.aborted() ?? outcomeOf(error);
     } finally {
       this.interrupt = undefined;
       clearTimeout(timer);
     }
+  }
+
+  /** The outcome of a run the worker aborted (undefined: not aborted, or aborted as a failure, such as a timeout). */
+  private aborted(): Outcome | undefined {
+    if (this.cause === 'unrenewed') return { kind: 'unrenewed', error: this.reason };
+    return this.cause && ABORTED[this.cause];
   }
 
   /**

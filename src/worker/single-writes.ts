@@ -29,6 +29,13 @@ export async function releaseJobs(store: WorkerStore, jobs: readonly JobRow[], d
 /** A snooze or hand-back that failed for a lost connection is tried again after this long. */
 const UNREACHABLE_RETRY_MS = 1_000;
 
+/** What the single writes report through. */
+export interface SingleWriteSignals {
+  emit: Emit;
+  dueAt(at: number): void;
+  writeError(err: unknown, what: 'hand-back' | 'snooze'): void;
+}
+
 /**
  * A job back to pending at the snooze time, the attempt not spent; reported through
  * `signals`, never thrown. With `handBack`, the worker's doing rather than the
@@ -43,25 +50,13 @@ export async function writeSnooze(
   store: WorkerStore,
   job: JobRow,
   snooze: Snooze,
-  signals: { emit: Emit; dueAt(at: number): void; writeError(err: unknown, what: 'hand-back' | 'snooze'): void },
+  signals: SingleWriteSignals,
   stopping: AbortSignal,
   handBack?: HandBackReason,
 ): Promise<boolean> {
-  const attempt = async (): Promise<Date | 'skipped' | 'unreachable' | undefined> => {
-    try {
-      return await store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs);
-    } catch (err) {
-      if (isConnectionFailure(err) && !stopping.aborted) return 'unreachable';
-      throw err;
-    }
-  };
   try {
-    let runAt = await attempt();
-    while (runAt === 'skipped' || runAt === 'unreachable') {
-      if (stopping.aborted) return false;
-      await sleep(runAt === 'skipped' ? SKIPPED_RETRY_MS : UNREACHABLE_RETRY_MS);
-      runAt = await attempt();
-    }
+    const runAt = await untilLanded(() => store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs), stopping);
+    if (runAt === 'stopped') return false;
     if (runAt) {
       signals.dueAt(runAt.getTime());
       if (handBack) signals.emit('jobs:handed-back', [job], { reason: handBack });
@@ -75,6 +70,63 @@ export async function writeSnooze(
     if (stopping.aborted && isConnectionFailure(err)) return false;
   }
   return true;
+}
+
+/** last_error of a job handed back by handBackAfterRestart. */
+const RESTART_MESSAGE =
+  'Postgres restarted while the job ran: its worker could not renew the lock in time and aborted the handler ' +
+  '(attempt not counted)';
+
+/**
+ * A job whose handler was aborted while Postgres could not be reached (its lock
+ * not renewed in time): handed back, the attempt not spent, if Postgres restarted
+ * meanwhile; told as 'jobs:handed-back' with reason 'restart'. Tried again, as a
+ * snooze is, until `stopping` fires. 'charge': the server did not restart (a
+ * partition, or the worker's event loop blocked), or the statement failed: the
+ * caller writes the failure as usual. 'stopped': given up at stop, the job left
+ * to the rescuer.
+ */
+export async function handBackAfterRestart(
+  store: WorkerStore,
+  job: JobRow,
+  signals: SingleWriteSignals,
+  stopping: AbortSignal,
+): Promise<'charge' | 'stopped' | 'done'> {
+  try {
+    const result = await untilLanded(() => store.handBackAfterRestart(job.id, job.attempts, RESTART_MESSAGE), stopping);
+    if (result === 'stopped' || result === 'charge') return result;
+    if (result) {
+      signals.dueAt(result.getTime());
+      signals.emit('jobs:handed-back', [job], { reason: 'restart' });
+    } else {
+      signals.emit('job:lock-lost', job);
+    }
+    return 'done';
+  } catch (err) {
+    signals.writeError(err, 'hand-back');
+    return stopping.aborted && isConnectionFailure(err) ? 'stopped' : 'charge';
+  }
+}
+
+/**
+ * Sends `write` again while it skips a row another session holds (every
+ * SKIPPED_RETRY_MS) or the connection is lost (every UNREACHABLE_RETRY_MS, Postgres
+ * restarting, say), until it lands or `stopping` fires ('stopped'). A connection
+ * lost after `stopping` fired is thrown.
+ */
+async function untilLanded<T>(write: () => Promise<T | 'skipped'>, stopping: AbortSignal): Promise<T | 'stopped'> {
+  for (;;) {
+    let result: T | 'skipped' | 'unreachable';
+    try {
+      result = await write();
+    } catch (err) {
+      if (!isConnectionFailure(err) || stopping.aborted) throw err;
+      result = 'unreachable';
+    }
+    if (result !== 'skipped' && result !== 'unreachable') return result;
+    if (stopping.aborted) return 'stopped';
+    await sleep(result === 'skipped' ? SKIPPED_RETRY_MS : UNREACHABLE_RETRY_MS);
+  }
 }
 
 function sleep(ms: number): Promise<void> {

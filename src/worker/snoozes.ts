@@ -2,7 +2,7 @@ import type { WorkerStore } from '../db/store.js';
 import { SluiceError, type Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 import type { Emit, HandBackReason } from './events.js';
-import { writeSnooze } from './single-writes.js';
+import { handBackAfterRestart, writeSnooze } from './single-writes.js';
 
 export interface SnoozeSignals {
   emit: Emit;
@@ -25,6 +25,8 @@ export class Snoozes {
   private readonly stopping = new AbortController();
   /** Given up at stop, their rows still held: still this worker's, unwritten. */
   private readonly leftAtStop = new Set<string>();
+  /** Jobs aborted in an outage, their restart check in flight (see afterOutage). */
+  private readonly checking = new Set<string>();
 
   constructor(
     private readonly store: WorkerStore,
@@ -35,6 +37,36 @@ export class Snoozes {
   /** The jobs of the writes in flight, and of those given up at stop. */
   ids(): string[] {
     return [...this.inFlight.keys(), ...this.leftAtStop];
+  }
+
+  /**
+   * The jobs whose restart check is in flight: still this worker's, but not to be
+   * heartbeated, as the check reads their locks' age.
+   */
+  get checkingRestart(): ReadonlySet<string> {
+    return this.checking;
+  }
+
+  /**
+   * A job whose handler was aborted because its lock could not be renewed while
+   * Postgres was unreachable: handed back without spending the attempt if Postgres
+   * restarted since the lock was last renewed, else `charge()` (the failure is
+   * written as usual). Resolves when done or given up at stop (the job left
+   * processing for the rescuer).
+   */
+  afterOutage(job: JobRow, charge: () => void): Promise<void> {
+    this.checking.add(job.id);
+    const write = handBackAfterRestart(this.store, job, this.signals, this.stopping.signal).then((verdict) => {
+      this.checking.delete(job.id);
+      if (verdict === 'charge') charge();
+      // Unwritten at stop (Postgres still away, or the row held): told as such, and kept from the stop's sweep.
+      if (verdict === 'stopped') this.leftAtStop.add(job.id);
+    });
+    this.inFlight.set(job.id, write);
+    void write.finally(() => {
+      if (this.inFlight.get(job.id) === write) this.inFlight.delete(job.id);
+    });
+    return write;
   }
 
   /**

@@ -191,6 +191,70 @@ describe('runtime: locks', () => {
     expect(a.ids('job:fail')).toEqual([]); // its failure (unrenewed) was never written: the job is B's
   });
 
+  // Outside review 110: an outage longer than the renewal timeout spent the running
+  // job's attempt, though the outage was Postgres restarting, not the job.
+  describe('a job aborted while the database was unreachable', () => {
+    const options = { heartbeatIntervalMs: 1_000, lockRenewalTimeoutMs: 3_000, pollIntervalMs: 100 };
+    /** A job of `maxAttempts` whose first `hang` runs last until aborted; then it completes. */
+    async function cutOff(maxAttempts: number, outage: (heal: () => void) => void, hang = 1) {
+      const id = db.add('t', { max_attempts: maxAttempts });
+      let runs = 0;
+      const handler = async (_p: unknown, ctx: JobContext) => {
+        runs++;
+        if (runs <= hang) await abortable(HOUR, ctx.signal).catch(() => {});
+        return 'done';
+      };
+      const a = await start('A', { ...options, tasks: { t: handler } });
+      await vi.advanceTimersByTimeAsync(50);
+      expect(runs).toBe(1);
+      const heal = db.partition('A');
+      await vi.advanceTimersByTimeAsync(5_000); // past the renewal timeout: aborted
+      outage(heal);
+      await vi.advanceTimersByTimeAsync(8_000); // the fetch loop's backoff is up to 5 s
+      return { id, a, runs: () => runs };
+    }
+
+    it('gets its attempt back when Postgres restarted meanwhile, and runs again', async () => {
+      const { id, a, runs } = await cutOff(1, (heal) => {
+        db.restarted();
+        heal();
+      });
+      expect(db.job(id)).toMatchObject({ status: 'completed', attempts: 1 });
+      expect(runs()).toBe(2);
+      expect(a.ids('jobs:handed-back')).toEqual([id]);
+      expect(a.ids('job:fail')).toEqual([]);
+      expect(db.job(id).errors).toMatchObject([{ attempt: 1, refunded: true, message: expect.stringMatching(/restarted/) }]);
+    });
+
+    it('spends its attempt when Postgres did not restart (a partition)', async () => {
+      const { id, a } = await cutOff(1, (heal) => heal());
+      expect(db.job(id)).toMatchObject({ status: 'failed', attempts: 1, last_error: expect.stringMatching(/LOCK_LOST|renewed/) });
+      expect(a.ids('jobs:handed-back')).toEqual([]);
+      expect(a.ids('job:fail')).toEqual([id]);
+    });
+
+    it('is not refunded twice in a row, so a job that crashes Postgres still runs out of attempts', async () => {
+      const { id, a } = await cutOff(
+        2,
+        (heal) => {
+          db.restarted();
+          heal();
+        },
+        2,
+      );
+      // Refunded once, running again (its second run hangs too): Postgres restarts again.
+      expect(db.job(id)).toMatchObject({ status: 'processing', attempts: 1 });
+      const heal = db.partition('A');
+      await vi.advanceTimersByTimeAsync(5_000);
+      db.restarted();
+      heal();
+      await vi.advanceTimersByTimeAsync(8_000);
+      expect(db.job(id)).toMatchObject({ status: 'completed', attempts: 2 });
+      expect(a.ids('jobs:handed-back')).toEqual([id]);
+      expect(a.ids('job:fail')).toEqual([id]);
+    });
+  });
+
   it('a running job taken away is aborted as soon as the heartbeat sees it, and completed by its new owner', async () => {
     const id = db.add('t');
     let aSignal: AbortSignal | undefined;

@@ -126,7 +126,7 @@ export class FastWorker {
       store,
       { intervalMs: options.heartbeatIntervalMs ?? 1_000, renewalTimeoutMs },
       {
-        held,
+        held: () => completer.renewable(held()),
         lost: (ids) => dispatcher.lockLost(ids),
         unrenewed: (ids) => dispatcher.unrenewed(ids, renewalTimeoutMs),
         rowHeldChanged: () => {},

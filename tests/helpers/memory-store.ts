@@ -31,9 +31,16 @@ export class MemoryDatabase {
   private readonly locks = new Set<string>();
   private readonly cut = new Set<string>();
   private nextId = 1;
+  /** pg_postmaster_start_time(): set by restarted(). */
+  serverStartedAt = new Date(0);
   private readonly failures: { op: Operation; error: Error }[] = [];
   private readonly lostReplies: Operation[] = [];
   private readonly gates: { op: Operation; when: Gate; open: Promise<void> }[] = [];
+
+  /** As if Postgres restarted now (what handBackAfterRestart compares locks with). */
+  restarted(): void {
+    this.serverStartedAt = new Date();
+  }
 
   /** Adds a pending job; returns its id. */
   add(
@@ -411,6 +418,33 @@ export class MemoryStore implements WorkerStore {
     }
     await this.db.pass('snooze', 'reply');
     return at;
+  }
+
+  async handBackAfterRestart(id: string, attempt: number, message: string) {
+    await this.db.enter('handBackAfterRestart', this.workerId);
+    const job = this.db.jobs.get(id);
+    let verdict: Date | 'charge' | 'skipped' | undefined;
+    if (mine(job, this.workerId, attempt)) {
+      const refund = job.locked_at! < this.db.serverStartedAt && job.errors.at(-1)?.refunded !== true;
+      if (this.db.isLocked(id)) verdict = 'skipped';
+      else if (!refund) verdict = 'charge';
+      else {
+        verdict = job.run_at;
+        const at = new Date();
+        job.errors.push({ attempt: job.attempts, at: at.toISOString(), message, refunded: true });
+        Object.assign(job, {
+          status: 'pending',
+          attempts: job.attempts - 1,
+          locked_at: null,
+          locked_by: null,
+          updated_at: at,
+          started_at: null,
+          last_error: message,
+        });
+      }
+    }
+    await this.db.pass('handBackAfterRestart', 'reply');
+    return verdict;
   }
 
   async progress(ids: readonly string[], values: readonly string[]) {

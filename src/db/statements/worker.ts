@@ -32,6 +32,7 @@ export interface WorkerStatements {
   readonly notify: string;
   readonly claimLimited: string;
   readonly snooze: string;
+  readonly handBackAfterRestart: string;
   readonly queueState: string;
   readonly markGrouped: string;
   readonly progress: string;
@@ -238,6 +239,34 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
         RETURNING j.run_at
       )
       SELECT (SELECT run_at FROM snoozed) AS run_at,
+        EXISTS (SELECT FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1) AS mine`,
+
+    // A job whose lock its worker could not renew while Postgres was unreachable,
+    // its handler aborted (see Dispatcher.unrenewed): back to pending with the
+    // attempt given back when the server restarted since the lock was last renewed
+    // (the outage was Postgres's, not the job's; outside review 110: a 7 s restart
+    // made a job of one attempt a dead letter). Not twice in a row, as the rescuer's
+    // refunds: a job that crashes Postgres itself still runs out of attempts.
+    // Otherwise (a partition, a blocked event loop, or the refund just used) the row
+    // is left as it is and charge says so: the worker writes the failure as usual.
+    // The worker stops heartbeating such a job once aborted, so locked_at is still
+    // the last renewal from before the outage.
+    handBackAfterRestart: `WITH target AS (
+        SELECT id, locked_at < pg_postmaster_start_time()
+            AND coalesce((errors -> -1 ->> 'refunded')::boolean, (errors -> -1 ->> 'unstarted')::boolean, false) = false
+            AS refund
+        FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1
+        FOR UPDATE SKIP LOCKED
+      ), handed AS (
+        UPDATE ${jobs} j
+        SET status = 'pending', attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL, updated_at = now(),
+            started_at = NULL, last_error = $4::text,
+            errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
+              'message', $4::text, 'refunded', true, 'started_at', j.started_at, 'worker', j.locked_by))
+        FROM target WHERE j.id = target.id AND target.refund
+        RETURNING j.run_at
+      )
+      SELECT (SELECT run_at FROM handed) AS run_at, coalesce((SELECT NOT refund FROM target), false) AS charge,
         EXISTS (SELECT FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1) AS mine`,
 
     // What a worker caches about its queues: which are paused, globally limited,
