@@ -2,12 +2,13 @@ import type { WorkerStore } from '../db/store.js';
 import { DatabaseError, Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
-import { retryDelayMs, type BackoffOptions } from './backoff.js';
+import type { BackoffOptions } from './backoff.js';
 import type { Emit, HandBackReason } from './events.js';
 import {
   describeRefusal,
   expired,
   failureInPlaceOf,
+  failureOf,
   isFailure,
   localStart,
   type Completion,
@@ -15,7 +16,7 @@ import {
   type Recorded,
 } from './outcome-records.js';
 import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
-import { describeError, type Outcome, type Run } from './run.js';
+import type { Outcome, Run } from './run.js';
 import { LockedResults } from './locked-results.js';
 import { releaseJobs } from './single-writes.js';
 import { Snoozes } from './snoozes.js';
@@ -381,21 +382,7 @@ export class Completer implements ResultSource {
   }
 
   private fail(run: Run, error: unknown, permanent: boolean, durationMs: number, progress?: string): void {
-    const { job, task, attempt } = run;
-    // The task's retry policy, when it has one, wins over the job's max_attempts.
-    const maxAttempts = task.maxAttempts ?? job.max_attempts;
-    this.failed.push({
-      id: job.id,
-      attempt,
-      errorText: describeError(error),
-      delayMs: retryDelayMs(attempt, task.backoff ?? this.config.backoff),
-      final: permanent || attempt >= maxAttempts,
-      startedAt: localStart(run),
-      progress,
-      job,
-      error,
-      durationMs,
-    });
+    this.failed.push(failureOf(run, error, { permanent, durationMs, progress }, this.config.backoff));
     this.signals.resultAdded();
   }
 

@@ -3,7 +3,7 @@ import { ValidationError } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
 import type { ResolvedTask } from './options.js';
-import type { Run } from './run.js';
+import { describeError, type Run } from './run.js';
 
 // The outcomes waiting in the Completer to be written, and what becomes of one
 // Postgres refuses to store.
@@ -54,6 +54,28 @@ export function isFailure(outcome: Recorded): outcome is Failure {
 /** An outcome refused for longer than REFUSED_GIVE_UP_MS: given up when refused alone again. */
 export function expired(outcome: Recorded): boolean {
   return outcome.firstRefusedAt !== undefined && Date.now() - outcome.firstRefusedAt >= REFUSED_GIVE_UP_MS;
+}
+
+/** A run's failure, retried as its task's policy (else the job's max_attempts and the worker's backoff) says. */
+export function failureOf(
+  run: Run,
+  error: unknown,
+  { permanent, durationMs, progress }: { permanent: boolean; durationMs: number; progress: string | undefined },
+  backoff: Required<BackoffOptions>,
+): Failure {
+  const { job, task, attempt } = run;
+  return {
+    id: job.id,
+    attempt,
+    errorText: describeError(error),
+    delayMs: retryDelayMs(attempt, task.backoff ?? backoff),
+    final: permanent || attempt >= (task.maxAttempts ?? job.max_attempts),
+    startedAt: localStart(run),
+    progress,
+    job,
+    error,
+    durationMs,
+  };
 }
 
 /**
