@@ -93,7 +93,7 @@ export {
 export { getGroupStats, type GroupStats, type QueueGroupStats } from './admin/groups.js';
 export { watchGroups, type GroupMetricsOptions } from './metrics/groups.js';
 export { runDoctor, type DoctorOptions, type DoctorReport } from './doctor/run-doctor.js';
-export { DEFAULT_THRESHOLDS, type CheckResult, type DoctorThresholds, type Severity } from './doctor/checks.js';
+export { DEFAULT_THRESHOLDS, type CheckResult, type DoctorThresholds, type Severity } from './doctor/findings.js';
 export { prune, type PruneResult, type Retention } from './maintenance/pruner.js';
 export { maintenanceStatements as buildMaintenanceQueries } from './db/statements/maintenance.js';
 export { resolvePrunerConfig, type MaintenanceOptions, type PrunerOptions } from './maintenance/options.js';

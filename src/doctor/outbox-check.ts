@@ -2,7 +2,7 @@ import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
 import { doctorStatements } from '../db/statements/doctor.js';
 import { outboxLag, type OutboxLag } from '../outbox/lag.js';
-import { worst, type CheckResult, type Severity } from './checks.js';
+import { worst, type CheckResult, type Severity } from './findings.js';
 import { formatMs } from './format.js';
 
 const ID = 'outbox_lag';

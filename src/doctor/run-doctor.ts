@@ -4,7 +4,7 @@ import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
 import { ConfigError, wrapDatabaseError } from '../errors.js';
 import * as checks from './checks.js';
-import { DEFAULT_THRESHOLDS, worst, type CheckResult, type DoctorThresholds, type Severity } from './checks.js';
+import { DEFAULT_THRESHOLDS, worst, type CheckResult, type DoctorThresholds, type Severity } from './findings.js';
 import { doctorStatements } from '../db/statements/doctor.js';
 import { checkUnknownTasks } from './unknown-tasks-check.js';
 import { checkOutbox } from './outbox-check.js';

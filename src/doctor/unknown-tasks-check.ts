@@ -2,7 +2,7 @@ import { findUnknownTasks, findUnwatchedQueues, type UnknownTask } from '../admi
 import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
 import { doctorStatements } from '../db/statements/doctor.js';
-import type { CheckResult, DoctorThresholds } from './checks.js';
+import type { CheckResult, DoctorThresholds } from './findings.js';
 import { formatMs } from './format.js';
 
 const ID = 'unknown_tasks';

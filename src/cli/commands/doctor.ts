@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { runDoctor } from '../../doctor/run-doctor.js';
-import type { CheckResult } from '../../doctor/checks.js';
+import type { CheckResult } from '../../doctor/findings.js';
 import { globalOptions, requireDatabaseUrl } from '../database.js';
 import { ExitStatus, printJson } from '../output.js';
 
