@@ -5,7 +5,7 @@ import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
 import { serializePayload } from '../payload.js';
 import type { Completer } from './completer.js';
 import type { Emit, HandBackReason } from './events.js';
-import type { ResolvedTask } from './options.js';
+import type { ResolvedTask } from './task-options.js';
 import type { ProgressWriter } from './progress.js';
 import { ABORTED_HANDLER_GRACE_MS, Run, type AbortCause, type Outcome } from './run.js';
 import type { Slots } from './slots.js';

@@ -2,7 +2,7 @@ import type { TaskHandler } from '../job.js';
 import type { StandardSchemaV1 } from '../standard-schema.js';
 import { withPayloadSchema } from '../task-schemas.js';
 import { traceHandler } from '../tracing.js';
-import type { ResolvedTask } from './options.js';
+import type { ResolvedTask } from './task-options.js';
 
 /**
  * One layer around task handlers: given a task and its handler, returns the

@@ -4,7 +4,7 @@ import { checkConnection, poolTooSmallToListen, type ConnectionOptions } from '.
 import type { DriverName } from '../db/driver.js';
 import type { PostgresJsSql } from '../db/drivers/postgres-js.js';
 import { ConfigError } from '../errors.js';
-import { DEFAULT_QUEUE, type AnyTasks, type TaskDefinition, type TaskHandler, type TaskList, type TaskMap } from '../job.js';
+import { DEFAULT_QUEUE, type AnyTasks, type TaskList, type TaskMap } from '../job.js';
 import { isLogger, type Logger } from '../logger.js';
 import { resolveSchedules, type CronSchedule, type ResolvedSchedule } from '../maintenance/cron-schedule.js';
 import { resolveMaintenanceConfig, type MaintenanceOptions, type ResolvedMaintenanceConfig } from '../maintenance/options.js';
@@ -12,7 +12,8 @@ import { resolveMetricsOptions, type ResolvedMetricsOptions, type WorkerMetricsO
 import { DEFAULT_MAX_PAYLOAD_BYTES } from '../payload.js';
 import type { WorkerSchemas } from '../task-schemas.js';
 import { checks, shown } from '../validate.js';
-import { BACKOFF_SHAPES, type BackoffOptions } from './backoff.js';
+import type { BackoffOptions } from './backoff.js';
+import { resolveBackoff, resolveTasks, type ResolvedTask } from './task-options.js';
 
 const { boolOption, checkName, intOption, rejectUnknownKeys, schemaOption } = checks(ConfigError);
 
@@ -145,15 +146,6 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   registryIntervalMs?: number;
 }
 
-export interface ResolvedTask {
-  readonly handler: TaskHandler;
-  readonly timeoutMs: number | undefined;
-  /** Overrides the job's max_attempts when set. */
-  readonly maxAttempts: number | undefined;
-  /** Overrides the worker's backoff when set. */
-  readonly backoff: Readonly<Required<BackoffOptions>> | undefined;
-}
-
 /**
  * A worker's options, checked and with every default filled in. Frozen: nothing
  * changes it after start-up (handlers are wrapped into new entries, see middleware.ts).
@@ -233,50 +225,6 @@ const WORKER_KEYS = new Set([
   'schedules',
   'registryIntervalMs',
 ]);
-
-const TASK_KEYS = new Set(['handler', 'timeoutMs', 'maxAttempts', 'backoff']);
-
-function resolveTasks(tasks: unknown): Map<string, ResolvedTask> {
-  if (!tasks || typeof tasks !== 'object') throw new ConfigError('Worker: tasks must be an object of handlers');
-  const resolved = new Map<string, ResolvedTask>();
-  for (const [name, entry] of Object.entries(tasks as TaskList)) {
-    checkName('task', name);
-    if (typeof entry === 'function') {
-      resolved.set(name, Object.freeze({ handler: entry, timeoutMs: undefined, maxAttempts: undefined, backoff: undefined }));
-    } else if (entry && typeof (entry as TaskDefinition).handler === 'function') {
-      const def = entry as TaskDefinition;
-      rejectUnknownKeys(def, TASK_KEYS, `tasks.${name}`);
-      const optional = (key: 'timeoutMs' | 'maxAttempts', max: number) =>
-        def[key] === undefined ? undefined : intOption(`tasks.${name}.${key}`, def[key], 0, 1, max);
-      resolved.set(
-        name,
-        Object.freeze({
-          handler: def.handler,
-          timeoutMs: optional('timeoutMs', 2 ** 31 - 1),
-          maxAttempts: optional('maxAttempts', 1000),
-          backoff: def.backoff === undefined ? undefined : resolveBackoff(def.backoff, `tasks.${name}.backoff`),
-        }),
-      );
-    } else {
-      throw new ConfigError(`Worker: task "${name}" must be a function or { handler }`);
-    }
-  }
-  if (resolved.size === 0) throw new ConfigError('Worker: tasks is empty; give at least one handler');
-  return resolved;
-}
-
-/** Validates a backoff policy, filling in the defaults. */
-export function resolveBackoff(backoff: unknown, what: string): Readonly<Required<BackoffOptions>> {
-  if (!backoff || typeof backoff !== 'object') throw new ConfigError(`${what} must be an object`);
-  rejectUnknownKeys(backoff, new Set(['baseMs', 'maxMs', 'shape']), what);
-  const { baseMs: base, maxMs: max, shape = 'exponential' } = backoff as BackoffOptions;
-  if (!BACKOFF_SHAPES.includes(shape)) {
-    throw new ConfigError(`${what}.shape must be one of ${BACKOFF_SHAPES.join(', ')}, got ${String(shape)}`);
-  }
-  const baseMs = intOption(`${what}.baseMs`, base, 1_000, 1, 86_400_000);
-  const maxMs = intOption(`${what}.maxMs`, max, Math.max(baseMs, 3_600_000), baseMs, 30 * 86_400_000);
-  return Object.freeze({ baseMs, maxMs, shape });
-}
 
 /** Local per-queue limits: each a queue this worker serves, from 1 to its concurrency. */
 function resolveQueueConcurrency(value: unknown, queues: string[], concurrency: number): Map<string, number> {

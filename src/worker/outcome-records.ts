@@ -2,7 +2,7 @@ import type { CompletionWrite, FailureWrite } from '../db/store.js';
 import { ValidationError } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';
-import type { ResolvedTask } from './options.js';
+import type { ResolvedTask } from './task-options.js';
 import { describeError, type Run } from './run.js';
 
 // The outcomes waiting in the Completer to be written, and what becomes of one

@@ -1,5 +1,5 @@
 import { inspect, types } from 'node:util';
-import type { ResolvedTask } from './options.js';
+import type { ResolvedTask } from './task-options.js';
 import { JobTimeoutError, PermanentFailure, Snooze, ValidationError } from '../errors.js';
 import type { JobContext, JobRow } from '../job.js';
 

@@ -8,7 +8,7 @@ import { PermanentFailure, Snooze } from '../../src/errors.js';
 import type { JobRow } from '../../src/job.js';
 import type { BackoffOptions } from '../../src/worker/backoff.js';
 import { Completer } from '../../src/worker/completer.js';
-import type { ResolvedTask } from '../../src/worker/options.js';
+import type { ResolvedTask } from '../../src/worker/task-options.js';
 import { Run, type Outcome } from '../../src/worker/run.js';
 import { MemoryDatabase, type MemoryStore } from '../helpers/memory-store.js';
 

@@ -5,7 +5,7 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { JobTimeoutError, PermanentFailure, SluiceError, Snooze } from '../../src/errors.js';
 import type { JobContext, JobRow, TaskHandler } from '../../src/job.js';
-import type { ResolvedTask } from '../../src/worker/options.js';
+import type { ResolvedTask } from '../../src/worker/task-options.js';
 import { describeError, Run } from '../../src/worker/run.js';
 
 function job(overrides: Partial<JobRow> = {}): JobRow {

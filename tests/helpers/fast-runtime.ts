@@ -13,7 +13,7 @@ import { Dispatcher } from '../../src/worker/dispatcher.js';
 import type { WorkerEvents } from '../../src/worker/events.js';
 import { FetchLoop } from '../../src/worker/fetch-loop.js';
 import { Heartbeat } from '../../src/worker/heartbeat.js';
-import type { ResolvedTask } from '../../src/worker/options.js';
+import type { ResolvedTask } from '../../src/worker/task-options.js';
 import { ProgressWriter } from '../../src/worker/progress.js';
 import { QueueState } from '../../src/worker/queue-state.js';
 import { Slots } from '../../src/worker/slots.js';
