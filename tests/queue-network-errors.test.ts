@@ -135,10 +135,11 @@ describe('a login the server turns away for now', () => {
   it('too many connections (53300) is a NotSentError: the job was not enqueued', async () => {
     const role = `sluice_full_${process.pid}`;
     await db.pool.query(`DROP ROLE IF EXISTS ${role}`);
-    await db.pool.query(`CREATE ROLE ${role} LOGIN CONNECTION LIMIT 0`);
+    // A password: the embedded server asks for one (the machine's trusts local logins).
+    await db.pool.query(`CREATE ROLE ${role} LOGIN PASSWORD 'full' CONNECTION LIMIT 0`);
     const url = new URL(db.url);
     url.username = role;
-    url.password = '';
+    url.password = 'full';
     const queue = new Queue({ connectionString: url.toString(), schema: db.schema });
     try {
       const error: unknown = await queue.enqueue('full', {}).then(

@@ -18,7 +18,10 @@ export interface NotifierEvents {
 }
 
 const MIN_RETRY_MS = 100;
-const MAX_RETRY_MS = 10_000;
+// A reconnect costs one connection attempt; a long wait between them delayed the
+// worker's catch-up claim (and its 'reconnected') by up to the cap after Postgres
+// came back (10 s before).
+const MAX_RETRY_MS = 2_000;
 
 /**
  * One dedicated LISTEN connection per worker. When it drops (restart, network,

@@ -44,7 +44,8 @@ export class FetchLoop {
   readonly stats = new CycleStats();
   // A time this worker waited for came: claim even a single free slot for it.
   private readonly due = new DueTimes((timer) => (timer ? this.wakeUnbatched() : this.wake()));
-  private readonly retry = new Backoff({ minMs: 50, maxMs: 5_000 });
+  /** After a failed cycle: capped low, as results and claims wait for the first one that goes through. */
+  private readonly retry = new Backoff({ minMs: 50, maxMs: 2_000 });
   private readonly poll: Loop;
   private readonly cooldown: WakeCooldown;
   private readonly limited: LimitedClaims;
