@@ -64,6 +64,13 @@ export class Completer implements ResultSource {
   private readonly startsInFlight = new Set<string>();
   /** Results whose row another session held, until they may go out again. */
   private readonly locked = new LockedResults((results) => this.putBack(results));
+  /**
+   * Batches taken by cycles still out: their jobs are still this worker's. Left out
+   * of ids(), a result whose row another session held was forgotten by the
+   * heartbeat for as long as each try to write it was out (its row-held listing
+   * dropped: a rescue at that moment took the job; CI under load).
+   */
+  private readonly sending = new Set<ResultBatch>();
   /** Snooze writes and write checks in flight; settled() waits for them. */
   private readonly writes = new Set<Promise<void>>();
   /** Snoozes and hand-backs: their jobs still this worker's until written. */
@@ -99,9 +106,10 @@ export class Completer implements ResultSource {
     return this.suspects.length + this.heldDue.length + this.completed.length + this.failed.length + this.locked.size;
   }
 
-  /** Ids of the jobs whose results (or snoozes) wait here: their locks must stay fresh until written. */
+  /** Ids of the jobs whose results (or snoozes) wait here or are being written: their locks must stay fresh until written. */
   ids(): string[] {
     return [
+      ...this.sendingIds(),
       ...this.suspects.map((r) => r.id),
       ...this.heldDue.map((r) => r.id),
       ...this.completed.map((c) => c.id),
@@ -112,13 +120,21 @@ export class Completer implements ResultSource {
   }
 
   /**
-   * Of the held `ids`, those whose locks the heartbeat renews: not the jobs aborted
-   * in an outage while their restart check is out, as it reads their locks' age
-   * (renewed now, the restart would no longer show; see Snoozes.afterOutage).
+   * Of the held `ids`, those whose locks the heartbeat renews: not results being
+   * written (the cycle holds their rows: a beat would find them held, as if by
+   * another session), nor jobs aborted in an outage while their restart check is
+   * out, as it reads their locks' age (renewed now, the restart would no longer
+   * show; see Snoozes.afterOutage).
    */
   renewable(ids: string[]): string[] {
     const checking = this.snoozes.checkingRestart;
-    return checking.size === 0 ? ids : ids.filter((id) => !checking.has(id));
+    if (checking.size === 0 && this.sending.size === 0) return ids;
+    const sent = new Set(this.sendingIds());
+    return ids.filter((id) => !checking.has(id) && !sent.has(id));
+  }
+
+  private sendingIds(): string[] {
+    return [...this.sending].flatMap((b) => [...b.completed, ...b.failed].map((r) => r.id));
   }
 
   /** A job claimed ahead started at `at` (ms since epoch): its started_at goes out with the next cycle. */
@@ -178,6 +194,12 @@ export class Completer implements ResultSource {
   }
 
   take(): ResultBatch {
+    const batch = this.nextBatch();
+    this.sending.add(batch);
+    return batch;
+  }
+
+  private nextBatch(): ResultBatch {
     const suspect = this.suspects.shift();
     const alone = suspect ? [suspect] : this.heldDue.splice(0);
     if (alone.length > 0) {
@@ -215,6 +237,7 @@ export class Completer implements ResultSource {
   }
 
   restore(batch: ResultBatch): void {
+    this.sending.delete(batch);
     this.landed(batch);
     for (const result of [...batch.completed, ...batch.failed] as Recorded[]) result.unsure = true;
     this.completed = (batch.completed as Completion[]).concat(this.completed);
@@ -228,6 +251,7 @@ export class Completer implements ResultSource {
   }
 
   rejected(batch: ResultBatch, err: unknown): boolean {
+    this.sending.delete(batch);
     const results = [...batch.completed, ...batch.failed] as Recorded[];
     if (!batch.alone) {
       // Which one Postgres refused is not known: each goes alone, the others written as usual.
@@ -278,6 +302,7 @@ export class Completer implements ResultSource {
   }
 
   applied(batch: ResultBatch, written: AppliedResults, othersBack?: Promise<void>): void {
+    this.sending.delete(batch);
     this.landed(batch);
     const { emit } = this.signals;
     const { completed, failed, skipped } = written;

@@ -10,8 +10,10 @@ export interface HeartbeatConfig {
 
 /** What the heartbeat tells the worker. */
 export interface HeartbeatSignals {
-  /** Every job whose lock this worker must keep fresh. */
+  /** Every job this worker holds. */
   held(): string[];
+  /** Of those, the ones a beat asks about now (not, say, results being written). */
+  renewable(held: string[]): string[];
   /** These were taken away (rescued, cancelled): stop their handlers. */
   lost(ids: string[]): void;
   /**
@@ -100,7 +102,7 @@ export class Heartbeat {
 
   /** One statement for all held jobs; true when some rows were skipped (locked by another session). */
   private async renew(): Promise<boolean> {
-    const ids = this.signals.held();
+    const ids = this.signals.renewable(this.signals.held());
     if (ids.length === 0) return false;
     const sentAt = performance.now();
     this.asking = new Set(ids);

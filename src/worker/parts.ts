@@ -133,7 +133,8 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       renewalTimeoutMs: config.lockRenewalTimeoutMs,
     },
     {
-      held: () => completer.renewable(held()),
+      held,
+      renewable: (ids) => completer.renewable(ids),
       lost: (ids) => dispatcher.lockLost(ids),
       unrenewed: (ids, rowHeld) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld),
       rowHeldChanged: () => registry.refresh(),

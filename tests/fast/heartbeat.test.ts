@@ -47,6 +47,7 @@ beforeEach(() => {
     { intervalMs: INTERVAL_MS, renewalTimeoutMs: RENEWAL_TIMEOUT_MS },
     {
       held: () => [...held],
+      renewable: (ids) => ids,
       lost: (ids) => void lost.push(ids),
       unrenewed: (ids, rowHeld) => void unrenewed.push({ ids, at: Date.now(), rowHeld: [...rowHeld] }),
       rowHeldChanged: () => void rowsHeldTold++,

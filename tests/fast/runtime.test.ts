@@ -191,6 +191,28 @@ describe('runtime: locks', () => {
     expect(a.ids('job:fail')).toEqual([]); // its failure (unrenewed) was never written: the job is B's
   });
 
+  // CI under load: the listing of a finished job whose row another session held
+  // dropped while each try to write its result was out, and a rescue then took it.
+  it('keeps a finished job listed as row-held while a try to write its result is out', async () => {
+    const id = db.add('t');
+    let finish = (): void => {};
+    const handler = () => new Promise<string>((resolve) => (finish = () => resolve('done')));
+    const a = await start('A', { tasks: { t: handler }, heartbeatIntervalMs: 1_000, pollIntervalMs: NO_POLL });
+    await vi.advanceTimersByTimeAsync(50);
+    const unlock = db.lockJob(id);
+    finish();
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(a.heartbeat.rowHeld()).toEqual([id]);
+    const release = db.holdNext('cycle'); // the next try to write the result stays out
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(a.heartbeat.rowHeld()).toEqual([id]);
+    release();
+    unlock();
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(db.job(id)).toMatchObject({ status: 'completed', result: 'done' });
+    expect(a.heartbeat.rowHeld()).toEqual([]);
+  });
+
   // Outside review 110: an outage longer than the renewal timeout spent the running
   // job's attempt, though the outage was Postgres restarting, not the job.
   describe('a job aborted while the database was unreachable', () => {

@@ -126,7 +126,8 @@ export class FastWorker {
       store,
       { intervalMs: options.heartbeatIntervalMs ?? 1_000, renewalTimeoutMs },
       {
-        held: () => completer.renewable(held()),
+        held,
+        renewable: (ids) => completer.renewable(ids),
         lost: (ids) => dispatcher.lockLost(ids),
         unrenewed: (ids) => dispatcher.unrenewed(ids, renewalTimeoutMs),
         rowHeldChanged: () => {},
