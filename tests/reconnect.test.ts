@@ -210,6 +210,33 @@ describe('reconnects', () => {
     await pool.query('DELETE FROM sluice.jobs WHERE id = $1', [id]);
   });
 
+  it('a crash restart (a backend killed, every session lost) counts as a restart too', { timeout: 60_000 }, async () => {
+    // Outside review 111: pg_postmaster_start_time() stays put through crash recovery,
+    // and the rescuer took live workers' jobs at once.
+    const id = await queue.enqueue('nobody-runs-this');
+    const pool = queue.pool!;
+    // Flushed before the crash: the embedded server commits asynchronously.
+    await pool.query(
+      `WITH s AS (SELECT set_config('synchronous_commit', 'on', true))
+      UPDATE sluice.jobs SET status = 'processing', attempts = 1, locked_by = 'gone',
+      locked_at = now() - interval '1 hour' FROM s WHERE id = $1`,
+      [id],
+    );
+    // The postmaster at least 20 s old, so that a 15 s visibility timeout tells its
+    // start from the crash's.
+    const age = await admin.query('SELECT extract(epoch FROM now() - pg_postmaster_start_time()) * 1000 AS ms');
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, 20_000 - Number(age.rows[0].ms))));
+    const { rows } = await admin.query('SELECT pg_backend_pid() AS pid, pg_postmaster_start_time() AS started');
+    process.kill(rows[0].pid, 'SIGKILL');
+    const queries = workerStatements('sluice');
+    expect(await waitFor(() => rescueExpired(pool, queries, 15_000).then(() => true), 'Postgres to answer')).toBe(true);
+    const after = await pool.query('SELECT pg_postmaster_start_time() AS started');
+    expect(after.rows[0].started).toEqual(rows[0].started); // the postmaster did not restart
+    expect(await queue.getJob(id)).toMatchObject({ status: 'processing', locked_by: 'gone' });
+    await waitFor(async () => (await rescueExpired(pool, queries, 200)).some((r) => r.id === id), 'the rescue');
+    await pool.query('DELETE FROM sluice.jobs WHERE id = $1', [id]);
+  });
+
   it('a row-held job whose hand-back meets a Postgres restart is handed back once the row is free, its attempt unspent', async () => {
     // Outside review 108: the hand-back failed on the restart and was dropped; the
     // row locked again after it (a retried application transaction) for longer than

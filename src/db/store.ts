@@ -128,10 +128,12 @@ export interface WorkerStore {
   /**
    * A job whose handler was aborted because Postgres could not be reached: back to
    * pending, attempt not spent, if the server restarted since its lock was last
-   * renewed (its run_at); 'charge' when it did not (the worker writes the failure);
-   * 'skipped' when another session held the row; undefined when the job is no longer ours.
+   * renewed (its run_at); 'charge' when it did not, 'refunded-before' when it did
+   * but the job's previous attempt was given back already (the worker writes the
+   * failure); 'skipped' when another session held the row; undefined when the job
+   * is no longer ours.
    */
-  handBackAfterRestart(id: string, attempt: number, message: string): Promise<Date | 'charge' | 'skipped' | undefined>;
+  handBackAfterRestart(id: string, attempt: number, message: string): Promise<RestartVerdict>;
   /** Writes the latest progress of running jobs; the ids written (not rows another session held, nor jobs no longer this worker's). */
   progress(ids: readonly string[], values: readonly string[]): Promise<Set<string>>;
   /** Rows of the worker's queues that are paused or limited. */
@@ -139,6 +141,9 @@ export interface WorkerStore {
   /** Flags `queue` grouped and tells the workers, unless it is already; true when this call flagged it. */
   markGrouped(queue: string): Promise<boolean>;
 }
+
+/** See WorkerStore.handBackAfterRestart. */
+export type RestartVerdict = Date | 'charge' | 'refunded-before' | 'skipped' | undefined;
 
 /** A claimed job as the cycle and the claim return it (claimedColumns in statements/job-columns.ts). */
 type ClaimedRow = Pick<
@@ -321,14 +326,14 @@ export class PgWorkerStore implements WorkerStore {
     return row?.mine ? 'skipped' : undefined;
   }
 
-  async handBackAfterRestart(id: string, attempt: number, message: string): Promise<Date | 'charge' | 'skipped' | undefined> {
-    const { rows } = await this.db.query<{ run_at: Date | null; charge: boolean; mine: boolean }>(
+  async handBackAfterRestart(id: string, attempt: number, message: string): Promise<RestartVerdict> {
+    const { rows } = await this.db.query<{ run_at: Date | null; charge: boolean; restarted: boolean; mine: boolean }>(
       this.queries.handBackAfterRestart,
       [this.workerId, id, attempt, message],
     );
     const row = rows[0];
     if (row?.run_at) return row.run_at;
-    if (row?.charge) return 'charge';
+    if (row?.charge) return row.restarted ? 'refunded-before' : 'charge';
     return row?.mine ? 'skipped' : undefined;
   }
 

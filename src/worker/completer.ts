@@ -1,5 +1,5 @@
 import type { WorkerStore } from '../db/store.js';
-import { DatabaseError, Snooze } from '../errors.js';
+import { DatabaseError, Snooze, SluiceError } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import type { BackoffOptions } from './backoff.js';
@@ -186,7 +186,10 @@ export class Completer implements ResultSource {
       // Postgres was unreachable for the lock's renewal timeout: a failure, unless
       // it restarted meanwhile (outside review 110: an outage made a job of one
       // attempt a dead letter). Asked once the database answers.
-      this.track(this.snoozes.afterOutage(job, () => this.fail(run, outcome.error, false, durationMs, progress)));
+      const stopped = run.handlerStopped(this.config.visibilityTimeoutMs);
+      const charge = (refundedBefore: boolean) =>
+        this.fail(run, refundedBefore ? refusedRefund(outcome.error) : outcome.error, false, durationMs, progress);
+      this.track(this.snoozes.afterOutage(job, stopped, charge));
     } else if (outcome.kind === 'cancelled') {
       this.signals.emit('job:cancel', job);
     }
@@ -421,4 +424,15 @@ export class Completer implements ResultSource {
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write));
   }
+}
+
+/** The error of an attempt that counts though Postgres restarted: the job's previous attempt was given back already. */
+function refusedRefund(error: unknown): SluiceError {
+  const message = error instanceof Error ? error.message : String(error);
+  return new SluiceError(
+    'LOCK_LOST',
+    `${message}; Postgres restarted meanwhile, but the job's previous attempt was given back already, ` +
+      'so this one counts (a job whose runs crash Postgres must still run out of attempts)',
+    { cause: error },
+  );
 }

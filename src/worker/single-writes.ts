@@ -82,19 +82,20 @@ const RESTART_MESSAGE =
  * not renewed in time): handed back, the attempt not spent, if Postgres restarted
  * meanwhile; told as 'jobs:handed-back' with reason 'restart'. Tried again, as a
  * snooze is, until `stopping` fires. 'charge': the server did not restart (a
- * partition, or the worker's event loop blocked), or the statement failed: the
- * caller writes the failure as usual. 'stopped': given up at stop, the job left
- * to the rescuer.
+ * partition, or the worker's event loop blocked), or the statement failed;
+ * 'refunded-before': it did, but the job's previous attempt was given back
+ * already: the caller writes the failure as usual. 'stopped': given up at stop,
+ * the job left to the rescuer.
  */
 export async function handBackAfterRestart(
   store: WorkerStore,
   job: JobRow,
   signals: SingleWriteSignals,
   stopping: AbortSignal,
-): Promise<'charge' | 'stopped' | 'done'> {
+): Promise<'charge' | 'refunded-before' | 'stopped' | 'done'> {
   try {
     const result = await untilLanded(() => store.handBackAfterRestart(job.id, job.attempts, RESTART_MESSAGE), stopping);
-    if (result === 'stopped' || result === 'charge') return result;
+    if (result === 'stopped' || result === 'charge' || result === 'refunded-before') return result;
     if (result) {
       signals.dueAt(result.getTime());
       signals.emit('jobs:handed-back', [job], { reason: 'restart' });

@@ -49,48 +49,61 @@ export class Snoozes {
 
   /**
    * A job whose handler was aborted because its lock could not be renewed while
-   * Postgres was unreachable: handed back without spending the attempt if Postgres
+   * Postgres was unreachable: once the handler has stopped (`after`, as for a
+   * row-held hand-back: outside review 111 saw one that ignored its signal run
+   * beside its re-run), handed back without spending the attempt if Postgres
    * restarted since the lock was last renewed, else `charge()` (the failure is
-   * written as usual). Resolves when done or given up at stop (the job left
-   * processing for the rescuer).
+   * written as usual; `refundedBefore`: Postgres did restart, but the previous
+   * attempt was given back already). Resolves when done or given up (the job
+   * left processing for the rescuer).
    */
-  afterOutage(job: JobRow, charge: () => void): Promise<void> {
+  afterOutage(job: JobRow, after: Promise<boolean>, charge: (refundedBefore: boolean) => void): Promise<void> {
     this.checking.add(job.id);
-    const write = handBackAfterRestart(this.store, job, this.signals, this.stopping.signal).then((verdict) => {
+    const done = this.whenStopped(job, after, async () => {
+      const verdict = await handBackAfterRestart(this.store, job, this.signals, this.stopping.signal);
       this.checking.delete(job.id);
-      if (verdict === 'charge') charge();
+      if (verdict === 'charge' || verdict === 'refunded-before') charge(verdict === 'refunded-before');
       // Unwritten at stop (Postgres still away, or the row held): told as such, and kept from the stop's sweep.
       if (verdict === 'stopped') this.leftAtStop.add(job.id);
     });
-    this.inFlight.set(job.id, write);
-    void write.finally(() => {
-      if (this.inFlight.get(job.id) === write) this.inFlight.delete(job.id);
-    });
-    return write;
+    void done.finally(() => this.checking.delete(job.id));
+    return done;
   }
 
   /**
    * Back to pending at the snooze time, the attempt not spent. With `after`, once
-   * the job's handler has stopped (true), or not at all when it did not within a
-   * visibility timeout (false: left for the rescuer). Resolves when written or given up.
+   * the job's handler has stopped (see whenStopped). Resolves when written or given up.
    */
   write(job: JobRow, snooze: Snooze, handBack?: HandBackReason, after?: Promise<boolean>): Promise<void> {
+    return this.whenStopped(job, after, async () => {
+      if (!(await writeSnooze(this.store, job, snooze, this.signals, this.stopping.signal, handBack))) {
+        this.leftAtStop.add(job.id);
+      }
+    });
+  }
+
+  /**
+   * Runs `write` once the job's handler has stopped (`after` resolves true; at once
+   * without `after`); not at all when it did not within a visibility timeout
+   * (false: left for the rescuer), nor once the worker stops first (the job stays
+   * processing, as the stop's other such jobs).
+   */
+  private whenStopped(job: JobRow, after: Promise<boolean> | undefined, write: () => Promise<void>): Promise<void> {
     const { signal } = this.stopping;
     let onStop = (): void => {};
     const stop = new Promise<'stopping'>((resolve) => (onStop = () => resolve('stopping')));
     if (after) signal.addEventListener('abort', onStop, { once: true });
-    const write = Promise.race([after ?? true, stop]).then(async (go) => {
-      // A handler still running at stop: its job stays processing, as the stop's other such jobs.
+    const done = Promise.race([after ?? true, stop]).then(async (go) => {
       if (go === 'stopping') return;
       if (!go) return this.leftForRescue(job);
-      if (!(await writeSnooze(this.store, job, snooze, this.signals, signal, handBack))) this.leftAtStop.add(job.id);
+      await write();
     });
-    this.inFlight.set(job.id, write);
-    void write.finally(() => {
+    this.inFlight.set(job.id, done);
+    void done.finally(() => {
       signal.removeEventListener('abort', onStop);
-      if (this.inFlight.get(job.id) === write) this.inFlight.delete(job.id);
+      if (this.inFlight.get(job.id) === done) this.inFlight.delete(job.id);
     });
-    return write;
+    return done;
   }
 
   /** Writes in flight give up what they cannot write now (see write). */

@@ -274,6 +274,40 @@ describe('runtime: locks', () => {
       expect(db.job(id)).toMatchObject({ status: 'completed', attempts: 2 });
       expect(a.ids('jobs:handed-back')).toEqual([id]);
       expect(a.ids('job:fail')).toEqual([id]);
+      expect(db.job(id).errors.map((e) => e.message)).toEqual([
+        expect.stringMatching(/restarted/),
+        expect.stringMatching(/previous attempt was given back already, so this one counts/),
+      ]);
+    });
+
+    // Outside review 111: a handler that ignored its signal ran beside its re-run.
+    it('is handed back only once its handler has stopped', async () => {
+      const id = db.add('t', { max_attempts: 1 });
+      const tracker = new Tracker();
+      let first = true;
+      const handler = async (_p: unknown, ctx: JobContext) => {
+        tracker.begin(ctx);
+        try {
+          // The first run ignores its signal for 10 s.
+          if (first) await sleep(10_000);
+          first = false;
+        } finally {
+          tracker.end(ctx.job);
+        }
+      };
+      const a = await start('A', { ...options, tasks: { t: handler } }); // visibility timeout 30 s
+      await vi.advanceTimersByTimeAsync(50);
+      const heal = db.partition('A');
+      await vi.advanceTimersByTimeAsync(5_000);
+      db.restarted();
+      heal();
+      await vi.advanceTimersByTimeAsync(3_000);
+      expect(db.job(id)).toMatchObject({ status: 'processing', attempts: 1 }); // its handler still runs
+      await vi.advanceTimersByTimeAsync(10_000);
+      expect(db.job(id)).toMatchObject({ status: 'completed', attempts: 1 });
+      expect(tracker.overlaps).toBe(0);
+      expect(tracker.runs.get(id)).toBe(2);
+      expect(a.ids('jobs:handed-back')).toEqual([id]);
     });
   });
 

@@ -9,7 +9,7 @@
  * still proven against a real server in tests/*.test.ts.
  */
 import { MAX_ERROR_HISTORY } from '../../src/db/statements/job-columns.js';
-import type { CycleRequest, CycleResult, LockedWrite, QueueStateRow, WorkerStore } from '../../src/db/store.js';
+import type { CycleRequest, CycleResult, LockedWrite, QueueStateRow, RestartVerdict, WorkerStore } from '../../src/db/store.js';
 import type { JobError, JobRow, JobStatus } from '../../src/job.js';
 
 export interface MemoryJob extends JobRow {
@@ -423,11 +423,12 @@ export class MemoryStore implements WorkerStore {
   async handBackAfterRestart(id: string, attempt: number, message: string) {
     await this.db.enter('handBackAfterRestart', this.workerId);
     const job = this.db.jobs.get(id);
-    let verdict: Date | 'charge' | 'skipped' | undefined;
+    let verdict: RestartVerdict;
     if (mine(job, this.workerId, attempt)) {
-      const refund = job.locked_at! < this.db.serverStartedAt && job.errors.at(-1)?.refunded !== true;
+      const restarted = job.locked_at! < this.db.serverStartedAt;
       if (this.db.isLocked(id)) verdict = 'skipped';
-      else if (!refund) verdict = 'charge';
+      else if (!restarted) verdict = 'charge';
+      else if (job.errors.at(-1)?.refunded === true) verdict = 'refunded-before';
       else {
         verdict = job.run_at;
         const at = new Date();

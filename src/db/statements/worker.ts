@@ -2,6 +2,7 @@ import { quoteSchema } from '../identifiers.js';
 import { claimStatement, cycleStatement, releaseKey } from './cycle.js';
 import { jobColumns, keepRecent } from './job-columns.js';
 import { perSchema } from './per-schema.js';
+import { SERVER_STARTED_AT } from './server-start.js';
 
 /**
  * What a worker sends: the cycle (results written + next batch claimed), the
@@ -181,7 +182,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
             LEFT JOIN unnest($5::text[], $6::bigint[], $7::boolean[]) AS h(worker, id, alive)
               ON h.id = p.id AND h.worker = p.locked_by
           WHERE p.status = 'processing'
-            AND greatest(p.locked_at, pg_postmaster_start_time()) < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
+            AND greatest(p.locked_at, ${SERVER_STARTED_AT}) < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
             AND h.alive IS NOT TRUE
           ORDER BY p.locked_at
           LIMIT $2
@@ -203,7 +204,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       FROM (SELECT array_agg(id) AS workers, array_agg(visibility_timeout_ms::float8) AS ms
             FROM ${s}.workers WHERE visibility_timeout_ms <> $1::int) t,
         (SELECT array_agg(w.id) AS held_by, array_agg(r.id) AS held,
-            array_agg(w.stopped_at IS NULL AND greatest(w.last_seen_at, pg_postmaster_start_time())
+            array_agg(w.stopped_at IS NULL AND greatest(w.last_seen_at, ${SERVER_STARTED_AT})
               > now() - coalesce(w.visibility_timeout_ms, $1::int) * interval '1 millisecond') AS alive
             FROM ${s}.workers w CROSS JOIN LATERAL unnest(w.row_held) AS r(id)) h`,
 
@@ -247,16 +248,18 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // (the outage was Postgres's, not the job's; outside review 110: a 7 s restart
     // made a job of one attempt a dead letter). Not twice in a row, as the rescuer's
     // refunds: a job that crashes Postgres itself still runs out of attempts.
-    // Otherwise (a partition, a blocked event loop, or the refund just used) the row
-    // is left as it is and charge says so: the worker writes the failure as usual.
+    // Otherwise (a partition, a blocked event loop, or the refund just used: restarted
+    // says which) the row is left as it is and charge says so: the worker writes the
+    // failure as usual.
     // The worker stops heartbeating such a job once aborted, so locked_at is still
     // the last renewal from before the outage.
     handBackAfterRestart: `WITH target AS (
-        SELECT id, locked_at < pg_postmaster_start_time()
-            AND coalesce((errors -> -1 ->> 'refunded')::boolean, (errors -> -1 ->> 'unstarted')::boolean, false) = false
+        SELECT id, restarted,
+            restarted AND coalesce((errors -> -1 ->> 'refunded')::boolean, (errors -> -1 ->> 'unstarted')::boolean, false) = false
             AS refund
-        FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1
-        FOR UPDATE SKIP LOCKED
+        FROM (SELECT id, errors, locked_at < ${SERVER_STARTED_AT} AS restarted FROM ${jobs}
+              WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1
+              FOR UPDATE SKIP LOCKED) mine
       ), handed AS (
         UPDATE ${jobs} j
         SET status = 'pending', attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL, updated_at = now(),
@@ -267,6 +270,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
         RETURNING j.run_at
       )
       SELECT (SELECT run_at FROM handed) AS run_at, coalesce((SELECT NOT refund FROM target), false) AS charge,
+        coalesce((SELECT restarted FROM target), false) AS restarted,
         EXISTS (SELECT FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1) AS mine`,
 
     // What a worker caches about its queues: which are paused, globally limited,
