@@ -579,6 +579,19 @@ describe("each worker's own visibility timeout", () => {
     }
   });
 
+  // Outside review 112: after a crash recovery longer than the visibility timeout the
+  // leader took every running job as soon as Postgres answered again.
+  it("counts heartbeats as no older than the rescuing worker's last failure to reach Postgres", async () => {
+    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const rescue = async (sinceUnreachableMs?: number) =>
+      (await rescueExpired(t.db.pool, workerStatements(t.db.schema), 2_000, sinceUnreachableMs)).map((r) => r.id);
+    const [id] = await t.queue.enqueueMany([{ task: 'x' }]);
+    await runningUnrenewed([id!], 'cut-off', 'cut-off'); // last renewed 10 s ago
+    expect(await rescue(500)).toEqual([]); // the rescuer reached Postgres again 0.5 s ago
+    expect(await rescue(3_000)).toEqual([id]); // 3 s ago: past the 2 s
+  });
+
   it('leaves to a live worker the jobs its row lists as held by another session, and rescues them once the row is dead', async () => {
     const [listed, other] = await t.queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
     await t.db.pool.query(

@@ -15,6 +15,7 @@ const BATCH = 1_000;
 /**
  * Gives back jobs whose worker stopped heartbeating (crashed, hung, cut off): any
  * live worker may run it; SKIP LOCKED keeps several rescuers from colliding.
+ * Heartbeats count as no older than `sinceUnreachableMs` ago (see rescuerTask).
  * Each job gets the visibility timeout its worker wrote in the registry, or
  * `visibilityTimeoutMs` where there is none. Rescued jobs that go back to pending
  * wake the workers of their queues.
@@ -23,8 +24,10 @@ export async function rescueExpired(
   db: Queryable,
   queries: WorkerStatements,
   visibilityTimeoutMs: number,
+  sinceUnreachableMs?: number,
 ): Promise<RescuedJob[]> {
-  const registry = await fromRegistry(db, queries, visibilityTimeoutMs);
+  const since = sinceUnreachableMs ?? null;
+  const registry = await fromRegistry(db, queries, visibilityTimeoutMs, since);
   const { rows } = (await db.query(queries.rescue, [
     visibilityTimeoutMs,
     BATCH,
@@ -33,6 +36,7 @@ export async function rescueExpired(
     registry.heldBy,
     registry.held,
     registry.alive,
+    since,
   ])) as {
     rows: RescuedJob[];
   };
@@ -60,9 +64,14 @@ interface FromRegistry {
  * (not migrated to 0036, a role without rights on it): the registry is optional,
  * the rescue is not, so it goes on with its own timeout.
  */
-async function fromRegistry(db: Queryable, queries: WorkerStatements, visibilityTimeoutMs: number): Promise<FromRegistry> {
+async function fromRegistry(
+  db: Queryable,
+  queries: WorkerStatements,
+  visibilityTimeoutMs: number,
+  sinceUnreachableMs: number | null,
+): Promise<FromRegistry> {
   try {
-    const { rows } = await db.query(queries.rescueTimeouts, [visibilityTimeoutMs]);
+    const { rows } = await db.query(queries.rescueTimeouts, [visibilityTimeoutMs, sinceUnreachableMs]);
     const row = rows[0] as { [K in keyof FromRegistry]: FromRegistry[K] | null } | undefined;
     return {
       workers: row?.workers ?? [],
@@ -79,19 +88,28 @@ async function fromRegistry(db: Queryable, queries: WorkerStatements, visibility
   }
 }
 
-/** rescueExpired as a leader task: runs on one worker of the cluster, every `intervalMs`. */
+/**
+ * rescueExpired as a leader task: runs on one worker of the cluster, every
+ * `intervalMs`. `sinceUnreachableMs`: how long ago this worker last failed to reach
+ * Postgres. Heartbeats count as no older than that: the workers that could not
+ * heartbeat through an outage get a visibility timeout once it is over. The
+ * server's start alone does not say when it is over: a crash restart's recovery
+ * can outlast the timeout (outside review 112: the leader took every running job
+ * 48 ms after Postgres was ready again, after 9 s of recovery).
+ */
 export function rescuerTask(
   db: Queryable,
   queries: WorkerStatements,
   visibilityTimeoutMs: number,
   intervalMs: number,
   rescued: (jobs: RescuedJob[]) => void,
+  sinceUnreachableMs: () => number | undefined = () => undefined,
 ): PeriodicTask {
   return {
     name: 'rescuer',
     intervalMs,
     run: async () => {
-      const jobs = await rescueExpired(db, queries, visibilityTimeoutMs);
+      const jobs = await rescueExpired(db, queries, visibilityTimeoutMs, sinceUnreachableMs());
       if (jobs.length > 0) rescued(jobs);
     },
   };

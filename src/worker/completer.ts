@@ -119,6 +119,11 @@ export class Completer implements ResultSource {
     ];
   }
 
+  /** Jobs left processing for the rescuer, their handlers still running (see Snoozes.leftToRescuer). */
+  leftToRescuer(): string[] {
+    return this.snoozes.leftToRescuer();
+  }
+
   /**
    * Of the held `ids`, those whose locks the heartbeat renews: not results being
    * written (the cycle holds their rows: a beat would find them held, as if by

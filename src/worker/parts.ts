@@ -1,3 +1,4 @@
+import { isConnectionFailure } from '../errors.js';
 import type { Driver } from '../db/driver.js';
 import { channelFor } from '../db/identifiers.js';
 import { workerStatements } from '../db/statements/worker.js';
@@ -54,10 +55,15 @@ export interface Owner {
 /** Makes the parts of a running worker on its pool; starts none of them. */
 export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   const { config, slots } = owner;
+  // When this worker last failed to reach Postgres (performance.now()): the rescue
+  // counts its jobs' heartbeats as no older than that (see rescuerTask).
+  let lastUnreachable: number | undefined;
   const errorIn =
     (part: string) =>
-    (err: unknown): void =>
+    (err: unknown): void => {
+      if (isConnectionFailure(err)) lastUnreachable = performance.now();
       owner.error(err, part);
+    };
   const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements, config.completedJobs);
   const tasks = await composeHandlers(config.tasks, [
     payloadSchemas(resolveSchemas(owner.options.schemas, 'Worker')),
@@ -111,7 +117,8 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       wanted: () => slots.wanted(),
       wantedIn: (queue) => slots.wantedIn(queue),
       free: () => slots.free(),
-      heldIds: held,
+      // Not to be swept back as orphans either: the jobs left to the rescuer.
+      heldIds: () => [...held(), ...completer.leftToRescuer()],
       claimed: (jobs, roundTripMs) => {
         heartbeat.claimed(
           jobs.map((j) => j.id),
@@ -178,6 +185,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       owner.events.emit('jobs:rescued', jobs);
       loop.wake();
     },
+    () => (lastUnreachable === undefined ? undefined : performance.now() - lastUnreachable),
   );
   const registry = new WorkerRegistry(
     db,

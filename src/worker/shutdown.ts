@@ -122,7 +122,11 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
     // never run). One sweep on a connection of its own gives back every row still
     // locked to this worker but those that must stay processing.
     await handedBack;
-    const keep = [...(worker.exiting() ? [] : stillRunning.map((job) => job.id)), ...unwritten];
+    const keep = [
+      ...(worker.exiting() ? [] : stillRunning.map((job) => job.id)),
+      ...unwritten,
+      ...parts.completer.leftToRescuer(),
+    ];
     await releaseAfterCut(worker, keep, notStarted, back);
     // The registry last, so the workers view shows this worker until its jobs are handed back.
     await parts.registry.stop();

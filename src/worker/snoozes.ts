@@ -27,6 +27,8 @@ export class Snoozes {
   private readonly leftAtStop = new Set<string>();
   /** Jobs aborted in an outage, their restart check in flight (see afterOutage). */
   private readonly checking = new Set<string>();
+  /** Left processing for the rescuer (a handler that never stopped), until it has surely taken them. */
+  private readonly forRescue = new Set<string>();
 
   constructor(
     private readonly store: WorkerStore,
@@ -111,12 +113,26 @@ export class Snoozes {
     this.stopping.abort();
   }
 
+  /**
+   * Jobs left processing for the rescuer, their handlers still running: still
+   * locked to this worker though it holds them no more. The orphan sweep must
+   * leave them be (outside review 112: it gave one back, its attempt uncounted,
+   * and the same worker ran it again beside its running handler).
+   */
+  leftToRescuer(): string[] {
+    return [...this.forRescue];
+  }
+
   private leftForRescue(job: JobRow): void {
+    this.forRescue.add(job.id);
+    // By then the rescuer has taken it (a visibility timeout after its last heartbeat).
+    setTimeout(() => this.forRescue.delete(job.id), 2 * this.visibilityTimeoutMs).unref();
     this.signals.error(
       new SluiceError(
         'LOCK_LOST',
         `job ${job.id}: its handler did not stop within ${this.visibilityTimeoutMs} ms of its abort; ` +
-          'not handed back but left processing for the rescuer, which returns it after the visibility timeout; ' +
+          'not handed back but left processing for the rescuer, which returns it a visibility timeout after its ' +
+          'last heartbeat (spending its attempt); ' +
           'if the handler still runs then, the next attempt runs beside it (handlers must honour their signal)',
       ),
     );

@@ -280,6 +280,37 @@ describe('runtime: locks', () => {
       ]);
     });
 
+    // Outside review 112: left to the rescuer (its handler never stopped), the job was
+    // given back by the orphan sweep, its attempt uncounted, and run again beside it.
+    it('is left to the rescuer when its handler never stops, and no orphan sweep gives it back', async () => {
+      const id = db.add('t', { max_attempts: 1 });
+      const tracker = new Tracker();
+      const handler = async (_p: unknown, ctx: JobContext) => {
+        tracker.begin(ctx);
+        try {
+          if (ctx.job.id === id) await sleep(HOUR); // ignores its signal
+        } finally {
+          tracker.end(ctx.job);
+        }
+      };
+      const a = await start('A', { ...options, tasks: { t: handler } }); // visibility timeout 30 s
+      await vi.advanceTimersByTimeAsync(50);
+      const heal = db.partition('A');
+      await vi.advanceTimersByTimeAsync(5_000);
+      db.restarted();
+      heal();
+      await vi.advanceTimersByTimeAsync(35_000); // past the wait for the handler
+      expect(a.errors.map((e) => (e as Error).message)).toContainEqual(expect.stringMatching(/left processing for the rescuer/));
+      // A claim whose reply is lost makes the orphan sweep due.
+      db.loseNextReply('cycle');
+      db.add('t');
+      await vi.advanceTimersByTimeAsync(5_000);
+      expect(db.log.some((e) => e.op === 'releaseOrphans')).toBe(true);
+      expect(db.job(id)).toMatchObject({ status: 'processing', locked_by: 'A', attempts: 1 });
+      expect(tracker.overlaps).toBe(0);
+      expect(tracker.runs.get(id)).toBe(1);
+    });
+
     // Outside review 111: a handler that ignored its signal ran beside its re-run.
     it('is handed back only once its handler has stopped', async () => {
       const id = db.add('t', { max_attempts: 1 });

@@ -108,7 +108,7 @@ export class FastWorker {
         wanted: () => slots.wanted(),
         wantedIn: (queue) => slots.wantedIn(queue),
         free: () => slots.free(),
-        heldIds: held,
+        heldIds: () => [...held(), ...completer.leftToRescuer()],
         claimed: (jobs, roundTripMs) => {
           heartbeat.claimed(
             jobs.map((j) => j.id),

@@ -8,4 +8,6 @@
  * pg_stat_reset_shared('bgwriter') moves it too, which at worst gives running jobs'
  * heartbeats a fresh start. Schema-free SQL, a scalar evaluated once per statement.
  */
-export const SERVER_STARTED_AT = 'greatest(pg_postmaster_start_time(), (SELECT stats_reset FROM pg_stat_bgwriter))';
+export function serverStartedAt(): string {
+  return 'greatest(pg_postmaster_start_time(), (SELECT stats_reset FROM pg_stat_bgwriter))';
+}

@@ -2,7 +2,7 @@ import { quoteSchema } from '../identifiers.js';
 import { claimStatement, cycleStatement, releaseKey } from './cycle.js';
 import { jobColumns, keepRecent } from './job-columns.js';
 import { perSchema } from './per-schema.js';
-import { SERVER_STARTED_AT } from './server-start.js';
+import { serverStartedAt } from './server-start.js';
 
 /**
  * What a worker sends: the cycle (results written + next batch claimed), the
@@ -131,7 +131,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // running job looks stale although its worker is alive and about to reconnect.
     // Heartbeats therefore count as no older than the server's start: workers get a
     // full visibility timeout after a restart to heartbeat again before anything
-    // of theirs is rescued.
+    // of theirs is rescued. $8: no older than the rescuing worker last failed to
+    // reach Postgres, ms ago (NULL: never), for a recovery that outlasts the timeout.
     //
     // Whose visibility timeout: the worker's that holds the job, from $3/$4 (the
     // registry's, read by rescueTimeouts), else the rescuer's own ($1). A leader with
@@ -182,7 +183,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
             LEFT JOIN unnest($5::text[], $6::bigint[], $7::boolean[]) AS h(worker, id, alive)
               ON h.id = p.id AND h.worker = p.locked_by
           WHERE p.status = 'processing'
-            AND greatest(p.locked_at, ${SERVER_STARTED_AT}) < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
+            AND greatest(p.locked_at, ${serverStartedAt()}, now() - $8::float8 * interval '1 millisecond')
+              < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
             AND h.alive IS NOT TRUE
           ORDER BY p.locked_at
           LIMIT $2
@@ -204,7 +206,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       FROM (SELECT array_agg(id) AS workers, array_agg(visibility_timeout_ms::float8) AS ms
             FROM ${s}.workers WHERE visibility_timeout_ms <> $1::int) t,
         (SELECT array_agg(w.id) AS held_by, array_agg(r.id) AS held,
-            array_agg(w.stopped_at IS NULL AND greatest(w.last_seen_at, ${SERVER_STARTED_AT})
+            array_agg(w.stopped_at IS NULL AND greatest(w.last_seen_at, ${serverStartedAt()}, now() - $2::float8 * interval '1 millisecond')
               > now() - coalesce(w.visibility_timeout_ms, $1::int) * interval '1 millisecond') AS alive
             FROM ${s}.workers w CROSS JOIN LATERAL unnest(w.row_held) AS r(id)) h`,
 
@@ -257,7 +259,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
         SELECT id, restarted,
             restarted AND coalesce((errors -> -1 ->> 'refunded')::boolean, (errors -> -1 ->> 'unstarted')::boolean, false) = false
             AS refund
-        FROM (SELECT id, errors, locked_at < ${SERVER_STARTED_AT} AS restarted FROM ${jobs}
+        FROM (SELECT id, errors, locked_at < ${serverStartedAt()} AS restarted FROM ${jobs}
               WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1
               FOR UPDATE SKIP LOCKED) mine
       ), handed AS (
