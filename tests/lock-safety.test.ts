@@ -579,17 +579,31 @@ describe("each worker's own visibility timeout", () => {
     }
   });
 
-  // Outside review 112: after a crash recovery longer than the visibility timeout the
-  // leader took every running job as soon as Postgres answered again.
-  it("counts heartbeats as no older than the rescuing worker's last failure to reach Postgres", async () => {
+  // Outside reviews 112 and 113: after a crash recovery longer than the visibility
+  // timeout the leader took every running job as soon as Postgres answered again.
+  it("counts heartbeats as no older than the rescuing worker's last failure to reach Postgres, and old locks no older than its start", async () => {
     const { rescueExpired } = await import('../src/maintenance/rescuer.js');
     const { workerStatements } = await import('../src/db/statements/worker.js');
-    const rescue = async (sinceUnreachableMs?: number) =>
-      (await rescueExpired(t.db.pool, workerStatements(t.db.schema), 2_000, sinceUnreachableMs)).map((r) => r.id);
-    const [id] = await t.queue.enqueueMany([{ task: 'x' }]);
-    await runningUnrenewed([id!], 'cut-off', 'cut-off'); // last renewed 10 s ago
-    expect(await rescue(500)).toEqual([]); // the rescuer reached Postgres again 0.5 s ago
-    expect(await rescue(3_000)).toEqual([id]); // 3 s ago: past the 2 s
+    const rescue = async (clock: { sinceUnreachableMs?: number; sinceStartMs?: number }) =>
+      (await rescueExpired(t.db.pool, workerStatements(t.db.schema), 2_000, clock)).map((r) => r.id);
+    const { serverStartedAt } = await import('../src/db/statements/server-start.js');
+    // A server at least 5 s old (an embedded one may have just started), and a lock
+    // renewed 3 s ago, after its start.
+    const age = await t.db.pool.query(`SELECT extract(epoch FROM now() - ${serverStartedAt()}) * 1000 AS ms`);
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, 5_000 - Number(age.rows[0].ms))));
+    const [recent, old] = await t.queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
+    await runningUnrenewed([recent!], 'cut-off', 'cut-off');
+    await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '3 seconds' WHERE id = $1`, [recent]);
+    expect(await rescue({ sinceUnreachableMs: 500 })).toEqual([]); // the rescuer reached Postgres again 0.5 s ago
+    expect(await rescue({ sinceStartMs: 500 })).toEqual([recent]); // a lock from after the server's start
+    // A lock from before the server's start: its worker may have lived through the
+    // restart; a rescuer started since cannot tell when the recovery ended.
+    await runningUnrenewed([old!], 'cut-off', 'cut-off');
+    await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = ${serverStartedAt()} - interval '1 second' WHERE id = $1`, [
+      old,
+    ]);
+    expect(await rescue({ sinceStartMs: 500 })).toEqual([]);
+    expect(await rescue({ sinceUnreachableMs: 3_000, sinceStartMs: 3_000 })).toEqual([old]); // 3 s ago: past the 2 s
   });
 
   it('leaves to a live worker the jobs its row lists as held by another session, and rescues them once the row is dead', async () => {

@@ -15,7 +15,7 @@ const BATCH = 1_000;
 /**
  * Gives back jobs whose worker stopped heartbeating (crashed, hung, cut off): any
  * live worker may run it; SKIP LOCKED keeps several rescuers from colliding.
- * Heartbeats count as no older than `sinceUnreachableMs` ago (see rescuerTask).
+ * Heartbeats count as no older than the times in `clock` (see rescuerTask).
  * Each job gets the visibility timeout its worker wrote in the registry, or
  * `visibilityTimeoutMs` where there is none. Rescued jobs that go back to pending
  * wake the workers of their queues.
@@ -24,7 +24,7 @@ export async function rescueExpired(
   db: Queryable,
   queries: WorkerStatements,
   visibilityTimeoutMs: number,
-  sinceUnreachableMs?: number,
+  { sinceUnreachableMs, sinceStartMs }: RescuerClock = {},
 ): Promise<RescuedJob[]> {
   const since = sinceUnreachableMs ?? null;
   const registry = await fromRegistry(db, queries, visibilityTimeoutMs, since);
@@ -37,12 +37,22 @@ export async function rescueExpired(
     registry.held,
     registry.alive,
     since,
+    sinceStartMs ?? null,
   ])) as {
     rows: RescuedJob[];
   };
   const queues = [...new Set(rows.filter((r) => r.status === 'pending').map((r) => r.queue))];
   if (queues.length > 0) await db.query(queries.notify, [channelFor(queries.schema), queues]);
   return rows;
+}
+
+/**
+ * What the rescuing worker knows of outages, in ms ago (see rescuerTask): when it
+ * last failed to reach Postgres, and when it started.
+ */
+export interface RescuerClock {
+  sinceUnreachableMs?: number;
+  sinceStartMs?: number;
 }
 
 interface FromRegistry {
@@ -90,12 +100,14 @@ async function fromRegistry(
 
 /**
  * rescueExpired as a leader task: runs on one worker of the cluster, every
- * `intervalMs`. `sinceUnreachableMs`: how long ago this worker last failed to reach
- * Postgres. Heartbeats count as no older than that: the workers that could not
- * heartbeat through an outage get a visibility timeout once it is over. The
- * server's start alone does not say when it is over: a crash restart's recovery
- * can outlast the timeout (outside review 112: the leader took every running job
- * 48 ms after Postgres was ready again, after 9 s of recovery).
+ * `intervalMs`. Heartbeats count as no older than the server's start, and, as that
+ * does not say when a crash recovery ended (it can outlast the visibility timeout),
+ * no older than this worker last failed to reach Postgres (`clock`), and those
+ * from before the server's start no older than this worker's own start: the
+ * workers that could not heartbeat through an outage get a visibility timeout once
+ * it is over (outside review 112: the leader took every running job 48 ms after
+ * Postgres was ready, after 9 s of recovery; 113: a leader started after the
+ * recovery did the same).
  */
 export function rescuerTask(
   db: Queryable,
@@ -103,13 +115,13 @@ export function rescuerTask(
   visibilityTimeoutMs: number,
   intervalMs: number,
   rescued: (jobs: RescuedJob[]) => void,
-  sinceUnreachableMs: () => number | undefined = () => undefined,
+  clock: () => RescuerClock = () => ({}),
 ): PeriodicTask {
   return {
     name: 'rescuer',
     intervalMs,
     run: async () => {
-      const jobs = await rescueExpired(db, queries, visibilityTimeoutMs, sinceUnreachableMs());
+      const jobs = await rescueExpired(db, queries, visibilityTimeoutMs, clock());
       if (jobs.length > 0) rescued(jobs);
     },
   };

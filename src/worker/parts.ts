@@ -55,8 +55,9 @@ export interface Owner {
 /** Makes the parts of a running worker on its pool; starts none of them. */
 export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   const { config, slots } = owner;
-  // When this worker last failed to reach Postgres (performance.now()): the rescue
-  // counts its jobs' heartbeats as no older than that (see rescuerTask).
+  // When this worker started and last failed to reach Postgres (performance.now()):
+  // its rescue counts heartbeats as no older than these (see rescuerTask).
+  const startedAt = performance.now();
   let lastUnreachable: number | undefined;
   const errorIn =
     (part: string) =>
@@ -185,8 +186,14 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       owner.events.emit('jobs:rescued', jobs);
       loop.wake();
     },
-    () => (lastUnreachable === undefined ? undefined : performance.now() - lastUnreachable),
+    () => ({
+      sinceUnreachableMs: lastUnreachable === undefined ? undefined : performance.now() - lastUnreachable,
+      sinceStartMs: performance.now() - startedAt,
+    }),
   );
+  const notifier = config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined;
+  // An idle worker sends nothing else that an outage could fail.
+  notifier?.on('connectionError', () => (lastUnreachable = performance.now()));
   const registry = new WorkerRegistry(
     db,
     {
@@ -206,7 +213,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     progress,
     dispatcher,
     maintenance: createMaintenance(db, config, rescuer, owner.events, errorIn('maintenance')),
-    notifier: config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined,
+    notifier,
     instrumentation: await instrumentWorker(owner.events, config, db),
     registry,
   };

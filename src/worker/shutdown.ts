@@ -200,8 +200,9 @@ async function handBack(parts: Parts, worker: Stopping, jobs: readonly JobRow[],
 
 /** What becomes of the jobs a stop leaves because another session holds their rows. */
 const ROW_HELD_LEFT =
-  "left processing, listed in this worker's registry row: the rescuer returns them once their rows are free, " +
-  'without counting their attempt (where the registry cannot be written, after the visibility timeout, counting it)';
+  "left processing. Where the stop could list them in this worker's registry row (Postgres reachable), the " +
+  'rescuer returns them once their rows are free, without counting their attempt; otherwise (Postgres ' +
+  'unreachable, or the registry not writable) after the visibility timeout, counting it';
 
 /**
  * The rescuer of another worker returns them after the visibility timeout. Named,

@@ -131,8 +131,11 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // running job looks stale although its worker is alive and about to reconnect.
     // Heartbeats therefore count as no older than the server's start: workers get a
     // full visibility timeout after a restart to heartbeat again before anything
-    // of theirs is rescued. $8: no older than the rescuing worker last failed to
-    // reach Postgres, ms ago (NULL: never), for a recovery that outlasts the timeout.
+    // of theirs is rescued. Neither time says when a crash recovery ended, which may
+    // outlast the timeout: $8, no older than the rescuing worker last failed to reach
+    // Postgres, ms ago (NULL: never); $9, a lock from before the server's start no
+    // older than the rescuing worker's own start, ms ago (a worker started after the
+    // recovery did not see it; outside review 113).
     //
     // Whose visibility timeout: the worker's that holds the job, from $3/$4 (the
     // registry's, read by rescueTimeouts), else the rescuer's own ($1). A leader with
@@ -183,7 +186,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
             LEFT JOIN unnest($5::text[], $6::bigint[], $7::boolean[]) AS h(worker, id, alive)
               ON h.id = p.id AND h.worker = p.locked_by
           WHERE p.status = 'processing'
-            AND greatest(p.locked_at, ${serverStartedAt()}, now() - $8::float8 * interval '1 millisecond')
+            AND greatest(p.locked_at, ${serverStartedAt()}, now() - $8::float8 * interval '1 millisecond',
+                  CASE WHEN p.locked_at < ${serverStartedAt()} THEN now() - $9::float8 * interval '1 millisecond' END)
               < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
             AND h.alive IS NOT TRUE
           ORDER BY p.locked_at
