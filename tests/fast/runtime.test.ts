@@ -236,6 +236,30 @@ describe('runtime: locks', () => {
       return { id, a, runs: () => runs };
     }
 
+    /**
+     * A job of one attempt whose handler (tracked) sleeps `ms(run)` whatever its
+     * signal says, cut off from the database past the renewal timeout while Postgres restarts.
+     */
+    async function ignoringItsSignal(ms: (run: number) => number) {
+      const id = db.add('t', { max_attempts: 1 });
+      const tracker = new Tracker();
+      const handler = async (_p: unknown, ctx: JobContext) => {
+        tracker.begin(ctx);
+        try {
+          await sleep(ctx.job.id === id ? ms(tracker.runs.get(id)!) : 0);
+        } finally {
+          tracker.end(ctx.job);
+        }
+      };
+      const a = await start('A', { ...options, tasks: { t: handler } }); // visibility timeout 30 s
+      await vi.advanceTimersByTimeAsync(50);
+      const heal = db.partition('A');
+      await vi.advanceTimersByTimeAsync(5_000);
+      db.restarted();
+      heal();
+      return { id, a, tracker };
+    }
+
     it('gets its attempt back when Postgres restarted meanwhile, and runs again', async () => {
       const { id, a, runs } = await cutOff(1, (heal) => {
         db.restarted();
@@ -283,22 +307,7 @@ describe('runtime: locks', () => {
     // Outside review 112: left to the rescuer (its handler never stopped), the job was
     // given back by the orphan sweep, its attempt uncounted, and run again beside it.
     it('is left to the rescuer when its handler never stops, and no orphan sweep gives it back', async () => {
-      const id = db.add('t', { max_attempts: 1 });
-      const tracker = new Tracker();
-      const handler = async (_p: unknown, ctx: JobContext) => {
-        tracker.begin(ctx);
-        try {
-          if (ctx.job.id === id) await sleep(HOUR); // ignores its signal
-        } finally {
-          tracker.end(ctx.job);
-        }
-      };
-      const a = await start('A', { ...options, tasks: { t: handler } }); // visibility timeout 30 s
-      await vi.advanceTimersByTimeAsync(50);
-      const heal = db.partition('A');
-      await vi.advanceTimersByTimeAsync(5_000);
-      db.restarted();
-      heal();
+      const { id, a, tracker } = await ignoringItsSignal(() => HOUR);
       await vi.advanceTimersByTimeAsync(35_000); // past the wait for the handler
       expect(a.errors.map((e) => (e as Error).message)).toContainEqual(expect.stringMatching(/left processing for the rescuer/));
       // A claim whose reply is lost makes the orphan sweep due.
@@ -313,25 +322,8 @@ describe('runtime: locks', () => {
 
     // Outside review 111: a handler that ignored its signal ran beside its re-run.
     it('is handed back only once its handler has stopped', async () => {
-      const id = db.add('t', { max_attempts: 1 });
-      const tracker = new Tracker();
-      let first = true;
-      const handler = async (_p: unknown, ctx: JobContext) => {
-        tracker.begin(ctx);
-        try {
-          // The first run ignores its signal for 10 s.
-          if (first) await sleep(10_000);
-          first = false;
-        } finally {
-          tracker.end(ctx.job);
-        }
-      };
-      const a = await start('A', { ...options, tasks: { t: handler } }); // visibility timeout 30 s
-      await vi.advanceTimersByTimeAsync(50);
-      const heal = db.partition('A');
-      await vi.advanceTimersByTimeAsync(5_000);
-      db.restarted();
-      heal();
+      // The first run ignores its signal for 10 s.
+      const { id, a, tracker } = await ignoringItsSignal((run) => (run === 1 ? 10_000 : 0));
       await vi.advanceTimersByTimeAsync(3_000);
       expect(db.job(id)).toMatchObject({ status: 'processing', attempts: 1 }); // its handler still runs
       await vi.advanceTimersByTimeAsync(10_000);
