@@ -259,6 +259,22 @@ export function isConnectionFailure(err: unknown): boolean {
 }
 
 /**
+ * The server itself is down, not one connection lost: it refused a new connection
+ * (nothing listening, or starting up, recovering, shutting down: 57P03) or ended a
+ * session because another crashed (57P02). A session ended by pg_terminate_backend
+ * (57P01) or a pooler says nothing of the server (outside review 114: counted, a
+ * script killing the leader's connections held off every rescue).
+ */
+export function isServerDown(err: unknown): boolean {
+  let e: unknown = err;
+  for (let depth = 0; e instanceof Error && depth < 5; depth++, e = e.cause) {
+    const code = (e as { code?: unknown }).code;
+    if (code === '57P03' || code === '57P02' || code === 'ECONNREFUSED') return true;
+  }
+  return false;
+}
+
+/**
  * SQLSTATE classes of a refusal of a statement's values: 22 data exception, 23
  * integrity constraint violation, P0 PL/pgSQL (a trigger's RAISE EXCEPTION), 38
  * and 39 (a function or trigger that failed). Not 42 (a missing column means a

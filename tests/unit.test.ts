@@ -7,7 +7,7 @@ import type { JobRow } from '../src/job.js';
 import { runInNewContext } from 'node:vm';
 import { describeTarget } from '../src/db/connection.js';
 import { quoteSchema } from '../src/db/identifiers.js';
-import { ValidationError, ConfigError, isConnectionFailure, PermanentFailure, Snooze } from '../src/errors.js';
+import { ValidationError, ConfigError, isConnectionFailure, isServerDown, PermanentFailure, Snooze } from '../src/errors.js';
 
 describe('retryDelayMs', () => {
   const opts = { baseMs: 1_000, maxMs: 60_000 };
@@ -222,6 +222,15 @@ describe('connection helpers', () => {
     expect(isConnectionFailure(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }))).toBe(true);
     expect(isConnectionFailure(Object.assign(new Error('x'), { code: '57P01' }))).toBe(true);
     expect(isConnectionFailure(Object.assign(new Error('x'), { code: '23505' }))).toBe(false);
+  });
+  it('tells a server that is down from one connection lost', () => {
+    const coded = (code: string) => Object.assign(new Error('x'), { code });
+    expect(isServerDown(coded('57P03'))).toBe(true); // starting up, recovering, shutting down
+    expect(isServerDown(coded('57P02'))).toBe(true); // another session crashed
+    expect(isServerDown(coded('ECONNREFUSED'))).toBe(true);
+    expect(isServerDown(new Error('wrapped', { cause: coded('57P03') }))).toBe(true);
+    expect(isServerDown(coded('57P01'))).toBe(false); // pg_terminate_backend
+    expect(isServerDown(new Error('Connection terminated unexpectedly'))).toBe(false);
   });
   it('quotes schema names', () => {
     expect(quoteSchema('a"b')).toBe('"a""b"');

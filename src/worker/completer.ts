@@ -124,6 +124,11 @@ export class Completer implements ResultSource {
     return this.snoozes.leftToRescuer();
   }
 
+  /** Jobs this worker claimed (see Snoozes.claimed). */
+  claimed(ids: readonly string[]): void {
+    this.snoozes.claimed(ids);
+  }
+
   /**
    * Of the held `ids`, those whose locks the heartbeat renews: not results being
    * written (the cycle holds their rows: a beat would find them held, as if by

@@ -1,4 +1,4 @@
-import { isConnectionFailure } from '../errors.js';
+import { isServerDown } from '../errors.js';
 import type { Driver } from '../db/driver.js';
 import { channelFor } from '../db/identifiers.js';
 import { workerStatements } from '../db/statements/worker.js';
@@ -55,14 +55,14 @@ export interface Owner {
 /** Makes the parts of a running worker on its pool; starts none of them. */
 export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   const { config, slots } = owner;
-  // When this worker started and last failed to reach Postgres (performance.now()):
-  // its rescue counts heartbeats as no older than these (see rescuerTask).
+  // When this worker started and last found Postgres down (performance.now()): its
+  // rescue counts heartbeats as no older than these (see rescuerTask).
   const startedAt = performance.now();
   let lastUnreachable: number | undefined;
   const errorIn =
     (part: string) =>
     (err: unknown): void => {
-      if (isConnectionFailure(err)) lastUnreachable = performance.now();
+      if (isServerDown(err)) lastUnreachable = performance.now();
       owner.error(err, part);
     };
   const store = new PgWorkerStore(db, config.schema, config.workerId, config.preparedStatements, config.completedJobs);
@@ -121,10 +121,9 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       // Not to be swept back as orphans either: the jobs left to the rescuer.
       heldIds: () => [...held(), ...completer.leftToRescuer()],
       claimed: (jobs, roundTripMs) => {
-        heartbeat.claimed(
-          jobs.map((j) => j.id),
-          performance.now() - roundTripMs,
-        );
+        const ids = jobs.map((j) => j.id);
+        heartbeat.claimed(ids, performance.now() - roundTripMs);
+        completer.claimed(ids);
         slots.recordRoundTrip(roundTripMs);
         dispatcher.claimed(jobs);
         groupedQueues.claimed(jobs);
@@ -193,7 +192,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   );
   const notifier = config.listen ? new Notifier(db, channelFor(config.schema), config.listenCheckIntervalMs) : undefined;
   // An idle worker sends nothing else that an outage could fail.
-  notifier?.on('connectionError', () => (lastUnreachable = performance.now()));
+  notifier?.on('connectionError', (err) => isServerDown(err) && (lastUnreachable = performance.now()));
   const registry = new WorkerRegistry(
     db,
     {

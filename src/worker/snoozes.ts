@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import type { WorkerStore } from '../db/store.js';
 import { SluiceError, type Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
@@ -34,7 +35,11 @@ export class Snoozes {
     private readonly store: WorkerStore,
     private readonly visibilityTimeoutMs: number,
     private readonly signals: SnoozeSignals,
-  ) {}
+  ) {
+    // One listener per hand-back waiting for its handler: an outage aborts many at
+    // once (outside review 114: a MaxListenersExceededWarning at concurrency 20).
+    setMaxListeners(0, this.stopping.signal);
+  }
 
   /** The jobs of the writes in flight, and of those given up at stop. */
   ids(): string[] {
@@ -123,10 +128,16 @@ export class Snoozes {
     return [...this.forRescue];
   }
 
+  /** Claimed again by this worker: held as any job is (see leftToRescuer). */
+  claimed(ids: readonly string[]): void {
+    if (this.forRescue.size > 0) for (const id of ids) this.forRescue.delete(id);
+  }
+
   private leftForRescue(job: JobRow): void {
+    // Kept until claimed again here: the rescue may come much later than a visibility
+    // timeout (outside review 114: a second outage put it off, a timer dropped the
+    // job first, and the sweep gave it back, attempt uncounted, with no trace).
     this.forRescue.add(job.id);
-    // By then the rescuer has taken it (a visibility timeout after its last heartbeat).
-    setTimeout(() => this.forRescue.delete(job.id), 2 * this.visibilityTimeoutMs).unref();
     this.signals.error(
       new SluiceError(
         'LOCK_LOST',
