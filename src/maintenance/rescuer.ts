@@ -48,7 +48,7 @@ export async function rescueExpired(
 
 /**
  * What the rescuing worker knows of outages, in ms ago (see rescuerTask): when it
- * last failed to reach Postgres, and when it started.
+ * last found Postgres down (see isServerDown), and when it started.
  */
 export interface RescuerClock {
   sinceUnreachableMs?: number;
@@ -102,7 +102,7 @@ async function fromRegistry(
  * rescueExpired as a leader task: runs on one worker of the cluster, every
  * `intervalMs`. Heartbeats count as no older than the server's start, and, as that
  * does not say when a crash recovery ended (it can outlast the visibility timeout),
- * no older than this worker last failed to reach Postgres (`clock`), and those
+ * no older than this worker last found Postgres down (`clock`), and those
  * from before the server's start no older than this worker's own start: the
  * workers that could not heartbeat through an outage get a visibility timeout once
  * it is over (outside review 112: the leader took every running job 48 ms after

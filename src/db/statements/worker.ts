@@ -132,8 +132,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // Heartbeats therefore count as no older than the server's start: workers get a
     // full visibility timeout after a restart to heartbeat again before anything
     // of theirs is rescued. Neither time says when a crash recovery ended, which may
-    // outlast the timeout: $8, no older than the rescuing worker last failed to reach
-    // Postgres, ms ago (NULL: never); $9, a lock from before the server's start no
+    // outlast the timeout: $8, no older than the rescuing worker last found
+    // Postgres down, ms ago (NULL: never); $9, a lock from before the server's start no
     // older than the rescuing worker's own start, ms ago (a worker started after the
     // recovery did not see it; outside review 113).
     //
