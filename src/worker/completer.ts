@@ -1,5 +1,5 @@
 import type { WorkerStore } from '../db/store.js';
-import { DatabaseError, Snooze, SluiceError } from '../errors.js';
+import { DatabaseError, Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import type { BackoffOptions } from './backoff.js';
@@ -18,7 +18,7 @@ import {
 import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
 import type { Outcome, Run } from './run.js';
 import { LockedResults } from './locked-results.js';
-import { releaseJobs } from './single-writes.js';
+import { refusedRefund, releaseJobs } from './single-writes.js';
 import { Snoozes } from './snoozes.js';
 
 export interface CompleterConfig {
@@ -434,15 +434,4 @@ export class Completer implements ResultSource {
     this.writes.add(write);
     void write.finally(() => this.writes.delete(write));
   }
-}
-
-/** The error of an attempt that counts though Postgres restarted: the job's previous attempt was given back already. */
-function refusedRefund(error: unknown): SluiceError {
-  const message = error instanceof Error ? error.message : String(error);
-  return new SluiceError(
-    'LOCK_LOST',
-    `${message}; Postgres restarted meanwhile, but the job's previous attempt was given back already, ` +
-      'so this one counts (a job whose runs crash Postgres must still run out of attempts)',
-    { cause: error },
-  );
 }

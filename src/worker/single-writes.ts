@@ -1,7 +1,7 @@
 import type { WorkerStore } from '../db/store.js';
 import type { Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
-import { isConnectionFailure } from '../errors.js';
+import { isConnectionFailure, SluiceError } from '../errors.js';
 import type { Emit, HandBackReason } from './events.js';
 
 // The worker's writes that go out on their own rather than with a cycle: snoozes
@@ -107,6 +107,17 @@ export async function handBackAfterRestart(
     signals.writeError(err, 'hand-back');
     return stopping.aborted && isConnectionFailure(err) ? 'stopped' : 'charge';
   }
+}
+
+/** The error of an attempt that counts though Postgres restarted: the job's previous attempt was given back already. */
+export function refusedRefund(error: unknown): SluiceError {
+  const message = error instanceof Error ? error.message : String(error);
+  return new SluiceError(
+    'LOCK_LOST',
+    `${message}; Postgres restarted meanwhile, but the job's previous attempt was given back already, ` +
+      'so this one counts (a job whose runs crash Postgres must still run out of attempts)',
+    { cause: error },
+  );
 }
 
 /**
