@@ -1,23 +1,13 @@
 import type { WorkerStore } from '../db/store.js';
-import { DatabaseError, Snooze } from '../errors.js';
+import { Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { serializePayload } from '../payload.js';
 import type { BackoffOptions } from './backoff.js';
 import type { Emit, HandBackReason } from './events.js';
-import {
-  describeRefusal,
-  expired,
-  failureInPlaceOf,
-  failureOf,
-  isFailure,
-  localStart,
-  type Completion,
-  type Failure,
-  type Recorded,
-} from './outcome-records.js';
+import { failureOf, isFailure, localStart, type Completion, type Failure, type Recorded } from './outcome-records.js';
 import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
 import type { Outcome, Run } from './run.js';
-import { LockedResults } from './locked-results.js';
+import { RefusedResults } from './refused-results.js';
 import { refusedRefund, releaseJobs } from './single-writes.js';
 import { Snoozes } from './snoozes.js';
 
@@ -62,8 +52,8 @@ export class Completer implements ResultSource {
    * (a 5 ms job's result written ~290 ms late under load, tests/groups.test.ts).
    */
   private readonly startsInFlight = new Set<string>();
-  /** Results whose row another session held, until they may go out again. */
-  private readonly locked = new LockedResults((results) => this.putBack(results));
+  /** Results whose row another session held, or that Postgres refused, until they may go out again. */
+  private readonly refusals: RefusedResults;
   /**
    * Batches taken by cycles still out: their jobs are still this worker's. Left out
    * of ids(), a result whose row another session held was forgotten by the
@@ -75,18 +65,6 @@ export class Completer implements ResultSource {
   private readonly writes = new Set<Promise<void>>();
   /** Snoozes and hand-backs: their jobs still this worker's until written. */
   private readonly snoozes: Snoozes;
-  /**
-   * Results of a batch whose write Postgres refused (rejected()): they go out one
-   * per cycle, alone, until the one it refuses is found.
-   */
-  private suspects: Recorded[] = [];
-  /**
-   * Held results (each refused on its own already) due for another try: they go
-   * out together, in one statement without a claim, whatever their number. One at
-   * a time they took a round trip each every 250 ms, and with dozens held the
-   * worker sent little else (outside review 42: a drain stalled for 30-60 s).
-   */
-  private heldDue: Recorded[] = [];
 
   constructor(
     private readonly store: WorkerStore,
@@ -94,27 +72,26 @@ export class Completer implements ResultSource {
     private readonly signals: CompleterSignals,
   ) {
     this.snoozes = new Snoozes(store, config.visibilityTimeoutMs, signals);
+    this.refusals = new RefusedResults(config.backoff, { back: (results) => this.putBack(results), error: signals.error });
   }
 
   get size(): number {
-    const suspects = this.suspects.length + this.heldDue.length;
-    if (this.startsInFlight.size === 0) return suspects + this.completed.length + this.failed.length + this.started.size;
-    return suspects + this.takeable(this.completed).length + this.takeable(this.failed).length + this.started.size;
+    const alone = this.refusals.due;
+    if (this.startsInFlight.size === 0) return alone + this.completed.length + this.failed.length + this.started.size;
+    return alone + this.takeable(this.completed).length + this.takeable(this.failed).length + this.started.size;
   }
 
   get unwritten(): number {
-    return this.suspects.length + this.heldDue.length + this.completed.length + this.failed.length + this.locked.size;
+    return this.refusals.size + this.completed.length + this.failed.length;
   }
 
   /** Ids of the jobs whose results (or snoozes) wait here or are being written: their locks must stay fresh until written. */
   ids(): string[] {
     return [
       ...this.sendingIds(),
-      ...this.suspects.map((r) => r.id),
-      ...this.heldDue.map((r) => r.id),
+      ...this.refusals.ids(),
       ...this.completed.map((c) => c.id),
       ...this.failed.map((f) => f.id),
-      ...this.locked.ids(),
       ...this.snoozes.ids(),
     ];
   }
@@ -213,8 +190,7 @@ export class Completer implements ResultSource {
   }
 
   private nextBatch(): ResultBatch {
-    const suspect = this.suspects.shift();
-    const alone = suspect ? [suspect] : this.heldDue.splice(0);
+    const alone = this.refusals.takeAlone();
     if (alone.length > 0) {
       return {
         completed: alone.filter((r): r is Completion => !isFailure(r)),
@@ -269,49 +245,13 @@ export class Completer implements ResultSource {
     if (!batch.alone) {
       // Which one Postgres refused is not known: each goes alone, the others written as usual.
       this.restore({ completed: [], failed: [], started: batch.started, startedAt: batch.startedAt });
-      this.suspects.push(...results);
+      this.refusals.suspect(results);
       return true;
     }
     this.landed(batch);
     batch.started.forEach((id, i) => this.started.set(id, batch.startedAt[i]!));
-    // Each of these was refused on its own (a suspect alone, or held ones tried
-    // again together): each is held or given up by its own clock. One whose time is
-    // up but that was refused beside others is tried once alone first: it may be
-    // the others that are still refused (outside review 44).
-    let news = false;
-    for (const result of results) {
-      if (results.length > 1 && expired(result)) this.suspects.push(result);
-      else news = this.refusedAlone(result, err) || news;
-    }
-    return news;
-  }
-
-  /** Whether this refusal is news: the first of this outcome, or its giving up. */
-  private refusedAlone(result: Recorded, err: unknown): boolean {
-    // Held (its lock kept fresh) and tried again every SKIPPED_RETRY_MS, while the
-    // worker goes on with the rest, in case what refused it passes (a trigger being
-    // replaced); given up after 30 s (expired()).
-    const news = result.firstRefusedAt === undefined;
-    result.firstRefusedAt ??= Date.now();
-    if (!expired(result)) {
-      result.held = true;
-      this.locked.defer(result);
-      return news;
-    }
-    if (result.refused) {
-      // Refused again with neither result, progress nor its own error text: nothing
-      // more to strip. The job stays 'processing' for the rescuer (attempt counted).
-      this.signals.error(
-        new DatabaseError(`worker: the outcome of job ${result.id} cannot be written: ${describeRefusal(err)}`, undefined, {
-          cause: err,
-        }),
-      );
-      return false;
-    }
-    // This job's outcome alone becomes a failure of its attempt (see failureInPlaceOf).
-    this.failed.push(failureInPlaceOf(result, err, this.config.backoff));
-    this.signals.resultAdded();
-    return true;
+    // Each of these was refused on its own (a suspect alone, or held ones tried again together).
+    return this.refusals.refused(results, err);
   }
 
   applied(batch: ResultBatch, written: AppliedResults, othersBack?: Promise<void>): void {
@@ -320,7 +260,7 @@ export class Completer implements ResultSource {
     const { emit } = this.signals;
     const { completed, failed, skipped } = written;
     for (const result of [...batch.completed, ...batch.failed] as Recorded[]) {
-      if (skipped.has(result.id)) this.locked.skipped(result, othersBack);
+      if (skipped.has(result.id)) this.refusals.skipped(result, othersBack);
     }
     const unsure = { completed: [] as Completion[], failed: [] as Failure[] };
     for (const c of batch.completed as Completion[]) {
@@ -406,14 +346,13 @@ export class Completer implements ResultSource {
   async settled(): Promise<void> {
     this.snoozes.stop();
     while (this.writes.size > 0) await Promise.all(this.writes);
-    this.locked.releaseAll();
+    this.refusals.releaseAll();
   }
 
-  /** Results back from LockedResults: held ones go out alone, the rest with the next cycle. */
+  /** Results back from RefusedResults, to go out with the next cycle. */
   private putBack(results: Recorded[]): void {
     for (const result of results) {
-      if (result.held) this.heldDue.push(result);
-      else if (isFailure(result)) this.failed.push(result);
+      if (isFailure(result)) this.failed.push(result);
       else this.completed.push(result);
     }
     this.signals.resultAdded();
