@@ -16,6 +16,8 @@ import { createTestSchema, waitFor } from './helpers/database.js';
 import { prune } from '../src/maintenance/pruner.js';
 import { resolvePrunerConfig } from '../src/maintenance/options.js';
 import { maintenanceStatements } from '../src/db/statements/maintenance.js';
+import { groupedQueuesTask } from '../src/maintenance/grouped-queues.js';
+import type { JobRow } from '../src/job.js';
 import { deferred, useWorkers } from './helpers/workers.js';
 
 const t = useWorkers('groups');
@@ -131,6 +133,46 @@ describe('groups: enqueue', () => {
     await waitFor(() => ran.length === 120, 'every job to run');
     expect(new Set(ran).size).toBe(120);
     expect(handedBack.every((id) => big.includes(id))).toBe(true);
+  });
+
+  it('the leader flags a queue whose grouped jobs wait behind its backlog without groups, once, whatever the backlog', async () => {
+    await t.queue.enqueueMany(Array.from({ length: 500 }, () => ({ task: 't', queue: 'lf-backlog' })));
+    await t.queue.enqueue('t', {}, { queue: 'lf-backlog', group: 'small' });
+    await t.queue.enqueue('t', {}, { queue: 'lf-plain' });
+    await t.queue.enqueue('t', {}, { queue: 'lf-delayed', group: 'later', delayMs: 60_000 });
+    const task = groupedQueuesTask(t.db.pool, t.db.schema);
+    const flagged = await task.run(new AbortController().signal);
+    // Only queues with grouped jobs pending (delayed ones too); flagged ones are passed the next time.
+    expect(flagged.filter((q) => q.startsWith('lf-')).sort()).toEqual(['lf-backlog', 'lf-delayed']);
+    const limits = await listQueueLimits(t.db.pool, t.db.schema);
+    expect(limits.find((q) => q.name === 'lf-backlog')?.grouped).toBe(true);
+    expect(limits.some((q) => q.name === 'lf-plain')).toBe(false);
+    expect((await task.run(new AbortController().signal)).filter((q) => q.startsWith('lf-'))).toEqual([]);
+  });
+
+  it('a small group enqueued behind a backlog without groups runs long before the backlog drains (outside review 115)', async () => {
+    // Before, the queue was flagged grouped only when a worker claimed its first
+    // grouped job, in common order: after the whole backlog.
+    const backlog = await t.queue.enqueueMany(Array.from({ length: 2_000 }, () => ({ task: 'w', queue: 'lf-fair' })));
+    const backlogIds = new Set(backlog);
+    let backlogRan = 0;
+    const small: number[] = [];
+    await t.start({
+      queues: ['lf-fair'],
+      concurrency: 2,
+      tasks: {
+        w: async (_p: unknown, { job }: { job: JobRow }) => {
+          if (!backlogIds.has(job.id)) small.push(backlogRan);
+          else backlogRan++;
+          await new Promise((r) => setTimeout(r, 10));
+        },
+      },
+    });
+    await waitFor(() => backlogRan > 20, 'the backlog to start');
+    await t.queue.enqueueMany(Array.from({ length: 5 }, (_, i) => ({ task: 'w', queue: 'lf-fair', group: `small-${i}` })));
+    await waitFor(() => small.length === 5, 'the small groups to run', 30_000);
+    // A leader pass (every second) and a turn each: far from the 2,000 jobs before them.
+    expect(Math.max(...small)).toBeLessThan(1_000);
   });
 
   it('the first grouped job of a queue, in a transaction left open, holds up no other producer, setting or worker', async () => {

@@ -139,6 +139,15 @@ describe('row locks held by another session', () => {
     release.resolve();
     const done = await t.queue.waitFor(id, { timeoutMs: 20_000 });
     expect(done).toMatchObject({ status: 'completed', attempts: 1 });
+    // The run it lost is in its history, as a refund (outside review 116: no trace was left).
+    expect(done.errors).toEqual([
+      expect.objectContaining({
+        attempt: 1,
+        refunded: true,
+        message: expect.stringContaining("another session held the job's row"),
+      }),
+    ]);
+    expect(done.last_error).toContain('attempt not counted');
     expect(handedBack).toEqual([{ id, reason: 'row-held' }]);
     expect(failed).toEqual([]);
     expect(runs).toHaveLength(2);

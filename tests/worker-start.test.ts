@@ -101,9 +101,14 @@ describe('Worker.start() failing after it connected', () => {
     } finally {
       await pool.end();
     }
-    const worker = new Worker({ connectionString: 'not a url', tasks });
-    await expect(worker.start()).rejects.toThrow(/^connectionString: the database URL is not a URL/);
-    await worker.stop();
+    // In the constructor, as the Queue's (outside review 116: only start() refused it).
+    for (const url of ['not a url', 'postgres:/db', 'mysql://x@y/z', 'http://h/d']) {
+      expect(() => new Worker({ connectionString: url, tasks })).toThrow(ConfigError);
+      expect(() => new Worker({ connectionString: url, tasks })).toThrow(/^connectionString: the database URL (is not|must)/);
+      expect(() => new Worker({ connectionString: databaseUrl(), listenConnectionString: url, tasks })).toThrow(
+        /^listenConnectionString: /,
+      );
+    }
   });
 });
 

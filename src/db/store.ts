@@ -123,8 +123,9 @@ export interface WorkerStore {
   /**
    * Back to pending at a later time, attempt not spent: the new run_at; 'skipped'
    * when another session held the row; undefined when the job is no longer ours.
+   * `note`: a hand-back's entry in the error history (its attempt marked refunded).
    */
-  snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | 'skipped' | undefined>;
+  snooze(id: string, attempt: number, runAt: Date | null, delayMs: number, note?: string): Promise<Date | 'skipped' | undefined>;
   /**
    * A job whose handler was aborted because Postgres could not be reached: back to
    * pending, attempt not spent, if the server restarted since its lock was last
@@ -313,13 +314,20 @@ export class PgWorkerStore implements WorkerStore {
     if (queues.length > 0) await this.db.query(this.queries.notify, [this.channel, queues]);
   }
 
-  async snooze(id: string, attempt: number, runAt: Date | null, delayMs: number): Promise<Date | 'skipped' | undefined> {
+  async snooze(
+    id: string,
+    attempt: number,
+    runAt: Date | null,
+    delayMs: number,
+    note?: string,
+  ): Promise<Date | 'skipped' | undefined> {
     const { rows } = await this.db.query<{ run_at: Date | null; mine: boolean }>(this.queries.snooze, [
       this.workerId,
       id,
       attempt,
       runAt,
       delayMs,
+      note ?? null,
     ]);
     const row = rows[0];
     if (row?.run_at) return row.run_at;

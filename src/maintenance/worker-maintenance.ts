@@ -7,6 +7,7 @@ import { cronStatements } from '../db/statements/cron.js';
 import { maintenanceStatements } from '../db/statements/maintenance.js';
 import { MaintenanceRunner, ServiceRunner, type MaintenanceService, type PeriodicTask } from './runner.js';
 import { unknownTasksTask } from './unknown-tasks.js';
+import { groupedQueuesTask } from './grouped-queues.js';
 
 /** What maintenance reports back to its worker. */
 interface MaintenanceSink {
@@ -17,7 +18,7 @@ interface MaintenanceSink {
 
 /**
  * A worker's maintenance: the lease and the leader's services (rescuer, pruner,
- * the configured extra tasks), unless the worker takes no part in the election;
+ * grouped queues, the configured extra tasks), unless the worker takes no part in the election;
  * and the services every worker runs (cron, when it has schedules).
  */
 export class WorkerMaintenance {
@@ -58,6 +59,7 @@ export function createMaintenance(
     const services: MaintenanceService<any>[] = [rescuer];
     if (maintenance.pruner) services.push(prunerTask(db, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r)));
     services.push(unknownTasksTask(db, config.schema, config.logger));
+    services.push(groupedQueuesTask(db, config.schema));
     services.push(...maintenance.tasks);
     leader = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs), services);
     leader.on('leader:elected', () => sink.emit('leader:elected'));

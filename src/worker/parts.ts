@@ -17,7 +17,7 @@ import { instrumentWorker, type Instrumentation } from './instrumentation.js';
 import { composeHandlers, payloadSchemas, tracing } from './middleware.js';
 import type { ResolvedWorkerConfig, WorkerOptions } from './options.js';
 import { ProgressWriter } from './progress.js';
-import { lostClaimAhead, QueueState } from './queue-state.js';
+import { lostClaimAhead, QueueState, turnedGrouped } from './queue-state.js';
 import { WorkerRegistry } from './registry.js';
 import type { Slots } from './slots.js';
 
@@ -96,6 +96,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       for (const queue of lostClaimAhead(before, after)) {
         dispatcher.handBackQueue(queue, queueState.flagging(queue) ? 'grouped' : 'queue-changed');
       }
+      for (const queue of turnedGrouped(before, after)) dispatcher.handBackQueue(queue, 'grouped');
       loop.wake();
     },
     errorIn('queue settings'),

@@ -140,3 +140,12 @@ export function lostClaimAhead(before: ClaimPlan, after: ClaimPlan): string[] {
   const ahead = (plan: ClaimPlan, q: string) => plan.plain.includes(q) || (plan.limited.includes(q) && !plan.strict.includes(q));
   return [...before.plain, ...before.limited].filter((q) => ahead(before, q) && !ahead(after, q));
 }
+
+/**
+ * Queues claimed in common order under `before` and round-robin under `after`:
+ * found grouped since (by this worker or the leader). What a worker claimed ahead
+ * there was taken out of turn and goes back, so the groups waiting get theirs.
+ */
+export function turnedGrouped(before: ClaimPlan, after: ClaimPlan): string[] {
+  return before.plain.filter((q) => after.limited.includes(q) && !after.strict.includes(q));
+}

@@ -55,7 +55,8 @@ export async function writeSnooze(
   handBack?: HandBackReason,
 ): Promise<boolean> {
   try {
-    const runAt = await untilLanded(() => store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs), stopping);
+    const note = handBack === 'row-held' ? ROW_HELD_MESSAGE : undefined;
+    const runAt = await untilLanded(() => store.snooze(job.id, job.attempts, snooze.runAt, snooze.delayMs, note), stopping);
     if (runAt === 'stopped') return false;
     if (runAt) {
       signals.dueAt(runAt.getTime());
@@ -71,6 +72,11 @@ export async function writeSnooze(
   }
   return true;
 }
+
+/** last_error of a job handed back because another session held its row (as the rescuer words it for such jobs). */
+const ROW_HELD_MESSAGE =
+  "another session held the job's row locked past the lock renewal timeout: its worker aborted the handler " +
+  'and handed the job back (attempt not counted)';
 
 /** last_error of a job handed back by handBackAfterRestart. */
 const RESTART_MESSAGE =

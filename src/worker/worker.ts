@@ -3,6 +3,7 @@ import { resolveStopOptions, resolveWorkerConfig, type ResolvedWorkerConfig, typ
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
 import { connectionError } from '../db/connection.js';
+import { checkConnectionUrls } from '../db/database-url.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import { PgWorkerStore, type WorkerStore } from '../db/store.js';
 import {
@@ -86,8 +87,10 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const options = readOrFail(ConfigError, 'Worker', () => snapshotOptions(given));
     // Inside readOrFail too: tasks, backoff and the rest are read here, one level down.
     this.config = readOrFail(ConfigError, 'Worker', () => resolveWorkerConfig(options as WorkerOptions));
-    // Checked here so that bad schemas fail the constructor, not start().
+    // Checked here so that bad schemas and database URLs fail the constructor, as the
+    // Queue's do, not start() (outside review 116).
     readOrFail(ConfigError, 'Worker', () => resolveSchemas(options.schemas, 'Worker'));
+    checkConnectionUrls(options as WorkerOptions);
     this.options = options as WorkerOptions;
     this.slots = new Slots({
       concurrency: this.config.concurrency,

@@ -3,7 +3,7 @@
  * through claim_limited, which not at all) from the queues table and local limits.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { lostClaimAhead, QueueState } from '../../src/worker/queue-state.js';
+import { lostClaimAhead, QueueState, turnedGrouped } from '../../src/worker/queue-state.js';
 import { MemoryDatabase } from '../helpers/memory-store.js';
 
 const QUEUES = ['a', 'b', 'c', 'd'];
@@ -200,5 +200,16 @@ describe('lostClaimAhead', () => {
     expect(lostClaimAhead(plan([], ['a'], ['a']), plan(['a']))).toEqual([]);
     expect(lostClaimAhead(plan(['a']), plan([], ['a']))).toEqual([]);
     expect(lostClaimAhead(plan([], [], []), plan(['a']))).toEqual([]);
+  });
+});
+
+describe('turnedGrouped', () => {
+  const plan = (plain: string[], limited: string[] = [], strict: string[] = []) => ({ plain, limited, strict, noAhead: strict });
+
+  it('names the queues claimed in common order before and round-robin now: what was claimed ahead there goes back', () => {
+    // a flagged grouped (by the leader), b given a counting limit (lostClaimAhead's), c unchanged, g grouped already.
+    expect(turnedGrouped(plan(['a', 'b', 'c'], ['g']), plan(['c'], ['a', 'b', 'g'], ['b']))).toEqual(['a']);
+    // Flagged by this worker: held out of every claim first ('flagging'), so not plain just before.
+    expect(turnedGrouped(plan([], []), plan([], ['a']))).toEqual([]);
   });
 });

@@ -396,7 +396,7 @@ export class MemoryStore implements WorkerStore {
     return result;
   }
 
-  async snooze(id: string, attempt: number, runAt: Date | null, delayMs: number) {
+  async snooze(id: string, attempt: number, runAt: Date | null, delayMs: number, note?: string) {
     await this.db.enter('snooze', this.workerId);
     const job = this.db.jobs.get(id);
     let at: Date | 'skipped' | undefined;
@@ -414,6 +414,10 @@ export class MemoryStore implements WorkerStore {
           updated_at: new Date(),
           started_at: null,
         });
+        if (note !== undefined) {
+          job.last_error = note;
+          job.errors.push({ attempt: attempt, at: new Date().toISOString(), message: note, refunded: true });
+        }
       }
     }
     await this.db.pass('snooze', 'reply');

@@ -2,7 +2,7 @@ import { quoteSchema } from '../identifiers.js';
 import { perSchema } from './per-schema.js';
 
 /**
- * The statements of the maintenance leader (lease, pruner), for one schema.
+ * The statements of the maintenance leader (lease, pruner, grouped queues), for one schema.
  * Values are `$n` parameters; the schema is quoted once.
  */
 export interface MaintenanceStatements {
@@ -16,6 +16,7 @@ export interface MaintenanceStatements {
   readonly createPartitionsAhead: string;
   readonly dropExpired: string;
   readonly pruneGroupBuckets: string;
+  readonly flagGroupedQueues: string;
 }
 
 /** Where finished rows wait: the jobs_finished_idx expression. */
@@ -120,5 +121,22 @@ export const maintenanceStatements = perSchema((schema: string): MaintenanceStat
         FOR UPDATE OF g SKIP LOCKED
       )
       DELETE FROM ${s}.job_groups g USING idle WHERE g.queue = idle.queue AND g.group_key = idle.group_key RETURNING 1`,
+
+    // Queues with grouped jobs pending that are not flagged grouped yet, flagged
+    // ($1: the workers' channel, told to re-read the queues table). A worker flags
+    // a queue when it claims one of its grouped jobs, which an older backlog
+    // without groups put off until it drained (outside review 115: small groups
+    // waited 6 s behind 8,000 jobs). The walk visits each queue of
+    // jobs_group_dequeue_idx once (an index descent per queue, whatever the
+    // backlog), most of them flagged already and skipped.
+    flagGroupedQueues: `WITH RECURSIVE found(queue) AS (
+        (SELECT j.queue FROM ${jobs} j WHERE j.status = 'pending' AND j.group_key IS NOT NULL ORDER BY j.queue LIMIT 1)
+        UNION ALL
+        SELECT (SELECT j.queue FROM ${jobs} j
+                WHERE j.status = 'pending' AND j.group_key IS NOT NULL AND j.queue > f.queue ORDER BY j.queue LIMIT 1)
+        FROM found f WHERE f.queue IS NOT NULL
+      )
+      SELECT f.queue, ${s}.mark_queue_grouped(f.queue, $1) AS flagged FROM found f
+      WHERE f.queue IS NOT NULL AND NOT EXISTS (SELECT FROM ${s}.queues q WHERE q.name = f.queue AND q.grouped)`,
   };
 });

@@ -233,7 +233,9 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // A handler asked to run again later: back to pending without spending the
     // attempt the claim took. Guarded like a result ($1 worker, $3 attempt). A row
     // another session holds is skipped: run_at NULL with mine = true says "try
-    // again"; mine = false says the job is no longer this worker's.
+    // again"; mine = false says the job is no longer this worker's. $6: for a
+    // hand-back, what its error history says (outside review 116: a job handed back
+    // for a held row left no trace of the run it lost), else NULL.
     snooze: `WITH target AS (
         SELECT id FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1
         FOR UPDATE SKIP LOCKED
@@ -241,7 +243,11 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
         UPDATE ${jobs} j
         SET status = 'pending', attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL, updated_at = now(),
             started_at = NULL, run_at = coalesce($4::timestamptz, now() + $5::float8 * interval '1 millisecond'),
-            key_scope = ${releaseKey('true')}
+            key_scope = ${releaseKey('true')},
+            last_error = coalesce($6::text, j.last_error),
+            errors = CASE WHEN $6::text IS NULL THEN j.errors
+              ELSE ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
+                'message', $6::text, 'refunded', true, 'started_at', j.started_at, 'worker', j.locked_by)) END
         FROM target WHERE j.id = target.id
         RETURNING j.run_at
       )
