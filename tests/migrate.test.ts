@@ -66,6 +66,49 @@ describe('migrate', () => {
     expect((await pool.query(claim)).rows.map((r) => r.task).sort()).toEqual(['early', 'fine', 'late']);
   });
 
+  it('migrates as a schema owner that is not a superuser, who sets the payload limit (outside review 118)', async () => {
+    // Postgres 15 let only a superuser pin sluice.max_payload_bytes on a function: 0011 failed.
+    const schema = fresh('owner');
+    const role = `t_mig_owner_${randomBytes(3).toString('hex')}`;
+    const database = new URL(url).pathname.slice(1);
+    await pool.query(`CREATE ROLE ${role} LOGIN PASSWORD 'owner'`);
+    await pool.query(`GRANT CREATE ON DATABASE "${database}" TO ${role}`);
+    const asOwner = new URL(url);
+    asOwner.username = role;
+    asOwner.password = 'owner';
+    const owner = new pg.Pool({ connectionString: asOwner.toString(), max: 1 });
+    try {
+      await migrate({ connectionString: asOwner.toString(), schema });
+      const limit = async () =>
+        (await pool.query(`SELECT pg_get_functiondef('"${schema}".check_payload_limit()'::regprocedure) AS def`)).rows[0]
+          .def as string;
+      expect(await limit()).toMatch(/_limit CONSTANT bigint := 1048576;/);
+      expect((await owner.query(`SELECT "${schema}".set_max_payload_bytes(4194304) AS n`)).rows[0].n).toBe('4194304');
+      expect(await limit()).toMatch(/_limit CONSTANT bigint := 4194304;/);
+      await expect(owner.query(`SELECT "${schema}".set_max_payload_bytes(100)`)).rejects.toMatchObject({ code: '22023' });
+    } finally {
+      await owner.end();
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.query(`REVOKE CREATE ON DATABASE "${database}" FROM ${role}`);
+      await pool.query(`DROP ROLE ${role}`);
+    }
+  });
+
+  it('0037 keeps a payload limit pinned on the function before it, and drops the pin', async () => {
+    const schema = fresh('pinned');
+    await migrate({ connectionString: url, schema });
+    // As before 0037: the limit pinned as a parameter (a superuser may), and 0037 not applied.
+    await pool.query(`DROP FUNCTION "${schema}".set_max_payload_bytes(bigint)`);
+    await pool.query(`ALTER FUNCTION "${schema}".check_payload_limit() SET sluice.max_payload_bytes = '2000000'`);
+    await pool.query(`DELETE FROM "${schema}".migrations WHERE version = 37`);
+    expect((await migrate({ connectionString: url, schema })).applied.map((m) => m.version)).toEqual([37]);
+    const { rows } = await pool.query(
+      `SELECT proconfig, pg_get_functiondef(oid) AS def FROM pg_proc WHERE oid = '"${schema}".check_payload_limit()'::regprocedure`,
+    );
+    expect(rows[0].def).toMatch(/_limit CONSTANT bigint := 2000000;/);
+    expect(rows[0].proconfig).toEqual(['search_path=pg_catalog, pg_temp']);
+  });
+
   it('is safe when many processes migrate the same schema at once', async () => {
     const schema = fresh('race');
     const results = await Promise.all(Array.from({ length: 6 }, () => migrate({ connectionString: url, schema })));

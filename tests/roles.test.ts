@@ -361,13 +361,13 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     expect(await snapshot()).toEqual(before);
 
     // The owner decides the limit, for roles that do not own the schema, and is not bound by it.
-    await db.pool.query(`ALTER FUNCTION ${db.s}.check_payload_limit() SET sluice.max_payload_bytes = '4194304'`);
+    await db.pool.query(`SELECT ${db.s}.set_max_payload_bytes(4194304)`);
     try {
       const id = await queue.enqueue('t', BIG);
       const { rows } = await db.pool.query(`SELECT length(payload->>'blob') AS n FROM ${db.s}.jobs WHERE id = $1`, [id]);
       expect(rows[0].n).toBe(BIG.blob.length);
     } finally {
-      await db.pool.query(`ALTER FUNCTION ${db.s}.check_payload_limit() SET sluice.max_payload_bytes = '1048576'`);
+      await db.pool.query(`SELECT ${db.s}.set_max_payload_bytes(1048576)`);
     }
     await expect(
       new Queue({ pool: db.pool, schema: db.schema, maxPayloadBytes: 4 * 1024 * 1024 }).enqueue('t', BIG),

@@ -87,25 +87,23 @@ CREATE TRIGGER jobs_guard_update BEFORE UPDATE ON :SCHEMA.jobs FOR EACH ROW
 -- the client, where a role that sends its own SQL skips it; this is the same
 -- default, 1 MiB, measured as Postgres holds the value (pg_column_size of the
 -- jsonb, which for a value the statement computed is its uncompressed size).
--- The owner changes it with
---   ALTER FUNCTION <schema>.check_payload_limit() SET sluice.max_payload_bytes = '4194304';
--- (at least 8192: the trigger only looks at payloads over 8 kB). The setting is
--- pinned on the function, so a session cannot SET it for itself; keep it pinned
--- (RESET would leave the limit to whatever a session SETs).
+-- This migration pinned the limit on the function as a parameter
+-- (SET sluice.max_payload_bytes = '1048576'), which Postgres 15 refuses to a schema
+-- owner that is not a superuser: it is a constant now, which 0037 rewrites into
+-- the function's body (set_max_payload_bytes(), keeping a limit pinned before).
 CREATE FUNCTION :SCHEMA.check_payload_limit() RETURNS trigger
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
-SET sluice.max_payload_bytes = '1048576'
 AS $$
 DECLARE
-  _limit bigint := greatest(current_setting('sluice.max_payload_bytes')::bigint, 8192);
+  _limit CONSTANT bigint := 1048576;
   _size integer := pg_column_size(NEW.payload);
 BEGIN
   IF _size > _limit AND NOT pg_has_role(session_user, (SELECT relowner FROM pg_class WHERE oid = TG_RELID), 'MEMBER') THEN
     RAISE EXCEPTION 'sluice: a payload of % bytes is over the limit of % bytes for roles that do not own %',
       _size, _limit, TG_RELID::regclass
       USING ERRCODE = 'program_limit_exceeded',
-            HINT = 'The owner can raise it: ALTER FUNCTION ... check_payload_limit() SET sluice.max_payload_bytes = ''<bytes>''.';
+            HINT = 'The owner can raise it: SELECT <schema>.set_max_payload_bytes(<bytes>) (migration 0037).';
   END IF;
   RETURN NEW;
 END;

@@ -25,6 +25,8 @@ export interface DispatcherConfig {
   maxResultBytes: number;
   /** After a lost lock, how long a handler that ignores its signal keeps new attempts of its job off this worker. */
   visibilityTimeoutMs: number;
+  /** How old a lock may get unrenewed before its run is aborted (see claimed()). */
+  lockRenewalTimeoutMs: number;
 }
 
 /** What the dispatcher needs from the rest of the worker. */
@@ -66,7 +68,16 @@ export class Dispatcher {
   ) {}
 
   /** Claimed jobs: they start at once where slots are free, the rest wait. */
-  claimed(jobs: readonly JobRow[]): void {
+  /**
+   * Jobs a claim returned, `roundTripMs` after it was sent. A reply that came more
+   * than half the lock's renewal timeout late (a network that stalled, then
+   * delivered): a renewal as slow would come too late, and the heartbeat's watcher
+   * would abort the jobs soon after they started, their attempts spent (outside
+   * review 118: jobs of one attempt, pending all through a blackhole, failed
+   * 0.5-1 s after starting). They go back unstarted, their attempts not spent.
+   */
+  claimed(jobs: readonly JobRow[], roundTripMs = 0): void {
+    const late = roundTripMs > this.config.lockRenewalTimeoutMs / 2;
     // Claimed again here: their hand-back committed, whatever its reply says. Told
     // now, before they start, not when that reply comes (review 50: after).
     const back = new Map<HandBackReason, JobRow[]>();
@@ -90,7 +101,7 @@ export class Dispatcher {
     // worker heard of it and handed back what it held there: those jobs go back too.
     const stale = new Map<HandBackReason, Set<string>>();
     for (const job of jobs) {
-      const reason = this.signals.stale?.(job);
+      const reason = late ? 'late-claim' : this.signals.stale?.(job);
       if (!reason) continue;
       const ids = stale.get(reason) ?? new Set<string>();
       stale.set(reason, ids.add(job.id));

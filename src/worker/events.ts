@@ -30,7 +30,8 @@ export interface WorkerEvents {
    * Jobs claimed ahead went back to pending, their attempt not spent, for any
    * worker to take: they waited too long for a slot ('overdue'), their queue
    * turned out grouped ('grouped'), it was paused or given a limit since they
-   * were claimed ('queue-changed'), or the worker is stopping ('stopping'). Or
+   * were claimed ('queue-changed'), the claim's reply came so late that their
+   * locks could not be renewed in time ('late-claim'), or the worker is stopping ('stopping'). Or
    * running jobs aborted because another session held their rows past the lock's
    * renewal timeout ('row-held'), or because Postgres restarted under them ('restart').
    */
@@ -65,7 +66,7 @@ export interface WorkerEvents {
 export type WorkerEmitter = EventEmitter<WorkerEvents>;
 
 /** Why jobs claimed ahead were handed back (see 'jobs:handed-back'). */
-export type HandBackReason = 'overdue' | 'grouped' | 'queue-changed' | 'stopping' | 'row-held' | 'restart';
+export type HandBackReason = 'overdue' | 'grouped' | 'queue-changed' | 'late-claim' | 'stopping' | 'row-held' | 'restart';
 
 /** Emits one worker event; the roles get this instead of the whole Worker. */
 export type Emit = <K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]) => void;

@@ -126,7 +126,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
         heartbeat.claimed(ids, performance.now() - roundTripMs);
         completer.claimed(ids);
         slots.recordRoundTrip(roundTripMs);
-        dispatcher.claimed(jobs);
+        dispatcher.claimed(jobs, roundTripMs);
         groupedQueues.claimed(jobs);
       },
     },
@@ -154,7 +154,12 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     slots,
     completer,
     progress,
-    { tasks, maxResultBytes: config.maxResultBytes, visibilityTimeoutMs: config.visibilityTimeoutMs },
+    {
+      tasks,
+      maxResultBytes: config.maxResultBytes,
+      visibilityTimeoutMs: config.visibilityTimeoutMs,
+      lockRenewalTimeoutMs: config.lockRenewalTimeoutMs,
+    },
     {
       emit: owner.emit,
       accepting: owner.accepting,

@@ -213,6 +213,42 @@ describe('runtime: locks', () => {
     expect(a.heartbeat.rowHeld()).toEqual([]);
   });
 
+  // Outside review 118: a claim sent into a stalled network, answered when it healed,
+  // started jobs whose locks the worker dated from the send, and the watcher aborted
+  // them at once, spending the attempts of jobs that had been pending all along.
+  describe('a claim whose reply comes late', () => {
+    // Polling finds the jobs handed back (the memory store sends no wake-ups).
+    const options = { heartbeatIntervalMs: 1_000, lockRenewalTimeoutMs: 3_000, pollIntervalMs: 100 };
+
+    async function claimAnsweredAfter(ms: number) {
+      const ids = [db.add('t', { max_attempts: 1 }), db.add('t', { max_attempts: 1 })];
+      const tracker = new Tracker();
+      const open = db.holdNext('cycle', 'reply');
+      const a = await start('A', { ...options, tasks: { t: tracker.handler(() => 10) } });
+      await vi.advanceTimersByTimeAsync(ms);
+      open();
+      await vi.advanceTimersByTimeAsync(5_000);
+      return { ids, a, tracker };
+    }
+
+    it('hands its jobs back unstarted, attempts not spent, when it took more than half the renewal timeout; they run once', async () => {
+      const { ids, a, tracker } = await claimAnsweredAfter(2_000);
+      expect(a.events.filter((e) => e.event === 'jobs:handed-back').map((e) => e.args[1])).toEqual([{ reason: 'late-claim' }]);
+      expect(a.ids('jobs:handed-back').sort()).toEqual([...ids].sort());
+      for (const id of ids) expect(db.job(id)).toMatchObject({ status: 'completed', attempts: 1 });
+      expect(ids.map((id) => tracker.runs.get(id))).toEqual([1, 1]);
+      expect(tracker.attempts.get(ids[0]!)).toEqual([1]);
+      expect(a.ids('job:fail')).toEqual([]);
+    });
+
+    it('starts them as usual when it took less', async () => {
+      const { ids, a, tracker } = await claimAnsweredAfter(1_000);
+      expect(a.ids('jobs:handed-back')).toEqual([]);
+      for (const id of ids) expect(db.job(id)).toMatchObject({ status: 'completed', attempts: 1 });
+      expect(ids.map((id) => tracker.runs.get(id))).toEqual([1, 1]);
+    });
+  });
+
   // Outside review 110: an outage longer than the renewal timeout spent the running
   // job's attempt, though the outage was Postgres restarting, not the job.
   describe('a job aborted while the database was unreachable', () => {

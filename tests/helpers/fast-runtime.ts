@@ -115,7 +115,7 @@ export class FastWorker {
             performance.now() - roundTripMs,
           );
           slots.recordRoundTrip(roundTripMs);
-          dispatcher.claimed(jobs);
+          dispatcher.claimed(jobs, roundTripMs);
         },
       },
       completer,
@@ -139,7 +139,7 @@ export class FastWorker {
       slots,
       completer,
       progress,
-      { tasks, maxResultBytes: 1024 * 1024, visibilityTimeoutMs: 30_000 },
+      { tasks, maxResultBytes: 1024 * 1024, visibilityTimeoutMs: 30_000, lockRenewalTimeoutMs: renewalTimeoutMs },
       {
         emit,
         accepting: () => this.state === 'running',
