@@ -253,7 +253,8 @@ export function isConnectionFailure(err: unknown): boolean {
   if (!(err instanceof Error)) return false;
   const code = (err as { code?: unknown }).code;
   if (typeof code === 'string' && (CONNECTION_STATES.test(code) || CONNECTION_CODES.has(code))) return true;
-  return /Connection terminated|connection timeout|timeout exceeded when trying to connect|timeout expired|Client has encountered a connection error|not queryable/i.test(
+  // "Query read timeout": pg's query_timeout, on a pool of yours passed as tx: no reply in time, as from a silent network (outside review 118).
+  return /Connection terminated|connection timeout|timeout exceeded when trying to connect|timeout expired|Client has encountered a connection error|not queryable|Query read timeout/i.test(
     err.message,
   );
 }

@@ -157,6 +157,34 @@ describe('a login the server turns away for now', () => {
   });
 });
 
+describe("an enqueue in the caller's transaction that gets no reply in time", () => {
+  it("is a ConnectionError when the caller's pool gives up on it (pg's query_timeout; outside review 118)", async () => {
+    const pool = new pg.Pool({ connectionString: db.url, query_timeout: 300 });
+    const blocker = await db.pool.connect();
+    const tx = await pool.connect();
+    const queue = new Queue({ schema: db.schema });
+    try {
+      // The insert waits for this lock: no reply, as on a network gone silent.
+      await blocker.query('BEGIN');
+      await blocker.query(`LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      await tx.query('BEGIN');
+      const error: unknown = await queue.enqueue('no_reply', {}, { tx }).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(error).toBeInstanceOf(ConnectionError);
+      expect((error as Error).message).toMatch(/Query read timeout/);
+    } finally {
+      await blocker.query('ROLLBACK');
+      blocker.release();
+      // pg leaves a client that timed out in use; it is not given back to the pool.
+      tx.release(true);
+      await pool.end();
+      await queue.close();
+    }
+  });
+});
+
 describe('a connection string that is not a URL', () => {
   it('takes the socket forms pg takes', () => {
     for (const url of ['postgresql://postgres@/db?host=/tmp&port=5', 'postgresql:///db?host=/tmp', 'socket:/tmp?db=x']) {

@@ -222,6 +222,8 @@ describe('connection helpers', () => {
     expect(isConnectionFailure(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }))).toBe(true);
     expect(isConnectionFailure(Object.assign(new Error('x'), { code: '57P01' }))).toBe(true);
     expect(isConnectionFailure(Object.assign(new Error('x'), { code: '23505' }))).toBe(false);
+    // pg's query_timeout on a pool of the caller's: no reply, as from a silent network (outside review 118).
+    expect(isConnectionFailure(new Error('Query read timeout'))).toBe(true);
   });
   it('tells a server that is down from one connection lost', () => {
     const coded = (code: string) => Object.assign(new Error('x'), { code });
