@@ -25,8 +25,8 @@ export interface DispatcherConfig {
   maxResultBytes: number;
   /** After a lost lock, how long a handler that ignores its signal keeps new attempts of its job off this worker. */
   visibilityTimeoutMs: number;
-  /** How old a lock may get unrenewed before its run is aborted (see claimed()). */
-  lockRenewalTimeoutMs: number;
+  /** A claim answered later than this after it was sent starts none of its jobs (see claimed(), lateClaimMs()). */
+  lateClaimMs: number;
 }
 
 /** What the dispatcher needs from the rest of the worker. */
@@ -69,15 +69,15 @@ export class Dispatcher {
 
   /** Claimed jobs: they start at once where slots are free, the rest wait. */
   /**
-   * Jobs a claim returned, `roundTripMs` after it was sent. A reply that came more
-   * than half the lock's renewal timeout late (a network that stalled, then
-   * delivered): a renewal as slow would come too late, and the heartbeat's watcher
-   * would abort the jobs soon after they started, their attempts spent (outside
-   * review 118: jobs of one attempt, pending all through a blackhole, failed
-   * 0.5-1 s after starting). They go back unstarted, their attempts not spent.
+   * Jobs a claim returned, `roundTripMs` after it was sent. A reply that came too
+   * late for their locks to be renewed in time (a network that stalled, then
+   * delivered: lateClaimMs()) would see the jobs aborted soon after they started,
+   * their attempts spent (outside review 118: jobs of one attempt, pending all
+   * through a blackhole, failed 0.5-1 s after starting). They go back unstarted,
+   * their attempts not spent.
    */
   claimed(jobs: readonly JobRow[], roundTripMs = 0): void {
-    const late = roundTripMs > this.config.lockRenewalTimeoutMs / 2;
+    const late = roundTripMs > this.config.lateClaimMs;
     // Claimed again here: their hand-back committed, whatever its reply says. Told
     // now, before they start, not when that reply comes (review 50: after).
     const back = new Map<HandBackReason, JobRow[]>();

@@ -167,3 +167,14 @@ export class Heartbeat {
     if (expired.length > 0) this.signals.unrenewed(expired, rowHeld);
   }
 }
+
+/**
+ * How late a claim's reply may come for its jobs to start: their locks date from
+ * the claim's send, and the next beat may come a heartbeat interval later, so a
+ * reply later than the renewal timeout less that interval would see them aborted
+ * (and their attempts spent) before any renewal could land. Never under half the
+ * renewal timeout, where an interval close to the timeout would hand back every claim.
+ */
+export function lateClaimMs(config: HeartbeatConfig): number {
+  return Math.max(config.renewalTimeoutMs - config.intervalMs, config.renewalTimeoutMs / 2);
+}

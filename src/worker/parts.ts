@@ -12,7 +12,7 @@ import { Dispatcher } from './dispatcher.js';
 import type { Emit, WorkerEmitter } from './events.js';
 import { FetchLoop } from './fetch-loop.js';
 import { GroupedQueues } from './grouped-queues.js';
-import { Heartbeat } from './heartbeat.js';
+import { Heartbeat, lateClaimMs } from './heartbeat.js';
 import { instrumentWorker, type Instrumentation } from './instrumentation.js';
 import { composeHandlers, payloadSchemas, tracing } from './middleware.js';
 import type { ResolvedWorkerConfig, WorkerOptions } from './options.js';
@@ -84,6 +84,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   // heartbeated too, or they would be rescued and run again once the outage
   // outlasts the visibility timeout.
   const held = (): string[] => [...slots.heldIds(), ...completer.ids()];
+  const locks = { intervalMs: config.heartbeatIntervalMs, renewalTimeoutMs: config.lockRenewalTimeoutMs };
   // Workers that listen hear of pause/limit changes at once; the timer is the
   // fallback for missed notifications, and the only source for those that poll.
   const queueState = new QueueState(
@@ -127,6 +128,8 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
         completer.claimed(ids);
         slots.recordRoundTrip(roundTripMs);
         dispatcher.claimed(jobs, roundTripMs);
+        // A slow claim: renew what it took now, not an interval from now.
+        if (roundTripMs > config.heartbeatIntervalMs) void heartbeat.beat();
         groupedQueues.claimed(jobs);
       },
     },
@@ -136,10 +139,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   );
   const heartbeat = new Heartbeat(
     store,
-    {
-      intervalMs: config.heartbeatIntervalMs,
-      renewalTimeoutMs: config.lockRenewalTimeoutMs,
-    },
+    locks,
     {
       held,
       renewable: (ids) => completer.renewable(ids),
@@ -158,7 +158,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       tasks,
       maxResultBytes: config.maxResultBytes,
       visibilityTimeoutMs: config.visibilityTimeoutMs,
-      lockRenewalTimeoutMs: config.lockRenewalTimeoutMs,
+      lateClaimMs: lateClaimMs(locks),
     },
     {
       emit: owner.emit,

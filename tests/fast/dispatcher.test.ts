@@ -38,7 +38,7 @@ function setup(
     slots,
     completer,
     new ProgressWriter(store, 1_000, () => {}),
-    { tasks: new Map([['t', task]]), maxResultBytes: 1_000, visibilityTimeoutMs: 30_000, lockRenewalTimeoutMs: 22_500 },
+    { tasks: new Map([['t', task]]), maxResultBytes: 1_000, visibilityTimeoutMs: 30_000, lateClaimMs: 17_500 },
     {
       emit: (event, ...args) => void events.push([event, ...args]),
       accepting: () => true,

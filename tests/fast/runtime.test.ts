@@ -231,8 +231,9 @@ describe('runtime: locks', () => {
       return { ids, a, tracker };
     }
 
-    it('hands its jobs back unstarted, attempts not spent, when it took more than half the renewal timeout; they run once', async () => {
-      const { ids, a, tracker } = await claimAnsweredAfter(2_000);
+    it('hands its jobs back unstarted, attempts not spent, when the next beat would come too late; they run once', async () => {
+      // Renewal timeout 3 s less the 1 s interval: a reply after 2 s is too late.
+      const { ids, a, tracker } = await claimAnsweredAfter(2_500);
       expect(a.events.filter((e) => e.event === 'jobs:handed-back').map((e) => e.args[1])).toEqual([{ reason: 'late-claim' }]);
       expect(a.ids('jobs:handed-back').sort()).toEqual([...ids].sort());
       for (const id of ids) expect(db.job(id)).toMatchObject({ status: 'completed', attempts: 1 });
@@ -241,8 +242,8 @@ describe('runtime: locks', () => {
       expect(a.ids('job:fail')).toEqual([]);
     });
 
-    it('starts them as usual when it took less', async () => {
-      const { ids, a, tracker } = await claimAnsweredAfter(1_000);
+    it('starts them as usual when it came sooner', async () => {
+      const { ids, a, tracker } = await claimAnsweredAfter(1_500);
       expect(a.ids('jobs:handed-back')).toEqual([]);
       for (const id of ids) expect(db.job(id)).toMatchObject({ status: 'completed', attempts: 1 });
       expect(ids.map((id) => tracker.runs.get(id))).toEqual([1, 1]);

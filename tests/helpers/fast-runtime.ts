@@ -12,7 +12,7 @@ import { Completer } from '../../src/worker/completer.js';
 import { Dispatcher } from '../../src/worker/dispatcher.js';
 import type { WorkerEvents } from '../../src/worker/events.js';
 import { FetchLoop } from '../../src/worker/fetch-loop.js';
-import { Heartbeat } from '../../src/worker/heartbeat.js';
+import { Heartbeat, lateClaimMs } from '../../src/worker/heartbeat.js';
 import type { ResolvedTask } from '../../src/worker/task-options.js';
 import { ProgressWriter } from '../../src/worker/progress.js';
 import { QueueState } from '../../src/worker/queue-state.js';
@@ -139,7 +139,12 @@ export class FastWorker {
       slots,
       completer,
       progress,
-      { tasks, maxResultBytes: 1024 * 1024, visibilityTimeoutMs: 30_000, lockRenewalTimeoutMs: renewalTimeoutMs },
+      {
+        tasks,
+        maxResultBytes: 1024 * 1024,
+        visibilityTimeoutMs: 30_000,
+        lateClaimMs: lateClaimMs({ intervalMs: options.heartbeatIntervalMs ?? 1_000, renewalTimeoutMs }),
+      },
       {
         emit,
         accepting: () => this.state === 'running',
