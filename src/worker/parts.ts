@@ -137,18 +137,14 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     () => queueState.claimPlan,
     errorIn('claim'),
   );
-  const heartbeat = new Heartbeat(
-    store,
-    locks,
-    {
-      held,
-      renewable: (ids) => completer.renewable(ids),
-      lost: (ids) => dispatcher.lockLost(ids),
-      unrenewed: (ids, rowHeld) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld),
-      rowHeldChanged: () => registry.refresh(),
-      error: errorIn('heartbeat'),
-    },
-  );
+  const heartbeat = new Heartbeat(store, locks, {
+    held,
+    renewable: (ids) => completer.renewable(ids),
+    lost: (ids) => dispatcher.lockLost(ids),
+    unrenewed: (ids, rowHeld) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld),
+    rowHeldChanged: () => registry.refresh(),
+    error: errorIn('heartbeat'),
+  });
   const progress = new ProgressWriter(store, config.progressIntervalMs, errorIn('progress'));
   const dispatcher = new Dispatcher(
     slots,
