@@ -106,6 +106,43 @@ describe('a silent pool connection', () => {
   });
 });
 
+describe('a claim sent into a stalled network and answered when it carries again', () => {
+  it('starts none of the jobs it took too late to renew: they go back unspent and run once (outside review 118)', async () => {
+    const handedBack: { ids: string[]; reason: string }[] = [];
+    const failed: string[] = [];
+    const runs = new Map<string, number>();
+    await t.start(
+      {
+        // The claim through the proxy; the wake-up straight from Postgres, so the
+        // claim goes out into the stall, after the jobs were committed.
+        connectionString: proxy.url,
+        listenConnectionString: t.db.url,
+        pollIntervalMs: NO_POLL,
+        maintenance: false,
+        // Renewal timeout 3 s, beats every 0.5 s: a claim answered after 2.5 s is late.
+        visibilityTimeoutMs: 4_000,
+        heartbeatIntervalMs: 500,
+        tasks: { job: (_p: unknown, { job }) => void runs.set(job.id, (runs.get(job.id) ?? 0) + 1) },
+      },
+      (w) => {
+        w.on('jobs:handed-back', (jobs, { reason }) => handedBack.push({ ids: jobs.map((j) => j.id), reason }));
+        w.on('job:fail', (job) => failed.push(job.id));
+      },
+    );
+    proxy.cut();
+    const ids = await t.queue.enqueueMany(Array.from({ length: 3 }, () => ({ task: 'job', maxAttempts: 1 })));
+    await new Promise((r) => setTimeout(r, 4_000));
+    proxy.restore();
+    await waitFor(async () => (await statusCounts(t.db)).completed === 3, 'every job to complete', 20_000);
+    expect(failed).toEqual([]);
+    expect(ids.map((id) => runs.get(id))).toEqual([1, 1, 1]);
+    const late = handedBack.filter((h) => h.reason === 'late-claim').flatMap((h) => h.ids);
+    expect(late.sort()).toEqual([...ids].sort());
+    const { rows } = await t.db.pool.query(`SELECT attempts FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+    expect(rows.map((r) => r.attempts)).toEqual([1, 1, 1]);
+  });
+});
+
 describe("a Queue's enqueue on a silent network", () => {
   it('rejects with a ConnectionError after statementTimeoutMs, writes nothing late, and close() settles', async () => {
     // Review 64: the enqueue never settled, and close() and the process hung with it.

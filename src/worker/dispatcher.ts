@@ -67,9 +67,9 @@ export class Dispatcher {
     private readonly signals: DispatcherSignals,
   ) {}
 
-  /** Claimed jobs: they start at once where slots are free, the rest wait. */
   /**
-   * Jobs a claim returned, `roundTripMs` after it was sent. A reply that came too
+   * Claimed jobs: they start at once where slots are free, the rest wait. The
+   * claim's reply came `roundTripMs` after it was sent; one that came too
    * late for their locks to be renewed in time (a network that stalled, then
    * delivered: lateClaimMs()) would see the jobs aborted soon after they started,
    * their attempts spent (outside review 118: jobs of one attempt, pending all
@@ -159,8 +159,9 @@ export class Dispatcher {
   /** The heartbeat found these taken away: their runs' results must not count. */
   lockLost(ids: readonly string[]): void {
     for (const id of ids) {
-      // A hand-back whose outcome was unknown went through (or the rescuer took it): nothing to retry.
-      if (this.slots.dropReleasing(id)) continue;
+      // A hand-back went through (the beat raced it, or its outcome was unknown), or the
+      // rescuer took the job: nothing to retry; told if the hand-back lands.
+      if (this.slots.expireReleasing(id)) continue;
       const waiting = this.slots.dropWaiting(id);
       if (waiting) {
         this.signals.emit('job:lock-lost', waiting);
@@ -190,7 +191,7 @@ export class Dispatcher {
     for (const id of ids) {
       const job = this.slots.dropWaiting(id);
       if (job) waiting.push(job);
-      this.slots.dropReleasing(id);
+      this.slots.expireReleasing(id);
       const run = this.slots.runOf(id);
       if (!run) continue;
       if (rowHeld.has(id)) {
@@ -314,12 +315,15 @@ export class Dispatcher {
     }
     this.unsureRetry.reset();
     const back = jobs.filter((j) => !left.has(j));
-    // Those claimed again meanwhile (or given up) are no longer being handed back: reported then.
-    const untold = this.slots.stillReleasing(back);
+    // Those claimed again meanwhile are no longer being handed back: reported then.
+    const untold = this.slots.untold(back);
     if (untold.length > 0) this.signals.emit('jobs:handed-back', untold, { reason });
-    // Rows another session held locked were not touched: still ours, waiting again.
-    this.slots.handedBack(back, [...left]);
-    if (left.size > 0 && this.signals.accepting()) this.startWaiting();
+    // Rows another session held locked were not touched: still ours, waiting again;
+    // but not a late claim's, whose locks may be too old to run on: tried again.
+    const lateClaim = reason === 'late-claim' && left.size > 0;
+    this.slots.handedBack(back, lateClaim ? [] : [...left]);
+    if (lateClaim) this.retryHandBack([...left], reason);
+    else if (left.size > 0 && this.signals.accepting()) this.startWaiting();
   }
 
   private retryHandBack(jobs: JobRow[], reason: HandBackReason): void {
@@ -332,6 +336,7 @@ export class Dispatcher {
     if (!this.signals.accepting()) return;
     for (const batch of this.unsure.splice(0)) {
       const still = this.slots.stillReleasing(batch.jobs);
+      this.slots.forgetExpired(batch.jobs.filter((job) => !still.includes(job)));
       if (still.length > 0) void this.handBack(still, batch.reason);
     }
   }
@@ -339,6 +344,8 @@ export class Dispatcher {
   /** Stop: the jobs of hand-backs still to be tried again, for the stop's own hand-back. */
   takeUnsureHandBacks(): JobRow[] {
     this.unsureTimer.clear();
-    return this.slots.takeReleasing(this.unsure.splice(0).flatMap((batch) => batch.jobs));
+    const jobs = this.unsure.splice(0).flatMap((batch) => batch.jobs);
+    this.slots.forgetExpired(jobs);
+    return this.slots.takeReleasing(jobs);
   }
 }

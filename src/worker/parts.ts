@@ -128,8 +128,8 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
         completer.claimed(ids);
         slots.recordRoundTrip(roundTripMs);
         dispatcher.claimed(jobs, roundTripMs);
-        // A slow claim: renew what it took now, not an interval from now.
-        if (roundTripMs > config.heartbeatIntervalMs) void heartbeat.beat();
+        // A slow claim: renew what it took now, not an interval from now (a late one's go back).
+        if (roundTripMs > config.heartbeatIntervalMs && roundTripMs <= lateClaimMs(locks)) void heartbeat.beat();
         groupedQueues.claimed(jobs);
       },
     },

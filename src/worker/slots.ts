@@ -53,6 +53,12 @@ export class Slots {
   private readonly waiting = new Map<string, Waiting>();
   /** Handed back, the release statement in flight: still this worker's (heartbeated) until it commits. */
   private readonly releasing = new Map<string, Releasing>();
+  /**
+   * Handed back, the release in flight, but the lock expired meanwhile
+   * (expireReleasing): no longer held, never to wait again, yet told as handed
+   * back if the release lands (a late claim's jobs: their locks date from its send).
+   */
+  private readonly expired = new Map<string, Releasing>();
   /** Per task: moving average of the run time (ms). */
   private readonly runMs = new Map<string, number>();
   /** Moving average of a cycle's round trip (ms), as the fetch loop measured it. */
@@ -173,9 +179,10 @@ export class Slots {
   takeReclaimed(jobs: readonly JobRow[]): Releasing[] {
     const reclaimed: Releasing[] = [];
     for (const job of jobs) {
-      const r = this.releasing.get(job.id);
+      const r = this.releasing.get(job.id) ?? this.expired.get(job.id);
       if (!r) continue;
       this.releasing.delete(job.id);
+      this.expired.delete(job.id);
       reclaimed.push(r);
     }
     return reclaimed;
@@ -274,10 +281,11 @@ export class Slots {
 
   /**
    * The hand-back of `released` committed; `kept` are still ours and wait again,
-   * unless their lock expired meanwhile (dropReleasing): those are given up.
+   * unless their lock expired meanwhile (expireReleasing): those are given up.
    */
   handedBack(released: readonly JobRow[], kept: readonly JobRow[]): void {
     for (const job of released) this.releasing.delete(job.id);
+    this.forgetExpired([...released, ...kept]);
     this.hold(kept.filter((job) => this.releasing.delete(job.id)));
   }
 
@@ -286,16 +294,32 @@ export class Slots {
     return jobs.filter((job) => this.releasing.has(job.id));
   }
 
+  /** Those of `released` (their hand-back landed) not told yet: not claimed again meanwhile, nor taken away. */
+  untold(released: readonly JobRow[]): JobRow[] {
+    return released.filter((job) => this.releasing.has(job.id) || this.expired.has(job.id));
+  }
+
+  /**
+   * A job being handed back whose lock expired or went (the hand-back itself may
+   * have landed first): not to wait again nor to be tried again, but told if its
+   * hand-back lands. False when it was not being handed back.
+   */
+  expireReleasing(id: string): boolean {
+    const r = this.releasing.get(id);
+    if (!r) return false;
+    this.releasing.delete(id);
+    this.expired.set(id, r);
+    return true;
+  }
+
+  /** Hand-backs that will not be told (they landed, or are no longer tried). */
+  forgetExpired(jobs: readonly JobRow[]): void {
+    if (this.expired.size > 0) for (const job of jobs) this.expired.delete(job.id);
+  }
+
   /** Those of `jobs` still being handed back, taken out (stop hands them back itself). */
   takeReleasing(jobs: readonly JobRow[]): JobRow[] {
     return jobs.filter((job) => this.releasing.delete(job.id));
-  }
-
-  /** A job being handed back whose lock expired: it must not wait again if the hand-back fails. */
-  dropReleasing(id: string): JobRow | undefined {
-    const r = this.releasing.get(id);
-    this.releasing.delete(id);
-    return r?.job;
   }
 
   /** When the oldest waiting job was claimed, or undefined when none waits. */
