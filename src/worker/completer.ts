@@ -8,7 +8,7 @@ import { failureOf, isFailure, localStart, type Completion, type Failure, type R
 import type { AppliedResults, ResultBatch, ResultSource } from './result-source.js';
 import type { Outcome, Run } from './run.js';
 import { RefusedResults } from './refused-results.js';
-import { refusedRefund, releaseJobs } from './single-writes.js';
+import { refusedRefund, releaseJobs, type Released } from './single-writes.js';
 import { Snoozes } from './snoozes.js';
 
 export interface CompleterConfig {
@@ -334,7 +334,7 @@ export class Completer implements ResultSource {
    * not released (still this worker's: the rescuer returns them later). Throws when
    * the database cannot be reached.
    */
-  release(jobs: readonly JobRow[], deadline = Date.now()): Promise<JobRow[]> {
+  release(jobs: readonly JobRow[], deadline = Date.now()): Promise<Released> {
     return releaseJobs(this.store, jobs, deadline);
   }
 

@@ -300,8 +300,11 @@ export class Dispatcher {
 
   private async handBack(jobs: JobRow[], reason: HandBackReason): Promise<void> {
     let left: Set<JobRow>;
+    let released: JobRow[];
     try {
-      left = new Set(await this.completer.release(jobs));
+      const result = await this.completer.release(jobs);
+      left = new Set(result.left);
+      released = result.released;
     } catch (err) {
       this.signals.error(err);
       // A statement that failed may have committed all the same (its reply lost
@@ -314,9 +317,10 @@ export class Dispatcher {
       return;
     }
     this.unsureRetry.reset();
+    // Given back, or no longer this worker's (rescued meanwhile: not told).
     const back = jobs.filter((j) => !left.has(j));
     // Those claimed again meanwhile are no longer being handed back: reported then.
-    const untold = this.slots.untold(back);
+    const untold = this.slots.untold(released);
     if (untold.length > 0) this.signals.emit('jobs:handed-back', untold, { reason });
     // Rows another session held locked were not touched: still ours, waiting again;
     // but not a late claim's, whose locks may be too old to run on: tried again.

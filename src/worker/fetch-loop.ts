@@ -25,6 +25,8 @@ export interface FetchLoopConfig {
   completionFlushMs: number;
   pollIntervalMs: number;
   wakeCooldownMs: number;
+  /** Paces the orphan sweep's follow-ups (see OrphanSweep), well within a visibility timeout. */
+  heartbeatIntervalMs: number;
 }
 
 /**
@@ -76,7 +78,10 @@ export class FetchLoop {
     private readonly plan: () => ClaimPlan,
     private readonly onError: (err: unknown) => void,
   ) {
-    this.orphans = new OrphanSweep(store, target, this.stats);
+    this.orphans = new OrphanSweep(store, target, this.stats, () => this.kick(), [
+      config.heartbeatIntervalMs,
+      2 * config.heartbeatIntervalMs,
+    ]);
     // The fallback for missed notifications, and the only wake of workers that do not listen.
     this.poll = new Loop({ pass: () => this.wakeUnbatched(), intervalMs: config.pollIntervalMs, jitter: [0.75, 1.25] });
     this.limited = new LimitedClaims(
@@ -86,7 +91,7 @@ export class FetchLoop {
       () => ({ jobs: this.inFlight.requested, starts: this.inFlight.startsRequested }),
       (at) => this.wakeAt(at),
       onError,
-      () => (this.orphans.due = true),
+      () => this.orphans.uncertain(),
     );
     this.cooldown = new WakeCooldown(
       config.wakeCooldownMs,
@@ -141,6 +146,7 @@ export class FetchLoop {
     this.stopping = true;
     void this.poll.stop();
     this.due.clear();
+    this.orphans.stop();
     this.cooldown.stop();
     await this.inFlight.settled();
   }
@@ -355,7 +361,7 @@ export class FetchLoop {
     } catch (err) {
       const refused = isDataRejection(err) && batch.completed.length + batch.failed.length > 0;
       // A claim refused by Postgres claimed nothing; any other failure may have committed.
-      if (plainLimit > 0 && plan.plain.length > 0 && !isDataRejection(err)) this.orphans.due = true;
+      if (plainLimit > 0 && plan.plain.length > 0 && !isDataRejection(err)) this.orphans.uncertain();
       const news = refused ? this.results.rejected(batch, err) : (this.results.restore(batch), true);
       // The claim may have committed with its reply lost: sweep() gives its jobs back.
       this.mayHaveWork = true;

@@ -1,4 +1,5 @@
 import type { WorkerStore } from '../db/store.js';
+import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
 import type { ClaimTarget } from './claim-target.js';
 import type { CycleStats } from './cycle-stats.js';
 
@@ -17,12 +18,35 @@ export class OrphanSweep {
    */
   due = false;
   running = false;
+  /** The follow-ups still to come after the next sweep (ms after each). */
+  private followUps: number[] = [];
+  private readonly followUp = new OneShotTimer(() => {
+    this.due = true;
+    this.wake();
+  });
 
   constructor(
     private readonly store: WorkerStore,
     private readonly target: ClaimTarget,
     private readonly stats: CycleStats,
+    /** The sweep is due: the fetch loop sends it once no claim is out. */
+    private readonly wake: () => void = () => {},
+    /**
+     * After the first sweep, it runs again after each of these (ms). A claim that
+     * failed for no answer (a stalled network) can still reach Postgres and commit
+     * when the network carries again, after the first sweep: outside review 119
+     * saw the sweep run 1 ms before such a claim committed, and the rescuer then
+     * failed its jobs, which never ran, a visibility timeout later.
+     */
+    private readonly followUpsMs: readonly number[] = [],
   ) {}
+
+  /** A claim's outcome is unknown: sweep now, and again after each follow-up. */
+  uncertain(): void {
+    this.due = true;
+    this.followUps = [...this.followUpsMs];
+    this.followUp.clear();
+  }
 
   /** How many rows went back to pending; rejects when the statement failed (the sweep stays due). */
   async run(): Promise<number> {
@@ -31,9 +55,17 @@ export class OrphanSweep {
       const ids = await this.store.releaseOrphans(this.target.heldIds());
       this.due = false;
       this.stats.orphansReleased += ids.length;
+      const next = this.followUps.shift();
+      if (next !== undefined) this.followUp.arm(next);
       return ids.length;
     } finally {
       this.running = false;
     }
+  }
+
+  /** No follow-up after this (the worker is stopping). */
+  stop(): void {
+    this.followUps = [];
+    this.followUp.clear();
   }
 }

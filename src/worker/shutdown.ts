@@ -180,11 +180,10 @@ async function releaseAfterCut(
 async function handBack(parts: Parts, worker: Stopping, jobs: readonly JobRow[], deadline: number): Promise<string[]> {
   if (jobs.length === 0) return [];
   try {
-    const left = new Set(await parts.completer.release(jobs, deadline));
-    const back = jobs.filter((job) => !left.has(job));
-    if (back.length > 0) worker.emit('jobs:handed-back', back, { reason: 'stopping' });
-    if (left.size > 0) {
-      const ids = [...left].map((job) => job.id);
+    const { released, left } = await parts.completer.release(jobs, deadline);
+    if (released.length > 0) worker.emit('jobs:handed-back', released, { reason: 'stopping' });
+    if (left.length > 0) {
+      const ids = left.map((job) => job.id);
       worker.reportError(
         new WorkerStoppingError(
           `could not hand back job(s) ${ids.join(', ')} on stop: another session holds their rows locked; ` + ROW_HELD_LEFT,

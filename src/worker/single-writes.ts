@@ -11,17 +11,27 @@ import type { Emit, HandBackReason } from './events.js';
 /** A write skipped because another session held the row is tried again after this long. */
 export const SKIPPED_RETRY_MS = 250;
 
+/** What a release did: the jobs it gave back, and those still this worker's (rows another session held). */
+export interface Released {
+  released: JobRow[];
+  left: JobRow[];
+}
+
 /**
  * Back to pending now without spending the attempt the claim took (see
  * Completer.release). Rows another session holds are tried again until
- * `deadline`; returns the jobs not released. Throws when the database cannot be reached.
+ * `deadline`. Jobs in neither list were no longer this worker's (rescued, say:
+ * outside review 119 saw them told as handed back). Throws when the database
+ * cannot be reached.
  */
-export async function releaseJobs(store: WorkerStore, jobs: readonly JobRow[], deadline: number): Promise<JobRow[]> {
+export async function releaseJobs(store: WorkerStore, jobs: readonly JobRow[], deadline: number): Promise<Released> {
   let left = [...jobs];
+  const released: JobRow[] = [];
   for (;;) {
-    const { skipped } = await store.release(left.map((j) => j.id));
+    const { done, skipped } = await store.release(left.map((j) => j.id));
+    released.push(...left.filter((j) => done.has(j.id)));
     left = left.filter((j) => skipped.has(j.id));
-    if (left.length === 0 || Date.now() + SKIPPED_RETRY_MS > deadline) return left;
+    if (left.length === 0 || Date.now() + SKIPPED_RETRY_MS > deadline) return { released, left };
     await sleep(SKIPPED_RETRY_MS);
   }
 }

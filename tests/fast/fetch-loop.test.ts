@@ -53,6 +53,7 @@ interface Setup {
   batchSize?: number;
   completionFlushMs?: number;
   pollIntervalMs?: number;
+  heartbeatIntervalMs?: number;
   plan?: ClaimPlan;
   limits?: Record<string, number>;
 }
@@ -89,6 +90,7 @@ function setup(options: Setup = {}): void {
       completionFlushMs: options.completionFlushMs ?? 50,
       pollIntervalMs: options.pollIntervalMs ?? 3_600_000,
       wakeCooldownMs: 0,
+      heartbeatIntervalMs: options.heartbeatIntervalMs ?? 5_000,
     },
     target,
     completer,

@@ -771,6 +771,30 @@ describe('runtime: hand-back and stop', () => {
     expect(a.loop.stats.orphansReleased).toBe(3);
   });
 
+  // Outside review 119: a claim that timed out in a stalled network reached Postgres
+  // and committed once the network carried again, just after the sweep had run: its
+  // jobs stayed locked to the worker, never run, until the rescuer failed them.
+  it('sweeps again after the first sweep, for a claim that commits late', async () => {
+    const deliver = db.strandNext('cycle');
+    const runs: string[] = [];
+    const a = await start('A', {
+      tasks: { once: async (_: unknown, ctx: { job: { id: string } }) => void runs.push(ctx.job.id) },
+      heartbeatIntervalMs: 1_000,
+      pollIntervalMs: NO_POLL,
+    });
+    await vi.advanceTimersByTimeAsync(200); // the claim failed; the sweep found nothing
+    expect(a.errors.length).toBeGreaterThan(0);
+    const jobs = db.addMany(3, 'once', { max_attempts: 1 });
+    deliver(); // the stalled claim commits now: three jobs locked to A, which never hears of them
+    await vi.advanceTimersByTimeAsync(50);
+    expect(jobs.map((id) => db.job(id).status)).toEqual(['processing', 'processing', 'processing']);
+    expect(runs).toEqual([]);
+    await vi.advanceTimersByTimeAsync(3_000); // the follow-up sweeps, a heartbeat interval apart
+    expect(a.loop.stats.orphansReleased).toBe(3);
+    expect(runs.sort()).toEqual([...jobs].sort());
+    expect(jobs.map((id) => db.job(id))).toEqual(jobs.map(() => expect.objectContaining({ status: 'completed', attempts: 1 })));
+  });
+
   // Review 49: a result whose write committed with its reply lost was sent again,
   // found the row no longer 'processing', and was reported as job:lock-lost.
   it('reports a result whose write committed with its reply lost as written, not as a lost lock', async () => {

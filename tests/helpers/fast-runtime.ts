@@ -102,6 +102,7 @@ export class FastWorker {
         completionFlushMs: options.completionFlushMs ?? 5,
         pollIntervalMs,
         wakeCooldownMs: 0,
+        heartbeatIntervalMs: options.heartbeatIntervalMs ?? 1_000,
       },
       {
         capacity: () => slots.capacity(),

@@ -36,6 +36,7 @@ export class MemoryDatabase {
   private readonly failures: { op: Operation; error: Error }[] = [];
   private readonly lostReplies: Operation[] = [];
   private readonly gates: { op: Operation; when: Gate; open: Promise<void> }[] = [];
+  private readonly stranded: { op: Operation; deliver: Promise<void> }[] = [];
 
   /** As if Postgres restarted now (what handBackAfterRestart compares locks with). */
   restarted(): void {
@@ -140,6 +141,23 @@ export class MemoryDatabase {
     return open;
   }
 
+  /**
+   * The next call of `op` fails at once for no answer (its statement stalled in the
+   * network), and runs only when the returned function is called: the network
+   * carried it after all, and Postgres committed it, with no one to tell.
+   */
+  strandNext(op: Operation): () => void {
+    let deliver!: () => void;
+    this.stranded.push({ op, deliver: new Promise<void>((resolve) => (deliver = resolve)) });
+    return deliver;
+  }
+
+  /** Called by MemoryStore first: when this call of `op` is stranded, the promise of its late delivery. */
+  takeStranded(op: Operation): Promise<void> | undefined {
+    const i = this.stranded.findIndex((s) => s.op === op);
+    return i >= 0 ? this.stranded.splice(i, 1)[0]!.deliver : undefined;
+  }
+
   /** A store for one worker. */
   store(workerId: string): MemoryStore {
     return new MemoryStore(this, workerId);
@@ -237,6 +255,11 @@ export class MemoryStore implements WorkerStore {
   ) {}
 
   async cycle(r: CycleRequest): Promise<CycleResult> {
+    const late = this.db.takeStranded('cycle');
+    if (late) {
+      void late.then(() => this.cycle(r)).catch(() => {});
+      throw Object.assign(new Error('cycle: no answer from Postgres'), { code: 'ETIMEDOUT' });
+    }
     await this.db.enter('cycle', this.workerId);
     const now = new Date();
     // Every part of the statement sees one snapshot: a job failed here with no
