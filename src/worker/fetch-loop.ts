@@ -78,10 +78,7 @@ export class FetchLoop {
     private readonly plan: () => ClaimPlan,
     private readonly onError: (err: unknown) => void,
   ) {
-    this.orphans = new OrphanSweep(store, target, this.stats, () => this.kick(), [
-      config.heartbeatIntervalMs,
-      2 * config.heartbeatIntervalMs,
-    ]);
+    this.orphans = new OrphanSweep(store, target, this.stats, () => this.kick(), config.heartbeatIntervalMs);
     // The fallback for missed notifications, and the only wake of workers that do not listen.
     this.poll = new Loop({ pass: () => this.wakeUnbatched(), intervalMs: config.pollIntervalMs, jitter: [0.75, 1.25] });
     this.limited = new LimitedClaims(

@@ -18,7 +18,8 @@ export class OrphanSweep {
    */
   due = false;
   running = false;
-  /** The follow-ups still to come after the next sweep (ms after each). */
+  /** The follow-ups after an uncertain claim (ms after each sweep), and those still to come. */
+  private readonly followUpsMs: readonly number[];
   private followUps: number[] = [];
   private readonly followUp = new OneShotTimer(() => {
     this.due = true;
@@ -32,14 +33,17 @@ export class OrphanSweep {
     /** The sweep is due: the fetch loop sends it once no claim is out. */
     private readonly wake: () => void = () => {},
     /**
-     * After the first sweep, it runs again after each of these (ms). A claim that
+     * Paces the follow-ups: after the first sweep it runs again one and three
+     * heartbeat intervals later, well within a visibility timeout. A claim that
      * failed for no answer (a stalled network) can still reach Postgres and commit
      * when the network carries again, after the first sweep: outside review 119
      * saw the sweep run 1 ms before such a claim committed, and the rescuer then
      * failed its jobs, which never ran, a visibility timeout later.
      */
-    private readonly followUpsMs: readonly number[] = [],
-  ) {}
+    heartbeatIntervalMs = 0,
+  ) {
+    this.followUpsMs = heartbeatIntervalMs > 0 ? [heartbeatIntervalMs, 2 * heartbeatIntervalMs] : [];
+  }
 
   /** A claim's outcome is unknown: sweep now, and again after each follow-up. */
   uncertain(): void {
