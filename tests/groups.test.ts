@@ -148,6 +148,9 @@ describe('groups: enqueue', () => {
     expect(limits.find((q) => q.name === 'lf-backlog')?.grouped).toBe(true);
     expect(limits.some((q) => q.name === 'lf-plain')).toBe(false);
     expect((await task.run(new AbortController().signal)).filter((q) => q.startsWith('lf-'))).toEqual([]);
+    // Every second; after a pass that failed (no EXECUTE on mark_queue_grouped, say), a minute.
+    const interval = task.intervalMs as (flagged: string[] | undefined) => number;
+    expect([interval([]), interval(undefined)]).toEqual([1_000, 60_000]);
   });
 
   it('a small group enqueued behind a backlog without groups runs long before the backlog drains (outside review 115)', async () => {

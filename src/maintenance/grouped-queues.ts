@@ -5,6 +5,8 @@ import type { MaintenanceService } from './runner.js';
 
 /** How often the leader looks by default: a new group waits at most about this long for its turn. */
 const DEFAULT_INTERVAL_MS = 1_000;
+/** After a pass that failed (a role without EXECUTE on mark_queue_grouped, see roles.sql): not an error a second. */
+const AFTER_ERROR_MS = 60_000;
 
 /**
  * A leader task: flags grouped the queues whose grouped jobs wait in a queue not
@@ -19,7 +21,7 @@ export function groupedQueuesTask(db: Queryable, schema: string, intervalMs = DE
   const channel = channelFor(schema);
   return {
     name: 'grouped-queues',
-    intervalMs,
+    intervalMs: (flagged) => (flagged === undefined ? AFTER_ERROR_MS : intervalMs),
     run: async () => {
       const found = await rows<{ queue: string; flagged: boolean }>(db, statement, [channel]);
       return found.filter((r) => r.flagged).map((r) => r.queue);
