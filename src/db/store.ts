@@ -94,6 +94,9 @@ export interface LimitedClaim {
  * decisions are tested against an in-memory implementation of the same interface
  * (tests/helpers/memory-store.ts).
  */
+/** A snooze's new run_at; 'skipped' when another session held the row; undefined when the job is no longer ours. */
+export type SnoozeResult = Date | 'skipped' | undefined;
+
 export interface WorkerStore {
   /** One round trip: write results, claim up to `limit` due jobs of `queues`. */
   cycle(request: CycleRequest): Promise<CycleResult>;
@@ -125,7 +128,7 @@ export interface WorkerStore {
    * when another session held the row; undefined when the job is no longer ours.
    * `note`: a hand-back's entry in the error history (its attempt marked refunded).
    */
-  snooze(id: string, attempt: number, runAt: Date | null, delayMs: number, note?: string): Promise<Date | 'skipped' | undefined>;
+  snooze(id: string, attempt: number, runAt: Date | null, delayMs: number, note?: string): Promise<SnoozeResult>;
   /**
    * A job whose handler was aborted because Postgres could not be reached: back to
    * pending, attempt not spent, if the server restarted since its lock was last
@@ -314,13 +317,7 @@ export class PgWorkerStore implements WorkerStore {
     if (queues.length > 0) await this.db.query(this.queries.notify, [this.channel, queues]);
   }
 
-  async snooze(
-    id: string,
-    attempt: number,
-    runAt: Date | null,
-    delayMs: number,
-    note?: string,
-  ): Promise<Date | 'skipped' | undefined> {
+  async snooze(id: string, attempt: number, runAt: Date | null, delayMs: number, note?: string): Promise<SnoozeResult> {
     const { rows } = await this.db.query<{ run_at: Date | null; mine: boolean }>(this.queries.snooze, [
       this.workerId,
       id,

@@ -85,6 +85,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   // outlasts the visibility timeout.
   const held = (): string[] => [...slots.heldIds(), ...completer.ids()];
   const locks = { intervalMs: config.heartbeatIntervalMs, renewalTimeoutMs: config.lockRenewalTimeoutMs };
+  const lateClaim = lateClaimMs(locks);
   // Workers that listen hear of pause/limit changes at once; the timer is the
   // fallback for missed notifications, and the only source for those that poll.
   const queueState = new QueueState(
@@ -129,7 +130,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
         slots.recordRoundTrip(roundTripMs);
         dispatcher.claimed(jobs, roundTripMs);
         // A slow claim: renew what it took now, not an interval from now (a late one's go back).
-        if (roundTripMs > config.heartbeatIntervalMs && roundTripMs <= lateClaimMs(locks)) void heartbeat.beat();
+        if (roundTripMs > config.heartbeatIntervalMs && roundTripMs <= lateClaim) void heartbeat.beat();
         groupedQueues.claimed(jobs);
       },
     },
@@ -154,7 +155,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       tasks,
       maxResultBytes: config.maxResultBytes,
       visibilityTimeoutMs: config.visibilityTimeoutMs,
-      lateClaimMs: lateClaimMs(locks),
+      lateClaimMs: lateClaim,
     },
     {
       emit: owner.emit,
