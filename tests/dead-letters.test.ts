@@ -78,6 +78,12 @@ describe('dead letters', () => {
     const neither = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive']);
     expect(neither.code).toBe(2);
     expect(neither.stderr).toContain('give the ids of the jobs to redrive, or --all');
+    // One message for every bad --limit, as for jobs list (outside review 121: -1 was "must be an integer").
+    for (const limit of ['-1', '0', 'abc', '1.5', '1001']) {
+      const bad = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'list', '--limit', limit]);
+      expect(bad.code, limit).toBe(2);
+      expect(bad.stderr, limit).toContain(`option '--limit <n>' argument '${limit}' is invalid. must be an integer from 1 to 1000`);
+    }
     const none = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'show', '123456789']);
     expect(none.code).toBe(1);
     // Outside review 109: a misspelt queue redrove nothing with exit 0; a job not failed was shown as a dead letter.

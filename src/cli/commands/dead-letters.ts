@@ -4,11 +4,12 @@ import { getJob } from '../../admin/jobs.js';
 import { isKnownQueue } from '../../groups/settings.js';
 import { withDatabase } from '../database.js';
 import { ExitStatus, formatTime, printJson, printTable, UsageError } from '../output.js';
+import { integer } from '../parse.js';
 
 interface ListFlags {
   queue?: string;
   task?: string;
-  limit?: string;
+  limit?: number;
   before?: string;
   json?: boolean;
 }
@@ -27,17 +28,16 @@ export function registerDeadLetters(program: Command): void {
     .description('failed jobs, newest first')
     .option('--queue <name>', 'only this queue')
     .option('--task <name>', 'only this task')
-    .option('--limit <n>', 'jobs per page (1-1000)', '50')
+    .option('--limit <n>', 'jobs per page (1-1000)', integer(1, 1000), 50)
     .option('--before <id>', 'the page after this id (printed as "next page")')
     .option('--json', 'print the page as JSON')
     .exitOverride()
     .action(async (flags: ListFlags, command: Command) => {
-      if (!/^\d+$/.test(flags.limit ?? '')) throw new UsageError('--limit must be an integer');
       const page = await withDatabase(command, ({ pool, schema }) =>
         listDeadLetters(pool, schema, {
           queue: flags.queue,
           task: flags.task,
-          limit: Number(flags.limit),
+          limit: flags.limit,
           before: flags.before,
         }),
       );
