@@ -82,7 +82,9 @@ describe('dead letters', () => {
     for (const limit of ['-1', '0', 'abc', '1.5', '1001']) {
       const bad = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'list', '--limit', limit]);
       expect(bad.code, limit).toBe(2);
-      expect(bad.stderr, limit).toContain(`option '--limit <n>' argument '${limit}' is invalid. must be an integer from 1 to 1000`);
+      expect(bad.stderr, limit).toContain(
+        `option '--limit <n>' argument '${limit}' is invalid. must be an integer from 1 to 1000`,
+      );
     }
     const none = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'show', '123456789']);
     expect(none.code).toBe(1);

@@ -54,6 +54,25 @@ describe('doctor', () => {
     expect(autovacuum.status).not.toBe('ok');
   });
 
+  it("leaves dead tuples below the table's autovacuum trigger alone, however high their share (an emptied outbox)", async () => {
+    // As the migration sets the outbox: a fixed threshold, no scale factor (outside
+    // review 122: an idle outbox the relay had emptied was critical for good).
+    await db.pool.query(
+      `CREATE TABLE ${db.s}.drained (id int) WITH (autovacuum_vacuum_threshold = 20000, autovacuum_vacuum_scale_factor = 0,
+         autovacuum_vacuum_insert_threshold = -1)`,
+    );
+    await db.pool.query(`INSERT INTO ${db.s}.drained SELECT g FROM generate_series(1, 15000) g`);
+    await db.pool.query(`DELETE FROM ${db.s}.drained`);
+    await db.pool.query('SELECT pg_stat_force_next_flush()');
+    const row = await waitFor(async () => {
+      const r = await runDoctor({ db: db.pool, schema: db.schema });
+      const details = check(r, 'tables').details as { table: string; dead: number; status: string }[];
+      return details.find((d) => d.table === 'drained' && d.dead === 15000);
+    }, 'the statistics to show the dead tuples');
+    expect(row.status).toBe('ok');
+    await db.pool.query(`DROP TABLE ${db.s}.drained`);
+  });
+
   it('finds a session idle in a transaction and the snapshot it holds', async () => {
     const idle = new pg.Client({ connectionString: db.url, application_name: 'forgot-to-commit' });
     await idle.connect();

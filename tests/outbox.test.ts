@@ -1,4 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
 import {
   Outbox,
   OutboxRelay,
@@ -464,6 +465,49 @@ describe('relay', () => {
     expect(check?.summary).toContain(`${d}: 1 waiting`);
     expect(check?.summary).toContain('0/1 partitions held');
     expect(check?.advice).toMatch(/start `sluice relay`/);
+  });
+
+  it('sluice relay --dead-letters prints a key with a line break quoted, one entry per line', async () => {
+    const d = freshDestination();
+    // Only a row written past publish() can hold such a key (publish refuses it).
+    await db.pool.query(
+      `INSERT INTO ${db.s}.outbox_dead_letters (id, txid, destination, key, payload, created_at, attempts, last_error)
+       VALUES (-1, pg_current_xact_id(), $1, E'K4\nx', '\\x00', now(), 1, 'refused')`,
+      [d],
+    );
+    try {
+      const listed = await runCli(db.url, db.schema, ['relay', '--dead-letters', '--destination', d]);
+      expect(listed.code).toBe(0);
+      const lines = listed.stdout.trim().split('\n');
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toContain('key="K4\\nx"');
+    } finally {
+      await db.pool.query(`DELETE FROM ${db.s}.outbox_dead_letters WHERE id = -1`);
+    }
+  });
+
+  it('doctor: a destination behind names the oldest write transaction on the server (any database)', async () => {
+    const d = freshDestination();
+    const relay = startRelay(new MemoryBroker(), [d]);
+    await relay.start();
+    await waitFor(() => relay.holding.length === 1, 'the relay holds the partition');
+    await relay.stop();
+    await outbox.publish(d, 'late');
+    await db.pool.query(`UPDATE ${db.s}.outbox SET created_at = now() - interval '2 minutes' WHERE destination = $1`, [d]);
+    // A write transaction left open: some writer (this one, or an older one of a parallel test file) is named.
+    const holder = new pg.Client({ connectionString: db.url, application_name: 'outbox-holder' });
+    await holder.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query('SELECT pg_current_xact_id()');
+      const check = (await runDoctor({ pool: db.pool, schema: db.schema })).checks.find((c) => c.id === 'outbox_lag');
+      expect(check?.status).toBe('critical');
+      expect(check?.summary).toMatch(/; oldest write transaction on the server: pid \d+ in database \S+ \(.+\), open /);
+      expect(check?.advice).toMatch(/in any database/);
+    } finally {
+      await holder.query('ROLLBACK');
+      await holder.end();
+    }
   });
 
   it('splits keys over partitions held by two relays; a stopped relay hands its partitions over; the count changes once none runs', async () => {

@@ -40,8 +40,8 @@ function isoTimeFields(entry: object): object {
 }
 
 /** Prints a value as one line of JSON (for --json output). */
-export function printJson(value: unknown): void {
-  process.stdout.write(`${JSON.stringify(value, isoErrorTimes)}\n`);
+export function printJson(value: unknown, out: NodeJS.WritableStream = process.stdout): void {
+  out.write(`${JSON.stringify(value, isoErrorTimes)}\n`);
 }
 
 /** A command that did its work but reports a result through a non-zero exit code (doctor: 1 warn, 2 critical). */

@@ -11,12 +11,34 @@ export interface TableStats {
   autovacuum_count: number;
   total_bytes: number;
   reloptions: string[] | null;
+  /** pg_class.reltuples, what autovacuum scales its trigger by (null: never counted). */
+  reltuples?: number | null;
+  /** The server's autovacuum_vacuum_threshold and _scale_factor (a table's reloptions override them). */
+  vacuum_threshold?: number;
+  vacuum_scale_factor?: number;
+}
+
+/**
+ * Dead tuples at which autovacuum vacuums the table: threshold + scale factor x
+ * reltuples, the table's own settings first. Below it they are expected, however
+ * high their share: an outbox the relay emptied is all dead tuples until then
+ * (outside review 122: the doctor said critical for an idle, healthy outbox).
+ */
+export function autovacuumTrigger(r: TableStats): number {
+  const option = (name: string) => {
+    const set = r.reloptions?.find((o) => o.startsWith(`${name}=`));
+    return set === undefined ? undefined : Number(set.slice(name.length + 1));
+  };
+  if (r.reloptions?.includes('autovacuum_enabled=false')) return 0; // never: any pile counts
+  const threshold = option('autovacuum_vacuum_threshold') ?? r.vacuum_threshold ?? 50;
+  const scale = option('autovacuum_vacuum_scale_factor') ?? r.vacuum_scale_factor ?? 0.2;
+  return threshold + scale * (r.reltuples ?? r.live);
 }
 
 export function checkTables(rows: TableStats[], t: DoctorThresholds): CheckResult {
   const details = rows.map((r) => {
     const ratio = r.live + r.dead > 0 ? r.dead / (r.live + r.dead) : 0;
-    const status = r.dead < t.deadTupleMin ? 'ok' : level(ratio, t.deadTupleRatio);
+    const status = r.dead < Math.max(t.deadTupleMin, autovacuumTrigger(r)) ? 'ok' : level(ratio, t.deadTupleRatio);
     const lastVacuum = [r.last_vacuum, r.last_autovacuum].filter(Boolean).map((d) => d!.getTime());
     return { ...r, dead_ratio: ratio, status, last_any_vacuum: lastVacuum.length ? new Date(Math.max(...lastVacuum)) : null };
   });

@@ -20,10 +20,23 @@ export async function checkOutbox(db: Queryable, schema: string): Promise<CheckR
   if (found?.installed !== true) {
     return { id: ID, title: TITLE, status: 'ok', summary: 'no outbox in this schema (migration 0015)', details: [] };
   }
-  return outboxResult(await outboxLag(db, schema));
+  const lags = await outboxLag(db, schema);
+  // Only where a destination is behind: then the oldest writer is the likely cause.
+  const behind = lags.some((l) => l.oldestSeconds >= OUTBOX_LAG_SECONDS[0]);
+  const [writer] = behind ? await rows<OldestWriter>(db, doctorStatements(schema).oldestWriteTransaction) : [];
+  return outboxResult(lags, writer);
 }
 
-export function outboxResult(lags: OutboxLag[]): CheckResult {
+/** The oldest transaction with a transaction id on the server, any database. */
+export interface OldestWriter {
+  pid: number;
+  database: string | null;
+  user: string | null;
+  application: string | null;
+  transaction_ms: number | null;
+}
+
+export function outboxResult(lags: OutboxLag[], writer?: OldestWriter): CheckResult {
   const [warnAt, criticalAt] = OUTBOX_LAG_SECONDS;
   const judged = lags.map((l) => {
     const byAge: Severity = l.oldestSeconds >= criticalAt ? 'critical' : l.oldestSeconds >= warnAt ? 'warn' : 'ok';
@@ -36,17 +49,24 @@ export function outboxResult(lags: OutboxLag[]): CheckResult {
     `${j.destination}: ${j.waiting} waiting, oldest ${formatMs(j.oldestSeconds * 1000)}, ` +
     `${j.relaysHolding}/${j.partitions} partitions held, ${j.deadLetters} dead letters, ${j.failing} failing`;
   const bad = judged.filter((j) => j.status !== 'ok');
+  // Named here, not only in the snapshot check: that one is vacuum's, of this
+  // database, and a transaction in another database holds the relay back too (outside review 122).
+  const holder = writer
+    ? `; oldest write transaction on the server: pid ${writer.pid} in database ${writer.database ?? '?'} ` +
+      `(${writer.application || writer.user || 'unknown'}), open ${formatMs(writer.transaction_ms ?? 0)}`
+    : '';
   const summary =
     judged.length === 0
       ? 'no relay has started on this schema'
       : bad.length > 0
-        ? bad.map(describe).join('; ')
+        ? bad.map(describe).join('; ') + holder
         : `${judged.length} destination(s) relayed, none behind: ${judged.map(describe).join('; ')}`;
   const advice =
     'A destination with messages waiting and no partition held has no relay running: start `sluice relay`. ' +
     'Old messages with relays running: the broker is down or refusing (see the relay log and outbox_failures), ' +
-    'or a long write transaction anywhere in the cluster holds the relay back (see the snapshot check; ' +
-    'the relay publishes only what every older transaction has finished around). ' +
+    'or a long write transaction anywhere on the server, in any database, holds the relay back (the oldest is ' +
+    'named above; a role without pg_read_all_stats sees only its own sessions; the relay publishes only what ' +
+    'every older transaction has finished around). ' +
     'Dead letters are in outbox_dead_letters with the broker error.';
   return status === 'ok'
     ? { id: ID, title: TITLE, status, summary, details: judged }

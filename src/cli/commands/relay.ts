@@ -10,7 +10,7 @@ import type { MetricsServer } from '../../metrics/server.js';
 import { withDatabaseUntilStopped } from '../database.js';
 import { ErrorLines } from '../error-lines.js';
 import { FailureLines } from '../failure-lines.js';
-import { UsageError, formatTime, printJson } from '../output.js';
+import { UsageError, formatTime, printable, printJson } from '../output.js';
 import { collect, integer } from '../parse.js';
 
 interface RelayFlags {
@@ -87,8 +87,10 @@ Examples:
     )
     .action(async (flags: RelayFlags, command: Command) => {
       const log = (event: string, fields: Record<string, unknown> = {}, stream: NodeJS.WritableStream = process.stdout) => {
-        if (flags.json) return printJson({ time: new Date(), event, ...fields });
-        const rest = Object.entries(fields).map(([k, v]) => `${k}=${v instanceof Date ? formatTime(v) : String(v)}`);
+        // stderr for failures with --json too, as the text lines (outside review 122).
+        if (flags.json) return printJson({ time: new Date(), event, ...fields }, stream);
+        // A key with a line break (written past publish()) quoted, so an entry stays one line (outside review 122).
+        const rest = Object.entries(fields).map(([k, v]) => `${k}=${printable(v instanceof Date ? formatTime(v) : String(v))}`);
         stream.write(`${formatTime(new Date())} ${event}${rest.length ? ` ${rest.join(' ')}` : ''}\n`);
       };
       // One action per run: `--redrive --drop-dead-letters` redrove and silently dropped nothing (review 62).

@@ -12,6 +12,7 @@ export interface DoctorStatements {
   readonly tables: string;
   readonly idleInTransaction: string;
   readonly oldestSnapshots: string;
+  readonly oldestWriteTransaction: string;
   readonly preparedTransactions: string;
   readonly replicationSlots: string;
   readonly notifyQueue: string;
@@ -36,7 +37,9 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
     tables: `SELECT c.relname AS table, coalesce(st.n_live_tup, 0)::float8 AS live, coalesce(st.n_dead_tup, 0)::float8 AS dead,
         st.last_vacuum, st.last_autovacuum, st.last_autoanalyze,
         coalesce(st.autovacuum_count, 0)::int AS autovacuum_count,
-        pg_total_relation_size(c.oid)::float8 AS total_bytes, c.reloptions
+        pg_total_relation_size(c.oid)::float8 AS total_bytes, c.reloptions, CASE WHEN c.reltuples >= 0 THEN c.reltuples END::float8 AS reltuples,
+        current_setting('autovacuum_vacuum_threshold')::float8 AS vacuum_threshold,
+        current_setting('autovacuum_vacuum_scale_factor')::float8 AS vacuum_scale_factor
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
       LEFT JOIN pg_stat_all_tables st ON st.relid = c.oid
       WHERE n.nspname = $1 AND c.relkind = 'r'
@@ -58,6 +61,17 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
       WHERE backend_xmin IS NOT NULL AND datname = current_database() AND pid <> pg_backend_pid()
       ORDER BY age(backend_xmin) DESC
       LIMIT 5`,
+
+    // The oldest transaction with a transaction id in any database of the
+    // server: the outbox relay publishes nothing written after it began
+    // (pg_snapshot_xmin is server-wide), though vacuum here does not wait for it.
+    // Other roles' sessions show backend_xid only to pg_read_all_stats.
+    oldestWriteTransaction: `SELECT pid, datname AS database, usename AS user, application_name AS application,
+        ${MS('now() - xact_start')} AS transaction_ms
+      FROM pg_stat_activity
+      WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+      ORDER BY age(backend_xid) DESC
+      LIMIT 1`,
 
     preparedTransactions: `SELECT gid, owner, age(transaction)::int AS xmin_age, ${MS('now() - prepared')} AS transaction_ms
       FROM pg_prepared_xacts WHERE database = current_database()`,
