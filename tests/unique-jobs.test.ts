@@ -248,6 +248,44 @@ describe('unique jobs', () => {
     ]);
   });
 
+  it('replace: a holder handed back while replace looks for it takes the new payload (0038)', async () => {
+    // Outside review 123 (from reading enqueue_job): replace found no pending holder,
+    // then the claimed-ahead holder went back to pending before the release of its
+    // key, and its id came back with the old payload in it.
+    const holder = await fx.queue.enqueue('debounce', { v: 1 }, { queue: 'replace-back', jobKey: 'replace-back' });
+    expect((await claim('replace-back', 'debounce', 0)).map((r) => r.id)).toEqual([holder]);
+    // The worker's session holds the row, as if about to hand it back: replace's
+    // release of the key waits on it.
+    const worker = new pg.Client({ connectionString: fx.db.url });
+    await worker.connect();
+    try {
+      await worker.query('BEGIN');
+      await worker.query(`SELECT 1 FROM ${fx.db.s}.jobs WHERE id = $1 FOR UPDATE`, [holder]);
+      const replaced = fx.queue.enqueue(
+        'debounce',
+        { v: 2 },
+        { queue: 'replace-back', jobKey: 'replace-back', jobKeyMode: 'replace' },
+      );
+      await waitFor(async () => {
+        const { rows } = await fx.db.pool.query(
+          `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+           WHERE NOT l.granted AND a.query LIKE '%enqueue_job%' AND a.datname = current_database() AND l.locktype = 'transactionid'
+             AND l.transactionid::text = (SELECT backend_xid::text FROM pg_stat_activity WHERE pid = $1)`,
+          [(await worker.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid],
+        );
+        return (rows[0] as { n: number }).n > 0;
+      }, 'replace to wait on the held row');
+      // The hand-back commits: pending again, with its key.
+      await worker.query(workerStatements(fx.db.schema).release, ['W', [holder]]);
+      await worker.query('COMMIT');
+      expect(await replaced).toBe(holder);
+      expect(await keyed('replace-back')).toEqual([{ id: holder, status: 'pending', payload: { v: 2 }, key_scope: 'pending' }]);
+    } finally {
+      await worker.query('ROLLBACK').catch(() => {});
+      await worker.end();
+    }
+  });
+
   it('a grouped claim keeps the keys of the jobs it claims ahead (claim_queue)', async () => {
     const ids = await Promise.all(
       ['a', 'b'].map((group) => fx.queue.enqueue('grouped', {}, { queue: 'grouped-keys', jobKey: `g-${group}`, group })),
