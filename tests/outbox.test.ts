@@ -453,13 +453,19 @@ describe('relay', () => {
     expect(after?.status).toBe('ok');
   });
 
-  it('doctor: messages waiting with no relay holding their destination are critical', async () => {
+  /** A destination a relay has started on and left, with `payload` published to it since. */
+  async function stranded(payload: string): Promise<string> {
     const d = freshDestination();
     const relay = startRelay(new MemoryBroker(), [d]);
     await relay.start();
     await waitFor(() => relay.holding.length === 1, 'the relay holds the partition');
     await relay.stop();
-    await outbox.publish(d, 'stranded');
+    await outbox.publish(d, payload);
+    return d;
+  }
+
+  it('doctor: messages waiting with no relay holding their destination are critical', async () => {
+    const d = await stranded('stranded');
     const check = (await runDoctor({ pool: db.pool, schema: db.schema })).checks.find((c) => c.id === 'outbox_lag');
     expect(check?.status).toBe('critical');
     expect(check?.summary).toContain(`${d}: 1 waiting`);
@@ -487,12 +493,7 @@ describe('relay', () => {
   });
 
   it('doctor: a destination behind names the oldest write transaction on the server (any database)', async () => {
-    const d = freshDestination();
-    const relay = startRelay(new MemoryBroker(), [d]);
-    await relay.start();
-    await waitFor(() => relay.holding.length === 1, 'the relay holds the partition');
-    await relay.stop();
-    await outbox.publish(d, 'late');
+    const d = await stranded('late');
     await db.pool.query(`UPDATE ${db.s}.outbox SET created_at = now() - interval '2 minutes' WHERE destination = $1`, [d]);
     // A write transaction left open: some writer (this one, or an older one of a parallel test file) is named.
     const holder = new pg.Client({ connectionString: db.url, application_name: 'outbox-holder' });
