@@ -36,6 +36,8 @@ function cli(args: string[]): Promise<{ code: number | null; stdout: string }> {
 describe('doctor', () => {
   it('finds a table full of dead tuples that autovacuum is not cleaning', async () => {
     await db.pool.query(`CREATE TABLE ${db.s}.bloated (id int, pad text) WITH (autovacuum_enabled = false)`);
+    // Stored as written: OFF is as off as false (outside review 124).
+    await db.pool.query(`CREATE TABLE ${db.s}.quiet (id int) WITH (autovacuum_enabled = OFF)`);
     await db.pool.query(`INSERT INTO ${db.s}.bloated SELECT g, repeat('x', 100) FROM generate_series(1, 30000) g`);
     await db.pool.query(`DELETE FROM ${db.s}.bloated WHERE id % 10 <> 0`);
     await db.pool.query('SELECT pg_stat_force_next_flush()');
@@ -50,7 +52,7 @@ describe('doctor', () => {
     expect(report.status).toBe('critical');
     // The table-level switch that caused it is named (the server-wide one depends on the server).
     const autovacuum = check(report, 'autovacuum');
-    expect((autovacuum.details[0] as { disabled_tables: string[] }).disabled_tables).toEqual(['bloated']);
+    expect((autovacuum.details[0] as { disabled_tables: string[] }).disabled_tables).toEqual(['bloated', 'quiet']);
     expect(autovacuum.status).not.toBe('ok');
   });
 

@@ -18,6 +18,11 @@ export interface TableStats {
   vacuum_scale_factor?: number;
 }
 
+/** autovacuum_enabled turned off in a table's reloptions, in any spelling Postgres takes (stored as written). */
+export function autovacuumOff(reloptions: readonly string[] | null): boolean {
+  return (reloptions ?? []).some((o) => /^autovacuum_enabled=(f|fa|fal|fals|false|n|no|of|off|0)$/i.test(o));
+}
+
 /**
  * Dead tuples at which autovacuum vacuums the table: threshold + scale factor x
  * reltuples, the table's own settings first. Below it they are expected, however
@@ -29,7 +34,7 @@ export function autovacuumTrigger(r: TableStats): number {
     const set = r.reloptions?.find((o) => o.startsWith(`${name}=`));
     return set === undefined ? undefined : Number(set.slice(name.length + 1));
   };
-  if (r.reloptions?.includes('autovacuum_enabled=false')) return 0; // never: any pile counts
+  if (autovacuumOff(r.reloptions)) return 0; // never: any pile counts
   const threshold = option('autovacuum_vacuum_threshold') ?? r.vacuum_threshold ?? 50;
   const scale = option('autovacuum_vacuum_scale_factor') ?? r.vacuum_scale_factor ?? 0.2;
   return threshold + scale * (r.reltuples ?? r.live);

@@ -22,14 +22,21 @@ export async function checkOutbox(db: Queryable, schema: string): Promise<CheckR
   }
   const lags = await outboxLag(db, schema);
   // Only where a destination is behind: then the oldest writer is the likely cause.
-  const behind = lags.some((l) => l.oldestSeconds >= OUTBOX_LAG_SECONDS[0]);
-  const [writer] = behind ? await rows<OldestWriter>(db, doctorStatements(schema).oldestWriteTransaction) : [];
+  const [writer] = behind(lags) ? await rows<OldestWriter>(db, doctorStatements(schema).oldestWriteTransaction) : [];
   return outboxResult(lags, writer);
 }
 
-/** The oldest transaction with a transaction id on the server, any database. */
+/** Some destination's oldest message waits past the warning age: the oldest writer is the likely cause. */
+function behind(lags: readonly OutboxLag[]): boolean {
+  return lags.some((l) => l.oldestSeconds >= OUTBOX_LAG_SECONDS[0]);
+}
+
+/** The oldest transaction with a transaction id on the server, open or prepared, any database. */
 export interface OldestWriter {
-  pid: number;
+  /** null for a prepared transaction. */
+  pid: number | null;
+  /** The gid of a prepared transaction. */
+  prepared: string | null;
   database: string | null;
   user: string | null;
   application: string | null;
@@ -51,10 +58,15 @@ export function outboxResult(lags: OutboxLag[], writer?: OldestWriter): CheckRes
   const bad = judged.filter((j) => j.status !== 'ok');
   // Named here, not only in the snapshot check: that one is vacuum's, of this
   // database, and a transaction in another database holds the relay back too (outside review 122).
+  const who = (w: OldestWriter) =>
+    w.prepared !== null
+      ? `prepared transaction '${w.prepared}' in database ${w.database ?? '?'} (${w.user ?? 'unknown'}), prepared ${formatMs(w.transaction_ms ?? 0)} ago`
+      : `pid ${w.pid} in database ${w.database ?? '?'} (${w.application || w.user || 'unknown'}), open ${formatMs(w.transaction_ms ?? 0)}`;
   const holder = writer
-    ? `; oldest write transaction on the server: pid ${writer.pid} in database ${writer.database ?? '?'} ` +
-      `(${writer.application || writer.user || 'unknown'}), open ${formatMs(writer.transaction_ms ?? 0)}`
-    : '';
+    ? `; oldest write transaction on the server: ${who(writer)}`
+    : behind(lags)
+      ? '; no write transaction open that this role can see'
+      : '';
   const summary =
     judged.length === 0
       ? 'no relay has started on this schema'
@@ -64,9 +76,9 @@ export function outboxResult(lags: OutboxLag[], writer?: OldestWriter): CheckRes
   const advice =
     'A destination with messages waiting and no partition held has no relay running: start `sluice relay`. ' +
     'Old messages with relays running: the broker is down or refusing (see the relay log and outbox_failures), ' +
-    'or a long write transaction anywhere on the server, in any database, holds the relay back (the oldest is ' +
-    'named above; a role without pg_read_all_stats sees only its own sessions; the relay publishes only what ' +
-    'every older transaction has finished around). ' +
+    'or a long write transaction anywhere on the server, in any database, holds the relay back, a prepared one ' +
+    'included (the oldest is named above; a role without pg_read_all_stats sees only its own sessions; the relay ' +
+    'publishes only what every older transaction has finished around). ' +
     'Dead letters are in outbox_dead_letters with the broker error.';
   return status === 'ok'
     ? { id: ID, title: TITLE, status, summary, details: judged }

@@ -66,11 +66,18 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
     // server: the outbox relay publishes nothing written after it began
     // (pg_snapshot_xmin is server-wide), though vacuum here does not wait for it.
     // Other roles' sessions show backend_xid only to pg_read_all_stats.
-    oldestWriteTransaction: `SELECT pid, datname AS database, usename AS user, application_name AS application,
-        ${MS('now() - xact_start')} AS transaction_ms
-      FROM pg_stat_activity
-      WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
-      ORDER BY age(backend_xid) DESC
+    // Prepared transactions too (pg_prepared_xacts lists every database's): one
+    // left prepared holds the relay back like an open one (outside review 124).
+    oldestWriteTransaction: `SELECT * FROM (
+        SELECT pid, datname::text AS database, usename::text AS user, application_name AS application,
+          NULL::text AS prepared, ${MS('now() - xact_start')} AS transaction_ms, age(backend_xid) AS xid_age
+        FROM pg_stat_activity
+        WHERE backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+        UNION ALL
+        SELECT NULL, database::text, owner::text, NULL, gid, ${MS('now() - prepared')}, age(transaction)
+        FROM pg_prepared_xacts
+      ) w
+      ORDER BY xid_age DESC
       LIMIT 1`,
 
     preparedTransactions: `SELECT gid, owner, age(transaction)::int AS xmin_age, ${MS('now() - prepared')} AS transaction_ms
@@ -126,7 +133,10 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
         current_setting('track_counts') = 'on' AS track_counts,
         current_setting('autovacuum_naptime') AS naptime,
         ARRAY(SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE n.nspname = $1 AND c.relkind = 'r' AND 'autovacuum_enabled=false' = ANY(coalesce(c.reloptions, '{}'))
+              WHERE n.nspname = $1 AND c.relkind = 'r'
+                -- As written: off, no, 0, f... are stored as given (outside review 124: =off was missed).
+                AND EXISTS (SELECT FROM unnest(c.reloptions) o
+                            WHERE lower(o) ~ '^autovacuum_enabled=(f|fa|fal|fals|false|n|no|of|off|0)$')
               ORDER BY 1) AS disabled_tables`,
 
     // Is anyone running maintenance, and is the pruner keeping up?

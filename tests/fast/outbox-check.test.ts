@@ -1,0 +1,48 @@
+import { describe, expect, it } from 'vitest';
+import { outboxResult } from '../../src/doctor/outbox-check.js';
+import type { OutboxLag } from '../../src/outbox/lag.js';
+
+const lag = (oldestSeconds: number): OutboxLag => ({
+  destination: 'orders.paid',
+  partitions: 1,
+  waiting: oldestSeconds > 0 ? 1 : 0,
+  oldestSeconds,
+  published: 10,
+  relaysHolding: 1,
+  lastPublishedAt: null,
+  deadLetters: 0,
+  failing: 0,
+});
+
+describe('outboxResult', () => {
+  it('names the oldest writer when a destination is behind: an open transaction or a prepared one', () => {
+    const open = outboxResult([lag(180)], {
+      pid: 42,
+      prepared: null,
+      database: 'other',
+      user: 'app',
+      application: 'report',
+      transaction_ms: 200_000,
+    });
+    expect(open.status).toBe('warn');
+    expect(open.summary).toMatch(/; oldest write transaction on the server: pid 42 in database other \(report\), open /);
+    // Outside review 124: a transaction left prepared held the relay back and was not named.
+    const prepared = outboxResult([lag(180)], {
+      pid: null,
+      prepared: 'forgotten',
+      database: 'other',
+      user: 'app',
+      application: null,
+      transaction_ms: 200_000,
+    });
+    expect(prepared.summary).toMatch(
+      /; oldest write transaction on the server: prepared transaction 'forgotten' in database other \(app\), prepared .+ ago/,
+    );
+    expect(prepared.advice).toMatch(/a prepared one included/);
+  });
+
+  it('says so when no writer is visible, and says nothing of writers when none is behind', () => {
+    expect(outboxResult([lag(180)]).summary).toMatch(/; no write transaction open that this role can see$/);
+    expect(outboxResult([lag(5)]).summary).not.toMatch(/write transaction/);
+  });
+});
