@@ -87,6 +87,32 @@ describe.each(['pg', 'postgres.js'] as const)('a Queue on %s', (driver) => {
   });
 });
 
+describe('enqueueAfterCommit', () => {
+  it('says that work() committed when its jobs cannot be enqueued after it (outside review 124)', async () => {
+    const proxy = await proxied();
+    await proxy.close(); // refused: nothing is sent
+    const queue = new Queue({ connectionString: proxy.url, schema: db.schema, statementTimeoutMs: 800 });
+    try {
+      const error: unknown = await queue
+        .enqueueAfterCommit(async (jobs) => {
+          await jobs.enqueue('after', { n: 1 });
+          await jobs.enqueue('after', { n: 2 });
+          return 'committed';
+        })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      expect(error).toBeInstanceOf(NotSentError);
+      expect((error as Error).message).toMatch(
+        /^enqueueAfterCommit: work\(\) resolved \(your transaction committed\), then enqueueing its 2 job\(s\) failed: .*the job was not enqueued$/,
+      );
+    } finally {
+      await queue.close();
+    }
+  });
+});
+
 describe('a pool of yours with no free client', () => {
   it('fails the statement with a NotSentError after statementTimeoutMs, sends nothing, and leaves the pool usable', async () => {
     const pool = new pg.Pool({ connectionString: db.url, max: 1 });
