@@ -200,6 +200,17 @@ describe('API', () => {
     expect(back.body.jobs.map((j: any) => j.id)).toEqual(first.body.jobs.map((j: any) => j.id));
     const byTask = await api('api/jobs?task=page_me&status=pending&limit=100');
     expect(byTask.body.jobs).toHaveLength(7);
+    // A filter given twice, or a value without its field, is a 400, not an empty or a whole list (outside review 125).
+    for (const [qs, message] of [
+      ['queue=paging&queue=other', 'queue must be given once'],
+      ['task=a&task=b', 'task must be given once'],
+      ['field=&value=1', 'value: give the payload field to search (field=...)'],
+      ['value=1', 'value: give the payload field to search (field=...)'],
+    ]) {
+      const refused = await api(`api/jobs?${qs}`);
+      expect(refused.status, qs).toBe(400);
+      expect(refused.body.error.message, qs).toBe(message);
+    }
   });
 
   it('filters by creation time', async () => {
@@ -409,6 +420,16 @@ describe('a queue with no jobs and no settings', () => {
     expect((await post('api/queues/settings-only/pause', { create: true })).status).toBe(200);
     expect((await post('api/queues/settings-only/resume')).status).toBe(200);
     expect((await post('api/queues/settings-only/groups', { group: null, weight: 3 })).status).toBe(200);
+
+    // The limit routes take no query string and no unknown name, as the actions (outside review 125:
+    // ?rateLimit=5 was ignored while the body removed the limit).
+    const limits = await post('api/queues/has-jobs/limits?rateLimit=5', { rateLimit: null });
+    expect(limits.status).toBe(400);
+    expect(limits.body.error.message).toMatch(/^limits: takes no query string \(got "rateLimit"\)/);
+    expect((await post('api/queues/has-jobs/groups?x=1', { group: 'a', weight: 2 })).status).toBe(400);
+    expect((await post('api/queues/has-jobs/limits', { groupConcurency: 2 })).status).toBe(400);
+    const { rows: kept } = await db.pool.query(`SELECT group_concurrency FROM ${db.s}.queues WHERE name = 'has-jobs'`);
+    expect(kept).toEqual([{ group_concurrency: 2 }]);
   });
 });
 

@@ -1,4 +1,4 @@
-import { objectBody } from './body.js';
+import { actionInput } from './body.js';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { getGroupStats } from '../admin/groups.js';
 import type { Queryable } from '../db/executor.js';
@@ -60,7 +60,9 @@ export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): 
   // limit alone does not (as `sluice queues rate`), so it keeps being claimed in order.
   app.post('/api/queues/:queue/limits', async (req) => {
     const queue = String((req.params as { queue: string }).queue);
-    const { create, rateLimit, ...groupDefaults } = objectBody(req.body) as QueueGroupOptions & {
+    // Known names: setQueueGroups refuses an unknown group default itself.
+    const input = actionInput(req, ['create', 'rateLimit', 'groupConcurrency', 'groupRateLimit'], 'limits');
+    const { create, rateLimit, ...groupDefaults } = input as QueueGroupOptions & {
       rateLimit?: RateLimit | null;
       create?: unknown;
     };
@@ -83,7 +85,8 @@ export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): 
   // Body: { group: string | null, weight?, concurrencyLimit?, rateLimit?, create? }. 404 for an unknown queue without create.
   app.post('/api/queues/:queue/groups', async (req) => {
     const queue = String((req.params as { queue: string }).queue);
-    const { group, create, ...settings } = objectBody(req.body) as GroupOptions & { group?: string | null; create?: unknown };
+    const input = actionInput(req, ['group', 'create', 'weight', 'concurrencyLimit', 'rateLimit'], 'groups');
+    const { group, create, ...settings } = input as GroupOptions & { group?: string | null; create?: unknown };
     if (group === undefined) throw new ValidationError('group: give the group key, or null for the jobs without one');
     const guarded = forKnownQueue(db, schema, queue, createFlag({ create }));
     return { group: await setGroupSettings(guarded, schema, queue, group, settings, { actor: ctx.actor(req) }) };

@@ -1,0 +1,96 @@
+import { EventEmitter } from 'node:events';
+import type { ServerResponse } from 'node:http';
+import { describe, expect, it } from 'vitest';
+import { LiveFeed, MAX_STREAMS, MAX_UNSENT_BYTES } from '../../src/dashboard/live.js';
+import type { Notifier } from '../../src/notify/listener.js';
+
+/** A browser's response: what was written to it, and how much of it is still unsent. */
+class FakeResponse extends EventEmitter {
+  status = 0;
+  written: string[] = [];
+  writableLength = 0;
+  destroyed = false;
+  writeHead(status: number): this {
+    this.status = status;
+    return this;
+  }
+  write(text: string): boolean {
+    this.written.push(text);
+    return true;
+  }
+  end(text?: string): this {
+    if (text) this.written.push(text);
+    this.emit('close');
+    return this;
+  }
+  destroy(): this {
+    this.destroyed = true;
+    this.emit('close');
+    return this;
+  }
+  overviews(): number {
+    return this.written.filter((t) => t.startsWith('event: overview')).length;
+  }
+}
+
+function feed(): { live: LiveFeed; loads: () => number; notifier: EventEmitter } {
+  let loads = 0;
+  const notifier = Object.assign(new EventEmitter(), { start: () => {}, stop: async () => {} });
+  const live = new LiveFeed({
+    load: async () => {
+      loads++;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      return { queues: [], n: loads };
+    },
+    notifier: notifier as unknown as Notifier,
+    refreshMs: 60_000,
+    onError: () => {},
+  });
+  return { live, loads: () => loads, notifier };
+}
+
+const attach = (live: LiveFeed) => {
+  const res = new FakeResponse();
+  live.attach(res as unknown as ServerResponse);
+  return res;
+};
+
+describe('LiveFeed', () => {
+  it('serves browsers that arrive together with one read, each getting the overview (outside review 125)', async () => {
+    const { live, loads } = feed();
+    const browsers = Array.from({ length: 50 }, () => attach(live));
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    expect(loads()).toBe(1);
+    for (const b of browsers) expect(b.overviews()).toBeGreaterThanOrEqual(1);
+    // A later one, while the overview is fresh, gets it without a read.
+    const late = attach(live);
+    expect(late.overviews()).toBe(1);
+    expect(loads()).toBe(1);
+    await live.close();
+  });
+
+  it('cuts the stream of a browser that does not read it, and keeps writing to the others', async () => {
+    const { live, notifier } = feed();
+    const reader = attach(live);
+    const stalled = attach(live);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    stalled.writableLength = MAX_UNSENT_BYTES + 1;
+    notifier.emit('wake', { queue: 'q' });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    expect(stalled.destroyed).toBe(true);
+    expect(reader.destroyed).toBe(false);
+    expect(reader.written.some((t) => t.startsWith('event: jobs'))).toBe(true);
+    expect(stalled.written.some((t) => t.startsWith('event: jobs'))).toBe(false);
+    expect(live.watchers).toBe(1);
+    await live.close();
+  });
+
+  it(`refuses a stream past ${MAX_STREAMS} with a 503`, async () => {
+    const { live } = feed();
+    for (let i = 0; i < MAX_STREAMS; i++) attach(live);
+    const extra = attach(live);
+    expect(extra.status).toBe(503);
+    expect(live.watchers).toBe(MAX_STREAMS);
+    await live.close();
+  });
+});
