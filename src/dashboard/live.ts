@@ -173,7 +173,8 @@ export class LiveFeed {
   /** Loads the overview (never two loads at a time); sends it to all if it changed, else to `only`. */
   private refresh(only?: ServerResponse): Promise<void> {
     // One read in flight serves the newcomers that arrive meanwhile too.
-    if (this.refreshing) return this.refreshing.then(() => void (only && this.last !== '' && only.write(frame('overview', this.last))));
+    if (this.refreshing)
+      return this.refreshing.then(() => void (only && this.last !== '' && only.write(frame('overview', this.last))));
     this.refreshing = (async () => {
       this.lastRefreshAt = Date.now();
       try {
