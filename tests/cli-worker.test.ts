@@ -119,6 +119,18 @@ describe('sluice worker', () => {
     }
   });
 
+  it('serves Prometheus metrics with --metrics-port, as sluice relay does (outside review 126)', async () => {
+    const [id] = await queue.enqueueMany([{ task: 'hello', payload: { to: 'metrics' } }]);
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--metrics-port', '0', '--json']);
+    await waitFor(async () => (await status(id!)) === 'completed', 'the job to complete');
+    const started = jsonLines(worker.stdout()).find((l) => l.event === 'started') as { metrics?: string } | undefined;
+    expect(started?.metrics).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
+    const text = await (await fetch(started!.metrics!)).text();
+    expect(text).toMatch(/^sluice_jobs_completed_total\{[^}]*task="hello"[^}]*\} 1$/m);
+    worker.child.kill('SIGTERM');
+    expect((await worker.exited).code).toBe(0);
+  });
+
   it('runs the jobs of a JavaScript task module, logs JSON lines, and exits 0 on SIGTERM', async () => {
     const [ok, bad] = await queue.enqueueMany([
       { task: 'hello', payload: { to: 'you' } },

@@ -6,6 +6,7 @@ import { runDoctor, type DoctorReport } from '../src/doctor/run-doctor.js';
 import { checkAutovacuum, estimateIndexBloat } from '../src/doctor/checks.js';
 import { ConfigError } from '../src/errors.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { runCli } from './helpers/cli.js';
 
 const BIN = fileURLToPath(new URL('../bin/sluice.js', import.meta.url));
 let db: TestDatabase;
@@ -150,6 +151,12 @@ describe('doctor', () => {
     const text = await cli(['--database-url', db.url, '--schema', db.schema, 'doctor']);
     expect(text.code).toBe(2);
     expect(text.stdout).toMatch(/\[CRIT\] stuck processing jobs/);
+  });
+
+  it('sluice doctor exits 2 (critical) when Postgres cannot be reached, and names where (outside review 126: exit 1)', async () => {
+    const unreachable = await runCli('postgres://postgres@127.0.0.1:1/nowhere', db.schema, ['doctor']);
+    expect(unreachable.code).toBe(2);
+    expect(unreachable.stderr).toMatch(/^sluice: doctor: cannot reach Postgres at 127\.0\.0\.1:1\/nowhere: /);
   });
 
   it('estimates index bloat close to what real packed and sparse indexes have', async () => {

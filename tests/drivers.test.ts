@@ -84,6 +84,14 @@ describe('migrate on postgres.js', () => {
       await expect(migrate({ connectionString: db.url, driver: 'mysql' as never })).rejects.toBeInstanceOf(ConfigError);
       expect(() => new Queue({ sql, pool })).toThrow(ConfigError);
       expect(() => new Queue({ sql: {} as never })).toThrow(ConfigError);
+      // Both a URL and a pool, or a pool that is not one (outside review 126: the Worker took them).
+      const tasks = { t: async () => {} };
+      expect(() => new Worker({ pool, connectionString: db.url, tasks })).toThrow(
+        'Worker: give connectionString or pool, not both',
+      );
+      expect(() => new Worker({ pool: {} as never, tasks })).toThrow('Worker: pool must be a pg Pool');
+      expect(() => new Queue({ pool, connectionString: db.url })).toThrow('Queue: give connectionString or pool, not both');
+      expect(() => new Queue({ pool: {} as never })).toThrow('Queue: pool must be a pg Pool');
     } finally {
       await pool.end();
     }

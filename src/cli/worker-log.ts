@@ -2,6 +2,7 @@ import type { Worker } from '../worker/worker.js';
 import type { JobRow } from '../job.js';
 import type { Logger } from '../logger.js';
 import { ErrorLines } from './error-lines.js';
+import { describeError } from '../worker/run.js';
 import { firstLine } from './output.js';
 
 type Fields = Record<string, string | number | boolean | null>;
@@ -107,5 +108,6 @@ export class WorkerLog {
 }
 
 function errorText(error: unknown): string {
-  return firstLine(error instanceof Error ? error.message : String(error), 200);
+  // A thrown object said as last_error says it, not "[object Object]" (outside review 126).
+  return firstLine(error instanceof Error ? error.message : describeError(error), 200);
 }

@@ -121,6 +121,13 @@ export function resolveDriverName(options: DriverConnectionOptions, what: string
   if (options.connectionString !== undefined && typeof options.connectionString !== 'string') {
     throw new ConfigError(`${what}: connectionString must be a string`);
   }
+  // Outside review 126: { pool: {}, connectionString } was taken, the pool unused or failing later.
+  if (pool && options.connectionString !== undefined) {
+    throw new ConfigError(`${what}: give connectionString or pool, not both`);
+  }
+  if (pool && (typeof pool.connect !== 'function' || typeof pool.query !== 'function')) {
+    throw new ConfigError(`${what}: pool must be a pg Pool`);
+  }
   return driver ?? 'pg';
 }
 

@@ -1,6 +1,6 @@
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { checkConnection, poolTooSmallToListen, type ConnectionOptions } from '../db/connection.js';
+import { checkConnection, poolTooSmallToListen, resolveDriverName, type ConnectionOptions } from '../db/connection.js';
 import type { DriverName } from '../db/driver.js';
 import type { PostgresJsSql } from '../db/drivers/postgres-js.js';
 import { ConfigError } from '../errors.js';
@@ -239,17 +239,8 @@ function resolveQueueConcurrency(value: unknown, queues: string[], concurrency: 
 }
 
 function resolveDriver(options: WorkerOptions): DriverName {
-  const { driver, pool, sql } = options;
-  if (driver !== undefined && driver !== 'pg' && driver !== 'postgres.js') {
-    throw new ConfigError(`Worker: driver must be 'pg' or 'postgres.js', got ${JSON.stringify(driver)}`);
-  }
-  if (pool && sql) throw new ConfigError('Worker: give pool (pg) or sql (postgres.js), not both');
-  if (sql) {
-    if (typeof sql.unsafe !== 'function') throw new ConfigError('Worker: sql must be a postgres.js instance');
-    if (driver === 'pg') throw new ConfigError("Worker: sql is a postgres.js instance; use driver 'postgres.js'");
-    return 'postgres.js';
-  }
-  if (pool && driver === 'postgres.js') throw new ConfigError("Worker: pool is a pg Pool; use driver 'pg' or pass sql");
+  const driver = resolveDriverName(options, 'Worker');
+  if (options.sql) return driver; // a postgres.js instance: its own connection settings
   const max = options.listen === false ? undefined : poolTooSmallToListen(options);
   if (max !== undefined) {
     throw new ConfigError(
@@ -258,7 +249,7 @@ function resolveDriver(options: WorkerOptions): DriverName {
     );
   }
   checkConnection(options, 'Worker');
-  return driver ?? 'pg';
+  return driver;
 }
 
 /** Checks a worker's options (ConfigError naming the option) and fills in the defaults. */

@@ -44,4 +44,15 @@ describe('WorkerLog', () => {
     worker.emit('jobs:handed-back', [{ id: '10' }], { reason: 'row-held' });
     expect(lines).toEqual(['handed-back count=2 ids=8,9 reason=stopping', 'handed-back count=1 ids=10 reason=row-held']);
   });
+
+  it('says a thrown object as last_error says it, not [object Object] (outside review 126)', () => {
+    const lines = captured();
+    const worker = new EventEmitter();
+    new WorkerLog(false).follow(worker as unknown as Worker);
+    const job = { id: '5', task: 'charge', queue: 'default', attempts: 1 };
+    worker.emit('job:fail', job, { error: { code: 42 }, willRetry: false, durationMs: 3 });
+    worker.emit('job:fail', job, { error: new Error('declined'), willRetry: true, durationMs: 3 });
+    expect(lines[0]).toContain('error: non-Error thrown: {"code":42}');
+    expect(lines[1]).toContain('error: declined');
+  });
 });

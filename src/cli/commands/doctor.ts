@@ -1,5 +1,7 @@
 import type { Command } from 'commander';
-import { runDoctor } from '../../doctor/run-doctor.js';
+import { connectionError } from '../../db/connection.js';
+import { runDoctor, type DoctorReport } from '../../doctor/run-doctor.js';
+import { isConnectionFailure } from '../../errors.js';
 import type { CheckResult } from '../../doctor/findings.js';
 import { globalOptions, requireDatabaseUrl } from '../database.js';
 import { ExitStatus, printJson } from '../output.js';
@@ -19,7 +21,17 @@ export function registerDoctor(program: Command): void {
     .option('--json', 'print the full report as JSON')
     .action(async (opts: { json?: boolean }, command: Command) => {
       const global = globalOptions(command);
-      const report = await runDoctor({ connectionString: requireDatabaseUrl(global), schema: global.schema });
+      const url = requireDatabaseUrl(global);
+      let report: DoctorReport;
+      try {
+        report = await runDoctor({ connectionString: url, schema: global.schema });
+      } catch (err) {
+        // Critical, not a warning: the queue's database is out of reach. It exited 1,
+        // which a monitor reading exit codes took for a warning (outside review 126).
+        if (!isConnectionFailure(err)) throw err;
+        process.stderr.write(`sluice: doctor: ${connectionError(err, url).message}\n`);
+        throw new ExitStatus(2);
+      }
       if (opts.json) printJson(report);
       else {
         for (const check of report.checks) printCheck(check);

@@ -13,6 +13,8 @@ interface WorkerFlags {
   shutdownTimeout: number;
   visibilityTimeout?: number;
   completedJobs: 'keep' | 'delete';
+  metricsPort?: number;
+  metricsHost: string;
   json?: boolean;
 }
 
@@ -43,6 +45,9 @@ export function registerWorker(program: Command): void {
         .choices(['keep', 'delete'])
         .default('keep'),
     )
+    // As `sluice relay` has them: operators had to write a worker script for metrics (outside review 126).
+    .option('--metrics-port <n>', 'serve Prometheus metrics at GET /metrics on this port (0: any free port)', integer(0, 65_535))
+    .option('--metrics-host <host>', 'interface for --metrics-port (0.0.0.0: scraped from other hosts)', '127.0.0.1')
     .option('--json', 'log JSON lines instead of text')
     .addHelpText(
       'after',
@@ -86,6 +91,7 @@ Examples:
             shutdownTimeoutMs: flags.shutdownTimeout,
             ...(flags.visibilityTimeout === undefined ? {} : { visibilityTimeoutMs: flags.visibilityTimeout }),
             completedJobs: flags.completedJobs,
+            ...(flags.metricsPort === undefined ? {} : { metrics: { port: flags.metricsPort, host: flags.metricsHost } }),
             // The maintenance leader's warnings (due jobs no live worker handles) reach the terminal.
             logger: log.logger(),
           });
@@ -99,6 +105,7 @@ Examples:
             concurrency: worker.config.concurrency,
             completed: worker.config.completedJobs,
             ...(worker.config.schedules.length > 0 ? { schedules: worker.config.schedules.map((x) => x.name).join(',') } : {}),
+            ...(worker.metricsUrl && { metrics: worker.metricsUrl }),
           });
           await stopped;
           log.line('stopped');
