@@ -206,6 +206,7 @@ describe('API', () => {
       ['task=a&task=b', 'task must be given once'],
       ['field=&value=1', 'value: give the payload field to search (field=...)'],
       ['value=1', 'value: give the payload field to search (field=...)'],
+      ['staus=failed', 'unknown filter "staus" (it takes status, queue, task, before, after, limit, from, until, field, value)'],
     ]) {
       const refused = await api(`api/jobs?${qs}`);
       expect(refused.status, qs).toBe(400);

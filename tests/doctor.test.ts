@@ -156,7 +156,11 @@ describe('doctor', () => {
   it('sluice doctor exits 2 (critical) when Postgres cannot be reached, and names where (outside review 126: exit 1)', async () => {
     const unreachable = await runCli('postgres://postgres@127.0.0.1:1/nowhere', db.schema, ['doctor']);
     expect(unreachable.code).toBe(2);
-    expect(unreachable.stderr).toMatch(/^sluice: doctor: cannot reach Postgres at 127\.0\.0\.1:1\/nowhere: /);
+    expect(unreachable.stderr).toMatch(/^sluice: doctor: cannot reach Postgres at 127\.0\.0\.1:1\/nowhere: (?!doctor:)/);
+    // A database that does not exist is as critical (outside review 127: exit 1).
+    const missing = await runCli(db.url.replace(/\/[^/?]*(\?|$)/, '/no_such_database_here$1'), db.schema, ['doctor']);
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toMatch(/^sluice: doctor: Postgres at .*no_such_database_here: /);
   });
 
   it('estimates index bloat close to what real packed and sparse indexes have', async () => {

@@ -87,11 +87,20 @@ describe('migrate on postgres.js', () => {
       // Both a URL and a pool, or a pool that is not one (outside review 126: the Worker took them).
       const tasks = { t: async () => {} };
       expect(() => new Worker({ pool, connectionString: db.url, tasks })).toThrow(
-        'Worker: give connectionString or pool, not both',
+        'Worker: give connectionString, pool or sql, one of them',
       );
-      expect(() => new Worker({ pool: {} as never, tasks })).toThrow('Worker: pool must be a pg Pool');
-      expect(() => new Queue({ pool, connectionString: db.url })).toThrow('Queue: give connectionString or pool, not both');
+      expect(() => new Worker({ pool: {} as never, tasks })).toThrow('Worker: pool must be a pg Pool (a Client goes in as tx)');
+      expect(() => new Queue({ pool, connectionString: db.url })).toThrow(
+        'Queue: give connectionString, pool or sql, one of them',
+      );
       expect(() => new Queue({ pool: {} as never })).toThrow('Queue: pool must be a pg Pool');
+      // A Client (outside review 127), and a postgres.js instance beside a URL.
+      expect(() => new Queue({ pool: new pg.Client({ connectionString: db.url }) as never })).toThrow(
+        'Queue: pool must be a pg Pool (a Client goes in as tx)',
+      );
+      expect(() => new Queue({ sql, connectionString: db.url })).toThrow(
+        'Queue: give connectionString, pool or sql, one of them',
+      );
     } finally {
       await pool.end();
     }

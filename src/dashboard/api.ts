@@ -37,6 +37,9 @@ export interface ApiContext {
 }
 
 /** Query string of GET api/jobs. Every filter is optional; one value each. */
+/** The filters GET api/jobs takes. */
+const JOBS_FILTERS = new Set(['status', 'queue', 'task', 'before', 'after', 'limit', 'from', 'until', 'field', 'value']);
+
 interface JobsQuery {
   status?: string;
   queue?: string;
@@ -100,6 +103,10 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     // nothing and ?field=&value=1 every job, without a word (outside review 125).
     const repeated = Object.entries(q).find(([, v]) => Array.isArray(v));
     if (repeated) throw new ValidationError(`${repeated[0]} must be given once`);
+    // A misspelt filter listed every job (outside review 127: ?staus=failed).
+    const unknown = Object.keys(q).find((name) => !JOBS_FILTERS.has(name));
+    if (unknown !== undefined)
+      throw new ValidationError(`unknown filter ${JSON.stringify(unknown)} (it takes ${[...JOBS_FILTERS].join(', ')})`);
     if (q.value !== undefined && !q.field) throw new ValidationError('value: give the payload field to search (field=...)');
     if (q.field) return searchByField(q);
     return listJobs(db, schema, {

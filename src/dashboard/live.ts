@@ -19,6 +19,12 @@ const KEEPALIVE_MS = 20_000;
  * 200 streams that never read took the dashboard from 77 MB to 1.86 GB).
  */
 export const MAX_UNSENT_BYTES = 8 * 1024 * 1024;
+/**
+ * Unsent bytes of all streams together: past it the streams furthest behind are
+ * cut until it holds. Per stream alone, 256 streams of a large overview still
+ * held 1.4 GB (outside review 127).
+ */
+export const MAX_TOTAL_UNSENT_BYTES = 64 * 1024 * 1024;
 /** Live streams one dashboard process serves at once; more are refused with a 503 (the page falls back to polling). */
 export const MAX_STREAMS = 256;
 
@@ -108,7 +114,7 @@ export class LiveFeed {
     // The newcomer gets the current overview even if it did not change: the last
     // one read, while it is fresh. A read per newcomer made a restart that
     // reconnected many tabs cost as many passes over the jobs table (outside review 125).
-    if (this.last !== '' && Date.now() - this.lastRefreshAt < this.options.refreshMs) res.write(frame('overview', this.last));
+    if (this.last !== '' && Date.now() - this.lastRefreshAt < this.options.refreshMs) this.sendTo(res, this.last);
     else void this.refresh(res);
   }
 
@@ -173,8 +179,7 @@ export class LiveFeed {
   /** Loads the overview (never two loads at a time); sends it to all if it changed, else to `only`. */
   private refresh(only?: ServerResponse): Promise<void> {
     // One read in flight serves the newcomers that arrive meanwhile too.
-    if (this.refreshing)
-      return this.refreshing.then(() => void (only && this.last !== '' && only.write(frame('overview', this.last))));
+    if (this.refreshing) return this.refreshing.then(() => void (only && this.last !== '' && this.sendTo(only, this.last)));
     this.refreshing = (async () => {
       this.lastRefreshAt = Date.now();
       try {
@@ -184,7 +189,7 @@ export class LiveFeed {
           this.last = data;
           this.broadcast('overview', data);
         } else if (only) {
-          only.write(frame('overview', data));
+          this.sendTo(only, data);
         }
       } catch (err) {
         this.setDatabase(describeFailure(err));
@@ -220,14 +225,35 @@ export class LiveFeed {
   }
 
   private write(text: string): void {
+    for (const res of this.clients) res.write(text);
+    this.shed();
+  }
+
+  /** The overview to one newcomer, counted against the unsent limits as any write. */
+  private sendTo(res: ServerResponse, overview: string): void {
+    if (!this.clients.has(res)) return;
+    res.write(frame('overview', overview));
+    this.shed();
+  }
+
+  /** Cuts the streams that are not read: one too far behind, then the furthest behind while all together are. */
+  private shed(): void {
+    let total = 0;
     for (const res of this.clients) {
-      if (res.writableLength > MAX_UNSENT_BYTES) {
-        this.clients.delete(res);
-        res.destroy();
-      } else {
-        res.write(text);
-      }
+      if (res.writableLength > MAX_UNSENT_BYTES) this.cut(res);
+      else total += res.writableLength;
     }
+    if (total <= MAX_TOTAL_UNSENT_BYTES) return;
+    for (const res of [...this.clients].sort((a, b) => b.writableLength - a.writableLength)) {
+      if (total <= MAX_TOTAL_UNSENT_BYTES) break;
+      total -= res.writableLength;
+      this.cut(res);
+    }
+  }
+
+  private cut(res: ServerResponse): void {
+    this.clients.delete(res);
+    res.destroy();
   }
 }
 

@@ -112,6 +112,9 @@ export function resolveDriverName(options: DriverConnectionOptions, what: string
     throw new ConfigError(`${what}: driver must be 'pg' or 'postgres.js', got ${JSON.stringify(driver)}`);
   }
   if (pool && sql) throw new ConfigError(`${what}: give pool (pg) or sql (postgres.js), not both`);
+  if ((pool || sql) && options.connectionString !== undefined) {
+    throw new ConfigError(`${what}: give connectionString, pool or sql, one of them`);
+  }
   if (sql) {
     if (typeof sql.unsafe !== 'function') throw new ConfigError(`${what}: sql must be a postgres.js instance`);
     if (driver === 'pg') throw new ConfigError(`${what}: sql is a postgres.js instance; use driver 'postgres.js'`);
@@ -122,11 +125,9 @@ export function resolveDriverName(options: DriverConnectionOptions, what: string
     throw new ConfigError(`${what}: connectionString must be a string`);
   }
   // Outside review 126: { pool: {}, connectionString } was taken, the pool unused or failing later.
-  if (pool && options.connectionString !== undefined) {
-    throw new ConfigError(`${what}: give connectionString or pool, not both`);
-  }
-  if (pool && (typeof pool.connect !== 'function' || typeof pool.query !== 'function')) {
-    throw new ConfigError(`${what}: pool must be a pg Pool`);
+  // A pg Client has connect() and query() too, but no release() for what it hands out (outside review 127).
+  if (pool && (pool instanceof pg.Client || typeof pool.connect !== 'function' || typeof pool.query !== 'function')) {
+    throw new ConfigError(`${what}: pool must be a pg Pool (a Client goes in as tx)`);
   }
   return driver ?? 'pg';
 }

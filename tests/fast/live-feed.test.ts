@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import type { ServerResponse } from 'node:http';
-import { describe, expect, it } from 'vitest';
-import { LiveFeed, MAX_STREAMS, MAX_UNSENT_BYTES } from '../../src/dashboard/live.js';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { LiveFeed, MAX_STREAMS, MAX_TOTAL_UNSENT_BYTES, MAX_UNSENT_BYTES } from '../../src/dashboard/live.js';
 import type { Notifier } from '../../src/notify/listener.js';
 
 /** A browser's response: what was written to it, and how much of it is still unsent. */
@@ -56,10 +56,14 @@ const attach = (live: LiveFeed) => {
 };
 
 describe('LiveFeed', () => {
+  // A clock of its own: the fast files share a thread, and real timers there are not always real.
+  beforeEach(() => void vi.useFakeTimers());
+  afterEach(() => void vi.useRealTimers());
+
   it('serves browsers that arrive together with one read, each getting the overview (outside review 125)', async () => {
     const { live, loads } = feed();
     const browsers = Array.from({ length: 50 }, () => attach(live));
-    await new Promise((resolve) => setTimeout(resolve, 200));
+    await vi.advanceTimersByTimeAsync(200);
     expect(loads()).toBe(1);
     for (const b of browsers) expect(b.overviews()).toBeGreaterThanOrEqual(1);
     // A later one, while the overview is fresh, gets it without a read.
@@ -73,15 +77,28 @@ describe('LiveFeed', () => {
     const { live, notifier } = feed();
     const reader = attach(live);
     const stalled = attach(live);
-    await new Promise((resolve) => setTimeout(resolve, 100));
+    await vi.advanceTimersByTimeAsync(100);
     stalled.writableLength = MAX_UNSENT_BYTES + 1;
     notifier.emit('wake', { queue: 'q' });
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await vi.advanceTimersByTimeAsync(300);
     expect(stalled.destroyed).toBe(true);
     expect(reader.destroyed).toBe(false);
     expect(reader.written.some((t) => t.startsWith('event: jobs'))).toBe(true);
-    expect(stalled.written.some((t) => t.startsWith('event: jobs'))).toBe(false);
     expect(live.watchers).toBe(1);
+    await live.close();
+  });
+
+  it('cuts the streams furthest behind while all together hold too much unsent (outside review 127)', async () => {
+    const { live, notifier } = feed();
+    const browsers = Array.from({ length: 20 }, () => attach(live));
+    await vi.advanceTimersByTimeAsync(100);
+    // Each under its own limit, 80 MiB together; the first four the furthest behind.
+    browsers.forEach((b, i) => (b.writableLength = 4 * 1024 * 1024 + (i < 4 ? 1 : 0)));
+    notifier.emit('wake', { queue: 'q' });
+    await vi.advanceTimersByTimeAsync(300);
+    expect(browsers.map((b) => b.destroyed)).toEqual(browsers.map((_, i) => i < 4));
+    expect(live.watchers).toBe(16);
+    expect(16 * 4 * 1024 * 1024).toBeLessThanOrEqual(MAX_TOTAL_UNSENT_BYTES);
     await live.close();
   });
 
@@ -91,6 +108,7 @@ describe('LiveFeed', () => {
     const extra = attach(live);
     expect(extra.status).toBe(503);
     expect(live.watchers).toBe(MAX_STREAMS);
+    await vi.advanceTimersByTimeAsync(100); // the first read ends
     await live.close();
   });
 });

@@ -3,7 +3,7 @@ import { connectionError } from '../../db/connection.js';
 import { runDoctor, type DoctorReport } from '../../doctor/run-doctor.js';
 import { isConnectionFailure } from '../../errors.js';
 import type { CheckResult } from '../../doctor/findings.js';
-import { globalOptions, requireDatabaseUrl } from '../database.js';
+import { globalOptions, loginProblem, requireDatabaseUrl } from '../database.js';
 import { ExitStatus, printJson } from '../output.js';
 
 const EXIT_BY_STATUS = { ok: 0, warn: 1, critical: 2 } as const;
@@ -28,8 +28,11 @@ export function registerDoctor(program: Command): void {
       } catch (err) {
         // Critical, not a warning: the queue's database is out of reach. It exited 1,
         // which a monitor reading exit codes took for a warning (outside review 126).
-        if (!isConnectionFailure(err)) throw err;
-        process.stderr.write(`sluice: doctor: ${connectionError(err, url).message}\n`);
+        // So is a database or role that does not exist, or a refused login (outside review 127).
+        const login = loginProblem(err, url);
+        if (!login && !isConnectionFailure(err)) throw err;
+        const reason = err instanceof Error ? err.message.replace(/^doctor: /, '') : String(err);
+        process.stderr.write(`sluice: doctor: ${login ?? connectionError(reason, url).message}\n`);
         throw new ExitStatus(2);
       }
       if (opts.json) printJson(report);
