@@ -334,3 +334,18 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
     { cause: err },
   );
 }
+
+/**
+ * A failed insert of enqueueAfterCommit's `jobs` jobs, after the caller's work
+ * resolved: said as what it is, their transaction committed and the jobs may be
+ * lost (outside review 124: the plain enqueue message read like a failure of
+ * that transaction). Other errors pass as they are.
+ */
+export function afterCommitError(err: unknown, jobs: number): unknown {
+  if (!(err instanceof ConnectionError) || jobs === 0) return err;
+  const Failed = err instanceof NotSentError ? NotSentError : ConnectionError;
+  return new Failed(
+    `enqueueAfterCommit: work() resolved (your transaction committed), then enqueueing its ${jobs} job(s) failed: ${err.message}`,
+    { cause: err },
+  );
+}

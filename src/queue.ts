@@ -12,7 +12,7 @@ import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { jobId as checkJobId } from './admin/input.js';
 import { WakeUps } from './wake-ups.js';
 import { rows, type Queryable } from './db/executor.js';
-import { ConfigError, ConnectionError, enqueueError, NotSentError, ValidationError, wrapDatabaseError } from './errors.js';
+import { afterCommitError, ConfigError, enqueueError, ValidationError, wrapDatabaseError } from './errors.js';
 import { type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
 import { resolveSchemas, validateBatchPayloads, validatePayload } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
@@ -290,14 +290,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     try {
       return { result, jobIds: await this.enqueueMany(specs as TaskSpec<T>[]) };
     } catch (err) {
-      // Said as what it is: the caller's transaction committed, its jobs may be lost
-      // (outside review 124: the plain enqueue message read like a failure of the transaction).
-      if (!(err instanceof ConnectionError) || specs.length === 0) throw err;
-      const Failed = err instanceof NotSentError ? NotSentError : ConnectionError;
-      throw new Failed(
-        `enqueueAfterCommit: work() resolved (your transaction committed), then enqueueing its ${specs.length} job(s) failed: ${err.message}`,
-        { cause: err },
-      );
+      throw afterCommitError(err, specs.length);
     }
   }
 
