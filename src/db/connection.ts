@@ -112,11 +112,11 @@ export function resolveDriverName(options: DriverConnectionOptions, what: string
     throw new ConfigError(`${what}: driver must be 'pg' or 'postgres.js', got ${JSON.stringify(driver)}`);
   }
   if (pool && sql) throw new ConfigError(`${what}: give pool (pg) or sql (postgres.js), not both`);
+  if (sql && typeof sql.unsafe !== 'function') throw new ConfigError(`${what}: sql must be a postgres.js instance`);
   if ((pool || sql) && options.connectionString !== undefined) {
     throw new ConfigError(`${what}: give connectionString, pool or sql, one of them`);
   }
   if (sql) {
-    if (typeof sql.unsafe !== 'function') throw new ConfigError(`${what}: sql must be a postgres.js instance`);
     if (driver === 'pg') throw new ConfigError(`${what}: sql is a postgres.js instance; use driver 'postgres.js'`);
     return 'postgres.js';
   }
