@@ -18,7 +18,10 @@ export interface TableStats {
   vacuum_scale_factor?: number;
 }
 
-/** autovacuum_enabled turned off in a table's reloptions, in any spelling Postgres takes (stored as written). */
+/**
+ * autovacuum_enabled turned off in a table's reloptions, in any spelling Postgres
+ * takes (stored as written: outside review 124, =off was missed).
+ */
 export function autovacuumOff(reloptions: readonly string[] | null): boolean {
   return (reloptions ?? []).some((o) => /^autovacuum_enabled=(f|fa|fal|fals|false|n|no|of|off|0)$/i.test(o));
 }

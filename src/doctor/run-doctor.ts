@@ -69,8 +69,12 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
   const [found] = await rows<{ installed: boolean }>(db, q.installed, [`${quoteSchema(schema)}.jobs`]);
   const installed = found?.installed === true;
 
-  results.push(checks.checkTables(await rows(db, q.tables, [schema]), t));
-  results.push(checks.checkAutovacuum((await rows<checks.AutovacuumRow>(db, q.autovacuum, [schema]))[0]!));
+  const tables = await rows<checks.TableStats>(db, q.tables, [schema]);
+  results.push(checks.checkTables(tables, t));
+  const [server] = await rows<Omit<checks.AutovacuumRow, 'disabled_tables'>>(db, q.autovacuum);
+  // One rule for "turned off" (autovacuumOff), over the rows the tables check read.
+  const disabled = tables.filter((r) => checks.autovacuumOff(r.reloptions)).map((r) => r.table);
+  results.push(checks.checkAutovacuum({ ...server!, disabled_tables: disabled }));
   results.push(checks.checkIdleInTransaction(await rows(db, q.idleInTransaction), t));
   results.push(checks.checkSnapshots(await rows(db, q.oldestSnapshots), await rows(db, q.preparedTransactions), t));
   results.push(checks.checkReplicationSlots(await rows(db, q.replicationSlots), t));

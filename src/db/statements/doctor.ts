@@ -127,17 +127,11 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
       FROM ${s}.jobs WHERE status = 'processing' AND locked_at < now() - $1::float8 * interval '1 millisecond'
       GROUP BY queue ORDER BY queue`,
 
-    // Server-wide switches without which no dead tuple is ever removed, and the
-    // tables of the schema on which autovacuum was turned off.
+    // Server-wide switches without which no dead tuple is ever removed (the
+    // tables the schema turned it off on are read from the tables' reloptions).
     autovacuum: `SELECT current_setting('autovacuum') = 'on' AS autovacuum,
         current_setting('track_counts') = 'on' AS track_counts,
-        current_setting('autovacuum_naptime') AS naptime,
-        ARRAY(SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-              WHERE n.nspname = $1 AND c.relkind = 'r'
-                -- As written: off, no, 0, f... are stored as given (outside review 124: =off was missed).
-                AND EXISTS (SELECT FROM unnest(c.reloptions) o
-                            WHERE lower(o) ~ '^autovacuum_enabled=(f|fa|fal|fals|false|n|no|of|off|0)$')
-              ORDER BY 1) AS disabled_tables`,
+        current_setting('autovacuum_naptime') AS naptime`,
 
     // Is anyone running maintenance, and is the pruner keeping up?
     maintenance: `SELECT (SELECT holder FROM ${s}.leader WHERE role = 'maintenance' AND expires_at > now()) AS leader,
