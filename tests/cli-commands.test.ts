@@ -160,6 +160,17 @@ describe('usage errors exit 2 with one line', () => {
     ['worker with a missing module', ['worker', '--tasks', './no/such/tasks.js'], /task module not found/],
     ['worker with a directory as its module', ['worker', '--tasks', './tests'], /task module is a directory/],
     ['not a job id', ['jobs', 'show', '12abc'], /not a job id/],
+    // Outside review 126: answered with the library's "visibilityTimeoutMs must be an integer from 1000 to 86400000".
+    [
+      'a visibility timeout out of range',
+      ['worker', '--tasks', './tests', '--visibility-timeout', '10ms'],
+      /--visibility-timeout <duration>' argument '10ms' is invalid\. must be a whole number of milliseconds from 1s to 1d/,
+    ],
+    [
+      'a shutdown timeout out of range',
+      ['worker', '--tasks', './tests', '--shutdown-timeout', '2d'],
+      /--shutdown-timeout <duration>' argument '2d' is invalid\. must be a whole number of milliseconds from 0ms to 1d/,
+    ],
   ];
   it('for every kind of mistake', async () => {
     // In parallel: each case is a process start and nothing else.

@@ -12,7 +12,7 @@ import { ConfigError } from '../src/errors.js';
 import { SluiceMetrics } from '../src/index.js';
 import { serveMetrics } from '../src/metrics/server.js';
 import { createTestSchema, type TestDatabase } from './helpers/database.js';
-import { runSluice, type CliResult } from './helpers/cli.js';
+import { FIXTURES, runSluice, type CliResult } from './helpers/cli.js';
 
 let db: TestDatabase;
 let dir: string;
@@ -168,4 +168,34 @@ describe('ports in use', () => {
       taken.close();
     }
   });
+
+  it("a metrics host that is not this machine's: a ConfigError, not a driver error (outside review 127)", async () => {
+    // 192.0.2.1 is TEST-NET-1: never an address of this machine, and no DNS look-up to wait for.
+    const refused = serveMetrics(new SluiceMetrics(), 0, '192.0.2.1');
+    await expect(refused).rejects.toThrow(ConfigError);
+    await expect(refused).rejects.toThrow(/^metrics: cannot listen on 192\.0\.2\.1 port 0: /);
+  });
+
+  it('sluice worker with a metrics host it cannot listen on: exit 2, one line naming it', async () => {
+    const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
+    const args = ['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--metrics-port', '0', '--metrics-host', '192.0.2.1'];
+    expectOneLine(await runSluice(args, env), 2, /^sluice: metrics: cannot listen on 192\.0\.2\.1 port 0: .*EADDRNOTAVAIL/);
+  });
+
+  it.each(['worker', 'relay'])(
+    'sluice %s --metrics-host without --metrics-port is refused (it served nothing)',
+    async (command) => {
+      const args = [
+        command,
+        ...(command === 'worker' ? ['--tasks', `${FIXTURES}cli-tasks.mjs`] : []),
+        '--metrics-host',
+        '0.0.0.0',
+      ];
+      expectOneLine(
+        await runSluice(args, { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema }),
+        2,
+        /--metrics-host <host>' needs --metrics-port/,
+      );
+    },
+  );
 });

@@ -1,4 +1,4 @@
-import { formatBytes, formatMs, percent } from './format.js';
+import { firstFew, formatBytes, formatMs, percent } from './format.js';
 import { level, result, worst, type CheckResult, type DoctorThresholds, type Severity } from './findings.js';
 
 export interface TableStats {
@@ -267,12 +267,19 @@ export interface BacklogRow {
 
 export function checkBacklog(rows: BacklogRow[], t: DoctorThresholds): CheckResult {
   const details = rows.map((r) => ({ ...r, status: r.paused ? ('ok' as const) : level(r.oldest_ms, t.backlogAgeMs) }));
+  // Worst first, then the longest wait: with thousands of queues the line names the ones to look at
+  // (it listed them all, one line without end: outside review 127); --json's details keep every queue.
+  const rank: Record<Severity, number> = { critical: 0, warn: 1, ok: 2 };
+  const ordered = [...details].sort((a, b) => rank[a.status] - rank[b.status] || b.oldest_ms - a.oldest_ms);
   const summary =
     rows.length === 0
       ? 'no due jobs waiting'
-      : details
-          .map((d) => `${d.queue}${d.paused ? ' (paused)' : ''}: ${d.due} due, oldest waiting ${formatMs(d.oldest_ms)}`)
-          .join('; ');
+      : firstFew(
+          ordered.map((d) => `${d.queue}${d.paused ? ' (paused)' : ''}: ${d.due} due, oldest waiting ${formatMs(d.oldest_ms)}`),
+          'queues',
+          5,
+          '; ',
+        );
   return result(
     'backlog',
     'pending backlog',

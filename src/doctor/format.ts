@@ -21,3 +21,9 @@ export function formatBytes(bytes: number): string {
 export function percent(fraction: number): string {
   return `${(fraction * 100).toFixed(fraction < 0.1 ? 1 : 0)}%`;
 }
+
+/** Up to `shown` items joined, then how many more: a summary line stays one line however many there are. */
+export function firstFew(items: string[], what: string, shown = 5, separator = ', '): string {
+  const listed = items.slice(0, shown).join(separator);
+  return items.length > shown ? `${listed}${separator}and ${items.length - shown} more ${what}` : listed;
+}

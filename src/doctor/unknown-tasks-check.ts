@@ -3,7 +3,7 @@ import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
 import { doctorStatements } from '../db/statements/doctor.js';
 import type { CheckResult, DoctorThresholds } from './findings.js';
-import { formatMs } from './format.js';
+import { firstFew, formatMs } from './format.js';
 
 const ID = 'unknown_tasks';
 const TITLE = 'tasks no worker handles';
@@ -61,11 +61,5 @@ export function unknownTasksResult(unknown: UnknownTask[], t: DoctorThresholds, 
 /** What this check cannot judge: queues with due jobs and no live worker at all. */
 function notChecked(unwatched: string[]): string {
   const queues = unwatched.length === 1 ? 'queue' : `${unwatched.length} queues`;
-  return `not checked for ${queues} with due jobs and no live worker (${namesOf(unwatched)}: see the backlog check)`;
-}
-
-/** Up to five queue names, then how many more. */
-function namesOf(queues: string[]): string {
-  const shown = queues.slice(0, 5).join(', ');
-  return queues.length > 5 ? `${shown} and ${queues.length - 5} more` : shown;
+  return `not checked for ${queues} with due jobs and no live worker (${firstFew(unwatched, 'queues')}: see the backlog check)`;
 }

@@ -41,13 +41,16 @@ export async function serveMetrics(metrics: MetricsSource, port: number, host: s
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err: NodeJS.ErrnoException) => {
+      // Every listen failure is the options' (a taken port, a host that does not resolve or is not
+      // this machine's, a port below 1024 without the right): an errno error alone read as a
+      // failed query in the CLI (outside review 127).
       reject(
-        err.code === 'EADDRINUSE'
-          ? new ConfigError(
-              `metrics: port ${port} on ${host} is already in use (choose another metrics.port, or 0 for any free one)`,
-              { cause: err },
-            )
-          : err,
+        new ConfigError(
+          err.code === 'EADDRINUSE'
+            ? `metrics: port ${port} on ${host} is already in use (choose another metrics.port, or 0 for any free one)`
+            : `metrics: cannot listen on ${host} port ${port}: ${err.message}`,
+          { cause: err },
+        ),
       );
     });
     server.listen(port, host, resolve);

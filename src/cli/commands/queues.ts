@@ -1,4 +1,4 @@
-import { InvalidArgumentError, type Command } from 'commander';
+import type { Command } from 'commander';
 import { getGroupStats } from '../../admin/groups.js';
 import { setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from '../../control.js';
 import type { Queryable } from '../../db/executor.js';
@@ -14,7 +14,7 @@ import {
   type RateLimit,
 } from '../../groups/settings.js';
 import { withDatabase } from '../database.js';
-import { duration, integer } from '../parse.js';
+import { durationWithin, integer } from '../parse.js';
 import { printable, printJson, printTable, UsageError } from '../output.js';
 import { checks } from '../../validate.js';
 
@@ -70,13 +70,7 @@ function limitOrNone(what: string, value: string, max: number): number | null {
 }
 
 /** --per: a whole number of milliseconds from 1 ms to a day, as a rate's interval is. */
-function interval(value: string): number {
-  const n = duration(value);
-  if (!Number.isInteger(n) || n < 1 || n > 86_400_000) {
-    throw new InvalidArgumentError('must be a whole number of milliseconds from 1ms to 1d');
-  }
-  return n;
-}
+const interval = durationWithin(1, 86_400_000);
 
 interface RateFlags {
   per?: number;

@@ -11,9 +11,10 @@ import { withDatabaseUntilStopped } from '../database.js';
 import { ErrorLines } from '../error-lines.js';
 import { FailureLines } from '../failure-lines.js';
 import { UsageError, formatTime, printable, printJson } from '../output.js';
+import { addMetricsOptions, type MetricsFlags } from '../metrics-options.js';
 import { collect, integer } from '../parse.js';
 
-interface RelayFlags {
+interface RelayFlags extends MetricsFlags {
   broker: 'nats' | 'rabbitmq';
   destination?: string[];
   natsUrl: string;
@@ -26,8 +27,6 @@ interface RelayFlags {
   maxAttempts: number;
   listenUrl?: string;
   preparedStatements: boolean;
-  metricsPort?: number;
-  metricsHost: string;
   status?: boolean;
   deadLetters?: boolean;
   redrive?: boolean;
@@ -44,7 +43,7 @@ const ACTIONS = [
 ] as const satisfies readonly (readonly [keyof RelayFlags, string])[];
 
 export function registerRelay(program: Command): void {
-  program
+  const command = program
     .command('relay')
     .description('publish committed outbox messages to NATS JetStream or RabbitMQ until SIGINT/SIGTERM')
     .addOption(new Option('--broker <name>', 'where messages go').choices(['nats', 'rabbitmq']).default('nats'))
@@ -62,9 +61,8 @@ export function registerRelay(program: Command): void {
     .option('--batch-size <n>', 'rows read per window (largest batch sent to the broker)', integer(1, 100_000), 2000)
     .option('--max-attempts <n>', 'refusals of one message before it becomes a dead letter', integer(1, 1000), 10)
     .option('--listen-url <url>', 'LISTEN on this direct connection (when the database URL is a transaction-mode PgBouncer)')
-    .option('--no-prepared-statements', 'no named prepared statements (PgBouncer before 1.21 in transaction mode)')
-    .option('--metrics-port <n>', 'serve Prometheus metrics at GET /metrics on this port (0: any free port)', integer(0, 65_535))
-    .option('--metrics-host <host>', 'interface for --metrics-port (0.0.0.0: scraped from other hosts)', '127.0.0.1')
+    .option('--no-prepared-statements', 'no named prepared statements (PgBouncer before 1.21 in transaction mode)');
+  addMetricsOptions(command)
     .option('--status', "print every destination's lag and exit")
     .option('--dead-letters', 'print the dead letters (of the --destination(s), or all) and exit')
     .option('--redrive', "put the --destination(s)' dead letters back into the outbox as new messages, and exit")

@@ -4,25 +4,27 @@ import type { WorkerOptions } from '../../worker/options.js';
 import { withDatabaseUntilStopped } from '../database.js';
 import { loadTasks } from '../task-module.js';
 import { WorkerLog } from '../worker-log.js';
-import { collect, duration, durationOption, integer } from '../parse.js';
+import { addMetricsOptions, type MetricsFlags } from '../metrics-options.js';
+import { collect, durationOption, durationWithin, integer } from '../parse.js';
 
-interface WorkerFlags {
+interface WorkerFlags extends MetricsFlags {
   tasks: string;
   queue?: string[];
   concurrency: number;
   shutdownTimeout: number;
   visibilityTimeout?: number;
   completedJobs: 'keep' | 'delete';
-  metricsPort?: number;
-  metricsHost: string;
   json?: boolean;
 }
+
+/** The longest timeout the Worker takes (its options' range). */
+const DAY_MS = 86_400_000;
 
 /** Exit code when a second signal cuts the drain short (not a clean stop). */
 const FORCED_EXIT = 1;
 
 export function registerWorker(program: Command): void {
-  program
+  const command = program
     .command('worker')
     .description('run jobs with the handlers of a task module until SIGINT/SIGTERM')
     .requiredOption('--tasks <module>', 'file exporting `tasks` (or a default export): { taskName: handler }')
@@ -33,21 +35,21 @@ export function registerWorker(program: Command): void {
         '--shutdown-timeout <duration>',
         'on a signal, how long running jobs may finish before they are aborted',
         10_000,
+        durationWithin(0, DAY_MS),
       ),
     )
     .option(
       '--visibility-timeout <duration>',
       "how long a job's lock lasts without a heartbeat before it may be rescued (default 30s)",
-      duration,
+      durationWithin(1_000, DAY_MS),
     )
     .addOption(
       new Option('--completed-jobs <what>', 'keep completed jobs (archived by the pruner) or delete them at completion')
         .choices(['keep', 'delete'])
         .default('keep'),
-    )
-    // As `sluice relay` has them: operators had to write a worker script for metrics (outside review 126).
-    .option('--metrics-port <n>', 'serve Prometheus metrics at GET /metrics on this port (0: any free port)', integer(0, 65_535))
-    .option('--metrics-host <host>', 'interface for --metrics-port (0.0.0.0: scraped from other hosts)', '127.0.0.1')
+    );
+  // As `sluice relay` has them: operators had to write a worker script for metrics (outside review 126).
+  addMetricsOptions(command)
     .option('--json', 'log JSON lines instead of text')
     .addHelpText(
       'after',
