@@ -116,6 +116,40 @@ describe('dashboard in Chromium', () => {
     await page.close();
   });
 
+  it('says an address names no page, instead of showing the overview (outside review 125)', async () => {
+    const page = await browser.context.newPage();
+    await page.goto(`${dashboard.url}#/jobs/-1`);
+    await page.waitForSelector('h1:text-is("Not found")');
+    expect(await page.textContent('main [role="alert"]')).toContain('No page at #/jobs/-1');
+    expect(await page.title()).toBe('Not found · Sluice');
+    await page.click('main a[href="#/"]');
+    await page.waitForSelector('tr[data-queue="emails"]');
+    await page.close();
+  });
+
+  it('wraps a 128-character queue name, as a table and as cards (outside review 125)', async () => {
+    const long = `q${'x'.repeat(127)}`;
+    const id = await queue.enqueue('resize_image', {}, { queue: long });
+    const page = await browser.context.newPage();
+    try {
+      for (const width of [1000, 390]) {
+        await page.setViewportSize({ width, height: 800 });
+        await page.goto(dashboard.url);
+        await page.waitForSelector(`tr[data-queue="${long}"]`);
+        // The name wraps: its cell stays narrow (it was 1,300 px wide, pushing the counts out of
+        // view), and the page is no wider than the screen.
+        const cell = await page.$eval(`tr[data-queue="${long}"] th`, (th) => th.getBoundingClientRect().width);
+        expect(cell, `${width}px wide`).toBeLessThan(width * 0.9);
+        if (width === 1000) expect(cell).toBeLessThan(400);
+        const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+        expect(overflow, `${width}px wide`).toBeLessThanOrEqual(0);
+      }
+    } finally {
+      await page.close();
+      await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    }
+  });
+
   it('shows a job live after an enqueue, without reloading the page', async () => {
     const page = await browser.context.newPage();
     await page.goto(`${dashboard.url}#/jobs`);

@@ -4,7 +4,7 @@
 // reaches its database: an open event stream alone would say "live" while
 // every panel fails.
 import { get } from './api.js';
-import { h } from './dom.js';
+import { h, replace } from './dom.js';
 import { time } from './format.js';
 import { startLive } from './live.js';
 import { cronView } from './views/cron.js';
@@ -59,9 +59,19 @@ function route() {
     section = 'cron';
     view = cronView(main, { navigate });
     document.title = 'Cron · Sluice';
-  } else {
+  } else if (path === '/' || path === '') {
     view = overviewView(main, { overview, refresh: () => void refresh() });
     document.title = 'Sluice dashboard';
+  } else {
+    // An address that names no page (#/jobs/-1, a mistyped link) says so: it showed the
+    // overview as though the address were right (outside review 125).
+    view = {};
+    replace(
+      main,
+      h('h1', null, 'Not found'),
+      h('p', { role: 'alert' }, `No page at #${path}. A job's page is #/jobs/<id>, its id a whole number. `, h('a', { href: '#/' }, 'Overview')),
+    );
+    document.title = 'Not found · Sluice';
   }
   for (const link of document.querySelectorAll('[data-nav]')) {
     if (/** @type {HTMLElement} */ (link).dataset.nav === section) link.setAttribute('aria-current', 'page');
