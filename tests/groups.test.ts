@@ -501,6 +501,44 @@ describe('groups: limits', () => {
     expect((await claim('gglobal', 10)).jobs).toHaveLength(0);
   });
 
+  it.each([
+    ['a group limit', 'starved-group', () => setQueueGroups(t.db.pool, t.db.schema, 'starved-group', { groupConcurrency: 2 })],
+    ['a queue limit', 'starved-queue', () => t.queue.setQueueConcurrency('starved-queue', 3)],
+    ['a rate limit', 'starved-rate', () => setQueueRateLimit(t.db.pool, t.db.schema, 'starved-rate', { limit: 50, burst: 2 })],
+  ] as const)(
+    'a queue under %s beside a busy plain queue in one worker gets slots while the plain backlog waits (outside review 128)',
+    async (_limit, queue, limit) => {
+      await limit();
+      const plain = `${queue}-plain`;
+      await t.queue.enqueueMany(Array.from({ length: 1_500 }, () => ({ task: 'w', queue: plain })));
+      await t.queue.enqueueMany(
+        Array.from({ length: 12 }, (_, i) => ({
+          task: 'w',
+          queue,
+          ...(queue === 'starved-group' ? { group: `g${i % 2}` } : {}),
+        })),
+      );
+      let plainStarted = 0;
+      const limitedStartedAfter: number[] = [];
+      const worker = await t.start({
+        queues: [queue, plain],
+        concurrency: 6,
+        tasks: {
+          w: async (_p: unknown, { job }: { job: JobRow }) => {
+            if (job.queue === queue) limitedStartedAfter.push(plainStarted);
+            else plainStarted++;
+            await new Promise((r) => setTimeout(r, 5));
+          },
+        },
+      });
+      await waitFor(() => limitedStartedAfter.length === 12, `the ${queue} jobs to run`, 60_000);
+      await worker.stop();
+      // Before, the plain jobs claimed ahead took every slot that freed: the limited
+      // queue ran a few jobs, then none until the plain backlog was gone.
+      expect(Math.max(...limitedStartedAfter)).toBeLessThan(750);
+    },
+  );
+
   it('a rate-limited queue starts at most its burst at once and says when the next token is due', async () => {
     await setQueueRateLimit(t.db.pool, t.db.schema, 'rated', { limit: 2, intervalMs: 60_000, burst: 3 });
     await t.queue.enqueueMany(Array.from({ length: 10 }, () => ({ task: 't', queue: 'rated' })));

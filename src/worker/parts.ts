@@ -113,13 +113,21 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     errorIn('grouped queues'),
     (queue, grouping) => queueState.assumeGrouped(queue, grouping),
   );
+  // Nothing is claimed ahead while a strict limited queue (a limit that counts every
+  // claimed job) is served beside plain ones: plain jobs waiting here took every slot
+  // that freed, and the limited queue's claims, which start only in free slots, found
+  // none (outside review 128: 0-3 starts/s against 130-160 for the plain queue).
+  const claimAhead = () => {
+    const plan = queueState.claimPlan;
+    return plan.strict.length === 0 || plan.plain.length === 0;
+  };
   const loop: FetchLoop = new FetchLoop(
     store,
     { ...config, tasks: [...config.tasks.keys()] },
     {
-      capacity: () => slots.capacity(),
-      wanted: () => slots.wanted(),
-      wantedIn: (queue) => slots.wantedIn(queue),
+      capacity: () => slots.capacity(claimAhead()),
+      wanted: () => slots.wanted(claimAhead()),
+      wantedIn: (queue) => slots.wantedIn(queue, claimAhead()),
       free: () => slots.free(),
       // Not to be swept back as orphans either: the jobs left to the rescuer.
       heldIds: () => [...held(), ...completer.leftToRescuer()],

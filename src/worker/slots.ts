@@ -102,9 +102,9 @@ export class Slots {
     return this.running.get(id);
   }
 
-  /** Slots plus the jobs that may be held ahead right now. */
-  capacity(): number {
-    return this.config.concurrency + this.prefetchAllowance();
+  /** Slots plus the jobs that may be held ahead right now (none when `ahead` is false). */
+  capacity(ahead = true): number {
+    return this.config.concurrency + (ahead ? this.prefetchAllowance() : 0);
   }
 
   /** Slots not taken by a running or waiting job. */
@@ -113,8 +113,8 @@ export class Slots {
   }
 
   /** Jobs a claim may ask for now: capacity minus every job held. */
-  wanted(): number {
-    return Math.max(0, this.capacity() - this.running.size - this.waiting.size);
+  wanted(ahead = true): number {
+    return Math.max(0, this.capacity(ahead) - this.running.size - this.waiting.size);
   }
 
   /**
@@ -125,9 +125,9 @@ export class Slots {
    * ahead only where no global, group or rate limit counts them (claim_queue() in
    * migration 0019), so a grouped queue is claimed ahead like a plain one.
    */
-  wantedIn(queue: string): number {
+  wantedIn(queue: string, ahead = true): number {
     const limit = this.config.queueLimits.get(queue);
-    if (limit === undefined) return this.wanted();
+    if (limit === undefined) return this.wanted(ahead);
     const free = this.config.concurrency - this.running.size - this.waiting.size;
     let held = 0;
     for (const r of this.running.values()) if (r.job.queue === queue) held++;
