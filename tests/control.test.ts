@@ -251,6 +251,10 @@ describe('retry control from handlers', () => {
     expect(() => make({ tasks: { t: { handler: async () => {}, backoff: { shape: 'cubic' as 'fixed' } } } })).toThrow(/shape/);
     expect(() => make({ tasks: { t: { handler: async () => {}, retries: 3 } as never } })).toThrow(/unknown option/);
     expect(() => make({ queueConcurrency: { elsewhere: 1 } })).toThrow(/not one of this worker's queues/);
+    // Outside review 128: an array was taken as no limits.
+    expect(() => make({ queueConcurrency: [] as unknown as Record<string, number> })).toThrow(
+      'queueConcurrency must be an object of queue → limit',
+    );
     expect(() => make({ concurrency: 4, queueConcurrency: { default: 5 } })).toThrow(ConfigError);
   });
 

@@ -231,8 +231,11 @@ describe('Worker', () => {
     await startedA.promise;
     // Simulate A's heartbeat going stale: its last renewal longer ago than its own
     // visibility timeout (the rescuer honours a worker's own, migration 0034). Again
-    // until the rescue takes it: A's heartbeat may renew the lock in between.
+    // until the rescue takes it: A's heartbeat may renew the lock in between. The
+    // registered timeout is cut too: a lock counts as no older than the server's
+    // start, and an embedded Postgres started for this run may be younger than 60 s.
     await waitFor(async () => {
+      await db.pool.query(`UPDATE ${db.s}.workers SET visibility_timeout_ms = 1000 WHERE id = 'worker-A'`);
       await db.pool.query(
         `UPDATE ${db.s}.jobs SET locked_at = now() - interval '2 minutes' WHERE id = $1 AND status = 'processing'`,
         [id],
@@ -453,5 +456,9 @@ describe('Worker', () => {
     expect(() => new Worker({ ...base, driver: 'mysql' as never })).toThrow(/driver must be 'pg' or 'postgres.js'/);
     expect(() => new Worker({ ...base, pool: db.pool, driver: 'postgres.js' })).toThrow(ConfigError);
     expect(() => new Worker({ ...base, sql: {} as never })).toThrow(/postgres.js instance/);
+    // Outside review 129: taken silently.
+    expect(() => new Worker({ ...base, listen: false, listenConnectionString: db.url })).toThrow(
+      'Worker: listenConnectionString is for LISTEN, and listen is false: give one or the other',
+    );
   });
 });

@@ -229,7 +229,8 @@ const WORKER_KEYS = new Set([
 /** Local per-queue limits: each a queue this worker serves, from 1 to its concurrency. */
 function resolveQueueConcurrency(value: unknown, queues: string[], concurrency: number): Map<string, number> {
   if (value === undefined) return new Map();
-  if (!value || typeof value !== 'object') throw new ConfigError('queueConcurrency must be an object of queue → limit');
+  if (!value || typeof value !== 'object' || Array.isArray(value))
+    throw new ConfigError('queueConcurrency must be an object of queue → limit');
   const limits = new Map<string, number>();
   for (const [queue, limit] of Object.entries(value)) {
     if (!queues.includes(queue)) throw new ConfigError(`queueConcurrency: "${queue}" is not one of this worker's queues`);
@@ -284,6 +285,10 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
   if (options.workerId !== undefined) checkName('workerId', options.workerId);
   const listen = boolOption('listen', options.listen, true);
+  // Outside review 129: taken silently, though one of the two is a mistake.
+  if (!listen && options.listenConnectionString !== undefined) {
+    throw new ConfigError('Worker: listenConnectionString is for LISTEN, and listen is false: give one or the other');
+  }
   const completedJobs = options.completedJobs === undefined ? 'keep' : options.completedJobs;
   if (completedJobs !== 'keep' && completedJobs !== 'delete') {
     throw new ConfigError(`completedJobs must be 'keep' or 'delete', got ${shown(completedJobs)}`);
