@@ -293,6 +293,18 @@ export function isDataRejection(err: unknown): boolean {
   return typeof code === 'string' && code.length === 5 && REFUSAL_CLASSES.has(code.slice(0, 2));
 }
 
+/**
+ * One of Sluice's named statements already prepared, or not prepared, on the
+ * connection it ran on (42P05, 26000): what a transaction-mode pooler that does not
+ * track prepared statements causes (outside review 129: the message named nothing to do).
+ */
+function isPoolerStatementClash(err: unknown): boolean {
+  const e = err as { code?: unknown; message?: unknown } | null;
+  return (
+    (e?.code === '42P05' || e?.code === '26000') && typeof e.message === 'string' && /prepared statement "sluice-/.test(e.message)
+  );
+}
+
 /** Wraps a driver error in the matching typed error, keeping it as `cause`. */
 export function wrapDatabaseError(err: unknown, context: string): SluiceError {
   if (err instanceof SluiceError) return err;
@@ -300,7 +312,12 @@ export function wrapDatabaseError(err: unknown, context: string): SluiceError {
   if (isConnectionFailure(err)) return new ConnectionError(`${context}: ${message}`, { cause: err });
   const sqlState = (err as { code?: unknown } | null)?.code;
   // Sluice's own statements only come here: a table or schema missing means one never migrated.
-  const hint = isNotMigrated(err) ? ' (run `sluice migrate` or migrate() first, or check the schema option)' : '';
+  const hint = isNotMigrated(err)
+    ? ' (run `sluice migrate` or migrate() first, or check the schema option)'
+    : isPoolerStatementClash(err)
+      ? ' (a transaction-mode pooler, such as PgBouncer before 1.21, moves named statements between ' +
+        'connections: set preparedStatements: false, or --no-prepared-statements)'
+      : '';
   return new DatabaseError(`${context}: ${message}${hint}`, typeof sqlState === 'string' ? sqlState : undefined, {
     cause: err,
   });

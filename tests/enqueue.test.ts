@@ -553,6 +553,21 @@ describe('enqueue', () => {
       expect(() => new Queue({ schema: db.schema, preparedStatements: 'no' as never })).toThrow(ConfigError);
     });
 
+    it('a name already prepared on the connection (a pooler before PgBouncer 1.21) is answered with the setting to change (outside review 129)', async () => {
+      const pool = new pg.Pool({ connectionString: db.url, max: 1 });
+      // What a transaction-mode pooler causes: another client prepared it on the same server connection.
+      await pool.query(`PREPARE "sluice-enqueue-${db.schema}" AS SELECT 1`);
+      const own = new Queue({ pool, schema: db.schema });
+      try {
+        await expect(own.enqueue('prepared_check', {})).rejects.toThrow(
+          /prepared statement "sluice-enqueue-.*" already exists \(a transaction-mode pooler, .*set preparedStatements: false/,
+        );
+      } finally {
+        await own.close();
+        await pool.end();
+      }
+    });
+
     it('sends them unnamed in a caller transaction', async () => {
       const client = new pg.Client(db.url);
       await client.connect();

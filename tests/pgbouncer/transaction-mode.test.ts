@@ -3,6 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Queue, Worker, type WorkerOptions } from '../../src/index.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from '../helpers/database.js';
 import { startPgBouncer, type PgBouncer } from '../helpers/pgbouncer.js';
+import { FIXTURES, spawnCli } from '../helpers/cli.js';
 
 // Run by `npm run test:pgbouncer` (needs the Debian package pgbouncer), not by `npm test`.
 let db: TestDatabase;
@@ -88,6 +89,38 @@ describe(`PgBouncer in transaction mode`, () => {
     await waitFor(async () => (await runsOf(ids)).jobs === 600, 'all 600 jobs', 60_000);
     await waitFor(async () => (await statusCounts(db)).completed === 601, 'all results written');
     expect(await runsOf(ids)).toEqual({ runs: 600, jobs: 600 });
+  });
+
+  it('sluice worker runs behind PgBouncer with --listen-url and --no-prepared-statements, and with --no-listen (outside review 129)', async () => {
+    const env = { DATABASE_URL: bouncer.url, SLUICE_SCHEMA: db.schema };
+    const pooled = bouncer.tracksPreparedStatements ? [] : ['--no-prepared-statements'];
+    const base = ['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--queue', 'cli', '--concurrency', '4', ...pooled, '--json'];
+    const cli = [spawnCli([...base, '--listen-url', db.url], env), spawnCli([...base, '--no-listen'], env)];
+    try {
+      await Promise.all(cli.map((c) => waitFor(() => c.stdout().includes('"started"'), 'the worker to start', 30_000)));
+      const ids = await queue.enqueueMany(
+        Array.from({ length: 300 }, (_, i) => ({ task: 'hello', queue: 'cli', payload: { i } })),
+      );
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) AND status = 'completed'`,
+              [ids],
+            )
+          ).rows[0].n === 300,
+        'all 300 jobs',
+        60_000,
+      );
+    } finally {
+      for (const c of cli) c.child.kill('SIGTERM');
+    }
+    for (const c of cli) {
+      const result = await c.exited;
+      expect(result.code, result.stderr).toBe(0);
+      // 'prepared statement "sluice-cycle-..." already exists' and the like, had they been named.
+      expect(result.stderr).toBe('');
+    }
   });
 
   it('a poll-only worker (listen: false) drains through PgBouncer alone', async () => {

@@ -13,8 +13,9 @@ import { FailureLines } from '../failure-lines.js';
 import { UsageError, formatTime, printable, printJson } from '../output.js';
 import { addMetricsOptions, type MetricsFlags } from '../metrics-options.js';
 import { collect, integer } from '../parse.js';
+import { addPoolerOptions, type PoolerFlags } from '../pooler-options.js';
 
-interface RelayFlags extends MetricsFlags {
+interface RelayFlags extends MetricsFlags, PoolerFlags {
   broker: 'nats' | 'rabbitmq';
   destination?: string[];
   natsUrl: string;
@@ -25,8 +26,6 @@ interface RelayFlags extends MetricsFlags {
   maxPartitions?: number;
   batchSize: number;
   maxAttempts: number;
-  listenUrl?: string;
-  preparedStatements: boolean;
   status?: boolean;
   deadLetters?: boolean;
   redrive?: boolean;
@@ -59,10 +58,8 @@ export function registerRelay(program: Command): void {
     .option('--partitions <n>', 'partitions per destination (the same in every relay)', integer(1, 1024), 1)
     .option('--max-partitions <n>', 'most partitions this process holds (default: all)', integer(1, 1_000_000))
     .option('--batch-size <n>', 'rows read per window (largest batch sent to the broker)', integer(1, 100_000), 2000)
-    .option('--max-attempts <n>', 'refusals of one message before it becomes a dead letter', integer(1, 1000), 10)
-    .option('--listen-url <url>', 'LISTEN on this direct connection (when the database URL is a transaction-mode PgBouncer)')
-    .option('--no-prepared-statements', 'no named prepared statements (PgBouncer before 1.21 in transaction mode)');
-  addMetricsOptions(command)
+    .option('--max-attempts <n>', 'refusals of one message before it becomes a dead letter', integer(1, 1000), 10);
+  addMetricsOptions(addPoolerOptions(command))
     .option('--status', "print every destination's lag and exit")
     .option('--dead-letters', 'print the dead letters (of the --destination(s), or all) and exit')
     .option('--redrive', "put the --destination(s)' dead letters back into the outbox as new messages, and exit")

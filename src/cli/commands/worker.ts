@@ -6,8 +6,10 @@ import { loadTasks } from '../task-module.js';
 import { WorkerLog } from '../worker-log.js';
 import { addMetricsOptions, type MetricsFlags } from '../metrics-options.js';
 import { collect, durationOption, durationWithin, integer } from '../parse.js';
+import { addPoolerOptions, type PoolerFlags } from '../pooler-options.js';
 
-interface WorkerFlags extends MetricsFlags {
+interface WorkerFlags extends MetricsFlags, PoolerFlags {
+  listen: boolean;
   tasks: string;
   queue?: string[];
   concurrency: number;
@@ -48,8 +50,14 @@ export function registerWorker(program: Command): void {
         .choices(['keep', 'delete'])
         .default('keep'),
     );
-  // As `sluice relay` has them: operators had to write a worker script for metrics (outside review 126).
-  addMetricsOptions(command)
+  // As `sluice relay` has them: operators had to write a worker script for metrics (outside
+  // review 126), and could not run it behind a transaction-mode PgBouncer (review 129).
+  addMetricsOptions(addPoolerOptions(command))
+    .addOption(
+      new Option('--no-listen', 'no LISTEN: find new jobs by polling only (behind a pooler, without --listen-url)').conflicts(
+        'listenUrl',
+      ),
+    )
     .option('--json', 'log JSON lines instead of text')
     .addHelpText(
       'after',
@@ -93,6 +101,9 @@ Examples:
             shutdownTimeoutMs: flags.shutdownTimeout,
             ...(flags.visibilityTimeout === undefined ? {} : { visibilityTimeoutMs: flags.visibilityTimeout }),
             completedJobs: flags.completedJobs,
+            listen: flags.listen,
+            preparedStatements: flags.preparedStatements,
+            ...(flags.listenUrl === undefined ? {} : { listenConnectionString: flags.listenUrl }),
             ...(flags.metricsPort === undefined ? {} : { metrics: { port: flags.metricsPort, host: flags.metricsHost } }),
             // The maintenance leader's warnings (due jobs no live worker handles) reach the terminal.
             logger: log.logger(),
