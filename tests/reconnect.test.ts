@@ -6,6 +6,7 @@ import { workerStatements } from '../src/db/statements/worker.js';
 import { rescueExpired } from '../src/maintenance/rescuer.js';
 import { waitFor } from './helpers/database.js';
 import { startPrivatePostgres } from './helpers/private-postgres.js';
+import { startTcpProxy } from './helpers/tcp-proxy.js';
 
 // These tests restart Postgres and kill connections, so they run on a private
 // embedded server of their own, never on the shared one.
@@ -87,6 +88,37 @@ describe('reconnects', () => {
     await waitFor(() => reconnected.length > 0, "the worker's reconnected event");
     expect(reconnected).toHaveLength(1);
     expect(reconnected[0]).toBeGreaterThanOrEqual(0);
+  });
+
+  it('with LISTEN on a connection of its own, says reconnected when its pool is back, not before (outside review 129)', async () => {
+    const proxy = await startTcpProxy(url);
+    try {
+      const ran: string[] = [];
+      const errors: SluiceError[] = [];
+      // The pool behind a network that goes silent (a pooler down), LISTEN direct, as beside PgBouncer.
+      const worker = newWorker(ran, errors, {
+        connectionString: proxy.url,
+        listenConnectionString: url,
+        statementTimeoutMs: 1_000,
+      });
+      const reconnected: number[] = [];
+      worker.on('reconnected', ({ downMs }) => reconnected.push(downMs));
+      await worker.start();
+      proxy.cut();
+      // Pushed through the direct LISTEN: the claim goes out on the silent pool and fails.
+      const id = await queue.enqueue('t');
+      await waitFor(() => errors.some((e) => e.code === 'CONNECTION'), 'the claim to fail on the silent pool', 30_000);
+      // LISTEN never dropped: it used to be the only thing that said the worker was back.
+      expect(reconnected).toEqual([]);
+      proxy.restore();
+      await waitFor(() => ran.includes(id), 'the job once the pool is back', 30_000);
+      await waitFor(() => reconnected.length > 0, "the worker's reconnected event");
+      expect(reconnected).toHaveLength(1);
+    } finally {
+      proxy.restore();
+      await Promise.all(workers.splice(0).map((w) => w.stop()));
+      await proxy.close();
+    }
   });
 
   it('re-LISTENs after its LISTEN connection is killed and catches up on what was enqueued meanwhile', async () => {

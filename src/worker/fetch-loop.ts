@@ -77,6 +77,8 @@ export class FetchLoop {
     private readonly results: ResultSource,
     private readonly plan: () => ClaimPlan,
     private readonly onError: (err: unknown) => void,
+    /** A cycle went through (after failures: the pool reaches Postgres again). */
+    private readonly onWritten: () => void = () => {},
   ) {
     this.orphans = new OrphanSweep(store, target, this.stats, () => this.kick(), config.heartbeatIntervalMs);
     // The fallback for missed notifications, and the only wake of workers that do not listen.
@@ -340,9 +342,9 @@ export class FetchLoop {
     const plainLimit = limit - Math.min(plan.limited.length, Math.floor(limit / 2));
     const sentAt = performance.now();
     let result: CycleResult;
+    // A worker of limited queues alone with nothing to write has no statement to send.
+    const idle = plan.plain.length === 0 && batch.completed.length + batch.failed.length + batch.started.length === 0;
     try {
-      // A worker of limited queues alone with nothing to write has no statement to send.
-      const idle = plan.plain.length === 0 && batch.completed.length + batch.failed.length + batch.started.length === 0;
       result = idle
         ? NOTHING_SENT
         : await this.store.cycle({
@@ -372,6 +374,7 @@ export class FetchLoop {
       return false;
     }
     this.retry.reset();
+    if (!idle) this.onWritten();
     // The claims of limited queues are counted where they are made.
     if (plan.plain.length > 0) {
       this.stats.cycle(limit, result.claimed.length);

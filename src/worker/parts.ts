@@ -50,6 +50,8 @@ export interface Owner {
   drained(): void;
   /** `part`: which part of the worker failed (its error message says so). */
   error(err: unknown, part?: string): void;
+  /** A cycle went through on the pool. */
+  poolWorks(): void;
 }
 
 /** Makes the parts of a running worker on its pool; starts none of them. */
@@ -145,6 +147,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     completer,
     () => queueState.claimPlan,
     errorIn('claim'),
+    () => owner.poolWorks(),
   );
   const heartbeat = new Heartbeat(store, locks, {
     held,

@@ -79,6 +79,12 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private drained: (() => void) | undefined;
   /** When the first connection error since Postgres was last reachable came (see reachable()). */
   private unreachableSince: number | undefined;
+  /**
+   * Which connections failed since: the pool's, LISTEN's, or both. 'reconnected' waits
+   * for each: with LISTEN on a connection of its own (a direct one beside a pooler), the
+   * one coming back said nothing of the other (outside review 129).
+   */
+  private readonly unreachable = new Set<'pool' | 'listen'>();
   private readonly emitEvent: Emit = (event, ...args) =>
     void (this.emit as (e: string, ...a: unknown[]) => boolean)(event, ...args);
 
@@ -167,6 +173,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
         accepting: () => this.state === 'running' && !this.stopPromise,
         drained: () => this.drained?.(),
         error: (err, part) => this.reportError(err, part),
+        poolWorks: () => this.reachable('pool'),
       });
     } catch (err) {
       // A part that cannot be made (a missing optional package, bad schemas):
@@ -300,7 +307,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     notifier.on('listening', () => {
       void queueState.refresh();
       loop.wake();
-      this.reachable();
+      this.reachable('listen');
     });
     notifier.on('connectionError', (err) => this.reportError(err, 'listen'));
     // Resolve start() once LISTEN is in place, so a job enqueued right after is
@@ -341,13 +348,17 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private reportError(err: unknown, part?: string): void {
     // Which part failed, where known: "worker: <driver message>" did not say (outside review 102).
     const wrapped = wrapDatabaseError(err, part ? `worker ${part}` : 'worker');
-    if (wrapped instanceof ConnectionError) this.unreachableSince ??= Date.now();
+    if (wrapped instanceof ConnectionError) {
+      this.unreachableSince ??= Date.now();
+      this.unreachable.add(part === 'listen' ? 'listen' : 'pool');
+    }
     if (this.listenerCount('error') > 0) this.emit('error', wrapped);
   }
 
-  /** LISTEN is in place again: after connection errors, Postgres is back. */
-  private reachable(): void {
-    if (this.unreachableSince === undefined) return;
+  /** LISTEN is in place again, or a cycle went through on the pool: once both work after connection errors, Postgres is back. */
+  private reachable(part: 'pool' | 'listen'): void {
+    this.unreachable.delete(part);
+    if (this.unreachableSince === undefined || this.unreachable.size > 0) return;
     const downMs = Date.now() - this.unreachableSince;
     this.unreachableSince = undefined;
     this.emit('reconnected', { downMs });
