@@ -27,6 +27,8 @@ export interface Requested {
  */
 export class LimitedClaims {
   busy = false;
+  /** Claim rounds so far: where the next round starts in the list of queues. */
+  private rounds = 0;
   /**
    * Queues whose claims came back empty, told to come back in a moment (their
    * row or a group held by another session): each such answer in a row waits
@@ -66,7 +68,11 @@ export class LimitedClaims {
   ): Promise<LimitedOutcome> {
     let more = false;
     const perStatement: number[] = [];
-    for (const queue of queues) {
+    // Each round starts one queue further on: with few free slots the first queues
+    // asked took them all, and the last one listed ran next to nothing (outside review
+    // 130: a rate-limited queue last of three, at concurrency 4, started 0.35 jobs/s).
+    const first = this.rounds++ % Math.max(1, queues.length);
+    for (const queue of [...queues.slice(first), ...queues.slice(0, first)]) {
       const requested = this.requested();
       const othersAsked = Math.max(0, requested.jobs - ownLimit);
       const max = Math.min(this.target.wantedIn(queue) - othersAsked, this.config.batchSize);
