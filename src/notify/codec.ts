@@ -17,13 +17,14 @@ export interface WakeHint {
 
 /**
  * A control message: `cancel` names a job to abort wherever it runs; `queues`
- * means the queues table changed (pause, limits).
+ * means the queues table changed (pause, limits); `probe` is a worker's check that
+ * its LISTEN hears what its pool sends (see ListenProbe), for that worker alone.
  */
-export type ControlMessage = { c: 'cancel'; id: string } | { c: 'queues' };
+export type ControlMessage = { c: 'cancel'; id: string } | { c: 'queues' } | { c: 'probe'; id: string };
 
 /** The payload of a control message, as the statements that send it take it (a `$n` parameter). */
 export function encodeControl(message: ControlMessage): string {
-  return JSON.stringify(message.c === 'cancel' ? { c: 'cancel', id: message.id } : { c: 'queues' });
+  return JSON.stringify(message.c === 'queues' ? { c: 'queues' } : { c: message.c, id: message.id });
 }
 
 /** Wake-up hints (no `c` field) and control messages share the schema's channel. */
@@ -32,6 +33,7 @@ export function decodeMessage(payload: string | undefined): WakeHint | ControlMe
     const parsed = JSON.parse(payload ?? '') as { q?: unknown; t?: unknown; c?: unknown; id?: unknown };
     if (parsed.c === 'cancel') return { c: 'cancel', id: String(parsed.id) };
     if (parsed.c === 'queues') return { c: 'queues' };
+    if (parsed.c === 'probe') return { c: 'probe', id: String(parsed.id) };
     return { queue: String(parsed.q ?? ''), runAt: Number(parsed.t ?? 0) };
   } catch {
     // A hand-written NOTIFY on our channel: treat it as "something may be due".

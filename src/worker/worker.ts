@@ -24,6 +24,7 @@ import type { FetchLoopStats } from './cycle-stats.js';
 import { Slots } from './slots.js';
 import { assembleParts, type Parts } from './parts.js';
 import { pastDeadline, shutDown, stopWindowMs } from './shutdown.js';
+import { ListenProbe, PROBE_WAIT_MS } from './listen-probe.js';
 
 export type { WorkerEvents } from './events.js';
 
@@ -63,6 +64,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   private readonly options: WorkerOptions;
   private readonly slots: Slots;
   private parts: Parts | undefined;
+  private listenProbe: ListenProbe | undefined;
   private state: 'idle' | 'running' | 'stopping' | 'stopped' = 'idle';
   private stopPromise: Promise<void> | undefined;
   /** Some stop() call said the process exits right after it (read when the stop decides). */
@@ -219,6 +221,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       await this.startedOrCut();
       if (this.parts && this.state !== 'stopped') {
         this.state = 'stopping';
+        this.listenProbe?.cancel();
         await shutDown(this.parts, {
           config: this.config,
           slots: this.slots,
@@ -302,14 +305,25 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     notifier.on('wake', (hint) => {
       if (hint.queue === '' || this.config.queues.includes(hint.queue)) loop.notified(hint.runAt);
     });
-    notifier.on('control', (message) => this.control(message));
+    const probe = new ListenProbe(
+      this.db!,
+      this.config.schema,
+      () => this.deafListen(),
+      (ms) => this.config.logger?.debug({ worker: this.config.workerId, ms: Math.round(ms) }, 'LISTEN hears what the pool sends'),
+    );
+    this.listenProbe = probe;
+    notifier.on('control', (message) => (message.c === 'probe' ? probe.heard(message.id) : this.control(message)));
     // Notifications sent while LISTEN was down are lost: re-read queue settings too.
     notifier.on('listening', () => {
       void queueState.refresh();
       loop.wake();
       this.reachable('listen');
+      probe.start();
     });
-    notifier.on('connectionError', (err) => this.reportError(err, 'listen'));
+    notifier.on('connectionError', (err) => {
+      probe.cancel();
+      this.reportError(err, 'listen');
+    });
     // Resolve start() once LISTEN is in place, so a job enqueued right after is
     // pushed, not polled. If Postgres is down, start anyway: the notifier retries.
     const ready = new Promise<void>((resolve) => {
@@ -320,7 +334,19 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     await ready;
   }
 
-  private control(message: ControlMessage): void {
+  /** LISTEN did not hear the probe (see ListenProbe): said through the logger, as the leader's warnings are. */
+  private deafListen(): void {
+    if (this.state !== 'running') return;
+    this.config.logger?.warn(
+      { worker: this.config.workerId },
+      `LISTEN heard nothing of a notification this worker sent from its pool ${PROBE_WAIT_MS / 1000} s ago: ` +
+        'through a transaction-mode pooler (PgBouncer) LISTEN receives none, and new jobs are found only by ' +
+        'polling (pollIntervalMs). Give listenConnectionString a direct connection (sluice worker --listen-url), ' +
+        'or set listen: false (--no-listen)',
+    );
+  }
+
+  private control(message: Exclude<ControlMessage, { c: 'probe' }>): void {
     const { dispatcher, queueState, loop } = this.parts!;
     if (message.c === 'queues') {
       // A pause or a new limit may have committed: jobs claimed ahead start only

@@ -123,6 +123,29 @@ describe(`PgBouncer in transaction mode`, () => {
     }
   });
 
+  it('a worker whose LISTEN goes through the pooler says so through its logger; one with LISTEN direct hears its probe (outside reviews 129, 131)', async () => {
+    const lines: { level: string; message: string }[] = [];
+    const logger = Object.fromEntries(
+      ['debug', 'info', 'warn', 'error'].map((level) => [
+        level,
+        (_fields: object, message = '') => lines.push({ level, message }),
+      ]),
+    ) as unknown as NonNullable<WorkerOptions['logger']>;
+    await startWorker('deaf', ['deaf'], { logger });
+    await waitFor(() => lines.some((l) => l.level === 'warn'), 'the warning', 30_000);
+    expect(lines.filter((l) => l.level === 'warn').map((l) => l.message)).toEqual([
+      expect.stringMatching(
+        /^LISTEN heard nothing of a notification this worker sent from its pool 10 s ago: .*listenConnectionString/,
+      ),
+    ]);
+    expect(lines.some((l) => l.message === 'LISTEN hears what the pool sends')).toBe(false);
+
+    lines.length = 0;
+    await startWorker('hearing', ['hearing'], { logger, listenConnectionString: db.url });
+    await waitFor(() => lines.some((l) => l.message === 'LISTEN hears what the pool sends'), 'the probe to come back');
+    expect(lines.filter((l) => l.level === 'warn')).toEqual([]);
+  });
+
   it('a poll-only worker (listen: false) drains through PgBouncer alone', async () => {
     await Promise.all(['a', 'b'].map((n) => startWorker(`poll-${n}`, ['poll'], { listen: false, pollIntervalMs: 100 })));
     const ids = await queue.enqueueMany(

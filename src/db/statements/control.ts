@@ -18,6 +18,8 @@ export interface ControlStatements {
   readonly setPaused: string;
   readonly setConcurrencyLimit: string;
   readonly listQueues: string;
+  /** $1 the channel, $2 a probe message (see ListenProbe). */
+  readonly probeListen: string;
 }
 
 /** The control statements for one schema, built once per schema. */
@@ -48,5 +50,6 @@ export const controlStatements = perSchema((schema: string): ControlStatements =
     setConcurrencyLimit: upsert('concurrency_limit'),
 
     listQueues: `SELECT name, paused, concurrency_limit, updated_at FROM ${s}.queues ORDER BY name`,
+    probeListen: `SELECT pg_notify($1, $2)`,
   };
 });
