@@ -166,6 +166,17 @@ describe('usage errors exit 2 with one line', () => {
       ['worker', '--tasks', './tests', '--visibility-timeout', '10ms'],
       /--visibility-timeout <duration>' argument '10ms' is invalid\. must be a whole number of milliseconds from 1s to 1d/,
     ],
+    // Outside review 130: answered with the Worker's option names.
+    [
+      'a listen URL that is not one',
+      ['worker', '--tasks', './tests', '--listen-url', 'notaurl'],
+      /--listen-url <url>' argument 'notaurl' is invalid\. it is not a URL; it should look like postgres:\/\//,
+    ],
+    [
+      'an empty metrics host',
+      ['worker', '--tasks', './tests', '--metrics-port', '0', '--metrics-host', ''],
+      /--metrics-host <host>' argument '' is invalid\. must be a host name or an IP address/,
+    ],
     [
       'a shutdown timeout out of range',
       ['worker', '--tasks', './tests', '--shutdown-timeout', '2d'],

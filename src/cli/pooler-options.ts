@@ -1,4 +1,5 @@
-import type { Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
+import { databaseUrlProblem } from '../db/database-url.js';
 
 /** The flags for a database URL that is a transaction-mode pooler (PgBouncer). */
 export interface PoolerFlags {
@@ -13,6 +14,17 @@ export interface PoolerFlags {
  */
 export function addPoolerOptions(command: Command): Command {
   return command
-    .option('--listen-url <url>', 'LISTEN on this direct connection (when the database URL is a transaction-mode PgBouncer)')
+    .option(
+      '--listen-url <url>',
+      'LISTEN on this direct connection (when the database URL is a transaction-mode PgBouncer)',
+      listenUrl,
+    )
     .option('--no-prepared-statements', 'no named prepared statements (PgBouncer before 1.21 in transaction mode)');
+}
+
+/** Checked as a flag: the Worker's message named listenConnectionString and "the database URL" (outside review 130). */
+function listenUrl(value: string): string {
+  const problem = databaseUrlProblem(value);
+  if (problem) throw new InvalidArgumentError(problem.replace(/^the database URL/, 'it'));
+  return value;
 }

@@ -47,7 +47,7 @@ export async function serveMetrics(metrics: MetricsSource, port: number, host: s
       reject(
         new ConfigError(
           err.code === 'EADDRINUSE'
-            ? `metrics: port ${port} on ${host} is already in use (choose another metrics.port, or 0 for any free one)`
+            ? `metrics: port ${port} on ${host} is already in use (choose another port, or 0 for any free one)`
             : `metrics: cannot listen on ${host} port ${port}: ${err.message}`,
           { cause: err },
         ),
