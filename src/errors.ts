@@ -76,10 +76,14 @@ export function neverSent(err: unknown): boolean {
     if (e instanceof NotSentError) return true;
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string' && NEVER_CONNECTED.has(code)) return true;
-    // pg's words for a pool's and a client's connect timeout.
+    // pg's words for a pool's and a client's connect timeout; PgBouncer's for a statement it
+    // could not hand to any server (Postgres refusing its logins, or none free in time): it
+    // never reached Postgres (outside review 131: told the job might exist).
     if (
       e instanceof Error &&
-      /timeout exceeded when trying to connect|Connection terminated due to connection timeout/i.test(e.message)
+      /timeout exceeded when trying to connect|Connection terminated due to connection timeout|^server login has been failing|^pgbouncer cannot connect to server|^query_wait_timeout/i.test(
+        e.message,
+      )
     ) {
       return true;
     }

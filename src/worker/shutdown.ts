@@ -103,7 +103,8 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
     worker.reportError(
       new WorkerStoppingError(
         `the result(s) or hand-back(s) of job(s) ${unwritten.join(', ')} could not be written on stop (another ` +
-          'session holds their rows locked, or Postgres is unreachable); they run again: ' +
+          'session holds their rows locked, Postgres is unreachable, or the statement failed: see the errors ' +
+          'before this one); they run again: ' +
           ROW_HELD_LEFT,
       ),
     );
