@@ -1,0 +1,86 @@
+/**
+ * Limited queues beside a busy unlimited one, in one worker (outside reviews 128, 130):
+ * does each limited queue get starts while the unlimited backlog waits?
+ *
+ *   DATABASE_URL=postgres://... node --import tsx bench/mixed-queues.ts [one|three] [seconds]
+ *
+ * - one (default): queues [G, P], concurrency 8, 50 ms jobs, 1,500 jobs each; G under
+ *   a group limit (2, 3 groups), then a queue limit (6), then a rate limit (20/s,
+ *   burst 2), P unlimited. Starts per second of each queue, second by second.
+ * - three: queues [G1, G2, G3, P1], concurrency 4, 20 ms jobs; G1 group limit 1 (3
+ *   groups), G2 queue limit 2, G3 rate limit 10/s, P1 unlimited with 20,000 jobs.
+ *   Starts per second of each queue over the run.
+ * Each run in a fresh schema, dropped after.
+ */
+import { migratedSchema, type ScratchSchema } from './lib/database.js';
+import { Queue, Worker, setQueueGroups, setQueueRateLimit } from '../src/index.js';
+
+const url = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+const part = process.argv[2] ?? 'one';
+const seconds = Number(process.argv[3] ?? (part === 'one' ? 8 : 10));
+
+/** Runs a worker of `queues` for `seconds`; returns each queue's start times (ms since its start). */
+async function run(db: ScratchSchema, queues: string[], concurrency: number, jobMs: number): Promise<Map<string, number[]>> {
+  const starts = new Map<string, number[]>(queues.map((q) => [q, []]));
+  const t0 = Date.now();
+  const worker = new Worker({
+    connectionString: url,
+    schema: db.schema,
+    queues,
+    concurrency,
+    tasks: {
+      t: async (_p, { job }) => {
+        starts.get(job.queue)!.push(Date.now() - t0);
+        await new Promise((r) => setTimeout(r, jobMs));
+      },
+    },
+  });
+  await worker.start();
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  await worker.stop();
+  return starts;
+}
+
+const perSecond = (times: number[]) =>
+  Array.from({ length: seconds }, (_, s) => times.filter((t) => t >= s * 1000 && t < (s + 1) * 1000).length);
+
+async function one(limit: 'group' | 'queue' | 'rate'): Promise<void> {
+  const db = await migratedSchema(url, `mixed_${limit}`);
+  const queue = new Queue({ connectionString: url, schema: db.schema });
+  try {
+    if (limit === 'group') await setQueueGroups(db.pool, db.schema, 'G', { groupConcurrency: 2 });
+    if (limit === 'queue') await queue.setQueueConcurrency('G', 6);
+    if (limit === 'rate') await setQueueRateLimit(db.pool, db.schema, 'G', { limit: 20, burst: 2 });
+    const group = (i: number) => (limit === 'group' ? { group: `g${i % 3}` } : {});
+    await queue.enqueueMany(Array.from({ length: 1_500 }, (_, i) => ({ task: 't', queue: 'G', ...group(i) })));
+    await queue.enqueueMany(Array.from({ length: 1_500 }, () => ({ task: 't', queue: 'P' })));
+    const starts = await run(db, ['G', 'P'], 8, 50);
+    console.log(
+      `G under a ${limit} limit: G starts/s ${perSecond(starts.get('G')!).join(' ')} | P starts/s ${perSecond(starts.get('P')!).join(' ')}`,
+    );
+  } finally {
+    await queue.close();
+    await db.drop();
+  }
+}
+
+async function three(): Promise<void> {
+  const db = await migratedSchema(url, 'mixed_three');
+  const queue = new Queue({ connectionString: url, schema: db.schema });
+  try {
+    await setQueueGroups(db.pool, db.schema, 'G1', { groupConcurrency: 1 });
+    await queue.setQueueConcurrency('G2', 2);
+    await setQueueRateLimit(db.pool, db.schema, 'G3', { limit: 10 });
+    await queue.enqueueMany(Array.from({ length: 1_500 }, (_, i) => ({ task: 't', queue: 'G1', group: `g${i % 3}` })));
+    for (const q of ['G2', 'G3']) await queue.enqueueMany(Array.from({ length: 1_500 }, () => ({ task: 't', queue: q })));
+    await queue.enqueueMany(Array.from({ length: 20_000 }, () => ({ task: 't', queue: 'P1' })));
+    const starts = await run(db, ['G1', 'G2', 'G3', 'P1'], 4, 20);
+    console.log([...starts].map(([q, times]) => `${q} ${(times.length / seconds).toFixed(1)}/s`).join(' | '));
+  } finally {
+    await queue.close();
+    await db.drop();
+  }
+}
+
+if (part === 'three') await three();
+else for (const limit of ['group', 'queue', 'rate'] as const) await one(limit);
