@@ -10,6 +10,8 @@
  * - three: queues [G1, G2, G3, P1], concurrency 4, 20 ms jobs; G1 group limit 1 (3
  *   groups), G2 queue limit 2, G3 rate limit 10/s, P1 unlimited with 20,000 jobs.
  *   Starts per second of each queue over the run.
+ * - long: queues [G, P], concurrency 4; G under a queue limit of 1 with 50 ms jobs, P
+ *   unlimited with 300 ms jobs (slots free one at a time). Starts of each over the run.
  * Each run in a fresh schema, dropped after.
  */
 import { migratedSchema, type ScratchSchema } from './lib/database.js';
@@ -20,7 +22,12 @@ const part = process.argv[2] ?? 'one';
 const seconds = Number(process.argv[3] ?? (part === 'one' ? 8 : 10));
 
 /** Runs a worker of `queues` for `seconds`; returns each queue's start times (ms since its start). */
-async function run(db: ScratchSchema, queues: string[], concurrency: number, jobMs: number): Promise<Map<string, number[]>> {
+async function run(
+  db: ScratchSchema,
+  queues: string[],
+  concurrency: number,
+  jobMs: number | ((queue: string) => number),
+): Promise<Map<string, number[]>> {
   const starts = new Map<string, number[]>(queues.map((q) => [q, []]));
   const t0 = Date.now();
   const worker = new Worker({
@@ -31,7 +38,7 @@ async function run(db: ScratchSchema, queues: string[], concurrency: number, job
     tasks: {
       t: async (_p, { job }) => {
         starts.get(job.queue)!.push(Date.now() - t0);
-        await new Promise((r) => setTimeout(r, jobMs));
+        await new Promise((r) => setTimeout(r, typeof jobMs === 'number' ? jobMs : jobMs(job.queue)));
       },
     },
   });
@@ -82,5 +89,21 @@ async function three(): Promise<void> {
   }
 }
 
+async function long(): Promise<void> {
+  const db = await migratedSchema(url, 'mixed_long');
+  const queue = new Queue({ connectionString: url, schema: db.schema });
+  try {
+    await queue.setQueueConcurrency('G', 1);
+    await queue.enqueueMany(Array.from({ length: 1_500 }, () => ({ task: 't', queue: 'G' })));
+    await queue.enqueueMany(Array.from({ length: 5_000 }, () => ({ task: 't', queue: 'P' })));
+    const starts = await run(db, ['G', 'P'], 4, (q) => (q === 'G' ? 50 : 300));
+    console.log([...starts].map(([q, times]) => `${q} ${times.length} starts in ${seconds} s`).join(' | '));
+  } finally {
+    await queue.close();
+    await db.drop();
+  }
+}
+
 if (part === 'three') await three();
+else if (part === 'long') await long();
 else for (const limit of ['group', 'queue', 'rate'] as const) await one(limit);

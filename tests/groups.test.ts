@@ -539,6 +539,35 @@ describe('groups: limits', () => {
     },
   );
 
+  it('a limited queue beside long plain jobs, whose slots free one at a time, gets every other one (outside review 132)', async () => {
+    await t.queue.setQueueConcurrency('odd-limited', 1);
+    await t.queue.enqueueMany(Array.from({ length: 200 }, () => ({ task: 'w', queue: 'odd-plain' })));
+    await t.queue.enqueueMany(Array.from({ length: 6 }, () => ({ task: 'w', queue: 'odd-limited' })));
+    let plainStarted = 0;
+    const limitedStartedAfter: number[] = [];
+    const worker = await t.start({
+      queues: ['odd-limited', 'odd-plain'],
+      concurrency: 3,
+      tasks: {
+        w: async (_p: unknown, { job }: { job: JobRow }) => {
+          if (job.queue === 'odd-limited') limitedStartedAfter.push(plainStarted);
+          else plainStarted++;
+          await new Promise((r) => setTimeout(r, job.queue === 'odd-limited' ? 5 : 100));
+        },
+      },
+    });
+    await waitFor(
+      () => limitedStartedAfter.length === 6 || plainStarted === 200,
+      'the limited jobs, or the plain backlog, to run',
+      60_000,
+    );
+    await worker.stop();
+    // Before, half of one free slot rounded down kept none for the limited queue: it
+    // started only when two plain jobs ended together.
+    expect(limitedStartedAfter).toHaveLength(6);
+    expect(Math.max(...limitedStartedAfter)).toBeLessThan(60);
+  });
+
   it('a rate-limited queue starts at most its burst at once and says when the next token is due', async () => {
     await setQueueRateLimit(t.db.pool, t.db.schema, 'rated', { limit: 2, intervalMs: 60_000, burst: 3 });
     await t.queue.enqueueMany(Array.from({ length: 10 }, () => ({ task: 't', queue: 'rated' })));
