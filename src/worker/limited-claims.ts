@@ -27,8 +27,8 @@ export interface Requested {
  */
 export class LimitedClaims {
   busy = false;
-  /** Claim rounds so far: where the next round starts in the list of queues. */
-  private rounds = 0;
+  /** Where the next round starts in the list of queues (see claim()). */
+  private next = 0;
   /**
    * Queues whose claims came back empty, told to come back in a moment (their
    * row or a group held by another session): each such answer in a row waits
@@ -68,10 +68,14 @@ export class LimitedClaims {
   ): Promise<LimitedOutcome> {
     let more = false;
     const perStatement: number[] = [];
-    // Each round starts one queue further on: with few free slots the first queues
-    // asked took them all, and the last one listed ran next to nothing (outside review
-    // 130: a rate-limited queue last of three, at concurrency 4, started 0.35 jobs/s).
-    const first = this.rounds++ % Math.max(1, queues.length);
+    // Each round starts after the queue that claimed first in the last round that
+    // claimed anything: with few free slots the first queues asked took them all, and
+    // the last one listed ran next to nothing (outside review 130). Rounds that claim
+    // nothing do not move it: counted per round, the turn moved by two while plain
+    // and limited queues took turns for one slot, and of two limited queues one never
+    // ran (outside review 133).
+    const first = this.next % Math.max(1, queues.length);
+    let moved = false;
     for (const queue of [...queues.slice(first), ...queues.slice(0, first)]) {
       const requested = this.requested();
       const othersAsked = Math.max(0, requested.jobs - ownLimit);
@@ -82,6 +86,10 @@ export class LimitedClaims {
         const sentAt = performance.now();
         const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow, finished);
         perStatement.push(jobs.length);
+        if (jobs.length > 0 && !moved) {
+          moved = true;
+          this.next = queues.indexOf(queue) + 1;
+        }
         if (jobs.length >= max) more = true;
         // A rate limit (or a group another claimer held) held jobs back: claim again
         // when claim_queue() said, not before.
