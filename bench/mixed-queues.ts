@@ -48,13 +48,23 @@ async function run(
   return starts;
 }
 
+/** Runs `body` with a fresh migrated schema and a Queue on it; drops the schema after. */
+async function inSchema(label: string, body: (db: ScratchSchema, queue: Queue) => Promise<void>): Promise<void> {
+  const db = await migratedSchema(url, label);
+  const queue = new Queue({ connectionString: url, schema: db.schema });
+  try {
+    await body(db, queue);
+  } finally {
+    await queue.close();
+    await db.drop();
+  }
+}
+
 const perSecond = (times: number[]) =>
   Array.from({ length: seconds }, (_, s) => times.filter((t) => t >= s * 1000 && t < (s + 1) * 1000).length);
 
 async function one(limit: 'group' | 'queue' | 'rate'): Promise<void> {
-  const db = await migratedSchema(url, `mixed_${limit}`);
-  const queue = new Queue({ connectionString: url, schema: db.schema });
-  try {
+  await inSchema(`mixed_${limit}`, async (db, queue) => {
     if (limit === 'group') await setQueueGroups(db.pool, db.schema, 'G', { groupConcurrency: 2 });
     if (limit === 'queue') await queue.setQueueConcurrency('G', 6);
     if (limit === 'rate') await setQueueRateLimit(db.pool, db.schema, 'G', { limit: 20, burst: 2 });
@@ -65,16 +75,11 @@ async function one(limit: 'group' | 'queue' | 'rate'): Promise<void> {
     console.log(
       `G under a ${limit} limit: G starts/s ${perSecond(starts.get('G')!).join(' ')} | P starts/s ${perSecond(starts.get('P')!).join(' ')}`,
     );
-  } finally {
-    await queue.close();
-    await db.drop();
-  }
+  });
 }
 
 async function three(): Promise<void> {
-  const db = await migratedSchema(url, 'mixed_three');
-  const queue = new Queue({ connectionString: url, schema: db.schema });
-  try {
+  await inSchema('mixed_three', async (db, queue) => {
     await setQueueGroups(db.pool, db.schema, 'G1', { groupConcurrency: 1 });
     await queue.setQueueConcurrency('G2', 2);
     await setQueueRateLimit(db.pool, db.schema, 'G3', { limit: 10 });
@@ -83,25 +88,17 @@ async function three(): Promise<void> {
     await queue.enqueueMany(Array.from({ length: 20_000 }, () => ({ task: 't', queue: 'P1' })));
     const starts = await run(db, ['G1', 'G2', 'G3', 'P1'], 4, 20);
     console.log([...starts].map(([q, times]) => `${q} ${(times.length / seconds).toFixed(1)}/s`).join(' | '));
-  } finally {
-    await queue.close();
-    await db.drop();
-  }
+  });
 }
 
 async function long(): Promise<void> {
-  const db = await migratedSchema(url, 'mixed_long');
-  const queue = new Queue({ connectionString: url, schema: db.schema });
-  try {
+  await inSchema('mixed_long', async (db, queue) => {
     await queue.setQueueConcurrency('G', 1);
     await queue.enqueueMany(Array.from({ length: 1_500 }, () => ({ task: 't', queue: 'G' })));
     await queue.enqueueMany(Array.from({ length: 5_000 }, () => ({ task: 't', queue: 'P' })));
     const starts = await run(db, ['G', 'P'], 4, (q) => (q === 'G' ? 50 : 300));
     console.log([...starts].map(([q, times]) => `${q} ${times.length} starts in ${seconds} s`).join(' | '));
-  } finally {
-    await queue.close();
-    await db.drop();
-  }
+  });
 }
 
 if (part === 'three') await three();
