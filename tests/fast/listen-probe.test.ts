@@ -15,17 +15,23 @@ function slowPool() {
   return { db, sent };
 }
 
+/** Fake timers, a slow pool and a probe on it, started. */
+function started() {
+  vi.useFakeTimers();
+  const { db, sent } = slowPool();
+  const deaf = vi.fn();
+  const probe = new ListenProbe(db, 's', deaf, () => {});
+  probe.start();
+  return { sent, deaf, probe };
+}
+
 afterEach(() => {
   vi.useRealTimers();
 });
 
 describe('ListenProbe', () => {
   it('waits its 10 s from the NOTIFY commit, not from the send: a pool busy at start is no deaf LISTEN (outside review 132)', async () => {
-    vi.useFakeTimers();
-    const { db, sent } = slowPool();
-    const deaf = vi.fn();
-    const probe = new ListenProbe(db, 's', deaf, () => {});
-    probe.start();
+    const { sent, deaf, probe } = started();
     await vi.advanceTimersByTimeAsync(30_000); // the NOTIFY waits for a client all this time
     expect(deaf).not.toHaveBeenCalled();
     sent[0]!.release();
@@ -56,11 +62,7 @@ describe('ListenProbe', () => {
   });
 
   it('LISTEN lost before the verdict, or the NOTIFY failing: no warning, and the next LISTEN probes again', async () => {
-    vi.useFakeTimers();
-    const { db, sent } = slowPool();
-    const deaf = vi.fn();
-    const probe = new ListenProbe(db, 's', deaf, () => {});
-    probe.start();
+    const { sent, deaf, probe } = started();
     sent[0]!.release();
     await vi.advanceTimersByTimeAsync(3_000);
     probe.cancel(); // LISTEN lost
