@@ -66,8 +66,6 @@ export class FetchLoop {
   private stopping = true;
   private draining = false;
   private forceFlush = false;
-  /** Whose the odd slot of a claim is, the limited queues' or the plain ones' (see limitedShare). */
-  private oddToLimited = false;
   private readonly orphans: OrphanSweep;
   private readonly flushTimer = new OneShotTimer(() => this.kick(true));
   private readonly retryTimer = new OneShotTimer(() => this.kick());
@@ -331,18 +329,6 @@ export class FetchLoop {
     }
   }
 
-  /**
-   * Half of `limit` for the limited queues, the odd slot every other time: with
-   * long unlimited jobs, slots free one at a time, and half of one rounded down
-   * kept none: the limited queues got only what two slots freeing together left,
-   * next to nothing (outside review 132: 2 starts in 15 s beside 300 ms jobs).
-   */
-  private limitedShare(limit: number): number {
-    if (limit % 2 === 0) return limit / 2;
-    this.oddToLimited = !this.oddToLimited;
-    return this.oddToLimited ? Math.ceil(limit / 2) : Math.floor(limit / 2);
-  }
-
   /** The write of `batch` with the claim of plain queues; false when it failed. */
   private async write(
     batch: ResultBatch,
@@ -353,7 +339,7 @@ export class FetchLoop {
   ): Promise<boolean> {
     // With limited queues, keep a slot per limited queue (up to half) out of the
     // common claim, so a backlog in unlimited queues cannot starve them.
-    const plainLimit = plan.limited.length === 0 ? limit : limit - Math.min(plan.limited.length, this.limitedShare(limit));
+    const plainLimit = plan.limited.length === 0 ? limit : limit - Math.min(plan.limited.length, this.limited.share(limit));
     const sentAt = performance.now();
     let result: CycleResult;
     // A worker of limited queues alone with nothing to write has no statement to send.
