@@ -305,23 +305,28 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     notifier.on('wake', (hint) => {
       if (hint.queue === '' || this.config.queues.includes(hint.queue)) loop.notified(hint.runAt);
     });
-    const probe = new ListenProbe(
-      this.db!,
-      this.config.schema,
-      () => this.deafListen(),
-      (ms) => this.config.logger?.debug({ worker: this.config.workerId, ms: Math.round(ms) }, 'LISTEN hears what the pool sends'),
-    );
+    // Its verdict is told only through the logger: without one, the probe's statement
+    // and the notification every listener of the schema gets would be for nothing.
+    const logger = this.config.logger;
+    const probe = logger
+      ? new ListenProbe(
+          this.db!,
+          this.config.schema,
+          () => this.deafListen(),
+          (ms) => logger.debug({ worker: this.config.workerId, ms: Math.round(ms) }, 'LISTEN hears what the pool sends'),
+        )
+      : undefined;
     this.listenProbe = probe;
-    notifier.on('control', (message) => (message.c === 'probe' ? probe.heard(message.id) : this.control(message)));
+    notifier.on('control', (message) => (message.c === 'probe' ? probe?.heard(message.id) : this.control(message)));
     // Notifications sent while LISTEN was down are lost: re-read queue settings too.
     notifier.on('listening', () => {
       void queueState.refresh();
       loop.wake();
       this.reachable('listen');
-      probe.start();
+      probe?.start();
     });
     notifier.on('connectionError', (err) => {
-      probe.cancel();
+      probe?.cancel();
       this.reportError(err, 'listen');
     });
     // Resolve start() once LISTEN is in place, so a job enqueued right after is
