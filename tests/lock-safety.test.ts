@@ -434,7 +434,9 @@ async function rescueWhileRunning(id: string): Promise<void> {
   const { workerStatements } = await import('../src/db/statements/worker.js');
   await waitFor(async () => {
     await t.db.pool.query(
-      `UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing'`,
+      // Only the first attempt: the last try's rescue may commit after its check read
+      // no error, and the job be claimed again before this runs once more.
+      `UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '1 hour' WHERE id = $1 AND status = 'processing' AND attempts = 1`,
       [id],
     );
     await rescueExpired(t.db.pool, workerStatements(t.db.schema), 1_000);
