@@ -2,7 +2,7 @@
  * Limited queues beside a busy unlimited one, in one worker (outside reviews 128, 130):
  * does each limited queue get starts while the unlimited backlog waits?
  *
- *   DATABASE_URL=postgres://... node --import tsx bench/mixed-queues.ts [one|three] [seconds]
+ *   DATABASE_URL=postgres://... node --import tsx bench/mixed-queues.ts [one|three|long|empty] [seconds]
  *
  * - one (default): queues [G, P], concurrency 8, 50 ms jobs, 1,500 jobs each; G under
  *   a group limit (2, 3 groups), then a queue limit (6), then a rate limit (20/s,
@@ -12,6 +12,9 @@
  *   Starts per second of each queue over the run.
  * - long: queues [G, P], concurrency 4; G under a queue limit of 1 with 50 ms jobs, P
  *   unlimited with 300 ms jobs (slots free one at a time). Starts of each over the run.
+ * - empty: the cost of an empty limited queue to short unlimited jobs (outside review
+ *   133): 20,000 no-op jobs in P, drained by a worker of [P] and by one of [G, P] with G
+ *   under a queue limit of 2 and no job, concurrency 10. Jobs/s of each.
  * Each run in a fresh schema, dropped after.
  */
 import { migratedSchema, type ScratchSchema } from './lib/database.js';
@@ -38,7 +41,8 @@ async function run(
     tasks: {
       t: async (_p, { job }) => {
         starts.get(job.queue)!.push(Date.now() - t0);
-        await new Promise((r) => setTimeout(r, typeof jobMs === 'number' ? jobMs : jobMs(job.queue)));
+        const ms = typeof jobMs === 'number' ? jobMs : jobMs(job.queue);
+        if (ms > 0) await new Promise((r) => setTimeout(r, ms));
       },
     },
   });
@@ -101,6 +105,20 @@ async function long(): Promise<void> {
   });
 }
 
+async function empty(): Promise<void> {
+  for (const queues of [['P'], ['G', 'P']]) {
+    await inSchema('mixed_empty', async (db, queue) => {
+      await queue.setQueueConcurrency('G', 2);
+      await queue.enqueueMany(Array.from({ length: 20_000 }, () => ({ task: 't', queue: 'P' })));
+      const starts = await run(db, queues, 10, 0);
+      const times = starts.get('P')!;
+      const rate = times.length / ((times.at(-1)! - times[0]!) / 1000);
+      console.log(`worker of [${queues.join(', ')}]: P ${times.length} jobs, ${rate.toFixed(0)} jobs/s`);
+    });
+  }
+}
+
 if (part === 'three') await three();
+else if (part === 'empty') await empty();
 else if (part === 'long') await long();
 else for (const limit of ['group', 'queue', 'rate'] as const) await one(limit);

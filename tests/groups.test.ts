@@ -539,6 +539,50 @@ describe('groups: limits', () => {
     },
   );
 
+  // Outside review 133: an empty limited queue cost short plain jobs most of their
+  // rate, so plain queues are served as if alone while the limited ones are quiet;
+  // a notification for a limited queue (or its due time) must end that at once.
+  it.each([
+    ['due now', 0],
+    ['due in a second', 1_000],
+  ])(
+    'a limited queue left empty while a plain backlog drains is served again once a job is enqueued there (%s)',
+    async (_when, delayMs) => {
+      const limited = `quiet-limited-${delayMs}`;
+      const plain = `quiet-plain-${delayMs}`;
+      await t.queue.setQueueConcurrency(limited, 1);
+      await t.queue.enqueueMany(Array.from({ length: 4_000 }, () => ({ task: 'w', queue: plain })));
+      let plainStarted = 0;
+      const limitedStartedAfter: number[] = [];
+      const worker = await t.start({
+        queues: [limited, plain],
+        concurrency: 6,
+        // No poll tick to end the quiet: only the notification or the due time may.
+        pollIntervalMs: 3_600_000,
+        tasks: {
+          w: async (_p: unknown, { job }: { job: JobRow }) => {
+            if (job.queue === limited) limitedStartedAfter.push(plainStarted);
+            else plainStarted++;
+            await new Promise((r) => setTimeout(r, 5));
+          },
+        },
+      });
+      await waitFor(() => plainStarted >= 300, 'the plain backlog to drain a while', 60_000);
+      const runAt = new Date(Date.now() + delayMs);
+      await t.queue.enqueueMany(Array.from({ length: 4 }, () => ({ task: 'w', queue: limited, runAt })));
+      await new Promise((r) => setTimeout(r, Math.max(0, runAt.getTime() - Date.now())));
+      const dueAfter = plainStarted; // plain starts before the limited jobs fell due
+      await waitFor(
+        () => limitedStartedAfter.length === 4 || plainStarted === 4_000,
+        'the limited jobs, or the plain backlog, to run',
+        60_000,
+      );
+      await worker.stop();
+      expect(limitedStartedAfter).toHaveLength(4);
+      expect(Math.max(...limitedStartedAfter) - dueAfter).toBeLessThan(300);
+    },
+  );
+
   it('a limited queue beside long plain jobs, whose slots free one at a time, gets every other one (outside review 132)', async () => {
     await t.queue.setQueueConcurrency('odd-limited', 1);
     await t.queue.enqueueMany(Array.from({ length: 200 }, () => ({ task: 'w', queue: 'odd-plain' })));

@@ -112,6 +112,8 @@ export interface WorkerStore {
     startNow?: number,
     finished?: readonly string[],
   ): Promise<LimitedClaim>;
+  /** Whether any of `queues` has a due pending job of `tasks`, claimable or held back by a limit. */
+  hasDueJobs(queues: readonly string[], tasks: readonly string[]): Promise<boolean>;
   /** Renews the locks of `ids` (done); ids in neither set are no longer this worker's. */
   heartbeat(ids: readonly string[]): Promise<LockedWrite>;
   /** Back to pending without spending the attempt (done); wakes their queues. */
@@ -276,6 +278,11 @@ export class PgWorkerStore implements WorkerStore {
       else if (waitUntil) claim.retryAt = waitUntil.getTime();
     }
     return claim;
+  }
+
+  async hasDueJobs(queues: readonly string[], tasks: readonly string[]): Promise<boolean> {
+    const { rows } = await this.db.query<{ due: boolean }>(this.queries.hasDueJobs, [queues, tasks], this.name('has-due-jobs'));
+    return rows[0]!.due;
   }
 
   async heartbeat(ids: readonly string[]): Promise<LockedWrite> {

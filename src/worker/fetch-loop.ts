@@ -92,10 +92,12 @@ export class FetchLoop {
       onError,
       () => this.orphans.uncertain(),
     );
+    // A notification due now wakes without stirring the limited queues: notified()
+    // stirred them already if it named one of them (see LimitedClaims.quiet).
     this.cooldown = new WakeCooldown(
       config.wakeCooldownMs,
-      () => this.wake(),
-      (at) => this.wakeAt(at),
+      () => this.rouse(),
+      (at) => (at <= Date.now() ? this.rouse() : this.wakeAt(at)),
     );
   }
 
@@ -107,6 +109,21 @@ export class FetchLoop {
 
   /** Something may be due now (notification, poll, rescue, reconnect, a slot of a limited queue). */
   wake(): void {
+    this.limited.stir();
+    this.rouse();
+  }
+
+  /**
+   * Limited queues beside plain ones, and their last claims found nothing since the
+   * last wake that could concern them: the plain queues are served as if alone
+   * (claims batched and taken ahead, no slot kept back).
+   */
+  get limitedQuiet(): boolean {
+    return this.limited.quiet && this.plan().plain.length > 0;
+  }
+
+  /** A wake that leaves quiet limited queues quiet (a plain queue's notification). */
+  private rouse(): void {
     this.mayHaveWork = true;
     this.wakes++;
     this.kick();
@@ -121,9 +138,14 @@ export class FetchLoop {
     this.wake();
   }
 
-  /** A notification said a job is due at `runAt`: claim, unless a storm is being damped (WakeCooldown). */
-  notified(runAt: number): void {
-    if (!this.stopping) this.cooldown.notified(runAt);
+  /**
+   * A notification said a job is due at `runAt` in `queue` ('': unknown): claim,
+   * unless a storm is being damped (WakeCooldown).
+   */
+  notified(runAt: number, queue = ''): void {
+    if (this.stopping) return;
+    if (!this.plan().plain.includes(queue)) this.limited.stir();
+    this.cooldown.notified(runAt);
   }
 
   /** A job becomes due at `at` (ms since epoch): wake then. Every such time is kept. */
@@ -189,7 +211,7 @@ export class FetchLoop {
    * due jobs.
    */
   private threshold(): number {
-    if (!this.backlog || this.plan().strict.length > 0) return 1;
+    if (!this.backlog || (this.plan().strict.length > 0 && !this.limitedQuiet)) return 1;
     return Math.max(1, Math.floor(Math.min(this.target.capacity(), this.config.batchSize) / 4));
   }
 
@@ -233,7 +255,11 @@ export class FetchLoop {
     // More results ride along as before: under a steady stream of enqueues a flush
     // of their own would cost a statement per few jobs.
     const claimOnly =
-      claimNow && !flushNow && !this.backlog && this.results.size < CLAIM_ALONE_BELOW && this.plan().limited.length === 0;
+      claimNow &&
+      !flushNow &&
+      !this.backlog &&
+      this.results.size < CLAIM_ALONE_BELOW &&
+      (this.plan().limited.length === 0 || this.limitedQuiet);
     if (claimOnly) {
       if (this.results.size > 0) this.armFlushTimer();
     } else {
@@ -301,7 +327,7 @@ export class FetchLoop {
     const limit = batch.alone ? 0 : requested;
     const startNow = batch.alone ? 0 : startsRequested;
     const plan = this.plan();
-    const claimLimited = limit > 0 && plan.limited.length > 0 && !this.limited.busy;
+    const claimLimited = limit > 0 && plan.limited.length > 0 && !this.limited.busy && !this.limitedQuiet;
     if (claimLimited) this.limited.busy = true;
     try {
       const alongside =
@@ -339,7 +365,8 @@ export class FetchLoop {
   ): Promise<boolean> {
     // With limited queues, keep a slot per limited queue (up to half) out of the
     // common claim, so a backlog in unlimited queues cannot starve them.
-    const plainLimit = plan.limited.length === 0 ? limit : limit - Math.min(plan.limited.length, this.limited.share(limit));
+    const alone = plan.limited.length === 0 || this.limitedQuiet;
+    const plainLimit = alone ? limit : limit - Math.min(plan.limited.length, this.limited.share(limit));
     const sentAt = performance.now();
     let result: CycleResult;
     // A worker of limited queues alone with nothing to write has no statement to send.

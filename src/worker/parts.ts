@@ -119,9 +119,10 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   // claimed job) is served beside plain ones: plain jobs waiting here took every slot
   // that freed, and the limited queue's claims, which start only in free slots, found
   // none (outside review 128: 0-3 starts/s against 130-160 for the plain queue).
+  // While the limited queues are quiet (see LimitedClaims.quiet), plain jobs are claimed ahead again.
   const claimAhead = () => {
     const plan = queueState.claimPlan;
-    return plan.strict.length === 0 || plan.plain.length === 0;
+    return plan.strict.length === 0 || plan.plain.length === 0 || loop.limitedQuiet;
   };
   const loop: FetchLoop = new FetchLoop(
     store,

@@ -303,7 +303,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
     const { notifier, loop, queueState } = this.parts!;
     if (!notifier) return;
     notifier.on('wake', (hint) => {
-      if (hint.queue === '' || this.config.queues.includes(hint.queue)) loop.notified(hint.runAt);
+      if (hint.queue === '' || this.config.queues.includes(hint.queue)) loop.notified(hint.runAt, hint.queue);
     });
     // Its verdict is told only through the logger: without one, the probe's statement
     // and the notification every listener of the schema gets would be for nothing.

@@ -314,6 +314,51 @@ describe('FetchLoop: claiming', () => {
     expect(target.held.map((j) => j.queue)).toEqual(['bulk', 'bulk', 'bulk', 'serial']);
   });
 
+  // Outside review 133: an empty limited queue cost short plain jobs four fifths of their rate.
+  it('serves plain queues as if alone while the limited queues are empty, until a wake that may concern them', async () => {
+    db.setQueue('serial', { limit: 1 });
+    db.addMany(40, 't', { queue: 'bulk' });
+    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'], noAhead: ['serial'] } });
+    loop.start();
+    await settle();
+    const limitedClaims = () => db.log.filter((e) => e.op === 'claimLimited').length;
+    expect(limitedClaims()).toBe(1);
+    expect(db.log.filter((e) => e.op === 'hasDueJobs')).toHaveLength(1);
+    for (let round = 0; round < 3; round++) {
+      for (const job of [...target.held]) finish(job);
+      await settle();
+      // Every slot to the plain queue, no limited claim.
+      expect(target.held.map((j) => j.queue)).toEqual(['bulk', 'bulk', 'bulk', 'bulk']);
+    }
+    expect(limitedClaims()).toBe(1);
+    // A plain queue's notification leaves them quiet; one for the limited queue does not.
+    loop.notified(Date.now(), 'bulk');
+    finish(target.held[0]!);
+    await settle();
+    expect(limitedClaims()).toBe(1);
+    const [serial] = db.addMany(1, 't', { queue: 'serial' });
+    loop.notified(Date.now(), 'serial');
+    finish(target.held[0]!);
+    await settle();
+    expect(limitedClaims()).toBe(2);
+    expect(ids(target.held.filter((j) => j.queue === 'serial'))).toEqual([serial]);
+  });
+
+  it('is not quiet while a limit holds due jobs of a limited queue back', async () => {
+    db.setQueue('serial', { limit: 1 });
+    db.addMany(40, 't', { queue: 'bulk' });
+    db.addMany(2, 't', { queue: 'serial' });
+    await db.store('w2').claimLimited('serial', ['t'], 1); // running in another worker: at its limit
+    setup({ slots: 4, plan: { plain: ['bulk'], limited: ['serial'], strict: ['serial'], noAhead: ['serial'] } });
+    loop.start();
+    await settle();
+    for (const job of [...target.held]) finish(job);
+    await settle();
+    // Its claim still sent with each refill; asked for due jobs once (until the next stir).
+    expect(db.log.filter((e) => e.op === 'claimLimited').length).toBeGreaterThanOrEqual(2);
+    expect(db.log.filter((e) => e.op === 'hasDueJobs')).toHaveLength(1);
+  });
+
   it('claims a limited queue beside the write of its finished jobs, which it counts as no longer running', async () => {
     db.setQueue('serial', { limit: 1 });
     const [first, second] = db.addMany(2, 't', { queue: 'serial' });

@@ -350,6 +350,13 @@ export class MemoryStore implements WorkerStore {
     return { jobs: claimed, retryAt: null };
   }
 
+  async hasDueJobs(queues: readonly string[], tasks: readonly string[]) {
+    await this.db.enter('hasDueJobs', this.workerId);
+    const due = this.due(queues, tasks, 1, false).length > 0;
+    await this.db.pass('hasDueJobs', 'reply');
+    return due;
+  }
+
   async heartbeat(ids: readonly string[]) {
     await this.db.enter('heartbeat', this.workerId);
     const result: LockedWrite = { done: new Set(), skipped: new Set() };

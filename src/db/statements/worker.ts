@@ -32,6 +32,7 @@ export interface WorkerStatements {
   readonly rescueTimeouts: string;
   readonly notify: string;
   readonly claimLimited: string;
+  readonly hasDueJobs: string;
   readonly snooze: string;
   readonly handBackAfterRestart: string;
   readonly queueState: string;
@@ -229,6 +230,13 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // whose results are being written beside this claim, not counted as running (0022).
     claimLimited: `SELECT ${jobColumns('(c.job)')}, c.wait_until
       FROM ${s}.claim_queue($2, $1, $3::text[], $4, greatest(32, 4 * $4), $5, $6::bigint[]) c`,
+
+    // Whether limited queues ($1) whose claims found nothing have due jobs of these
+    // tasks ($2) all the same: held back by a limit, not empty (see LimitedClaims.quiet).
+    hasDueJobs: `SELECT EXISTS (
+        SELECT 1 FROM ${jobs} WHERE status = 'pending' AND queue = ANY($1::text[])
+          AND task = ANY($2::text[]) AND run_at <= clock_timestamp()
+      ) AS due`,
 
     // A handler asked to run again later: back to pending without spending the
     // attempt the claim took. Guarded like a result ($1 worker, $3 attempt). A row
