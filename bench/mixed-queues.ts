@@ -12,9 +12,10 @@
  *   Starts per second of each queue over the run.
  * - long: queues [G, P], concurrency 4; G under a queue limit of 1 with 50 ms jobs, P
  *   unlimited with 300 ms jobs (slots free one at a time). Starts of each over the run.
- * - empty: the cost of an empty limited queue to short unlimited jobs (outside review
- *   133): 20,000 no-op jobs in P, drained by a worker of [P] and by one of [G, P] with G
- *   under a queue limit of 2 and no job, concurrency 10. Jobs/s of each.
+ * - empty: the cost of an empty queue beside a backlog of short jobs (outside reviews
+ *   133, 134): 20,000 no-op jobs in P (BACKLOG=n for more), drained by a worker of [P],
+ *   one of [G, P] with G under a queue limit of 2 and no job, and one of [X, P] with X
+ *   unlimited and empty, concurrency 10. Jobs/s of each.
  * Each run in a fresh schema, dropped after.
  */
 import { migratedSchema, type ScratchSchema } from './lib/database.js';
@@ -106,10 +107,13 @@ async function long(): Promise<void> {
 }
 
 async function empty(): Promise<void> {
-  for (const queues of [['P'], ['G', 'P']]) {
+  const backlog = Number(process.env.BACKLOG ?? 20_000);
+  for (const queues of [['P'], ['G', 'P'], ['X', 'P']]) {
     await inSchema('mixed_empty', async (db, queue) => {
       await queue.setQueueConcurrency('G', 2);
-      await queue.enqueueMany(Array.from({ length: 20_000 }, () => ({ task: 't', queue: 'P' })));
+      for (let n = 0; n < backlog; n += 10_000) {
+        await queue.enqueueMany(Array.from({ length: Math.min(10_000, backlog - n) }, () => ({ task: 't', queue: 'P' })));
+      }
       const starts = await run(db, queues, 10, 0);
       const times = starts.get('P')!;
       const rate = times.length / ((times.at(-1)! - times[0]!) / 1000);

@@ -173,6 +173,26 @@ describe('claiming', () => {
     expect(compared).toBeGreaterThan(3_000);
   });
 
+  it('a worker of several queues claims across them in priority, then run_at, then id order', async () => {
+    const past = (s: number) => new Date(Date.now() - s * 1000);
+    const jobs = [
+      ['a-old', 'merge-a', 60, 0],
+      ['b-high', 'merge-b', 1, 5],
+      ['a-high-older', 'merge-a', 10, 5],
+      ['b-older', 'merge-b', 90, 0],
+      ['c-elsewhere', 'merge-c', 120, 9],
+    ] as const;
+    for (const [name, q, ago, priority] of jobs) await queue.enqueue('p', { name }, { queue: q, runAt: past(ago), priority });
+    const many = (limit: number) =>
+      db.pool
+        .query(workerStatements(schemaName).cycleManyQueues, claimParams('W', ['merge-a', 'merge-b'], ['p'], limit))
+        .then(({ rows }) => rows.filter((r) => r.id !== null).map((r) => r.payload.name as string));
+    expect(await many(2)).toEqual(expect.arrayContaining(['a-high-older', 'b-high']));
+    expect(await many(1)).toEqual(['b-older']);
+    expect(await many(5)).toEqual(['a-old']);
+    expect(await many(5)).toEqual([]);
+  });
+
   it("the worker's claim is one ordered scan of jobs_dequeue_idx on a real backlog (custom and generic plans)", async () => {
     // Its own schema: 20,000 due jobs of mixed priority beside 20,000 finished ones,
     // analysed, no planner settings changed: the plan a busy worker really gets.
@@ -184,23 +204,33 @@ describe('claiming', () => {
       await big.pool.query(`ANALYZE ${big.s}.jobs`);
       const client = await big.pool.connect();
       try {
+        // Several queues (outside review 134): the same scan per queue, then a sort of
+        // what those scans returned (at most the limit each), not of the backlog.
+        const statements = [
+          [workerStatements(big.schema).cycle, ['default']],
+          [workerStatements(big.schema).cycleManyQueues, ['default', 'other']],
+        ] as const;
         for (const mode of ['auto', 'force_generic_plan']) {
-          await client.query(`SET plan_cache_mode = ${mode}`);
-          const { rows } = await client.query(
-            `EXPLAIN ${workerStatements(big.schema).cycle}`,
-            claimParams('W', ['default'], ['demo'], 10),
-          );
-          const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
-          expect(plan, plan).toMatch(/Index Scan using jobs_dequeue_idx/);
-          // Ordered by the index, stopped by the LIMIT: no sort of the backlog, no full
-          // scan. The only sort is of the claimed rows, back into claim order.
-          const sorts = plan.split('\n').filter((line) => /Sort/.test(line));
-          expect(
-            sorts.every((line) => /Sort\s+\(|Sort Key: (claimed\.)?claim_order|Sort Key: \(row_number|Sort Key: c\.n/.test(line)),
-            plan,
-          ).toBe(true);
-          expect(plan, plan).not.toMatch(/Sort Key: .*(priority|run_at)/);
-          expect(plan, plan).not.toMatch(/Seq Scan on jobs/);
+          for (const [statement, queues] of statements) {
+            await client.query(`SET plan_cache_mode = ${mode}`);
+            const { rows } = await client.query(`EXPLAIN ${statement}`, claimParams('W', [...queues], ['demo'], 10));
+            const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+            expect(plan, plan).toMatch(/Index Scan using jobs_dequeue_idx/);
+            // Ordered by the index, stopped by the LIMIT: no sort of the backlog, no full
+            // scan. The only sorts are of the claimed rows, back into claim order, and
+            // of the queues' scans merged.
+            const sorts = plan.split('\n').filter((line) => /Sort/.test(line));
+            expect(
+              sorts.every((line) =>
+                /Sort\s+\(|Sort Key: (claimed\.)?claim_order|Sort Key: \(row_number|Sort Key: c\.n|Sort Key: d(_\d+)?\.priority DESC, d(_\d+)?\.run_at, d(_\d+)?\.id/.test(
+                  line,
+                ),
+              ),
+              plan,
+            ).toBe(true);
+            expect(plan, plan).not.toMatch(/Sort Key: (jobs\.)?(priority|run_at)/);
+            expect(plan, plan).not.toMatch(/Seq Scan on jobs/);
+          }
         }
       } finally {
         client.release();

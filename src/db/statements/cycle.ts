@@ -16,7 +16,7 @@ import { completion, startedAt } from './outcomes.js';
  * parameters. Schema placeholder :SCHEMA.
  */
 function claimUpdate(
-  queueFilter: 'queue = ($9::text[])[1]' | 'queue = ANY($9::text[])' | 'queue = ($2::text[])[1]' | 'queue = ANY($2::text[])',
+  queues: { one: '$9' | '$2' } | { many: '$9' | '$2' },
   worker: '$1',
   tasks: '$10' | '$3',
   limit: '$11' | '$4',
@@ -33,16 +33,7 @@ function claimUpdate(
             -- 0002), and only then: a job claimed ahead keeps it until its start is
             -- written (started, failed below), so a hand-back returns it with its key (0024).
             key_scope = ${releaseKey(`p.n <= ${startNow}::int`)}
-        FROM unnest(ARRAY(
-          SELECT id FROM :SCHEMA.jobs
-          -- clock_timestamp(), not now(): the statement's snapshot is taken after its
-          -- transaction's start, so rows of an enqueue that committed in between are
-          -- visible, their run_at (the insert's clock) past now(): all but the first of
-          -- a batch were skipped, and one slot ran a backlog out of priority order.
-          WHERE status = 'pending' AND ${queueFilter} AND task = ANY(${tasks}::text[]) AND run_at <= clock_timestamp()
-          ORDER BY priority DESC, run_at, id
-          LIMIT ${limit}::int
-          FOR UPDATE SKIP LOCKED)) WITH ORDINALITY AS p(id, n)
+        FROM unnest(ARRAY(${dueJobs(queues, tasks, limit)})) WITH ORDINALITY AS p(id, n)
         WHERE j.id = p.id
           AND j.queue <> ALL (ARRAY(SELECT name FROM :SCHEMA.queues
             WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
@@ -50,6 +41,36 @@ function claimUpdate(
         -- claim_order, as RETURNING follows the join, not the claim order (outside
         -- review 43: a worker's prefetched jobs started out of priority order), so
         -- the rows are put back in it after.`;
+}
+
+/**
+ * The ids of the next due jobs of the queues, in claim order, locked SKIP LOCKED.
+ * One queue: an equality on the leading column of jobs_dequeue_idx, so the index
+ * returns rows in claim order and the scan stops after `limit` of them. Several:
+ * the same scan per queue, merged. queue = ANY(...) cannot use the index order (it
+ * is not ordered across queues): Postgres sorted every due row, ~100 ms per claim
+ * with 200,000 pending (outside review 134: a worker of two queues, one of them
+ * empty, drained at a sixth of the rate of a worker of one). A queue's rows beyond
+ * the merge's first `limit` stay locked until the statement ends: with claims of
+ * few jobs and few queues, a few more row locks.
+ */
+function dueJobs(queues: { one: '$9' | '$2' } | { many: '$9' | '$2' }, tasks: '$10' | '$3', limit: '$11' | '$4'): string {
+  // clock_timestamp(), not now(): the statement's snapshot is taken after its
+  // transaction's start, so rows of an enqueue that committed in between are
+  // visible, their run_at (the insert's clock) past now(): all but the first of a
+  // batch were skipped, and one slot ran a backlog out of priority order.
+  const scan = (queue: string, columns: string) => `
+          SELECT ${columns} FROM :SCHEMA.jobs
+          WHERE status = 'pending' AND queue = ${queue} AND task = ANY(${tasks}::text[]) AND run_at <= clock_timestamp()
+          ORDER BY priority DESC, run_at, id
+          LIMIT ${limit}::int
+          FOR UPDATE SKIP LOCKED`;
+  if ('one' in queues) return scan(`(${queues.one}::text[])[1]`, 'id');
+  return `
+          SELECT d.id FROM unnest(${queues.many}::text[]) AS q(name)
+          CROSS JOIN LATERAL (${scan('q.name', 'id, priority, run_at')}) AS d
+          ORDER BY d.priority DESC, d.run_at, d.id
+          LIMIT ${limit}::int`;
 }
 
 /**
@@ -61,15 +82,15 @@ export function releaseKey(starts: 'true' | `p.n <= ${'$15' | '$5'}::int`): stri
 }
 
 // The cycle's claim: its outer SELECT numbers the rows and puts them in claim order.
-const CYCLE_CLAIM_ONE = `${claimUpdate('queue = ($9::text[])[1]', '$1', '$10', '$11', '$15')}
+const CYCLE_CLAIM_ONE = `${claimUpdate({ one: '$9' }, '$1', '$10', '$11', '$15')}
         RETURNING ${claimReturning('j')}, p.n AS claim_order`;
-const CYCLE_CLAIM_MANY = `${claimUpdate('queue = ANY($9::text[])', '$1', '$10', '$11', '$15')}
+const CYCLE_CLAIM_MANY = `${claimUpdate({ many: '$9' }, '$1', '$10', '$11', '$15')}
         RETURNING ${claimReturning('j')}, p.n AS claim_order`;
 // The claim alone: the rows as the store reads them, the claim's time on the first
 // in claim order, and that order (the store sorts by it).
-const CLAIM_ONE = `${claimUpdate('queue = ($2::text[])[1]', '$1', '$3', '$4', '$5')}
+const CLAIM_ONE = `${claimUpdate({ one: '$2' }, '$1', '$3', '$4', '$5')}
         RETURNING ${claimedColumns('j', 'p.n = 1')}, p.n::int AS claim_order`;
-const CLAIM_MANY = `${claimUpdate('queue = ANY($2::text[])', '$1', '$3', '$4', '$5')}
+const CLAIM_MANY = `${claimUpdate({ many: '$2' }, '$1', '$3', '$4', '$5')}
         RETURNING ${claimedColumns('j', 'p.n = 1')}, p.n::int AS claim_order`;
 
 export type QueueFilter = 'one' | 'many';
@@ -108,8 +129,8 @@ export function claimStatement(schema: string, filter: QueueFilter): string {
  * scan, a sort and a hash join: ~100 ms per claim instead of ~1 ms):
  * - a worker of one queue filters on queue = $9[1], an equality on the leading
  *   column of jobs_dequeue_idx, so the index returns rows already in claim order
- *   and the scan stops after $11 of them. queue = ANY($9) cannot do that (the index
- *   is not ordered across queues): workers of several queues use cycleManyQueues.
+ *   and the scan stops after $11 of them. Workers of several queues use
+ *   cycleManyQueues: the same scan per queue, merged (see dueJobs).
  * - the claimed ids reach the UPDATE as an array (id = ANY(ARRAY(...))), so the
  *   update is primary-key lookups whatever LIMIT $11 is guessed to be.
  *
