@@ -16,7 +16,8 @@ import { completion, startedAt } from './outcomes.js';
  * parameters. Schema placeholder :SCHEMA.
  */
 function claimUpdate(
-  queues: { one: '$9' | '$2' } | { many: '$9' | '$2' },
+  queues: '$9' | '$2',
+  filter: 'one' | 'many',
   worker: '$1',
   tasks: '$10' | '$3',
   limit: '$11' | '$4',
@@ -33,7 +34,7 @@ function claimUpdate(
             -- 0002), and only then: a job claimed ahead keeps it until its start is
             -- written (started, failed below), so a hand-back returns it with its key (0024).
             key_scope = ${releaseKey(`p.n <= ${startNow}::int`)}
-        FROM unnest(ARRAY(${dueJobs(queues, tasks, limit)})) WITH ORDINALITY AS p(id, n)
+        FROM unnest(ARRAY(${dueJobs(queues, filter, tasks, limit)})) WITH ORDINALITY AS p(id, n)
         WHERE j.id = p.id
           AND j.queue <> ALL (ARRAY(SELECT name FROM :SCHEMA.queues
             WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
@@ -54,20 +55,20 @@ function claimUpdate(
  * the merge's first `limit` stay locked until the statement ends: with claims of
  * few jobs and few queues, a few more row locks.
  */
-function dueJobs(queues: { one: '$9' | '$2' } | { many: '$9' | '$2' }, tasks: '$10' | '$3', limit: '$11' | '$4'): string {
+function dueJobs(queues: '$9' | '$2', filter: 'one' | 'many', tasks: '$10' | '$3', limit: '$11' | '$4'): string {
   // clock_timestamp(), not now(): the statement's snapshot is taken after its
   // transaction's start, so rows of an enqueue that committed in between are
   // visible, their run_at (the insert's clock) past now(): all but the first of a
   // batch were skipped, and one slot ran a backlog out of priority order.
-  const scan = (queue: string, columns: string) => `
+  const scan = (queue: 'q.name' | '($9::text[])[1]' | '($2::text[])[1]', columns: 'id' | 'id, priority, run_at') => `
           SELECT ${columns} FROM :SCHEMA.jobs
           WHERE status = 'pending' AND queue = ${queue} AND task = ANY(${tasks}::text[]) AND run_at <= clock_timestamp()
           ORDER BY priority DESC, run_at, id
           LIMIT ${limit}::int
           FOR UPDATE SKIP LOCKED`;
-  if ('one' in queues) return scan(`(${queues.one}::text[])[1]`, 'id');
+  if (filter === 'one') return scan(queues === '$9' ? '($9::text[])[1]' : '($2::text[])[1]', 'id');
   return `
-          SELECT d.id FROM unnest(${queues.many}::text[]) AS q(name)
+          SELECT d.id FROM unnest(${queues}::text[]) AS q(name)
           CROSS JOIN LATERAL (${scan('q.name', 'id, priority, run_at')}) AS d
           ORDER BY d.priority DESC, d.run_at, d.id
           LIMIT ${limit}::int`;
@@ -82,15 +83,15 @@ export function releaseKey(starts: 'true' | `p.n <= ${'$15' | '$5'}::int`): stri
 }
 
 // The cycle's claim: its outer SELECT numbers the rows and puts them in claim order.
-const CYCLE_CLAIM_ONE = `${claimUpdate({ one: '$9' }, '$1', '$10', '$11', '$15')}
+const CYCLE_CLAIM_ONE = `${claimUpdate('$9', 'one', '$1', '$10', '$11', '$15')}
         RETURNING ${claimReturning('j')}, p.n AS claim_order`;
-const CYCLE_CLAIM_MANY = `${claimUpdate({ many: '$9' }, '$1', '$10', '$11', '$15')}
+const CYCLE_CLAIM_MANY = `${claimUpdate('$9', 'many', '$1', '$10', '$11', '$15')}
         RETURNING ${claimReturning('j')}, p.n AS claim_order`;
 // The claim alone: the rows as the store reads them, the claim's time on the first
 // in claim order, and that order (the store sorts by it).
-const CLAIM_ONE = `${claimUpdate({ one: '$2' }, '$1', '$3', '$4', '$5')}
+const CLAIM_ONE = `${claimUpdate('$2', 'one', '$1', '$3', '$4', '$5')}
         RETURNING ${claimedColumns('j', 'p.n = 1')}, p.n::int AS claim_order`;
-const CLAIM_MANY = `${claimUpdate({ many: '$2' }, '$1', '$3', '$4', '$5')}
+const CLAIM_MANY = `${claimUpdate('$2', 'many', '$1', '$3', '$4', '$5')}
         RETURNING ${claimedColumns('j', 'p.n = 1')}, p.n::int AS claim_order`;
 
 export type QueueFilter = 'one' | 'many';
