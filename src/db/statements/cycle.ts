@@ -48,30 +48,42 @@ function claimUpdate(
  * The ids of the next due jobs of the queues, in claim order, locked SKIP LOCKED.
  * One queue: an equality on the leading column of jobs_dequeue_idx, so the index
  * returns rows in claim order and the scan stops after `limit` of them. Several:
- * the same scan per queue, merged. queue = ANY(...) cannot use the index order (it
- * is not ordered across queues): Postgres sorted every due row, ~100 ms per claim
- * with 200,000 pending (outside review 134: a worker of two queues, one of them
- * empty, drained at a sixth of the rate of a worker of one). A queue's rows beyond
- * the merge's first `limit` stay locked until the statement ends: with claims of
- * few jobs and few queues, a few more row locks.
+ * queue = ANY(...) cannot use the index order (it is not ordered across queues),
+ * and Postgres sorted every due row, ~100 ms per claim with 200,000 pending (outside
+ * review 134: a worker of two queues, one of them empty, drained at a sixth of the
+ * rate of a worker of one). So the same scan per queue gathers candidates, unlocked,
+ * and they are locked in claim order until `limit` are held: only the rows kept are
+ * locked (outside review 135: with each queue's scan locking its own `limit`, the
+ * rows the merge dropped stayed locked for the statement, and a concurrent claim
+ * skipped them and came back empty with a job due). Each queue offers twice the
+ * limit and 16 more, so that claims running at the same time find rows past the
+ * ones the others lock; a claim that finds every candidate locked comes back short.
  */
 function dueJobs(queues: '$9' | '$2', filter: 'one' | 'many', tasks: '$10' | '$3', limit: '$11' | '$4'): string {
   // clock_timestamp(), not now(): the statement's snapshot is taken after its
   // transaction's start, so rows of an enqueue that committed in between are
   // visible, their run_at (the insert's clock) past now(): all but the first of a
   // batch were skipped, and one slot ran a backlog out of priority order.
-  const scan = (queue: 'q.name' | '($9::text[])[1]' | '($2::text[])[1]', columns: 'id' | 'id, priority, run_at') => `
-          SELECT ${columns} FROM :SCHEMA.jobs
-          WHERE status = 'pending' AND queue = ${queue} AND task = ANY(${tasks}::text[]) AND run_at <= clock_timestamp()
+  const due = `status = 'pending' AND task = ANY(${tasks}::text[]) AND run_at <= clock_timestamp()`;
+  const locked = `
           ORDER BY priority DESC, run_at, id
           LIMIT ${limit}::int
           FOR UPDATE SKIP LOCKED`;
-  if (filter === 'one') return scan(queues === '$9' ? '($9::text[])[1]' : '($2::text[])[1]', 'id');
+  if (filter === 'one') {
+    return `
+          SELECT id FROM :SCHEMA.jobs
+          WHERE ${due} AND queue = (${queues}::text[])[1]${locked}`;
+  }
   return `
-          SELECT d.id FROM unnest(${queues}::text[]) AS q(name)
-          CROSS JOIN LATERAL (${scan('q.name', 'id, priority, run_at')}) AS d
-          ORDER BY d.priority DESC, d.run_at, d.id
-          LIMIT ${limit}::int`;
+          SELECT id FROM :SCHEMA.jobs
+          WHERE id = ANY(ARRAY(
+              SELECT c.id FROM unnest(${queues}::text[]) AS q(name)
+              CROSS JOIN LATERAL (
+                SELECT id FROM :SCHEMA.jobs
+                WHERE ${due} AND queue = q.name
+                ORDER BY priority DESC, run_at, id
+                LIMIT 2 * ${limit}::int + 16) AS c))
+            AND ${due}${locked}`;
 }
 
 /**
