@@ -95,6 +95,29 @@ describe('claiming', () => {
     }
   });
 
+  it('claims of several queues at the same moment go on past the candidates the others locked (outside review 136)', async () => {
+    // Each queue offers 2 x 4 + 16 = 24 candidates to a claim of 4: the seventh claim
+    // of 4 in open transactions finds all of them locked, and must take the next ones.
+    const ids = await queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 'demo', queue: 'herd-a' })));
+    const clients = await Promise.all(Array.from({ length: 7 }, () => db.pool.connect()));
+    try {
+      const claimed: string[] = [];
+      for (const [i, client] of clients.entries()) {
+        await client.query('BEGIN');
+        const params = claimParams(`W${i}`, ['herd-a', 'herd-b'], ['demo'], 4);
+        const { rows } = await client.query(workerStatements(schemaName).cycleManyQueues, params);
+        claimed.push(...rows.filter((r) => r.id !== null).map((r) => String(r.id)));
+      }
+      // Before, the last claim came back empty, and its worker waited for the next poll.
+      expect(new Set(claimed).size).toBe(28);
+      // In claim order: the first 28 enqueued.
+      expect(claimed.sort((x, y) => Number(x) - Number(y))).toEqual(ids.slice(0, 28));
+      for (const client of clients) await client.query('COMMIT');
+    } finally {
+      for (const client of clients) client.release();
+    }
+  });
+
   it('claims by priority, then run_at, then id, and never jobs that are not due', async () => {
     const past = (s: number) => new Date(Date.now() - s * 1000);
     await queue.enqueue('p', { name: 'old-low' }, { queue: 'order', runAt: past(30), priority: 0 });

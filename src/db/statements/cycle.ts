@@ -51,13 +51,16 @@ function claimUpdate(
  * queue = ANY(...) cannot use the index order (it is not ordered across queues),
  * and Postgres sorted every due row, ~100 ms per claim with 200,000 pending (outside
  * review 134: a worker of two queues, one of them empty, drained at a sixth of the
- * rate of a worker of one). So the same scan per queue gathers candidates, unlocked,
- * and they are locked in claim order until `limit` are held: only the rows kept are
- * locked (outside review 135: with each queue's scan locking its own `limit`, the
- * rows the merge dropped stayed locked for the statement, and a concurrent claim
- * skipped them and came back empty with a job due). Each queue offers twice the
- * limit and 16 more, so that claims running at the same time find rows past the
- * ones the others lock; a claim that finds every candidate locked comes back short.
+ * rate of a worker of one). So the same scan per queue gathers candidates, unlocked
+ * (up to CANDIDATES each), and they are locked in claim order until `limit` are
+ * held: only the rows kept are locked (outside review 135: with each queue's scan
+ * locking its own `limit`, the rows the merge dropped stayed locked for the
+ * statement, and a claim beside it came back empty with a job due). Only when that
+ * falls short and some queue had more due jobs than it offered (claims at the same
+ * moment locked the candidates: outside review 136, six workers, most of them idle
+ * while a backlog waited) do the queues' scans go on past the candidates, locking
+ * as they go; the surplus they lock is held for the statement. The UNION ALL runs
+ * its second part only if the first gave fewer than `limit` rows.
  */
 function dueJobs(queues: '$9' | '$2', filter: 'one' | 'many', tasks: '$10' | '$3', limit: '$11' | '$4'): string {
   // clock_timestamp(), not now(): the statement's snapshot is taken after its
@@ -65,8 +68,9 @@ function dueJobs(queues: '$9' | '$2', filter: 'one' | 'many', tasks: '$10' | '$3
   // visible, their run_at (the insert's clock) past now(): all but the first of a
   // batch were skipped, and one slot ran a backlog out of priority order.
   const due = `status = 'pending' AND task = ANY(${tasks}::text[]) AND run_at <= clock_timestamp()`;
+  const order = 'ORDER BY priority DESC, run_at, id';
   const locked = `
-          ORDER BY priority DESC, run_at, id
+          ${order}
           LIMIT ${limit}::int
           FOR UPDATE SKIP LOCKED`;
   if (filter === 'one') {
@@ -74,16 +78,27 @@ function dueJobs(queues: '$9' | '$2', filter: 'one' | 'many', tasks: '$10' | '$3
           SELECT id FROM :SCHEMA.jobs
           WHERE ${due} AND queue = (${queues}::text[])[1]${locked}`;
   }
+  const candidates = `2 * ${limit}::int + 16`;
   return `
-          SELECT id FROM :SCHEMA.jobs
-          WHERE id = ANY(ARRAY(
-              SELECT c.id FROM unnest(${queues}::text[]) AS q(name)
+          WITH candidate AS MATERIALIZED (
+            SELECT c.id, q.name AS queue FROM unnest(${queues}::text[]) AS q(name)
+            CROSS JOIN LATERAL (
+              SELECT id FROM :SCHEMA.jobs WHERE ${due} AND queue = q.name ${order} LIMIT ${candidates}) AS c
+          )
+          SELECT id FROM (
+            SELECT id FROM (
+              SELECT id FROM :SCHEMA.jobs
+              WHERE id = ANY(ARRAY(SELECT id FROM candidate)) AND ${due}${locked}) AS offered
+            UNION ALL
+            SELECT id FROM (
+              SELECT d.id FROM unnest(${queues}::text[]) AS q(name)
               CROSS JOIN LATERAL (
-                SELECT id FROM :SCHEMA.jobs
-                WHERE ${due} AND queue = q.name
-                ORDER BY priority DESC, run_at, id
-                LIMIT 2 * ${limit}::int + 16) AS c))
-            AND ${due}${locked}`;
+                SELECT id, priority, run_at FROM :SCHEMA.jobs
+                WHERE ${due} AND queue = q.name AND id <> ALL(ARRAY(SELECT id FROM candidate))${locked}) AS d
+              WHERE EXISTS (SELECT 1 FROM candidate GROUP BY queue HAVING count(*) >= ${candidates})
+              ORDER BY d.priority DESC, d.run_at, d.id) AS beyond
+          ) AS claimable
+          LIMIT ${limit}::int`;
 }
 
 /**
