@@ -122,6 +122,11 @@ export class FetchLoop {
     return this.limited.quiet && this.plan().plain.length > 0;
   }
 
+  /** The plain queues are claimed as if the worker served nothing else: no limited queue, or only quiet ones. */
+  private plainAlone(plan: ClaimPlan): boolean {
+    return plan.limited.length === 0 || this.limitedQuiet;
+  }
+
   /** A wake that leaves quiet limited queues quiet (a plain queue's notification). */
   private rouse(): void {
     this.mayHaveWork = true;
@@ -255,11 +260,7 @@ export class FetchLoop {
     // More results ride along as before: under a steady stream of enqueues a flush
     // of their own would cost a statement per few jobs.
     const claimOnly =
-      claimNow &&
-      !flushNow &&
-      !this.backlog &&
-      this.results.size < CLAIM_ALONE_BELOW &&
-      (this.plan().limited.length === 0 || this.limitedQuiet);
+      claimNow && !flushNow && !this.backlog && this.results.size < CLAIM_ALONE_BELOW && this.plainAlone(this.plan());
     if (claimOnly) {
       if (this.results.size > 0) this.armFlushTimer();
     } else {
@@ -327,7 +328,7 @@ export class FetchLoop {
     const limit = batch.alone ? 0 : requested;
     const startNow = batch.alone ? 0 : startsRequested;
     const plan = this.plan();
-    const claimLimited = limit > 0 && plan.limited.length > 0 && !this.limited.busy && !this.limitedQuiet;
+    const claimLimited = limit > 0 && !this.plainAlone(plan) && !this.limited.busy;
     if (claimLimited) this.limited.busy = true;
     try {
       const alongside =
@@ -365,8 +366,7 @@ export class FetchLoop {
   ): Promise<boolean> {
     // With limited queues, keep a slot per limited queue (up to half) out of the
     // common claim, so a backlog in unlimited queues cannot starve them.
-    const alone = plan.limited.length === 0 || this.limitedQuiet;
-    const plainLimit = alone ? limit : limit - Math.min(plan.limited.length, this.limited.share(limit));
+    const plainLimit = this.plainAlone(plan) ? limit : limit - Math.min(plan.limited.length, this.limited.share(limit));
     const sentAt = performance.now();
     let result: CycleResult;
     // A worker of limited queues alone with nothing to write has no statement to send.
