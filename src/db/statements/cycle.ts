@@ -52,7 +52,7 @@ function claimUpdate(
  * and Postgres sorted every due row, ~100 ms per claim with 200,000 pending (outside
  * review 134: a worker of two queues, one of them empty, drained at a sixth of the
  * rate of a worker of one). So the same scan per queue gathers candidates, unlocked
- * (up to CANDIDATES each), and they are locked in claim order until `limit` are
+ * (up to twice `limit` and 16 more each), and they are locked in claim order until `limit` are
  * held: only the rows kept are locked (outside review 135: with each queue's scan
  * locking its own `limit`, the rows the merge dropped stayed locked for the
  * statement, and a claim beside it came back empty with a job due). Only when that
