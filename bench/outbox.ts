@@ -1,5 +1,5 @@
 /**
- * The outbox relay against NATS JetStream, three measurements:
+ * The outbox relay against NATS JetStream, and the cost of publishing:
  *
  *   throughput  a backlog of N messages (default 200,000) relayed to JetStream, and
  *               beside it the rate at which this same process publishes the same
@@ -13,6 +13,11 @@
  *               a process of its own would (sharing the publishers' pool, its reads
  *               queue behind their bursts). Printed with this process's event-loop
  *               delay and the load average: a stall there delays every message;
+ *   publish     the cost of publishing, keyed messages (put in commit order at COMMIT,
+ *               migration 0039) beside messages without a key (no such step), in
+ *               the same run, 3 rounds each, medians: bulk (--publish-bulk=50,000 in
+ *               publishMany calls of 1,000) and single (--publish-single=5,000, one
+ *               message per transaction from 10 callers);
  *   size        M messages (default 1,000,000) published and relayed with a steady
  *               backlog; the outbox table's size every M/10 messages (or
  *               --size-every), printed as it is taken; --size-minutes stops
@@ -20,7 +25,8 @@
  *
  *   npm run bench:outbox -- [backlog=200000] [--latency-seconds=10] [--warmup-seconds=2] [--size=1000000]
  *                           [--size-every=n] [--size-minutes=m]
- *                           [--batch=2000] [--only=throughput,latency,size] [--memory-streams]
+ *                           [--batch=2000] [--only=throughput,latency,size,publish]
+ *                           [--publish-bulk=50000] [--publish-single=5000] [--memory-streams]
  *
  * --memory-streams keeps the benchmark's streams in the NATS server's memory instead of
  * files, to show how much of a limit is the broker's disk path rather than the relay's.
@@ -50,7 +56,9 @@ const sizeTotal = flag('size', 1_000_000);
 const sizeMinutes = flag('size-minutes', 0);
 const sizeEvery = flag('size-every', 0);
 const batch = flag('batch', 2000);
-const only = new Set((args.find((a) => a.startsWith('--only='))?.split('=')[1] ?? 'throughput,latency,size').split(','));
+const publishBulk = flag('publish-bulk', 50_000);
+const publishSingle = flag('publish-single', 5_000);
+const only = new Set((args.find((a) => a.startsWith('--only='))?.split('=')[1] ?? 'throughput,latency,size,publish').split(','));
 const memoryStreams = args.includes('--memory-streams');
 const NATS_URL = process.env.SLUICE_NATS_URL ?? 'nats://127.0.0.1:4222';
 const KEYS = 1000;
@@ -114,6 +122,36 @@ function untilPublished(relay: OutboxRelay, count: number): Promise<void> {
       if (published >= count) resolve();
     }),
   );
+}
+
+async function publishing(): Promise<void> {
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+  const runs = { bulk: { keyed: [] as number[], free: [] as number[] }, single: { keyed: [] as number[], free: [] as number[] } };
+  for (let round = 0; round < 3; round++) {
+    for (const kind of ['keyed', 'free'] as const) {
+      const key = (i: number) => (kind === 'keyed' ? keyOf(i) : undefined);
+      let started = performance.now();
+      for (let i = 0; i < publishBulk; i += 1000) {
+        const n = Math.min(1000, publishBulk - i);
+        await outbox.publishMany(
+          Array.from({ length: n }, (_, j) => ({ destination: 'publish', payload: body(i + j), key: key(i + j) })),
+        );
+      }
+      runs.bulk[kind].push((publishBulk * 1000) / (performance.now() - started));
+      let next = 0;
+      started = performance.now();
+      await Promise.all(
+        Array.from({ length: 10 }, async () => {
+          for (let i = next++; i < publishSingle; i = next++) await outbox.publish('publish', body(i), { key: key(i) });
+        }),
+      );
+      runs.single[kind].push((publishSingle * 1000) / (performance.now() - started));
+      await pool.query(`TRUNCATE ${s}.outbox`);
+    }
+  }
+  const show = (xs: number[]) => `${Math.round(median(xs))}/s (${xs.map(Math.round).join(', ')})`;
+  console.log(`publish     bulk, publishMany of 1,000: keyed ${show(runs.bulk.keyed)}, without a key ${show(runs.bulk.free)}`);
+  console.log(`            single, 10 callers: keyed ${show(runs.single.keyed)}, without a key ${show(runs.single.free)}`);
 }
 
 async function throughput(): Promise<void> {
@@ -259,6 +297,7 @@ try {
   if (only.has('throughput')) await throughput();
   if (only.has('latency')) await latency();
   if (only.has('size')) await size();
+  if (only.has('publish')) await publishing();
 } finally {
   for (const name of streams) await jsm.streams.delete(name).catch(() => {});
   await nc.close();

@@ -83,10 +83,17 @@ describe('outbox roles (sql/roles.sql)', () => {
       await outbox.lockKeys('k', { tx: client }); // needs no privilege on the outbox table
       ids.push(String((await client.query(`SELECT ${db.s}.publish($1, 'from sql', 'k') AS id`, [d])).rows[0].id));
       await client.query('COMMIT');
+      // A transaction that took its id first and commits second: its message is
+      // moved behind at COMMIT (migration 0039), which the publisher may not do itself.
+      await client.query('BEGIN');
+      await client.query('SELECT pg_current_xact_id()');
+      ids.push(await outbox.publish(d, 'committed first', { key: 'k' }));
+      ids.push(await outbox.publish(d, 'committed second', { tx: client, key: 'k' }));
+      await client.query('COMMIT');
     } finally {
       client.release();
     }
-    expect(ids).toHaveLength(4);
+    expect(ids).toHaveLength(6);
 
     // The publisher may not read, rewrite, delete or place messages, nor touch the relay's tables.
     await expectRefused(poolAs('publish'), [
@@ -114,14 +121,14 @@ describe('outbox roles (sql/roles.sql)', () => {
     relay.events.on('error', (err) => errors.push(err.message));
     await relay.start();
     try {
-      await waitFor(() => broker.stored.length === 4, 'the four committed messages relayed');
-      expect(broker.ofKey('k')).toEqual(['{"n":1}', 'two', '\u0003', 'from sql']);
+      await waitFor(() => broker.stored.length === 6, 'the six committed messages relayed');
+      expect(broker.ofKey('k')).toEqual(['{"n":1}', 'two', '\u0003', 'from sql', 'committed first', 'committed second']);
       await waitFor(
         async () => Number((await db.pool.query(`SELECT count(*) AS n FROM ${db.s}.outbox`)).rows[0].n) === 0,
         'published messages deleted by the relay role',
       );
       const lag = await relay.lag();
-      expect(lag.map((l) => [l.destination, l.published, l.waiting])).toEqual([[d, 4, 0]]);
+      expect(lag.map((l) => [l.destination, l.published, l.waiting])).toEqual([[d, 6, 0]]);
     } finally {
       await relay.stop();
     }

@@ -767,6 +767,160 @@ describe('relay: outside review 74', () => {
     expect(versions).toEqual(Array.from({ length: 240 }, (_, i) => i + 1));
   });
 
+  it('keeps commit order within a key for overlapping producers that lock only the row, not the key (migration 0039)', async () => {
+    // A transaction takes its id when it first writes, before it waits for the
+    // row, so ids come in no set order; the order is fixed at COMMIT instead.
+    const d = freshDestination();
+    await db.pool.query(`CREATE TABLE ${db.s}.row_orders (id text PRIMARY KEY, version int NOT NULL)`);
+    await db.pool.query(`INSERT INTO ${db.s}.row_orders VALUES ('order-1', 0)`);
+    const producer = async () => {
+      for (let i = 0; i < 40; i++) {
+        const client = await db.pool.connect();
+        try {
+          await client.query('BEGIN');
+          const { rows } = await client.query<{ version: number }>(
+            `UPDATE ${db.s}.row_orders SET version = version + 1 WHERE id = 'order-1' RETURNING version`,
+          );
+          await outbox.publish(d, { version: rows[0]!.version }, { tx: client, key: 'order-1' });
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: 8 }, producer));
+    const broker = new MemoryBroker();
+    await startRelay(broker, [d]).start();
+    await waitFor(() => broker.stored.length === 320, 'all 320 published');
+    const versions = broker.ofKey('order-1').map((p) => (JSON.parse(p) as { version: number }).version);
+    expect(versions).toEqual(Array.from({ length: 320 }, (_, i) => i + 1));
+  });
+
+  it('keeps commit order for each key of bulk publishes that list their keys in different orders, without deadlock (migration 0039)', async () => {
+    const d = freshDestination();
+    await db.pool.query(`CREATE TABLE ${db.s}.pair_orders (id text PRIMARY KEY, version int NOT NULL)`);
+    await db.pool.query(`INSERT INTO ${db.s}.pair_orders VALUES ('k1', 0), ('k2', 0)`);
+    const producer = async (p: number) => {
+      for (let i = 0; i < 30; i++) {
+        // One message per key (a few: looked up one by one) or five (many: one join).
+        const parts = i % 2 === 0 ? 1 : 5;
+        const client = await db.pool.connect();
+        try {
+          await client.query('BEGIN');
+          const { rows } = await client.query<{ id: string; version: number }>(
+            `UPDATE ${db.s}.pair_orders SET version = version + 1 RETURNING id, version`,
+          );
+          const messages = rows.flatMap((r) =>
+            Array.from({ length: parts }, (_, part) => ({ destination: d, key: r.id, payload: { version: r.version, part } })),
+          );
+          if (p % 2 === 1) messages.reverse();
+          // A message without a key in between: it asks for no order and changes none.
+          await outbox.publishMany([...messages.slice(0, 1), { destination: d, payload: 'free' }, ...messages.slice(1)], {
+            tx: client,
+          });
+          await client.query('COMMIT');
+        } finally {
+          client.release();
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: 6 }, (_, p) => producer(p)));
+    const broker = new MemoryBroker();
+    await startRelay(broker, [d]).start();
+    // 6 producers x 30 transactions: 15 with 2 + 1 messages, 15 with 10 + 1.
+    await waitFor(() => broker.stored.length === 6 * 15 * 14, 'all published');
+    for (const key of ['k1', 'k2']) {
+      const got = broker.ofKey(key).map((p) => JSON.parse(p) as { version: number; part: number });
+      expect(got.length, key).toBe(6 * 15 * 6);
+      const sorted = [...got].sort((a, b) => a.version - b.version || a.part - b.part);
+      // Versions in order; within one transaction a key's messages keep their own
+      // order, which the reversed producers wrote backwards.
+      expect(
+        got.map((m) => m.version),
+        key,
+      ).toEqual(sorted.map((m) => m.version));
+    }
+  });
+
+  it('puts a transaction that took its id first after the one that committed first, across savepoints and immediate constraints (migration 0039)', async () => {
+    const d = freshDestination();
+    const [early, late] = await Promise.all([db.pool.connect(), db.pool.connect()]);
+    const commitLate = async (payload: string) => {
+      await late.query('BEGIN');
+      await outbox.publish(d, payload, { tx: late, key: 'k' });
+      await late.query('COMMIT');
+    };
+    try {
+      for (const immediate of [false, true]) {
+        await early.query('BEGIN');
+        await early.query('SELECT pg_current_xact_id()');
+        await commitLate(`${immediate}:a1`);
+        // Immediate: each statement puts its messages in order at its end and
+        // holds the key's lock from there on, so no producer of the key can commit
+        // in between; the later statements' messages must still follow.
+        if (immediate) await early.query('SET CONSTRAINTS ALL IMMEDIATE');
+        await early.query('SAVEPOINT s1');
+        await outbox.publish(d, `${immediate}:gone`, { tx: early, key: 'k' });
+        await early.query('ROLLBACK TO SAVEPOINT s1');
+        await early.query('SAVEPOINT s2');
+        await outbox.publish(d, `${immediate}:b1`, { tx: early, key: 'k' });
+        await early.query('RELEASE SAVEPOINT s2');
+        await outbox.publish(d, `${immediate}:b2`, { tx: early, key: 'k' });
+        await outbox.publish(d, `${immediate}:free`, { tx: early });
+        if (!immediate) await commitLate(`${immediate}:a2`);
+        await outbox.publish(d, `${immediate}:b3`, { tx: early, key: 'k' });
+        await early.query('COMMIT');
+      }
+    } finally {
+      await early.query('ROLLBACK');
+      early.release();
+      late.release();
+    }
+    const broker = new MemoryBroker();
+    await startRelay(broker, [d]).start();
+    await waitFor(() => broker.stored.length === 11, 'all 11 published');
+    expect(broker.ofKey('k')).toEqual([
+      'false:a1',
+      'false:a2',
+      'false:b1',
+      'false:b2',
+      'false:b3',
+      'true:a1',
+      'true:b1',
+      'true:b2',
+      'true:b3',
+    ]);
+  });
+
+  it('publishes from REPEATABLE READ and SERIALIZABLE transactions as before, in the order they took their ids (migration 0039)', async () => {
+    const d = freshDestination();
+    const [early, late] = await Promise.all([db.pool.connect(), db.pool.connect()]);
+    try {
+      for (const level of ['REPEATABLE READ', 'SERIALIZABLE']) {
+        await early.query(`BEGIN ISOLATION LEVEL ${level}`);
+        await early.query('SELECT pg_current_xact_id()');
+        await late.query(`BEGIN ISOLATION LEVEL ${level}`);
+        await outbox.publish(d, `${level}:late`, { tx: late, key: 'k' });
+        await late.query('COMMIT');
+        await outbox.publish(d, `${level}:early`, { tx: early, key: 'k' });
+        await early.query('COMMIT');
+      }
+    } finally {
+      await early.query('ROLLBACK');
+      early.release();
+      late.release();
+    }
+    const broker = new MemoryBroker();
+    await startRelay(broker, [d]).start();
+    await waitFor(() => broker.stored.length === 4, 'all 4 published');
+    expect(broker.ofKey('k')).toEqual([
+      'REPEATABLE READ:early',
+      'REPEATABLE READ:late',
+      'SERIALIZABLE:early',
+      'SERIALIZABLE:late',
+    ]);
+  });
+
   it('refuses to lock keys once the transaction has its id, or a second time, and aborts it: too late to keep the order (migration 0032)', async () => {
     const d = freshDestination();
     const client = await db.pool.connect();

@@ -1,0 +1,139 @@
+-- Commit order within a key, without lock_outbox_keys() (issue 17).
+--
+-- The relay walks (txid, id): the order in which transactions took their ids. Two
+-- producers of one key that overlap can commit in the other order (the one that
+-- took its id first waits, say, for a row the other holds), and their messages
+-- were published against commit order unless both called lock_outbox_keys()
+-- before writing anything (migration 0032).
+--
+-- Now each transaction puts its keyed messages in order as it commits, in a
+-- deferred trigger (it runs inside COMMIT, before the commit is visible):
+-- 1. It locks its keys (a hash bucket of each; at most 256 locks however many
+--    keys) in one sorted order, so two committing transactions cannot deadlock on
+--    them. The locks are held until the commit is visible to everyone, so the next
+--    committer of the key waits here until this one has committed.
+-- 2. In the next statement (a new snapshot, so it sees every transaction that
+--    committed before the locks were granted) it looks for committed messages of
+--    its keys with a later txid: those committed first and must go first. If there
+--    are any, its own messages of that key move to just past the latest of them
+--    (txid + 1), keeping their ids (the message id a broker sees) and their order.
+--
+-- The watermark stays sound: a message only ever moves to a txid above its own
+-- transaction's, so it is final once the horizon passes it (its transaction
+-- having ended by then), and the relay cannot have passed it while the
+-- transaction ran. A txid + 1 that no transaction has taken yet cannot hold the
+-- horizon below it for long: the message at txid comes first in the walk, and the
+-- relay's update of its watermark after publishing it takes a txid above it.
+--
+-- Only READ COMMITTED (Postgres's default) transactions are put in order: under
+-- REPEATABLE READ and SERIALIZABLE the transaction's snapshot cannot see what
+-- committed while it ran (and a serializable read of the outbox would add
+-- serialization failures); those keep lock_outbox_keys().
+--
+-- Messages without a key ask for no order and are left out, as is every part
+-- of this for them: the index is partial.
+CREATE INDEX outbox_keyed_by_txid ON :SCHEMA.outbox (txid) WHERE key IS NOT NULL;
+
+-- Whether a message at this transaction's txid was written by it (or by one of
+-- its subtransactions, whose xids come after its own) rather than moved there by
+-- a transaction that committed before (whose xid came before: a message only
+-- moves to a txid above its writer's). xmin is 32 bits, so compared modulo 2^32.
+CREATE FUNCTION :SCHEMA.outbox_written_by(_xmin xid, _me xid8) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT (_xmin::text::bigint - _me::xid::text::bigint + 4294967296) % 4294967296 < 2147483648
+$$;
+
+-- Owner's rights: a publishing role may insert messages but not update them.
+-- Generic plans, and no sequential scan: planning these statements at every
+-- COMMIT cost more than running them, and a generic plan guesses that a third of
+-- the table lies at or past this transaction's txid (it is the few messages
+-- written since), which on a large backlog would read the whole table; the
+-- index on txid is always the way.
+CREATE FUNCTION :SCHEMA.order_outbox_commit() RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+DECLARE
+  -- A lock space of its own (lock_outbox_keys() uses the outbox's row type), so
+  -- that these short locks never wait behind keys a producer holds for its whole
+  -- transaction, nor the other way round.
+  _space integer := pg_typeof(CAST(NULL AS :SCHEMA.outbox_relays))::oid::integer;
+  _me xid8 := pg_current_xact_id();
+  _upto bigint;
+  _buckets integer[];
+  _bucket integer;
+  _count bigint;
+  _destination text;
+  _key text;
+  _last xid8;
+BEGIN
+  IF current_setting('transaction_isolation') <> 'read committed' THEN
+    RETURN 9223372036854775807;
+  END IF;
+  -- A plain aggregate (DISTINCT in one sorts): no hash table sized by a guess.
+  SELECT max(m.id), count(*), array_agg(DISTINCT hashtext(m.key) & 255) INTO _upto, _count, _buckets
+    FROM :SCHEMA.outbox m
+    WHERE m.txid = _me AND m.key IS NOT NULL AND :SCHEMA.outbox_written_by(m.xmin, _me);
+  IF _upto IS NULL THEN
+    RETURN 0; -- none left at its txid: moved at an earlier statement
+  END IF;
+  -- In one (sorted) order in every transaction: no deadlock between two COMMITs.
+  FOREACH _bucket IN ARRAY _buckets LOOP
+    PERFORM pg_advisory_xact_lock(_space, _bucket);
+  END LOOP;
+  -- From here on each statement sees every transaction that committed before the
+  -- locks were granted. Later: a message at this transaction's txid or above that
+  -- it did not just write (moved there, or its own moved at an earlier statement).
+  IF _count <= 8 THEN
+    -- A few messages: one look for each along its destination's part of the
+    -- primary key (a key twice is looked at twice: the second finds nothing to move).
+    FOR _destination, _key IN
+      SELECT m.destination, m.key FROM :SCHEMA.outbox m
+      WHERE m.txid = _me AND m.key IS NOT NULL AND :SCHEMA.outbox_written_by(m.xmin, _me)
+    LOOP
+      SELECT max(c.txid) INTO _last FROM :SCHEMA.outbox c
+        WHERE c.destination = _destination AND c.txid >= _me AND c.key = _key
+          AND NOT (c.txid = _me AND :SCHEMA.outbox_written_by(c.xmin, _me));
+      IF _last IS NOT NULL THEN
+        UPDATE :SCHEMA.outbox o SET txid = (_last::text::numeric + 1)::text::xid8
+          WHERE o.destination = _destination AND o.txid = _me AND o.key = _key
+            AND :SCHEMA.outbox_written_by(o.xmin, _me);
+      END IF;
+    END LOOP;
+  ELSE
+    -- Many (a bulk publish): one range scan and one hash join, not one scan per key.
+    WITH mine AS MATERIALIZED (
+      SELECT DISTINCT m.destination, m.key FROM :SCHEMA.outbox m
+      WHERE m.txid = _me AND m.key IS NOT NULL AND :SCHEMA.outbox_written_by(m.xmin, _me)
+    ), later AS MATERIALIZED (
+      SELECT c.destination, c.key, max(c.txid) AS last FROM :SCHEMA.outbox c
+      WHERE c.txid >= _me AND c.key IS NOT NULL AND NOT (c.txid = _me AND :SCHEMA.outbox_written_by(c.xmin, _me))
+      GROUP BY c.destination, c.key
+    )
+    UPDATE :SCHEMA.outbox o SET txid = (l.last::text::numeric + 1)::text::xid8
+    FROM later l JOIN mine USING (destination, key)
+    WHERE o.txid = _me AND o.key IS NOT NULL AND :SCHEMA.outbox_written_by(o.xmin, _me)
+      AND o.destination = l.destination AND o.key = l.key;
+  END IF;
+  RETURN _upto;
+END;
+$$;
+
+-- Fired once per keyed message at COMMIT; the first firing puts all of the
+-- transaction's messages in order and the rest return at once. A later firing
+-- with a higher id (SET CONSTRAINTS ... IMMEDIATE fires at each statement's end)
+-- does it again for the messages written since: it is idempotent.
+CREATE FUNCTION :SCHEMA.order_outbox_commit_trigger() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+  _done text := 'sluice.outbox_ordered_' || abs(TG_RELID::bigint);
+BEGIN
+  IF NEW.id > coalesce(nullif(pg_catalog.current_setting(_done, true), '')::bigint, 0) THEN
+    PERFORM pg_catalog.set_config(_done, greatest(NEW.id, :SCHEMA.order_outbox_commit())::text, true);
+  END IF;
+  RETURN NULL;
+END;
+$$;
+
+CREATE CONSTRAINT TRIGGER outbox_commit_order AFTER INSERT ON :SCHEMA.outbox
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.key IS NOT NULL)
+  EXECUTE FUNCTION :SCHEMA.order_outbox_commit_trigger();
