@@ -1,5 +1,6 @@
 /**
  * The outbox under faults: N messages (default 100,000) over K keys published
+ * by P producers whose transactions overlap on keys (see producer below)
  * while relays are SIGKILLed (and restarted), the broker is SIGKILLed and
  * restarted, and Postgres is restarted. Then every committed message is looked
  * for in the stream:
@@ -9,8 +10,12 @@
  *   duplicates  a message stored twice; each is explained only if the two copies are
  *               further apart than the stream's de-duplication window.
  *
- *   npm run chaos:outbox -- [messages=100000] [--keys=500] [--relays=3] [--partitions=4]
+ *   npm run chaos:outbox -- [messages=100000] [--keys=500] [--producers=4] [--relays=3] [--partitions=4]
  *                           [--window-ms=120000] [--fault-every-ms=4000] [--broker-sigkill]
+ *                           [--no-commit-order]
+ *
+ * --no-commit-order turns migration 0039's ordering at COMMIT off, to show what it
+ * prevents: overlapping producers' messages published out of commit order.
  *
  * Runs a private embedded Postgres and a private nats-server (JetStream, its own
  * port and store directory), so it can kill and restart both without touching
@@ -34,6 +39,7 @@ const RELAYS = flag('relays', 3);
 const PARTITIONS = flag('partitions', 4);
 const WINDOW_MS = flag('window-ms', 120_000);
 const FAULT_EVERY_MS = flag('fault-every-ms', 4000);
+const PRODUCERS = flag('producers', 4);
 const TX_SIZE = 100;
 const RELAY_SCRIPT = fileURLToPath(new URL('../tests/fixtures/outbox-relay-process.ts', import.meta.url));
 const STREAM = 'CHAOS';
@@ -81,9 +87,13 @@ log(`Postgres up at ${embedded.url}`);
 await startNats();
 log(`nats-server up at ${natsUrl}`);
 await migrate({ connectionString: embedded.url, schema });
-const pool = new pg.Pool({ connectionString: embedded.url, max: 4 });
+const pool = new pg.Pool({ connectionString: embedded.url, max: PRODUCERS + 2 });
 pool.on('error', () => {});
 await pool.query(`CREATE TABLE ${schema}.chaos_sent (key int, seq int, PRIMARY KEY (key, seq))`);
+await pool.query(`CREATE TABLE ${schema}.chaos_keys (key int PRIMARY KEY, seq int NOT NULL)`);
+await pool.query(`INSERT INTO ${schema}.chaos_keys SELECT k, -1 FROM generate_series(0, $1::int - 1) k`, [KEYS]);
+// The order as it was before migration 0039: by the order in which transactions took their ids.
+if (args.includes('--no-commit-order')) await pool.query(`ALTER TABLE ${schema}.outbox DISABLE TRIGGER outbox_commit_order`);
 const outbox = new Outbox({ pool, schema });
 const control: NatsConnection = await connect({ servers: natsUrl, maxReconnectAttempts: -1, reconnectTimeWait: 100 });
 await (
@@ -113,15 +123,21 @@ function spawnRelay(slot: number): void {
 }
 for (let i = 0; i < RELAYS; i++) spawnRelay(i);
 
-// The producer: transactions of 100 messages, each recorded in chaos_sent in the same transaction.
+// The producers: transactions of 100 messages, each recorded in chaos_sent in
+// the same transaction. They overlap on keys: each takes the next number of 100
+// consecutive keys (from a random start) under row locks taken in key order, so
+// a transaction can take its id, wait for a key another holds, and commit after
+// it. A key's numbers are in commit order, which the stream must keep.
 let committed = 0;
+let handedOut = 0;
 let producerRetries = 0;
-async function produce(): Promise<void> {
-  let n = 0;
-  while (n < total) {
-    const size = Math.min(TX_SIZE, total - n);
-    // Message i is the (i / KEYS)th of key i % KEYS.
-    const batch = Array.from({ length: size }, (_, i) => ({ key: (n + i) % KEYS, seq: Math.floor((n + i) / KEYS) }));
+const listened = new WeakSet<pg.PoolClient>();
+async function producer(): Promise<void> {
+  while (handedOut < total) {
+    const size = Math.min(TX_SIZE, KEYS, total - handedOut);
+    handedOut += size;
+    const start = Math.floor(Math.random() * KEYS);
+    const keys = Array.from({ length: size }, (_, i) => (start + i) % KEYS);
     for (;;) {
       const client = await pool.connect().catch(() => undefined);
       if (!client) {
@@ -130,9 +146,20 @@ async function produce(): Promise<void> {
         continue;
       }
       // A restart cuts the connection while it is checked out: pg reports it on the client.
-      client.on('error', () => {});
+      if (!listened.has(client)) {
+        client.on('error', () => {});
+        listened.add(client);
+      }
+      let batch: { key: number; seq: number }[] = [];
       try {
         await client.query('BEGIN');
+        await client.query(`SELECT FROM ${schema}.chaos_keys WHERE key = ANY($1) ORDER BY key FOR UPDATE`, [keys]);
+        batch = (
+          await client.query<{ key: number; seq: number }>(
+            `UPDATE ${schema}.chaos_keys SET seq = seq + 1 WHERE key = ANY($1) RETURNING key, seq`,
+            [keys],
+          )
+        ).rows;
         await client.query(`INSERT INTO ${schema}.chaos_sent SELECT * FROM unnest($1::int[], $2::int[])`, [
           batch.map((b) => b.key),
           batch.map((b) => b.seq),
@@ -148,18 +175,23 @@ async function produce(): Promise<void> {
         client.release(true);
         producerRetries++;
         // A COMMIT cut off by a restart may have committed: chaos_sent says.
-        const done = await pool
-          .query(`SELECT 1 FROM ${schema}.chaos_sent WHERE key = $1 AND seq = $2`, [batch[0]!.key, batch[0]!.seq])
-          .then((r) => r.rows.length > 0)
-          .catch(() => false);
+        const done =
+          batch.length > 0 &&
+          (await pool
+            .query(`SELECT 1 FROM ${schema}.chaos_sent WHERE key = $1 AND seq = $2`, [batch[0]!.key, batch[0]!.seq])
+            .then((r) => r.rows.length > 0)
+            .catch(() => false));
         if (done) break;
         if (!/terminat|connect|ECONNRE|shut|closed|timeout/i.test(String((err as Error).message))) throw err;
         await new Promise((r) => setTimeout(r, 200));
       }
     }
-    n += size;
-    committed = n;
+    committed += size;
   }
+}
+
+async function produce(): Promise<void> {
+  await Promise.all(Array.from({ length: PRODUCERS }, producer));
 }
 
 // Faults, in turn, until the producer is done.
