@@ -892,6 +892,75 @@ describe('relay: outside review 74', () => {
     ]);
   });
 
+  it("runs the ordering step after the transaction's own deferred checks, so they cannot deadlock with another COMMIT (outside review 138)", async () => {
+    // T1 publishes, then writes a child row whose deferred foreign key check waits
+    // at COMMIT for the parent row T2 holds; T2 has published the same key and
+    // commits next. With the step holding T1's key lock while its check waited,
+    // T2's COMMIT waited for that lock: deadlock (40P01) after deadlock_timeout.
+    const d = freshDestination();
+    await db.pool.query(`CREATE TABLE ${db.s}.parents (id int PRIMARY KEY)`);
+    await db.pool.query(`CREATE TABLE ${db.s}.children (parent int REFERENCES ${db.s}.parents DEFERRABLE INITIALLY DEFERRED)`);
+    await db.pool.query(`INSERT INTO ${db.s}.parents VALUES (1)`);
+    const [t1, t2] = await Promise.all([db.pool.connect(), db.pool.connect()]);
+    try {
+      await t1.query('BEGIN');
+      await outbox.publish(d, 't1', { tx: t1, key: 'k' });
+      await t1.query(`INSERT INTO ${db.s}.children VALUES (1)`);
+      await t2.query('BEGIN');
+      await t2.query(`SELECT FROM ${db.s}.parents WHERE id = 1 FOR UPDATE`);
+      await outbox.publish(d, 't2', { tx: t2, key: 'k' });
+      const first = t1.query('COMMIT');
+      // T1's COMMIT is waiting for the parent row (its check runs before the step).
+      await waitFor(
+        async () =>
+          (
+            await db.pool.query(
+              `SELECT 1 FROM pg_stat_activity WHERE query = 'COMMIT' AND wait_event_type = 'Lock' AND pid = $1`,
+              [(t1 as unknown as { processID: number }).processID],
+            )
+          ).rows.length === 1,
+        "T1's COMMIT waiting",
+      );
+      await t2.query('COMMIT');
+      await first;
+    } finally {
+      t1.release();
+      t2.release();
+    }
+    const broker = new MemoryBroker();
+    await startRelay(broker, [d]).start();
+    await waitFor(() => broker.stored.length === 2, 'both published');
+    expect(broker.ofKey('k')).toEqual(['t2', 't1']);
+  });
+
+  it('lets SET CONSTRAINTS ALL IMMEDIATE leave the ordering step at COMMIT, by name (outside review 138)', async () => {
+    // Immediate, the step runs at each statement's end and keeps the key locks
+    // from there: two transactions publishing a then b and b then a deadlock.
+    // Deferred again by name, it takes them at COMMIT, in one order.
+    const d = freshDestination();
+    const [t1, t2] = await Promise.all([db.pool.connect(), db.pool.connect()]);
+    try {
+      for (const t of [t1, t2]) {
+        await t.query('BEGIN');
+        await t.query(`SET CONSTRAINTS ALL IMMEDIATE`);
+        await t.query(`SET CONSTRAINTS ${db.s}.outbox_commit_order DEFERRED`);
+      }
+      await outbox.publish(d, 't1:a', { tx: t1, key: 'a' });
+      await outbox.publish(d, 't2:b', { tx: t2, key: 'b' });
+      await t1.query(`SET LOCAL lock_timeout = '5s'`);
+      await t2.query(`SET LOCAL lock_timeout = '5s'`);
+      await outbox.publish(d, 't1:b', { tx: t1, key: 'b' });
+      await outbox.publish(d, 't2:a', { tx: t2, key: 'a' });
+      await Promise.all([t1.query('COMMIT'), t2.query('COMMIT')]);
+    } finally {
+      t1.release();
+      t2.release();
+    }
+    const broker = new MemoryBroker();
+    await startRelay(broker, [d]).start();
+    await waitFor(() => broker.stored.length === 4, 'all four published');
+  });
+
   it('publishes from REPEATABLE READ and SERIALIZABLE transactions as before, in the order they took their ids (migration 0039)', async () => {
     const d = freshDestination();
     const [early, late] = await Promise.all([db.pool.connect(), db.pool.connect()]);

@@ -7,7 +7,8 @@
 -- before writing anything (migration 0032).
 --
 -- Now each transaction puts its keyed messages in order as it commits, in a
--- deferred trigger (it runs inside COMMIT, before the commit is visible):
+-- deferred trigger (it runs inside COMMIT, before the commit is visible, after
+-- every other deferred trigger: see queue_outbox_commit_order below):
 -- 1. It locks its keys (a hash bucket of each; at most 256 locks however many
 --    keys) in one sorted order, so two committing transactions cannot deadlock on
 --    them. The locks are held until the commit is visible to everyone, so the next
@@ -118,22 +119,57 @@ BEGIN
 END;
 $$;
 
--- Fired once per keyed message at COMMIT; the first firing puts all of the
--- transaction's messages in order and the rest return at once. A later firing
--- with a higher id (SET CONSTRAINTS ... IMMEDIATE fires at each statement's end)
--- does it again for the messages written since: it is idempotent.
-CREATE FUNCTION :SCHEMA.order_outbox_commit_trigger() RETURNS trigger
+-- The step runs last at COMMIT, after every deferred check queued before it (a
+-- deferred foreign key's, say): a check that waits for another transaction's row
+-- while this one holds its keys' locks would deadlock with that transaction's
+-- COMMIT waiting for them (outside review 138). So the first keyed message's
+-- trigger at COMMIT only queues the step, with an UPDATE that changes nothing:
+-- triggers queued while COMMIT fires the deferred ones fire after all of them.
+-- $1 is the highest message id the step has covered so far in this transaction
+-- (set to the largest bigint while it is queued, so the other messages' triggers
+-- return at once).
+CREATE FUNCTION :SCHEMA.queue_outbox_commit_order(_destination text, _txid xid8, _id bigint, _done text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM set_config(_done, '9223372036854775807', true);
+  UPDATE :SCHEMA.outbox SET txid = txid WHERE destination = _destination AND txid = _txid AND id = _id;
+  IF NOT FOUND THEN
+    -- Moved already, by the step at an earlier statement's end (SET CONSTRAINTS
+    -- ... IMMEDIATE): nothing to queue on, so the step runs now.
+    PERFORM set_config(_done, greatest(_id, :SCHEMA.order_outbox_commit())::text, true);
+  END IF;
+END;
+$$;
+
+-- Fired for each keyed message at COMMIT (at each statement's end under SET
+-- CONSTRAINTS ... IMMEDIATE): queues the step once for the messages written
+-- since it last ran, and returns at once for the rest.
+CREATE FUNCTION :SCHEMA.queue_outbox_commit_order_trigger() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
   _done text := 'sluice.outbox_ordered_' || abs(TG_RELID::bigint);
 BEGIN
   IF NEW.id > coalesce(nullif(pg_catalog.current_setting(_done, true), '')::bigint, 0) THEN
-    PERFORM pg_catalog.set_config(_done, greatest(NEW.id, :SCHEMA.order_outbox_commit())::text, true);
+    PERFORM :SCHEMA.queue_outbox_commit_order(NEW.destination, NEW.txid, NEW.id, _done);
   END IF;
   RETURN NULL;
 END;
 $$;
 
-CREATE CONSTRAINT TRIGGER outbox_commit_order AFTER INSERT ON :SCHEMA.outbox
+-- The step itself, fired by the UPDATE that changes nothing (the step's own
+-- UPDATE moves txid and fires nothing); idempotent.
+CREATE FUNCTION :SCHEMA.order_outbox_commit_trigger() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM pg_catalog.set_config('sluice.outbox_ordered_' || abs(TG_RELID::bigint), :SCHEMA.order_outbox_commit()::text, true);
+  RETURN NULL;
+END;
+$$;
+
+CREATE CONSTRAINT TRIGGER outbox_commit_order_queue AFTER INSERT ON :SCHEMA.outbox
   DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.key IS NOT NULL)
+  EXECUTE FUNCTION :SCHEMA.queue_outbox_commit_order_trigger();
+
+CREATE CONSTRAINT TRIGGER outbox_commit_order AFTER UPDATE OF txid ON :SCHEMA.outbox
+  DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (OLD.txid = NEW.txid)
   EXECUTE FUNCTION :SCHEMA.order_outbox_commit_trigger();
