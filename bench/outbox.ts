@@ -17,7 +17,8 @@
  *               migration 0039) beside messages without a key (no such step), in
  *               the same run, 3 rounds each, medians: bulk (--publish-bulk=50,000 in
  *               publishMany calls of 1,000) and single (--publish-single=5,000, one
- *               message per transaction from 10 callers);
+ *               message per transaction from 10 callers); and the COMMIT of a
+ *               bulk publish that must move behind one that committed first;
  *   size        M messages (default 1,000,000) published and relayed with a steady
  *               backlog; the outbox table's size every M/10 messages (or
  *               --size-every), printed as it is taken; --size-minutes stops
@@ -149,9 +150,35 @@ async function publishing(): Promise<void> {
       await pool.query(`TRUNCATE ${s}.outbox`);
     }
   }
+  // A bulk publish that must move at COMMIT: its transaction took its id first, and
+  // another one published the same keys and committed before it.
+  const [early, late] = [await pool.connect(), await pool.connect()];
+  const moves: string[] = [];
+  try {
+    for (const n of [1_000, 10_000]) {
+      const messages = (tag: string) =>
+        Array.from({ length: n }, (_, i) => ({ destination: 'publish', key: `move-${n}-${i}`, payload: `${tag}${i}` }));
+      await early.query('BEGIN');
+      await early.query('SELECT pg_current_xact_id()');
+      await late.query('BEGIN');
+      for (let i = 0; i < n; i += 1000) await outbox.publishMany(messages('late').slice(i, i + 1000), { tx: late });
+      let at = performance.now();
+      await late.query('COMMIT');
+      const lateMs = performance.now() - at;
+      for (let i = 0; i < n; i += 1000) await outbox.publishMany(messages('early').slice(i, i + 1000), { tx: early });
+      at = performance.now();
+      await early.query('COMMIT');
+      moves.push(`${n} keys: COMMIT ${lateMs.toFixed(0)} ms, the one moving behind it ${(performance.now() - at).toFixed(0)} ms`);
+      await pool.query(`TRUNCATE ${s}.outbox`);
+    }
+  } finally {
+    early.release();
+    late.release();
+  }
   const show = (xs: number[]) => `${Math.round(median(xs))}/s (${xs.map(Math.round).join(', ')})`;
   console.log(`publish     bulk, publishMany of 1,000: keyed ${show(runs.bulk.keyed)}, without a key ${show(runs.bulk.free)}`);
   console.log(`            single, 10 callers: keyed ${show(runs.single.keyed)}, without a key ${show(runs.single.free)}`);
+  console.log(`            bulk moved at COMMIT: ${moves.join('; ')}`);
 }
 
 async function throughput(): Promise<void> {

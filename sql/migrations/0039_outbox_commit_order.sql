@@ -49,10 +49,14 @@ $$;
 -- COMMIT cost more than running them, and a generic plan guesses that a third of
 -- the table lies at or past this transaction's txid (it is the few messages
 -- written since), which on a large backlog would read the whole table; the
--- index on txid is always the way.
+-- index on txid is always the way. No nested loop: the plan guesses a handful of
+-- messages at this txid (they are too new for the statistics), and a bulk publish
+-- to move joined each of its messages against all the others, 13 s at COMMIT for
+-- 10,000 (outside review 139); hash joins keep it linear.
 CREATE FUNCTION :SCHEMA.order_outbox_commit() RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off AS $$
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan SET enable_seqscan = off
+SET enable_nestloop = off AS $$
 DECLARE
   -- A lock space of its own (lock_outbox_keys() uses the outbox's row type), so
   -- that these short locks never wait behind keys a producer holds for its whole
