@@ -736,21 +736,31 @@ describe('relay: outside review 74', () => {
     }
   });
 
-  it('keeps commit order within a key for overlapping producers that lock the key before writing (lockKeys; outside review 77)', async () => {
-    // A row lock does not do it: a transaction takes its id when it first writes,
-    // before it waits for the row, and waiters get the row in no particular order.
-    // lockKeys takes an advisory lock, which takes no transaction id, so the id comes after it.
+  /** Relays destination d into a broker of its own until it holds `count` messages; key's payloads in the order relayed. */
+  async function relayedOfKey(d: string, count: number, key: string): Promise<string[]> {
+    const broker = new MemoryBroker();
+    await startRelay(broker, [d]).start();
+    await waitFor(() => broker.stored.length === count, `all ${count} published`);
+    return broker.ofKey(key);
+  }
+
+  /**
+   * Producers that overlap on one key: each transaction bumps the key's version in
+   * a row (a row lock, taken after the transaction has its id when it does not lock
+   * the key first) and publishes it. Returns the versions in the order relayed.
+   */
+  async function relayedVersions(o: { table: string; producers: number; lockKeys: boolean }): Promise<number[]> {
     const d = freshDestination();
-    await db.pool.query(`CREATE TABLE ${db.s}.advisory_orders (id text PRIMARY KEY, version int NOT NULL)`);
-    await db.pool.query(`INSERT INTO ${db.s}.advisory_orders VALUES ('order-1', 0)`);
+    await db.pool.query(`CREATE TABLE ${db.s}.${o.table} (id text PRIMARY KEY, version int NOT NULL)`);
+    await db.pool.query(`INSERT INTO ${db.s}.${o.table} VALUES ('order-1', 0)`);
     const producer = async () => {
       for (let i = 0; i < 40; i++) {
         const client = await db.pool.connect();
         try {
           await client.query('BEGIN');
-          await outbox.lockKeys('order-1', { tx: client });
+          if (o.lockKeys) await outbox.lockKeys('order-1', { tx: client });
           const { rows } = await client.query<{ version: number }>(
-            `UPDATE ${db.s}.advisory_orders SET version = version + 1 WHERE id = 'order-1' RETURNING version`,
+            `UPDATE ${db.s}.${o.table} SET version = version + 1 WHERE id = 'order-1' RETURNING version`,
           );
           await outbox.publish(d, { version: rows[0]!.version }, { tx: client, key: 'order-1' });
           await client.query('COMMIT');
@@ -759,40 +769,22 @@ describe('relay: outside review 74', () => {
         }
       }
     };
-    await Promise.all(Array.from({ length: 6 }, producer));
-    const broker = new MemoryBroker();
-    await startRelay(broker, [d]).start();
-    await waitFor(() => broker.stored.length === 240, 'all 240 published');
-    const versions = broker.ofKey('order-1').map((p) => (JSON.parse(p) as { version: number }).version);
+    await Promise.all(Array.from({ length: o.producers }, producer));
+    const relayed = await relayedOfKey(d, 40 * o.producers, 'order-1');
+    return relayed.map((p) => (JSON.parse(p) as { version: number }).version);
+  }
+
+  it('keeps commit order within a key for overlapping producers that lock the key before writing (lockKeys; outside review 77)', async () => {
+    // A row lock alone did not do it before migration 0039 (see the next test):
+    // lockKeys takes an advisory lock, which takes no transaction id, so the id comes after it.
+    const versions = await relayedVersions({ table: 'advisory_orders', producers: 6, lockKeys: true });
     expect(versions).toEqual(Array.from({ length: 240 }, (_, i) => i + 1));
   });
 
   it('keeps commit order within a key for overlapping producers that lock only the row, not the key (migration 0039)', async () => {
     // A transaction takes its id when it first writes, before it waits for the
     // row, so ids come in no set order; the order is fixed at COMMIT instead.
-    const d = freshDestination();
-    await db.pool.query(`CREATE TABLE ${db.s}.row_orders (id text PRIMARY KEY, version int NOT NULL)`);
-    await db.pool.query(`INSERT INTO ${db.s}.row_orders VALUES ('order-1', 0)`);
-    const producer = async () => {
-      for (let i = 0; i < 40; i++) {
-        const client = await db.pool.connect();
-        try {
-          await client.query('BEGIN');
-          const { rows } = await client.query<{ version: number }>(
-            `UPDATE ${db.s}.row_orders SET version = version + 1 WHERE id = 'order-1' RETURNING version`,
-          );
-          await outbox.publish(d, { version: rows[0]!.version }, { tx: client, key: 'order-1' });
-          await client.query('COMMIT');
-        } finally {
-          client.release();
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: 8 }, producer));
-    const broker = new MemoryBroker();
-    await startRelay(broker, [d]).start();
-    await waitFor(() => broker.stored.length === 320, 'all 320 published');
-    const versions = broker.ofKey('order-1').map((p) => (JSON.parse(p) as { version: number }).version);
+    const versions = await relayedVersions({ table: 'row_orders', producers: 8, lockKeys: false });
     expect(versions).toEqual(Array.from({ length: 320 }, (_, i) => i + 1));
   });
 
@@ -876,10 +868,7 @@ describe('relay: outside review 74', () => {
       early.release();
       late.release();
     }
-    const broker = new MemoryBroker();
-    await startRelay(broker, [d]).start();
-    await waitFor(() => broker.stored.length === 11, 'all 11 published');
-    expect(broker.ofKey('k')).toEqual([
+    expect(await relayedOfKey(d, 11, 'k')).toEqual([
       'false:a1',
       'false:a2',
       'false:b1',
@@ -927,10 +916,7 @@ describe('relay: outside review 74', () => {
       t1.release();
       t2.release();
     }
-    const broker = new MemoryBroker();
-    await startRelay(broker, [d]).start();
-    await waitFor(() => broker.stored.length === 2, 'both published');
-    expect(broker.ofKey('k')).toEqual(['t2', 't1']);
+    expect(await relayedOfKey(d, 2, 'k')).toEqual(['t2', 't1']);
   });
 
   it('lets SET CONSTRAINTS ALL IMMEDIATE leave the ordering step at COMMIT, by name (outside review 138)', async () => {
@@ -979,10 +965,7 @@ describe('relay: outside review 74', () => {
       early.release();
       late.release();
     }
-    const broker = new MemoryBroker();
-    await startRelay(broker, [d]).start();
-    await waitFor(() => broker.stored.length === 4, 'all 4 published');
-    expect(broker.ofKey('k')).toEqual([
+    expect(await relayedOfKey(d, 4, 'k')).toEqual([
       'REPEATABLE READ:early',
       'REPEATABLE READ:late',
       'SERIALIZABLE:early',
