@@ -947,6 +947,46 @@ describe('relay: outside review 74', () => {
     await waitFor(() => broker.stored.length === 4, 'all four published');
   });
 
+  it('keeps a message moved inside a savepoint apart from those of the transaction whose id it moved to (outside review 140)', async () => {
+    // A message moved to txid t inside a savepoint (the step runs at the statement's
+    // end under IMMEDIATE) carries the savepoint's xid, which comes after t: told
+    // apart by xmin, it passed for one of t's own, and t's step moved it too, behind
+    // a message that committed after it.
+    const d = freshDestination();
+    const [a, b, t] = await Promise.all([db.pool.connect(), db.pool.connect(), db.pool.connect()]);
+    try {
+      await a.query('BEGIN');
+      await a.query('SELECT pg_current_xact_id()');
+      // B and T take ids one after the other (another session may take one in between: again).
+      for (let attempt = 0; ; attempt++) {
+        await b.query('BEGIN');
+        await t.query('BEGIN');
+        const ids = [b, t].map(async (c) => BigInt((await c.query('SELECT pg_current_xact_id()::text AS x')).rows[0].x));
+        const [bx, tx] = [await ids[0]!, await ids[1]!];
+        if (tx === bx + 1n) break;
+        await b.query('ROLLBACK');
+        await t.query('ROLLBACK');
+        expect(attempt, 'two adjacent transaction ids').toBeLessThan(500);
+      }
+      await outbox.publish(d, 'B', { tx: b, key: 'k' });
+      await b.query('COMMIT');
+      await a.query('SAVEPOINT s');
+      await a.query('SET CONSTRAINTS ALL IMMEDIATE');
+      await outbox.publish(d, 'A', { tx: a, key: 'k' }); // moved to B's id + 1: T's
+      await a.query('RELEASE SAVEPOINT s');
+      await a.query('COMMIT');
+      await outbox.publish(d, 'X', { key: 'k' });
+      await outbox.publish(d, 'T', { tx: t, key: 'k' });
+      await t.query('COMMIT');
+    } finally {
+      for (const c of [a, b, t]) {
+        await c.query('ROLLBACK');
+        c.release();
+      }
+    }
+    expect(await relayedOfKey(d, 4, 'k')).toEqual(['B', 'A', 'X', 'T']);
+  });
+
   it('publishes from REPEATABLE READ and SERIALIZABLE transactions as before, in the order they took their ids (migration 0039)', async () => {
     const d = freshDestination();
     const [early, late] = await Promise.all([db.pool.connect(), db.pool.connect()]);
