@@ -7,8 +7,8 @@
 -- before writing anything (migration 0032).
 --
 -- Now each transaction puts its keyed messages in order as it commits, in a
--- deferred trigger (it runs inside COMMIT, before the commit is visible, after
--- every other deferred trigger: see queue_outbox_commit_order below):
+-- deferred trigger (it runs inside COMMIT, before the commit is visible, after the
+-- deferred triggers queued before it: see queue_outbox_commit_order below):
 -- 1. It locks its keys (a hash bucket of each; at most 256 locks however many
 --    keys) in one sorted order, so two committing transactions cannot deadlock on
 --    them. The locks are held until the commit is visible to everyone, so the next
@@ -127,9 +127,9 @@ $$;
 -- COMMIT waiting for them (outside review 138). So the first keyed message's
 -- trigger at COMMIT only queues the step, with an UPDATE that changes nothing:
 -- triggers queued while COMMIT fires the deferred ones fire after all of them.
--- $1 is the highest message id the step has covered so far in this transaction
--- (set to the largest bigint while it is queued, so the other messages' triggers
--- return at once).
+-- _done names the setting that holds the highest message id the step has covered
+-- so far in this transaction (the largest bigint while the step is queued, so the
+-- other messages' triggers return at once).
 CREATE FUNCTION :SCHEMA.queue_outbox_commit_order(_destination text, _txid xid8, _id bigint, _done text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
