@@ -9,16 +9,24 @@ export interface EnqueueBatch {
 }
 
 /**
- * Chooses how a validated batch is sent: keyed jobs row by row through
- * enqueue_job(), a batch of one queue and one set of options as two arrays
- * (task, payload) where `arrays` allows it, any other as one JSON document.
- * Arrays only on the Queue's own connections: a caller's transaction may be a
- * query builder's, and some of them expand an array parameter into a list of
- * values (Knex, so MikroORM) or leave its type to guess (postgres.js's unsafe);
- * a JSON document is one text parameter everywhere. Throws ValidationError when a
- * key appears twice: one statement cannot insert it twice, nor decide which wins.
+ * The most payload text (UTF-16 units) sent as one jsonb array. A jsonb value
+ * cannot exceed 255 MB, and its binary form can take about six times the text's
+ * bytes (an array of one-digit numbers); 32 Mi units stay under that. Larger
+ * batches go as the JSON document (json, not jsonb: up to 1 GB of text).
  */
-export function enqueueBatch(values: readonly JobValues[], arrays: boolean): EnqueueBatch {
+const UNIFORM_MAX_PAYLOAD_UNITS = 32 * 1024 * 1024;
+
+/**
+ * Chooses how a validated batch is sent: keyed jobs row by row through
+ * enqueue_job(), a batch of one queue and one set of options as two JSON arrays
+ * (tasks, payloads), any other as one JSON document. Every form takes text
+ * parameters only (and integers): a caller's transaction may be a query
+ * builder's, and some of them expand an array parameter into a list of values
+ * (Knex, so MikroORM) or leave its type to guess (postgres.js's unsafe). Throws
+ * ValidationError when a key appears twice: one statement cannot insert it twice,
+ * nor decide which wins.
+ */
+export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
   const keys = new Set<string>();
   for (const v of values) {
     if (v.job_key === null) continue;
@@ -29,24 +37,25 @@ export function enqueueBatch(values: readonly JobValues[], arrays: boolean): Enq
   }
   if (keys.size > 0) return { statement: 'enqueueManyKeyed', params: () => [jsonBody(values)] };
   const first = values[0]!;
-  const uniform =
-    arrays &&
-    values.every(
-      (v) =>
-        v.queue === first.queue &&
-        v.max_attempts === first.max_attempts &&
-        v.priority === first.priority &&
-        v.group_key === first.group_key &&
-        v.run_at === null &&
-        v.delay_ms === 0,
-    );
+  let units = 0;
+  const uniform = values.every(
+    (v) =>
+      v.queue === first.queue &&
+      v.max_attempts === first.max_attempts &&
+      v.priority === first.priority &&
+      v.group_key === first.group_key &&
+      v.run_at === null &&
+      v.delay_ms === 0 &&
+      (units += v.payload.length) <= UNIFORM_MAX_PAYLOAD_UNITS,
+  );
   if (uniform) {
     return {
       statement: 'enqueueManyUniform',
       params: (traceContext) => [
         first.queue,
-        values.map((v) => v.task),
-        values.map((v) => v.payload),
+        JSON.stringify(values.map((v) => v.task)),
+        // Each payload is JSON text already: spliced in, not parsed again.
+        `[${values.map((v) => v.payload).join(',')}]`,
         first.max_attempts,
         first.priority,
         first.group_key,

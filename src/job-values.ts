@@ -54,7 +54,8 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     runAt = iso;
   }
   const delayMs = spec.delayMs ?? 0;
-  if (!storableDelay(delayMs)) {
+  // Left out, it is 0: no clock read for every job of a batch.
+  if (spec.delayMs !== undefined && !storableDelay(delayMs)) {
     throw new ValidationError(
       `delayMs must be a finite number >= 0 that stays before the year 10000, got ${shown(spec.delayMs)}`,
     );
@@ -105,11 +106,22 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
  * (outside review 70).
  */
 export function jobIdOf(row: { id?: unknown } | undefined): string {
-  const values = row && typeof row === 'object' ? Object.values(row) : [];
-  const id = row?.id ?? (values.length === 1 ? values[0] : undefined);
+  const id = onlyValue(row, 'id');
   if (typeof id === 'string' && /^\d+$/.test(id)) return id;
-  throw new ConfigError(
-    `enqueue: the job's id came back as ${inspect(row)}, not as written: does the tx connection transform rows ` +
+  throw notAsWritten(`the job's id came back as ${inspect(row)}`);
+}
+
+/** `row[column]`, or the row's only value where a transform renamed the column. */
+function onlyValue(row: Record<string, unknown> | undefined, column: string): unknown {
+  const value = row?.[column];
+  if (value !== undefined) return value;
+  const values = row && typeof row === 'object' ? Object.values(row) : [];
+  return values.length === 1 ? values[0] : undefined;
+}
+
+function notAsWritten(what: string): ConfigError {
+  return new ConfigError(
+    `enqueue: ${what}, not as written: does the tx connection transform rows ` +
       '(a postgres.js transform other than column renaming) or parse text columns? Enqueue on a connection without them',
   );
 }

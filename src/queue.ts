@@ -180,7 +180,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     );
     if (values.length === 0) return [];
     const db = this.executor(options.tx);
-    const batch = enqueueBatch(values, db === this.db);
+    const batch = enqueueBatch(values);
     const first = values[0]!;
     const task = values.every((v) => v.task === first.task) ? first.task : 'batch';
     try {

@@ -135,7 +135,7 @@ describe('enqueue', () => {
     await listener.end();
   });
 
-  it('enqueueMany of one queue and one set of options (sent as arrays) stores every payload and option, ids in order', async () => {
+  it('enqueueMany of one queue and one set of options (sent as two JSON arrays) stores every payload and option, ids in order', async () => {
     const payloads: unknown[] = [
       { text: 'quote " and \\ backslash, {braces}, "nested": [1, "2"]', emoji: '💧', nul: null },
       null,
@@ -188,6 +188,28 @@ describe('enqueue', () => {
       { payload: 'x', delayed: false },
       { payload: 'y', delayed: true },
     ]);
+  });
+
+  it('enqueueMany returns each id in its place while other batches insert at the same time (uniform and mixed)', async () => {
+    // Each id must be its own job's, in the batch's order, whatever other sessions insert meanwhile.
+    const batches = Array.from({ length: 6 }, (_, b) =>
+      Array.from({ length: 400 }, (_, i) => ({
+        task: 'interleaved',
+        payload: { b, i },
+        queue: 'interleaved',
+        ...(b % 2 && i % 3 === 0 ? { delayMs: 0.5 } : {}), // the odd batches go as the JSON document
+      })),
+    );
+    const own = batches.map(() => new Queue({ connectionString: db.url, schema: db.schema }));
+    try {
+      const results = await Promise.all(batches.map((specs, b) => own[b]!.enqueueMany(specs)));
+      const { rows } = await db.pool.query(`SELECT id::text AS id, payload FROM ${db.s}.jobs WHERE queue = 'interleaved'`);
+      const byId = new Map(rows.map((r) => [r.id as string, r.payload as { b: number; i: number }]));
+      expect(byId.size).toBe(6 * 400);
+      results.forEach((ids, b) => expect(ids.map((id) => byId.get(id))).toEqual(batches[b]!.map((s) => s.payload)));
+    } finally {
+      await Promise.all(own.map((q) => q.close()));
+    }
   });
 
   it('stores a null payload as JSON null however the batch is sent (uniform, mixed, keyed, in a transaction)', async () => {
