@@ -106,22 +106,15 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
  * (outside review 70).
  */
 export function jobIdOf(row: { id?: unknown } | undefined): string {
-  const id = onlyValue(row, 'id');
+  let id = row?.id;
+  // Only where a transform renamed the column: no array of values for every row of a batch.
+  if (id === undefined) {
+    const values = row && typeof row === 'object' ? Object.values(row) : [];
+    id = values.length === 1 ? values[0] : undefined;
+  }
   if (typeof id === 'string' && /^\d+$/.test(id)) return id;
-  throw notAsWritten(`the job's id came back as ${inspect(row)}`);
-}
-
-/** `row[column]`, or the row's only value where a transform renamed the column. */
-function onlyValue(row: Record<string, unknown> | undefined, column: string): unknown {
-  const value = row?.[column];
-  if (value !== undefined) return value;
-  const values = row && typeof row === 'object' ? Object.values(row) : [];
-  return values.length === 1 ? values[0] : undefined;
-}
-
-function notAsWritten(what: string): ConfigError {
-  return new ConfigError(
-    `enqueue: ${what}, not as written: does the tx connection transform rows ` +
+  throw new ConfigError(
+    `enqueue: the job's id came back as ${inspect(row)}, not as written: does the tx connection transform rows ` +
       '(a postgres.js transform other than column renaming) or parse text columns? Enqueue on a connection without them',
   );
 }
