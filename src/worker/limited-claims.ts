@@ -51,6 +51,16 @@ export class LimitedClaims {
    * it ends: idle workers came back every 5-7 ms meanwhile (outside review 72).
    */
   private readonly held = new Map<string, Backoff>();
+  /**
+   * Due jobs that limits held back from the last round, which found nothing: look
+   * again soon. A slot that frees in another worker wakes only that worker, whose
+   * claim may fill it with another group's job (the next in turn) and leave the
+   * freed group's slot to whoever asks next; this worker asked next only at its poll
+   * (2 s by default), its slots idle all along (issue 16). Each look is an empty
+   * claim and an EXISTS, a fraction of a millisecond of server time: up to four a
+   * second while limits hold jobs back and nothing here claims.
+   */
+  private readonly heldByLimits = new Backoff({ minMs: 25, maxMs: 250 });
 
   constructor(
     private readonly store: WorkerStore,
@@ -115,7 +125,10 @@ export class LimitedClaims {
         // when claim_queue() said, not before.
         if (retryAt !== null) this.wakeAt(this.notBefore(queue, retryAt, jobs.length));
         else this.held.delete(queue);
-        if (jobs.length > 0) this.target.claimed(jobs, performance.now() - sentAt);
+        if (jobs.length > 0) {
+          this.heldByLimits.reset();
+          this.target.claimed(jobs, performance.now() - sentAt);
+        }
       } catch (err) {
         // Not "more": a persistent error would spin. The next poll tries again. An
         // exception from the target (an event listener) lands here too: the jobs
@@ -133,13 +146,15 @@ export class LimitedClaims {
    * Every limited queue's claim came back empty: quiet, unless some have due jobs
    * that their limits (a queue or group limit reached, here or elsewhere) hold back.
    * Asked once per stir: a queue at its limit is stirred again when a slot frees
-   * here, or by the next poll tick.
+   * here, or when the look scheduled here (heldByLimits) comes.
    */
   private async settle(queues: readonly string[], stirsBefore: number): Promise<void> {
     this.checked = stirsBefore;
     try {
       const due = await this.store.hasDueJobs(queues, this.config.tasks);
       this.quiet = !due && this.stirs === stirsBefore;
+      if (due) this.wakeAt(Date.now() + this.heldByLimits.next());
+      else this.heldByLimits.reset();
     } catch (err) {
       this.onError(err);
     }

@@ -41,4 +41,52 @@ describe('LimitedClaims', () => {
     }
     expect(firsts).toEqual(['b', 'a', 'b']);
   });
+
+  it('looks again within 25-250 ms while limits hold due jobs back, not at the next poll; quiet when none are due (issue 16)', async () => {
+    let giving = false;
+    let due = true;
+    const store = {
+      claimLimited: (queue: string) => Promise.resolve({ jobs: giving ? [{ id: '1', queue }] : [], retryAt: null }),
+      hasDueJobs: () => Promise.resolve(due),
+    } as unknown as WorkerStore;
+    const target = { wantedIn: () => 1, free: () => 1, claimed: () => {} } as unknown as ClaimTarget;
+    const wakes: number[] = [];
+    const noop = () => {};
+    const claims = new LimitedClaims(
+      store,
+      { tasks: ['t'], batchSize: 10 },
+      target,
+      () => ({ jobs: 0, starts: 0 }),
+      (at) => wakes.push(at - Date.now()),
+      noop,
+      noop,
+    );
+    // Each round follows a wake (the look it scheduled, or a finished job here).
+    const round = async () => {
+      claims.stir();
+      wakes.length = 0;
+      await claims.claim(['q'], 1, 1, []);
+      return wakes;
+    };
+    const delays: number[] = [];
+    for (let i = 0; i < 6; i++) delays.push(...(await round()));
+    expect(delays).toHaveLength(6);
+    // Doubling from 25 ms (each between half and all of its nominal delay), at most 250.
+    delays.forEach((ms, i) => {
+      const nominal = Math.min(250, 25 * 2 ** i);
+      expect(ms).toBeGreaterThanOrEqual(nominal / 2 - 5);
+      expect(ms).toBeLessThanOrEqual(nominal + 5);
+    });
+    expect(claims.quiet).toBe(false);
+    // A claim that gets jobs starts the doubling again.
+    giving = true;
+    expect(await round()).toEqual([]);
+    giving = false;
+    const [first] = await round();
+    expect(first).toBeLessThanOrEqual(30);
+    // Nothing due: quiet, and no look scheduled.
+    due = false;
+    expect(await round()).toEqual([]);
+    expect(claims.quiet).toBe(true);
+  });
 });
