@@ -35,7 +35,10 @@ export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
     }
     keys.add(v.job_key);
   }
-  if (keys.size > 0) return { statement: 'enqueueManyKeyed', params: () => [jsonBody(values)] };
+  if (keys.size > 0) {
+    const body = sized(() => jsonBody(values));
+    return { statement: 'enqueueManyKeyed', params: () => [body] };
+  }
   const first = values[0]!;
   let units = 0;
   const uniform = values.every(
@@ -49,21 +52,55 @@ export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
       (units += v.payload.length) <= UNIFORM_MAX_PAYLOAD_UNITS,
   );
   if (uniform) {
+    const tasks = JSON.stringify(values.map((v) => v.task));
+    // Each payload is JSON text already: spliced in, not parsed again.
+    const payloads = sized(() => `[${values.map((v) => v.payload).join(',')}]`, tasks);
     return {
       statement: 'enqueueManyUniform',
-      params: (traceContext) => [
-        first.queue,
-        JSON.stringify(values.map((v) => v.task)),
-        // Each payload is JSON text already: spliced in, not parsed again.
-        `[${values.map((v) => v.payload).join(',')}]`,
-        first.max_attempts,
-        first.priority,
-        first.group_key,
-        traceContext,
-      ],
+      params: (traceContext) => [first.queue, tasks, payloads, first.max_attempts, first.priority, first.group_key, traceContext],
     };
   }
-  return { statement: 'enqueueMany', params: (traceContext) => [jsonBody(values), traceContext] };
+  const body = sized(() => jsonBody(values));
+  return { statement: 'enqueueMany', params: (traceContext) => [body, traceContext] };
+}
+
+/**
+ * What a batch's text may take: Postgres refuses a message over 1 GiB, and drops
+ * the connection (the caller's transaction with it); the rest of the statement
+ * fits in the margin.
+ */
+const MAX_BATCH_BYTES = 1024 ** 3 - 1024 * 1024;
+
+/**
+ * The batch's text from `build`, or a ValidationError before anything is sent
+ * when it cannot travel in one statement: longer than a JavaScript string can be
+ * (a RangeError, outside review 142 saw it reported as a database error), or more
+ * bytes than a Postgres message carries (the server dropped the connection, and
+ * the error said the jobs might exist). `beside`: the statement's other text parameter.
+ * Exported for its tests (`limit`).
+ */
+export function sized(build: () => string, beside = '', limit = MAX_BATCH_BYTES): string {
+  let text: string;
+  try {
+    text = build();
+  } catch (err) {
+    if (err instanceof RangeError) throw tooLarge('more text than a JavaScript string can hold', limit, err);
+    throw err;
+  }
+  // A UTF-16 unit is at most 3 bytes of UTF-8: most batches need no count.
+  if ((text.length + beside.length) * 3 > limit) {
+    const bytes = Buffer.byteLength(text) + Buffer.byteLength(beside);
+    if (bytes > limit) throw tooLarge(`${bytes} bytes of JSON`, limit);
+  }
+  return text;
+}
+
+function tooLarge(what: string, limit: number, cause?: unknown): ValidationError {
+  return new ValidationError(
+    `enqueueMany: the batch is ${what}, over the ${limit} bytes one statement can carry to Postgres: ` +
+      'split it into smaller batches (nothing was sent)',
+    { cause },
+  );
 }
 
 /** The batch as one JSON array; payloads are JSON text already and are spliced in, not parsed again. */

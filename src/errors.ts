@@ -334,7 +334,7 @@ export function wrapDatabaseError(err: unknown, context: string): SluiceError {
  * (no `tx`), a lost connection leaves the caller unsure whether the job exists,
  * and the message says so (outside review 87).
  */
-export function enqueueError(err: unknown, context: string, committed: 'own' | 'caller'): Error {
+export function enqueueError(err: unknown, context: string, committed: 'own' | 'caller', batch = false): Error {
   // pg calls the violated index `constraint`, postgres.js `constraint_name`.
   const e = err as { code?: string; constraint?: string; constraint_name?: string; detail?: string; message?: string } | null;
   if (e?.code === '23505' && (e.constraint ?? e.constraint_name) === 'jobs_job_key_idx') {
@@ -348,9 +348,12 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
   if (committed === 'caller' || !(wrapped instanceof ConnectionError)) return wrapped;
   const message = err instanceof SluiceError ? `${context}: ${wrapped.message}` : wrapped.message;
   // No connection was made: the job cannot exist, and the "may exist" warning misled (outside review 101).
-  if (neverSent(err)) return new NotSentError(`${message}; nothing was sent, so the job was not enqueued`, { cause: err });
+  const jobs = batch ? 'the jobs were' : 'the job was';
+  if (neverSent(err)) return new NotSentError(`${message}; nothing was sent, so ${jobs} not enqueued`, { cause: err });
+  // A batch is one statement: all of its jobs exist, or none.
+  const exist = batch ? 'the jobs exist all the same, every one of the batch,' : 'the job exists all the same';
   return new ConnectionError(
-    `${message}; the job exists all the same if Postgres ran the statement (a reply lost on the way, ` +
+    `${message}; ${exist} if Postgres ran the statement (a reply lost on the way, ` +
       'or a cancel that did not arrive): give jobs a jobKey to retry without a duplicate',
     { cause: err },
   );

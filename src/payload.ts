@@ -143,7 +143,8 @@ function serializeChecked(payload: unknown, budget: Budget): string {
       const cost =
         value === undefined ? 0 : (Array.isArray(this) ? 0 : key.length) + (typeof value === 'string' ? value.length : 1);
       if ((budget.left -= cost) < 0) throw overLimit(budget);
-      const at = key ? `${what}.${key}` : what;
+      // A key Postgres cannot store is shown escaped: the message is logged and stored too (outside review 142).
+      const at = key ? `${what}.${unstorableText(key) ? JSON.stringify(key) : key}` : what;
       // The replacer sees what toJSON made: an invalid Date's is null (outside review 74).
       const original = (this as Record<string, unknown>)[key];
       if (types.isDate(original) && Number.isNaN(Date.prototype.getTime.call(original))) {

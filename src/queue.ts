@@ -192,7 +192,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
       return result.map(jobIdOf);
     } catch (err) {
-      throw enqueueError(err, 'enqueueMany failed', options.tx ? 'caller' : 'own');
+      throw enqueueError(err, 'enqueueMany failed', options.tx ? 'caller' : 'own', true);
     }
   }
 

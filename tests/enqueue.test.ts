@@ -423,6 +423,18 @@ describe('enqueue', () => {
       expect(await jobCount()).toBe(before);
     });
 
+    it('names a key Postgres cannot store escaped, so the message itself can be logged and stored (outside review 142)', async () => {
+      for (const [key, shown] of [
+        ['a\u0000', '"a\\u0000"'],
+        ['k\ud800', '"k\\ud800"'],
+      ]) {
+        const error = (await queue.enqueueMany([{ task: 't', payload: { [key!]: 1 } }]).catch((e: unknown) => e)) as Error;
+        expect(error).toBeInstanceOf(ValidationError);
+        expect(error.message).toContain(`payload.${shown} contains`);
+        expect(error.message).not.toMatch(/\u0000|[\ud800-\udfff]/);
+      }
+    });
+
     it('an undefined payload is an empty one; undefined properties are left out', async () => {
       const a = await queue.enqueue('t');
       const b = await queue.enqueue('t', { keep: 1, drop: undefined });

@@ -78,7 +78,8 @@ describe.each(['pg', 'postgres.js'] as const)('a Queue on %s', (driver) => {
       // Refused: nothing was sent, and an enqueue says the job does not exist (outside review 101).
       if (_name.startsWith('enqueue')) {
         expect(error).toBeInstanceOf(NotSentError);
-        expect((error as Error).message).toMatch(/nothing was sent, so the job was not enqueued$/);
+        const jobs = _name === 'enqueueMany' ? 'the jobs were' : 'the job was';
+        expect((error as Error).message).toMatch(new RegExp(`nothing was sent, so ${jobs} not enqueued$`));
         expect((error as Error).message).not.toMatch(/exists all the same/);
       }
     } finally {
@@ -105,7 +106,7 @@ describe('enqueueAfterCommit', () => {
         );
       expect(error).toBeInstanceOf(NotSentError);
       expect((error as Error).message).toMatch(
-        /^enqueueAfterCommit: work\(\) resolved \(your transaction committed\), then enqueueing its 2 job\(s\) failed: .*the job was not enqueued$/,
+        /^enqueueAfterCommit: work\(\) resolved \(your transaction committed\), then enqueueing its 2 job\(s\) failed: .*the jobs were not enqueued$/,
       );
     } finally {
       await queue.close();
@@ -250,6 +251,30 @@ describe.each(['pg', 'postgres.js'] as const)('an enqueue whose reply is lost, o
         ]);
         return rows[0].n === 1;
       }, 'the enqueued job');
+    } finally {
+      await queue.close();
+    }
+  });
+
+  it.runIf(driver === 'pg')('says of a batch that all of its jobs may exist, and they all do (outside review 142)', async () => {
+    const proxy = await proxied();
+    const queue = new Queue({ connectionString: proxy.url, schema: db.schema, driver, statementTimeoutMs: 5_000 });
+    try {
+      const lost = proxy.loseReplyTo('RETURNING id::text AS id');
+      const tag = `${driver}-batch`;
+      const error: unknown = await queue.enqueueMany([1, 2, 3].map((n) => ({ task: 'reply_lost', payload: { tag, n } }))).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      await lost;
+      expect(error).toBeInstanceOf(ConnectionError);
+      expect((error as Error).message).toMatch(
+        /^enqueueMany failed: .*; the jobs exist all the same, every one of the batch, if Postgres ran the statement/,
+      );
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE payload->>'tag' = $1`, [tag]);
+        return rows[0].n === 3;
+      }, 'the enqueued jobs');
     } finally {
       await queue.close();
     }

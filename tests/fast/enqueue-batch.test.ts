@@ -3,7 +3,7 @@
  * tests/enqueue.test.ts runs the statements.
  */
 import { describe, expect, it } from 'vitest';
-import { enqueueBatch } from '../../src/enqueue-batch.js';
+import { enqueueBatch, sized } from '../../src/enqueue-batch.js';
 import { ValidationError } from '../../src/errors.js';
 import { toJobValues, type JobValues } from '../../src/job-values.js';
 import type { JobSpec } from '../../src/job.js';
@@ -43,5 +43,23 @@ describe('enqueueBatch', () => {
     // Four payloads of 8 Mi characters and their quotes: just over.
     expect(enqueueBatch(four).statement).toBe('enqueueMany');
     expect(enqueueBatch(four.slice(0, 3)).statement).toBe('enqueueManyUniform');
+  });
+
+  it('refuses, before anything is sent, a batch whose text a Postgres message cannot carry or a string cannot hold (outside review 142)', () => {
+    // Counted in UTF-8 bytes: 4 characters of three bytes each are 12.
+    expect(sized(() => '€€€€', '', 12)).toBe('€€€€');
+    expect(() => sized(() => '€€€€', 'x', 12)).toThrow(
+      /^enqueueMany: the batch is 13 bytes of JSON, over the 12 bytes .*split it/,
+    );
+    expect(() =>
+      sized(() => {
+        throw new RangeError('Invalid string length');
+      }),
+    ).toThrow(ValidationError);
+    expect(() =>
+      sized(() => {
+        throw new TypeError('not about size');
+      }),
+    ).toThrow(TypeError);
   });
 });
