@@ -3,27 +3,31 @@ import type { WorkerStore } from '../../src/db/store.js';
 import type { ClaimTarget } from '../../src/worker/claim-target.js';
 import { LimitedClaims } from '../../src/worker/limited-claims.js';
 
+/** LimitedClaims over `store`, one free slot wanted in every queue; `wakeAt` hears the looks it schedules. */
+function limitedClaims(store: Partial<WorkerStore>, wakeAt: (at: number) => void = () => {}): LimitedClaims {
+  const target = { wantedIn: () => 1, free: () => 1, claimed: () => {} } as unknown as ClaimTarget;
+  const noop = () => {};
+  return new LimitedClaims(
+    store as WorkerStore,
+    { tasks: ['t'], batchSize: 10 },
+    target,
+    () => ({ jobs: 0, starts: 0 }),
+    wakeAt,
+    noop,
+    noop,
+  );
+}
+
 describe('LimitedClaims', () => {
   it('starts each round after the queue that claimed first, so the last listed is not always asked last (outside reviews 130, 133)', async () => {
     const asked: string[] = [];
     let giving = true;
-    const store = {
+    const claims = limitedClaims({
       claimLimited: (queue: string) => {
         asked.push(queue);
         return Promise.resolve({ jobs: giving ? [{ id: `${asked.length}`, queue }] : [], retryAt: null });
       },
-    } as unknown as WorkerStore;
-    const target = { wantedIn: () => 1, free: () => 1, claimed: () => {} } as unknown as ClaimTarget;
-    const noop = () => {};
-    const claims = new LimitedClaims(
-      store,
-      { tasks: ['t'], batchSize: 10 },
-      target,
-      () => ({ jobs: 0, starts: 0 }),
-      noop,
-      noop,
-      noop,
-    );
+    } as unknown as Partial<WorkerStore>);
     const round = async (queues: string[]) => {
       asked.length = 0;
       await claims.claim(queues, 1, 1, []);
@@ -45,21 +49,13 @@ describe('LimitedClaims', () => {
   it('looks again within 25-250 ms while limits hold due jobs back, not at the next poll; quiet when none are due (issue 16)', async () => {
     let giving = false;
     let due = true;
-    const store = {
-      claimLimited: (queue: string) => Promise.resolve({ jobs: giving ? [{ id: '1', queue }] : [], retryAt: null }),
-      hasDueJobs: () => Promise.resolve(due),
-    } as unknown as WorkerStore;
-    const target = { wantedIn: () => 1, free: () => 1, claimed: () => {} } as unknown as ClaimTarget;
     const wakes: number[] = [];
-    const noop = () => {};
-    const claims = new LimitedClaims(
-      store,
-      { tasks: ['t'], batchSize: 10 },
-      target,
-      () => ({ jobs: 0, starts: 0 }),
+    const claims = limitedClaims(
+      {
+        claimLimited: (queue: string) => Promise.resolve({ jobs: giving ? [{ id: '1', queue }] : [], retryAt: null }),
+        hasDueJobs: () => Promise.resolve(due),
+      } as unknown as Partial<WorkerStore>,
       (at) => wakes.push(at - Date.now()),
-      noop,
-      noop,
     );
     // Each round follows a wake (the look it scheduled, or a finished job here).
     const round = async () => {
