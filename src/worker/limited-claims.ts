@@ -57,10 +57,12 @@ export class LimitedClaims {
    * claim may fill it with another group's job (the next in turn) and leave the
    * freed group's slot to whoever asks next; this worker asked next only at its poll
    * (2 s by default), its slots idle all along (issue 16). Each look is an empty
-   * claim and an EXISTS, a fraction of a millisecond of server time: up to four a
-   * second while limits hold jobs back and nothing here claims.
+   * claim and an EXISTS, a fraction of a millisecond of server time; the looks
+   * slow down to one a second while limits hold jobs back and nothing here claims
+   * (a serial queue's long job keeps every idle worker of it looking: twice the
+   * poll's rate, not forty times).
    */
-  private readonly heldByLimits = new Backoff({ minMs: 25, maxMs: 250 });
+  private readonly heldByLimits = new Backoff({ minMs: 25, maxMs: 1_000 });
 
   constructor(
     private readonly store: WorkerStore,

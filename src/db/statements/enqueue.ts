@@ -83,8 +83,9 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // once. As text[] and jsonb[] parameters (the earlier form) every quote of every
     // payload was escaped into an array literal that the server parsed before each
     // element's JSON: queue.enqueueMany went from 81-83% of a plain unnest INSERT's
-    // rate to 92% (npm run bench:bulk). Text parameters only, so a caller's
-    // transaction (any driver or query builder) takes this form too.
+    // rate to 92%, measured batch by batch as npm run bench:bulk does. Text
+    // parameters only, so a caller's transaction (any driver or query builder)
+    // takes this form too.
     enqueueManyUniform: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS})
       SELECT $1::text, j.task, j.payload, clock_timestamp(), $4::int, $5::int, $6::text, $7::text::jsonb
       FROM ROWS FROM (jsonb_array_elements_text($2::text::jsonb), jsonb_array_elements($3::text::jsonb))
