@@ -59,10 +59,17 @@ export class LimitedClaims {
    * (2 s by default), its slots idle all along (issue 16). Each look is an empty
    * claim and an EXISTS, a fraction of a millisecond of server time; the looks
    * slow down to one a second while limits hold jobs back and nothing here claims
-   * (a serial queue's long job keeps every idle worker of it looking: twice the
-   * poll's rate, not forty times).
+   * (a serial queue's long job keeps every idle worker of it looking: about two
+   * rounds a second with the poll's, not forty).
    */
   private readonly heldByLimits = new Backoff({ minMs: 25, maxMs: 1_000 });
+  /**
+   * When the look scheduled last comes (ms since epoch). One at a time: the fetch
+   * loop keeps every due time it is given, so a look scheduled by each empty round
+   * (a poll tick's, a finished job's) started a chain of its own beside the others,
+   * and an idle worker came to 10-18 claims a second (outside review 143).
+   */
+  private lookAt = 0;
 
   constructor(
     private readonly store: WorkerStore,
@@ -73,6 +80,8 @@ export class LimitedClaims {
     private readonly onError: (err: unknown) => void,
     /** A claim failed after it may have committed: its jobs may be locked to this worker, unknown to it. */
     private readonly claimLost: () => void,
+    /** The clock (ms since epoch), for tests. */
+    private readonly now: () => number = Date.now,
   ) {}
 
   /**
@@ -128,7 +137,9 @@ export class LimitedClaims {
         if (retryAt !== null) this.wakeAt(this.notBefore(queue, retryAt, jobs.length));
         else this.held.delete(queue);
         if (jobs.length > 0) {
+          // The next look (if limits hold jobs back again) comes soon, not after the one scheduled.
           this.heldByLimits.reset();
+          this.lookAt = 0;
           this.target.claimed(jobs, performance.now() - sentAt);
         }
       } catch (err) {
@@ -155,8 +166,8 @@ export class LimitedClaims {
     try {
       const due = await this.store.hasDueJobs(queues, this.config.tasks);
       this.quiet = !due && this.stirs === stirsBefore;
-      if (due) this.wakeAt(Date.now() + this.heldByLimits.next());
-      else this.heldByLimits.reset();
+      if (!due) this.heldByLimits.reset();
+      else if (this.lookAt <= this.now()) this.wakeAt((this.lookAt = this.now() + this.heldByLimits.next()));
     } catch (err) {
       this.onError(err);
     }
@@ -188,7 +199,7 @@ export class LimitedClaims {
     // so the worker never backed off (outside review 73). An empty claim told to
     // wait for a rate limit's token means other workers take the tokens: waiting a
     // little longer costs the queue nothing.
-    const now = Date.now();
+    const now = this.now();
     if (claimed > 0) {
       this.held.delete(queue);
       return retryAt;

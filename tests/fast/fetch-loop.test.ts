@@ -354,9 +354,14 @@ describe('FetchLoop: claiming', () => {
     await settle();
     for (const job of [...target.held]) finish(job);
     await settle();
-    // Its claim still sent with each refill; asked for due jobs once (until the next stir).
-    expect(db.log.filter((e) => e.op === 'claimLimited').length).toBeGreaterThanOrEqual(2);
-    expect(db.log.filter((e) => e.op === 'hasDueJobs')).toHaveLength(1);
+    // Its claim still sent with each refill; asked for due jobs once per stir: the first
+    // empty round, then the looks it schedules (the first within 25 ms, then doubling:
+    // at most two more in these 40 ms), not once per refill.
+    const claimsSent = db.log.filter((e) => e.op === 'claimLimited').length;
+    const dueAsked = db.log.filter((e) => e.op === 'hasDueJobs').length;
+    expect(claimsSent).toBeGreaterThanOrEqual(2);
+    expect(dueAsked).toBeGreaterThanOrEqual(1);
+    expect(dueAsked).toBeLessThanOrEqual(3);
   });
 
   it('claims a limited queue beside the write of its finished jobs, which it counts as no longer running', async () => {

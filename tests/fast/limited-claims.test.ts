@@ -4,7 +4,11 @@ import type { ClaimTarget } from '../../src/worker/claim-target.js';
 import { LimitedClaims } from '../../src/worker/limited-claims.js';
 
 /** LimitedClaims over `store`, one free slot wanted in every queue; `wakeAt` hears the looks it schedules. */
-function limitedClaims(store: Partial<WorkerStore>, wakeAt: (at: number) => void = () => {}): LimitedClaims {
+function limitedClaims(
+  store: Partial<WorkerStore>,
+  wakeAt: (at: number) => void = () => {},
+  now: () => number = Date.now,
+): LimitedClaims {
   const target = { wantedIn: () => 1, free: () => 1, claimed: () => {} } as unknown as ClaimTarget;
   const noop = () => {};
   return new LimitedClaims(
@@ -15,6 +19,7 @@ function limitedClaims(store: Partial<WorkerStore>, wakeAt: (at: number) => void
     wakeAt,
     noop,
     noop,
+    now,
   );
 }
 
@@ -46,42 +51,56 @@ describe('LimitedClaims', () => {
     expect(firsts).toEqual(['b', 'a', 'b']);
   });
 
-  it('looks again within 25-1000 ms while limits hold due jobs back, not at the next poll; quiet when none are due (issue 16)', async () => {
+  it('looks again within 25-1000 ms while limits hold due jobs back, one look at a time; quiet when none are due (issue 16, outside review 143)', async () => {
     let giving = false;
     let due = true;
     const wakes: number[] = [];
+    let now = 1_000_000;
     const claims = limitedClaims(
       {
         claimLimited: (queue: string) => Promise.resolve({ jobs: giving ? [{ id: '1', queue }] : [], retryAt: null }),
         hasDueJobs: () => Promise.resolve(due),
       } as unknown as Partial<WorkerStore>,
-      (at) => wakes.push(at - Date.now()),
+      (at) => wakes.push(at),
+      () => now,
     );
-    // Each round follows a wake (the look it scheduled, or a finished job here).
+    // Each round follows a wake (the look scheduled here, a poll tick, a finished job here).
     const round = async () => {
       claims.stir();
       wakes.length = 0;
       await claims.claim(['q'], 1, 1, []);
-      return wakes;
+      return wakes.map((at) => at - now);
     };
     const delays: number[] = [];
-    for (let i = 0; i < 8; i++) delays.push(...(await round()));
-    expect(delays).toHaveLength(8);
+    for (let i = 0; i < 8; i++) {
+      const [delay, ...more] = await round();
+      expect(more).toEqual([]);
+      delays.push(delay!);
+      // Rounds before the look comes (poll ticks, say) schedule none of their own.
+      for (let tick = 0; tick < 3; tick++) {
+        now += Math.floor(delay! / 4);
+        expect(await round()).toEqual([]);
+      }
+      now += delay!;
+    }
     // Doubling from 25 ms (each between half and all of its nominal delay), at most 1 s.
     delays.forEach((ms, i) => {
       const nominal = Math.min(1_000, 25 * 2 ** i);
-      expect(ms).toBeGreaterThanOrEqual(nominal / 2 - 5);
-      expect(ms).toBeLessThanOrEqual(nominal + 5);
+      expect(ms).toBeGreaterThanOrEqual(nominal / 2);
+      expect(ms).toBeLessThanOrEqual(nominal);
     });
     expect(claims.quiet).toBe(false);
-    // A claim that gets jobs starts the doubling again.
+    // A claim that gets jobs starts again at 25 ms, at once.
+    const [pending] = await round();
     giving = true;
     expect(await round()).toEqual([]);
     giving = false;
     const [first] = await round();
-    expect(first).toBeLessThanOrEqual(30);
+    expect(first).toBeLessThanOrEqual(25);
+    expect(pending).toBeGreaterThan(400);
     // Nothing due: quiet, and no look scheduled.
     due = false;
+    now += 2_000;
     expect(await round()).toEqual([]);
     expect(claims.quiet).toBe(true);
   });
