@@ -35,22 +35,20 @@ export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
     }
     keys.add(v.job_key);
   }
-  if (keys.size > 0) {
-    const body = sized(() => jsonBody(values));
-    return { statement: 'enqueueManyKeyed', params: () => [body] };
-  }
   const first = values[0]!;
   let units = 0;
-  const uniform = values.every(
-    (v) =>
-      v.queue === first.queue &&
-      v.max_attempts === first.max_attempts &&
-      v.priority === first.priority &&
-      v.group_key === first.group_key &&
-      v.run_at === null &&
-      v.delay_ms === 0 &&
-      (units += v.payload.length) <= UNIFORM_MAX_PAYLOAD_UNITS,
-  );
+  const uniform =
+    keys.size === 0 &&
+    values.every(
+      (v) =>
+        v.queue === first.queue &&
+        v.max_attempts === first.max_attempts &&
+        v.priority === first.priority &&
+        v.group_key === first.group_key &&
+        v.run_at === null &&
+        v.delay_ms === 0 &&
+        (units += v.payload.length) <= UNIFORM_MAX_PAYLOAD_UNITS,
+    );
   if (uniform) {
     const tasks = JSON.stringify(values.map((v) => v.task));
     // Each payload is JSON text already: spliced in, not parsed again.
@@ -60,8 +58,11 @@ export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
       params: (traceContext) => [first.queue, tasks, payloads, first.max_attempts, first.priority, first.group_key, traceContext],
     };
   }
+  // Keyed jobs through enqueue_job(), row by row; any other batch as one INSERT. Both read the document.
   const body = sized(() => jsonBody(values));
-  return { statement: 'enqueueMany', params: (traceContext) => [body, traceContext] };
+  return keys.size > 0
+    ? { statement: 'enqueueManyKeyed', params: () => [body] }
+    : { statement: 'enqueueMany', params: (traceContext) => [body, traceContext] };
 }
 
 /**
