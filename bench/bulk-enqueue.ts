@@ -18,6 +18,7 @@ import pg from 'pg';
 import { Queue } from '../dist/index.js';
 import { enqueueStatements } from '../dist/db/statements/enqueue.js';
 import { migratedSchema, ScratchSchema } from './lib/database.js';
+import { shuffled } from './lib/shuffled.js';
 import { median } from './lib/stats.js';
 // @ts-expect-error: a plain ES module without types, shared with the full benchmark
 import * as seed from './systems/seed-sql.mjs';
@@ -58,7 +59,7 @@ const times = new Map(names.map((name) => [name, [] as number[]]));
 try {
   for (let warm = 0; warm < 5; warm++) for (const name of names) await contenders[name]!();
   for (let round = 0; round < rounds; round++) {
-    for (const name of [...names].sort(() => Math.random() - 0.5)) {
+    for (const name of shuffled(names)) {
       const started = performance.now();
       await contenders[name]!();
       times.get(name)!.push(performance.now() - started);

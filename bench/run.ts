@@ -21,7 +21,7 @@ import { copyBuild } from './lib/sluice-build.js';
 import { comparisonTable, sluiceRows, type SystemRuns } from './lib/summary.js';
 import { SEED_SQL, SLUICE, systemsOfRun } from './lib/systems.js';
 import { drain } from './scenarios/drain.js';
-import { enqueue } from './scenarios/enqueue.js';
+import { enqueueInTurns } from './scenarios/enqueue.js';
 import { latency } from './scenarios/latency.js';
 import { sqlLimit } from './scenarios/sql-limit.js';
 import { steady } from './scenarios/steady.js';
@@ -71,9 +71,14 @@ try {
   for (let rep = 1; rep <= sizes.reps; rep++) {
     for (const name of only) {
       log(`running ${name}${sizes.reps > 1 ? `, repetition ${rep} of ${sizes.reps}` : ''}`);
+      if (name === 'enqueue') {
+        // Every system at once, in turns of a fraction of a second (see enqueueInTurns).
+        const turns = await enqueueInTurns(ctx, runs.map((r) => r.system));
+        for (const r of runs) r.enqueue.push(turns.get(r.system)!);
+        continue;
+      }
       for (const r of runs) {
-        if (r.system.enqueueOnly && name !== 'enqueue') continue;
-        if (name === 'enqueue') r.enqueue.push(await enqueue(ctx, r.system));
+        if (r.system.enqueueOnly) continue;
         if (name === 'drain') r.drain.push(...await drain(ctx, r.system, r.drain));
         if (name === 'latency') r.latency.push(await latency(ctx, r.system));
         if (name === 'steady') r.steady.push(await steady(ctx, r.system));
