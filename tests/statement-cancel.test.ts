@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConnectionError, Queue, Worker, type JobRow } from '../src/index.js';
 import type { DriverName } from '../src/db/driver.js';
 import { openDriver } from '../src/db/drivers/open.js';
+import { PgWorkerStore } from '../src/db/store.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
 // A statement past statementTimeoutMs fails with a ConnectionError and its
@@ -242,5 +243,57 @@ describe('a worker whose stop gives up on Postgres', () => {
     }
     const { rows: after } = await db.pool.query(`SELECT status, attempts, locked_by FROM ${db.s}.jobs WHERE id = $1`, [id]);
     expect(after[0]).toEqual({ status: 'pending', attempts: 0, locked_by: null });
+  });
+});
+
+describe('a claim that waited on a table lock', () => {
+  // Outside review 144: claims stamped locked_at with now(), the time the statement
+  // arrived; behind a 10 s LOCK TABLE that lock was already older than the
+  // visibility timeout when it committed, and the rescuer (waiting behind the same
+  // lock) failed 20 single-attempt jobs as if their worker had died, unrun.
+  it.each([
+    ['the claim alone', false],
+    ['the cycle (results written beside the claim)', true],
+  ])('stamps its locks and starts after the wait: %s', async (_, withWrites) => {
+    await db.pool.query(`DELETE FROM ${db.s}.jobs`);
+    await db.pool.query(`INSERT INTO ${db.s}.jobs (task) VALUES ('t'), ('t')`);
+    const app = `claim-wait-${withWrites ? 'cycle' : 'claim'}-${db.schema}`.slice(0, 63);
+    const driver = await openDriver('pg', { connectionString: db.url, statementTimeoutMs: 60_000 }, 1, app);
+    try {
+      const store = new PgWorkerStore(driver, db.schema, 'w-wait', true);
+      await locker.query('BEGIN');
+      await locker.query(`LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      const claim = store.cycle({
+        completed: [],
+        failed: [],
+        // A start to write for a job that is not there: enough to send the cycle, not the claim alone.
+        started: withWrites ? ['0'] : [],
+        queues: ['default'],
+        tasks: ['t'],
+        limit: 2,
+        startNow: 1,
+      });
+      await waitFor(async () => (await lockWaiters(app)) === 1, 'the claim waiting for the lock');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      const { rows: at } = await locker.query<{ released: Date }>('SELECT clock_timestamp() AS released');
+      await locker.query('COMMIT');
+      const { claimed } = await claim;
+      expect(claimed).toHaveLength(2);
+      const released = at[0]!.released.getTime();
+      const { rows } = await db.pool.query<{ locked_at: Date; updated_at: Date; started_at: Date | null }>(
+        `SELECT locked_at, updated_at, started_at FROM ${db.s}.jobs ORDER BY id`,
+      );
+      for (const row of rows) {
+        expect(row.locked_at.getTime()).toBeGreaterThanOrEqual(released);
+        expect(row.updated_at.getTime()).toBe(row.locked_at.getTime());
+      }
+      // One started into the free slot, at the claim's time; what the worker was told is that same time.
+      expect(rows.map((r) => r.started_at?.getTime() ?? null)).toEqual([rows[0]!.locked_at.getTime(), null]);
+      expect(claimed[0]!.started_at?.getTime()).toBe(rows[0]!.locked_at.getTime());
+      expect(claimed[0]!.locked_at?.getTime()).toBe(rows[0]!.locked_at.getTime());
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      await driver.end();
+    }
   });
 });

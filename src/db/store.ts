@@ -170,7 +170,7 @@ type ClaimedRow = Pick<
 > & {
   /** The claim started it (a free slot); false: claimed ahead. */
   started: boolean;
-  /** The claim's now(), on the first claimed row only. */
+  /** The time the claim stamped on its rows (after any lock wait), on the first claimed row only. */
   claimed_at: Date | null;
 };
 

@@ -9,11 +9,24 @@ import { completion, startedAt } from './outcomes.js';
  */
 
 /**
+ * The time a claim stamps on its rows (locked_at, started_at) and tells the
+ * worker: read once, when the statement runs, in a CTE of the statement. Not
+ * now(), the time the statement arrived: a claim that waited behind a table lock
+ * (LOCK TABLE, a migration) stamped locks already older than the visibility
+ * timeout, and the rescuer, waiting behind the same lock, failed those jobs as if
+ * their worker had died (outside review 144: 20 single-attempt jobs dead-lettered
+ * without running after a 10 s LOCK TABLE). Table locks are all taken before the
+ * statement runs, and the claim waits on no row, so this is after any wait.
+ */
+const CLAIM_TIME = 'claim_time AS MATERIALIZED (SELECT clock_timestamp() AS at)';
+
+/**
  * The claim, shared by the cycle and the claim-only statement: the next due jobs
  * of the queues, in claim order, locked SKIP LOCKED and marked processing (see
  * cycleStatement for why it is written this way). The arguments say where the
  * worker id, queues, tasks, limit and free-slot count are among the statement's
- * parameters. Schema placeholder :SCHEMA.
+ * parameters. Reads CLAIM_TIME (its callers put it in their WITH). Schema
+ * placeholder :SCHEMA.
  */
 function claimUpdate(
   queues: '$9' | '$2',
@@ -25,16 +38,16 @@ function claimUpdate(
 ): string {
   return `
         UPDATE :SCHEMA.jobs j
-        SET status = 'processing', attempts = j.attempts + 1, locked_at = now(), locked_by = ${worker}::text,
-            updated_at = now(),
+        SET status = 'processing', attempts = j.attempts + 1, locked_at = t.at, locked_by = ${worker}::text,
+            updated_at = t.at,
             -- The first startNow in claim order go into free slots and start now; the
             -- rest are claimed ahead and start when a slot frees (started_at NULL).
-            started_at = CASE WHEN p.n <= ${startNow}::int THEN now() END,
+            started_at = CASE WHEN p.n <= ${startNow}::int THEN t.at END,
             -- A key held only while pending is given up when the job starts (see
             -- 0002), and only then: a job claimed ahead keeps it until its start is
             -- written (started, failed below), so a hand-back returns it with its key (0024).
             key_scope = ${releaseKey(`p.n <= ${startNow}::int`)}
-        FROM unnest(ARRAY(${dueJobs(queues, filter, tasks, limit)})) WITH ORDINALITY AS p(id, n)
+        FROM unnest(ARRAY(${dueJobs(queues, filter, tasks, limit)})) WITH ORDINALITY AS p(id, n), claim_time t
         WHERE j.id = p.id
           AND j.queue <> ALL (ARRAY(SELECT name FROM :SCHEMA.queues
             WHERE paused OR concurrency_limit IS NOT NULL OR grouped OR rate_limit IS NOT NULL))
@@ -111,15 +124,15 @@ export function releaseKey(starts: 'true' | `p.n <= ${'$15' | '$5'}::int`): stri
 
 // The cycle's claim: its outer SELECT numbers the rows and puts them in claim order.
 const CYCLE_CLAIM_ONE = `${claimUpdate('$9', 'one', '$1', '$10', '$11', '$15')}
-        RETURNING ${claimReturning('j')}, p.n AS claim_order`;
+        RETURNING ${claimReturning('j')}, p.n AS claim_order, t.at AS claimed_at`;
 const CYCLE_CLAIM_MANY = `${claimUpdate('$9', 'many', '$1', '$10', '$11', '$15')}
-        RETURNING ${claimReturning('j')}, p.n AS claim_order`;
+        RETURNING ${claimReturning('j')}, p.n AS claim_order, t.at AS claimed_at`;
 // The claim alone: the rows as the store reads them, the claim's time on the first
 // in claim order, and that order (the store sorts by it).
-const CLAIM_ONE = `${claimUpdate('$2', 'one', '$1', '$3', '$4', '$5')}
-        RETURNING ${claimedColumns('j', 'p.n = 1')}, p.n::int AS claim_order`;
-const CLAIM_MANY = `${claimUpdate('$2', 'many', '$1', '$3', '$4', '$5')}
-        RETURNING ${claimedColumns('j', 'p.n = 1')}, p.n::int AS claim_order`;
+const CLAIM_ONE = `WITH ${CLAIM_TIME}${claimUpdate('$2', 'one', '$1', '$3', '$4', '$5')}
+        RETURNING ${claimedColumns('j', 'p.n = 1', 't.at')}, p.n::int AS claim_order`;
+const CLAIM_MANY = `WITH ${CLAIM_TIME}${claimUpdate('$2', 'many', '$1', '$3', '$4', '$5')}
+        RETURNING ${claimedColumns('j', 'p.n = 1', 't.at')}, p.n::int AS claim_order`;
 
 export type QueueFilter = 'one' | 'many';
 
@@ -222,7 +235,7 @@ export function cycleStatement(schema: string, filter: QueueFilter, completed: '
         UPDATE ${jobs} j SET started_at = coalesce(to_timestamp(st.ms / 1000.0), now()), key_scope = ${releaseKey('true')}
         FROM writable w JOIN unnest($14::bigint[], $20::float8[]) AS st(id, ms) ON st.id = w.id
         WHERE j.id = w.id AND w.mine AND w.unstarted
-      ), claimed AS (${claim}
+      ), ${CLAIM_TIME}, claimed AS (${claim}
       ), notified AS (
         -- Outcome notifications ($13 = 'sluice:<schema>:done'), only for jobs that
         -- Queue.waitFor() flagged and that are finished for good: the common case
@@ -246,7 +259,7 @@ export function cycleStatement(schema: string, filter: QueueFilter, completed: '
       SELECT CASE WHEN c.n IS NULL OR c.n = 1 THEN a.completed_ids END AS completed_ids,
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.failed_ids END AS failed_ids,
              CASE WHEN c.n IS NULL OR c.n = 1 THEN a.skipped_ids END AS skipped_ids,
-             ${claimedColumns('c', 'c.n = 1')}
+             ${claimedColumns('c', 'c.n = 1', 'c.claimed_at')}
       FROM applied a LEFT JOIN (SELECT *, row_number() OVER (ORDER BY claim_order) AS n FROM claimed) c ON true
       ORDER BY c.n`).replaceAll(':SCHEMA', () => schema);
 }

@@ -78,14 +78,15 @@ export function claimReturning(alias: string): string {
 /**
  * The select list of claimed rows (alias: the claim's CTE, from claimReturning):
  * the fields of CLAIMED_FIELDS, whether the job started at once, and the claim's
- * time on the row where `first` holds (one row per statement, not one per job).
+ * time (`time`, the one it stamped) on the row where `first` holds (one row per
+ * statement, not one per job).
  */
-export function claimedColumns(alias: string, first: string): string {
+export function claimedColumns(alias: string, first: string, time: string): string {
   return [
     `${alias}.id::text AS id`,
     ...CLAIMED_FIELDS.map((f) => `${alias}.${f}`),
     `${alias}.started_at IS NOT NULL AS started`,
-    `CASE WHEN ${first} THEN now() END AS claimed_at`,
+    `CASE WHEN ${first} THEN ${time} END AS claimed_at`,
   ].join(', ');
 }
 
