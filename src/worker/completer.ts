@@ -107,16 +107,18 @@ export class Completer implements ResultSource {
   }
 
   /**
-   * Of the held `ids`, those whose locks the heartbeat renews: not results being
-   * written (the cycle holds their rows: a beat would find them held, as if by
-   * another session), nor jobs aborted in an outage while their restart check is
-   * out, as it reads their locks' age (renewed now, the restart would no longer
-   * show; see Snoozes.afterOutage).
+   * Of the held `ids`, those whose locks the heartbeat renews: not results or
+   * starts being written (the cycle holds their rows: a beat would find them held,
+   * as if by another session, and list them so in the registry: outside review
+   * 144 saw a job of a worker SIGKILLed just after such a beat rescued as "held by
+   * another session", its attempt refunded), nor jobs aborted in an outage while
+   * their restart check is out, as it reads their locks' age (renewed now, the
+   * restart would no longer show; see Snoozes.afterOutage).
    */
   renewable(ids: string[]): string[] {
     const checking = this.snoozes.checkingRestart;
-    if (checking.size === 0 && this.sending.size === 0) return ids;
-    const sent = new Set(this.sendingIds());
+    if (checking.size === 0 && this.sending.size === 0 && this.startsInFlight.size === 0) return ids;
+    const sent = new Set([...this.sendingIds(), ...this.startsInFlight]);
     return ids.filter((id) => !checking.has(id) && !sent.has(id));
   }
 

@@ -51,6 +51,15 @@ export class Heartbeat {
   private readonly given = new Set<string>();
   /** performance.now() of the latest answered beat that found each job's row held by another session. */
   private readonly heldAt = new Map<string, number>();
+  /**
+   * Jobs the latest answered beat skipped (their rows locked) that no beat before
+   * it had: a row is taken as held by another session only when two beats in a
+   * row find it locked. A single skip is as likely this worker's own statement
+   * beside the beat (a progress report, a start or result being written); listed
+   * as held in the registry, a job whose worker was SIGKILLed just then was
+   * rescued with its attempt refunded (outside review 144).
+   */
+  private readonly skippedOnce = new Set<string>();
   /** The jobs the beat in flight asks about, and those of them claimed again meanwhile. */
   private asking: Set<string> | undefined;
   private readonly claimedMeanwhile = new Set<string>();
@@ -81,6 +90,7 @@ export class Heartbeat {
       // A new lock: whatever held the row of its previous attempt is past (a row-held
       // job handed back and claimed again at once must not stay listed as held).
       this.heldAt.delete(id);
+      this.skippedOnce.delete(id);
       if (this.asking?.has(id)) this.claimedMeanwhile.add(id);
     }
   }
@@ -111,10 +121,16 @@ export class Heartbeat {
       let changed = false;
       for (const id of done) {
         this.renewedAt.set(id, sentAt);
+        this.skippedOnce.delete(id);
         changed = this.heldAt.delete(id) || changed;
       }
       const answeredAt = performance.now();
       for (const id of skipped) {
+        if (!this.heldAt.has(id) && !this.skippedOnce.has(id)) {
+          this.skippedOnce.add(id);
+          continue;
+        }
+        this.skippedOnce.delete(id);
         changed = !this.heldAt.has(id) || changed;
         this.heldAt.set(id, answeredAt);
       }
@@ -155,6 +171,7 @@ export class Heartbeat {
         this.renewedAt.delete(id);
         this.given.delete(id);
         this.heldAt.delete(id);
+        this.skippedOnce.delete(id);
       } else if (now - at > this.config.renewalTimeoutMs && !this.given.has(id)) {
         this.given.add(id);
         expired.push(id);

@@ -92,6 +92,22 @@ describe('Completer: a result and its start in two cycles', () => {
     expect(named('job:complete')).toHaveLength(1);
   });
 
+  it('leaves a job out of the heartbeat while the cycle writing its start is out, and back in once it lands', async () => {
+    // Outside review 144: a beat beside that cycle found the row held (by the
+    // cycle), listed it as held by another session, and a SIGKILL right after got
+    // the job rescued with its attempt refunded and a misleading message.
+    const run = await claimed();
+    const other = await claimed();
+    const ids = [run.job.id, other.job.id];
+    expect(completer.renewable(ids)).toEqual(ids);
+    completer.markStarted(run.job.id, Date.now());
+    expect(completer.renewable(ids)).toEqual(ids);
+    const cycle = completer.take();
+    expect(completer.renewable(ids)).toEqual([other.job.id]);
+    completer.applied(cycle, await store.write(cycle));
+    expect(completer.renewable(ids)).toEqual(ids);
+  });
+
   it('offers the result again when the cycle with its start failed', async () => {
     const run = await claimed();
     completer.markStarted(run.job.id, Date.now());

@@ -140,34 +140,63 @@ describe('Heartbeat', () => {
     expect(db.job(held[0]!).locked_at!.getTime()).toBeGreaterThan(skippedAt);
   });
 
-  it('lists the jobs whose rows another session holds (for the rescuer), tells when one is newly found, drops them once renewed', async () => {
+  it('lists the jobs whose rows two beats in a row found held (for the rescuer), tells when one is newly found, drops them once renewed', async () => {
     db.addMany(2, 't');
     held = await claim(2);
     heartbeat.start();
     await vi.advanceTimersByTimeAsync(INTERVAL_MS - 10);
     const unlock = db.lockJob(held[0]!);
     await vi.advanceTimersByTimeAsync(10);
+    // One beat found it locked: maybe this worker's own statement beside the beat; asked again soon.
+    expect(heartbeat.rowHeld()).toEqual([]);
+    expect(rowsHeldTold).toBe(0);
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4); // asked again, still held: listed
+    expect(heartbeatOps()).toBe(2);
     expect(heartbeat.rowHeld()).toEqual([held[0]]);
     expect(rowsHeldTold).toBe(1);
-    await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4); // asked again, still held: not told again
-    expect(heartbeatOps()).toBe(2);
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4); // again, still held: not told again
+    expect(heartbeatOps()).toBe(3);
     expect(rowsHeldTold).toBe(1);
     unlock();
     await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4);
     expect(heartbeat.rowHeld()).toEqual([]);
     expect(rowsHeldTold).toBe(2); // renewed again: the list shrank
     const relock = db.lockJob(held[1]!);
-    await vi.advanceTimersByTimeAsync(INTERVAL_MS);
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS + INTERVAL_MS / 4);
     expect(heartbeat.rowHeld()).toEqual([held[1]]);
     expect(rowsHeldTold).toBe(3);
     const [first, second] = held as [string, string];
     heartbeat.claimed([second], performance.now()); // handed back and claimed again at once: a new lock
     expect(heartbeat.rowHeld()).toEqual([]);
-    await vi.advanceTimersByTimeAsync(INTERVAL_MS);
-    expect(heartbeat.rowHeld()).toEqual([second]); // still held: listed again by the next beat
+    const beats = heartbeatOps();
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4); // beats come a quarter interval apart while rows are held
+    expect(heartbeatOps()).toBe(beats + 1);
+    expect(heartbeat.rowHeld()).toEqual([]); // one beat of the new lock found it held: not yet
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4);
+    expect(heartbeat.rowHeld()).toEqual([second]); // still held: listed again
     held = [first]; // the job left this worker (its result written, say): no longer listed
     expect(heartbeat.rowHeld()).toEqual([]);
     relock();
+  });
+
+  it('does not list a row one beat found locked and the next renewed (a statement of its own worker beside the beat)', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS - 10);
+    const unlock = db.lockJob(held[0]!);
+    await vi.advanceTimersByTimeAsync(10);
+    unlock();
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS / 4);
+    expect(heartbeatOps()).toBe(2);
+    expect(heartbeat.rowHeld()).toEqual([]);
+    expect(rowsHeldTold).toBe(0);
+    // And a later lock starts over: one skip again lists nothing.
+    await vi.advanceTimersByTimeAsync(INTERVAL_MS - 10);
+    const again = db.lockJob(held[0]!);
+    await vi.advanceTimersByTimeAsync(10);
+    expect(heartbeat.rowHeld()).toEqual([]);
+    again();
   });
 
   it('sends nothing when the worker holds nothing', async () => {
