@@ -166,6 +166,11 @@ describe('usage errors exit 2 with one line', () => {
       ['worker', '--tasks', './tests', '--visibility-timeout', '10ms'],
       /--visibility-timeout <duration>' argument '10ms' is invalid\. must be a whole number of milliseconds from 1s to 1d/,
     ],
+    [
+      'a statement timeout out of range',
+      ['worker', '--tasks', './tests', '--statement-timeout', '50ms'],
+      /--statement-timeout <duration>' argument '50ms' is invalid\. must be a whole number of milliseconds from 100ms to 1d/,
+    ],
     // Outside review 130: answered with the Worker's option names.
     [
       'a listen URL that is not one',

@@ -85,6 +85,27 @@ describe('sluice worker', () => {
     expect(await status(id!)).toBe('pending');
   });
 
+  it('--statement-timeout bounds how long its statements wait on a lock (outside review 144: no way to set it)', async () => {
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--json', '--statement-timeout', '300ms']);
+    await waitFor(() => jsonLines(worker.stdout()).some((l) => l.event === 'started'), 'the worker to start');
+    // Due in a second: the worker's claim for it meets the lock below.
+    const id = await queue.enqueue('hello', { to: 'you' }, { delayMs: 1_000 });
+    const locker = await db.pool.connect();
+    try {
+      await locker.query(`BEGIN; LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      // Cancelled 300 ms into its wait: at the default 30 s nothing would be said here.
+      await waitFor(() => jsonLines(worker.stderr()).some((l) => l.event === 'error'), 'an error line');
+    } finally {
+      await locker.query('COMMIT');
+      locker.release();
+    }
+    const error = jsonLines(worker.stderr()).find((l) => l.event === 'error');
+    expect(error.error).toMatch(/no answer from Postgres within 300 ms/);
+    await waitFor(async () => (await status(id)) === 'completed', 'the job to run once the lock is gone');
+    worker.child.kill('SIGTERM');
+    expect((await worker.exited).code).toBe(0);
+  });
+
   it('started while Postgres cannot be reached, waits for it and then runs jobs (outside review 102)', async () => {
     // A port nothing listens on yet: connections are refused until the forwarder below opens it.
     const port = await new Promise<number>((resolve) => {

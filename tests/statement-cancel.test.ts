@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConnectionError, Queue, Worker, type JobRow } from '../src/index.js';
 import type { DriverName } from '../src/db/driver.js';
 import { openDriver } from '../src/db/drivers/open.js';
-import { PgWorkerStore } from '../src/db/store.js';
+import { PgWorkerStore, type CycleRequest } from '../src/db/store.js';
+import { setQueueGroups } from '../src/groups/settings.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
 // A statement past statementTimeoutMs fails with a ConnectionError and its
@@ -251,49 +252,67 @@ describe('a claim that waited on a table lock', () => {
   // arrived; behind a 10 s LOCK TABLE that lock was already older than the
   // visibility timeout when it committed, and the rescuer (waiting behind the same
   // lock) failed 20 single-attempt jobs as if their worker had died, unrun.
-  it.each([
-    ['the claim alone', false],
-    ['the cycle (results written beside the claim)', true],
-  ])('stamps its locks and starts after the wait: %s', async (_, withWrites) => {
+  type Path = 'claim' | 'cycle' | 'serial' | 'grouped';
+  const claimBy: Record<Path, (store: PgWorkerStore) => Promise<JobRow[]>> = {
+    claim: async (store) => (await store.cycle(plainClaim([]))).claimed,
+    // A start to write for a job that is not there: enough to send the cycle, not the claim alone.
+    cycle: async (store) => (await store.cycle(plainClaim(['0']))).claimed,
+    // claim_queue() (claim_limited() for the serial one), both jobs into free slots.
+    serial: async (store) => (await store.claimLimited('serial', ['t'], 2, 2)).jobs,
+    grouped: async (store) => (await store.claimLimited('grouped', ['t'], 2, 2)).jobs,
+  };
+  function plainClaim(started: string[]): CycleRequest {
+    return { completed: [], failed: [], started, queues: ['default'], tasks: ['t'], limit: 2, startNow: 1 };
+  }
+
+  it.each<[string, Path]>([
+    ['the claim alone', 'claim'],
+    ['the cycle (results written beside the claim)', 'cycle'],
+    ['the claim of a queue with a concurrency limit', 'serial'],
+    ['the claim of a grouped queue', 'grouped'],
+  ])('stamps its locks and starts after the wait: %s', async (_, path) => {
     await db.pool.query(`DELETE FROM ${db.s}.jobs`);
-    await db.pool.query(`INSERT INTO ${db.s}.jobs (task) VALUES ('t'), ('t')`);
-    const app = `claim-wait-${withWrites ? 'cycle' : 'claim'}-${db.schema}`.slice(0, 63);
+    const queue = new Queue({ pool: db.pool, schema: db.schema });
+    const name = path === 'serial' || path === 'grouped' ? path : 'default';
+    if (path === 'serial') await queue.setQueueConcurrency('serial', 2);
+    if (path === 'grouped') await setQueueGroups(db.pool, db.schema, 'grouped', { groupConcurrency: 5 });
+    await queue.enqueueMany([1, 2].map(() => ({ task: 't', queue: name, ...(path === 'grouped' ? { group: 'g' } : {}) })));
+    const app = `claim-wait-${path}-${db.schema}`.slice(0, 63);
     const driver = await openDriver('pg', { connectionString: db.url, statementTimeoutMs: 60_000 }, 1, app);
     try {
       const store = new PgWorkerStore(driver, db.schema, 'w-wait', true);
       await locker.query('BEGIN');
       await locker.query(`LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
-      const claim = store.cycle({
-        completed: [],
-        failed: [],
-        // A start to write for a job that is not there: enough to send the cycle, not the claim alone.
-        started: withWrites ? ['0'] : [],
-        queues: ['default'],
-        tasks: ['t'],
-        limit: 2,
-        startNow: 1,
-      });
+      const claim = claimBy[path](store);
       await waitFor(async () => (await lockWaiters(app)) === 1, 'the claim waiting for the lock');
       await new Promise((resolve) => setTimeout(resolve, 300));
       const { rows: at } = await locker.query<{ released: Date }>('SELECT clock_timestamp() AS released');
       await locker.query('COMMIT');
-      const { claimed } = await claim;
+      const claimed = await claim;
       expect(claimed).toHaveLength(2);
       const released = at[0]!.released.getTime();
-      const { rows } = await db.pool.query<{ locked_at: Date; updated_at: Date; started_at: Date | null }>(
-        `SELECT locked_at, updated_at, started_at FROM ${db.s}.jobs ORDER BY id`,
+      const { rows } = await db.pool.query<{ id: string; locked_at: Date; updated_at: Date; started_at: Date | null }>(
+        `SELECT id::text, locked_at, updated_at, started_at FROM ${db.s}.jobs ORDER BY id`,
       );
       for (const row of rows) {
         expect(row.locked_at.getTime()).toBeGreaterThanOrEqual(released);
         expect(row.updated_at.getTime()).toBe(row.locked_at.getTime());
       }
-      // One started into the free slot, at the claim's time; what the worker was told is that same time.
-      expect(rows.map((r) => r.started_at?.getTime() ?? null)).toEqual([rows[0]!.locked_at.getTime(), null]);
-      expect(claimed[0]!.started_at?.getTime()).toBe(rows[0]!.locked_at.getTime());
-      expect(claimed[0]!.locked_at?.getTime()).toBe(rows[0]!.locked_at.getTime());
+      // Started into free slots at the claim's time (the plain claims start one and claim
+      // one ahead, the limited ones start both); the worker is told that same time.
+      const starts = path === 'claim' || path === 'cycle' ? 1 : 2;
+      expect(rows.filter((r) => r.started_at !== null).map((r) => r.started_at!.getTime())).toEqual(
+        rows.slice(0, starts).map((r) => r.locked_at.getTime()),
+      );
+      for (const job of claimed) {
+        const row = rows.find((r) => r.id === job.id)!;
+        expect(job.locked_at?.getTime()).toBe(row.locked_at.getTime());
+        expect(job.started_at?.getTime() ?? null).toBe(row.started_at?.getTime() ?? null);
+      }
     } finally {
       await locker.query('ROLLBACK').catch(() => {});
       await driver.end();
+      await queue.close();
     }
   });
 });

@@ -15,6 +15,7 @@ interface WorkerFlags extends MetricsFlags, PoolerFlags {
   concurrency: number;
   shutdownTimeout: number;
   visibilityTimeout?: number;
+  statementTimeout?: number;
   completedJobs: 'keep' | 'delete';
   json?: boolean;
 }
@@ -44,6 +45,14 @@ export function registerWorker(program: Command): void {
       '--visibility-timeout <duration>',
       "how long a job's lock lasts without a heartbeat before it may be rescued (default 30s)",
       durationWithin(1_000, DAY_MS),
+    )
+    // Outside review 144: the README asks for it below the visibility timeout, and
+    // the CLI had no way to set it.
+    .option(
+      '--statement-timeout <duration>',
+      'time limit on each statement of the worker, past which it is cancelled and retried; keep it below ' +
+        '--visibility-timeout (default 30s)',
+      durationWithin(100, DAY_MS),
     )
     .addOption(
       new Option('--completed-jobs <what>', 'keep completed jobs (archived by the pruner) or delete them at completion')
@@ -100,6 +109,7 @@ Examples:
             concurrency: flags.concurrency,
             shutdownTimeoutMs: flags.shutdownTimeout,
             ...(flags.visibilityTimeout === undefined ? {} : { visibilityTimeoutMs: flags.visibilityTimeout }),
+            ...(flags.statementTimeout === undefined ? {} : { statementTimeoutMs: flags.statementTimeout }),
             completedJobs: flags.completedJobs,
             listen: flags.listen,
             preparedStatements: flags.preparedStatements,
