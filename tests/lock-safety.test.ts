@@ -723,3 +723,96 @@ describe('a claim whose reply is lost', () => {
     }
   });
 });
+
+describe('a lock on the jobs table', () => {
+  // Outside review 145: a table lock longer than the visibility timeout held the
+  // workers' heartbeats and the rescuer alike; when it went, the rescuer took the
+  // jobs of live workers before their heartbeats or results landed (handlers that
+  // had returned during the lock failed, or ran again).
+  const VISIBILITY_MS = 3_000;
+
+  /** A job of a worker that stopped heartbeating 10 s ago, as the rescuer should take it. */
+  async function staleJob(): Promise<string> {
+    const { rows } = await t.db.pool.query<{ id: string }>(
+      `INSERT INTO ${t.db.s}.jobs (task, status, attempts, locked_by, locked_at, started_at)
+       VALUES ('long', 'processing', 1, 'gone', now() - interval '10 seconds', now() - interval '10 seconds')
+       RETURNING id::text`,
+    );
+    return rows[0]!.id;
+  }
+
+  /** Holds ACCESS EXCLUSIVE on jobs until `body`'s statement has waited `ms` behind it. */
+  async function behindLock<T>(body: () => Promise<T>, ms: number): Promise<T> {
+    await lockOutside(`LOCK TABLE ${t.db.s}.jobs IN ACCESS EXCLUSIVE MODE`, []);
+    const result = body();
+    await waitFor(async () => {
+      const { rows } = await t.db.pool.query(
+        `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+        [`%${t.db.s}.jobs%`],
+      );
+      return rows[0].n > 0;
+    }, 'the rescue waiting for the lock');
+    await new Promise((resolve) => setTimeout(resolve, ms));
+    await outside!.query('COMMIT');
+    return result;
+  }
+
+  it('a rescue that waited behind it takes nothing, and the leader waits a visibility timeout before the next', async () => {
+    const { rescuerTask } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const id = await staleJob();
+    const rescued: string[] = [];
+    const task = rescuerTask(t.db.pool, workerStatements(t.db.schema), VISIBILITY_MS, 1_000, (jobs) =>
+      rescued.push(...jobs.map((j) => j.id)),
+    );
+    // Waited 1.5 s (more than a quarter of the visibility timeout): nothing taken,
+    // though the job was stale before the lock began.
+    await behindLock(() => task.run(), 1_500);
+    const releasedAt = performance.now();
+    expect(rescued).toEqual([]);
+    // The next passes, not held up, leave it for a visibility timeout after the wait...
+    await task.run();
+    expect(rescued).toEqual([]);
+    // ...and then take it.
+    await waitFor(async () => {
+      await task.run();
+      return rescued.length > 0;
+    }, 'the rescue after the quiet time');
+    expect(rescued).toEqual([id]);
+    expect(performance.now() - releasedAt).toBeGreaterThanOrEqual(VISIBILITY_MS - 100);
+  });
+
+  it('one rescue statement that waited behind it takes nothing; one that did not takes the job', async () => {
+    const { rescueExpired } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const id = await staleJob();
+    const queries = workerStatements(t.db.schema);
+    expect(await behindLock(() => rescueExpired(t.db.pool, queries, VISIBILITY_MS), 1_500)).toEqual([]);
+    expect((await rescueExpired(t.db.pool, queries, VISIBILITY_MS)).map((r) => r.id)).toEqual([id]);
+  });
+
+  it('a handler that returns while the lock holds its result write completes once: not rescued, failed or run again', async () => {
+    const release = deferred();
+    const started: string[] = [];
+    await t.start({
+      ...FAST_LOCKS,
+      tasks: {
+        long: async (_payload: unknown, { job }: { job: JobRow }) => {
+          started.push(job.id);
+          await release.promise;
+        },
+      },
+    });
+    const id = await t.queue.enqueue('long', {}, { maxAttempts: 1 });
+    await waitFor(() => started.length === 1, 'the job to start');
+    await lockOutside(`LOCK TABLE ${t.db.s}.jobs IN ACCESS EXCLUSIVE MODE`, []);
+    release.resolve();
+    // Twice the visibility timeout: the heartbeat, the result write and the leader's rescue all wait.
+    await new Promise((resolve) => setTimeout(resolve, 2 * FAST_LOCKS.visibilityTimeoutMs));
+    await outside!.query('COMMIT');
+    await waitFor(async () => (await statusCounts(t.db)).completed === 1, 'the job to complete');
+    const { rows } = await t.db.pool.query(`SELECT attempts, errors FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
+    expect(rows[0]).toEqual({ attempts: 1, errors: [] });
+    expect(started).toEqual([id]);
+  });
+});

@@ -13,6 +13,20 @@ export interface RescuedJob {
 const BATCH = 1_000;
 
 /**
+ * A rescue that took longer than this (ms, or a quarter of the visibility
+ * timeout if less, but no less than the floor: a statement on a loaded machine
+ * takes some) waited behind a lock, most likely one on the jobs table that held
+ * the workers' heartbeats up too: see `rescue` in statements/worker.ts.
+ */
+const BLOCKED_MS = 1_000;
+const BLOCKED_FLOOR_MS = 100;
+
+/** How long a statement of the rescue may wait before it counts as blocked. */
+export function blockedAfterMs(visibilityTimeoutMs: number): number {
+  return Math.min(BLOCKED_MS, Math.max(BLOCKED_FLOOR_MS, visibilityTimeoutMs / 4));
+}
+
+/**
  * Gives back jobs whose worker stopped heartbeating (crashed, hung, cut off): any
  * live worker may run it; SKIP LOCKED keeps several rescuers from colliding.
  * Heartbeats count as no older than the times in `clock` (see rescuerTask).
@@ -38,6 +52,7 @@ export async function rescueExpired(
     registry.alive,
     since,
     sinceStartMs ?? null,
+    blockedAfterMs(visibilityTimeoutMs),
   ])) as {
     rows: RescuedJob[];
   };
@@ -117,11 +132,31 @@ export function rescuerTask(
   rescued: (jobs: RescuedJob[]) => void,
   clock: () => RescuerClock = () => ({}),
 ): PeriodicTask {
+  // performance.now() at the end of the latest pass that was held up (longer than
+  // blockedAfterMs) or failed: heartbeats count as no older than that, as after an
+  // outage. A lock on the jobs table held the workers' heartbeats as it held this
+  // rescue: once it goes, they get a visibility timeout to land before anything of
+  // theirs is rescued (outside review 145).
+  let blockedAt: number | undefined;
   return {
     name: 'rescuer',
     intervalMs,
     run: async () => {
-      const jobs = await rescueExpired(db, queries, visibilityTimeoutMs, clock());
+      const started = performance.now();
+      const { sinceUnreachableMs, sinceStartMs } = clock();
+      const sinceBlockedMs = blockedAt === undefined ? undefined : started - blockedAt;
+      const since = [sinceUnreachableMs, sinceBlockedMs].filter((ms): ms is number => ms !== undefined);
+      let jobs: RescuedJob[];
+      try {
+        jobs = await rescueExpired(db, queries, visibilityTimeoutMs, {
+          sinceUnreachableMs: since.length > 0 ? Math.min(...since) : undefined,
+          sinceStartMs,
+        });
+      } catch (err) {
+        blockedAt = performance.now();
+        throw err;
+      }
+      if (performance.now() - started > blockedAfterMs(visibilityTimeoutMs)) blockedAt = performance.now();
       if (jobs.length > 0) rescued(jobs);
     },
   };

@@ -149,6 +149,14 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // them the moment the lock went). Those of a worker that stopped or died with
     // the row held get their attempt back, as jobs that never started do: the
     // attempt was lost to someone else's lock, not to the job (review 104).
+    //
+    // $10: a statement that waited longer than this many ms before it ran (behind
+    // a table lock: LOCK TABLE, a migration, VACUUM FULL; now() is when it was
+    // sent) counts every heartbeat as fresh and rescues nothing: the workers'
+    // heartbeats waited behind the same lock, and at its release the rescuer took
+    // the jobs of live workers before their heartbeats or results landed (outside
+    // review 145: handlers that had returned during a 13 s lock failed, or ran
+    // again). The leader then waits a visibility timeout (rescuerTask).
     rescue: `UPDATE ${jobs} j
       SET status = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
           attempts = CASE WHEN stale.refund THEN j.attempts - 1 ELSE j.attempts END,
@@ -188,7 +196,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
               ON h.id = p.id AND h.worker = p.locked_by
           WHERE p.status = 'processing'
             AND greatest(p.locked_at, ${serverStartedAt()}, now() - $8::float8 * interval '1 millisecond',
-                  CASE WHEN p.locked_at < ${serverStartedAt()} THEN now() - $9::float8 * interval '1 millisecond' END)
+                  CASE WHEN p.locked_at < ${serverStartedAt()} THEN now() - $9::float8 * interval '1 millisecond' END,
+                  CASE WHEN clock_timestamp() - now() > $10::float8 * interval '1 millisecond' THEN clock_timestamp() END)
               < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
             AND h.alive IS NOT TRUE
           ORDER BY p.locked_at
