@@ -762,20 +762,21 @@ describe('a lock on the jobs table', () => {
     const { workerStatements } = await import('../src/db/statements/worker.js');
     const id = await staleJob();
     const rescued: string[] = [];
+    const { signal } = new AbortController();
     const task = rescuerTask(t.db.pool, workerStatements(t.db.schema), VISIBILITY_MS, 1_000, (jobs) =>
       rescued.push(...jobs.map((j) => j.id)),
     );
     // Waited 1.5 s (more than a quarter of the visibility timeout): nothing taken,
     // though the job was stale before the lock began.
-    await behindLock(() => task.run(), 1_500);
+    await behindLock(() => task.run(signal), 1_500);
     const releasedAt = performance.now();
     expect(rescued).toEqual([]);
     // The next passes, not held up, leave it for a visibility timeout after the wait...
-    await task.run();
+    await task.run(signal);
     expect(rescued).toEqual([]);
     // ...and then take it.
     await waitFor(async () => {
-      await task.run();
+      await task.run(signal);
       return rescued.length > 0;
     }, 'the rescue after the quiet time');
     expect(rescued).toEqual([id]);
@@ -814,5 +815,41 @@ describe('a lock on the jobs table', () => {
     const { rows } = await t.db.pool.query(`SELECT attempts, errors FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
     expect(rows[0]).toEqual({ attempts: 1, errors: [] });
     expect(started).toEqual([id]);
+  });
+});
+
+describe('a running job whose heartbeats a lock on the jobs table holds up past the renewal timeout', () => {
+  it('is aborted and handed back, its attempt unspent, and runs again: a job of one attempt is no dead letter', async () => {
+    // Outside review 145: every running job of one attempt failed ("its lock could not be renewed").
+    const handedBack: { ids: string[]; reason: string }[] = [];
+    const runs: { id: string; attempt: number; aborted?: boolean }[] = [];
+    await t.start(
+      {
+        ...FAST_LOCKS,
+        tasks: {
+          long: async (_payload: unknown, { job, signal }: { job: JobRow; signal: AbortSignal }) => {
+            const run = { id: job.id, attempt: job.attempts };
+            runs.push(run);
+            if (job.attempts > 1 || runs.length > 1) return; // the second run ends at once
+            await new Promise<void>((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error)));
+          },
+        },
+      },
+      (w) => w.on('jobs:handed-back', (jobs, { reason }) => handedBack.push({ ids: jobs.map((j) => j.id), reason })),
+    );
+    const id = await t.queue.enqueue('long', {}, { maxAttempts: 1 });
+    await waitFor(() => runs.length === 1, 'the job to start');
+    await lockOutside(`LOCK TABLE ${t.db.s}.jobs IN ACCESS EXCLUSIVE MODE`, []);
+    // Past the renewal timeout (2.25 s), and the visibility timeout.
+    await new Promise((resolve) => setTimeout(resolve, FAST_LOCKS.visibilityTimeoutMs + 1_000));
+    await outside!.query('COMMIT');
+    await waitFor(async () => (await statusCounts(t.db)).completed === 1, 'the job to complete');
+    const { rows } = await t.db.pool.query(`SELECT attempts, errors FROM ${t.db.s}.jobs WHERE id = $1`, [id]);
+    expect(rows[0].attempts).toBe(1);
+    expect(rows[0].errors).toHaveLength(1);
+    expect(rows[0].errors[0]).toMatchObject({ attempt: 1, refunded: true });
+    expect(rows[0].errors[0].message).toMatch(/did not answer its worker's heartbeats/);
+    expect(handedBack).toEqual([{ ids: [id], reason: 'unanswered' }]);
+    expect(runs.map((r) => r.attempt)).toEqual([1, 1]);
   });
 });

@@ -32,9 +32,9 @@ export class WorkerLog {
     worker.on('jobs:rescued', (jobs) => this.line('rescued', { count: jobs.length }));
     // At a stop: which jobs went back to pending unfinished (outside review 97: the log did not say).
     // And a running job given back because another session held its row past the renewal
-    // timeout, or because Postgres restarted under it.
+    // timeout, because Postgres restarted under it, or did not answer its heartbeats.
     worker.on('jobs:handed-back', (jobs, { reason }) => {
-      if (reason === 'stopping' || reason === 'row-held' || reason === 'restart') {
+      if (reason === 'stopping' || reason === 'row-held' || reason === 'restart' || reason === 'unanswered') {
         this.line('handed-back', { count: jobs.length, ids: jobs.map((j) => j.id).join(','), reason });
       }
     });

@@ -134,12 +134,14 @@ export interface WorkerStore {
   /**
    * A job whose handler was aborted because Postgres could not be reached: back to
    * pending, attempt not spent, if the server restarted since its lock was last
-   * renewed (its run_at); 'charge' when it did not, 'refunded-before' when it did
-   * but the job's previous attempt was given back already (the worker writes the
-   * failure); 'skipped' when another session held the row; undefined when the job
-   * is no longer ours.
+   * renewed, with `message`, or, given `unansweredMessage` (its beats went out
+   * unanswered), whether or not it did, with that one (its run_at, and whether the
+   * server restarted); 'charge' when neither holds, 'refunded-before' when the
+   * server restarted but the job's previous attempt was given back already (the
+   * worker writes the failure); 'skipped' when another session held the row;
+   * undefined when the job is no longer ours.
    */
-  handBackAfterRestart(id: string, attempt: number, message: string): Promise<RestartVerdict>;
+  handBackAfterRestart(id: string, attempt: number, message: string, unansweredMessage?: string | null): Promise<RestartVerdict>;
   /** Writes the latest progress of running jobs; the ids written (not rows another session held, nor jobs no longer this worker's). */
   progress(ids: readonly string[], values: readonly string[]): Promise<Set<string>>;
   /** Rows of the worker's queues that are paused or limited. */
@@ -149,7 +151,7 @@ export interface WorkerStore {
 }
 
 /** See WorkerStore.handBackAfterRestart. */
-export type RestartVerdict = Date | 'charge' | 'refunded-before' | 'skipped' | undefined;
+export type RestartVerdict = { runAt: Date; restarted: boolean } | 'charge' | 'refunded-before' | 'skipped' | undefined;
 
 /** A claimed job as the cycle and the claim return it (claimedColumns in statements/job-columns.ts). */
 type ClaimedRow = Pick<
@@ -338,13 +340,18 @@ export class PgWorkerStore implements WorkerStore {
     return row?.mine ? 'skipped' : undefined;
   }
 
-  async handBackAfterRestart(id: string, attempt: number, message: string): Promise<RestartVerdict> {
+  async handBackAfterRestart(
+    id: string,
+    attempt: number,
+    message: string,
+    unansweredMessage: string | null = null,
+  ): Promise<RestartVerdict> {
     const { rows } = await this.db.query<{ run_at: Date | null; charge: boolean; restarted: boolean; mine: boolean }>(
       this.queries.handBackAfterRestart,
-      [this.workerId, id, attempt, message],
+      [this.workerId, id, attempt, message, unansweredMessage],
     );
     const row = rows[0];
-    if (row?.run_at) return row.run_at;
+    if (row?.run_at) return { runAt: row.run_at, restarted: row.restarted };
     if (row?.charge) return row.restarted ? 'refunded-before' : 'charge';
     return row?.mine ? 'skipped' : undefined;
   }

@@ -174,11 +174,12 @@ export class Completer implements ResultSource {
     } else if (outcome.kind === 'unrenewed') {
       // Postgres was unreachable for the lock's renewal timeout: a failure, unless
       // it restarted meanwhile (outside review 110: an outage made a job of one
-      // attempt a dead letter). Asked once the database answers.
+      // attempt a dead letter), or the beats went out unanswered and the job is
+      // still this worker's (review 145: a table lock). Asked once the database answers.
       const stopped = run.handlerStopped(this.config.visibilityTimeoutMs);
       const charge = (refundedBefore: boolean) =>
         this.fail(run, refundedBefore ? refusedRefund(outcome.error) : outcome.error, false, durationMs, progress);
-      this.track(this.snoozes.afterOutage(job, stopped, charge));
+      this.track(this.snoozes.afterOutage(job, stopped, charge, outcome.unanswered));
     } else if (outcome.kind === 'cancelled') {
       this.signals.emit('job:cancel', job);
     }

@@ -181,12 +181,20 @@ export class Dispatcher {
    * Locks that could not be renewed in time: give those jobs up before anyone can
    * rescue them. A run whose row another session held ('row-held') is handed back
    * without spending its attempt: an admin's or a report's row lock (FOR UPDATE) made a job of
-   * one attempt a dead letter (outside review 102). One whose beats went
-   * unanswered (the database away, the event loop blocked by its handler) fails
-   * the attempt, so a handler that blocks for ever runs out of attempts, unless
-   * Postgres turns out to have restarted meanwhile (Completer: 'unrenewed').
+   * one attempt a dead letter (outside review 102). One whose beats were not
+   * sent (the event loop blocked by its handler) fails the attempt, so a handler
+   * that blocks for ever runs out of attempts. One whose beats went out and were
+   * not answered (`unanswered`: a lock on the jobs table, Postgres away) is given
+   * its attempt back if the job is still this worker's once Postgres answers, or if
+   * Postgres restarted meanwhile (Completer: 'unrenewed'; outside review 145: a
+   * 10 s LOCK TABLE made every running job of one attempt a dead letter).
    */
-  unrenewed(ids: readonly string[], renewalTimeoutMs: number, rowHeld: ReadonlySet<string> = new Set()): void {
+  unrenewed(
+    ids: readonly string[],
+    renewalTimeoutMs: number,
+    rowHeld: ReadonlySet<string> = new Set(),
+    unanswered: ReadonlySet<string> = new Set(),
+  ): void {
     const waiting: JobRow[] = [];
     for (const id of ids) {
       const job = this.slots.dropWaiting(id);
@@ -201,6 +209,14 @@ export class Dispatcher {
           `job ${id}: another session held its row locked for ${renewalTimeoutMs} ms, so its lock could not be ` +
             'renewed; aborted before the visibility timeout lets another worker take it, and handed back ' +
             'without spending the attempt',
+        );
+      } else if (unanswered.has(id)) {
+        this.abort(
+          run,
+          'unanswered',
+          `job ${id}: Postgres did not answer its worker's heartbeats for ${renewalTimeoutMs} ms (a lock on the ` +
+            'jobs table, an outage), so its lock could not be renewed; aborted before the visibility timeout lets ' +
+            'another worker take it',
         );
       } else {
         this.abort(

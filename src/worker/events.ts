@@ -33,7 +33,9 @@ export interface WorkerEvents {
    * were claimed ('queue-changed'), the claim's reply came so late that their
    * locks could not be renewed in time ('late-claim'), or the worker is stopping ('stopping'). Or
    * running jobs aborted because another session held their rows past the lock's
-   * renewal timeout ('row-held'), or because Postgres restarted under them ('restart').
+   * renewal timeout ('row-held'), because Postgres restarted under them ('restart'),
+   * or because Postgres did not answer the heartbeats their worker sent, and the
+   * jobs were still its own once it did ('unanswered': a lock on the jobs table).
    */
   'jobs:handed-back': [JobRow[], { reason: HandBackReason }];
   /** The maintenance leader took back a job whose worker stopped heartbeating (one event per job). */
@@ -66,7 +68,8 @@ export interface WorkerEvents {
 export type WorkerEmitter = EventEmitter<WorkerEvents>;
 
 /** Why jobs claimed ahead were handed back (see 'jobs:handed-back'). */
-export type HandBackReason = 'overdue' | 'grouped' | 'queue-changed' | 'late-claim' | 'stopping' | 'row-held' | 'restart';
+export type HandBackReason =
+  'overdue' | 'grouped' | 'queue-changed' | 'late-claim' | 'stopping' | 'row-held' | 'restart' | 'unanswered';
 
 /** Emits one worker event; the roles get this instead of the whole Worker. */
 export type Emit = <K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]) => void;

@@ -22,8 +22,11 @@ export interface HeartbeatSignals {
    * visibility timeout lets the rescuer give them to another worker. `rowHeld`:
    * those of them whose latest beats were answered, saying another session held
    * the row (the worker and the database are fine; not the job's doing).
+   * `unanswered`: those of them that beats asked about after their last renewal,
+   * sent on time, and Postgres did not answer (not the job's doing either, unlike
+   * a handler that blocked the event loop: then no beat went out).
    */
-  unrenewed(ids: string[], rowHeld: ReadonlySet<string>): void;
+  unrenewed(ids: string[], rowHeld: ReadonlySet<string>, unanswered: ReadonlySet<string>): void;
   /** rowHeld() changed: a job's row was found held by another session, or one was renewed again. */
   rowHeldChanged(): void;
   error(err: unknown): void;
@@ -63,6 +66,11 @@ export class Heartbeat {
   /** The jobs the beat in flight asks about, and those of them claimed again meanwhile. */
   private asking: Set<string> | undefined;
   private readonly claimedMeanwhile = new Set<string>();
+  /** performance.now() when the latest beat was sent. */
+  private lastSentAt: number | undefined;
+  /** performance.now() of the watcher's previous pass: a late one says the event loop was held up. */
+  private lastWatchAt: number | undefined;
+  private readonly watchIntervalMs: number;
 
   constructor(
     private readonly store: WorkerStore,
@@ -75,7 +83,8 @@ export class Heartbeat {
       intervalMs: (skipped) => (skipped ? config.intervalMs / 4 : config.intervalMs),
       onError: (err) => signals.error(err),
     });
-    this.watcher = new Loop({ pass: () => this.watch(), intervalMs: Math.min(1_000, config.intervalMs / 2) });
+    this.watchIntervalMs = Math.min(1_000, config.intervalMs / 2);
+    this.watcher = new Loop({ pass: () => this.watch(), intervalMs: this.watchIntervalMs });
   }
 
   /**
@@ -115,6 +124,7 @@ export class Heartbeat {
     const ids = this.signals.renewable(this.signals.held());
     if (ids.length === 0) return false;
     const sentAt = performance.now();
+    this.lastSentAt = sentAt;
     this.asking = new Set(ids);
     try {
       const { done, skipped } = await this.store.heartbeat(ids);
@@ -164,8 +174,13 @@ export class Heartbeat {
   private watch(): void {
     const held = new Set(this.signals.held());
     const now = performance.now();
+    // A watcher pass far later than its interval: the event loop was held up (a
+    // handler blocking it), and beats could not go out either.
+    const loopHeld = this.lastWatchAt !== undefined && now - this.lastWatchAt > 2 * this.watchIntervalMs + 100;
+    this.lastWatchAt = now;
     const expired: string[] = [];
     const rowHeld = new Set<string>();
+    const unanswered = new Set<string>();
     for (const [id, at] of this.renewedAt) {
       if (!held.has(id)) {
         this.renewedAt.delete(id);
@@ -179,9 +194,14 @@ export class Heartbeat {
         // the interval says the worker and the database are fine, and the row held.
         const heldAt = this.heldAt.get(id);
         if (heldAt !== undefined && now - heldAt <= this.config.intervalMs) rowHeld.add(id);
+        // Beats went out after its last renewal (one still waiting for its answer, or
+        // the latest sent on time), and none was answered.
+        else if (!loopHeld && this.lastSentAt !== undefined && this.lastSentAt > at) {
+          if (this.asking?.has(id) || now - this.lastSentAt <= 2 * this.config.intervalMs) unanswered.add(id);
+        }
       }
     }
-    if (expired.length > 0) this.signals.unrenewed(expired, rowHeld);
+    if (expired.length > 0) this.signals.unrenewed(expired, rowHeld, unanswered);
   }
 }
 

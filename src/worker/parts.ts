@@ -154,7 +154,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     held,
     renewable: (ids) => completer.renewable(ids),
     lost: (ids) => dispatcher.lockLost(ids),
-    unrenewed: (ids, rowHeld) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld),
+    unrenewed: (ids, rowHeld, unanswered) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld, unanswered),
     rowHeldChanged: () => registry.refresh(),
     error: errorIn('heartbeat'),
   });

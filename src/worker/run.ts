@@ -14,9 +14,10 @@ export type Outcome =
   | { kind: 'handedBack' }
   /**
    * Aborted because its lock could not be renewed while Postgres was unreachable:
-   * a failure (`error`), unless Postgres restarted meanwhile (Completer).
+   * a failure (`error`), unless Postgres restarted meanwhile, or `unanswered`: the
+   * worker kept asking and Postgres did not answer (Completer).
    */
-  | { kind: 'unrenewed'; error: unknown }
+  | { kind: 'unrenewed'; error: unknown; unanswered: boolean }
   /** The job was taken away (lock expired): this run's result must not be recorded. */
   | { kind: 'lost' }
   /** The job was cancelled while it ran: already 'cancelled' in the database, nothing to write. */
@@ -28,10 +29,12 @@ export type Outcome =
  * Why the worker aborted a run: its timeout passed, the worker is stopping, the
  * lock was taken away, the job was cancelled, or the lock could not be renewed in
  * time ('unrenewed': the attempt fails and is retried, like a timeout, unless
- * Postgres restarted meanwhile; 'row-held':
- * another session held the row all that time, and the job is handed back).
+ * Postgres restarted meanwhile; 'unanswered': the same, but the worker kept
+ * asking and Postgres did not answer, and the attempt is given back if the job is
+ * still the worker's once it does; 'row-held': another session held the row all
+ * that time, and the job is handed back).
  */
-export type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled' | 'unrenewed' | 'row-held';
+export type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled' | 'unrenewed' | 'unanswered' | 'row-held';
 
 /** Outcomes of a run that was aborted by the worker rather than ended by the handler. */
 const ABORTED: Partial<Record<AbortCause, Outcome>> = {
@@ -169,7 +172,9 @@ export class Run {
 
   /** The outcome of a run the worker aborted (undefined: not aborted, or aborted as a failure, such as a timeout). */
   private aborted(): Outcome | undefined {
-    if (this.cause === 'unrenewed') return { kind: 'unrenewed', error: this.reason };
+    if (this.cause === 'unrenewed' || this.cause === 'unanswered') {
+      return { kind: 'unrenewed', error: this.reason, unanswered: this.cause === 'unanswered' };
+    }
     return this.cause && ABORTED[this.cause];
   }
 

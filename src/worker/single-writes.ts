@@ -93,10 +93,17 @@ const RESTART_MESSAGE =
   'Postgres restarted while the job ran: its worker could not renew the lock in time and aborted the handler ' +
   '(attempt not counted)';
 
+/** ... and of one handed back because Postgres did not answer its worker's heartbeats (`unanswered`). */
+const UNANSWERED_MESSAGE =
+  "Postgres did not answer its worker's heartbeats past the lock renewal timeout (a lock on the jobs table, an " +
+  'outage): the worker aborted the handler and handed the job back (attempt not counted)';
+
 /**
  * A job whose handler was aborted while Postgres could not be reached (its lock
  * not renewed in time): handed back, the attempt not spent, if Postgres restarted
- * meanwhile; told as 'jobs:handed-back' with reason 'restart'. Tried again, as a
+ * meanwhile, told as 'jobs:handed-back' with reason 'restart'; or, `unanswered`
+ * (its beats went out and were not answered), if the job is still this worker's,
+ * reason 'unanswered'. Tried again, as a
  * snooze is, until `stopping` fires. 'charge': the server did not restart (a
  * partition, or the worker's event loop blocked), or the statement failed;
  * 'refunded-before': it did, but the job's previous attempt was given back
@@ -108,13 +115,17 @@ export async function handBackAfterRestart(
   job: JobRow,
   signals: SingleWriteSignals,
   stopping: AbortSignal,
+  unanswered = false,
 ): Promise<'charge' | 'refunded-before' | 'stopped' | 'done'> {
   try {
-    const result = await untilLanded(() => store.handBackAfterRestart(job.id, job.attempts, RESTART_MESSAGE), stopping);
+    const result = await untilLanded(
+      () => store.handBackAfterRestart(job.id, job.attempts, RESTART_MESSAGE, unanswered ? UNANSWERED_MESSAGE : null),
+      stopping,
+    );
     if (result === 'stopped' || result === 'charge' || result === 'refunded-before') return result;
     if (result) {
-      signals.dueAt(result.getTime());
-      signals.emit('jobs:handed-back', [job], { reason: 'restart' });
+      signals.dueAt(result.runAt.getTime());
+      signals.emit('jobs:handed-back', [job], { reason: result.restarted ? 'restart' : 'unanswered' });
     } else {
       signals.emit('job:lock-lost', job);
     }

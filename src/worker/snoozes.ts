@@ -59,15 +59,21 @@ export class Snoozes {
    * Postgres was unreachable: once the handler has stopped (`after`, as for a
    * row-held hand-back: outside review 111 saw one that ignored its signal run
    * beside its re-run), handed back without spending the attempt if Postgres
-   * restarted since the lock was last renewed, else `charge()` (the failure is
+   * restarted since the lock was last renewed or, `unanswered`, if the job is still
+   * this worker's (its beats went out and were not answered), else `charge()` (the failure is
    * written as usual; `refundedBefore`: Postgres did restart, but the previous
    * attempt was given back already). Resolves when done or given up (the job
    * left processing for the rescuer).
    */
-  afterOutage(job: JobRow, after: Promise<boolean>, charge: (refundedBefore: boolean) => void): Promise<void> {
+  afterOutage(
+    job: JobRow,
+    after: Promise<boolean>,
+    charge: (refundedBefore: boolean) => void,
+    unanswered = false,
+  ): Promise<void> {
     this.checking.add(job.id);
     const done = this.whenStopped(job, after, async () => {
-      const verdict = await handBackAfterRestart(this.store, job, this.signals, this.stopping.signal);
+      const verdict = await handBackAfterRestart(this.store, job, this.signals, this.stopping.signal, unanswered);
       this.checking.delete(job.id);
       if (verdict === 'charge' || verdict === 'refunded-before') charge(verdict === 'refunded-before');
       // Unwritten at stop (Postgres still away, or the row held): told as such, and kept from the stop's sweep.

@@ -454,17 +454,19 @@ export class MemoryStore implements WorkerStore {
     return at;
   }
 
-  async handBackAfterRestart(id: string, attempt: number, message: string) {
+  async handBackAfterRestart(id: string, attempt: number, message: string, unansweredMessage: string | null = null) {
     await this.db.enter('handBackAfterRestart', this.workerId);
     const job = this.db.jobs.get(id);
     let verdict: RestartVerdict;
     if (mine(job, this.workerId, attempt)) {
       const restarted = job.locked_at! < this.db.serverStartedAt;
+      const refund = restarted || unansweredMessage !== null;
       if (this.db.isLocked(id)) verdict = 'skipped';
-      else if (!restarted) verdict = 'charge';
-      else if (job.errors.at(-1)?.refunded === true) verdict = 'refunded-before';
+      else if (!refund) verdict = 'charge';
+      else if (job.errors.at(-1)?.refunded === true) verdict = restarted ? 'refunded-before' : 'charge';
       else {
-        verdict = job.run_at;
+        verdict = { runAt: job.run_at, restarted };
+        if (!restarted) message = unansweredMessage!;
         const at = new Date();
         job.errors.push({ attempt: job.attempts, at: at.toISOString(), message, refunded: true });
         Object.assign(job, {

@@ -277,14 +277,19 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // (the outage was Postgres's, not the job's; outside review 110: a 7 s restart
     // made a job of one attempt a dead letter). Not twice in a row, as the rescuer's
     // refunds: a job that crashes Postgres itself still runs out of attempts.
-    // Otherwise (a partition, a blocked event loop, or the refund just used: restarted
-    // says which) the row is left as it is and charge says so: the worker writes the
-    // failure as usual.
+    // $5 (the worker's beats went out and Postgres did not answer them: a lock on
+    // the jobs table, an outage; outside review 145) gives it back whether or not
+    // the server restarted, with that message: the job is still this worker's, so
+    // no other run of it began, and the handler did nothing to earn the failure.
+    // Otherwise (a blocked event loop, or the refund just used: restarted or $5
+    // says which) the row is left as it is and charge says so: the worker writes
+    // the failure as usual.
     // The worker stops heartbeating such a job once aborted, so locked_at is still
     // the last renewal from before the outage.
     handBackAfterRestart: `WITH target AS (
-        SELECT id, restarted,
-            restarted AND coalesce((errors -> -1 ->> 'refunded')::boolean, (errors -> -1 ->> 'unstarted')::boolean, false) = false
+        SELECT id, restarted, CASE WHEN restarted THEN $4::text ELSE $5::text END AS message,
+            (restarted OR $5::text IS NOT NULL)
+              AND coalesce((errors -> -1 ->> 'refunded')::boolean, (errors -> -1 ->> 'unstarted')::boolean, false) = false
             AS refund
         FROM (SELECT id, errors, locked_at < ${serverStartedAt()} AS restarted FROM ${jobs}
               WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1
@@ -292,9 +297,9 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       ), handed AS (
         UPDATE ${jobs} j
         SET status = 'pending', attempts = j.attempts - 1, locked_at = NULL, locked_by = NULL, updated_at = now(),
-            started_at = NULL, last_error = $4::text,
+            started_at = NULL, last_error = target.message,
             errors = ${keepRecent('j.errors')} || jsonb_build_array(jsonb_build_object('attempt', j.attempts, 'at', now(),
-              'message', $4::text, 'refunded', true, 'started_at', j.started_at, 'worker', j.locked_by))
+              'message', target.message, 'refunded', true, 'started_at', j.started_at, 'worker', j.locked_by))
         FROM target WHERE j.id = target.id AND target.refund
         RETURNING j.run_at
       )
