@@ -783,6 +783,39 @@ describe('a lock on the jobs table', () => {
     expect(performance.now() - releasedAt).toBeGreaterThanOrEqual(VISIBILITY_MS - 100);
   });
 
+  it("a leader's first visibility timeout leaves the jobs of workers the registry counts alive to them", async () => {
+    // Outside review 146: a leader elected during the lock (the old one killed) had not
+    // waited behind it, and took live workers' jobs the moment it went.
+    const { rescuerTask } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const orphan = await staleJob(); // its worker 'gone' has no registry row
+    const { rows } = await t.db.pool.query<{ id: string }>(
+      `INSERT INTO ${t.db.s}.jobs (task, status, attempts, locked_by, locked_at, started_at)
+       VALUES ('long', 'processing', 1, 'alive', now() - interval '10 seconds', now() - interval '10 seconds')
+       RETURNING id::text`,
+    );
+    const spared = rows[0]!.id;
+    await t.db.pool.query(
+      `INSERT INTO ${t.db.s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms)
+       VALUES ('alive', 'h', 1, '{default}', '{long}', 1, 'test', 60000)`,
+    );
+    const rescued: string[] = [];
+    const { signal } = new AbortController();
+    const task = rescuerTask(t.db.pool, workerStatements(t.db.schema), VISIBILITY_MS, 1_000, (jobs) =>
+      rescued.push(...jobs.map((j) => j.id)),
+    );
+    const electedAt = performance.now();
+    await task.run(signal);
+    expect(rescued).toEqual([orphan]);
+    await waitFor(async () => {
+      await task.run(signal);
+      return rescued.length > 1;
+    }, 'the rescue after the first visibility timeout');
+    expect(rescued).toEqual([orphan, spared]);
+    expect(performance.now() - electedAt).toBeGreaterThanOrEqual(VISIBILITY_MS);
+    await t.db.pool.query(`DELETE FROM ${t.db.s}.workers WHERE id = 'alive'`);
+  });
+
   it('one rescue statement that waited behind it takes nothing; one that did not takes the job', async () => {
     const { rescueExpired } = await import('../src/maintenance/rescuer.js');
     const { workerStatements } = await import('../src/db/statements/worker.js');

@@ -2,6 +2,7 @@ import type { Queryable } from '../db/executor.js';
 import type { WorkerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
 import { isBehindMigrations, isInsufficientPrivilege, isNotMigrated } from '../errors.js';
+import { MISSED_INTERVALS_DEAD } from '../worker/registry.js';
 import type { PeriodicTask } from './runner.js';
 
 export interface RescuedJob {
@@ -38,7 +39,7 @@ export async function rescueExpired(
   db: Queryable,
   queries: WorkerStatements,
   visibilityTimeoutMs: number,
-  { sinceUnreachableMs, sinceStartMs }: RescuerClock = {},
+  { sinceUnreachableMs, sinceStartMs, spareAliveWorkers = false }: RescuerClock = {},
 ): Promise<RescuedJob[]> {
   const since = sinceUnreachableMs ?? null;
   const registry = await fromRegistry(db, queries, visibilityTimeoutMs, since);
@@ -53,6 +54,7 @@ export async function rescueExpired(
     since,
     sinceStartMs ?? null,
     blockedAfterMs(visibilityTimeoutMs),
+    spareAliveWorkers ? registry.aliveWorkers : [],
   ])) as {
     rows: RescuedJob[];
   };
@@ -68,6 +70,8 @@ export async function rescueExpired(
 export interface RescuerClock {
   sinceUnreachableMs?: number;
   sinceStartMs?: number;
+  /** Leave the jobs of workers the registry counts alive to them, whatever their locks say (see rescuerTask). */
+  spareAliveWorkers?: boolean;
 }
 
 interface FromRegistry {
@@ -82,6 +86,8 @@ interface FromRegistry {
   heldBy: string[];
   held: string[];
   alive: boolean[];
+  /** Workers whose registry rows are alive (refreshed within MISSED_INTERVALS_DEAD intervals, not stopped). */
+  aliveWorkers: string[];
 }
 
 /**
@@ -96,7 +102,7 @@ async function fromRegistry(
   sinceUnreachableMs: number | null,
 ): Promise<FromRegistry> {
   try {
-    const { rows } = await db.query(queries.rescueTimeouts, [visibilityTimeoutMs, sinceUnreachableMs]);
+    const { rows } = await db.query(queries.rescueTimeouts, [visibilityTimeoutMs, sinceUnreachableMs, MISSED_INTERVALS_DEAD]);
     const row = rows[0] as { [K in keyof FromRegistry]: FromRegistry[K] | null } | undefined;
     return {
       workers: row?.workers ?? [],
@@ -104,10 +110,11 @@ async function fromRegistry(
       heldBy: row?.heldBy ?? [],
       held: row?.held ?? [],
       alive: row?.alive ?? [],
+      aliveWorkers: row?.aliveWorkers ?? [],
     };
   } catch (err) {
     if (isNotMigrated(err) || isBehindMigrations(err) || isInsufficientPrivilege(err)) {
-      return { workers: [], ms: [], heldBy: [], held: [], alive: [] };
+      return { workers: [], ms: [], heldBy: [], held: [], alive: [], aliveWorkers: [] };
     }
     throw err;
   }
@@ -138,11 +145,20 @@ export function rescuerTask(
   // rescue: once it goes, they get a visibility timeout to land before anything of
   // theirs is rescued (outside review 145).
   let blockedAt: number | undefined;
+  // performance.now() when this worker's passes began (it became the leader), and
+  // of its latest pass. A leader that came in during such a lock (the old one
+  // killed) may not have waited behind it, and knows nothing of it: for its first
+  // visibility timeout it leaves the jobs of workers the registry counts alive to
+  // them (outside review 146: it took them the moment the lock went).
+  let leaderSince = 0;
+  let lastRunAt: number | undefined;
   return {
     name: 'rescuer',
     intervalMs,
     run: async () => {
       const started = performance.now();
+      if (lastRunAt === undefined || started - lastRunAt > 3 * intervalMs) leaderSince = started;
+      lastRunAt = started;
       const { sinceUnreachableMs, sinceStartMs } = clock();
       const sinceBlockedMs = blockedAt === undefined ? undefined : started - blockedAt;
       const since = [sinceUnreachableMs, sinceBlockedMs].filter((ms): ms is number => ms !== undefined);
@@ -151,6 +167,7 @@ export function rescuerTask(
         jobs = await rescueExpired(db, queries, visibilityTimeoutMs, {
           sinceUnreachableMs: since.length > 0 ? Math.min(...since) : undefined,
           sinceStartMs,
+          spareAliveWorkers: started - leaderSince < visibilityTimeoutMs,
         });
       } catch (err) {
         blockedAt = performance.now();

@@ -66,8 +66,9 @@ export class Heartbeat {
   /** The jobs the beat in flight asks about, and those of them claimed again meanwhile. */
   private asking: Set<string> | undefined;
   private readonly claimedMeanwhile = new Set<string>();
-  /** performance.now() when the latest beat was sent. */
+  /** performance.now() when the latest beat was sent, and when the latest one that got an answer was. */
   private lastSentAt: number | undefined;
+  private lastAnsweredAt: number | undefined;
   /** performance.now() of the watcher's previous pass: a late one says the event loop was held up. */
   private lastWatchAt: number | undefined;
   private readonly watchIntervalMs: number;
@@ -128,6 +129,7 @@ export class Heartbeat {
     this.asking = new Set(ids);
     try {
       const { done, skipped } = await this.store.heartbeat(ids);
+      this.lastAnsweredAt = sentAt;
       let changed = false;
       for (const id of done) {
         this.renewedAt.set(id, sentAt);
@@ -194,10 +196,17 @@ export class Heartbeat {
         // the interval says the worker and the database are fine, and the row held.
         const heldAt = this.heldAt.get(id);
         if (heldAt !== undefined && now - heldAt <= this.config.intervalMs) rowHeld.add(id);
-        // Beats went out after its last renewal (one still waiting for its answer, or
-        // the latest sent on time), and none was answered.
-        else if (!loopHeld && this.lastSentAt !== undefined && this.lastSentAt > at) {
-          if (this.asking?.has(id) || now - this.lastSentAt <= 2 * this.config.intervalMs) unanswered.add(id);
+        // Beats went out after its last renewal and none sent since was answered (some
+        // may have timed out, one may still wait): Postgres did not answer the worker.
+        // Not the time the latest went out: a beat that timed out leaves a gap of up to
+        // an interval before the next (outside review 146, statement timeout VT / 2).
+        else if (
+          !loopHeld &&
+          this.lastSentAt !== undefined &&
+          this.lastSentAt > at &&
+          !((this.lastAnsweredAt ?? -Infinity) > at)
+        ) {
+          unanswered.add(id);
         }
       }
     }

@@ -16,7 +16,7 @@ let db: MemoryDatabase;
 let store: MemoryStore;
 let held: string[];
 let lost: string[][];
-let unrenewed: { ids: string[]; at: number; rowHeld: string[] }[];
+let unrenewed: { ids: string[]; at: number; rowHeld: string[]; unanswered: string[] }[];
 let errors: unknown[];
 let rowsHeldTold: number;
 let heartbeat: Heartbeat;
@@ -49,7 +49,8 @@ beforeEach(() => {
       held: () => [...held],
       renewable: (ids) => ids,
       lost: (ids) => void lost.push(ids),
-      unrenewed: (ids, rowHeld) => void unrenewed.push({ ids, at: Date.now(), rowHeld: [...rowHeld] }),
+      unrenewed: (ids, rowHeld, unanswered) =>
+        void unrenewed.push({ ids, at: Date.now(), rowHeld: [...rowHeld], unanswered: [...unanswered] }),
       rowHeldChanged: () => void rowsHeldTold++,
       error: (err) => void errors.push(err),
     },
@@ -244,8 +245,46 @@ describe('Heartbeat', () => {
     expect(givenUpAt).toBeLessThan(db.job(held[0]!).locked_at!.getTime() + VISIBILITY_MS);
     await vi.advanceTimersByTimeAsync(10_000);
     expect(unrenewed).toHaveLength(1);
-    // Unanswered beats: not a row held by another session.
+    // Unanswered beats: not a row held by another session, and not the job's doing.
     expect(unrenewed[0]!.rowHeld).toEqual([]);
+    expect(unrenewed[0]!.unanswered).toEqual(held);
+  });
+
+  it('counts a beat held past the renewal timeout (a lock on the jobs table) as unanswered', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    heartbeat.start();
+    const open = db.holdNext('heartbeat');
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS);
+    expect(unrenewed.map((u) => [u.ids, u.unanswered])).toEqual([[held, held]]);
+    open();
+  });
+
+  it('counts beats that time out with gaps between them as unanswered (review 146: statement timeout VT / 2)', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    heartbeat.start();
+    // Each beat waits 2.6 s, then fails; the next goes out an interval later (a gap at the renewal timeout).
+    const release = setInterval(() => gates.splice(0, 1).forEach((g) => g()), 2_600);
+    const gates: (() => void)[] = [];
+    for (let i = 0; i < 10; i++) {
+      db.failNext('heartbeat');
+      gates.push(db.holdNext('heartbeat'));
+    }
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS);
+    clearInterval(release);
+    gates.forEach((g) => g());
+    expect(unrenewed.map((u) => [u.ids, u.unanswered])).toEqual([[held, held]]);
+  });
+
+  it('does not count a job whose last beats were answered as unanswered (its row held: row-held instead)', async () => {
+    db.addMany(1, 't');
+    held = await claim(1);
+    const commit = db.lockJob(held[0]!);
+    heartbeat.start();
+    await vi.advanceTimersByTimeAsync(VISIBILITY_MS - 1);
+    expect(unrenewed.map((u) => [u.ids, u.rowHeld, u.unanswered])).toEqual([[held, held, []]]);
+    commit();
   });
 
   it('says which of the jobs it gives up had their rows held by another session, the beats answered', async () => {

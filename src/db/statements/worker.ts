@@ -157,6 +157,11 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // the jobs of live workers before their heartbeats or results landed (outside
     // review 145: handlers that had returned during a 13 s lock failed, or ran
     // again). The leader then waits a visibility timeout (rescuerTask).
+    //
+    // $11: workers whose jobs this pass leaves alone whatever their locks say: those
+    // the registry counts alive, in a leader's first visibility timeout (rescuerTask;
+    // review 146: a leader elected during such a lock had not waited behind it, and
+    // took live workers' jobs as it ended). Empty otherwise.
     rescue: `UPDATE ${jobs} j
       SET status = CASE WHEN NOT stale.refund AND j.attempts >= j.max_attempts THEN 'failed' ELSE 'pending' END,
           attempts = CASE WHEN stale.refund THEN j.attempts - 1 ELSE j.attempts END,
@@ -200,6 +205,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
                   CASE WHEN clock_timestamp() - now() > $10::float8 * interval '1 millisecond' THEN clock_timestamp() END)
               < now() - coalesce(v.ms, $1::float8) * interval '1 millisecond'
             AND h.alive IS NOT TRUE
+            AND coalesce(p.locked_by <> ALL($11::text[]), true)
           ORDER BY p.locked_at
           LIMIT $2
           FOR UPDATE OF p SKIP LOCKED
@@ -216,9 +222,12 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // such jobs is refreshed at the pace of heartbeats, so it counts while it was
     // refreshed within the worker's visibility timeout, as a job's lock does (and
     // no older than the server's start, as for locks), and the worker has not stopped.
-    rescueTimeouts: `SELECT t.workers, t.ms, h.held_by AS "heldBy", h.held::text[] AS held, h.alive
+    // $3: the missed intervals after which a row counts as dead, for "aliveWorkers".
+    rescueTimeouts: `SELECT t.workers, t.ms, h.held_by AS "heldBy", h.held::text[] AS held, h.alive, a.ids AS "aliveWorkers"
       FROM (SELECT array_agg(id) AS workers, array_agg(visibility_timeout_ms::float8) AS ms
             FROM ${s}.workers WHERE visibility_timeout_ms <> $1::int) t,
+        (SELECT array_agg(w.id) AS ids FROM ${s}.workers w
+         WHERE w.stopped_at IS NULL AND w.last_seen_at > now() - $3::float8 * w.interval_ms * interval '1 millisecond') a,
         (SELECT array_agg(w.id) AS held_by, array_agg(r.id) AS held,
             array_agg(w.stopped_at IS NULL AND greatest(w.last_seen_at, ${serverStartedAt()}, now() - $2::float8 * interval '1 millisecond')
               > now() - coalesce(w.visibility_timeout_ms, $1::int) * interval '1 millisecond') AS alive
