@@ -316,3 +316,29 @@ describe('a claim that waited on a table lock', () => {
     }
   });
 });
+
+describe('a hand-back whose reply was lost, tried again', () => {
+  it('says the job was handed back, not taken away, once another worker has claimed it (outside review 147)', async () => {
+    await db.pool.query(`DELETE FROM ${db.s}.jobs`);
+    await db.pool.query(`INSERT INTO ${db.s}.jobs (task) VALUES ('t')`);
+    const driver = await openDriver('pg', { connectionString: db.url, statementTimeoutMs: 60_000 }, 1, 'hand-back-twice');
+    try {
+      const first = new PgWorkerStore(driver, db.schema, 'w-first', true);
+      const second = new PgWorkerStore(driver, db.schema, 'w-second', true);
+      const claim = { completed: [], failed: [], started: [], queues: ['default'], tasks: ['t'], limit: 1, startNow: 1 };
+      const [job] = (await first.cycle(claim)).claimed;
+      const handedBack = await first.handBackAfterRestart(job!.id, 1, 'restart message', 'unanswered message');
+      expect(handedBack).toEqual({ runAt: expect.any(Date), restarted: false });
+      // Its reply lost, the worker tries again after another worker took the job.
+      expect((await second.cycle(claim)).claimed.map((j) => j.id)).toEqual([job!.id]);
+      expect(await first.handBackAfterRestart(job!.id, 1, 'restart message', 'unanswered message')).toEqual({
+        runAt: null,
+        restarted: false,
+      });
+      // Someone else's job that this worker never handed back is still "not mine".
+      expect(await first.handBackAfterRestart(job!.id, 2, 'restart message', 'unanswered message')).toBeUndefined();
+    } finally {
+      await driver.end();
+    }
+  });
+});

@@ -136,7 +136,8 @@ export interface WorkerStore {
    * pending, attempt not spent, if the server restarted since its lock was last
    * renewed, with `message`, or, given `unansweredMessage` (its beats went out
    * unanswered), whether or not it did, with that one (its run_at, and whether the
-   * server restarted); 'charge' when neither holds, 'refunded-before' when the
+   * server restarted; run_at null when an earlier try of this hand-back did it, its
+   * reply lost, and the job is pending or someone else's since); 'charge' when neither holds, 'refunded-before' when the
    * server restarted but the job's previous attempt was given back already (the
    * worker writes the failure); 'skipped' when another session held the row;
    * undefined when the job is no longer ours.
@@ -151,7 +152,7 @@ export interface WorkerStore {
 }
 
 /** See WorkerStore.handBackAfterRestart. */
-export type RestartVerdict = { runAt: Date; restarted: boolean } | 'charge' | 'refunded-before' | 'skipped' | undefined;
+export type RestartVerdict = { runAt: Date | null; restarted: boolean } | 'charge' | 'refunded-before' | 'skipped' | undefined;
 
 /** A claimed job as the cycle and the claim return it (claimedColumns in statements/job-columns.ts). */
 type ClaimedRow = Pick<
@@ -346,12 +347,17 @@ export class PgWorkerStore implements WorkerStore {
     message: string,
     unansweredMessage: string | null = null,
   ): Promise<RestartVerdict> {
-    const { rows } = await this.db.query<{ run_at: Date | null; charge: boolean; restarted: boolean; mine: boolean }>(
-      this.queries.handBackAfterRestart,
-      [this.workerId, id, attempt, message, unansweredMessage],
-    );
+    const { rows } = await this.db.query<{
+      run_at: Date | null;
+      charge: boolean;
+      restarted: boolean;
+      mine: boolean;
+      handed_before: 'restart' | 'unanswered' | null;
+    }>(this.queries.handBackAfterRestart, [this.workerId, id, attempt, message, unansweredMessage]);
     const row = rows[0];
     if (row?.run_at) return { runAt: row.run_at, restarted: row.restarted };
+    // Handed back by an earlier try whose reply was lost: done, and pending (or taken) since.
+    if (row?.handed_before) return { runAt: null, restarted: row.handed_before === 'restart' };
     if (row?.charge) return row.restarted ? 'refunded-before' : 'charge';
     return row?.mine ? 'skipped' : undefined;
   }

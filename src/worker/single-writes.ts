@@ -124,7 +124,7 @@ export async function handBackAfterRestart(
     );
     if (result === 'stopped' || result === 'charge' || result === 'refunded-before') return result;
     if (result) {
-      signals.dueAt(result.runAt.getTime());
+      if (result.runAt) signals.dueAt(result.runAt.getTime());
       signals.emit('jobs:handed-back', [job], { reason: result.restarted ? 'restart' : 'unanswered' });
     } else {
       signals.emit('job:lock-lost', job);

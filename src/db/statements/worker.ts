@@ -314,7 +314,15 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       )
       SELECT (SELECT run_at FROM handed) AS run_at, coalesce((SELECT NOT refund FROM target), false) AS charge,
         coalesce((SELECT restarted FROM target), false) AS restarted,
-        EXISTS (SELECT FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1) AS mine`,
+        EXISTS (SELECT FROM ${jobs} WHERE id = $2 AND attempts = $3 AND status = 'processing' AND locked_by = $1) AS mine,
+        -- No longer this worker's because an earlier try of this hand-back committed, its
+        -- reply lost (a statement timeout racing a lock's release; outside review 147):
+        -- the row's newest history entry is that hand-back, which one its message says.
+        (SELECT CASE WHEN x.errors -> -1 ->> 'message' = $4::text THEN 'restart' ELSE 'unanswered' END
+         FROM ${jobs} x
+         WHERE x.id = $2 AND x.errors -> -1 ->> 'worker' = $1 AND (x.errors -> -1 ->> 'attempt')::int = $3
+           AND (x.errors -> -1 ->> 'refunded')::boolean
+           AND x.errors -> -1 ->> 'message' IN ($4::text, $5::text)) AS handed_before`,
 
     // What a worker caches about its queues: which are paused, globally limited,
     // grouped or rate-limited (the last three are claimed by claimLimited).
