@@ -137,10 +137,11 @@ export interface WorkerStore {
    * renewed, with `message`, or, given `unansweredMessage` (its beats went out
    * unanswered), whether or not it did, with that one (its run_at, and whether the
    * server restarted; run_at null when an earlier try of this hand-back did it, its
-   * reply lost, and the job is pending or someone else's since); 'charge' when neither holds, 'refunded-before' when the
-   * server restarted but the job's previous attempt was given back already (the
-   * worker writes the failure); 'skipped' when another session held the row;
-   * undefined when the job is no longer ours.
+   * reply lost, and the job is pending or someone else's since); 'charge' when
+   * neither holds, 'refunded-before' when the server restarted but the job's
+   * previous attempt was given back already (the worker writes the failure);
+   * 'skipped' when another session held the row; undefined when the job is no
+   * longer ours.
    */
   handBackAfterRestart(id: string, attempt: number, message: string, unansweredMessage?: string | null): Promise<RestartVerdict>;
   /** Writes the latest progress of running jobs; the ids written (not rows another session held, nor jobs no longer this worker's). */

@@ -22,9 +22,9 @@ export interface HeartbeatSignals {
    * visibility timeout lets the rescuer give them to another worker. `rowHeld`:
    * those of them whose latest beats were answered, saying another session held
    * the row (the worker and the database are fine; not the job's doing).
-   * `unanswered`: those of them that beats asked about after their last renewal,
-   * sent on time, and Postgres did not answer (not the job's doing either, unlike
-   * a handler that blocked the event loop: then no beat went out).
+   * `unanswered`: those of them renewed by no beat since, though beats went out
+   * and none of them was answered (not the job's doing either, unlike a handler
+   * that blocked the event loop: then no beat went out, and the watcher ran late).
    */
   unrenewed(ids: string[], rowHeld: ReadonlySet<string>, unanswered: ReadonlySet<string>): void;
   /** rowHeld() changed: a job's row was found held by another session, or one was renewed again. */
