@@ -882,7 +882,8 @@ describe('a running job whose heartbeats a lock on the jobs table holds up past 
     expect(rows[0].errors).toHaveLength(1);
     expect(rows[0].errors[0]).toMatchObject({ attempt: 1, refunded: true });
     expect(rows[0].errors[0].message).toMatch(/did not answer its worker's heartbeats/);
-    expect(handedBack).toEqual([{ ids: [id], reason: 'unanswered' }]);
+    // Its next claim may come back late on a loaded machine and be handed back too ('late-claim', not run).
+    expect(handedBack.filter((h) => h.reason !== 'late-claim')).toEqual([{ ids: [id], reason: 'unanswered' }]);
     expect(runs.map((r) => r.attempt)).toEqual([1, 1]);
   });
 });
