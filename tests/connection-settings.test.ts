@@ -158,3 +158,31 @@ describe("a worker on the application's own connection", () => {
     }
   });
 });
+
+describe('client_connection_check_interval on the connections of pools Sluice makes', () => {
+  // See src/db/statements/session.ts: a dead client's statement waiting on a lock is ended.
+  const show = async (pool: pg.Pool) =>
+    (await pool.query<{ v: string }>('SELECT current_setting($1) AS v', ['client_connection_check_interval'])).rows[0]!.v;
+
+  it("is 1 s on Sluice's pools, a value the role or connection gives is kept, and the application's pool is left alone", async () => {
+    const { openPool } = await import('../src/db/connection.js');
+    const made = openPool({ connectionString: db.url }, 2);
+    const url = new URL(db.url);
+    url.searchParams.set('options', '-c client_connection_check_interval=5s');
+    const given = openPool({ connectionString: url.href }, 1);
+    const own = new pg.Pool({ connectionString: db.url, max: 1 });
+    const wrapped = openPool({ pool: own }, 1);
+    try {
+      const { rows } = await made.pool.query<{ v: number }>(`SELECT current_setting('server_version_num')::int AS v`);
+      // PostgreSQL 13 has no such setting: the connection works without it.
+      if (rows[0]!.v < 140000) return;
+      expect(await show(made.pool)).toBe('1s');
+      expect(await show(given.pool)).toBe('5s');
+      expect(await show(wrapped.pool)).toBe('0');
+    } finally {
+      await made.end();
+      await given.end();
+      await own.end();
+    }
+  });
+});
