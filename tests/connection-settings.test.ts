@@ -3,6 +3,7 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, Queue, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
 import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
+import type { PgPool } from '../src/db/connection.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
 // A worker on the application's own connection objects reads Sluice's rows with
@@ -161,8 +162,8 @@ describe("a worker on the application's own connection", () => {
 
 describe('client_connection_check_interval on the connections of pools Sluice makes', () => {
   // See src/db/statements/session.ts: a dead client's statement waiting on a lock is ended.
-  const show = async (pool: pg.Pool) =>
-    (await pool.query<{ v: string }>('SELECT current_setting($1) AS v', ['client_connection_check_interval'])).rows[0]!.v;
+  const show = async (pool: PgPool) =>
+    ((await pool.query('SELECT current_setting($1) AS v', ['client_connection_check_interval'])).rows[0] as { v: string }).v;
 
   it("is 1 s on Sluice's pools, a value the role or connection gives is kept, and the application's pool is left alone", async () => {
     const { openPool } = await import('../src/db/connection.js');
@@ -173,9 +174,9 @@ describe('client_connection_check_interval on the connections of pools Sluice ma
     const own = new pg.Pool({ connectionString: db.url, max: 1 });
     const wrapped = openPool({ pool: own }, 1);
     try {
-      const { rows } = await made.pool.query<{ v: number }>(`SELECT current_setting('server_version_num')::int AS v`);
+      const { rows } = await made.pool.query(`SELECT current_setting('server_version_num')::int AS v`);
       // PostgreSQL 13 has no such setting: the connection works without it.
-      if (rows[0]!.v < 140000) return;
+      if ((rows[0] as { v: number }).v < 140000) return;
       expect(await show(made.pool)).toBe('1s');
       expect(await show(given.pool)).toBe('5s');
       expect(await show(wrapped.pool)).toBe('0');

@@ -99,6 +99,10 @@ describe('a silent pool connection', () => {
       () => errors.some((e) => e.code === 'CONNECTION' && /no answer from Postgres within 800 ms/.test(e.message)),
       'a statement to time out',
     );
+    // Each names the worker's part whose statement it was (outside review 147: "statement: no answer…" did not).
+    for (const e of errors.filter((x) => /no answer from Postgres/.test(x.message))) {
+      expect(e.message).toMatch(/^worker [a-z -]+: statement: no answer from Postgres within 800 ms/);
+    }
     proxy.restore();
     await t.queue.enqueue('job', { n: 'after' });
     await waitFor(() => ran.includes('after'), 'a job after the connection came back');

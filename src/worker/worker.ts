@@ -14,6 +14,7 @@ import {
   ConnectionError,
   MigrationError,
   wrapDatabaseError,
+  connectionErrorIn,
 } from '../errors.js';
 import type { AnyTasks, TaskMap } from '../job.js';
 import { resolveSchemas } from '../task-schemas.js';
@@ -381,7 +382,9 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
 
   private reportError(err: unknown, part?: string): void {
     // Which part failed, where known: "worker: <driver message>" did not say (outside review 102).
-    const wrapped = wrapDatabaseError(err, part ? `worker ${part}` : 'worker');
+    const context = part ? `worker ${part}` : 'worker';
+    // A statement's time limit says "statement: no answer…": which part's statement (outside review 147).
+    const wrapped = err instanceof ConnectionError ? connectionErrorIn(err, context) : wrapDatabaseError(err, context);
     if (wrapped instanceof ConnectionError) {
       this.unreachableSince ??= Date.now();
       this.unreachable.add(part === 'listen' ? 'listen' : 'pool');
