@@ -107,6 +107,18 @@ export class FetchLoop {
     this.wake();
   }
 
+  /**
+   * Another part's statement was answered (a heartbeat): a cycle waiting out its
+   * backoff after failures goes now. Behind a table lock whose waits ended in
+   * statement timeouts, the results buffered meanwhile were written up to the
+   * backoff's 2 s after the lock went (outside review 147).
+   */
+  answered(): void {
+    if (!this.retryTimer.armed || this.stopping) return;
+    this.retryTimer.clear();
+    this.kick();
+  }
+
   /** Something may be due now (notification, poll, rescue, reconnect, a slot of a limited queue). */
   wake(): void {
     this.limited.stir();

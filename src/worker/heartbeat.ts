@@ -29,6 +29,8 @@ export interface HeartbeatSignals {
   unrenewed(ids: string[], rowHeld: ReadonlySet<string>, unanswered: ReadonlySet<string>): void;
   /** rowHeld() changed: a job's row was found held by another session, or one was renewed again. */
   rowHeldChanged(): void;
+  /** A beat was answered: Postgres takes the worker's statements. */
+  answered(): void;
   error(err: unknown): void;
 }
 
@@ -130,6 +132,7 @@ export class Heartbeat {
     try {
       const { done, skipped } = await this.store.heartbeat(ids);
       this.lastAnsweredAt = sentAt;
+      this.signals.answered();
       let changed = false;
       for (const id of done) {
         this.renewedAt.set(id, sentAt);

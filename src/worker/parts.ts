@@ -156,6 +156,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     lost: (ids) => dispatcher.lockLost(ids),
     unrenewed: (ids, rowHeld, unanswered) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld, unanswered),
     rowHeldChanged: () => registry.refresh(),
+    answered: () => loop.answered(),
     error: errorIn('heartbeat'),
   });
   const progress = new ProgressWriter(store, config.progressIntervalMs, errorIn('progress'));

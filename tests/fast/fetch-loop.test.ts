@@ -611,6 +611,24 @@ describe('FetchLoop: failures', () => {
     expect(db.job('1').status).toBe('completed');
   });
 
+  it("sends the failed cycle's results at once when another part's statement is answered (a heartbeat), not after the backoff", async () => {
+    vi.spyOn(Math, 'random').mockReturnValue(0);
+    db.addMany(1, 't');
+    setup({ slots: 1 });
+    loop.start();
+    await settle();
+    for (let i = 0; i < 5; i++) db.failNext('cycle', new Error('statement timeout'));
+    finish(target.held[0]!);
+    // Five failures in a row: the next try is 25 * 2^5 = 800 ms away.
+    await vi.advanceTimersByTimeAsync(25 + 50 + 100 + 200 + 10);
+    expect(errors).toHaveLength(5);
+    expect(completed).toEqual([]);
+    loop.answered();
+    await vi.advanceTimersByTimeAsync(2);
+    expect(completed).toEqual(['1']);
+    expect(db.job('1').status).toBe('completed');
+  });
+
   it('backs off longer after each failure in a row, and starts over after a success', async () => {
     vi.spyOn(Math, 'random').mockReturnValue(0);
     setup({ slots: 4 });

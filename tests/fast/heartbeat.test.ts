@@ -19,6 +19,7 @@ let lost: string[][];
 let unrenewed: { ids: string[]; at: number; rowHeld: string[]; unanswered: string[] }[];
 let errors: unknown[];
 let rowsHeldTold: number;
+let answered: number;
 let heartbeat: Heartbeat;
 
 /** Claims `n` jobs as w1 and tells the heartbeat, as the worker does. */
@@ -53,6 +54,7 @@ beforeEach(() => {
   unrenewed = [];
   errors = [];
   rowsHeldTold = 0;
+  answered = 0;
   heartbeat = new Heartbeat(
     store,
     { intervalMs: INTERVAL_MS, renewalTimeoutMs: RENEWAL_TIMEOUT_MS },
@@ -63,6 +65,7 @@ beforeEach(() => {
       unrenewed: (ids, rowHeld, unanswered) =>
         void unrenewed.push({ ids, at: Date.now(), rowHeld: [...rowHeld], unanswered: [...unanswered] }),
       rowHeldChanged: () => void rowsHeldTold++,
+      answered: () => void answered++,
       error: (err) => void errors.push(err),
     },
   );
@@ -227,9 +230,11 @@ describe('Heartbeat', () => {
     await vi.advanceTimersByTimeAsync(INTERVAL_MS);
     expect(errors).toHaveLength(1);
     expect(lost).toEqual([]);
+    expect(answered).toBe(0); // a failed beat tells nobody that Postgres answers
     await vi.advanceTimersByTimeAsync(INTERVAL_MS);
     expect(heartbeatOps()).toBe(2);
     expect(db.job(held[0]!).locked_at!.getTime()).toBe(Date.now());
+    expect(answered).toBe(1);
   });
 
   it('gives up a job it cannot renew before the rescuer could take it, and says so once', async () => {

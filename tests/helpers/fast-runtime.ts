@@ -132,6 +132,7 @@ export class FastWorker {
         lost: (ids) => dispatcher.lockLost(ids),
         unrenewed: (ids) => dispatcher.unrenewed(ids, renewalTimeoutMs),
         rowHeldChanged: () => {},
+        answered: () => loop.answered(),
         error: onError,
       },
     );
