@@ -114,7 +114,7 @@ export class FetchLoop {
    * backoff's 2 s after the lock went (outside review 147).
    */
   answered(): void {
-    if (!this.retryTimer.armed || this.stopping) return;
+    if (!this.retryTimer.armed) return;
     this.retryTimer.clear();
     this.kick();
   }
