@@ -3,7 +3,8 @@ import postgres from 'postgres';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, Queue, Worker, type JobRow, type WorkerOptions } from '../src/index.js';
 import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
-import type { PgPool } from '../src/db/connection.js';
+import type { Driver } from '../src/db/driver.js';
+import { openDriver } from '../src/db/drivers/open.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
 // A worker on the application's own connection objects reads Sluice's rows with
@@ -162,27 +163,27 @@ describe("a worker on the application's own connection", () => {
 
 describe('client_connection_check_interval on the connections of pools Sluice makes', () => {
   // See src/db/statements/session.ts: a dead client's statement waiting on a lock is ended.
-  const show = async (pool: PgPool) =>
-    ((await pool.query('SELECT current_setting($1) AS v', ['client_connection_check_interval'])).rows[0] as { v: string }).v;
+  const show = async (driver: Driver) =>
+    ((await driver.query('SELECT current_setting($1) AS v', ['client_connection_check_interval'])).rows[0] as { v: string }).v;
 
   it("is 1 s on Sluice's pools, a value the role or connection gives is kept, and the application's pool is left alone", async () => {
-    const { openPool } = await import('../src/db/connection.js');
-    const made = openPool({ connectionString: db.url }, 2);
+    const made = await openDriver('pg', { connectionString: db.url, statementTimeoutMs: 5_000 }, 2, 'sluice-test');
     const url = new URL(db.url);
     url.searchParams.set('options', '-c client_connection_check_interval=5s');
-    const given = openPool({ connectionString: url.href }, 1);
+    const given = await openDriver('pg', { connectionString: url.href, statementTimeoutMs: 5_000 }, 1, 'sluice-test');
     const own = new pg.Pool({ connectionString: db.url, max: 1 });
-    const wrapped = openPool({ pool: own }, 1);
+    const wrapped = await openDriver('pg', { pool: own, statementTimeoutMs: 5_000 }, 1, 'sluice-test');
     try {
-      const { rows } = await made.pool.query(`SELECT current_setting('server_version_num')::int AS v`);
+      const { rows } = await made.query(`SELECT current_setting('server_version_num')::int AS v`);
       // PostgreSQL 13 has no such setting: the connection works without it.
       if ((rows[0] as { v: number }).v < 140000) return;
-      expect(await show(made.pool)).toBe('1s');
-      expect(await show(given.pool)).toBe('5s');
-      expect(await show(wrapped.pool)).toBe('0');
+      expect(await show(made)).toBe('1s');
+      expect(await show(given)).toBe('5s');
+      expect(await show(wrapped)).toBe('0');
     } finally {
       await made.end();
       await given.end();
+      await wrapped.end();
       await own.end();
     }
   });

@@ -2,7 +2,6 @@ import pg from 'pg';
 import { ConfigError, ConnectionError } from '../errors.js';
 import type { DriverName } from './driver.js';
 import type { PostgresJsSql } from './drivers/postgres-js.js';
-import { checkClientConnection } from './statements/session.js';
 
 /*
  * The parts of node-postgres Sluice uses, declared structurally (as Kysely does) so
@@ -203,12 +202,7 @@ export function openPool(
   // termination (pg_terminate_backend, a restart) can arrive in the same tick as
   // the hand-over, before any listener of ours: without this one, that 'error'
   // would crash the process. The statement in flight fails with the error anyway.
-  pool.on('connect', (client) => {
-    client.on('error', () => {});
-    // Queued ahead of the statement the connection was made for. A failure here
-    // (the connection lost) fails that statement too, which reports it.
-    client.query(checkClientConnection).catch(() => {});
-  });
+  pool.on('connect', (client) => client.on('error', () => {}));
   let ended = false;
   return {
     pool,

@@ -7,6 +7,7 @@ import { ConnectionError, NotSentError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import { cancelStatement } from './cancel.js';
+import { checkClientConnection } from '../statements/session.js';
 
 /** Longest wait for Postgres to take the cancel of a statement that went past its limit. */
 const CANCEL_LIMIT_MS = 2_000;
@@ -96,6 +97,8 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
   const inUse = new Set<PgClient>();
   /** Checkouts still waiting for a connection: abort() fails them. */
   const waiting = new Set<(err: Error) => void>();
+  /** Connections of a pool Sluice made that have their session settings (takeReady()). */
+  const ready = new WeakSet<PgClient>();
 
   /**
    * A connection out of the pool, held in inUse until give() returns it. From a
@@ -143,6 +146,32 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
     });
   }
 
+  /**
+   * take(), with the session settings of a pool Sluice made (see
+   * statements/session.ts) sent first on each of its connections. The statement
+   * waits for them: through PgBouncer they may be what meets a server that cannot
+   * be reached, and then their error is the statement's, which was never sent
+   * (queued behind them, it failed with a bare "Connection terminated").
+   */
+  async function takeReady(): Promise<PgPoolClient> {
+    const client = await take();
+    if (!handle.owned || ready.has(client)) return client;
+    try {
+      await timeLimit(client.query(checkClientConnection), limit, () => destroyConnection(client), 'session settings', {
+        hint: STATEMENT_HINT,
+      });
+    } catch (err) {
+      // Answered with an error of its own: the connection serves anyway, without them.
+      if (!reusableAfter(err)) {
+        give(client, err as Error);
+        // The connection failed before the statement went out on it.
+        throw aborted ?? new NotSentError((err as Error).message, { cause: err });
+      }
+    }
+    ready.add(client);
+    return client;
+  }
+
   /** Back to the pool; an error (or true) destroys the connection instead. */
   function give(client: PgPoolClient, err?: Error | boolean): void {
     inUse.delete(client);
@@ -173,7 +202,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
       }
       return { client, release };
     }
-    const client = await take();
+    const client = await takeReady();
     return { client, release: (err) => give(client, err ?? true) };
   }
 
@@ -188,7 +217,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
       if (name) config.name = name;
       if (aborted) throw aborted;
       if (limit === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
-      const client = await take();
+      const client = await takeReady();
       let cancelling: Promise<void> | undefined;
       try {
         const result = await timeLimit(
@@ -222,7 +251,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
       // A pool of yours leaves a checked-out client without an 'error' listener: a
       // connection lost between two statements would crash the process (review 47).
-      const client = await take();
+      const client = await takeReady();
       try {
         await client.query('BEGIN');
         const result = await fn({ query: (text, values) => client.query(withSluiceTypes(text, values)) });
