@@ -55,7 +55,9 @@ async function sendWelcomeEmail(to: string, { signal }: { signal: AbortSignal })
 }
 
 const worker = new Worker({
-  pool,
+  // Connections of its own, sized for it; on them a killed worker's claim cannot run
+  // late (see "A lock on the jobs table" under Guarantees). `pool` works too.
+  connectionString,
   schema,
   concurrency: 20,
   tasks: {
