@@ -130,15 +130,18 @@ describe('worker processes', () => {
         proc.child.kill('SIGKILL');
         await proc.exited;
         // The server ends the dead client's sessions while the lock still holds.
-        await waitFor(async () => {
-          const { rows: alive } = await db.pool.query(`SELECT pid FROM pg_stat_activity WHERE pid = ANY($1)`, [claimers]);
-          return alive.length === 0;
-        }, "the killed worker's waiting sessions to end", 10_000);
-        await outside.query('COMMIT');
-        const after = await db.pool.query(
-          `SELECT status, attempts, locked_by FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`,
-          [ids],
+        await waitFor(
+          async () => {
+            const { rows: alive } = await db.pool.query(`SELECT pid FROM pg_stat_activity WHERE pid = ANY($1)`, [claimers]);
+            return alive.length === 0;
+          },
+          "the killed worker's waiting sessions to end",
+          10_000,
         );
+        await outside.query('COMMIT');
+        const after = await db.pool.query(`SELECT status, attempts, locked_by FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [
+          ids,
+        ]);
         expect(after.rows).toEqual(ids.map(() => ({ status: 'pending', attempts: 0, locked_by: null })));
         // A live worker then runs each once.
         const next = await spawn('after-lock', { CONCURRENCY: '4', QUEUES: 'behind' });
