@@ -309,18 +309,19 @@ function isPoolerStatementClash(err: unknown): boolean {
   );
 }
 
-/** Wraps a driver error in the matching typed error, keeping it as `cause`. */
 /**
  * A ConnectionError made below the part that met it (a statement's time limit,
  * "statement: no answer from Postgres…"; "cannot reach Postgres at…"), told
- * which part that was. Of the same class, so NotSentError stays NotSentError.
+ * which part that was, unless it says so already ("worker stopping: …"). Of the
+ * same class, so NotSentError stays NotSentError.
  */
 export function connectionErrorIn(err: ConnectionError, context: string): ConnectionError {
-  if (err.message.startsWith(`${context}:`)) return err;
+  if (err.message.startsWith(context)) return err;
   const Kind = err.constructor as new (message: string, options?: { cause?: unknown }) => ConnectionError;
   return new Kind(`${context}: ${err.message}`, { cause: err });
 }
 
+/** Wraps a driver error in the matching typed error, keeping it as `cause`. */
 export function wrapDatabaseError(err: unknown, context: string): SluiceError {
   if (err instanceof SluiceError) return err;
   const message = err instanceof Error ? err.message : String(err);

@@ -6,8 +6,8 @@
  * session when it is not. A statement waiting on a lock otherwise outlives its
  * client: a worker SIGKILLed while its claim waited behind a LOCK TABLE claimed
  * jobs when the lock went, and a job of one attempt that claim started failed
- * without running once the rescuer took it (outside review 147). A setting the
- * role or database already gives (`ALTER ROLE ... SET`) is kept. One DO block, as
+ * without running once the rescuer took it (outside review 147). A non-zero
+ * setting the role, database or connection string gives is kept. One DO block, as
  * the first statement of each new connection: older servers skip it, and a server
  * on a platform without the check (Windows) refuses the value, which is caught.
  */
