@@ -97,6 +97,7 @@ describe('worker processes', () => {
       await db.pool.query(`DROP TRIGGER slow ON ${db.s}.runs`);
     }
   });
+
   // Outside review 147: Postgres does not notice a closed client while a statement
   // waits on a lock, so the claim of a worker killed during a LOCK TABLE ran when
   // the lock went and took jobs for a dead worker (one-attempt jobs then failed
