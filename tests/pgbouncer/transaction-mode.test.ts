@@ -154,4 +154,43 @@ describe(`PgBouncer in transaction mode`, () => {
     await waitFor(async () => (await runsOf(ids)).jobs === 400, 'all 400 jobs', 60_000);
     expect(await runsOf(ids)).toEqual({ runs: 400, jobs: 400 });
   });
+
+  it('an enqueue that times out behind a table lock is cancelled through PgBouncer: it never commits later (outside review 149)', async () => {
+    // Dropped at the moment the cancel went out, the connection's end reached PgBouncer
+    // first, the cancel found no client, and the insert ran when the lock went.
+    const timing = new Queue({
+      connectionString: bouncer.url,
+      schema: db.schema,
+      preparedStatements: bouncer.tracksPreparedStatements,
+      statementTimeoutMs: 800,
+    });
+    const outside = new pg.Client({ connectionString: db.url });
+    await outside.connect();
+    try {
+      await timing.enqueue('record', {}, { queue: 'warm-up-149' }); // its connection open beforehand
+      await outside.query('BEGIN');
+      await outside.query(`LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      // One at a time, each on a server connection of its own: a statement still queued in
+      // PgBouncer for a server when it times out can be sent after its cancel (README).
+      const refused: unknown[] = [];
+      for (const n of [1, 2, 3]) {
+        refused.push(
+          await timing.enqueue('record', { n }, { queue: 'locked-149' }).then(
+            () => undefined,
+            (e: unknown) => e,
+          ),
+        );
+      }
+      for (const e of refused) expect((e as Error).message).toMatch(/no answer from Postgres within 800 ms/);
+      await outside.query('COMMIT');
+      // Past the moment a statement still waiting on the lock would have run.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE queue = 'locked-149'`);
+      expect(rows[0].n).toBe(0);
+    } finally {
+      await outside.query('ROLLBACK').catch(() => {});
+      await outside.end();
+      await timing.close();
+    }
+  });
 });
