@@ -147,7 +147,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     },
     completer,
     () => queueState.claimPlan,
-    errorIn('claim'),
+    errorIn('claim and result write'), // one statement does both (the cycle)
     () => owner.poolWorks(),
   );
   const heartbeat = new Heartbeat(store, locks, {
