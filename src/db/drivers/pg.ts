@@ -370,10 +370,12 @@ async function cancelThenDrop(client: PgClient, running: Promise<unknown>, ms: n
   const cancelled = cancelStatement(client, ms);
   let timer: NodeJS.Timeout | undefined;
   await Promise.race([
-    cancelled.then(() => running).then(
-      () => {},
-      () => {},
-    ),
+    cancelled
+      .then(() => running)
+      .then(
+        () => {},
+        () => {},
+      ),
     new Promise<void>((resolve) => (timer = setTimeout(resolve, DROP_AFTER_CANCEL_MS))),
   ]);
   clearTimeout(timer);
