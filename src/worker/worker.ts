@@ -381,9 +381,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   }
 
   private reportError(err: unknown, part?: string): void {
-    // Which part failed, where known: "worker: <driver message>" did not say (outside review 102).
+    // Which part failed, where known: "worker: <driver message>" (review 102) and "statement: no answer…" (147) did not say.
     const context = part ? `worker ${part}` : 'worker';
-    // A statement's time limit says "statement: no answer…": which part's statement (outside review 147).
     const wrapped = err instanceof ConnectionError ? connectionErrorIn(err, context) : wrapDatabaseError(err, context);
     if (wrapped instanceof ConnectionError) {
       this.unreachableSince ??= Date.now();

@@ -6,14 +6,11 @@ import type { Queryable } from '../executor.js';
 import { ConnectionError, NotSentError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
-import { cancelStatement } from './cancel.js';
+import { cancelThenDrop } from './cancel.js';
 import { checkClientConnection } from '../statements/session.js';
 
 /** Longest wait for Postgres to take the cancel of a statement that went past its limit. */
 const CANCEL_LIMIT_MS = 2_000;
-
-/** Longest a connection whose statement is being cancelled stays open for the cancel to land (see cancelThenDrop). */
-const DROP_AFTER_CANCEL_MS = 250;
 
 /**
  * Longest wait in end() for abort()'s cancels: on a healthy network one takes a
@@ -355,34 +352,6 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
 }
 
 /** A statement read with Sluice's parsers (SLUICE_TYPES), which pg takes per query. */
-/**
- * Cancels the statement `running` on `client` and drops the connection, in that
- * order: dropped first, the connection's end reached PgBouncer before the cancel
- * did, PgBouncer found no client to cancel for, and the server session ran the
- * statement when its lock went (outside review 149: 10 of 17 enqueues that timed
- * out behind a table lock committed, seconds after the caller was told they
- * failed). Dropped once the cancel is delivered and the statement has ended (its
- * error comes back on the connection), or after DROP_AFTER_CANCEL_MS, whichever is
- * first: on a silent network the cancel never arrives, and the connection goes as
- * before. Resolves once the cancel is delivered, or after `ms`.
- */
-async function cancelThenDrop(client: PgClient, running: Promise<unknown>, ms: number): Promise<void> {
-  const cancelled = cancelStatement(client, ms);
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([
-    cancelled
-      .then(() => running)
-      .then(
-        () => {},
-        () => {},
-      ),
-    new Promise<void>((resolve) => (timer = setTimeout(resolve, DROP_AFTER_CANCEL_MS))),
-  ]);
-  clearTimeout(timer);
-  destroyConnection(client);
-  await cancelled;
-}
-
 function withSluiceTypes(text: string, values: unknown[] | undefined): PgQueryConfig {
   const config: PgQueryConfig & { types: typeof SLUICE_TYPES } = { text, values, types: SLUICE_TYPES };
   return config;
