@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConnectionError, Queue, Worker, type JobRow } from '../src/index.js';
 import type { DriverName } from '../src/db/driver.js';
 import { openDriver } from '../src/db/drivers/open.js';
-import { PgWorkerStore, type CycleRequest } from '../src/db/store.js';
+import { PgWorkerStore } from '../src/db/store.js';
+import type { CycleRequest } from '../src/db/worker-store.js';
 import { setQueueGroups } from '../src/groups/settings.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 

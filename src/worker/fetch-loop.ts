@@ -1,4 +1,4 @@
-import type { CycleResult, WorkerStore } from '../db/store.js';
+import type { CycleResult, WorkerStore } from '../db/worker-store.js';
 import { isDataRejection } from '../errors.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import { Loop } from '../lifecycle/loop.js';

@@ -1,4 +1,4 @@
-import type { WorkerStore } from '../db/store.js';
+import type { WorkerStore } from '../db/worker-store.js';
 import type { JobRow } from '../job.js';
 import type { Grouping } from './queue-state.js';
 

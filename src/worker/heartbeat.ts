@@ -1,4 +1,4 @@
-import type { WorkerStore } from '../db/store.js';
+import type { WorkerStore } from '../db/worker-store.js';
 import { Loop } from '../lifecycle/loop.js';
 
 export interface HeartbeatConfig {

@@ -1,4 +1,4 @@
-import type { WorkerStore } from '../db/store.js';
+import type { WorkerStore } from '../db/worker-store.js';
 import { isDataRejection } from '../errors.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import type { ClaimTarget } from './claim-target.js';

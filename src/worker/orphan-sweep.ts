@@ -1,4 +1,4 @@
-import type { WorkerStore } from '../db/store.js';
+import type { WorkerStore } from '../db/worker-store.js';
 import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
 import type { ClaimTarget } from './claim-target.js';
 import type { CycleStats } from './cycle-stats.js';

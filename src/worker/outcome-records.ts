@@ -1,4 +1,4 @@
-import type { CompletionWrite, FailureWrite } from '../db/store.js';
+import type { CompletionWrite, FailureWrite } from '../db/worker-store.js';
 import { ValidationError } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { retryDelayMs, type BackoffOptions } from './backoff.js';

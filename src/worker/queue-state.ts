@@ -1,4 +1,4 @@
-import type { QueueStateRow, WorkerStore } from '../db/store.js';
+import type { QueueStateRow, WorkerStore } from '../db/worker-store.js';
 import { Loop } from '../lifecycle/loop.js';
 
 /** What a worker knows of a queue's groups ahead of the queues table (QueueState.assumeGrouped). */

@@ -1,4 +1,4 @@
-import type { CompletionWrite, FailureWrite } from '../db/store.js';
+import type { CompletionWrite, FailureWrite } from '../db/worker-store.js';
 
 // The contract between the fetch loop and the Completer: results wait in the
 // Completer until a cycle takes them, and come back with what the database did.

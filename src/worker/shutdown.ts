@@ -1,5 +1,5 @@
 import { ConnectionError, WorkerStoppingError } from '../errors.js';
-import type { WorkerStore } from '../db/store.js';
+import type { WorkerStore } from '../db/worker-store.js';
 import type { JobRow } from '../job.js';
 import { CutOff } from '../lifecycle/cut-off.js';
 import type { Emit } from './events.js';

@@ -1,4 +1,4 @@
-import type { WorkerStore } from '../db/store.js';
+import type { WorkerStore } from '../db/worker-store.js';
 import type { Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { isConnectionFailure, SluiceError } from '../errors.js';

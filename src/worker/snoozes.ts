@@ -1,5 +1,5 @@
 import { setMaxListeners } from 'node:events';
-import type { WorkerStore } from '../db/store.js';
+import type { WorkerStore } from '../db/worker-store.js';
 import { SluiceError, type Snooze } from '../errors.js';
 import type { JobRow } from '../job.js';
 import type { Emit, HandBackReason } from './events.js';

@@ -5,7 +5,8 @@ import { openDriver } from '../db/drivers/open.js';
 import { connectionError } from '../db/connection.js';
 import { checkConnectionUrls } from '../db/database-url.js';
 import { migrateStatements } from '../db/statements/migrate.js';
-import { PgWorkerStore, type WorkerStore } from '../db/store.js';
+import { PgWorkerStore } from '../db/store.js';
+import type { WorkerStore } from '../db/worker-store.js';
 import {
   ConfigError,
   isConnectionFailure,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import type { WorkerStore } from '../../src/db/store.js';
+import type { WorkerStore } from '../../src/db/worker-store.js';
 import type { ClaimTarget } from '../../src/worker/claim-target.js';
 import { LimitedClaims } from '../../src/worker/limited-claims.js';
 

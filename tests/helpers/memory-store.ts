@@ -9,7 +9,14 @@
  * still proven against a real server in tests/*.test.ts.
  */
 import { MAX_ERROR_HISTORY } from '../../src/db/statements/job-columns.js';
-import type { CycleRequest, CycleResult, LockedWrite, QueueStateRow, RestartVerdict, WorkerStore } from '../../src/db/store.js';
+import type {
+  CycleRequest,
+  CycleResult,
+  LockedWrite,
+  QueueStateRow,
+  RestartVerdict,
+  WorkerStore,
+} from '../../src/db/worker-store.js';
 import type { JobError, JobRow, JobStatus } from '../../src/job.js';
 
 export interface MemoryJob extends JobRow {
