@@ -76,12 +76,14 @@ export function neverSent(err: unknown): boolean {
     if (e instanceof NotSentError) return true;
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string' && NEVER_CONNECTED.has(code)) return true;
-    // pg's words for a pool's and a client's connect timeout; PgBouncer's for a statement it
-    // could not hand to any server (Postgres refusing its logins, or none free in time): it
-    // never reached Postgres (outside review 131: told the job might exist).
+    // pg's words for a pool's and a client's connect timeout, and for a client (a caller's
+    // `tx`) that refuses statements once its connection failed or it was closed; PgBouncer's
+    // for a statement it could not hand to any server (Postgres refusing its logins, or none
+    // free in time): it never reached Postgres (outside reviews 131 and 150: told the job
+    // might exist).
     if (
       e instanceof Error &&
-      /timeout exceeded when trying to connect|Connection terminated due to connection timeout|^server login has been failing|^pgbouncer cannot connect to server|^query_wait_timeout/i.test(
+      /timeout exceeded when trying to connect|Connection terminated due to connection timeout|^Client has encountered a connection error and is not queryable|^Client was closed and is not queryable|^server login has been failing|^pgbouncer cannot connect to server|^query_wait_timeout/i.test(
         e.message,
       )
     ) {
@@ -357,11 +359,14 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
   // enqueue_job()'s own checks (a key's holder of another task in 'replace' mode).
   if (e?.code === '22023') return new ValidationError(`${context}: ${e.message}`, { cause: err });
   const wrapped = wrapDatabaseError(err, context);
-  if (committed === 'caller' || !(wrapped instanceof ConnectionError)) return wrapped;
+  if (!(wrapped instanceof ConnectionError)) return wrapped;
   const message = err instanceof SluiceError ? `${context}: ${wrapped.message}` : wrapped.message;
   // No connection was made: the job cannot exist, and the "may exist" warning misled (outside review 101).
   const jobs = batch ? 'the jobs were' : 'the job was';
-  if (neverSent(err)) return new NotSentError(`${message}; nothing was sent, so ${jobs} not enqueued`, { cause: err });
+  // In the caller's transaction, whether anything commits is the caller's to find out.
+  const sent = neverSent(err) ? 'nothing was sent' : undefined;
+  if (committed === 'caller') return sent ? new NotSentError(`${message}; ${sent}`, { cause: err }) : wrapped;
+  if (sent) return new NotSentError(`${message}; ${sent}, so ${jobs} not enqueued`, { cause: err });
   // A batch is one statement: all of its jobs exist, or none.
   const exist = batch ? 'the jobs exist all the same, every one of the batch,' : 'the job exists all the same';
   return new ConnectionError(

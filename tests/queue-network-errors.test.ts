@@ -212,6 +212,32 @@ describe("an enqueue in the caller's transaction that gets no reply in time", ()
   });
 });
 
+describe("an enqueue in a caller's transaction whose connection is already gone", () => {
+  it('is a NotSentError: pg refuses the statement before sending it (outside review 150)', async () => {
+    const tx = new pg.Client({ connectionString: db.url });
+    tx.on('error', () => {});
+    await tx.connect();
+    const queue = new Queue({ schema: db.schema });
+    try {
+      await tx.query('BEGIN');
+      const pid = (await tx.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      const ended = new Promise((resolve) => tx.once('end', resolve));
+      await db.pool.query('SELECT pg_terminate_backend($1)', [pid]);
+      await ended; // pg has seen its connection end: it sends nothing more on it
+      const error = await queue.enqueue('gone', {}, { tx }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(NotSentError);
+      expect((error as Error).message).toMatch(/not queryable.*nothing was sent/);
+      await tx.end().catch(() => {});
+      expect(await queue.enqueue('gone', {}, { tx }).catch((e: unknown) => e)).toBeInstanceOf(NotSentError);
+      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'gone'`);
+      expect(rows[0].n).toBe(0);
+    } finally {
+      await tx.end().catch(() => {});
+      await queue.close();
+    }
+  });
+});
+
 describe('a connection string that is not a URL', () => {
   it('takes the socket forms pg takes', () => {
     for (const url of ['postgresql://postgres@/db?host=/tmp&port=5', 'postgresql:///db?host=/tmp', 'socket:/tmp?db=x']) {

@@ -19,6 +19,26 @@ describe('Worker.start()', () => {
     await worker.stop();
   });
 
+  it.each([
+    ['a role that does not exist', (u: URL) => (u.username = 'sluice_no_such_role')],
+    ['a database that does not exist', (u: URL) => (u.pathname = '/sluice_no_such_db')],
+  ])('rejects with a ConfigError for %s, with no error event (outside review 150)', async (_, change) => {
+    const url = new URL(databaseUrl());
+    change(url);
+    const errors: Error[] = [];
+    const worker = new Worker({ connectionString: url.toString(), driver: TEST_DRIVER, tasks: { t: async () => {} } });
+    worker.on('error', (e) => errors.push(e));
+    const started = worker.start();
+    await expect(started).rejects.toBeInstanceOf(ConfigError);
+    // Trust auth (the CI server) says the role does not exist; password auth (the
+    // embedded server) that the login failed.
+    await expect(started).rejects.toThrow(
+      /^Postgres at .*: (role "sluice_no_such_role" does not exist|password authentication failed for user "sluice_no_such_role"|database "sluice_no_such_db" does not exist) \(/,
+    );
+    await worker.stop();
+    expect(errors).toEqual([]);
+  });
+
   it('starts while Postgres is out of reach and reports where it tried, without the password', async () => {
     const errors: SluiceError[] = [];
     const worker = new Worker({

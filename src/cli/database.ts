@@ -4,7 +4,7 @@ import pg from 'pg';
 import { connectionError, describeTarget, type PgPool } from '../db/connection.js';
 import { databaseUrlProblem } from '../db/database-url.js';
 import { migrateStatements } from '../db/statements/migrate.js';
-import { causeChain, isConnectionFailure, isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
+import { isConnectionFailure, isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
 import { CommandFailed, UsageError } from './output.js';
 
 export interface GlobalOptions {
@@ -29,27 +29,6 @@ export function requireDatabaseUrl(options: GlobalOptions): string {
 export function checkDatabaseUrl(url: string): void {
   const problem = databaseUrlProblem(url);
   if (problem) throw new UsageError(problem);
-}
-
-// SQLSTATEs of a server that answered but would not let us in, and what to do.
-const LOGIN_REFUSED: Record<string, string> = {
-  '28P01': 'check the user and password in the database URL', // invalid_password
-  '28000': 'check the user in the database URL, and pg_hba.conf', // invalid_authorization_specification
-  '3D000': 'create it, or fix the database name in the URL', // invalid_catalog_name
-};
-
-/**
- * An error whose cause is that the server answered and refused the login or has
- * no such database (not that it could not be reached), worded as what it is; or
- * undefined. Found on the error itself or on its causes, whoever wrapped it.
- */
-export function loginProblem(err: unknown, url: string | undefined): string | undefined {
-  for (const e of causeChain(err)) {
-    const { code, message } = e as { code?: unknown; message?: unknown };
-    const hint = typeof code === 'string' ? LOGIN_REFUSED[code] : undefined;
-    if (hint) return `Postgres at ${describeTarget(url)}: ${String(message)} (${hint})`;
-  }
-  return undefined;
 }
 
 /** Where `sluice demo` keeps its embedded Postgres between runs. */

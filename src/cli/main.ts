@@ -15,7 +15,7 @@ import { registerQueues } from './commands/queues.js';
 import { registerRelay } from './commands/relay.js';
 import { registerStats } from './commands/stats.js';
 import { registerWorker } from './commands/worker.js';
-import { loginProblem } from './database.js';
+import { loginProblem } from '../db/connection.js';
 import { CommandFailed, ExitStatus, UsageError } from './output.js';
 
 /** Exit codes: 0 success, 1 runtime failure, 2 usage error. */

@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { ConfigError, ConnectionError } from '../errors.js';
+import { causeChain, ConfigError, ConnectionError } from '../errors.js';
 import type { DriverName } from './driver.js';
 import type { PostgresJsSql } from './drivers/postgres-js.js';
 
@@ -234,4 +234,25 @@ export function describeTarget(connectionString: string | undefined): string {
 export function connectionError(err: unknown, connectionString: string | undefined): ConnectionError {
   const reason = err instanceof Error ? err.message : String(err);
   return new ConnectionError(`cannot reach Postgres at ${describeTarget(connectionString)}: ${reason}`, { cause: err });
+}
+
+// SQLSTATEs of a server that answered but would not let us in, and what to do.
+const LOGIN_REFUSED: Record<string, string> = {
+  '28P01': 'check the user and password in the database URL', // invalid_password
+  '28000': 'check the user in the database URL, and pg_hba.conf', // invalid_authorization_specification
+  '3D000': 'create it, or fix the database name in the URL', // invalid_catalog_name
+};
+
+/**
+ * An error whose cause is that the server answered and refused the login or has
+ * no such database (not that it could not be reached), worded as what it is; or
+ * undefined. Found on the error itself or on its causes, whoever wrapped it.
+ */
+export function loginProblem(err: unknown, url: string | undefined): string | undefined {
+  for (const e of causeChain(err)) {
+    const { code, message } = e as { code?: unknown; message?: unknown };
+    const hint = typeof code === 'string' ? LOGIN_REFUSED[code] : undefined;
+    if (hint) return `Postgres at ${describeTarget(url)}: ${String(message)} (${hint})`;
+  }
+  return undefined;
 }

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import { resolveStopOptions, resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
-import { connectionError } from '../db/connection.js';
+import { connectionError, loginProblem } from '../db/connection.js';
 import { checkConnectionUrls } from '../db/database-url.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import { PgWorkerStore } from '../db/store.js';
@@ -276,23 +276,28 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
   }
 
   /**
-   * Says at start what is wrong, once: a schema that was never migrated rejects
-   * start() (nothing would ever run); Postgres out of reach is reported as an
-   * 'error' event naming where it tried, and the worker starts anyway and keeps
-   * trying (it may simply be up before its database).
+   * Says at start what is wrong, once: a schema that was never migrated, or a
+   * server that refused the login or has no such database, rejects start()
+   * (nothing would ever run; a typo in the URL looked like an outage, outside
+   * review 150); Postgres out of reach is reported as an 'error' event naming
+   * where it tried, and the worker starts anyway and keeps trying (it may simply
+   * be up before its database).
    */
   private async probe(db: Driver): Promise<void> {
     try {
       await db.query(migrateStatements(this.config.schema).probe);
     } catch (err) {
-      if (isNotMigrated(err)) {
+      const refused = loginProblem(err, this.options.connectionString);
+      if (refused || isNotMigrated(err)) {
         this.state = 'stopped';
         await db.end().catch(() => {});
-        throw new MigrationError(
-          `no Sluice tables in schema "${this.config.schema}": run \`sluice migrate\` ` +
-            '(or call migrate()) against this database first, or pass the right schema',
-          { cause: err },
-        );
+        throw refused
+          ? new ConfigError(refused, { cause: err })
+          : new MigrationError(
+              `no Sluice tables in schema "${this.config.schema}": run \`sluice migrate\` ` +
+                '(or call migrate()) against this database first, or pass the right schema',
+              { cause: err },
+            );
       }
       // Cut by a stop() while starting: the stop's own error says why, not "cannot reach".
       const unreachable = isConnectionFailure(err) && !this.stopPromise;

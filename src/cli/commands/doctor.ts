@@ -1,9 +1,9 @@
 import type { Command } from 'commander';
-import { connectionError } from '../../db/connection.js';
+import { connectionError, loginProblem } from '../../db/connection.js';
 import { runDoctor, type DoctorReport } from '../../doctor/run-doctor.js';
 import { isConnectionFailure } from '../../errors.js';
 import type { CheckResult } from '../../doctor/findings.js';
-import { globalOptions, loginProblem, requireDatabaseUrl } from '../database.js';
+import { globalOptions, requireDatabaseUrl } from '../database.js';
 import { ExitStatus, printJson } from '../output.js';
 
 const EXIT_BY_STATUS = { ok: 0, warn: 1, critical: 2 } as const;
