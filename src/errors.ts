@@ -79,11 +79,13 @@ export function neverSent(err: unknown): boolean {
     // pg's words for a pool's and a client's connect timeout, and for a client (a caller's
     // `tx`) that refuses statements once its connection failed or it was closed; PgBouncer's
     // for a statement it could not hand to any server (Postgres refusing its logins, or none
-    // free in time): it never reached Postgres (outside reviews 131 and 150: told the job
+    // free in time, or a server connection that failed the SETs of the client's startup
+    // parameters, which PgBouncer sends before the client's statement: "invalid server
+    // parameter"): it never reached Postgres (outside reviews 131, 149 and 150: told the job
     // might exist).
     if (
       e instanceof Error &&
-      /timeout exceeded when trying to connect|Connection terminated due to connection timeout|^Client has encountered a connection error and is not queryable|^Client was closed and is not queryable|^server login has been failing|^pgbouncer cannot connect to server|^query_wait_timeout/i.test(
+      /timeout exceeded when trying to connect|Connection terminated due to connection timeout|^Client has encountered a connection error and is not queryable|^Client was closed and is not queryable|^server login has been failing|^pgbouncer cannot connect to server|^query_wait_timeout|^invalid server parameter/i.test(
         e.message,
       )
     ) {

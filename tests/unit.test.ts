@@ -7,7 +7,15 @@ import type { JobRow } from '../src/job.js';
 import { runInNewContext } from 'node:vm';
 import { describeTarget } from '../src/db/connection.js';
 import { quoteSchema } from '../src/db/identifiers.js';
-import { ValidationError, ConfigError, isConnectionFailure, isServerDown, PermanentFailure, Snooze } from '../src/errors.js';
+import {
+  ValidationError,
+  ConfigError,
+  isConnectionFailure,
+  isServerDown,
+  neverSent,
+  PermanentFailure,
+  Snooze,
+} from '../src/errors.js';
 
 describe('retryDelayMs', () => {
   const opts = { baseMs: 1_000, maxMs: 60_000 };
@@ -233,6 +241,26 @@ describe('connection helpers', () => {
     expect(isServerDown(new Error('wrapped', { cause: coded('57P03') }))).toBe(true);
     expect(isServerDown(coded('57P01'))).toBe(false); // pg_terminate_backend
     expect(isServerDown(new Error('Connection terminated unexpectedly'))).toBe(false);
+  });
+  it('tells a statement that was never sent from one that may have run', () => {
+    const sentNothing = [
+      'Client has encountered a connection error and is not queryable', // pg, a caller's dead tx (outside review 150)
+      'Client was closed and is not queryable',
+      'server login has been failing, try again later (server_login_retry)', // PgBouncer
+      'invalid server parameter', // PgBouncer: its SETs before the client's statement failed (outside review 149)
+    ];
+    for (const message of sentNothing) {
+      expect(neverSent(new Error(message)), message).toBe(true);
+      expect(neverSent(new Error('wrapped', { cause: new Error(message) })), message).toBe(true);
+    }
+    expect(neverSent(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }))).toBe(true);
+    for (const message of [
+      'Connection terminated unexpectedly',
+      'read ECONNRESET',
+      'terminating connection due to administrator command',
+    ]) {
+      expect(neverSent(new Error(message)), message).toBe(false);
+    }
   });
   it('quotes schema names', () => {
     expect(quoteSchema('a"b')).toBe('"a""b"');
