@@ -888,6 +888,23 @@ describe('groups: jobs without a group in a grouped queue (0019)', () => {
     // while more than 32 older jobs of 'big' wait, then every round gives them a turn.
     expect(seen).toEqual([...Array.from({ length: 9 }, () => 'big'), null, 'big']);
   });
+
+  // Outside review 151: held-back jobs of 'vip' filled the window, and the jobs
+  // without a group ran only as fast as 'vip' did, with the other slots idle.
+  it.each([
+    ['at its concurrency limit', { concurrencyLimit: 1 }],
+    ['under a rate limit', { rateLimit: { limit: 1, intervalMs: 60_000, burst: 1 } }],
+  ])('do not wait behind older jobs of a group %s (0041)', async (_, settings) => {
+    const queue = `held-${Object.keys(settings)[0]}`;
+    await setGroupSettings(t.db.pool, t.db.schema, queue, 'vip', settings);
+    await t.queue.enqueueMany(Array.from({ length: 40 }, () => ({ task: 't', queue, group: 'vip' })));
+    await t.queue.enqueueMany(Array.from({ length: 20 }, () => ({ task: 't', queue })));
+    // The first claim takes vip's one job (and, under the rate limit, which holds vip
+    // back from the start, jobs without a group beside it).
+    expect(groupsOf((await claim(queue, 10)).jobs).filter((g) => g === 'vip')).toEqual(['vip']);
+    // vip is held back now (one running, or its token spent): the others' jobs go.
+    expect(groupsOf((await claim(queue, 10)).jobs)).toEqual(Array.from({ length: 10 }, () => null));
+  });
 });
 
 describe("groups: the claim statement's plans (0019)", () => {
