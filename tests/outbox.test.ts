@@ -1216,6 +1216,34 @@ describe('relay: outside review 96', () => {
     expect(broker.duplicates).toBe(0);
   });
 
+  it('matches the broker results to their messages when the lease is lost while a retry is out (outside review 152)', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    let tries = 0;
+    broker.refuse = (m) => m.payload.toString() === 'poison' && ++tries === 1;
+    let release: () => void = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const publish = broker.publish.bind(broker);
+    // The retry of the poison (b, taken behind it, is not sent again) waits until released.
+    broker.publish = async (messages) => {
+      if (tries >= 1 && messages.some((m) => m.payload.toString() === 'poison')) await held;
+      return publish(messages);
+    };
+    const relay = startRelay(broker, [d], { leaseMs: 600, maxAttempts: 5 });
+    const errors: Error[] = [];
+    relay.events.on('error', (e) => errors.push(e));
+    await outbox.publishMany(['a', 'poison', 'b'].map((payload) => ({ destination: d, payload, key: 'k' })));
+    await relay.start();
+    await waitFor(() => tries === 1 && broker.stored.length === 2, 'a and b taken, the poison refused once');
+    // The retry is out; the lease runs out meanwhile and is said lost.
+    await waitFor(() => relay.holding.length === 0, 'the lease lost while the retry is out', 5_000);
+    release();
+    await waitFor(async () => (await count('outbox', d)) === 0, 'everything published and deleted');
+    expect(errors.map((e) => e.message)).toEqual([]);
+    expect(broker.ofKey('k')).toEqual(['a', 'b', 'poison']);
+    expect(broker.duplicates).toBe(0);
+  });
+
   it('keeps its lease while it retries a refused message: the backoff stays under a third of the lease (review 100)', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();
