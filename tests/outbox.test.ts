@@ -718,6 +718,11 @@ describe('relay: outside review 74', () => {
     // Review 77: a Nats-Rollup key header purged the subject with every keyed message.
     for (const keyHeader of ['Nats-Rollup', 'nats-msg-id', 'a b', 'a:b', ''])
       expect(() => natsPublisher({ keyHeader }), keyHeader).toThrow(/natsPublisher: keyHeader/);
+    // An AMQP field name is at most 255 bytes: longer, every keyed message failed (outside review 152).
+    expect(() => rabbitMqPublisher({ keyHeader: 'h'.repeat(256) })).toThrow(
+      /rabbitMqPublisher: keyHeader .* longer than 255 bytes/,
+    );
+    expect(() => rabbitMqPublisher({ keyHeader: 'h'.repeat(255) })).not.toThrow();
     expect(() => natsPublisher({ keyHeader: 'X-Key' })).not.toThrow();
     expect(() => natsPublisher({ keyHeader: null })).not.toThrow();
   });

@@ -138,6 +138,8 @@ const HEADER_NAME = /^[!#-'*+\-.0-9A-Z^_`a-z|~]+$/;
  */
 export function keyHeaderProblem(name: string): string | undefined {
   if (!HEADER_NAME.test(name)) return 'is not a header name (a token: no spaces, colons or control characters)';
+  // An AMQP field name is a short string: a longer one failed every keyed message (outside review 152).
+  if (name.length > MAX_HEADER_NAME_BYTES) return `is longer than ${MAX_HEADER_NAME_BYTES} bytes`;
   if (name.toLowerCase().startsWith('nats-')) return "is reserved (Nats-* headers are JetStream's controls)";
   return undefined;
 }
