@@ -19,6 +19,7 @@ import { createTestSchema, waitFor, type TestDatabase } from './helpers/database
 import { MemoryBroker, messageIdOf, relayMessage } from './helpers/outbox.js';
 import { runCli, spawnCli } from './helpers/cli.js';
 import { startGate } from './helpers/tcp-gate.js';
+import { outboxStatements } from '../src/db/statements/outbox.js';
 
 let db: TestDatabase;
 let outbox: Outbox;
@@ -1219,6 +1220,30 @@ describe('relay: outside review 96', () => {
     expect(tries).toEqual([1, 3, 1, 5, 1]);
     expect(broker.ofKey('k')).toEqual(['a', 'b', 'c']);
     expect(broker.duplicates).toBe(0);
+  });
+
+  it('ends a window where its payloads pass the byte budget, its first message always in it (outside review 152)', async () => {
+    const d = freshDestination();
+    await outbox.publishMany(
+      [5000, 1000, 1000, 1000, 1000].map((n, i) => ({ destination: d, payload: Buffer.alloc(n, 97 + i), key: `k${i}` })),
+    );
+    const window = async (bytes: number) => {
+      const { rows } = await db.pool.query<{ payload: Buffer | null; marker: boolean }>(outboxStatements(db.schema).fetchWindow, [
+        d,
+        '0',
+        '0',
+        1,
+        0,
+        100,
+        null,
+        bytes,
+      ]);
+      return rows.filter((r) => !r.marker).map((r) => r.payload!.length);
+    };
+    // Counted in rows only, a window of large messages held batchSize of them.
+    expect(await window(1024)).toEqual([5000]);
+    expect(await window(7500)).toEqual([5000, 1000, 1000, 1000]);
+    expect(await window(100_000)).toEqual([5000, 1000, 1000, 1000, 1000]);
   });
 
   it('matches the broker results to their messages when the lease is lost while a retry is out (outside review 152)', async () => {

@@ -12,6 +12,13 @@ export interface Position {
 
 export const START: Position = { txid: '0', id: '0' };
 
+/**
+ * The most payload bytes a window holds (besides its first message, whatever its
+ * size): with the next window read ahead, a relay holds about twice this per
+ * partition, whatever batchSize and the messages' size.
+ */
+export const WINDOW_BYTES = 16 * 1024 * 1024;
+
 /** One window of the walk: this partition's messages in it, and where it ends. */
 export interface Window {
   messages: RelayMessage[];
@@ -135,7 +142,7 @@ export class RelayStore {
   ): Promise<Window> {
     const { rows } = await this.db.query<WindowRow>(
       this.q.fetchWindow,
-      [destination, after.txid, after.id, partitions, partition, size, this.cleanupTxid],
+      [destination, after.txid, after.id, partitions, partition, size, this.cleanupTxid, WINDOW_BYTES],
       this.prepared ? preparedName('outbox-window', schema) : undefined,
     );
     const messages: RelayMessage[] = [];

@@ -53,7 +53,8 @@ export interface OutboxStatements {
    * The next window of committed messages after the watermark, with the rows of
    * partition $5 (of $4) and one marker row for the window's end.
    * $1 destination, $2 watermark txid, $3 watermark id, $6 window size, $7 the
-   * txid of this process's clean-up transaction in flight (or null).
+   * txid of this process's clean-up transaction in flight (or null), $8 the most
+   * payload bytes in a window (its first message is always in it).
    */
   readonly fetchWindow: string;
   /** Whether messages past the watermark exist that are not below the horizon yet ($1 destination, $2 txid, $3 id). */
@@ -149,11 +150,22 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
     // would make it guess few matches and sort the whole backlog instead). Every
     // relay of a destination walks all of its rows and keeps its partition's;
     // the marker row is the window's end, where the watermark may go once this
-    // partition's rows in it are published, even if there were none.
+    // partition's rows in it are published, even if there were none. The window
+    // ends early where its payloads pass $8 bytes (octet_length reads a TOASTed
+    // value's size without fetching it): counted in rows only, 2,000 messages of
+    // 1 MB made windows of 2 GB, and relays that lost their leases reading them
+    // (outside review 152).
     fetchWindow: `WITH win AS MATERIALIZED (
-        SELECT o.id, o.txid, o.key, o.headers, o.payload, o.created_at FROM ${outbox} o
-        WHERE o.destination = $1 AND (o.txid, o.id) > ($2::xid8, $3::bigint) AND o.txid < ${horizon}
-        ORDER BY o.txid, o.id LIMIT $6
+        SELECT w.id, w.txid, w.key, w.headers, w.payload, w.created_at FROM (
+          SELECT l.*, sum(octet_length(l.payload)) OVER (ORDER BY l.txid, l.id ROWS UNBOUNDED PRECEDING)
+              - octet_length(l.payload) AS bytes_before
+          FROM (
+            SELECT o.id, o.txid, o.key, o.headers, o.payload, o.created_at FROM ${outbox} o
+            WHERE o.destination = $1 AND (o.txid, o.id) > ($2::xid8, $3::bigint) AND o.txid < ${horizon}
+            ORDER BY o.txid, o.id LIMIT $6
+          ) l
+        ) w
+        WHERE w.bytes_before < $8::bigint
       )
       SELECT * FROM (
         SELECT w.id, w.txid, w.key, w.headers, w.payload, w.created_at, false AS marker FROM win w
