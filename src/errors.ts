@@ -60,8 +60,17 @@ export class ConnectionError extends SluiceError {
 export class NotSentError extends ConnectionError {}
 
 // Driver codes of a connection that was never made: nothing can have been sent on it.
-// 57P03: cannot connect now (the server is starting or stopping); 53300: too many connections.
-const NEVER_CONNECTED = new Set(['ECONNREFUSED', 'ENOTFOUND', 'EAI_AGAIN', '57P03', '53300', 'CONNECT_TIMEOUT']);
+// 57P03: cannot connect now (the server is starting or stopping); 53300: too many connections;
+// CONNECTION_ENDED: postgres.js refusing a statement once its `end()` was called (outside review 153).
+const NEVER_CONNECTED = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  '57P03',
+  '53300',
+  'CONNECT_TIMEOUT',
+  'CONNECTION_ENDED',
+]);
 
 /** `err` and the errors it wraps (`cause`), at most five deep: whoever wrapped a driver's error, it is found. */
 export function* causeChain(err: unknown): Generator<object> {

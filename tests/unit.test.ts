@@ -254,6 +254,9 @@ describe('connection helpers', () => {
       expect(neverSent(new Error('wrapped', { cause: new Error(message) })), message).toBe(true);
     }
     expect(neverSent(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }))).toBe(true);
+    // postgres.js after its end() (outside review 153); a connection closed under a statement may have run it.
+    expect(neverSent(Object.assign(new Error('write CONNECTION_ENDED h:5432'), { code: 'CONNECTION_ENDED' }))).toBe(true);
+    expect(neverSent(Object.assign(new Error('write CONNECTION_CLOSED h:5432'), { code: 'CONNECTION_CLOSED' }))).toBe(false);
     for (const message of [
       'Connection terminated unexpectedly',
       'read ECONNRESET',

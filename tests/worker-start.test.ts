@@ -39,6 +39,29 @@ describe('Worker.start()', () => {
     expect(errors).toEqual([]);
   });
 
+  it('rejects with a ConfigError for a role without CONNECT on the database (outside review 153)', async () => {
+    const tag = `${process.pid}_${Date.now()}`;
+    const [database, role] = [`sluice_noconnect_${tag}`, `sluice_noconnect_${tag}`];
+    const admin = new pg.Client({ connectionString: databaseUrl() });
+    await admin.connect();
+    try {
+      await admin.query(`CREATE DATABASE ${database}`);
+      await admin.query(`REVOKE CONNECT ON DATABASE ${database} FROM PUBLIC`);
+      await admin.query(`CREATE ROLE ${role} LOGIN PASSWORD 'pw'`);
+      const url = new URL(databaseUrl());
+      [url.username, url.password, url.pathname] = [role, 'pw', `/${database}`];
+      const worker = new Worker({ connectionString: url.toString(), driver: TEST_DRIVER, tasks: { t: async () => {} } });
+      const started = worker.start();
+      await expect(started).rejects.toBeInstanceOf(ConfigError);
+      await expect(started).rejects.toThrow(/permission denied for database .*\(grant the role CONNECT on the database\)$/);
+      await worker.stop();
+    } finally {
+      await admin.query(`DROP DATABASE IF EXISTS ${database}`);
+      await admin.query(`DROP ROLE IF EXISTS ${role}`);
+      await admin.end();
+    }
+  });
+
   it('starts while Postgres is out of reach and reports where it tried, without the password', async () => {
     const errors: SluiceError[] = [];
     const worker = new Worker({
