@@ -62,6 +62,29 @@ describe('Worker.start()', () => {
     }
   });
 
+  it('rejects with a ConfigError when the login of its listenConnectionString is refused (outside review 153)', async () => {
+    const { createTestSchema } = await import('./helpers/database.js');
+    const db = await createTestSchema('listenurl');
+    try {
+      const listen = new URL(db.url);
+      listen.username = 'sluice_no_such_role';
+      const worker = new Worker({
+        connectionString: db.url,
+        listenConnectionString: listen.toString(),
+        schema: db.schema,
+        driver: TEST_DRIVER,
+        tasks: { t: async () => {} },
+      });
+      worker.on('error', () => {});
+      const started = worker.start();
+      await expect(started).rejects.toBeInstanceOf(ConfigError);
+      await expect(started).rejects.toThrow(/^listenConnectionString: Postgres at .*sluice_no_such_role/);
+      await worker.stop();
+    } finally {
+      await db.drop();
+    }
+  });
+
   it('starts while Postgres is out of reach and reports where it tried, without the password', async () => {
     const errors: SluiceError[] = [];
     const worker = new Worker({

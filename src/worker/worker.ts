@@ -187,7 +187,15 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       throw err;
     }
     const { queueState, loop, heartbeat } = this.parts;
-    await this.listen();
+    try {
+      await this.listen();
+    } catch (err) {
+      // The LISTEN URL's login refused (see listen()): nothing claims yet; close what started.
+      this.state = 'stopped';
+      await Promise.all([this.parts.notifier?.stop(), this.parts.instrumentation.stop()]).catch(() => {});
+      await db.end().catch(() => {});
+      throw err;
+    }
     await queueState.start();
     // stop() was called while starting: claim nothing; stop() takes it from here.
     if (this.stopPromise) return;
@@ -337,10 +345,17 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       this.reportError(err, 'listen');
     });
     // Resolve start() once LISTEN is in place, so a job enqueued right after is
-    // pushed, not polled. If Postgres is down, start anyway: the notifier retries.
-    const ready = new Promise<void>((resolve) => {
+    // pushed, not polled. If Postgres is down, start anyway: the notifier retries. A
+    // login refused on a listenConnectionString of its own rejects start(), as on the
+    // main one (see probe(); outside review 153: it failed twice a second for ever).
+    const url = this.options.listenConnectionString;
+    const ready = new Promise<void>((resolve, reject) => {
       notifier.once('listening', resolve);
-      notifier.once('connectionError', () => resolve());
+      notifier.once('connectionError', (err) => {
+        const refused = url ? loginProblem(err, url) : undefined;
+        if (refused) reject(new ConfigError(`listenConnectionString: ${refused}`, { cause: err }));
+        else resolve();
+      });
     });
     notifier.start();
     await ready;
