@@ -251,14 +251,15 @@ const LOGIN_REFUSED: Record<string, string> = {
 export function loginProblem(err: unknown, url: string | undefined): string | undefined {
   for (const e of causeChain(err)) {
     const { code, message } = e as { code?: unknown; message?: unknown };
-    // A role without CONNECT on the database is refused at login with 42501 (outside review 153).
-    const noConnect = code === '42501' && /^permission denied for database/.test(String(message));
-    const hint = noConnect
-      ? 'grant the role CONNECT on the database'
-      : typeof code === 'string'
-        ? LOGIN_REFUSED[code]
-        : undefined;
+    const hint = refusalHint(code, String(message));
     if (hint) return `Postgres at ${describeTarget(url)}: ${String(message)} (${hint})`;
   }
   return undefined;
+}
+
+function refusalHint(code: unknown, message: string): string | undefined {
+  // A role without CONNECT on the database is refused at login with 42501 (outside review 153).
+  if (code === '42501')
+    return /^permission denied for database/.test(message) ? 'grant the role CONNECT on the database' : undefined;
+  return typeof code === 'string' ? LOGIN_REFUSED[code] : undefined;
 }
