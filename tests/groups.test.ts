@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { getGroupStats } from '../src/admin/groups.js';
 import { workerStatements } from '../src/db/statements/worker.js';
 import { ValidationError } from '../src/errors.js';
-import { SluiceMetrics } from '../src/index.js';
+import { Queue, SluiceMetrics } from '../src/index.js';
 import { watchGroups } from '../src/metrics/groups.js';
 import {
   listGroupSettings,
@@ -944,6 +944,41 @@ describe("groups: the claim statement's plans (0019)", () => {
     for (const plan of fetches) {
       expect(plan).toContain('jobs_group_dequeue_idx');
       expect(plan).not.toContain('jobs_dequeue_idx');
+    }
+  });
+});
+
+describe("groups: the next group's look on stale statistics (outside review 154)", () => {
+  it('walks the group index, not every pending row of the queue, on a table never analyzed', async () => {
+    const stale = await createTestSchema('groups_stale');
+    const queue = new Queue({ pool: stale.pool, schema: stale.schema });
+    const client = new pg.Client({ connectionString: stale.url });
+    try {
+      // Never analyzed (this server's autovacuum is off; elsewhere it may not have come yet).
+      for (let g = 0; g < 5; g++) await setGroupSettings(stale.pool, stale.schema, 'q', `g${g}`, { concurrencyLimit: 1 });
+      await queue.enqueueMany(Array.from({ length: 20_000 }, (_, i) => ({ task: 't', queue: 'q', group: `g${i % 5}` })));
+      await queue.enqueueMany(Array.from({ length: 6_000 }, (_, i) => ({ task: 't', queue: 'q', group: `u${i % 50}` })));
+      await client.connect();
+      // As workers claim: past the five custom plans, the function's generic plans are what claims run on.
+      const claimTen = () => client.query(`SELECT count(*) FROM ${stale.s}.claim_queue('q', 'w', '{t}', 10, 40, 10, '{}')`);
+      for (let i = 0; i < 6; i++) await claimTen();
+      const plans: string[] = [];
+      client.on('notice', (n) => plans.push(n.message ?? ''));
+      await client.query(`LOAD 'auto_explain'`);
+      await client.query(
+        `SET auto_explain.log_min_duration = 0; SET auto_explain.log_nested_statements = on; SET client_min_messages = log`,
+      );
+      await claimTen();
+      const lookups = plans.filter((p) => p.includes('ORDER BY group_key LIMIT 1'));
+      expect(lookups.length).toBeGreaterThan(0);
+      for (const plan of lookups) {
+        expect(plan).toContain('jobs_group_dequeue_idx');
+        expect(plan).not.toContain('Sort');
+      }
+    } finally {
+      await client.end().catch(() => {});
+      await queue.close();
+      await stale.drop();
     }
   });
 });

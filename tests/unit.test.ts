@@ -5,7 +5,7 @@ import { describeError, Run } from '../src/worker/run.js';
 import { toJobValues } from '../src/job-values.js';
 import type { JobRow } from '../src/job.js';
 import { runInNewContext } from 'node:vm';
-import { describeTarget } from '../src/db/connection.js';
+import { describeTarget, loginProblem } from '../src/db/connection.js';
 import { quoteSchema } from '../src/db/identifiers.js';
 import {
   ValidationError,
@@ -241,6 +241,19 @@ describe('connection helpers', () => {
     expect(isServerDown(new Error('wrapped', { cause: coded('57P03') }))).toBe(true);
     expect(isServerDown(coded('57P01'))).toBe(false); // pg_terminate_backend
     expect(isServerDown(new Error('Connection terminated unexpectedly'))).toBe(false);
+  });
+  it('words a refused login as such, and pg\'s own "no password given" too (outside review 154)', () => {
+    const url = 'postgres://u:secret@db:5432/app';
+    const coded = (code: string, message: string) => Object.assign(new Error(message), { code });
+    expect(loginProblem(coded('28P01', 'password authentication failed for user "u"'), url)).toBe(
+      'Postgres at db:5432/app: password authentication failed for user "u" (check the user and password in the database URL)',
+    );
+    expect(loginProblem(new Error('SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a string'), url)).toMatch(
+      /\(the server asks for a password: give it in the database URL\)$/,
+    );
+    expect(loginProblem(coded('42501', 'permission denied for database "app"'), url)).toMatch(/grant the role CONNECT/);
+    expect(loginProblem(coded('42501', 'permission denied for schema sluice'), url)).toBeUndefined();
+    expect(loginProblem(coded('ECONNREFUSED', 'connect ECONNREFUSED'), url)).toBeUndefined();
   });
   it('tells a statement that was never sent from one that may have run', () => {
     const sentNothing = [

@@ -75,11 +75,14 @@ describe('Worker.start()', () => {
         driver: TEST_DRIVER,
         tasks: { t: async () => {} },
       });
-      worker.on('error', () => {});
+      const errors: Error[] = [];
+      worker.on('error', (e) => errors.push(e));
       const started = worker.start();
       await expect(started).rejects.toBeInstanceOf(ConfigError);
       await expect(started).rejects.toThrow(/^listenConnectionString: Postgres at .*sluice_no_such_role/);
       await worker.stop();
+      // Told once, by the rejection (outside review 154: an error event came first).
+      expect(errors.map((e) => e.message)).toEqual([]);
     } finally {
       await db.drop();
     }

@@ -261,5 +261,7 @@ function refusalHint(code: unknown, message: string): string | undefined {
   // A role without CONNECT on the database is refused at login with 42501 (outside review 153).
   if (code === '42501')
     return /^permission denied for database/.test(message) ? 'grant the role CONNECT on the database' : undefined;
+  // pg's own words when the server asks for a password the URL does not give (outside review 154).
+  if (/client password must be a string/.test(message)) return 'the server asks for a password: give it in the database URL';
   return typeof code === 'string' ? LOGIN_REFUSED[code] : undefined;
 }

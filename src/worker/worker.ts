@@ -340,15 +340,18 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       this.reachable('listen');
       probe?.start();
     });
+    const url = this.options.listenConnectionString;
+    let starting = true;
     notifier.on('connectionError', (err) => {
       probe?.cancel();
+      // A refused login at start rejects start() instead (below): not told twice.
+      if (starting && url && loginProblem(err, url)) return;
       this.reportError(err, 'listen');
     });
     // Resolve start() once LISTEN is in place, so a job enqueued right after is
     // pushed, not polled. If Postgres is down, start anyway: the notifier retries. A
     // login refused on a listenConnectionString of its own rejects start(), as on the
     // main one (see probe(); outside review 153: it failed twice a second for ever).
-    const url = this.options.listenConnectionString;
     const ready = new Promise<void>((resolve, reject) => {
       notifier.once('listening', resolve);
       notifier.once('connectionError', (err) => {
@@ -358,7 +361,11 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       });
     });
     notifier.start();
-    await ready;
+    try {
+      await ready;
+    } finally {
+      starting = false;
+    }
   }
 
   /** LISTEN did not hear the probe (see ListenProbe): said through the logger, as the leader's warnings are. */
