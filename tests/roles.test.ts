@@ -296,6 +296,20 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     ]);
   });
 
+  it("the worker role's claim of a grouped queue may record that it found no job without a group (0041)", async () => {
+    await db.pool.query(`INSERT INTO ${db.s}.queues (name, grouped) VALUES ('held-grouped', true)`);
+    await db.pool.query(`INSERT INTO ${db.s}.job_groups (queue, group_key, concurrency_limit) VALUES ('held-grouped', 'g', 1)`);
+    await db.pool.query(
+      `INSERT INTO ${db.s}.jobs (queue, task, group_key) SELECT 'held-grouped', 't', 'g' FROM generate_series(1, 300)`,
+    );
+    const claim = `SELECT count((c.job).id)::int AS n FROM ${db.s}.claim_queue('held-grouped', 'w', '{t}', 10, 40, 10, '{}') c`;
+    // The first takes g's one job; the second finds 300 held back and nothing else: its deeper look writes the queue's row.
+    expect((await pools.worker.query(claim)).rows).toEqual([{ n: 1 }]);
+    expect((await pools.worker.query(claim)).rows).toEqual([{ n: 0 }]);
+    const { rows } = await db.pool.query(`SELECT ungrouped_none_at FROM ${db.s}.queues WHERE name = 'held-grouped'`);
+    expect(rows[0].ungrouped_none_at).toBeInstanceOf(Date);
+  });
+
   it('the enqueue role cannot change, forge, lock, read or delete jobs, nor skip the payload limit', async () => {
     const pool = pools.enqueue;
     const completed = await ownerInsert({ task: 't', status: 'completed', result: { real: true }, finished_at: new Date() });

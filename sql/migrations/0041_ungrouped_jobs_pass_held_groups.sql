@@ -23,11 +23,24 @@
 -- jobs pays it once a second at most. Behind more than 20,000 held-back jobs, jobs
 -- without a group wait for that group's pace.
 --
--- claim_queue() as in 0040 with that change only, and 0029's enable_seqscan =
--- off again (a CREATE OR REPLACE drops it).
+-- claim_queue() as in 0040 with that change, the claim of jobs without a group
+-- kept in order by their place in _ungrouped, enable_sort = off (see the end of
+-- this file; outside review 154), and 0029's enable_seqscan = off again (a CREATE
+-- OR REPLACE drops it).
 
 -- When the last deeper look found no job without a group (see claim_queue()).
 ALTER TABLE :SCHEMA.queues ADD COLUMN ungrouped_none_at timestamptz;
+
+-- A worker role set up from sql/roles.sql moves the cursor: it keeps this too (as 0022).
+DO $$
+BEGIN
+  IF EXISTS (SELECT FROM pg_roles WHERE rolname = 'sluice_worker')
+     AND has_column_privilege('sluice_worker', (SELECT typrelid FROM pg_type WHERE oid = pg_typeof(NULL:::SCHEMA.queues)),
+                              'group_cursor', 'UPDATE') THEN
+    GRANT UPDATE (ungrouped_none_at) ON :SCHEMA.queues TO sluice_worker;
+  END IF;
+END
+$$;
 
 CREATE OR REPLACE FUNCTION :SCHEMA.claim_queue(_queue text, _worker text, _tasks text[], _max integer, _max_visits integer,
                                     _start_now integer, _finished bigint[])
