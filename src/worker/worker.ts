@@ -340,31 +340,29 @@ export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEve
       this.reachable('listen');
       probe?.start();
     });
-    const url = this.options.listenConnectionString;
-    let starting = true;
-    notifier.on('connectionError', (err) => {
-      probe?.cancel();
-      // A refused login at start rejects start() instead (below): not told twice.
-      if (starting && url && loginProblem(err, url)) return;
-      this.reportError(err, 'listen');
-    });
     // Resolve start() once LISTEN is in place, so a job enqueued right after is
     // pushed, not polled. If Postgres is down, start anyway: the notifier retries. A
-    // login refused on a listenConnectionString of its own rejects start(), as on the
-    // main one (see probe(); outside review 153: it failed twice a second for ever).
+    // login refused on a listenConnectionString of its own rejects start() instead,
+    // as on the main one, and is not told as an error event too (see probe();
+    // outside reviews 153 and 154).
+    const url = this.options.listenConnectionString;
+    let refuse: ((err: Error) => void) | undefined;
+    notifier.on('connectionError', (err) => {
+      probe?.cancel();
+      const refused = refuse && url ? loginProblem(err, url) : undefined;
+      if (refused) refuse!(new ConfigError(`listenConnectionString: ${refused}`, { cause: err }));
+      else this.reportError(err, 'listen');
+    });
     const ready = new Promise<void>((resolve, reject) => {
+      refuse = reject;
       notifier.once('listening', resolve);
-      notifier.once('connectionError', (err) => {
-        const refused = url ? loginProblem(err, url) : undefined;
-        if (refused) reject(new ConfigError(`listenConnectionString: ${refused}`, { cause: err }));
-        else resolve();
-      });
+      notifier.once('connectionError', () => resolve()); // after a refusal's reject: no effect
     });
     notifier.start();
     try {
       await ready;
     } finally {
-      starting = false;
+      refuse = undefined;
     }
   }
 
