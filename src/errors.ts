@@ -20,7 +20,8 @@ export type SluiceErrorCode =
   | 'JOB_NOT_FOUND'
   | 'CANCELLED'
   | 'SNOOZE'
-  | 'SHUTDOWN';
+  | 'SHUTDOWN'
+  | 'LISTENER';
 
 export class SluiceError extends Error {
   readonly code: SluiceErrorCode;
@@ -139,8 +140,9 @@ export function isLockTimeout(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === '55P03';
 }
 
-/** insufficient_privilege: the role may not do this. */
+/** insufficient_privilege: the role may not do this (the driver's error, or Sluice's DatabaseError of it). */
 export function isInsufficientPrivilege(err: unknown): boolean {
+  if (err instanceof DatabaseError) return err.sqlState === '42501';
   return (err as { code?: unknown } | null)?.code === '42501';
 }
 
@@ -210,6 +212,21 @@ export class JobCancelledError extends SluiceError {
 export class WorkerStoppingError extends SluiceError {
   constructor(message: string, options?: { cause?: unknown }) {
     super('SHUTDOWN', message, options);
+  }
+}
+
+/**
+ * The worker's 'error' event for an exception thrown (or a promise rejected) by one
+ * of your listeners of another event. The worker carries on as if the listener had
+ * returned: the event's other listeners are called, the job runs or its result
+ * stands. `event` names the event whose listener failed; `cause` is what it threw.
+ */
+export class ListenerError extends SluiceError {
+  readonly event: string;
+  constructor(event: string, cause: unknown) {
+    const reason = cause instanceof Error ? cause.message : String(cause);
+    super('LISTENER', `a '${event}' listener threw: ${reason} (the worker carries on)`, { cause });
+    this.event = event;
   }
 }
 

@@ -54,6 +54,7 @@ export {
   Snooze,
   JobCancelledError,
   WorkerStoppingError,
+  ListenerError,
   type SluiceErrorCode,
 } from './errors.js';
 export {

@@ -1,5 +1,5 @@
-import { EventEmitter } from 'node:events';
 import { wrapDatabaseError } from '../errors.js';
+import { ListenerSafeEmitter } from '../lifecycle/listener-safe-emitter.js';
 import type { RelayMessage } from './publishers/publisher.js';
 
 export interface PartitionInfo {
@@ -48,7 +48,8 @@ export interface RelayEventMap {
   error: [Error];
 }
 
-export class RelayEvents extends EventEmitter<RelayEventMap> {
+/** A listener that throws cannot break a relay's pass: it becomes an 'error' (a ListenerError). */
+export class RelayEvents extends ListenerSafeEmitter<RelayEventMap> {
   constructor() {
     super();
     // An 'error' nobody listens to must not crash the process: the relay retries anyway.

@@ -1,4 +1,4 @@
-import { EventEmitter } from 'node:events';
+import { ListenerSafeEmitter } from '../lifecycle/listener-safe-emitter.js';
 import { resolveStopOptions, resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
@@ -61,7 +61,7 @@ const MAX_START_HOLD_MS = 1_000;
  *   await worker.start();
  *   process.on('SIGTERM', () => worker.stop());
  */
-export class Worker<T extends TaskMap = AnyTasks> extends EventEmitter<WorkerEvents> {
+export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<WorkerEvents> {
   readonly config: ResolvedWorkerConfig;
   private readonly options: WorkerOptions;
   private readonly slots: Slots;
