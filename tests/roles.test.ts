@@ -2,8 +2,9 @@ import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { DatabaseError, DuplicateJobError, Queue, Snooze, Worker, type SluiceError } from '../src/index.js';
+import { ConfigError, DatabaseError, DuplicateJobError, Queue, Snooze, Worker, type SluiceError } from '../src/index.js';
 import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
+import { FIXTURES, runCli, spawnCli } from './helpers/cli.js';
 
 // sql/roles.sql applied with random role names (roles are cluster-wide, and the
 // shared server is used by others), then exercised by logging in as each role.
@@ -468,5 +469,64 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     // The owner (the admin API, tests, repairs) is not held to any of it.
     await db.pool.query(`UPDATE ${db.s}.jobs SET run_at = now() + interval '1 day' WHERE id = $1`, [pending]);
     await db.pool.query(`UPDATE ${db.s}.jobs SET status = 'pending', finished_at = NULL WHERE id = $1`, [completed]);
+  });
+
+  // Outside review 156, each through the real executable (dist/), logged in as the roles.
+  describe('the CLI and the Worker under these roles', () => {
+    it('sluice enqueue as the enqueue role exits 0 with the id: the paused note it may not read is left out', async () => {
+      const result = await runCli(urlAs(logins.enqueue), db.schema, ['enqueue', 't', '{"n":1}', '--queue', `cli_${tag}`]);
+      expect(result.stderr).toBe('');
+      expect(result.code).toBe(0);
+      const id = result.stdout.trim();
+      const { rows } = await db.pool.query(`SELECT queue FROM ${db.s}.jobs WHERE id = $1`, [id]);
+      expect(rows).toEqual([{ queue: `cli_${tag}` }]);
+    });
+
+    it('a Worker whose role may not claim jobs is refused at start, not left idle', async () => {
+      const worker = new Worker({ connectionString: urlAs(logins.enqueue), schema: db.schema, tasks: { t: () => {} } });
+      const errors: unknown[] = [];
+      worker.on('error', (err) => errors.push(err));
+      const started = worker.start();
+      await expect(started).rejects.toBeInstanceOf(ConfigError);
+      await expect(started).rejects.toThrow(`role "${logins.enqueue}" may not read and claim jobs in schema "${db.schema}"`);
+      expect(errors).toEqual([]);
+    });
+
+    it('doctor as a role that may not read the schema exits 2 (critical) and says what it needs', async () => {
+      const result = await runCli(urlAs(logins.worker), db.schema, ['doctor']);
+      expect(result.code).toBe(2);
+      expect(result.stdout).toBe('');
+      expect(result.stderr).toMatch(/^sluice: doctor: permission denied for .*run it as the schema's owner/);
+    });
+
+    it('an admin command the role may not run says so, whichever table Postgres names', async () => {
+      const result = await runCli(urlAs(logins.worker), db.schema, ['queues', 'pause', 'default', '--create']);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(
+        /permission denied .*\(the role may not do this: commands that change queues or jobs need the schema's owner/,
+      );
+    });
+
+    it('sluice worker --no-pruner runs jobs as the worker role, without the maintenance error the pruner meets', async () => {
+      const queueName = `cliw_${tag}`;
+      const worker = spawnCli(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--json', '--no-pruner', '--queue', queueName], {
+        DATABASE_URL: urlAs(logins.worker),
+        SLUICE_SCHEMA: db.schema,
+      });
+      try {
+        await waitFor(() => worker.stdout().includes('"event":"started"'), 'the worker to start');
+        expect(worker.stdout()).toMatch(/"pruner":"off"/);
+        const { rows } = await db.pool.query(`SELECT ${db.s}.enqueue_job($1, '{"task":"hello"}') AS id`, [queueName]);
+        await waitFor(async () => {
+          const r = await db.pool.query(`SELECT status FROM ${db.s}.jobs WHERE id = $1`, [rows[0].id]);
+          return r.rows[0]?.status === 'completed';
+        }, 'the job to complete');
+      } finally {
+        worker.child.kill('SIGTERM');
+      }
+      const exited = await worker.exited;
+      expect(exited.code).toBe(0);
+      expect(exited.stderr).not.toMatch(/maintenance/);
+    });
   });
 });

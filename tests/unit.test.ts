@@ -251,7 +251,12 @@ describe('connection helpers', () => {
     expect(loginProblem(new Error('SASL: SCRAM-SERVER-FIRST-MESSAGE: client password must be a string'), url)).toMatch(
       /\(the server asks for a password: give it in the database URL\)$/,
     );
-    expect(loginProblem(coded('42501', 'permission denied for database "app"'), url)).toMatch(/grant the role CONNECT/);
+    const fatal = (code: string, message: string) => Object.assign(coded(code, message), { severity: 'FATAL' });
+    expect(loginProblem(fatal('42501', 'permission denied for database "app"'), url)).toMatch(/grant the role CONNECT/);
+    // The same words after the login are a missing CREATE on the database (outside review 156).
+    expect(
+      loginProblem(Object.assign(coded('42501', 'permission denied for database app'), { severity: 'ERROR' }), url),
+    ).toBeUndefined();
     expect(loginProblem(coded('42501', 'permission denied for schema sluice'), url)).toBeUndefined();
     expect(loginProblem(coded('ECONNREFUSED', 'connect ECONNREFUSED'), url)).toBeUndefined();
   });

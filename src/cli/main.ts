@@ -2,7 +2,7 @@
 import '../db/drivers/load-pg.js';
 import { createRequire } from 'node:module';
 import { Command, CommanderError } from 'commander';
-import { SluiceError } from '../errors.js';
+import { isInsufficientPrivilege, SluiceError } from '../errors.js';
 import { registerDashboard } from './commands/dashboard.js';
 import { registerDemo } from './commands/demo.js';
 import { registerMigrate } from './commands/migrate.js';
@@ -59,6 +59,10 @@ export function buildProgram(): Command {
  * Runs the command line and returns the exit code. A user mistake prints one
  * line, never a stack trace; anything unexpected keeps its stack for a bug report.
  */
+const PRIVILEGE_HINT =
+  "the role may not do this: commands that change queues or jobs need the schema's owner; see " +
+  "'Security and least privilege' in the README for what sluice_worker and sluice_enqueue may do";
+
 export async function main(argv: string[]): Promise<number> {
   const program = buildProgram();
   try {
@@ -84,7 +88,10 @@ export async function main(argv: string[]): Promise<number> {
       return EXIT_FAILURE;
     }
     if (err instanceof SluiceError) {
-      process.stderr.write(`sluice: ${err.message}\n`);
+      // The table a refusal names may be one the command reads on the way (outside review 156:
+      // a pause refused for jobs_history); what to do about it is the same for all.
+      const hint = isInsufficientPrivilege(err) ? ` (${PRIVILEGE_HINT})` : '';
+      process.stderr.write(`sluice: ${err.message}${hint}\n`);
       return err.code === 'CONFIG' || err.code === 'VALIDATION' ? EXIT_USAGE : EXIT_FAILURE;
     }
     process.stderr.write(`sluice: unexpected error: ${err instanceof Error ? err.stack : String(err)}\n`);

@@ -250,17 +250,20 @@ const LOGIN_REFUSED: Record<string, string> = {
  */
 export function loginProblem(err: unknown, url: string | undefined): string | undefined {
   for (const e of causeChain(err)) {
-    const { code, message } = e as { code?: unknown; message?: unknown };
-    const hint = refusalHint(code, String(message));
+    const { code, message, severity } = e as { code?: unknown; message?: unknown; severity?: unknown };
+    const hint = refusalHint(code, String(message), severity);
     if (hint) return `Postgres at ${describeTarget(url)}: ${String(message)} (${hint})`;
   }
   return undefined;
 }
 
-function refusalHint(code: unknown, message: string): string | undefined {
-  // A role without CONNECT on the database is refused at login with 42501 (outside review 153).
+function refusalHint(code: unknown, message: string, severity: unknown): string | undefined {
+  // A role without CONNECT on the database is refused at login with 42501 (outside review 153);
+  // the same words without FATAL are a missing CREATE on it, after the login (review 156).
   if (code === '42501')
-    return /^permission denied for database/.test(message) ? 'grant the role CONNECT on the database' : undefined;
+    return severity === 'FATAL' && /^permission denied for database/.test(message)
+      ? 'grant the role CONNECT on the database'
+      : undefined;
   // pg's own words when the server asks for a password the URL does not give (outside review 154).
   if (/client password must be a string/.test(message)) return 'the server asks for a password: give it in the database URL';
   return typeof code === 'string' ? LOGIN_REFUSED[code] : undefined;

@@ -3,17 +3,15 @@ import { resolveStopOptions, resolveWorkerConfig, type ResolvedWorkerConfig, typ
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
 import { connectionError, loginProblem } from '../db/connection.js';
+import { whyNoJobCanRun } from './start-check.js';
 import { checkConnectionUrls } from '../db/database-url.js';
-import { migrateStatements } from '../db/statements/migrate.js';
 import { PgWorkerStore } from '../db/store.js';
 import type { WorkerStore } from '../db/worker-store.js';
 import {
   ConfigError,
   isConnectionFailure,
-  isNotMigrated,
   JobCancelledError,
   ConnectionError,
-  MigrationError,
   wrapDatabaseError,
   connectionErrorIn,
 } from '../errors.js';
@@ -284,33 +282,28 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
   }
 
   /**
-   * Says at start what is wrong, once: a schema that was never migrated, or a
-   * server that refused the login or has no such database, rejects start()
-   * (nothing would ever run; a typo in the URL looked like an outage, outside
-   * review 150); Postgres out of reach is reported as an 'error' event naming
-   * where it tried, and the worker starts anyway and keeps trying (it may simply
-   * be up before its database).
+   * Says at start what is wrong, once: a schema that was never migrated, a server
+   * that refused the login or has no such database, or a role that may not claim
+   * jobs rejects start() (nothing would ever run; a typo in the URL looked like an
+   * outage, outside review 150; a role without the worker's privileges logged one
+   * refused claim and idled for ever, review 156); Postgres out of reach is
+   * reported as an 'error' event naming where it tried, and the worker starts
+   * anyway and keeps trying (it may simply be up before its database).
    */
   private async probe(db: Driver): Promise<void> {
+    let refusal: Error | undefined;
     try {
-      await db.query(migrateStatements(this.config.schema).probe);
+      refusal = await whyNoJobCanRun(db, this.config.schema, this.options.connectionString);
     } catch (err) {
-      const refused = loginProblem(err, this.options.connectionString);
-      if (refused || isNotMigrated(err)) {
-        this.state = 'stopped';
-        await db.end().catch(() => {});
-        throw refused
-          ? new ConfigError(refused, { cause: err })
-          : new MigrationError(
-              `no Sluice tables in schema "${this.config.schema}": run \`sluice migrate\` ` +
-                '(or call migrate()) against this database first, or pass the right schema',
-              { cause: err },
-            );
-      }
       // Cut by a stop() while starting: the stop's own error says why, not "cannot reach".
       const unreachable = isConnectionFailure(err) && !this.stopPromise;
       this.reportError(unreachable ? connectionError(err, this.options.connectionString) : err, 'start');
+      return;
     }
+    if (!refusal) return;
+    this.state = 'stopped';
+    await db.end().catch(() => {});
+    throw refusal;
   }
 
   /** LISTEN for wakes and control messages; resolves once in place (or failed: the notifier retries). */

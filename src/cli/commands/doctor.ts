@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { connectionError, loginProblem } from '../../db/connection.js';
 import { runDoctor, type DoctorReport } from '../../doctor/run-doctor.js';
-import { isConnectionFailure } from '../../errors.js';
+import { isConnectionFailure, isInsufficientPrivilege } from '../../errors.js';
 import type { CheckResult } from '../../doctor/findings.js';
 import { globalOptions, requireDatabaseUrl } from '../database.js';
 import { ExitStatus, printJson } from '../output.js';
@@ -12,6 +12,18 @@ const MARK = { ok: 'ok  ', warn: 'WARN', critical: 'CRIT' } as const;
 function printCheck(check: CheckResult): void {
   process.stdout.write(`[${MARK[check.status]}] ${check.title}: ${check.summary}\n`);
   if (check.advice) process.stdout.write(`       -> ${check.advice}\n`);
+}
+
+/** Why the checks could not run, in a line. */
+function whyNoReport(err: unknown, url: string): string {
+  const login = loginProblem(err, url);
+  if (login) return login;
+  const reason = err instanceof Error ? err.message.replace(/^doctor: /, '') : String(err);
+  if (isConnectionFailure(err)) return connectionError(reason, url).message;
+  if (isInsufficientPrivilege(err)) {
+    return `${reason} (doctor reads every table of the schema: run it as the schema's owner, or as a role with USAGE on the schema and SELECT on its tables)`;
+  }
+  return reason;
 }
 
 export function registerDoctor(program: Command): void {
@@ -26,13 +38,11 @@ export function registerDoctor(program: Command): void {
       try {
         report = await runDoctor({ connectionString: url, schema: global.schema });
       } catch (err) {
-        // Critical, not a warning: the queue's database is out of reach. It exited 1,
-        // which a monitor reading exit codes took for a warning (outside review 126).
-        // So is a database or role that does not exist, or a refused login (outside review 127).
-        const login = loginProblem(err, url);
-        if (!login && !isConnectionFailure(err)) throw err;
-        const reason = err instanceof Error ? err.message.replace(/^doctor: /, '') : String(err);
-        process.stderr.write(`sluice: doctor: ${login ?? connectionError(reason, url).message}\n`);
+        // Critical, not a warning: the checks could not run. It exited 1, which a
+        // monitor reading exit codes took for a warning: the database out of reach
+        // (outside review 126), a database or role that does not exist, a refused
+        // login (outside review 127), a role that may not read the schema (review 156).
+        process.stderr.write(`sluice: doctor: ${whyNoReport(err, url)}\n`);
         throw new ExitStatus(2);
       }
       if (opts.json) printJson(report);

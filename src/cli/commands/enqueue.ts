@@ -1,5 +1,7 @@
 import type { Command } from 'commander';
-import { listQueueSettings } from '../../control.js';
+import { listQueueSettings, type QueueSettings } from '../../control.js';
+import type { Queryable } from '../../db/executor.js';
+import { isInsufficientPrivilege } from '../../errors.js';
 import { controlStatements } from '../../db/statements/control.js';
 import { Queue } from '../../queue.js';
 import { withDatabase } from '../database.js';
@@ -22,6 +24,18 @@ function parsePayload(text: string | undefined): unknown {
     return JSON.parse(text);
   } catch (err) {
     throw new UsageError(`payload is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+/** The queue's settings for the paused note, or undefined when they cannot be read. */
+async function pausedNoteSettings(pool: Queryable, schema: string, name: string): Promise<QueueSettings | undefined> {
+  try {
+    return (await listQueueSettings(pool, controlStatements(schema))).find((q) => q.name === name);
+  } catch (err) {
+    if (!isInsufficientPrivilege(err)) {
+      process.stderr.write(`note: could not check whether queue "${name}" is paused: ${(err as Error).message}\n`);
+    }
+    return undefined;
   }
 }
 
@@ -59,9 +73,10 @@ Examples:
         if (flags.json) printJson({ id });
         else process.stdout.write(`${id}\n`);
         // The job is in, but nothing will run it until the queue is resumed: say so, on stderr.
-        const settings = (await listQueueSettings(pool, controlStatements(schema))).find(
-          (q) => q.name === (flags.queue ?? 'default'),
-        );
+        // The job is committed by now: a failure to look must not make the command fail,
+        // or a script that retries on a non-zero exit enqueues it twice (outside review
+        // 156: a role with only sluice_enqueue may not read the queues table).
+        const settings = await pausedNoteSettings(pool, schema, flags.queue ?? 'default');
         if (settings?.paused) {
           process.stderr.write(
             `note: queue "${settings.name}" is paused: no worker takes the job until \`sluice queues resume ${settings.name}\`\n`,

@@ -17,6 +17,7 @@ interface WorkerFlags extends MetricsFlags, PoolerFlags {
   visibilityTimeout?: number;
   statementTimeout?: number;
   completedJobs: 'keep' | 'delete';
+  pruner: boolean;
   json?: boolean;
 }
 
@@ -58,6 +59,12 @@ export function registerWorker(program: Command): void {
       new Option('--completed-jobs <what>', 'keep completed jobs (archived by the pruner) or delete them at completion')
         .choices(['keep', 'delete'])
         .default('keep'),
+    )
+    // The README tells sluice_worker roles to run without it; the CLI could not (outside review 156).
+    .option(
+      '--no-pruner',
+      'do not move finished jobs to jobs_history, even as the maintenance leader (for a role that may not ' +
+        'create its partitions, such as sluice_worker: prune from a process connected as the owner)',
     );
   // As `sluice relay` has them: operators had to write a worker script for metrics (outside
   // review 126), and could not run it behind a transaction-mode PgBouncer (review 129).
@@ -111,6 +118,7 @@ Examples:
             ...(flags.visibilityTimeout === undefined ? {} : { visibilityTimeoutMs: flags.visibilityTimeout }),
             ...(flags.statementTimeout === undefined ? {} : { statementTimeoutMs: flags.statementTimeout }),
             completedJobs: flags.completedJobs,
+            ...(flags.pruner ? {} : { maintenance: { pruner: false } }),
             listen: flags.listen,
             preparedStatements: flags.preparedStatements,
             ...(flags.listenUrl === undefined ? {} : { listenConnectionString: flags.listenUrl }),
@@ -127,6 +135,7 @@ Examples:
             tasks: [...worker.config.tasks.keys()].join(','),
             concurrency: worker.config.concurrency,
             completed: worker.config.completedJobs,
+            ...(flags.pruner ? {} : { pruner: 'off' }),
             ...(worker.config.schedules.length > 0 ? { schedules: worker.config.schedules.map((x) => x.name).join(',') } : {}),
             ...(worker.metricsUrl && { metrics: worker.metricsUrl }),
           });

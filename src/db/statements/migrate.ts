@@ -16,6 +16,11 @@ export interface MigrateStatements {
   readonly recordVersion: string;
   /** Fails (42P01 or 3F000) unless the schema has been migrated; reads no rows. */
   readonly probe: string;
+  /**
+   * The worker's probe: fails as `probe` does ($1: the jobs table's qualified name);
+   * else one row, whether the role may read and claim jobs, and its name.
+   */
+  readonly mayClaim: string;
 }
 
 /** The migration statements for one schema, built once per schema. */
@@ -31,5 +36,7 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
     appliedVersions: `SELECT version FROM ${s}.migrations`,
     recordVersion: `INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`,
     probe: `SELECT 1 FROM ${s}.jobs LIMIT 0`,
+    mayClaim: `SELECT has_table_privilege($1::regclass, 'SELECT') AND has_any_column_privilege($1::regclass, 'UPDATE') AS may_claim,
+      current_user AS role`,
   };
 });
