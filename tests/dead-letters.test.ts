@@ -92,6 +92,10 @@ describe('dead letters', () => {
     const typo = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '--all', '--queue', 'paymnets']);
     expect(typo.code).toBe(2);
     expect(typo.stderr).toContain('queue "paymnets" has no jobs and no settings');
+    // Outside review 156: the same retry through `jobs retry --failed` said "retried 0" with exit 0.
+    const retryTypo = await runCli(fx.db.url, fx.db.schema, ['jobs', 'retry', '--failed', '--queue', 'paymnets']);
+    expect(retryTypo.code).toBe(2);
+    expect(retryTypo.stderr).toContain('queue "paymnets" has no jobs and no settings');
     const pending = await fx.queue.enqueue('never-run', {}, { queue: 'elsewhere' });
     const notDead = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'show', pending]);
     expect(notDead.code).toBe(1);

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { listDeadLetters, redriveDeadLetters } from '../../admin/dead-letters.js';
 import { getJob } from '../../admin/jobs.js';
-import { isKnownQueue } from '../../groups/settings.js';
+import { requireKnownQueue } from '../known-queue.js';
 import { withDatabase } from '../database.js';
 import { ExitStatus, formatTime, printJson, printTable, UsageError } from '../output.js';
 import { integer } from '../parse.js';
@@ -94,10 +94,7 @@ export function registerDeadLetters(program: Command): void {
       if (!flags.all && ids.length === 0) throw new UsageError('give the ids of the jobs to redrive, or --all');
       if (flags.queue !== undefined && !flags.all) throw new UsageError('--queue goes with --all');
       const result = await withDatabase(command, async ({ pool, schema }) => {
-        // A misspelt queue would redrive nothing and say so with exit 0 (outside review 109).
-        if (flags.queue !== undefined && !(await isKnownQueue(pool, schema, flags.queue))) {
-          throw new UsageError(`queue "${flags.queue}" has no jobs and no settings: check the name (sluice queues list)`);
-        }
+        if (flags.queue !== undefined) await requireKnownQueue(pool, schema, flags.queue);
         return redriveDeadLetters(pool, schema, flags.all ? { all: true, queue: flags.queue } : { ids }, { actor: 'cli' });
       });
       if (flags.json) return printJson(result);

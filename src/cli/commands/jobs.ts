@@ -16,6 +16,7 @@ import { jobId } from '../../admin/input.js';
 import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus } from '../../job.js';
 import type { PgPool } from '../../db/connection.js';
 import { withDatabase } from '../database.js';
+import { requireKnownQueue } from '../known-queue.js';
 import { CommandFailed, firstLine, formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
 import { collect, duration, integer } from '../parse.js';
 
@@ -106,6 +107,7 @@ export function registerJobs(program: Command): void {
       if (flags.queue !== undefined && !flags.failed) throw new UsageError('--queue goes with --failed');
       await withDatabase(command, async ({ pool, schema }) => {
         if (flags.failed) {
+          if (flags.queue !== undefined) await requireKnownQueue(pool, schema, flags.queue);
           const result = await retryFailed(pool, schema, { queue: flags.queue, actor: ACTOR });
           if (flags.json) return printJson(result);
           process.stdout.write(`retried ${result.retried} failed job${result.retried === 1 ? '' : 's'}\n`);

@@ -4,7 +4,6 @@ import { setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from '..
 import type { Queryable } from '../../db/executor.js';
 import { controlStatements } from '../../db/statements/control.js';
 import {
-  isKnownQueue,
   listQueueLimits,
   setGroupSettings,
   setQueueGroups,
@@ -14,6 +13,7 @@ import {
   type RateLimit,
 } from '../../groups/settings.js';
 import { withDatabase } from '../database.js';
+import { requireKnownQueue } from '../known-queue.js';
 import { durationWithin, integer } from '../parse.js';
 import { printable, printJson, printTable, UsageError } from '../output.js';
 import { checks } from '../../validate.js';
@@ -105,11 +105,7 @@ function requireRate(flags: RateFlags & { rate?: string }): void {
  */
 async function checkKnownQueue(db: Queryable, schema: string, name: string, create: boolean | undefined): Promise<void> {
   checkName('queue', name);
-  if (create || (await isKnownQueue(db, schema, name))) return;
-  throw new UsageError(
-    `queue "${name}" has no jobs and no settings: check the name (sluice queues list, sluice stats), ` +
-      'or pass --create to set it up before its first job',
-  );
+  if (!create) await requireKnownQueue(db, schema, name, ', or pass --create to set it up before its first job');
 }
 
 /** One change to a queue's settings, refused for an unknown queue unless --create (see checkKnownQueue). */
@@ -288,9 +284,7 @@ export function registerQueues(program: Command): void {
       // A typo in the name would print zeros, as for a quiet queue: refuse it as the setters do.
       const stats = await withDatabase(command, async ({ pool, schema }) => {
         checkName('queue', name);
-        if (!(await isKnownQueue(pool, schema, name))) {
-          throw new UsageError(`queue "${name}" has no jobs and no settings: check the name (sluice queues list, sluice stats)`);
-        }
+        await requireKnownQueue(pool, schema, name);
         return getGroupStats(pool, schema, name, { limit: flags.top });
       });
       if (flags.json) return printJson(stats);
