@@ -1,3 +1,4 @@
+import { errorFields } from './logger.js';
 import { inspect } from 'node:util';
 import { storableDelay, storableTime, timeOf } from './time-range.js';
 
@@ -224,8 +225,8 @@ export class WorkerStoppingError extends SluiceError {
 export class ListenerError extends SluiceError {
   readonly event: string;
   constructor(event: string, cause: unknown) {
-    const reason = cause instanceof Error ? cause.message : String(cause);
-    super('LISTENER', `a '${event}' listener threw: ${reason} (the worker carries on)`, { cause });
+    // What cannot be made text (Object.create(null), a revoked Proxy) must not throw here (outside review 157).
+    super('LISTENER', `a '${event}' listener threw: ${errorFields(cause).message} (the worker carries on)`, { cause });
     this.event = event;
   }
 }

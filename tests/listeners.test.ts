@@ -76,6 +76,39 @@ describe('listeners that throw', () => {
     expect((listenerErrors[0]!.cause as Error).message).toBe('listener bug');
   });
 
+  it('a thrown value that cannot be made text (a null-prototype object, a revoked Proxy) is reported all the same', async () => {
+    // Outside review 157: building the ListenerError threw again, into the worker.
+    const { proxy, revoke } = Proxy.revocable({}, {});
+    revoke();
+    const unprintable = [Object.create(null) as unknown, proxy];
+    const { worker: w, handled } = worker('hostile', {
+      tasks: {
+        t: async ({ i }: { i: number }, ctx) => {
+          await ctx.progress({ i });
+          handled.push(i);
+        },
+      },
+    });
+    const errors: SluiceError[] = [];
+    w.on('error', (err) => errors.push(err));
+    let n = 0;
+    w.on('job:start', () => {
+      throw unprintable[n++ % 2];
+    });
+    w.on('job:progress', () => Promise.reject(unprintable[n++ % 2]));
+    w.on('jobs:claimed', () => {
+      throw unprintable[n++ % 2];
+    });
+    await w.start();
+    const ids = await enqueueThree('hostile');
+    await allCompleted(ids);
+    expect(handled.sort()).toEqual([0, 1, 2]);
+    await waitFor(() => errors.filter((e) => e instanceof ListenerError).length >= 7, 'the listener errors');
+    expect(errors.every((e) => e instanceof ListenerError && /listener threw: a value that cannot be read/.test(e.message))).toBe(
+      true,
+    );
+  });
+
   it("a 'jobs:claimed' listener that throws strands nothing", async () => {
     const { worker: w, handled } = worker('claimed');
     w.on('error', () => {});

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { ListenerError } from '../errors.js';
+import { errorFields } from '../logger.js';
 
 type Listener = (...args: unknown[]) => unknown;
 
@@ -36,12 +37,11 @@ function safeEmit(this: EventEmitter, event: string | symbol, ...args: unknown[]
   return true;
 }
 
+/** Never throws: whatever was thrown is reported, however hostile (outside review 157). */
 function listenerFailed(emitter: EventEmitter, event: string | symbol, err: unknown): void {
   const name = String(event);
   if (event === 'error' || emitter.listenerCount('error') === 0) {
-    process.emitWarning(`sluice: a '${name}' listener threw: ${err instanceof Error ? err.message : String(err)}`, {
-      code: 'SLUICE_LISTENER',
-    });
+    process.emitWarning(`sluice: a '${name}' listener threw: ${errorFields(err).message}`, { code: 'SLUICE_LISTENER' });
     return;
   }
   emitter.emit('error', new ListenerError(name, err));
