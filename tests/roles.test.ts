@@ -18,7 +18,8 @@ const groups = {
   relay: `sluice_outbox_relay_${tag}`,
 };
 // wide: a role granted everything on the table, as a careless GRANT ALL would.
-const logins = { worker: `w_login_${tag}`, enqueue: `e_login_${tag}`, wide: `x_login_${tag}` };
+// none: a role with no grant at all.
+const logins = { worker: `w_login_${tag}`, enqueue: `e_login_${tag}`, wide: `x_login_${tag}`, none: `n_login_${tag}` };
 const PASSWORD = `pw_${tag}`;
 const cleanup: (() => Promise<void>)[] = [];
 const pools: Record<keyof typeof logins, pg.Pool> = {} as never;
@@ -85,6 +86,7 @@ beforeAll(async () => {
   await db.pool.query(`CREATE ROLE ${logins.worker} LOGIN PASSWORD '${PASSWORD}' IN ROLE ${groups.worker}`);
   await db.pool.query(`CREATE ROLE ${logins.enqueue} LOGIN PASSWORD '${PASSWORD}' IN ROLE ${groups.enqueue}`);
   await db.pool.query(`CREATE ROLE ${logins.wide} LOGIN PASSWORD '${PASSWORD}'`);
+  await db.pool.query(`CREATE ROLE ${logins.none} LOGIN PASSWORD '${PASSWORD}'`);
   await db.pool.query(`GRANT USAGE ON SCHEMA ${db.s} TO ${logins.wide}`);
   await db.pool.query(`GRANT ALL ON ${db.s}.jobs, ${db.s}.jobs_id_seq TO ${logins.wide}`);
   for (const kind of Object.keys(logins) as (keyof typeof logins)[]) {
@@ -488,7 +490,28 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       worker.on('error', (err) => errors.push(err));
       const started = worker.start();
       await expect(started).rejects.toBeInstanceOf(ConfigError);
-      await expect(started).rejects.toThrow(`role "${logins.enqueue}" may not read and claim jobs in schema "${db.schema}"`);
+      await expect(started).rejects.toThrow(
+        `role "${logins.enqueue}" lacks SELECT on jobs, UPDATE (status, attempts, run_at, locked_at, locked_by, started_at, ` +
+          'finished_at, updated_at, last_error, errors, result, progress, key_scope) on jobs, SELECT on queues',
+      );
+      // Outside review 157: a role with part of sluice_worker's grants started and idled for ever.
+      const partial = `p_login_${tag}`;
+      await db.pool.query(`CREATE ROLE ${partial} LOGIN PASSWORD '${PASSWORD}'`);
+      cleanup.push(async () => {
+        await db.pool.query(`DROP OWNED BY ${partial}`);
+        await db.pool.query(`DROP ROLE ${partial}`);
+      });
+      await db.pool.query(`GRANT USAGE ON SCHEMA ${db.s} TO ${partial}`);
+      await db.pool.query(`GRANT SELECT ON ${db.s}.jobs, ${db.s}.queues TO ${partial}`);
+      await db.pool.query(
+        `GRANT UPDATE (status, attempts, run_at, locked_at, locked_by, started_at, updated_at) ON ${db.s}.jobs TO ${partial}`,
+      );
+      const half = new Worker({ connectionString: urlAs(partial), schema: db.schema, tasks: { t: () => {} } });
+      await expect(half.start()).rejects.toThrow(
+        `role "${partial}" lacks UPDATE (finished_at, last_error, errors, result, progress, key_scope) on jobs, UPDATE (updated_at, ` +
+          'group_cursor, group_turn_taken, tokens, tokens_at) on queues, SELECT on job_groups, INSERT on job_groups, UPDATE (tokens, ' +
+          `tokens_at) on job_groups, EXECUTE on mark_queue_grouped(text, text) in schema "${db.schema}": grant it sluice_worker`,
+      );
       expect(errors).toEqual([]);
     });
 
@@ -503,7 +526,27 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       const result = await runCli(urlAs(logins.worker), db.schema, ['queues', 'pause', 'default', '--create']);
       expect(result.code).toBe(1);
       expect(result.stderr).toMatch(
-        /permission denied .*\(the role may not do this: commands that change queues or jobs need the schema's owner/,
+        /permission denied .*\(the role lacks a privilege for this: grant it what its commands need \(sql\/roles.sql\)/,
+      );
+      // A role that may not use the schema at all: the worker command says so as the Worker does, exit 2 (review 157).
+      const none = await runCli(urlAs(logins.none), db.schema, ['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`]);
+      expect(none.code).toBe(2);
+      expect(none.stderr).toMatch(/^sluice: permission denied for schema .*: grant the role what its commands need/);
+    });
+
+    it("a sluice_worker role's worker left with the pruner on says what to do (outside review 157)", async () => {
+      const worker = new Worker({ connectionString: urlAs(logins.worker), schema: db.schema, tasks: { t: () => {} } });
+      const errors: SluiceError[] = [];
+      worker.on('error', (err) => errors.push(err));
+      await worker.start();
+      try {
+        await waitFor(() => errors.find((e) => /pruner/.test(e.message)), 'the pruner refused');
+      } finally {
+        await worker.stop();
+      }
+      const refused = errors.find((e) => /pruner/.test(e.message))!;
+      expect(refused.message).toMatch(
+        /^worker maintenance: pruner: permission denied .*maintenance: \{ pruner: false \} \(sluice worker --no-pruner\)/,
       );
     });
 

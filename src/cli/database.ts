@@ -4,7 +4,14 @@ import pg from 'pg';
 import { connectionError, describeTarget, type PgPool } from '../db/connection.js';
 import { databaseUrlProblem } from '../db/database-url.js';
 import { migrateStatements } from '../db/statements/migrate.js';
-import { isConnectionFailure, isNotMigrated, SluiceError, wrapDatabaseError } from '../errors.js';
+import {
+  ConfigError,
+  isConnectionFailure,
+  isInsufficientPrivilege,
+  isNotMigrated,
+  SluiceError,
+  wrapDatabaseError,
+} from '../errors.js';
 import { CommandFailed, UsageError } from './output.js';
 
 export interface GlobalOptions {
@@ -129,7 +136,12 @@ async function openFor<T>(
   try {
     await reach(pool, url, waitForPostgres);
     try {
-      await pool.query(probe);
+      await pool.query(probe).catch((err: unknown) => {
+        // A role that may not even read the schema: every command would fail, and the
+        // worker's own check says the same in these words (outside review 157).
+        if (!isInsufficientPrivilege(err)) throw err;
+        throw new ConfigError(`${(err as Error).message}: grant the role ${ROLE_HINT}`, { cause: err });
+      });
       return await fn({ pool, url, schema: global.schema });
     } catch (err) {
       throw explain(err, global.schema, url);
@@ -147,6 +159,11 @@ function slowNoticeText(): string {
     'It goes on once the lock is released; Ctrl-C gives up (a statement that has not finished changes nothing)\n'
   );
 }
+
+/** Who may run what, for the messages of refused commands. */
+export const ROLE_HINT =
+  'what its commands need (sql/roles.sql): sluice_enqueue for enqueue, sluice_worker for worker; the other commands ' +
+  "need the schema's owner";
 
 function explain(err: unknown, schema: string, url: string): unknown {
   // Only driver errors (they carry a SQLSTATE or errno `code`) are wrapped;

@@ -17,6 +17,7 @@ import { registerStats } from './commands/stats.js';
 import { registerWorker } from './commands/worker.js';
 import { loginProblem } from '../db/connection.js';
 import { CommandFailed, ExitStatus, UsageError } from './output.js';
+import { ROLE_HINT } from './database.js';
 
 /** Exit codes: 0 success, 1 runtime failure, 2 usage error. */
 export const EXIT_OK = 0;
@@ -59,9 +60,6 @@ export function buildProgram(): Command {
  * Runs the command line and returns the exit code. A user mistake prints one
  * line, never a stack trace; anything unexpected keeps its stack for a bug report.
  */
-const PRIVILEGE_HINT =
-  "the role may not do this: commands that change queues or jobs need the schema's owner; see " +
-  "'Security and least privilege' in the README for what sluice_worker and sluice_enqueue may do";
 
 export async function main(argv: string[]): Promise<number> {
   const program = buildProgram();
@@ -90,7 +88,7 @@ export async function main(argv: string[]): Promise<number> {
     if (err instanceof SluiceError) {
       // The table a refusal names may be one the command reads on the way (outside review 156:
       // a pause refused for jobs_history); what to do about it is the same for all.
-      const hint = isInsufficientPrivilege(err) ? ` (${PRIVILEGE_HINT})` : '';
+      const hint = isInsufficientPrivilege(err) ? ` (the role lacks a privilege for this: grant it ${ROLE_HINT})` : '';
       process.stderr.write(`sluice: ${err.message}${hint}\n`);
       return err.code === 'CONFIG' || err.code === 'VALIDATION' ? EXIT_USAGE : EXIT_FAILURE;
     }

@@ -1,3 +1,4 @@
+import { DatabaseError, isInsufficientPrivilege } from '../errors.js';
 import type { Driver } from '../db/driver.js';
 import type { ResolvedWorkerConfig } from '../worker/options.js';
 import { Lease } from './lease.js';
@@ -64,7 +65,7 @@ export function createMaintenance(
     leader = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs), services);
     leader.on('leader:elected', () => sink.emit('leader:elected'));
     leader.on('leader:lost', () => sink.emit('leader:lost'));
-    leader.on('task:error', (_name, err) => error(err));
+    leader.on('task:error', (name, err) => error(name === 'pruner' ? prunerError(err) : err));
     leader.on('lease:error', error);
   }
   // Every worker with schedules enqueues their ticks, leader or not (a tick still becomes one job).
@@ -78,4 +79,20 @@ export function createMaintenance(
           ),
         ];
   return leader || everyWorker.length > 0 ? new WorkerMaintenance(leader, everyWorker) : undefined;
+}
+
+/**
+ * A pruner refused for want of privileges says what to do: the pruner creates and
+ * drops jobs_history's partitions, which only the schema's owner may (outside
+ * review 157: a sluice_worker role's worker said only "permission denied for schema").
+ */
+function prunerError(err: unknown): unknown {
+  if (!isInsufficientPrivilege(err)) return err;
+  return new DatabaseError(
+    `worker maintenance: pruner: ${(err as Error).message} (the pruner creates and drops jobs_history partitions, ` +
+      "which only the schema's owner may do: run this worker with maintenance: { pruner: false } (sluice worker " +
+      '--no-pruner) and prune from a process connected as the owner)',
+    '42501',
+    { cause: err },
+  );
 }

@@ -7,23 +7,23 @@ import { ConfigError, isInsufficientPrivilege, isNotMigrated, MigrationError } f
 /**
  * Why a worker could never run a job here, found at start: a server that refused
  * the login or has no such database, a schema never migrated, a role that may not
- * use the schema or claim its jobs (outside review 156: it logged one refused
- * claim and idled for ever). Undefined when none of these holds. Anything else
- * (Postgres out of reach) is thrown: the worker reports it and keeps trying.
+ * use the schema or lacks a privilege its claims and results need (outside
+ * reviews 156 and 157: such a worker logged refused claims and idled for ever).
+ * Undefined when none of these holds. Anything else (Postgres out of reach) is
+ * thrown: the worker reports it and keeps trying.
  */
 export async function whyNoJobCanRun(db: Driver, schema: string, url: string | undefined): Promise<Error | undefined> {
-  let answer: { may_claim: boolean; role: string };
+  let answer: { role: string; missing: string };
   try {
-    const { rows } = await db.query<typeof answer>(migrateStatements(schema).mayClaim, [`${quoteSchema(schema)}.jobs`]);
+    const { rows } = await db.query<typeof answer>(migrateStatements(schema).workerPrivileges, [quoteSchema(schema)]);
     answer = rows[0]!;
   } catch (err) {
     const refused = refusal(err, schema, url);
     if (refused) return refused;
     throw err;
   }
-  const { may_claim: mayClaim, role } = answer;
-  if (mayClaim) return undefined;
-  return new ConfigError(`role "${role}" may not read and claim jobs in schema "${schema}": ${GRANT}`);
+  if (answer.missing === '') return undefined;
+  return new ConfigError('role "' + answer.role + '" lacks ' + answer.missing + ' in schema "' + schema + '": ' + GRANT);
 }
 
 const GRANT = "grant it sluice_worker (sql/roles.sql), or run the worker as the schema's owner";
@@ -31,11 +31,12 @@ const GRANT = "grant it sluice_worker (sql/roles.sql), or run the worker as the 
 function refusal(err: unknown, schema: string, url: string | undefined): Error | undefined {
   const refused = loginProblem(err, url);
   if (refused) return new ConfigError(refused, { cause: err });
-  if (isInsufficientPrivilege(err)) return new ConfigError(`${(err as Error).message}: ${GRANT}`, { cause: err });
+  if (isInsufficientPrivilege(err)) return new ConfigError((err as Error).message + ': ' + GRANT, { cause: err });
   if (isNotMigrated(err)) {
     return new MigrationError(
-      `no Sluice tables in schema "${schema}": run \`sluice migrate\` ` +
-        '(or call migrate()) against this database first, or pass the right schema',
+      'no Sluice tables in schema "' +
+        schema +
+        '": run `sluice migrate` (or call migrate()) against this database first, or pass the right schema',
       { cause: err },
     );
   }

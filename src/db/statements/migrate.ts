@@ -17,10 +17,14 @@ export interface MigrateStatements {
   /** Fails (42P01 or 3F000) unless the schema has been migrated; reads no rows. */
   readonly probe: string;
   /**
-   * The worker's probe: fails as `probe` does ($1: the jobs table's qualified name);
-   * else one row, whether the role may read and claim jobs, and its name.
+   * The worker's probe ($1: the quoted schema): fails as `probe` does unless the
+   * schema has been migrated; else one row, the role's name and the privileges a
+   * worker needs to claim and finish jobs that it lacks ('' when none), as text.
+   * What sql/roles.sql grants sluice_worker for that, but for what a worker does
+   * without (UPDATE of queues.ungrouped_none_at, the workers registry); tables and
+   * columns a schema does not have yet are not asked for.
    */
-  readonly mayClaim: string;
+  readonly workerPrivileges: string;
 }
 
 /** The migration statements for one schema, built once per schema. */
@@ -36,7 +40,28 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
     appliedVersions: `SELECT version FROM ${s}.migrations`,
     recordVersion: `INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`,
     probe: `SELECT 1 FROM ${s}.jobs LIMIT 0`,
-    mayClaim: `SELECT has_table_privilege($1::regclass, 'SELECT') AND has_any_column_privilege($1::regclass, 'UPDATE') AS may_claim,
-      current_user AS role`,
+    workerPrivileges: `SELECT current_user AS role, coalesce((
+        SELECT string_agg(priv || coalesce(' (' || cols || ')', '') || ' on ' || object, ', ' ORDER BY n)
+        FROM (SELECT min(n) AS n, object, priv, string_agg(col, ', ' ORDER BY n) AS cols
+              FROM (VALUES (1, 'jobs', NULL, 'SELECT'), (2, 'jobs', 'status', 'UPDATE'), (3, 'jobs', 'attempts', 'UPDATE'),
+                           (4, 'jobs', 'run_at', 'UPDATE'), (5, 'jobs', 'locked_at', 'UPDATE'), (6, 'jobs', 'locked_by', 'UPDATE'),
+                           (7, 'jobs', 'started_at', 'UPDATE'), (8, 'jobs', 'finished_at', 'UPDATE'), (9, 'jobs', 'updated_at', 'UPDATE'),
+                           (10, 'jobs', 'last_error', 'UPDATE'), (11, 'jobs', 'errors', 'UPDATE'), (12, 'jobs', 'result', 'UPDATE'),
+                           (13, 'jobs', 'progress', 'UPDATE'), (14, 'jobs', 'key_scope', 'UPDATE'),
+                           (20, 'queues', NULL, 'SELECT'), (21, 'queues', 'updated_at', 'UPDATE'), (22, 'queues', 'group_cursor', 'UPDATE'),
+                           (23, 'queues', 'group_turn_taken', 'UPDATE'), (24, 'queues', 'tokens', 'UPDATE'),
+                           (25, 'queues', 'tokens_at', 'UPDATE'),
+                           (30, 'job_groups', NULL, 'SELECT'), (31, 'job_groups', NULL, 'INSERT'),
+                           (32, 'job_groups', 'tokens', 'UPDATE'), (33, 'job_groups', 'tokens_at', 'UPDATE'),
+                           (40, 'mark_queue_grouped(text, text)', NULL, 'EXECUTE')) AS need (n, object, col, priv)
+              CROSS JOIN LATERAL (SELECT to_regclass($1 || '.' || object) AS rel, to_regprocedure($1 || '.' || object) AS fn) found
+              WHERE NOT CASE
+                WHEN priv = 'EXECUTE' THEN fn IS NULL OR has_function_privilege(fn, priv)
+                WHEN rel IS NULL THEN true
+                WHEN col IS NULL THEN has_table_privilege(rel, priv)
+                WHEN NOT EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = rel AND a.attname = col AND NOT a.attisdropped) THEN true
+                ELSE has_column_privilege(rel, col, priv) END
+              GROUP BY object, priv) missing), '') AS missing
+      WHERE ($1 || '.jobs')::regclass IS NOT NULL`,
   };
 });
