@@ -93,6 +93,46 @@ describe('unique jobs', () => {
     expect(await keyed('keep-1')).toEqual([{ id: a, status: 'pending', payload: { v: 1 }, key_scope: 'pending' }]);
   });
 
+  it("keep in the caller's transaction: the kept job waits for the commit and runs on the committed data (0042)", async () => {
+    // Outside review 158: the kept job ran while the transaction was open, on the old
+    // data, and after the commit no job was left for the change.
+    await fx.db.pool.query(`CREATE TABLE ${fx.db.s}.profile (id int PRIMARY KEY, name text)`);
+    await fx.db.pool.query(`INSERT INTO ${fx.db.s}.profile VALUES (7, 'v0')`);
+    const holder = await fx.queue.enqueue('sync', { id: 7 }, { queue: 'keep-tx', jobKey: 'keep-tx:7' });
+    const seen: string[] = [];
+    const ran: string[] = [];
+    await fx.start({
+      connectionString: fx.db.url,
+      queues: ['keep-tx'],
+      concurrency: 2,
+      tasks: {
+        sync: async (_payload, ctx) => {
+          const { rows } = await fx.db.pool.query(`SELECT name FROM ${fx.db.s}.profile WHERE id = 7`);
+          seen.push(rows[0].name as string);
+          ran.push(ctx.job.id);
+        },
+        other: async (_payload, ctx) => void ran.push(ctx.job.id),
+      },
+    });
+    const client = await fx.db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await client.query(`UPDATE ${fx.db.s}.profile SET name = 'v1' WHERE id = 7`);
+      const kept = await fx.queue.enqueue('sync', { id: 7 }, { queue: 'keep-tx', jobKey: 'keep-tx:7', tx: client });
+      expect(kept).toBe(holder);
+      // A job behind the holder in claim order runs: the worker's claims pass the locked holder by.
+      const behind = await fx.queue.enqueue('other', {}, { queue: 'keep-tx' });
+      await waitFor(() => ran.includes(behind), 'the job behind the holder');
+      expect(ran).not.toContain(holder);
+      expect((await keyed('keep-tx:7')).map((r) => r.status)).toEqual(['pending']);
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    await waitFor(() => ran.includes(holder), 'the kept job after the commit');
+    expect(seen).toEqual(['v1']);
+  });
+
   it('replace: the pending job takes the new payload and run_at', async () => {
     const a = await fx.queue.enqueue('sync', { v: 1 }, { jobKey: 'replace-1', delayMs: 3_600_000 });
     const runAt = new Date(Date.now() + 60_000);
