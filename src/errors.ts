@@ -415,7 +415,7 @@ export function afterCommitError(err: unknown, jobs: number): unknown {
   if (!(err instanceof ConnectionError) || jobs === 0) return err;
   const Failed = err instanceof NotSentError ? NotSentError : ConnectionError;
   return new Failed(
-    `enqueueAfterCommit: work() resolved (your transaction committed), then enqueueing its ${jobs} job(s) failed: ${err.message}`,
+    `enqueueAfterCommit: work() resolved (taken to mean your transaction committed), then enqueueing its ${jobs} job(s) failed: ${err.message}`,
     { cause: err },
   );
 }

@@ -11,7 +11,7 @@ import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type Queue
 import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { jobId as checkJobId } from './admin/input.js';
 import { WakeUps } from './wake-ups.js';
-import { rows, type Queryable } from './db/executor.js';
+import { callerTransaction, rows, type Queryable } from './db/executor.js';
 import { afterCommitError, ConfigError, enqueueError, ValidationError, wrapDatabaseError } from './errors.js';
 import { type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
 import { resolveSchemas, validateBatchPayloads, validatePayload } from './task-schemas.js';
@@ -299,7 +299,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     id: string | number,
     options: { tx?: Queryable } = {},
   ): Promise<JobRow<P, R> | undefined> {
-    const db = this.executor(txOption(options, 'getJob'));
+    const db = this.executor(txOption(options, 'getJob'), 'read');
     const jobId = checkJobId(id);
     try {
       const [row] = await rows<JobRow<P, R>>(db, this.queries.getJob, [jobId]);
@@ -358,7 +358,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Every queue that has settings (paused or limited, or once was). */
   async listQueues(options: { tx?: Queryable } = {}): Promise<QueueSettings[]> {
-    return listQueueSettings(this.executor(txOption(options, 'listQueues')), this.control);
+    return listQueueSettings(this.executor(txOption(options, 'listQueues'), 'read'), this.control);
   }
 
   /** Ends the connections Sluice opened (a pool or `sql` you passed in is left open). */
@@ -384,11 +384,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
     return result.rows;
   }
 
-  private executor(tx: Queryable | undefined): Queryable {
-    if (tx) {
-      if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
-      return tx;
-    }
+  /** Where a call runs: your `tx` (for a write, never a pool: see callerTransaction), or the Queue's own connections. */
+  private executor(tx: Queryable | undefined, use: 'write' | 'read' = 'write'): Queryable {
+    if (tx) return callerTransaction(tx, use);
     return this.ownDriver();
   }
 

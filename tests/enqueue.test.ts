@@ -476,9 +476,33 @@ describe('enqueue', () => {
       await closed.close();
       await expect(closed.enqueue('after_close', {})).rejects.toThrow(ConfigError);
       await expect(closed.getJob('1')).rejects.toThrow(/this Queue is closed/);
-      const id = await closed.enqueue('after_close_tx', {}, { tx: db.pool });
-      expect((await queue.getJob(id))?.task).toBe('after_close_tx');
+      const client = await db.pool.connect();
+      try {
+        const id = await closed.enqueue('after_close_tx', {}, { tx: client });
+        expect((await queue.getJob(id))?.task).toBe('after_close_tx');
+      } finally {
+        client.release();
+      }
     }
+  });
+
+  it('refuses a pg Pool as tx for a write: it would run outside your transaction (outside review 158)', async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await expect(queue.enqueue('pool_as_tx', { n: 1 }, { tx: db.pool })).rejects.toThrow(
+        /tx is a pg Pool, which runs each statement outside your transaction/,
+      );
+      await expect(queue.enqueueMany([{ task: 'pool_as_tx' }], { tx: db.pool })).rejects.toBeInstanceOf(ConfigError);
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'pool_as_tx'`);
+    expect(rows[0].n).toBe(0);
+    // A read on a pool is no transaction's business.
+    const id = await queue.enqueue('read_on_pool', {});
+    expect((await queue.getJob(id, { tx: db.pool }))?.task).toBe('read_on_pool');
   });
 
   it('on a schema never migrated, says to migrate (outside review 101)', async () => {

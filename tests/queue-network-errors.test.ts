@@ -106,7 +106,7 @@ describe('enqueueAfterCommit', () => {
         );
       expect(error).toBeInstanceOf(NotSentError);
       expect((error as Error).message).toMatch(
-        /^enqueueAfterCommit: work\(\) resolved \(your transaction committed\), then enqueueing its 2 job\(s\) failed: .*the jobs were not enqueued$/,
+        /^enqueueAfterCommit: work\(\) resolved \(taken to mean your transaction committed\), then enqueueing its 2 job\(s\) failed: .*the jobs were not enqueued$/,
       );
     } finally {
       await queue.close();

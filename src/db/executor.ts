@@ -1,3 +1,5 @@
+import { ConfigError } from '../errors.js';
+
 /**
  * The one interface Sluice needs from a database connection: run a parameterised
  * statement and get rows back. A `pg` Pool, Client or PoolClient satisfies it as
@@ -11,4 +13,26 @@ export interface Queryable {
 export async function rows<T>(db: Queryable, text: string, values?: unknown[]): Promise<T[]> {
   const result = await db.query(text, values);
   return result.rows as T[];
+}
+
+/** A pg Pool (not one of its clients): each query may run on another connection, outside any transaction. */
+export function isPgPool(db: object): boolean {
+  return 'totalCount' in db && 'idleCount' in db && typeof (db as { connect?: unknown }).connect === 'function';
+}
+
+/**
+ * The `tx` of a call, checked; for a write that must commit or roll back with the
+ * caller's data (an enqueue, a publish, a cancel), never a pool. A pg Pool runs each statement on whatever
+ * connection is free, outside any transaction: the job committed though the
+ * caller rolled back (outside review 158).
+ */
+export function callerTransaction(tx: Queryable, use: 'write' | 'read' = 'write'): Queryable {
+  if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
+  if (use === 'write' && isPgPool(tx)) {
+    throw new ConfigError(
+      'tx is a pg Pool, which runs each statement outside your transaction: pass the client you ran BEGIN on ' +
+        '(const client = await pool.connect()), or leave tx out',
+    );
+  }
+  return tx;
 }

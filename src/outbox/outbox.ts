@@ -1,7 +1,7 @@
 import { hasConnection, resolveDriverName, type DriverConnectionOptions } from '../db/connection.js';
 import type { Driver } from '../db/driver.js';
 import { lazyDriver, openDriver } from '../db/drivers/open.js';
-import { rows, type Queryable } from '../db/executor.js';
+import { callerTransaction, isPgPool, rows, type Queryable } from '../db/executor.js';
 import { outboxStatements, type OutboxStatements } from '../db/statements/outbox.js';
 import { ConfigError, ValidationError, wrapDatabaseError } from '../errors.js';
 import { checks } from '../validate.js';
@@ -33,9 +33,6 @@ const TX_KEYS = new Set(['tx']);
 /** Most keys one lockKeys takes: each is a lock held to the end of the transaction, and the server's lock table is shared. */
 const MAX_LOCKED_KEYS = 1_000;
 
-/** A pg Pool (not one of its clients): each query may run on another connection, outside any transaction. */
-const isPgPool = (tx: object): boolean =>
-  'totalCount' in tx && 'idleCount' in tx && typeof (tx as { connect?: unknown }).connect === 'function';
 const POOL_SIZE = 10;
 
 /**
@@ -154,10 +151,7 @@ export class Outbox {
   }
 
   private executor(tx: Queryable | undefined): Queryable {
-    if (tx) {
-      if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
-      return tx;
-    }
+    if (tx) return callerTransaction(tx);
     if (!this.db) throw new ConfigError('this Outbox has no connection: pass { tx } or give connectionString, pool or sql');
     return this.db;
   }
