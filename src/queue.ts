@@ -122,7 +122,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
       return toJobValues({ ...options, task, payload: checked }, this.maxPayloadBytes);
     });
-    const db = this.executor(options.tx);
+    const db = this.executor(options.tx, 'enqueue');
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority, v.group_key];
     // Concurrent enqueues on our own pool defer their wake-up past the COMMIT, so
     // their commits are not serialised by NOTIFY (migration 0004). A lone enqueue
@@ -179,7 +179,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       }),
     );
     if (values.length === 0) return [];
-    const db = this.executor(options.tx);
+    const db = this.executor(options.tx, 'enqueue');
     const batch = enqueueBatch(values);
     const first = values[0]!;
     const task = values.every((v) => v.task === first.task) ? first.task : 'batch';
@@ -299,7 +299,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     id: string | number,
     options: { tx?: Queryable } = {},
   ): Promise<JobRow<P, R> | undefined> {
-    const db = this.executor(txOption(options, 'getJob'), 'read');
+    const db = this.executor(txOption(options, 'getJob'));
     const jobId = checkJobId(id);
     try {
       const [row] = await rows<JobRow<P, R>>(db, this.queries.getJob, [jobId]);
@@ -358,7 +358,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Every queue that has settings (paused or limited, or once was). */
   async listQueues(options: { tx?: Queryable } = {}): Promise<QueueSettings[]> {
-    return listQueueSettings(this.executor(txOption(options, 'listQueues'), 'read'), this.control);
+    return listQueueSettings(this.executor(txOption(options, 'listQueues')), this.control);
   }
 
   /** Ends the connections Sluice opened (a pool or `sql` you passed in is left open). */
@@ -384,9 +384,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
     return result.rows;
   }
 
-  /** Where a call runs: your `tx` (for a write, never a pool: see callerTransaction), or the Queue's own connections. */
-  private executor(tx: Queryable | undefined, use: 'write' | 'read' = 'write'): Queryable {
-    if (tx) return callerTransaction(tx, use);
+  /** Where a call runs: your `tx` (for an enqueue, never a pool: see callerTransaction), or the Queue's own connections. */
+  private executor(tx: Queryable | undefined, use: 'enqueue' | 'other' = 'other'): Queryable {
+    if (tx) return callerTransaction(tx, use === 'enqueue');
     return this.ownDriver();
   }
 

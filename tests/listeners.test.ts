@@ -203,4 +203,25 @@ describe("the outbox relay's events", () => {
     expect(errors[0]).toBeInstanceOf(ListenerError);
     expect(errors[0]!.message).toMatch(/'caughtUp' listener threw: relay listener bug/);
   });
+
+  it("with no 'error' listener, a throwing listener is a process warning and the relay's own errors are dropped quietly", async () => {
+    // Outside review 159: a no-op 'error' listener of the relay's own swallowed the listener's error.
+    const events = new RelayEvents();
+    const warnings: string[] = [];
+    const onWarning = (w: Error & { code?: string }) => {
+      if (w.code === 'SLUICE_LISTENER') warnings.push(w.message);
+    };
+    process.on('warning', onWarning);
+    try {
+      events.on('caughtUp', () => {
+        throw new Error('unheard relay listener bug');
+      });
+      events.emit('caughtUp', { destination: 'd', partition: 0, behindHorizon: false });
+      expect(() => events.reportError(new Error('statement failed'))).not.toThrow();
+      await waitFor(() => warnings.length > 0, 'the warning');
+      expect(warnings).toEqual([expect.stringMatching(/'caughtUp' listener threw: unheard relay listener bug/)]);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
 });

@@ -21,14 +21,14 @@ export function isPgPool(db: object): boolean {
 }
 
 /**
- * The `tx` of a call, checked; for a write that must commit or roll back with the
- * caller's data (an enqueue, a publish, a cancel), never a pool. A pg Pool runs each statement on whatever
+ * The `tx` of a call, checked; with `refusePool`, for a write that must commit or
+ * roll back with the caller's data (an enqueue, a publish), never a pool. A pg Pool runs each statement on whatever
  * connection is free, outside any transaction: the job committed though the
  * caller rolled back (outside review 158).
  */
-export function callerTransaction(tx: Queryable, use: 'write' | 'read' = 'write'): Queryable {
+export function callerTransaction(tx: Queryable, refusePool: boolean): Queryable {
   if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
-  if (use === 'write' && isPgPool(tx)) {
+  if (refusePool && isPgPool(tx)) {
     throw new ConfigError(
       'tx is a pg Pool, which runs each statement outside your transaction: pass the client you ran BEGIN on ' +
         '(const client = await pool.connect()), or leave tx out',

@@ -69,7 +69,7 @@ export class Outbox {
   async publish(destination: string, payload: OutboxPayload, options: PublishCallOptions = {}): Promise<string> {
     input.rejectUnknownKeys(options, PUBLISH_KEYS, 'publish');
     const m = encodeMessage(destination, payload, options, this.maxBytes);
-    const db = this.executor(options.tx);
+    const db = this.executor(options.tx, true);
     try {
       const [row] = await rows<{ id: string }>(db, this.queries.publishOne, [m.destination, m.key, m.headers, m.payload]);
       return String(row!.id);
@@ -97,7 +97,7 @@ export class Outbox {
         throw new ValidationError(`publishMany: message ${i}: ${err.message.replace(/^publish: /, '')}`, { cause: err });
       }
     });
-    const db = this.executor(options.tx);
+    const db = this.executor(options.tx, true);
     try {
       const ids = await rows<{ id: string }>(db, this.queries.publishMany, [
         encoded.map((m) => m.destination),
@@ -150,8 +150,9 @@ export class Outbox {
     await this.db?.end();
   }
 
-  private executor(tx: Queryable | undefined): Queryable {
-    if (tx) return callerTransaction(tx);
+  /** `refusePool`: a publish, which must commit with the caller's data (see callerTransaction). */
+  private executor(tx: Queryable | undefined, refusePool = false): Queryable {
+    if (tx) return callerTransaction(tx, refusePool);
     if (!this.db) throw new ConfigError('this Outbox has no connection: pass { tx } or give connectionString, pool or sql');
     return this.db;
   }

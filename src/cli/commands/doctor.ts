@@ -21,7 +21,11 @@ function whyNoReport(err: unknown, url: string): string {
   const reason = err instanceof Error ? err.message.replace(/^doctor: /, '') : String(err);
   if (isConnectionFailure(err)) return connectionError(reason, url).message;
   if (isInsufficientPrivilege(err)) {
-    return `${reason} (doctor reads every table of the schema: run it as the schema's owner, or as a role with USAGE on the schema and SELECT on its tables)`;
+    return (
+      reason +
+      " (doctor reads every table of the schema: run it as the schema's owner, or as a role with USAGE on the schema " +
+      'and SELECT on its tables)'
+    );
   }
   return reason;
 }
