@@ -506,11 +506,43 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       await db.pool.query(
         `GRANT UPDATE (status, attempts, run_at, locked_at, locked_by, started_at, updated_at) ON ${db.s}.jobs TO ${partial}`,
       );
+      // Its maintenance lease and schedules too, when it takes part in them (outside review 159).
+      const leaderless = `l_login_${tag}`;
+      await db.pool.query(`CREATE ROLE ${leaderless} LOGIN PASSWORD '${PASSWORD}' IN ROLE ${groups.worker}`);
+      cleanup.push(async () => {
+        await db.pool.query(`DROP OWNED BY ${leaderless}`);
+        await db.pool.query(`DROP ROLE ${leaderless}`);
+      });
+      await db.pool.query(`REVOKE ALL ON ${db.s}.leader, ${db.s}.cron_schedules FROM ${groups.worker}`);
+      try {
+        const schedules = [{ name: `nightly_${tag}`, cron: '0 3 * * *', task: 't' }];
+        const refusedFor = async (options: object) => {
+          const w = new Worker({ connectionString: urlAs(leaderless), schema: db.schema, tasks: { t: () => {} }, ...options });
+          return w.start().then(
+            async () => {
+              await w.stop();
+              return 'started';
+            },
+            (err: Error) => err.message,
+          );
+        };
+        expect(await refusedFor({})).toMatch(
+          `role "${leaderless}" lacks SELECT on leader, INSERT on leader, UPDATE on leader, DELETE on leader in schema`,
+        );
+        expect(await refusedFor({ maintenance: false, schedules })).toMatch(
+          `role "${leaderless}" lacks SELECT on cron_schedules, INSERT on cron_schedules, UPDATE on cron_schedules in schema`,
+        );
+        expect(await refusedFor({ maintenance: false })).toBe('started');
+      } finally {
+        await db.pool.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${db.s}.leader TO ${groups.worker}`);
+        await db.pool.query(`GRANT SELECT, INSERT, UPDATE ON ${db.s}.cron_schedules TO ${groups.worker}`);
+      }
       const half = new Worker({ connectionString: urlAs(partial), schema: db.schema, tasks: { t: () => {} } });
       await expect(half.start()).rejects.toThrow(
         `role "${partial}" lacks UPDATE (finished_at, last_error, errors, result, progress, key_scope) on jobs, UPDATE (updated_at, ` +
           'group_cursor, group_turn_taken, tokens, tokens_at) on queues, SELECT on job_groups, INSERT on job_groups, UPDATE (tokens, ' +
-          `tokens_at) on job_groups, EXECUTE on mark_queue_grouped(text, text) in schema "${db.schema}": grant it sluice_worker`,
+          'tokens_at) on job_groups, EXECUTE on mark_queue_grouped(text, text), SELECT on leader, INSERT on leader, UPDATE on ' +
+          `leader, DELETE on leader in schema "${db.schema}": grant it sluice_worker`,
       );
       expect(errors).toEqual([]);
     });

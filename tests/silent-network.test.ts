@@ -147,6 +147,62 @@ describe('a claim sent into a stalled network and answered when it carries again
   });
 });
 
+describe('a heartbeat sent into a silent network', () => {
+  it('is given up before the renewal timeout and sent again: a drop shorter than it aborts no handler (outside review 160)', async () => {
+    // Visibility 10 s: beats every 1.67 s, renewal timeout 7.5 s, so a beat is given up
+    // after 4.17 s, under the statement limit of 8 s. A beat lost in the drop was sent
+    // at most 1.67 s after the last renewal: sent again 4.17 s after it went, on another
+    // connection, it renews before 5.83 s; left to the statement limit (8 s), and the
+    // next beat an interval later, every handler was aborted.
+    const events: string[] = [];
+    let aborted = false;
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    let started!: () => void;
+    const running = new Promise<void>((r) => (started = r));
+    await t.start(
+      {
+        connectionString: proxy.url,
+        listenConnectionString: t.db.url,
+        // One slot, taken: no claim goes out into the drop, only beats.
+        concurrency: 1,
+        pollIntervalMs: NO_POLL,
+        maintenance: false,
+        visibilityTimeoutMs: 10_000,
+        statementTimeoutMs: 8_000,
+        tasks: {
+          long: async (_p: unknown, { signal }) => {
+            signal.addEventListener('abort', () => (aborted = true));
+            started();
+            await released;
+          },
+        },
+      },
+      (w) => {
+        w.on('job:lock-lost', (job) => events.push(`lock-lost ${job.id}`));
+        w.on('jobs:handed-back', (jobs, { reason }) => events.push(`handed-back ${reason}`));
+      },
+    );
+    const id = await t.queue.enqueue('long', {});
+    await running;
+    proxy.drop();
+    // Longer than a beat interval: a beat goes out into the drop, lost with its connection.
+    await new Promise((r) => setTimeout(r, 3_000));
+    const { rows } = await t.db.pool.query<{ now: Date }>('SELECT now()');
+    proxy.restore();
+    // A beat answered after the drop renews the lock: no abort can follow it.
+    await waitFor(async () => {
+      const job = await t.queue.getJob(id);
+      return job!.locked_at! > rows[0]!.now;
+    }, 'a heartbeat after the drop');
+    expect(aborted).toBe(false);
+    expect(events).toEqual([]);
+    release();
+    await waitFor(async () => (await t.queue.getJob(id))?.status === 'completed', 'the job to complete');
+    expect((await t.queue.getJob(id))!.attempts).toBe(1);
+  });
+});
+
 describe("a Queue's enqueue on a silent network", () => {
   it('rejects with a ConnectionError after statementTimeoutMs, writes nothing late, and close() settles', async () => {
     // Review 64: the enqueue never settled, and close() and the process hung with it.

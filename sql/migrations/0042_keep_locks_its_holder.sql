@@ -10,6 +10,9 @@
 -- transaction ends, and it runs after the commit, on the committed data. FOR
 -- SHARE, not FOR UPDATE: keep-mode callers of one key do not wait for each other.
 -- Outside a transaction of the caller's the lock ends with the statement. A
+-- notification for the holder's queue goes out with the caller's commit, as for
+-- a new job: workers whose claims passed the holder by went idle (outside review
+-- 159: the kept job waited up to a poll interval after the commit). A
 -- processing holder is never locked: its worker's heartbeats and result must not
 -- wait for the caller. A holder handed back to pending meanwhile is looked for
 -- again, and locked. A holder a worker claimed ahead and has not started is
@@ -38,6 +41,7 @@ DECLARE
   _held_queue text;
   _held_task text;
   _held_ahead boolean;         -- the holder is claimed ahead: processing, not started, its key held while pending
+  _held_run_at timestamptz;
   _rel oid;
   _name text := coalesce(_task, _payload->>'task');
   _when timestamptz := coalesce(_run_at, clock_timestamp());
@@ -128,10 +132,15 @@ BEGIN
     END IF;
 
     IF _job_key_mode = 'keep' THEN
-      SELECT id INTO _id FROM :SCHEMA.jobs
+      SELECT id, queue, tableoid, run_at INTO _id, _held_queue, _rel, _held_run_at FROM :SCHEMA.jobs
       WHERE job_key = _job_key AND key_scope IN ('pending', 'active') AND status = 'pending'
       FOR SHARE;
       IF _id IS NOT NULL THEN
+        -- Claims passed it by while it was locked: idle workers hear of it at the
+        -- commit (a notification is sent then), not at their next poll.
+        PERFORM pg_notify('sluice:' || n.nspname, :SCHEMA.wake_payload(_held_queue, _held_run_at))
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = _rel;
         RETURN _id;
       END IF;
     END IF;

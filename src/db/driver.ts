@@ -12,9 +12,11 @@ export interface Driver extends Queryable {
   /**
    * Runs a parameterised statement and returns its rows. `name` asks for a named
    * prepared statement (parsed once per connection) where the driver needs to be
-   * told; a driver that prepares every statement anyway ignores it.
+   * told; a driver that prepares every statement anyway ignores it. `limitMs`: a
+   * time limit of this statement's own, where shorter than the driver's statement
+   * time limit (the same cancel and dropped connection past it).
    */
-  query<T = any>(text: string, values?: unknown[], name?: string): Promise<{ rows: T[] }>;
+  query<T = any>(text: string, values?: unknown[], name?: string, limitMs?: number): Promise<{ rows: T[] }>;
   /** Runs `fn` in a transaction on one connection: COMMIT when it resolves, ROLLBACK when it throws. */
   transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T>;
   /** LISTENs on `channel` over a connection of its own; resolves once LISTEN is in place. */

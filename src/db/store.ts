@@ -147,11 +147,12 @@ export class PgWorkerStore implements WorkerStore {
     return rows[0]!.due;
   }
 
-  async heartbeat(ids: readonly string[]): Promise<LockedWrite> {
+  async heartbeat(ids: readonly string[], limitMs?: number): Promise<LockedWrite> {
     const { rows } = await this.db.query<{ id: string; renewed: boolean }>(
       this.queries.heartbeat,
       [this.workerId, ids],
       this.name('heartbeat'),
+      limitMs,
     );
     return lockedWrite(rows.map((r) => ({ id: r.id, done: r.renewed })));
   }

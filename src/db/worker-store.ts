@@ -115,7 +115,7 @@ export interface WorkerStore {
   /** Whether any of `queues` has a due pending job of `tasks`, claimable or held back by a limit. */
   hasDueJobs(queues: readonly string[], tasks: readonly string[]): Promise<boolean>;
   /** Renews the locks of `ids` (done); ids in neither set are no longer this worker's. */
-  heartbeat(ids: readonly string[]): Promise<LockedWrite>;
+  heartbeat(ids: readonly string[], limitMs?: number): Promise<LockedWrite>;
   /** Back to pending without spending the attempt (done); wakes their queues. */
   release(ids: readonly string[]): Promise<LockedWrite>;
   /**

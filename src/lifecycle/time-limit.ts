@@ -27,3 +27,9 @@ export function timeLimit<T>(
   work.catch(() => {});
   return Promise.race([work, expired]).finally(() => clearTimeout(timer));
 }
+
+/** The shorter of two time limits, either of which may be none (undefined). */
+export function shorterLimit(a: number | undefined, b: number | undefined): number | undefined {
+  if (a === undefined) return b;
+  return b === undefined ? a : Math.min(a, b);
+}

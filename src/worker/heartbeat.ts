@@ -129,8 +129,14 @@ export class Heartbeat {
     const sentAt = performance.now();
     this.lastSentAt = sentAt;
     this.asking = new Set(ids);
+    const limitMs = beatLimitMs(this.config);
     try {
-      const { done, skipped } = await this.store.heartbeat(ids);
+      const { done, skipped } = await this.store.heartbeat(ids, limitMs).catch((err: unknown) => {
+        // Past its limit, its connection was dropped (gone silent, most likely): the
+        // next beat goes out at once, on another, not an interval later.
+        if (performance.now() - sentAt >= limitMs) this.beats.runSoon(0);
+        throw err;
+      });
       this.lastAnsweredAt = sentAt;
       this.signals.answered();
       let changed = false;
@@ -215,6 +221,20 @@ export class Heartbeat {
     }
     if (expired.length > 0) this.signals.unrenewed(expired, rowHeld, unanswered);
   }
+}
+
+/**
+ * The time limit of one beat. A beat sent just as the network went silent waited
+ * for the statement time limit (30 s by default, above the 22.5 s renewal
+ * timeout): a drop of two seconds aborted every running handler (outside review
+ * 160). Past this limit the beat is given up, its connection dropped, and the next
+ * sent at once, in time to renew the locks whose last renewal was the beat before
+ * it, an interval earlier: renewal timeout less two intervals, and never under
+ * half an interval (a heartbeat statement takes milliseconds). The driver's
+ * statement time limit still applies where shorter.
+ */
+export function beatLimitMs(config: HeartbeatConfig): number {
+  return Math.max(config.renewalTimeoutMs - 2 * config.intervalMs, config.intervalMs / 2);
 }
 
 /**

@@ -136,12 +136,16 @@ export async function handBackAfterRestart(
   }
 }
 
-/** The error of an attempt that counts though Postgres restarted: the job's previous attempt was given back already. */
+/**
+ * The error of an attempt that counts though Postgres restarted, or did not answer
+ * its beats (the two refunds share one rule): the job's previous attempt was given
+ * back already.
+ */
 export function refusedRefund(error: unknown): SluiceError {
   const message = error instanceof Error ? error.message : String(error);
   return new SluiceError(
     'LOCK_LOST',
-    `${message}; Postgres restarted meanwhile, but the job's previous attempt was given back already, ` +
+    `${message}; such an attempt is given back, but this job's previous attempt was given back already, ` +
       'so this one counts (a job whose runs crash Postgres must still run out of attempts)',
     { cause: error },
   );

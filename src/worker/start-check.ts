@@ -7,15 +7,25 @@ import { ConfigError, isInsufficientPrivilege, isNotMigrated, MigrationError } f
 /**
  * Why a worker could never run a job here, found at start: a server that refused
  * the login or has no such database, a schema never migrated, a role that may not
- * use the schema or lacks a privilege its claims and results need (outside
- * reviews 156 and 157: such a worker logged refused claims and idled for ever).
+ * use the schema or lacks a privilege its claims and results need, or its
+ * maintenance lease or schedules (`uses`) (outside reviews 156, 157 and 159: such a
+ * worker logged refused statements and idled, or rescued nothing, for ever).
  * Undefined when none of these holds. Anything else (Postgres out of reach) is
  * thrown: the worker reports it and keeps trying.
  */
-export async function whyNoJobCanRun(db: Driver, schema: string, url: string | undefined): Promise<Error | undefined> {
+export async function whyNoJobCanRun(
+  db: Driver,
+  schema: string,
+  url: string | undefined,
+  uses: { maintenance: boolean; schedules: boolean },
+): Promise<Error | undefined> {
   let answer: { role: string; missing: string };
   try {
-    const { rows } = await db.query<typeof answer>(migrateStatements(schema).workerPrivileges, [quoteSchema(schema)]);
+    const { rows } = await db.query<typeof answer>(migrateStatements(schema).workerPrivileges, [
+      quoteSchema(schema),
+      uses.maintenance,
+      uses.schedules,
+    ]);
     answer = rows[0]!;
   } catch (err) {
     const refused = refusal(err, schema, url);

@@ -293,7 +293,10 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
   private async probe(db: Driver): Promise<void> {
     let refusal: Error | undefined;
     try {
-      refusal = await whyNoJobCanRun(db, this.config.schema, this.options.connectionString);
+      refusal = await whyNoJobCanRun(db, this.config.schema, this.options.connectionString, {
+        maintenance: this.config.maintenance !== undefined,
+        schedules: this.config.schedules.length > 0,
+      });
     } catch (err) {
       // Cut by a stop() while starting: the stop's own error says why, not "cannot reach".
       const unreachable = isConnectionFailure(err) && !this.stopPromise;

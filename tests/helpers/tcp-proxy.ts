@@ -12,6 +12,13 @@ export interface TcpProxy {
   /** A connection string through the proxy, made from the upstream one. */
   url: string;
   cut(): void;
+  /**
+   * Like cut(), but what is sent meanwhile is lost, and a connection that lost
+   * bytes carries nothing more, ever (its protocol state is gone, as after a NAT
+   * entry dropped mid-statement); connections idle meanwhile, and new ones, work
+   * again after restore().
+   */
+  drop(): void;
   restore(): void;
   /**
    * Every connection open now stops carrying bytes for good, without a close (a
@@ -70,6 +77,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
   const host = upstream.hostname || '127.0.0.1';
   const port = Number(upstream.port || 5432);
   let cut = false;
+  let dropping = false;
   const held: (() => void)[] = [];
   const sockets = new Set<net.Socket>();
   const pairs = new Set<Pair>();
@@ -93,6 +101,10 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
         to.write(chunk);
         from.destroy();
         done();
+        return;
+      }
+      if (dropping) {
+        pair.doomed = true;
         return;
       }
       if (!cut) {
@@ -144,8 +156,12 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
     },
     loseReplyTo: (marker) => new Promise<void>((done) => (lose = { marker, done })),
     terminateAtReady: () => new Promise<void>((done) => (terminate = done)),
+    drop: () => {
+      dropping = true;
+    },
     restore: () => {
       cut = false;
+      dropping = false;
       for (const send of held.splice(0)) send();
     },
     close: async () => {

@@ -41,7 +41,7 @@ export function lazyDriver(open: () => Promise<Driver>): Driver {
   let opening: Promise<Driver> | undefined;
   const driver = () => (opening ??= open());
   return {
-    query: async (text, values, name) => (await driver()).query(text, values, name),
+    query: async (text, values, name, limitMs) => (await driver()).query(text, values, name, limitMs),
     transaction: async (fn) => (await driver()).transaction(fn),
     listen: async (channel, handlers) => (await driver()).listen(channel, handlers),
     abort(reason) {

@@ -5,7 +5,7 @@ import { LISTEN_APPLICATION_NAME, STATEMENT_HINT, type Driver, type ListenHandle
 import type { Queryable } from '../executor.js';
 import { ConnectionError, NotSentError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
-import { timeLimit } from '../../lifecycle/time-limit.js';
+import { shorterLimit, timeLimit } from '../../lifecycle/time-limit.js';
 import { cancelThenDrop } from './cancel.js';
 import { checkClientConnection } from '../statements/session.js';
 
@@ -209,21 +209,22 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
   return {
     pool,
 
-    async query(text: string, values?: unknown[], name?: string) {
+    async query(text: string, values?: unknown[], name?: string, limitMs?: number) {
       // Sluice's own parsers on every pool, yours too: its statements must read
       // their rows as it wrote them, whatever your pg.types say (see pg-encoding.ts).
       // Its array encoding only on a pool it made.
       const config = withSluiceTypes(text, handle.owned ? encodeArrays(values) : values);
       if (name) config.name = name;
       if (aborted) throw aborted;
-      if (limit === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
+      const own = shorterLimit(limit, limitMs);
+      if (own === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
       const client = await takeReady();
       let cancelling: Promise<void> | undefined;
       try {
         const running = client.query(config);
         const result = await timeLimit(
           running,
-          limit,
+          own,
           () => {
             // The session may still be waiting (on a lock) to run it: cancelled, it cannot
             // commit later, behind the error this caller is about to act on.

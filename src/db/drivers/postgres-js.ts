@@ -3,7 +3,7 @@ import { ConfigError, ConnectionError } from '../../errors.js';
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, STATEMENT_HINT, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
-import { timeLimit } from '../../lifecycle/time-limit.js';
+import { shorterLimit, timeLimit } from '../../lifecycle/time-limit.js';
 
 export interface PostgresJsDriverOptions {
   connectionString?: string;
@@ -180,7 +180,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
   const inFlight = new Set<{ cancel(): void }>();
 
   return {
-    query(text: string, values?: unknown[]) {
+    query(text: string, values?: unknown[], _name?: string, limitMs?: number) {
       if (aborted) return Promise.reject(aborted);
       const statement = start(sql, text, values);
       // Cancelled before its connection goes: a session still waiting (on a lock) to
@@ -190,7 +190,7 @@ export async function postgresJsDriver(options: PostgresJsDriverOptions): Promis
         replace();
       };
       inFlight.add(statement);
-      return timeLimit(statement.rows, limit, expired, 'statement', { hint: STATEMENT_HINT }).then(
+      return timeLimit(statement.rows, shorterLimit(limit, limitMs), expired, 'statement', { hint: STATEMENT_HINT }).then(
         (result) => {
           inFlight.delete(statement);
           return result;

@@ -17,12 +17,14 @@ export interface MigrateStatements {
   /** Fails (42P01 or 3F000) unless the schema has been migrated; reads no rows. */
   readonly probe: string;
   /**
-   * The worker's probe ($1: the quoted schema): fails as `probe` does unless the
-   * schema has been migrated; else one row, the role's name and the privileges a
-   * worker needs to claim and finish jobs that it lacks ('' when none), as text.
-   * What sql/roles.sql grants sluice_worker for that, but for what a worker does
-   * without (UPDATE of queues.ungrouped_none_at, the workers registry); tables and
-   * columns a schema does not have yet are not asked for.
+   * The worker's probe ($1: the quoted schema; $2: it runs maintenance; $3: it has
+   * schedules): fails as `probe` does unless the schema has been migrated; else one
+   * row, the role's name and the privileges the worker needs that it lacks ('' when
+   * none), as text: what sql/roles.sql grants sluice_worker for claims and results,
+   * the maintenance lease, and schedules, but for what a worker does without (UPDATE
+   * of queues.ungrouped_none_at, the workers registry). The pruner, which needs the
+   * owner, is not asked about. Tables and columns a schema does not have yet are not
+   * asked for.
    */
   readonly workerPrivileges: string;
 }
@@ -43,19 +45,27 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
     workerPrivileges: `SELECT current_user AS role, coalesce((
         SELECT string_agg(priv || coalesce(' (' || cols || ')', '') || ' on ' || object, ', ' ORDER BY n)
         FROM (SELECT min(n) AS n, object, priv, string_agg(col, ', ' ORDER BY n) AS cols
-              FROM (VALUES (1, 'jobs', NULL, 'SELECT'), (2, 'jobs', 'status', 'UPDATE'), (3, 'jobs', 'attempts', 'UPDATE'),
-                           (4, 'jobs', 'run_at', 'UPDATE'), (5, 'jobs', 'locked_at', 'UPDATE'), (6, 'jobs', 'locked_by', 'UPDATE'),
-                           (7, 'jobs', 'started_at', 'UPDATE'), (8, 'jobs', 'finished_at', 'UPDATE'), (9, 'jobs', 'updated_at', 'UPDATE'),
-                           (10, 'jobs', 'last_error', 'UPDATE'), (11, 'jobs', 'errors', 'UPDATE'), (12, 'jobs', 'result', 'UPDATE'),
-                           (13, 'jobs', 'progress', 'UPDATE'), (14, 'jobs', 'key_scope', 'UPDATE'),
-                           (20, 'queues', NULL, 'SELECT'), (21, 'queues', 'updated_at', 'UPDATE'), (22, 'queues', 'group_cursor', 'UPDATE'),
-                           (23, 'queues', 'group_turn_taken', 'UPDATE'), (24, 'queues', 'tokens', 'UPDATE'),
-                           (25, 'queues', 'tokens_at', 'UPDATE'),
-                           (30, 'job_groups', NULL, 'SELECT'), (31, 'job_groups', NULL, 'INSERT'),
-                           (32, 'job_groups', 'tokens', 'UPDATE'), (33, 'job_groups', 'tokens_at', 'UPDATE'),
-                           (40, 'mark_queue_grouped(text, text)', NULL, 'EXECUTE')) AS need (n, object, col, priv)
+              FROM (VALUES (1, 'jobs', NULL, 'SELECT', 'always'), (2, 'jobs', 'status', 'UPDATE', 'always'),
+                           (3, 'jobs', 'attempts', 'UPDATE', 'always'), (4, 'jobs', 'run_at', 'UPDATE', 'always'),
+                           (5, 'jobs', 'locked_at', 'UPDATE', 'always'), (6, 'jobs', 'locked_by', 'UPDATE', 'always'),
+                           (7, 'jobs', 'started_at', 'UPDATE', 'always'), (8, 'jobs', 'finished_at', 'UPDATE', 'always'),
+                           (9, 'jobs', 'updated_at', 'UPDATE', 'always'), (10, 'jobs', 'last_error', 'UPDATE', 'always'),
+                           (11, 'jobs', 'errors', 'UPDATE', 'always'), (12, 'jobs', 'result', 'UPDATE', 'always'),
+                           (13, 'jobs', 'progress', 'UPDATE', 'always'), (14, 'jobs', 'key_scope', 'UPDATE', 'always'),
+                           (20, 'queues', NULL, 'SELECT', 'always'), (21, 'queues', 'updated_at', 'UPDATE', 'always'),
+                           (22, 'queues', 'group_cursor', 'UPDATE', 'always'), (23, 'queues', 'group_turn_taken', 'UPDATE', 'always'),
+                           (24, 'queues', 'tokens', 'UPDATE', 'always'), (25, 'queues', 'tokens_at', 'UPDATE', 'always'),
+                           (30, 'job_groups', NULL, 'SELECT', 'always'), (31, 'job_groups', NULL, 'INSERT', 'always'),
+                           (32, 'job_groups', 'tokens', 'UPDATE', 'always'), (33, 'job_groups', 'tokens_at', 'UPDATE', 'always'),
+                           (40, 'mark_queue_grouped(text, text)', NULL, 'EXECUTE', 'always'),
+                           (50, 'leader', NULL, 'SELECT', 'maintenance'), (51, 'leader', NULL, 'INSERT', 'maintenance'),
+                           (52, 'leader', NULL, 'UPDATE', 'maintenance'), (53, 'leader', NULL, 'DELETE', 'maintenance'),
+                           (60, 'cron_schedules', NULL, 'SELECT', 'schedules'), (61, 'cron_schedules', NULL, 'INSERT', 'schedules'),
+                           (62, 'cron_schedules', NULL, 'UPDATE', 'schedules'),
+                           (63, 'enqueue_job(text, jsonb, timestamptz, integer, text, integer, text, text, boolean, text)', NULL,
+                            'EXECUTE', 'schedules')) AS need (n, object, col, priv, used)
               CROSS JOIN LATERAL (SELECT to_regclass($1 || '.' || object) AS rel, to_regprocedure($1 || '.' || object) AS fn) found
-              WHERE NOT CASE
+              WHERE (used = 'always' OR (used = 'maintenance' AND $2) OR (used = 'schedules' AND $3)) AND NOT CASE
                 WHEN priv = 'EXECUTE' THEN fn IS NULL OR has_function_privilege(fn, priv)
                 WHEN rel IS NULL THEN true
                 WHEN col IS NULL THEN has_table_privilege(rel, priv)
