@@ -25,7 +25,7 @@ await pool.query(`DROP SCHEMA IF EXISTS ${pg.escapeIdentifier(schema)} CASCADE`)
 
 // #region setup
 await migrate({ connectionString, schema }); // creates or updates Sluice's tables; safe from many hosts at once
-await pool.query('CREATE TABLE users (id serial PRIMARY KEY, email text UNIQUE NOT NULL)');
+await pool.query('CREATE TABLE IF NOT EXISTS users (id serial PRIMARY KEY, email text UNIQUE NOT NULL)');
 const queue = new Queue({ pool, schema });
 // #endregion
 

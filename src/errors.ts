@@ -218,15 +218,17 @@ export class WorkerStoppingError extends SluiceError {
 
 /**
  * The worker's 'error' event for an exception thrown (or a promise rejected) by one
- * of your listeners of another event. The worker carries on as if the listener had
- * returned: the event's other listeners are called, the job runs or its result
+ * of your listeners of another event (of a Worker, or of an outbox relay's events).
+ * It carries on as if the listener had returned: the event's other listeners are called, the job runs or its result
  * stands. `event` names the event whose listener failed; `cause` is what it threw.
  */
 export class ListenerError extends SluiceError {
   readonly event: string;
   constructor(event: string, cause: unknown) {
     // What cannot be made text (Object.create(null), a revoked Proxy) must not throw here (outside review 157).
-    super('LISTENER', `a '${event}' listener threw: ${errorFields(cause).message} (the worker carries on)`, { cause });
+    super('LISTENER', `a '${event}' listener threw: ${errorFields(cause).message} (carried on as if it had returned)`, {
+      cause,
+    });
     this.event = event;
   }
 }

@@ -200,6 +200,14 @@ describe('API', () => {
     expect(back.body.jobs.map((j: any) => j.id)).toEqual(first.body.jobs.map((j: any) => j.id));
     const byTask = await api('api/jobs?task=page_me&status=pending&limit=100');
     expect(byTask.body.jobs).toHaveLength(7);
+    expect(byTask.body.jobs[0].payload).toEqual({ i: 6 });
+    // A large payload is left out of the list, its size given (outside review 162: 50 jobs of
+    // 1 MiB made a 51 MB page); the job's own page has it whole.
+    const big = await queue.enqueue('page_big', { blob: 'x'.repeat(10_000) }, { queue: 'paging-big' });
+    const listedBig = (await api('api/jobs?queue=paging-big')).body.jobs[0];
+    expect(listedBig.payload).toBeUndefined();
+    expect(listedBig.omitted).toEqual({ payload: 10_011 });
+    expect((await api(`api/jobs/${big}`)).body.job.payload.blob).toHaveLength(10_000);
     // A filter given twice, or a value without its field, is a 400, not an empty or a whole list (outside review 125).
     for (const [qs, message] of [
       ['queue=paging&queue=other', 'queue must be given once'],
@@ -323,6 +331,10 @@ describe('API', () => {
       'retry-failed: unknown option "queu" (it takes queue)',
     );
     expect(await statusOf(other)).toBe('failed');
+    // A misspelt queue is a 404, as for the CLI: it retried nothing with a 200 (outside review 162).
+    const typo = await post('api/jobs/retry-failed', { queue: 'bulk-othr' });
+    expect(typo.status).toBe(404);
+    expect(typo.body.error.message).toBe('queue "bulk-othr" has no jobs and no settings: check the name');
     // And a query string, which the route does not read (outside review 84: ?queue=q retried every queue).
     expect((await post('api/jobs/retry-failed?queue=bulk-other')).status).toBe(400);
     expect(await statusOf(other)).toBe('failed');

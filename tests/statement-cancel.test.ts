@@ -342,4 +342,27 @@ describe('a hand-back whose reply was lost, tried again', () => {
       await driver.end();
     }
   });
+
+  it('a second unanswered outage in a row of the same job is charged, not told handed back (outside review 161)', async () => {
+    await db.pool.query(`DELETE FROM ${db.s}.jobs`);
+    await db.pool.query(`INSERT INTO ${db.s}.jobs (task) VALUES ('t')`);
+    const driver = await openDriver('pg', { connectionString: db.url, statementTimeoutMs: 60_000 }, 1, 'hand-back-second');
+    try {
+      const store = new PgWorkerStore(driver, db.schema, 'w-again', true);
+      const claim = { completed: [], failed: [], started: [], queues: ['default'], tasks: ['t'], limit: 1, startNow: 1 };
+      const [job] = (await store.cycle(claim)).claimed;
+      expect(await store.handBackAfterRestart(job!.id, 1, 'restart message', 'unanswered message')).toEqual({
+        runAt: expect.any(Date),
+        restarted: false,
+      });
+      // Claimed again by the same worker: the attempt given back, so numbered 1 again.
+      const [again] = (await store.cycle(claim)).claimed;
+      expect(again).toMatchObject({ id: job!.id, attempts: 1 });
+      expect(await store.handBackAfterRestart(job!.id, 1, 'restart message', 'unanswered message')).toBe('refunded-before');
+      const { rows } = await db.pool.query(`SELECT status, locked_by FROM ${db.s}.jobs WHERE id = $1`, [job!.id]);
+      expect(rows).toEqual([{ status: 'processing', locked_by: 'w-again' }]);
+    } finally {
+      await driver.end();
+    }
+  });
 });

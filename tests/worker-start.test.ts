@@ -108,6 +108,19 @@ describe('Worker.start()', () => {
   });
 });
 
+describe('start() after stop()', () => {
+  it('says the worker was stopped before it started, or that it can be started once (outside review 162)', async () => {
+    const make = () =>
+      new Worker({ connectionString: databaseUrl(), schema: 'never_migrated_here', driver: TEST_DRIVER, tasks: { t: () => {} } });
+    const early = make();
+    await early.stop();
+    await expect(early.start()).rejects.toThrow('this Worker was stopped before it started: make a new Worker');
+    const refused = make();
+    await expect(refused.start()).rejects.toBeInstanceOf(MigrationError);
+    await expect(refused.start()).rejects.toThrow('a Worker can be started once: make a new Worker');
+  });
+});
+
 describe('Worker.start() failing after it connected', () => {
   it('closes its connections: a metrics port already taken rejects start() and leaves no connection open', async () => {
     const net = await import('node:net');

@@ -14,6 +14,7 @@ import {
   type JobActionResult,
 } from '../admin/jobs.js';
 import { searchJobs } from '../admin/search.js';
+import { listedPage } from './list-rows.js';
 import { setQueuePaused } from '../control.js';
 import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
@@ -21,7 +22,7 @@ import { DatabaseError, isConnectionFailure, SluiceError, ValidationError } from
 import { parseIsoDateTime } from '../iso-date-time.js';
 import { attemptsOf } from './attempts.js';
 import { actionInput } from './body.js';
-import { createFlag, forKnownQueue, UnknownQueueError } from './known-queue.js';
+import { createFlag, forKnownQueue, requireKnownQueue, UnknownQueueError } from './known-queue.js';
 import type { HealthReports } from './health.js';
 import type { LiveFeed } from './live.js';
 import type { Overview } from './overview.js';
@@ -108,17 +109,19 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     if (unknown !== undefined)
       throw new ValidationError(`unknown filter ${JSON.stringify(unknown)} (it takes ${[...JOBS_FILTERS].join(', ')})`);
     if (q.value !== undefined && !q.field) throw new ValidationError('value: give the payload field to search (field=...)');
-    if (q.field) return searchByField(q);
-    return listJobs(db, schema, {
-      status: q.status ? checkStatus(q.status) : undefined,
-      queue: q.queue || undefined,
-      task: q.task || undefined,
-      before: q.before || undefined,
-      after: q.after || undefined,
-      limit: q.limit ? integer('limit', q.limit) : undefined,
-      createdFrom: q.from ? date('from', q.from) : undefined,
-      createdUntil: q.until ? date('until', q.until) : undefined,
-    });
+    if (q.field) return listedPage(await searchByField(q));
+    return listedPage(
+      await listJobs(db, schema, {
+        status: q.status ? checkStatus(q.status) : undefined,
+        queue: q.queue || undefined,
+        task: q.task || undefined,
+        before: q.before || undefined,
+        after: q.after || undefined,
+        limit: q.limit ? integer('limit', q.limit) : undefined,
+        createdFrom: q.from ? date('from', q.from) : undefined,
+        createdUntil: q.until ? date('until', q.until) : undefined,
+      }),
+    );
   });
 
   app.get('/api/jobs/:id', async (req, reply) => {
@@ -173,6 +176,8 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   app.post('/api/jobs/retry-failed', async (req) => {
     const body = actionInput(req, ['queue'], 'retry-failed') as { queue?: unknown };
     if (body.queue !== undefined && typeof body.queue !== 'string') throw new ValidationError('queue must be a string');
+    // As `sluice jobs retry --failed --queue`: a misspelt queue retried nothing with a 200 (outside review 162).
+    if (body.queue !== undefined) await requireKnownQueue(db, schema, body.queue);
     const result = await retryFailed(db, schema, { queue: body.queue, actor: ctx.actor(req) });
     feed.changed(body.queue ?? '');
     return result;

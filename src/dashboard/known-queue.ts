@@ -4,12 +4,21 @@ import { isKnownQueue } from '../groups/settings.js';
 
 /** A change to a queue that has no jobs and no settings: the API answers 404. */
 export class UnknownQueueError extends ValidationError {
-  constructor(readonly queue: string) {
+  /** `creatable`: the route takes {"create": true}, and the message says so. */
+  constructor(
+    readonly queue: string,
+    creatable = true,
+  ) {
     super(
-      `queue ${JSON.stringify(queue)} has no jobs and no settings: check the name, ` +
-        'or send {"create": true} to set it up before its first job',
+      `queue ${JSON.stringify(queue)} has no jobs and no settings: check the name` +
+        (creatable ? ', or send {"create": true} to set it up before its first job' : ''),
     );
   }
+}
+
+/** Refuses (UnknownQueueError, a 404) a queue with no jobs and no settings, for a route that cannot create one. */
+export async function requireKnownQueue(db: Queryable, schema: string, queue: string): Promise<void> {
+  if (!(await isKnownQueue(db, schema, queue))) throw new UnknownQueueError(queue, false);
 }
 
 /**

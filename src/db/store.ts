@@ -218,7 +218,8 @@ export class PgWorkerStore implements WorkerStore {
     if (row?.run_at) return { runAt: row.run_at, restarted: row.restarted };
     // Handed back by an earlier try whose reply was lost: done, and pending (or taken) since.
     if (row?.handed_before) return { runAt: null, restarted: row.handed_before === 'restart' };
-    if (row?.charge) return row.restarted ? 'refunded-before' : 'charge';
+    // Not refunded though the server restarted, or the beats went unanswered: the refund was used already.
+    if (row?.charge) return row.restarted || unansweredMessage !== null ? 'refunded-before' : 'charge';
     return row?.mine ? 'skipped' : undefined;
   }
 

@@ -136,7 +136,11 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
 
   /** Starts claiming. Resolves once the worker is running (LISTEN may still be connecting). */
   start(): Promise<void> {
-    if (this.state !== 'idle') return Promise.reject(new ConfigError('a Worker can be started once'));
+    if (this.state !== 'idle') {
+      // Said as it is when stop() came first (outside review 162: "started once" of one never started).
+      const why = this.starting ? 'a Worker can be started once' : 'this Worker was stopped before it started';
+      return Promise.reject(new ConfigError(`${why}: make a new Worker`));
+    }
     this.state = 'running';
     this.keepAlive = setInterval(() => {}, 2 ** 30);
     this.starting = this.open();

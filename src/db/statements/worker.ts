@@ -318,11 +318,15 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
         -- No longer this worker's because an earlier try of this hand-back committed, its
         -- reply lost (a statement timeout racing a lock's release; outside review 147):
         -- the row's newest history entry is that hand-back, which one its message says.
+        -- Not while the row is still this run's: that entry is then the hand-back of
+        -- an earlier run of the same attempt (refunded, so numbered alike), and this
+        -- one is charged (outside review 161: told handed back, it stayed processing).
         (SELECT CASE WHEN x.errors -> -1 ->> 'message' = $4::text THEN 'restart' ELSE 'unanswered' END
          FROM ${jobs} x
          WHERE x.id = $2 AND x.errors -> -1 ->> 'worker' = $1 AND (x.errors -> -1 ->> 'attempt')::int = $3
            AND (x.errors -> -1 ->> 'refunded')::boolean
-           AND x.errors -> -1 ->> 'message' IN ($4::text, $5::text)) AS handed_before`,
+           AND x.errors -> -1 ->> 'message' IN ($4::text, $5::text)
+           AND NOT (x.status = 'processing' AND x.locked_by = $1 AND x.attempts = $3)) AS handed_before`,
 
     // What a worker caches about its queues: which are paused, globally limited,
     // grouped or rate-limited (the last three are claimed by claimLimited).
