@@ -1,34 +1,24 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ListenerError, Queue, Worker, type JobRow, type SluiceError, type WorkerOptions } from '../src/index.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import { ListenerError, Worker, type JobRow, type SluiceError, type WorkerOptions } from '../src/index.js';
 import { RelayEvents } from '../src/outbox/relay-events.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { waitFor } from './helpers/database.js';
+import { useWorkers } from './helpers/workers.js';
 import { TEST_DRIVER } from './helpers/driver.js';
 
 // Outside review 155: a listener that threw stranded its claim's jobs in 'processing'
 // (never run, their locks renewed for as long as the worker lived), and the other
 // jobs' events of a batch were never delivered.
 
-let db: TestDatabase;
-let queue: Queue;
+const fx = useWorkers('listeners');
+/** Workers made here, unstarted (listeners go on first, some with no 'error' listener): stopped after each test. */
 const workers: Worker[] = [];
-
-beforeAll(async () => {
-  db = await createTestSchema('listeners');
-  queue = new Queue({ pool: db.pool, schema: db.schema });
-});
-afterEach(async () => {
-  await Promise.all(workers.splice(0).map((w) => w.stop()));
-});
-afterAll(async () => {
-  await queue.close();
-  await db.drop();
-});
+afterEach(() => Promise.all(workers.splice(0).map((w) => w.stop())));
 
 function worker(queueName: string, options: Partial<WorkerOptions> = {}): { worker: Worker; handled: number[] } {
   const handled: number[] = [];
   const w = new Worker({
-    connectionString: db.url,
-    schema: db.schema,
+    connectionString: fx.db.url,
+    schema: fx.db.schema,
     driver: TEST_DRIVER,
     queues: [queueName],
     concurrency: 2,
@@ -40,12 +30,12 @@ function worker(queueName: string, options: Partial<WorkerOptions> = {}): { work
 }
 
 async function enqueueThree(queueName: string): Promise<string[]> {
-  return queue.enqueueMany([0, 1, 2].map((i) => ({ task: 't', payload: { i }, queue: queueName })));
+  return fx.queue.enqueueMany([0, 1, 2].map((i) => ({ task: 't', payload: { i }, queue: queueName })));
 }
 
 async function statuses(ids: string[]): Promise<string[]> {
-  const { rows } = await db.pool.query<{ status: string }>(
-    `SELECT status FROM ${db.s}.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
+  const { rows } = await fx.db.pool.query<{ status: string }>(
+    `SELECT status FROM ${fx.db.s}.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`,
     [ids],
   );
   return rows.map((r) => r.status);
