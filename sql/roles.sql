@@ -43,6 +43,11 @@ GRANT INSERT (queue, task, payload, run_at, max_attempts, priority, trace_contex
 GRANT SELECT (id, run_at) ON :SCHEMA.jobs TO sluice_enqueue;
 GRANT USAGE ON SEQUENCE :SCHEMA.jobs_id_seq TO sluice_enqueue;
 GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_enqueue;
+-- The insert trigger's wake-up, and the Queue's deferred one, call wake_payload():
+-- granted, not left to PUBLIC, so that a server whose functions PUBLIC may not
+-- execute (ALTER DEFAULT PRIVILEGES ... REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC, a
+-- common hardening) works as well (outside review 163).
+GRANT EXECUTE ON FUNCTION :SCHEMA.wake_payload(text, timestamptz) TO sluice_enqueue;
 
 -- Worker: the cycle (results written, next batch claimed), claim_limited(),
 -- heartbeats, progress, release on stop, snooze, and the maintenance lease and
@@ -77,6 +82,13 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.workers TO sluice_worker;
 GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_worker;
 -- A worker that claims the first grouped job of a queue flags it grouped (0021).
 GRANT EXECUTE ON FUNCTION :SCHEMA.mark_queue_grouped(text, text) TO sluice_worker;
+-- The claims of limited, grouped and rate-limited queues, and the wake-ups a worker
+-- sends (granted, not left to PUBLIC: see wake_payload() above).
+GRANT EXECUTE ON FUNCTION :SCHEMA.wake_payload(text, timestamptz),
+  :SCHEMA.claim_limited(text, text, text[], integer, bigint[]),
+  :SCHEMA.claim_queue(text, text, text[], integer, integer, integer, bigint[]),
+  :SCHEMA.running_jobs(text, text, text, bigint[]),
+  :SCHEMA.refill_tokens(double precision, timestamptz, integer, integer, integer, timestamptz) TO sluice_worker;
 
 -- The transactional outbox (migration 0015): two more NOLOGIN groups.
 DO $$
@@ -99,11 +111,17 @@ REVOKE ALL ON :SCHEMA.outbox, :SCHEMA.outbox_relays, :SCHEMA.outbox_failures, :S
 -- their ids, nothing else: it cannot read, change or delete any message, nor move
 -- a watermark. The identity column's sequence needs no grant; neither does the
 -- insert trigger's pg_notify. publish() runs with the caller's rights (this grant).
--- lock_outbox_keys() (Outbox.lockKeys) needs nothing more: it runs with the
--- caller's rights and touches no table.
+-- lock_outbox_keys() (Outbox.lockKeys) runs with the caller's rights and touches
+-- no table.
 GRANT USAGE ON SCHEMA :SCHEMA TO sluice_outbox_publish;
 GRANT INSERT (destination, key, headers, payload) ON :SCHEMA.outbox TO sluice_outbox_publish;
 GRANT SELECT (id) ON :SCHEMA.outbox TO sluice_outbox_publish;
+-- The functions it calls, and those its insert triggers call with its rights
+-- (granted, not left to PUBLIC: see wake_payload() above).
+GRANT EXECUTE ON FUNCTION :SCHEMA.publish(text, jsonb, text, jsonb), :SCHEMA.publish(text, text, text, jsonb),
+  :SCHEMA.publish(text, bytea, text, jsonb), :SCHEMA.lock_outbox_keys(text[]),
+  :SCHEMA.outbox_message_problem(text, jsonb), :SCHEMA.outbox_entries_problem(text, jsonb),
+  :SCHEMA.queue_outbox_commit_order(text, xid8, bigint, text), :SCHEMA.order_outbox_commit() TO sluice_outbox_publish;
 
 -- Relay: `sluice relay` / OutboxRelay. It reads messages, deletes published ones,
 -- keeps the watermark and lease rows (creates them for a new destination, and

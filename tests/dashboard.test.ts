@@ -331,6 +331,11 @@ describe('API', () => {
       'retry-failed: unknown option "queu" (it takes queue)',
     );
     expect(await statusOf(other)).toBe('failed');
+    // No body at all is refused: {} asks for every queue (outside review 163: a forgotten body retried them all).
+    const bare = await api('api/jobs/retry-failed', { method: 'POST', headers: { 'x-sluice-csrf': csrf } });
+    expect(bare.status).toBe(400);
+    expect(bare.body.error.message).toMatch(/send a JSON body: \{"queue": "name"\} for one queue, or \{\} for every queue/);
+    expect(await statusOf(other)).toBe('failed');
     // A misspelt queue is a 404, as for the CLI: it retried nothing with a 200 (outside review 162).
     const typo = await post('api/jobs/retry-failed', { queue: 'bulk-othr' });
     expect(typo.status).toBe(404);

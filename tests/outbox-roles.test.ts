@@ -49,6 +49,8 @@ beforeAll(async () => {
   // What a careless older grant gave, which applying the file must take back.
   await db.pool.query(`CREATE ROLE ${groups.sluice_outbox_publish} NOLOGIN`);
   await db.pool.query(`GRANT SELECT, UPDATE ON ${db.s}.outbox TO ${groups.sluice_outbox_publish}`);
+  // Functions executable by nobody but their owner (see roles.test.ts, outside review 163).
+  await db.pool.query(`REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${db.s} FROM PUBLIC`);
   await db.pool.query(script);
   await db.pool.query(script); // re-running is harmless
   await db.pool.query(`CREATE ROLE ${logins.publish} LOGIN PASSWORD '${PASSWORD}' IN ROLE ${groups.sluice_outbox_publish}`);

@@ -81,6 +81,10 @@ beforeAll(async () => {
     /:SCHEMA|sluice_outbox_publish|sluice_outbox_relay|sluice_worker|sluice_enqueue/g,
     (name) => names[name]!,
   );
+  // Functions executable by nobody but their owner, as on a server hardened with ALTER DEFAULT
+  // PRIVILEGES … REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC: roles.sql must grant what each role
+  // calls (outside review 163: claims of limited queues were refused for claim_queue).
+  await db.pool.query(`REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA ${db.s} FROM PUBLIC`);
   await db.pool.query(script);
   await db.pool.query(script); // re-running is harmless
   await db.pool.query(`CREATE ROLE ${logins.worker} LOGIN PASSWORD '${PASSWORD}' IN ROLE ${groups.worker}`);
@@ -89,6 +93,8 @@ beforeAll(async () => {
   await db.pool.query(`CREATE ROLE ${logins.none} LOGIN PASSWORD '${PASSWORD}'`);
   await db.pool.query(`GRANT USAGE ON SCHEMA ${db.s} TO ${logins.wide}`);
   await db.pool.query(`GRANT ALL ON ${db.s}.jobs, ${db.s}.jobs_id_seq TO ${logins.wide}`);
+  // Its inserts' wake-up (the trigger's) calls wake_payload(), which PUBLIC may not execute here.
+  await db.pool.query(`GRANT EXECUTE ON FUNCTION ${db.s}.wake_payload(text, timestamptz) TO ${logins.wide}`);
   for (const kind of Object.keys(logins) as (keyof typeof logins)[]) {
     pools[kind] = new pg.Pool({ connectionString: urlAs(logins[kind]), max: 2 });
     pools[kind].on('error', () => {});
@@ -541,7 +547,10 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       await expect(half.start()).rejects.toThrow(
         `role "${partial}" lacks UPDATE (finished_at, last_error, errors, result, progress, key_scope) on jobs, UPDATE (updated_at, ` +
           'group_cursor, group_turn_taken, tokens, tokens_at) on queues, SELECT on job_groups, INSERT on job_groups, UPDATE (tokens, ' +
-          'tokens_at) on job_groups, EXECUTE on mark_queue_grouped(text, text), SELECT on leader, INSERT on leader, UPDATE on ' +
+          'tokens_at) on job_groups, EXECUTE on mark_queue_grouped(text, text), EXECUTE on claim_limited(text, text, text[], ' +
+          'integer, bigint[]), EXECUTE on claim_queue(text, text, text[], integer, integer, integer, bigint[]), EXECUTE on ' +
+          'running_jobs(text, text, text, bigint[]), EXECUTE on refill_tokens(double precision, timestamptz, integer, integer, ' +
+          'integer, timestamptz), EXECUTE on wake_payload(text, timestamptz), SELECT on leader, INSERT on leader, UPDATE on ' +
           `leader, DELETE on leader in schema "${db.schema}": grant it sluice_worker`,
       );
       expect(errors).toEqual([]);

@@ -174,6 +174,11 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   }
 
   app.post('/api/jobs/retry-failed', async (req) => {
+    // Every failed job of every queue only when asked for with {}: a request whose body
+    // was forgotten retried them all (outside review 163).
+    if (req.body === undefined) {
+      throw new ValidationError('retry-failed: send a JSON body: {"queue": "name"} for one queue, or {} for every queue');
+    }
     const body = actionInput(req, ['queue'], 'retry-failed') as { queue?: unknown };
     if (body.queue !== undefined && typeof body.queue !== 'string') throw new ValidationError('queue must be a string');
     // As `sluice jobs retry --failed --queue`: a misspelt queue retried nothing with a 200 (outside review 162).
