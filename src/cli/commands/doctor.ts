@@ -24,7 +24,7 @@ function whyNoReport(err: unknown, url: string): string {
     return (
       reason +
       " (doctor reads every table of the schema: run it as the schema's owner, or as a role with USAGE on the schema " +
-      'and SELECT on its tables)'
+      'and read access (SELECT) to its tables)'
     );
   }
   return reason;
