@@ -122,7 +122,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
       return toJobValues({ ...options, task, payload: checked }, this.maxPayloadBytes);
     });
-    const db = this.executor(options.tx, 'enqueue');
+    const db = this.executor(options.tx, true);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority, v.group_key];
     // Concurrent enqueues on our own pool defer their wake-up past the COMMIT, so
     // their commits are not serialised by NOTIFY (migration 0004). A lone enqueue
@@ -179,7 +179,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       }),
     );
     if (values.length === 0) return [];
-    const db = this.executor(options.tx, 'enqueue');
+    const db = this.executor(options.tx, true);
     const batch = enqueueBatch(values);
     const first = values[0]!;
     const task = values.every((v) => v.task === first.task) ? first.task : 'batch';
@@ -384,9 +384,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
     return result.rows;
   }
 
-  /** Where a call runs: your `tx` (for an enqueue, never a pool: see callerTransaction), or the Queue's own connections. */
-  private executor(tx: Queryable | undefined, use: 'enqueue' | 'other' = 'other'): Queryable {
-    if (tx) return callerTransaction(tx, use === 'enqueue');
+  /** Where a call runs: your `tx` (`refusePool`: an enqueue, see callerTransaction), or the Queue's own connections. */
+  private executor(tx: Queryable | undefined, refusePool = false): Queryable {
+    if (tx) return callerTransaction(tx, refusePool);
     return this.ownDriver();
   }
 

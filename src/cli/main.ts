@@ -60,7 +60,6 @@ export function buildProgram(): Command {
  * Runs the command line and returns the exit code. A user mistake prints one
  * line, never a stack trace; anything unexpected keeps its stack for a bug report.
  */
-
 export async function main(argv: string[]): Promise<number> {
   const program = buildProgram();
   try {

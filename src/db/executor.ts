@@ -22,9 +22,10 @@ export function isPgPool(db: object): boolean {
 
 /**
  * The `tx` of a call, checked; with `refusePool`, for a write that must commit or
- * roll back with the caller's data (an enqueue, a publish), never a pool. A pg Pool runs each statement on whatever
- * connection is free, outside any transaction: the job committed though the
- * caller rolled back (outside review 158).
+ * roll back with the caller's data (an enqueue, a publish), never a pool: a pg
+ * Pool runs each statement on whatever connection is free, outside any
+ * transaction, and the job committed though the caller rolled back (outside
+ * review 158).
  */
 export function callerTransaction(tx: Queryable, refusePool: boolean): Queryable {
   if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
