@@ -128,6 +128,32 @@ describe('metrics', () => {
     }
   });
 
+  it('keeps a drained queue at 0 instead of dropping its depth series, and shows queues with settings and no jobs', async () => {
+    const metrics = new SluiceMetrics();
+    metrics.watchSchema(db.schema, db.pool);
+    const queue = new Queue({ pool: db.pool, schema: db.schema });
+    const drains = { schema: db.schema, queue: 'obs-drains' };
+    const paused = { schema: db.schema, queue: 'obs-paused-empty' };
+    const id = await queue.enqueue('t', {}, { queue: 'obs-drains' });
+    await queue.pauseQueue('obs-paused-empty');
+    expect(sample(await metrics.text(), 'sluice_queue_depth', { ...drains, state: 'due' })).toBe(1);
+    await queue.cancel(id);
+    const text = await metrics.text();
+    for (const state of ['due', 'scheduled', 'processing']) {
+      expect(sample(text, 'sluice_queue_depth', { ...drains, state })).toBe(0);
+      expect(sample(text, 'sluice_queue_depth', { ...paused, state })).toBe(0);
+    }
+    expect(sample(text, 'sluice_queue_oldest_due_age_seconds', drains)).toBe(0);
+    // A fresh collector (a restarted worker) knows the drained queue no more; the paused one it reads from the queues table.
+    const fresh = new SluiceMetrics();
+    fresh.watchSchema(db.schema, db.pool);
+    const after = await fresh.text();
+    expect(sample(after, 'sluice_queue_depth', { ...drains, state: 'due' })).toBeUndefined();
+    expect(sample(after, 'sluice_queue_depth', { ...paused, state: 'due' })).toBe(0);
+    await queue.resumeQueue('obs-paused-empty');
+    await queue.close();
+  });
+
   it('rejects bad metrics and logger options', () => {
     const base = { connectionString: db.url, tasks: { a: () => {} } };
     expect(() => new Worker({ ...base, metrics: { port: 70_000 } })).toThrow(ConfigError);

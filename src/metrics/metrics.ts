@@ -75,6 +75,8 @@ export class SluiceMetrics {
   readonly rescued: MetricsCounter<'queue'>;
   readonly pruned: MetricsCounter<'mode'>;
   private readonly depthSources = new Map<string, Queryable>();
+  /** Queues each schema's reads have shown so far (see readDepth). */
+  private readonly depthSeen = new Map<string, Set<string>>();
 
   constructor(options: SluiceMetricsOptions = {}) {
     const client = requirePeer<typeof PromClient>('prom-client', 'SluiceMetrics');
@@ -144,13 +146,14 @@ export class SluiceMetrics {
     // Depth and age come from the database at scrape time, so every worker's
     // endpoint shows the whole queue, not just its own share.
     const sources = this.depthSources;
+    const seen = this.depthSeen;
     // The depth gauges are collected in the same scrape (prom-client starts every
     // metric's collect in one turn): they share one read, forgotten once it settles
     // so that the next scrape reads afresh. (Forgotten a turn later, a scrape made
     // within a millisecond of a slow one got the slow one's result again.)
     let pending: Promise<Map<string, DepthRow[]>> | undefined;
     const read = () =>
-      (pending ??= readDepth(sources).finally(() => {
+      (pending ??= readDepth(sources, seen).finally(() => {
         pending = undefined;
       }));
     type Labels = Record<string, string>;
@@ -198,6 +201,7 @@ export class SluiceMetrics {
 
   unwatchSchema(schema: string): void {
     this.depthSources.delete(schema);
+    this.depthSeen.delete(schema);
   }
 
   /** The exposition text, as /metrics serves it. */
@@ -213,7 +217,14 @@ export class SluiceMetrics {
 /** Longest wait for the depth read at a scrape: well inside Prometheus's default 10 s scrape timeout. */
 const DEPTH_READ_LIMIT_MS = 5_000;
 
-async function readDepth(sources: Map<string, Queryable>): Promise<Map<string, DepthRow[]>> {
+/**
+ * Reads depth and age of each watched schema. `seen` keeps, per schema, every queue
+ * read so far: one absent from a later read has no pending or running job, and is
+ * reported at 0 rather than left out (a series that vanished when its queue drained
+ * left alerts on it at "no data"). At most SEEN_LIMIT per schema: queue names made
+ * per request would otherwise grow it, and the series, without end.
+ */
+async function readDepth(sources: Map<string, Queryable>, seen: Map<string, Set<string>>): Promise<Map<string, DepthRow[]>> {
   const out = new Map<string, DepthRow[]>();
   await Promise.all(
     [...sources].map(async ([schema, db]) => {
@@ -221,11 +232,22 @@ async function readDepth(sources: Map<string, Queryable>): Promise<Map<string, D
         // Bounded: behind a lock the read waited for the statement timeout (30 s), past
         // Prometheus's scrape timeout, and the whole scrape was lost (outside review 83).
         const { rows } = await timeLimit(db.query(metricsStatements(schema).depth), DEPTH_READ_LIMIT_MS, () => {}, 'queue depth');
-        out.set(schema, rows as DepthRow[]);
+        out.set(schema, withSeen(rows as DepthRow[], seen, schema));
       } catch {
         // A scrape must not fail because the database is briefly away; the gauge is just absent.
       }
     }),
   );
   return out;
+}
+
+const SEEN_LIMIT = 1_000;
+
+function withSeen(rows: DepthRow[], seen: Map<string, Set<string>>, schema: string): DepthRow[] {
+  let known = seen.get(schema);
+  if (!known) seen.set(schema, (known = new Set()));
+  for (const row of rows) if (known.size < SEEN_LIMIT) known.add(row.queue);
+  const present = new Set(rows.map((r) => r.queue));
+  const drained = [...known].filter((queue) => !present.has(queue));
+  return [...rows, ...drained.map((queue) => ({ queue, due: 0, scheduled: 0, processing: 0, oldest_due_seconds: 0 }))];
 }
