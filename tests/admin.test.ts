@@ -4,13 +4,16 @@ import {
   Queue,
   ValidationError,
   allowedActions,
+  buildMaintenanceQueries,
   cancelJob,
   deleteFinished,
   deleteJob,
   getJob,
   getStats,
   listJobs,
+  prune,
   redriveDeadLetters,
+  resolvePrunerConfig,
   retryFailed,
   retryJob,
 } from '../src/index.js';
@@ -30,7 +33,7 @@ afterAll(async () => {
   await db.drop();
 });
 beforeEach(async () => {
-  await db.pool.query(`TRUNCATE ${db.s}.jobs`);
+  await db.pool.query(`TRUNCATE ${db.s}.jobs, ${db.s}.jobs_history`);
 });
 
 /** Puts jobs into a state directly, as a worker would have left them. */
@@ -84,6 +87,37 @@ describe('listJobs', () => {
     const several = await listJobs(db.pool, db.schema, { status: ['failed', 'pending'], queue: ['a'] });
     expect(several.jobs.map((j) => j.id)).toEqual([ids[3], ids[2], ids[0]]);
     expect(several.jobs[0]).toMatchObject({ task: 't1', queue: 'a', status: 'pending', payload: {} });
+  });
+
+  it('leaves out payloads over maxPayloadChars, in the jobs table and the history, giving their length', async () => {
+    const [small, big, archived] = await queue.enqueueMany([
+      { task: 'sized', queue: 'sizes', payload: { a: 1 } },
+      { task: 'sized', queue: 'sizes', payload: { blob: 'x'.repeat(5_000) } },
+      { task: 'sized', queue: 'sizes', payload: { blob: 'y'.repeat(6_000), user: 'u1' } },
+    ]);
+    // The last one completed and moved into jobs_history by the pruner.
+    await db.pool.query(
+      `UPDATE ${db.s}.jobs SET attempts = 1, status = 'completed', finished_at = now() - interval '5 minutes' WHERE id = $1`,
+      [archived],
+    );
+    await prune(db.pool, buildMaintenanceQueries(db.schema), resolvePrunerConfig({ delayMs: 0 }));
+    expect((await db.pool.query(`SELECT 1 FROM ${db.s}.jobs_history WHERE id = $1`, [archived])).rowCount).toBe(1);
+    const page = await listJobs(db.pool, db.schema, { queue: 'sizes', maxPayloadChars: 1_000 });
+    expect(page.jobs.map((j) => j.id)).toEqual([archived, big, small]);
+    const [a, b, c] = page.jobs;
+    expect(a).not.toHaveProperty('payload');
+    expect(a!.omitted).toEqual({ payload: '{"blob": "", "user": "u1"}'.length + 6_000 });
+    expect(b).not.toHaveProperty('payload');
+    expect(b!.omitted).toEqual({ payload: '{"blob": ""}'.length + 5_000 });
+    expect(c).toMatchObject({ payload: { a: 1 } });
+    expect(c).not.toHaveProperty('omitted');
+    for (const j of page.jobs) expect(j).not.toHaveProperty('payload_chars');
+    // Without the option every payload is whole; a search takes it too.
+    const whole = await listJobs(db.pool, db.schema, { queue: 'sizes' });
+    expect((whole.jobs[1]!.payload as { blob: string }).blob).toHaveLength(5_000);
+    const found = await searchJobs(db.pool, db.schema, { field: 'user', value: 'u1', maxPayloadChars: 10 });
+    expect(found.jobs.map((j) => [j.id, j.omitted])).toEqual([[archived, { payload: 6_026 }]]);
+    await expect(listJobs(db.pool, db.schema, { maxPayloadChars: -1 })).rejects.toThrow(/maxPayloadChars must be an integer/);
   });
 
   it('rejects bad filters and cursors without querying', async () => {

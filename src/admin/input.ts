@@ -1,6 +1,6 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
-import { JOB_STATUSES, type JobStatus } from '../job.js';
+import { JOB_STATUSES, type JobRow, type JobStatus } from '../job.js';
 import { checks, readOrFail, snapshotOptions } from '../validate.js';
 
 // What the admin API checks of its callers' input, and how it runs a statement.
@@ -14,7 +14,7 @@ export async function query<T>(db: Queryable, text: string, values: unknown[], c
   }
 }
 
-const { rejectUnknownKeys } = checks(ValidationError);
+const { rejectUnknownKeys, intOption } = checks(ValidationError);
 
 /**
  * The options of `what`, read once (a throwing getter or Proxy is a
@@ -48,4 +48,23 @@ export function checkStatus(value: unknown): JobStatus {
     throw new ValidationError(`unknown status ${JSON.stringify(value)} (one of ${JOB_STATUSES.join(', ')})`);
   }
   return value as JobStatus;
+}
+
+/**
+ * A job as a page of listJobs or searchJobs gives it: with `maxPayloadChars`, a
+ * larger payload is left out and its length (characters of Postgres's JSON text)
+ * given in `omitted`.
+ */
+export type ListedJobRow = Omit<JobRow, 'payload'> & { payload?: unknown; omitted?: { payload: number } };
+
+/** `maxPayloadChars` as the page statements' $8: an integer from 0, or null for whole payloads. */
+export function payloadCharsLimit(value: unknown): number | null {
+  return value === undefined ? null : intOption('maxPayloadChars', value, 0, 0, 2 ** 31 - 1);
+}
+
+/** A page statement's rows as listed jobs: payload_chars (set where the payload was left out) becomes `omitted`. */
+export function listedRows(found: (JobRow & { payload_chars: number | null })[]): ListedJobRow[] {
+  return found.map(({ payload_chars: chars, payload, ...job }) =>
+    chars === null ? { ...job, payload } : { ...job, omitted: { payload: chars } },
+  );
 }

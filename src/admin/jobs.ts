@@ -11,7 +11,7 @@ import {
   type UnfinishedStatus,
 } from '../job.js';
 import { checks, unstorableText } from '../validate.js';
-import { checkStatus, jobId, knownOptions, query } from './input.js';
+import { checkStatus, jobId, knownOptions, listedRows, payloadCharsLimit, query, type ListedJobRow } from './input.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { runNowStatements } from '../db/statements/run-now.js';
@@ -25,7 +25,7 @@ import { storableAge } from '../time-range.js';
  * your transaction) and the schema; none of them opens connections itself.
  */
 
-export { checkStatus, jobId } from './input.js';
+export { checkStatus, jobId, type ListedJobRow } from './input.js';
 
 // Call-time arguments are the caller's input: ValidationError.
 const { checkName, intOption } = checks(ValidationError);
@@ -47,11 +47,17 @@ export interface ListJobsOptions {
   createdFrom?: Date;
   /** Only jobs created before this time. */
   createdUntil?: Date;
+  /**
+   * Leave out payloads longer than this many characters of JSON text (as Postgres
+   * prints it), giving their length in `omitted.payload`: a list of large jobs is
+   * then not read whole. Default: every payload whole.
+   */
+  maxPayloadChars?: number;
 }
 
 export interface JobPage {
-  /** Newest first. */
-  jobs: JobRow[];
+  /** Newest first. A payload left out (maxPayloadChars) is absent, its length in `omitted`. */
+  jobs: ListedJobRow[];
   /** Pass as `before` to get the next, older page; null when there is none. */
   nextBefore: string | null;
   /** Pass as `after` to get the previous, newer page; null when there is none. */
@@ -70,7 +76,17 @@ export type JobActionResult =
   | { ok: false; reason: 'wrong_status'; status: JobStatus; archived?: true };
 
 /** The option names each admin function takes (see knownOptions). */
-const LIST_KEYS = new Set(['status', 'queue', 'task', 'limit', 'before', 'after', 'createdFrom', 'createdUntil']);
+const LIST_KEYS = new Set([
+  'status',
+  'queue',
+  'task',
+  'limit',
+  'before',
+  'after',
+  'createdFrom',
+  'createdUntil',
+  'maxPayloadChars',
+]);
 const ACTION_KEYS = new Set(['actor']);
 const RETRY_FAILED_KEYS = new Set(['queue', 'actor']);
 const DELETE_FINISHED_KEYS = new Set(['olderThanMs', 'statuses', 'batchSize']);
@@ -94,17 +110,21 @@ export async function listJobs(db: Queryable, schema: string, options: ListJobsO
     listOf('queue', options.queue, (q) => checkName('queue', q)),
     listOf('task', options.task, (t) => checkName('task', t)),
   ];
-  const window = [dateOption('createdFrom', options.createdFrom), dateOption('createdUntil', options.createdUntil)];
+  const window = [
+    dateOption('createdFrom', options.createdFrom),
+    dateOption('createdUntil', options.createdUntil),
+    payloadCharsLimit(options.maxPayloadChars),
+  ];
   // One row more than asked tells whether another page exists in that direction.
   if (options.after !== undefined) {
     const after = jobId(options.after);
-    const found = await query<JobRow>(db, admin.listNewer, [...filters, after, limit + 1, ...window], 'listJobs');
+    const found = listedRows(await query(db, admin.listNewer, [...filters, after, limit + 1, ...window], 'listJobs'));
     const more = found.length > limit;
     const jobs = found.slice(0, limit).reverse();
     return { jobs, nextBefore: jobs.at(-1)?.id ?? null, nextAfter: more ? jobs[0]!.id : null };
   }
   const before = options.before === undefined ? null : jobId(options.before);
-  const found = await query<JobRow>(db, admin.listOlder, [...filters, before, limit + 1, ...window], 'listJobs');
+  const found = listedRows(await query(db, admin.listOlder, [...filters, before, limit + 1, ...window], 'listJobs'));
   const more = found.length > limit;
   const jobs = found.slice(0, limit);
   return {

@@ -1,9 +1,9 @@
 import type { Queryable } from '../db/executor.js';
 import { searchStatements } from '../db/statements/search.js';
 import { ValidationError } from '../errors.js';
-import type { JobRow, JobStatus } from '../job.js';
+import type { JobStatus } from '../job.js';
 import { checks } from '../validate.js';
-import { checkStatus, jobId, knownOptions, query } from './input.js';
+import { checkStatus, jobId, knownOptions, listedRows, payloadCharsLimit, query } from './input.js';
 import { DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, type JobPage } from './jobs.js';
 
 const { checkName, intOption } = checks(ValidationError);
@@ -24,9 +24,11 @@ export interface SearchJobsOptions {
   before?: string | number;
   /** Jobs per page, 1 to 1000. Default 50. */
   limit?: number;
+  /** As listJobs: leave out payloads longer than this many characters of JSON text. */
+  maxPayloadChars?: number;
 }
 
-const SEARCH_KEYS = new Set(['field', 'value', 'status', 'queue', 'task', 'before', 'limit']);
+const SEARCH_KEYS = new Set(['field', 'value', 'status', 'queue', 'task', 'before', 'limit', 'maxPayloadChars']);
 
 /**
  * Jobs whose payload has `field` equal to `value`, newest first, from the jobs
@@ -52,8 +54,9 @@ export async function searchJobs(db: Queryable, schema: string, options: SearchJ
     limit + 1,
     path,
     options.value,
+    payloadCharsLimit(options.maxPayloadChars),
   ];
-  const found = await query<JobRow>(db, searchStatements(schema).byPayloadField, values, 'searchJobs');
+  const found = listedRows(await query(db, searchStatements(schema).byPayloadField, values, 'searchJobs'));
   const jobs = found.slice(0, limit);
   return { jobs, nextBefore: found.length > limit ? jobs.at(-1)!.id : null, nextAfter: null };
 }

@@ -1,5 +1,5 @@
 import { quoteSchema } from '../identifiers.js';
-import { findJobStatement, jobColumns } from './job-columns.js';
+import { findJobStatement, jobColumns, pageColumns } from './job-columns.js';
 import { perSchema } from './per-schema.js';
 
 /**
@@ -51,7 +51,7 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
   // index scans whatever the table sizes. One snapshot reads both and the pruner
   // moves a row in one statement: a job shows up exactly once. `op` compares
   // ids with the cursor $4 (NULL: from the newest), `dir` is the walk's order.
-  const listPage = (op: '<' | '>', dir: 'ASC' | 'DESC') => `SELECT * FROM (
+  const listPage = (op: '<' | '>', dir: 'ASC' | 'DESC') => `SELECT ${pageColumns('$8')} FROM (
         (SELECT ${jobColumns('j')}, false AS archived FROM ${jobs} j
           WHERE ${filtersOn('j', 'j.created_at')} AND ($4::bigint IS NULL OR j.id ${op} $4::bigint)
           ORDER BY j.id ${dir} LIMIT $5)

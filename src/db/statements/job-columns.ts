@@ -97,6 +97,24 @@ export function jobColumns(alias?: string): string {
 }
 
 /**
+ * The columns of a page of listed jobs, read from the merged `page` rows (whose
+ * id is text already, with `archived`). A payload over `$chars` characters of
+ * JSON text (Postgres's, as `payload::text` prints it) is left out, NULL, and its
+ * length read as payload_chars; with `$chars` NULL every payload is read. Trimmed
+ * here, not in Node: a page of 1,000 jobs of 1 MiB payloads was a gigabyte read
+ * into the process only to be dropped (outside review 162).
+ */
+export function pageColumns(chars: string): string {
+  const large = `${chars}::int IS NOT NULL AND length(page.payload::text) > ${chars}::int`;
+  const fields = JOB_FIELDS.map((f) =>
+    f === 'payload'
+      ? `CASE WHEN ${large} THEN NULL ELSE page.payload END AS payload, CASE WHEN ${large} THEN length(page.payload::text) END AS payload_chars`
+      : `page.${f}`,
+  );
+  return ['page.id', ...fields, 'page.archived'].join(', ');
+}
+
+/**
  * One job in full, by id ($1): the hot table first, then the history the pruner
  * moved it to. Both branches read one snapshot and the pruner moves a row in one
  * statement, so a job is found exactly once even while it is being moved.

@@ -1,5 +1,5 @@
 import { quoteSchema } from '../identifiers.js';
-import { jobColumns } from './job-columns.js';
+import { jobColumns, pageColumns } from './job-columns.js';
 import { perSchema } from './per-schema.js';
 
 /** The dashboard's job search by a payload field (src/admin/search.ts, searchJobs), for one schema. */
@@ -26,7 +26,7 @@ export const searchStatements = perSchema((schema: string): SearchStatements => 
     // compares as text (#>>), so 42 and "42" both match "42", as a person typing
     // it into a search box means. The archived branch reads the payload out of
     // the stored row without rebuilding rows that do not match.
-    byPayloadField: `SELECT * FROM (
+    byPayloadField: `SELECT ${pageColumns('$8')} FROM (
         (SELECT ${jobColumns('j')}, false AS archived FROM ${s}.jobs j
           WHERE ${filters('j', 'j.payload')}
           ORDER BY j.id DESC LIMIT $5)
