@@ -256,6 +256,15 @@ describe('API', () => {
     expect((await api('api/jobs/not-a-number')).status).toBe(400);
     expect((await api('api/jobs/999999999')).status).toBe(404);
     expect((await post('api/jobs/999999999/retry')).status).toBe(404);
+    // A route the dashboard does not have answers in the API's error shape, not Fastify's own.
+    for (const [method, path] of [
+      ['GET', 'api/nope'],
+      ['DELETE', 'api/jobs/1'],
+    ] as const) {
+      const res = await api(path, { method });
+      expect(res.status).toBe(404);
+      expect(res.body).toEqual({ error: { code: 'NOT_FOUND', message: `no such route: ${method} /${path}` } });
+    }
   });
 
   it('shows one job with payload and error', async () => {

@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyServerFactory, FastifyServerOptions } from 'fastify';
 import { ConfigError } from '../errors.js';
 import { importPeer } from '../optional-peer.js';
 import { checkBindSafety, type DashboardOptions } from './options.js';
@@ -26,6 +26,29 @@ export interface DashboardHandler {
 }
 
 /**
+ * A Fastify instance of Sluice's own around the plugin. A path it does not serve
+ * is a 404 in the API's error shape (`{ error: { code, message } }`), not
+ * Fastify's own (`{ message, error, statusCode }`), which a client of the API had
+ * to parse apart. In your own Fastify app, your not-found handler answers there.
+ */
+async function dashboardApp(
+  options: DashboardOptions,
+  fastifyOptions: Pick<FastifyServerOptions, 'forceCloseConnections'> & { serverFactory?: FastifyServerFactory },
+): Promise<FastifyInstance> {
+  const Fastify = await loadFastify();
+  const app = Fastify({ ...fastifyOptions, routerOptions: { maxParamLength: MAX_PARAM_LENGTH } });
+  app.setNotFoundHandler((req, reply) => {
+    const path = req.url.split('?')[0]!.slice(0, 200);
+    void reply
+      .code(404)
+      .header('x-content-type-options', 'nosniff')
+      .send({ error: { code: 'NOT_FOUND', message: `no such route: ${req.method} ${path}` } });
+  });
+  await app.register(dashboardPlugin, options);
+  return app;
+}
+
+/**
  * The dashboard as a request handler for a Node HTTP server you already run.
  * Route the requests under `basePath` to it; the rest stay yours.
  *
@@ -34,17 +57,14 @@ export interface DashboardHandler {
  *   http.createServer((req, res) => req.url?.startsWith('/sluice') ? dashboard.handle(req, res) : app(req, res)).listen(3000);
  */
 export async function createDashboardHandler(options: DashboardOptions): Promise<DashboardHandler> {
-  const Fastify = await loadFastify();
   let handler: RequestListener | undefined;
   // Fastify wants a server of its own; this one is never listened on, it only hands us the routing function.
-  const app = Fastify({
-    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+  const app = await dashboardApp(options, {
     serverFactory: (h) => {
       handler = h as RequestListener;
       return createServer(h);
     },
   });
-  await app.register(dashboardPlugin, options);
   await app.ready();
   return {
     handle: (req, res) => handler!(req, res),
@@ -72,9 +92,7 @@ export async function startDashboard(options: StartDashboardOptions): Promise<Ru
   if (!Number.isInteger(port) || port < 0 || port > 65_535)
     throw new ConfigError(`dashboard: port must be 0 to 65535, got ${port}`);
   checkBindSafety(host, dashboardOptions);
-  const Fastify = await loadFastify();
-  const app = Fastify({ forceCloseConnections: true, routerOptions: { maxParamLength: MAX_PARAM_LENGTH } });
-  await app.register(dashboardPlugin, dashboardOptions);
+  const app = await dashboardApp(dashboardOptions, { forceCloseConnections: true });
   try {
     await app.listen({ host, port });
   } catch (err) {
