@@ -157,6 +157,30 @@ describe('ports in use', () => {
     }
   });
 
+  it('sluice dashboard --refresh takes a duration with a unit; --refresh-ms stays, not both', async () => {
+    const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
+    const refused: [string[], RegExp][] = [
+      [['--refresh', '5'], /--refresh <duration>.*needs a unit: 5ms for milliseconds, 5s for seconds/],
+      [['--refresh', '50ms'], /--refresh <duration>.*from 100ms to 1h/],
+      [['--refresh', '2s', '--refresh-ms', '500'], /give --refresh or --refresh-ms, not both/],
+      [['--refresh-ms', '50'], /--refresh-ms must be an integer from 100 to 3600000/],
+    ];
+    for (const [flags, message] of refused) expectOneLine(await runSluice(['dashboard', ...flags], env), 2, message);
+    // Taken as given: the command goes on to bind its port, taken here.
+    const taken = await occupiedPort();
+    try {
+      for (const flags of [
+        ['--refresh', '2s'],
+        ['--refresh-ms', '2000'],
+      ]) {
+        const result = await runSluice(['dashboard', ...flags, '--port', String(taken.port)], env);
+        expectOneLine(result, 2, /is already in use/);
+      }
+    } finally {
+      taken.close();
+    }
+  });
+
   it("the worker's metrics port taken: a ConfigError naming it", async () => {
     const taken = await occupiedPort();
     try {

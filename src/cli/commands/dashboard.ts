@@ -1,6 +1,7 @@
 import type { Command } from 'commander';
 import { globalOptions, requireDatabaseUrl } from '../database.js';
 import { UsageError } from '../output.js';
+import { durationWithin } from '../parse.js';
 
 interface DashboardFlags {
   port: string;
@@ -8,8 +9,12 @@ interface DashboardFlags {
   token?: string;
   user: string;
   password?: string;
-  refreshMs: string;
+  refresh?: number;
+  refreshMs?: string;
 }
+
+const MIN_REFRESH_MS = 100;
+const MAX_REFRESH_MS = 3_600_000;
 
 export function registerDashboard(program: Command): void {
   program
@@ -20,14 +25,18 @@ export function registerDashboard(program: Command): void {
     .option('--token <token>', 'require this token (env: SLUICE_DASHBOARD_TOKEN); open the page once with ?token=<token>')
     .option('--user <name>', 'user name for --password', 'admin')
     .option('--password <password>', 'require HTTP basic auth with this password (env: SLUICE_DASHBOARD_PASSWORD)')
-    .option('--refresh-ms <n>', 'while a browser watches, re-read the statistics this often', '5000')
+    // A duration with a unit, as every other duration flag takes (outside review: only this one took bare milliseconds).
+    .option(
+      '--refresh <duration>',
+      'while a browser watches, re-read the statistics this often (500ms, 5s, 1m; default 5s)',
+      durationWithin(MIN_REFRESH_MS, MAX_REFRESH_MS),
+    )
+    .option('--refresh-ms <n>', 'the same in milliseconds (kept for scripts that use it)')
     .action(async (flags: DashboardFlags, command: Command) => {
       const global = globalOptions(command);
       const port = Number(flags.port);
       if (!/^\d+$/.test(flags.port) || port > 65_535) throw new UsageError('--port must be an integer from 0 to 65535');
-      const refreshMs = Number(flags.refreshMs);
-      if (!/^\d+$/.test(flags.refreshMs) || refreshMs < 100)
-        throw new UsageError('--refresh-ms must be an integer of at least 100');
+      const refreshMs = refreshOf(flags);
       const token = flags.token ?? (process.env.SLUICE_DASHBOARD_TOKEN || undefined);
       const password = flags.password ?? (process.env.SLUICE_DASHBOARD_PASSWORD || undefined);
       // Loaded here, not at the top: other commands should not pay for loading a web server.
@@ -55,4 +64,14 @@ export function registerDashboard(program: Command): void {
       });
       await dashboard.close();
     });
+}
+
+/** How often the live feed re-reads, from --refresh or --refresh-ms (not both). */
+function refreshOf(flags: DashboardFlags): number {
+  if (flags.refreshMs === undefined) return flags.refresh ?? 5_000;
+  if (flags.refresh !== undefined) throw new UsageError('give --refresh or --refresh-ms, not both');
+  const refreshMs = Number(flags.refreshMs);
+  if (!/^\d+$/.test(flags.refreshMs) || refreshMs < MIN_REFRESH_MS || refreshMs > MAX_REFRESH_MS)
+    throw new UsageError(`--refresh-ms must be an integer from ${MIN_REFRESH_MS} to ${MAX_REFRESH_MS} (or use --refresh 5s)`);
+  return refreshMs;
 }
