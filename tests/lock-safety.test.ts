@@ -617,6 +617,55 @@ describe("each worker's own visibility timeout", () => {
     expect(await rescue({ sinceUnreachableMs: 3_000, sinceStartMs: 3_000 })).toEqual([old]); // 3 s ago: past the 2 s
   });
 
+  // Outside review 164: stop() deleted the registry row, and the job of a worker at
+  // 60 s whose handler ignored its signal was rescued by a leader at 5 s, 4.8 s after
+  // the stop, its first run still going.
+  it("stays a stopped worker's when it leaves a job processing: the row stays, marked stopped, with its timeout; pruned only after it", async () => {
+    const release = deferred();
+    const started = deferred();
+    const worker = await t.start({
+      workerId: 'stops-late',
+      concurrency: 1,
+      visibilityTimeoutMs: 60_000,
+      registryIntervalMs: 1_000,
+      shutdownTimeoutMs: 100,
+      maintenance: false,
+      tasks: {
+        x: async () => {
+          started.resolve();
+          await release.promise; // ignores its signal
+        },
+      },
+    });
+    worker.on('error', () => {});
+    const [id] = await t.queue.enqueueMany([{ task: 'x' }]);
+    await started.promise;
+    await worker.stop();
+    try {
+      expect(await t.queue.getJob(id!)).toMatchObject({ status: 'processing', locked_by: 'stops-late' });
+      const row = await t.db.pool.query(
+        `SELECT stopped_at, visibility_timeout_ms FROM ${t.db.s}.workers WHERE id = 'stops-late'`,
+      );
+      expect(row.rows).toHaveLength(1);
+      expect(row.rows[0].stopped_at).not.toBeNull();
+      expect(row.rows[0].visibility_timeout_ms).toBe(60_000);
+      // Last renewed 10 s ago: past the leader's 3 s, within the stopped worker's 60 s.
+      await t.db.pool.query(`UPDATE ${t.db.s}.jobs SET locked_at = now() - interval '10 seconds' WHERE id = $1`, [id]);
+      expect(await rescueNow()).toEqual([]);
+      // The leader's pruning of dead rows leaves it while its timeout runs (past 20 of its 1 s intervals) ...
+      const { workerRegistryStatements } = await import('../src/db/statements/workers.js');
+      const prune = () => t.db.pool.query(workerRegistryStatements(t.db.schema).prune, [20]);
+      await t.db.pool.query(`UPDATE ${t.db.s}.workers SET last_seen_at = now() - interval '30 seconds' WHERE id = 'stops-late'`);
+      expect((await prune()).rowCount).toBe(0);
+      // ... and takes it once that has passed twice over.
+      await t.db.pool.query(`UPDATE ${t.db.s}.workers SET last_seen_at = now() - interval '121 seconds' WHERE id = 'stops-late'`);
+      expect((await prune()).rowCount).toBe(1);
+    } finally {
+      release.resolve();
+      await t.db.pool.query(`DELETE FROM ${t.db.s}.workers WHERE id = 'stops-late'`);
+    }
+  });
+
   it('leaves to a live worker the jobs its row lists as held by another session, and rescues them once the row is dead', async () => {
     const [listed, other] = await t.queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
     await t.db.pool.query(

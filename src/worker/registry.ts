@@ -105,14 +105,18 @@ export class WorkerRegistry {
    * Stops refreshing and deletes the row, so the worker leaves the list at once.
    * `rowHeld`: jobs the worker leaves because another session holds their rows;
    * the row then stays, marked stopped, listing them, so that the rescuer returns
-   * them once the rows are free without counting their attempt.
+   * them once the rows are free without counting their attempt. `leftRunning`:
+   * the worker leaves jobs processing (handlers that ignored their signal): the
+   * row stays, marked stopped, so that the rescuer still gives them this worker's
+   * visibility timeout. Deleted, they got the leader's (outside review 164: rescued
+   * 4.8 s after the stop of a worker at 60 s, its handler still running).
    */
-  async stop(rowHeld: readonly string[] = []): Promise<void> {
+  async stop(rowHeld: readonly string[] = [], leftRunning = false): Promise<void> {
     await this.loop.stop();
     if (this.disabled) return;
     const statements = workerRegistryStatements(this.entry.schema);
     try {
-      if (rowHeld.length > 0) await this.db.query(statements.stopHolding, [this.entry.workerId, rowHeld]);
+      if (rowHeld.length > 0 || leftRunning) await this.db.query(statements.stopHolding, [this.entry.workerId, rowHeld]);
       else await this.db.query(statements.remove, [this.entry.workerId]);
     } catch (err) {
       // Readers drop the row after a few intervals anyway, and the leader deletes it later.

@@ -114,6 +114,8 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   // goes back with the rest (outside review 66: left processing, locked to a stopped
   // worker, failed by the rescuer without running).
   const claimedLate = slots.takeWaiting();
+  // Jobs left processing for the rescuer, whose handlers may still run: the registry keeps their visibility timeout.
+  const leftRunning = stillRunning.length > 0 && !worker.exiting();
   const handBackRunning = worker.exiting() ? [...stopped, ...stillRunning] : stopped;
   const back = [...handBackRunning, ...claimedLate];
   if (cutOff.fired) {
@@ -130,10 +132,10 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
     ];
     await releaseAfterCut(worker, keep, notStarted, back);
     // The registry last, so the workers view shows this worker until its jobs are handed back.
-    await parts.registry.stop();
+    await parts.registry.stop([], leftRunning);
   } else {
     const left = (await Promise.all([handBack(parts, worker, back, deadline), handedBack])).flat();
-    await parts.registry.stop([...left, ...unwritten]);
+    await parts.registry.stop([...left, ...unwritten], leftRunning);
   }
   await parts.instrumentation.stop();
   await parts.db.end();

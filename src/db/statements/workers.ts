@@ -56,8 +56,12 @@ export const workerRegistryStatements = perSchema((schema: string): WorkerRegist
 
     stopHolding: `UPDATE ${s}.workers SET row_held = $2::bigint[], stopped_at = now(), last_seen_at = now() WHERE id = $1`,
 
-    // A stopped row (kept for the jobs it lists, see stopHolding) goes like a dead one.
-    prune: `DELETE FROM ${s}.workers w WHERE NOT (${refreshedWithin('w', '$1')})`,
+    // A stopped row (kept for the jobs it lists, see stopHolding) goes like a dead one,
+    // and neither before its visibility timeout has passed: the rescuer reads the
+    // timeout from it, and without it gave the jobs of a worker at 10 minutes its own
+    // (a row refreshed every 15 s went after 20 intervals, 5 minutes).
+    prune: `DELETE FROM ${s}.workers w WHERE NOT (${refreshedWithin('w', '$1')})
+      AND w.last_seen_at < now() - coalesce(w.visibility_timeout_ms, 0) * 2 * interval '1 millisecond'`,
 
     // Every registered worker with the jobs it runs now (status processing,
     // locked_by = its id), the first $2 of each. One pass over the processing
