@@ -77,6 +77,8 @@ export {
   type ActionOptions,
   type AuditEntry,
 } from './admin/jobs.js';
+export { searchJobs, type SearchJobsOptions } from './admin/search.js';
+export { type ListedJobRow } from './admin/input.js';
 export { listDeadLetters, redriveDeadLetters, type RedriveTarget, type RedriveResult } from './admin/dead-letters.js';
 export { getStats, getThroughput, type Stats, type QueueStats, type ThroughputPoint } from './admin/stats.js';
 export {

@@ -16,8 +16,8 @@ import {
   resolvePrunerConfig,
   retryFailed,
   retryJob,
+  searchJobs,
 } from '../src/index.js';
-import { searchJobs } from '../src/admin/search.js';
 import { channelFor } from '../src/db/identifiers.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
 

@@ -96,6 +96,8 @@ describe('maintenance leader', () => {
     }, 'a leader to be elected');
     const leader = first.holder;
     const survivor = leader === 'alpha' ? 'beta' : 'alpha';
+    // The schema's name does as well as its statements (outside review 164: a name threw pg's "null or undefined query").
+    expect((await currentLeader(db.pool, db.schema))?.holder).toBe(leader);
 
     // Give each worker (concurrency 1) a job that hangs, so the leader dies holding one.
     const queue = new Queue({ pool: db.pool, schema: db.schema });

@@ -1,5 +1,5 @@
 import type { Queryable } from '../db/executor.js';
-import type { MaintenanceStatements } from '../db/statements/maintenance.js';
+import { maintenanceStatements, type MaintenanceStatements } from '../db/statements/maintenance.js';
 
 /** The lease row every worker competes for; one holder per schema and role. */
 export const MAINTENANCE_ROLE = 'maintenance';
@@ -53,12 +53,21 @@ export class Lease {
   }
 }
 
-/** Who holds the maintenance lease of a schema, if anyone (for tests, doctor, dashboards). */
+/**
+ * Who holds the maintenance lease of a schema, if anyone (for tests, doctor,
+ * dashboards): `currentLeader(pool, 'sluice')`. Takes the schema's name, or its
+ * statements (buildMaintenanceQueries(schema)); given a name, it threw pg's "Client
+ * was passed a null or undefined query" (outside review 164).
+ *
+ * @example
+ *   const leader = await currentLeader(pool, 'sluice'); // { holder, elected_at, expires_at, live } or undefined
+ */
 export async function currentLeader(
   db: Queryable,
-  queries: MaintenanceStatements,
+  schema: string | MaintenanceStatements,
   role = MAINTENANCE_ROLE,
 ): Promise<LeaseHolder | undefined> {
+  const queries = typeof schema === 'string' ? maintenanceStatements(schema) : schema;
   const { rows } = await db.query(queries.currentLease, [role]);
   return rows[0] as LeaseHolder | undefined;
 }
