@@ -29,7 +29,8 @@ export function duration(value: string): number {
     // The library's options are in ms (shutdownTimeoutMs: 10000), so say which to type.
     throw new InvalidArgumentError(`needs a unit: ${trimmed}ms for milliseconds, ${trimmed}s for seconds`);
   }
-  const parsed = ms(trimmed as ms.StringValue);
+  // ms() throws for an empty string (a stack trace and exit 1, outside review 164: --refresh '').
+  const parsed = trimmed === '' ? undefined : ms(trimmed as ms.StringValue);
   // Outside review 97: "-5s" was told it needs a unit.
   if (typeof parsed === 'number' && parsed < 0) throw new InvalidArgumentError('must not be negative');
   if (typeof parsed !== 'number' || !Number.isFinite(parsed)) {
