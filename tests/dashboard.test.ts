@@ -265,6 +265,15 @@ describe('API', () => {
       expect(res.status).toBe(404);
       expect(res.body).toEqual({ error: { code: 'NOT_FOUND', message: `no such route: ${method} /${path}` } });
     }
+    // Nor in Fastify's for a path it cannot decode, or a bad body sent to a route it does not have (outside review 164).
+    const badUrl = await api('api/%zz');
+    expect(badUrl.status).toBe(400);
+    expect(badUrl.body.error.code).toBe('BAD_REQUEST');
+    const badBody = await api('api/nope', { method: 'POST', body: '{bad', headers: { 'content-type': 'application/json' } });
+    expect(badBody.status).toBeGreaterThanOrEqual(400);
+    expect(badBody.status).toBeLessThan(500);
+    expect(Object.keys(badBody.body)).toEqual(['error']);
+    expect(Object.keys(badBody.body.error).sort()).toEqual(['code', 'message']);
   });
 
   it('shows one job with payload and error', async () => {

@@ -1,6 +1,6 @@
 import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import type { FastifyInstance, FastifyServerFactory, FastifyServerOptions } from 'fastify';
+import type { FastifyError, FastifyInstance, FastifyReply, FastifyServerFactory, FastifyServerOptions } from 'fastify';
 import { ConfigError } from '../errors.js';
 import { importPeer } from '../optional-peer.js';
 import { checkBindSafety, type DashboardOptions } from './options.js';
@@ -36,13 +36,22 @@ async function dashboardApp(
   fastifyOptions: Pick<FastifyServerOptions, 'forceCloseConnections'> & { serverFactory?: FastifyServerFactory },
 ): Promise<FastifyInstance> {
   const Fastify = await loadFastify();
-  const app = Fastify({ ...fastifyOptions, routerOptions: { maxParamLength: MAX_PARAM_LENGTH } });
-  app.setNotFoundHandler((req, reply) => {
-    const path = req.url.split('?')[0]!.slice(0, 200);
-    void reply
-      .code(404)
-      .header('x-content-type-options', 'nosniff')
-      .send({ error: { code: 'NOT_FOUND', message: `no such route: ${req.method} ${path}` } });
+  const answer = (reply: FastifyReply, status: number, code: string, message: string) =>
+    void reply.code(status).header('x-content-type-options', 'nosniff').send({ error: { code, message } });
+  const app = Fastify({
+    ...fastifyOptions,
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
+    // A path Fastify cannot decode (/api/%zz) never reaches a route or an error handler.
+    frameworkErrors: (err, _req, reply) => answer(reply, 400, 'BAD_REQUEST', err.message),
+  });
+  app.setNotFoundHandler((req, reply) =>
+    answer(reply, 404, 'NOT_FOUND', `no such route: ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`),
+  );
+  // Errors outside the dashboard's routes (a bad JSON body sent to a path it does not
+  // have); its own routes have their handler (api.ts).
+  app.setErrorHandler((err: FastifyError, _req, reply) => {
+    const status = err.statusCode && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;
+    answer(reply, status, status === 500 ? 'INTERNAL' : 'BAD_REQUEST', err.message);
   });
   await app.register(dashboardPlugin, options);
   return app;
