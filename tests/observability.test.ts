@@ -150,6 +150,12 @@ describe('metrics', () => {
     const after = await fresh.text();
     expect(sample(after, 'sluice_queue_depth', { ...drains, state: 'due' })).toBeUndefined();
     expect(sample(after, 'sluice_queue_depth', { ...paused, state: 'due' })).toBe(0);
+    // A worker's collector reports the worker's own queues from the start (outside review 164).
+    const own = new SluiceMetrics();
+    await withWorker({ queues: ['obs-own-empty'], tasks: { t: () => {} }, metrics: { collector: own } }, async () => {
+      const text = await own.text();
+      expect(sample(text, 'sluice_queue_depth', { schema: db.schema, queue: 'obs-own-empty', state: 'due' })).toBe(0);
+    });
     await queue.resumeQueue('obs-paused-empty');
     await queue.close();
   });

@@ -194,9 +194,17 @@ export class SluiceMetrics {
     });
   }
 
-  /** Reports depth and age of this schema's queues at scrape time, read through `db`. */
-  watchSchema(schema: string, db: Queryable): void {
+  /**
+   * Reports depth and age of this schema's queues at scrape time, read through `db`.
+   * `queues`: reported from the start, at 0 while they have no pending or running job
+   * (a worker passes its own; after a restart a drained queue's series came back only
+   * with its next job, outside review 164).
+   */
+  watchSchema(schema: string, db: Queryable, queues: readonly string[] = []): void {
     this.depthSources.set(schema, db);
+    const seen = this.depthSeen.get(schema) ?? new Set<string>();
+    for (const queue of queues) if (seen.size < SEEN_LIMIT) seen.add(queue);
+    this.depthSeen.set(schema, seen);
   }
 
   unwatchSchema(schema: string): void {

@@ -31,7 +31,7 @@ export async function instrumentWorker(
     ]);
     const metrics = config.metrics.collector ?? new SluiceMetrics();
     detach.push(observeWorker(worker, metrics));
-    metrics.watchSchema(config.schema, db);
+    metrics.watchSchema(config.schema, db, config.queues);
     detach.push(() => metrics.unwatchSchema(config.schema));
     if (config.metrics.port !== undefined) {
       const { serveMetrics } = await import('../metrics/server.js');
