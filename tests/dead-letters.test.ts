@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { getJob, listDeadLetters, redriveDeadLetters, ValidationError } from '../src/index.js';
+import { getJob, getJobAudit, listDeadLetters, redriveDeadLetters, ValidationError } from '../src/index.js';
 import { statusCounts, waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
 import { runCli } from './helpers/cli.js';
@@ -72,6 +72,16 @@ describe('dead letters', () => {
     const failedBefore = (await statusCounts(fx.db)).failed ?? 0;
     await expect(redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: ['1'], all: true } as never)).rejects.toThrow(/not both/);
     expect((await statusCounts(fx.db)).failed ?? 0).toBe(failedBefore);
+    // A bad id anywhere in the list: refused before any is redriven (outside review 165: the ones before it were).
+    const dead = await fx.queue.enqueue('charge', {}, { queue: 'bad-ids' });
+    await fx.db.pool.query(`UPDATE ${fx.db.s}.jobs SET status = 'failed', attempts = 1, finished_at = now() WHERE id = $1`, [
+      dead,
+    ]);
+    await expect(redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: [dead, 'abc'] })).rejects.toThrow(/not a job id: "abc"/);
+    const cli = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', dead, 'abc']);
+    expect(cli.code).toBe(2);
+    expect(await fx.queue.getJob(dead)).toMatchObject({ status: 'failed' });
+    expect(await getJobAudit(fx.db.pool, fx.db.schema, dead)).toEqual([]);
     const both = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '1', '--all']);
     expect(both.code).toBe(2);
     expect(both.stderr).toContain('give job ids or --all, not both');

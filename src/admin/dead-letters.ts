@@ -1,6 +1,6 @@
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
-import { knownOptions } from './input.js';
+import { jobId, knownOptions } from './input.js';
 import {
   listJobs,
   retryFailed,
@@ -67,8 +67,12 @@ export async function redriveDeadLetters(
   if (!('ids' in target) || !Array.isArray(target.ids) || target.ids.length === 0) {
     throw new ValidationError('redriveDeadLetters: give { ids: [...] } (non-empty) or { all: true }');
   }
+  // Every id checked before any job is redriven: a bad one after good ones threw
+  // after redriving those (outside review 165), and a caller who fixed the list and
+  // tried again redrove them twice.
+  const ids = target.ids.map((id: string | number) => jobId(id));
   const result: RedriveResult = { redriven: 0, skipped: [] };
-  for (const id of target.ids) {
+  for (const id of ids) {
     const outcome: JobActionResult = await retryJob(db, schema, id, options);
     if (outcome.ok) result.redriven++;
     else
