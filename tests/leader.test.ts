@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { Queue } from '../src/index.js';
+import { ConfigError, Queue } from '../src/index.js';
 import { Lease, currentLeader } from '../src/maintenance/lease.js';
 import { MaintenanceRunner, type PeriodicTask } from '../src/maintenance/runner.js';
 import { maintenanceStatements } from '../src/db/statements/maintenance.js';
@@ -98,6 +98,10 @@ describe('maintenance leader', () => {
     const survivor = leader === 'alpha' ? 'beta' : 'alpha';
     // The schema's name does as well as its statements (outside review 164: a name threw pg's "null or undefined query").
     expect((await currentLeader(db.pool, db.schema))?.holder).toBe(leader);
+    // A schema never migrated, or no schema: Sluice's errors, as the admin API's (outside review 165).
+    await expect(currentLeader(db.pool, 'no_such_schema_here')).rejects.toMatchObject({ code: 'DATABASE' });
+    await expect(currentLeader(db.pool, 'no_such_schema_here')).rejects.toThrow(/sluice migrate/);
+    await expect(currentLeader(db.pool, undefined as never)).rejects.toBeInstanceOf(ConfigError);
 
     // Give each worker (concurrency 1) a job that hangs, so the leader dies holding one.
     const queue = new Queue({ pool: db.pool, schema: db.schema });

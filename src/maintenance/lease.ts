@@ -1,4 +1,6 @@
+import { inspect } from 'node:util';
 import type { Queryable } from '../db/executor.js';
+import { ConfigError, wrapDatabaseError } from '../errors.js';
 import { maintenanceStatements, type MaintenanceStatements } from '../db/statements/maintenance.js';
 
 /** The lease row every worker competes for; one holder per schema and role. */
@@ -67,7 +69,15 @@ export async function currentLeader(
   schema: string | MaintenanceStatements,
   role = MAINTENANCE_ROLE,
 ): Promise<LeaseHolder | undefined> {
+  if (typeof schema !== 'string' && typeof (schema as Partial<MaintenanceStatements> | null)?.currentLease !== 'string') {
+    throw new ConfigError(`currentLeader: schema must be the schema's name, got ${inspect(schema)}`);
+  }
   const queries = typeof schema === 'string' ? maintenanceStatements(schema) : schema;
-  const { rows } = await db.query(queries.currentLease, [role]);
-  return rows[0] as LeaseHolder | undefined;
+  try {
+    const { rows } = await db.query(queries.currentLease, [role]);
+    return rows[0] as LeaseHolder | undefined;
+  } catch (err) {
+    // As the admin API's reads: a SluiceError, with the hint to migrate where the table is missing (outside review 165).
+    throw wrapDatabaseError(err, 'currentLeader failed');
+  }
 }
