@@ -115,6 +115,13 @@ describe('listJobs', () => {
     // Without the option every payload is whole; a search takes it too.
     const whole = await listJobs(db.pool, db.schema, { queue: 'sizes' });
     expect((whole.jobs[1]!.payload as { blob: string }).blob).toHaveLength(5_000);
+    // Filters of one value or an array, as listJobs (outside review 165: an array status was refused).
+    const byStatuses = await searchJobs(db.pool, db.schema, { field: 'a', value: '1', status: ['failed', 'pending'] });
+    expect(byStatuses.jobs.map((j) => j.id)).toEqual([small]);
+    expect((await searchJobs(db.pool, db.schema, { field: 'a', value: '1', queue: ['x', 'y'] })).jobs).toEqual([]);
+    await expect(searchJobs(db.pool, db.schema, { field: 'a', value: '1', task: [] })).rejects.toThrow(
+      /searchJobs: task filter is empty/,
+    );
     const found = await searchJobs(db.pool, db.schema, { field: 'user', value: 'u1', maxPayloadChars: 10 });
     expect(found.jobs.map((j) => [j.id, j.omitted])).toEqual([[archived, { payload: 6_026 }]]);
     await expect(listJobs(db.pool, db.schema, { maxPayloadChars: -1 })).rejects.toThrow(/maxPayloadChars must be an integer/);

@@ -68,3 +68,16 @@ export function listedRows(found: (JobRow & { payload_chars: number | null })[])
     chars === null ? { ...job, payload } : { ...job, omitted: { payload: chars } },
   );
 }
+
+/** A filter of one value or an array (`what`'s option `name`), each checked; null when not given. */
+export function listOf<T>(
+  what: string,
+  name: string,
+  value: T | readonly T[] | undefined,
+  check: (v: T) => string,
+): string[] | null {
+  if (value === undefined) return null;
+  const list = Array.isArray(value) ? (value as readonly T[]) : [value as T];
+  if (list.length === 0) throw new ValidationError(`${what}: ${name} filter is empty`);
+  return list.map(check);
+}

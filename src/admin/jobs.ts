@@ -11,7 +11,7 @@ import {
   type UnfinishedStatus,
 } from '../job.js';
 import { checks, unstorableText } from '../validate.js';
-import { checkStatus, jobId, knownOptions, listedRows, payloadCharsLimit, query, type ListedJobRow } from './input.js';
+import { checkStatus, jobId, knownOptions, listOf, listedRows, payloadCharsLimit, query, type ListedJobRow } from './input.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { runNowStatements } from '../db/statements/run-now.js';
@@ -106,9 +106,9 @@ export async function listJobs(db: Queryable, schema: string, options: ListJobsO
     throw new ValidationError('listJobs: give before or after, not both');
   }
   const filters = [
-    listOf('status', options.status, checkStatus),
-    listOf('queue', options.queue, (q) => checkName('queue', q)),
-    listOf('task', options.task, (t) => checkName('task', t)),
+    listOf('listJobs', 'status', options.status, checkStatus),
+    listOf('listJobs', 'queue', options.queue, (q) => checkName('queue', q)),
+    listOf('listJobs', 'task', options.task, (t) => checkName('task', t)),
   ];
   const window = [
     dateOption('createdFrom', options.createdFrom),
@@ -405,12 +405,4 @@ function dateOption(name: string, value: Date | undefined): Date | null {
   if (!(value instanceof Date) || Number.isNaN(value.getTime()))
     throw new ValidationError(`listJobs: ${name} must be a valid Date`);
   return value;
-}
-
-/** An optional one-or-many filter as a text[] parameter (null: no filter). */
-function listOf<T>(name: string, value: T | readonly T[] | undefined, check: (v: T) => string): string[] | null {
-  if (value === undefined) return null;
-  const list = Array.isArray(value) ? (value as readonly T[]) : [value as T];
-  if (list.length === 0) throw new ValidationError(`listJobs: ${name} filter is empty`);
-  return list.map(check);
 }

@@ -3,7 +3,7 @@ import { searchStatements } from '../db/statements/search.js';
 import { ValidationError } from '../errors.js';
 import type { JobStatus } from '../job.js';
 import { checks } from '../validate.js';
-import { checkStatus, jobId, knownOptions, listedRows, payloadCharsLimit, query } from './input.js';
+import { checkStatus, jobId, knownOptions, listOf, listedRows, payloadCharsLimit, query } from './input.js';
 import { DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, type JobPage } from './jobs.js';
 
 const { checkName, intOption } = checks(ValidationError);
@@ -17,9 +17,10 @@ export interface SearchJobsOptions {
   field: string;
   /** The field's value as text: 42 and "42" both match '42'. */
   value: string;
-  status?: JobStatus;
-  queue?: string;
-  task?: string;
+  /** Filters, as listJobs takes them: one value or an array. */
+  status?: JobStatus | readonly JobStatus[];
+  queue?: string | readonly string[];
+  task?: string | readonly string[];
   /** Cursor: jobs with a smaller id (older). */
   before?: string | number;
   /** Jobs per page, 1 to 1000. Default 50. */
@@ -47,9 +48,9 @@ export async function searchJobs(db: Queryable, schema: string, options: SearchJ
     throw new ValidationError(`searchJobs: value must be a string of at most ${MAX_SEARCH_VALUE} characters`);
   }
   const values = [
-    options.status === undefined ? null : [checkStatus(options.status)],
-    options.queue === undefined ? null : [checkName('queue', options.queue)],
-    options.task === undefined ? null : [checkName('task', options.task)],
+    listOf('searchJobs', 'status', options.status, checkStatus),
+    listOf('searchJobs', 'queue', options.queue, (q) => checkName('queue', q)),
+    listOf('searchJobs', 'task', options.task, (t) => checkName('task', t)),
     options.before === undefined ? null : jobId(options.before),
     limit + 1,
     path,
