@@ -1,5 +1,5 @@
 import { quoteSchema } from '../identifiers.js';
-import { findJobStatement, jobColumns, pageStatement } from './job-columns.js';
+import { findJobStatement, jobColumns, pageColumns, payloadLength } from './job-columns.js';
 import { perSchema } from './per-schema.js';
 
 /**
@@ -51,19 +51,19 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
   // index scans whatever the table sizes. One snapshot reads both and the pruner
   // moves a row in one statement: a job shows up exactly once. `op` compares
   // ids with the cursor $4 (NULL: from the newest), `dir` is the walk's order.
-  const listPage = (op: '<' | '>', dir: 'ASC' | 'DESC') =>
-    pageStatement(
-      `(SELECT ${jobColumns('j')}, false AS archived FROM ${jobs} j
+  const listPage = (op: '<' | '>', dir: 'ASC' | 'DESC') => `SELECT ${pageColumns('$8')}
+    FROM (SELECT * FROM (
+        (SELECT ${jobColumns('j')}, false AS archived FROM ${jobs} j
           WHERE ${filtersOn('j', 'j.created_at')} AND ($4::bigint IS NULL OR j.id ${op} $4::bigint)
           ORDER BY j.id ${dir} LIMIT $5)
         UNION ALL
         (SELECT ${jobColumns('h')}, true AS archived FROM ${s}.jobs_history x
           CROSS JOIN LATERAL jsonb_populate_record(NULL::${jobs}, x.job) h
           WHERE ${filtersOn('x', 'h.created_at')} AND ($4::bigint IS NULL OR x.id ${op} $4::bigint)
-          ORDER BY x.id ${dir} LIMIT $5)`,
-      dir,
-      '$8',
-    );
+          ORDER BY x.id ${dir} LIMIT $5)
+      ) page ORDER BY page.id::bigint ${dir} LIMIT $5) page
+    ${payloadLength('$8')}
+    ORDER BY page.id::bigint ${dir}`;
 
   // Back to pending now, lock fields cleared. A job that spent all its attempts
   // gets exactly one more (max_attempts is raised to attempts + 1): the attempt

@@ -97,27 +97,33 @@ export function jobColumns(alias?: string): string {
 }
 
 /**
- * A page of listed jobs: `branches` (the merged rows, id as text, with
- * `archived`) in id order `dir`, the first `$5`. A payload over `$chars`
- * characters of JSON text (as Postgres prints it, `payload::text`) is left out,
- * NULL, and its length read as payload_chars; with `$chars` NULL every payload is
- * read. Trimmed here, not in Node: a page of 1,000 jobs of 1 MiB payloads was a
- * gigabyte read into the process only to be dropped (outside review 162). The
- * length is taken once per row of the page, after the limit (OFFSET 0 keeps the
- * planner from copying it into each use): taken three times per row, before the
- * limit, a page of 50 jobs of 1 MiB took 4.2 s instead of 0.9 (outside review 164).
+ * The columns of a page of listed jobs, read from its rows `page` (id as text
+ * already, with `archived`) and their payload length `c.chars` (payloadLength). A
+ * payload over `$chars` characters of JSON text (as Postgres prints it,
+ * `payload::text`) is left out, NULL, and its length read as payload_chars; with
+ * `$chars` NULL every payload is read. Trimmed here, not in Node: a page of 1,000
+ * jobs of 1 MiB payloads was a gigabyte read into the process only to be dropped
+ * (outside review 162).
  */
-export function pageStatement(branches: string, dir: 'ASC' | 'DESC', chars: string): string {
+export function pageColumns(chars: '$8'): string {
   const large = `c.chars > ${chars}::int`;
   const fields = JOB_FIELDS.map((f) =>
     f === 'payload'
       ? `CASE WHEN ${large} THEN NULL ELSE page.payload END AS payload, CASE WHEN ${large} THEN c.chars END AS payload_chars`
       : `page.${f}`,
   );
-  return `SELECT ${['page.id', ...fields, 'page.archived'].join(', ')}
-    FROM (SELECT * FROM (${branches}) page ORDER BY page.id::bigint ${dir} LIMIT $5) page
-    CROSS JOIN LATERAL (SELECT CASE WHEN ${chars}::int IS NULL THEN NULL ELSE length(page.payload::text) END AS chars OFFSET 0) c
-    ORDER BY page.id::bigint ${dir}`;
+  return ['page.id', ...fields, 'page.archived'].join(', ');
+}
+
+/**
+ * The lateral join that measures each payload of a page (`page`) once, as `c.chars`
+ * (NULL when `$chars` is NULL). Joined after the page's limit, and OFFSET 0 keeps
+ * the planner from copying the length into each use: taken three times per row,
+ * before the limit, a page of 50 jobs of 1 MiB took 4.2 s instead of 0.9 (outside
+ * review 164).
+ */
+export function payloadLength(chars: '$8'): string {
+  return `CROSS JOIN LATERAL (SELECT CASE WHEN ${chars}::int IS NULL THEN NULL ELSE length(page.payload::text) END AS chars OFFSET 0) c`;
 }
 
 /**

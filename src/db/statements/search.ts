@@ -1,5 +1,5 @@
 import { quoteSchema } from '../identifiers.js';
-import { jobColumns, pageStatement } from './job-columns.js';
+import { jobColumns, pageColumns, payloadLength } from './job-columns.js';
 import { perSchema } from './per-schema.js';
 
 /** The dashboard's job search by a payload field (src/admin/search.ts, searchJobs), for one schema. */
@@ -26,8 +26,9 @@ export const searchStatements = perSchema((schema: string): SearchStatements => 
     // compares as text (#>>), so 42 and "42" both match "42", as a person typing
     // it into a search box means. The archived branch reads the payload out of
     // the stored row without rebuilding rows that do not match.
-    byPayloadField: pageStatement(
-      `(SELECT ${jobColumns('j')}, false AS archived FROM ${s}.jobs j
+    byPayloadField: `SELECT ${pageColumns('$8')}
+      FROM (SELECT * FROM (
+        (SELECT ${jobColumns('j')}, false AS archived FROM ${s}.jobs j
           WHERE ${filters('j', 'j.payload')}
           ORDER BY j.id DESC LIMIT $5)
         UNION ALL
@@ -35,9 +36,9 @@ export const searchStatements = perSchema((schema: string): SearchStatements => 
             SELECT x.id, x.job FROM (SELECT *, job -> 'payload' AS payload FROM ${s}.jobs_history) x
             WHERE ${filters('x', 'x.payload')}
             ORDER BY x.id DESC LIMIT $5
-          ) m CROSS JOIN LATERAL jsonb_populate_record(NULL::${s}.jobs, m.job) h)`,
-      'DESC',
-      '$8',
-    ),
+          ) m CROSS JOIN LATERAL jsonb_populate_record(NULL::${s}.jobs, m.job) h)
+      ) page ORDER BY page.id::bigint DESC LIMIT $5) page
+      ${payloadLength('$8')}
+      ORDER BY page.id::bigint DESC`,
   };
 });
