@@ -335,7 +335,7 @@ export function isDataRejection(err: unknown): boolean {
  * connection it ran on (42P05, 26000): what a transaction-mode pooler that does not
  * track prepared statements causes (outside review 129: the message named nothing to do).
  */
-function isPoolerStatementClash(err: unknown): boolean {
+export function isPoolerStatementClash(err: unknown): boolean {
   const e = err as { code?: unknown; message?: unknown } | null;
   return (
     (e?.code === '42P05' || e?.code === '26000') && typeof e.message === 'string' && /prepared statement "sluice-/.test(e.message)

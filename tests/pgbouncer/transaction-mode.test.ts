@@ -155,6 +155,34 @@ describe(`PgBouncer in transaction mode`, () => {
     expect(await runsOf(ids)).toEqual({ runs: 400, jobs: 400 });
   });
 
+  // Outside review 166: with prepared statements left on behind a PgBouncer that does
+  // not track them, the first clash stopped two workers' claims and result writes for
+  // good (pg remembered the statement as prepared on its connection). Now the driver
+  // sends everything unnamed from the first clash on, and says so once.
+  it('workers left with prepared statements on behind a PgBouncer that does not keep them still drain, and say so', async (ctx) => {
+    // A PgBouncer that keeps them (1.21 or later, as configured here) has no clash to survive.
+    if (bouncer.tracksPreparedStatements) ctx.skip();
+    const warnings: string[] = [];
+    const onWarning = (w: Error & { code?: string }) => {
+      if (w.code === 'SLUICE_PREPARED_STATEMENTS') warnings.push(w.message);
+    };
+    process.on('warning', onWarning);
+    try {
+      await Promise.all(
+        ['a', 'b'].map((n) => startWorker(`named-${n}`, ['named'], { preparedStatements: true, listenConnectionString: db.url })),
+      );
+      const ids = await queue.enqueueMany(
+        Array.from({ length: 2_000 }, (_, i) => ({ task: 'record', queue: 'named', payload: { i } })),
+      );
+      await waitFor(async () => (await runsOf(ids)).jobs === 2_000, 'all 2,000 jobs', 60_000);
+      expect(await runsOf(ids)).toEqual({ runs: 2_000, jobs: 2_000 });
+      expect(warnings.length).toBeGreaterThanOrEqual(1);
+      expect(warnings[0]).toMatch(/sending every statement unnamed from now on\. Set preparedStatements: false/);
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
   it('an enqueue that times out behind a table lock is cancelled through PgBouncer: it never commits later (outside review 149)', async () => {
     // Dropped at the moment the cancel went out, the connection's end reached PgBouncer
     // first, the cancel found no client, and the insert ran when the lock went.

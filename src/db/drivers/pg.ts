@@ -3,7 +3,7 @@ import { destroyConnection, openPool, type PgClient, type PgPool, type PgPoolCli
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, STATEMENT_HINT, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
-import { ConnectionError, NotSentError } from '../../errors.js';
+import { ConnectionError, isPoolerStatementClash, NotSentError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { shorterLimit, timeLimit } from '../../lifecycle/time-limit.js';
 import { cancelThenDrop } from './cancel.js';
@@ -206,46 +206,81 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
     return { client, release: (err) => give(client, err ?? true) };
   }
 
-  return {
+  /** One statement, named or not, on the pool (bounded by the statement limit). */
+  async function queryOnce(text: string, values: unknown[] | undefined, name: string | undefined, limitMs: number | undefined) {
+    // Sluice's own parsers on every pool, yours too: its statements must read
+    // their rows as it wrote them, whatever your pg.types say (see pg-encoding.ts).
+    // Its array encoding only on a pool it made.
+    const config = withSluiceTypes(text, handle.owned ? encodeArrays(values) : values);
+    if (name) config.name = name;
+    if (aborted) throw aborted;
+    const own = shorterLimit(limit, limitMs);
+    if (own === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
+    const client = await takeReady();
+    let cancelling: Promise<void> | undefined;
+    try {
+      const running = client.query(config);
+      const result = await timeLimit(
+        running,
+        own,
+        () => {
+          // The session may still be waiting (on a lock) to run it: cancelled, it cannot
+          // commit later, behind the error this caller is about to act on.
+          cancelling = cancelThenDrop(client, running, CANCEL_LIMIT_MS);
+        },
+        'statement',
+        { hint: STATEMENT_HINT },
+      );
+      client.removeListener('error', ignoreError);
+      give(client);
+      return result as { rows: any[] };
+    } catch (err) {
+      await cancelling;
+      // A connection that failed keeps its listener: it may still report its end.
+      if (reusableAfter(err) && !aborted) {
+        client.removeListener('error', ignoreError);
+        give(client);
+      } else {
+        give(client, err as Error);
+      }
+      throw aborted ?? err;
+    }
+  }
+
+  /**
+   * Set once a named statement met a pooler that does not keep prepared statements
+   * (42P05 / 26000 on a "sluice-" statement: PgBouncer in transaction mode before
+   * 1.21, or without max_prepared_statements). pg remembers per connection what it
+   * prepared, and through such a pooler each later use of the name landed on a
+   * server connection without it: every claim and result write failed from then
+   * on, while the heartbeats kept the stuck jobs locked (outside review 166: two
+   * workers stopped for good within 3 s). From then on this driver sends every
+   * statement unnamed, and says so once.
+   */
+  let unnamed = false;
+  const goUnnamed = (err: unknown): void => {
+    if (unnamed) return;
+    unnamed = true;
+    process.emitWarning(
+      'Sluice: a prepared statement clashed on a connection pooler in transaction mode ' +
+        `(${(err as Error).message}); sending every statement unnamed from now on. ` +
+        'Set preparedStatements: false (CLI: --no-prepared-statements) for such a pooler.',
+      { code: 'SLUICE_PREPARED_STATEMENTS' },
+    );
+  };
+
+  const driver: PgDriver = {
     pool,
 
     async query(text: string, values?: unknown[], name?: string, limitMs?: number) {
-      // Sluice's own parsers on every pool, yours too: its statements must read
-      // their rows as it wrote them, whatever your pg.types say (see pg-encoding.ts).
-      // Its array encoding only on a pool it made.
-      const config = withSluiceTypes(text, handle.owned ? encodeArrays(values) : values);
-      if (name) config.name = name;
-      if (aborted) throw aborted;
-      const own = shorterLimit(limit, limitMs);
-      if (own === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
-      const client = await takeReady();
-      let cancelling: Promise<void> | undefined;
       try {
-        const running = client.query(config);
-        const result = await timeLimit(
-          running,
-          own,
-          () => {
-            // The session may still be waiting (on a lock) to run it: cancelled, it cannot
-            // commit later, behind the error this caller is about to act on.
-            cancelling = cancelThenDrop(client, running, CANCEL_LIMIT_MS);
-          },
-          'statement',
-          { hint: STATEMENT_HINT },
-        );
-        client.removeListener('error', ignoreError);
-        give(client);
-        return result as { rows: any[] };
+        return await queryOnce(text, values, unnamed ? undefined : name, limitMs);
       } catch (err) {
-        await cancelling;
-        // A connection that failed keeps its listener: it may still report its end.
-        if (reusableAfter(err) && !aborted) {
-          client.removeListener('error', ignoreError);
-          give(client);
-        } else {
-          give(client, err as Error);
-        }
-        throw aborted ?? err;
+        // Parse (42P05) or Bind (26000) failed: the statement did not run, and may go again unnamed.
+        // Statements in flight beside the first clash may clash too: each goes again.
+        if (!name || !isPoolerStatementClash(err)) throw err;
+        goUnnamed(err);
+        return queryOnce(text, values, undefined, limitMs);
       }
     },
 
@@ -350,6 +385,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
       await Promise.all([ending, ...cancels]);
     },
   };
+  return driver;
 }
 
 /** A statement read with Sluice's parsers (SLUICE_TYPES), which pg takes per query. */
