@@ -197,6 +197,22 @@ describe('publish', () => {
     await small.close();
   });
 
+  // Outside review 166: a relay without its broker's client library took the
+  // partitions, called the missing library a broker outage, retried for ever, and
+  // kept relays that could publish from the destination.
+  it('a relay whose publisher cannot load its client library fails at start, holding no partition', async () => {
+    const missing = new ConfigError('The NATS relay needs the nats package, which is not installed: npm install nats');
+    const broker = Object.assign(new MemoryBroker(), { prepare: () => Promise.reject(missing) });
+    const relay = new OutboxRelay({ pool: db.pool, publisher: broker, destinations: ['no-client'], partitions: 2 });
+    await expect(relay.start()).rejects.toBe(missing);
+    const held = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.outbox_relays WHERE destination = 'no-client'`);
+    expect(held.rows[0].n).toBe(0);
+    await relay.stop();
+    // The real publishers load their library in prepare() (installed here: it resolves, connecting to nothing).
+    await natsPublisher({ servers: 'nats://127.0.0.1:1' }).prepare!();
+    await rabbitMqPublisher({ url: 'amqp://guest:guest@127.0.0.1:1' }).prepare!();
+  });
+
   it('the SQL publish() refuses the headers Outbox.publish refuses, naming the fault (22023), and writes nothing', async () => {
     const d = freshDestination();
     // Review 62: stored, and then the NATS relay failed on them at every try.

@@ -74,6 +74,9 @@ export class OutboxRelay {
     // Started again after stop(), it did nothing, silently (outside review 96).
     if (this.stopped) throw new ConfigError('OutboxRelay: start() after stop() (or a failed start); create a new OutboxRelay');
     if (this.started) return;
+    // Its client library first: a relay that cannot publish must not take partitions (see BrokerPublisher.prepare).
+    await this.publisher.prepare?.();
+    if (this.started || this.stopped) return;
     this.started = true;
     this.keepAlive = setInterval(() => {}, 2 ** 30);
     const o = this.options;

@@ -120,9 +120,10 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
   const keyHeader = options.keyHeader === undefined ? 'Sluice-Key' : options.keyHeader;
   let connecting: Promise<Connected> | undefined;
 
+  const load = () => importPeer('nats', 'The NATS relay', () => import('nats'));
   const connect = (): Promise<Connected> =>
     (connecting ??= (async () => {
-      const nats = await importPeer('nats', 'The NATS relay', () => import('nats'));
+      const nats = await load();
       const nc = await nats.connect({
         servers: options.servers ?? 'nats://127.0.0.1:4222',
         name: 'sluice-relay',
@@ -149,6 +150,9 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
 
   return {
     name: 'nats',
+    async prepare(): Promise<void> {
+      await load();
+    },
     refuses(destination: string): string | undefined {
       const bad = badSubject(prefix + destination);
       return bad && `"${prefix + destination}" is not a NATS subject: ${bad}`;

@@ -52,6 +52,14 @@ export interface BrokerPublisher {
   close(): Promise<void>;
   /** Why no message for `destination` can ever be published, or undefined: the relay refuses such a destination at once. */
   refuses?(destination: string): string | undefined;
+  /**
+   * Loads what publishing needs (the broker's client library) without connecting:
+   * the relay's start() awaits it first. A ConfigError here (the library not
+   * installed) fails the start; found at the first publish instead, it was taken
+   * for a broker outage, retried for ever, and the relay kept its partitions from
+   * relays that could publish (outside review 166).
+   */
+  prepare?(): Promise<void>;
 }
 
 const checked = checks(ConfigError);

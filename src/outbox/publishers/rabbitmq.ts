@@ -65,9 +65,10 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
   let connecting: Promise<Connected> | undefined;
   let active: Connected | undefined;
 
+  const load = () => importPeer('amqplib', 'The RabbitMQ relay', () => import('amqplib'));
   const connect = (): Promise<Connected> =>
     (connecting ??= (async () => {
-      const amqp = await importPeer('amqplib', 'The RabbitMQ relay', () => import('amqplib'));
+      const amqp = await load();
       const model = await amqp.connect(url, {
         timeout: confirmTimeoutMs,
       });
@@ -153,6 +154,9 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
 
   return {
     name: 'rabbitmq',
+    async prepare(): Promise<void> {
+      await load();
+    },
     async publish(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
       let c: Connected;
       try {
