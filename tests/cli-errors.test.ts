@@ -102,6 +102,12 @@ describe('task module', () => {
     );
   });
 
+  it('a top-level await that never settles is said, exit 1, not a silent status 13 (outside review 166)', async () => {
+    const file = join(dir, 'hangs.mjs');
+    await writeFile(file, 'await new Promise(() => {});\nexport const tasks = {};\n');
+    expectOneLine(await worker(file), 1, /^sluice: cannot load task module .*hangs\.mjs: its top-level await never settled$/);
+  });
+
   it('an error thrown while it loads names the line that threw', async () => {
     const file = join(dir, 'throws.mjs');
     await writeFile(file, 'const config = undefined;\nconst url = config.url;\nexport const tasks = { a: () => url };\n');

@@ -23,6 +23,14 @@ export async function loadTasks(path: string): Promise<TaskModule> {
   if (!existsSync(file)) throw new UsageError(`task module not found: ${file}`);
   if (statSync(file).isDirectory()) throw new UsageError(`task module is a directory, not a file: ${file}`);
   let mod: Record<string, unknown>;
+  // A top-level await that never settles, with nothing else to run: Node ends the
+  // process with status 13 and no word (outside review 166). Said here, as status 1.
+  const unsettled = () => {
+    if (process.exitCode !== 13) return;
+    process.stderr.write(`sluice: cannot load task module ${path}: its top-level await never settled\n`);
+    process.exitCode = 1;
+  };
+  process.on('exit', unsettled);
   try {
     mod = await import(pathToFileURL(file).href);
   } catch (err) {
@@ -36,6 +44,8 @@ export async function loadTasks(path: string): Promise<TaskModule> {
     // A loader's message may name the place itself (tsx: "…failed with 1 error: /app/tasks.ts:4:0: ERROR: …").
     const where = /\.[cm]?[jt]sx?:\d+/.test(summary) ? undefined : failedAt(err, file);
     throw new CommandFailed(`cannot load task module ${path}: ${name}${summary}${where ? ` (at ${where})` : ''}${hint}`);
+  } finally {
+    process.off('exit', unsettled);
   }
   // A CommonJS module arrives as { default: module.exports }.
   const fromDefault = mod.default as Record<string, unknown> | undefined;
