@@ -602,6 +602,32 @@ describe('relay', () => {
       expect(conflict.code).toBe(2);
       expect(conflict.stderr).toContain(`${both.join(' and ')} are separate actions: give one of them`);
     }
+    // Outside review 166: --status took no filter, a misspelt destination was redriven
+    // "0" with exit 0, and the other broker's options were taken without a word.
+    const filtered = await runCli(db.url, db.schema, ['relay', '--status', '--json', '--destination', d]);
+    expect(
+      filtered.stdout
+        .trim()
+        .split('\n')
+        .map((l) => (JSON.parse(l) as { destination: string }).destination),
+    ).toEqual([d]);
+    const unknownStatus = await runCli(db.url, db.schema, ['relay', '--status', '--destination', `${d}-typo`]);
+    expect(unknownStatus.stdout).toContain(`no relay has started on destination ${d}-typo yet`);
+    for (const action of ['--redrive', '--drop-dead-letters']) {
+      const typo = await runCli(db.url, db.schema, ['relay', action, '--destination', `${d}-typo`]);
+      expect(typo.code).toBe(2);
+      expect(typo.stderr).toContain(`no relay has ever run destination ${d}-typo`);
+    }
+    const known = await runCli(db.url, db.schema, ['relay', '--redrive', '--destination', d]);
+    expect(known.code).toBe(0);
+    for (const [broker, flag] of [
+      ['rabbitmq', '--subject-prefix'],
+      ['nats', '--exchange'],
+    ]) {
+      const wrong = await runCli(db.url, db.schema, ['relay', '--broker', broker!, flag!, 'x', '--destination', d]);
+      expect(wrong.code).toBe(2);
+      expect(wrong.stderr).toContain(`${flag} is not for --broker ${broker}`);
+    }
     // A schema no relay has started on says so rather than printing nothing.
     const empty = await createTestSchema('relaynone');
     try {

@@ -91,14 +91,28 @@ Examples:
       // One action per run: `--redrive --drop-dead-letters` redrove and silently dropped nothing (review 62).
       const actions = ACTIONS.filter(([flag]) => flags[flag]).map(([, name]) => name);
       if (actions.length > 1) throw new UsageError(`${actions.join(' and ')} are separate actions: give one of them`);
+      // The other broker's options were taken without a word (outside review 166: --subject-prefix with rabbitmq).
+      const given = (name: string) => command.getOptionValueSource(name) === 'cli';
+      const otherBroker = flags.broker === 'nats' ? ['amqpUrl', 'exchange'] : ['natsUrl', 'subjectPrefix'];
+      const misplaced = otherBroker.filter(given);
+      if (misplaced.length > 0) {
+        const names = misplaced.map((n) => `--${n.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(' and ');
+        throw new UsageError(`${names} ${misplaced.length > 1 ? 'are' : 'is'} not for --broker ${flags.broker}`);
+      }
       await withDatabaseUntilStopped(
         command,
         async ({ pool, url, schema }) => {
           if (flags.status) {
-            const lags = await outboxLag(pool, schema);
+            // Only the --destination(s) when given (outside review 166: the filter was ignored).
+            const lags = (await outboxLag(pool, schema)).filter(
+              (l) => !flags.destination || flags.destination.includes(l.destination),
+            );
             for (const lag of lags) log('lag', { ...lag });
             // Silence would read as "nothing to report" and "not set up" alike.
-            if (lags.length === 0) log('no-destinations', { note: 'no relay has started on any destination of this schema yet' });
+            if (lags.length === 0) {
+              const where = flags.destination ? `destination ${flags.destination.join(', ')}` : 'any destination of this schema';
+              log('no-destinations', { note: `no relay has started on ${where} yet` });
+            }
             return;
           }
           if (flags.deadLetters) {
@@ -109,6 +123,12 @@ Examples:
           }
           if (flags.redrive || flags.dropDeadLetters) {
             if (!flags.destination?.length) throw new UsageError('give the --destination(s) whose dead letters to act on');
+            // A misspelt destination redrove nothing and exited 0 (outside review 166), as `jobs retry --failed --queue` does not.
+            const known = new Set((await outboxLag(pool, schema)).map((l) => l.destination));
+            const unknown = flags.destination.filter((d) => !known.has(d));
+            if (unknown.length > 0) {
+              throw new UsageError(`no relay has ever run destination ${unknown.join(', ')} (sluice relay --status lists them)`);
+            }
             const target = { destinations: flags.destination };
             if (flags.redrive) log('redriven', { count: await redriveOutboxDeadLetters(pool, schema, target) });
             else log('dropped', { count: await dropOutboxDeadLetters(pool, schema, target) });
