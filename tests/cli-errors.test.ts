@@ -102,6 +102,21 @@ describe('task module', () => {
     );
   });
 
+  it('a module that throws a value that is not an Error says what it threw (outside review 167)', async () => {
+    for (const [name, source, said] of [
+      ['throws-null.mjs', 'throw null;\n', 'it threw null'],
+      ['throws-object.mjs', 'throw { reason: 1 };\n', 'it threw { reason: 1 }'],
+      ['rejects-string.mjs', 'export const tasks = {};\nawait Promise.reject("a string");\n', "it threw 'a string'"],
+      ['throws-bare.mjs', 'throw Object.create(null);\n', 'it threw [Object: null prototype] {}'],
+    ]) {
+      const file = join(dir, name!);
+      await writeFile(file, source!);
+      const result = await worker(file);
+      expectOneLine(result, 1, /^sluice: cannot load task module /);
+      expect(result.stderr).toContain(said);
+    }
+  });
+
   it('a top-level await that never settles is said, exit 1, not a silent status 13 (outside review 166)', async () => {
     const file = join(dir, 'hangs.mjs');
     await writeFile(file, 'await new Promise(() => {});\nexport const tasks = {};\n');

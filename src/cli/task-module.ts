@@ -2,6 +2,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { extname, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { inspect } from 'node:util';
 import type { TaskList } from '../job.js';
 import { CommandFailed, UsageError } from './output.js';
 
@@ -34,7 +35,7 @@ export async function loadTasks(path: string): Promise<TaskModule> {
   try {
     mod = await import(pathToFileURL(file).href);
   } catch (err) {
-    const message = (err as Error).message;
+    const message = thrownText(err);
     const hint =
       /Unknown file extension/.test(message) && ['.ts', '.mts', '.cts'].includes(extname(file))
         ? ' (for TypeScript, run with a loader: node --import tsx ./node_modules/.bin/sluice ...)'
@@ -56,6 +57,21 @@ export async function loadTasks(path: string): Promise<TaskModule> {
   }
   const schedules = mod.schedules ?? (fromDefault && typeof fromDefault === 'object' ? fromDefault.schedules : undefined);
   return schedules === undefined ? { tasks: tasks as TaskList } : { tasks: tasks as TaskList, schedules };
+}
+
+/**
+ * What a module threw while it loaded, as text: an Error's message, or the value
+ * itself (`throw null`, `throw {}`, a rejected string) as inspect shows it. Read as
+ * an Error's message, those made the loader throw a TypeError of its own, and the
+ * module's reason was lost (outside review 167).
+ */
+function thrownText(err: unknown): string {
+  try {
+    if (err instanceof Error && typeof err.message === 'string') return err.message;
+    return `it threw ${inspect(err, { depth: 1, breakLength: Infinity }).slice(0, 200)}`;
+  } catch {
+    return 'it threw a value that cannot be read';
+  }
 }
 
 /** The first line, and the next one too when the first only announces it ("… 1 error:"). */
