@@ -5,7 +5,6 @@ import { outboxLag } from '../../outbox/lag.js';
 import { dropOutboxDeadLetters, listOutboxDeadLetters, redriveOutboxDeadLetters } from '../../outbox/dead-letters.js';
 import { natsPublisher } from '../../outbox/publishers/nats.js';
 import { rabbitMqPublisher } from '../../outbox/publishers/rabbitmq.js';
-import type { BrokerPublisher } from '../../outbox/publishers/publisher.js';
 import type { MetricsServer } from '../../metrics/server.js';
 import { withDatabaseUntilStopped } from '../database.js';
 import { ErrorLines } from '../error-lines.js';
@@ -99,6 +98,15 @@ Examples:
         const names = misplaced.map((n) => `--${n.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(' and ');
         throw new UsageError(`${names} ${misplaced.length > 1 ? 'are' : 'is'} not for --broker ${flags.broker}`);
       }
+      // Relaying: its broker's client library first, before any wait for Postgres (outside
+      // review 167: a relay without nats waited for a Postgres that was down, then exited 2).
+      const publisher =
+        actions.length > 0
+          ? undefined
+          : flags.broker === 'nats'
+            ? natsPublisher({ servers: flags.natsUrl, subjectPrefix: flags.subjectPrefix })
+            : rabbitMqPublisher({ url: flags.amqpUrl, exchange: flags.exchange });
+      await publisher?.prepare?.();
       await withDatabaseUntilStopped(
         command,
         async ({ pool, url, schema }) => {
@@ -135,14 +143,10 @@ Examples:
             return;
           }
           if (!flags.destination?.length) throw new UsageError('give at least one --destination (or --status)');
-          const publisher: BrokerPublisher =
-            flags.broker === 'nats'
-              ? natsPublisher({ servers: flags.natsUrl, subjectPrefix: flags.subjectPrefix })
-              : rabbitMqPublisher({ url: flags.amqpUrl, exchange: flags.exchange });
           const relay = new OutboxRelay({
             connectionString: url,
             schema,
-            publisher,
+            publisher: publisher!,
             destinations: flags.destination,
             partitions: flags.partitions,
             maxPartitions: flags.maxPartitions,
