@@ -78,6 +78,12 @@ describe('dead letters', () => {
       dead,
     ]);
     await expect(redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: [dead, 'abc'] })).rejects.toThrow(/not a job id: "abc"/);
+    // Nor a nested array, which String() made job 1 (outside review 167), nor a cyclic object.
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    for (const bad of [[dead], cyclic, true]) {
+      await expect(redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: [dead, bad as never] })).rejects.toThrow(/not a job id/);
+    }
     const cli = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', dead, 'abc']);
     expect(cli.code).toBe(2);
     expect(await fx.queue.getJob(dead)).toMatchObject({ status: 'failed' });

@@ -1,7 +1,7 @@
 import { rows, type Queryable } from '../db/executor.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
 import { JOB_STATUSES, type JobRow, type JobStatus } from '../job.js';
-import { checks, readOrFail, snapshotOptions } from '../validate.js';
+import { checks, readOrFail, shown, snapshotOptions } from '../validate.js';
 
 // What the admin API checks of its callers' input, and how it runs a statement.
 
@@ -35,9 +35,18 @@ const MAX_BIGINT = 2n ** 63n - 1n;
 
 /** A job id as the text Postgres gets: a positive bigint, or a ValidationError. */
 export function jobId(value: string | number): string {
-  const text = typeof value === 'number' ? (Number.isSafeInteger(value) ? String(value) : '') : String(value).trim();
+  // Text, a number or a bigint only: String(['1']) is '1', and a nested array among
+  // redriveDeadLetters' ids passed as job 1 (outside review 167).
+  const text =
+    typeof value === 'number'
+      ? Number.isSafeInteger(value)
+        ? String(value)
+        : ''
+      : typeof value === 'string' || typeof value === 'bigint'
+        ? String(value).trim()
+        : '';
   if (!/^\d{1,19}$/.test(text) || BigInt(text) < 1n || BigInt(text) > MAX_BIGINT) {
-    throw new ValidationError(`not a job id: ${JSON.stringify(value)}`);
+    throw new ValidationError(`not a job id: ${shown(value)}`);
   }
   return BigInt(text).toString();
 }
