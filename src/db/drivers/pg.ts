@@ -3,10 +3,11 @@ import { destroyConnection, openPool, type PgClient, type PgPool, type PgPoolCli
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, STATEMENT_HINT, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
-import { ConnectionError, isPoolerStatementClash, NotSentError } from '../../errors.js';
+import { ConnectionError, NotSentError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { shorterLimit, timeLimit } from '../../lifecycle/time-limit.js';
 import { cancelThenDrop } from './cancel.js';
+import { withUnnamedFallback } from './unnamed-fallback.js';
 import { checkClientConnection } from '../statements/session.js';
 
 /** Longest wait for Postgres to take the cancel of a statement that went past its limit. */
@@ -247,42 +248,10 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
     }
   }
 
-  /**
-   * Set once a named statement met a pooler that does not keep prepared statements
-   * (42P05 / 26000 on a "sluice-" statement: PgBouncer in transaction mode before
-   * 1.21, or without max_prepared_statements). pg remembers per connection what it
-   * prepared, and through such a pooler each later use of the name landed on a
-   * server connection without it: every claim and result write failed from then
-   * on, while the heartbeats kept the stuck jobs locked (outside review 166: two
-   * workers stopped for good within 3 s). From then on this driver sends every
-   * statement unnamed, and says so once.
-   */
-  let unnamed = false;
-  const goUnnamed = (err: unknown): void => {
-    if (unnamed) return;
-    unnamed = true;
-    process.emitWarning(
-      'Sluice: a prepared statement clashed on a connection pooler in transaction mode ' +
-        `(${(err as Error).message}); sending every statement unnamed from now on. ` +
-        'Set preparedStatements: false (CLI: --no-prepared-statements) for such a pooler.',
-      { code: 'SLUICE_PREPARED_STATEMENTS' },
-    );
-  };
-
   const driver: PgDriver = {
     pool,
 
-    async query(text: string, values?: unknown[], name?: string, limitMs?: number) {
-      try {
-        return await queryOnce(text, values, unnamed ? undefined : name, limitMs);
-      } catch (err) {
-        // Parse (42P05) or Bind (26000) failed: the statement did not run, and may go again unnamed.
-        // Statements in flight beside the first clash may clash too: each goes again.
-        if (!name || !isPoolerStatementClash(err)) throw err;
-        goUnnamed(err);
-        return queryOnce(text, values, undefined, limitMs);
-      }
-    },
+    query: withUnnamedFallback(queryOnce),
 
     async transaction<T>(fn: (tx: Queryable) => Promise<T>): Promise<T> {
       // A pool of yours leaves a checked-out client without an 'error' listener: a
