@@ -611,16 +611,32 @@ describe('enqueue', () => {
       expect(() => new Queue({ schema: db.schema, preparedStatements: 'no' as never })).toThrow(ConfigError);
     });
 
-    it('a name already prepared on the connection (a pooler before PgBouncer 1.21) is answered with the setting to change (outside review 129)', async () => {
+    // Outside reviews 129 and 166: the clash was an error naming the setting; behind
+    // PgBouncer 1.18 it then stopped workers for good. Now the enqueue goes again
+    // unnamed, every later statement too, with one warning naming the setting.
+    it('a name already prepared on the connection (a pooler before PgBouncer 1.21): sent again unnamed, from then on, with one warning naming the setting', async () => {
       const pool = new pg.Pool({ connectionString: db.url, max: 1 });
       // What a transaction-mode pooler causes: another client prepared it on the same server connection.
       await pool.query(`PREPARE "sluice-enqueue-${db.schema}" AS SELECT 1`);
       const own = new Queue({ pool, schema: db.schema });
+      const warnings: string[] = [];
+      const onWarning = (w: Error & { code?: string }) => {
+        if (w.code === 'SLUICE_PREPARED_STATEMENTS') warnings.push(w.message);
+      };
+      process.on('warning', onWarning);
       try {
-        await expect(own.enqueue('prepared_check', {})).rejects.toThrow(
-          /prepared statement "sluice-enqueue-.*" already exists \(a transaction-mode pooler, .*set preparedStatements: false/,
-        );
+        const first = await own.enqueue('prepared_check', { n: 1 });
+        const second = await own.enqueue('prepared_check', { n: 2 });
+        expect(await own.getJob(first)).toMatchObject({ payload: { n: 1 }, status: 'pending' });
+        expect(await own.getJob(second)).toMatchObject({ payload: { n: 2 }, status: 'pending' });
+        await new Promise((resolve) => setImmediate(resolve)); // warnings are emitted on the next tick
+        expect(warnings).toHaveLength(1);
+        expect(warnings[0]).toMatch(/prepared statement "sluice-enqueue-.*" already exists.*Set preparedStatements: false/);
+        // Nothing more was prepared by name on that connection: the one there is the clashing PREPARE.
+        const { rows } = await pool.query<{ name: string }>('SELECT name FROM pg_prepared_statements');
+        expect(rows.map((r) => r.name)).toEqual([`sluice-enqueue-${db.schema}`]);
       } finally {
+        process.off('warning', onWarning);
         await own.close();
         await pool.end();
       }
