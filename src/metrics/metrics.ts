@@ -202,9 +202,7 @@ export class SluiceMetrics {
    */
   watchSchema(schema: string, db: Queryable, queues: readonly string[] = []): void {
     this.depthSources.set(schema, db);
-    const seen = this.depthSeen.get(schema) ?? new Set<string>();
-    for (const queue of queues) if (seen.size < SEEN_LIMIT) seen.add(queue);
-    this.depthSeen.set(schema, seen);
+    remember(this.depthSeen, schema, queues);
   }
 
   unwatchSchema(schema: string): void {
@@ -251,10 +249,20 @@ async function readDepth(sources: Map<string, Queryable>, seen: Map<string, Set<
 
 const SEEN_LIMIT = 1_000;
 
-function withSeen(rows: DepthRow[], seen: Map<string, Set<string>>, schema: string): DepthRow[] {
+/** Adds `queues` to what `seen` keeps of `schema` (at most SEEN_LIMIT); returns all it keeps. */
+function remember(seen: Map<string, Set<string>>, schema: string, queues: Iterable<string>): Set<string> {
   let known = seen.get(schema);
   if (!known) seen.set(schema, (known = new Set()));
-  for (const row of rows) if (known.size < SEEN_LIMIT) known.add(row.queue);
+  for (const queue of queues) if (known.size < SEEN_LIMIT) known.add(queue);
+  return known;
+}
+
+function withSeen(rows: DepthRow[], seen: Map<string, Set<string>>, schema: string): DepthRow[] {
+  const known = remember(
+    seen,
+    schema,
+    rows.map((r) => r.queue),
+  );
   const present = new Set(rows.map((r) => r.queue));
   const drained = [...known].filter((queue) => !present.has(queue));
   return [...rows, ...drained.map((queue) => ({ queue, due: 0, scheduled: 0, processing: 0, oldest_due_seconds: 0 }))];
