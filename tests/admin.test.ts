@@ -256,6 +256,13 @@ describe('bulk actions', () => {
       { task: 'x', queue: 'b' },
     ]);
     await setStatus(ids.slice(0, 3), 'failed');
+    // A queue given as undefined (an unset variable) is refused, not read as every queue (outside review 169).
+    const unset = { queue: undefined as string | undefined };
+    await expect(retryFailed(db.pool, db.schema, unset)).rejects.toThrow(/retryFailed: queue is undefined; leave it out/);
+    await expect(redriveDeadLetters(db.pool, db.schema, { all: true, ...unset })).rejects.toThrow(
+      /redriveDeadLetters: queue is undefined/,
+    );
+    expect(await statusCounts(db)).toEqual({ pending: 1, failed: 3 });
     expect(await retryFailed(db.pool, db.schema, { queue: 'a' })).toEqual({ retried: 2, queues: { a: 2 } });
     expect(await statusCounts(db)).toEqual({ pending: 3, failed: 1 });
     expect(await retryFailed(db.pool, db.schema)).toEqual({ retried: 1, queues: { b: 1 } });

@@ -125,6 +125,16 @@ describe('enqueue', () => {
     expect((await job(at.stdout.trim())).run_at.toISOString()).toBe('2031-05-06T07:08:09.000Z');
   });
 
+  it('puts the job in a group with --group; an empty key is refused and inserts nothing (outside review 169)', async () => {
+    const grouped = await sluice('enqueue', 'sync', '{"accountId":42}', '--queue', 'sync', '--group', 'account-42');
+    expect(grouped.code, grouped.stderr).toBe(0);
+    expect(await job(grouped.stdout.trim())).toMatchObject({ queue: 'sync', group_key: 'account-42' });
+    const before = await statusCounts(db);
+    const empty = await sluice('enqueue', 'sync', '--queue', 'sync', '--group', '');
+    expectOneLineError(empty, 2, /group/);
+    expect(await statusCounts(db)).toEqual(before);
+  });
+
   it('rejects a payload that is not JSON with the parse error, exit 2, and inserts nothing', async () => {
     const result = await sluice('enqueue', 'send_welcome', '{"userId": 42,}');
     expectOneLineError(result, 2, /payload is not valid JSON: .*JSON at position/);

@@ -276,6 +276,32 @@ describe('API', () => {
     expect(Object.keys(badBody.body.error).sort()).toEqual(['code', 'message']);
   });
 
+  it("answers Fastify's own refusals in the API's codes, with messages that say what to send (outside review 169)", async () => {
+    const send = (body: string | undefined, contentType?: string) =>
+      api('api/jobs/retry-failed', {
+        method: 'POST',
+        ...(body === undefined ? {} : { body }),
+        headers: { 'x-sluice-csrf': csrf, ...(contentType ? { 'content-type': contentType } : {}) },
+      });
+    const proto = await send('{"__proto__":{"queue":"x"}}', 'application/json');
+    expect(proto.status).toBe(400);
+    expect(proto.body.error).toEqual({ code: 'BAD_REQUEST', message: expect.stringContaining('"__proto__"') });
+    const empty = await send('', 'application/json');
+    expect(empty.status).toBe(400);
+    expect(empty.body.error).toEqual({ code: 'BAD_REQUEST', message: expect.stringContaining('the body is empty') });
+    const text = await send('queue=x', 'application/x-www-form-urlencoded');
+    expect(text.status).toBe(415);
+    expect(text.body.error).toEqual({ code: 'UNSUPPORTED_MEDIA_TYPE', message: 'send the body as application/json' });
+    // An empty queue name is a bad request, as in the admin API, not an unknown queue.
+    const blank = await post('api/jobs/retry-failed', { queue: '' });
+    expect(blank.status).toBe(400);
+    expect(blank.body.error.code).toBe('VALIDATION');
+    // A path too odd to route: its message does not quote 2,000 characters back.
+    const long = await api(`api/%zz${'a'.repeat(2_000)}`);
+    expect(long.status).toBe(400);
+    expect(long.body.error.message.length).toBeLessThan(400);
+  });
+
   it('shows one job with payload and error', async () => {
     const id = await failedJob('detail', 'explode');
     const { status, body } = await api(`api/jobs/${id}`);

@@ -76,6 +76,8 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
         { group: 'b', due: 1, weight: 1, concurrencyLimit: 2, throttled: false },
       ],
     });
+    // "none" puts a weight back to 1, as null does in the API (outside review 169: refused).
+    expect((await cli('group', 'api', 'a', '--weight', 'none')).stdout).toBe('api / a: weight 1, limit 5, rate queue default\n');
     // Nothing to set, or --per/--burst with no rate to qualify: refused, nothing changed.
     const before = await listQueueLimits(db.pool, db.schema);
     for (const args of [

@@ -1,6 +1,6 @@
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
-import { jobId, knownOptions } from './input.js';
+import { jobId, knownOptions, refuseUndefinedFilter } from './input.js';
 import {
   listJobs,
   retryFailed,
@@ -61,6 +61,7 @@ export async function redriveDeadLetters(
     throw new ValidationError('redriveDeadLetters: give { ids: [...] } or { all: true }, not both');
   }
   if ('all' in target && target.all === true) {
+    refuseUndefinedFilter(target, 'queue', 'redriveDeadLetters');
     const { retried } = await retryFailed(db, schema, target.queue === undefined ? options : { ...options, queue: target.queue });
     return { redriven: retried, skipped: [] };
   }

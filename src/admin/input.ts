@@ -17,6 +17,17 @@ export async function query<T>(db: Queryable, text: string, values: unknown[], c
 const { rejectUnknownKeys, intOption } = checks(ValidationError);
 
 /**
+ * Refuses `key` given as undefined where leaving it out widens a bulk action to
+ * every queue: `{ queue: req.query.queue }` with the parameter missing retried the
+ * failed jobs of all of them (outside review 169).
+ */
+export function refuseUndefinedFilter(options: object, key: string, what: string): void {
+  if (key in options && (options as Record<string, unknown>)[key] === undefined) {
+    throw new ValidationError(`${what}: ${key} is undefined; leave it out to act on every ${key}`);
+  }
+}
+
+/**
  * The options of `what`, read once (a throwing getter or Proxy is a
  * ValidationError), with names it does not know refused: a typo in a filter would
  * otherwise widen it, and list, retry or delete every job (outside review 43:

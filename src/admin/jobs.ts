@@ -11,7 +11,17 @@ import {
   type UnfinishedStatus,
 } from '../job.js';
 import { checks, unstorableText } from '../validate.js';
-import { checkStatus, jobId, knownOptions, listOf, listedRows, payloadCharsLimit, query, type ListedJobRow } from './input.js';
+import {
+  checkStatus,
+  jobId,
+  knownOptions,
+  listOf,
+  listedRows,
+  payloadCharsLimit,
+  query,
+  refuseUndefinedFilter,
+  type ListedJobRow,
+} from './input.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { runNowStatements } from '../db/statements/run-now.js';
@@ -233,6 +243,7 @@ export async function retryFailed(
   options: { queue?: string } & ActionOptions = {},
 ): Promise<{ retried: number; queues: Record<string, number> }> {
   options = knownOptions(options, RETRY_FAILED_KEYS, 'retryFailed');
+  refuseUndefinedFilter(options, 'queue', 'retryFailed');
   const queue = options.queue === undefined ? null : checkName('queue', options.queue);
   const counts = await query<{ queue: string; count: number }>(
     db,

@@ -19,12 +19,16 @@ import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, isConnectionFailure, SluiceError, ValidationError } from '../errors.js';
 import { parseIsoDateTime } from '../iso-date-time.js';
+import { checks } from '../validate.js';
 import { attemptsOf } from './attempts.js';
 import { actionInput } from './body.js';
 import { createFlag, forKnownQueue, requireKnownQueue, UnknownQueueError } from './known-queue.js';
 import type { HealthReports } from './health.js';
 import type { LiveFeed } from './live.js';
 import type { Overview } from './overview.js';
+import { requestError } from './request-errors.js';
+
+const { checkName } = checks(ValidationError);
 
 /**
  * Over this many characters of JSON, a list row leaves the payload out (the job's
@@ -93,8 +97,8 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     }
     // A database that cannot be reached is a 503 on every route (api/health gave a 500, outside review 83).
     if (isConnectionFailure(err)) return reply.code(503).send({ error: { code: 'CONNECTION', message: err.message } });
-    const status = err.statusCode && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;
-    return reply.code(status).send({ error: { code: err.code ?? 'INTERNAL', message: err.message } });
+    const { status, code, message } = requestError(err);
+    return reply.code(status).send({ error: { code, message } });
   });
 
   app.get('/api/overview', async (_req, reply) => {
@@ -189,8 +193,10 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     const body = actionInput(req, ['queue'], 'retry-failed') as { queue?: unknown };
     if (body.queue !== undefined && typeof body.queue !== 'string') throw new ValidationError('queue must be a string');
     // As `sluice jobs retry --failed --queue`: a misspelt queue retried nothing with a 200 (outside review 162).
-    if (body.queue !== undefined) await requireKnownQueue(db, schema, body.queue);
-    const result = await retryFailed(db, schema, { queue: body.queue, actor: ctx.actor(req) });
+    // An empty name is a 400, as in the admin API, not an unknown queue (outside review 169).
+    if (body.queue !== undefined) await requireKnownQueue(db, schema, checkName('queue', body.queue));
+    const filter = body.queue === undefined ? {} : { queue: body.queue };
+    const result = await retryFailed(db, schema, { ...filter, actor: ctx.actor(req) });
     feed.changed(body.queue ?? '');
     return result;
   });

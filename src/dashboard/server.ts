@@ -5,6 +5,7 @@ import { ConfigError } from '../errors.js';
 import { importPeer } from '../optional-peer.js';
 import { checkBindSafety, type DashboardOptions } from './options.js';
 import { dashboardPlugin } from './plugin.js';
+import { requestError } from './request-errors.js';
 
 /** fastify is an optional peer dependency: only the dashboard needs it. */
 /**
@@ -25,6 +26,10 @@ export interface DashboardHandler {
   close(): Promise<void>;
 }
 
+const MAX_MESSAGE_CHARS = 300;
+const clipped = (message: string) =>
+  message.length > MAX_MESSAGE_CHARS ? `${message.slice(0, MAX_MESSAGE_CHARS)}… (${message.length} characters)` : message;
+
 /**
  * A Fastify instance of Sluice's own around the plugin. A path it does not serve
  * is a 404 in the API's error shape (`{ error: { code, message } }`), not
@@ -42,7 +47,8 @@ async function dashboardApp(
     ...fastifyOptions,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // A path Fastify cannot decode (/api/%zz) never reaches a route or an error handler.
-    frameworkErrors: (err, _req, reply) => answer(reply, 400, 'BAD_REQUEST', err.message),
+    // Its message quotes the whole path: cut (a 2,000-character path came back whole, outside review 169).
+    frameworkErrors: (err, _req, reply) => answer(reply, 400, 'BAD_REQUEST', clipped(err.message)),
   });
   app.setNotFoundHandler((req, reply) =>
     answer(reply, 404, 'NOT_FOUND', `no such route: ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`),
@@ -50,8 +56,8 @@ async function dashboardApp(
   // Errors outside the dashboard's routes (a bad JSON body sent to a path it does not
   // have); its own routes have their handler (api.ts).
   app.setErrorHandler((err: FastifyError, _req, reply) => {
-    const status = err.statusCode && err.statusCode >= 400 && err.statusCode < 500 ? err.statusCode : 500;
-    answer(reply, status, status === 500 ? 'INTERNAL' : 'BAD_REQUEST', err.message);
+    const { status, code, message } = requestError(err);
+    answer(reply, status, code, message);
   });
   await app.register(dashboardPlugin, options);
   return app;

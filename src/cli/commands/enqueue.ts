@@ -14,6 +14,7 @@ interface EnqueueFlags {
   delay?: number;
   maxAttempts?: number;
   priority?: number;
+  group?: string;
   json?: boolean;
 }
 
@@ -50,13 +51,15 @@ export function registerEnqueue(program: Command): void {
     .option('--delay <duration>', 'run no earlier than this long from now (30s, 5m, 2h)', duration)
     .option('--max-attempts <n>', 'attempts before the job fails for good (default 5)', integer(1, 1000))
     .option('--priority <n>', 'higher runs first (default 0)', integer(-32768, 32767))
+    .option('--group <key>', 'its group: a tenant, a customer (1-128 characters)')
     .option('--json', 'print {"id": ...} instead of the bare id')
     .addHelpText(
       'after',
       `
 Examples:
   sluice enqueue send_welcome '{"userId":42}'
-  sluice enqueue report --queue slow --delay 10m --max-attempts 3`,
+  sluice enqueue report --queue slow --delay 10m --max-attempts 3
+  sluice enqueue sync '{"accountId":42}' --queue sync --group account-42`,
     )
     .action(async (task: string, payloadText: string | undefined, flags: EnqueueFlags, command: Command) => {
       const payload = parsePayload(payloadText);
@@ -69,6 +72,7 @@ Examples:
           delayMs: flags.delay,
           maxAttempts: flags.maxAttempts,
           priority: flags.priority,
+          group: flags.group,
         });
         if (flags.json) printJson({ id });
         else process.stdout.write(`${id}\n`);

@@ -108,7 +108,7 @@ export function registerJobs(program: Command): void {
       await withDatabase(command, async ({ pool, schema }) => {
         if (flags.failed) {
           if (flags.queue !== undefined) await requireKnownQueue(pool, schema, flags.queue);
-          const result = await retryFailed(pool, schema, { queue: flags.queue, actor: ACTOR });
+          const result = await retryFailed(pool, schema, { ...(flags.queue === undefined ? {} : { queue: flags.queue }), actor: ACTOR });
           if (flags.json) return printJson(result);
           process.stdout.write(`retried ${result.retried} failed job${result.retried === 1 ? '' : 's'}\n`);
           for (const [queue, n] of Object.entries(result.queues)) process.stdout.write(`  ${queue}: ${n}\n`);

@@ -54,6 +54,8 @@ function printGroup(group: GroupSettings, json: boolean | undefined): void {
 
 /** Most running jobs: a queue's limit and a group's (as the API takes them). */
 const MAX_CONCURRENCY = 10_000;
+/** Most jobs of one group per turn of the round robin. */
+const MAX_WEIGHT = 1000;
 /** Most starts per interval. */
 const MAX_RATE = 1_000_000;
 
@@ -241,7 +243,7 @@ export function registerQueues(program: Command): void {
   queues
     .command('group <queue> <group>')
     .description('one group\'s own settings, over the queue\'s defaults ("-" for the jobs without a group)')
-    .option('--weight <n>', 'jobs taken from the group per turn of the round robin', integer(1, 1000))
+    .option('--weight <n>', 'jobs taken from the group per turn of the round robin ("none": back to 1)')
     .option('--limit <n>', 'most of its jobs running at once ("none": the queue default)')
     .option('--rate <n>', 'most of its starts per interval ("none": the queue default)')
     .option('--per <duration>', 'the interval of --rate (default 1s)', interval)
@@ -253,7 +255,7 @@ export function registerQueues(program: Command): void {
       async (
         name: string,
         group: string,
-        flags: RateFlags & { weight?: number; limit?: string; rate?: string; json?: boolean; create?: boolean },
+        flags: RateFlags & { weight?: string; limit?: string; rate?: string; json?: boolean; create?: boolean },
         command: Command,
       ) => {
         requireRate(flags);
@@ -261,7 +263,7 @@ export function registerQueues(program: Command): void {
           throw new UsageError('give --weight, --limit and/or --rate; sluice queues group-stats shows the settings');
         }
         const settings = {
-          ...(flags.weight === undefined ? {} : { weight: flags.weight }),
+          ...(flags.weight === undefined ? {} : { weight: limitOrNone('--weight', flags.weight, MAX_WEIGHT) }),
           ...(flags.limit === undefined ? {} : { concurrencyLimit: limitOrNone('--limit', flags.limit, MAX_CONCURRENCY) }),
           ...(flags.rate === undefined ? {} : { rateLimit: rateOf('--rate', flags.rate, flags) }),
         };
