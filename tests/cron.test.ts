@@ -3,6 +3,7 @@ import {
   ConfigError,
   deleteSchedule,
   listSchedules,
+  runScheduleNow,
   ValidationError,
   Worker,
   type CronSchedule,
@@ -166,6 +167,24 @@ describe('recurring jobs', () => {
     expect(deleted).toMatchObject({ code: 0, stdout: 'deleted schedule again\n' });
   });
 
+  it("puts a schedule's jobs in its group, ticks and Run now alike (outside review 169)", async () => {
+    const schedule: CronSchedule = { name: 'tenant-sync', cron: '* * * * * *', task: 'sync', queue: 'cron-grouped', group: 'system' };
+    const { workers } = await startReplicas(1, [schedule], 'cron-grouped');
+    await waitFor(async () => (await tickJobs('tenant-sync')).length >= 1, 'a tick');
+    await Promise.all(workers.map((w) => w.stop()));
+    expect((await listSchedules(fx.db.pool, fx.db.schema)).find((s) => s.name === 'tenant-sync')?.group).toBe('system');
+    const extra = await runScheduleNow(fx.db.pool, fx.db.schema, 'tenant-sync');
+    const { rows } = await fx.db.pool.query(
+      `SELECT DISTINCT group_key FROM ${fx.db.s}.jobs WHERE task = 'sync' AND (job_key LIKE 'cron:tenant-sync:%' OR id = $1)`,
+      [extra!.id],
+    );
+    expect(rows).toEqual([{ group_key: 'system' }]);
+    // A definition without the group puts the schedule's next jobs in none.
+    const { workers: again } = await startReplicas(1, [{ ...schedule, group: null }], 'cron-grouped');
+    await Promise.all(again.map((w) => w.stop()));
+    expect((await listSchedules(fx.db.pool, fx.db.schema)).find((s) => s.name === 'tenant-sync')?.group).toBeNull();
+  });
+
   it('rejects bad schedules with ConfigError', () => {
     const base = { connectionString: 'postgres://x', tasks: { t: async () => {} } };
     const bad: unknown[] = [
@@ -183,6 +202,9 @@ describe('recurring jobs', () => {
       [{ name: 'a\tb', cron: '* * * * *', task: 't' }],
       [{ name: ' ', cron: '* * * * *', task: 't' }],
       [{ name: 'a\u2028b', cron: '* * * * *', task: 't' }],
+      [{ name: 'a', cron: '* * * * *', task: 't', group: '' }],
+      [{ name: 'a', cron: '* * * * *', task: 't', group: 'g'.repeat(129) }],
+      [{ name: 'a', cron: '* * * * *', task: 't', group: 7 }],
     ];
     for (const schedules of bad)
       expect(() => new Worker({ ...base, schedules: schedules as CronSchedule[] })).toThrow(ConfigError);

@@ -4,7 +4,7 @@ import { DEFAULT_QUEUE } from '../job.js';
 import { serializePayload } from '../payload.js';
 import { checks, MAX_NAME_LENGTH } from '../validate.js';
 
-const { intOption, rejectUnknownKeys } = checks(ConfigError);
+const { checkName, intOption, rejectUnknownKeys } = checks(ConfigError);
 
 /** Most missed ticks a schedule may backfill after downtime. */
 export const MAX_BACKFILL = 1_000;
@@ -33,6 +33,8 @@ export interface CronSchedule {
    * enqueue up to this many older missed ticks, oldest first. Default 0, at most 1000.
    */
   backfill?: number;
+  /** The group of its jobs (1 to 128 characters), as enqueue's `group`; default none. */
+  group?: string | null;
 }
 
 export interface ResolvedSchedule {
@@ -46,10 +48,11 @@ export interface ResolvedSchedule {
   priority: number;
   maxAttempts: number;
   backfill: number;
+  group: string | null;
   pattern: Cron;
 }
 
-const KEYS = new Set(['name', 'cron', 'timezone', 'task', 'payload', 'queue', 'priority', 'maxAttempts', 'backfill']);
+const KEYS = new Set(['name', 'cron', 'timezone', 'task', 'payload', 'queue', 'priority', 'maxAttempts', 'backfill', 'group']);
 
 /** Parses a cron expression in a time zone; ConfigError naming the schedule when it is not valid. */
 export function parseCron(name: string, cron: unknown, timezone: unknown): Cron {
@@ -133,6 +136,8 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
       priority: intOption(`schedule "${name}": priority`, entry.priority, 0, -32768, 32767),
       maxAttempts: intOption(`schedule "${name}": maxAttempts`, entry.maxAttempts, 5, 1, 1000),
       backfill: intOption(`schedule "${name}": backfill`, entry.backfill, 0, 0, MAX_BACKFILL),
+      // As enqueue checks its `group`: null or left out is none.
+      group: entry.group === undefined || entry.group === null ? null : checkName(`schedule "${name}": group`, entry.group),
       pattern,
     };
   });

@@ -49,6 +49,7 @@ export function cronTask(
       priority: s.priority,
       max_attempts: s.maxAttempts,
       backfill: s.backfill,
+      group_key: s.group,
     }));
     await db.query(queries.register, [JSON.stringify(defs)]);
   };
@@ -73,6 +74,7 @@ export function cronTask(
           schedule.task,
           schedule.priority,
           ticks.map((t) => t.toISOString()),
+          schedule.group,
         ]);
         ids = result.rows.map((r: { id: string }) => r.id);
         await tx.query(queries.advance, [schedule.name, ticks.at(-1), next]);
@@ -124,6 +126,8 @@ export interface ScheduleInfo {
   priority: number;
   maxAttempts: number;
   backfill: number;
+  /** The group of its jobs; null: no group. */
+  group: string | null;
   /** The newest tick enqueued; null until the schedule's first tick. */
   lastTick: Date | null;
   /** The next tick after now; null if the pattern has no more (or no longer parses). */
@@ -149,6 +153,7 @@ interface ScheduleRow {
   priority: number;
   max_attempts: number;
   backfill: number;
+  group_key: string | null;
   last_tick: Date | null;
   counted_from: Date;
   updated_at: Date;
@@ -189,6 +194,7 @@ export async function listSchedules(db: Queryable, schema: string): Promise<Sche
       priority: r.priority,
       maxAttempts: r.max_attempts,
       backfill: r.backfill,
+      group: r.group_key,
       lastTick: r.last_tick,
       nextRun: next,
       overdueSince,

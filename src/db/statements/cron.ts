@@ -22,14 +22,14 @@ export const cronStatements = perSchema((schema: string): CronStatements => {
     // (it does not run for ticks before it existed); an existing one keeps its
     // last_tick, which is what lets a restart carry on where it stopped.
     register: `INSERT INTO ${s}.cron_schedules
-        (name, cron, timezone, task, queue, payload, priority, max_attempts, backfill, last_tick)
-      SELECT d.name, d.cron, d.timezone, d.task, d.queue, d.payload, d.priority, d.max_attempts, d.backfill, now()
+        (name, cron, timezone, task, queue, payload, priority, max_attempts, backfill, group_key, last_tick)
+      SELECT d.name, d.cron, d.timezone, d.task, d.queue, d.payload, d.priority, d.max_attempts, d.backfill, d.group_key, now()
       FROM jsonb_to_recordset($1::jsonb) AS d(name text, cron text, timezone text, task text, queue text,
-             payload jsonb, priority int, max_attempts int, backfill int)
+             payload jsonb, priority int, max_attempts int, backfill int, group_key text)
       ON CONFLICT (name) DO UPDATE SET cron = EXCLUDED.cron, timezone = EXCLUDED.timezone,
         task = EXCLUDED.task, queue = EXCLUDED.queue, payload = EXCLUDED.payload,
         priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
-        backfill = EXCLUDED.backfill, updated_at = now()`,
+        backfill = EXCLUDED.backfill, group_key = EXCLUDED.group_key, updated_at = now()`,
 
     // Workers that pass at once queue up on the row lock; the next one in line
     // re-reads last_tick after the first commits (READ COMMITTED re-reads a row
@@ -38,9 +38,9 @@ export const cronStatements = perSchema((schema: string): CronStatements => {
     lockSchedule: `SELECT last_tick, clock_timestamp() AS now FROM ${s}.cron_schedules WHERE name = $1 FOR UPDATE`,
 
     // One job per tick, keyed 'cron:<name>:<tick ISO>' so a tick's job can be found.
-    // $7: the ticks as ISO strings; each job's run_at is its tick.
+    // $7: the ticks as ISO strings; each job's run_at is its tick. $8: the group, or null.
     enqueueTicks: `SELECT ${s}.enqueue_job($2, $3::jsonb, u.tick::timestamptz, $4, $5, $6,
-        'cron:' || $1 || ':' || u.tick)::text AS id
+        'cron:' || $1 || ':' || u.tick, _group_key => $8::text)::text AS id
       FROM unnest($7::text[]) AS u(tick)`,
 
     advance: `UPDATE ${s}.cron_schedules SET last_tick = $2, next_tick = $3, updated_at = now() WHERE name = $1`,
@@ -48,7 +48,7 @@ export const cronStatements = perSchema((schema: string): CronStatements => {
     // register starts last_tick at now(), the same transaction time as created_at's
     // default, and only a tick moves it: equal means the schedule never ticked.
     // counted_from: the tick the next one follows (the registration before the first).
-    list: `SELECT name, cron, timezone, task, queue, payload, priority, max_attempts, backfill,
+    list: `SELECT name, cron, timezone, task, queue, payload, priority, max_attempts, backfill, group_key,
         NULLIF(last_tick, created_at) AS last_tick, last_tick AS counted_from, updated_at
       FROM ${s}.cron_schedules ORDER BY name`,
 

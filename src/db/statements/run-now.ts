@@ -31,7 +31,8 @@ export const runNowStatements = perSchema((schema: string): RunNowStatements => 
     // collides with a tick's job. enqueue_job() NOTIFYs the queue's workers.
     // The CTE is referenced twice and therefore evaluated once.
     schedule: `WITH made AS (
-        SELECT ${s}.enqueue_job(c.queue, c.payload, now(), c.max_attempts, c.task, c.priority) AS id, c.queue
+        SELECT ${s}.enqueue_job(c.queue, c.payload, now(), c.max_attempts, c.task, c.priority,
+          _group_key => c.group_key) AS id, c.queue
         FROM ${s}.cron_schedules c WHERE c.name = $1
       ), logged AS (
         INSERT INTO ${s}.audit_log (job_id, queue, action, actor)
