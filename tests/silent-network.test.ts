@@ -7,6 +7,7 @@
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { ConnectionError, Queue, type SluiceError } from '../src/index.js';
 import { statusCounts, waitFor } from './helpers/database.js';
+import { startGate } from './helpers/tcp-gate.js';
 import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
 import { useWorkers } from './helpers/workers.js';
 
@@ -300,5 +301,45 @@ describe('stop() while the network is silent', () => {
     for (const id of ids) expect(named?.message).toContain(id);
     const { rows } = await t.db.pool.query(`SELECT status FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
     expect(rows.map((r) => r.status)).toEqual(['processing', 'processing']);
+  });
+});
+
+describe('a stop while Postgres is down for a moment', () => {
+  it('hands back the jobs whose handlers stopped once Postgres is back, their attempt not spent (outside review 168)', async () => {
+    // Review 168: a stop during a 1 s outage left them to the rescuer, which failed single-attempt jobs.
+    const gate = await startGate(new URL(t.db.url));
+    try {
+      const handedBack: string[] = [];
+      const worker = await t.start({
+        connectionString: gate.url,
+        listenConnectionString: gate.url,
+        shutdownTimeoutMs: 300,
+        concurrency: 2,
+        tasks: {
+          long: (_p: unknown, { signal }: { signal: AbortSignal }) =>
+            new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error))),
+        },
+      });
+      worker.on('error', () => {});
+      worker.on('jobs:handed-back', (jobs) => handedBack.push(...jobs.map((j) => j.id)));
+      const ids = await t.queue.enqueueMany([
+        { task: 'long', maxAttempts: 1 },
+        { task: 'long', maxAttempts: 1 },
+      ]);
+      await waitFor(async () => (await statusCounts(t.db)).processing === 2, 'both running');
+      gate.down();
+      const stopped = worker.stop();
+      // Back well before the stop gives up on Postgres (its deadline, the handlers' grace, the last writes).
+      setTimeout(() => gate.up(), 1_000);
+      await stopped;
+      expect(handedBack.sort()).toEqual([...ids].sort());
+      const { rows } = await t.db.pool.query(`SELECT status, attempts FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+      expect(rows).toEqual([
+        { status: 'pending', attempts: 0 },
+        { status: 'pending', attempts: 0 },
+      ]);
+    } finally {
+      await gate.close();
+    }
   });
 });

@@ -1,4 +1,5 @@
-import { ConnectionError, WorkerStoppingError } from '../errors.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ConnectionError, isConnectionFailure, WorkerStoppingError } from '../errors.js';
 import type { WorkerStore } from '../db/worker-store.js';
 import type { JobRow } from '../job.js';
 import { CutOff } from '../lifecycle/cut-off.js';
@@ -57,7 +58,7 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   // Jobs claimed ahead go back now, not after the running ones end: other
   // workers can run them while this one waits for its handlers.
   const notStarted = [...slots.takeWaiting(), ...parts.dispatcher.takeUnsureHandBacks()];
-  const handedBack = handBack(parts, worker, notStarted, deadline);
+  const handedBack = handBack(parts, worker, notStarted, deadline, cutOff);
   // Beside the running jobs' time, not before it: on a silent network these wait
   // for their statements, and the handlers' time counts from the stop.
   const listenersStopped = Promise.all([parts.maintenance?.stop(), parts.notifier?.stop()]);
@@ -134,7 +135,7 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
     // The registry last, so the workers view shows this worker until its jobs are handed back.
     await parts.registry.stop([], leftRunning);
   } else {
-    const left = (await Promise.all([handBack(parts, worker, back, deadline), handedBack])).flat();
+    const left = (await Promise.all([handBack(parts, worker, back, deadline, cutOff), handedBack])).flat();
     await parts.registry.stop([...left, ...unwritten], leftRunning);
   }
   await parts.instrumentation.stop();
@@ -180,10 +181,16 @@ async function releaseAfterCut(
  * error event says so: returns their ids, for the registry row to list (the
  * rescuer then returns them without counting their attempt).
  */
-async function handBack(parts: Parts, worker: Stopping, jobs: readonly JobRow[], deadline: number): Promise<string[]> {
+async function handBack(
+  parts: Parts,
+  worker: Stopping,
+  jobs: readonly JobRow[],
+  deadline: number,
+  cutOff: CutOff,
+): Promise<string[]> {
   if (jobs.length === 0) return [];
   try {
-    const { released, left } = await parts.completer.release(jobs, deadline);
+    const { released, left } = await untilCutOff(() => parts.completer.release(jobs, deadline), cutOff);
     if (released.length > 0) worker.emit('jobs:handed-back', released, { reason: 'stopping' });
     if (left.length > 0) {
       const ids = left.map((job) => job.id);
@@ -198,6 +205,26 @@ async function handBack(parts: Parts, worker: Stopping, jobs: readonly JobRow[],
     notHandedBack(worker, jobs, err);
   }
   return [];
+}
+
+/** A write at stop that found Postgres unreachable is tried again after this long. */
+const UNREACHABLE_RETRY_MS = 250;
+
+/**
+ * `write`, tried again while Postgres cannot be reached, until the stop gives up
+ * on it (the cut-off). A stop during a restart or failover of a second or two left
+ * jobs whose handlers had stopped cleanly to the rescuer, which counted their
+ * attempt: single-attempt jobs became dead letters (outside review 168).
+ */
+async function untilCutOff<T>(write: () => Promise<T>, cutOff: CutOff): Promise<T> {
+  for (;;) {
+    try {
+      return await write();
+    } catch (err) {
+      if (cutOff.fired || !isConnectionFailure(err)) throw err;
+      await sleep(UNREACHABLE_RETRY_MS);
+    }
+  }
 }
 
 /** What becomes of the jobs a stop leaves because another session holds their rows. */
@@ -215,7 +242,7 @@ function notHandedBack(worker: Stopping, jobs: readonly JobRow[], err: unknown):
   worker.reportError(
     new WorkerStoppingError(
       `could not hand back job(s) ${ids} on stop (${err instanceof Error ? err.message : String(err)}); left processing: ` +
-        'the rescuer returns them after the visibility timeout',
+        'the rescuer returns them after the visibility timeout, counting the attempt (a job on its last attempt fails)',
       { cause: err },
     ),
   );
