@@ -64,8 +64,8 @@ describe('a silent LISTEN connection', () => {
       async () => {
         const { rows } = await t.db.pool.query(
           `SELECT count(*)::int AS n FROM pg_stat_activity WHERE application_name = 'sluice-listen'
-           AND backend_start > $1 AND state = 'idle' AND query <> ''`,
-          [cutAt.t],
+           AND backend_start > $1 AND state = 'idle' AND query <> '' AND client_port = ANY($2::int[])`,
+          [cutAt.t, proxy.upstreamPorts()],
         );
         return rows[0].n >= 1;
       },

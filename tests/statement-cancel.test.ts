@@ -49,8 +49,10 @@ async function jobsStatementWaits(): Promise<boolean> {
 
 describe.each<DriverName>(['pg', 'postgres.js'])('a statement past its limit on the %s driver', (name) => {
   it('is cancelled in Postgres: it never runs after its caller got the error', async () => {
+    // The file's own schema in the name: the same file runs beside this one in another project.
     const n = name === 'pg' ? 1 : 2;
-    const driver = await openDriver(name, { connectionString: db.url, statementTimeoutMs: 500 }, 2, `sluice-cancel-${n}`);
+    const app = `sluice-cancel-${n}-${db.schema}`.slice(0, 63);
+    const driver = await openDriver(name, { connectionString: db.url, statementTimeoutMs: 500 }, 2, app);
     try {
       await driver.query('SELECT 1'); // connected: the limit below is the statement's alone
       await locker.query('BEGIN');
@@ -58,7 +60,7 @@ describe.each<DriverName>(['pg', 'postgres.js'])('a statement past its limit on 
       await expect(driver.query(`INSERT INTO ${db.s}.t VALUES (${n})`)).rejects.toBeInstanceOf(ConnectionError);
       // Cancelled, the session stops waiting for the lock at once.
       await waitFor(
-        async () => (await lockWaiters(`sluice-cancel-${n}`)) === 0,
+        async () => (await lockWaiters(app)) === 0,
         'no session of the driver left waiting for the lock',
       );
       await locker.query('COMMIT');
@@ -82,7 +84,7 @@ describe.each<DriverName>(['pg', 'postgres.js'])('a statement in flight when the
     // waiting on a LOCK TABLE without cancelling it; the claim committed when the
     // lock went, for a job the stopped worker never ran (failed by the rescuer).
     const n = name === 'pg' ? 3 : 4;
-    const app = `sluice-abort-${n}`;
+    const app = `sluice-abort-${n}-${db.schema}`.slice(0, 63);
     const driver = await openDriver(name, { connectionString: db.url, statementTimeoutMs: 60_000 }, 2, app);
     try {
       await driver.query('SELECT 1');

@@ -40,6 +40,11 @@ export interface TcpProxy {
    * whose reply can arrive in the same read). Resolves when that was sent.
    */
   terminateAtReady(): Promise<void>;
+  /**
+   * The local ports of its connections to Postgres (pg_stat_activity.client_port):
+   * tells its sessions from those of test files running beside this one.
+   */
+  upstreamPorts(): number[];
   close(): Promise<void>;
 }
 
@@ -80,6 +85,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
   let dropping = false;
   const held: (() => void)[] = [];
   const sockets = new Set<net.Socket>();
+  const upstreams = new Set<net.Socket>();
   const pairs = new Set<Pair>();
   let lose: { marker: string; done: () => void } | undefined;
   let terminate: (() => void) | undefined;
@@ -123,6 +129,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
   const server = net.createServer((client) => {
     const server = net.connect(port, host);
     sockets.add(client).add(server);
+    upstreams.add(server);
     const pair: Pair = { doomed: false, terminated: terminate };
     terminate = undefined;
     pairs.add(pair);
@@ -135,6 +142,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
       else server.destroy();
       sockets.delete(client);
       sockets.delete(server);
+      upstreams.delete(server);
       pairs.delete(pair);
     };
     client.on('error', close).on('close', close);
@@ -164,6 +172,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
       dropping = false;
       for (const send of held.splice(0)) send();
     },
+    upstreamPorts: () => [...upstreams].flatMap((socket) => (socket.localPort === undefined ? [] : [socket.localPort])),
     close: async () => {
       for (const socket of sockets) socket.destroy();
       await new Promise<void>((resolve) => server.close(() => resolve()));
