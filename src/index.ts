@@ -61,22 +61,20 @@ export {
   listJobs,
   getJob,
   retryJob,
-  retryFailed,
   runJobNow,
   cancelJob,
   deleteJob,
-  deleteFinished,
   type ListJobsOptions,
   type JobPage,
   type JobActionResult,
   type CancelJobResult,
-  type DeleteFinishedOptions,
   getJobAudit,
   allowedActions,
   type JobAction,
   type ActionOptions,
   type AuditEntry,
 } from './admin/jobs.js';
+export { retryFailed, deleteFinished, type DeleteFinishedOptions } from './admin/bulk.js';
 export { searchJobs, type SearchJobsOptions } from './admin/search.js';
 export { type ListedJobRow } from './admin/input.js';
 export { listDeadLetters, redriveDeadLetters, type RedriveTarget, type RedriveResult } from './admin/dead-letters.js';

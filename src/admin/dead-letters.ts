@@ -1,15 +1,8 @@
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
+import { retryFailed } from './bulk.js';
 import { jobId, knownOptions, refuseUndefinedFilter } from './input.js';
-import {
-  listJobs,
-  retryFailed,
-  retryJob,
-  type ActionOptions,
-  type JobActionResult,
-  type JobPage,
-  type ListJobsOptions,
-} from './jobs.js';
+import { listJobs, retryJob, type ActionOptions, type JobActionResult, type JobPage, type ListJobsOptions } from './jobs.js';
 
 /**
  * Dead letters: jobs that are 'failed' for good (attempts spent, or PermanentFailure),

@@ -1,33 +1,13 @@
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
-import {
-  CANCELLABLE,
-  DELETABLE,
-  FINISHED,
-  RETRYABLE,
-  isFinished,
-  type JobRow,
-  type JobStatus,
-  type UnfinishedStatus,
-} from '../job.js';
+import { CANCELLABLE, DELETABLE, RETRYABLE, type JobRow, type JobStatus, type UnfinishedStatus } from '../job.js';
 import { checks, unstorableText } from '../validate.js';
-import {
-  checkStatus,
-  jobId,
-  knownOptions,
-  listOf,
-  listedRows,
-  payloadCharsLimit,
-  query,
-  refuseUndefinedFilter,
-  type ListedJobRow,
-} from './input.js';
+import { checkStatus, jobId, knownOptions, listOf, listedRows, payloadCharsLimit, query, type ListedJobRow } from './input.js';
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { runNowStatements } from '../db/statements/run-now.js';
 import { encodeControl } from '../notify/codec.js';
 import { wakeQueues } from '../notify/wake-queues.js';
-import { storableAge } from '../time-range.js';
 
 /**
  * The admin API: inspect and repair jobs. Used by `sluice jobs` and by the
@@ -98,8 +78,6 @@ const LIST_KEYS = new Set([
   'maxPayloadChars',
 ]);
 const ACTION_KEYS = new Set(['actor']);
-const RETRY_FAILED_KEYS = new Set(['queue', 'actor']);
-const DELETE_FINISHED_KEYS = new Set(['olderThanMs', 'statuses', 'batchSize']);
 
 /**
  * Lists jobs with keyset pagination by id: fast on any page of a large table.
@@ -236,32 +214,6 @@ export async function retryJob(
   return result;
 }
 
-/** Retries every failed job (of one queue, or all). Returns how many, per queue. */
-export async function retryFailed(
-  db: Queryable,
-  schema: string,
-  options: { queue?: string } & ActionOptions = {},
-): Promise<{ retried: number; queues: Record<string, number> }> {
-  options = knownOptions(options, RETRY_FAILED_KEYS, 'retryFailed');
-  refuseUndefinedFilter(options, 'queue', 'retryFailed');
-  const queue = options.queue === undefined ? null : checkName('queue', options.queue);
-  const counts = await query<{ queue: string; count: number }>(
-    db,
-    adminStatements(schema).retryFailed,
-    [queue, actorOf(options)],
-    'retryFailed',
-  );
-  await wakeQueues(
-    db,
-    schema,
-    counts.map((c) => c.queue),
-  );
-  return {
-    retried: counts.reduce((sum, c) => sum + c.count, 0),
-    queues: Object.fromEntries(counts.map((c) => [c.queue, c.count])),
-  };
-}
-
 /** What cancelJob did; `previousStatus` 'processing' means a worker was told to abort the handler. */
 export type CancelJobResult =
   { ok: true; job: JobRow; previousStatus: UnfinishedStatus } | Exclude<JobActionResult, { ok: true }>;
@@ -301,60 +253,6 @@ export async function deleteJob(
   options: ActionOptions = {},
 ): Promise<JobActionResult> {
   return act(db, schema, 'deleteJob', id, DELETABLE, options);
-}
-
-export interface DeleteFinishedOptions {
-  /** Only jobs that finished at least this long ago. */
-  olderThanMs: number;
-  /** Which finished statuses to delete. Default ['completed']. */
-  statuses?: readonly JobStatus[];
-  /** Rows per DELETE statement. Default 5000. */
-  batchSize?: number;
-}
-
-/**
- * Deletes finished jobs older than `olderThanMs`, in batches (each its own
- * statement, so on a pool each commits on its own and locks stay short).
- * Returns how many rows went.
- */
-export async function deleteFinished(
-  db: Queryable,
-  schema: string,
-  options: DeleteFinishedOptions,
-): Promise<{ deleted: number }> {
-  options = knownOptions(options, DELETE_FINISHED_KEYS, 'deleteFinished');
-  // Bounded: an age past the year 1 reached Postgres as "interval out of range" (outside review 75).
-  if (!options || !storableAge(options.olderThanMs)) {
-    throw new ValidationError(
-      'deleteFinished: olderThanMs must be a number of milliseconds >= 0, reaching back no further than the year 1',
-    );
-  }
-  // An array: a string was read one character at a time (outside review 75).
-  if (options.statuses !== undefined && !Array.isArray(options.statuses)) {
-    throw new ValidationError('deleteFinished: statuses must be an array, e.g. ["completed"]');
-  }
-  const statuses = [...(options.statuses ?? ['completed'])];
-  if (statuses.length === 0) throw new ValidationError('deleteFinished: statuses is empty');
-  for (const status of statuses) {
-    if (!isFinished(status)) {
-      throw new ValidationError(`deleteFinished: can only delete ${FINISHED.join(', ')} jobs, not ${JSON.stringify(status)}`);
-    }
-  }
-  const batchSize = intOption('batchSize', options.batchSize, 5000, 1, 100_000);
-  const admin = adminStatements(schema);
-  let cursor = '0';
-  let deleted = 0;
-  for (;;) {
-    const [batch] = await query<{ count: number; last_id: string | null }>(
-      db,
-      admin.deleteFinishedBatch,
-      [cursor, statuses, options.olderThanMs, batchSize],
-      'deleteFinished',
-    );
-    deleted += batch!.count;
-    if (batch!.count < batchSize || batch!.last_id === null) return { deleted };
-    cursor = batch!.last_id;
-  }
 }
 
 /**

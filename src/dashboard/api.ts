@@ -8,11 +8,11 @@ import {
   getJobAudit,
   jobId,
   listJobs,
-  retryFailed,
   retryJob,
   runJobNow,
   type JobActionResult,
 } from '../admin/jobs.js';
+import { retryFailed } from '../admin/bulk.js';
 import { searchJobs } from '../admin/search.js';
 import { setQueuePaused } from '../control.js';
 import { controlStatements } from '../db/statements/control.js';

@@ -2,16 +2,15 @@ import type { Command } from 'commander';
 import {
   cancelJob,
   checkStatus,
-  deleteFinished,
   deleteJob,
   getJob,
   isArchived,
   listJobs,
-  retryFailed,
   retryJob,
   runJobNow,
   type JobActionResult,
 } from '../../admin/jobs.js';
+import { deleteFinished, retryFailed } from '../../admin/bulk.js';
 import { jobId } from '../../admin/input.js';
 import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus } from '../../job.js';
 import type { PgPool } from '../../db/connection.js';
@@ -108,7 +107,10 @@ export function registerJobs(program: Command): void {
       await withDatabase(command, async ({ pool, schema }) => {
         if (flags.failed) {
           if (flags.queue !== undefined) await requireKnownQueue(pool, schema, flags.queue);
-          const result = await retryFailed(pool, schema, { ...(flags.queue === undefined ? {} : { queue: flags.queue }), actor: ACTOR });
+          const result = await retryFailed(pool, schema, {
+            ...(flags.queue === undefined ? {} : { queue: flags.queue }),
+            actor: ACTOR,
+          });
           if (flags.json) return printJson(result);
           process.stdout.write(`retried ${result.retried} failed job${result.retried === 1 ? '' : 's'}\n`);
           for (const [queue, n] of Object.entries(result.queues)) process.stdout.write(`  ${queue}: ${n}\n`);
