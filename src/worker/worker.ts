@@ -2,29 +2,22 @@ import { ListenerSafeEmitter } from '../lifecycle/listener-safe-emitter.js';
 import { resolveStopOptions, resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
-import { connectionError, loginProblem } from '../db/connection.js';
+import { connectionError } from '../db/connection.js';
 import { whyNoJobCanRun } from './start-check.js';
 import { checkConnectionUrls } from '../db/database-url.js';
 import { PgWorkerStore } from '../db/store.js';
 import type { WorkerStore } from '../db/worker-store.js';
-import {
-  ConfigError,
-  isConnectionFailure,
-  JobCancelledError,
-  ConnectionError,
-  wrapDatabaseError,
-  connectionErrorIn,
-} from '../errors.js';
+import { ConfigError, isConnectionFailure, ConnectionError, wrapDatabaseError, connectionErrorIn } from '../errors.js';
 import type { AnyTasks, TaskMap } from '../job.js';
 import { resolveSchemas } from '../task-schemas.js';
 import { readOrFail, snapshotOptions } from '../validate.js';
-import type { ControlMessage } from '../notify/codec.js';
 import type { Emit, WorkerEvents } from './events.js';
 import type { FetchLoopStats } from './cycle-stats.js';
 import { Slots } from './slots.js';
 import { assembleParts, type Parts } from './parts.js';
 import { pastDeadline, shutDown, stopWindowMs } from './shutdown.js';
-import { ListenProbe, PROBE_WAIT_MS } from './listen-probe.js';
+import type { ListenProbe } from './listen-probe.js';
+import { listenFor } from './listen-wiring.js';
 
 export type { WorkerEvents } from './events.js';
 
@@ -38,9 +31,6 @@ const POOL_SIZE = 3;
 
 /** The statement limit of the stop's last sweep (see spareStore): Postgres answered moments before. */
 const SPARE_STATEMENT_MS = 2_000;
-
-/** How long a control message may hold the start of jobs claimed ahead (see control()). */
-const MAX_START_HOLD_MS = 1_000;
 
 /**
  * Runs jobs. Uses a fixed handful of connections whatever its concurrency: one for
@@ -314,96 +304,16 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
   }
 
   /** LISTEN for wakes and control messages; resolves once in place (or failed: the notifier retries). */
-  private async listen(): Promise<void> {
-    const { notifier, loop, queueState } = this.parts!;
-    if (!notifier) return;
-    notifier.on('wake', (hint) => {
-      if (hint.queue === '' || this.config.queues.includes(hint.queue)) loop.notified(hint.runAt, hint.queue);
+  private listen(): Promise<void> {
+    return listenFor(this.parts!, {
+      config: this.config,
+      db: this.db!,
+      listenConnectionString: this.options.listenConnectionString,
+      running: () => this.state === 'running',
+      probing: (probe) => (this.listenProbe = probe),
+      reportError: (err, part) => this.reportError(err, part),
+      reachable: () => this.reachable('listen'),
     });
-    // Its verdict is told only through the logger: without one, the probe's statement
-    // and the notification every listener of the schema gets would be for nothing.
-    const logger = this.config.logger;
-    const probe = logger
-      ? new ListenProbe(
-          this.db!,
-          this.config.schema,
-          () => this.deafListen(),
-          (ms) => logger.debug({ worker: this.config.workerId, ms: Math.round(ms) }, 'LISTEN hears what the pool sends'),
-        )
-      : undefined;
-    this.listenProbe = probe;
-    notifier.on('control', (message) => (message.c === 'probe' ? probe?.heard(message.id) : this.control(message)));
-    // Notifications sent while LISTEN was down are lost: re-read queue settings too.
-    notifier.on('listening', () => {
-      void queueState.refresh();
-      loop.wake();
-      this.reachable('listen');
-      probe?.start();
-    });
-    // Resolve start() once LISTEN is in place, so a job enqueued right after is
-    // pushed, not polled. If Postgres is down, start anyway: the notifier retries. A
-    // login refused on a listenConnectionString of its own rejects start() instead,
-    // as on the main one, and is not told as an error event too (see probe();
-    // outside reviews 153 and 154).
-    const url = this.options.listenConnectionString;
-    let refuse: ((err: Error) => void) | undefined;
-    notifier.on('connectionError', (err) => {
-      probe?.cancel();
-      const refused = refuse && url ? loginProblem(err, url) : undefined;
-      if (refused) refuse!(new ConfigError(`listenConnectionString: ${refused}`, { cause: err }));
-      else this.reportError(err, 'listen');
-    });
-    const ready = new Promise<void>((resolve, reject) => {
-      refuse = reject;
-      notifier.once('listening', resolve);
-      notifier.once('connectionError', () => resolve()); // after a refusal's reject: no effect
-    });
-    notifier.start();
-    try {
-      await ready;
-    } finally {
-      refuse = undefined;
-    }
-  }
-
-  /** LISTEN did not hear the probe (see ListenProbe): said through the logger, as the leader's warnings are. */
-  private deafListen(): void {
-    if (this.state !== 'running') return;
-    this.config.logger?.warn(
-      { worker: this.config.workerId },
-      // Concatenated, not a template: tests/hostile-input reads templates naming LISTEN as SQL.
-      'LISTEN heard nothing of a notification this worker sent from its pool ' +
-        String(PROBE_WAIT_MS / 1000) +
-        ' s ago: ' +
-        'through a transaction-mode pooler (PgBouncer) LISTEN receives none, and new jobs are found only by ' +
-        'polling (pollIntervalMs). Give listenConnectionString a direct connection (sluice worker --listen-url), ' +
-        'or set listen: false (--no-listen)',
-    );
-  }
-
-  private control(message: Exclude<ControlMessage, { c: 'probe' }>): void {
-    const { dispatcher, queueState, loop } = this.parts!;
-    if (message.c === 'queues') {
-      // A pause or a new limit may have committed: jobs claimed ahead start only
-      // after the re-read, which hands back those of a queue paused or limited.
-      // A changed setting may also free room (a limit raised) without changing
-      // the plan: claim after the read.
-      // Held for a second at most: a re-read stuck on a bad connection must not
-      // stop the worker's other queues.
-      dispatcher.holdStarts();
-      let held = true;
-      const release = () => {
-        if (!held) return;
-        held = false;
-        clearTimeout(timer);
-        dispatcher.releaseStarts();
-        loop.wake();
-      };
-      const timer = setTimeout(release, MAX_START_HOLD_MS).unref();
-      void queueState.refresh().then(release);
-    } else {
-      dispatcher.cancel(message.id, new JobCancelledError(`job ${message.id} was cancelled`));
-    }
   }
 
   private reportError(err: unknown, part?: string): void {
