@@ -168,7 +168,13 @@ describe('recurring jobs', () => {
   });
 
   it("puts a schedule's jobs in its group, ticks and Run now alike (outside review 169)", async () => {
-    const schedule: CronSchedule = { name: 'tenant-sync', cron: '* * * * * *', task: 'sync', queue: 'cron-grouped', group: 'system' };
+    const schedule: CronSchedule = {
+      name: 'tenant-sync',
+      cron: '* * * * * *',
+      task: 'sync',
+      queue: 'cron-grouped',
+      group: 'system',
+    };
     const { workers } = await startReplicas(1, [schedule], 'cron-grouped');
     await waitFor(async () => (await tickJobs('tenant-sync')).length >= 1, 'a tick');
     await Promise.all(workers.map((w) => w.stop()));

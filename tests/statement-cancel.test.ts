@@ -59,10 +59,7 @@ describe.each<DriverName>(['pg', 'postgres.js'])('a statement past its limit on 
       await locker.query(`LOCK TABLE ${db.s}.t IN ACCESS EXCLUSIVE MODE`);
       await expect(driver.query(`INSERT INTO ${db.s}.t VALUES (${n})`)).rejects.toBeInstanceOf(ConnectionError);
       // Cancelled, the session stops waiting for the lock at once.
-      await waitFor(
-        async () => (await lockWaiters(app)) === 0,
-        'no session of the driver left waiting for the lock',
-      );
+      await waitFor(async () => (await lockWaiters(app)) === 0, 'no session of the driver left waiting for the lock');
       await locker.query('COMMIT');
       // Anything still waiting would have run by now.
       await new Promise((resolve) => setTimeout(resolve, 300));

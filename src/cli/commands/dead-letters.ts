@@ -95,7 +95,12 @@ export function registerDeadLetters(program: Command): void {
       if (flags.queue !== undefined && !flags.all) throw new UsageError('--queue goes with --all');
       const result = await withDatabase(command, async ({ pool, schema }) => {
         if (flags.queue !== undefined) await requireKnownQueue(pool, schema, flags.queue);
-        return redriveDeadLetters(pool, schema, flags.all ? { all: true, ...(flags.queue === undefined ? {} : { queue: flags.queue }) } : { ids }, { actor: 'cli' });
+        return redriveDeadLetters(
+          pool,
+          schema,
+          flags.all ? { all: true, ...(flags.queue === undefined ? {} : { queue: flags.queue }) } : { ids },
+          { actor: 'cli' },
+        );
       });
       if (flags.json) return printJson(result);
       process.stdout.write(`redriven: ${result.redriven}\n`);
