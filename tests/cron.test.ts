@@ -179,6 +179,7 @@ describe('recurring jobs', () => {
     await waitFor(async () => (await tickJobs('tenant-sync')).length >= 1, 'a tick');
     await Promise.all(workers.map((w) => w.stop()));
     expect((await listSchedules(fx.db.pool, fx.db.schema)).find((s) => s.name === 'tenant-sync')?.group).toBe('system');
+    expect((await cli(['cron', 'list'])).stdout).toContain('cron-grouped/sync (group system)');
     const extra = await runScheduleNow(fx.db.pool, fx.db.schema, 'tenant-sync');
     const { rows } = await fx.db.pool.query(
       `SELECT DISTINCT group_key FROM ${fx.db.s}.jobs WHERE task = 'sync' AND (job_key LIKE 'cron:tenant-sync:%' OR id = $1)`,

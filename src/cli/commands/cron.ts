@@ -25,7 +25,7 @@ export function registerCron(program: Command): void {
           s.name,
           s.cron,
           s.timezone,
-          `${s.queue}/${s.task}`,
+          `${s.queue}/${s.task}${s.group === null ? '' : ` (group ${s.group})`}`,
           formatTime(s.lastTick),
           // No worker ticks it: "next run" would be a promise nobody keeps.
           s.overdueSince ? `overdue since ${formatTime(s.overdueSince)}` : formatTime(s.nextRun),

@@ -38,7 +38,8 @@ function scheduleTable(schedules, ctx) {
       h('th', { scope: 'row', 'data-label': 'Schedule' }, s.name),
       h('td', { 'data-label': 'Cron' }, h('code', null, s.cron), s.timezone !== 'UTC' ? h('small', null, ` ${s.timezone}`) : ' UTC'),
       h('td', { 'data-label': 'Task' }, s.task),
-      h('td', { 'data-label': 'Queue' }, h('a', { href: `#/jobs?queue=${encodeURIComponent(s.queue)}&task=${encodeURIComponent(s.task)}` }, s.queue)),
+      h('td', { 'data-label': 'Queue' }, h('a', { href: `#/jobs?queue=${encodeURIComponent(s.queue)}&task=${encodeURIComponent(s.task)}` }, s.queue),
+        s.group === null ? null : h('small', null, ` group ${s.group}`)),
       h('td', { 'data-label': 'Last tick' }, s.lastTick
         ? h('time', { datetime: s.lastTick, title: time(s.lastTick) }, relative(s.lastTick))
         : h('small', null, 'not yet')),
