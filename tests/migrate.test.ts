@@ -125,6 +125,31 @@ describe('migrate', () => {
     expect(rows[0].n).toBe(1);
   });
 
+  it('takes a schema name whose line break or comment end would escape a comment, and runs nothing of it (outside review 171)', async () => {
+    const canary = `c${randomBytes(3).toString('hex')}`;
+    await pool.query(`CREATE TABLE public.${canary} (i int)`);
+    try {
+      for (const tag of ['\nDROP TABLE public.', '\r\nDROP TABLE public.', '*/DROP TABLE public.']) {
+        const schema = fresh(`x${tag}${canary};--`);
+        const { version } = await migrate({ connectionString: url, schema });
+        expect(version).toBe((await loadMigrations()).at(-1)!.version);
+        const { rows } = await pool.query('SELECT count(*)::int AS n FROM pg_namespace WHERE nspname = $1', [schema]);
+        expect(rows[0].n).toBe(1);
+      }
+      expect((await pool.query(`SELECT to_regclass('public.${canary}') IS NOT NULL AS ok`)).rows[0].ok).toBe(true);
+    } finally {
+      await pool.query(`DROP TABLE IF EXISTS public.${canary}`);
+    }
+  });
+
+  it('refuses a migration that names the schema placeholder in a comment', async () => {
+    for (const text of ['-- on :SCHEMA\nSELECT 1', 'SELECT 1 /* of\n:SCHEMA */']) {
+      const dir = await mkdtemp(join(tmpdir(), 'sluice-mig-'));
+      await writeFile(join(dir, '0001_a.sql'), text);
+      await expect(loadMigrations(dir)).rejects.toThrow(/0001_a.sql names the schema placeholder in a comment/);
+    }
+  });
+
   it('refuses a database that is newer than this code', async () => {
     const schema = fresh('newer');
     await migrate({ connectionString: url, schema });

@@ -1,5 +1,7 @@
--- Sluice core schema. ":SCHEMA" is replaced by the quoted schema name when the
--- migration is applied, so one database can hold several independent queues.
+-- Sluice core schema. The schema placeholder is replaced by the quoted schema name
+-- when the migration is applied, so one database can hold several independent
+-- queues. Never in a comment: a name with a line break would end the comment
+-- (outside review 171; src/migrate.ts refuses a migration that does it).
 
 CREATE TABLE :SCHEMA.jobs (
   id           bigserial PRIMARY KEY,

@@ -1,5 +1,5 @@
 -- Operations: keep the hot jobs table small, elect one maintenance leader, carry
--- trace context. ":SCHEMA" is the quoted schema name.
+-- trace context.
 
 -- Autovacuum settings of the hot table (0001: fillfactor 80, vacuum after a fixed
 -- 5,000 dead rows, no cost delay) were reviewed against bench/bloat.ts and kept:
