@@ -305,6 +305,41 @@ describe('stop() while the network is silent', () => {
 });
 
 describe('a stop while Postgres is down for a moment', () => {
+  it('hands back through the last sweep the jobs whose hand-back met connections gone dead (outside review 170)', async () => {
+    // Review 170: the hand-back waited on the dead connections until the stop gave up, and no sweep followed.
+    const handedBack: string[] = [];
+    const worker = await t.start({
+      connectionString: proxy.url,
+      listenConnectionString: proxy.url,
+      shutdownTimeoutMs: 300,
+      concurrency: 2,
+      tasks: {
+        long: (_p: unknown, { signal }: { signal: AbortSignal }) =>
+          new Promise((_, reject) =>
+            signal.addEventListener('abort', () => {
+              // As the handlers stop, every connection open carries nothing more; new ones get through.
+              proxy.strand();
+              reject(signal.reason as Error);
+            }),
+          ),
+      },
+    });
+    worker.on('error', () => {});
+    worker.on('jobs:handed-back', (jobs) => handedBack.push(...jobs.map((j) => j.id)));
+    const ids = await t.queue.enqueueMany([
+      { task: 'long', maxAttempts: 1 },
+      { task: 'long', maxAttempts: 1 },
+    ]);
+    await waitFor(async () => (await statusCounts(t.db)).processing === 2, 'both running');
+    await worker.stop();
+    expect(handedBack.sort()).toEqual([...ids].sort());
+    const { rows } = await t.db.pool.query(`SELECT status, attempts FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+    expect(rows).toEqual([
+      { status: 'pending', attempts: 0 },
+      { status: 'pending', attempts: 0 },
+    ]);
+  });
+
   it('hands back the jobs whose handlers stopped once Postgres is back, their attempt not spent (outside review 168)', async () => {
     // Review 168: a stop during a 1 s outage left them to the rescuer, which failed single-attempt jobs.
     const gate = await startGate(new URL(t.db.url));

@@ -119,24 +119,33 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   const leftRunning = stillRunning.length > 0 && !worker.exiting();
   const handBackRunning = worker.exiting() ? [...stopped, ...stillRunning] : stopped;
   const back = [...handBackRunning, ...claimedLate];
+  const [now, before] = await Promise.all([
+    cutOff.fired ? undefined : handBack(parts, worker, back, deadline, cutOff),
+    handedBack,
+  ]);
   if (cutOff.fired) {
-    // The pool is cut: every statement on it fails. A claim that committed just
-    // before the cut (it waited that long on a lock) left jobs locked to this
-    // worker, whether its reply got here or not (review 67: failed by the rescuer,
-    // never run). One sweep on a connection of its own gives back every row still
-    // locked to this worker but those that must stay processing.
-    await handedBack;
+    // The pool is cut (maybe during the hand-backs above, on connections gone
+    // dead: outside review 170): every statement on it fails. A claim that
+    // committed just before the cut (it waited that long on a lock) left jobs
+    // locked to this worker, whether its reply got here or not (review 67: failed
+    // by the rescuer, never run). One sweep on a connection of its own gives back
+    // every row still locked to this worker but those that must stay processing.
     const keep = [
       ...(worker.exiting() ? [] : stillRunning.map((job) => job.id)),
       ...unwritten,
       ...parts.completer.leftToRescuer(),
     ];
-    await releaseAfterCut(worker, keep, notStarted, back);
+    const cutBefore = new Set(before.cut.map((job) => job.id));
+    await releaseAfterCut(
+      worker,
+      keep,
+      notStarted.filter((job) => !cutBefore.has(job.id)),
+      [...(now ? now.cut : back), ...before.cut],
+    );
     // The registry last, so the workers view shows this worker until its jobs are handed back.
     await parts.registry.stop([], leftRunning);
   } else {
-    const left = (await Promise.all([handBack(parts, worker, back, deadline, cutOff), handedBack])).flat();
-    await parts.registry.stop([...left, ...unwritten], leftRunning);
+    await parts.registry.stop([...(now?.rowHeld ?? []), ...before.rowHeld, ...unwritten], leftRunning);
   }
   await parts.instrumentation.stop();
   await parts.db.end();
@@ -174,12 +183,22 @@ async function releaseAfterCut(
   if (left.length > 0) notHandedBack(worker, left, new Error('another session holds their rows locked'));
 }
 
+/** What a hand-back at stop left: rows another session held, and jobs whose hand-back the cut-off ended. */
+interface HandBack {
+  rowHeld: string[];
+  cut: JobRow[];
+}
+
+const NOTHING_LEFT: HandBack = { rowHeld: [], cut: [] };
+
 /**
  * Jobs this worker will not run back to pending (see WorkerStore.release), with
  * their attempt given back, announced ('jobs:handed-back', reason 'stopping').
  * Rows another session keeps locked past the deadline stay 'processing', and an
- * error event says so: returns their ids, for the registry row to list (the
- * rescuer then returns them without counting their attempt).
+ * error event says so: their ids come back (rowHeld), for the registry row to
+ * list (the rescuer then returns them without counting their attempt). Jobs whose
+ * hand-back the cut-off ended come back too (cut), unreported: the sweep after
+ * the cut returns them, or names them.
  */
 async function handBack(
   parts: Parts,
@@ -187,8 +206,8 @@ async function handBack(
   jobs: readonly JobRow[],
   deadline: number,
   cutOff: CutOff,
-): Promise<string[]> {
-  if (jobs.length === 0) return [];
+): Promise<HandBack> {
+  if (jobs.length === 0) return NOTHING_LEFT;
   try {
     const { released, left } = await untilCutOff(() => parts.completer.release(jobs, deadline), cutOff);
     if (released.length > 0) worker.emit('jobs:handed-back', released, { reason: 'stopping' });
@@ -199,12 +218,13 @@ async function handBack(
           `could not hand back job(s) ${ids.join(', ')} on stop: another session holds their rows locked; ` + ROW_HELD_LEFT,
         ),
       );
-      return ids;
+      return { rowHeld: ids, cut: [] };
     }
   } catch (err) {
+    if (cutOff.fired) return { rowHeld: [], cut: [...jobs] };
     notHandedBack(worker, jobs, err);
   }
-  return [];
+  return NOTHING_LEFT;
 }
 
 /** A write at stop that found Postgres unreachable is tried again after this long. */
