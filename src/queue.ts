@@ -83,7 +83,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     // Each waitFor in flight listens on it: any number may wait at once (outside
     // review 109: Node warned of a leak at 11).
     setMaxListeners(0, this.closing.signal);
-    const options = readOrFail(ConfigError, 'Queue', () => snapshotOptions(given));
+    const options = readOrFail(ConfigError, 'Queue', () => snapshotOptions(given, ConfigError, 'Queue'));
     config.rejectUnknownKeys(options, QUEUE_KEYS, 'Queue');
     this.schema = config.schemaOption(options.schema);
     this.queries = enqueueStatements(this.schema);

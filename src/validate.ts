@@ -149,13 +149,34 @@ export function unreadable(err: unknown): string {
 }
 
 /**
+ * Why `value` is not a plain object, as the end of "must be a plain object ({ ... })"
+ * (", not a Map"); undefined when it is one: its prototype is Object.prototype (of
+ * any realm: its own prototype is null) or null.
+ */
+function notPlainObject(value: object): string | undefined {
+  const proto: unknown = Object.getPrototypeOf(value);
+  if (proto === null || Object.getPrototypeOf(proto) === null) return undefined;
+  const kind = (proto as { constructor?: { name?: unknown } }).constructor?.name;
+  return typeof kind === 'string' && kind !== 'Object' ? `, not a ${kind}` : '';
+}
+
+/**
  * A plain copy of an options object, every property read once (a getter or a
  * Proxy trap that throws fails here, inside readOrFail, not later at an odd
- * place). Anything but a plain object is returned as it is, for the caller's
- * own "options must be an object" check.
+ * place). Non-objects and arrays are returned as they are, for the caller's own
+ * "options must be an object" check. An object that is not a plain one (a Map, a
+ * class instance, Object.create(defaults)) is refused: the options it holds on
+ * its prototype were left out, and a bulk action's filter with them (outside
+ * review 170: retryFailed(Object.create({ queue: 'fa' })) retried every queue).
+ * Own properties count whether enumerable or not.
  */
-export function snapshotOptions<O>(options: O): O {
-  return typeof options === 'object' && options !== null && !Array.isArray(options) ? { ...options } : options;
+export function snapshotOptions<O>(options: O, ErrorClass: ErrorClass, what: string): O {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) return options;
+  const notPlain = notPlainObject(options);
+  if (notPlain !== undefined) throw new ErrorClass(`${what}: options must be a plain object ({ ... })${notPlain}`);
+  const copy: Record<string, unknown> = {};
+  for (const key of Object.getOwnPropertyNames(options)) copy[key] = (options as Record<string, unknown>)[key];
+  return copy as O;
 }
 
 function errorMessage(err: unknown): unknown {

@@ -161,6 +161,33 @@ describe('listJobs', () => {
       ValidationError,
     );
     await expect(retryJob(db.pool, db.schema, kept!, { actr: 'me' } as never)).rejects.toThrow(/unknown option "actr"/);
+    // Options held on a prototype, a Map's entries or a class's getters were left out, and the
+    // filter with them (outside review 170: each of these retried every failed job).
+    class Filter {
+      get queue() {
+        return 'keep';
+      }
+    }
+    for (const [options, kind] of [
+      [Object.create({ queue: 'keep' }), ''],
+      [new Filter(), ', not a Filter'],
+      [new Map([['queue', 'keep']]), ', not a Map'],
+      [new Date(), ', not a Date'],
+    ] as const) {
+      await expect(retryFailed(db.pool, db.schema, options as never)).rejects.toThrow(
+        `retryFailed: options must be a plain object ({ ... })${kind}`,
+      );
+      await expect(listJobs(db.pool, db.schema, options as never)).rejects.toBeInstanceOf(ValidationError);
+    }
+    // A filter that is an own property, enumerable or not, is read.
+    const hidden = Object.defineProperty({}, 'queue', { value: 'nope', enumerable: false });
+    expect(await retryFailed(db.pool, db.schema, hidden)).toEqual({ retried: 0, queues: {} });
+    await expect(redriveDeadLetters(db.pool, db.schema, undefined as never)).rejects.toThrow(
+      'redriveDeadLetters: give { ids: [...] } or { all: true }',
+    );
+    await expect(redriveDeadLetters(db.pool, db.schema, { ids: [kept!], queue: 'other' } as never)).rejects.toThrow(
+      /queue goes with \{ all: true \}, not with ids/,
+    );
     await expect(getStats(db.pool, db.schema, { window: 1 } as never)).rejects.toThrow(/getStats: unknown option "window"/);
     const unreadable = new Proxy(
       {},

@@ -452,6 +452,8 @@ describe('enqueue', () => {
       await expect(queue.enqueueMany([{ task: 't' }], null as never)).rejects.toBeInstanceOf(ValidationError);
       await expect(queue.enqueueMany([{ task: 't' }], null as never)).rejects.toThrow(/options must be an object/);
       expect(() => new Queue(null as never)).toThrow(ConfigError);
+      // Settings on a prototype were left out of the Queue's copy (outside review 170): refused, as for the admin API.
+      expect(() => new Queue(Object.create({ connectionString: db.url }))).toThrow('Queue: options must be a plain object');
       expect(await jobCount()).toBe(before);
       for (const id of ['abc', '1.5', '', '99999999999999999999999', -1]) {
         await expect(queue.getJob(id)).rejects.toBeInstanceOf(ValidationError);

@@ -47,8 +47,16 @@ export async function redriveDeadLetters(
   target: RedriveTarget,
   options: ActionOptions = {},
 ): Promise<RedriveResult> {
+  // Left out, it threw a TypeError of its own (outside review 170).
+  if (typeof target !== 'object' || target === null) {
+    throw new ValidationError('redriveDeadLetters: give { ids: [...] } or { all: true }');
+  }
   // A misspelt `queue` would redrive the failed jobs of every queue.
   target = knownOptions(target, REDRIVE_KEYS, 'redriveDeadLetters');
+  // `queue` filters `all` only: beside ids it was ignored (outside review 170).
+  if ('ids' in target && 'queue' in target) {
+    throw new ValidationError('redriveDeadLetters: queue goes with { all: true }, not with ids');
+  }
   // Both given: which one was meant is not known, and `all` would redrive every dead letter.
   if ('all' in target && 'ids' in target && target.all !== undefined && target.ids !== undefined) {
     throw new ValidationError('redriveDeadLetters: give { ids: [...] } or { all: true }, not both');

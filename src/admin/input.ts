@@ -36,7 +36,7 @@ export function refuseUndefinedFilter(options: object, key: string, what: string
 export function knownOptions<O>(options: O, keys: ReadonlySet<string>, what: string): O {
   if (options === undefined) return options;
   return readOrFail(ValidationError, what, () => {
-    const copy = snapshotOptions(options);
+    const copy = snapshotOptions(options, ValidationError, what);
     rejectUnknownKeys(copy as object, keys, what);
     return copy;
   });

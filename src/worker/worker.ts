@@ -82,7 +82,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
 
   constructor(given: WorkerOptions<T>) {
     super();
-    const options = readOrFail(ConfigError, 'Worker', () => snapshotOptions(given));
+    const options = readOrFail(ConfigError, 'Worker', () => snapshotOptions(given, ConfigError, 'Worker'));
     // Inside readOrFail too: tasks, backoff and the rest are read here, one level down.
     this.config = readOrFail(ConfigError, 'Worker', () => resolveWorkerConfig(options as WorkerOptions));
     // Checked here so that bad schemas and database URLs fail the constructor, as the
