@@ -29,9 +29,21 @@ export interface MigrationResult {
   version: number;
 }
 
+const MIGRATION_FILE = /^\d{4}_[\w-]+\.sql$/;
+
+let newest: Promise<number> | undefined;
+
+/** The version of the newest migration this version of Sluice has, from the file names (read once). */
+export function newestMigration(): Promise<number> {
+  newest ??= readdir(MIGRATIONS_DIR).then((files) =>
+    Math.max(0, ...files.filter((f) => MIGRATION_FILE.test(f)).map((f) => Number(f.slice(0, 4)))),
+  );
+  return newest;
+}
+
 /** Reads sql/migrations/NNNN_name.sql in version order. */
 export async function loadMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]> {
-  const files = (await readdir(dir)).filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f)).sort();
+  const files = (await readdir(dir)).filter((f) => MIGRATION_FILE.test(f)).sort();
   // Two files with one number would both claim the same row in the migrations table.
   const seen = new Map<string, string>();
   for (const file of files) {

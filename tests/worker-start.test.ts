@@ -2,7 +2,8 @@
 import { describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { ConfigError, MigrationError, Worker, type SluiceError } from '../src/index.js';
-import { databaseUrl, waitFor } from './helpers/database.js';
+import { loadMigrations } from '../src/migrate.js';
+import { createTestSchema, databaseUrl, waitFor } from './helpers/database.js';
 import { TEST_DRIVER } from './helpers/driver.js';
 
 describe('Worker.start()', () => {
@@ -17,6 +18,32 @@ describe('Worker.start()', () => {
     await expect(started).rejects.toBeInstanceOf(MigrationError);
     await expect(started).rejects.toThrow(/no Sluice tables in schema "never_migrated_here": run `sluice migrate`/);
     await worker.stop();
+  });
+
+  it('rejects with a MigrationError when the schema lacks a migration this version has; a schema ahead starts (outside review 171)', async () => {
+    const db = await createTestSchema('behind');
+    try {
+      const newest = (await loadMigrations()).at(-1)!.version;
+      await db.pool.query(`DELETE FROM ${db.s}.migrations WHERE version = $1`, [newest]);
+      const options = { connectionString: db.url, schema: db.schema, driver: TEST_DRIVER, tasks: { t: async () => {} } };
+      const behind = new Worker(options);
+      const started = behind.start();
+      await expect(started).rejects.toBeInstanceOf(MigrationError);
+      await expect(started).rejects.toThrow(
+        `schema "${db.schema}" is at migration ${newest - 1}, and this version of Sluice needs ${newest}: run \`sluice migrate\``,
+      );
+      await behind.stop();
+      // A rolling upgrade: the schema migrated past this version's newest, old workers still running.
+      await db.pool.query(`INSERT INTO ${db.s}.migrations (version, name) VALUES ($1, 'restored'), ($2, 'future')`, [
+        newest,
+        newest + 1,
+      ]);
+      const ahead = new Worker(options);
+      await ahead.start();
+      await ahead.stop();
+    } finally {
+      await db.drop();
+    }
   });
 
   it.each([

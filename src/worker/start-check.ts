@@ -3,13 +3,16 @@ import type { Driver } from '../db/driver.js';
 import { quoteSchema } from '../db/identifiers.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import { ConfigError, isInsufficientPrivilege, isNotMigrated, MigrationError } from '../errors.js';
+import { newestMigration } from '../migrate.js';
 
 /**
  * Why a worker could never run a job here, found at start: a server that refused
  * the login or has no such database, a schema never migrated, a role that may not
  * use the schema or lacks a privilege its claims and results need, or its
  * maintenance lease or schedules (`uses`) (outside reviews 156, 157 and 159: such a
- * worker logged refused statements and idled, or rescued nothing, for ever).
+ * worker logged refused statements and idled, or rescued nothing, for ever), a
+ * schema behind this version's migrations (outside review 171: a package upgraded
+ * before `sluice migrate` started, and its schedules failed every second).
  * Undefined when none of these holds. Anything else (Postgres out of reach) is
  * thrown: the worker reports it and keeps trying.
  */
@@ -32,8 +35,34 @@ export async function whyNoJobCanRun(
     if (refused) return refused;
     throw err;
   }
+  // Before the privileges: a column a migration adds would be told as one the role lacks.
+  const behind = await migrationsBehind(db, schema);
+  if (behind) return behind;
   if (answer.missing === '') return undefined;
   return new ConfigError('role "' + answer.role + '" lacks ' + answer.missing + ' in schema "' + schema + '": ' + GRANT);
+}
+
+/**
+ * A MigrationError when the schema lacks migrations this version of Sluice has.
+ * A schema ahead of it passes (a rolling upgrade migrates before the last old
+ * workers stop). A role that may not read the migrations table (sql/roles.sql
+ * revokes it) is not asked.
+ */
+async function migrationsBehind(db: Driver, schema: string): Promise<MigrationError | undefined> {
+  let applied: number;
+  try {
+    const { rows } = await db.query<{ version: number | null }>(migrateStatements(schema).newestApplied);
+    applied = rows[0]?.version ?? 0;
+  } catch (err) {
+    if (isInsufficientPrivilege(err)) return undefined;
+    throw err;
+  }
+  const needed = await newestMigration();
+  if (applied >= needed) return undefined;
+  return new MigrationError(
+    `schema "${schema}" is at migration ${applied}, and this version of Sluice needs ${needed}: ` +
+      'run `sluice migrate` (or call migrate()) against this database first',
+  );
 }
 
 const GRANT = "grant it sluice_worker (sql/roles.sql), or run the worker as the schema's owner";

@@ -12,6 +12,8 @@ export interface MigrateStatements {
   readonly createSchema: string;
   readonly createMigrationsTable: string;
   readonly appliedVersions: string;
+  /** The newest version applied: one row, null when none. */
+  readonly newestApplied: string;
   /** $1 version, $2 name. */
   readonly recordVersion: string;
   /** Fails (42P01 or 3F000) unless the schema has been migrated; reads no rows. */
@@ -40,6 +42,7 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
       name text NOT NULL,
       applied_at timestamptz NOT NULL DEFAULT now())`,
     appliedVersions: `SELECT version FROM ${s}.migrations`,
+    newestApplied: `SELECT max(version) AS version FROM ${s}.migrations`,
     recordVersion: `INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`,
     probe: `SELECT 1 FROM ${s}.jobs LIMIT 0`,
     workerPrivileges: `SELECT current_user AS role, coalesce((
