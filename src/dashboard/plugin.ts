@@ -73,6 +73,9 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
 
   await app.register(
     async (scope: FastifyInstance) => {
+      // Bodies are JSON only: a text/plain one was parsed as a string and refused as
+      // "not a JSON object", where any other type is a 415 (outside review 170).
+      scope.removeContentTypeParser('text/plain');
       scope.addHook('onRequest', async (req, reply) => {
         reply.headers(SECURITY_HEADERS);
         const decision = auth.check({

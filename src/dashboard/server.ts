@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyServerFactory, FastifyServerOptions } from 'fastify';
 import { ConfigError } from '../errors.js';
 import { importPeer } from '../optional-peer.js';
@@ -31,6 +32,29 @@ const clipped = (message: string) =>
   message.length > MAX_MESSAGE_CHARS ? `${message.slice(0, MAX_MESSAGE_CHARS)}… (${message.length} characters)` : message;
 
 /**
+ * A request Node's HTTP parser cannot read (bytes past its Content-Length that
+ * start no request, headers too large) never reaches Fastify: answered in the
+ * API's shape, where Fastify's default was its own (outside review 170).
+ */
+function refuseMalformed(err: Error & { code?: string }, socket: Duplex): void {
+  if (err.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const tooLarge = err.code === 'HPE_HEADER_OVERFLOW';
+  const body = JSON.stringify({
+    error: tooLarge
+      ? { code: 'HEADERS_TOO_LARGE', message: "the request's headers are too large" }
+      : { code: 'BAD_REQUEST', message: 'the request is not valid HTTP' },
+  });
+  socket.end(
+    `HTTP/1.1 ${tooLarge ? '431 Request Header Fields Too Large' : '400 Bad Request'}\r\n` +
+      'Content-Type: application/json; charset=utf-8\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n' +
+      `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+  );
+}
+
+/**
  * A Fastify instance of Sluice's own around the plugin. A path it does not serve
  * is a 404 in the API's error shape (`{ error: { code, message } }`), not
  * Fastify's own (`{ message, error, statusCode }`), which a client of the API had
@@ -49,6 +73,7 @@ async function dashboardApp(
     // A path Fastify cannot decode (/api/%zz) never reaches a route or an error handler.
     // Its message quotes the whole path: cut (a 2,000-character path came back whole, outside review 169).
     frameworkErrors: (err, _req, reply) => answer(reply, 400, 'BAD_REQUEST', clipped(err.message)),
+    clientErrorHandler: refuseMalformed,
   });
   app.setNotFoundHandler((req, reply) =>
     answer(reply, 404, 'NOT_FOUND', `no such route: ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`),
