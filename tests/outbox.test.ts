@@ -13,6 +13,8 @@ import {
   migrate,
   natsPublisher,
   rabbitMqPublisher,
+  RelayMetrics,
+  SluiceMetrics,
   type RelayEventMap,
 } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
@@ -195,6 +197,28 @@ describe('publish', () => {
       ConfigError,
     );
     await small.close();
+  });
+
+  it('counts a relay observed twice once, and checks the option names of metrics and destinations (outside review 173)', async () => {
+    expect(() => new RelayMetrics({ regsitry: 1 } as never)).toThrow('RelayMetrics: unknown option "regsitry"');
+    expect(() => new SluiceMetrics({ regsitry: 1 } as never)).toThrow('SluiceMetrics: unknown option "regsitry"');
+    expect(() => startRelay(new MemoryBroker(), [{ name: 'a', partitons: 2 } as never])).toThrow(
+      'OutboxRelay: destination: unknown option "partitons"',
+    );
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const relay = startRelay(broker, [d]);
+    const metrics = new RelayMetrics();
+    metrics.observe(relay);
+    metrics.observe(relay);
+    await relay.start();
+    await outbox.publishMany([1, 2, 3].map((n) => ({ destination: d, payload: { n } })));
+    await waitFor(() => broker.stored.length === 3, 'the messages published');
+    await waitFor(
+      async () => (await metrics.registry.metrics()).includes(`sluice_outbox_published_total{destination="${d}"} 3`),
+      'the three counted once each',
+    );
+    expect(await metrics.registry.metrics()).toContain(`sluice_outbox_publish_latency_seconds_count{destination="${d}"} 3`);
   });
 
   // Outside review 166: a relay without its broker's client library took the
@@ -456,6 +480,12 @@ describe('relay', () => {
       }),
     ]);
     await expect(redriveOutboxDeadLetters(db.pool, db.schema, {})).rejects.toThrow(/give \{ destinations \}/);
+    // Both: every dead letter was redriven (outside review 173). And the ids are the outbox's, not jobs'.
+    await expect(redriveOutboxDeadLetters(db.pool, db.schema, { ids: [ids[1]!], all: true } as never)).rejects.toThrow(
+      /not \{ all \} beside the others/,
+    );
+    await expect(redriveOutboxDeadLetters(db.pool, db.schema, { ids: ['abc'] })).rejects.toThrow('not an outbox message id: "abc"');
+    await expect(outboxLag(db.pool, 'no_such_schema_here')).rejects.toThrow(/outboxLag.*run `sluice migrate`/);
     await expect(redriveOutboxDeadLetters(db.pool, db.schema, { destination: [d] } as never)).rejects.toThrow(ValidationError);
     const listed = await runCli(db.url, db.schema, ['relay', '--dead-letters', '--destination', d, '--json']);
     expect(listed.code).toBe(0);

@@ -3,6 +3,10 @@ import type { Queryable } from '../db/executor.js';
 import { metricsStatements } from '../db/statements/metrics.js';
 import { requirePeer } from '../optional-peer.js';
 import { timeLimit } from '../lifecycle/time-limit.js';
+import { ConfigError } from '../errors.js';
+import { checks } from '../validate.js';
+
+const { rejectUnknownKeys } = checks(ConfigError);
 
 // The public types below are the parts of prom-client's that Sluice uses, written
 // out rather than imported: prom-client is optional, and a declaration file that
@@ -79,6 +83,7 @@ export class SluiceMetrics {
   private readonly depthSeen = new Map<string, Set<string>>();
 
   constructor(options: SluiceMetricsOptions = {}) {
+    rejectUnknownKeys(options, new Set(['registry', 'prefix', 'durationBuckets']), 'SluiceMetrics');
     const client = requirePeer<typeof PromClient>('prom-client', 'SluiceMetrics');
     const p = options.prefix ?? 'sluice_';
     const registry = (options.registry as PromClient.Registry | undefined) ?? new client.Registry();

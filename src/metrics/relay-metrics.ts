@@ -2,7 +2,11 @@ import type * as PromClient from 'prom-client';
 import type { OutboxLag } from '../outbox/lag.js';
 import type { RelayEvents } from '../outbox/relay-events.js';
 import { requirePeer } from '../optional-peer.js';
+import { ConfigError } from '../errors.js';
+import { checks } from '../validate.js';
 import type { MetricsRegistry } from './metrics.js';
+
+const { rejectUnknownKeys } = checks(ConfigError);
 
 export interface RelayMetricsOptions {
   /** Register into this prom-client registry (e.g. your app's, or SluiceMetrics'). Default: a new one. */
@@ -37,6 +41,8 @@ export class RelayMetrics {
   private readonly latency: PromClient.Histogram<'destination'>;
 
   constructor(options: RelayMetricsOptions = {}) {
+    // A misspelt `registry` registered the metrics where nothing serves them (outside review 173).
+    rejectUnknownKeys(options, new Set(['registry', 'prefix']), 'RelayMetrics');
     const client = requirePeer<typeof PromClient>('prom-client', 'RelayMetrics');
     const p = options.prefix ?? 'sluice_';
     const registry = (options.registry as PromClient.Registry | undefined) ?? new client.Registry();
@@ -91,6 +97,8 @@ export class RelayMetrics {
 
   /** Counts this relay's events and reports its destinations' lag at scrape time. */
   observe(relay: ObservedRelay): void {
+    // Observed twice, every message counted twice (outside review 173).
+    if (this.relays.has(relay)) return;
     this.relays.add(relay);
     relay.events.on('published', ({ destination, count, messages }) => {
       this.published.inc({ destination }, count);

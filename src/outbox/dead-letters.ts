@@ -2,6 +2,7 @@ import { jobId, knownOptions } from '../admin/input.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { outboxDeadLetterStatements } from '../db/statements/outbox-dead-letters.js';
 import { ValidationError, wrapDatabaseError } from '../errors.js';
+import { shown } from '../validate.js';
 
 /** A message the broker refused maxAttempts times, set aside so that its key went on. */
 export interface OutboxDeadLetter {
@@ -89,6 +90,10 @@ async function act(db: Queryable, statement: string, target: OutboxDeadLetterTar
   // A misspelt `destinations` must not widen the call to every dead letter.
   const t = knownOptions(target, TARGET_KEYS, what);
   if (!t || typeof t !== 'object') throw new ValidationError(`${what}: give { destinations }, { ids } or { all: true }`);
+  // Both given: which one was meant is not known, and `all` would act on every dead letter (outside review 173).
+  if ('all' in t && t.all !== undefined && (('ids' in t && t.ids !== undefined) || ('destinations' in t && t.destinations !== undefined))) {
+    throw new ValidationError(`${what}: give { destinations }, { ids } or { all: true }, not { all } beside the others`);
+  }
   const all = 'all' in t && t.all === true;
   const [destinations, ids] = all ? [null, null] : filter(t as OutboxDeadLetterFilter, what);
   if (!all && destinations === null && ids === null) {
@@ -102,6 +107,15 @@ async function act(db: Queryable, statement: string, target: OutboxDeadLetterTar
   }
 }
 
+/** An outbox message's id, checked as a job's is: "not a job id" misnamed it (outside review 173). */
+function messageId(id: string | number): string {
+  try {
+    return jobId(id);
+  } catch {
+    throw new ValidationError(`not an outbox message id: ${shown(id)}`);
+  }
+}
+
 /** The destinations and ids to pass ($1, $2), null where not given. */
 function filter(o: OutboxDeadLetterFilter, what: string): [string[] | null, string[] | null] {
   const { destinations, ids } = o;
@@ -109,5 +123,5 @@ function filter(o: OutboxDeadLetterFilter, what: string): [string[] | null, stri
     throw new ValidationError(`${what}: destinations must be an array of strings`);
   }
   if (ids !== undefined && !Array.isArray(ids)) throw new ValidationError(`${what}: ids must be an array`);
-  return [destinations ? [...destinations] : null, ids ? ids.map((id) => jobId(id)) : null];
+  return [destinations ? [...destinations] : null, ids ? ids.map((id) => messageId(id)) : null];
 }

@@ -1,5 +1,6 @@
 import type { Queryable } from '../db/executor.js';
 import { outboxStatements } from '../db/statements/outbox.js';
+import { wrapDatabaseError } from '../errors.js';
 
 /** How far behind the relays of one destination are. */
 export interface OutboxLag {
@@ -33,7 +34,13 @@ interface LagRow {
 
 /** The lag of every destination that a relay has ever started on (for metrics, doctor, `sluice relay --status`). */
 export async function outboxLag(db: Queryable, schema: string): Promise<OutboxLag[]> {
-  const { rows } = await db.query(outboxStatements(schema).lag);
+  let rows: unknown[];
+  try {
+    ({ rows } = await db.query(outboxStatements(schema).lag));
+  } catch (err) {
+    // With the migrate hint of a missing table, as the other outbox calls give (outside review 173).
+    throw wrapDatabaseError(err, 'outboxLag');
+  }
   return (rows as LagRow[]).map((r) => ({
     destination: r.destination,
     partitions: r.partitions,

@@ -85,6 +85,7 @@ export interface ResolvedRelayOptions {
   preparedStatements: boolean;
 }
 
+const DESTINATION_KEYS = new Set(['name', 'partitions']);
 const KEYS = new Set([
   'connectionString',
   'pool',
@@ -123,6 +124,8 @@ export function resolveRelayOptions(options: OutboxRelayOptions): ResolvedRelayO
   const partitions = config.intOption('partitions', options.partitions, 1, 1, 1024);
   const seen = new Set<string>();
   const destinations = options.destinations.map((d) => {
+    // A misspelt key ({ partitons: 2 }) ran with the default (outside review 173).
+    if (typeof d === 'object' && d !== null) config.rejectUnknownKeys(d, DESTINATION_KEYS, 'OutboxRelay: destination');
     const { name, partitions: n } = typeof d === 'string' ? { name: d, partitions: undefined } : (d ?? ({} as DestinationOption));
     if (typeof name !== 'string' || name.length === 0 || name.length > MAX_DESTINATION_LENGTH) {
       throw new ConfigError(`OutboxRelay: destination must be a string of 1 to ${MAX_DESTINATION_LENGTH} characters`);
