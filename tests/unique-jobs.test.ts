@@ -362,9 +362,15 @@ describe('unique jobs', () => {
     // Teach the worker that `quick` is quick, so it claims ahead of its one slot.
     await fx.queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'quick', queue: 'stop-keys' })));
     await waitFor(() => ran.length === 30, 'the warm-up jobs');
+    // All in one claim, made when the queue is resumed: the gated job into the free slot,
+    // the keyed ones claimed ahead. Enqueued one after the other, the keyed jobs were
+    // claimed ahead only if their claim came within a few milliseconds of the gated
+    // job's start (a loaded machine missed it).
+    await fx.queue.pauseQueue('stop-keys');
     await fx.queue.enqueue('quick', { gate: true }, { queue: 'stop-keys', priority: 10 });
     const keys = Array.from({ length: 20 }, (_, i) => `stop-${i}`);
     const ids = await fx.queue.enqueueMany(keys.map((jobKey) => ({ task: 'quick', queue: 'stop-keys', jobKey })));
+    await fx.queue.resumeQueue('stop-keys');
     await waitFor(
       async () => Object.values(await scopes(...keys)).some((s) => s.startsWith('processing')),
       'a keyed job claimed ahead',
