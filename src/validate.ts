@@ -157,7 +157,7 @@ function notPlainObject(value: object): string | undefined {
   const proto: unknown = Object.getPrototypeOf(value);
   if (proto === null || Object.getPrototypeOf(proto) === null) return undefined;
   const kind = (proto as { constructor?: { name?: unknown } }).constructor?.name;
-  return typeof kind === 'string' && kind !== 'Object' ? `, not a ${kind}` : '';
+  return typeof kind === 'string' && kind !== 'Object' && kind !== '' ? `, not a ${kind}` : '';
 }
 
 /**

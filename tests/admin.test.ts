@@ -179,9 +179,17 @@ describe('listJobs', () => {
       );
       await expect(listJobs(db.pool, db.schema, options as never)).rejects.toBeInstanceOf(ValidationError);
     }
-    // A filter that is an own property, enumerable or not, is read.
+    // A filter that is an own property, enumerable or not, is read; so is one a Proxy
+    // hides from its keys (outside review 172: every queue was retried).
     const hidden = Object.defineProperty({}, 'queue', { value: 'nope', enumerable: false });
     expect(await retryFailed(db.pool, db.schema, hidden)).toEqual({ retried: 0, queues: {} });
+    const proxied = new Proxy({ queue: 'nope' }, { ownKeys: () => [] });
+    expect(await retryFailed(db.pool, db.schema, proxied)).toEqual({ retried: 0, queues: {} });
+
+    const anonymous = new (class {})();
+    await expect(retryFailed(db.pool, db.schema, anonymous as never)).rejects.toThrow(
+      /options must be a plain object \(\{ \.\.\. \}\)$/,
+    );
     await expect(redriveDeadLetters(db.pool, db.schema, undefined as never)).rejects.toThrow(
       'redriveDeadLetters: give { ids: [...] } or { all: true }',
     );

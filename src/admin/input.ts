@@ -38,6 +38,15 @@ export function knownOptions<O>(options: O, keys: ReadonlySet<string>, what: str
   return readOrFail(ValidationError, what, () => {
     const copy = snapshotOptions(options, ValidationError, what);
     rejectUnknownKeys(copy as object, keys, what);
+    // A Proxy may hide a key from its list and still give its value: the filter was
+    // dropped, and a bulk action widened to every queue (outside review 172).
+    if (typeof copy === 'object' && copy !== null && !Array.isArray(copy)) {
+      for (const key of keys) {
+        if (Object.hasOwn(copy, key)) continue;
+        const value: unknown = (options as Record<string, unknown>)[key];
+        if (value !== undefined) (copy as Record<string, unknown>)[key] = value;
+      }
+    }
     return copy;
   });
 }

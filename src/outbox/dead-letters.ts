@@ -91,7 +91,11 @@ async function act(db: Queryable, statement: string, target: OutboxDeadLetterTar
   const t = knownOptions(target, TARGET_KEYS, what);
   if (!t || typeof t !== 'object') throw new ValidationError(`${what}: give { destinations }, { ids } or { all: true }`);
   // Both given: which one was meant is not known, and `all` would act on every dead letter (outside review 173).
-  if ('all' in t && t.all !== undefined && (('ids' in t && t.ids !== undefined) || ('destinations' in t && t.destinations !== undefined))) {
+  if (
+    'all' in t &&
+    t.all !== undefined &&
+    (('ids' in t && t.ids !== undefined) || ('destinations' in t && t.destinations !== undefined))
+  ) {
     throw new ValidationError(`${what}: give { destinations }, { ids } or { all: true }, not { all } beside the others`);
   }
   const all = 'all' in t && t.all === true;

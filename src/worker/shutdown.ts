@@ -250,7 +250,7 @@ async function untilCutOff<T>(write: () => Promise<T>, cutOff: CutOff): Promise<
 /** What becomes of the jobs a stop leaves because another session holds their rows. */
 const ROW_HELD_LEFT =
   "left processing. Where the stop could list them in this worker's registry row (Postgres reachable), the " +
-  'rescuer returns them once their rows are free, without counting their attempt; otherwise (Postgres ' +
+  'rescuer returns them after the visibility timeout, once their rows are free, without counting their attempt; otherwise (Postgres ' +
   'unreachable, or the registry not writable) after the visibility timeout, counting it';
 
 /**

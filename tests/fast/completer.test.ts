@@ -473,6 +473,18 @@ describe('Completer: rows another session holds', () => {
     expect(db.job(a!.job.id)).toMatchObject({ status: 'pending', attempts: 0 });
     expect(db.job(b!.job.id).status).toBe('processing');
   });
+
+  it('release() makes its last try at the deadline itself (outside review 172: 250 ms before it)', async () => {
+    const a = await claimed();
+    const unlock = db.lockJob(a!.job.id);
+    let result: { released: JobRow[]; left: JobRow[] } | undefined;
+    // Tries at 0, 250 and 500 ms find the row held; it is let go at 560, before the deadline at 600.
+    void completer.release([a!.job], Date.now() + 600).then((r) => (result = r));
+    await vi.advanceTimersByTimeAsync(560);
+    unlock();
+    await vi.advanceTimersByTimeAsync(100);
+    expect(result).toEqual({ released: [a!.job], left: [] });
+  });
 });
 
 describe('Completer: a batch whose values Postgres refused', () => {
