@@ -185,7 +185,6 @@ describe('listJobs', () => {
     expect(await retryFailed(db.pool, db.schema, hidden)).toEqual({ retried: 0, queues: {} });
     const proxied = new Proxy({ queue: 'nope' }, { ownKeys: () => [] });
     expect(await retryFailed(db.pool, db.schema, proxied)).toEqual({ retried: 0, queues: {} });
-
     const anonymous = new (class {})();
     await expect(retryFailed(db.pool, db.schema, anonymous as never)).rejects.toThrow(
       /options must be a plain object \(\{ \.\.\. \}\)$/,
