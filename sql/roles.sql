@@ -79,6 +79,9 @@ GRANT SELECT, INSERT, UPDATE (tokens, tokens_at) ON :SCHEMA.job_groups TO sluice
 GRANT SELECT, INSERT, UPDATE ON :SCHEMA.cron_schedules TO sluice_worker;
 -- Each worker keeps its own row in the registry (migration 0017); the leader deletes dead ones.
 GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.workers TO sluice_worker;
+-- Worker.start() refuses a schema behind the package's migrations (outside review 172:
+-- without this, a worker of this role started on one, and its schedules failed every second).
+GRANT SELECT ON :SCHEMA.migrations TO sluice_worker;
 GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_worker;
 -- A worker that claims the first grouped job of a queue flags it grouped (0021).
 GRANT EXECUTE ON FUNCTION :SCHEMA.mark_queue_grouped(text, text) TO sluice_worker;

@@ -2,7 +2,16 @@ import { randomBytes } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConfigError, DatabaseError, DuplicateJobError, Queue, Snooze, Worker, type SluiceError } from '../src/index.js';
+import {
+  ConfigError,
+  DatabaseError,
+  DuplicateJobError,
+  MigrationError,
+  Queue,
+  Snooze,
+  Worker,
+  type SluiceError,
+} from '../src/index.js';
 import { createTestSchema, nextEvent, waitFor, type TestDatabase } from './helpers/database.js';
 import { FIXTURES, runCli, spawnCli } from './helpers/cli.js';
 
@@ -488,6 +497,23 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       const id = result.stdout.trim();
       const { rows } = await db.pool.query(`SELECT queue FROM ${db.s}.jobs WHERE id = $1`, [id]);
       expect(rows).toEqual([{ queue: `cli_${tag}` }]);
+    });
+
+    it('a Worker of the worker role is refused at start on a schema behind the migrations (outside review 172)', async () => {
+      const { rows } = await db.pool.query(
+        `DELETE FROM ${db.s}.migrations WHERE version = (SELECT max(version) FROM ${db.s}.migrations) RETURNING version, name`,
+      );
+      try {
+        const worker = new Worker({ connectionString: urlAs(logins.worker), schema: db.schema, tasks: { t: () => {} } });
+        const started = worker.start();
+        await expect(started).rejects.toBeInstanceOf(MigrationError);
+        await expect(started).rejects.toThrow(
+          `is at migration ${rows[0].version - 1}, and this version of Sluice needs ${rows[0].version}`,
+        );
+        await worker.stop();
+      } finally {
+        await db.pool.query(`INSERT INTO ${db.s}.migrations (version, name) VALUES ($1, $2)`, [rows[0].version, rows[0].name]);
+      }
     });
 
     it('a Worker whose role may not claim jobs is refused at start, not left idle', async () => {
