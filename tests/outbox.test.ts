@@ -484,7 +484,9 @@ describe('relay', () => {
     await expect(redriveOutboxDeadLetters(db.pool, db.schema, { ids: [ids[1]!], all: true } as never)).rejects.toThrow(
       /not \{ all \} beside the others/,
     );
-    await expect(redriveOutboxDeadLetters(db.pool, db.schema, { ids: ['abc'] })).rejects.toThrow('not an outbox message id: "abc"');
+    await expect(redriveOutboxDeadLetters(db.pool, db.schema, { ids: ['abc'] })).rejects.toThrow(
+      'not an outbox message id: "abc"',
+    );
     await expect(outboxLag(db.pool, 'no_such_schema_here')).rejects.toThrow(/outboxLag.*run `sluice migrate`/);
     await expect(redriveOutboxDeadLetters(db.pool, db.schema, { destination: [d] } as never)).rejects.toThrow(ValidationError);
     const listed = await runCli(db.url, db.schema, ['relay', '--dead-letters', '--destination', d, '--json']);
