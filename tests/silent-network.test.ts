@@ -226,6 +226,52 @@ describe("a Queue's enqueue on a silent network", () => {
   });
 });
 
+/**
+ * A worker through `url` of two slots whose `long` handlers run until aborted
+ * (`onAbort` first), and two such jobs running (of `maxAttempts`, or the
+ * default); the worker, its jobs' ids and what it reported.
+ */
+async function twoAbortableJobs(url: string, onAbort = () => {}, maxAttempts?: number) {
+  const errors: { code?: string; message: string }[] = [];
+  const handedBack: string[] = [];
+  const worker = await t.start({
+    connectionString: url,
+    listenConnectionString: url,
+    shutdownTimeoutMs: 300,
+    concurrency: 2,
+    tasks: {
+      long: (_p: unknown, { signal }: { signal: AbortSignal }) =>
+        new Promise((_, reject) =>
+          signal.addEventListener('abort', () => {
+            onAbort();
+            reject(signal.reason as Error);
+          }),
+        ),
+    },
+  });
+  worker.on('error', (err) => errors.push(err as { code?: string; message: string }));
+  worker.on('jobs:handed-back', (jobs) => handedBack.push(...jobs.map((j) => j.id)));
+  const ids = await t.queue.enqueueMany([
+    { task: 'long', maxAttempts },
+    { task: 'long', maxAttempts },
+  ]);
+  await waitFor(async () => (await statusCounts(t.db)).processing === 2, 'both running');
+  return { worker, ids, errors, handedBack };
+}
+
+/** The status and attempts of `ids`, in id order. */
+async function rowsOf(ids: string[]) {
+  const { rows } = await t.db.pool.query(`SELECT status, attempts FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[]) ORDER BY id`, [
+    ids,
+  ]);
+  return rows as { status: string; attempts: number }[];
+}
+
+const HANDED_BACK = [
+  { status: 'pending', attempts: 0 },
+  { status: 'pending', attempts: 0 },
+];
+
 describe('stop() while the network is silent', () => {
   it('settles without the network coming back, leaving the jobs to the rescuer', async () => {
     const ran: string[] = [];
@@ -280,99 +326,38 @@ describe('stop() while the network is silent', () => {
 
   it('names the running jobs it aborted and could not hand back, as it names unwritten results', async () => {
     // Review 64: only "Postgres did not answer" errors, no job named.
-    const errors: { code?: string; message: string }[] = [];
-    const worker = await t.start({
-      connectionString: proxy.url,
-      listenConnectionString: proxy.url,
-      shutdownTimeoutMs: 300,
-      concurrency: 2,
-      tasks: {
-        long: (_p: unknown, { signal }: { signal: AbortSignal }) =>
-          new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error))),
-      },
-    });
-    worker.on('error', (err) => errors.push(err as { code?: string; message: string }));
-    const ids = await t.queue.enqueueMany([{ task: 'long' }, { task: 'long' }]);
-    await waitFor(async () => (await statusCounts(t.db)).processing === 2, 'both running');
+    const { worker, ids, errors } = await twoAbortableJobs(proxy.url);
     proxy.cut();
     await worker.stop();
     const named = errors.find((e) => /could not hand back job\(s\) .* on stop/.test(e.message));
     expect(named?.code).toBe('SHUTDOWN');
     for (const id of ids) expect(named?.message).toContain(id);
-    const { rows } = await t.db.pool.query(`SELECT status FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
-    expect(rows.map((r) => r.status)).toEqual(['processing', 'processing']);
+    expect((await rowsOf(ids)).map((r) => r.status)).toEqual(['processing', 'processing']);
   });
 });
 
 describe('a stop while Postgres is down for a moment', () => {
   it('hands back through the last sweep the jobs whose hand-back met connections gone dead (outside review 170)', async () => {
     // Review 170: the hand-back waited on the dead connections until the stop gave up, and no sweep followed.
-    const handedBack: string[] = [];
-    const worker = await t.start({
-      connectionString: proxy.url,
-      listenConnectionString: proxy.url,
-      shutdownTimeoutMs: 300,
-      concurrency: 2,
-      tasks: {
-        long: (_p: unknown, { signal }: { signal: AbortSignal }) =>
-          new Promise((_, reject) =>
-            signal.addEventListener('abort', () => {
-              // As the handlers stop, every connection open carries nothing more; new ones get through.
-              proxy.strand();
-              reject(signal.reason as Error);
-            }),
-          ),
-      },
-    });
-    worker.on('error', () => {});
-    worker.on('jobs:handed-back', (jobs) => handedBack.push(...jobs.map((j) => j.id)));
-    const ids = await t.queue.enqueueMany([
-      { task: 'long', maxAttempts: 1 },
-      { task: 'long', maxAttempts: 1 },
-    ]);
-    await waitFor(async () => (await statusCounts(t.db)).processing === 2, 'both running');
+    // As the handlers stop, every connection open carries nothing more; new ones get through.
+    const { worker, ids, handedBack } = await twoAbortableJobs(proxy.url, () => proxy.strand(), 1);
     await worker.stop();
     expect(handedBack.sort()).toEqual([...ids].sort());
-    const { rows } = await t.db.pool.query(`SELECT status, attempts FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
-    expect(rows).toEqual([
-      { status: 'pending', attempts: 0 },
-      { status: 'pending', attempts: 0 },
-    ]);
+    expect(await rowsOf(ids)).toEqual(HANDED_BACK);
   });
 
   it('hands back the jobs whose handlers stopped once Postgres is back, their attempt not spent (outside review 168)', async () => {
     // Review 168: a stop during a 1 s outage left them to the rescuer, which failed single-attempt jobs.
     const gate = await startGate(new URL(t.db.url));
     try {
-      const handedBack: string[] = [];
-      const worker = await t.start({
-        connectionString: gate.url,
-        listenConnectionString: gate.url,
-        shutdownTimeoutMs: 300,
-        concurrency: 2,
-        tasks: {
-          long: (_p: unknown, { signal }: { signal: AbortSignal }) =>
-            new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error))),
-        },
-      });
-      worker.on('error', () => {});
-      worker.on('jobs:handed-back', (jobs) => handedBack.push(...jobs.map((j) => j.id)));
-      const ids = await t.queue.enqueueMany([
-        { task: 'long', maxAttempts: 1 },
-        { task: 'long', maxAttempts: 1 },
-      ]);
-      await waitFor(async () => (await statusCounts(t.db)).processing === 2, 'both running');
+      const { worker, ids, handedBack } = await twoAbortableJobs(gate.url, undefined, 1);
       gate.down();
       const stopped = worker.stop();
       // Back well before the stop gives up on Postgres (its deadline, the handlers' grace, the last writes).
       setTimeout(() => gate.up(), 1_000);
       await stopped;
       expect(handedBack.sort()).toEqual([...ids].sort());
-      const { rows } = await t.db.pool.query(`SELECT status, attempts FROM ${t.db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
-      expect(rows).toEqual([
-        { status: 'pending', attempts: 0 },
-        { status: 'pending', attempts: 0 },
-      ]);
+      expect(await rowsOf(ids)).toEqual(HANDED_BACK);
     } finally {
       await gate.close();
     }
