@@ -46,7 +46,7 @@ export async function whyNoJobCanRun(
  * A MigrationError when the schema lacks migrations this version of Sluice has.
  * A schema ahead of it passes (a rolling upgrade migrates before the last old
  * workers stop). A role that may not read the migrations table (sql/roles.sql
- * revokes it) is not asked.
+ * before outside review 172 revoked it) is not asked.
  */
 async function migrationsBehind(db: Driver, schema: string): Promise<MigrationError | undefined> {
   let applied: number;
