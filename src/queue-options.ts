@@ -53,7 +53,7 @@ export interface QueueOptions<T extends TaskMap = AnyTasks> extends DriverConnec
    * connection to Postgres when `connectionString` points at a transaction-mode
    * pooler (PgBouncer), where LISTEN does not work (waiters then only poll).
    */
-  listenConnectionString?: string;
+  listenConnectionString?: string | undefined;
   /**
    * Longest a statement on the Queue's own connections (not `tx`) may go unanswered,
    * and connecting may take: past it the statement is cancelled, its connection

@@ -169,6 +169,13 @@ describe('usage errors exit 2 with one line', () => {
     ['worker without --tasks', ['worker'], /required option '--tasks <module>'/],
     ['worker with a missing module', ['worker', '--tasks', './no/such/tasks.js'], /task module not found/],
     ['worker with a directory as its module', ['worker', '--tasks', './tests'], /task module is a directory/],
+    // Outside review 174: "Worker: tasks is empty", and --interval without --watch taken and ignored.
+    [
+      'worker with a module that exports nothing',
+      ['worker', '--tasks', './tests/fixtures/cli-empty-tasks.cjs'],
+      /must export `tasks`/,
+    ],
+    ['stats --interval without --watch', ['stats', '--interval', '1s'], /--interval goes with --watch/],
     ['not a job id', ['jobs', 'show', '12abc'], /not a job id/],
     // Outside review 126: answered with the library's "visibilityTimeoutMs must be an integer from 1000 to 86400000".
     [

@@ -28,6 +28,8 @@ const TSCONFIG = {
     module: 'nodenext',
     moduleResolution: 'nodenext',
     strict: true,
+    // An app's env var is string | undefined: the options take it as left out (outside review 174).
+    exactOptionalPropertyTypes: true,
     skipLibCheck: false,
     noEmit: true,
   },
@@ -38,7 +40,8 @@ const TSCONFIG = {
 const WITHOUT_PG = `
 import { migrate, Queue, Worker, type JobContext } from 'sluice';
 
-const connectionString = 'postgres://localhost/app';
+// string | undefined, as process.env.DATABASE_URL is.
+const connectionString = ['postgres://localhost/app'].find(Boolean);
 await migrate({ connectionString, schema: 'app' });
 const queue = new Queue<{ send: { to: string } }>({ connectionString });
 const id: string = await queue.enqueue('send', { to: 'a@example.com' }, { delayMs: 10 });

@@ -52,7 +52,8 @@ export async function loadTasks(path: string): Promise<TaskModule> {
   const fromDefault = mod.default as Record<string, unknown> | undefined;
   const tasks =
     mod.tasks ?? (fromDefault && typeof fromDefault === 'object' && 'tasks' in fromDefault ? fromDefault.tasks : fromDefault);
-  if (!tasks || typeof tasks !== 'object') {
+  // A CommonJS module that exports nothing is an empty default export: "tasks is empty" did not say whose (outside review 174).
+  if (!tasks || typeof tasks !== 'object' || Object.keys(tasks).length === 0) {
     throw new UsageError(`task module ${path} must export \`tasks\` (or a default export) mapping task names to handlers`);
   }
   const schedules = mod.schedules ?? (fromDefault && typeof fromDefault === 'object' ? fromDefault.schedules : undefined);

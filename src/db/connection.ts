@@ -69,12 +69,16 @@ export function poolTooSmallToListen(options: {
 
 /** Where Sluice gets its connections: a URL (Sluice owns the pool) or your `pg` Pool. */
 export interface ConnectionOptions {
-  /** postgres://user:pass@host:port/db. Ignored when `pool` is given. */
-  connectionString?: string;
+  /**
+   * postgres://user:pass@host:port/db. Ignored when `pool` is given. Undefined is
+   * taken as left out (`process.env.DATABASE_URL` type-checks under
+   * exactOptionalPropertyTypes; outside review 174).
+   */
+  connectionString?: string | undefined;
   /** An existing pg Pool; Sluice never ends it. */
-  pool?: PgPool;
+  pool?: PgPool | undefined;
   /** Postgres schema holding Sluice's tables. Default 'sluice'. */
-  schema?: string;
+  schema?: string | undefined;
 }
 
 /** Checks that `options` say where to connect; `what` names the caller in the ConfigError. */

@@ -104,7 +104,7 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
   /** Name of this worker instance, stored in locked_by. Default host:pid:random. */
   workerId?: string;
   /** Connection for LISTEN when `connectionString`/`pool` go through a transaction-mode pooler. */
-  listenConnectionString?: string;
+  listenConnectionString?: string | undefined;
   /** false: never LISTEN, rely on polling alone (e.g. behind PgBouncer). Default true. */
   listen?: boolean;
   /**

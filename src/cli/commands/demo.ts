@@ -41,14 +41,18 @@ export function registerDemo(program: Command): void {
         databaseUrl = embedded.url;
         stop = embedded.stop;
       }
-      const interrupted = () => void stop?.().finally(() => process.exit(130));
+      // Without an embedded Postgres to stop, `stop?.().finally(...)` was skipped whole,
+      // and the first Ctrl-C did nothing (outside review 174).
+      const interrupted = () => void (stop ? stop() : Promise.resolve()).finally(() => process.exit(130));
       process.once('SIGINT', interrupted);
+      process.once('SIGTERM', interrupted);
       try {
         const result = await runDemo({ connectionString: databaseUrl, jobs, workers, concurrency, out });
         if (flags.json) printJson(result);
         if (!result.ranExactlyOnce) process.exitCode = 1;
       } finally {
         process.off('SIGINT', interrupted);
+        process.off('SIGTERM', interrupted);
         await stop?.();
       }
     });

@@ -23,6 +23,9 @@ export function registerStats(program: Command): void {
     .option('--json', 'print the numbers as one JSON line (one per refresh with --watch)')
     .addHelpText('after', '\nExamples:\n  sluice stats\n  sluice stats --watch --interval 1s')
     .action(async (flags: StatsFlags, command: Command) => {
+      // Taken and ignored (outside review 174).
+      if (!flags.watch && command.getOptionValueSource('interval') === 'cli')
+        throw new UsageError('--interval goes with --watch');
       if (flags.interval < MIN_INTERVAL_MS) {
         throw new UsageError(
           `--interval must be at least ${MIN_INTERVAL_MS}ms (got ${formatDuration(flags.interval)}): each refresh runs the stats query`,
