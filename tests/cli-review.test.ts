@@ -145,6 +145,25 @@ describe('worker', () => {
   });
 });
 
+describe('demo', () => {
+  it('stops at the first Ctrl-C on a DATABASE_URL, with exit 130 (outside review 174: it went on)', async () => {
+    const demo = spawnCli(['demo', '--jobs', '200000', '--workers', '1', '--concurrency', '1'], { DATABASE_URL: fx.db.url });
+    try {
+      await waitFor(() => demo.stdout().includes('started 1 workers'), 'the demo to run its workers', 60_000);
+      demo.child.kill('SIGINT');
+      const result = await Promise.race([
+        demo.exited,
+        new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 20_000)),
+      ]);
+      expect(result?.code).toBe(130);
+    } finally {
+      demo.child.kill('SIGKILL');
+      await demo.exited;
+      await fx.db.pool.query('DROP SCHEMA IF EXISTS sluice_demo CASCADE');
+    }
+  });
+});
+
 describe('usage errors', () => {
   it('demo refuses a schema other than sluice_demo, from --schema or SLUICE_SCHEMA (exit 2)', async () => {
     expectOneLineError(
