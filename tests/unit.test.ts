@@ -259,6 +259,18 @@ describe('connection helpers', () => {
     ).toBeUndefined();
     expect(loginProblem(coded('42501', 'permission denied for schema sluice'), url)).toBeUndefined();
     expect(loginProblem(coded('ECONNREFUSED', 'connect ECONNREFUSED'), url)).toBeUndefined();
+    // PgBouncer says both with 08P01: a refused login, and a passing outage (outside review 176).
+    for (const refused of [
+      '"trust" authentication failed',
+      'password authentication failed',
+      'no such user: app',
+      'no such database: x',
+    ]) {
+      expect(loginProblem(coded('08P01', refused), url), refused).toMatch(/the pooler's auth_file/);
+    }
+    expect(
+      loginProblem(coded('08P01', 'server login has been failing, try again later (server_login_retry)'), url),
+    ).toBeUndefined();
   });
   it('tells a statement that was never sent from one that may have run', () => {
     const sentNothing = [

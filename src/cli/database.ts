@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { join } from 'node:path';
 import pg from 'pg';
-import { connectionError, describeTarget, type PgPool } from '../db/connection.js';
+import { connectionError, describeTarget, loginProblem, type PgPool } from '../db/connection.js';
 import { databaseUrlProblem } from '../db/database-url.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import {
@@ -96,13 +96,22 @@ async function reach(pool: PgPool, url: string, wait: boolean): Promise<void> {
   for (;;) {
     try {
       const client = await pool.connect();
-      client.release();
+      try {
+        // A statement, not the login alone: a pooler (PgBouncer) accepts the login
+        // itself and fails the first statement when it cannot reach Postgres ("server
+        // login has been failing"), which ended a worker started just after a restart
+        // (outside review 176).
+        await client.query('SELECT 1');
+      } finally {
+        client.release();
+      }
       if (since !== undefined)
         process.stderr.write(`sluice: reached Postgres after ${Math.round((Date.now() - since) / 1000)} s\n`);
       return;
     } catch (err) {
       const failure = connectionError(err, url);
-      if (!wait || !isConnectionFailure(err)) throw failure;
+      // A pooler's refusal of the login comes as a connection error (08P01): not waited for.
+      if (!wait || !isConnectionFailure(err) || loginProblem(err, url)) throw failure;
       since ??= Date.now();
       if (Date.now() - noticed >= REPEAT_NOTICE_MS) {
         noticed = Date.now();
@@ -127,6 +136,10 @@ async function openFor<T>(
     max: 2,
     application_name: 'sluice-cli',
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    // A worker's or relay's check must not hold a connection beside its own budget
+    // for pg's default 10 s (outside review 176: 20 workers started at once met
+    // PgBouncer's max_client_conn).
+    idleTimeoutMillis: 1_000,
   });
   pool.on('error', () => {});
   // A client's lost connection, reported before the command's statement hears of it, must not end the process.

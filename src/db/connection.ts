@@ -268,6 +268,11 @@ function refusalHint(code: unknown, message: string, severity: unknown): string 
     return severity === 'FATAL' && /^permission denied for database/.test(message)
       ? 'grant the role CONNECT on the database'
       : undefined;
+  // PgBouncer refuses a login with 08P01, the code of its passing outages too ("server
+  // login has been failing"): told apart by its words (outside review 176: waited for ever).
+  if (code === '08P01' && /authentication failed|^no such (user|database)/.test(message)) {
+    return "check the user and password in the database URL, and the pooler's auth_file and databases";
+  }
   // pg's own words when the server asks for a password the URL does not give (outside review 154).
   if (/client password must be a string/.test(message)) return 'the server asks for a password: give it in the database URL';
   return typeof code === 'string' ? LOGIN_REFUSED[code] : undefined;

@@ -3,6 +3,8 @@ import { ConnectionError, migrate, NotSentError, Queue } from '../../src/index.j
 import type { EmbeddedPostgres } from '../../src/dev/embedded-postgres.js';
 import { startPgBouncer, type PgBouncer } from '../helpers/pgbouncer.js';
 import { startPrivatePostgres } from '../helpers/private-postgres.js';
+import { FIXTURES, spawnCli, type CliProcess } from '../helpers/cli.js';
+import { waitFor } from '../helpers/database.js';
 
 // Run by `npm run test:pgbouncer`. Postgres goes down here, so it is a private server.
 let server: EmbeddedPostgres;
@@ -45,4 +47,28 @@ it('an enqueue PgBouncer could not hand to Postgres is a NotSentError: the job d
   } finally {
     await queue.close();
   }
+});
+
+it('sluice worker started while PgBouncer cannot reach Postgres waits for it, and one PgBouncer refuses the login of exits 1 (outside review 176)', async () => {
+  const args = ['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--no-listen', '--no-prepared-statements'];
+  // PgBouncer takes the login itself and fails the first statement ("server login has been
+  // failing", 08P01): the worker exited 1 where a Postgres down is waited for.
+  let cli: CliProcess | undefined;
+  try {
+    await server.restart(async () => {
+      cli = spawnCli([...args, '--database-url', bouncer.url]);
+      await waitFor(() => cli!.stderr().includes('waiting for it'), 'the worker to wait for Postgres', 30_000);
+    });
+    await waitFor(() => cli!.stderr().includes('reached Postgres after'), 'the worker to reach Postgres', 30_000);
+    cli!.child.kill('SIGTERM');
+    expect((await cli!.exited).code).toBe(0);
+  } finally {
+    cli?.child.kill('SIGKILL');
+  }
+  // A user PgBouncer does not know: refused with the same code, for good.
+  const stranger = new URL(bouncer.url);
+  stranger.username = 'no_such_user_here';
+  const refused = await spawnCli([...args, '--database-url', stranger.toString()]).exited;
+  expect(refused.code).toBe(1);
+  expect(refused.stderr).toMatch(/authentication failed.*the pooler's auth_file/);
 });
