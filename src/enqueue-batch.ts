@@ -16,6 +16,13 @@ export interface EnqueueBatch {
  */
 const UNIFORM_MAX_PAYLOAD_UNITS = 32 * 1024 * 1024;
 
+/** Adds a job's key to its batch's; one already there is a ValidationError (`what`: its caller, `twice`: how it says so). */
+export function addBatchKey(keys: Set<string>, key: string | null, what: string, twice: string): void {
+  if (key === null) return;
+  if (keys.has(key)) throw new ValidationError(`${what}: jobKey ${JSON.stringify(key)} ${twice}`);
+  keys.add(key);
+}
+
 /**
  * Chooses how a validated batch is sent: keyed jobs row by row through
  * enqueue_job(), a batch of one queue and one set of options as two JSON arrays
@@ -28,13 +35,7 @@ const UNIFORM_MAX_PAYLOAD_UNITS = 32 * 1024 * 1024;
  */
 export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
   const keys = new Set<string>();
-  for (const v of values) {
-    if (v.job_key === null) continue;
-    if (keys.has(v.job_key)) {
-      throw new ValidationError(`enqueueMany: jobKey ${JSON.stringify(v.job_key)} appears twice in the batch`);
-    }
-    keys.add(v.job_key);
-  }
+  for (const v of values) addBatchKey(keys, v.job_key, 'enqueueMany', 'appears twice in the batch');
   const first = values[0]!;
   let units = 0;
   const uniform =

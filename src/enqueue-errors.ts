@@ -49,13 +49,18 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
  * A failed insert of enqueueAfterCommit's `jobs` jobs, after the caller's work
  * resolved: said as what it is, their transaction committed and the jobs may be
  * lost (outside review 124: the plain enqueue message read like a failure of
- * that transaction). Other errors pass as they are.
+ * that transaction). Any failure, not only a lost connection: a DuplicateJobError
+ * there read as if nothing had committed (outside review 177). A lost connection
+ * becomes a new error of its class; another Sluice error keeps its class and
+ * fields, its message prefixed (it was made for this call alone).
  */
 export function afterCommitError(err: unknown, jobs: number): unknown {
-  if (!(err instanceof ConnectionError) || jobs === 0) return err;
+  if (jobs === 0 || !(err instanceof SluiceError)) return err;
+  const message = `enqueueAfterCommit: work() resolved (taken to mean your transaction committed), then enqueueing its ${jobs} job(s) failed: ${err.message}`;
+  if (!(err instanceof ConnectionError)) {
+    err.message = message;
+    return err;
+  }
   const Failed = err instanceof NotSentError ? NotSentError : ConnectionError;
-  return new Failed(
-    `enqueueAfterCommit: work() resolved (taken to mean your transaction committed), then enqueueing its ${jobs} job(s) failed: ${err.message}`,
-    { cause: err },
-  );
+  return new Failed(message, { cause: err });
 }

@@ -22,7 +22,7 @@ import { closedWhileWaiting, waitForJob } from './wait-for.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { jobIdOf, readInput, toJobValues } from './job-values.js';
-import { enqueueBatch } from './enqueue-batch.js';
+import { addBatchKey, enqueueBatch } from './enqueue-batch.js';
 import {
   ENQUEUE_KEYS,
   QUEUE_KEYS,
@@ -263,6 +263,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async enqueueAfterCommit<R>(work: (jobs: AfterCommitJobs<T>) => Promise<R>): Promise<{ result: R; jobIds: string[] }> {
     const specs: JobSpec[] = [];
+    const keys = new Set<string>();
     let collecting = true;
     const jobs: AfterCommitJobs<T> = {
       enqueue: async (task, ...[payload, options = {}]) => {
@@ -275,19 +276,17 @@ export class Queue<T extends TaskMap = AnyTasks> {
         const spec = readInput('enqueueAfterCommit', () => ({ ...options, task, payload }) as JobSpec);
         // Everything enqueueMany would check, now, while the caller can still roll back.
         if (this.schemas.size > 0) await validatePayload(this.schemas, task, payload);
-        readInput('enqueueAfterCommit', () => {
+        const key = readInput('enqueueAfterCommit', () => {
           input.rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
-          toJobValues(spec, this.maxPayloadBytes);
+          return toJobValues(spec, this.maxPayloadBytes).job_key;
         });
+        // A key twice, refused now while the caller can roll back: after its commit it lost every job (outside review 177).
+        addBatchKey(keys, key, 'enqueueAfterCommit', "is already among this call's jobs; a batch holds each key once");
         specs.push(spec);
       },
     };
-    let result: R;
-    try {
-      result = await work(jobs);
-    } finally {
-      collecting = false;
-    }
+    // Inside an async function: a work() that throws before its first await ends collecting too.
+    const result = await (async () => work(jobs))().finally(() => (collecting = false));
     try {
       return { result, jobIds: await this.enqueueMany(specs as TaskSpec<T>[]) };
     } catch (err) {

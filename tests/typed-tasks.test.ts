@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
-import { ConfigError, Queue, ValidationError, Worker, type JobRow, type TaskInputsOf } from '../src/index.js';
+import { ConfigError, DuplicateJobError, Queue, ValidationError, Worker, type JobRow, type TaskInputsOf } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { TEST_DRIVER } from './helpers/driver.js';
 
@@ -195,5 +195,31 @@ describe('enqueueAfterCommit', () => {
     } finally {
       client.release();
     }
+  });
+
+  it('refuses a key twice inside work(), and says a failure after it resolved came after the commit (outside review 177)', async () => {
+    // Inside work(): the caller can still roll back. After its commit every job of the batch was lost, as a ValidationError.
+    let refusedInside: unknown;
+    await queue.enqueueAfterCommit(async (jobs) => {
+      await jobs.enqueue('send_welcome', { userId: 7 }, { queue: 'after-commit-keys', jobKey: 'u7' });
+      refusedInside = await jobs
+        .enqueue('send_welcome', { userId: 7 }, { queue: 'after-commit-keys', jobKey: 'u7' })
+        .catch((err: unknown) => err);
+    });
+    expect(refusedInside).toBeInstanceOf(ValidationError);
+    expect((refusedInside as Error).message).toMatch(/jobKey "u7" is already among this call's jobs/);
+    expect(await jobsOf('after-commit-keys')).toHaveLength(1);
+    // A key held already, in 'error' mode: known only at the insert, after the commit, and said so.
+    const late = await queue
+      .enqueueAfterCommit(async (jobs) => {
+        await jobs.enqueue('send_welcome', { userId: 8 }, { queue: 'after-commit-keys' });
+        await jobs.enqueue('send_welcome', { userId: 7 }, { queue: 'after-commit-keys', jobKey: 'u7', jobKeyMode: 'error' });
+      })
+      .catch((err: unknown) => err);
+    expect(late).toBeInstanceOf(DuplicateJobError);
+    expect((late as Error).message).toMatch(
+      /^enqueueAfterCommit: work\(\) resolved \(taken to mean your transaction committed\), then enqueueing its 2 job\(s\) failed: /,
+    );
+    expect(await jobsOf('after-commit-keys')).toHaveLength(1);
   });
 });
