@@ -116,12 +116,11 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
   async enqueue<K extends keyof T & string>(task: K, ...[payload, options = {}]: EnqueueArgs<T[K]>): Promise<string> {
-    // Not through an async function without a schema: a payload returned from one is
-    // read for a `then` (a hostile Proxy throws there, outside readInput).
-    const checked = this.schemas.size > 0 ? await validatePayload(this.schemas, task, payload) : payload;
+    // Checked, and stored as given: the worker parses it (see validateBatchPayloads).
+    if (this.schemas.size > 0) await validatePayload(this.schemas, task, payload);
     const v = readInput('enqueue', () => {
       input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
-      return toJobValues({ ...options, task, payload: checked }, this.maxPayloadBytes);
+      return toJobValues({ ...options, task, payload }, this.maxPayloadBytes);
     });
     const db = this.executor(options.tx, true);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority, v.group_key];

@@ -49,7 +49,10 @@ export async function validatePayload(
 /**
  * validatePayload for each job of an enqueueMany batch that has a schema; the
  * error names the job's place in the batch. Array.from, not map: a hole in the
- * array is a job too (undefined, refused by the caller).
+ * array is a job too (undefined, refused by the caller). The jobs keep their
+ * payloads as given, the schema's input: the worker parses every payload, so one
+ * stored as the schema's output was parsed twice, and a schema whose output is not
+ * valid input (a transform) failed every job (outside review 179).
  */
 export async function validateBatchPayloads<S extends { task: string; payload?: unknown }>(
   schemas: ReadonlyMap<string, StandardSchemaV1>,
@@ -59,7 +62,8 @@ export async function validateBatchPayloads<S extends { task: string; payload?: 
     Array.from(jobs, async (spec, i) => {
       if (!spec || typeof spec !== 'object' || !schemas.has(spec.task)) return spec;
       try {
-        return { ...spec, payload: await validatePayload(schemas, spec.task, spec.payload) };
+        await validatePayload(schemas, spec.task, spec.payload);
+        return spec;
       } catch (err) {
         throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
       }
