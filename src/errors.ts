@@ -165,7 +165,7 @@ export class PermanentFailure extends SluiceError {
 }
 
 /**
- * enqueue with `onConflict: 'error'` found another job holding the key. Nothing
+ * enqueue with `jobKeyMode: 'error'` found another job holding the key. Nothing
  * was inserted. (In your own transaction the failed statement aborts it, as any
  * SQL error does: use a savepoint if you want to carry on.)
  */

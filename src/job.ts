@@ -122,6 +122,8 @@ export interface JobRow<P = unknown, R = unknown> {
   result?: R | null;
   /** The last progress the handler reported (getJob only). */
   progress?: unknown;
+  /** listJobs / searchJobs rows only: whether the row is in the history (moved there by the pruner). */
+  archived?: boolean;
 }
 
 /** One failed attempt in a job's error history. */

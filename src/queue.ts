@@ -261,6 +261,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
    *     }));
    */
   async enqueueAfterCommit<R>(work: (jobs: AfterCommitJobs<T>) => Promise<R>): Promise<{ result: R; jobIds: string[] }> {
+    if (typeof work !== 'function') throw new ValidationError('enqueueAfterCommit: work must be a function'); // review 179
     const specs: JobSpec[] = [];
     const keys = new Set<string>();
     let collecting = true;

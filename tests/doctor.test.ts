@@ -35,6 +35,28 @@ function cli(args: string[]): Promise<{ code: number | null; stdout: string }> {
 }
 
 describe('doctor', () => {
+  it("counts the pruner's lag on completed and cancelled jobs only: dead letters are kept by design (outside review 178)", async () => {
+    const own = await createTestSchema('doctor_dead');
+    try {
+      const insert = (status: string) =>
+        own.pool.query(
+          `INSERT INTO ${own.s}.jobs (queue, task, status, attempts, finished_at) VALUES ('q', 't', $1, 1, now() - interval '2 days')`,
+          [status],
+        );
+      // Written as the owner, past migration 0011's checks on what a new row may be.
+      await insert('failed');
+      const withDeadLetter = check(await runDoctor({ db: own.pool, schema: own.schema }), 'maintenance');
+      expect(withDeadLetter.status).toBe('ok');
+      expect(withDeadLetter.summary).toContain('1 finished jobs in the hot table (1 failed, kept as dead letters)');
+      await insert('completed');
+      const withCompleted = check(await runDoctor({ db: own.pool, schema: own.schema }), 'maintenance');
+      expect(withCompleted.status).toBe('critical');
+      expect(withCompleted.summary).toMatch(/oldest completed or cancelled 2(\.0)? ?d/);
+    } finally {
+      await own.drop();
+    }
+  });
+
   it('finds a table full of dead tuples that autovacuum is not cleaning', async () => {
     await db.pool.query(`CREATE TABLE ${db.s}.bloated (id int, pad text) WITH (autovacuum_enabled = false)`);
     // Stored as written: OFF is as off as false (outside review 124).

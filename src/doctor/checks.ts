@@ -324,6 +324,9 @@ export function checkStuck(rows: StuckRow[], t: DoctorThresholds): CheckResult {
 export interface MaintenanceRow {
   leader: string | null;
   finished: number;
+  /** Failed jobs among `finished`: kept for their retention, not the pruner's lag. */
+  dead_letters: number;
+  /** The oldest completed or cancelled job's age since it finished. */
   oldest_finished_ms: number | null;
   active: number;
 }
@@ -334,15 +337,17 @@ export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): Chec
   if (!row.leader && row.active > 0 && status === 'ok') status = 'warn';
   const summary =
     `leader: ${row.leader ?? 'none'}; ${row.finished} finished jobs in the hot table` +
-    (row.oldest_finished_ms !== null ? `, oldest finished ${formatMs(lag)} ago` : '');
+    (row.dead_letters > 0 ? ` (${row.dead_letters} failed, kept as dead letters)` : '') +
+    (row.oldest_finished_ms !== null ? `, oldest completed or cancelled ${formatMs(lag)} ago` : '');
   return result(
     'maintenance',
     'maintenance leader and pruning',
     status,
     summary,
     'Finished jobs are moved out by the maintenance leader. No leader: no worker of this schema is running ' +
-      '(or all run with maintenance: false). A leader but old finished jobs: the pruner is disabled (pruner: false) ' +
-      "or failing; see the worker's error events.",
+      '(or all run with maintenance: false). A leader but old completed or cancelled jobs: the pruner is disabled ' +
+      "(pruner: false) or failing, see the worker's error events; or it runs in mode 'delete', which keeps completed " +
+      'jobs for their retention: give unprunedMs above it.',
     [row],
   );
 }
