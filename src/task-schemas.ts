@@ -72,7 +72,8 @@ export async function validateBatchPayloads<S extends { task: string; payload?: 
 }
 
 /**
- * The worker's side: a handler that first validates the stored payload. A payload
+ * The worker's side: a handler that first validates the stored payload, and hands
+ * the result as its first argument and as `ctx.job.payload`. A payload
  * that does not fit fails the job at once (PermanentFailure): no retry fixes it.
  */
 export function withPayloadSchema(
@@ -87,7 +88,12 @@ export function withPayloadSchema(
     } catch (err) {
       throw new PermanentFailure((err as Error).message, { cause: err });
     }
-    return handler(value, ctx);
+    // ctx.job is typed with the parsed payload: hand it the parsed one too (outside
+    // review 179 found the stored one there). Descriptors, not a spread, so the lazy
+    // signal getter stays lazy.
+    const parsed = Object.defineProperties({}, Object.getOwnPropertyDescriptors(ctx)) as typeof ctx;
+    Object.defineProperty(parsed, 'job', { value: { ...ctx.job, payload: value }, enumerable: true });
+    return handler(value, parsed);
   };
 }
 

@@ -146,13 +146,20 @@ describe('typed tasks with Standard Schema validation', () => {
     const transforming = { tr: z.object({ n: z.string().transform(Number), lang: z.string().default('en') }) };
     const producer = new Queue({ pool: db.pool, schema: db.schema, schemas: transforming });
     const seen: unknown[] = [];
+    const onJob: unknown[] = [];
     const worker = new Worker({
       connectionString: db.url,
       schema: db.schema,
       driver: TEST_DRIVER,
       queues: ['typed-transform'],
       schemas: transforming,
-      tasks: { tr: async (payload) => void seen.push(payload) },
+      tasks: {
+        tr: async (payload, ctx) => {
+          seen.push(payload);
+          onJob.push(ctx.job.payload);
+          void ctx.signal; // still readable on the context handed on
+        },
+      },
     });
     worker.on('error', () => {});
     await worker.start();
@@ -171,6 +178,8 @@ describe('typed tasks with Standard Schema validation', () => {
         { n: 7, lang: 'en' },
         { n: 8, lang: 'en' },
       ]);
+      // ctx.job.payload is typed as the parsed payload, and holds it.
+      expect(onJob).toEqual(seen);
     } finally {
       await worker.stop();
     }

@@ -37,6 +37,11 @@ describe('retryDelayMs', () => {
     expect([1, 2, 30].map((n) => retryDelayMs(n, fixed, () => 1))).toEqual([1_000, 1_000, 1_000]);
     expect(retryDelayMs(7, fixed, () => 0)).toBe(500);
   });
+  it('refuses a delay it cannot compute instead of returning NaN', () => {
+    expect(() => retryDelayMs(Number.NaN, opts)).toThrow(ValidationError);
+    expect(() => retryDelayMs(1, { baseMs: Number.NaN, maxMs: 1 })).toThrow(/baseMs must be a finite number/);
+    expect(() => retryDelayMs(1, { baseMs: 1, maxMs: -1 })).toThrow(/maxMs/);
+  });
 });
 
 describe('serializePayload', () => {

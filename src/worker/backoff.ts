@@ -1,3 +1,5 @@
+import { ValidationError } from '../errors.js';
+
 /** How the retry delay grows with the attempt number. */
 export type BackoffShape = 'exponential' | 'linear' | 'fixed';
 
@@ -23,6 +25,13 @@ export function retryDelayMs(
   options: Required<Omit<BackoffOptions, 'shape'>> & Pick<BackoffOptions, 'shape'>,
   random = Math.random,
 ): number {
+  // Exported for users' own schedules: a NaN here would become a NaN run_at.
+  if (!Number.isFinite(attempt)) throw new ValidationError(`attempt must be a finite number, got ${String(attempt)}`);
+  for (const key of ['baseMs', 'maxMs'] as const) {
+    const value: unknown = options[key];
+    if (typeof value !== 'number' || !Number.isFinite(value) || value < 0)
+      throw new ValidationError(`${key} must be a finite number ≥ 0, got ${String(value)}`);
+  }
   const n = Math.max(attempt, 1);
   const growth = options.shape === 'fixed' ? 1 : options.shape === 'linear' ? n : 2 ** Math.min(n - 1, 52);
   const nominal = Math.min(options.maxMs, options.baseMs * growth);
