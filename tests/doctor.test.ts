@@ -222,6 +222,18 @@ describe('doctor', () => {
 
   it('rejects unknown options and thresholds', async () => {
     await expect(runDoctor({ db: db.pool, schema: db.schema, thresholds: { nope: 1 } as never })).rejects.toThrow(ConfigError);
+    // Shapes: a value that compared as NaN turned its check off without a word.
+    for (const bad of [
+      { backlogAgeMs: 5 },
+      { backlogAgeMs: [10, 'x'] },
+      { stuckMs: [9, 1] },
+      { deadTupleMin: '5' },
+      { deadTupleMin: -1 },
+    ]) {
+      await expect(runDoctor({ db: db.pool, schema: db.schema, thresholds: bad as never })).rejects.toThrow(
+        /thresholds\.\w+ must be/,
+      );
+    }
     await expect(runDoctor({ db: db.pool, schema: db.schema, verbose: true } as never)).rejects.toThrow(
       /unknown option "verbose"/,
     );

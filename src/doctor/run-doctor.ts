@@ -60,7 +60,25 @@ function resolveThresholds(overrides: Partial<DoctorThresholds> | undefined): Do
   if (overrides === undefined) return DEFAULT_THRESHOLDS;
   if (typeof overrides !== 'object' || overrides === null) throw new ConfigError('thresholds must be an object');
   rejectUnknownKeys(overrides, new Set(Object.keys(DEFAULT_THRESHOLDS)), 'thresholds');
+  for (const [key, value] of Object.entries(overrides)) {
+    if (value !== undefined) checkThreshold(key as keyof DoctorThresholds, value);
+  }
   return { ...DEFAULT_THRESHOLDS, ...overrides };
+}
+
+/**
+ * A threshold has its default's shape: a number, or [warn, critical] with warn ≤
+ * critical. A string or a single number where a pair belongs compared as NaN and
+ * turned the check off without a word.
+ */
+function checkThreshold(key: keyof DoctorThresholds, value: unknown): void {
+  const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
+  if (Array.isArray(DEFAULT_THRESHOLDS[key])) {
+    if (!Array.isArray(value) || value.length !== 2 || !value.every(isNumber) || value[0] > value[1])
+      throw new ConfigError(`thresholds.${key} must be [warn, critical], two numbers ≥ 0 with warn ≤ critical`);
+  } else if (!isNumber(value)) {
+    throw new ConfigError(`thresholds.${key} must be a number ≥ 0`);
+  }
 }
 
 async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Promise<DoctorReport> {
