@@ -408,6 +408,12 @@ describe('stats', () => {
       { queue: 'a', pending: 1, completed: 1, completedInWindow: 1 },
       { queue: 'b', pending: 2, scheduled: 1 },
     ]);
+    expect(json.queues.map((q: { paused: boolean }) => q.paused)).toEqual([false, false]);
+
+    // A paused queue's backlog waits on purpose: stats says so (outside review 178).
+    expect((await sluice('queues', 'pause', 'b')).code).toBe(0);
+    expect((await sluice('stats')).stdout).toMatch(/^b \(paused\)\s+2\s+1\s/m);
+    expect(JSON.parse((await sluice('stats', '--json')).stdout).queues[1]).toMatchObject({ queue: 'b', paused: true });
   });
 
   it('--watch into a pipe that closes (| head -1) exits 0 quietly, not with an unhandled EPIPE', async () => {

@@ -32,6 +32,8 @@ export interface QueueStats {
   cancelledInWindow: number;
   /** completedInWindow per second of the window. */
   jobsPerSecond: number;
+  /** The queue is paused: its pending jobs wait on purpose (`sluice queues resume`). */
+  paused: boolean;
   /** A grouped queue's groups, when asked for (`groups: true`); absent for other queues. */
   groups?: QueueGroupCounts;
 }

@@ -9,8 +9,6 @@ export const OVERVIEW_WINDOW_MS = 3_600_000;
 export interface QueueOverview extends QueueStats {
   /** Failed for good / (completed + failed for good) in the last hour; null without finished jobs. */
   failureRate: number | null;
-  /** Paused queues are not claimed from (src/control.ts). */
-  paused: boolean;
   /** Cluster-wide limit of running jobs; null: none. */
   concurrencyLimit: number | null;
 }
@@ -27,6 +25,7 @@ const NO_JOBS: Omit<QueueStats, 'queue'> = {
   failedInWindow: 0,
   cancelledInWindow: 0,
   jobsPerSecond: 0,
+  paused: false,
 };
 
 export interface Overview {

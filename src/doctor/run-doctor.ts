@@ -74,7 +74,7 @@ function resolveThresholds(overrides: Partial<DoctorThresholds> | undefined): Do
 function checkThreshold(key: keyof DoctorThresholds, value: unknown): void {
   const isNumber = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v) && v >= 0;
   if (Array.isArray(DEFAULT_THRESHOLDS[key])) {
-    if (!Array.isArray(value) || value.length !== 2 || !value.every(isNumber) || value[0] > value[1])
+    if (!Array.isArray(value) || value.length !== 2 || !value.every(isNumber) || value[0]! > value[1]!)
       throw new ConfigError(`thresholds.${key} must be [warn, critical], two numbers ≥ 0 with warn ≤ critical`);
   } else if (!isNumber(value)) {
     throw new ConfigError(`thresholds.${key} must be a number ≥ 0`);

@@ -106,7 +106,7 @@ function renderQueues(stats: Stats): string {
       `FAILED (${window})`,
     ],
     stats.queues.map((q) => [
-      q.queue,
+      q.paused ? `${q.queue} (paused)` : q.queue,
       String(q.pending),
       String(q.scheduled),
       String(q.processing),

@@ -216,8 +216,10 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
         h.oldest_pending_ms AS "oldestPendingMs",
         coalesce(h.completed_in_window, 0) + coalesce(a.completed_in_window, 0) AS "completedInWindow",
         coalesce(h.failed_in_window, 0) + coalesce(a.failed_in_window, 0) AS "failedInWindow",
-        coalesce(h.cancelled_in_window, 0) + coalesce(a.cancelled_in_window, 0) AS "cancelledInWindow"
+        coalesce(h.cancelled_in_window, 0) + coalesce(a.cancelled_in_window, 0) AS "cancelledInWindow",
+        coalesce(q.paused, false) AS paused
       FROM hot h FULL JOIN archived a USING (queue)
+      LEFT JOIN ${s}.queues q ON q.name = queue
       ORDER BY queue`,
 
     // Jobs finished per minute over the last $1 minutes (the current minute
