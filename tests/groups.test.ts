@@ -2,7 +2,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import { getGroupStats } from '../src/admin/groups.js';
 import { workerStatements } from '../src/db/statements/worker.js';
-import { ValidationError } from '../src/errors.js';
+import { ConfigError, ValidationError } from '../src/errors.js';
 import { Queue, SluiceMetrics } from '../src/index.js';
 import { watchGroups } from '../src/metrics/groups.js';
 import {
@@ -1147,5 +1147,20 @@ describe('groups: metrics', () => {
     expect(text).toContain(`sluice_queue_groups{schema="${t.db.schema}",queue="gunmarked"} 2`);
     expect(text).toContain(`sluice_group_jobs{schema="${t.db.schema}",queue="gunmarked",group="a",state="due"} 2`);
     expect(text).not.toContain(`queue="gplain"`);
+    expect(text).toContain(`sluice_group_stats_up{schema="${t.db.schema}"} 1`);
+  });
+
+  it('refuses bad options at once, and says when a scrape could not read the groups (outside review 181)', async () => {
+    const metrics = new SluiceMetrics();
+    // Accepted before, then every scrape failed its read and left all group series out.
+    for (const bad of [{ top: 1e9 }, { top: '3' }, { top: 0 }, { top: 2.5 }, { tpo: 2 }, { prefix: 'bad prefix' }]) {
+      expect(() => watchGroups(metrics, t.db.schema, t.db.pool, bad as never)).toThrow(ConfigError);
+    }
+    expect(() => new SluiceMetrics({ prefix: '1x' })).toThrow(/prefix must start a Prometheus metric name/);
+    // A schema that is not installed: the read fails, the scrape says so.
+    watchGroups(metrics, 'not_installed_here', t.db.pool);
+    const text = await metrics.text();
+    expect(text).toContain('sluice_group_stats_up{schema="not_installed_here"} 0');
+    expect(text).not.toMatch(/^sluice_queue_groups\{/m);
   });
 });

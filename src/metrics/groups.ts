@@ -1,8 +1,13 @@
 import type * as PromClient from 'prom-client';
 import { getGroupStats, queuesWithGroups, type QueueGroupStats } from '../admin/groups.js';
 import type { Queryable } from '../db/executor.js';
+import { ConfigError } from '../errors.js';
 import { requirePeer } from '../optional-peer.js';
+import { checks } from '../validate.js';
 import type { SluiceMetrics } from './metrics.js';
+import { metricPrefix } from './metric-prefix.js';
+
+const { checkSchemaName, intOption, rejectUnknownKeys } = checks(ConfigError);
 
 export interface GroupMetricsOptions {
   /** Label this many groups per queue (the busiest by due jobs). Default 20: a label per group of 10,000 would swamp Prometheus. */
@@ -20,20 +25,27 @@ export interface GroupMetricsOptions {
  *   concurrency or rate limit holds back now;
  * - `sluice_group_jobs{schema,queue,group,state}`: due and running jobs of the
  *   `top` busiest groups (group "" for the jobs without one).
+ * - `sluice_group_stats_up{schema}`: 1 when the scrape read them, 0 when it could
+ *   not (the series above are then absent).
  * One scrape reads each grouped queue's pending jobs once (see getGroupStats).
+ * Options are checked here, not at the first scrape: a bad one used to fail every
+ * read, and the read's failure only left the series out (outside review 181).
  *
  * @example
  *   const metrics = new SluiceMetrics();
  *   watchGroups(metrics, 'sluice', pool, { top: 10 });
  */
 export function watchGroups(metrics: SluiceMetrics, schema: string, db: Queryable, options: GroupMetricsOptions = {}): void {
+  rejectUnknownKeys(options, new Set(['top', 'prefix']), 'watchGroups');
+  checkSchemaName(schema);
+  const p = metricPrefix(options.prefix, 'watchGroups');
+  const top = intOption('top', options.top, 20, 1, 10_000);
   const client = requirePeer<typeof PromClient>('prom-client', 'watchGroups');
-  const p = options.prefix ?? 'sluice_';
-  const top = options.top ?? 20;
   const registers = [metrics.registry as PromClient.Registry];
-  // The three gauges are collected in one scrape: they share one read, forgotten
-  // on the next turn of the event loop so the following scrape reads afresh.
-  let pending: Promise<QueueGroupStats[]> | undefined;
+  // The gauges are collected in one scrape: they share one read, forgotten on the
+  // next turn of the event loop so the following scrape reads afresh. Undefined:
+  // the read failed.
+  let pending: Promise<QueueGroupStats[] | undefined> | undefined;
   const read = () => (pending ??= readGroups(db, schema, top).finally(() => setTimeout(() => (pending = undefined), 0)));
   const gauge = (name: string, help: string, labelNames: string[], fill: (g: PromClient.Gauge, s: QueueGroupStats) => void) =>
     new client.Gauge({
@@ -43,7 +55,7 @@ export function watchGroups(metrics: SluiceMetrics, schema: string, db: Queryabl
       registers,
       async collect() {
         this.reset();
-        for (const stats of await read()) fill(this, stats);
+        for (const stats of (await read()) ?? []) fill(this, stats);
       },
     });
   gauge(`${p}queue_groups`, 'Groups of a queue with pending or running jobs', [], (g, s) =>
@@ -52,6 +64,15 @@ export function watchGroups(metrics: SluiceMetrics, schema: string, db: Queryabl
   gauge(`${p}queue_groups_throttled`, 'Groups whose due jobs their concurrency or rate limit holds back', [], (g, s) =>
     g.set({ schema, queue: s.queue }, s.throttled),
   );
+  new client.Gauge({
+    name: `${p}group_stats_up`,
+    help: "1 when this scrape read the groups from the schema's database, 0 when it could not (the group series are then absent)",
+    labelNames: ['schema'],
+    registers,
+    async collect() {
+      this.set({ schema }, (await read()) ? 1 : 0);
+    },
+  });
   gauge(`${p}group_jobs`, 'Due and running jobs of the busiest groups of a queue', ['group', 'state'], (g, s) => {
     for (const group of s.top) {
       g.set({ schema, queue: s.queue, group: group.group ?? '', state: 'due' }, group.due);
@@ -60,12 +81,13 @@ export function watchGroups(metrics: SluiceMetrics, schema: string, db: Queryabl
   });
 }
 
-async function readGroups(db: Queryable, schema: string, top: number): Promise<QueueGroupStats[]> {
+async function readGroups(db: Queryable, schema: string, top: number): Promise<QueueGroupStats[] | undefined> {
   try {
     const queues = await queuesWithGroups(db, schema, { rateLimited: true });
     return await Promise.all(queues.map((name) => getGroupStats(db, schema, name, { limit: top })));
   } catch {
-    // A scrape must not fail because the database is briefly away; the gauges are just absent.
-    return [];
+    // A scrape must not fail because the database is briefly away: the gauges are
+    // absent, and group_stats_up says why.
+    return undefined;
   }
 }

@@ -5,6 +5,7 @@ import { requirePeer } from '../optional-peer.js';
 import { timeLimit } from '../lifecycle/time-limit.js';
 import { ConfigError } from '../errors.js';
 import { checks } from '../validate.js';
+import { metricPrefix } from './metric-prefix.js';
 
 const { rejectUnknownKeys } = checks(ConfigError);
 
@@ -85,7 +86,7 @@ export class SluiceMetrics {
   constructor(options: SluiceMetricsOptions = {}) {
     rejectUnknownKeys(options, new Set(['registry', 'prefix', 'durationBuckets']), 'SluiceMetrics');
     const client = requirePeer<typeof PromClient>('prom-client', 'SluiceMetrics');
-    const p = options.prefix ?? 'sluice_';
+    const p = metricPrefix(options.prefix, 'SluiceMetrics');
     const registry = (options.registry as PromClient.Registry | undefined) ?? new client.Registry();
     this.registry = registry;
     const registers = [registry];

@@ -5,6 +5,7 @@ import { requirePeer } from '../optional-peer.js';
 import { ConfigError } from '../errors.js';
 import { checks } from '../validate.js';
 import type { MetricsRegistry } from './metrics.js';
+import { metricPrefix } from './metric-prefix.js';
 
 const { rejectUnknownKeys } = checks(ConfigError);
 
@@ -44,7 +45,7 @@ export class RelayMetrics {
     // A misspelt `registry` registered the metrics where nothing serves them (outside review 173).
     rejectUnknownKeys(options, new Set(['registry', 'prefix']), 'RelayMetrics');
     const client = requirePeer<typeof PromClient>('prom-client', 'RelayMetrics');
-    const p = options.prefix ?? 'sluice_';
+    const p = metricPrefix(options.prefix, 'RelayMetrics');
     const registry = (options.registry as PromClient.Registry | undefined) ?? new client.Registry();
     this.registry = registry;
     const registers = [registry];
