@@ -115,15 +115,25 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     expect(typo.stderr).toMatch(/queue "nosuchqueue" has no jobs and no settings/);
   });
 
-  it('group-stats quotes a group key that would break its table: a line break, a tab, white space at an end', async () => {
-    const keys = ['line\nbreak', 'tab\there', '   ', ' lead', 'plain key'];
+  it('group-stats quotes a group key that would break its table or hide in it: a line break, a tab, white space at an end, invisible characters', async () => {
+    // Invisible ones too: a zero-width space, a right-to-left mark, a no-break space (outside review 181).
+    const keys = ['line\nbreak', 'tab\there', '   ', ' lead', 'plain key', '\u200b', 'a\u200fb', 'x\u00a0y'];
     await queue.enqueueMany(keys.map((group) => ({ task: 't', queue: 'odd-keys', group })));
     const result = await cli('group-stats', 'odd-keys');
     expect(result.code, result.stderr).toBe(0);
     const lines = result.stdout.trimEnd().split('\n');
     // A header line, the table's header and one line per group: no key split a row.
     expect(lines).toHaveLength(2 + keys.length);
-    for (const key of ['"line\\nbreak"', '"tab\\there"', '"   "', '" lead"', 'plain key']) {
+    for (const key of [
+      '"line\\nbreak"',
+      '"tab\\there"',
+      '"   "',
+      '" lead"',
+      'plain key',
+      '"\\u200b"',
+      '"a\\u200fb"',
+      '"x\\u00a0y"',
+    ]) {
       expect(
         lines.some((line) => line.startsWith(`${key}  `)),
         key,

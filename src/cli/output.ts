@@ -58,14 +58,26 @@ export function printTable(header: string[], rows: string[][]): void {
 
 /**
  * A name as the CLI prints it among other text: as is, unless it holds a control
- * character (a line break, a tab) or begins or ends with white space, which would
- * break a table's rows or hide in it; then quoted and escaped as a JSON string.
+ * character (a line break, a tab), an invisible one, or begins or ends with white
+ * space, which would break a table's rows or hide in it; then quoted and escaped
+ * as a JSON string, the invisible characters as \\u escapes too.
  * Group keys, queue and task names may hold anything (outside review 86).
  */
 export function printable(text: string): string {
-  // eslint-disable-next-line no-control-regex -- control characters are what it looks for
-  return /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(text) || text !== text.trim() ? JSON.stringify(text) : text;
+  if (!HIDDEN.test(text) && text === text.trim()) return text;
+  return JSON.stringify(text).replace(HIDDEN_ALL, (c) =>
+    [...Array(c.length).keys()].map((i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, '0')}`).join(''),
+  );
 }
+
+/**
+ * Characters a terminal does not show as themselves: controls, format characters
+ * (zero-width spaces, joiners, direction marks) and spaces other than ' '. A group
+ * named '\u200b' printed as a blank name (outside review 181); JSON.stringify
+ * escapes only the controls, so the rest are escaped here.
+ */
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/u;
+const HIDDEN_ALL = /[\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
 
 /** Left-aligned columns separated by two spaces: readable, and easy to cut/awk. Cells as printable() shows them. */
 export function formatTable(header: string[], rawRows: string[][]): string {
