@@ -3,7 +3,8 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runDoctor, type DoctorReport } from '../src/doctor/run-doctor.js';
-import { checkAutovacuum, estimateIndexBloat } from '../src/doctor/checks.js';
+import { checkAutovacuum, checkTables, estimateIndexBloat } from '../src/doctor/checks.js';
+import { DEFAULT_THRESHOLDS } from '../src/doctor/findings.js';
 import { ConfigError } from '../src/errors.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { runCli } from './helpers/cli.js';
@@ -77,6 +78,74 @@ describe('doctor', () => {
     const autovacuum = check(report, 'autovacuum');
     expect((autovacuum.details[0] as { disabled_tables: string[] }).disabled_tables).toEqual(['bloated', 'quiet']);
     expect(autovacuum.status).not.toBe('ok');
+  });
+
+  it('warns, not critical, about dead tuples autovacuum has yet to reach; critical once it has not vacuumed the table for vacuumWaitMs', async () => {
+    // Outside review 182: a burst of 20,000 jobs left the jobs table all dead tuples
+    // until autovacuum's next pass, and the doctor paged critical in between.
+    const deadIn = async (table: string, thresholds = {}) =>
+      waitFor(async () => {
+        const r = await runDoctor({ db: db.pool, schema: db.schema, thresholds });
+        const details = check(r, 'tables').details as { table: string; dead: number; live: number; status: string }[];
+        // Both counts: VACUUM and DELETE report their statistics apart.
+        return details.find((d) => d.table === table && d.dead === 27000 && d.live === 3000);
+      }, 'the statistics to show the dead tuples');
+    // A high trigger keeps autovacuum itself off the tables while the test looks.
+    // One session, its statistics flushed after each step: a VACUUM that ran before
+    // the INSERT's counts were flushed had them added on top of its own (33,000 live).
+    const session = await db.pool.connect();
+    const run = async (sql: string) => {
+      await session.query(sql);
+      await session.query('SELECT pg_stat_force_next_flush()');
+    };
+    const create = async (table: string) => {
+      await run(
+        `CREATE TABLE ${db.s}.${table} (id int) WITH (autovacuum_vacuum_threshold = 20000, autovacuum_vacuum_scale_factor = 0)`,
+      );
+      await run(`INSERT INTO ${db.s}.${table} SELECT g FROM generate_series(1, 30000) g`);
+    };
+    const lowTrigger = { deadTupleMin: 0 };
+    // With autovacuum off on the server (as on some test servers) nothing is coming: critical.
+    const { rows: settings } = await db.pool.query(
+      "SELECT current_setting('autovacuum') = 'on' AND current_setting('track_counts') = 'on' AS on",
+    );
+    const coming = settings[0].on ? 'warn' : 'critical';
+    await create('burst');
+    await run(`DELETE FROM ${db.s}.burst WHERE id % 10 <> 0`);
+    // Above the table's trigger (20,000): autovacuum would take it on its next pass.
+    expect((await deadIn('burst', lowTrigger)).status).toBe(coming);
+
+    await create('stale');
+    await run(`VACUUM ${db.s}.stale`);
+    await run(`DELETE FROM ${db.s}.stale WHERE id % 10 <> 0`);
+    session.release();
+    expect((await deadIn('stale', lowTrigger)).status).toBe(coming);
+    // Vacuumed longer ago than vacuumWaitMs, and the pile is still there.
+    expect((await deadIn('stale', { ...lowTrigger, vacuumWaitMs: 0 })).status).toBe('critical');
+    await db.pool.query(`DROP TABLE ${db.s}.burst, ${db.s}.stale`);
+  });
+
+  it('caps a dead-tuple pile at warn only while autovacuum runs on the server and on the table', () => {
+    // The rule itself, both server states, whatever this test server runs with.
+    const row = (reloptions: string[] | null, lastVacuum: Date | null) => ({
+      table: 't',
+      live: 3_000,
+      dead: 27_000,
+      last_vacuum: lastVacuum,
+      last_autovacuum: null,
+      last_autoanalyze: null,
+      autovacuum_count: 0,
+      total_bytes: 0,
+      reloptions,
+      vacuum_threshold: 50,
+      vacuum_scale_factor: 0.2,
+    });
+    const t = { ...DEFAULT_THRESHOLDS, vacuumWaitMs: 600_000 };
+    expect(checkTables([row(null, null)], t, true).status).toBe('warn');
+    expect(checkTables([row(null, new Date())], t, true).status).toBe('warn');
+    expect(checkTables([row(null, new Date(Date.now() - 3_600_000))], t, true).status).toBe('critical');
+    expect(checkTables([row(null, null)], t, false).status).toBe('critical');
+    expect(checkTables([row(['autovacuum_enabled=off'], null)], t, true).status).toBe('critical');
   });
 
   it("leaves dead tuples below the table's autovacuum trigger alone, however high their share (an emptied outbox)", async () => {

@@ -21,6 +21,12 @@ export interface DoctorThresholds {
   deadTupleRatio: [warn: number, critical: number];
   /** Tables with fewer dead tuples than this are never flagged (small tables churn harmlessly). */
   deadTupleMin: number;
+  /**
+   * While autovacuum is on and has vacuumed the table within this long (or has not
+   * yet had a pass at it), a pile of dead tuples is a warning, not critical: a queue
+   * that just drained a burst is all dead tuples until autovacuum's next pass.
+   */
+  vacuumWaitMs: number;
   idleInTransactionMs: [number, number];
   snapshotAgeMs: [number, number];
   /** Age in transactions of a replication slot's xmin. */
@@ -40,6 +46,7 @@ export interface DoctorThresholds {
 export const DEFAULT_THRESHOLDS: DoctorThresholds = {
   deadTupleRatio: [0.2, 0.5],
   deadTupleMin: 10_000,
+  vacuumWaitMs: 600_000,
   idleInTransactionMs: [60_000, 600_000],
   snapshotAgeMs: [300_000, 1_800_000],
   slotXminAge: [10_000_000, 100_000_000],

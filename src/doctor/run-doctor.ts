@@ -88,8 +88,8 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
   const installed = found?.installed === true;
 
   const tables = await rows<checks.TableStats>(db, q.tables, [schema]);
-  results.push(checks.checkTables(tables, t));
   const [server] = await rows<Omit<checks.AutovacuumRow, 'disabled_tables'>>(db, q.autovacuum);
+  results.push(checks.checkTables(tables, t, server!.autovacuum && server!.track_counts));
   // One rule for "turned off" (autovacuumOff), over the rows the tables check read.
   const disabled = tables.filter((r) => checks.autovacuumOff(r.reloptions)).map((r) => r.table);
   results.push(checks.checkAutovacuum({ ...server!, disabled_tables: disabled }));
