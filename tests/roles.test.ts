@@ -639,5 +639,44 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       expect(exited.code).toBe(0);
       expect(exited.stderr).not.toMatch(/maintenance/);
     });
+
+    it("prunes from the owner's worker while a --no-pruner worker of the worker role leads (outside review 182)", async () => {
+      // The README's setup. With the pruner on the leader, the owner's worker never
+      // pruned while the worker role's held the lease.
+      const queueName = `prune_${tag}`;
+      const noPruner = new Worker({
+        connectionString: urlAs(logins.worker),
+        schema: db.schema,
+        queues: [queueName],
+        tasks: { t: () => {} },
+        maintenance: { pruner: false },
+      });
+      const owner = new Worker({
+        connectionString: db.url,
+        schema: db.schema,
+        queues: ['nothing-here'],
+        tasks: { other: () => {} },
+        maintenance: { pruner: { delayMs: 0, intervalMs: 100 } },
+      });
+      const errors: Error[] = [];
+      for (const w of [noPruner, owner]) w.on('error', (err) => errors.push(err));
+      const elected = nextEvent(noPruner, 'leader:elected');
+      await noPruner.start();
+      await elected;
+      await owner.start();
+      try {
+        const { rows } = await db.pool.query(`SELECT ${db.s}.enqueue_job($1, '{"task":"t"}') AS id`, [queueName]);
+        await waitFor(async () => {
+          const r = await db.pool.query(`SELECT 1 FROM ${db.s}.jobs_history WHERE id = $1`, [rows[0].id]);
+          return r.rowCount === 1;
+        }, 'the job to reach the history');
+        expect(noPruner.isLeader).toBe(true);
+        expect(owner.isLeader).toBe(false);
+      } finally {
+        await owner.stop();
+        await noPruner.stop();
+      }
+      expect(errors.filter((e) => /pruner|permission/.test(e.message))).toEqual([]);
+    });
   });
 });

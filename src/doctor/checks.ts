@@ -333,6 +333,8 @@ export function checkStuck(rows: StuckRow[], t: DoctorThresholds): CheckResult {
 
 export interface MaintenanceRow {
   leader: string | null;
+  /** The worker holding the pruner's lease: one whose pruner is on. */
+  pruner: string | null;
   finished: number;
   /** Failed jobs among `finished`: kept for their retention, not the pruner's lag. */
   dead_letters: number;
@@ -346,7 +348,7 @@ export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): Chec
   let status = level(lag, t.unprunedMs);
   if (!row.leader && row.active > 0 && status === 'ok') status = 'warn';
   const summary =
-    `leader: ${row.leader ?? 'none'}; ${row.finished} finished jobs in the hot table` +
+    `leader: ${row.leader ?? 'none'}; pruner: ${row.pruner ?? 'none'}; ${row.finished} finished jobs in the hot table` +
     (row.dead_letters > 0 ? ` (${row.dead_letters} failed, kept as dead letters)` : '') +
     (row.oldest_finished_ms !== null ? `, oldest completed or cancelled ${formatMs(lag)} ago` : '');
   return result(
@@ -354,10 +356,11 @@ export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): Chec
     'maintenance leader and pruning',
     status,
     summary,
-    'Finished jobs are moved out by the maintenance leader. No leader: no worker of this schema is running ' +
-      '(or all run with maintenance: false). A leader but old completed or cancelled jobs: the pruner is disabled ' +
-      "(pruner: false) or failing, see the worker's error events; or it runs in mode 'delete', which keeps completed " +
-      'jobs for their retention: give unprunedMs above it.',
+    'Finished jobs are moved out by the worker holding the pruner lease, one of those whose pruner is on. ' +
+      'No leader: no worker of this schema is running (or all run with maintenance: false). No pruner: every ' +
+      'worker runs with pruner: false (--no-pruner); run one as the schema owner with the pruner on. A pruner but ' +
+      "old completed or cancelled jobs: it is failing, see the worker's error events; or it runs in mode 'delete', " +
+      'which keeps completed jobs for their retention: give unprunedMs above it.',
     [row],
   );
 }

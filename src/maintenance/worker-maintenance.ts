@@ -17,14 +17,24 @@ interface MaintenanceSink {
   emit(event: 'cron:enqueued', ticks: CronTick[]): boolean;
 }
 
+/** The pruner's own lease: only workers with the pruner on compete for it. */
+export const PRUNER_ROLE = 'pruner';
+
 /**
- * A worker's maintenance: the lease and the leader's services (rescuer, pruner,
- * grouped queues, the configured extra tasks), unless the worker takes no part in the election;
- * and the services every worker runs (cron, when it has schedules).
+ * A worker's maintenance: the lease and the leader's services (rescuer, grouped
+ * queues, the configured extra tasks), unless the worker takes no part in the
+ * election; the pruner's lease and the pruner, when its pruner is on; and the
+ * services every worker runs (cron, when it has schedules).
+ *
+ * The pruner has a lease of its own so that the workers that may prune are the
+ * ones that do: with it on the leader, a `--no-pruner` worker (a least-privilege
+ * role, which may not manage jobs_history's partitions) that won the election left
+ * the owner's worker beside it never pruning (outside review 182).
  */
 export class WorkerMaintenance {
   constructor(
     private readonly leader: MaintenanceRunner | undefined,
+    private readonly pruner: MaintenanceRunner | undefined,
     private readonly everyWorker: readonly ServiceRunner[],
   ) {}
 
@@ -36,12 +46,13 @@ export class WorkerMaintenance {
   /** Joins the election; resolves once the other services are set up (cron's schedules published). */
   async start(): Promise<void> {
     this.leader?.start();
+    this.pruner?.start();
     await Promise.all(this.everyWorker.map((s) => s.start()));
   }
 
-  /** Stops every service, waits for the runs in flight, and hands the lease over. */
+  /** Stops every service, waits for the runs in flight, and hands the leases over. */
   async stop(): Promise<void> {
-    await Promise.all([this.leader?.stop(), ...this.everyWorker.map((s) => s.stop())]);
+    await Promise.all([this.leader?.stop(), this.pruner?.stop(), ...this.everyWorker.map((s) => s.stop())]);
   }
 }
 
@@ -55,18 +66,26 @@ export function createMaintenance(
 ): WorkerMaintenance | undefined {
   const maintenance = config.maintenance;
   let leader: MaintenanceRunner | undefined;
+  let pruner: MaintenanceRunner | undefined;
   if (maintenance) {
     const queries = maintenanceStatements(config.schema);
-    const services: MaintenanceService<any>[] = [rescuer];
-    if (maintenance.pruner) services.push(prunerTask(db, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r)));
-    services.push(unknownTasksTask(db, config.schema, config.logger));
-    services.push(groupedQueuesTask(db, config.schema));
-    services.push(...maintenance.tasks);
+    const services: MaintenanceService<any>[] = [
+      rescuer,
+      unknownTasksTask(db, config.schema, config.logger),
+      groupedQueuesTask(db, config.schema),
+      ...maintenance.tasks,
+    ];
     leader = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs), services);
     leader.on('leader:elected', () => sink.emit('leader:elected'));
     leader.on('leader:lost', () => sink.emit('leader:lost'));
-    leader.on('task:error', (name, err) => error(name === 'pruner' ? prunerError(err) : err));
+    leader.on('task:error', (_name, err) => error(err));
     leader.on('lease:error', error);
+    if (maintenance.pruner) {
+      const task = prunerTask(db, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r));
+      pruner = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs, PRUNER_ROLE), [task]);
+      pruner.on('task:error', (_name, err) => error(prunerError(err)));
+      pruner.on('lease:error', error);
+    }
   }
   // Every worker with schedules enqueues their ticks, leader or not (a tick still becomes one job).
   const everyWorker =
@@ -78,7 +97,7 @@ export function createMaintenance(
             error,
           ),
         ];
-  return leader || everyWorker.length > 0 ? new WorkerMaintenance(leader, everyWorker) : undefined;
+  return leader || everyWorker.length > 0 ? new WorkerMaintenance(leader, pruner, everyWorker) : undefined;
 }
 
 /**

@@ -138,6 +138,7 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
     // for their retention by design (outside review 178: one of them, an hour old,
     // was a warning that the pruner was failing).
     maintenance: `SELECT (SELECT holder FROM ${s}.leader WHERE role = 'maintenance' AND expires_at > now()) AS leader,
+        (SELECT holder FROM ${s}.leader WHERE role = 'pruner' AND expires_at > now()) AS pruner,
         (SELECT count(*) FROM ${s}.jobs WHERE status IN ('completed', 'failed', 'cancelled'))::int AS finished,
         (SELECT count(*) FROM ${s}.jobs WHERE status = 'failed')::int AS dead_letters,
         (SELECT ${MS('now() - min(coalesce(finished_at, updated_at))')} FROM ${s}.jobs
