@@ -178,10 +178,12 @@ describe('usage errors', () => {
     );
   });
 
-  it('stats --watch refuses an interval below 100ms', async () => {
+  it('stats --watch refuses an interval below 100ms, or above a day', async () => {
     for (const interval of ['0s', '0ms', '50ms']) {
       expectOneLineError(await sluice('stats', '--watch', '--interval', interval), 2, /--interval must be at least 100ms/);
     }
+    // Outside review 182: 30d overflowed Node's timer, which then fired at once, in a loop.
+    expectOneLineError(await sluice('stats', '--watch', '--interval', '30d'), 2, /--interval must be at most 1d/);
   });
 
   it('queues pause/resume/limit refuse an empty queue name as enqueue does', async () => {

@@ -7,6 +7,8 @@ import { durationOption } from '../parse.js';
 
 /** Below this, --watch would run the stats query back to back. */
 const MIN_INTERVAL_MS = 100;
+/** Above this, as other duration flags; past 2^31 ms Node's timer fired at once, in a tight loop (outside review 182). */
+const MAX_INTERVAL_MS = 86_400_000;
 
 interface StatsFlags {
   watch?: boolean;
@@ -26,6 +28,9 @@ export function registerStats(program: Command): void {
       // Taken and ignored (outside review 174).
       if (!flags.watch && command.getOptionValueSource('interval') === 'cli')
         throw new UsageError('--interval goes with --watch');
+      if (flags.interval > MAX_INTERVAL_MS) {
+        throw new UsageError(`--interval must be at most ${formatDuration(MAX_INTERVAL_MS)} (got ${formatDuration(flags.interval)})`);
+      }
       if (flags.interval < MIN_INTERVAL_MS) {
         throw new UsageError(
           `--interval must be at least ${MIN_INTERVAL_MS}ms (got ${formatDuration(flags.interval)}): each refresh runs the stats query`,
