@@ -8,7 +8,10 @@
 --   GRANT sluice_outbox_publish TO app_web;   GRANT sluice_outbox_relay TO app_relay;
 -- Re-running it is harmless, and after an upgrade it is how the roles lose what an
 -- older version of this file granted: every privilege below is revoked first.
--- All four roles are NOLOGIN groups.
+-- All four roles are NOLOGIN groups. Creating them needs CREATEROLE: where the
+-- schema's owner lacks it, have a role with CREATEROLE create the four first
+-- (CREATE ROLE sluice_enqueue NOLOGIN; ... sluice_worker, sluice_outbox_publish,
+-- sluice_outbox_relay); this file creates only those that do not exist.
 --
 -- Column privileges say which columns each role may write; migration 0011 adds
 -- what they cannot say (a new row is a new job, a row changes only as a run
