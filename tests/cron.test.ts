@@ -9,6 +9,7 @@ import {
   type CronSchedule,
   type CronTick,
 } from '../src/index.js';
+import { runDoctor } from '../src/doctor/run-doctor.js';
 import { dueTicks, parseCron } from '../src/maintenance/cron-schedule.js';
 import { waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
@@ -142,9 +143,19 @@ describe('recurring jobs', () => {
     expect(overdue!.overdueSince!.getTime()).toBeLessThan(Date.now() - 8 * 60_000);
     expect(overdue!.nextRun!.getTime()).toBeGreaterThan(Date.now() - 5_000);
     expect((await cli(['cron', 'list'])).stdout).toMatch(/gone-from-code .* overdue since \d{4}-/);
+    // The doctor says so too (outside review 182: all checks passed): warn, critical after an hour.
+    const cronCheck = async (thresholds = {}) =>
+      (await runDoctor({ db: fx.db.pool, schema: fx.db.schema, thresholds })).checks.find((c) => c.id === 'cron')!;
+    const found = await cronCheck();
+    expect(found.details).toContainEqual(expect.objectContaining({ name: 'gone-from-code', status: 'warn' }));
+    expect(found.summary).toMatch(/gone-from-code \(\* \* \* \* \*\): overdue (9|10) ?m/);
+    expect(found.advice).toMatch(/sluice cron delete/);
+    const late = await cronCheck({ cronOverdueMs: [60_000, 300_000] });
+    expect(late.details).toContainEqual(expect.objectContaining({ name: 'gone-from-code', status: 'critical' }));
 
     expect(await deleteSchedule(fx.db.pool, fx.db.schema, 'gone-from-code', { actor: 'ops' })).toBe(true);
     expect(await find()).toBeUndefined();
+    expect((await cronCheck()).details).not.toContainEqual(expect.objectContaining({ name: 'gone-from-code' }));
     expect(await deleteSchedule(fx.db.pool, fx.db.schema, 'gone-from-code')).toBe(false);
     // Outside review 84: undefined deleted a schedule named "undefined".
     for (const bad of [undefined, null, '', 'a\u0000b'])

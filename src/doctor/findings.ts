@@ -41,6 +41,8 @@ export interface DoctorThresholds {
   stuckMs: [number, number];
   /** Finished jobs older than this still in the hot table mean the pruner is not keeping up. */
   unprunedMs: [number, number];
+  /** A recurring schedule whose next tick has been due this long with nothing enqueued. */
+  cronOverdueMs: [number, number];
 }
 
 export const DEFAULT_THRESHOLDS: DoctorThresholds = {
@@ -57,6 +59,7 @@ export const DEFAULT_THRESHOLDS: DoctorThresholds = {
   backlogAgeMs: [300_000, 3_600_000],
   stuckMs: [300_000, 3_600_000],
   unprunedMs: [3_600_000, 86_400_000],
+  cronOverdueMs: [60_000, 3_600_000],
 };
 
 const RANK: Record<Severity, number> = { ok: 0, warn: 1, critical: 2 };

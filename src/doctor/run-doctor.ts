@@ -4,6 +4,7 @@ import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
 import { ConfigError, wrapDatabaseError } from '../errors.js';
 import * as checks from './checks.js';
+import { checkCron } from './cron-check.js';
 import { DEFAULT_THRESHOLDS, worst, type CheckResult, type DoctorThresholds, type Severity } from './findings.js';
 import { doctorStatements } from '../db/statements/doctor.js';
 import { checkUnknownTasks } from './unknown-tasks-check.js';
@@ -104,6 +105,7 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
     results.push(checks.checkStuck(await rows(db, q.stuck, [t.stuckMs[0]]), t));
     results.push(checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance))[0]!, t));
     results.push(await checkUnknownTasks(db, schema, t));
+    results.push(await checkCron(db, schema, t));
     results.push(await checkOutbox(db, schema));
   } else {
     results.push({

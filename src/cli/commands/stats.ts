@@ -29,7 +29,9 @@ export function registerStats(program: Command): void {
       if (!flags.watch && command.getOptionValueSource('interval') === 'cli')
         throw new UsageError('--interval goes with --watch');
       if (flags.interval > MAX_INTERVAL_MS) {
-        throw new UsageError(`--interval must be at most ${formatDuration(MAX_INTERVAL_MS)} (got ${formatDuration(flags.interval)})`);
+        throw new UsageError(
+          `--interval must be at most ${formatDuration(MAX_INTERVAL_MS)} (got ${formatDuration(flags.interval)})`,
+        );
       }
       if (flags.interval < MIN_INTERVAL_MS) {
         throw new UsageError(
