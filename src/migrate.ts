@@ -5,7 +5,7 @@ import { migrateStatements } from './db/statements/migrate.js';
 import { connectionError, hasConnection, resolveDriverName, type DriverConnectionOptions } from './db/connection.js';
 import { openDriver } from './db/drivers/open.js';
 import { rows, type Queryable } from './db/executor.js';
-import { ConfigError, MigrationError, isConnectionFailure, wrapDatabaseError } from './errors.js';
+import { ConfigError, MigrationError, isConnectionFailure, isInsufficientPrivilege, wrapDatabaseError } from './errors.js';
 import { checks } from './validate.js';
 
 const { schemaOption, rejectUnknownKeys } = checks(ConfigError);
@@ -112,8 +112,14 @@ async function migrateWith(tx: Queryable, schema: string, migrations: Migration[
   let current: Migration | undefined;
   try {
     await tx.query(q.lock, [`sluice:migrate:${schema}`]);
-    await tx.query(q.createSchema);
-    await tx.query(q.createMigrationsTable);
+    // CREATE ... IF NOT EXISTS still asks for CREATE on the database and the schema:
+    // a role without it, running migrate on a schema already up to date, was refused
+    // with "permission denied for database" (outside review 182).
+    const [found] = await rows<{ installed: boolean }>(tx, q.installed, [`${s}.migrations`]);
+    if (found?.installed !== true) {
+      await tx.query(q.createSchema);
+      await tx.query(q.createMigrationsTable);
+    }
     const done = new Set((await rows<{ version: number }>(tx, q.appliedVersions)).map((r) => r.version));
     const newest = migrations.at(-1)?.version ?? 0;
     const unknown = [...done].filter((v) => v > newest);
@@ -137,6 +143,9 @@ async function migrateWith(tx: Queryable, schema: string, migrations: Migration[
     if (err instanceof MigrationError) throw err;
     if (isConnectionFailure(err)) throw new MigrationError(`migration interrupted: ${(err as Error).message}`, { cause: err });
     const where = current ? `migration ${current.version}_${current.name}` : 'migration setup';
-    throw new MigrationError(`${where} failed: ${(err as Error).message}`, { cause: err });
+    const hint = isInsufficientPrivilege(err)
+      ? " (migrate runs as the schema's owner; a new schema also needs CREATE on the database)"
+      : '';
+    throw new MigrationError(`${where} failed: ${(err as Error).message}${hint}`, { cause: err });
   }
 }

@@ -94,6 +94,31 @@ describe('migrate', () => {
     }
   });
 
+  it('a role that may read an up-to-date schema migrates it as a no-op; one that may not is told who may (outside review 182)', async () => {
+    const schema = fresh('readonly');
+    await migrate({ connectionString: url, schema });
+    const role = `t_mig_reader_${randomBytes(3).toString('hex')}`;
+    await pool.query(`CREATE ROLE ${role} LOGIN PASSWORD 'reader'`);
+    const asReader = new URL(url);
+    asReader.username = role;
+    asReader.password = 'reader';
+    try {
+      // No CREATE on the database: CREATE SCHEMA IF NOT EXISTS was refused all the same.
+      const refused = await migrate({ connectionString: asReader.toString(), schema }).catch((err: Error) => err);
+      expect(refused).toBeInstanceOf(MigrationError);
+      expect((refused as Error).message).toMatch(
+        /^migration setup failed: permission denied .*migrate runs as the schema's owner/,
+      );
+      await pool.query(`GRANT USAGE ON SCHEMA "${schema}" TO ${role}`);
+      await pool.query(`GRANT SELECT ON "${schema}".migrations TO ${role}`);
+      const result = await migrate({ connectionString: asReader.toString(), schema });
+      expect(result.applied).toEqual([]);
+    } finally {
+      await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+      await pool.query(`DROP ROLE ${role}`);
+    }
+  });
+
   it('0037 keeps a payload limit pinned on the function before it, and drops the pin', async () => {
     const schema = fresh('pinned');
     await migrate({ connectionString: url, schema });

@@ -9,6 +9,8 @@ import { perSchema } from './per-schema.js';
 export interface MigrateStatements {
   /** Serialises migrations of one schema ($1: a key naming it) until the transaction ends. */
   readonly lock: string;
+  /** Whether the migrations table exists already (then nothing needs creating). */
+  readonly installed: string;
   readonly createSchema: string;
   readonly createMigrationsTable: string;
   readonly appliedVersions: string;
@@ -36,6 +38,7 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
   const s = quoteSchema(schema);
   return {
     lock: 'SELECT pg_advisory_xact_lock(hashtext($1))',
+    installed: 'SELECT to_regclass($1) IS NOT NULL AS installed',
     createSchema: `CREATE SCHEMA IF NOT EXISTS ${s}`,
     createMigrationsTable: `CREATE TABLE IF NOT EXISTS ${s}.migrations (
       version integer PRIMARY KEY,
