@@ -177,6 +177,13 @@ describe('usage errors exit 2 with one line', () => {
     ],
     ['stats --interval without --watch', ['stats', '--interval', '1s'], /--interval goes with --watch/],
     ['not a job id', ['jobs', 'show', '12abc'], /not a job id/],
+    // Outside review 182: answered with the API's names ("listJobs: give before or after", "deleteSchedule: name").
+    [
+      'both pages',
+      ['jobs', 'list', '--before', '1', '--after', '2'],
+      /option '--before <id>' cannot be used with option '--after <id>'/,
+    ],
+    ['an empty schedule name', ['cron', 'delete', ''], /<name> must not be empty/],
     // Outside review 126: answered with the library's "visibilityTimeoutMs must be an integer from 1000 to 86400000".
     [
       'a visibility timeout out of range',

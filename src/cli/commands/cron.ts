@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { deleteSchedule } from '../../admin/schedules.js';
 import { listSchedules } from '../../maintenance/cron.js';
 import { withDatabase } from '../database.js';
-import { CommandFailed, formatTime, printJson, printTable } from '../output.js';
+import { CommandFailed, formatTime, printJson, printTable, UsageError } from '../output.js';
 
 /** `sluice cron list`: the recurring schedules workers registered, with their next run. */
 export function registerCron(program: Command): void {
@@ -40,6 +40,7 @@ export function registerCron(program: Command): void {
     .argument('<name>', 'the schedule name')
     .exitOverride()
     .action(async (name: string, _opts: object, command: Command) => {
+      if (name === '') throw new UsageError('<name> must not be empty');
       const deleted = await withDatabase(command, ({ pool, schema }) => deleteSchedule(pool, schema, name, { actor: 'cli' }));
       if (!deleted) throw new CommandFailed(`no schedule named ${JSON.stringify(name)}`);
       process.stdout.write(`deleted schedule ${name}\n`);
