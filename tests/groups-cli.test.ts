@@ -55,8 +55,13 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     expect((await cli('group', 'api', '-', '--limit', 'none')).stdout).toBe(
       'api / (no group): weight 1, limit queue default, rate queue default\n',
     );
+    // A group named "-" is reached with --literal (it could not be addressed at all).
+    expect((await cli('group', 'api', '-', '--literal', '--limit', '4')).stdout).toBe(
+      'api / -: weight 1, limit 4, rate queue default\n',
+    );
     expect(await listGroupSettings(db.pool, db.schema, 'api')).toMatchObject([
       { group: null, weight: 1, concurrencyLimit: null },
+      { group: '-', weight: 1, concurrencyLimit: 4 },
       { group: 'a', weight: 3, concurrencyLimit: 5 },
     ]);
     expect((await cli('group', 'api', 'b', '--rate', '7', '--per', '2s')).stdout).toBe(

@@ -249,13 +249,21 @@ export function registerQueues(program: Command): void {
     .option('--per <duration>', 'the interval of --rate (default 1s)', interval)
     .option('--burst <n>', 'most of its starts at once (default a tenth of --rate)', integer(1, 1_000_000))
     .option('--create', 'also for a queue that has no jobs or settings yet')
+    .option('--literal', 'take <group> as written: "-" names a group called "-"')
     .option('--json', 'print the settings as JSON')
     .exitOverride()
     .action(
       async (
         name: string,
         group: string,
-        flags: RateFlags & { weight?: string; limit?: string; rate?: string; json?: boolean; create?: boolean },
+        flags: RateFlags & {
+          weight?: string;
+          limit?: string;
+          rate?: string;
+          json?: boolean;
+          create?: boolean;
+          literal?: boolean;
+        },
         command: Command,
       ) => {
         requireRate(flags);
@@ -269,7 +277,7 @@ export function registerQueues(program: Command): void {
         };
         printGroup(
           await changeQueue(command, name, flags.create, (pool, schema) =>
-            setGroupSettings(pool, schema, name, group === '-' ? null : group, settings, { actor: 'cli' }),
+            setGroupSettings(pool, schema, name, group === '-' && !flags.literal ? null : group, settings, { actor: 'cli' }),
           ),
           flags.json,
         );
