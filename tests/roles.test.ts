@@ -4,6 +4,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   ConfigError,
+  currentLeader,
   DatabaseError,
   DuplicateJobError,
   MigrationError,
@@ -602,14 +603,39 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       expect(none.stderr).toMatch(/^sluice: permission denied for schema .*: grant the role what its commands need/);
     });
 
-    it("a sluice_worker role's worker left with the pruner on says what to do (outside review 157)", async () => {
-      const worker = new Worker({ connectionString: urlAs(logins.worker), schema: db.schema, tasks: { t: () => {} } });
+    it("a sluice_worker role's worker left with the pruner on says what to do, and leaves the pruning to one that may (outside reviews 157, 185)", async () => {
+      const worker = new Worker({
+        connectionString: urlAs(logins.worker),
+        schema: db.schema,
+        queues: [`refused_${tag}`],
+        tasks: { t: () => {} },
+        maintenance: { pruner: { delayMs: 0, intervalMs: 100 } },
+      });
       const errors: SluiceError[] = [];
       worker.on('error', (err) => errors.push(err));
       await worker.start();
+      // The owner's worker, started once the refused one held the pruner's lease: it
+      // waited for ever, as the refused one kept the lease and failed.
+      const owner = new Worker({
+        connectionString: db.url,
+        schema: db.schema,
+        queues: [`owner_${tag}`],
+        tasks: { other: () => {} },
+        workerId: `owner-${tag}`,
+        maintenance: { pruner: { delayMs: 0, intervalMs: 100 } },
+      });
+      owner.on('error', () => {});
       try {
         await waitFor(() => errors.find((e) => /pruner/.test(e.message)), 'the pruner refused');
+        await owner.start();
+        const { rows } = await db.pool.query(`SELECT ${db.s}.enqueue_job($1, '{"task":"t"}') AS id`, [`refused_${tag}`]);
+        await waitFor(async () => {
+          const r = await db.pool.query(`SELECT 1 FROM ${db.s}.jobs_history WHERE id = $1`, [rows[0].id]);
+          return r.rowCount === 1;
+        }, "the owner's worker to prune the job");
+        expect((await currentLeader(db.pool, db.schema, 'pruner'))?.holder).toBe(`owner-${tag}`);
       } finally {
+        await owner.stop();
         await worker.stop();
       }
       const refused = errors.find((e) => /pruner/.test(e.message))!;

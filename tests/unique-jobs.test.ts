@@ -101,34 +101,41 @@ describe('unique jobs', () => {
     const holder = await fx.queue.enqueue('sync', { id: 7 }, { queue: 'keep-tx', jobKey: 'keep-tx:7' });
     const seen: string[] = [];
     const ran: string[] = [];
-    await fx.start({
-      connectionString: fx.db.url,
-      queues: ['keep-tx'],
-      concurrency: 2,
-      // Only notifications wake it: the kept job runs after the commit because one is sent then (review 159).
-      pollIntervalMs: 3_600_000,
-      tasks: {
-        sync: async (_payload, ctx) => {
-          const { rows } = await fx.db.pool.query(`SELECT name FROM ${fx.db.s}.profile WHERE id = 7`);
-          seen.push(rows[0].name as string);
-          ran.push(ctx.job.id);
-        },
-        other: async (_payload, ctx) => void ran.push(ctx.job.id),
-      },
-    });
     const client = await fx.db.pool.connect();
+    let open = false;
     try {
       await client.query('BEGIN');
+      open = true;
       await client.query(`UPDATE ${fx.db.s}.profile SET name = 'v1' WHERE id = 7`);
+      // Kept before the worker starts: a worker started first could claim the holder
+      // before the transaction began (then the keep rightly made a new job).
       const kept = await fx.queue.enqueue('sync', { id: 7 }, { queue: 'keep-tx', jobKey: 'keep-tx:7', tx: client });
       expect(kept).toBe(holder);
+      await fx.start({
+        connectionString: fx.db.url,
+        queues: ['keep-tx'],
+        concurrency: 2,
+        // Only notifications wake it: the kept job runs after the commit because one is sent then (review 159).
+        pollIntervalMs: 3_600_000,
+        tasks: {
+          sync: async (_payload, ctx) => {
+            const { rows } = await fx.db.pool.query(`SELECT name FROM ${fx.db.s}.profile WHERE id = 7`);
+            seen.push(rows[0].name as string);
+            ran.push(ctx.job.id);
+          },
+          other: async (_payload, ctx) => void ran.push(ctx.job.id),
+        },
+      });
       // A job behind the holder in claim order runs: the worker's claims pass the locked holder by.
       const behind = await fx.queue.enqueue('other', {}, { queue: 'keep-tx' });
       await waitFor(() => ran.includes(behind), 'the job behind the holder');
       expect(ran).not.toContain(holder);
       expect((await keyed('keep-tx:7')).map((r) => r.status)).toEqual(['pending']);
       await client.query('COMMIT');
+      open = false;
     } finally {
+      // Never hand the pool a client in an open (or failed) transaction: the next tests used it.
+      if (open) await client.query('ROLLBACK').catch(() => {});
       client.release();
     }
     await waitFor(() => ran.includes(holder), 'the kept job after the commit');

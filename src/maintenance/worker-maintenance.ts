@@ -82,9 +82,16 @@ export function createMaintenance(
     leader.on('lease:error', error);
     if (maintenance.pruner) {
       const task = prunerTask(db, queries, maintenance.pruner, (r) => sink.emit('jobs:pruned', r));
-      pruner = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs, PRUNER_ROLE), [task]);
-      pruner.on('task:error', (_name, err) => error(prunerError(err)));
-      pruner.on('lease:error', error);
+      const runner = new MaintenanceRunner(new Lease(db, queries, config.workerId, maintenance.leaseMs, PRUNER_ROLE), [task]);
+      runner.on('task:error', (_name, err) => {
+        error(prunerError(err));
+        // A role that may not prune gives the lease up for good, so that a worker that
+        // may (the owner's) takes it: one worker started without --no-pruner held it,
+        // failing, while the owner's never pruned (outside review 185).
+        if (isInsufficientPrivilege(err)) void runner.stop();
+      });
+      runner.on('lease:error', error);
+      pruner = runner;
     }
   }
   // Every worker with schedules enqueues their ticks, leader or not (a tick still becomes one job).
@@ -109,8 +116,9 @@ function prunerError(err: unknown): unknown {
   if (!isInsufficientPrivilege(err)) return err;
   return new DatabaseError(
     `worker maintenance: pruner: ${(err as Error).message} (the pruner creates and drops jobs_history partitions, ` +
-      "which only the schema's owner may do: run this worker with maintenance: { pruner: false } (sluice worker " +
-      '--no-pruner) and prune from a process connected as the owner)',
+      "which only the schema's owner may do; this worker has given up the pruner's lease until it restarts: run it " +
+      'with maintenance: { pruner: false } (sluice worker --no-pruner), and a worker connected as the owner with the ' +
+      'pruner on)',
     '42501',
     { cause: err },
   );
