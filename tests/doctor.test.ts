@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { runDoctor, type DoctorReport } from '../src/doctor/run-doctor.js';
 import { checkAutovacuum, checkTables, estimateIndexBloat } from '../src/doctor/checks.js';
 import { DEFAULT_THRESHOLDS } from '../src/doctor/findings.js';
+import { doctorStatements } from '../src/db/statements/doctor.js';
 import { ConfigError } from '../src/errors.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { runCli } from './helpers/cli.js';
@@ -252,6 +253,26 @@ describe('doctor', () => {
     const missing = await runCli(db.url.replace(/\/[^/?]*(\?|$)/, '/no_such_database_here$1'), db.schema, ['doctor']);
     expect(missing.code).toBe(2);
     expect(missing.stderr).toMatch(/^sluice: doctor: Postgres at .*no_such_database_here: /);
+  });
+
+  it("counts other roles' connections without pg_read_all_stats (outside review 185: 5 of 291 seen)", async () => {
+    const role = `t_doc_conn_${process.pid}`;
+    await db.pool.query(`CREATE ROLE ${role} LOGIN`);
+    const url = new URL(db.url);
+    url.username = role;
+    url.password = '';
+    const held = await Promise.all([1, 2, 3].map(() => db.pool.connect()));
+    const asRole = new pg.Client({ connectionString: url.toString() });
+    try {
+      await asRole.connect();
+      const { rows } = await asRole.query(doctorStatements(db.schema).connections);
+      // Its own session and the three held by another role, at least (other test files' too).
+      expect(rows[0].used).toBeGreaterThanOrEqual(4);
+    } finally {
+      await asRole.end();
+      for (const c of held) c.release();
+      await db.pool.query(`DROP ROLE ${role}`);
+    }
   });
 
   it('estimates index bloat close to what real packed and sparse indexes have', async () => {

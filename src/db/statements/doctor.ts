@@ -89,8 +89,14 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
 
     notifyQueue: `SELECT pg_notification_queue_usage()::float8 AS usage`,
 
-    connections: `SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')::int AS used,
-        (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND application_name LIKE 'sluice%')::int AS sluice,
+    // Other roles' sessions show a null backend_type without pg_read_all_stats: as
+    // the schema's owner the doctor counted its own role's 5 of 291 (outside review
+    // 185). Their database and user still show, which background processes lack.
+    connections: `WITH client AS (
+        SELECT application_name FROM pg_stat_activity
+        WHERE backend_type = 'client backend' OR (backend_type IS NULL AND datid IS NOT NULL AND usesysid IS NOT NULL))
+      SELECT (SELECT count(*) FROM client)::int AS used,
+        (SELECT count(*) FROM client WHERE application_name LIKE 'sluice%')::int AS sluice,
         current_setting('max_connections')::int AS max,
         current_setting('superuser_reserved_connections')::int AS reserved`,
 
