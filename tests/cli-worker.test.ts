@@ -275,6 +275,9 @@ describe('sluice stats --watch', () => {
     await queue.enqueue('x', {}, { queue: 'watched' });
     const watch = start(['stats', '--watch', '--interval', '100ms', '--json']);
     await waitFor(() => jsonLines(watch.stdout()).length >= 2, 'two snapshots');
+    // Past the 5 s after which a one-shot command says it may be waiting on a lock:
+    // --watch said so while it refreshed (outside review 183).
+    await new Promise((resolve) => setTimeout(resolve, 5_500));
     watch.child.kill('SIGINT');
     const result = await watch.exited;
     expect(result.code, result.stderr).toBe(0);

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { getStats, type Stats } from '../../admin/stats.js';
-import { withDatabase } from '../database.js';
+import { withDatabase, withDatabaseUntilStopped } from '../database.js';
 import { formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
 import { durationOption } from '../parse.js';
 
@@ -38,7 +38,10 @@ export function registerStats(program: Command): void {
           `--interval must be at least ${MIN_INTERVAL_MS}ms (got ${formatDuration(flags.interval)}): each refresh runs the stats query`,
         );
       }
-      await withDatabase(command, async ({ pool, schema }) => {
+      // --watch serves until a signal: its run is no lock wait, whose notice it printed
+      // after 5 s while it refreshed (outside review 183).
+      const open = flags.watch ? withDatabaseUntilStopped : withDatabase;
+      await open(command, async ({ pool, schema }) => {
         const read = () => getStats(pool, schema, { groups: true });
         if (!flags.watch) return print(await read(), flags.json);
         await watch(flags, read);
