@@ -287,6 +287,64 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
     }
   });
 
+  it('a row whose headers RabbitMQ must not get is dead-lettered at once, and its key goes on (outside review 184)', async () => {
+    // Written past publish(): a CC string made RabbitMQ close the channel (taken for
+    // an outage, retried for ever, the partition blocked); a CC array copied the
+    // message to another queue; a Sluice-Key header spoofed the key.
+    const queue = `sluice-t-hdr-${tag}`;
+    const conn = await amqp.connect(AMQP_URL);
+    const ch = await conn.createChannel();
+    await ch.assertQueue(queue, { durable: false, autoDelete: false });
+    const relay = new OutboxRelay({
+      pool: schema.db.pool,
+      schema: schema.db.schema,
+      publisher: rabbitMqPublisher({ url: AMQP_URL }),
+      destinations: [queue],
+      maxAttempts: 5,
+      retry: { minMs: 10, maxMs: 20 },
+    });
+    const dead: string[] = [];
+    relay.events.on('deadLetter', (d) => dead.push(d.messageId.slice(d.messageId.lastIndexOf(':') + 1)));
+    try {
+      const { rows } = await schema.db.pool.query<{ id: string }>(
+        `INSERT INTO ${schema.db.s}.outbox (destination, key, headers, payload)
+         SELECT $1, 'k', h::jsonb, convert_to(p, 'UTF8')
+         FROM (VALUES (1, '{"CC":"elsewhere"}', 'cc string'), (2, '{"CC":["elsewhere"]}', 'cc array'),
+                      (3, '{"BCC":"x"}', 'bcc'), (4, '{"sluice-key":"spoof"}', 'spoof'), (5, '{"n":5}', 'number'),
+                      (6, NULL, 'after them')) AS v(n, h, p)
+         ORDER BY n RETURNING id::text`,
+        [queue],
+      );
+      await relay.start();
+      const got: string[] = [];
+      await waitFor(async () => {
+        for (let m = await ch.get(queue, { noAck: true }); m; m = await ch.get(queue, { noAck: true }))
+          got.push(m.content.toString());
+        return got.length > 0;
+      }, 'the message behind them');
+      expect(got).toEqual(['after them']);
+      // The broker may have taken the last one before the relay recorded the others.
+      await waitFor(() => dead.length === 5, 'the five dead-lettered');
+      expect(dead.sort()).toEqual(
+        rows
+          .slice(0, 5)
+          .map((r) => r.id)
+          .sort(),
+      );
+      const letters = await schema.db.pool.query<{ attempts: number; last_error: string }>(
+        `SELECT attempts, last_error FROM ${schema.db.s}.outbox_dead_letters WHERE id = $1`,
+        [rows[0]!.id],
+      );
+      expect(letters.rows).toEqual([
+        { attempts: 1, last_error: expect.stringMatching(/RabbitMQ cannot carry its headers: header CC is reserved/) },
+      ]);
+    } finally {
+      await relay.stop();
+      await ch.deleteQueue(queue).catch(() => {});
+      await conn.close();
+    }
+  });
+
   it('a message no queue receives is refused, not lost: published once its queue exists, else a dead letter', async () => {
     const late = `sluice-t-late-${tag}`;
     const never = `sluice-t-never-${tag}`;

@@ -237,6 +237,23 @@ describe('publish', () => {
     await rabbitMqPublisher({ url: 'amqp://guest:guest@127.0.0.1:1' }).prepare!();
   });
 
+  it('rabbitMqPublisher refuses an exchange AMQP cannot carry and a URL that is not amqp:// when made (outside review 184)', () => {
+    // Both were found at the first publish: every message a dead letter, or a broker outage retried for ever.
+    expect(() => rabbitMqPublisher({ exchange: 'e'.repeat(256) })).toThrow(/exchange is longer than 255 bytes/);
+    for (const url of ['notaurl', 'http://127.0.0.1:5672', ''])
+      expect(() => rabbitMqPublisher({ url }), url).toThrow(/url must be an amqp:\/\/ or amqps:\/\/ URL/);
+    expect(() => rabbitMqPublisher({ url: 'amqp://user:secret@host' })).not.toThrow();
+    expect(() => rabbitMqPublisher({ url: 'http://user:secret@host' })).toThrow(/got "http:\/\/host"/);
+  });
+
+  it('publish refuses the CC and BCC headers RabbitMQ routes by (outside review 184)', async () => {
+    for (const name of ['CC', 'BCC', 'cc']) {
+      await expect(outbox.publish(freshDestination(), 'x', { headers: { [name]: 'q' } })).rejects.toThrow(
+        new RegExp(`^publish: header ${name} is reserved \\(.*CC and BCC route RabbitMQ messages`),
+      );
+    }
+  });
+
   it('the SQL publish() refuses the headers Outbox.publish refuses, naming the fault (22023), and writes nothing', async () => {
     const d = freshDestination();
     // Review 62: stored, and then the NATS relay failed on them at every try.

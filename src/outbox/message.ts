@@ -67,15 +67,29 @@ function headerBytes(name: string, value: string): number {
 
 /**
  * Whether a header name is not for publish() to set: the relay's default key
- * header, and every Nats-* header (JetStream's controls: the relay sets
- * Nats-Msg-Id; others such as Nats-Rollup or Nats-Expected-Stream would make the
- * broker purge a subject or refuse the message, review 63). Kept in step with
- * outbox_message_problem() in sql/migrations/0025 and 0027.
+ * header, every Nats-* header (JetStream's controls: the relay sets Nats-Msg-Id;
+ * others such as Nats-Rollup or Nats-Expected-Stream would make the broker purge a
+ * subject or refuse the message, review 63), and CC and BCC, which RabbitMQ reads
+ * as more routing keys and, as a string, answers by closing the channel (outside
+ * review 184: the message blocked its partition for ever). The SQL publish()
+ * (outbox_message_problem() in sql/migrations/0025 and 0027) reserves the first
+ * two; a CC or BCC header written from SQL becomes a dead letter at the RabbitMQ
+ * relay.
  */
 export function reservedHeader(name: string): boolean {
   const lower = name.toLowerCase();
+  return natsReservedHeader(name) || lower === 'cc' || lower === 'bcc';
+}
+
+/** The reserved names a row relayed to NATS must not carry: the key header and JetStream's controls. */
+export function natsReservedHeader(name: string): boolean {
+  const lower = name.toLowerCase();
   return lower === 'sluice-key' || lower.startsWith('nats-');
 }
+
+/** Why a reserved header name is, for the messages that refuse it. */
+export const RESERVED_HEADERS =
+  "Nats-* headers are JetStream's controls, CC and BCC route RabbitMQ messages, Sluice-Key carries the key";
 
 /**
  * Checks a message and turns it into the row the outbox stores. Bad input throws
@@ -155,9 +169,7 @@ function checkHeaders(headers: unknown): Record<string, string> | null {
   for (const [name, value] of entries) {
     if (!HEADER_NAME.test(name)) throw new ValidationError(`publish: header name ${JSON.stringify(name)} is not a token`);
     if (reservedHeader(name)) {
-      throw new ValidationError(
-        `publish: header ${name} is reserved (Nats-* headers are JetStream's controls, Sluice-Key carries the key)`,
-      );
+      throw new ValidationError(`publish: header ${name} is reserved (${RESERVED_HEADERS})`);
     }
     if (typeof value !== 'string') throw new ValidationError(`publish: header ${name} must be a string`);
     if (/[\r\n]/.test(value)) throw new ValidationError(`publish: header ${name} contains a line break`);

@@ -1,7 +1,7 @@
 import type * as Nats from 'nats';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import { importPeer } from '../../optional-peer.js';
-import { headersProblem, reservedHeader } from '../message.js';
+import { headersProblem, natsReservedHeader } from '../message.js';
 import { ConfigError } from '../../errors.js';
 import {
   allFailed,
@@ -227,7 +227,7 @@ function natsHeaders(c: Connected, m: RelayMessage, keyHeader: string | null): N
   const h = c.headers();
   for (const [name, value] of Object.entries(m.headers ?? {})) {
     // Rows written past publish(): Nats-Rollup would purge the subject (review 64).
-    if (reservedHeader(name)) throw new Error(`header ${name} is reserved (Nats-* headers are JetStream's controls)`);
+    if (natsReservedHeader(name)) throw new Error(`header ${name} is reserved (Nats-* headers are JetStream's controls)`);
     if (typeof value !== 'string') throw new Error(`header ${name} is not a string`);
     h.set(name, value);
   }
