@@ -15,6 +15,19 @@ export async function rows<T>(db: Queryable, text: string, values?: unknown[]): 
   return result.rows as T[];
 }
 
+/**
+ * Set by an adapter on what it returns when it was given a library's global object
+ * (a Kysely instance, knex, postgres.js's sql, a Drizzle database, TypeORM's
+ * DataSource or global manager, the Prisma client): the reason, for a write that
+ * must share the caller's transaction to refuse it. Reads through them are fine.
+ */
+export const OUTSIDE_TRANSACTION = Symbol('sluice.outsideTransaction');
+
+/** `db`, marked with why it runs outside any transaction (when it does). */
+export function outsideTransaction(db: Queryable, why: string | undefined): Queryable {
+  return why === undefined ? db : Object.assign(db, { [OUTSIDE_TRANSACTION]: why });
+}
+
 /** A pg Pool (not one of its clients): each query may run on another connection, outside any transaction. */
 export function isPgPool(db: object): boolean {
   return 'totalCount' in db && 'idleCount' in db && typeof (db as { connect?: unknown }).connect === 'function';
@@ -29,6 +42,16 @@ export function isPgPool(db: object): boolean {
  */
 export function callerTransaction(tx: Queryable, refusePool: boolean): Queryable {
   if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
+  // TypeORM's query() resolves to the rows, not { rows }: passed as is, the insert
+  // ran and the call then failed, the job made all the same (outside review 187).
+  if (typeof (tx as { getRepository?: unknown }).getRepository === 'function' || 'isTransactionActive' in tx) {
+    throw new ConfigError(
+      "tx is a TypeORM EntityManager, DataSource or QueryRunner: wrap the transaction's one in typeormAdapter()",
+    );
+  }
+  const outside = (tx as { [OUTSIDE_TRANSACTION]?: string })[OUTSIDE_TRANSACTION];
+  // Outside review 187: through the adapters the global objects committed the job on its own.
+  if (refusePool && outside !== undefined) throw new ConfigError(`tx: ${outside}`);
   if (refusePool && isPgPool(tx)) {
     throw new ConfigError(
       'tx is a pg Pool, which runs each statement outside your transaction: pass the client you ran BEGIN on ' +

@@ -1,5 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
-import type { Queryable } from '../executor.js';
+import { outsideTransaction, type Queryable } from '../executor.js';
 
 /** A Drizzle database or transaction, on node-postgres or postgres.js. */
 export interface DrizzleLike {
@@ -30,11 +30,18 @@ function toSql(text: string, values: readonly unknown[]): SQL {
  *   });
  */
 export function drizzleAdapter(db: DrizzleLike): Queryable {
-  return {
-    async query(text, values = []) {
-      const result = await db.execute(toSql(text, values));
-      // node-postgres returns a QueryResult, postgres.js an array of rows.
-      return { rows: Array.isArray(result) ? [...result] : (result as { rows: any[] }).rows };
+  // Drizzle's transactions (PgTransaction) have rollback(); the database object has not.
+  const global = typeof (db as { rollback?: unknown }).rollback !== 'function';
+  return outsideTransaction(
+    {
+      async query(text, values = []) {
+        const result = await db.execute(toSql(text, values));
+        // node-postgres returns a QueryResult, postgres.js an array of rows.
+        return { rows: Array.isArray(result) ? [...result] : (result as { rows: any[] }).rows };
+      },
     },
-  };
+    global
+      ? 'drizzleAdapter was given the database, which runs outside your transaction: pass the transaction (tx in db.transaction)'
+      : undefined,
+  );
 }

@@ -1,4 +1,4 @@
-import type { Queryable } from '../executor.js';
+import { outsideTransaction, type Queryable } from '../executor.js';
 import { toQuestionMarks } from './placeholders.js';
 
 /** A Knex instance or transaction (`trx`) on the pg client. */
@@ -16,11 +16,19 @@ export interface KnexLike {
  *   });
  */
 export function knexAdapter(knex: KnexLike): Queryable {
-  return {
-    async query(text, values) {
-      const q = toQuestionMarks(text, values);
-      const result = (await knex.raw(q.text, q.values)) as { rows: any[] };
-      return { rows: result.rows };
+  // The knex instance (not a trx: isTransaction unset) runs outside your transaction.
+  const k = knex as KnexLike & { isTransaction?: unknown; transaction?: unknown };
+  const global = k.isTransaction !== true && typeof k.transaction === 'function';
+  return outsideTransaction(
+    {
+      async query(text, values) {
+        const q = toQuestionMarks(text, values);
+        const result = (await knex.raw(q.text, q.values)) as { rows: any[] };
+        return { rows: result.rows };
+      },
     },
-  };
+    global
+      ? 'knexAdapter was given the knex instance, which runs outside your transaction: pass the transaction (trx)'
+      : undefined,
+  );
 }

@@ -1,5 +1,5 @@
 import { CompiledQuery, type Kysely } from 'kysely';
-import type { Queryable } from '../executor.js';
+import { outsideTransaction, type Queryable } from '../executor.js';
 
 /**
  * Enqueue inside a Kysely transaction (any Postgres dialect: pg, postgres.js).
@@ -11,10 +11,17 @@ import type { Queryable } from '../executor.js';
  *   });
  */
 export function kyselyAdapter(db: Pick<Kysely<any>, 'executeQuery'>): Queryable {
-  return {
-    async query(text, values = []) {
-      const result = await db.executeQuery(CompiledQuery.raw(text, values));
-      return { rows: result.rows as any[] };
+  // The Kysely instance runs each statement on a free connection, outside your transaction.
+  const global = (db as { isTransaction?: unknown }).isTransaction === false;
+  return outsideTransaction(
+    {
+      async query(text, values = []) {
+        const result = await db.executeQuery(CompiledQuery.raw(text, values));
+        return { rows: result.rows as any[] };
+      },
     },
-  };
+    global
+      ? 'kyselyAdapter was given the Kysely instance, which runs outside your transaction: pass the transaction (trx)'
+      : undefined,
+  );
 }

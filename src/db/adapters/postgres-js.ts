@@ -1,4 +1,4 @@
-import type { Queryable } from '../executor.js';
+import { outsideTransaction, type Queryable } from '../executor.js';
 
 /** The part of postgres.js's `sql` (or a transaction's `tx`) Sluice uses. */
 export interface PostgresJsLike {
@@ -15,9 +15,18 @@ export interface PostgresJsLike {
  *   });
  */
 export function postgresJsAdapter(sql: PostgresJsLike): Queryable {
-  return {
-    async query(text, values = []) {
-      return { rows: [...(await sql.unsafe(text, values as any[]))] };
+  // A transaction's tx has savepoint() and a reserved connection release(); the
+  // global sql has neither (postgres.js 3 and 4).
+  const s = sql as { savepoint?: unknown; release?: unknown };
+  const global = typeof s.savepoint !== 'function' && typeof s.release !== 'function';
+  return outsideTransaction(
+    {
+      async query(text, values = []) {
+        return { rows: [...(await sql.unsafe(text, values as any[]))] };
+      },
     },
-  };
+    global
+      ? 'postgresJsAdapter was given sql, which runs outside your transaction: pass the transaction (tx in sql.begin)'
+      : undefined,
+  );
 }

@@ -1,4 +1,4 @@
-import type { Queryable } from '../executor.js';
+import { outsideTransaction, type Queryable } from '../executor.js';
 
 /** A Prisma client or interactive-transaction client (`tx` in `$transaction(async (tx) => ...)`). */
 export interface PrismaLike {
@@ -15,9 +15,16 @@ export interface PrismaLike {
  *   });
  */
 export function prismaAdapter(prisma: PrismaLike): Queryable {
-  return {
-    async query(text, values = []) {
-      return { rows: await prisma.$queryRawUnsafe<any[]>(text, ...values) };
+  // The client has $disconnect; an interactive transaction's tx has not (Prisma denies it there).
+  const global = typeof (prisma as { $disconnect?: unknown }).$disconnect === 'function';
+  return outsideTransaction(
+    {
+      async query(text, values = []) {
+        return { rows: await prisma.$queryRawUnsafe<any[]>(text, ...values) };
+      },
     },
-  };
+    global
+      ? 'prismaAdapter was given the client, which runs outside your transaction: pass the transaction (tx in prisma.$transaction)'
+      : undefined,
+  );
 }

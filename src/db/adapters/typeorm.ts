@@ -1,4 +1,4 @@
-import type { Queryable } from '../executor.js';
+import { outsideTransaction, type Queryable } from '../executor.js';
 
 /** A TypeORM EntityManager (e.g. the one `dataSource.transaction` passes) or QueryRunner. */
 export interface TypeOrmLike {
@@ -17,11 +17,33 @@ export interface TypeOrmLike {
  *   });
  */
 export function typeormAdapter(manager: TypeOrmLike): Queryable {
-  return {
-    async query(text, values) {
-      // On Postgres, query() resolves to the rows (of a SELECT, or of an INSERT ... RETURNING).
-      const rows: unknown = await manager.query(text, values);
-      return { rows: Array.isArray(rows) ? rows : [] };
+  const why = whyOutside(manager);
+  return outsideTransaction(
+    {
+      async query(text, values) {
+        // On Postgres, query() resolves to the rows (of a SELECT, or of an INSERT ... RETURNING).
+        const rows: unknown = await manager.query(text, values);
+        return { rows: Array.isArray(rows) ? rows : [] };
+      },
     },
-  };
+    why && `typeormAdapter: ${why}`,
+  );
+}
+
+/**
+ * Why `manager` runs outside any transaction, or undefined: a QueryRunner before
+ * startTransaction(), the DataSource, or its global manager (no queryRunner), each
+ * of which ran the job's insert on its own and committed it though the transaction
+ * rolled back (outside review 187).
+ */
+function whyOutside(manager: TypeOrmLike): string | undefined {
+  const m = manager as { isTransactionActive?: unknown; queryRunner?: unknown; manager?: unknown; getRepository?: unknown };
+  if ('isTransactionActive' in m) {
+    return m.isTransactionActive === true ? undefined : 'the QueryRunner has no transaction: call startTransaction() first';
+  }
+  if (m.manager !== undefined && typeof m.getRepository === 'function')
+    return "pass the transaction's EntityManager, not the DataSource, which runs outside it";
+  if (typeof m.getRepository === 'function' && m.queryRunner === undefined)
+    return "pass the transaction's EntityManager (dataSource.transaction(async (manager) => ...)), not dataSource.manager, which runs outside it";
+  return undefined;
 }
