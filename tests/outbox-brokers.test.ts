@@ -1,10 +1,11 @@
 import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import amqp from 'amqplib';
+import { DiscardPolicy } from 'nats';
 import { OutboxRelay, natsPublisher, rabbitMqPublisher, type RelayMessage } from '../src/index.js';
 import { badSubject } from '../src/outbox/publishers/nats.js';
 import { waitFor } from './helpers/database.js';
-import { AMQP_URL, NATS_URL, brokerAvailable, readStream, useNatsStream } from './helpers/brokers.js';
+import { AMQP_URL, NATS_URL, brokerAvailable, createStream, readStream, useNatsStream } from './helpers/brokers.js';
 import { messageIdOf, useOutboxSchema } from './helpers/outbox.js';
 import { spawnCli } from './helpers/cli.js';
 
@@ -151,6 +152,39 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
       expect(rows[0].last_error).toMatch(/size|payload/i);
     } finally {
       await relay.stop();
+    }
+  });
+
+  it('a full stream that discards new messages refuses them as tries, not as an outage, and names why (outside review 186)', async () => {
+    // Taken for "no stream captures the subject" (a 503), retried for ever, the key held.
+    const full = `${prefix}full`;
+    const jsm = await stream.nc.jetstreamManager();
+    await createStream(jsm, `${stream.name}_FULL`, full, { max_msgs: 2, discard: DiscardPolicy.New });
+    const relay = new OutboxRelay({
+      pool: schema.db.pool,
+      schema: schema.db.schema,
+      publisher: natsPublisher({ servers: NATS_URL, subjectPrefix: `${full}.` }),
+      destinations: ['d'],
+      maxAttempts: 2,
+      retry: { minMs: 10, maxMs: 20 },
+    });
+    const dead: string[] = [];
+    relay.events.on('deadLetter', (d) => dead.push(d.messageId));
+    try {
+      const ids = await schema.outbox.publishMany(['1', '2', '3'].map((payload) => ({ destination: 'd', payload, key: 'k' })));
+      await relay.start();
+      await waitFor(() => dead.length === 1, 'the third dead-lettered after its tries');
+      expect(dead).toEqual([await messageIdOf(schema.db, ids[2]!)]);
+      const { rows } = await schema.db.pool.query(
+        `SELECT attempts, last_error FROM ${schema.db.s}.outbox_dead_letters WHERE id = $1`,
+        [ids[2]],
+      );
+      expect(rows).toEqual([
+        { attempts: 2, last_error: expect.stringMatching(/JetStream refused the message: maximum messages exceeded/) },
+      ]);
+    } finally {
+      await relay.stop();
+      await jsm.streams.delete(`${stream.name}_FULL`).catch(() => {});
     }
   });
 

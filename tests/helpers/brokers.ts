@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { connect as tcpConnect } from 'node:net';
-import { connect, type JetStreamManager, type NatsConnection } from 'nats';
+import { connect, DiscardPolicy, type JetStreamManager, type NatsConnection } from 'nats';
 import { afterAll, beforeAll } from 'vitest';
 
 export const NATS_URL = process.env.SLUICE_NATS_URL ?? 'nats://127.0.0.1:4222';
@@ -35,12 +35,14 @@ export async function brokerAvailable(name: string, url: string): Promise<boolea
 }
 
 /** A JetStream stream of its own for a test file, capturing `<prefix>.>`. */
-export async function createStream(
-  jsm: JetStreamManager,
-  name: string,
-  prefix: string,
-  extra: { max_msg_size?: number } = {},
-): Promise<void> {
+/** Limits a test stream may set. */
+export interface StreamLimits {
+  max_msg_size?: number;
+  max_msgs?: number;
+  discard?: DiscardPolicy;
+}
+
+export async function createStream(jsm: JetStreamManager, name: string, prefix: string, extra: StreamLimits = {}): Promise<void> {
   await jsm.streams.add({ name, subjects: [`${prefix}.>`], duplicate_window: 120_000_000_000, ...extra });
 }
 
@@ -78,7 +80,7 @@ export interface TestStream {
 }
 
 /** Registers beforeAll/afterAll hooks for a stream named after `label` and a random tag. */
-export function useNatsStream(label: string, extra: { max_msg_size?: number } = {}): TestStream {
+export function useNatsStream(label: string, extra: StreamLimits = {}): TestStream {
   const tag = randomBytes(4).toString('hex');
   let nc: NatsConnection | undefined;
   const stream = {

@@ -76,6 +76,21 @@ export function badSubject(subject: string): string | undefined {
   return undefined;
 }
 
+/**
+ * JetStream's own refusal of a message, carried as `api_error` (code 503 and
+ * err_code 10077, "maximum messages exceeded", from a full stream that discards
+ * new messages): taken for "no responders", it was called an outage, retried for
+ * ever, and held its key (outside review 186). Undefined for any other error,
+ * such as a cluster with no leader, which is an outage.
+ */
+function streamRefusal(err: unknown): Error | undefined {
+  const api = (err as { api_error?: { description?: unknown; err_code?: unknown } } | null)?.api_error;
+  if (!api || typeof api.description !== 'string') return undefined;
+  // Limits only: a cluster without a leader answers with an api_error too, and is an outage.
+  if (!/exceed|maximum|too large/i.test(api.description)) return undefined;
+  return new Error(`JetStream refused the message: ${api.description} (err_code ${String(api.err_code)})`, { cause: err });
+}
+
 /** nats.js says only "503": name the subject and what it means here. */
 function explained(err: unknown, subject: string): Error {
   const error = asError(err);
@@ -186,11 +201,12 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
           }
           return c.js.publish(subject, m.payload, { msgID: m.messageId, headers: h, timeout }).then(
             (ack): PublishResult => ({ ok: true, duplicate: ack.duplicate }),
-            (err: unknown): PublishResult => ({
-              ok: false,
-              error: explained(err, subject),
-              transient: isTransientNatsError(err),
-            }),
+            (err: unknown): PublishResult => {
+              // The stream answered and refused this message (full with discard new, ...): it counts as a try.
+              const refusal = streamRefusal(err);
+              if (refusal) return { ok: false, error: refusal, transient: false };
+              return { ok: false, error: explained(err, subject), transient: isTransientNatsError(err) };
+            },
           );
         }),
       );

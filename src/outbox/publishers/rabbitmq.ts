@@ -38,7 +38,8 @@ interface Connected {
   channel: Amqp.ConfirmChannel;
   /** Set when the channel or connection closed: every confirm still awaited fails with it. */
   closed: Error | undefined;
-  onClose: Set<(err: Error, first: boolean) => void>;
+  /** Per message awaiting its confirm: fails it when the channel closes; `alone` when it was the only one. */
+  onClose: Map<string, (err: Error, alone: boolean) => void>;
   /** Message ids the broker returned as unroutable; their confirm follows the return. */
   returned: Set<string>;
   /** Gives the connection up: every confirm still awaited fails with `err`. */
@@ -75,6 +76,8 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
   const keyHeader = options.keyHeader === undefined ? 'sluice-key' : options.keyHeader;
   let connecting: Promise<Connected> | undefined;
   let active: Connected | undefined;
+  /** Message ids of a channel closed over one of them (see lost()), sent alone until confirmed. */
+  const suspects = new Set<string>();
 
   const load = () => importPeer('amqplib', 'The RabbitMQ relay', () => import('amqplib'));
   const connect = (): Promise<Connected> =>
@@ -94,7 +97,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         model,
         channel,
         closed: undefined,
-        onClose: new Set(),
+        onClose: new Map(),
         returned: new Set(),
         drop: (err) => lost(err),
       };
@@ -112,12 +115,13 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
           active = undefined;
           connecting = undefined;
         }
-        // In publish order: the first still waiting for its confirm comes first.
-        let first = true;
-        for (const fail of c.onClose) {
-          fail(c.closed, first);
-          first = false;
-        }
+        // Closed over a message (406) while several awaited their confirms: which one
+        // is unknown, as the broker may not have confirmed those before it yet (outside
+        // review 186: taken to be the first, innocent ones were blamed and dead-lettered).
+        // They are suspects, sent one at a time from now on until each is confirmed.
+        const alone = c.onClose.size === 1;
+        if (!alone && refusedMessage(c.closed)) for (const id of c.onClose.keys()) suspects.add(id);
+        for (const fail of c.onClose.values()) fail(c.closed, alone);
         c.onClose.clear();
         // A close handshake on a silent connection would never end: the socket goes.
         destroy(model);
@@ -135,9 +139,12 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
 
   const publishOne = (c: Connected, m: RelayMessage): Promise<PublishResult> =>
     new Promise((resolve) => {
-      // The broker closed the channel over a message (406, see onChannelClosed): the
-      // first one not confirmed is taken for it, its try counted; the others go again.
-      const failed = (error: Error, first = false) => resolve({ ok: false, error, transient: !(first && refusedMessage(error)) });
+      // The broker closed the channel over a message (406, see refusedMessage) while
+      // only this one awaited its confirm: it is the one, and its try counts.
+      const failed = (error: Error, alone = false) => {
+        if (!(alone && refusedMessage(error))) return resolve({ ok: false, error, transient: true });
+        resolve({ ok: false, error, transient: false });
+      };
       if (c.closed) return failed(c.closed);
       // Rows written past publish(): refused here, as amqplib would refuse more than 64 KiB of them.
       const problem = (m.headers && headersProblem(m.headers)) ?? headerValueProblem(m.headers);
@@ -145,30 +152,51 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         const error = new Error(`message ${m.id}: RabbitMQ cannot carry its headers: ${problem}`);
         return resolve({ ok: false, error, transient: false, unsendable: true });
       }
-      c.onClose.add(failed);
+      c.onClose.set(m.messageId, failed);
       const headers: Record<string, string> = { ...m.headers };
       if (keyHeader && m.key !== null) headers[keyHeader] = m.key;
       const done = (err: unknown) => {
-        c.onClose.delete(failed);
+        c.onClose.delete(m.messageId);
         // A nack: the broker could not take this message (it counts as a try).
         if (err) return resolve({ ok: false, error: asError(err), transient: Boolean(c.closed) });
         // Returned: no queue is bound for it. It counts as a try, so a destination
         // that never routes ends in the dead letters instead of blocking for ever.
         if (c.returned.delete(m.messageId))
           return resolve({ ok: false, error: unroutable(exchange, m.destination), transient: false });
+        suspects.delete(m.messageId);
         resolve({ ok: true });
       };
       try {
         const properties = { messageId: m.messageId, headers, persistent: true, mandatory: true };
         c.channel.publish(exchange, m.destination, m.payload, properties, done);
       } catch (err) {
-        c.onClose.delete(failed);
+        c.onClose.delete(m.messageId);
         // A closed channel throws IllegalOperationError: the connection's trouble. Anything
         // else is amqplib refusing to encode this message: its fault, so it counts as a try.
         const closed = Boolean(c.closed) || asError(err).name === 'IllegalOperationError';
         resolve({ ok: false, error: asError(err), transient: closed, unsendable: !closed });
       }
     });
+
+  /**
+   * Each message sent once the one before it is confirmed, so that a channel closed
+   * over one of them names it. After the first that fails the rest are not sent
+   * (the relay goes on from it). Slow, and only while suspects are in the batch.
+   */
+  const oneByOne = async (c: Connected, messages: readonly RelayMessage[], rearm: () => void): Promise<PublishResult[]> => {
+    const results: PublishResult[] = [];
+    for (const m of messages) {
+      const last = results.at(-1);
+      if (last && !last.ok) {
+        results.push({ ok: false, error: new Error('not sent: a message before it failed'), transient: true });
+        continue;
+      }
+      // The confirm timeout is each message's here, not the batch's.
+      rearm();
+      results.push(await publishOne(c, m));
+    }
+    return results;
+  };
 
   return {
     name: 'rabbitmq',
@@ -186,13 +214,19 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       // blackhole sends neither an error nor a close), so it is given up, its
       // messages fail as transient, and the next batch connects anew. Without this
       // the relay waited for ever (review 48).
-      const timer = setTimeout(
-        () => c.drop(new Error(`RabbitMQ confirmed nothing for ${confirmTimeoutMs} ms: connection given up`)),
-        confirmTimeoutMs,
-      );
-      timer.unref();
+      let timer: NodeJS.Timeout | undefined;
+      const arm = () => {
+        clearTimeout(timer);
+        timer = setTimeout(
+          () => c.drop(new Error(`RabbitMQ confirmed nothing for ${confirmTimeoutMs} ms: connection given up`)),
+          confirmTimeoutMs,
+        );
+        timer.unref();
+      };
+      arm();
       try {
-        return await Promise.all(messages.map((m) => publishOne(c, m)));
+        if (!messages.some((m) => suspects.has(m.messageId))) return await Promise.all(messages.map((m) => publishOne(c, m)));
+        return await oneByOne(c, messages, arm);
       } finally {
         clearTimeout(timer);
       }
