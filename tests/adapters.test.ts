@@ -305,3 +305,42 @@ describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libNam
     }
   });
 });
+
+describe("a library's global object as tx (outside review 187)", () => {
+  // Through the adapters these ran the job's insert on a connection of their own:
+  // the job committed though the caller's transaction rolled back.
+  it('is refused for an enqueue, and still reads; TypeORM objects without the adapter are refused before anything is sent', async () => {
+    const pgPool = new pg.Pool({ connectionString: db.url, max: 2 });
+    const sql = postgres(db.url, { max: 1, onnotice: () => {} });
+    const k = knex({ client: 'pg', connection: db.url, pool: { min: 0, max: 1 } });
+    const kdb = new Kysely<any>({ dialect: new PostgresDialect({ pool: pgPool }) });
+    const ds = await typeormDataSource();
+    const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: db.url, max: 1 }, { schema: db.schema }) });
+    try {
+      const globals: [string, Queryable][] = [
+        ['postgresJsAdapter', postgresJsAdapter(sql)],
+        ['knexAdapter', knexAdapter(k)],
+        ['kyselyAdapter', kyselyAdapter(kdb)],
+        ['drizzleAdapter', drizzleAdapter(drizzlePg(pgPool))],
+        ['typeormAdapter', typeormAdapter(ds)],
+        ['typeormAdapter', typeormAdapter(ds.manager)],
+        ['prismaAdapter', prismaAdapter(prisma)],
+      ];
+      for (const [name, tx] of globals) {
+        await expect(queue.enqueue('t', {}, { queue: 'globals', tx }), name).rejects.toThrow(
+          new RegExp(`^tx: ${name}(:| was given)`),
+        );
+        // Reads (the admin API, a SELECT) through them are fine.
+        expect((await tx.query('SELECT 1 AS one')).rows, name).toEqual([{ one: 1 }]);
+      }
+      for (const raw of [ds, ds.manager]) {
+        await expect(queue.enqueue('t', {}, { queue: 'globals', tx: raw as never })).rejects.toThrow(
+          /wrap the transaction's one in typeormAdapter/,
+        );
+      }
+      expect(await jobsIn('globals')).toEqual([]);
+    } finally {
+      await Promise.all([sql.end(), k.destroy(), kdb.destroy(), ds.destroy(), prisma.$disconnect()]);
+    }
+  });
+});

@@ -35,7 +35,16 @@ export function drizzleAdapter(db: DrizzleLike): Queryable {
   return outsideTransaction(
     {
       async query(text, values = []) {
-        const result = await db.execute(toSql(text, values));
+        const result = await db.execute(toSql(text, values)).then(
+          (r) => r,
+          (err: unknown) => {
+            // Drizzle wraps the driver's error (its message the whole statement) and keeps
+            // it as `cause`: without its code, a connection killed mid-enqueue was told as
+            // a DatabaseError, not a ConnectionError (outside review 187).
+            const cause = (err as { cause?: unknown } | null)?.cause;
+            throw typeof (cause as { code?: unknown } | null)?.code === 'string' ? cause : err;
+          },
+        );
         // node-postgres returns a QueryResult, postgres.js an array of rows.
         return { rows: Array.isArray(result) ? [...result] : (result as { rows: any[] }).rows };
       },
