@@ -11,7 +11,7 @@ import { DataSource, EntitySchema as TypeOrmEntity } from 'typeorm';
 import { MikroORM, EntitySchema as MikroEntity } from '@mikro-orm/postgresql';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from './prisma/generated/client.js';
-import { Queue, Worker, type Queryable } from '../src/index.js';
+import { DuplicateJobError, Queue, Worker, type Queryable } from '../src/index.js';
 import { channelFor } from '../src/db/identifiers.js';
 import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
 import { kyselyAdapter } from '../src/db/adapters/kysely.js';
@@ -341,6 +341,24 @@ describe("a library's global object as tx (outside review 187)", () => {
       expect(await jobsIn('globals')).toEqual([]);
     } finally {
       await Promise.all([sql.end(), k.destroy(), kdb.destroy(), ds.destroy(), prisma.$disconnect()]);
+    }
+  });
+});
+
+describe('drizzle errors', () => {
+  it("pass the driver's error on, so a held key is a DuplicateJobError (outside review 187: a DatabaseError holding the SQL)", async () => {
+    const pgPool = new pg.Pool({ connectionString: db.url, max: 1 });
+    try {
+      await queue.enqueue('t', {}, { queue: 'drizzle-key', jobKey: 'drizzle-held' });
+      const err = await drizzlePg(pgPool)
+        .transaction((tx) =>
+          queue.enqueue('t', {}, { queue: 'drizzle-key', jobKey: 'drizzle-held', jobKeyMode: 'error', tx: drizzleAdapter(tx) }),
+        )
+        .catch((e: unknown) => e as Error);
+      expect(err).toBeInstanceOf(DuplicateJobError);
+      expect((err as Error).message).not.toMatch(/INSERT|SELECT/);
+    } finally {
+      await pgPool.end();
     }
   });
 });
