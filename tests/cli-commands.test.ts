@@ -191,6 +191,11 @@ describe('usage errors exit 2 with one line', () => {
       /--visibility-timeout <duration>' argument '10ms' is invalid\. must be a whole number of milliseconds from 1s to 1d/,
     ],
     [
+      'a poll interval out of range',
+      ['worker', '--tasks', './tests', '--poll-interval', '5ms'],
+      /--poll-interval <duration>' argument '5ms' is invalid/,
+    ],
+    [
       'a statement timeout out of range',
       ['worker', '--tasks', './tests', '--statement-timeout', '50ms'],
       /--statement-timeout <duration>' argument '50ms' is invalid\. must be a whole number of milliseconds from 100ms to 1d/,

@@ -106,6 +106,17 @@ describe('sluice worker', () => {
     expect((await worker.exited).code).toBe(0);
   });
 
+  it('--poll-interval sets how often a worker without LISTEN looks for jobs (outside review 188: no way to set it)', async () => {
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--json', '--no-listen', '--poll-interval', '250ms']);
+    await waitFor(() => jsonLines(worker.stdout()).some((l) => l.event === 'started'), 'the worker to start');
+    expect(jsonLines(worker.stdout()).find((l) => l.event === 'started')).toMatchObject({ pollIntervalMs: 250 });
+    // Woken by its polls alone.
+    const id = await queue.enqueue('hello', { to: 'poll' });
+    await waitFor(async () => (await status(id)) === 'completed', 'the job to run');
+    worker.child.kill('SIGTERM');
+    expect((await worker.exited).code).toBe(0);
+  });
+
   it('started while Postgres cannot be reached, waits for it and then runs jobs (outside review 102)', async () => {
     // A port nothing listens on yet: connections are refused until the forwarder below opens it.
     const port = await new Promise<number>((resolve) => {

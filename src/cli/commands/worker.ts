@@ -16,6 +16,7 @@ interface WorkerFlags extends MetricsFlags, PoolerFlags {
   shutdownTimeout: number;
   visibilityTimeout?: number;
   statementTimeout?: number;
+  pollInterval?: number;
   completedJobs: 'keep' | 'delete';
   pruner: boolean;
   json?: boolean;
@@ -55,6 +56,13 @@ export function registerWorker(program: Command): void {
         '--visibility-timeout (default 30s)',
       durationWithin(100, DAY_MS),
     )
+    // Outside review 188: the README's advice for poll-only workers behind PgBouncer
+    // (pollIntervalMs 500-1000) could not be followed from the CLI.
+    .option(
+      '--poll-interval <duration>',
+      'how often to look for due jobs without a notification (default 2s; the only wake-up with --no-listen)',
+      durationWithin(10, 3_600_000),
+    )
     .addOption(
       new Option('--completed-jobs <what>', 'keep completed jobs (archived by the pruner) or delete them at completion')
         .choices(['keep', 'delete'])
@@ -63,8 +71,8 @@ export function registerWorker(program: Command): void {
     // The README tells sluice_worker roles to run without it; the CLI could not (outside review 156).
     .option(
       '--no-pruner',
-      'do not move finished jobs to jobs_history, even as the maintenance leader (for a role that may not ' +
-        'create its partitions, such as sluice_worker: prune from a process connected as the owner)',
+      'do not move finished jobs to jobs_history, nor take the pruner lease (for a role that may not create ' +
+        'its partitions, such as sluice_worker: run one worker as the owner with the pruner on)',
     );
   // As `sluice relay` has them: operators had to write a worker script for metrics (outside
   // review 126), and could not run it behind a transaction-mode PgBouncer (review 129).
@@ -117,6 +125,7 @@ Examples:
             shutdownTimeoutMs: flags.shutdownTimeout,
             ...(flags.visibilityTimeout === undefined ? {} : { visibilityTimeoutMs: flags.visibilityTimeout }),
             ...(flags.statementTimeout === undefined ? {} : { statementTimeoutMs: flags.statementTimeout }),
+            ...(flags.pollInterval === undefined ? {} : { pollIntervalMs: flags.pollInterval }),
             completedJobs: flags.completedJobs,
             ...(flags.pruner ? {} : { maintenance: { pruner: false } }),
             listen: flags.listen,
@@ -136,6 +145,7 @@ Examples:
             concurrency: worker.config.concurrency,
             completed: worker.config.completedJobs,
             ...(flags.pruner ? {} : { pruner: 'off' }),
+            ...(flags.pollInterval === undefined ? {} : { pollIntervalMs: worker.config.pollIntervalMs }),
             ...(worker.config.schedules.length > 0 ? { schedules: worker.config.schedules.map((x) => x.name).join(',') } : {}),
             ...(worker.metricsUrl && { metrics: worker.metricsUrl }),
           });
