@@ -263,12 +263,20 @@ describe('doctor', () => {
     url.password = '';
     const held = await Promise.all([1, 2, 3].map(() => db.pool.connect()));
     const asRole = new pg.Client({ connectionString: url.toString() });
+    const listener = new pg.Client({ connectionString: db.url, application_name: 'sluice-listen' });
     try {
       await asRole.connect();
       const { rows } = await asRole.query(doctorStatements(db.schema).connections);
       // Its own session and the three held by another role, at least (other test files' too).
       expect(rows[0].used).toBeGreaterThanOrEqual(4);
+      // A worker's LISTEN connection is told apart (outside review 188: the advice was a pooler, already there).
+      await listener.connect();
+      const report = await runDoctor({ db: db.pool, schema: db.schema, thresholds: { connectionUsage: [0, 1] } });
+      const connections = report.checks.find((c) => c.id === 'connections')!;
+      expect(connections.summary).toMatch(/of them workers' LISTEN connections\)/);
+      expect(connections.advice).toMatch(/--no-listen/);
     } finally {
+      await listener.end();
       await asRole.end();
       for (const c of held) c.release();
       await db.pool.query(`DROP ROLE ${role}`);

@@ -198,6 +198,8 @@ export function checkNotifyQueue(usage: number, t: DoctorThresholds): CheckResul
 export interface ConnectionRow {
   used: number;
   sluice: number;
+  /** Of `sluice`, workers' direct LISTEN connections (application_name sluice-listen). */
+  listening: number;
   max: number;
   reserved: number;
 }
@@ -209,9 +211,12 @@ export function checkConnections(row: ConnectionRow, t: DoctorThresholds): Check
     'connections',
     'connections',
     level(usage, t.connectionUsage),
-    `${row.used} of ${available} connections in use (${percent(usage)}), ${row.sluice} by Sluice`,
+    `${row.used} of ${available} connections in use (${percent(usage)}), ${row.sluice} by Sluice` +
+      (row.listening > 0 ? ` (${row.listening} of them workers' LISTEN connections)` : ''),
     'Near max_connections new workers and your application cannot connect. Put a pooler (PgBouncer in ' +
-      'transaction mode, with listen: false or a direct listenConnectionString) in front, or lower pool sizes.',
+      'transaction mode, with listen: false or a direct listenConnectionString) in front, or lower pool sizes. ' +
+      'Behind a pooler already, each worker with a direct LISTEN still holds one connection of its own: run ' +
+      'some workers with listen: false (--no-listen, and a --poll-interval of 500ms to 1s), see "Many worker processes".',
     [{ ...row, available, usage }],
   );
 }

@@ -97,6 +97,7 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
         WHERE backend_type = 'client backend' OR (backend_type IS NULL AND datid IS NOT NULL AND usesysid IS NOT NULL))
       SELECT (SELECT count(*) FROM client)::int AS used,
         (SELECT count(*) FROM client WHERE application_name LIKE 'sluice%')::int AS sluice,
+        (SELECT count(*) FROM client WHERE application_name = 'sluice-listen')::int AS listening,
         current_setting('max_connections')::int AS max,
         current_setting('superuser_reserved_connections')::int AS reserved`,
 
