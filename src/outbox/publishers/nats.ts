@@ -55,6 +55,9 @@ const TRANSIENT_CODES = new Set([
   'REQUEST_ERROR',
 ]);
 
+/** Messages sent between two turns of the event loop (see publish). */
+const PUBLISH_SLICE = 1_000;
+
 /** Whether a nats.js error says "try again later" rather than "this message is refused". */
 export function isTransientNatsError(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
@@ -180,36 +183,43 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
         // Whatever stops a connect (a refusal, a reset, bad credentials) is no message's fault.
         return allFailed(messages.length, unreachable('NATS', err, options.servers ?? 'nats://127.0.0.1:4222'));
       }
-      const results = await Promise.all(
-        messages.map((m) => {
-          const subject = prefix + m.destination;
-          const bad = badSubject(subject);
-          // Refused, so it counts as a try and ends in the dead letters.
-          if (bad) {
-            const error = new Error(`"${subject}" is not a NATS subject to publish to: ${bad}`);
-            return Promise.resolve<PublishResult>({ ok: false, error, transient: false, unsendable: true });
-          }
-          let h: Nats.MsgHdrs | undefined;
-          try {
-            h = natsHeaders(c, m, keyHeader);
-          } catch (err) {
-            // Headers NATS cannot carry (a line break, a space in a name, a value that is
-            // no string: rows written past publish()) are this message's fault: a dead
-            // letter at once, instead of failing the batch for ever.
-            const error = new Error(`message ${m.id}: NATS cannot carry its headers or key: ${asError(err).message}`);
-            return Promise.resolve<PublishResult>({ ok: false, error, transient: false, unsendable: true });
-          }
-          return c.js.publish(subject, m.payload, { msgID: m.messageId, headers: h, timeout }).then(
-            (ack): PublishResult => ({ ok: true, duplicate: ack.duplicate }),
-            (err: unknown): PublishResult => {
-              // The stream answered and refused this message (full with discard new, ...): it counts as a try.
-              const refusal = streamRefusal(err);
-              if (refusal) return { ok: false, error: refusal, transient: false };
-              return { ok: false, error: explained(err, subject), transient: isTransientNatsError(err) };
-            },
-          );
-        }),
-      );
+      const publishOne = (m: RelayMessage): Promise<PublishResult> => {
+        const subject = prefix + m.destination;
+        const bad = badSubject(subject);
+        // Refused, so it counts as a try and ends in the dead letters.
+        if (bad) {
+          const error = new Error(`"${subject}" is not a NATS subject to publish to: ${bad}`);
+          return Promise.resolve<PublishResult>({ ok: false, error, transient: false, unsendable: true });
+        }
+        let h: Nats.MsgHdrs | undefined;
+        try {
+          h = natsHeaders(c, m, keyHeader);
+        } catch (err) {
+          // Headers NATS cannot carry (a line break, a space in a name, a value that is
+          // no string: rows written past publish()) are this message's fault: a dead
+          // letter at once, instead of failing the batch for ever.
+          const error = new Error(`message ${m.id}: NATS cannot carry its headers or key: ${asError(err).message}`);
+          return Promise.resolve<PublishResult>({ ok: false, error, transient: false, unsendable: true });
+        }
+        return c.js.publish(subject, m.payload, { msgID: m.messageId, headers: h, timeout }).then(
+          (ack): PublishResult => ({ ok: true, duplicate: ack.duplicate }),
+          (err: unknown): PublishResult => {
+            // The stream answered and refused this message (full with discard new, ...): it counts as a try.
+            const refusal = streamRefusal(err);
+            if (refusal) return { ok: false, error: refusal, transient: false };
+            return { ok: false, error: explained(err, subject), transient: isTransientNatsError(err) };
+          },
+        );
+      };
+      const sent: Promise<PublishResult>[] = [];
+      for (const m of messages) {
+        // Sent in slices, the event loop let through between them: 100,000 at once
+        // held it ~30 s, every ack's timer ran out before its ack was read, and the
+        // batch was sent again and again, never recorded (outside review 186).
+        if (sent.length > 0 && sent.length % PUBLISH_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
+        sent.push(publishOne(m));
+      }
+      const results = await Promise.all(sent);
       // Acks that time out while the connection still looks open: it may have gone
       // silent (a blackhole sends no error), and nats.js would keep it until its
       // PINGs go unanswered. The next batch goes out on a fresh one (review 48).
