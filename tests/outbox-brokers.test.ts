@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import amqp from 'amqplib';
 import { DiscardPolicy } from 'nats';
-import { OutboxRelay, natsPublisher, rabbitMqPublisher, type RelayMessage } from '../src/index.js';
+import { OutboxRelay, natsPublisher, rabbitMqPublisher, type OutboxRelayOptions, type RelayMessage } from '../src/index.js';
 import { badSubject } from '../src/outbox/publishers/nats.js';
 import { waitFor } from './helpers/database.js';
 import { AMQP_URL, NATS_URL, brokerAvailable, createStream, readStream, useNatsStream } from './helpers/brokers.js';
@@ -283,19 +283,25 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
   });
 });
 
+/** A channel on RabbitMQ with `queue` declared, and a relay of that destination (not started). */
+async function rabbitRelay(queue: string, options: Partial<OutboxRelayOptions> = {}) {
+  const conn = await amqp.connect(AMQP_URL);
+  const ch = await conn.createChannel();
+  await ch.assertQueue(queue, { durable: false, autoDelete: false });
+  const relay = new OutboxRelay({
+    pool: schema.db.pool,
+    schema: schema.db.schema,
+    publisher: rabbitMqPublisher({ url: AMQP_URL }),
+    destinations: [queue],
+    ...options,
+  });
+  return { conn, ch, relay };
+}
+
 describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
   it('publishes with publisher confirms, in order per key, with the stable message_id and the key header', async () => {
     const queue = `sluice-t-${tag}`;
-    const conn = await amqp.connect(AMQP_URL);
-    const ch = await conn.createChannel();
-    await ch.assertQueue(queue, { durable: false, autoDelete: false });
-    const relay = new OutboxRelay({
-      pool: schema.db.pool,
-      schema: schema.db.schema,
-      publisher: rabbitMqPublisher({ url: AMQP_URL }),
-      destinations: [queue],
-      batchSize: 64,
-    });
+    const { conn, ch, relay } = await rabbitRelay(queue, { batchSize: 64 });
     let published = 0;
     relay.events.on('published', (b) => (published += b.count));
     await relay.start();
@@ -326,17 +332,7 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
     // an outage, retried for ever, the partition blocked); a CC array copied the
     // message to another queue; a Sluice-Key header spoofed the key.
     const queue = `sluice-t-hdr-${tag}`;
-    const conn = await amqp.connect(AMQP_URL);
-    const ch = await conn.createChannel();
-    await ch.assertQueue(queue, { durable: false, autoDelete: false });
-    const relay = new OutboxRelay({
-      pool: schema.db.pool,
-      schema: schema.db.schema,
-      publisher: rabbitMqPublisher({ url: AMQP_URL }),
-      destinations: [queue],
-      maxAttempts: 5,
-      retry: { minMs: 10, maxMs: 20 },
-    });
+    const { conn, ch, relay } = await rabbitRelay(queue, { maxAttempts: 5, retry: { minMs: 10, maxMs: 20 } });
     const dead: string[] = [];
     relay.events.on('deadLetter', (d) => dead.push(d.messageId.slice(d.messageId.lastIndexOf(':') + 1)));
     try {
