@@ -324,6 +324,9 @@ describe("a library's global object as tx (outside review 187)", () => {
         ['drizzleAdapter', drizzleAdapter(drizzlePg(pgPool))],
         ['typeormAdapter', typeormAdapter(ds)],
         ['typeormAdapter', typeormAdapter(ds.manager)],
+        // Outside review 190: a Repository of the global manager, and a QueryRunner's manager before BEGIN.
+        ['typeormAdapter', typeormAdapter(ds.getRepository('User'))],
+        ['typeormAdapter', typeormAdapter(ds.createQueryRunner().manager)],
         ['prismaAdapter', prismaAdapter(prisma)],
       ];
       for (const [name, tx] of globals) {
@@ -333,9 +336,10 @@ describe("a library's global object as tx (outside review 187)", () => {
         // Reads (the admin API, a SELECT) through them are fine.
         expect((await tx.query('SELECT 1 AS one')).rows, name).toEqual([{ one: 1 }]);
       }
-      for (const raw of [ds, ds.manager]) {
+      expect(() => knexAdapter(k('users') as never)).toThrow(/not a query builder/);
+      for (const raw of [ds, ds.manager, ds.getRepository('User')]) {
         await expect(queue.enqueue('t', {}, { queue: 'globals', tx: raw as never })).rejects.toThrow(
-          /wrap the transaction's one in typeormAdapter/,
+          /wrap the transaction's manager in typeormAdapter/,
         );
       }
       expect(await jobsIn('globals')).toEqual([]);

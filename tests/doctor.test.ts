@@ -50,6 +50,14 @@ describe('doctor', () => {
       const withDeadLetter = check(await runDoctor({ db: own.pool, schema: own.schema }), 'maintenance');
       expect(withDeadLetter.status).toBe('ok');
       expect(withDeadLetter.summary).toContain('1 finished jobs in the hot table (1 failed, kept as dead letters)');
+      // A completed job 20 min old and no worker holding the pruner's lease: a warning
+      // before the 1 h threshold (outside review 190: all checks passed).
+      await own.pool.query(
+        `INSERT INTO ${own.s}.jobs (queue, task, status, attempts, finished_at) VALUES ('q', 't', 'completed', 1, now() - interval '20 minutes')`,
+      );
+      const noPruner = check(await runDoctor({ db: own.pool, schema: own.schema }), 'maintenance');
+      expect(noPruner.status).toBe('warn');
+      expect(noPruner.summary).toMatch(/pruner: none/);
       await insert('completed');
       const withCompleted = check(await runDoctor({ db: own.pool, schema: own.schema }), 'maintenance');
       expect(withCompleted.status).toBe('critical');
@@ -273,7 +281,7 @@ describe('doctor', () => {
       await listener.connect();
       const report = await runDoctor({ db: db.pool, schema: db.schema, thresholds: { connectionUsage: [0, 1] } });
       const connections = report.checks.find((c) => c.id === 'connections')!;
-      expect(connections.summary).toMatch(/of them workers' LISTEN connections\)/);
+      expect(connections.summary).toMatch(/of them workers' own connections to listen on\)/);
       expect(connections.advice).toMatch(/--no-listen/);
     } finally {
       await listener.end();

@@ -130,7 +130,9 @@ describe('results, waitFor and error history', () => {
     try {
       await startWorker({ queues: ['quiet'], tasks: { noop: async () => 'ok' } });
       const plain = await fx.queue.enqueueMany(Array.from({ length: 20 }, () => ({ task: 'noop', queue: 'quiet' })));
-      const watched = await fx.queue.enqueue('noop', {}, { queue: 'quiet' });
+      // Due a little later, so the wait is in place before it runs: on a loaded machine
+      // it finished before waitFor asked for its notification, and none was sent.
+      const watched = await fx.queue.enqueue('noop', {}, { queue: 'quiet', delayMs: 2_000 });
       await fx.queue.waitFor(watched, { timeoutMs: 20_000 });
       await waitFor(async () => {
         const { rows } = await fx.db.pool.query(

@@ -44,9 +44,9 @@ export function callerTransaction(tx: Queryable, refusePool: boolean): Queryable
   if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
   // TypeORM's query() resolves to the rows, not { rows }: passed as is, the insert
   // ran and the call then failed, the job made all the same (outside review 187).
-  if (typeof (tx as { getRepository?: unknown }).getRepository === 'function' || 'isTransactionActive' in tx) {
+  if (isTypeOrmObject(tx)) {
     throw new ConfigError(
-      "tx is a TypeORM EntityManager, DataSource or QueryRunner: wrap the transaction's one in typeormAdapter()",
+      "tx is a TypeORM EntityManager, DataSource, Repository or QueryRunner: wrap the transaction's manager in typeormAdapter()",
     );
   }
   const outside = (tx as { [OUTSIDE_TRANSACTION]?: string })[OUTSIDE_TRANSACTION];
@@ -59,4 +59,10 @@ export function callerTransaction(tx: Queryable, refusePool: boolean): Queryable
     );
   }
   return tx;
+}
+
+/** A TypeORM EntityManager or DataSource (getRepository), QueryRunner (isTransactionActive) or Repository (its manager). */
+export function isTypeOrmObject(db: object): boolean {
+  const o = db as { getRepository?: unknown; manager?: { getRepository?: unknown } | null };
+  return typeof o.getRepository === 'function' || 'isTransactionActive' in db || typeof o.manager?.getRepository === 'function';
 }

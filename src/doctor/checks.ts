@@ -212,7 +212,7 @@ export function checkConnections(row: ConnectionRow, t: DoctorThresholds): Check
     'connections',
     level(usage, t.connectionUsage),
     `${row.used} of ${available} connections in use (${percent(usage)}), ${row.sluice} by Sluice` +
-      (row.listening > 0 ? ` (${row.listening} of them workers' LISTEN connections)` : ''),
+      (row.listening > 0 ? ` (${row.listening} of them workers' own connections to listen on)` : ''),
     'Near max_connections new workers and your application cannot connect. Put a pooler (PgBouncer in ' +
       'transaction mode, with listen: false or a direct listenConnectionString) in front, or lower pool sizes. ' +
       'Behind a pooler already, each worker with a direct LISTEN still holds one connection of its own: run ' +
@@ -348,10 +348,17 @@ export interface MaintenanceRow {
   active: number;
 }
 
+/** Finished jobs this old with no pruner-lease holder are a warning (the pruner's default delay is 1 min). */
+const NO_PRUNER_WARN_MS = 600_000;
+
 export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): CheckResult {
   const lag = row.oldest_finished_ms ?? 0;
   let status = level(lag, t.unprunedMs);
   if (!row.leader && row.active > 0 && status === 'ok') status = 'warn';
+  // Nothing holds the pruner's lease while finished jobs wait past the pruner's
+  // default delay many times over: no worker that may prune is running (outside
+  // review 190: "all checks passed" with only --no-pruner workers left).
+  if (!row.pruner && lag >= NO_PRUNER_WARN_MS && status === 'ok') status = 'warn';
   const summary =
     `leader: ${row.leader ?? 'none'}; pruner: ${row.pruner ?? 'none'}; ${row.finished} finished jobs in the hot table` +
     (row.dead_letters > 0 ? ` (${row.dead_letters} failed, kept as dead letters)` : '') +

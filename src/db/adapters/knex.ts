@@ -1,3 +1,4 @@
+import { ConfigError } from '../../errors.js';
 import { outsideTransaction, type Queryable } from '../executor.js';
 import { toQuestionMarks } from './placeholders.js';
 
@@ -17,6 +18,10 @@ export interface KnexLike {
  */
 export function knexAdapter(knex: KnexLike): Queryable {
   // The knex instance (not a trx: isTransaction unset) runs outside your transaction.
+  // A query builder (knex('users')) has no raw(): found at the first statement, it was a DatabaseError.
+  if (typeof (knex as { raw?: unknown } | null)?.raw !== 'function') {
+    throw new ConfigError('knexAdapter needs the knex instance or a transaction (trx), not a query builder');
+  }
   const k = knex as KnexLike & { isTransaction?: unknown; transaction?: unknown };
   const global = k.isTransaction !== true && typeof k.transaction === 'function';
   return outsideTransaction(

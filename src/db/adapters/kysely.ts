@@ -21,7 +21,8 @@ export function kyselyAdapter(db: Pick<Kysely<any>, 'executeQuery'>): Queryable 
       },
     },
     global
-      ? 'kyselyAdapter was given the Kysely instance, which runs outside your transaction: pass the transaction (trx)'
+      ? 'kyselyAdapter was given a Kysely instance, not a transaction (trx): the instance runs outside your ' +
+          'transaction, and a db.connection() that ran BEGIN cannot be told from it; use db.transaction()'
       : undefined,
   );
 }

@@ -37,13 +37,22 @@ export function typeormAdapter(manager: TypeOrmLike): Queryable {
  * rolled back (outside review 187).
  */
 function whyOutside(manager: TypeOrmLike): string | undefined {
-  const m = manager as { isTransactionActive?: unknown; queryRunner?: unknown; manager?: unknown; getRepository?: unknown };
+  const m = manager as {
+    isTransactionActive?: unknown;
+    queryRunner?: { isTransactionActive?: unknown } | null;
+    manager?: TypeOrmLike & { getRepository?: unknown };
+    getRepository?: unknown;
+  };
   if ('isTransactionActive' in m) {
     return m.isTransactionActive === true ? undefined : 'the QueryRunner has no transaction: call startTransaction() first';
   }
+  // A Repository runs on its manager (outside review 190: one of the global manager's slipped through).
+  if (typeof m.getRepository !== 'function' && typeof m.manager?.getRepository === 'function') return whyOutside(m.manager);
   if (m.manager !== undefined && typeof m.getRepository === 'function')
     return "pass the transaction's EntityManager, not the DataSource, which runs outside it";
-  if (typeof m.getRepository === 'function' && m.queryRunner === undefined)
+  if (typeof m.getRepository === 'function' && !m.queryRunner)
     return "pass the transaction's EntityManager (dataSource.transaction(async (manager) => ...)), not dataSource.manager, which runs outside it";
+  if (typeof m.getRepository === 'function' && m.queryRunner?.isTransactionActive !== true)
+    return "the EntityManager's QueryRunner has no transaction: call startTransaction() first";
   return undefined;
 }
