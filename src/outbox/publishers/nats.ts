@@ -80,18 +80,21 @@ export function badSubject(subject: string): string | undefined {
 }
 
 /**
- * JetStream's own refusal of a message, carried as `api_error` (code 503 and
- * err_code 10077, "maximum messages exceeded", from a full stream that discards
- * new messages): taken for "no responders", it was called an outage, retried for
- * ever, and held its key (outside review 186). Undefined for any other error,
- * such as a cluster with no leader, which is an outage.
+ * JetStream's own answer to a publish, carried as `api_error`: taken for "no
+ * responders" (a 503), a full stream was said to capture nothing (outside review
+ * 186). A refusal of this message (too large) counts as a try; a stream out of
+ * room (maximum messages or bytes, discard new) is the stream's state, not the
+ * message's fault: waiting, said in the broker's words, as for an outage (review
+ * 189: counted, the backlog became dead letters one by one, none of them bad).
+ * Undefined for other errors, such as a cluster with no leader.
  */
-function streamRefusal(err: unknown): Error | undefined {
+function streamAnswer(err: unknown): PublishResult | undefined {
   const api = (err as { api_error?: { description?: unknown; err_code?: unknown } } | null)?.api_error;
   if (!api || typeof api.description !== 'string') return undefined;
-  // Limits only: a cluster without a leader answers with an api_error too, and is an outage.
-  if (!/exceed|maximum|too large/i.test(api.description)) return undefined;
-  return new Error(`JetStream refused the message: ${api.description} (err_code ${String(api.err_code)})`, { cause: err });
+  const error = new Error(`JetStream refused the message: ${api.description} (err_code ${String(api.err_code)})`, { cause: err });
+  if (/maximum (messages|bytes)|insufficient resources/i.test(api.description)) return { ok: false, error, transient: true };
+  if (/exceed|too large|maximum/i.test(api.description)) return { ok: false, error, transient: false };
+  return undefined;
 }
 
 /** nats.js says only "503": name the subject and what it means here. */
@@ -204,9 +207,8 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
         return c.js.publish(subject, m.payload, { msgID: m.messageId, headers: h, timeout }).then(
           (ack): PublishResult => ({ ok: true, duplicate: ack.duplicate }),
           (err: unknown): PublishResult => {
-            // The stream answered and refused this message (full with discard new, ...): it counts as a try.
-            const refusal = streamRefusal(err);
-            if (refusal) return { ok: false, error: refusal, transient: false };
+            const answer = streamAnswer(err);
+            if (answer) return answer;
             return { ok: false, error: explained(err, subject), transient: isTransientNatsError(err) };
           },
         );
