@@ -4,6 +4,7 @@ import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
 import { ConfigError, wrapDatabaseError } from '../errors.js';
 import * as checks from './checks.js';
+import * as vacuum from './vacuum-checks.js';
 import { checkCron } from './cron-check.js';
 import { DEFAULT_THRESHOLDS, worst, type CheckResult, type DoctorThresholds, type Severity } from './findings.js';
 import { doctorStatements } from '../db/statements/doctor.js';
@@ -88,12 +89,12 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
   const [found] = await rows<{ installed: boolean }>(db, q.installed, [`${quoteSchema(schema)}.jobs`]);
   const installed = found?.installed === true;
 
-  const tables = await rows<checks.TableStats>(db, q.tables, [schema]);
-  const [server] = await rows<Omit<checks.AutovacuumRow, 'disabled_tables'>>(db, q.autovacuum);
-  results.push(checks.checkTables(tables, t, server!.autovacuum && server!.track_counts));
+  const tables = await rows<vacuum.TableStats>(db, q.tables, [schema]);
+  const [server] = await rows<Omit<vacuum.AutovacuumRow, 'disabled_tables'>>(db, q.autovacuum);
+  results.push(vacuum.checkTables(tables, t, server!.autovacuum && server!.track_counts));
   // One rule for "turned off" (autovacuumOff), over the rows the tables check read.
-  const disabled = tables.filter((r) => checks.autovacuumOff(r.reloptions)).map((r) => r.table);
-  results.push(checks.checkAutovacuum({ ...server!, disabled_tables: disabled }));
+  const disabled = tables.filter((r) => vacuum.autovacuumOff(r.reloptions)).map((r) => r.table);
+  results.push(vacuum.checkAutovacuum({ ...server!, disabled_tables: disabled }));
   results.push(checks.checkIdleInTransaction(await rows(db, q.idleInTransaction), t));
   results.push(checks.checkSnapshots(await rows(db, q.oldestSnapshots), await rows(db, q.preparedTransactions), t));
   results.push(checks.checkReplicationSlots(await rows(db, q.replicationSlots), t));
