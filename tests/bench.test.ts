@@ -44,7 +44,10 @@ describe('bench --quick', () => {
       expect(new Set(scenarios)).toEqual(new Set(['sql-only limit', 'enqueue', 'drain', 'latency', 'steady state']));
       for (const row of report.table) {
         expect(Number.isFinite(row.value), `${row.scenario} / ${row.metric}`).toBe(true);
-        expect(row.value).toBeGreaterThanOrEqual(0);
+        // A handler may start before the enqueuing client has read its COMMIT's reply
+        // (the worker hears the notification first): on a loaded machine a latency
+        // came out at -2.98 ms. Every other figure is a count, a rate or a size.
+        if (row.scenario !== 'latency' || row.unit !== 'ms') expect(row.value).toBeGreaterThanOrEqual(0);
         if (row.unit === 'jobs/s') expect(row.value).toBeGreaterThan(0);
         if (row.vsLimitAt !== undefined) expect(Number.isFinite(row.shareOfLimit)).toBe(true);
       }
