@@ -23,6 +23,11 @@ export async function rows<T>(db: Queryable, text: string, values?: unknown[]): 
  */
 export const OUTSIDE_TRANSACTION = Symbol('sluice.outsideTransaction');
 
+/** The reason an adapter given a library's global object marks it with (see outsideTransaction). */
+export function globalObjectReason(adapter: string, given: string, instead: string): string {
+  return `${adapter} was given ${given}, which runs outside your transaction: pass the transaction (${instead})`;
+}
+
 /** `db`, marked with why it runs outside any transaction (when it does). */
 export function outsideTransaction(db: Queryable, why: string | undefined): Queryable {
   return why === undefined ? db : Object.assign(db, { [OUTSIDE_TRANSACTION]: why });

@@ -1,5 +1,5 @@
 import { sql, type SQL } from 'drizzle-orm';
-import { outsideTransaction, type Queryable } from '../executor.js';
+import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
 
 /** A Drizzle database or transaction, on node-postgres or postgres.js. */
 export interface DrizzleLike {
@@ -35,22 +35,20 @@ export function drizzleAdapter(db: DrizzleLike): Queryable {
   return outsideTransaction(
     {
       async query(text, values = []) {
-        const result = await db.execute(toSql(text, values)).then(
-          (r) => r,
-          (err: unknown) => {
-            // Drizzle wraps the driver's error (its message the whole statement) and keeps
-            // it as `cause`: without its code, a connection killed mid-enqueue was told as
-            // a DatabaseError, not a ConnectionError (outside review 187).
-            const cause = (err as { cause?: unknown } | null)?.cause;
-            throw typeof (cause as { code?: unknown } | null)?.code === 'string' ? cause : err;
-          },
-        );
+        let result: unknown;
+        try {
+          result = await db.execute(toSql(text, values));
+        } catch (err) {
+          // Drizzle wraps the driver's error (its message the whole statement) and keeps
+          // it as `cause`: without its code, a connection killed mid-enqueue was told as
+          // a DatabaseError, not a ConnectionError (outside review 187).
+          const cause = (err as { cause?: unknown } | null)?.cause;
+          throw typeof (cause as { code?: unknown } | null)?.code === 'string' ? cause : err;
+        }
         // node-postgres returns a QueryResult, postgres.js an array of rows.
         return { rows: Array.isArray(result) ? [...result] : (result as { rows: any[] }).rows };
       },
     },
-    global
-      ? 'drizzleAdapter was given the database, which runs outside your transaction: pass the transaction (tx in db.transaction)'
-      : undefined,
+    global ? globalObjectReason('drizzleAdapter', 'the database', 'tx in db.transaction') : undefined,
   );
 }

@@ -1,5 +1,5 @@
 import { ConfigError } from '../../errors.js';
-import { outsideTransaction, type Queryable } from '../executor.js';
+import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
 import { toQuestionMarks } from './placeholders.js';
 
 /** A Knex instance or transaction (`trx`) on the pg client. */
@@ -32,8 +32,6 @@ export function knexAdapter(knex: KnexLike): Queryable {
         return { rows: result.rows };
       },
     },
-    global
-      ? 'knexAdapter was given the knex instance, which runs outside your transaction: pass the transaction (trx)'
-      : undefined,
+    global ? globalObjectReason('knexAdapter', 'the knex instance', 'trx') : undefined,
   );
 }

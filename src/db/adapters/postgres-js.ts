@@ -1,4 +1,4 @@
-import { outsideTransaction, type Queryable } from '../executor.js';
+import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
 
 /** The part of postgres.js's `sql` (or a transaction's `tx`) Sluice uses. */
 export interface PostgresJsLike {
@@ -25,8 +25,6 @@ export function postgresJsAdapter(sql: PostgresJsLike): Queryable {
         return { rows: [...(await sql.unsafe(text, values as any[]))] };
       },
     },
-    global
-      ? 'postgresJsAdapter was given sql, which runs outside your transaction: pass the transaction (tx in sql.begin)'
-      : undefined,
+    global ? globalObjectReason('postgresJsAdapter', 'sql', 'tx in sql.begin') : undefined,
   );
 }

@@ -1,4 +1,4 @@
-import { outsideTransaction, type Queryable } from '../executor.js';
+import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
 
 /** A Prisma client or interactive-transaction client (`tx` in `$transaction(async (tx) => ...)`). */
 export interface PrismaLike {
@@ -23,8 +23,6 @@ export function prismaAdapter(prisma: PrismaLike): Queryable {
         return { rows: await prisma.$queryRawUnsafe<any[]>(text, ...values) };
       },
     },
-    global
-      ? 'prismaAdapter was given the client, which runs outside your transaction: pass the transaction (tx in prisma.$transaction)'
-      : undefined,
+    global ? globalObjectReason('prismaAdapter', 'the client', 'tx in prisma.$transaction') : undefined,
   );
 }
