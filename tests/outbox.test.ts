@@ -1362,13 +1362,22 @@ describe('relay: outside review 96', () => {
     await outbox.publishMany(['a', 'poison', 'b'].map((payload) => ({ destination: d, payload, key: 'k' })));
     await relay.start();
     await waitFor(() => tries === 1 && broker.stored.length === 2, 'a and b taken, the poison refused once');
-    // The retry is out; the lease runs out meanwhile and is said lost.
+    // The retry is out; another holder takes the lease meanwhile (its renewal while out finds it taken).
+    await waitFor(async () => {
+      const taken = await db.pool.query(
+        `UPDATE ${db.s}.outbox_relays SET holder = 'intruder', expires_at = now() + interval '300 milliseconds'
+         WHERE destination = $1 AND holder IS NOT NULL`,
+        [d],
+      );
+      return taken.rowCount === 1;
+    }, 'the lease held, then taken by another');
     await waitFor(() => relay.holding.length === 0, 'the lease lost while the retry is out', 5_000);
     release();
     await waitFor(async () => (await count('outbox', d)) === 0, 'everything published and deleted');
     expect(errors.map((e) => e.message)).toEqual([]);
     expect(broker.ofKey('k')).toEqual(['a', 'b', 'poison']);
-    expect(broker.duplicates).toBe(0);
+    // The relay that took the lease back sent what was not recorded again, as after any lost lease.
+    expect(broker.duplicates).toBe(2);
   });
 
   it('keeps its lease while it retries a refused message: the backoff stays under a third of the lease (review 100)', async () => {
@@ -1386,6 +1395,34 @@ describe('relay: outside review 96', () => {
     await waitFor(() => dead.length === 1 && broker.stored.length === 1, 'the poison dead-lettered and b published');
     expect(lost).toEqual([]);
     expect(broker.attempts.get(await messageIdOf(db, ids[1]!))).toBe(1);
+  });
+
+  it('renews its lease while a batch is out longer than the lease: no other relay takes it and sends the batch again (outside review 189)', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const publish = broker.publish.bind(broker);
+    let out = 0;
+    broker.publish = async (messages) => {
+      out++;
+      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      return publish(messages);
+    };
+    const a = startRelay(broker, [d], { leaseMs: 600, relayId: 'relay-a' });
+    const lost: string[] = [];
+    a.events.on('lost', (p) => lost.push(p.reason));
+    await outbox.publishMany(['1', '2', '3'].map((payload) => ({ destination: d, payload, key: 'k' })));
+    await a.start();
+    await waitFor(() => out === 1, 'the batch out');
+    const b = startRelay(broker, [d], { leaseMs: 600, relayId: 'relay-b' });
+    const acquiredByB: number[] = [];
+    b.events.on('acquired', (p) => acquiredByB.push(p.partition));
+    await b.start();
+    await waitFor(async () => (await count('outbox', d)) === 0, 'the batch published and deleted', 10_000);
+    // Renewed only when a batch was recorded, the lease ran out 600 ms into the 2 s batch and b sent it again.
+    expect(lost).toEqual([]);
+    expect(acquiredByB).toEqual([]);
+    expect([...broker.attempts.values()]).toEqual([1, 1, 1]);
+    expect(broker.ofKey('k')).toEqual(['1', '2', '3']);
   });
 
   it('stop() while start() is still under way: start() settles quietly and nothing is left running (review 100)', async () => {

@@ -157,7 +157,8 @@ export class PartitionRelay {
       const end = window.end;
       const next = this.fetch(end);
       next.catch(() => {});
-      const results = window.messages.length > 0 ? await unlessStopped(this.publishNew(window.messages), signal) : [];
+      const results =
+        window.messages.length > 0 ? await unlessStopped(this.keepingLease(this.publishNew(window.messages)), signal) : [];
       // Stopped with acks still out (a silent broker would hold stop() for the ack
       // timeout): the batch stays unrecorded, to be published again by whichever
       // relay goes on (JetStream drops it as a duplicate).
@@ -190,6 +191,42 @@ export class PartitionRelay {
     const sent = fresh.length > 0 ? await this.publisher.publish(fresh) : [];
     let next = 0;
     return messages.map((_, i): PublishResult => (had[i] ? { ok: true } : sent[next++]!));
+  }
+
+  /**
+   * `work`'s value; meanwhile the lease is renewed every third of it. Renewed only
+   * when a batch was recorded, a batch the broker took longer than a lease to
+   * confirm (50,000 messages, a broker slow to confirm, a refused message's
+   * suspects sent one at a time) let the lease run out while it was out, and
+   * another relay could take the partition and send the batch again (outside review 189).
+   */
+  private async keepingLease<T>(work: Promise<T>): Promise<T> {
+    let renewal: Promise<void> | undefined;
+    const timer = setInterval(
+      () => (renewal ??= this.renewWhileOut().finally(() => (renewal = undefined))),
+      this.options.leaseMs / 3,
+    );
+    try {
+      return await work;
+    } finally {
+      clearInterval(timer);
+      // A renewal still out could answer after record() moved the watermark, and read as lost.
+      await renewal;
+    }
+  }
+
+  /** Renews a lease still held; a watermark that moved under it means another relay held it meanwhile. */
+  private async renewWhileOut(): Promise<void> {
+    if (!this.held) return;
+    const { leaseMs, relayId } = this.options;
+    const sentAt = Date.now();
+    try {
+      const { watermark } = await this.store.acquire(this.destination, this.partition, this.partitions, relayId, leaseMs);
+      if (!watermark || watermark.txid !== this.watermark.txid || watermark.id !== this.watermark.id) this.lost('taken');
+      else if (this.heldUntil > 0) this.renewed(sentAt);
+    } catch {
+      // Postgres unreachable: the lease is said lost when it runs out (checkExpiry), as between batches.
+    }
   }
 
   private fetch(after: Position): Promise<Window> {
