@@ -202,10 +202,9 @@ export class PartitionRelay {
    */
   private async keepingLease<T>(work: Promise<T>): Promise<T> {
     let renewal: Promise<void> | undefined;
-    const timer = setInterval(
-      () => (renewal ??= this.renewWhileOut().finally(() => (renewal = undefined))),
-      this.options.leaseMs / 3,
-    );
+    const timer = setInterval(() => {
+      renewal ??= this.renewWhileOut().finally(() => (renewal = undefined));
+    }, this.options.leaseMs / 3);
     try {
       return await work;
     } finally {
