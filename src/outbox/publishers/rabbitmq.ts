@@ -180,13 +180,17 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
 
   /**
    * Each message sent once the one before it is confirmed, so that a channel closed
-   * over one of them names it. After the first that fails the rest are not sent
-   * (the relay goes on from it). Slow, and only while suspects are in the batch.
+   * over one of them names it. After the connection fails the rest are not sent
+   * (the relay goes on from the first). Slow, and only while suspects are in the batch.
    */
   const oneByOne = async (c: Connected, messages: readonly RelayMessage[], rearm: () => void): Promise<PublishResult[]> => {
     const results: PublishResult[] = [];
-    for (const m of messages) {
+    for (const [i, m] of messages.entries()) {
       const last = results.at(-1);
+      // The one refused is named: the rest go on, on a new channel if it closed this
+      // one, and the relay records them behind it as in a batch sent at once. Left
+      // unsent, the next was reported as a transient failure (outside review 189).
+      if (last && !last.ok && !last.transient) return [...results, ...(await publishBatch(messages.slice(i)))];
       if (last && !last.ok) {
         results.push({ ok: false, error: new Error('not sent: a message before it failed'), transient: true });
         continue;
@@ -198,38 +202,52 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     return results;
   };
 
+  /** One try at the batch on the current connection: at once, or one by one while suspects are in it. */
+  const publishBatch = async (messages: readonly RelayMessage[]): Promise<PublishResult[]> => {
+    let c: Connected;
+    try {
+      c = await connect();
+    } catch (err) {
+      return allFailed(messages.length, unreachable('RabbitMQ', err, url));
+    }
+    // No confirm within the timeout: the connection is silent (a network
+    // blackhole sends neither an error nor a close), so it is given up, its
+    // messages fail as transient, and the next batch connects anew. Without this
+    // the relay waited for ever (review 48).
+    let timer: NodeJS.Timeout | undefined;
+    const arm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(
+        () => c.drop(new Error(`RabbitMQ confirmed nothing for ${confirmTimeoutMs} ms: connection given up`)),
+        confirmTimeoutMs,
+      );
+      timer.unref();
+    };
+    arm();
+    try {
+      if (!messages.some((m) => suspects.has(m.messageId))) return await Promise.all(messages.map((m) => publishOne(c, m)));
+      return await oneByOne(c, messages, arm);
+    } finally {
+      clearTimeout(timer);
+    }
+  };
+
   return {
     name: 'rabbitmq',
     async prepare(): Promise<void> {
       await load();
     },
     async publish(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
-      let c: Connected;
-      try {
-        c = await connect();
-      } catch (err) {
-        return allFailed(messages.length, unreachable('RabbitMQ', err, url));
-      }
-      // No confirm within the timeout: the connection is silent (a network
-      // blackhole sends neither an error nor a close), so it is given up, its
-      // messages fail as transient, and the next batch connects anew. Without this
-      // the relay waited for ever (review 48).
-      let timer: NodeJS.Timeout | undefined;
-      const arm = () => {
-        clearTimeout(timer);
-        timer = setTimeout(
-          () => c.drop(new Error(`RabbitMQ confirmed nothing for ${confirmTimeoutMs} ms: connection given up`)),
-          confirmTimeoutMs,
-        );
-        timer.unref();
-      };
-      arm();
-      try {
-        if (!messages.some((m) => suspects.has(m.messageId))) return await Promise.all(messages.map((m) => publishOne(c, m)));
-        return await oneByOne(c, messages, arm);
-      } finally {
-        clearTimeout(timer);
-      }
+      const results = await publishBatch(messages);
+      // The channel closed over one of several messages awaiting their confirms (406):
+      // which one is found now, one at a time on a new channel, so the batch's failure
+      // is that message's. Left to the next try, the first failure reported named an
+      // innocent message, as a transient one (outside review 189).
+      const suspected = results.flatMap((r, i) => (!r.ok && suspects.has(messages[i]!.messageId) ? [i] : []));
+      if (suspected.length === 0) return results;
+      const again = await publishBatch(suspected.map((i) => messages[i]!));
+      suspected.forEach((i, n) => (results[i] = again[n]!));
+      return results;
     },
     async close(): Promise<void> {
       const deadline = Date.now() + CLOSE_TIMEOUT_MS;
@@ -260,12 +278,6 @@ function destroy(model: Amqp.ChannelModel): void {
   socket?.destroy(new Error('RabbitMQ connection given up'));
 }
 
-/**
- * RabbitMQ closed the channel with 406 PRECONDITION_FAILED: it refused a message
- * (larger than its max_message_size, a CC header that is not an array). Taken for
- * the connection's trouble, such a message was retried for ever and held its
- * partition (outside review 184).
- */
 function protocolOf(url: string): string {
   try {
     return new URL(url).protocol;
@@ -274,6 +286,12 @@ function protocolOf(url: string): string {
   }
 }
 
+/**
+ * RabbitMQ closed the channel with 406 PRECONDITION_FAILED: it refused a message
+ * (larger than its max_message_size, a CC header that is not an array). Taken for
+ * the connection's trouble, such a message was retried for ever and held its
+ * partition (outside review 184).
+ */
 function refusedMessage(error: Error): boolean {
   return (error as { code?: unknown }).code === 406;
 }
