@@ -1,0 +1,82 @@
+import amqp from 'amqplib';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OutboxRelay, rabbitMqPublisher } from '../src/index.js';
+import { waitFor } from './helpers/database.js';
+import { messageIdOf, useOutboxSchema } from './helpers/outbox.js';
+import { privateRabbitMqMissing, startPrivateRabbitMq, type PrivateRabbitMq } from './helpers/private-rabbitmq.js';
+
+// RabbitMQ refuses a message over its max_message_size by closing the channel (406)
+// without naming it. The shared broker's limit must stay as it is, so this file
+// runs a node of its own with a limit of 10,000 bytes.
+const missing = privateRabbitMqMissing();
+if (missing && process.env.SLUICE_REQUIRE_BROKERS === '1') throw new Error(`${missing} and SLUICE_REQUIRE_BROKERS=1`);
+if (missing) process.stderr.write(`skipping the RabbitMQ refusal tests: ${missing}\n`);
+
+const schema = useOutboxSchema('rmqrefuse');
+let broker: PrivateRabbitMq | undefined;
+
+beforeAll(async () => {
+  if (missing) return;
+  broker = await startPrivateRabbitMq('refuse');
+  await broker.ctl('eval', 'application:set_env(rabbit, max_message_size, 10000).');
+}, 120_000);
+afterAll(async () => {
+  await broker?.stop();
+}, 60_000);
+
+describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its size limit', () => {
+  it('names the refused message in every failure, dead-letters only it, and delivers every other one (outside reviews 186 and 189)', async () => {
+    const url = broker!.url;
+    const queue = 'refusals';
+    const conn = await amqp.connect(url);
+    const ch = await conn.createChannel();
+    // Durable, with persistent messages: confirms come after the disk, so many are unconfirmed when the channel closes.
+    await ch.assertQueue(queue, { durable: true });
+    const big = new Set([60, 150]);
+    const ids = await schema.outbox.publishMany(
+      Array.from({ length: 200 }, (_, i) => ({
+        destination: queue,
+        key: `k${i % 4}`,
+        payload: big.has(i) ? 'x'.repeat(20_000) : `k${i % 4}:${i}`,
+      })),
+    );
+    const refused = new Set(await Promise.all([...big].map((i) => messageIdOf(schema.db, ids[i]!))));
+    const relay = new OutboxRelay({
+      pool: schema.db.pool,
+      schema: schema.db.schema,
+      publisher: rabbitMqPublisher({ url }),
+      destinations: [queue],
+      maxAttempts: 3,
+      retry: { minMs: 20, maxMs: 50 },
+    });
+    const failures: { messageId: string; transient: boolean; attempts: number }[] = [];
+    relay.events.on('failure', (f) => failures.push({ messageId: f.messageId, transient: f.transient, attempts: f.attempts }));
+    const dead: string[] = [];
+    relay.events.on('deadLetter', (d) => dead.push(d.messageId));
+    const delivered: string[] = [];
+    await ch.consume(queue, (m) => m && delivered.push(m.content.toString()), { noAck: true });
+    await relay.start();
+    try {
+      await waitFor(() => dead.length === 2, 'both large messages dead-lettered', 30_000);
+      await waitFor(() => new Set(delivered).size === 198, 'the other 198 delivered', 30_000);
+      expect(new Set(dead)).toEqual(refused);
+      // Until review 189 the first failure named an innocent message as transient;
+      // until review 186 innocent messages were blamed and dead-lettered.
+      expect(failures.filter((f) => !refused.has(f.messageId))).toEqual([]);
+      expect(failures.map((f) => `${f.transient}:${f.attempts}`).sort()).toEqual(
+        ['false:1', 'false:2', 'false:3', 'false:1', 'false:2', 'false:3'].sort(),
+      );
+      // Messages the broker stored but had not confirmed when it closed the channel go
+      // again (documented): the first delivery of each keeps the order of its key.
+      const first = [...new Set(delivered)];
+      for (let k = 0; k < 4; k++) {
+        const ofKey = first.filter((p) => p.startsWith(`k${k}:`)).map((p) => Number(p.split(':')[1]));
+        expect(ofKey).toEqual([...ofKey].sort((a, b) => a - b));
+        expect(ofKey).toHaveLength(50 - [...big].filter((i) => i % 4 === k).length);
+      }
+    } finally {
+      await relay.stop();
+      await conn.close();
+    }
+  });
+});
