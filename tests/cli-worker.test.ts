@@ -252,6 +252,30 @@ describe('sluice worker', () => {
     expect(result.stdout.trim().split('\n').at(-1)).toMatch(/ stopped$/);
   });
 
+  it.each([
+    ['stray', 'unhandledRejection', 'stray rejection from the stray task'],
+    ['thrower', 'uncaughtException', 'thrown from a timer of the thrower task'],
+  ])(
+    'an error nothing catches (%s) stops it as SIGTERM does: the job in flight finishes, then exit 1 (outside review 192)',
+    async (task, origin, message) => {
+      const { id, worker } = await workerWithJobInFlight(`g-${task}`);
+      const culprit = await queue.enqueue(task, {});
+      await waitFor(() => worker.stdout().includes(`stopping reason=${origin} running=1`), 'the worker to start draining');
+      // Node's default ended the process here, the job in flight with it.
+      expect(worker.child.exitCode).toBeNull();
+      expect(await status(id)).toBe('processing');
+      await db.pool.query(`INSERT INTO ${db.s}.gates (name) VALUES ($1)`, [`g-${task}`]);
+      const result = await worker.exited;
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(
+        new RegExp(`uncaught origin=${origin} error: Error: ${message} stack=Error: ${message}\\n\\s+at `),
+      );
+      expect(await status(id)).toBe('completed');
+      expect(await status(culprit)).toBe('completed');
+      expect(result.stdout.trim().split('\n').at(-1)).toMatch(/ stopped$/);
+    },
+  );
+
   it('a second signal exits at once with code 1, leaving the job to the rescuer', async () => {
     const { id, worker } = await workerWithJobInFlight('never');
     worker.child.kill('SIGINT');

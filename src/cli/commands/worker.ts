@@ -7,6 +7,8 @@ import { WorkerLog } from '../worker-log.js';
 import { addMetricsOptions, type MetricsFlags } from '../metrics-options.js';
 import { collect, durationOption, durationWithin, integer } from '../parse.js';
 import { addPoolerOptions, type PoolerFlags } from '../pooler-options.js';
+import { ExitStatus, firstLine } from '../output.js';
+import { describeError } from '../../worker/run.js';
 
 interface WorkerFlags extends MetricsFlags, PoolerFlags {
   listen: boolean;
@@ -27,6 +29,8 @@ const DAY_MS = 86_400_000;
 
 /** Exit code when a second signal cuts the drain short (not a clean stop). */
 const FORCED_EXIT = 1;
+/** Exit code after the drain that followed an error nothing caught. */
+const UNCAUGHT_EXIT = 1;
 
 export function registerWorker(program: Command): void {
   const command = program
@@ -89,7 +93,8 @@ export function registerWorker(program: Command): void {
 The first SIGINT/SIGTERM stops claiming and lets running jobs finish (up to
 --shutdown-timeout; unfinished ones go back to pending), then exits 0. A second
 signal exits at once (code 1); its running jobs return to pending when their
-lock expires.
+lock expires. An error nothing catches (a handler's stray rejection) is logged,
+and the worker stops as on SIGTERM, then exits 1.
 
 Examples:
   sluice worker --tasks ./dist/tasks.js --queue default --queue mail --concurrency 20
@@ -136,7 +141,7 @@ Examples:
             logger: log.logger(),
           });
           log.follow(worker);
-          const stopped = untilSignal(worker, log);
+          const stopped = untilStopped(worker, log);
           await worker.start();
           log.line('started', {
             worker: worker.config.workerId,
@@ -149,8 +154,9 @@ Examples:
             ...(worker.config.schedules.length > 0 ? { schedules: worker.config.schedules.map((x) => x.name).join(',') } : {}),
             ...(worker.metricsUrl && { metrics: worker.metricsUrl }),
           });
-          await stopped;
+          const cause = await stopped;
           log.line('stopped');
+          if (cause === 'uncaught') throw new ExitStatus(UNCAUGHT_EXIT);
         },
         { waitForPostgres: true },
       );
@@ -158,27 +164,43 @@ Examples:
 }
 
 /**
- * Resolves once the worker has drained after the first SIGINT/SIGTERM. The
- * second signal does not wait for anything: it exits the process.
+ * Resolves once the worker has drained after the first SIGINT/SIGTERM, or after an
+ * error nothing caught; then 'uncaught'. The second signal does not wait for
+ * anything: it exits the process.
  */
-function untilSignal(worker: Worker, log: WorkerLog): Promise<void> {
+function untilStopped(worker: Worker, log: WorkerLog): Promise<'signal' | 'uncaught'> {
   return new Promise((resolve, reject) => {
-    let signalled = false;
-    const onSignal = (signal: NodeJS.Signals) => {
-      if (signalled) {
-        log.line('forced', { signal, running: worker.runningJobIds.length }, process.stderr);
-        process.exit(FORCED_EXIT);
-      }
-      signalled = true;
-      log.line('stopping', { signal, running: worker.runningJobIds.length });
+    let cause: 'signal' | 'uncaught' | undefined;
+    const stop = (why: 'signal' | 'uncaught', fields: Record<string, string>) => {
+      cause = why;
+      log.line('stopping', { ...fields, running: worker.runningJobIds.length });
       // The process exits after the stop: a handler that ignores its abort ends with it.
       worker.stop({ exiting: true }).then(() => {
         process.off('SIGINT', onSignal);
         process.off('SIGTERM', onSignal);
-        resolve();
+        resolve(why);
       }, reject);
+    };
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (cause) {
+        log.line('forced', { signal, running: worker.runningJobIds.length }, process.stderr);
+        process.exit(FORCED_EXIT);
+      }
+      stop('signal', { signal });
+    };
+    // A handler's promise rejected with no catch, or an error thrown from its timer:
+    // Node's default ended the process at once, with every job running in it
+    // (outside review 192: results not yet written lost, neighbours failed by the
+    // rescuer at max_attempts 1). The process's state is unknown, so it still ends,
+    // but as on SIGTERM: running jobs finish within the grace period, the rest go
+    // back to pending unspent; then exit 1.
+    const onUncaught = (err: unknown, origin: string) => {
+      const stack = err instanceof Error && err.stack ? err.stack : describeError(err);
+      log.line('uncaught', { origin, error: firstLine(stack, 500), stack }, process.stderr);
+      if (!cause) stop('uncaught', { reason: origin });
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
+    process.on('uncaughtException', onUncaught);
   });
 }
