@@ -33,17 +33,30 @@ export interface RabbitMqPublisherOptions {
   confirmTimeoutMs?: number;
 }
 
-interface Connected {
+/** The publisher's connection; its channels are opened as batches need them. */
+interface Connection {
   model: Amqp.ChannelModel;
+  /** Set when the connection closed: every channel on it failed with it. */
+  closed: Error | undefined;
+  /** Open channels no batch is using. */
+  idle: Channel[];
+  /** Every open channel, to fail when the connection goes. */
+  open: Set<Channel>;
+  /** Gives the connection up: every confirm still awaited fails with `err`. */
+  drop(err: Error): void;
+}
+
+/** A confirm channel, used by one batch at a time. */
+interface Channel {
   channel: Amqp.ConfirmChannel;
-  /** Set when the channel or connection closed: every confirm still awaited fails with it. */
+  /** Set when the channel or its connection closed: every confirm still awaited failed with it. */
   closed: Error | undefined;
   /** Per message awaiting its confirm: fails it when the channel closes; `alone` when it was the only one. */
   onClose: Map<string, (err: Error, alone: boolean) => void>;
   /** Message ids the broker returned as unroutable; their confirm follows the return. */
   returned: Set<string>;
-  /** Gives the connection up: every confirm still awaited fails with `err`. */
-  drop(err: Error): void;
+  /** Fails every confirm still awaited on it. */
+  lost(err: Error): void;
 }
 
 /**
@@ -74,70 +87,85 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       `rabbitMqPublisher: url must be an amqp:// or amqps:// URL, got ${JSON.stringify(url.replace(/\/\/[^/@]*@/, '//'))}`,
     );
   const keyHeader = options.keyHeader === undefined ? 'sluice-key' : options.keyHeader;
-  let connecting: Promise<Connected> | undefined;
-  let active: Connected | undefined;
-  /** Message ids of a channel closed over one of them (see lost()), sent alone until confirmed. */
+  let connecting: Promise<Connection> | undefined;
+  let active: Connection | undefined;
+  /** Message ids of a channel closed over one of them (see openChannel), sent alone until confirmed. */
   const suspects = new Set<string>();
 
   const load = () => importPeer('amqplib', 'The RabbitMQ relay', () => import('amqplib'));
-  const connect = (): Promise<Connected> =>
+  const connect = (): Promise<Connection> =>
     (connecting ??= (async () => {
       const amqp = await load();
       const model = await amqp.connect(url, {
         timeout: confirmTimeoutMs,
       });
-      const channel = await timeLimit(
-        model.createConfirmChannel(),
-        confirmTimeoutMs,
-        () => destroy(model),
-        'opening a confirm channel',
-        { from: 'RabbitMQ' },
-      );
-      const c: Connected = {
-        model,
-        channel,
-        closed: undefined,
-        onClose: new Map(),
-        returned: new Set(),
-        drop: (err) => lost(err),
-      };
-      // Published as mandatory: a message no queue receives comes back (before its
-      // confirm) instead of being confirmed and dropped (review 46: 1,922 lost while
-      // a queue was deleted for 3 s, counted as published).
-      channel.on('return', (msg: Amqp.Message) => {
-        const id: unknown = msg.properties.messageId;
-        if (typeof id === 'string') c.returned.add(id);
-      });
+      const conn: Connection = { model, closed: undefined, idle: [], open: new Set(), drop: (err) => lost(err) };
       const lost = (err?: Error) => {
-        if (c.closed) return;
-        c.closed = err ?? new Error('RabbitMQ channel closed');
-        if (active === c) {
+        if (conn.closed) return;
+        conn.closed = err ?? new Error('RabbitMQ connection closed');
+        if (active === conn) {
           active = undefined;
           connecting = undefined;
         }
-        // Closed over a message (406) while several awaited their confirms: which one
-        // is unknown, as the broker may not have confirmed those before it yet (outside
-        // review 186: taken to be the first, innocent ones were blamed and dead-lettered).
-        // They are suspects, sent one at a time from now on until each is confirmed.
-        const alone = c.onClose.size === 1;
-        if (!alone && refusedMessage(c.closed)) for (const id of c.onClose.keys()) suspects.add(id);
-        for (const fail of c.onClose.values()) fail(c.closed, alone);
-        c.onClose.clear();
+        for (const ch of conn.open) ch.lost(conn.closed);
         // A close handshake on a silent connection would never end: the socket goes.
         destroy(model);
       };
       model.on('error', lost);
       model.on('close', lost);
-      channel.on('error', lost);
-      channel.on('close', lost);
-      active = c;
-      return c;
+      active = conn;
+      return conn;
     })().catch((err: unknown) => {
       connecting = undefined;
       throw err;
     }));
 
-  const publishOne = (c: Connected, m: RelayMessage): Promise<PublishResult> =>
+  /**
+   * A channel of the batch's own. RabbitMQ refuses a message by closing its
+   * channel: on a channel shared by every partition's batch, one refused message
+   * failed them all, and each partition reported an innocent message with the
+   * refused one's error (outside review 191).
+   */
+  const openChannel = async (conn: Connection): Promise<Channel> => {
+    const idle = conn.idle.pop();
+    if (idle) return idle;
+    const channel = await timeLimit(
+      conn.model.createConfirmChannel(),
+      confirmTimeoutMs,
+      () => conn.drop(new Error(`RabbitMQ opened no channel within ${confirmTimeoutMs} ms: connection given up`)),
+      'opening a confirm channel',
+      { from: 'RabbitMQ' },
+    );
+    const ch: Channel = { channel, closed: undefined, onClose: new Map(), returned: new Set(), lost: (err) => lost(err) };
+    // Published as mandatory: a message no queue receives comes back (before its
+    // confirm) instead of being confirmed and dropped (review 46: 1,922 lost while
+    // a queue was deleted for 3 s, counted as published).
+    channel.on('return', (msg: Amqp.Message) => {
+      const id: unknown = msg.properties.messageId;
+      if (typeof id === 'string') ch.returned.add(id);
+    });
+    const lost = (err?: Error) => {
+      if (ch.closed) return;
+      ch.closed = err ?? new Error('RabbitMQ channel closed');
+      conn.open.delete(ch);
+      conn.idle = conn.idle.filter((other) => other !== ch);
+      // Closed over a message (406) while several awaited their confirms: which one
+      // is unknown, as the broker may not have confirmed those before it yet (outside
+      // review 186: taken to be the first, innocent ones were blamed and dead-lettered).
+      // They are suspects, sent one at a time from now on until each is confirmed.
+      const alone = ch.onClose.size === 1;
+      if (!alone && refusedMessage(ch.closed)) for (const id of ch.onClose.keys()) suspects.add(id);
+      for (const fail of ch.onClose.values()) fail(ch.closed, alone);
+      ch.onClose.clear();
+    };
+    channel.on('error', lost);
+    channel.on('close', lost);
+    conn.open.add(ch);
+    return ch;
+  };
+
+  /** Publishes one message on `c` and waits for its confirm; `confirmed` is called at each. */
+  const publishOne = (c: Channel, m: RelayMessage, confirmed: () => void): Promise<PublishResult> =>
     new Promise((resolve) => {
       // The broker closed the channel over a message (406, see refusedMessage) while
       // only this one awaited its confirm: it is the one, and its try counts.
@@ -157,6 +185,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       if (keyHeader && m.key !== null) headers[keyHeader] = m.key;
       const done = (err: unknown) => {
         c.onClose.delete(m.messageId);
+        confirmed();
         // A nack: the broker could not take this message (it counts as a try).
         if (err) return resolve({ ok: false, error: asError(err), transient: Boolean(c.closed) });
         // Returned: no queue is bound for it. It counts as a try, so a destination
@@ -183,7 +212,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
    * over one of them names it. After the connection fails the rest are not sent
    * (the relay goes on from the first). Slow, and only while suspects are in the batch.
    */
-  const oneByOne = async (c: Connected, messages: readonly RelayMessage[], rearm: () => void): Promise<PublishResult[]> => {
+  const oneByOne = async (c: Channel, messages: readonly RelayMessage[], waiting: () => void): Promise<PublishResult[]> => {
     const results: PublishResult[] = [];
     for (const [i, m] of messages.entries()) {
       const last = results.at(-1);
@@ -195,40 +224,50 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         results.push({ ok: false, error: new Error('not sent: a message before it failed'), transient: true });
         continue;
       }
-      // The confirm timeout is each message's here, not the batch's.
-      rearm();
-      results.push(await publishOne(c, m));
+      // The confirm timeout is each message's here.
+      waiting();
+      results.push(await publishOne(c, m, waiting));
     }
     return results;
   };
 
   /** One try at the batch on the current connection: at once, or one by one while suspects are in it. */
   const publishBatch = async (messages: readonly RelayMessage[]): Promise<PublishResult[]> => {
-    let c: Connected;
+    let conn: Connection;
+    let ch: Channel;
     try {
-      c = await connect();
+      conn = await connect();
+      ch = await openChannel(conn);
     } catch (err) {
       return allFailed(messages.length, unreachable('RabbitMQ', err, url));
     }
     // No confirm within the timeout: the connection is silent (a network
     // blackhole sends neither an error nor a close), so it is given up, its
     // messages fail as transient, and the next batch connects anew. Without this
-    // the relay waited for ever (review 48).
+    // the relay waited for ever (review 48). The wait starts again at each
+    // confirm: timed over the whole batch, 50,000 messages on a slow broker were
+    // given up while confirms still came, and sent again (outside review 191:
+    // 30% of them twice).
+    let lastConfirm = Date.now();
     let timer: NodeJS.Timeout | undefined;
-    const arm = () => {
-      clearTimeout(timer);
-      timer = setTimeout(
-        () => c.drop(new Error(`RabbitMQ confirmed nothing for ${confirmTimeoutMs} ms: connection given up`)),
-        confirmTimeoutMs,
-      );
+    const check = () => {
+      const quiet = Date.now() - lastConfirm;
+      if (quiet < confirmTimeoutMs) return arm(confirmTimeoutMs - quiet);
+      conn.drop(new Error(`RabbitMQ confirmed nothing for ${confirmTimeoutMs} ms: connection given up`));
+    };
+    const arm = (ms: number) => {
+      timer = setTimeout(check, ms);
       timer.unref();
     };
-    arm();
+    arm(confirmTimeoutMs);
+    const confirmed = () => (lastConfirm = Date.now());
     try {
-      if (!messages.some((m) => suspects.has(m.messageId))) return await Promise.all(messages.map((m) => publishOne(c, m)));
-      return await oneByOne(c, messages, arm);
+      if (!messages.some((m) => suspects.has(m.messageId)))
+        return await Promise.all(messages.map((m) => publishOne(ch, m, confirmed)));
+      return await oneByOne(ch, messages, confirmed);
     } finally {
       clearTimeout(timer);
+      if (!ch.closed && !conn.closed) conn.idle.push(ch);
     }
   };
 
@@ -253,15 +292,15 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       const deadline = Date.now() + CLOSE_TIMEOUT_MS;
       const pending = connecting;
       connecting = undefined;
-      const c = await openedBy(pending, deadline, (late) => late.drop(new Error('publisher closed')));
-      if (c && !c.closed) {
+      const conn = await openedBy(pending, deadline, (late) => late.drop(new Error('publisher closed')));
+      if (conn && !conn.closed) {
         // Bounded: a silent connection never answers the close handshake. Then
         // every confirm still awaited (a batch stop() gave up on) fails, so its
         // timer does not keep the process alive.
-        const close = c.model.close();
+        const close = conn.model.close();
         const left = Math.max(0, deadline - Date.now());
-        await timeLimit(close, left, () => destroy(c.model), 'closing', { from: 'RabbitMQ' }).catch(() => {});
-        c.drop(new Error('publisher closed'));
+        await timeLimit(close, left, () => destroy(conn.model), 'closing', { from: 'RabbitMQ' }).catch(() => {});
+        conn.drop(new Error('publisher closed'));
       }
     },
   };
