@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { Queue, ValidationError, ConfigError, migrate } from '../src/index.js';
@@ -663,5 +665,29 @@ describe('enqueue', () => {
   it('counts stay consistent', async () => {
     const counts = await statusCounts(db);
     expect(Object.keys(counts)).toEqual(['pending']);
+  });
+});
+
+describe('a script that forgets close()', () => {
+  it("exits when it is done: the Queue's idle connections do not hold the process (outside review 192)", async () => {
+    // pg's idle timeout (30 s) held such a script open after its last line.
+    const script = `
+      import { Queue } from './src/index.js';
+      const queue = new Queue({ connectionString: process.env.URL, schema: process.env.SCHEMA });
+      console.log(await queue.enqueue('forgotten', {}));`;
+    const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], {
+      env: { ...process.env, URL: db.url, SCHEMA: db.schema },
+    });
+    let out = '';
+    child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+    const [code] = (await Promise.race([
+      once(child, 'exit'),
+      new Promise((resolve) => setTimeout(() => resolve(['still running after 20 s']), 20_000)),
+    ])) as [unknown];
+    child.kill('SIGKILL');
+    expect(code).toBe(0);
+    const id = out.trim();
+    const { rows } = await db.pool.query(`SELECT task FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    expect(rows).toEqual([{ task: 'forgotten' }]);
   });
 });
