@@ -228,6 +228,11 @@ describe('recurring jobs', () => {
       expect(() => new Worker({ ...base, schedules: schedules as CronSchedule[] })).toThrow(ConfigError);
   });
 
+  it('names the field counts it takes when a cron has too few fields, not the seven croner offers (outside review 192)', () => {
+    for (const cron of ['bad', '* * *', '0 0 0 1 1 * 2099'])
+      expect(() => parseCron('s', cron, 'UTC')).toThrow(/fields; 5, or 6 with seconds first$/);
+  });
+
   it('dueTicks keeps the newest 1 + backfill ticks after the last one, across a DST change', () => {
     const daily = parseCron('d', '30 2 * * *', 'Europe/Berlin');
     // 2:30 does not exist on 29 March 2026 in Berlin (clocks jump 2:00 → 3:00).

@@ -68,7 +68,8 @@ export function parseCron(name: string, cron: unknown, timezone: unknown): Cron 
   // croner also reads a seventh field (the year), which the README does not offer:
   // a past year made a schedule that silently never fired (outside review 75).
   const fields = cron.trim().split(/\s+/).length;
-  if (!cron.trim().startsWith('@') && fields > 6) {
+  if (!cron.trim().startsWith('@') && (fields > 6 || fields < 5)) {
+    // Before croner, whose message offers seven fields (outside review 192).
     throw new ConfigError(`schedule "${name}": cron ${JSON.stringify(cron)} has ${fields} fields; 5, or 6 with seconds first`);
   }
   let pattern: Cron;
