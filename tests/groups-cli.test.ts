@@ -179,5 +179,16 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
       throttled: 1,
     });
     expect(json.queues.find((q) => q.queue === 'plain-stats')).not.toHaveProperty('groups');
+
+    // At its own concurrency limit of 1, the queue holds x's and y's due jobs back,
+    // though no group limit does for y (outside review 193: "0 throttled" said nothing of it).
+    expect((await cli('groups', 'tenants', '--limit', 'none')).code).toBe(0);
+    expect((await cli('limit', 'tenants', '1')).code).toBe(0);
+    const held = await cli('group-stats', 'tenants');
+    expect(held.stdout.split('\n')[0]).toBe(
+      "tenants: 3 groups, 2 due, 1 running, 0 throttled; the queue's own limit holds every due job now",
+    );
+    expect((await cli('limit', 'tenants', 'none')).code).toBe(0);
+    expect((await cli('group-stats', 'tenants')).stdout.split('\n')[0]).toBe('tenants: 3 groups, 2 due, 1 running, 0 throttled');
   });
 });

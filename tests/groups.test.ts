@@ -623,6 +623,8 @@ describe('groups: limits', () => {
     // The next token comes 30 s (60 s / 2) after the bucket ran dry.
     expect(second.waitUntil!.getTime()).toBeGreaterThan(before + 25_000);
     expect(second.waitUntil!.getTime()).toBeLessThan(Date.now() + 31_000);
+    // No group limit holds them: the queue's does (outside review 193: "0 throttled" said nothing of it).
+    expect(await getGroupStats(t.db.pool, t.db.schema, 'rated')).toMatchObject({ due: 7, throttled: 0, queueThrottled: true });
   });
 
   it('a rate-limited queue with fewer due jobs than tokens sets no timer: an idle worker does not claim it every token (0028)', async () => {
@@ -707,7 +709,7 @@ describe('groups: limits', () => {
     const count = (g: string) => claimed.filter((x) => x === g).length;
     expect([count('a'), count('b'), count('vip')]).toEqual([2, 2, 4]);
     const stats = await getGroupStats(t.db.pool, t.db.schema, 'grated');
-    expect(stats).toMatchObject({ groups: 3, due: 10, running: 8, throttled: 3 });
+    expect(stats).toMatchObject({ groups: 3, due: 10, running: 8, throttled: 3, queueThrottled: false });
   });
 
   it('the pruner deletes the job_groups rows that hold only a full token bucket, and keeps the rest', async () => {
@@ -1131,6 +1133,7 @@ describe('groups: metrics', () => {
     expect(text).toContain(`sluice_queue_groups{${labels}} 2`);
     // a still has 2 due jobs behind its one running job; b has none left.
     expect(text).toContain(`sluice_queue_groups_throttled{${labels}} 1`);
+    expect(text).toContain(`sluice_queue_throttled{${labels}} 0`);
     expect(text).toContain(`sluice_group_jobs{${labels},group="a",state="due"} 2`);
     expect(text).toContain(`sluice_group_jobs{${labels},group="a",state="running"} 1`);
     expect(text).not.toContain(`${labels},group="b"`);

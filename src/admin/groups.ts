@@ -36,6 +36,8 @@ export interface QueueGroupStats {
   running: number;
   /** Groups whose due jobs are held back by their limits now. */
   throttled: number;
+  /** Due jobs wait, all of them, for the queue's own concurrency or rate limit now (whatever their groups' limits). */
+  queueThrottled: boolean;
   /** The busiest groups (most due jobs first), at most `limit` of them. */
   top: GroupStats[];
 }
@@ -47,6 +49,7 @@ type Row = GroupStats & {
   dueTotal: number;
   runningTotal: number;
   throttledCount: number;
+  queueThrottled: boolean;
 };
 
 /**
@@ -81,6 +84,7 @@ export async function getGroupStats(
     due: first?.dueTotal ?? 0,
     running: first?.runningTotal ?? 0,
     throttled: first?.throttledCount ?? 0,
+    queueThrottled: first?.queueThrottled ?? false,
     top: found.map(
       ({
         groupCount: _g,
@@ -89,6 +93,7 @@ export async function getGroupStats(
         dueTotal: _d,
         runningTotal: _r,
         throttledCount: _t,
+        queueThrottled: _q,
         ...group
       }) => group,
     ),

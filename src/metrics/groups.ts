@@ -21,6 +21,7 @@ export interface GroupMetricsOptions {
  * time for every grouped or rate-limited queue of `schema`, and every queue with
  * grouped jobs waiting that no worker has claimed yet:
  * - `sluice_queue_groups{schema,queue}`: groups with pending or running jobs;
+ * - `sluice_queue_throttled{schema,queue}`: 1 when the queue's own limit holds every due job back;
  * - `sluice_queue_groups_throttled{schema,queue}`: groups whose due jobs their
  *   concurrency or rate limit holds back now;
  * - `sluice_group_jobs{schema,queue,group,state}`: due and running jobs of the
@@ -63,6 +64,9 @@ export function watchGroups(metrics: SluiceMetrics, schema: string, db: Queryabl
   );
   gauge(`${p}queue_groups_throttled`, 'Groups whose due jobs their concurrency or rate limit holds back', [], (g, s) =>
     g.set({ schema, queue: s.queue }, s.throttled),
+  );
+  gauge(`${p}queue_throttled`, "1 when the queue's own concurrency or rate limit holds every due job back now", [], (g, s) =>
+    g.set({ schema, queue: s.queue }, s.queueThrottled ? 1 : 0),
   );
   new client.Gauge({
     name: `${p}group_stats_up`,

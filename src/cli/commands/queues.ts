@@ -299,7 +299,8 @@ export function registerQueues(program: Command): void {
       });
       if (flags.json) return printJson(stats);
       process.stdout.write(
-        `${printable(stats.queue)}: ${stats.groups} groups, ${stats.due} due, ${stats.running} running, ${stats.throttled} throttled\n`,
+        `${printable(stats.queue)}: ${stats.groups} groups, ${stats.due} due, ${stats.running} running, ${stats.throttled} throttled` +
+          `${stats.queueThrottled ? "; the queue's own limit holds every due job now" : ''}\n`,
       );
       if (stats.top.length === 0) return;
       printTable(

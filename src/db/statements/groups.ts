@@ -115,7 +115,9 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
     // Per-group numbers of one queue ($1), busiest first, at most $2 groups; the
     // totals over every group ride on each row (window sums before the LIMIT).
     // Throttled: due jobs held back by the group's concurrency limit or its rate
-    // limit right now. An admin read: it passes over the queue's pending jobs once.
+    // limit right now; queueThrottled: every due job held back by the queue's own
+    // (outside review 193: a queue at its rate limit showed "0 throttled"). An
+    // admin read: it passes over the queue's pending jobs once.
     groupStats: `WITH p AS (
         SELECT coalesce(group_key, '') AS g, count(*) FILTER (WHERE run_at <= now()) AS due,
                count(*) FILTER (WHERE run_at > now()) AS scheduled
@@ -141,13 +143,17 @@ export const groupStatements = perSchema((schema: string): GroupStatements => {
         LEFT JOIN ${s}.queues q ON q.name = $1
       )
       SELECT CASE WHEN g = '' THEN NULL ELSE g END AS "group", due::int, scheduled::int, running::int, weight,
-             concurrency_limit AS "concurrencyLimit", throttled,
+             x.concurrency_limit AS "concurrencyLimit", throttled,
              count(*) OVER ()::int AS "groupCount", (sum(due) OVER ())::int AS "dueTotal",
              (sum(running) OVER ())::int AS "runningTotal",
              (count(*) FILTER (WHERE due > 0) OVER ())::int AS "dueGroupCount",
              (count(*) FILTER (WHERE running > 0) OVER ())::int AS "runningGroupCount",
-             (count(*) FILTER (WHERE throttled) OVER ())::int AS "throttledCount"
-      FROM x ORDER BY due DESC, running DESC, g LIMIT $2`,
+             (count(*) FILTER (WHERE throttled) OVER ())::int AS "throttledCount",
+             (sum(due) OVER () > 0 AND (sum(running) OVER () >= q.concurrency_limit
+               OR (q.rate_limit IS NOT NULL AND (${s}.refill_tokens(q.tokens, q.tokens_at, q.rate_limit, q.rate_interval_ms,
+                     q.rate_burst, clock_timestamp())).tokens < 1))) IS TRUE AS "queueThrottled"
+      FROM x LEFT JOIN ${s}.queues q ON q.name = $1
+      ORDER BY due DESC, running DESC, g LIMIT $2`,
 
     // Whether a queue has any job (for the CLI's check of a queue name), in the
     // history too: a queue whose jobs the pruner all moved there is no typo (outside
