@@ -91,6 +91,10 @@ describe('dashboard JSON API: groups and limits', () => {
     expect((await post('/api/queues/dq2/groups', { weight: 2 })).status).toBe(400);
     expect((await post('/api/queues/dq2/limits', { groupConcurrency: 'lots' })).status).toBe(400);
     expect((await api('/api/limits')).body.queues.map((q: { name: string }) => q.name)).not.toContain('dq2');
+    // A queue never seen is a 404 for the read too, as for its changes (outside review 193: 200 and zeros).
+    const unknown = await api('/api/queues/dq2/groups');
+    expect(unknown.status).toBe(404);
+    expect(unknown.body.error.message).toMatch(/^queue "dq2" has no jobs and no settings: check the name$/);
     // Review 62: "got NaN" for ?top=abc, and 1e3 taken as 1000.
     for (const top of ['abc', '1e3', '-1']) {
       const answer = await api(`/api/queues/dq/groups?top=${top}`);

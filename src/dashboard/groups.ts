@@ -3,7 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { getGroupStats } from '../admin/groups.js';
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
-import { createFlag, forKnownQueue } from './known-queue.js';
+import { createFlag, forKnownQueue, requireKnownQueue } from './known-queue.js';
 import {
   listGroupSettings,
   listQueueLimits,
@@ -51,6 +51,8 @@ export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): 
       }
       throw err;
     });
+    // After the read, which checks the name (a 400): a queue never seen is a 404, as its changes are (outside review 193).
+    if (stats.groups === 0) await requireKnownQueue(db, schema, queue);
     const settings = await listGroupSettings(db, schema, queue);
     return reply.header('cache-control', 'no-store').send({ ...stats, settings });
   });
