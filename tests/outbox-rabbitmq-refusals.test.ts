@@ -90,13 +90,15 @@ describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its siz
     const ch = await conn.createChannel();
     await ch.assertQueue(queue, { durable: true });
     await schema.outbox.publishMany(
-      Array.from({ length: 20_000 }, (_, i) => ({ destination: queue, key: `k${i % 8}`, payload: String(i) })),
+      Array.from({ length: 40_000 }, (_, i) => ({ destination: queue, key: `k${i % 64}`, payload: String(i) })),
     );
     const relay = new OutboxRelay({
       pool: schema.db.pool,
       schema: schema.db.schema,
       publisher: rabbitMqPublisher({ url, confirmTimeoutMs: 3_000 }),
       destinations: [queue],
+      // Four batches out at once, each on a channel of its own, on one connection.
+      partitions: 4,
       batchSize: 20_000,
     });
     const failures: string[] = [];
@@ -108,15 +110,15 @@ describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its siz
     try {
       // Frozen for 1 s at a time, well within the 3 s confirm timeout, the batch as a
       // whole past it: timed over the batch, it was given up and sent again.
-      for (let i = 0; i < 6 && published < 20_000; i++) {
+      for (let i = 0; i < 8 && published < 40_000; i++) {
         process.kill(beam, 'SIGSTOP');
         await new Promise((resolve) => setTimeout(resolve, 1_000));
         process.kill(beam, 'SIGCONT');
         await new Promise((resolve) => setTimeout(resolve, 300));
       }
-      await waitFor(() => published === 20_000, 'all 20,000 confirmed', 30_000);
+      await waitFor(() => published === 40_000, 'all 40,000 confirmed', 30_000);
       expect(failures).toEqual([]);
-      expect((await ch.checkQueue(queue)).messageCount).toBe(20_000);
+      expect((await ch.checkQueue(queue)).messageCount).toBe(40_000);
     } finally {
       process.kill(beam, 'SIGCONT');
       await relay.stop();
