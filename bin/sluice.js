@@ -39,7 +39,11 @@ process.stdout.on('error', (err) => {
 });
 
 // Exit explicitly: a worker's task module may leave timers or connections open,
-// and a command that finished must not hang on them. (stdout and stderr are
-// synchronous on Linux and macOS for files, pipes and terminals, so nothing
-// written is lost.)
-process.exit(await main(process.argv));
+// and a command that finished must not hang on them. But only once stdout and
+// stderr have taken what was written: to a pipe they are written asynchronously,
+// and an exit at once cut `sluice jobs list --json | jq` off at 64 KiB, with
+// code 0 (outside review 195).
+const code = await main(process.argv);
+const flushed = (stream) => new Promise((resolve) => stream.write('', () => resolve()));
+await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
+process.exit(code);

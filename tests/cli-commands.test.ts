@@ -2,11 +2,13 @@
  * The `sluice` executable as users run it: real processes (node bin/sluice.js,
  * built by `npm test`), real Postgres, this file's own schema.
  */
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { quoteSchema } from '../src/db/identifiers.js';
 import { Queue } from '../src/index.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
-import { runSluice, spawnCli, type CliResult } from './helpers/cli.js';
+import { BIN, runSluice, spawnCli, type CliResult } from './helpers/cli.js';
 
 let db: TestDatabase;
 let env: Record<string, string>;
@@ -304,6 +306,18 @@ describe('jobs', () => {
     expect(shown).toMatchObject({ id: ids[1], task: 'b', payload: { n: 1 } });
 
     expectOneLineError(await sluice('jobs', 'show', '987654321'), 1, /job 987654321 not found/);
+
+    // Into a shell pipe (64 KiB of buffer; the tests' own stdio is a socket pair): cut
+    // off there, with code 0, when the CLI exited at once (outside review 195).
+    const big = await queue.enqueue('big', { text: 'x'.repeat(300_000) });
+    const child = spawn('sh', ['-c', '"$@" | cat; exit $?', 'sh', process.execPath, BIN, 'jobs', 'show', big, '--json'], {
+      env: { ...process.env, ...env },
+    });
+    let piped = '';
+    child.stdout.on('data', (d: Buffer) => (piped += d.toString()));
+    const [code] = (await once(child, 'close')) as [number];
+    expect(code).toBe(0);
+    expect(JSON.parse(piped).payload.text).toHaveLength(300_000);
   });
 
   it('retry, cancel and delete one job, and refuse the wrong state', async () => {
