@@ -276,6 +276,30 @@ describe('sluice worker', () => {
     },
   );
 
+  it('after an uncaught error, a job still running at the deadline fails this attempt; one SIGTERM in that drain joins it (outside review 195)', async () => {
+    const id = await queue.enqueue('gated', { gate: 'never' }, { maxAttempts: 2 });
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`, '--shutdown-timeout', '1s'], ['--import', 'tsx']);
+    await waitFor(
+      async () => (await db.pool.query(`SELECT 1 FROM ${db.s}.gate_started WHERE job_id = $1`, [id])).rowCount,
+      'the job to start',
+    );
+    await queue.enqueue('stray', {});
+    await waitFor(() => worker.stdout().includes('stopping reason=unhandledRejection running=1'), 'the worker to start draining');
+    // One SIGTERM, as systemd or Kubernetes sends: it forced the exit, the job left processing for the rescuer.
+    worker.child.kill('SIGTERM');
+    const result = await worker.exited;
+    expect(result.code).toBe(1);
+    expect(result.stdout).toMatch(/stopping signal=SIGTERM running=1/);
+    expect(result.stderr).not.toMatch(/forced/);
+    // Handed back unspent, such a job restarted the worker for ever, its attempts never counted.
+    const { rows } = await db.pool.query(`SELECT status, attempts, last_error FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    expect(rows[0]).toMatchObject({
+      status: 'pending',
+      attempts: 1,
+      last_error: expect.stringContaining('the worker stopped after an unhandledRejection in its process'),
+    });
+  });
+
   it('a second signal exits at once with code 1, leaving the job to the rescuer', async () => {
     const { id, worker } = await workerWithJobInFlight('never');
     worker.child.kill('SIGINT');

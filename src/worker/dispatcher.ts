@@ -139,10 +139,14 @@ export class Dispatcher {
    * jobs: those whose handlers stopped within `settleMs` of the abort, and those
    * whose handlers still run (they ignore their signal).
    */
-  async abortAll(reason: Error, settleMs: number): Promise<{ stopped: JobRow[]; stillRunning: JobRow[] }> {
+  async abortAll(
+    reason: Error,
+    settleMs: number,
+    cause: 'shutdown' | 'fatal' = 'shutdown',
+  ): Promise<{ stopped: JobRow[]; stillRunning: JobRow[] }> {
     this.handBackTimer.clear();
     const runs = [...this.slots.runningJobs()];
-    for (const run of runs) run.abort('shutdown', reason);
+    for (const run of runs) run.abort(cause, reason);
     const stopped = await Promise.all(runs.map((run) => run.handlerStopped(settleMs)));
     return {
       stopped: runs.filter((_, i) => stopped[i]).map((r) => r.job),
@@ -258,7 +262,7 @@ export class Dispatcher {
       // its own retry, in a slot refilled beyond concurrency (outside review 61); the
       // heartbeat keeps the job meanwhile.
       const cause = run.abortCause;
-      const stopped = !cause || cause === 'shutdown' || (await run.handlerStopped(ABORTED_HANDLER_GRACE_MS));
+      const stopped = !cause || cause === 'shutdown' || cause === 'fatal' || (await run.handlerStopped(ABORTED_HANDLER_GRACE_MS));
       // Taken also for a run whose job was taken away, so no report of it stays behind.
       const progress = this.progress.ended(job.id);
       if (!this.slots.finish(run, durationMs)) return;

@@ -342,10 +342,22 @@ function resolveLogger(logger: unknown): Logger | undefined {
   return logger;
 }
 
-const STOP_KEYS = new Set(['exiting']);
+const STOP_KEYS = new Set(['exiting', 'failRunning']);
 
 /** Worker.stop()'s options, checked: whether the process exits right after the stop. */
-export function resolveStopOptions(options: { exiting?: boolean }): boolean {
+export function resolveStopOptions(options: { exiting?: boolean; failRunning?: Error }): {
+  exiting: boolean;
+  failRunning: Error | undefined;
+} {
   rejectUnknownKeys(options, STOP_KEYS, 'stop');
-  return boolOption('exiting', options.exiting, false);
+  const { failRunning } = options;
+  if (failRunning !== undefined && !(failRunning instanceof Error)) {
+    throw new ConfigError(`stop: failRunning must be an Error, got ${shown(failRunning)}`);
+  }
+  const exiting = boolOption('exiting', options.exiting, false);
+  // Their failures are written at the deadline, while a handler that ignores its
+  // signal may run on: only a process that ends right after may leave it so.
+  if (failRunning && !exiting)
+    throw new ConfigError('stop: failRunning is for a process that exits right after: give exiting: true too');
+  return { exiting, failRunning };
 }

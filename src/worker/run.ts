@@ -32,9 +32,10 @@ export type Outcome =
  * Postgres restarted meanwhile; 'unanswered': the same, but the worker kept
  * asking and Postgres did not answer, and the attempt is given back if the job is
  * still the worker's once it does; 'row-held': another session held the row all
- * that time, and the job is handed back).
+ * that time, and the job is handed back); 'fatal': the worker stops after an error
+ * nothing caught in its process, and the attempt fails with it, as a timeout's does.
  */
-export type AbortCause = 'timeout' | 'shutdown' | 'lock-lost' | 'cancelled' | 'unrenewed' | 'unanswered' | 'row-held';
+export type AbortCause = 'timeout' | 'shutdown' | 'fatal' | 'lock-lost' | 'cancelled' | 'unrenewed' | 'unanswered' | 'row-held';
 
 /** Outcomes of a run that was aborted by the worker rather than ended by the handler. */
 const ABORTED: Partial<Record<AbortCause, Outcome>> = {

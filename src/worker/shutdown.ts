@@ -19,6 +19,8 @@ export interface Stopping {
   readonly emit: Emit;
   /** Read when the stop decides: a later stop({ exiting: true }) may still set it. */
   exiting(): boolean;
+  /** stop({ failRunning }): the jobs still running at the deadline fail this attempt with it, instead of going back unspent. */
+  failRunning(): Error | undefined;
   /**
    * A store on a connection of its own, outside the pool the stop gave up on, with
    * a short statement limit; `end()` closes it.
@@ -74,10 +76,13 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   }
   // The handlers' time is up: their signal fires now, not after the steps below,
   // which on a silent network wait for the cut-off (review 64: 3 s late).
-  const aborting = parts.dispatcher.abortAll(
-    new WorkerStoppingError(`worker is shutting down: shutdownTimeoutMs (${config.shutdownTimeoutMs}) ran out`),
-    ABORTED_HANDLER_GRACE_MS,
-  );
+  const failWith = worker.failRunning();
+  const aborting = failWith
+    ? parts.dispatcher.abortAll(failWith, ABORTED_HANDLER_GRACE_MS, 'fatal')
+    : parts.dispatcher.abortAll(
+        new WorkerStoppingError(`worker is shutting down: shutdownTimeoutMs (${config.shutdownTimeoutMs}) ran out`),
+        ABORTED_HANDLER_GRACE_MS,
+      );
   await listenersStopped;
   // Steps above that were slow (not a silent network, which the first cut-off
   // ends) must not cut the handlers' grace and the last writes short.
@@ -117,7 +122,8 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   const claimedLate = slots.takeWaiting();
   // Jobs left processing for the rescuer, whose handlers may still run: the registry keeps their visibility timeout.
   const leftRunning = stillRunning.length > 0 && !worker.exiting();
-  const handBackRunning = worker.exiting() ? [...stopped, ...stillRunning] : stopped;
+  // Failed instead (failRunning): their failures are results, written by drain() above.
+  const handBackRunning = failWith ? [] : worker.exiting() ? [...stopped, ...stillRunning] : stopped;
   const back = [...handBackRunning, ...claimedLate];
   const [now, before] = await Promise.all([
     cutOff.fired ? undefined : handBack(parts, worker, back, deadline, cutOff),

@@ -59,6 +59,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
   private stopPromise: Promise<void> | undefined;
   /** Some stop() call said the process exits right after it (read when the stop decides). */
   private exiting = false;
+  /** stop({ failRunning }): the error the jobs still running at the deadline fail with. */
+  private failRunning: Error | undefined;
   private starting: Promise<void> | undefined;
   /** The driver, once start() has opened it (before its parts are made). */
   private db: Driver | undefined;
@@ -206,10 +208,12 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
    * handlers end with it, and their jobs go back too. Writes every buffered result
    * before resolving.
    */
-  stop(options: { exiting?: boolean } = {}): Promise<void> {
+  stop(options: { exiting?: boolean; failRunning?: Error } = {}): Promise<void> {
     let exiting: boolean;
     try {
-      exiting = resolveStopOptions(options);
+      let failRunning: Error | undefined;
+      ({ exiting, failRunning } = resolveStopOptions(options));
+      this.failRunning ??= failRunning;
     } catch (err) {
       return Promise.reject(err as Error);
     }
@@ -229,6 +233,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
           slots: this.slots,
           emit: this.emitEvent,
           exiting: () => this.exiting,
+          failRunning: () => this.failRunning,
           onDrained: (resolve) => (this.drained = resolve),
           spare: () => this.spareStore(),
           reportError: (err) => this.reportError(err),

@@ -9,6 +9,7 @@ import { collect, durationOption, durationWithin, integer } from '../parse.js';
 import { addPoolerOptions, type PoolerFlags } from '../pooler-options.js';
 import { ExitStatus, firstLine } from '../output.js';
 import { describeError } from '../../worker/run.js';
+import { WorkerStoppingError } from '../../errors.js';
 
 interface WorkerFlags extends MetricsFlags, PoolerFlags {
   listen: boolean;
@@ -94,7 +95,8 @@ The first SIGINT/SIGTERM stops claiming and lets running jobs finish (up to
 --shutdown-timeout; unfinished ones go back to pending), then exits 0. A second
 signal exits at once (code 1); its running jobs return to pending when their
 lock expires. An error nothing catches (a handler's stray rejection) is logged,
-and the worker stops as on SIGTERM, then exits 1.
+and the worker stops as on SIGTERM (jobs still running at the deadline fail
+this attempt), then exits 1.
 
 Examples:
   sluice worker --tasks ./dist/tasks.js --queue default --queue mail --concurrency 20
@@ -171,33 +173,46 @@ Examples:
 function untilStopped(worker: Worker, log: WorkerLog): Promise<'signal' | 'uncaught'> {
   return new Promise((resolve, reject) => {
     let cause: 'signal' | 'uncaught' | undefined;
-    const stop = (why: 'signal' | 'uncaught', fields: Record<string, string>) => {
+    let signalled = false;
+    const stop = (why: 'signal' | 'uncaught', fields: Record<string, string>, failRunning?: Error) => {
       cause = why;
       log.line('stopping', { ...fields, running: worker.runningJobIds.length });
       // The process exits after the stop: a handler that ignores its abort ends with it.
-      worker.stop({ exiting: true }).then(() => {
+      worker.stop({ exiting: true, ...(failRunning && { failRunning }) }).then(() => {
         process.off('SIGINT', onSignal);
         process.off('SIGTERM', onSignal);
         resolve(why);
       }, reject);
     };
     const onSignal = (signal: NodeJS.Signals) => {
-      if (cause) {
+      // A first signal during the drain after an uncaught error joins it: systemd,
+      // Docker and Kubernetes send one SIGTERM, which forced the exit (outside review 195).
+      if (signalled) {
         log.line('forced', { signal, running: worker.runningJobIds.length }, process.stderr);
         process.exit(FORCED_EXIT);
       }
-      stop('signal', { signal });
+      signalled = true;
+      if (cause) log.line('stopping', { signal, running: worker.runningJobIds.length });
+      else stop('signal', { signal });
     };
     // A handler's promise rejected with no catch, or an error thrown from its timer:
     // Node's default ended the process at once, with every job running in it
     // (outside review 192: results not yet written lost, neighbours failed by the
     // rescuer at max_attempts 1). The process's state is unknown, so it still ends,
-    // but as on SIGTERM: running jobs finish within the grace period, the rest go
-    // back to pending unspent; then exit 1.
+    // but as on SIGTERM: running jobs finish within the grace period; those still
+    // running then fail this attempt (retried as their task says), as a crash would
+    // spend it: handed back unspent, a job that caused it restarted the worker for
+    // ever, never counted (outside review 195). Then exit 1.
     const onUncaught = (err: unknown, origin: string) => {
       const stack = err instanceof Error && err.stack ? err.stack : describeError(err);
-      log.line('uncaught', { origin, error: firstLine(stack, 500), stack }, process.stderr);
-      if (!cause) stop('uncaught', { reason: origin });
+      const message = firstLine(stack, 500);
+      log.line('uncaught', { origin, error: message, stack }, process.stderr);
+      if (cause) return;
+      stop(
+        'uncaught',
+        { reason: origin },
+        new WorkerStoppingError(`the worker stopped after an ${origin} in its process: ${message}`),
+      );
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
