@@ -24,14 +24,22 @@ afterAll(async () => {
   await broker?.stop();
 }, 60_000);
 
+/**
+ * A channel on the private node with `queue` declared durable: with persistent
+ * messages its confirms come after the disk, so many are unconfirmed at any moment.
+ */
+async function durableQueue(queue: string) {
+  const conn = await amqp.connect(broker!.url);
+  const ch = await conn.createChannel();
+  await ch.assertQueue(queue, { durable: true });
+  return { conn, ch };
+}
+
 describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its size limit', () => {
   it('names the refused message in every failure, dead-letters only it, and delivers every other one (outside reviews 186 and 189)', async () => {
     const url = broker!.url;
     const queue = 'refusals';
-    const conn = await amqp.connect(url);
-    const ch = await conn.createChannel();
-    // Durable, with persistent messages: confirms come after the disk, so many are unconfirmed when the channel closes.
-    await ch.assertQueue(queue, { durable: true });
+    const { conn, ch } = await durableQueue(queue);
     const big = new Set([60, 150]);
     const ids = await schema.outbox.publishMany(
       Array.from({ length: 200 }, (_, i) => ({
@@ -86,9 +94,7 @@ describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its siz
   it('waits out a broker that confirms slowly but steadily, however long the batch takes: nothing is sent twice (outside review 191)', async () => {
     const url = broker!.url;
     const queue = 'slow';
-    const conn = await amqp.connect(url);
-    const ch = await conn.createChannel();
-    await ch.assertQueue(queue, { durable: true });
+    const { conn, ch } = await durableQueue(queue);
     await schema.outbox.publishMany(
       Array.from({ length: 40_000 }, (_, i) => ({ destination: queue, key: `k${i % 64}`, payload: String(i) })),
     );
