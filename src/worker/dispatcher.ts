@@ -262,7 +262,7 @@ export class Dispatcher {
       // its own retry, in a slot refilled beyond concurrency (outside review 61); the
       // heartbeat keeps the job meanwhile.
       const cause = run.abortCause;
-      const stopped = !cause || cause === 'shutdown' || cause === 'fatal' || (await run.handlerStopped(ABORTED_HANDLER_GRACE_MS));
+      const stopped = !cause || cause === 'shutdown' || (await run.handlerStopped(ABORTED_HANDLER_GRACE_MS));
       // Taken also for a run whose job was taken away, so no report of it stays behind.
       const progress = this.progress.ended(job.id);
       if (!this.slots.finish(run, durationMs)) return;
@@ -276,8 +276,12 @@ export class Dispatcher {
       }
       this.startWaiting();
       // Found taken away after something else aborted it (an unrenewed lock): already
-      // told lost, and its failure would only be refused (and told lost again).
-      this.completer.record(run, run.lockLost ? LOST : outcome, durationMs, progress);
+      // told lost, and its failure would only be refused (and told lost again). A
+      // fatal stop's handler that runs on is left processing for the rescuer, as after
+      // a crash: its failure written, another worker could start the retry while it
+      // still ran in this process, not yet exited (outside review 196: 0.6 s overlap).
+      const runsOn = cause === 'fatal' && !stopped;
+      this.completer.record(run, run.lockLost || runsOn ? LOST : outcome, durationMs, progress);
       this.signals.finished(job);
     });
   }

@@ -93,7 +93,9 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   // A handler that ignores its signal may still be working on its job: handed
   // back, the job could run in another worker at the same time. It stays
   // 'processing' for the rescuer, which returns it after the visibility timeout.
-  if (stillRunning.length > 0 && !worker.exiting()) {
+  // Left processing too after a fatal stop (failRunning), though the process exits: see Dispatcher.
+  const leftRunning = stillRunning.length > 0 && (!worker.exiting() || failWith !== undefined);
+  if (leftRunning) {
     worker.reportError(
       new WorkerStoppingError(
         `job(s) ${stillRunning.map((job) => job.id).join(', ')}: the handler did not stop within ` +
@@ -121,7 +123,6 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   // worker, failed by the rescuer without running).
   const claimedLate = slots.takeWaiting();
   // Jobs left processing for the rescuer, whose handlers may still run: the registry keeps their visibility timeout.
-  const leftRunning = stillRunning.length > 0 && !worker.exiting();
   // Failed instead (failRunning): their failures are results, written by drain() above.
   const handBackRunning = failWith ? [] : worker.exiting() ? [...stopped, ...stillRunning] : stopped;
   const back = [...handBackRunning, ...claimedLate];
@@ -136,11 +137,7 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
     // locked to this worker, whether its reply got here or not (review 67: failed
     // by the rescuer, never run). One sweep on a connection of its own gives back
     // every row still locked to this worker but those that must stay processing.
-    const keep = [
-      ...(worker.exiting() ? [] : stillRunning.map((job) => job.id)),
-      ...unwritten,
-      ...parts.completer.leftToRescuer(),
-    ];
+    const keep = [...(leftRunning ? stillRunning.map((job) => job.id) : []), ...unwritten, ...parts.completer.leftToRescuer()];
     const cutBefore = new Set(before.cut.map((job) => job.id));
     await releaseAfterCut(
       worker,
