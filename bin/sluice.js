@@ -32,8 +32,11 @@ try {
 }
 
 // A reader that went away (`sluice stats --watch | head -1`) ends the command
-// quietly, as it does any Unix tool, instead of an unhandled EPIPE.
+// quietly, as it does any Unix tool, instead of an unhandled EPIPE. A command that
+// serves until stopped (worker, relay) stops as on SIGTERM instead (src/cli/output-closed.ts).
+const OUTPUT_CLOSED = Symbol.for('sluice.cli.outputClosed');
 process.stdout.on('error', (err) => {
+  if (typeof globalThis[OUTPUT_CLOSED] === 'function') return globalThis[OUTPUT_CLOSED](err);
   if (err.code !== 'EPIPE') process.stderr.write(`sluice: cannot write the output: ${err.message}\n`);
   process.exit(err.code === 'EPIPE' ? 0 : 1);
 });

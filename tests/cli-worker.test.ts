@@ -300,6 +300,22 @@ describe('sluice worker', () => {
     });
   });
 
+  it('stops as on SIGTERM when the reader of its stdout goes away, then exits 1 (outside review 196)', async () => {
+    const { id, worker } = await workerWithJobInFlight('g-epipe');
+    // The log's reader goes; the next line (a job completing) finds no one.
+    worker.child.stdout!.destroy();
+    await db.pool.query(`INSERT INTO ${db.s}.gates (name) VALUES ('g-open')`);
+    await queue.enqueue('gated', { gate: 'g-open' });
+    // Exited 0 at once, the job in flight left to the rescuer, a supervisor's restart on failure never made.
+    await waitFor(() => worker.stderr().includes('output-closed'), 'the worker to notice');
+    expect(worker.child.exitCode).toBeNull();
+    expect(await status(id)).toBe('processing');
+    await db.pool.query(`INSERT INTO ${db.s}.gates (name) VALUES ('g-epipe')`);
+    const result = await worker.exited;
+    expect(result.code).toBe(1);
+    expect(await status(id)).toBe('completed');
+  });
+
   it('a second signal exits at once with code 1, leaving the job to the rescuer', async () => {
     const { id, worker } = await workerWithJobInFlight('never');
     worker.child.kill('SIGINT');

@@ -9,7 +9,8 @@ import type { MetricsServer } from '../../metrics/server.js';
 import { withDatabaseUntilStopped } from '../database.js';
 import { ErrorLines } from '../error-lines.js';
 import { FailureLines } from '../failure-lines.js';
-import { UsageError, formatTime, printable, printJson } from '../output.js';
+import { ExitStatus, UsageError, formatTime, printable, printJson } from '../output.js';
+import { onOutputClosed } from '../output-closed.js';
 import { addMetricsOptions, type MetricsFlags } from '../metrics-options.js';
 import { collect, integer } from '../parse.js';
 import { addPoolerOptions, type PoolerFlags } from '../pooler-options.js';
@@ -185,6 +186,7 @@ Examples:
           const metrics =
             flags.metricsPort === undefined ? undefined : await serveRelayMetrics(relay, flags.metricsPort, flags.metricsHost);
           const stopped = untilSignal(relay);
+          let outputClosed: boolean;
           try {
             await relay.start();
             log('started', {
@@ -195,12 +197,13 @@ Examples:
             });
             const progress = setInterval(() => log('progress', { published }), 10_000);
             progress.unref();
-            await stopped;
+            outputClosed = await stopped;
             clearInterval(progress);
           } finally {
             await metrics?.close();
           }
           log('stopped', { published });
+          if (outputClosed) throw new ExitStatus(1);
         },
         // Serving (not a one-off action), it waits for a Postgres it cannot reach yet, as `sluice worker` does.
         { waitForPostgres: !flags.status && !flags.deadLetters && !flags.redrive && !flags.dropDeadLetters },
@@ -223,20 +226,31 @@ async function serveRelayMetrics(relay: OutboxRelay, port: number, host: string)
   return serveMetrics({ text: () => registry.metrics(), contentType: registry.contentType }, port, host);
 }
 
-/** Resolves once the relay has stopped after SIGINT/SIGTERM; a second signal exits at once. */
-function untilSignal(relay: OutboxRelay): Promise<void> {
+/**
+ * Resolves once the relay has stopped after SIGINT/SIGTERM (false) or stdout's
+ * reader went away (true: exit 1); a second signal exits at once.
+ */
+function untilSignal(relay: OutboxRelay): Promise<boolean> {
   return new Promise((resolve, reject) => {
     let signalled = false;
-    const onSignal = () => {
-      if (signalled) process.exit(1);
+    const stop = (outputClosed: boolean) => {
       signalled = true;
       relay.stop().then(() => {
         process.off('SIGINT', onSignal);
         process.off('SIGTERM', onSignal);
-        resolve();
+        resolve(outputClosed);
       }, reject);
+    };
+    const onSignal = () => {
+      if (signalled) process.exit(1);
+      stop(false);
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
+    onOutputClosed((err) => {
+      if (signalled) return;
+      process.stderr.write(`sluice relay: stdout closed (${err.message}): stopping\n`);
+      stop(true);
+    });
   });
 }

@@ -8,6 +8,7 @@ import { addMetricsOptions, type MetricsFlags } from '../metrics-options.js';
 import { collect, durationOption, durationWithin, integer } from '../parse.js';
 import { addPoolerOptions, type PoolerFlags } from '../pooler-options.js';
 import { ExitStatus, firstLine } from '../output.js';
+import { onOutputClosed } from '../output-closed.js';
 import { describeError } from '../../worker/run.js';
 import { WorkerStoppingError } from '../../errors.js';
 
@@ -30,8 +31,11 @@ const DAY_MS = 86_400_000;
 
 /** Exit code when a second signal cuts the drain short (not a clean stop). */
 const FORCED_EXIT = 1;
-/** Exit code after the drain that followed an error nothing caught. */
+/** Exit code after the drain that followed an error nothing caught, or stdout's reader going away. */
 const UNCAUGHT_EXIT = 1;
+
+/** Why `sluice worker` stopped: a signal (exit 0), an error nothing caught, or stdout closed (exit 1). */
+type StopCause = 'signal' | 'uncaught' | 'output';
 
 export function registerWorker(program: Command): void {
   const command = program
@@ -158,7 +162,7 @@ Examples:
           });
           const cause = await stopped;
           log.line('stopped');
-          if (cause === 'uncaught') throw new ExitStatus(UNCAUGHT_EXIT);
+          if (cause !== 'signal') throw new ExitStatus(UNCAUGHT_EXIT);
         },
         { waitForPostgres: true },
       );
@@ -170,11 +174,11 @@ Examples:
  * error nothing caught; then 'uncaught'. The second signal does not wait for
  * anything: it exits the process.
  */
-function untilStopped(worker: Worker, log: WorkerLog): Promise<'signal' | 'uncaught'> {
+function untilStopped(worker: Worker, log: WorkerLog): Promise<StopCause> {
   return new Promise((resolve, reject) => {
-    let cause: 'signal' | 'uncaught' | undefined;
+    let cause: StopCause | undefined;
     let signalled = false;
-    const stop = (why: 'signal' | 'uncaught', fields: Record<string, string>, failRunning?: Error) => {
+    const stop = (why: StopCause, fields: Record<string, string>, failRunning?: Error) => {
       cause = why;
       log.line('stopping', { ...fields, running: worker.runningJobIds.length });
       // The process exits after the stop: a handler that ignores its abort ends with it.
@@ -217,5 +221,10 @@ function untilStopped(worker: Worker, log: WorkerLog): Promise<'signal' | 'uncau
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
     process.on('uncaughtException', onUncaught);
+    onOutputClosed((err) => {
+      if (cause) return;
+      log.line('output-closed', { error: err.message, running: worker.runningJobIds.length }, process.stderr);
+      stop('output', { reason: 'stdout closed' });
+    });
   });
 }
