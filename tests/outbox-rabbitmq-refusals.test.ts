@@ -91,6 +91,40 @@ describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its siz
     }
   });
 
+  it('counts no try against any message when the broker restarts under its batches (outside review 197)', async () => {
+    const url = broker!.url;
+    const queue = 'restart';
+    const { conn } = await durableQueue(queue);
+    await conn.close();
+    await schema.outbox.publishMany(
+      Array.from({ length: 20_000 }, (_, i) => ({ destination: queue, key: `k${i % 64}`, payload: String(i) })),
+    );
+    const relay = new OutboxRelay({
+      pool: schema.db.pool,
+      schema: schema.db.schema,
+      publisher: rabbitMqPublisher({ url }),
+      destinations: [queue],
+      partitions: 4,
+      batchSize: 5_000,
+      retry: { minMs: 50, maxMs: 200 },
+    });
+    const counted: string[] = [];
+    relay.events.on('failure', (f) => f.transient || counted.push(`${f.messageId}: ${f.error.message}`));
+    let published = 0;
+    relay.events.on('published', (b) => (published += b.count));
+    await relay.start();
+    try {
+      await waitFor(() => published > 0, 'a first batch confirmed', 30_000);
+      // amqplib fails the unconfirmed with "channel closed" before the channel's close event: taken for a nack, each counted a try.
+      await broker!.ctl('stop_app');
+      await broker!.ctl('start_app');
+      await waitFor(() => published >= 20_000, 'all 20,000 confirmed after the restart', 60_000);
+      expect(counted).toEqual([]);
+    } finally {
+      await relay.stop();
+    }
+  });
+
   it('waits out a broker that confirms slowly but steadily, however long the batch takes: nothing is sent twice (outside review 191)', async () => {
     const url = broker!.url;
     const queue = 'slow';

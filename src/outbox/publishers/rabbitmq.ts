@@ -130,6 +130,31 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     }));
 
   /**
+   * Gives `conn` up once nothing was confirmed on it, by any batch, for
+   * confirmTimeoutMs since `since()`: the network went silent (a blackhole sends
+   * neither an error nor a close). `gaveUp` rejects then.
+   */
+  const watchSilence = (conn: Connection, since: () => number, what: string) => {
+    let timer: NodeJS.Timeout | undefined;
+    let giveUp: (err: Error) => void = () => {};
+    const gaveUp = new Promise<never>((_, reject) => (giveUp = reject));
+    gaveUp.catch(() => {});
+    const check = () => {
+      const quiet = Date.now() - Math.max(since(), conn.lastConfirm);
+      if (quiet < confirmTimeoutMs) return arm(confirmTimeoutMs - quiet);
+      const err = new Error(`RabbitMQ ${what} for ${confirmTimeoutMs} ms: connection given up`);
+      conn.drop(err);
+      giveUp(err);
+    };
+    const arm = (ms: number) => {
+      timer = setTimeout(check, ms);
+      timer.unref();
+    };
+    arm(confirmTimeoutMs);
+    return { gaveUp, stop: () => clearTimeout(timer) };
+  };
+
+  /**
    * A channel of the batch's own. RabbitMQ refuses a message by closing its
    * channel: on a channel shared by every partition's batch, one refused message
    * failed them all, and each partition reported an innocent message with the
@@ -138,13 +163,17 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
   const openChannel = async (conn: Connection): Promise<Channel> => {
     const idle = conn.idle.pop();
     if (idle) return idle;
-    const channel = await timeLimit(
-      conn.model.createConfirmChannel(),
-      confirmTimeoutMs,
-      () => conn.drop(new Error(`RabbitMQ opened no channel within ${confirmTimeoutMs} ms: connection given up`)),
-      'opening a confirm channel',
-      { from: 'RabbitMQ' },
-    );
+    // Bounded as confirms are: given up only while the connection confirms nothing.
+    // Under a fixed limit a broker slow to open one (throttled, busy with other
+    // partitions' batches) lost the connection of every partition (outside review 197).
+    const opened = Date.now();
+    const watch = watchSilence(conn, () => opened, 'opened no channel and confirmed nothing');
+    let channel: Amqp.ConfirmChannel;
+    try {
+      channel = await Promise.race([conn.model.createConfirmChannel(), watch.gaveUp]);
+    } finally {
+      watch.stop();
+    }
     const ch: Channel = { channel, closed: undefined, onClose: new Map(), returned: new Set(), lost: (err) => lost(err) };
     // Published as mandatory: a message no queue receives comes back (before its
     // confirm) instead of being confirmed and dropped (review 46: 1,922 lost while
@@ -193,6 +222,11 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       const headers: Record<string, string> = { ...m.headers };
       if (keyHeader && m.key !== null) headers[keyHeader] = m.key;
       const done = (err: unknown) => {
+        // The channel closed with this message unconfirmed: amqplib says so before the
+        // channel's 'close' reaches lost(), which fails it for the reason (a refusal
+        // names it; an outage is transient). Taken for a nack, a broker restart counted
+        // a try against the first message of every partition (outside review 197).
+        if (err && !c.closed && asError(err).message === 'channel closed') return;
         c.onClose.delete(m.messageId);
         confirmed();
         // A nack: the broker could not take this message (it counts as a try).
@@ -264,24 +298,14 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     // again (outside review 191: 30% twice); timed per batch, a channel the broker
     // served last gave up the connection of every partition (review 194: 11-15% twice).
     let since = Date.now();
-    let timer: NodeJS.Timeout | undefined;
-    const check = () => {
-      const quiet = Date.now() - Math.max(since, conn.lastConfirm);
-      if (quiet < confirmTimeoutMs) return arm(confirmTimeoutMs - quiet);
-      conn.drop(new Error(`RabbitMQ confirmed nothing for ${confirmTimeoutMs} ms: connection given up`));
-    };
-    const arm = (ms: number) => {
-      timer = setTimeout(check, ms);
-      timer.unref();
-    };
-    arm(confirmTimeoutMs);
+    const watch = watchSilence(conn, () => since, 'confirmed nothing');
     const confirmed = () => (since = conn.lastConfirm = Date.now());
     try {
       if (!messages.some((m) => suspects.has(m.messageId)))
         return await Promise.all(messages.map((m) => publishOne(ch, m, confirmed)));
       return await oneByOne(ch, messages, () => (since = Date.now()), confirmed);
     } finally {
-      clearTimeout(timer);
+      watch.stop();
       if (!ch.closed && !conn.closed) conn.idle.push(ch);
     }
   };
