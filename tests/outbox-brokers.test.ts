@@ -423,4 +423,44 @@ describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
       await conn.close();
     }
   });
+
+  it('a queue full (max-length, reject-publish) makes messages wait, counting no try, until it has room (outside review 197)', async () => {
+    const queue = `sluice-t-full-${tag}`;
+    const conn = await amqp.connect(AMQP_URL);
+    const ch = await conn.createChannel();
+    await ch.assertQueue(queue, { durable: false, arguments: { 'x-max-length': 5, 'x-overflow': 'reject-publish' } });
+    const relay = new OutboxRelay({
+      pool: schema.db.pool,
+      schema: schema.db.schema,
+      publisher: rabbitMqPublisher({ url: AMQP_URL }),
+      destinations: [queue],
+      maxAttempts: 2,
+      retry: { minMs: 20, maxMs: 50 },
+    });
+    const failures: { transient: boolean; error: string }[] = [];
+    relay.events.on('failure', (f) => failures.push({ transient: f.transient, error: f.error.message }));
+    await relay.start();
+    try {
+      await schema.outbox.publishMany(
+        Array.from({ length: 12 }, (_, i) => ({ destination: queue, payload: String(i), key: 'k' })),
+      );
+      await waitFor(() => failures.length >= 3, 'the full queue refusing');
+      // Counted, maxAttempts 2 dead-lettered the messages behind the first five.
+      expect(failures.every((f) => f.transient && /queue full/.test(f.error))).toBe(true);
+      const got: string[] = [];
+      await waitFor(async () => {
+        for (let m = await ch.get(queue, { noAck: true }); m; m = await ch.get(queue, { noAck: true }))
+          got.push(m.content.toString());
+        return got.length === 12;
+      }, 'all 12 through as the queue is emptied');
+      expect(got).toEqual(Array.from({ length: 12 }, (_, i) => String(i)));
+      expect(
+        (await schema.db.pool.query(`SELECT 1 FROM ${schema.db.s}.outbox_dead_letters WHERE destination = $1`, [queue])).rowCount,
+      ).toBe(0);
+    } finally {
+      await relay.stop();
+      await ch.deleteQueue(queue).catch(() => {});
+      await conn.close();
+    }
+  });
 });

@@ -229,8 +229,17 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
         if (err && !c.closed && asError(err).message === 'channel closed') return;
         c.onClose.delete(m.messageId);
         confirmed();
-        // A nack: the broker could not take this message (it counts as a try).
-        if (err) return resolve({ ok: false, error: asError(err), transient: Boolean(c.closed) });
+        // A nack: the queue is full (a max-length with reject-publish) or the broker
+        // had an internal error. Neither is the message's fault, so it waits and is
+        // retried, counting no try, as for a JetStream stream out of room: counted, a
+        // full queue dead-lettered a backlog ten tries at a time (outside review 197).
+        if (err) {
+          const error = new Error(
+            `RabbitMQ did not take the message (${asError(err).message}): a queue full (max-length, reject-publish) or a broker error`,
+            { cause: err },
+          );
+          return resolve({ ok: false, error, transient: true });
+        }
         // Returned: no queue is bound for it. It counts as a try, so a destination
         // that never routes ends in the dead letters instead of blocking for ever.
         if (c.returned.delete(m.messageId))
