@@ -18,8 +18,9 @@ export class FailureLines {
     return true;
   }
 
-  published(batch: PartitionInfo): void {
-    this.last.delete(partitionOf(batch));
+  /** True when the partition had a failure logged: it has recovered, and says so. */
+  published(batch: PartitionInfo): boolean {
+    return this.last.delete(partitionOf(batch));
   }
 }
 

@@ -75,7 +75,9 @@ export function outboxResult(lags: OutboxLag[], writer?: OldestWriter): CheckRes
         : `${judged.length} destination(s) relayed, none behind: ${judged.map(describe).join('; ')}`;
   const advice =
     'A destination with messages waiting and no partition held has no relay running: start `sluice relay`. ' +
-    'Old messages with relays running: the broker is down or refusing (see the relay log and outbox_failures), ' +
+    'Old messages with relays running: the broker is down, refusing (see the relay log and outbox_failures) or ' +
+    'not taking them (a full RabbitMQ queue or JetStream stream: they wait, counting no try, so the relay log ' +
+    'alone says so, as its `failure` lines), ' +
     'or a long write transaction anywhere on the server, in any database, holds the relay back, a prepared one ' +
     'included (the oldest is named above; a role without pg_read_all_stats sees only its own sessions; the relay ' +
     'publishes only what every older transaction has finished around). ' +

@@ -32,9 +32,11 @@ describe('FailureLines', () => {
   it('logs it again after the partition published a batch, or when its error changes', () => {
     const lines = new FailureLines();
     expect(lines.shouldLog(failure('a', 'down'))).toBe(true);
-    lines.published({ destination: 'b', partition: 0 });
+    // published() says whether the partition had a failure logged: `sluice relay` then logs `recovered` (outside review 198).
+    expect(lines.published({ destination: 'b', partition: 0 })).toBe(false);
     expect(lines.shouldLog(failure('a', 'down'))).toBe(false);
-    lines.published({ destination: 'a', partition: 0 });
+    expect(lines.published({ destination: 'a', partition: 0 })).toBe(true);
+    expect(lines.published({ destination: 'a', partition: 0 })).toBe(false);
     expect(lines.shouldLog(failure('a', 'down'))).toBe(true);
     expect(lines.shouldLog(failure('a', 'refused'))).toBe(true);
   });

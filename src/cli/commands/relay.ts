@@ -170,9 +170,14 @@ Examples:
           const failures = new FailureLines();
           relay.events.on('failure', (f) => {
             if (!failures.shouldLog(f)) return;
-            log('failure', { destination: f.destination, transient: f.transient, error: f.error.message }, process.stderr);
+            const where = { destination: f.destination, partition: f.partition };
+            log('failure', { ...where, transient: f.transient, error: f.error.message }, process.stderr);
           });
-          relay.events.on('published', (b) => failures.published(b));
+          // A partition whose failure was logged says when it publishes again (outside review 198: a
+          // full queue's one failure line, then silence, and no word when it drained).
+          relay.events.on('published', (b) => {
+            if (failures.published(b)) log('recovered', { destination: b.destination, partition: b.partition });
+          });
           const errors = new ErrorLines();
           relay.events.on('error', (err) => {
             const line = errors.next(err.message);
