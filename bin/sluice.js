@@ -35,6 +35,10 @@ try {
 // quietly, as it does any Unix tool, instead of an unhandled EPIPE. A command that
 // serves until stopped (worker, relay) stops as on SIGTERM instead (src/cli/output-closed.ts).
 const OUTPUT_CLOSED = Symbol.for('sluice.cli.outputClosed');
+// stderr closed too leaves nowhere to say anything: its errors are dropped. Unheard,
+// each was an uncaught exception whose report failed in turn, and a worker with
+// both closed spun at 100% CPU for ever (outside review 199).
+process.stderr.on('error', () => {});
 process.stdout.on('error', (err) => {
   if (typeof globalThis[OUTPUT_CLOSED] === 'function') return globalThis[OUTPUT_CLOSED](err);
   if (err.code !== 'EPIPE') process.stderr.write(`sluice: cannot write the output: ${err.message}\n`);

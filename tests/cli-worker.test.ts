@@ -3,6 +3,7 @@
  * signals, real Postgres, this file's own schema.
  */
 import net from 'node:net';
+import { once } from 'node:events';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Queue } from '../src/index.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
@@ -314,6 +315,21 @@ describe('sluice worker', () => {
     const result = await worker.exited;
     expect(result.code).toBe(1);
     expect(await status(id)).toBe('completed');
+  });
+
+  it('with stdout and stderr both gone it still stops and exits 1, the job in flight handed back (outside review 199)', async () => {
+    const { id, worker } = await workerWithJobInFlight('g-both');
+    worker.child.stdout!.destroy();
+    worker.child.stderr!.destroy();
+    await db.pool.query(`INSERT INTO ${db.s}.gates (name) VALUES ('g-open-2')`);
+    await queue.enqueue('gated', { gate: 'g-open-2' });
+    // Its report of the closed stdout failed on stderr, as an uncaught error whose report failed in turn: 100% CPU, for ever.
+    const [code] = (await Promise.race([
+      once(worker.child, 'exit'),
+      new Promise((resolve) => setTimeout(() => resolve(['still running after 30 s']), 30_000)),
+    ])) as [unknown];
+    expect(code).toBe(1);
+    expect(await status(id)).toBe('pending');
   });
 
   it('a second signal exits at once with code 1, leaving the job to the rescuer', async () => {

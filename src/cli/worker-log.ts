@@ -77,7 +77,11 @@ export class WorkerLog {
     };
   }
 
-  line(event: string, fields: Fields = {}, out: NodeJS.WritableStream = process.stdout): void {
+  /** stdout's reader went away: what was meant for it goes to stderr, the one channel left (outside review 199). */
+  stdoutClosed = false;
+
+  line(event: string, fields: Fields = {}, to: NodeJS.WritableStream = process.stdout): void {
+    const out = this.stdoutClosed && to === process.stdout ? process.stderr : to;
     const time = new Date().toISOString();
     if (this.json) {
       out.write(`${JSON.stringify({ time, event, ...fields })}\n`);

@@ -87,9 +87,12 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
   // Steps above that were slow (not a silent network, which the first cut-off
   // ends) must not cut the handlers' grace and the last writes short.
   cutOff.notBefore(Date.now() + ABORTED_HANDLER_GRACE_MS + LAST_WRITES_MS);
-  await parts.heartbeat.stop();
   await parts.progress.stop();
   const { stopped, stillRunning } = await aborting;
+  // Locks are renewed through the handlers' grace: stopped at the abort, a 1 s
+  // visibility timeout ran out within it, and the rescuer gave a job whose
+  // handler still ran to another worker (outside review 199).
+  await parts.heartbeat.stop();
   // A handler that ignores its signal may still be working on its job: handed
   // back, the job could run in another worker at the same time. It stays
   // 'processing' for the rescuer, which returns it after the visibility timeout.

@@ -222,6 +222,7 @@ function untilStopped(worker: Worker, log: WorkerLog): Promise<StopCause> {
     process.on('SIGTERM', onSignal);
     process.on('uncaughtException', onUncaught);
     onOutputClosed((err) => {
+      log.stdoutClosed = true;
       if (cause) return;
       log.line('output-closed', { error: err.message, running: worker.runningJobIds.length }, process.stderr);
       stop('output', { reason: 'stdout closed' });
