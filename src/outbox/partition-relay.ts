@@ -5,20 +5,8 @@ import type { BrokerPublisher, PublishResult, RelayMessage } from './publishers/
 import type { ResolvedRelayOptions } from './relay-options.js';
 import type { RelayEvents } from './relay-events.js';
 import { START, type Position, type RelayStore, type Window } from './relay-store.js';
-
-/** The longest wait between passes while committed messages wait behind an open transaction. */
-const HORIZON_MAX_MS = 200;
-
-/**
- * The wait after the `passes`-th pass in a row that found committed messages
- * behind a transaction still open: horizonRetryMs, doubling, up to 200 ms (or the
- * poll interval). A transaction left open (idle in transaction) kept every
- * partition at ~90 passes a second for as long as it lasted (outside review 74).
- */
-export function horizonDelay(passes: number, o: { horizonRetryMs: number; pollIntervalMs: number }): number {
-  const cap = Math.max(o.horizonRetryMs, Math.min(HORIZON_MAX_MS, o.pollIntervalMs));
-  return Math.min(cap, o.horizonRetryMs * 2 ** Math.min(Math.max(0, passes - 1), 20));
-}
+import { horizonDelay, leaseKeepingBackoff } from './relay-pacing.js';
+import { unlessStopped } from '../lifecycle/unless-stopped.js';
 
 /**
  * What a pass found: the next pass comes at once (more to do); soon (horizon: rows
@@ -33,21 +21,6 @@ export type LeaseRoom = 'free' | 'full' | 'settling';
 
 /** The wait before a partition looks again for room that acquires in flight may leave. */
 const SETTLING_MS = 100;
-
-/**
- * The relay's retry backoff, capped at a third of the lease: each retry renews the
- * lease first (holdLease), so a partition keeps it while it retries. With the
- * default 30 s cap, a refused message's later tries came after the 10 s lease had
- * run out: the relay lost its partition between tries, and another relay (or it,
- * taking it back) sent again what the broker already had (outside review 100).
- */
-export function leaseKeepingBackoff(o: { retry: { minMs: number; maxMs: number }; leaseMs: number }): {
-  minMs: number;
-  maxMs: number;
-} {
-  const cap = Math.floor(o.leaseMs / 3);
-  return { minMs: Math.min(o.retry.minMs, cap), maxMs: Math.min(o.retry.maxMs, cap) };
-}
 
 /** A message refused by the broker, or a broker that cannot be reached: the pass fails and the loop backs off. */
 export class RelayPublishError extends Error {
@@ -420,14 +393,4 @@ export class PartitionRelay {
     if (err instanceof RelayPublishError) return;
     this.events.reportError(err);
   }
-}
-
-/** `work`'s value, or undefined as soon as `signal` fires. */
-function unlessStopped<T>(work: Promise<T>, signal: AbortSignal): Promise<T | undefined> {
-  if (signal.aborted) return Promise.resolve(undefined);
-  return new Promise((resolve, reject) => {
-    const stopped = () => resolve(undefined);
-    signal.addEventListener('abort', stopped, { once: true });
-    work.then(resolve, reject).finally(() => signal.removeEventListener('abort', stopped));
-  });
 }

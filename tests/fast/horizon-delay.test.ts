@@ -4,7 +4,7 @@
  * ~90 passes a second for as long as an idle-in-transaction session lasted).
  */
 import { describe, expect, it } from 'vitest';
-import { horizonDelay } from '../../src/outbox/partition-relay.js';
+import { horizonDelay } from '../../src/outbox/relay-pacing.js';
 
 describe('horizonDelay', () => {
   it('doubles from horizonRetryMs up to 200 ms', () => {

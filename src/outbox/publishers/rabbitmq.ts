@@ -1,6 +1,7 @@
 import type * as Amqp from 'amqplib';
 import { importPeer } from '../../optional-peer.js';
-import { headersProblem, RESERVED_HEADERS, reservedHeader } from '../message.js';
+import { headersProblem } from '../message.js';
+import { headerValueProblem, refusedMessage, unroutable } from './rabbitmq-refusals.js';
 import { ConfigError } from '../../errors.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import {
@@ -371,33 +372,4 @@ function protocolOf(url: string): string {
   } catch {
     return '';
   }
-}
-
-/**
- * RabbitMQ closed the channel with 406 PRECONDITION_FAILED: it refused a message
- * (larger than its max_message_size, a CC header that is not an array). Taken for
- * the connection's trouble, such a message was retried for ever and held its
- * partition (outside review 184).
- */
-function refusedMessage(error: Error): boolean {
-  return (error as { code?: unknown }).code === 406;
-}
-
-/**
- * Headers written into the outbox past publish() that RabbitMQ must not get: a
- * reserved name (a CC array copied the message to another queue, a Sluice-Key
- * header spoofed the key) or a value that is not a string.
- */
-function headerValueProblem(headers: Record<string, unknown> | null): string | undefined {
-  for (const [name, value] of Object.entries(headers ?? {})) {
-    if (reservedHeader(name)) return `header ${name} is reserved (${RESERVED_HEADERS})`;
-    if (typeof value !== 'string') return `header ${name} is not a string`;
-  }
-  return undefined;
-}
-
-function unroutable(exchange: string, routingKey: string): Error {
-  const where =
-    exchange === '' ? `no queue named "${routingKey}"` : `no queue bound to exchange "${exchange}" for "${routingKey}"`;
-  return new Error(`RabbitMQ returned the message as unroutable: ${where}`);
 }
