@@ -1,6 +1,6 @@
 import amqp from 'amqplib';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { OutboxRelay, rabbitMqPublisher } from '../src/index.js';
+import { OutboxRelay, rabbitMqPublisher, type OutboxRelayOptions } from '../src/index.js';
 import { waitFor } from './helpers/database.js';
 import { messageIdOf, useOutboxSchema } from './helpers/outbox.js';
 import { privateRabbitMqMissing, startPrivateRabbitMq, type PrivateRabbitMq } from './helpers/private-rabbitmq.js';
@@ -35,9 +35,19 @@ async function durableQueue(queue: string) {
   return { conn, ch };
 }
 
+/** A relay of `queue` to the private node (not started). */
+function relayTo(queue: string, options: Partial<OutboxRelayOptions>) {
+  return new OutboxRelay({
+    pool: schema.db.pool,
+    schema: schema.db.schema,
+    publisher: rabbitMqPublisher({ url: broker!.url }),
+    destinations: [queue],
+    ...options,
+  });
+}
+
 describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its size limit', () => {
   it('names the refused message in every failure, dead-letters only it, and delivers every other one (outside reviews 186 and 189)', async () => {
-    const url = broker!.url;
     const queue = 'refusals';
     const { conn, ch } = await durableQueue(queue);
     const big = new Set([60, 150]);
@@ -49,11 +59,7 @@ describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its siz
       })),
     );
     const refused = new Set(await Promise.all([...big].map((i) => messageIdOf(schema.db, ids[i]!))));
-    const relay = new OutboxRelay({
-      pool: schema.db.pool,
-      schema: schema.db.schema,
-      publisher: rabbitMqPublisher({ url }),
-      destinations: [queue],
+    const relay = relayTo(queue, {
       // Two partitions, so batches of both are out when the broker refuses one.
       partitions: 2,
       maxAttempts: 3,
@@ -92,18 +98,13 @@ describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its siz
   });
 
   it('counts no try against any message when the broker restarts under its batches (outside review 197)', async () => {
-    const url = broker!.url;
     const queue = 'restart';
     const { conn } = await durableQueue(queue);
     await conn.close();
     await schema.outbox.publishMany(
       Array.from({ length: 20_000 }, (_, i) => ({ destination: queue, key: `k${i % 64}`, payload: String(i) })),
     );
-    const relay = new OutboxRelay({
-      pool: schema.db.pool,
-      schema: schema.db.schema,
-      publisher: rabbitMqPublisher({ url }),
-      destinations: [queue],
+    const relay = relayTo(queue, {
       partitions: 4,
       batchSize: 5_000,
       retry: { minMs: 50, maxMs: 200 },
@@ -126,17 +127,13 @@ describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its siz
   });
 
   it('waits out a broker that confirms slowly but steadily, however long the batch takes: nothing is sent twice (outside review 191)', async () => {
-    const url = broker!.url;
     const queue = 'slow';
     const { conn, ch } = await durableQueue(queue);
     await schema.outbox.publishMany(
       Array.from({ length: 40_000 }, (_, i) => ({ destination: queue, key: `k${i % 64}`, payload: String(i) })),
     );
-    const relay = new OutboxRelay({
-      pool: schema.db.pool,
-      schema: schema.db.schema,
-      publisher: rabbitMqPublisher({ url, confirmTimeoutMs: 3_000 }),
-      destinations: [queue],
+    const relay = relayTo(queue, {
+      publisher: rabbitMqPublisher({ url: broker!.url, confirmTimeoutMs: 3_000 }),
       // Four batches out at once, each on a channel of its own, on one connection.
       partitions: 4,
       batchSize: 20_000,

@@ -170,9 +170,9 @@ Examples:
 }
 
 /**
- * Resolves once the worker has drained after the first SIGINT/SIGTERM, or after an
- * error nothing caught; then 'uncaught'. The second signal does not wait for
- * anything: it exits the process.
+ * Resolves, with why, once the worker has drained after the first SIGINT/SIGTERM,
+ * an error nothing caught, or stdout's reader going away. The second signal does
+ * not wait for anything: it exits the process.
  */
 function untilStopped(worker: Worker, log: WorkerLog): Promise<StopCause> {
   return new Promise((resolve, reject) => {
