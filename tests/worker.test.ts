@@ -351,6 +351,36 @@ describe('Worker', () => {
     ]);
   });
 
+  it('stop() renews the locks of aborted handlers through their grace, so a short visibility timeout does not free their jobs', async () => {
+    const finish = deferred();
+    const aborted = deferred();
+    const worker = await startWorker({
+      queues: ['stop-grace'],
+      shutdownTimeoutMs: 100,
+      visibilityTimeoutMs: 1_000,
+      heartbeatIntervalMs: 150,
+      tasks: {
+        lingers: async (_p, { signal }) => {
+          signal.addEventListener('abort', () => aborted.resolve());
+          await finish.promise; // returns within the 1 s grace, late
+        },
+      },
+    });
+    const id = await queue.enqueue('lingers', {}, { queue: 'stop-grace' });
+    await waitFor(async () => (await job(id)).status === 'processing', 'the job to start');
+    const lockedAt = async () => (await job(id)).locked_at!.getTime();
+    const stopped = worker.stop();
+    await aborted.promise;
+    // Outside review 199: the heartbeat stopped at the abort, and the lock aged
+    // through the grace while the handler still ran.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    const early = await lockedAt();
+    await new Promise((resolve) => setTimeout(resolve, 600));
+    expect(await lockedAt()).toBeGreaterThan(early);
+    finish.resolve();
+    await stopped;
+  });
+
   it('stop({ exiting: true }) hands back a job whose handler ignores its abort: the process ends it', async () => {
     const started: string[] = [];
     const worker = await startWorker({

@@ -58,6 +58,8 @@ export class Dispatcher {
   private readonly unsure: { jobs: JobRow[]; reason: HandBackReason }[] = [];
   private readonly unsureTimer = new OneShotTimer(() => this.retryUnsure(), true);
   private readonly unsureRetry = new Backoff({ minMs: 250, maxMs: 5_000 });
+  /** See settlingIds(). */
+  private readonly settling = new Set<string>();
 
   constructor(
     private readonly slots: Slots,
@@ -114,6 +116,18 @@ export class Dispatcher {
   }
 
   /**
+   * Jobs whose handlers a stop aborted, until they stop or their grace ends: their
+   * runs have left their slots, but the handlers may still work on them. Their
+   * locks are renewed meanwhile: a 1 s visibility timeout ran out within the grace,
+   * and the rescuer gave a job whose handler still ran to another worker (outside
+   * review 199).
+   */
+  settlingIds(): string[] {
+    // A fatal stop's runs keep their slots until their handlers stop: listed there already.
+    return [...this.settling].filter((id) => !this.slots.holds(id));
+  }
+
+  /**
    * Starts nothing until releaseStarts(): the worker is re-reading the queue
    * settings after a control message, and a pause or a lowered limit there must
    * not see the jobs it claimed ahead start meanwhile (up to ~170 ms of starts
@@ -146,8 +160,10 @@ export class Dispatcher {
   ): Promise<{ stopped: JobRow[]; stillRunning: JobRow[] }> {
     this.handBackTimer.clear();
     const runs = [...this.slots.runningJobs()];
+    for (const run of runs) this.settling.add(run.job.id);
     for (const run of runs) run.abort(cause, reason);
     const stopped = await Promise.all(runs.map((run) => run.handlerStopped(settleMs)));
+    for (const run of runs) this.settling.delete(run.job.id);
     return {
       stopped: runs.filter((_, i) => stopped[i]).map((r) => r.job),
       stillRunning: runs.filter((_, i) => !stopped[i]).map((r) => r.job),

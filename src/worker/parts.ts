@@ -84,8 +84,8 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   // sweep after a claim whose reply was lost leaves them alone. Finished jobs whose
   // results are not written yet (Postgres unreachable, say) are still this worker's:
   // heartbeated too, or they would be rescued and run again once the outage
-  // outlasts the visibility timeout.
-  const held = (): string[] => [...slots.heldIds(), ...completer.ids()];
+  // outlasts the visibility timeout. So are jobs whose handlers a stop aborted, through their grace.
+  const held = (): string[] => [...slots.heldIds(), ...completer.ids(), ...dispatcher.settlingIds()];
   const locks = { intervalMs: config.heartbeatIntervalMs, renewalTimeoutMs: config.lockRenewalTimeoutMs };
   const lateClaim = lateClaimMs(locks);
   // Workers that listen hear of pause/limit changes at once; the timer is the
