@@ -123,6 +123,17 @@ describe('task module', () => {
     expectOneLine(await worker(file), 1, /^sluice: cannot load task module .*hangs\.mjs: its top-level await never settled$/);
   });
 
+  it('an error nothing catches while it loads is logged as an uncaught line with its stack, exit 1, not as a Node crash', async () => {
+    const file = join(dir, 'rejects-loose.mjs');
+    await writeFile(file, "Promise.reject(new Error('loose at load'));\nexport const tasks = { a: () => 1 };\n");
+    const result = await worker(file);
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(
+      /^\S+ uncaught origin=unhandledRejection before=start error: Error: loose at load stack=Error: loose at load\n\s+at .*rejects-loose\.mjs:1:/,
+    );
+    expect(result.stderr).not.toContain('Node.js v');
+  });
+
   it('an error thrown while it loads names the line that threw', async () => {
     const file = join(dir, 'throws.mjs');
     await writeFile(file, 'const config = undefined;\nconst url = config.url;\nexport const tasks = { a: () => url };\n');

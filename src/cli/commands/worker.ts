@@ -117,6 +117,14 @@ Examples:
       };
       process.once('SIGINT', beforeWorker);
       process.once('SIGTERM', beforeWorker);
+      // An error nothing catches while the task module loads (a rejection at its top
+      // level) or before the worker exists: nothing is claimed, so it exits 1 at once,
+      // with the same line as later (before: Node's own crash report).
+      const uncaughtBeforeWorker = (err: unknown, origin: string) => {
+        log.line('uncaught', { origin, before: 'start', ...uncaughtFields(err) }, process.stderr);
+        process.exit(UNCAUGHT_EXIT);
+      };
+      process.on('uncaughtException', uncaughtBeforeWorker);
       // bin/sluice.js's handler for the signals that come while the CLI loads leaves them to these now.
       (globalThis as Record<symbol, unknown>)[Symbol.for('sluice.cli.signalsTaken')] = true;
       const { tasks, schedules } = await loadTasks(flags.tasks);
@@ -125,6 +133,7 @@ Examples:
         async ({ url, schema }) => {
           process.off('SIGINT', beforeWorker);
           process.off('SIGTERM', beforeWorker);
+          process.off('uncaughtException', uncaughtBeforeWorker);
           const worker = new Worker({
             connectionString: url,
             schema,
@@ -208,14 +217,13 @@ function untilStopped(worker: Worker, log: WorkerLog): Promise<StopCause> {
     // spend it: handed back unspent, a job that caused it restarted the worker for
     // ever, never counted (outside review 195). Then exit 1.
     const onUncaught = (err: unknown, origin: string) => {
-      const stack = err instanceof Error && err.stack ? err.stack : describeError(err);
-      const message = firstLine(stack, 500);
-      log.line('uncaught', { origin, error: message, stack }, process.stderr);
+      const fields = uncaughtFields(err);
+      log.line('uncaught', { origin, ...fields }, process.stderr);
       if (cause) return;
       stop(
         'uncaught',
         { reason: origin },
-        new WorkerStoppingError(`the worker stopped after an ${origin} in its process: ${message}`),
+        new WorkerStoppingError(`the worker stopped after an ${origin} in its process: ${fields.error}`),
       );
     };
     process.on('SIGINT', onSignal);
@@ -228,4 +236,10 @@ function untilStopped(worker: Worker, log: WorkerLog): Promise<StopCause> {
       stop('output', { reason: 'stdout closed' });
     });
   });
+}
+
+/** An uncaught error's log fields: its first line, and its stack (or the thrown value as text). */
+function uncaughtFields(err: unknown): { error: string; stack: string } {
+  const stack = err instanceof Error && err.stack ? err.stack : describeError(err);
+  return { error: firstLine(stack, 500), stack };
 }
