@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import stringWidth from 'string-width';
 import { Queue } from '../src/index.js';
 import { listGroupSettings, listQueueLimits } from '../src/groups/settings.js';
 import { createTestSchema, type TestDatabase } from './helpers/database.js';
@@ -144,6 +145,17 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
         key,
       ).toBe(true);
     }
+  });
+
+  it('group-stats pads its columns by what a terminal shows: an emoji or CJK key takes two columns a character, a combining mark none', async () => {
+    const keys = ['\u{1F680}', '\u65E5\u672C\u8A9E', 'plain', 'e\u0301te\u0301'];
+    await queue.enqueueMany(keys.map((group) => ({ task: 't', queue: 'wide-keys', group })));
+    const result = await cli('group-stats', 'wide-keys');
+    expect(result.code, result.stderr).toBe(0);
+    const rows = result.stdout.trimEnd().split('\n').slice(2);
+    expect(rows).toHaveLength(keys.length);
+    // Every other cell is alike, so aligned rows are as wide on screen (outside review 193: padded by length).
+    expect(new Set(rows.map((row) => stringWidth(row))).size).toBe(1);
   });
 
   it('sluice stats adds the groups of grouped queues: with due jobs, with running jobs, throttled', async () => {

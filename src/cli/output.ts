@@ -1,3 +1,5 @@
+import stringWidth from 'string-width';
+
 /** A mistake in how the command was called: printed as one line, exit code 2. */
 export class UsageError extends Error {}
 
@@ -82,10 +84,11 @@ const HIDDEN_ALL = /[\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
 /** Left-aligned columns separated by two spaces: readable, and easy to cut/awk. Cells as printable() shows them. */
 export function formatTable(header: string[], rawRows: string[][]): string {
   const rows = rawRows.map((r) => r.map((cell) => (cell === '' ? cell : printable(cell))));
-  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => (r[i] ?? '').length)));
+  // Columns as a terminal shows them: an emoji or a CJK name takes two, a combining mark none.
+  const widths = header.map((h, i) => Math.max(stringWidth(h), ...rows.map((r) => stringWidth(r[i] ?? ''))));
   const line = (cells: string[]) =>
     cells
-      .map((c, i) => (i === cells.length - 1 ? c : c.padEnd(widths[i]!)))
+      .map((c, i) => (i === cells.length - 1 ? c : c + ' '.repeat(widths[i]! - stringWidth(c))))
       .join('  ')
       .trimEnd();
   return [line(header), ...rows.map(line)].join('\n') + '\n';
