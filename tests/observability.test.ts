@@ -6,7 +6,7 @@ import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '
 import pg from 'pg';
 import { pino } from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { ConfigError, PermanentFailure, Queue, SluiceMetrics, Worker, type WorkerOptions } from '../src/index.js';
+import { ConfigError, PermanentFailure, Queue, SluiceMetrics, Snooze, Worker, type WorkerOptions } from '../src/index.js';
 import { metricsUrl } from '../src/metrics/server.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 
@@ -101,6 +101,44 @@ describe('metrics', () => {
         expect(sample(text, 'sluice_jobs_running')).toBe(0);
         expect(sample(text, 'sluice_queue_depth_up', { schema: db.schema })).toBe(1);
         expect(sample(text, 'sluice_jobs_pruned_total', { mode: 'removed' })).toBe(0);
+      },
+    );
+    await queue.close();
+  });
+
+  it('sluice_jobs_running counts down for running jobs that end without a result: cancelled, snoozed (outside review 201)', async () => {
+    const metrics = new SluiceMetrics();
+    const queue = new Queue({ pool: db.pool, schema: db.schema });
+    const started: string[] = [];
+    await withWorker(
+      {
+        queues: ['metrics-running'],
+        tracing: false,
+        metrics: { collector: metrics },
+        tasks: {
+          waits: async (_p, { job, signal }) => {
+            started.push(job.id);
+            await new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error)));
+          },
+          snoozes: async (_p, { job }) => {
+            started.push(job.id);
+            throw new Snooze(3_600_000);
+          },
+        },
+      },
+      async (worker) => {
+        const running = async () => sample(await metrics.text(), 'sluice_jobs_running');
+        const cancelled = await queue.enqueue('waits', {}, { queue: 'metrics-running' });
+        await waitFor(() => started.includes(cancelled), 'the job to start');
+        expect(await running()).toBe(1);
+        const cancel = new Promise((resolve) => worker.once('job:cancel', resolve));
+        expect((await queue.cancel(cancelled)).ok).toBe(true);
+        await cancel;
+        expect(await running()).toBe(0);
+        const snoozed = await queue.enqueue('snoozes', {}, { queue: 'metrics-running' });
+        await waitFor(async () => (await queue.getJob(snoozed))?.status === 'pending', 'the job snoozed');
+        expect(started).toContain(snoozed);
+        expect(await running()).toBe(0);
       },
     );
     await queue.close();

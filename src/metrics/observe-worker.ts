@@ -4,7 +4,8 @@ import type { SluiceMetrics } from './metrics.js';
 
 /**
  * Feeds a worker's events into the metrics. Run time is measured from job:start
- * to its result event; jobs aborted by a stop or a lost lock are not observed.
+ * to its result event; jobs that end without a result (cancelled, snoozed, handed
+ * back, lost) leave the running count unobserved.
  * Returns a function that detaches it.
  */
 export function observeWorker(worker: WorkerEmitter, metrics: SluiceMetrics): () => void {
@@ -15,6 +16,10 @@ export function observeWorker(worker: WorkerEmitter, metrics: SluiceMetrics): ()
     started.delete(job.id);
     metrics.running.set(started.size);
     if (at !== undefined) metrics.duration.observe({ ...labels(job), outcome }, (performance.now() - at) / 1_000);
+  };
+  const drop = (jobs: readonly JobRow[]) => {
+    for (const job of jobs) started.delete(job.id);
+    metrics.running.set(started.size);
   };
   const listeners = {
     'jobs:claimed': (jobs: JobRow[]) => metrics.claimBatch.observe(jobs.length),
@@ -31,10 +36,12 @@ export function observeWorker(worker: WorkerEmitter, metrics: SluiceMetrics): ()
       metrics.failed.inc({ ...labels(job), final: String(!info.willRetry) });
       finish(job, 'failed');
     },
-    'job:lock-lost': (job: JobRow) => {
-      started.delete(job.id);
-      metrics.running.set(started.size);
-    },
+    // Ended without a result to observe: no longer running (outside review 201: a
+    // cancelled job stayed counted for the life of the process).
+    'job:lock-lost': (job: JobRow) => drop([job]),
+    'job:cancel': (job: JobRow) => drop([job]),
+    'job:snooze': (job: JobRow) => drop([job]),
+    'jobs:handed-back': (jobs: JobRow[]) => drop(jobs),
     'jobs:rescued': (jobs: { queue: string }[]) => jobs.forEach((j) => metrics.rescued.inc({ queue: j.queue })),
     'jobs:pruned': (r: { removed: number }) => metrics.pruned.inc({ mode: 'removed' }, r.removed),
     'leader:elected': () => metrics.leader.set(1),
