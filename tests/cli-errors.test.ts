@@ -189,6 +189,14 @@ describe('ports in use', () => {
     }
   });
 
+  it("sluice dashboard on a host that is not this machine's, or does not resolve: one line, exit 2, no stack (outside review 201)", async () => {
+    const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
+    for (const host of ['192.0.2.1', 'no-such-host.invalid']) {
+      const result = await runSluice(['dashboard', '--host', host, '--token', 'abcdefghijk', '--port', '0'], env);
+      expectOneLine(result, 2, new RegExp(`^sluice: dashboard: cannot listen on ${host.replace(/\./g, '\\.')} port 0: `));
+    }
+  });
+
   it('sluice dashboard --refresh takes a duration with a unit; --refresh-ms stays, not both', async () => {
     const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
     const refused: [string[], RegExp][] = [

@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyServerFactory, FastifyServerOptions } from 'fastify';
 import { ConfigError } from '../errors.js';
+import { listenError } from '../listen-error.js';
 import { importPeer } from '../optional-peer.js';
 import { checkBindSafety, type DashboardOptions } from './options.js';
 import { dashboardPlugin } from './plugin.js';
@@ -137,10 +138,7 @@ export async function startDashboard(options: StartDashboardOptions): Promise<Ru
     await app.listen({ host, port });
   } catch (err) {
     await app.close();
-    if ((err as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw err;
-    throw new ConfigError(`dashboard: port ${port} on ${host} is already in use (choose another port, or 0 for any free one)`, {
-      cause: err,
-    });
+    throw listenError(err, 'dashboard', host, port);
   }
   const address = app.server.address() as AddressInfo;
   const shownHost = address.family === 'IPv6' ? `[${address.address}]` : address.address;

@@ -1,8 +1,8 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
-import { ConfigError } from '../errors.js';
 import type { SluiceMetrics } from './metrics.js';
+import { listenError } from '../listen-error.js';
 
 const METRICS_PATH = '/metrics';
 
@@ -40,19 +40,7 @@ export async function serveMetrics(metrics: MetricsSource, port: number, host: s
     );
   });
   await new Promise<void>((resolve, reject) => {
-    server.once('error', (err: NodeJS.ErrnoException) => {
-      // Every listen failure is the options' (a taken port, a host that does not resolve or is not
-      // this machine's, a port below 1024 without the right): an errno error alone read as a
-      // failed query in the CLI (outside review 127).
-      reject(
-        new ConfigError(
-          err.code === 'EADDRINUSE'
-            ? `metrics: port ${port} on ${host} is already in use (choose another port, or 0 for any free one)`
-            : `metrics: cannot listen on ${host} port ${port}: ${err.message}`,
-          { cause: err },
-        ),
-      );
-    });
+    server.once('error', (err) => reject(listenError(err, 'metrics', host, port)));
     server.listen(port, host, resolve);
   });
   const { port: actualPort } = server.address() as AddressInfo;
