@@ -553,6 +553,18 @@ describe('jobs the pruner archived', () => {
     const detail = await api(`api/jobs/${done}`);
     expect(detail.body.job).toMatchObject({ id: done, status: 'completed' });
     expect(detail.body.actions).toEqual([]);
+    // Refused as archived, not as its status (outside review 201: "cannot retry a job that is cancelled").
+    expect(await post(`api/jobs/${done}/retry`)).toMatchObject({
+      status: 409,
+      body: {
+        error: {
+          code: 'WRONG_STATUS',
+          status: 'completed',
+          archived: true,
+          message: `cannot retry job ${done}: it is archived (completed, moved to the history by the pruner) and read-only`,
+        },
+      },
+    });
     // The dead letter can still be retried.
     expect((await api(`api/jobs/${failed}`)).body.actions).toContain('retry');
   });

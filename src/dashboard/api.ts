@@ -164,8 +164,9 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   for (const [name, action] of Object.entries(actions)) {
     app.post(`/api/jobs/:id/${name}`, async (req, reply) => {
       actionInput(req, [], name);
-      const result = await action(db, schema, jobId(param(req.params, 'id')), { actor: ctx.actor(req) });
-      return sendActionResult(reply, result, name, feed);
+      const id = jobId(param(req.params, 'id'));
+      const result = await action(db, schema, id, { actor: ctx.actor(req) });
+      return sendActionResult(reply, result, name, id, feed);
     });
   }
 
@@ -202,12 +203,17 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   });
 }
 
-function sendActionResult(reply: FastifyReply, result: JobActionResult, action: string, feed: LiveFeed) {
+function sendActionResult(reply: FastifyReply, result: JobActionResult, action: string, id: string, feed: LiveFeed) {
   if (result.ok) {
     feed.changed(result.job.queue);
     return reply.send({ job: result.job });
   }
   if (result.reason === 'not_found') return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' } });
+  // Not "cannot retry a job that is cancelled", which cancelled jobs can be (outside review 201).
+  if (result.archived) {
+    const message = `cannot ${action} job ${id}: it is archived (${result.status}, moved to the history by the pruner) and read-only`;
+    return reply.code(409).send({ error: { code: 'WRONG_STATUS', message, status: result.status, archived: true } });
+  }
   return reply.code(409).send({
     error: { code: 'WRONG_STATUS', message: `cannot ${action} a job that is ${result.status}`, status: result.status },
   });
