@@ -9,6 +9,7 @@ import { quoteSchema } from '../src/db/identifiers.js';
 import { Queue } from '../src/index.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
 import { BIN, runSluice, spawnCli, type CliResult } from './helpers/cli.js';
+import { startGate } from './helpers/tcp-gate.js';
 
 let db: TestDatabase;
 let env: Record<string, string>;
@@ -440,6 +441,27 @@ describe('stats', () => {
     expect((await sluice('queues', 'pause', 'b')).code).toBe(0);
     expect((await sluice('stats')).stdout).toMatch(/^b \(paused\)\s+2\s+1\s/m);
     expect(JSON.parse((await sluice('stats', '--json')).stdout).queues[1]).toMatchObject({ queue: 'b', paused: true });
+  });
+
+  it('--watch rides out Postgres going away: says so once, goes on refreshing once it is back (outside review 201)', async () => {
+    const gate = await startGate(new URL(db.url));
+    const cli = spawnCli(['stats', '--watch', '--json', '--interval', '100ms'], { ...env, DATABASE_URL: gate.url });
+    try {
+      const lines = () => cli.stdout().split('\n').filter(Boolean).length;
+      await waitFor(() => lines() >= 1, 'a first refresh');
+      gate.down();
+      await waitFor(() => cli.stderr().includes('trying again every refresh'), 'the outage said');
+      const before = lines();
+      gate.up();
+      await waitFor(() => cli.stderr().includes('reached Postgres again'), 'the recovery said');
+      await waitFor(() => lines() > before, 'refreshes again');
+      expect(cli.stderr().match(/trying again/g)).toHaveLength(1);
+      cli.child.kill('SIGTERM');
+      expect((await cli.exited).code).toBe(0);
+    } finally {
+      cli.child.kill('SIGKILL');
+      await gate.close();
+    }
   });
 
   it('--watch into a pipe that closes (| head -1) exits 0 quietly, not with an unhandled EPIPE', async () => {

@@ -1,6 +1,8 @@
 import type { Command } from 'commander';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { getStats, type Stats } from '../../admin/stats.js';
+import { connectionError } from '../../db/connection.js';
+import { isConnectionFailure } from '../../errors.js';
 import { withDatabase, withDatabaseUntilStopped } from '../database.js';
 import { formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
 import { durationOption } from '../parse.js';
@@ -41,10 +43,10 @@ export function registerStats(program: Command): void {
       // --watch serves until a signal: its run is no lock wait, whose notice it printed
       // after 5 s while it refreshed (outside review 183).
       const open = flags.watch ? withDatabaseUntilStopped : withDatabase;
-      await open(command, async ({ pool, schema }) => {
+      await open(command, async ({ pool, schema, url }) => {
         const read = () => getStats(pool, schema, { groups: true });
         if (!flags.watch) return print(await read(), flags.json);
-        await watch(flags, read);
+        await watch(flags, url, read);
       });
     });
 }
@@ -53,16 +55,30 @@ export function registerStats(program: Command): void {
  * Prints a fresh snapshot every interval until SIGINT/SIGTERM. On a terminal the
  * previous table is overwritten in place; into a pipe each snapshot is appended.
  */
-async function watch(flags: StatsFlags, read: () => Promise<Stats>): Promise<void> {
+async function watch(flags: StatsFlags, url: string, read: () => Promise<Stats>): Promise<void> {
   const stop = new AbortController();
   const onSignal = () => stop.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
   const inPlace = process.stdout.isTTY && !flags.json;
   let previousLines = 0;
+  let failing = false;
   try {
     while (!stop.signal.aborted) {
-      const stats = await read();
+      let stats: Stats;
+      try {
+        stats = await read();
+      } catch (err) {
+        // A screen left open rides out a restart or failover, as the worker and the
+        // dashboard do (outside review 201: it exited 1 at the first refused connection).
+        if (!isConnectionFailure(err)) throw err;
+        if (!failing) process.stderr.write(`sluice: stats: ${connectionError(err, url).message}; trying again every refresh\n`);
+        failing = true;
+        await sleep(flags.interval, undefined, { signal: stop.signal }).catch(() => {});
+        continue;
+      }
+      if (failing) process.stderr.write('sluice: stats: reached Postgres again\n');
+      failing = false;
       if (stop.signal.aborted) break;
       if (inPlace) {
         // Cursor up over the last table, clear to the end of the screen, redraw.
