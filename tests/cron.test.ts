@@ -64,6 +64,36 @@ describe('recurring jobs', () => {
     expect(ticks.map((t) => t.tick.getTime()).sort((a, b) => a - b)).toEqual(times);
   });
 
+  it("a schedule's row held by another session holds up that schedule alone: the others tick, and stop() does not wait for it (outside review 200)", async () => {
+    const held: CronSchedule = { name: 'held-row', cron: '* * * * * *', task: 'tick', queue: 'cron-held', backfill: 5 };
+    const free: CronSchedule = { name: 'free-row', cron: '* * * * * *', task: 'tick', queue: 'cron-held' };
+    const { workers, ticks } = await startReplicas(2, [held, free], 'cron-held');
+    await waitFor(() => ticks.some((t) => t.schedule === 'held-row'), 'the held schedule to tick once');
+    const admin = await fx.db.pool.connect();
+    const errors: Error[] = [];
+    for (const w of workers) w.on('error', (err) => errors.push(err));
+    try {
+      await admin.query('BEGIN');
+      await admin.query(`SELECT 1 FROM ${fx.db.s}.cron_schedules WHERE name = 'held-row' FOR UPDATE`);
+      const heldTicks = ticks.filter((t) => t.schedule === 'held-row').length;
+      const freeTicks = ticks.filter((t) => t.schedule === 'free-row').length;
+      // Waited for, the lock stopped every schedule behind it.
+      await waitFor(
+        () => ticks.filter((t) => t.schedule === 'free-row').length >= freeTicks + 3,
+        'the other schedule to tick on',
+      );
+      expect(ticks.filter((t) => t.schedule === 'held-row').length).toBe(heldTicks);
+      await Promise.all(workers.map((w) => w.stop()));
+    } finally {
+      await admin.query('ROLLBACK');
+      admin.release();
+    }
+    expect(errors).toEqual([]);
+    // Nothing was enqueued twice.
+    const jobs = await tickJobs('held-row');
+    expect(new Set(jobs.map((j) => j.job_key)).size).toBe(jobs.length);
+  });
+
   it('after downtime enqueues the newest missed tick plus `backfill` older ones, once, and a restart adds nothing', async () => {
     const backfilled: CronSchedule = {
       name: 'new-year',

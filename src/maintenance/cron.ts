@@ -15,7 +15,7 @@ export interface CronTick {
 const MAX_SLEEP_MS = 60_000;
 /** Shortest sleep, so a client clock ahead of the server's cannot spin. */
 const MIN_SLEEP_MS = 20;
-/** After a failure, or a schedule found missing: try again this soon. */
+/** After a failure, a schedule found missing, or its row held by another session: try again this soon. */
 const RETRY_MS = 1_000;
 
 /**
@@ -58,10 +58,12 @@ export function cronTask(
   const runSchedule = async (schedule: ResolvedSchedule): Promise<Date | null> => {
     const outcome = await db.transaction(async (tx) => {
       const { rows } = await tx.query(queries.lockSchedule, [schedule.name]);
-      const row = rows[0] as { last_tick: Date; now: Date } | undefined;
+      const row = rows[0] as { last_tick: Date | null; now: Date; present: boolean };
       // Deleted under us (or registration failed): nothing to commit.
-      if (!row) return undefined;
+      if (!row.present) return undefined;
       skewMs = row.now.getTime() - Date.now();
+      // Another session holds the row (another worker enqueueing its ticks): look again soon.
+      if (row.last_tick === null) return { ticks: [], next: new Date(row.now.getTime() + RETRY_MS), ids: [] };
       const ticks = dueTicks(schedule.pattern, row.last_tick, row.now, schedule.backfill);
       const next = nextTick(schedule.pattern, row.now);
       let ids: string[] = [];

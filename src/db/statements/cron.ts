@@ -31,11 +31,17 @@ export const cronStatements = perSchema((schema: string): CronStatements => {
         priority = EXCLUDED.priority, max_attempts = EXCLUDED.max_attempts,
         backfill = EXCLUDED.backfill, group_key = EXCLUDED.group_key, updated_at = now()`,
 
-    // Workers that pass at once queue up on the row lock; the next one in line
-    // re-reads last_tick after the first commits (READ COMMITTED re-reads a row
-    // it waited for) and finds nothing left. A crashed holder's transaction rolls
-    // back, so the next one enqueues the tick instead: exactly once either way.
-    lockSchedule: `SELECT last_tick, clock_timestamp() AS now FROM ${s}.cron_schedules WHERE name = $1 FOR UPDATE`,
+    // The worker that locks the row enqueues its due ticks; the others pass it by
+    // (SKIP LOCKED: last_tick null, present true) and look again soon, when they
+    // find last_tick moved on. A crashed holder's transaction rolls back, and the
+    // next look enqueues the tick instead: exactly once either way. Waited for, a
+    // row an admin's session held locked stopped every schedule of every worker
+    // behind it, with no error, and held up their stop (outside review 200).
+    lockSchedule: `WITH locked AS (
+        SELECT last_tick FROM ${s}.cron_schedules WHERE name = $1 FOR UPDATE SKIP LOCKED
+      )
+      SELECT (SELECT last_tick FROM locked) AS last_tick, clock_timestamp() AS now,
+        EXISTS (SELECT 1 FROM ${s}.cron_schedules WHERE name = $1) AS present`,
 
     // One job per tick, keyed 'cron:<name>:<tick ISO>' so a tick's job can be found.
     // $7: the ticks as ISO strings; each job's run_at is its tick. $8: the group, or null.
