@@ -265,8 +265,7 @@ describe('unique jobs', () => {
       'ahead-1': 'processing/pending',
       'ahead-2': 'processing/pending',
     });
-    // Not started: the key still names it, in every mode.
-    expect(await fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-1' })).toBe(ahead);
+    // Not started: the key still names it.
     await expect(fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-1', jobKeyMode: 'error' })).rejects.toMatchObject(
       {
         existingId: ahead,
@@ -280,6 +279,40 @@ describe('unique jobs', () => {
     await claim('ahead', 'none', 0, [ahead]);
     expect(await scopes('ahead-1')).toEqual({ 'ahead-1': 'processing/released' });
     expect(await fx.queue.enqueue('ahead', {}, { queue: 'ahead', jobKey: 'ahead-1' })).not.toBe(ahead);
+  });
+
+  it('keep: a holder claimed ahead gives its key up and the caller gets a job of its own, which runs after its commit (0044)', async () => {
+    // Outside review 200: returned, the holder could start before the caller's commit,
+    // on the data before it, and no job was left for the change.
+    const holder = await fx.queue.enqueue('keep', { v: 1 }, { queue: 'keep-ahead', jobKey: 'keep-ahead' });
+    expect((await claim('keep-ahead', 'keep', 0)).map((r) => r.id)).toEqual([holder]);
+    const client = await fx.db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const mine = await fx.queue.enqueue('keep', { v: 2 }, { queue: 'keep-ahead', jobKey: 'keep-ahead', tx: client });
+      expect(mine).not.toBe(holder);
+      await client.query('COMMIT');
+      expect(await keyed('keep-ahead')).toEqual([
+        { id: holder, status: 'processing', payload: { v: 1 }, key_scope: 'released' },
+        { id: mine, status: 'pending', payload: { v: 2 }, key_scope: 'pending' },
+      ]);
+    } finally {
+      await client.query('ROLLBACK').catch(() => {});
+      client.release();
+    }
+    // Pending now, the new holder is the one later keeps return.
+    const mine = (await keyed('keep-ahead'))[1]!.id;
+    expect(await fx.queue.enqueue('keep', { v: 3 }, { queue: 'keep-ahead', jobKey: 'keep-ahead' })).toBe(mine);
+    // With the key held while processing, a holder claimed ahead counts as running: kept.
+    const active = await fx.queue.enqueue(
+      'keep',
+      {},
+      { queue: 'keep-active', jobKey: 'keep-active', jobKeyWhileProcessing: true },
+    );
+    expect((await claim('keep-active', 'keep', 0)).map((r) => r.id)).toEqual([active]);
+    expect(await fx.queue.enqueue('keep', {}, { queue: 'keep-active', jobKey: 'keep-active', jobKeyWhileProcessing: true })).toBe(
+      active,
+    );
   });
 
   it('replace: a holder claimed ahead gives its key up and the new payload becomes a job of its own', async () => {
@@ -349,7 +382,9 @@ describe('unique jobs', () => {
     const [started, ahead] = rows.map((r) => ids.indexOf(r.id));
     const key = (n: number | undefined) => (n === 0 ? 'g-a' : 'g-b');
     expect(await scopes('g-a', 'g-b')).toEqual({ [key(started)]: 'processing/released', [key(ahead)]: 'processing/pending' });
-    expect(await fx.queue.enqueue('grouped', {}, { queue: 'grouped-keys', jobKey: key(ahead), group: 'c' })).toBe(ids[ahead!]);
+    await expect(
+      fx.queue.enqueue('grouped', {}, { queue: 'grouped-keys', jobKey: key(ahead), group: 'c', jobKeyMode: 'error' }),
+    ).rejects.toMatchObject({ existingId: ids[ahead!] });
   });
 
   it('a worker that stops with keyed jobs claimed ahead hands them back holding their keys', async () => {
