@@ -53,6 +53,9 @@ export function typeChecks(typed: Queue<Tasks>, untyped: Queue) {
   ]);
   // @ts-expect-error the payload of another task
   void typed.enqueueMany([{ task: 'nightly_report', payload: { userId: 1 } }]);
+  // @ts-expect-error the payload is required in a batch too (outside review 202: it compiled, and stored {})
+  void typed.enqueueMany([{ task: 'send_welcome' }]);
+  void untyped.enqueueMany([{ task: 'anything' }]);
   void typed.enqueueAfterCommit(async (jobs) => {
     await jobs.enqueue('send_welcome', { userId: 2 });
     // @ts-expect-error after-commit jobs are checked the same way
