@@ -490,6 +490,25 @@ describe('enqueue', () => {
     }
   });
 
+  it('a tx whose query() resolves to the rows, not { rows }: a ConfigError saying the statement ran in the transaction (outside review 202)', async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const wrapper = { query: async (text: string, values?: unknown[]) => (await client.query(text, values)).rows };
+      const refused = queue.enqueue('rows_wrapper', {}, { tx: wrapper as never });
+      await expect(refused).rejects.toBeInstanceOf(ConfigError);
+      await expect(refused).rejects.toThrow(
+        /tx\.query\(\) resolved to an array, not a result with its rows .*the statement ran in your transaction/,
+      );
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    // As said: it ran, and committed with the transaction.
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'rows_wrapper'`);
+    expect(rows[0].n).toBe(1);
+  });
+
   it('refuses a pg Pool as tx for a write: it would run outside your transaction (outside review 158)', async () => {
     const client = await db.pool.connect();
     try {

@@ -12,7 +12,18 @@ export interface Queryable {
 /** Runs a statement and returns its rows, typed by the caller. */
 export async function rows<T>(db: Queryable, text: string, values?: unknown[]): Promise<T[]> {
   const result = await db.query(text, values);
-  return result.rows as T[];
+  const list = (result as { rows?: unknown } | null | undefined)?.rows;
+  // A wrapper of yours that resolves to the rows themselves (or nothing): the
+  // statement ran, in your transaction. "(intermediate value) is not iterable",
+  // called a failed enqueue, hid that the job commits with it (outside review 202).
+  if (!Array.isArray(list)) {
+    const got = Array.isArray(result) ? 'an array' : result === null || typeof result !== 'object' ? String(result) : 'an object';
+    throw new ConfigError(
+      `tx.query() resolved to ${got}, not a result with its rows ({ rows: [...] }, as pg's): the statement ran in ` +
+        "your transaction (a write there commits with it); pass a pg client, or your library's transaction through its adapter",
+    );
+  }
+  return list as T[];
 }
 
 /**
