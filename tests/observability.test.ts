@@ -135,9 +135,9 @@ describe('metrics', () => {
         expect((await queue.cancel(cancelled)).ok).toBe(true);
         await cancel;
         expect(await running()).toBe(0);
-        const snoozed = await queue.enqueue('snoozes', {}, { queue: 'metrics-running' });
-        await waitFor(async () => (await queue.getJob(snoozed))?.status === 'pending', 'the job snoozed');
-        expect(started).toContain(snoozed);
+        const snooze = new Promise((resolve) => worker.once('job:snooze', resolve));
+        await queue.enqueue('snoozes', {}, { queue: 'metrics-running' });
+        await snooze;
         expect(await running()).toBe(0);
       },
     );

@@ -1404,21 +1404,22 @@ describe('relay: outside review 96', () => {
     let out = 0;
     broker.publish = async (messages) => {
       out++;
-      await new Promise((resolve) => setTimeout(resolve, 2_000));
+      await new Promise((resolve) => setTimeout(resolve, 5_000));
       return publish(messages);
     };
-    const a = startRelay(broker, [d], { leaseMs: 600, relayId: 'relay-a' });
+    // A lease of 1.5 s: at 600 ms a CI machine under load let a renewal land late (it is renewed under two thirds left).
+    const a = startRelay(broker, [d], { leaseMs: 1_500, relayId: 'relay-a' });
     const lost: string[] = [];
     a.events.on('lost', (p) => lost.push(p.reason));
     await outbox.publishMany(['1', '2', '3'].map((payload) => ({ destination: d, payload, key: 'k' })));
     await a.start();
     await waitFor(() => out === 1, 'the batch out');
-    const b = startRelay(broker, [d], { leaseMs: 600, relayId: 'relay-b' });
+    const b = startRelay(broker, [d], { leaseMs: 1_500, relayId: 'relay-b' });
     const acquiredByB: number[] = [];
     b.events.on('acquired', (p) => acquiredByB.push(p.partition));
     await b.start();
-    await waitFor(async () => (await count('outbox', d)) === 0, 'the batch published and deleted', 10_000);
-    // Renewed only when a batch was recorded, the lease ran out 600 ms into the 2 s batch and b sent it again.
+    await waitFor(async () => (await count('outbox', d)) === 0, 'the batch published and deleted', 15_000);
+    // Renewed only when a batch was recorded, the lease ran out 1.5 s into the 5 s batch and b sent it again.
     expect(lost).toEqual([]);
     expect(acquiredByB).toEqual([]);
     expect([...broker.attempts.values()]).toEqual([1, 1, 1]);
