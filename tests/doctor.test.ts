@@ -282,7 +282,7 @@ describe('doctor', () => {
       await listener.connect();
       const report = await runDoctor({ db: db.pool, schema: db.schema, thresholds: { connectionUsage: [0, 1] } });
       const connections = report.checks.find((c) => c.id === 'connections')!;
-      expect(connections.summary).toMatch(/of them workers' own connections to listen on\)/);
+      expect(connections.summary).toMatch(/of them workers' or relays' own connections to listen on\)/);
       expect(connections.advice).toMatch(/--no-listen/);
     } finally {
       await listener.end();
@@ -315,6 +315,12 @@ describe('doctor', () => {
     const sparse = await bloatOf('indexed_sparse_idx');
     expect(sparse.bloat_ratio).toBeGreaterThan(0.8);
     expect(sparse.status).toBe('critical');
+    // Emptied, as a queue's table is after a burst: its pages are reused by the next one,
+    // not bloat (outside review 205: critical right after the relays drained the outbox).
+    await db.pool.query(`DELETE FROM ${db.s}.indexed`);
+    await db.pool.query(`ANALYZE ${db.s}.indexed`); // not VACUUM, which other sessions' snapshots can hold back
+    const emptied = await bloatOf('indexed_sparse_idx');
+    expect(emptied).toMatchObject({ status: 'ok', emptied: true });
     expect(
       estimateIndexBloat({ index: 'i', table: 't', block_size: 8192, key_width: 8, bytes: 0, entries: -1, pages: 50 })
         .bloat_ratio,
