@@ -38,6 +38,55 @@ function expectOrderPerKey(payloads: string[]): void {
   }
 }
 
+describe.skipIf(!natsUp)('relay to a NATS stream with a short duplicate window', () => {
+  const stream = useNatsStream('w', { duplicate_window: 1_000_000_000 });
+
+  it('warns, once its first batch is in, when the window is under twice the lease (outside review 205)', async () => {
+    const relayWith = (leaseMs: number, destination: string) => {
+      const relay = new OutboxRelay({
+        pool: schema.db.pool,
+        schema: schema.db.schema,
+        publisher: natsPublisher({ servers: NATS_URL, subjectPrefix: `${stream.prefix}.` }),
+        destinations: [destination],
+        leaseMs,
+      });
+      const warnings: { destination: string; message: string }[] = [];
+      let published = 0;
+      relay.events.on('warning', (w) => warnings.push(w));
+      relay.events.on('published', (b) => (published += b.count));
+      return { relay, warnings, published: () => published };
+    };
+    // A 1 s window covers a lease of 0.5 s.
+    const short = relayWith(500, 'short-lease');
+    await short.relay.start();
+    try {
+      await schema.outbox.publish('short-lease', 'x');
+      await waitFor(() => short.published() === 1, 'the message in the stream');
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      expect(short.warnings).toEqual([]);
+    } finally {
+      await short.relay.stop();
+    }
+    // Not the default lease of 10 s: a takeover sends the dead relay's batch again after the window.
+    const long = relayWith(10_000, 'long-lease');
+    await long.relay.start();
+    try {
+      await schema.outbox.publishMany([1, 2].map((n) => ({ destination: 'long-lease', payload: String(n) })));
+      await waitFor(() => long.warnings.length > 0, 'a warning');
+      expect(long.warnings).toEqual([
+        {
+          destination: 'long-lease',
+          message: expect.stringMatching(
+            /^stream \S+ \(subject \S+\.long-lease\) drops duplicates for 1 s, under twice the relay's lease \(20 s\)/,
+          ),
+        },
+      ]);
+    } finally {
+      await long.relay.stop();
+    }
+  });
+});
+
 describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
   const stream = useNatsStream('t', { max_msg_size: 2048 });
   const { prefix } = stream;

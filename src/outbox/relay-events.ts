@@ -41,6 +41,8 @@ export interface RelayEventMap {
   failure: [FailureInfo];
   /** A message refused maxAttempts times moved to outbox_dead_letters. */
   deadLetter: [Omit<FailureInfo, 'transient'>];
+  /** Something in the broker's setup weakens a guarantee (see BrokerPublisher.inspect); said once per destination. */
+  warning: [{ destination: string; message: string }];
   /**
    * A statement failed (Postgres unreachable, ...): the relay retries with backoff.
    * A ConnectionError or DatabaseError (with the SQLSTATE), as the worker reports them.

@@ -50,6 +50,8 @@ export class OutboxRelay {
    * logged) when a Postgres restart closed its connections (outside review 98).
    */
   private keepAlive: NodeJS.Timeout | undefined;
+  /** Destinations whose broker setup was looked at (or is being): see inspect(). */
+  private readonly inspected = new Set<string>();
 
   constructor(options: OutboxRelayOptions) {
     this.options = resolveRelayOptions(options);
@@ -57,6 +59,24 @@ export class OutboxRelay {
     resolveDriverName(options, 'OutboxRelay');
     this.publisher = options.publisher;
     this.connection = options;
+    this.events.on('published', ({ destination }) => this.inspect(destination));
+  }
+
+  /**
+   * Asks the publisher once per destination, after its first batch is in (the broker
+   * answers then), what in the broker's setup weakens a guarantee; said as a
+   * 'warning'. A question that fails is asked again after the next batch.
+   */
+  private inspect(destination: string): void {
+    // Not once stop() began: a question sent after the publisher closed would open a connection again.
+    if (!this.publisher.inspect || this.inspected.has(destination) || this.stopped) return;
+    this.inspected.add(destination);
+    this.publisher.inspect(destination, this.options.leaseMs).then(
+      (message) => {
+        if (message !== undefined) this.events.emit('warning', { destination, message });
+      },
+      () => this.inspected.delete(destination),
+    );
   }
 
   /** Partitions this relay holds now. */

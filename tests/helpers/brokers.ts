@@ -40,6 +40,8 @@ export interface StreamLimits {
   max_msg_size?: number;
   max_msgs?: number;
   discard?: DiscardPolicy;
+  /** In nanoseconds. */
+  duplicate_window?: number;
 }
 
 export async function createStream(jsm: JetStreamManager, name: string, prefix: string, extra: StreamLimits = {}): Promise<void> {

@@ -167,6 +167,7 @@ Examples:
               process.stderr,
             ),
           );
+          relay.events.on('warning', (w) => log('warning', { destination: w.destination, note: w.message }, process.stderr));
           const failures = new FailureLines();
           relay.events.on('failure', (f) => {
             if (!failures.shouldLog(f)) return;

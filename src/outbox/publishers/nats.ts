@@ -174,6 +174,22 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
     async prepare(): Promise<void> {
       await load();
     },
+    async inspect(destination: string, leaseMs: number): Promise<string | undefined> {
+      const { nc } = await connect();
+      const jsm = await nc.jetstreamManager();
+      const subject = prefix + destination;
+      const stream = await jsm.streams.find(subject);
+      const windowMs = Number((await jsm.streams.info(stream)).config.duplicate_window) / 1e6;
+      // A takeover comes within one and a half leases of the last renewal; the batch
+      // the dead relay sent comes again then, and must still be inside the window.
+      const neededMs = 2 * leaseMs;
+      if (windowMs >= neededMs) return undefined;
+      return (
+        `stream ${stream} (subject ${subject}) drops duplicates for ${windowMs / 1000} s, under twice the ` +
+        `relay's lease (${neededMs / 1000} s): a batch a relay published just before it died is stored twice ` +
+        `when the relay taking its partitions over sends it again; raise the stream's duplicate_window (outside review 205)`
+      );
+    },
     refuses(destination: string): string | undefined {
       const bad = badSubject(prefix + destination);
       return bad && `"${prefix + destination}" is not a NATS subject: ${bad}`;

@@ -60,6 +60,13 @@ export interface BrokerPublisher {
    * relays that could publish (outside review 166).
    */
   prepare?(): Promise<void>;
+  /**
+   * What in the broker's setup for `destination` weakens the relay's guarantees,
+   * or undefined: asked once a destination's first batch is in (the broker is up
+   * then), and said as a 'warning' event. NATS: a stream whose duplicate_window
+   * is shorter than a takeover stores a dead relay's last batch twice.
+   */
+  inspect?(destination: string, leaseMs: number): Promise<string | undefined>;
 }
 
 const checked = checks(ConfigError);
