@@ -6,6 +6,7 @@ import net from 'node:net';
 import { once } from 'node:events';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { Queue } from '../src/index.js';
+import { REPEAT_WINDOW_MS } from '../src/cli/repeated-signal.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
 import { FIXTURES, spawnCli, type CliProcess } from './helpers/cli.js';
 
@@ -332,14 +333,19 @@ describe('sluice worker', () => {
     expect(await status(id)).toBe('pending');
   });
 
-  it('a second signal exits at once with code 1, leaving the job to the rescuer', async () => {
+  it('a second signal exits at once with code 1, leaving the job to the rescuer; one within a second of the first is the same stop', async () => {
     const { id, worker } = await workerWithJobInFlight('never');
+    // Delivered twice, as GNU timeout does (to the process and its group): one stop (outside review 204).
+    worker.child.kill('SIGINT');
     worker.child.kill('SIGINT');
     await waitFor(() => worker.stdout().includes('stopping signal=SIGINT'), 'the worker to start draining');
+    await new Promise((resolve) => setTimeout(resolve, REPEAT_WINDOW_MS + 200));
+    expect(worker.stderr()).not.toMatch(/forced/);
     worker.child.kill('SIGINT');
     const result = await worker.exited;
     expect(result.code).toBe(1);
     expect(result.stderr).toMatch(/forced signal=SIGINT running=1/);
+    expect(result.stdout.match(/stopping/g)).toHaveLength(1);
     expect(await status(id)).toBe('processing');
   });
 

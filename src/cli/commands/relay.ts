@@ -11,6 +11,7 @@ import { ErrorLines } from '../error-lines.js';
 import { FailureLines } from '../failure-lines.js';
 import { ExitStatus, UsageError, formatTime, printable, printJson } from '../output.js';
 import { onOutputClosed } from '../output-closed.js';
+import { StopSignals } from '../repeated-signal.js';
 import { addMetricsOptions, type MetricsFlags } from '../metrics-options.js';
 import { collect, integer } from '../parse.js';
 import { addPoolerOptions, type PoolerFlags } from '../pooler-options.js';
@@ -239,6 +240,7 @@ async function serveRelayMetrics(relay: OutboxRelay, port: number, host: string)
 function untilSignal(relay: OutboxRelay): Promise<boolean> {
   return new Promise((resolve, reject) => {
     let signalled = false;
+    const signals = new StopSignals();
     const stop = (outputClosed: boolean) => {
       signalled = true;
       relay.stop().then(() => {
@@ -248,7 +250,9 @@ function untilSignal(relay: OutboxRelay): Promise<boolean> {
       }, reject);
     };
     const onSignal = () => {
-      if (signalled) process.exit(1);
+      const kind = signals.next();
+      if (kind === 'echo') return;
+      if (kind === 'force' || signalled) process.exit(1);
       stop(false);
     };
     process.on('SIGINT', onSignal);

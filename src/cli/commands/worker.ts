@@ -9,6 +9,7 @@ import { collect, durationOption, durationWithin, integer } from '../parse.js';
 import { addPoolerOptions, type PoolerFlags } from '../pooler-options.js';
 import { ExitStatus, firstLine } from '../output.js';
 import { onOutputClosed } from '../output-closed.js';
+import { StopSignals } from '../repeated-signal.js';
 import { describeError } from '../../worker/run.js';
 import { WorkerStoppingError } from '../../errors.js';
 
@@ -97,8 +98,8 @@ export function registerWorker(program: Command): void {
       `
 The first SIGINT/SIGTERM stops claiming and lets running jobs finish (up to
 --shutdown-timeout; unfinished ones go back to pending), then exits 0. A second
-signal exits at once (code 1); its running jobs return to pending when their
-lock expires. An error nothing catches (a handler's stray rejection) is logged,
+signal, a second or more after the first, exits at once (code 1); its running
+jobs return to pending when their lock expires. An error nothing catches (a handler's stray rejection) is logged,
 and the worker stops as on SIGTERM (jobs still running at the deadline fail
 this attempt), then exits 1.
 
@@ -186,7 +187,7 @@ Examples:
 function untilStopped(worker: Worker, log: WorkerLog): Promise<StopCause> {
   return new Promise((resolve, reject) => {
     let cause: StopCause | undefined;
-    let signalled = false;
+    const signals = new StopSignals();
     const stop = (why: StopCause, fields: Record<string, string>, failRunning?: Error) => {
       cause = why;
       log.line('stopping', { ...fields, running: worker.runningJobIds.length });
@@ -200,11 +201,12 @@ function untilStopped(worker: Worker, log: WorkerLog): Promise<StopCause> {
     const onSignal = (signal: NodeJS.Signals) => {
       // A first signal during the drain after an uncaught error joins it: systemd,
       // Docker and Kubernetes send one SIGTERM, which forced the exit (outside review 195).
-      if (signalled) {
+      const kind = signals.next();
+      if (kind === 'echo') return;
+      if (kind === 'force') {
         log.line('forced', { signal, running: worker.runningJobIds.length }, process.stderr);
         process.exit(FORCED_EXIT);
       }
-      signalled = true;
       if (cause) log.line('stopping', { signal, running: worker.runningJobIds.length });
       else stop('signal', { signal });
     };
