@@ -336,9 +336,10 @@ describe('sluice worker', () => {
   it('a second signal exits at once with code 1, leaving the job to the rescuer; one within a second of the first is the same stop', async () => {
     const { id, worker } = await workerWithJobInFlight('never');
     // Delivered twice, as GNU timeout does (to the process and its group): one stop (outside review 204).
-    worker.child.kill('SIGINT');
+    // The second once the first is handled: two sent at once merge into one pending signal.
     worker.child.kill('SIGINT');
     await waitFor(() => worker.stdout().includes('stopping signal=SIGINT'), 'the worker to start draining');
+    worker.child.kill('SIGINT');
     await new Promise((resolve) => setTimeout(resolve, REPEAT_WINDOW_MS + 200));
     expect(worker.stderr()).not.toMatch(/forced/);
     worker.child.kill('SIGINT');
