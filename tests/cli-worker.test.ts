@@ -222,6 +222,14 @@ describe('sluice worker', () => {
     expect(bad.stderr).toMatch(/broken/);
   });
 
+  it("runs a CommonJS task module compiled from `export default` (tsc's exports.default with __esModule)", async () => {
+    const [id] = await queue.enqueueMany([{ task: 'hello', queue: 'compiled' }]);
+    const worker = start(['worker', '--tasks', `${FIXTURES}cli-compiled-default-tasks.cjs`, '--queue', 'compiled']);
+    await waitFor(() => new RegExp(`completed hello #${id} `).test(worker.stdout()), 'the job completed');
+    worker.child.kill('SIGINT');
+    expect((await worker.exited).code).toBe(0);
+  });
+
   it('takes only the --queue queues', async () => {
     const [mail, other] = await queue.enqueueMany([
       { task: 'hello', queue: 'mail' },

@@ -48,8 +48,11 @@ export async function loadTasks(path: string): Promise<TaskModule> {
   } finally {
     process.off('exit', unsettled);
   }
-  // A CommonJS module arrives as { default: module.exports }.
-  const fromDefault = mod.default as Record<string, unknown> | undefined;
+  // A CommonJS module arrives as { default: module.exports }; one compiled from
+  // `export default` (tsc, Babel: exports.default with __esModule) as
+  // { default: { __esModule, default } }, whose inner default is the export (outside
+  // review 204: "task \"default\" must be a function").
+  const fromDefault = esModuleDefault(mod.default) as Record<string, unknown> | undefined;
   const tasks =
     mod.tasks ?? (fromDefault && typeof fromDefault === 'object' && 'tasks' in fromDefault ? fromDefault.tasks : fromDefault);
   // A CommonJS module that exports nothing is an empty default export: "tasks is empty" did not say whose (outside review 174).
@@ -118,4 +121,13 @@ function failedAt(err: unknown, file: string): string | undefined {
   );
   const line = child.stderr?.split('\n').find((l) => LOCATION.test(l.trim()));
   return line ? showLocation(LOCATION.exec(line.trim())!) : undefined;
+}
+
+/** `exports` of a CommonJS module compiled from ES syntax (__esModule set): its default export, when it has one. */
+function esModuleDefault(value: unknown): unknown {
+  if (value === null || typeof value !== 'object') return value;
+  const compiled = value as { __esModule?: unknown; default?: unknown; tasks?: unknown };
+  return compiled.__esModule === true && compiled.default !== undefined && compiled.tasks === undefined
+    ? compiled.default
+    : value;
 }
