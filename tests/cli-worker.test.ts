@@ -9,6 +9,7 @@ import { Queue } from '../src/index.js';
 import { REPEAT_WINDOW_MS } from '../src/cli/repeated-signal.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
 import { FIXTURES, spawnCli, type CliProcess } from './helpers/cli.js';
+import { startGate } from './helpers/tcp-gate.js';
 
 let db: TestDatabase;
 let env: Record<string, string>;
@@ -153,6 +154,27 @@ describe('sluice worker', () => {
       expect(result.code, result.stderr).toBe(0);
     } finally {
       forwarder.close();
+    }
+  });
+
+  it('with --json says its wait for Postgres as JSON lines too (outside review 204: plain text among them)', async () => {
+    const gate = await startGate(new URL(db.url));
+    gate.down();
+    const worker = spawnCli(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--json'], { ...env, DATABASE_URL: gate.url });
+    running.push(worker);
+    try {
+      await waitFor(() => worker.stderr().includes('waiting-for-postgres'), 'the worker to wait');
+      gate.up();
+      await waitFor(() => worker.stderr().includes('reached-postgres'), 'the worker to reach Postgres');
+      await waitFor(() => worker.stdout().includes('"started"'), 'the worker to start');
+      worker.child.kill('SIGTERM');
+      const result = await worker.exited;
+      expect(result.code, result.stderr).toBe(0);
+      const lines = jsonLines(result.stderr);
+      expect(lines[0]).toMatchObject({ event: 'waiting-for-postgres', error: expect.stringMatching(/cannot reach Postgres/) });
+      expect(lines.at(-1)).toMatchObject({ event: 'reached-postgres', afterS: expect.any(Number) });
+    } finally {
+      await gate.close();
     }
   });
 

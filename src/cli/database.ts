@@ -80,17 +80,41 @@ export function withDatabase<T>(command: Command, fn: (db: CommandDatabase) => P
 export function withDatabaseUntilStopped<T>(
   command: Command,
   fn: (db: CommandDatabase) => Promise<T>,
-  options: { waitForPostgres?: boolean } = {},
+  options: { waitForPostgres?: boolean; notice?: WaitNotice } = {},
 ): Promise<T> {
-  return openFor(command, fn, false, options.waitForPostgres ?? false);
+  return openFor(command, fn, false, options.waitForPostgres ?? false, options.notice);
 }
+
+/**
+ * How a wait for Postgres is said: 'waiting' (with the reason) and 'reached' (with
+ * the seconds it took). By default a `sluice: …` line on stderr; a command with
+ * --json says it as a JSON line (outside review 204: plain text among the JSON).
+ */
+export type WaitNotice = (event: 'waiting' | 'reached', fields: { error?: string; afterS?: number }) => void;
+
+/** A WaitNotice said through a command's own log (`line`: its JSON lines under --json), on stderr. */
+export function loggedWaitNotice(
+  line: (event: string, fields: Record<string, string | number>, to: NodeJS.WritableStream) => void,
+): WaitNotice {
+  return (event, { error, afterS }) =>
+    event === 'waiting'
+      ? line('waiting-for-postgres', { error: error ?? '' }, process.stderr)
+      : line('reached-postgres', { afterS: afterS ?? 0 }, process.stderr);
+}
+
+const plainNotice: WaitNotice = (event, fields) =>
+  process.stderr.write(
+    event === 'waiting'
+      ? `sluice: ${fields.error}; waiting for it (Ctrl-C gives up)\n`
+      : `sluice: reached Postgres after ${fields.afterS} s\n`,
+  );
 
 /** Tries to connect again this often while Postgres cannot be reached, and says so again this often. */
 const RECONNECT_MS = 2_000;
 const REPEAT_NOTICE_MS = 60_000;
 
 /** Resolves once `pool` hands out a connection; waits for Postgres while `wait` and it cannot be reached. */
-async function reach(pool: PgPool, url: string, wait: boolean): Promise<void> {
+async function reach(pool: PgPool, url: string, wait: boolean, notice: WaitNotice): Promise<void> {
   let since: number | undefined;
   let noticed = -Infinity;
   for (;;) {
@@ -105,8 +129,7 @@ async function reach(pool: PgPool, url: string, wait: boolean): Promise<void> {
       } finally {
         client.release();
       }
-      if (since !== undefined)
-        process.stderr.write(`sluice: reached Postgres after ${Math.round((Date.now() - since) / 1000)} s\n`);
+      if (since !== undefined) notice('reached', { afterS: Math.round((Date.now() - since) / 1000) });
       return;
     } catch (err) {
       const failure = connectionError(err, url);
@@ -115,7 +138,7 @@ async function reach(pool: PgPool, url: string, wait: boolean): Promise<void> {
       since ??= Date.now();
       if (Date.now() - noticed >= REPEAT_NOTICE_MS) {
         noticed = Date.now();
-        process.stderr.write(`sluice: ${failure.message}; waiting for it (Ctrl-C gives up)\n`);
+        notice('waiting', { error: failure.message });
       }
       await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
     }
@@ -127,6 +150,7 @@ async function openFor<T>(
   fn: (db: CommandDatabase) => Promise<T>,
   slowNotice: boolean,
   waitForPostgres = false,
+  notice: WaitNotice = plainNotice,
 ): Promise<T> {
   const global = globalOptions(command);
   const url = requireDatabaseUrl(global);
@@ -147,7 +171,7 @@ async function openFor<T>(
   const slow = slowNotice ? setTimeout(() => process.stderr.write(slowNoticeText()), SLOW_NOTICE_MS) : undefined;
   slow?.unref();
   try {
-    await reach(pool, url, waitForPostgres);
+    await reach(pool, url, waitForPostgres, notice);
     try {
       await pool.query(probe).catch((err: unknown) => {
         // A role that may not even read the schema: every command would fail, and the

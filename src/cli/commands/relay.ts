@@ -6,7 +6,7 @@ import { dropOutboxDeadLetters, listOutboxDeadLetters, redriveOutboxDeadLetters 
 import { natsPublisher } from '../../outbox/publishers/nats.js';
 import { rabbitMqPublisher } from '../../outbox/publishers/rabbitmq.js';
 import type { MetricsServer } from '../../metrics/server.js';
-import { withDatabaseUntilStopped } from '../database.js';
+import { loggedWaitNotice, withDatabaseUntilStopped } from '../database.js';
 import { ErrorLines } from '../error-lines.js';
 import { FailureLines } from '../failure-lines.js';
 import { ExitStatus, UsageError, formatTime, printable, printJson } from '../output.js';
@@ -213,7 +213,10 @@ Examples:
           if (outputClosed) throw new ExitStatus(1);
         },
         // Serving (not a one-off action), it waits for a Postgres it cannot reach yet, as `sluice worker` does.
-        { waitForPostgres: !flags.status && !flags.deadLetters && !flags.redrive && !flags.dropDeadLetters },
+        {
+          waitForPostgres: !flags.status && !flags.deadLetters && !flags.redrive && !flags.dropDeadLetters,
+          ...(flags.json && { notice: loggedWaitNotice(log) }),
+        },
       );
     });
 }

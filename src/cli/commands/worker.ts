@@ -1,7 +1,7 @@
 import { Option, type Command } from 'commander';
 import { Worker } from '../../worker/worker.js';
 import type { WorkerOptions } from '../../worker/options.js';
-import { withDatabaseUntilStopped } from '../database.js';
+import { loggedWaitNotice, withDatabaseUntilStopped } from '../database.js';
 import { loadTasks } from '../task-module.js';
 import { WorkerLog } from '../worker-log.js';
 import { addMetricsOptions, type MetricsFlags } from '../metrics-options.js';
@@ -174,7 +174,11 @@ Examples:
           log.line('stopped');
           if (cause !== 'signal') throw new ExitStatus(UNCAUGHT_EXIT);
         },
-        { waitForPostgres: true },
+        {
+          waitForPostgres: true,
+          // Under --json as JSON lines too (outside review 204).
+          ...(flags.json && { notice: loggedWaitNotice((event, fields, to) => log.line(event, fields, to)) }),
+        },
       );
     });
 }
