@@ -116,13 +116,6 @@ BEGIN
         WHERE c.oid = _rel;
         RETURN _id;
       END IF;
-      -- The holder was claimed ahead by a worker (it holds it in memory with the
-      -- old payload and starts it when a slot frees): it gives its key up now, as
-      -- if it had started, and the new payload goes in as a job of its own.
-      UPDATE :SCHEMA.jobs
-      SET key_scope = 'released', updated_at = clock_timestamp()
-      WHERE job_key = _job_key AND key_scope = 'pending' AND status = 'processing' AND started_at IS NULL;
-      CONTINUE WHEN FOUND;
     END IF;
 
     IF _job_key_mode = 'keep' THEN
@@ -137,8 +130,14 @@ BEGIN
         WHERE c.oid = _rel;
         RETURN _id;
       END IF;
-      -- Claimed ahead: it may start (or have started) before the caller commits.
-      -- It gives its key up, and the caller's job goes in (see the top of this file).
+    END IF;
+
+    IF _job_key_mode IN ('replace', 'keep') THEN
+      -- The holder was claimed ahead by a worker, which holds it in memory and
+      -- starts it when a slot frees (or has started it, not yet written): 'replace'
+      -- cannot give it the new payload, and under 'keep' it may run before the
+      -- caller commits. It gives its key up now, as if it had started, and the
+      -- caller's job goes in as one of its own (see the top of this file).
       UPDATE :SCHEMA.jobs
       SET key_scope = 'released', updated_at = clock_timestamp()
       WHERE job_key = _job_key AND key_scope = 'pending' AND status = 'processing' AND started_at IS NULL;
