@@ -110,6 +110,32 @@ describe('cancellation', () => {
     expect(await job(id)).toMatchObject({ status: 'cancelled', attempts: 1, last_error: null });
   });
 
+  it('the slot a cancelled job frees claims the next due job at once, not at the next poll (outside review 207)', async () => {
+    const started: string[] = [];
+    await startWorkers(1, {
+      queues: ['c-slot'],
+      concurrency: 1,
+      prefetch: 0, // the next job is not claimed ahead: only a claim after the cancel starts it
+      pollIntervalMs: 3_600_000,
+      heartbeatIntervalMs: 10_000,
+      tasks: {
+        // Some clean-up after the abort: the cancel's own wake-up comes while the slot is still held.
+        wait: (_p, { signal, job: j }) => {
+          started.push(j.id);
+          return new Promise((_, reject) =>
+            signal.addEventListener('abort', () => setTimeout(() => reject(signal.reason as Error), 300)),
+          );
+        },
+      },
+    });
+    const first = await suite.queue.enqueue('wait', {}, { queue: 'c-slot' });
+    await waitFor(() => started.includes(first), 'the first job to start');
+    // Due while the only slot is busy: its notification finds no room.
+    const next = await suite.queue.enqueue('wait', {}, { queue: 'c-slot' });
+    expect((await suite.queue.cancel(first)).ok).toBe(true);
+    await waitFor(() => started.includes(next), 'the next job to start in the freed slot');
+  });
+
   it("a worker's late result (success or failure) does not overwrite a cancellation", async () => {
     const release = new Map<string, () => void>();
     // listen: false and a slow heartbeat: the worker never hears of the cancel, so

@@ -25,6 +25,8 @@ export interface CompleterSignals {
   emit: Emit;
   /** A result is waiting to be written. */
   resultAdded(): void;
+  /** A run ended with nothing to write (cancelled, taken away): its slot is free for a claim. */
+  slotFreed(): void;
   /** A job this worker returned to pending falls due at `at` (ms since epoch). */
   dueAt(at: number): void;
   /** A result write failed. */
@@ -182,6 +184,11 @@ export class Completer implements ResultSource {
       this.track(this.snoozes.afterOutage(job, stopped, charge, outcome.unanswered));
     } else if (outcome.kind === 'cancelled') {
       this.signals.emit('job:cancel', job);
+      // Nothing to write, so no cycle claims for the freed slot: the poll did, up to
+      // pollIntervalMs later, with due jobs waiting (outside review 207).
+      this.signals.slotFreed();
+    } else if (outcome.kind === 'lost') {
+      this.signals.slotFreed();
     }
     // 'released' jobs are handed back by the worker's stop; 'lost' ones are someone else's now.
   }

@@ -176,6 +176,11 @@ export class FetchLoop {
     else this.armFlushTimer();
   }
 
+  /** A slot freed with no result to write: claims for it when a claim is wanted now. */
+  slotFreed(): void {
+    if (this.wantClaim()) this.kick();
+  }
+
   /**
    * Claims nothing more. Resolves once no cycle is in flight, so every job a claim
    * brought back has reached the target and can be handed back by the caller.

@@ -76,6 +76,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   const completer: Completer = new Completer(store, config, {
     emit: owner.emit,
     resultAdded: () => loop.resultAdded(),
+    slotFreed: () => loop.slotFreed(),
     dueAt: (at) => loop.wakeAt(at),
     error: errorIn('result write'),
     writeError: (err, what) => owner.error(err, what),

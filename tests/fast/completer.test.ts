@@ -34,6 +34,7 @@ function makeCompleter(s: MemoryStore, maxResultBytes = 1_000): Completer {
       emit: (event, ...args) =>
         void events.push({ event, job: args[0] as JobRow, detail: args[1] as Record<string, unknown> | undefined }),
       resultAdded: () => void added++,
+      slotFreed: () => {},
       dueAt: (at) => void dueAt.push(at),
       error: (err) => void errors.push(err),
       writeError: (err) => void errors.push(err),

@@ -19,7 +19,7 @@ function setup(
   const db = new MemoryDatabase();
   const store = db.store('w1');
   const slots = new Slots({ concurrency: 2, prefetch: 0, queueLimits: new Map() });
-  const quiet = { emit: () => {}, resultAdded, dueAt: () => {}, error: () => {}, writeError: () => {} };
+  const quiet = { emit: () => {}, resultAdded, slotFreed: () => {}, dueAt: () => {}, error: () => {}, writeError: () => {} };
   const completer = new Completer(
     store,
     { backoff: { baseMs: 1_000, maxMs: 1_000, shape: 'fixed' }, maxResultBytes: 1_000, visibilityTimeoutMs: 30_000 },

@@ -76,6 +76,7 @@ function setup(options: Setup = {}): void {
         if (event === 'job:complete') completed.push((args[0] as JobRow).id);
       },
       resultAdded: () => loop.resultAdded(),
+      slotFreed: () => loop.slotFreed(),
       dueAt: (at) => loop.wakeAt(at),
       error: (err) => void errors.push(err),
       writeError: (err) => void errors.push(err),

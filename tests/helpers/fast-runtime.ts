@@ -87,6 +87,7 @@ export class FastWorker {
       {
         emit,
         resultAdded: () => loop.resultAdded(),
+        slotFreed: () => loop.slotFreed(),
         dueAt: (at) => loop.wakeAt(at),
         error: onError,
         writeError: onError,
