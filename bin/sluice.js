@@ -17,7 +17,8 @@ const early = (signal) => {
   );
   process.exit(0);
 };
-if (process.argv.slice(2).includes('worker')) {
+// `sluice relay` too, until its own handlers are in place (outside review 206: 143, no word).
+if (process.argv.slice(2).some((arg) => arg === 'worker' || arg === 'relay')) {
   process.on('SIGINT', early);
   process.on('SIGTERM', early);
 }

@@ -1295,6 +1295,25 @@ describe('relay: outside review 96', () => {
     }
   });
 
+  it('sluice relay stopped while it waits for Postgres to start exits 0 with a line, not 143 (outside review 206)', async () => {
+    const gate = await startGate(new URL(db.url));
+    gate.down();
+    const cli = spawnCli(['relay', '--destination', freshDestination(), '--nats-url', 'nats://127.0.0.1:1'], {
+      DATABASE_URL: gate.url,
+      SLUICE_SCHEMA: db.schema,
+    });
+    try {
+      await waitFor(() => cli.stderr().includes('waiting for it'), 'the relay waiting for Postgres');
+      cli.child.kill('SIGTERM');
+      const result = await cli.exited;
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stdout).toBe('stopped signal=SIGTERM before=load\n');
+    } finally {
+      cli.child.kill('SIGKILL');
+      await gate.close();
+    }
+  });
+
   it('does not send again what the broker took behind messages being retried (reviews 98 and 99)', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();

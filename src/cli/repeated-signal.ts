@@ -13,9 +13,20 @@ export const REPEAT_WINDOW_MS = 1_000;
  */
 export class StopSignals {
   private firstAt: number | undefined;
+  private stopped = false;
 
-  /** 'first', 'echo' (within the window of the first: ignore it) or 'force'. */
+  /**
+   * The stop is done and the process about to exit: later signals are ignored.
+   * Their handlers stay in place until then: removed, a signal in that gap met
+   * Node's default and ended the process with 143 (outside review 206).
+   */
+  settled(): void {
+    this.stopped = true;
+  }
+
+  /** 'first', 'echo' (within the window of the first, or after the stop: ignore it) or 'force'. */
   next(): 'first' | 'echo' | 'force' {
+    if (this.stopped) return 'echo';
     const now = performance.now();
     if (this.firstAt === undefined) {
       this.firstAt = now;

@@ -247,8 +247,7 @@ function untilSignal(relay: OutboxRelay): Promise<boolean> {
     const stop = (outputClosed: boolean) => {
       signalled = true;
       relay.stop().then(() => {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
+        signals.settled();
         resolve(outputClosed);
       }, reject);
     };
@@ -260,6 +259,8 @@ function untilSignal(relay: OutboxRelay): Promise<boolean> {
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
+    // bin/sluice.js's handler for the signals that come while the CLI loads and the relay starts leaves them to these now.
+    (globalThis as Record<symbol, unknown>)[Symbol.for('sluice.cli.signalsTaken')] = true;
     onOutputClosed((err) => {
       if (signalled) return;
       process.stderr.write(`sluice relay: stdout closed (${err.message}): stopping\n`);

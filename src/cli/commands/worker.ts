@@ -197,8 +197,7 @@ function untilStopped(worker: Worker, log: WorkerLog): Promise<StopCause> {
       log.line('stopping', { ...fields, running: worker.runningJobIds.length });
       // The process exits after the stop: a handler that ignores its abort ends with it.
       worker.stop({ exiting: true, ...(failRunning && { failRunning }) }).then(() => {
-        process.off('SIGINT', onSignal);
-        process.off('SIGTERM', onSignal);
+        signals.settled();
         resolve(why);
       }, reject);
     };
