@@ -15,3 +15,15 @@ export function listenError(err: unknown, what: string, host: string, port: numb
     { cause: err },
   );
 }
+
+/**
+ * A host to listen on, refused when empty: Node takes '' as every interface, so an
+ * unset variable in a script (`--host "$HOST"`) served on all of them (outside review 206).
+ */
+export function checkListenHost(what: string, host: string): void {
+  if (host.trim() === '') {
+    throw new ConfigError(
+      `${what}: the host to listen on is empty (an unset variable?): give 127.0.0.1, or 0.0.0.0 for every interface`,
+    );
+  }
+}

@@ -453,9 +453,16 @@ describe('stats', () => {
       await waitFor(() => cli.stderr().includes('trying again every refresh'), 'the outage said');
       const before = lines();
       gate.up();
-      await waitFor(() => cli.stderr().includes('reached Postgres again'), 'the recovery said');
+      await waitFor(() => cli.stderr().includes('"reached-postgres"'), 'the recovery said');
       await waitFor(() => lines() > before, 'refreshes again');
-      expect(cli.stderr().match(/trying again/g)).toHaveLength(1);
+      // Said once each, as JSON lines under --json (outside review 206: plain text).
+      const said = cli
+        .stderr()
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { event: string; error?: string });
+      expect(said.map((l) => l.event)).toEqual(['waiting-for-postgres', 'reached-postgres']);
+      expect(said[0]!.error).toMatch(/cannot reach Postgres.*trying again every refresh/);
       cli.child.kill('SIGTERM');
       expect((await cli.exited).code).toBe(0);
     } finally {

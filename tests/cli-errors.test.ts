@@ -134,6 +134,12 @@ describe('task module', () => {
     expect(result.stderr).not.toContain('Node.js v');
   });
 
+  it('a CommonJS module that exports only schedules is told it exports no tasks, not that "schedules" is no function (outside review 206)', async () => {
+    const file = join(dir, 'schedules-only.cjs');
+    await writeFile(file, "exports.schedules = [{ name: 's', cron: '* * * * * *', task: 'elsewhere' }];\n");
+    expectOneLine(await worker(file), 2, /^sluice: task module .*schedules-only\.cjs must export `tasks`/);
+  });
+
   it('an error thrown while it loads names the line that threw', async () => {
     const file = join(dir, 'throws.mjs');
     await writeFile(file, 'const config = undefined;\nconst url = config.url;\nexport const tasks = { a: () => url };\n');
@@ -195,6 +201,12 @@ describe('ports in use', () => {
       const result = await runSluice(['dashboard', '--host', host, '--token', 'abcdefghijk', '--port', '0'], env);
       expectOneLine(result, 2, new RegExp(`^sluice: dashboard: cannot listen on ${host.replace(/\./g, '\\.')} port 0: `));
     }
+    // Empty (an unset variable): Node would listen on every interface (outside review 206).
+    expectOneLine(
+      await runSluice(['dashboard', '--host', '', '--token', 'abcdefghijk', '--port', '0'], env),
+      2,
+      /^sluice: dashboard: the host to listen on is empty \(an unset variable\?\)/,
+    );
   });
 
   it('sluice dashboard --refresh takes a duration with a unit; --refresh-ms stays, not both', async () => {

@@ -54,7 +54,10 @@ export async function loadTasks(path: string): Promise<TaskModule> {
   // review 204: "task \"default\" must be a function").
   const fromDefault = esModuleDefault(mod.default) as Record<string, unknown> | undefined;
   const tasks =
-    mod.tasks ?? (fromDefault && typeof fromDefault === 'object' && 'tasks' in fromDefault ? fromDefault.tasks : fromDefault);
+    mod.tasks ??
+    (fromDefault && typeof fromDefault === 'object' && 'tasks' in fromDefault
+      ? fromDefault.tasks
+      : withoutSchedules(fromDefault));
   // A CommonJS module that exports nothing is an empty default export: "tasks is empty" did not say whose (outside review 174).
   if (!tasks || typeof tasks !== 'object' || Object.keys(tasks).length === 0) {
     throw new UsageError(`task module ${path} must export \`tasks\` (or a default export) mapping task names to handlers`);
@@ -130,4 +133,15 @@ function esModuleDefault(value: unknown): unknown {
   return compiled.__esModule === true && compiled.default !== undefined && compiled.tasks === undefined
     ? compiled.default
     : value;
+}
+
+/**
+ * A CommonJS module's exports taken as the task map: without its `schedules`, which
+ * is no task (outside review 206: a scheduler-only module was told its task
+ * "schedules" must be a function, not that it exports no tasks).
+ */
+function withoutSchedules(exported: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (!exported || typeof exported !== 'object' || !('schedules' in exported)) return exported;
+  const { schedules: _schedules, ...tasks } = exported;
+  return tasks;
 }

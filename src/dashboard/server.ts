@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import type { FastifyError, FastifyInstance, FastifyReply, FastifyServerFactory, FastifyServerOptions } from 'fastify';
 import { ConfigError } from '../errors.js';
-import { listenError } from '../listen-error.js';
+import { checkListenHost, listenError } from '../listen-error.js';
 import { importPeer } from '../optional-peer.js';
 import { checkBindSafety, type DashboardOptions } from './options.js';
 import { dashboardPlugin } from './plugin.js';
@@ -132,6 +132,7 @@ export async function startDashboard(options: StartDashboardOptions): Promise<Ru
   const { host = '127.0.0.1', port = 4000, ...dashboardOptions } = options;
   if (!Number.isInteger(port) || port < 0 || port > 65_535)
     throw new ConfigError(`dashboard: port must be 0 to 65535, got ${port}`);
+  checkListenHost('dashboard', host);
   checkBindSafety(host, dashboardOptions);
   const app = await dashboardApp(dashboardOptions, { forceCloseConnections: true });
   try {

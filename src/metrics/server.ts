@@ -2,7 +2,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
 import type { SluiceMetrics } from './metrics.js';
-import { listenError } from '../listen-error.js';
+import { checkListenHost, listenError } from '../listen-error.js';
 
 const METRICS_PATH = '/metrics';
 
@@ -21,6 +21,7 @@ export type MetricsSource = Pick<SluiceMetrics, 'text' | 'contentType'>;
  * prom-client.
  */
 export async function serveMetrics(metrics: MetricsSource, port: number, host: string): Promise<MetricsServer> {
+  checkListenHost('metrics', host);
   const server = createServer((req, res) => {
     const path = (req.url ?? '/').split('?')[0];
     if (path !== METRICS_PATH) {

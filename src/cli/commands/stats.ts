@@ -63,6 +63,11 @@ async function watch(flags: StatsFlags, url: string, read: () => Promise<Stats>)
   const inPlace = process.stdout.isTTY && !flags.json;
   let previousLines = 0;
   let failing = false;
+  // On stderr; JSON lines with --json, as sluice worker's (outside review 206).
+  const say = (event: string, text: string) =>
+    flags.json
+      ? printJson({ time: new Date(), event, ...(event === 'waiting-for-postgres' && { error: text }) }, process.stderr)
+      : process.stderr.write(`sluice: stats: ${text}\n`);
   try {
     while (!stop.signal.aborted) {
       let stats: Stats;
@@ -72,12 +77,12 @@ async function watch(flags: StatsFlags, url: string, read: () => Promise<Stats>)
         // A screen left open rides out a restart or failover, as the worker and the
         // dashboard do (outside review 201: it exited 1 at the first refused connection).
         if (!isConnectionFailure(err)) throw err;
-        if (!failing) process.stderr.write(`sluice: stats: ${connectionError(err, url).message}; trying again every refresh\n`);
+        if (!failing) say('waiting-for-postgres', `${connectionError(err, url).message}; trying again every refresh`);
         failing = true;
         await sleep(flags.interval, undefined, { signal: stop.signal }).catch(() => {});
         continue;
       }
-      if (failing) process.stderr.write('sluice: stats: reached Postgres again\n');
+      if (failing) say('reached-postgres', 'reached Postgres again');
       failing = false;
       if (stop.signal.aborted) break;
       if (inPlace) {
