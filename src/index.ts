@@ -4,6 +4,7 @@ export {
   type EnqueueOptions,
   type QueueOptions,
   type EnqueueArgs,
+  type TaskArgs,
   type AfterCommitJobs,
   type WaitOptions,
   type SettingOptions,

@@ -20,10 +20,25 @@ export type EnqueueArgs<P> = undefined extends P
   ? [payload?: P, options?: EnqueueOptions]
   : [payload: P, options?: EnqueueOptions];
 
+type UnionToIntersection<U> = (U extends unknown ? (x: U) => void : never) extends (x: infer I) => void ? I : never;
+type IsUnion<K> = [K] extends [UnionToIntersection<K>] ? false : true;
+
+/**
+ * EnqueueArgs of one task of a typed map. A union of names (a variable typed
+ * 'a' | 'b') is refused: its payload was checked against the union of their
+ * payloads, so `{ name }` for task 'a' compiled, and an optional payload of one made
+ * all of them optional (outside review 207). An untyped Queue takes any name.
+ */
+export type TaskArgs<T, K extends keyof T> = string extends keyof T
+  ? EnqueueArgs<T[K]>
+  : IsUnion<K> extends true
+    ? [payload: 'enqueue() checks one task name at a time: narrow the union of names first', options?: EnqueueOptions]
+    : EnqueueArgs<T[K]>;
+
 /** What the callback of `enqueueAfterCommit` adds jobs through. */
 export interface AfterCommitJobs<T extends TaskMap = AnyTasks> {
   /** Validates the job now (so a bad one fails your transaction), enqueues it after your callback returns. */
-  enqueue<K extends keyof T & string>(task: K, ...args: EnqueueArgs<T[K]>): Promise<void>;
+  enqueue<K extends keyof T & string>(task: K, ...args: TaskArgs<T, K>): Promise<void>;
 }
 
 /**

@@ -32,11 +32,20 @@ import {
   type AfterCommitJobs,
   type EnqueueArgs,
   type QueueOptions,
+  type TaskArgs,
   type SettingOptions,
   type WaitOptions,
 } from './queue-options.js';
 
-export type { AfterCommitJobs, EnqueueArgs, EnqueueOptions, QueueOptions, SettingOptions, WaitOptions } from './queue-options.js';
+export type {
+  AfterCommitJobs,
+  EnqueueArgs,
+  EnqueueOptions,
+  QueueOptions,
+  SettingOptions,
+  TaskArgs,
+  WaitOptions,
+} from './queue-options.js';
 
 /** The enqueue statements sent named (prepared once per connection) on the Queue's own pool. */
 type PreparedEnqueue = 'enqueue' | 'enqueueDeferred' | 'enqueueMany' | 'enqueueManyUniform';
@@ -115,7 +124,8 @@ export class Queue<T extends TaskMap = AnyTasks> {
   }
 
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
-  async enqueue<K extends keyof T & string>(task: K, ...[payload, options = {}]: EnqueueArgs<T[K]>): Promise<string> {
+  async enqueue<K extends keyof T & string>(task: K, ...args: TaskArgs<T, K>): Promise<string> {
+    const [payload, options = {}] = args as EnqueueArgs<T[K]>;
     // Checked, and stored as given: the worker parses it (see validateBatchPayloads).
     if (this.schemas.size > 0) await validatePayload(this.schemas, task, payload);
     const v = readInput('enqueue', () => {

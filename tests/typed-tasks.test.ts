@@ -53,6 +53,16 @@ export function typeChecks(typed: Queue<Tasks>, untyped: Queue) {
   ]);
   // @ts-expect-error the payload of another task
   void typed.enqueueMany([{ task: 'nightly_report', payload: { userId: 1 } }]);
+  // A variable holding one of several task names: checked against their union, a payload of either passed (outside review 207).
+  const either = Math.random() > 0.5 ? ('send_welcome' as const) : ('nightly_report' as const);
+  // @ts-expect-error a union of task names: narrow it first
+  void typed.enqueue(either, { day: 'x' });
+  if (either === 'send_welcome') void typed.enqueue(either, { userId: 1 });
+  void untyped.enqueue(either, { anything: true });
+  void typed.enqueueAfterCommit(async (jobs) => {
+    // @ts-expect-error after-commit jobs are checked the same way
+    await jobs.enqueue(either, { day: 'x' });
+  });
   // @ts-expect-error the payload is required in a batch too (outside review 202: it compiled, and stored {})
   void typed.enqueueMany([{ task: 'send_welcome' }]);
   void untyped.enqueueMany([{ task: 'anything' }]);
