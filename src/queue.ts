@@ -199,6 +199,14 @@ export class Queue<T extends TaskMap = AnyTasks> {
           ? rows<{ id: string }>(db, this.queries.enqueueManyKeyed, batch.params(traceContext))
           : this.insert<{ id: string }>(db, batch.statement, batch.params(traceContext)),
       );
+      // One id per job, in order, or the caller cannot tell which job is which (outside
+      // review 207: a tx whose query() answered { rows: [] } returned [] for jobs it inserted).
+      if (result.length !== values.length) {
+        throw new ConfigError(
+          `enqueueMany: ${result.length} id(s) came back for ${values.length} job(s), not one per job: the statement ran ` +
+            'in your transaction (the jobs commit with it); does the tx connection transform or drop rows? Enqueue on one that does not',
+        );
+      }
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
       return result.map(jobIdOf);
     } catch (err) {

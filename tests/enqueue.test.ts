@@ -509,6 +509,25 @@ describe('enqueue', () => {
     expect(rows[0].n).toBe(1);
   });
 
+  it('enqueueMany on a tx that drops rows: a ConfigError, not fewer ids than jobs (outside review 207)', async () => {
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const dropping = { query: async (text: string, values?: unknown[]) => (await client.query(text, values), { rows: [] }) };
+      const jobs = [{ task: 'rows_dropped' }, { task: 'rows_dropped' }];
+      const refused = queue.enqueueMany(jobs, { tx: dropping });
+      await expect(refused).rejects.toBeInstanceOf(ConfigError);
+      await expect(refused).rejects.toThrow(
+        /0 id\(s\) came back for 2 job\(s\), not one per job: the statement ran in your transaction/,
+      );
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'rows_dropped'`);
+    expect(rows[0].n).toBe(2);
+  });
+
   it('refuses a pg Pool as tx for a write: it would run outside your transaction (outside review 158)', async () => {
     const client = await db.pool.connect();
     try {
