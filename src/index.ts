@@ -4,11 +4,11 @@ export {
   type EnqueueOptions,
   type QueueOptions,
   type EnqueueArgs,
-  type TaskArgs,
   type AfterCommitJobs,
   type WaitOptions,
   type SettingOptions,
 } from './queue.js';
+export type { TaskArgs } from './queue-options.js';
 export { Worker, type WorkerEvents } from './worker/worker.js';
 export type { CronSchedule } from './maintenance/cron-schedule.js';
 export { listSchedules, type CronTick, type ScheduleInfo } from './maintenance/cron.js';

@@ -118,3 +118,18 @@ export function jobIdOf(row: { id?: unknown } | undefined): string {
       '(a postgres.js transform other than column renaming) or parse text columns? Enqueue on a connection without them',
   );
 }
+
+/**
+ * A batch's ids, one per job in order: fewer or more, and the caller could not tell
+ * which job is which (outside review 207: a tx whose query() answered { rows: [] }
+ * returned [] for jobs it inserted).
+ */
+export function jobIdsOf(rows: readonly ({ id?: unknown } | undefined)[], jobs: number): string[] {
+  if (rows.length !== jobs) {
+    throw new ConfigError(
+      `enqueueMany: ${rows.length} id(s) came back for ${jobs} job(s), not one per job: the statement ran ` +
+        'in your transaction (the jobs commit with it); does the tx connection transform or drop rows? Enqueue on one that does not',
+    );
+  }
+  return rows.map(jobIdOf);
+}

@@ -21,7 +21,7 @@ import { OutcomeListener } from './outcome-listener.js';
 import { closedWhileWaiting, waitForJob } from './wait-for.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
-import { jobIdOf, readInput, toJobValues } from './job-values.js';
+import { jobIdOf, jobIdsOf, readInput, toJobValues } from './job-values.js';
 import { addBatchKey, enqueueBatch } from './enqueue-batch.js';
 import {
   ENQUEUE_KEYS,
@@ -30,22 +30,13 @@ import {
   SPEC_KEYS,
   txOption,
   type AfterCommitJobs,
-  type EnqueueArgs,
   type QueueOptions,
   type TaskArgs,
   type SettingOptions,
   type WaitOptions,
 } from './queue-options.js';
 
-export type {
-  AfterCommitJobs,
-  EnqueueArgs,
-  EnqueueOptions,
-  QueueOptions,
-  SettingOptions,
-  TaskArgs,
-  WaitOptions,
-} from './queue-options.js';
+export type { AfterCommitJobs, EnqueueArgs, EnqueueOptions, QueueOptions, SettingOptions, WaitOptions } from './queue-options.js';
 
 /** The enqueue statements sent named (prepared once per connection) on the Queue's own pool. */
 type PreparedEnqueue = 'enqueue' | 'enqueueDeferred' | 'enqueueMany' | 'enqueueManyUniform';
@@ -124,8 +115,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
   }
 
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
-  async enqueue<K extends keyof T & string>(task: K, ...args: TaskArgs<T, K>): Promise<string> {
-    const [payload, options = {}] = args as EnqueueArgs<T[K]>;
+  async enqueue<K extends keyof T & string>(task: K, ...[payload, options = {}]: TaskArgs<T, K>): Promise<string> {
     // Checked, and stored as given: the worker parses it (see validateBatchPayloads).
     if (this.schemas.size > 0) await validatePayload(this.schemas, task, payload);
     const v = readInput('enqueue', () => {
@@ -199,16 +189,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
           ? rows<{ id: string }>(db, this.queries.enqueueManyKeyed, batch.params(traceContext))
           : this.insert<{ id: string }>(db, batch.statement, batch.params(traceContext)),
       );
-      // One id per job, in order, or the caller cannot tell which job is which (outside
-      // review 207: a tx whose query() answered { rows: [] } returned [] for jobs it inserted).
-      if (result.length !== values.length) {
-        throw new ConfigError(
-          `enqueueMany: ${result.length} id(s) came back for ${values.length} job(s), not one per job: the statement ran ` +
-            'in your transaction (the jobs commit with it); does the tx connection transform or drop rows? Enqueue on one that does not',
-        );
-      }
+      const ids = jobIdsOf(result, values.length);
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
-      return result.map(jobIdOf);
+      return ids;
     } catch (err) {
       throw enqueueError(err, 'enqueueMany failed', options.tx ? 'caller' : 'own', true);
     }
