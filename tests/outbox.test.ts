@@ -580,8 +580,11 @@ describe('relay', () => {
   it('splits keys over partitions held by two relays; a stopped relay hands its partitions over; the count changes once none runs', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();
-    const a = startRelay(broker, [d], { partitions: 4, maxPartitions: 2, leaseMs: 1000, relayId: 'relay-a' });
-    const b = startRelay(broker, [d], { partitions: 4, maxPartitions: 4, leaseMs: 1000, relayId: 'relay-b' });
+    // Leases of 3 s: at 1 s a CI machine's Postgres, busy with the other test files, let one
+    // run out between renewals, and the relay taking it over sent a batch again (deduplicated
+    // by a real broker; counted here).
+    const a = startRelay(broker, [d], { partitions: 4, maxPartitions: 2, leaseMs: 3_000, relayId: 'relay-a' });
+    const b = startRelay(broker, [d], { partitions: 4, maxPartitions: 4, leaseMs: 3_000, relayId: 'relay-b' });
     await a.start();
     await waitFor(() => a.holding.length === 2, 'a holds two partitions');
     await b.start();
