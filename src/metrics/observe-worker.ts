@@ -5,7 +5,7 @@ import type { SluiceMetrics } from './metrics.js';
 /**
  * Feeds a worker's events into the metrics. Run time is measured from job:start
  * to its result event; jobs that end without a result (cancelled, snoozed, handed
- * back, lost) leave the running count unobserved.
+ * back, lost) leave the running count with no run time observed.
  * Returns a function that detaches it.
  */
 export function observeWorker(worker: WorkerEmitter, metrics: SluiceMetrics): () => void {

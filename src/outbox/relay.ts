@@ -65,7 +65,8 @@ export class OutboxRelay {
   /**
    * Asks the publisher once per destination, after its first batch is in (the broker
    * answers then), what in the broker's setup weakens a guarantee; said as a
-   * 'warning'. A question that fails is asked again after the next batch.
+   * 'warning'. Best effort: a question that fails (a user without rights to the
+   * JetStream API) is not asked again, lest every batch pay for it.
    */
   private inspect(destination: string): void {
     // Not once stop() began: a question sent after the publisher closed would open a connection again.
@@ -75,7 +76,7 @@ export class OutboxRelay {
       (message) => {
         if (message !== undefined) this.events.emit('warning', { destination, message });
       },
-      () => this.inspected.delete(destination),
+      () => {},
     );
   }
 
