@@ -51,6 +51,10 @@ GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_enqueue;
 -- execute (ALTER DEFAULT PRIVILEGES ... REVOKE EXECUTE ON FUNCTIONS FROM PUBLIC, a
 -- common hardening) works as well (outside review 163).
 GRANT EXECUTE ON FUNCTION :SCHEMA.wake_payload(text, timestamptz) TO sluice_enqueue;
+-- Which migrations the schema has, and nothing else: a deploy step that runs
+-- `sluice migrate` as the application's enqueue-only role then passes as a no-op
+-- on an up-to-date schema (outside review 209: refused, permission denied).
+GRANT SELECT ON :SCHEMA.migrations TO sluice_enqueue;
 
 -- Worker: the cycle (results written, next batch claimed), claim_limited(),
 -- heartbeats, progress, release on stop, snooze, and the maintenance lease and

@@ -110,12 +110,14 @@ async function migrateWith(tx: Queryable, schema: string, migrations: Migration[
   const q = migrateStatements(schema);
   const applied: MigrationResult['applied'] = [];
   let current: Migration | undefined;
+  let owner: string | undefined;
   try {
     await tx.query(q.lock, [`sluice:migrate:${schema}`]);
     // CREATE ... IF NOT EXISTS still asks for CREATE on the database and the schema:
     // a role without it, running migrate on a schema already up to date, was refused
     // with "permission denied for database" (outside review 182).
-    const [found] = await rows<{ installed: boolean }>(tx, q.installed, [`${s}.migrations`]);
+    const [found] = await rows<{ installed: boolean; owner: string | null }>(tx, q.installed, [schema]);
+    owner = found?.owner ?? undefined;
     if (found?.installed !== true) {
       await tx.query(q.createSchema);
       await tx.query(q.createMigrationsTable);
@@ -143,9 +145,24 @@ async function migrateWith(tx: Queryable, schema: string, migrations: Migration[
     if (err instanceof MigrationError) throw err;
     if (isConnectionFailure(err)) throw new MigrationError(`migration interrupted: ${(err as Error).message}`, { cause: err });
     const where = current ? `migration ${current.version}_${current.name}` : 'migration setup';
+    // Named: "the schema's owner" alone left the reader to look it up (outside review 209).
     const hint = isInsufficientPrivilege(err)
-      ? " (migrate runs as the schema's owner; a new schema also needs CREATE on the database)"
-      : '';
+      ? owner === undefined
+        ? ' (migrate runs as the role that will own the schema, which needs CREATE on the database)'
+        : ` (migrate runs as the schema's owner, role ${JSON.stringify(owner)})`
+      : clashes(err, current)
+        ? ` (schema "${schema}" holds tables of another tool: give Sluice a schema of its own, --schema or the schema option)`
+        : '';
     throw new MigrationError(`${where} failed: ${(err as Error).message}${hint}`, { cause: err });
   }
+}
+
+/**
+ * A table a migration creates already there (42P07), or a `migrations` table
+ * without Sluice's columns before any migration ran (42703): the schema holds
+ * another tool's tables (outside review 209: the bare Postgres error).
+ */
+function clashes(err: unknown, current: Migration | undefined): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return code === '42P07' || (code === '42703' && current === undefined);
 }

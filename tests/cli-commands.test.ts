@@ -471,6 +471,30 @@ describe('stats', () => {
     }
   });
 
+  it('--watch started while Postgres cannot be reached waits for it, as sluice worker does (outside review 209)', async () => {
+    const gate = await startGate(new URL(db.url));
+    gate.down();
+    const cli = spawnCli(['stats', '--watch', '--json', '--interval', '100ms'], { ...env, DATABASE_URL: gate.url });
+    try {
+      await waitFor(() => cli.stderr().includes('"waiting-for-postgres"'), 'the wait said');
+      expect(cli.stdout()).toBe('');
+      gate.up();
+      await waitFor(() => cli.stdout().includes('"queues"'), 'a first refresh');
+      cli.child.kill('SIGTERM');
+      const result = await cli.exited;
+      expect(result.code, result.stderr).toBe(0);
+      const said = result.stderr
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { event: string; error?: string });
+      expect(said.map((l) => l.event)).toEqual(['waiting-for-postgres', 'reached-postgres']);
+      expect(said[0]!.error).toMatch(/cannot reach Postgres/);
+    } finally {
+      cli.child.kill('SIGKILL');
+      await gate.close();
+    }
+  });
+
   it('--watch into a pipe that closes (| head -1) exits 0 quietly, not with an unhandled EPIPE', async () => {
     const cli = spawnCli(['stats', '--watch', '--interval', '100ms'], env);
     await new Promise((resolve) => cli.child.stdout!.once('data', resolve));

@@ -157,6 +157,44 @@ describe('sluice worker', () => {
     }
   });
 
+  it('exits 1 when its stop could not hand a job back (Postgres unreachable): the job is left to the rescuer (outside review 209)', async () => {
+    const gate = await startGate(new URL(db.url));
+    const id = await queue.enqueue('sleeper', {});
+    const worker = spawnCli(
+      ['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`, '--json', '--shutdown-timeout', '500ms'],
+      { ...env, DATABASE_URL: gate.url },
+      ['--import', 'tsx'],
+    );
+    running.push(worker);
+    try {
+      await waitFor(async () => (await status(id)) === 'processing', 'the job to start');
+      gate.down();
+      worker.child.kill('SIGTERM');
+      const result = await worker.exited;
+      expect(result.code, result.stderr).toBe(1);
+      expect(result.stderr).toContain(`could not hand back job(s) ${id} on stop`);
+      expect(jsonLines(result.stdout).at(-1)).toMatchObject({ event: 'stopped', left: 'processing' });
+      expect(await status(id)).toBe('processing');
+    } finally {
+      await gate.close();
+    }
+  });
+
+  it('exits 0 when its stop hands every job back, with a line saying so', async () => {
+    const id = await queue.enqueue('sleeper', {});
+    const worker = start(
+      ['worker', '--tasks', `${FIXTURES}cli-gated-tasks.ts`, '--json', '--shutdown-timeout', '500ms'],
+      ['--import', 'tsx'],
+    );
+    await waitFor(async () => (await status(id)) === 'processing', 'the job to start');
+    worker.child.kill('SIGTERM');
+    const result = await worker.exited;
+    expect(result.code, result.stderr).toBe(0);
+    expect(jsonLines(result.stdout).at(-1)).toEqual(expect.not.objectContaining({ left: expect.anything() }));
+    expect(jsonLines(result.stdout).some((l) => l.event === 'handed-back')).toBe(true);
+    expect(await status(id)).toBe('pending');
+  });
+
   it('with --json says its wait for Postgres as JSON lines too (outside review 204: plain text among them)', async () => {
     const gate = await startGate(new URL(db.url));
     gate.down();

@@ -106,9 +106,11 @@ describe('migrate', () => {
       // No CREATE on the database: CREATE SCHEMA IF NOT EXISTS was refused all the same.
       const refused = await migrate({ connectionString: asReader.toString(), schema }).catch((err: Error) => err);
       expect(refused).toBeInstanceOf(MigrationError);
+      const { rows } = await pool.query<{ owner: string }>('SELECT current_user AS owner');
       expect((refused as Error).message).toMatch(
-        /^migration setup failed: permission denied .*migrate runs as the schema's owner/,
+        /^migration setup failed: permission denied .*migrate runs as the schema's owner, role /,
       );
+      expect((refused as Error).message).toContain(`role ${JSON.stringify(rows[0]!.owner)})`);
       await pool.query(`GRANT USAGE ON SCHEMA "${schema}" TO ${role}`);
       await pool.query(`GRANT SELECT ON "${schema}".migrations TO ${role}`);
       const result = await migrate({ connectionString: asReader.toString(), schema });
@@ -141,6 +143,25 @@ describe('migrate', () => {
     // Exactly one caller did the work; the others waited on the lock and found nothing to do.
     expect(appliedCounts.filter((n) => n > 0)).toHaveLength(1);
     expect(new Set(results.map((r) => r.version)).size).toBe(1);
+  });
+
+  it("names the clash in a schema that holds another tool's tables, and leaves them as they were (outside review 209)", async () => {
+    for (const [table, ddl] of [
+      ['migrations', '(id serial PRIMARY KEY, filename text)'],
+      ['jobs', '(id serial PRIMARY KEY, what text)'],
+    ] as const) {
+      const schema = fresh(`clash_${table}`);
+      await pool.query(`CREATE SCHEMA "${schema}"; CREATE TABLE "${schema}".${table} ${ddl}`);
+      await pool.query(`INSERT INTO "${schema}".${table} DEFAULT VALUES`);
+      const refused = await migrate({ connectionString: url, schema }).catch((err: Error) => err);
+      expect(refused, table).toBeInstanceOf(MigrationError);
+      expect((refused as Error).message, table).toContain(`schema "${schema}" holds tables of another tool`);
+      const { rows } = await pool.query(
+        `SELECT (SELECT count(*)::int FROM "${schema}".${table}) AS n, (SELECT count(*)::int FROM pg_tables WHERE schemaname = $1) AS tables`,
+        [schema],
+      );
+      expect(rows[0], table).toEqual({ n: 1, tables: 1 });
+    }
   });
 
   it('works with a schema name that needs quoting', async () => {

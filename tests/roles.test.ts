@@ -500,6 +500,15 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       expect(rows).toEqual([{ queue: `cli_${tag}` }]);
     });
 
+    it('sluice migrate as the enqueue role or the worker role, on an up-to-date schema, is a no-op (outside review 209)', async () => {
+      for (const login of [logins.enqueue, logins.worker]) {
+        const result = await runCli(urlAs(login), db.schema, ['migrate']);
+        expect(result.stderr, login).toBe('');
+        expect(result.code, login).toBe(0);
+        expect(result.stdout, login).toMatch(/up to date/);
+      }
+    });
+
     it('a Worker of the worker role is refused at start on a schema behind the migrations (outside review 172)', async () => {
       const { rows } = await db.pool.query(
         `DELETE FROM ${db.s}.migrations WHERE version = (SELECT max(version) FROM ${db.s}.migrations) RETURNING version, name`,

@@ -3,7 +3,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Queue, Worker, type WorkerOptions } from '../../src/index.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from '../helpers/database.js';
 import { startPgBouncer, type PgBouncer } from '../helpers/pgbouncer.js';
-import { FIXTURES, spawnCli } from '../helpers/cli.js';
+import { FIXTURES, runCli, spawnCli } from '../helpers/cli.js';
 
 // Run by `npm run test:pgbouncer` (needs the Debian package pgbouncer), not by `npm test`.
 let db: TestDatabase;
@@ -144,6 +144,19 @@ describe(`PgBouncer in transaction mode`, () => {
     await startWorker('hearing', ['hearing'], { logger, listenConnectionString: db.url });
     await waitFor(() => lines.some((l) => l.message === 'LISTEN hears what the pool sends'), 'the probe to come back');
     expect(lines.filter((l) => l.level === 'warn')).toEqual([]);
+  });
+
+  it('sluice enqueue through PgBouncer, run again and again, says nothing on stderr (outside review 209)', async () => {
+    // Before 1.21 a name the previous run prepared stays on the server connection the next run gets.
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) {
+      const result = await runCli(bouncer.url, db.schema, ['enqueue', 'record', `{"i":${i}}`, '--queue', 'cli-enqueue']);
+      expect(result.stderr, `run ${i}`).toBe('');
+      expect(result.code, `run ${i}`).toBe(0);
+      ids.push(result.stdout.trim());
+    }
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE id = ANY($1::bigint[])`, [ids]);
+    expect(rows[0].n).toBe(4);
   });
 
   it('a poll-only worker (listen: false) drains through PgBouncer alone', async () => {

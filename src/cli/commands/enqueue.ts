@@ -65,7 +65,10 @@ Examples:
       const payload = parsePayload(payloadText);
       if (flags.runAt && flags.delay !== undefined) throw new UsageError('give --run-at or --delay, not both');
       await withDatabase(command, async ({ pool, schema }) => {
-        const queue = new Queue({ pool, schema });
+        // One statement per process: a named prepared statement is never reused, and
+        // behind a transaction-mode PgBouncer before 1.21 the next run met the name left
+        // on its server connection and warned on every call (outside review 209).
+        const queue = new Queue({ pool, schema, preparedStatements: false });
         const id = await queue.enqueue(task, payload, {
           queue: flags.queue,
           runAt: flags.runAt,

@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { getStats, type Stats } from '../../admin/stats.js';
 import { connectionError } from '../../db/connection.js';
 import { isConnectionFailure } from '../../errors.js';
-import { withDatabase, withDatabaseUntilStopped } from '../database.js';
+import { loggedWaitNotice, withDatabase, withDatabaseUntilStopped, type CommandDatabase } from '../database.js';
 import { formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
 import { durationOption } from '../parse.js';
 
@@ -42,12 +42,22 @@ export function registerStats(program: Command): void {
       }
       // --watch serves until a signal: its run is no lock wait, whose notice it printed
       // after 5 s while it refreshed (outside review 183).
-      const open = flags.watch ? withDatabaseUntilStopped : withDatabase;
-      await open(command, async ({ pool, schema, url }) => {
+      // It waits for a Postgres it cannot reach yet as it does for one lost later
+      // (outside review 209: it exited 1 when started during a restart).
+      const run = async ({ pool, schema, url }: CommandDatabase) => {
         const read = () => getStats(pool, schema, { groups: true });
         if (!flags.watch) return print(await read(), flags.json);
         await watch(flags, url, read);
-      });
+      };
+      if (!flags.watch) await withDatabase(command, run);
+      else {
+        await withDatabaseUntilStopped(command, run, {
+          waitForPostgres: true,
+          ...(flags.json && {
+            notice: loggedWaitNotice((event, fields, to) => printJson({ time: new Date(), event, ...fields }, to)),
+          }),
+        });
+      }
     });
 }
 

@@ -35,8 +35,17 @@ const FORCED_EXIT = 1;
 /** Exit code after the drain that followed an error nothing caught, or stdout's reader going away. */
 const UNCAUGHT_EXIT = 1;
 
+/** Exit code after a stop that left jobs processing for the rescuer (Postgres unreachable, rows held elsewhere). */
+const LEFT_EXIT = 1;
+
 /** Why `sluice worker` stopped: a signal (exit 0), an error nothing caught, or stdout closed (exit 1). */
 type StopCause = 'signal' | 'uncaught' | 'output';
+
+/** How the stop went: why it began, and whether it left jobs processing for the rescuer. */
+interface Stopped {
+  cause: StopCause;
+  leftJobs: boolean;
+}
 
 export function registerWorker(program: Command): void {
   const command = program
@@ -97,7 +106,9 @@ export function registerWorker(program: Command): void {
       'after',
       `
 The first SIGINT/SIGTERM stops claiming and lets running jobs finish (up to
---shutdown-timeout; unfinished ones go back to pending), then exits 0. A second
+--shutdown-timeout; unfinished ones go back to pending), then exits 0, or 1 if
+it could not hand some back (Postgres unreachable, rows locked elsewhere: the
+rescuer returns them after the visibility timeout). A second
 signal, a second or more after the first, exits at once (code 1); its running
 jobs return to pending when their lock expires. An error nothing catches (a handler's stray rejection) is logged,
 and the worker stops as on SIGTERM (jobs still running at the deadline fail
@@ -170,9 +181,12 @@ Examples:
             ...(worker.config.schedules.length > 0 ? { schedules: worker.config.schedules.map((x) => x.name).join(',') } : {}),
             ...(worker.metricsUrl && { metrics: worker.metricsUrl }),
           });
-          const cause = await stopped;
-          log.line('stopped');
+          const { cause, leftJobs } = await stopped;
+          // A clean exit code after jobs were left would hide from a supervisor that
+          // they run again, counting the attempt (outside review 209: exit 0).
+          log.line('stopped', leftJobs ? { left: 'processing' } : {});
           if (cause !== 'signal') throw new ExitStatus(UNCAUGHT_EXIT);
+          if (leftJobs) throw new ExitStatus(LEFT_EXIT);
         },
         {
           waitForPostgres: true,
@@ -188,17 +202,22 @@ Examples:
  * an error nothing caught, or stdout's reader going away. The second signal does
  * not wait for anything: it exits the process.
  */
-function untilStopped(worker: Worker, log: WorkerLog): Promise<StopCause> {
+function untilStopped(worker: Worker, log: WorkerLog): Promise<Stopped> {
   return new Promise((resolve, reject) => {
     let cause: StopCause | undefined;
+    let leftJobs = false;
     const signals = new StopSignals();
+    // What a stop could not hand back or write, it reports as a WorkerStoppingError naming the jobs.
+    worker.on('error', (err) => {
+      if (cause && err instanceof WorkerStoppingError) leftJobs = true;
+    });
     const stop = (why: StopCause, fields: Record<string, string>, failRunning?: Error) => {
       cause = why;
       log.line('stopping', { ...fields, running: worker.runningJobIds.length });
       // The process exits after the stop: a handler that ignores its abort ends with it.
       worker.stop({ exiting: true, ...(failRunning && { failRunning }) }).then(() => {
         signals.settled();
-        resolve(why);
+        resolve({ cause: why, leftJobs });
       }, reject);
     };
     const onSignal = (signal: NodeJS.Signals) => {

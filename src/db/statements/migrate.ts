@@ -9,7 +9,11 @@ import { perSchema } from './per-schema.js';
 export interface MigrateStatements {
   /** Serialises migrations of one schema ($1: a key naming it) until the transaction ends. */
   readonly lock: string;
-  /** Whether the migrations table exists already (then nothing needs creating). */
+  /**
+   * Whether the schema ($1, its name) has its migrations table already (then
+   * nothing needs creating), and who owns it, null if it does not exist: the
+   * refusal names them.
+   */
   readonly installed: string;
   readonly createSchema: string;
   readonly createMigrationsTable: string;
@@ -38,7 +42,11 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
   const s = quoteSchema(schema);
   return {
     lock: 'SELECT pg_advisory_xact_lock(hashtext($1))',
-    installed: 'SELECT to_regclass($1) IS NOT NULL AS installed',
+    // From the catalogs, which need no USAGE on the schema: to_regclass() was refused
+    // for a role without it, before the owner could be named.
+    installed: `SELECT EXISTS (SELECT FROM pg_class WHERE relnamespace = n.oid AND relname = 'migrations') AS installed,
+        pg_get_userbyid(n.nspowner) AS owner
+      FROM (SELECT) AS one LEFT JOIN pg_namespace n ON n.nspname = $1`,
     createSchema: `CREATE SCHEMA IF NOT EXISTS ${s}`,
     createMigrationsTable: `CREATE TABLE IF NOT EXISTS ${s}.migrations (
       version integer PRIMARY KEY,
