@@ -5,7 +5,8 @@
  * Real Postgres, real workers, a real TCP proxy.
  */
 import pg from 'pg';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { Driver } from '../src/db/driver.js';
 import type { JobRow, Worker } from '../src/index.js';
 import { statusCounts, waitFor } from './helpers/database.js';
 import { startTcpProxy, type TcpProxy } from './helpers/tcp-proxy.js';
@@ -779,6 +780,17 @@ describe('a lock on the jobs table', () => {
   // jobs of live workers before their heartbeats or results landed (handlers that
   // had returned during the lock failed, or ran again).
   const VISIBILITY_MS = 3_000;
+  const opened: Driver[] = [];
+  /** A driver for a rescuer task of this block, ended after it. */
+  async function driver(): Promise<Driver> {
+    const { openTestDriver } = await import('./helpers/driver.js');
+    const d = await openTestDriver(t.db.url);
+    opened.push(d);
+    return d;
+  }
+  afterAll(async () => {
+    await Promise.all(opened.splice(0).map((d) => d.end()));
+  });
 
   /** A job of a worker that stopped heartbeating 10 s ago, as the rescuer should take it. */
   async function staleJob(): Promise<string> {
@@ -812,7 +824,7 @@ describe('a lock on the jobs table', () => {
     const id = await staleJob();
     const rescued: string[] = [];
     const { signal } = new AbortController();
-    const task = rescuerTask(t.db.pool, workerStatements(t.db.schema), VISIBILITY_MS, 1_000, (jobs) =>
+    const task = rescuerTask(await driver(), workerStatements(t.db.schema), VISIBILITY_MS, 1_000, (jobs) =>
       rescued.push(...jobs.map((j) => j.id)),
     );
     // Waited 1.5 s (more than a quarter of the visibility timeout): nothing taken,
@@ -829,6 +841,48 @@ describe('a lock on the jobs table', () => {
       return rescued.length > 0;
     }, 'the rescue after the quiet time');
     expect(rescued).toEqual([id]);
+    expect(performance.now() - releasedAt).toBeGreaterThanOrEqual(VISIBILITY_MS - 100);
+  });
+
+  it('a rescue held up waiting for a connection of its pool, all of them behind the lock, takes nothing (outside review 208)', async () => {
+    // The lock held the pool's one connection; the pass waited for it outside
+    // Postgres, and its statement then ran the moment the lock went, before the
+    // workers' renewals: it failed jobs of one attempt still running.
+    const { rescuerTask } = await import('../src/maintenance/rescuer.js');
+    const { workerStatements } = await import('../src/db/statements/worker.js');
+    const { openDriver } = await import('../src/db/drivers/open.js');
+    const { TEST_DRIVER } = await import('./helpers/driver.js');
+    const one = await openDriver(TEST_DRIVER, { connectionString: t.db.url }, 1, 'sluice-test');
+    opened.push(one);
+    const id = await staleJob();
+    const rescued: string[] = [];
+    const { signal } = new AbortController();
+    const task = rescuerTask(one, workerStatements(t.db.schema), VISIBILITY_MS, 1_000, (jobs) =>
+      rescued.push(...jobs.map((j) => j.id)),
+    );
+    // Its first pass, before the lock, elects it (a leader's first visibility timeout
+    // spares nothing here: the job's worker has no registry row) and takes the job.
+    await task.run(signal);
+    expect(rescued).toEqual([id]);
+    const next = await staleJob();
+    let pass: Promise<void> | undefined;
+    await behindLock(async () => {
+      const held = one.query(`SELECT count(*) FROM ${t.db.s}.jobs`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      pass = task.run(signal);
+      await held;
+    }, 1_500);
+    await pass;
+    const releasedAt = performance.now();
+    expect(rescued).toEqual([id]);
+    // Left a visibility timeout after the wait, as after one behind the lock in Postgres.
+    await task.run(signal);
+    expect(rescued).toEqual([id]);
+    await waitFor(async () => {
+      await task.run(signal);
+      return rescued.length > 1;
+    }, 'the rescue after the quiet time');
+    expect(rescued).toEqual([id, next]);
     expect(performance.now() - releasedAt).toBeGreaterThanOrEqual(VISIBILITY_MS - 100);
   });
 
@@ -850,7 +904,7 @@ describe('a lock on the jobs table', () => {
     );
     const rescued: string[] = [];
     const { signal } = new AbortController();
-    const task = rescuerTask(t.db.pool, workerStatements(t.db.schema), VISIBILITY_MS, 1_000, (jobs) =>
+    const task = rescuerTask(await driver(), workerStatements(t.db.schema), VISIBILITY_MS, 1_000, (jobs) =>
       rescued.push(...jobs.map((j) => j.id)),
     );
     const electedAt = performance.now();

@@ -1,3 +1,4 @@
+import type { Driver } from '../db/driver.js';
 import type { Queryable } from '../db/executor.js';
 import type { WorkerStatements } from '../db/statements/worker.js';
 import { channelFor } from '../db/identifiers.js';
@@ -39,10 +40,21 @@ export async function rescueExpired(
   db: Queryable,
   queries: WorkerStatements,
   visibilityTimeoutMs: number,
-  { sinceUnreachableMs, sinceStartMs, spareAliveWorkers = false }: RescuerClock = {},
+  clock: RescuerClock = {},
+): Promise<RescuedJob[]> {
+  const registry = await fromRegistry(db, queries, visibilityTimeoutMs, clock.sinceUnreachableMs ?? null);
+  return rescueWith(db, queries, visibilityTimeoutMs, registry, clock);
+}
+
+/** The rescue statement itself, given what the registry said, and the wake-up of the queues it gave jobs back to. */
+async function rescueWith(
+  db: Queryable,
+  queries: WorkerStatements,
+  visibilityTimeoutMs: number,
+  registry: FromRegistry,
+  { sinceUnreachableMs, sinceStartMs, spareAliveWorkers = false }: RescuerClock,
 ): Promise<RescuedJob[]> {
   const since = sinceUnreachableMs ?? null;
-  const registry = await fromRegistry(db, queries, visibilityTimeoutMs, since);
   const { rows } = (await db.query(queries.rescue, [
     visibilityTimeoutMs,
     BATCH,
@@ -132,7 +144,7 @@ async function fromRegistry(
  * recovery did the same).
  */
 export function rescuerTask(
-  db: Queryable,
+  db: Driver,
   queries: WorkerStatements,
   visibilityTimeoutMs: number,
   intervalMs: number,
@@ -162,19 +174,32 @@ export function rescuerTask(
       const { sinceUnreachableMs, sinceStartMs } = clock();
       const sinceBlockedMs = blockedAt === undefined ? undefined : started - blockedAt;
       const since = [sinceUnreachableMs, sinceBlockedMs].filter((ms): ms is number => ms !== undefined);
-      let jobs: RescuedJob[];
+      const clockNow: RescuerClock = {
+        sinceUnreachableMs: since.length > 0 ? Math.min(...since) : undefined,
+        sinceStartMs,
+        spareAliveWorkers: started - leaderSince < visibilityTimeoutMs,
+      };
+      // Held up before its statement reached Postgres: waiting for a connection of a
+      // pool whose others all wait behind a lock, which the statement's own check
+      // (how long it waited in Postgres) cannot see. It ran the moment the lock went,
+      // before the workers' renewals, and failed jobs of one attempt that had never
+      // stopped running (outside review 208). Such a pass takes nothing.
+      const heldUp = () => performance.now() - started > blockedAfterMs(visibilityTimeoutMs);
+      let jobs: RescuedJob[] | undefined;
       try {
-        jobs = await rescueExpired(db, queries, visibilityTimeoutMs, {
-          sinceUnreachableMs: since.length > 0 ? Math.min(...since) : undefined,
-          sinceStartMs,
-          spareAliveWorkers: started - leaderSince < visibilityTimeoutMs,
-        });
+        const registry = await fromRegistry(db, queries, visibilityTimeoutMs, clockNow.sinceUnreachableMs ?? null);
+        // On a connection of its own, taken before the check: no second wait for one after it.
+        jobs = heldUp()
+          ? undefined
+          : await db.transaction((tx) =>
+              heldUp() ? Promise.resolve(undefined) : rescueWith(tx, queries, visibilityTimeoutMs, registry, clockNow),
+            );
       } catch (err) {
         blockedAt = performance.now();
         throw err;
       }
-      if (performance.now() - started > blockedAfterMs(visibilityTimeoutMs)) blockedAt = performance.now();
-      if (jobs.length > 0) rescued(jobs);
+      if (jobs === undefined || heldUp()) blockedAt = performance.now();
+      if (jobs && jobs.length > 0) rescued(jobs);
     },
   };
 }
