@@ -170,7 +170,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
       Array.from(jobs, (spec, i) => {
         try {
           if (!spec || typeof spec !== 'object') throw new ValidationError('not an object');
-          input.rejectUnknownKeys(spec, SPEC_KEYS, 'job');
+          // Named here: through rejectUnknownKeys it read "job 0: job: unknown option" (outside review 208).
+          const unknown = Object.keys(spec).find((key) => !SPEC_KEYS.has(key));
+          if (unknown !== undefined) throw new ValidationError(`unknown option "${unknown}"`);
           return toJobValues(spec, this.maxPayloadBytes);
         } catch (err) {
           const why = err instanceof ValidationError ? err.message : unreadable(err);
@@ -387,7 +389,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Where a call runs: your `tx` (`refusePool`: an enqueue, see callerTransaction), or the Queue's own connections. */
   private executor(tx: Queryable | undefined, refusePool = false): Queryable {
-    if (tx) return callerTransaction(tx, refusePool);
+    if (tx !== undefined) return callerTransaction(tx, refusePool);
     return this.ownDriver();
   }
 

@@ -528,6 +528,25 @@ describe('enqueue', () => {
     expect(rows[0].n).toBe(2);
   });
 
+  it('names an unknown field of a job in a batch once (outside review 208: "job 0: job: unknown option")', async () => {
+    await expect(queue.enqueueMany([{ task: 'ok' }, { task: 't', foo: 1 } as never])).rejects.toThrow(
+      /^enqueueMany: job 1: unknown option "foo"$/,
+    );
+  });
+
+  it('refuses a tx of null, false, 0 or a string: it would enqueue outside your transaction (outside review 208)', async () => {
+    for (const tx of [null, false, 0, '']) {
+      const options = { tx } as never;
+      await expect(queue.enqueue('falsy_tx', { n: 1 }, options), String(tx)).rejects.toThrow(
+        /^tx is .*: pass the client your transaction runs on, or leave tx out/,
+      );
+      await expect(queue.enqueueMany([{ task: 'falsy_tx' }], options), String(tx)).rejects.toBeInstanceOf(ConfigError);
+    }
+    await expect(queue.enqueue('falsy_tx', {}, { tx: null } as never)).rejects.toThrow(/^tx is null:/);
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'falsy_tx'`);
+    expect(rows[0].n).toBe(0);
+  });
+
   it('refuses a pg Pool as tx for a write: it would run outside your transaction (outside review 158)', async () => {
     const client = await db.pool.connect();
     try {

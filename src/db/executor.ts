@@ -57,6 +57,13 @@ export function isPgPool(db: object): boolean {
  * review 158).
  */
 export function callerTransaction(tx: Queryable, refusePool: boolean): Queryable {
+  // Refused, not taken as "no tx": `{ tx: inTx && client }` or `client ?? null` enqueued
+  // on the Queue's own pool, outside the caller's transaction (outside review 208).
+  if (tx === null || (typeof tx !== 'object' && typeof tx !== 'function')) {
+    throw new ConfigError(
+      `tx is ${tx === null ? 'null' : typeof tx === 'string' ? 'a string' : String(tx)}: pass the client your transaction runs on, or leave tx out (undefined) to use the Queue's own pool`,
+    );
+  }
   if (typeof tx.query !== 'function') throw new ConfigError('tx must have a query(text, values) method');
   // TypeORM's query() resolves to the rows, not { rows }: passed as is, the insert
   // ran and the call then failed, the job made all the same (outside review 187).

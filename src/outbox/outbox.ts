@@ -152,7 +152,7 @@ export class Outbox {
 
   /** `refusePool`: a publish, which must commit with the caller's data (see callerTransaction). */
   private executor(tx: Queryable | undefined, refusePool = false): Queryable {
-    if (tx) return callerTransaction(tx, refusePool);
+    if (tx !== undefined) return callerTransaction(tx, refusePool);
     if (!this.db) throw new ConfigError('this Outbox has no connection: pass { tx } or give connectionString, pool or sql');
     return this.db;
   }
