@@ -214,7 +214,9 @@ describe('ports in use', () => {
     const refused: [string[], RegExp][] = [
       [['--refresh', '5'], /--refresh <duration>.*needs a unit: 5ms for milliseconds, 5s for seconds/],
       [['--refresh', '50ms'], /--refresh <duration>.*from 100ms to 1h/],
-      [['--refresh', ''], /--refresh <duration>.*must be a duration with a unit, like 500ms, 30s, 5m, 2h or 7d/],
+      // The range, not examples outside it (outside review 211: "like ... 2h or 7d", and 2h then refused).
+      [['--refresh', ''], /--refresh <duration>.*must be a duration with a unit \(ms, s, m, h, d\) from 100ms to 1h$/],
+      [['--refresh', 'abc'], /--refresh <duration>.*must be a duration with a unit \(ms, s, m, h, d\) from 100ms to 1h$/],
       [['--refresh', 'x'.repeat(101)], /--refresh <duration>.*must be a duration with a unit/],
       [['--refresh', '2s', '--refresh-ms', '500'], /give --refresh or --refresh-ms, not both/],
       [['--refresh-ms', '50'], /--refresh-ms must be an integer from 100 to 3600000/],

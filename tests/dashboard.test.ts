@@ -84,6 +84,11 @@ describe('starting', () => {
 
   it('rejects weak secrets and unknown options', async () => {
     await expect(startDashboard({ connectionString: db.url, token: 'short', port: 0 })).rejects.toMatchObject({ code: 'CONFIG' });
+    // Spaces alone are no secret (outside review 211).
+    await expect(startDashboard({ connectionString: db.url, token: ' '.repeat(12), port: 0 })).rejects.toMatchObject({
+      code: 'CONFIG',
+      message: 'dashboard: token must not be blank (spaces only)',
+    });
     await expect(startDashboard({ connectionString: db.url, port: 0, ...({ tokn: 'x' } as object) })).rejects.toMatchObject({
       code: 'CONFIG',
       message: expect.stringContaining('unknown option "tokn"'),

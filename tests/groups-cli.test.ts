@@ -44,10 +44,10 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     expect(await cli('rate', 'api', '100', '--per', '1s', '--burst', '5')).toMatchObject({
       code: 0,
       // Grouped jobs, but no worker has claimed one yet (migration 0021): not flagged.
-      stdout: 'api: not grouped, no group limit, rate 100/1000ms burst 5, group rate -\n',
+      stdout: 'api: not grouped, no group limit, rate 100/1s burst 5, group rate -\n',
     });
     expect((await cli('groups', 'api', '--limit', '2', '--rate', '10', '--per', '1m')).stdout).toBe(
-      'api: grouped, group limit 2, rate 100/1000ms burst 5, group rate 10/60000ms burst 1\n',
+      'api: grouped, group limit 2, rate 100/1s burst 5, group rate 10/1m burst 1\n',
     );
     // The queue's group rate (10 per minute) still holds a group without a rate of its own (outside review 86: "rate -").
     expect((await cli('group', 'api', 'a', '--weight', '3', '--limit', '5')).stdout).toBe(
@@ -66,7 +66,7 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
       { group: 'a', weight: 3, concurrencyLimit: 5 },
     ]);
     expect((await cli('group', 'api', 'b', '--rate', '7', '--per', '2s')).stdout).toBe(
-      'api / b: weight 1, limit queue default, rate 7/2000ms burst 1\n',
+      'api / b: weight 1, limit queue default, rate 7/2s burst 1\n',
     );
     expect((await cli('group', 'api', 'b', '--rate', 'none')).stdout).toBe(
       'api / b: weight 1, limit queue default, rate queue default\n',

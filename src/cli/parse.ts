@@ -47,7 +47,15 @@ export function duration(value: string): number {
  */
 export function durationWithin(minMs: number, maxMs: number): (value: string) => number {
   return (value) => {
-    const n = duration(value);
+    let n: number;
+    try {
+      n = duration(value);
+    } catch (err) {
+      // With the range, not duration()'s examples, some of them outside it (outside
+      // review 211: --refresh abc was told "like ... 2h or 7d", then 2h was refused).
+      if (!(err instanceof InvalidArgumentError) || !err.message.startsWith('must be a duration')) throw err;
+      throw new InvalidArgumentError(`must be a duration with a unit (ms, s, m, h, d) from ${ms(minMs)} to ${ms(maxMs)}`);
+    }
     if (!Number.isInteger(n) || n < minMs || n > maxMs) {
       throw new InvalidArgumentError(`must be a whole number of milliseconds from ${ms(minMs)} to ${ms(maxMs)}`);
     }

@@ -75,6 +75,8 @@ function secret(name: string, value: unknown): string {
   if (typeof value !== 'string' || value.length < MIN_SECRET_LENGTH) {
     throw new ConfigError(`dashboard: ${name} must be a string of at least ${MIN_SECRET_LENGTH} characters`);
   }
+  // Spaces alone: an unset variable padded by a template, not a secret (outside review 211).
+  if (value.trim() === '') throw new ConfigError(`dashboard: ${name} must not be blank (spaces only)`);
   return value;
 }
 

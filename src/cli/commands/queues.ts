@@ -28,7 +28,20 @@ function print(settings: QueueSettings, json: boolean | undefined): void {
 }
 
 function rateText(rate: Required<RateLimit> | null): string {
-  return rate === null ? '-' : `${rate.limit}/${rate.intervalMs}ms burst ${rate.burst}`;
+  return rate === null ? '-' : `${rate.limit}/${exactDuration(rate.intervalMs)} burst ${rate.burst}`;
+}
+
+/** The largest whole unit, as --per takes it (10/1d, not 10/86400000ms; outside review 211), never rounded. */
+function exactDuration(ms: number): string {
+  for (const [unit, size] of [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1_000],
+  ] as const) {
+    if (ms % size === 0) return `${ms / size}${unit}`;
+  }
+  return `${ms}ms`;
 }
 
 function printLimits(limits: QueueLimits, json: boolean | undefined): void {
