@@ -5,7 +5,7 @@ import type { Driver } from './db/driver.js';
 import { openQueueDriver } from './db/drivers/queue-driver.js';
 import { enqueueStatements, type EnqueueStatements } from './db/statements/enqueue.js';
 import type { SluiceMetrics } from './metrics/metrics.js';
-import { traceEnqueue } from './tracing.js';
+import { preloadTracing, traceEnqueue } from './tracing.js';
 import { controlStatements, type ControlStatements } from './db/statements/control.js';
 import { listQueueSettings, setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from './control.js';
 import { cancelJob, type CancelJobResult } from './admin/jobs.js';
@@ -107,6 +107,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       : undefined;
     this.wakeUps = this.db && new WakeUps(this.db, this.queries.wake, channelFor(this.schema));
     this.listenStarvesPool = poolTooSmallToListen(options) !== undefined;
+    preloadTracing();
   }
 
   /** The `pg` Pool the Queue uses when no `tx` is given (yours, or the one it made); undefined on postgres.js. */

@@ -10,13 +10,26 @@ import type { JobRow, TaskHandler } from './job.js';
 type Api = typeof OtelApi;
 
 let loading: Promise<Api | undefined> | undefined;
+/** What loadApi() found, once it has: read without waiting (see traceEnqueue). */
+let loaded: { api: Api | undefined } | undefined;
 
 function loadApi(): Promise<Api | undefined> {
   loading ??= import('@opentelemetry/api').then(
-    (api) => api,
-    () => undefined,
+    (api) => {
+      loaded = { api };
+      return api;
+    },
+    () => {
+      loaded = { api: undefined };
+      return undefined;
+    },
   );
   return loading;
+}
+
+/** Starts loading the tracing API (a Queue does, when made), so that enqueues need not wait for it. */
+export function preloadTracing(): void {
+  void loadApi();
 }
 
 /** W3C trace context as stored in jobs.trace_context. */
@@ -28,13 +41,27 @@ const SYSTEM = 'sluice';
  * Runs `insert` inside a PRODUCER span "sluice enqueue <task>" and hands it the
  * span's context to store with the job(s), or null when there is nothing to carry.
  */
-export async function traceEnqueue<T>(
+export function traceEnqueue<T>(
   queue: string,
   task: string,
   count: number,
   insert: (carrier: string | null) => Promise<T>,
 ): Promise<T> {
-  const api = await loadApi();
+  // Once the API is loaded, `insert` is called before this returns: its statement
+  // is on your client before any statement you send after calling enqueue(), a
+  // ROLLBACK included. Waiting for the loaded API first, an enqueue not awaited
+  // reached the client after the ROLLBACK and committed on its own.
+  if (loaded) return traced(loaded.api, queue, task, count, insert);
+  return loadApi().then((api) => traced(api, queue, task, count, insert));
+}
+
+async function traced<T>(
+  api: Api | undefined,
+  queue: string,
+  task: string,
+  count: number,
+  insert: (carrier: string | null) => Promise<T>,
+): Promise<T> {
   if (!api) return insert(null);
   const tracer = api.trace.getTracer(SYSTEM);
   const span = tracer.startSpan(`${SYSTEM} enqueue ${task}`, {

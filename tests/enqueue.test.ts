@@ -528,6 +528,26 @@ describe('enqueue', () => {
     expect(rows[0].n).toBe(2);
   });
 
+  it('an enqueue in your tx that is not awaited is on the client before the ROLLBACK you send next: no job', async () => {
+    // Before, it waited for the tracing API to load (a microtask even when loaded), the
+    // ROLLBACK went first, and the INSERT then committed on its own.
+    await queue.enqueue('warm', {});
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const one = queue.enqueue('unawaited', { n: 1 }, { tx: client });
+      const many = queue.enqueueMany([{ task: 'unawaited', payload: { n: 2 } }], { tx: client });
+      await client.query('ROLLBACK');
+      // Both ran inside the transaction, before it was rolled back.
+      expect(await one).toMatch(/^\d+$/);
+      expect(await many).toHaveLength(1);
+    } finally {
+      client.release();
+    }
+    const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'unawaited'`);
+    expect(rows[0].n).toBe(0);
+  });
+
   it('names an unknown field of a job in a batch once (outside review 208: "job 0: job: unknown option")', async () => {
     await expect(queue.enqueueMany([{ task: 'ok' }, { task: 't', foo: 1 } as never])).rejects.toThrow(
       /^enqueueMany: job 1: unknown option "foo"$/,
