@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Outbox, OutboxRelay } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { MemoryBroker } from './helpers/outbox.js';
+import { runCli } from './helpers/cli.js';
 
 // The outbox part of sql/roles.sql, applied with random role names (roles are
 // cluster-wide, and the shared server is used by others), then exercised by
@@ -186,5 +187,17 @@ describe('outbox roles (sql/roles.sql)', () => {
     );
     expect(rows).toEqual([{ body: 'bad', attempts: 2 }]);
     expect((await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.outbox_failures`)).rows[0].n).toBe(0);
+  });
+
+  it('sluice relay --status and --dead-letters run as the relay role; a role without it is told to grant it (outside review 210)', async () => {
+    for (const action of ['--status', '--dead-letters']) {
+      const result = await runCli(urlAs(logins.relay), db.schema, ['relay', action, '--json']);
+      expect(result.stderr, action).toBe('');
+      expect(result.code, action).toBe(0);
+    }
+    // The publish role may not read the relays' table: refused, naming the relay's role.
+    const refused = await runCli(urlAs(logins.publish), db.schema, ['relay', '--status']);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toMatch(/permission denied for table outbox_relays .*sluice_outbox_relay for relay/);
   });
 });

@@ -1404,6 +1404,44 @@ describe('relay: outside review 96', () => {
     expect(broker.duplicates).toBe(2);
   });
 
+  it('a lease taken behind a lock on the relays table counts from its write: not born expired, not taken twice (outside review 210)', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const events: string[] = [];
+    const a = startRelay(broker, [d], { leaseMs: 1_000, relayId: 'relay-a' });
+    const b = startRelay(broker, [d], { leaseMs: 1_000, relayId: 'relay-b' });
+    for (const [name, relay] of [
+      ['a', a],
+      ['b', b],
+    ] as const) {
+      relay.events.on('acquired', () => events.push(`${name} acquired`));
+      relay.events.on('lost', (p) => events.push(`${name} lost ${p.reason}`));
+    }
+    await a.start();
+    await waitFor(() => events.includes('a acquired'), 'relay a to hold the partition');
+    await b.start();
+    const locker = new pg.Client({ connectionString: db.url });
+    await locker.connect();
+    try {
+      // Longer than the lease: renewals and takeovers wait behind it, their statements started long ago.
+      await locker.query(`BEGIN; LOCK TABLE ${db.s}.outbox_relays IN ACCESS EXCLUSIVE MODE`);
+      await new Promise((resolve) => setTimeout(resolve, 3_000));
+      events.push('released');
+      await locker.query('COMMIT');
+    } finally {
+      await locker.end();
+    }
+    await waitFor(() => events.slice(events.indexOf('released')).some((e) => e.endsWith('acquired')), 'a relay to hold it again');
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const after = events.slice(events.indexOf('released') + 1);
+    // Dated from the statements' start, the lease was born expired: "acquired" then
+    // "lost expired" a few ms later, and the other relay took it 14 ms after.
+    expect(after.filter((e) => e.includes('lost'))).toEqual([]);
+    expect(after.filter((e) => e.endsWith('acquired'))).toHaveLength(1);
+    await outbox.publish(d, 'after the lock', { key: 'k' });
+    await waitFor(() => broker.ofKey('k').length === 1, 'the message relayed');
+  });
+
   it('keeps its lease while it retries a refused message: the backoff stays under a third of the lease (review 100)', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import pg from 'pg';
 import { connectionError, describeTarget, loginProblem, type PgPool } from '../db/connection.js';
 import { databaseUrlProblem } from '../db/database-url.js';
-import { migrateStatements } from '../db/statements/migrate.js';
+import { migrateStatements, type MigrateStatements } from '../db/statements/migrate.js';
 import {
   ConfigError,
   isConnectionFailure,
@@ -66,7 +66,7 @@ const SLOW_NOTICE_MS = 5_000;
  * become one line: where the database is (never the password), and what to do.
  */
 export function withDatabase<T>(command: Command, fn: (db: CommandDatabase) => Promise<T>): Promise<T> {
-  return openFor(command, fn, true);
+  return openFor(command, fn, { slowNotice: true });
 }
 
 /**
@@ -80,9 +80,24 @@ export function withDatabase<T>(command: Command, fn: (db: CommandDatabase) => P
 export function withDatabaseUntilStopped<T>(
   command: Command,
   fn: (db: CommandDatabase) => Promise<T>,
-  options: { waitForPostgres?: boolean; notice?: WaitNotice } = {},
+  options: Omit<OpenOptions, 'slowNotice'> = {},
 ): Promise<T> {
-  return openFor(command, fn, false, options.waitForPostgres ?? false, options.notice);
+  return openFor(command, fn, { ...options, slowNotice: false });
+}
+
+/** How a command opens its database (see withDatabase and withDatabaseUntilStopped). */
+interface OpenOptions {
+  /** Say so after a few seconds without an answer (a lock wait, most likely). */
+  slowNotice?: boolean;
+  /** Wait for a Postgres that cannot be reached yet, saying so through `notice`. */
+  waitForPostgres?: boolean;
+  notice?: WaitNotice;
+  /**
+   * The check that the schema holds Sluice's tables, which the command's role may
+   * read: by default the jobs table; `sluice relay` reads the outbox (outside review
+   * 210: the relay's role, which may not read jobs, was refused).
+   */
+  probe?: (statements: MigrateStatements) => string;
 }
 
 /**
@@ -148,13 +163,11 @@ async function reach(pool: PgPool, url: string, wait: boolean, notice: WaitNotic
 async function openFor<T>(
   command: Command,
   fn: (db: CommandDatabase) => Promise<T>,
-  slowNotice: boolean,
-  waitForPostgres = false,
-  notice: WaitNotice = plainNotice,
+  { slowNotice = false, waitForPostgres = false, notice = plainNotice, probe: probeOf = (q) => q.probe }: OpenOptions,
 ): Promise<T> {
   const global = globalOptions(command);
   const url = requireDatabaseUrl(global);
-  const { probe } = migrateStatements(global.schema);
+  const probe = probeOf(migrateStatements(global.schema));
   const pool = new pg.Pool({
     connectionString: url,
     max: 2,
@@ -199,7 +212,8 @@ function slowNoticeText(): string {
 
 /** Who may run what, for the messages of refused commands. */
 export const ROLE_HINT =
-  'what its commands need (sql/roles.sql): sluice_enqueue for enqueue, sluice_worker for worker; the other commands ' +
+  'what its commands need (sql/roles.sql): sluice_enqueue for enqueue, sluice_worker for worker, sluice_outbox_relay ' +
+  'for relay; the other commands ' +
   "need the schema's owner";
 
 function explain(err: unknown, schema: string, url: string): unknown {

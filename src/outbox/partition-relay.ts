@@ -200,9 +200,9 @@ export class PartitionRelay {
     const { leaseMs, relayId } = this.options;
     const sentAt = Date.now();
     try {
-      const { watermark } = await this.store.acquire(this.destination, this.partition, this.partitions, relayId, leaseMs);
+      const { watermark, heldMs } = await this.store.acquire(this.destination, this.partition, this.partitions, relayId, leaseMs);
       if (!watermark || watermark.txid !== this.watermark.txid || watermark.id !== this.watermark.id) this.lost('taken');
-      else if (this.heldUntil > 0) this.renewed(sentAt);
+      else if (this.heldUntil > 0) this.renewed(sentAt, heldMs);
     } catch {
       // Postgres unreachable: the lease is said lost when it runs out (checkExpiry), as between batches.
     }
@@ -224,7 +224,7 @@ export class PartitionRelay {
     }
     const sentAt = Date.now();
     this.acquiring = true;
-    const { watermark, other } = await this.store
+    const { watermark, heldMs, other } = await this.store
       .acquire(this.destination, this.partition, this.partitions, relayId, leaseMs)
       .finally(() => (this.acquiring = false));
     this.reportLayout(other);
@@ -232,7 +232,7 @@ export class PartitionRelay {
       this.lost('taken');
       return 'standby';
     }
-    this.renewed(sentAt);
+    this.renewed(sentAt, heldMs);
     // Only the holder moves the watermark, so the row's is the truth: equal to
     // ours while we held it throughout, newer when another relay held it meanwhile.
     this.watermark = watermark;
@@ -241,12 +241,14 @@ export class PartitionRelay {
 
   /**
    * The lease is this relay's until `sentAt` (when the statement that took or
-   * renewed it was sent) plus leaseMs; 'acquired' when it was not held (or was
-   * said lost while the statement was out).
+   * renewed it was sent) plus `heldMs` (leaseMs, and what the statement waited
+   * before it wrote the lease: Postgres counts the lease from the write, and the
+   * statement's transaction began no earlier than it was sent); 'acquired' when it was not held
+   * (or was said lost while the statement was out).
    */
-  private renewed(sentAt: number): void {
+  private renewed(sentAt: number, heldMs: number): void {
     const wasHeld = this.heldUntil > 0;
-    this.heldUntil = sentAt + this.options.leaseMs;
+    this.heldUntil = sentAt + heldMs;
     this.expiry.clear();
     this.expiry.arm(Math.max(0, this.heldUntil - Date.now()) + 1);
     if (!wasHeld) this.events.emit('acquired', { destination: this.destination, partition: this.partition });
@@ -254,7 +256,7 @@ export class PartitionRelay {
 
   private async advance(to: Position, published: number): Promise<boolean> {
     const sentAt = Date.now();
-    const held = await this.store.advance(
+    const heldMs = await this.store.advance(
       this.destination,
       this.partition,
       this.options.relayId,
@@ -262,11 +264,11 @@ export class PartitionRelay {
       published,
       this.options.leaseMs,
     );
-    if (!held) {
+    if (heldMs === undefined) {
       this.lost('taken');
       return false;
     }
-    this.renewed(sentAt);
+    this.renewed(sentAt, heldMs);
     this.watermark = to;
     return true;
   }
@@ -369,11 +371,12 @@ export class PartitionRelay {
     }
     const sentAt = Date.now();
     const { relayId, leaseMs } = this.options;
-    if (!(await this.store.deadLetter(this.destination, this.partition, relayId, at, 0, leaseMs))) {
+    const heldMs = await this.store.deadLetter(this.destination, this.partition, relayId, at, 0, leaseMs);
+    if (heldMs === undefined) {
       this.lost('taken');
       return false;
     }
-    this.renewed(sentAt);
+    this.renewed(sentAt, heldMs);
     this.watermark = at;
     this.failing.delete(message.id);
     this.events.emit('deadLetter', { ...info, attempts });

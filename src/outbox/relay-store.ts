@@ -115,17 +115,16 @@ export class RelayStore {
     partitions: number,
     holder: string,
     leaseMs: number,
-  ): Promise<{ watermark: Position | undefined; other: number | null }> {
-    const { rows } = await this.db.query<{ txid: string | null; id: string | null; other: number | null }>(this.q.acquire, [
-      destination,
-      partition,
-      holder,
-      leaseMs,
-      partitions,
-    ]);
+  ): Promise<{ watermark: Position | undefined; heldMs: number; other: number | null }> {
+    const { rows } = await this.db.query<{
+      txid: string | null;
+      id: string | null;
+      held_ms: number | null;
+      other: number | null;
+    }>(this.q.acquire, [destination, partition, holder, leaseMs, partitions]);
     const row = rows[0]!;
     const watermark = row.txid === null ? undefined : { txid: String(row.txid), id: String(row.id) };
-    return { watermark, other: row.other };
+    return { watermark, heldMs: Number(row.held_ms ?? 0), other: row.other };
   }
 
   async resign(destination: string, partition: number, holder: string): Promise<void> {
@@ -182,9 +181,9 @@ export class RelayStore {
     published: number,
     leaseMs: number,
     db: Queryable = this.db,
-  ): Promise<boolean> {
+  ): Promise<number | undefined> {
     const { rows } = await db.query(this.q.advance, [destination, partition, holder, to.txid, to.id, published, leaseMs]);
-    return rows.length > 0;
+    return rows.length > 0 ? Number((rows[0] as { held_ms: number }).held_ms) : undefined;
   }
 
   async recordFailure(destination: string, id: string, error: string): Promise<number> {
@@ -196,7 +195,11 @@ export class RelayStore {
     await this.db.query(this.q.clearFailures, [destination, ids]);
   }
 
-  /** Moves the message to the dead letters and the watermark past it, in one transaction. */
+  /**
+   * Moves the message to the dead letters and the watermark past it, in one
+   * transaction; the lease's time from the statement's arrival (see advance), or
+   * undefined when the lease was lost.
+   */
   async deadLetter(
     destination: string,
     partition: number,
@@ -204,17 +207,17 @@ export class RelayStore {
     at: Position,
     published: number,
     leaseMs: number,
-  ): Promise<boolean> {
+  ): Promise<number | undefined> {
     return this.db
       .transaction(async (tx) => {
         await tx.query(this.q.deadLetter, [at.id, destination, at.txid]);
-        const held = await this.advance(destination, partition, holder, at, published, leaseMs, tx);
+        const heldMs = await this.advance(destination, partition, holder, at, published, leaseMs, tx);
         // Without the lease the move is rolled back: the holder decides.
-        if (!held) throw new LeaseLost();
-        return true;
+        if (heldMs === undefined) throw new LeaseLost();
+        return heldMs;
       })
       .catch((err: unknown) => {
-        if (err instanceof LeaseLost) return false;
+        if (err instanceof LeaseLost) return undefined;
         throw err;
       });
   }

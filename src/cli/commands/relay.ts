@@ -216,6 +216,8 @@ Examples:
         {
           waitForPostgres: !flags.status && !flags.deadLetters && !flags.redrive && !flags.dropDeadLetters,
           ...(flags.json && { notice: loggedWaitNotice(log) }),
+          // What the relay's role (sluice_outbox_relay) may read: not the jobs table.
+          probe: (q) => q.outboxProbe,
         },
       );
     });

@@ -24,6 +24,8 @@ export interface MigrateStatements {
   readonly recordVersion: string;
   /** Fails (42P01 or 3F000) unless the schema has been migrated; reads no rows. */
   readonly probe: string;
+  /** `probe` on the outbox, which the relay's role may read (it may not read jobs). */
+  readonly outboxProbe: string;
   /**
    * The worker's probe ($1: the quoted schema; $2: it runs maintenance; $3: it has
    * schedules): fails as `probe` does unless the schema has been migrated; else one
@@ -56,6 +58,7 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
     newestApplied: `SELECT max(version) AS version FROM ${s}.migrations`,
     recordVersion: `INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`,
     probe: `SELECT 1 FROM ${s}.jobs LIMIT 0`,
+    outboxProbe: `SELECT 1 FROM ${s}.outbox LIMIT 0`,
     workerPrivileges: `SELECT current_user AS role, coalesce((
         SELECT string_agg(priv || coalesce(' (' || cols || ')', '') || ' on ' || object, ', ' ORDER BY n)
         FROM (SELECT min(n) AS n, object, priv, string_agg(col, ', ' ORDER BY n) AS cols

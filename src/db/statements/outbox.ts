@@ -2,6 +2,14 @@ import { quoteSchema } from '../identifiers.js';
 import { perSchema } from './per-schema.js';
 
 /**
+ * How long after its transaction began a lease the statement wrote ends, in ms (see
+ * acquire). From the transaction's start, now(), not statement_timestamp(): a wait
+ * for a table lock falls in the Parse message, and statement_timestamp() is when
+ * the message after it arrived.
+ */
+const HELD_MS = `(extract(epoch FROM expires_at - now()) * 1000)::float8 AS held_ms`;
+
+/**
  * The statements of the transactional outbox (migration 0015) for one schema:
  * publishing, and the relay's read, watermark, lease, failures and clean-up.
  * Values are always `$n` parameters; the schema is the only text spliced in.
@@ -137,12 +145,17 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
       SELECT $1, p, $2, $3::xid8, $4, CASE WHEN p = 0 THEN $5::bigint ELSE 0 END, CASE WHEN p = 0 THEN $6::timestamptz END
       FROM generate_series(0, $2::int - 1) p`,
     // $5 partitions: a relay started before the count changed never takes a partition of the new layout.
+    // The lease runs from the write, not from the statement's start, and held_ms
+    // says how long after the transaction began it ends: the holder counts it from
+    // when it sent the statement. Dated from the start, a lease taken after a wait
+    // on a lock was born expired, and the next relay took it too (outside review 210).
     acquire: `WITH taken AS (
-        UPDATE ${relays} SET holder = $3, expires_at = now() + $4 * interval '1 millisecond'
+        UPDATE ${relays} SET holder = $3, expires_at = clock_timestamp() + $4 * interval '1 millisecond'
         WHERE destination = $1 AND partition = $2 AND partitions = $5 AND (holder IS NULL OR holder = $3 OR expires_at < now())
-        RETURNING txid, id
+        RETURNING txid, id, ${HELD_MS}
       )
-      SELECT t.txid, t.id, (SELECT r.partitions FROM ${relays} r WHERE r.destination = $1 AND r.partitions <> $5 LIMIT 1) AS other
+      SELECT t.txid, t.id, t.held_ms,
+        (SELECT r.partitions FROM ${relays} r WHERE r.destination = $1 AND r.partitions <> $5 LIMIT 1) AS other
       FROM (SELECT) one LEFT JOIN taken t ON true`,
     resign: `UPDATE ${relays} SET holder = NULL, expires_at = NULL WHERE destination = $1 AND partition = $2 AND holder = $3`,
     // The window is an ordered walk of the primary key from the watermark (the
@@ -176,8 +189,8 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
     beyondHorizon: `SELECT EXISTS (SELECT 1 FROM ${outbox} WHERE destination = $1 AND (txid, id) > ($2::xid8, $3::bigint)) AS waiting`,
     advance: `UPDATE ${relays} SET txid = $4::xid8, id = $5, published = published + $6,
         published_at = CASE WHEN $6 > 0 THEN now() ELSE published_at END,
-        expires_at = now() + $7 * interval '1 millisecond'
-      WHERE destination = $1 AND partition = $2 AND holder = $3 RETURNING 1`,
+        expires_at = clock_timestamp() + $7 * interval '1 millisecond'
+      WHERE destination = $1 AND partition = $2 AND holder = $3 RETURNING ${HELD_MS}`,
     recordFailure: `INSERT INTO ${s}.outbox_failures (id, destination, attempts, last_error) VALUES ($1, $2, 1, $3)
       ON CONFLICT (id) DO UPDATE SET attempts = ${s}.outbox_failures.attempts + 1, last_error = EXCLUDED.last_error,
         last_failed_at = now()
