@@ -1,4 +1,5 @@
 import { inspect } from 'node:util';
+import { parseTimestamptz } from './db/drivers/pg-encoding.js';
 import { ConfigError, ValidationError } from './errors.js';
 import { DEFAULT_QUEUE, type JobKeyMode, type JobSpec } from './job.js';
 import { serializePayload } from './payload.js';
@@ -132,4 +133,23 @@ export function jobIdsOf(rows: readonly ({ id?: unknown } | undefined)[], jobs: 
     );
   }
   return rows.map(jobIdOf);
+}
+
+/** A job row's timestamp columns. */
+const JOB_TIMES = ['run_at', 'locked_at', 'created_at', 'updated_at', 'finished_at', 'started_at'] as const;
+
+/**
+ * A job row read through your `tx`, its times as Dates, as pg and postgres.js give
+ * them: Drizzle and MikroORM keep timestamps as Postgres's text, and `getJob` and
+ * `cancel` through their adapters answered strings where JobRow says Date (outside
+ * review 212).
+ */
+export function withJobDates<T extends object | undefined>(row: T): T {
+  if (!row) return row;
+  const r = row as Record<string, unknown>;
+  for (const key of JOB_TIMES) {
+    const v = r[key];
+    if (typeof v === 'string') r[key] = parseTimestamptz(v, (text) => new Date(text));
+  }
+  return row;
 }

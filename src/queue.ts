@@ -21,7 +21,7 @@ import { OutcomeListener } from './outcome-listener.js';
 import { closedWhileWaiting, waitForJob } from './wait-for.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
-import { jobIdOf, jobIdsOf, readInput, toJobValues } from './job-values.js';
+import { jobIdOf, jobIdsOf, readInput, toJobValues, withJobDates } from './job-values.js';
 import { addBatchKey, enqueueBatch } from './enqueue-batch.js';
 import {
   ENQUEUE_KEYS,
@@ -307,7 +307,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     const jobId = checkJobId(id);
     try {
       const [row] = await rows<JobRow<P, R>>(db, this.queries.getJob, [jobId]);
-      return row;
+      return withJobDates(row);
     } catch (err) {
       throw wrapDatabaseError(err, 'getJob failed');
     }

@@ -4,6 +4,7 @@ import { channelFor } from './db/identifiers.js';
 import type { EnqueueStatements } from './db/statements/enqueue.js';
 import { ConfigError, isLockTimeout, JobNotFoundError, WaitTimeoutError, wrapDatabaseError } from './errors.js';
 import { isFinished, type JobRow } from './job.js';
+import { withJobDates } from './job-values.js';
 import type { OutcomeListener } from './outcome-listener.js';
 
 /** Longest the flag waits for a row lock another session holds (see watchJob). */
@@ -59,7 +60,7 @@ export async function waitForJob<P, R>(jobId: string, plan: WaitPlan): Promise<J
   try {
     let flagged = await watch();
     for (;;) {
-      const [job] = await rows<JobRow<P, R>>(db, queries.getJob, [jobId]);
+      const job = withJobDates((await rows<JobRow<P, R>>(db, queries.getJob, [jobId]))[0]);
       if (!job) throw new JobNotFoundError(jobId);
       if (isFinished(job.status)) return job;
       const left = deadline - Date.now();

@@ -11,7 +11,7 @@ import { DataSource, EntitySchema as TypeOrmEntity } from 'typeorm';
 import { MikroORM, EntitySchema as MikroEntity } from '@mikro-orm/postgresql';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from './prisma/generated/client.js';
-import { DuplicateJobError, Queue, Worker, type Queryable } from '../src/index.js';
+import { DuplicateJobError, Outbox, Queue, Worker, type Queryable } from '../src/index.js';
 import { channelFor } from '../src/db/identifiers.js';
 import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
 import { kyselyAdapter } from '../src/db/adapters/kysely.js';
@@ -278,6 +278,42 @@ describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libNam
     expect(rows).toEqual([{ a: 'x', q: '?', n: 7, b: 'x' }]);
   });
 
+  it('array, JSON and void parameters and results pass: cancel, getJob, publishMany, headers, lockKeys (outside review 212)', async () => {
+    const outbox = new Outbox({ pool: db.pool, schema: db.schema });
+    const d = `adapters.${libName}`;
+    let job: Awaited<ReturnType<Queue['getJob']>>;
+    let cancelled: Awaited<ReturnType<Queue['cancel']>> | undefined;
+    await lib.transaction(async ({ tx }) => {
+      // First: keys are locked before the transaction writes anything.
+      await outbox.lockKeys(['k1', 'k2'], { tx });
+      await outbox.publish(d, { n: 1 }, { tx, key: 'k1', headers: { 'x-a': 'b' } });
+      await outbox.publishMany(
+        [
+          { destination: d, payload: 'text "quoted" \\ back', key: 'k2' },
+          { destination: d, payload: Buffer.from([0, 1, 255]), headers: { 'x-b': 'c' } },
+        ],
+        { tx },
+      );
+      const id = await queue.enqueue('welcome', { name: 'to-cancel' }, { queue: `${q}-cancel`, tx });
+      job = await queue.getJob(id, { tx });
+      cancelled = await queue.cancel(id, { tx });
+    });
+    expect(job!.run_at).toBeInstanceOf(Date);
+    expect(job!.created_at).toBeInstanceOf(Date);
+    expect(cancelled).toMatchObject({ ok: true, previousStatus: 'pending', job: { status: 'cancelled' } });
+    expect(cancelled!.ok && cancelled!.job.finished_at).toBeInstanceOf(Date);
+    const { rows } = await db.pool.query(
+      `SELECT key, headers, encode(payload, 'hex') AS hex FROM ${db.s}.outbox WHERE destination = $1 ORDER BY id`,
+      [d],
+    );
+    expect(rows).toEqual([
+      { key: 'k1', headers: { 'x-a': 'b' }, hex: Buffer.from('{"n":1}').toString('hex') },
+      { key: 'k2', headers: null, hex: Buffer.from('text "quoted" \\ back').toString('hex') },
+      { key: null, headers: { 'x-b': 'c' }, hex: '0001ff' },
+    ]);
+    await outbox.close();
+  });
+
   it('throw inside the transaction: neither the row nor the jobs exist, and no worker was woken', async () => {
     const name = `${libName}:rolled-back`;
     const listener = new pg.Client(db.url);
@@ -303,6 +339,56 @@ describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libNam
     } finally {
       await listener.end();
     }
+  });
+});
+
+describe('an adapter whose transaction ended, or that never had one (outside review 212)', () => {
+  it('MikroORM: a fork made inside em.transactional(), or an em after its rollback, is refused; the context em is taken', async () => {
+    const User = new MikroEntity<{ id: number; name: string }>({
+      name: 'User',
+      schema: db.schema,
+      tableName: 'users',
+      properties: { id: { type: 'number', primary: true }, name: { type: 'string' } },
+    });
+    const orm = await MikroORM.init({ clientUrl: db.url, entities: [User], pool: { min: 0, max: 2 }, debug: false });
+    try {
+      await expect(
+        orm.em.fork().transactional(async (em) => {
+          await queue.enqueue('t', {}, { queue: 'ended', tx: mikroOrmAdapter(em.fork()) });
+        }),
+      ).rejects.toThrow(/^tx: mikroOrmAdapter: the EntityManager is in no transaction/);
+      const em = orm.em.fork();
+      await em.begin();
+      const adapted = mikroOrmAdapter(em);
+      await em.rollback();
+      await expect(queue.enqueue('t', {}, { queue: 'ended', tx: adapted })).rejects.toThrow(/is in no transaction/);
+      // Inside the callback the global em resolves to the transaction's context, as MikroORM documents.
+      await orm.em.fork().transactional(async () => {
+        await queue.enqueue('t', {}, { queue: 'ended-ok', tx: mikroOrmAdapter(orm.em) });
+      });
+    } finally {
+      await orm.close();
+    }
+    expect(await jobsIn('ended')).toEqual([]);
+    expect(await jobsIn('ended-ok')).toHaveLength(1);
+  });
+
+  it('TypeORM: a QueryRunner adapted in its transaction and used after rollbackTransaction() is refused', async () => {
+    const ds = await typeormDataSource();
+    const runner = ds.createQueryRunner();
+    try {
+      await runner.connect();
+      await runner.startTransaction();
+      const adapted = [typeormAdapter(runner), typeormAdapter(runner.manager)];
+      await runner.rollbackTransaction();
+      for (const tx of adapted) {
+        await expect(queue.enqueue('t', {}, { queue: 'ended', tx })).rejects.toThrow(/^tx: typeormAdapter: .*no transaction/);
+      }
+    } finally {
+      await runner.release();
+      await ds.destroy();
+    }
+    expect(await jobsIn('ended')).toEqual([]);
   });
 });
 

@@ -7,6 +7,7 @@ import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { runNowStatements } from '../db/statements/run-now.js';
 import { encodeControl } from '../notify/codec.js';
+import { withJobDates } from '../job-values.js';
 import { wakeQueues } from '../notify/wake-queues.js';
 
 /**
@@ -168,7 +169,7 @@ export async function getJobAudit(db: Queryable, schema: string, id: string | nu
 /** One job, or undefined when there is none with that id. */
 export async function getJob(db: Queryable, schema: string, id: string | number): Promise<JobRow | undefined> {
   // The runtime's statement: it also finds a job the pruner moved to jobs_history.
-  const [job] = await query<JobRow>(db, adminStatements(schema).getJob, [jobId(id)], 'getJob');
+  const job = withJobDates((await query<JobRow>(db, adminStatements(schema).getJob, [jobId(id)], 'getJob'))[0]);
   return job;
 }
 
@@ -271,7 +272,9 @@ export async function runJobNow(
 ): Promise<JobActionResult> {
   const jobIdText = jobId(id);
   options = knownOptions(options, ACTION_KEYS, 'runJobNow');
-  const [job] = await query<JobRow>(db, runNowStatements(schema).job, [jobIdText, actorOf(options)], 'runJobNow');
+  const job = withJobDates(
+    (await query<JobRow>(db, runNowStatements(schema).job, [jobIdText, actorOf(options)], 'runJobNow'))[0],
+  );
   if (job) {
     await wakeQueues(db, schema, [job.queue]);
     return { ok: true, job };
@@ -298,7 +301,7 @@ async function act<R extends JobRow = JobRow>(
   const admin = adminStatements(schema);
   const jobIdText = jobId(id);
   options = knownOptions(options, ACTION_KEYS, action);
-  const [job] = await query<R>(db, admin[action], [jobIdText, allowed, actorOf(options), ...extra], action);
+  const job = withJobDates((await query<R>(db, admin[action], [jobIdText, allowed, actorOf(options), ...extra], action))[0]);
   if (job) return { ok: true, job };
   const [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], action);
   if (current) return { ok: false, reason: 'wrong_status', status: current.status };

@@ -39,8 +39,14 @@ export function globalObjectReason(adapter: string, given: string, instead: stri
   return `${adapter} was given ${given}, which runs outside your transaction: pass the transaction (${instead})`;
 }
 
-/** `db`, marked with why it runs outside any transaction (when it does). */
-export function outsideTransaction(db: Queryable, why: string | undefined): Queryable {
+/**
+ * `db`, marked with why it runs outside any transaction (when it does). A function
+ * is asked each time a write checks (callerTransaction): for an object whose
+ * transaction can end while the adapter is kept (a TypeORM QueryRunner, a
+ * MikroORM EntityManager).
+ */
+export function outsideTransaction(db: Queryable, why: string | undefined | (() => string | undefined)): Queryable {
+  if (typeof why === 'function') return Object.defineProperty(db, OUTSIDE_TRANSACTION, { get: why });
   return why === undefined ? db : Object.assign(db, { [OUTSIDE_TRANSACTION]: why });
 }
 

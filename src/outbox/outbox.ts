@@ -71,7 +71,10 @@ export class Outbox {
     const m = encodeMessage(destination, payload, options, this.maxBytes);
     const db = this.executor(options.tx, true);
     try {
-      const [row] = await rows<{ id: string }>(db, this.queries.publishOne, [m.destination, m.key, m.headers, m.payload]);
+      // Headers as JSON text, as publishMany sends them: an object reached postgres.js
+      // under Drizzle's serialisers as an object it could not send (outside review 212).
+      const headers = m.headers ? JSON.stringify(m.headers) : null;
+      const [row] = await rows<{ id: string }>(db, this.queries.publishOne, [m.destination, m.key, headers, m.payload]);
       return String(row!.id);
     } catch (err) {
       throw wrapDatabaseError(err, 'publish');

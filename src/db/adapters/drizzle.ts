@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
+import { asText } from './parameters.js';
 
 /** A Drizzle database or transaction, on node-postgres or postgres.js. */
 export interface DrizzleLike {
@@ -37,7 +38,7 @@ export function drizzleAdapter(db: DrizzleLike): Queryable {
       async query(text, values = []) {
         let result: unknown;
         try {
-          result = await db.execute(toSql(text, values));
+          result = await db.execute(toSql(text, asText(values)));
         } catch (err) {
           // Drizzle wraps the driver's error (its message the whole statement) and keeps
           // it as `cause`: without its code, a connection killed mid-enqueue was told as

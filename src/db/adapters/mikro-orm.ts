@@ -1,4 +1,5 @@
-import type { Queryable } from '../executor.js';
+import { outsideTransaction, type Queryable } from '../executor.js';
+import { asText } from './parameters.js';
 import { toQuestionMarks } from './placeholders.js';
 
 /** A MikroORM SqlEntityManager (`@mikro-orm/postgresql`), e.g. the one `em.transactional` passes. */
@@ -18,11 +19,22 @@ export interface MikroOrmLike {
  *   });
  */
 export function mikroOrmAdapter(em: MikroOrmLike): Queryable {
-  return {
-    async query(text, values) {
-      const q = toQuestionMarks(text, values);
-      const rows: unknown = await em.execute(q.text, q.values, 'all');
-      return { rows: Array.isArray(rows) ? rows : [] };
+  const m = em as { isInTransaction?: () => boolean };
+  return outsideTransaction(
+    {
+      async query(text, values = []) {
+        const q = toQuestionMarks(text, asText(values));
+        const rows: unknown = await em.execute(q.text, q.values, 'all');
+        return { rows: Array.isArray(rows) ? rows : [] };
+      },
     },
-  };
+    // Asked at each write, as execute() resolves its context then: a fork made inside
+    // em.transactional(), or an em after its rollback(), ran the insert on its own
+    // and the job committed though the transaction rolled back (outside review 212).
+    () =>
+      typeof m.isInTransaction === 'function' && !m.isInTransaction()
+        ? 'mikroOrmAdapter: the EntityManager is in no transaction (a fork, the global em outside em.transactional(), ' +
+          'or one whose transaction ended): pass the em em.transactional() hands its callback, or call em.begin() first'
+        : undefined,
+  );
 }

@@ -1,4 +1,5 @@
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
+import { asText } from './parameters.js';
 
 /** The part of postgres.js's `sql` (or a transaction's `tx`) Sluice uses. */
 export interface PostgresJsLike {
@@ -22,7 +23,7 @@ export function postgresJsAdapter(sql: PostgresJsLike): Queryable {
   return outsideTransaction(
     {
       async query(text, values = []) {
-        return { rows: [...(await sql.unsafe(text, values as any[]))] };
+        return { rows: [...(await sql.unsafe(text, asText(values) as any[]))] };
       },
     },
     global ? globalObjectReason('postgresJsAdapter', 'sql', 'tx in sql.begin') : undefined,

@@ -17,7 +17,12 @@ export interface TypeOrmLike {
  *   });
  */
 export function typeormAdapter(manager: TypeOrmLike): Queryable {
-  const why = whyOutside(manager);
+  // Asked at each write, not only now: a QueryRunner adapted inside its transaction
+  // and used after rollbackTransaction() committed the job on its own (outside review 212).
+  const why = () => {
+    const reason = whyOutside(manager);
+    return reason && `typeormAdapter: ${reason}`;
+  };
   return outsideTransaction(
     {
       async query(text, values) {
@@ -26,7 +31,7 @@ export function typeormAdapter(manager: TypeOrmLike): Queryable {
         return { rows: Array.isArray(rows) ? rows : [] };
       },
     },
-    why && `typeormAdapter: ${why}`,
+    why,
   );
 }
 

@@ -115,12 +115,14 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
       (SELECT min(x) FROM pg_snapshot_xip(s) x WHERE x IS DISTINCT FROM $7::xid8)) FROM pg_current_snapshot() s)`;
   return {
     schema,
-    publishOne: `INSERT INTO ${outbox} (destination, key, headers, payload) VALUES ($1, $2, $3, $4) RETURNING id`,
+    // $3 is JSON text, read as text first: typed jsonb, postgres.js would encode the text as a JSON string.
+    publishOne: `INSERT INTO ${outbox} (destination, key, headers, payload) VALUES ($1, $2, $3::text::jsonb, $4) RETURNING id`,
     // Rows are inserted, and take their ids, in the arrays' order: messages of one
     // key in one call keep their order.
     publishMany: `INSERT INTO ${outbox} (destination, key, headers, payload)
       SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::bytea[]) RETURNING id`,
-    lockKeys: `SELECT ${s}.lock_outbox_keys(VARIADIC $1::text[])`,
+    // A column of type void, as the bare call returns, Prisma cannot read (outside review 212).
+    lockKeys: `SELECT true AS locked FROM ${s}.lock_outbox_keys(VARIADIC $1::text[])`,
     partitionCounts: `SELECT DISTINCT partitions FROM ${relays} WHERE destination = $1`,
     lockRegistrations: `LOCK TABLE ${relays} IN SHARE UPDATE EXCLUSIVE MODE`,
     createPartitions: `INSERT INTO ${relays} (destination, partition, partitions)
