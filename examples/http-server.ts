@@ -44,7 +44,9 @@ async function transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<
 }
 
 const app = Fastify();
-app.post<{ Body: { email: string } }>('/signup', async (request, reply) => {
+// Fastify checks the body first: a missing or non-string email is a 400, not a 500 or a stored '{"a":1}'.
+const body = { type: 'object', required: ['email'], properties: { email: { type: 'string', minLength: 3 } } };
+app.post<{ Body: { email: string } }>('/signup', { schema: { body } }, async (request, reply) => {
   try {
     const user = await transaction(async (tx) => {
       const { rows } = await tx.query('INSERT INTO users (email) VALUES ($1) RETURNING id', [request.body.email]);

@@ -56,7 +56,8 @@ async function sendWelcomeEmail(to: string, { signal }: { signal: AbortSignal })
 
 const worker = new Worker({
   // Connections of its own, sized for it; on them a killed worker's claim cannot run
-  // late (see "A lock on the jobs table" under Guarantees). `pool` works too.
+  // late (see "A lock on the jobs table" under Guarantees). `pool` works too, but not the
+  // one its handlers use below unless its max is concurrency + 3 or more (a warning says so).
   connectionString,
   schema,
   concurrency: 20,

@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { Queue, Worker, ConfigError, PermanentFailure, type WorkerOptions, type JobRow } from '../src/index.js';
 import { rescueExpired } from '../src/maintenance/rescuer.js';
@@ -536,5 +537,25 @@ describe('Worker', () => {
     expect(() => new Worker({ ...base, listen: false, listenConnectionString: db.url })).toThrow(
       'Worker: listenConnectionString is for LISTEN, and listen is false: give one or the other',
     );
+  });
+
+  it('warns when its pool cannot hold every handler and its own 3 connections (outside review 213)', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error & { code?: string }) => {
+      if (w.code === 'SLUICE_POOL_SIZE') warnings.push(w.message);
+    };
+    process.on('warning', onWarning);
+    const small = new pg.Pool({ connectionString: db.url, max: 3 });
+    const large = new pg.Pool({ connectionString: db.url, max: 9 });
+    try {
+      new Worker({ pool: large, concurrency: 6, tasks: { t: async () => {} } });
+      new Worker({ pool: small, concurrency: 6, tasks: { t: async () => {} } });
+      // Warnings are emitted on the next tick.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(warnings).toEqual([expect.stringMatching(/^Worker: your pool's max is 3, under concurrency \(6\) \+ 3/)]);
+    } finally {
+      process.off('warning', onWarning);
+      await Promise.all([small.end(), large.end()]);
+    }
   });
 });

@@ -67,6 +67,29 @@ export function poolTooSmallToListen(options: {
   return typeof max === 'number' && max < 2 ? max : undefined;
 }
 
+/** Connections a Worker takes from its pool at most beside its handlers: a heartbeat, two cycles. */
+const WORKER_OWN_CONNECTIONS = 3;
+
+/**
+ * Says, once per Worker given one, when your `pool` cannot hold every handler at
+ * once and the worker's own statements: if the handlers take clients from it too,
+ * they starve the heartbeats, locks expire, and the rescuer gives their jobs to
+ * other workers while they still run (outside reviews 168 and 213: the quick
+ * start's `pool works too` led there without a word). A warning, not an error:
+ * handlers that use another pool are fine with a small one.
+ */
+export function warnIfPoolShared(options: { pool?: unknown; connectionString?: string }, concurrency: number): void {
+  if (!options.pool || options.connectionString) return;
+  const max = (options.pool as { options?: { max?: unknown } }).options?.max;
+  if (typeof max !== 'number' || max >= concurrency + WORKER_OWN_CONNECTIONS) return;
+  process.emitWarning(
+    `Worker: your pool's max is ${max}, under concurrency (${concurrency}) + ${WORKER_OWN_CONNECTIONS}: if its handlers ` +
+      'take clients from the same pool, they can starve the heartbeats, and their jobs run twice. Give handlers a pool ' +
+      `of their own, the Worker a connectionString, or this pool max ${concurrency + WORKER_OWN_CONNECTIONS} or more`,
+    { code: 'SLUICE_POOL_SIZE' },
+  );
+}
+
 /** Where Sluice gets its connections: a URL (Sluice owns the pool) or your `pg` Pool. */
 export interface ConnectionOptions {
   /**

@@ -2,7 +2,7 @@ import { ListenerSafeEmitter } from '../lifecycle/listener-safe-emitter.js';
 import { resolveStopOptions, resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
-import { connectionError } from '../db/connection.js';
+import { connectionError, warnIfPoolShared } from '../db/connection.js';
 import { whyNoJobCanRun } from './start-check.js';
 import { checkConnectionUrls } from '../db/database-url.js';
 import { PgWorkerStore } from '../db/store.js';
@@ -91,6 +91,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
     // Queue's do, not start() (outside review 116).
     readOrFail(ConfigError, 'Worker', () => resolveSchemas(options.schemas, 'Worker'));
     checkConnectionUrls(options as WorkerOptions);
+    warnIfPoolShared(options as WorkerOptions, this.config.concurrency);
     this.options = options as WorkerOptions;
     this.slots = new Slots({
       concurrency: this.config.concurrency,
