@@ -161,13 +161,7 @@ const LIBRARIES: Record<string, () => Promise<Library>> = {
     };
   },
   'mikro-orm': async () => {
-    const User = new MikroEntity<{ id: number; name: string }>({
-      name: 'User',
-      schema: db.schema,
-      tableName: 'users',
-      properties: { id: { type: 'number', primary: true }, name: { type: 'string' } },
-    });
-    const orm = await MikroORM.init({ clientUrl: db.url, entities: [User], pool: { min: 0, max: 2 }, debug: false });
+    const { orm, User } = await mikroOrm();
     return {
       transaction: (fn) =>
         orm.em.fork().transactional((em) =>
@@ -197,6 +191,18 @@ const LIBRARIES: Record<string, () => Promise<Library>> = {
     };
   },
 };
+
+/** MikroORM on this file's users table. */
+async function mikroOrm() {
+  const User = new MikroEntity<{ id: number; name: string }>({
+    name: 'User',
+    schema: db.schema,
+    tableName: 'users',
+    properties: { id: { type: 'number', primary: true }, name: { type: 'string' } },
+  });
+  const orm = await MikroORM.init({ clientUrl: db.url, entities: [User], pool: { min: 0, max: 2 }, debug: false });
+  return { orm, User };
+}
 
 function drizzleUsers() {
   return pgSchema(db.schema).table('users', { id: serial('id').primaryKey(), name: text('name').notNull() });
@@ -344,13 +350,7 @@ describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libNam
 
 describe('an adapter whose transaction ended, or that never had one (outside review 212)', () => {
   it('MikroORM: a fork made inside em.transactional(), or an em after its rollback, is refused; the context em is taken', async () => {
-    const User = new MikroEntity<{ id: number; name: string }>({
-      name: 'User',
-      schema: db.schema,
-      tableName: 'users',
-      properties: { id: { type: 'number', primary: true }, name: { type: 'string' } },
-    });
-    const orm = await MikroORM.init({ clientUrl: db.url, entities: [User], pool: { min: 0, max: 2 }, debug: false });
+    const { orm } = await mikroOrm();
     try {
       await expect(
         orm.em.fork().transactional(async (em) => {
