@@ -101,6 +101,18 @@ describe('the package', () => {
     expect((await node(['--input-type=commonjs', '-e', script])).trim()).toBe('function function function function');
   });
 
+  it('exports each adapter, not the helpers they share (outside review 212)', async () => {
+    const script = `for (const name of ['knex', 'placeholders', 'parameters']) {
+        try { await import.meta.resolve('sluice/adapters/' + name); console.log(name, 'exported'); }
+        catch (err) { console.log(name, err.code); }
+      }`;
+    expect((await node(['--input-type=module', '-e', script])).trim().split('\n')).toEqual([
+      'knex exported',
+      'placeholders ERR_PACKAGE_PATH_NOT_EXPORTED',
+      'parameters ERR_PACKAGE_PATH_NOT_EXPORTED',
+    ]);
+  });
+
   it('`sluice --version` prints the version from package.json', async () => {
     const result = await runSluice(['--version']);
     expect(result).toMatchObject({ code: 0, stdout: `${pkg.version}\n` });
