@@ -327,7 +327,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async cancel(id: string | number, options: SettingOptions = {}): Promise<CancelJobResult> {
     const { tx, actor } = settingOptions(options, 'cancel');
-    return cancelJob(this.executor(tx), this.schema, id, { actor });
+    return cancelJob(this.executor(tx, true), this.schema, id, { actor });
   }
 
   /**
@@ -339,13 +339,13 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async pauseQueue(name: string, options: SettingOptions = {}): Promise<QueueSettings> {
     const { tx, actor } = settingOptions(options, 'pauseQueue');
-    return setQueuePaused(this.executor(tx), this.control, name, true, { actor });
+    return setQueuePaused(this.executor(tx, true), this.control, name, true, { actor });
   }
 
   /** Lets workers claim from a paused queue again (they hear of it at once). */
   async resumeQueue(name: string, options: SettingOptions = {}): Promise<QueueSettings> {
     const { tx, actor } = settingOptions(options, 'resumeQueue');
-    return setQueuePaused(this.executor(tx), this.control, name, false, { actor });
+    return setQueuePaused(this.executor(tx, true), this.control, name, false, { actor });
   }
 
   /**
@@ -357,7 +357,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async setQueueConcurrency(name: string, limit: number | null, options: SettingOptions = {}): Promise<QueueSettings> {
     const { tx, actor } = settingOptions(options, 'setQueueConcurrency');
-    return setQueueConcurrencyLimit(this.executor(tx), this.control, name, limit, { actor });
+    return setQueueConcurrencyLimit(this.executor(tx, true), this.control, name, limit, { actor });
   }
 
   /** Every queue that has settings (paused or limited, or once was). */
@@ -388,7 +388,12 @@ export class Queue<T extends TaskMap = AnyTasks> {
     return result.rows;
   }
 
-  /** Where a call runs: your `tx` (`refusePool`: an enqueue, see callerTransaction), or the Queue's own connections. */
+  /**
+   * Where a call runs: your `tx`, or the Queue's own connections. `refusePool` for
+   * every write (see callerTransaction): a cancel or pause through a detached
+   * MikroORM fork or an ended QueryRunner committed though the caller's transaction
+   * rolled back (outside review 214); reads may run anywhere.
+   */
   private executor(tx: Queryable | undefined, refusePool = false): Queryable {
     if (tx !== undefined) return callerTransaction(tx, refusePool);
     return this.ownDriver();

@@ -11,7 +11,7 @@ import { DataSource, EntitySchema as TypeOrmEntity } from 'typeorm';
 import { MikroORM, EntitySchema as MikroEntity } from '@mikro-orm/postgresql';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from './prisma/generated/client.js';
-import { DuplicateJobError, Outbox, Queue, Worker, type Queryable } from '../src/index.js';
+import { DuplicateJobError, Outbox, Queue, Worker, retryJob, runJobNow, type Queryable } from '../src/index.js';
 import { channelFor } from '../src/db/identifiers.js';
 import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
 import { kyselyAdapter } from '../src/db/adapters/kysely.js';
@@ -320,6 +320,20 @@ describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libNam
     await outbox.close();
   });
 
+  it('admin actions that wake a queue run in the transaction: retryJob, runJobNow (outside review 214: Prisma could not read void)', async () => {
+    const [retried, delayed] = await queue.enqueueMany([
+      { task: 'welcome', queue: `${q}-admin`, payload: { name: 'retried' } },
+      { task: 'welcome', queue: `${q}-admin`, payload: { name: 'delayed' }, delayMs: 3_600_000 },
+    ]);
+    await queue.cancel(retried!);
+    await lib.transaction(async ({ tx }) => {
+      expect(await retryJob(tx, db.schema, retried!)).toMatchObject({ ok: true });
+      expect(await runJobNow(tx, db.schema, delayed!)).toMatchObject({ ok: true });
+    });
+    expect((await queue.getJob(retried!))?.status).toBe('pending');
+    expect((await queue.getJob(delayed!))!.run_at.getTime()).toBeLessThanOrEqual(Date.now() + 1_000);
+  });
+
   it('throw inside the transaction: neither the row nor the jobs exist, and no worker was woken', async () => {
     const name = `${libName}:rolled-back`;
     const listener = new pg.Client(db.url);
@@ -362,6 +376,12 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
       const adapted = mikroOrmAdapter(em);
       await em.rollback();
       await expect(queue.enqueue('t', {}, { queue: 'ended', tx: adapted })).rejects.toThrow(/is in no transaction/);
+      // Every write, not only enqueues (outside review 214: a cancel and a pause committed on their own).
+      const id = await queue.enqueue('t', {}, { queue: 'ended-cancel', delayMs: 3_600_000 });
+      await expect(queue.cancel(id, { tx: adapted })).rejects.toThrow(/is in no transaction/);
+      await expect(queue.pauseQueue('ended-cancel', { tx: adapted })).rejects.toThrow(/is in no transaction/);
+      expect((await queue.getJob(id))?.status).toBe('pending');
+      expect((await queue.listQueues()).find((x) => x.name === 'ended-cancel')?.paused ?? false).toBe(false);
       // Inside the callback the global em resolves to the transaction's context, as MikroORM documents.
       await orm.em.fork().transactional(async () => {
         await queue.enqueue('t', {}, { queue: 'ended-ok', tx: mikroOrmAdapter(orm.em) });
@@ -381,9 +401,12 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
       await runner.startTransaction();
       const adapted = [typeormAdapter(runner), typeormAdapter(runner.manager)];
       await runner.rollbackTransaction();
+      const id = await queue.enqueue('t', {}, { queue: 'ended-cancel', delayMs: 3_600_000 });
       for (const tx of adapted) {
         await expect(queue.enqueue('t', {}, { queue: 'ended', tx })).rejects.toThrow(/^tx: typeormAdapter: .*no transaction/);
+        await expect(queue.cancel(id, { tx })).rejects.toThrow(/^tx: typeormAdapter: .*no transaction/);
       }
+      expect((await queue.getJob(id))?.status).toBe('pending');
     } finally {
       await runner.release();
       await ds.destroy();

@@ -319,7 +319,16 @@ describe('retry control from handlers', () => {
 describe('pause and resume', () => {
   it("the Queue's queue settings take { tx, actor }: the actor goes to the audit log, unknown names are refused (review 71)", async () => {
     await suite.queue.pauseQueue('pz-actor', { actor: 'ops' });
-    await suite.queue.setQueueConcurrency('pz-actor', 3, { actor: 'ops', tx: suite.db.pool });
+    const client = await suite.db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      await suite.queue.setQueueConcurrency('pz-actor', 3, { actor: 'ops', tx: client });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    // A pool is no transaction: refused for a write, as for an enqueue (outside review 214).
+    await expect(suite.queue.setQueueConcurrency('pz-actor', 3, { tx: suite.db.pool })).rejects.toThrow(/tx is a pg Pool/);
     await suite.queue.resumeQueue('pz-actor');
     const { rows } = await suite.db.pool.query<{ action: string; actor: string; detail: unknown }>(
       `SELECT action, actor, detail FROM ${suite.db.s}.audit_log WHERE queue = 'pz-actor' ORDER BY id`,

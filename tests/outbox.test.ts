@@ -1157,6 +1157,7 @@ describe('relay: outside review 74', () => {
     await expect(outbox.publish(d, { n: 1 }, { tx: db.pool })).rejects.toThrow(/tx is a pg Pool/);
     // Nor is a null tx taken as none (outside review 208).
     await expect(outbox.publish(d, { n: 1 }, { tx: null } as never)).rejects.toThrow(/^tx is null:/);
+    await expect(outbox.lockKeys('k', { tx: true } as never)).rejects.toThrow(/^tx is true: pass the client/);
     expect(await count('outbox', d)).toBe(0);
     // Keys as publish() takes them (outside review 81: a NUL was a DatabaseError that aborted the transaction).
     for (const bad of [1, null, 'a\u0000b', '\uD800', 'x'.repeat(1025), 'a\nb'])

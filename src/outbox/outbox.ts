@@ -127,7 +127,9 @@ export class Outbox {
   async lockKeys(keys: string | readonly string[], options: { tx: Queryable }): Promise<void> {
     if (!options?.tx) throw new ConfigError('lockKeys: pass { tx }, your open transaction (the locks last until it ends)');
     config.rejectUnknownKeys(options, TX_KEYS, 'lockKeys');
-    if (isPgPool(options.tx)) {
+    // A tx that is no client (true, a number) is refused as enqueue refuses it: isPgPool threw a TypeError (outside review 214).
+    const tx = this.executor(options.tx);
+    if (isPgPool(tx)) {
       throw new ConfigError(
         'lockKeys: tx is a pool; pass the client of your open transaction (on a pool the locks end with the statement)',
       );
@@ -138,7 +140,7 @@ export class Outbox {
       throw new ValidationError(`lockKeys: at most ${MAX_LOCKED_KEYS} keys at once, got ${list.length}`);
     for (const key of list) checkKey(key, 'lockKeys');
     try {
-      await this.executor(options.tx).query(this.queries.lockKeys, [list]);
+      await tx.query(this.queries.lockKeys, [list]);
     } catch (err) {
       const e = err as { code?: unknown; message?: unknown } | null;
       const message = typeof e?.message === 'string' ? e.message.replace(/^lock_outbox_keys: /, '') : String(err);

@@ -23,9 +23,21 @@ export function postgresJsAdapter(sql: PostgresJsLike): Queryable {
   return outsideTransaction(
     {
       async query(text, values = []) {
-        return { rows: [...(await sql.unsafe(text, asText(values) as any[]))] };
+        return { rows: [...(await sql.unsafe(text, params(sql, values)))] };
       },
     },
     global ? globalObjectReason('postgresJsAdapter', 'sql', 'tx in sql.begin') : undefined,
   );
+}
+
+/**
+ * Array parameters typed 0, so that the server takes their type from the
+ * statement's cast, as Sluice's own postgres.js driver sends them: postgres.js
+ * typed an array of Buffers as one bytea, and 4.2 quoted an array literal sent as
+ * text (outside reviews 212, 214). A `sql` without `typed()` gets the literal.
+ */
+function params(sql: PostgresJsLike, values: readonly unknown[]): any[] {
+  const typed = (sql as { typed?: (value: unknown, type: number) => unknown }).typed;
+  if (typeof typed !== 'function') return asText(values);
+  return values.map((v) => (Array.isArray(v) ? typed.call(sql, v, 0) : v));
 }

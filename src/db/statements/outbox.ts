@@ -118,9 +118,10 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
     // $3 is JSON text, read as text first: typed jsonb, postgres.js would encode the text as a JSON string.
     publishOne: `INSERT INTO ${outbox} (destination, key, headers, payload) VALUES ($1, $2, $3::text::jsonb, $4) RETURNING id`,
     // Rows are inserted, and take their ids, in the arrays' order: messages of one
-    // key in one call keep their order.
+    // key in one call keep their order. The headers are JSON text, read as text[]
+    // first: typed jsonb[], postgres.js encoded each as a JSON string.
     publishMany: `INSERT INTO ${outbox} (destination, key, headers, payload)
-      SELECT * FROM unnest($1::text[], $2::text[], $3::jsonb[], $4::bytea[]) RETURNING id`,
+      SELECT * FROM unnest($1::text[], $2::text[], $3::text[]::jsonb[], $4::bytea[]) RETURNING id`,
     // A column of type void, as the bare call returns, Prisma cannot read (outside review 212).
     lockKeys: `SELECT true AS locked FROM ${s}.lock_outbox_keys(VARIADIC $1::text[])`,
     partitionCounts: `SELECT DISTINCT partitions FROM ${relays} WHERE destination = $1`,

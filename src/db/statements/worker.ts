@@ -235,7 +235,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
 
     // Wakes workers of a queue after jobs went back to pending outside an INSERT.
     // The payload comes from wake_payload() (migration 0009), like every wake-up.
-    notify: `SELECT pg_notify($1, ${s}.wake_payload(q, now()))
+    // A boolean, not pg_notify's void, which Prisma cannot read (outside review 214: retryJob through prismaAdapter).
+    notify: `SELECT pg_notify($1, ${s}.wake_payload(q, now())) IS NULL AS notified
       FROM unnest($2::text[]) AS q`,
 
     // Claims from one queue with a concurrency limit, groups or a rate limit: see
