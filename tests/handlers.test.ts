@@ -145,6 +145,40 @@ describe('misbehaving handlers', () => {
     for (let i = 1; i < spans.length; i++) expect(spans[i]!.start).toBeGreaterThanOrEqual(spans[i - 1]!.end);
   });
 
+  it('a handler that blocks the event loop for less than the renewal timeout costs the jobs beside it nothing (outside review 215)', async () => {
+    // Visibility 6 s: renewal timeout 4.5 s, beats every 1 s. A 4.4 s block left locks
+    // up to 5.4 s old (counted from the beat before it), and every job beside it failed.
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    await startWorker({
+      queues: ['beside-block'],
+      visibilityTimeoutMs: 6_000,
+      concurrency: 6,
+      tasks: {
+        long: (_p: unknown, { signal }: { signal: AbortSignal }) =>
+          Promise.race([
+            gate,
+            new Promise((_, reject) => signal.addEventListener('abort', () => reject(signal.reason as Error))),
+          ]),
+        block: () => {
+          const end = performance.now() + 4_490;
+          while (performance.now() < end);
+        },
+      },
+    });
+    const ids = await fx.queue.enqueueMany(
+      Array.from({ length: 5 }, () => ({ task: 'long', queue: 'beside-block', maxAttempts: 1 })),
+    );
+    await waitFor(async () => (await Promise.all(ids.map(job))).every((j) => j.started_at !== null), 'the long jobs to start');
+    const blocker = await fx.queue.enqueue('block', {}, { queue: 'beside-block', maxAttempts: 1 });
+    await waitFor(async () => (await job(blocker)).status === 'completed', 'the blocking job to finish');
+    // The watcher's passes after the block, then the long jobs may end.
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    release();
+    const rows = await settled(ids);
+    expect(rows.map((r) => [r.status, r.attempts, r.last_error])).toEqual(ids.map(() => ['completed', 1, null]));
+  });
+
   it('a handler that blocks the event loop past the visibility timeout loses the job visibly: job:lock-lost, result dropped', async () => {
     const blocker = await spawnWorker({
       DATABASE_URL: fx.db.url,

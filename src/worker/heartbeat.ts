@@ -6,6 +6,8 @@ export interface HeartbeatConfig {
   intervalMs: number;
   /** A job whose lock could not be renewed for this long is given up (see `unrenewed`). */
   renewalTimeoutMs: number;
+  /** When the rescuer may take a lock not renewed (see `watch`: a blocked event loop's last chance). */
+  visibilityTimeoutMs: number;
 }
 
 /** What the heartbeat tells the worker. */
@@ -108,6 +110,9 @@ export class Heartbeat {
   }
 
   start(): void {
+    // From now, not from the first pass: a handler that blocked the loop before the
+    // watcher's first pass was not seen as a block (its jobs were failed for it).
+    this.lastWatchAt = performance.now();
     this.beats.start();
     this.watcher.start();
   }
@@ -192,12 +197,22 @@ export class Heartbeat {
     const expired: string[] = [];
     const rowHeld = new Set<string>();
     const unanswered = new Set<string>();
+    // After a block, no beat could go out: the locks are old because the loop was
+    // held, not because Postgres did not answer. One beat now, and the next pass
+    // (an interval of this watcher later, still before the visibility timeout)
+    // decides: aborted at once, every job beside a handler that blocked the loop for
+    // a little less than the renewal timeout was failed, though its lock was valid
+    // (outside review 215: its age counts from the beat before the block).
+    const lastChanceMs = this.config.visibilityTimeoutMs - this.watchIntervalMs;
+    let renewFirst = false;
     for (const [id, at] of this.renewedAt) {
       if (!held.has(id)) {
         this.renewedAt.delete(id);
         this.given.delete(id);
         this.heldAt.delete(id);
         this.skippedOnce.delete(id);
+      } else if (loopHeld && now - at > this.config.renewalTimeoutMs && now - at < lastChanceMs && !this.given.has(id)) {
+        renewFirst = true;
       } else if (now - at > this.config.renewalTimeoutMs && !this.given.has(id)) {
         this.given.add(id);
         expired.push(id);
@@ -219,6 +234,7 @@ export class Heartbeat {
         }
       }
     }
+    if (renewFirst) this.beats.runSoon(0);
     if (expired.length > 0) this.signals.unrenewed(expired, rowHeld, unanswered);
   }
 }
@@ -233,7 +249,7 @@ export class Heartbeat {
  * half an interval (a heartbeat statement takes milliseconds). The driver's
  * statement time limit still applies where shorter.
  */
-export function beatLimitMs(config: HeartbeatConfig): number {
+export function beatLimitMs(config: Pick<HeartbeatConfig, 'intervalMs' | 'renewalTimeoutMs'>): number {
   return Math.max(config.renewalTimeoutMs - 2 * config.intervalMs, config.intervalMs / 2);
 }
 
@@ -244,6 +260,6 @@ export function beatLimitMs(config: HeartbeatConfig): number {
  * (and their attempts spent) before any renewal could land. Never under half the
  * renewal timeout, where an interval close to the timeout would hand back every claim.
  */
-export function lateClaimMs(config: HeartbeatConfig): number {
+export function lateClaimMs(config: Pick<HeartbeatConfig, 'intervalMs' | 'renewalTimeoutMs'>): number {
   return Math.max(config.renewalTimeoutMs - config.intervalMs, config.renewalTimeoutMs / 2);
 }

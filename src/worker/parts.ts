@@ -87,7 +87,11 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
   // heartbeated too, or they would be rescued and run again once the outage
   // outlasts the visibility timeout. So are jobs whose handlers a stop aborted, through their grace.
   const held = (): string[] => [...slots.heldIds(), ...completer.ids(), ...dispatcher.settlingIds()];
-  const locks = { intervalMs: config.heartbeatIntervalMs, renewalTimeoutMs: config.lockRenewalTimeoutMs };
+  const locks = {
+    intervalMs: config.heartbeatIntervalMs,
+    renewalTimeoutMs: config.lockRenewalTimeoutMs,
+    visibilityTimeoutMs: config.visibilityTimeoutMs,
+  };
   const lateClaim = lateClaimMs(locks);
   // Workers that listen hear of pause/limit changes at once; the timer is the
   // fallback for missed notifications, and the only source for those that poll.

@@ -57,7 +57,7 @@ beforeEach(() => {
   answered = 0;
   heartbeat = new Heartbeat(
     store,
-    { intervalMs: INTERVAL_MS, renewalTimeoutMs: RENEWAL_TIMEOUT_MS },
+    { intervalMs: INTERVAL_MS, renewalTimeoutMs: RENEWAL_TIMEOUT_MS, visibilityTimeoutMs: VISIBILITY_MS },
     {
       held: () => [...held],
       renewable: (ids) => ids,

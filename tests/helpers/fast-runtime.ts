@@ -126,7 +126,7 @@ export class FastWorker {
     );
     const heartbeat = new Heartbeat(
       store,
-      { intervalMs: options.heartbeatIntervalMs ?? 1_000, renewalTimeoutMs },
+      { intervalMs: options.heartbeatIntervalMs ?? 1_000, renewalTimeoutMs, visibilityTimeoutMs: 4_000 },
       {
         held,
         renewable: (ids) => completer.renewable(ids),
