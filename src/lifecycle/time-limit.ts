@@ -16,15 +16,25 @@ export function timeLimit<T>(
 ): Promise<T> {
   if (ms === undefined) return work;
   let timer: NodeJS.Timeout | undefined;
+  let settled = false;
+  work.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
   const expired = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
-      onTimeout();
-      const why = hint ? ` (${hint})` : '';
-      reject(new ConnectionError(`${what}: no answer from ${from} within ${ms} ms${why}; the connection was dropped`));
+      // After the event loop was held up (a handler blocking it), Node runs overdue
+      // timers before it reads the sockets: the answer may be waiting unread. One
+      // turn of the loop reads it first; dropped at once, a beat Postgres had
+      // answered counted as unanswered and locks as lost (outside review 216).
+      setImmediate(() => {
+        if (settled) return;
+        onTimeout();
+        const why = hint ? ` (${hint})` : '';
+        reject(new ConnectionError(`${what}: no answer from ${from} within ${ms} ms${why}; the connection was dropped`));
+      });
     }, ms);
   });
-  // The work may still settle after the limit: nobody is waiting for it then.
-  work.catch(() => {});
   return Promise.race([work, expired]).finally(() => clearTimeout(timer));
 }
 
