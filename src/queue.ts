@@ -389,13 +389,13 @@ export class Queue<T extends TaskMap = AnyTasks> {
   }
 
   /**
-   * Where a call runs: your `tx`, or the Queue's own connections. `refusePool` for
+   * Where a call runs: your `tx`, or the Queue's own connections. `write` for
    * every write (see callerTransaction): a cancel or pause through a detached
    * MikroORM fork or an ended QueryRunner committed though the caller's transaction
    * rolled back (outside review 214); reads may run anywhere.
    */
-  private executor(tx: Queryable | undefined, refusePool = false): Queryable {
-    if (tx !== undefined) return callerTransaction(tx, refusePool);
+  private executor(tx: Queryable | undefined, write = false): Queryable {
+    if (tx !== undefined) return callerTransaction(tx, write);
     return this.ownDriver();
   }
 

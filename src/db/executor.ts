@@ -56,13 +56,13 @@ export function isPgPool(db: object): boolean {
 }
 
 /**
- * The `tx` of a call, checked; with `refusePool`, for a write that must commit or
- * roll back with the caller's data (an enqueue, a publish), never a pool: a pg
- * Pool runs each statement on whatever connection is free, outside any
- * transaction, and the job committed though the caller rolled back (outside
- * review 158).
+ * The `tx` of a call, checked; for a `write`, which must commit or roll back with
+ * the caller's data (an enqueue, a publish, a cancel), never a pool nor an object
+ * an adapter marked as outside any transaction: a pg Pool runs each statement on
+ * whatever connection is free, and the job committed though the caller rolled
+ * back (outside reviews 158, 214).
  */
-export function callerTransaction(tx: Queryable, refusePool: boolean): Queryable {
+export function callerTransaction(tx: Queryable, write: boolean): Queryable {
   // Refused, not taken as "no tx": `{ tx: inTx && client }` or `client ?? null` enqueued
   // on the Queue's own pool, outside the caller's transaction (outside review 208).
   if (tx === null || (typeof tx !== 'object' && typeof tx !== 'function')) {
@@ -80,8 +80,8 @@ export function callerTransaction(tx: Queryable, refusePool: boolean): Queryable
   }
   const outside = (tx as { [OUTSIDE_TRANSACTION]?: string })[OUTSIDE_TRANSACTION];
   // Outside review 187: through the adapters the global objects committed the job on its own.
-  if (refusePool && outside !== undefined) throw new ConfigError(`tx: ${outside}`);
-  if (refusePool && isPgPool(tx)) {
+  if (write && outside !== undefined) throw new ConfigError(`tx: ${outside}`);
+  if (write && isPgPool(tx)) {
     throw new ConfigError(
       'tx is a pg Pool, which runs each statement outside your transaction: pass the client you ran BEGIN on ' +
         '(const client = await pool.connect()), or leave tx out',

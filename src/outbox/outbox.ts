@@ -155,9 +155,9 @@ export class Outbox {
     await this.db?.end();
   }
 
-  /** `refusePool`: a publish, which must commit with the caller's data (see callerTransaction). */
-  private executor(tx: Queryable | undefined, refusePool = false): Queryable {
-    if (tx !== undefined) return callerTransaction(tx, refusePool);
+  /** `write`: a publish, which must commit with the caller's data (see callerTransaction). */
+  private executor(tx: Queryable | undefined, write = false): Queryable {
+    if (tx !== undefined) return callerTransaction(tx, write);
     if (!this.db) throw new ConfigError('this Outbox has no connection: pass { tx } or give connectionString, pool or sql');
     return this.db;
   }
