@@ -169,8 +169,7 @@ export async function getJobAudit(db: Queryable, schema: string, id: string | nu
 /** One job, or undefined when there is none with that id. */
 export async function getJob(db: Queryable, schema: string, id: string | number): Promise<JobRow | undefined> {
   // The runtime's statement: it also finds a job the pruner moved to jobs_history.
-  const job = withJobDates((await query<JobRow>(db, adminStatements(schema).getJob, [jobId(id)], 'getJob'))[0]);
-  return job;
+  return withJobDates((await query<JobRow>(db, adminStatements(schema).getJob, [jobId(id)], 'getJob'))[0]);
 }
 
 export type JobAction = 'retry' | 'cancel' | 'delete';

@@ -62,9 +62,16 @@ export function poolTooSmallToListen(options: {
   connectionString?: string;
   listenConnectionString?: string;
 }): number | undefined {
-  if (!options.pool || options.connectionString || options.listenConnectionString) return undefined;
+  if (options.listenConnectionString) return undefined;
+  const max = yourPoolMax(options);
+  return max !== undefined && max < 2 ? max : undefined;
+}
+
+/** The `max` of the pg pool of yours that Sluice runs on (none when a URL is given instead), if it says. */
+function yourPoolMax(options: { pool?: unknown; connectionString?: string }): number | undefined {
+  if (!options.pool || options.connectionString) return undefined;
   const max = (options.pool as { options?: { max?: unknown } }).options?.max;
-  return typeof max === 'number' && max < 2 ? max : undefined;
+  return typeof max === 'number' ? max : undefined;
 }
 
 /** Connections a Worker takes from its pool at most beside its handlers: a heartbeat, two cycles. */
@@ -79,9 +86,8 @@ const WORKER_OWN_CONNECTIONS = 3;
  * handlers that use another pool are fine with a small one.
  */
 export function warnIfPoolShared(options: { pool?: unknown; connectionString?: string }, concurrency: number): void {
-  if (!options.pool || options.connectionString) return;
-  const max = (options.pool as { options?: { max?: unknown } }).options?.max;
-  if (typeof max !== 'number' || max >= concurrency + WORKER_OWN_CONNECTIONS) return;
+  const max = yourPoolMax(options);
+  if (max === undefined || max >= concurrency + WORKER_OWN_CONNECTIONS) return;
   process.emitWarning(
     `Worker: your pool's max is ${max}, under concurrency (${concurrency}) + ${WORKER_OWN_CONNECTIONS}: if its handlers ` +
       'take clients from the same pool, they can starve the heartbeats, and their jobs run twice. Give handlers a pool ' +
