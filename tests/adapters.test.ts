@@ -11,7 +11,7 @@ import { DataSource, EntitySchema as TypeOrmEntity } from 'typeorm';
 import { MikroORM, EntitySchema as MikroEntity } from '@mikro-orm/postgresql';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from './prisma/generated/client.js';
-import { DuplicateJobError, Outbox, Queue, Worker, retryJob, runJobNow, type Queryable } from '../src/index.js';
+import { ConfigError, DuplicateJobError, Outbox, Queue, Worker, retryJob, runJobNow, type Queryable } from '../src/index.js';
 import { channelFor } from '../src/db/identifiers.js';
 import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
 import { kyselyAdapter } from '../src/db/adapters/kysely.js';
@@ -410,6 +410,39 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
     } finally {
       await runner.release();
       await ds.destroy();
+    }
+    expect(await jobsIn('ended')).toEqual([]);
+  });
+
+  it('Kysely and Knex: a trx kept past its commit or rollback is a ConfigError, as nothing was sent (outside review 212)', async () => {
+    const kysely = new Kysely<any>({ dialect: new PostgresDialect({ pool: db.pool }) });
+    const k = knex({ client: 'pg', connection: db.url, pool: { min: 0, max: 1 } });
+    try {
+      let committed: Parameters<typeof kyselyAdapter>[0] | undefined;
+      await kysely.transaction().execute(async (trx) => {
+        committed = trx;
+      });
+      let rolledBack: Parameters<typeof knexAdapter>[0] | undefined;
+      await expect(
+        k.transaction(async (trx) => {
+          rolledBack = trx;
+          throw new Error('changed my mind');
+        }),
+      ).rejects.toThrow('changed my mind');
+      const id = await queue.enqueue('t', {}, { queue: 'ended-cancel', delayMs: 3_600_000 });
+      const cases: [Queryable, RegExp][] = [
+        [kyselyAdapter(committed!), /^tx: kyselyAdapter: the transaction \(trx\) is already committed/],
+        [knexAdapter(rolledBack!), /^tx: knexAdapter: the transaction \(trx\) has ended/],
+      ];
+      for (const [tx, message] of cases) {
+        const refused = await queue.enqueue('t', {}, { queue: 'ended', tx }).catch((err: unknown) => err);
+        expect(refused).toBeInstanceOf(ConfigError);
+        expect((refused as Error).message).toMatch(message);
+        await expect(queue.cancel(id, { tx })).rejects.toThrow(message);
+      }
+      expect((await queue.getJob(id))?.status).toBe('pending');
+    } finally {
+      await k.destroy();
     }
     expect(await jobsIn('ended')).toEqual([]);
   });

@@ -22,7 +22,7 @@ export function knexAdapter(knex: KnexLike): Queryable {
   if (typeof (knex as { raw?: unknown } | null)?.raw !== 'function') {
     throw new ConfigError('knexAdapter needs the knex instance or a transaction (trx), not a query builder');
   }
-  const k = knex as KnexLike & { isTransaction?: unknown; transaction?: unknown };
+  const k = knex as KnexLike & { isTransaction?: unknown; transaction?: unknown; isCompleted?: () => boolean };
   const global = k.isTransaction !== true && typeof k.transaction === 'function';
   return outsideTransaction(
     {
@@ -32,6 +32,13 @@ export function knexAdapter(knex: KnexLike): Queryable {
         return { rows: result.rows };
       },
     },
-    global ? globalObjectReason('knexAdapter', 'the knex instance', 'trx') : undefined,
+    global
+      ? globalObjectReason('knexAdapter', 'the knex instance', 'trx')
+      : // Asked at each write: a trx kept past its commit or rollback failed as a
+        // DatabaseError, though nothing was sent (outside review 212).
+        () =>
+          typeof k.isCompleted === 'function' && k.isCompleted()
+            ? 'knexAdapter: the transaction (trx) has ended (committed or rolled back): enqueue inside knex.transaction()'
+            : undefined,
   );
 }

@@ -1,4 +1,5 @@
 import { CompiledQuery, type Kysely } from 'kysely';
+import { ConfigError } from '../../errors.js';
 import { outsideTransaction, type Queryable } from '../executor.js';
 
 /**
@@ -16,13 +17,32 @@ export function kyselyAdapter(db: Pick<Kysely<any>, 'executeQuery'>): Queryable 
   return outsideTransaction(
     {
       async query(text, values = []) {
-        const result = await db.executeQuery(CompiledQuery.raw(text, values));
-        return { rows: result.rows as any[] };
+        try {
+          const result = await db.executeQuery(CompiledQuery.raw(text, values));
+          return { rows: result.rows as any[] };
+        } catch (err) {
+          throw endedTransaction(err) ?? err;
+        }
       },
     },
     global
       ? 'kyselyAdapter was given a Kysely instance, not a transaction (trx): the instance runs outside your ' +
           'transaction, and a db.connection() that ran BEGIN cannot be told from it; use db.transaction()'
       : undefined,
+  );
+}
+
+/**
+ * Kysely's refusal of a transaction (trx) used after it committed or rolled back,
+ * made before anything is sent: a ConfigError, not the DatabaseError a statement
+ * Postgres refused becomes (outside review 212). Kysely keeps the state private,
+ * so its message is what tells.
+ */
+function endedTransaction(err: unknown): ConfigError | undefined {
+  const message = err instanceof Error && !('code' in err) ? err.message : '';
+  if (!/^Transaction is already (committed|rolled back)$/.test(message)) return undefined;
+  return new ConfigError(
+    `tx: kyselyAdapter: ${message.toLowerCase().replace('transaction', 'the transaction (trx)')}: enqueue inside db.transaction().execute()`,
+    { cause: err },
   );
 }
