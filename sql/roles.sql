@@ -42,7 +42,9 @@ REVOKE ALL ON FUNCTION :SCHEMA.enqueue_job FROM sluice_enqueue, sluice_worker;
 -- that is not new. Queue.getJob and Queue.waitFor are not covered (they read and
 -- flag rows). The insert trigger's pg_notify needs no grant.
 GRANT USAGE ON SCHEMA :SCHEMA TO sluice_enqueue;
-GRANT INSERT (queue, task, payload, run_at, max_attempts, priority, trace_context, group_key) ON :SCHEMA.jobs TO sluice_enqueue;
+-- notify_on_finish: jobs enqueued waitable (migration 0045).
+GRANT INSERT (queue, task, payload, run_at, max_attempts, priority, trace_context, group_key, notify_on_finish)
+  ON :SCHEMA.jobs TO sluice_enqueue;
 GRANT SELECT (id, run_at) ON :SCHEMA.jobs TO sluice_enqueue;
 GRANT USAGE ON SEQUENCE :SCHEMA.jobs_id_seq TO sluice_enqueue;
 GRANT EXECUTE ON FUNCTION :SCHEMA.enqueue_job TO sluice_enqueue;

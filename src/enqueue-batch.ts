@@ -4,6 +4,8 @@ import type { JobValues } from './job-values.js';
 /** Which statement of EnqueueStatements a batch goes through, with its parameters. */
 export interface EnqueueBatch {
   readonly statement: 'enqueueMany' | 'enqueueManyUniform' | 'enqueueManyKeyed';
+  /** Some job of it is waitable (JobOptions.waitable): sent in the statement's waitable form. */
+  readonly waitable: boolean;
   /** `traceContext`: the enqueuing span's, as JSON text, or null. */
   params(traceContext: string | null): unknown[];
 }
@@ -46,6 +48,7 @@ export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
         v.max_attempts === first.max_attempts &&
         v.priority === first.priority &&
         v.group_key === first.group_key &&
+        v.waitable === first.waitable &&
         v.run_at === null &&
         v.delay_ms === 0 &&
         (units += v.payload.length) <= UNIFORM_MAX_PAYLOAD_UNITS,
@@ -56,14 +59,15 @@ export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
     const payloads = sized(() => `[${values.map((v) => v.payload).join(',')}]`, tasks);
     return {
       statement: 'enqueueManyUniform',
+      waitable: first.waitable,
       params: (traceContext) => [first.queue, tasks, payloads, first.max_attempts, first.priority, first.group_key, traceContext],
     };
   }
   // Keyed jobs through enqueue_job(), row by row; any other batch as one INSERT. Both read the document.
   const body = sized(() => jsonBody(values));
   return keys.size > 0
-    ? { statement: 'enqueueManyKeyed', params: () => [body] }
-    : { statement: 'enqueueMany', params: (traceContext) => [body, traceContext] };
+    ? { statement: 'enqueueManyKeyed', waitable: false, params: () => [body] }
+    : { statement: 'enqueueMany', waitable: values.some((v) => v.waitable), params: (traceContext) => [body, traceContext] };
 }
 
 /**
@@ -112,6 +116,7 @@ function jsonBody(values: readonly JobValues[]): string {
       `{"queue":${JSON.stringify(v.queue)},"task":${JSON.stringify(v.task)},"payload":${v.payload},` +
       `"run_at":${JSON.stringify(v.run_at)},"delay_ms":${v.delay_ms},"max_attempts":${v.max_attempts},"priority":${v.priority}` +
       (v.group_key === null ? '' : `,"group_key":${JSON.stringify(v.group_key)}`) +
+      (v.waitable ? ',"waitable":true' : '') +
       (v.job_key === null
         ? '}'
         : `,"job_key":${JSON.stringify(v.job_key)},"job_key_mode":"${v.job_key_mode}","while_processing":${v.while_processing}}`),

@@ -21,6 +21,8 @@ export interface JobValues {
   job_key: string | null;
   job_key_mode: JobKeyMode;
   while_processing: boolean;
+  /** Inserted with notify_on_finish set (JobOptions.waitable). */
+  waitable: boolean;
 }
 
 const KEY_MODES: readonly string[] = ['keep', 'replace', 'error'];
@@ -82,6 +84,12 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
   if (!KEY_MODES.includes(mode)) throw new ValidationError(`jobKeyMode must be keep, replace or error, got ${shown(mode)}`);
   const whileProcessing = spec.jobKeyWhileProcessing ?? false;
   if (typeof whileProcessing !== 'boolean') throw new ValidationError('jobKeyWhileProcessing must be a boolean');
+  const waitable = spec.waitable ?? false;
+  if (typeof waitable !== 'boolean') throw new ValidationError(`waitable must be a boolean, got ${shown(waitable)}`);
+  // A key's holder may be another caller's job, found (not inserted) by enqueue_job().
+  if (waitable && jobKey !== null) {
+    throw new ValidationError('waitable cannot be combined with jobKey: call waitFor() right after the enqueue instead');
+  }
   return {
     queue,
     task,
@@ -95,6 +103,7 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
     job_key: jobKey,
     job_key_mode: mode,
     while_processing: whileProcessing,
+    waitable,
   };
 }
 

@@ -71,6 +71,14 @@ export interface JobOptions {
   jobKeyMode?: JobKeyMode;
   /** Also hold the key while the job runs and between its retries. Default false. */
   jobKeyWhileProcessing?: boolean;
+  /**
+   * Flag the job for `waitFor()` as it is inserted: its outcome is announced, and
+   * its row kept when it completes, whatever the worker's `completedJobs`. Without
+   * it, a worker with `completedJobs: 'delete'` can complete and delete the job
+   * before a `waitFor()` called right after the enqueue flags it (JobNotFoundError).
+   * Default false. Not with `jobKey` (a ValidationError).
+   */
+  waitable?: boolean;
 }
 
 /** One job to enqueue (enqueueMany, enqueueAfterCommit). */

@@ -108,7 +108,17 @@ export function txOption(options: { tx?: Queryable } | undefined, what: string):
 
 const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
 /** The option names each takes: others are refused. */
-export const ENQUEUE_KEYS = new Set(['queue', 'runAt', 'delayMs', 'maxAttempts', 'priority', 'group', 'tx', ...KEY_OPTIONS]);
+export const ENQUEUE_KEYS = new Set([
+  'queue',
+  'runAt',
+  'delayMs',
+  'maxAttempts',
+  'priority',
+  'group',
+  'waitable',
+  'tx',
+  ...KEY_OPTIONS,
+]);
 export const SPEC_KEYS = new Set([
   'task',
   'payload',
@@ -118,6 +128,7 @@ export const SPEC_KEYS = new Set([
   'maxAttempts',
   'priority',
   'group',
+  'waitable',
   ...KEY_OPTIONS,
 ]);
 

@@ -18,7 +18,7 @@ import { type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec }
 import { resolveSchemas, validateBatchPayloads, validatePayload } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
-import { closedWhileWaiting, waitForJob } from './wait-for.js';
+import { waitForJob } from './wait-for.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { jobIdOf, jobIdsOf, readInput, toJobValues, withJobDates } from './job-values.js';
@@ -134,13 +134,18 @@ export class Queue<T extends TaskMap = AnyTasks> {
       // Keyed jobs go through enqueue_job(), which carries no trace context.
       const id = await traceEnqueue(v.queue, v.task, 1, async (traceContext) => {
         if (deferWakeUp) {
-          const [row] = await this.insert<{ id: string; run_at_ms: number }>(db, 'enqueueDeferred', [...values, traceContext]);
+          const [row] = await this.insert<{ id: string; run_at_ms: number }>(
+            db,
+            'enqueueDeferred',
+            [...values, traceContext],
+            v.waitable,
+          );
           this.wakeUps!.add(v.queue, row!.run_at_ms);
           return row!.id;
         }
         const [row] =
           v.job_key === null
-            ? await this.insert<{ id: string }>(db, 'enqueue', [...values, traceContext])
+            ? await this.insert<{ id: string }>(db, 'enqueue', [...values, traceContext], v.waitable)
             : await rows<{ id: string }>(db, this.queries.enqueueKeyed, [
                 ...values,
                 v.job_key,
@@ -190,7 +195,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       const result = await traceEnqueue(first.queue, task, values.length, (traceContext) =>
         batch.statement === 'enqueueManyKeyed'
           ? rows<{ id: string }>(db, this.queries.enqueueManyKeyed, batch.params(traceContext))
-          : this.insert<{ id: string }>(db, batch.statement, batch.params(traceContext)),
+          : this.insert<{ id: string }>(db, batch.statement, batch.params(traceContext), batch.waitable),
       );
       const ids = jobIdsOf(result, values.length);
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
@@ -231,13 +236,10 @@ export class Queue<T extends TaskMap = AnyTasks> {
       );
     }
     this.outcomes ??= new OutcomeListener(db, this.schema);
-    await this.outcomes.start();
-    // close() while LISTEN was being set up: said as waitForJob says it.
-    if (this.closing.signal.aborted) throw closedWhileWaiting(jobId);
-
     return waitForJob<P, R>(jobId, {
       db,
       outcomes: this.outcomes,
+      listening: this.outcomes.start(),
       queries: this.queries,
       timeoutMs,
       pollIntervalMs,
@@ -381,10 +383,14 @@ export class Queue<T extends TaskMap = AnyTasks> {
    * A caller's `tx` gets it unnamed: its connection may sit behind a pooler that
    * does not keep prepared statements.
    */
-  private async insert<R>(db: Queryable, statement: PreparedEnqueue, values: unknown[]): Promise<R[]> {
-    const text = this.queries[statement];
+  private async insert<R>(db: Queryable, statement: PreparedEnqueue, values: unknown[], waitable: boolean): Promise<R[]> {
+    const text = (waitable ? this.queries.waitable : this.queries)[statement];
     if (db !== this.db || !this.prepared) return rows<R>(db, text, values);
-    const result = await this.db.query<R>(text, values, preparedName(statement, this.schema));
+    const result = await this.db.query<R>(
+      text,
+      values,
+      preparedName(waitable ? `${statement}-waitable` : statement, this.schema),
+    );
     return result.rows;
   }
 

@@ -14,8 +14,9 @@ const UNFLAGGED_POLL_MS = 250;
 
 export interface WaitPlan {
   db: Queryable;
-  /** Started, on the Queue's own connection. */
+  /** On the Queue's own connection; `listening` settles once its LISTEN is set up. */
   outcomes: OutcomeListener;
+  listening: Promise<void>;
   queries: Pick<EnqueueStatements, 'schema' | 'watchJob' | 'getJob'>;
   timeoutMs: number;
   pollIntervalMs: number;
@@ -38,7 +39,9 @@ export function closedWhileWaiting(jobId: string): ConfigError {
  * every `pollIntervalMs`. Throws WaitTimeoutError after `timeoutMs`.
  */
 export async function waitForJob<P, R>(jobId: string, plan: WaitPlan): Promise<JobRow<P, R>> {
-  const { db, outcomes, queries, timeoutMs, pollIntervalMs, closing } = plan;
+  const { db, outcomes, listening, queries, timeoutMs, pollIntervalMs, closing } = plan;
+  // Awaited after the flag: a failure to listen meanwhile is not unhandled.
+  listening.catch(() => {});
   const closed = () => closedWhileWaiting(jobId);
   let wake: () => void = () => {};
   const unsubscribe = outcomes.subscribe(jobId, () => wake());
@@ -58,7 +61,14 @@ export async function waitForJob<P, R>(jobId: string, plan: WaitPlan): Promise<J
     }
   };
   try {
+    // The flag goes out while LISTEN is set up, not after it: every moment before the
+    // flag commits is one in which a worker with completedJobs 'delete' may complete
+    // and delete the job (outside review 219). An outcome announced before LISTEN is
+    // not heard, and is read below.
     let flagged = await watch();
+    await listening;
+    // close() while LISTEN was being set up.
+    if (closing.aborted) throw closed();
     for (;;) {
       const job = withJobDates((await rows<JobRow<P, R>>(db, queries.getJob, [jobId]))[0]);
       if (!job) throw new JobNotFoundError(jobId);

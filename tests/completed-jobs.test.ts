@@ -4,7 +4,7 @@
  * no longer this worker's are left as they were.
  */
 import { describe, expect, it } from 'vitest';
-import { ConfigError, Worker } from '../src/index.js';
+import { ConfigError, JobNotFoundError, Worker } from '../src/index.js';
 import { PgWorkerStore } from '../src/db/store.js';
 import { waitFor } from './helpers/database.js';
 import { openTestDriver } from './helpers/driver.js';
@@ -71,6 +71,58 @@ describe("completedJobs: 'delete'", () => {
     expect(await waiting).toMatchObject({ status: 'completed', result: 42 });
     await waitFor(async () => (await fx.queue.getJob(other)) === undefined, 'the unwatched job deleted');
     expect((await fx.queue.getJob(id))!.status).toBe('completed');
+  });
+
+  it('keeps a job enqueued waitable, however it was enqueued, so a waitFor() after its completion finds it (outside review 219)', async () => {
+    const done = new Set<string>();
+    const worker = await fx.start({
+      queues: ['waitable'],
+      completedJobs: 'delete',
+      tasks: { double: async ({ n }: { n: number }) => n * 2 },
+    });
+    worker.on('job:complete', (job) => done.add(job.id));
+    const q = { queue: 'waitable' };
+    const client = await fx.db.pool.connect();
+    let inTx: string;
+    try {
+      await client.query('BEGIN');
+      inTx = await fx.queue.enqueue('double', { n: 4 }, { ...q, waitable: true, tx: client });
+      await client.query('COMMIT');
+    } finally {
+      client.release();
+    }
+    const waitable = [
+      await fx.queue.enqueue('double', { n: 1 }, { ...q, waitable: true }),
+      // Several at once take the deferred wake-up's statement.
+      ...(await Promise.all([2, 3].map((n) => fx.queue.enqueue('double', { n }, { ...q, waitable: true })))),
+      inTx,
+      // A uniform batch (one set of options) and a mixed one go through different statements.
+      ...(await fx.queue.enqueueMany([5, 6].map((n) => ({ task: 'double', payload: { n }, ...q, waitable: true })))),
+      ...(await fx.queue.enqueueMany([
+        { task: 'double', payload: { n: 7 }, ...q, waitable: true, priority: 1 },
+        { task: 'double', payload: { n: 8 }, ...q, waitable: true },
+      ])),
+      ...(await fx.queue.enqueueAfterCommit(async (jobs) => jobs.enqueue('double', { n: 9 }, { ...q, waitable: true }))).jobIds,
+    ];
+    const plain = await fx.queue.enqueueMany([
+      { task: 'double', payload: { n: 10 }, ...q },
+      { task: 'double', payload: { n: 11 }, ...q, priority: 1, waitable: false },
+    ]);
+    const all = [...waitable, ...plain];
+    await waitFor(() => all.every((id) => done.has(id)), 'every job completed');
+    // Completed before anyone waited: the waitable ones are kept, with their results.
+    const results = await Promise.all(waitable.map(async (id) => (await fx.queue.waitFor(id, { timeoutMs: 10_000 })).result));
+    expect(results).toEqual([2, 4, 6, 8, 10, 12, 14, 16, 18]);
+    for (const id of plain) await expect(fx.queue.waitFor(id, { timeoutMs: 10_000 })).rejects.toThrow(JobNotFoundError);
+  });
+
+  it('refuses waitable with a jobKey, or not a boolean, before anything is sent', async () => {
+    await expect(fx.queue.enqueue('double', {}, { waitable: true, jobKey: 'k' })).rejects.toThrow(
+      /waitable cannot be combined with jobKey/,
+    );
+    await expect(fx.queue.enqueueMany([{ task: 'double', waitable: 'yes' as unknown as boolean }])).rejects.toThrow(
+      /job 0: waitable must be a boolean, got "yes"/,
+    );
   });
 
   it('completes or deletes every job exactly once while waitFor() calls race the completions', async () => {

@@ -155,6 +155,9 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
         // The worker that claims it flags its queue grouped (mark_queue_grouped(), 0021).
         { task: 't', payload: { n: 'grouped' }, queue: 'grp', group: 'tenant-1' },
       ])),
+      // Inserted flagged for waitFor() (0045: the insert guard refused it to this role).
+      await queue.enqueue('t', { n: 'waitable' }, { waitable: true }),
+      ...(await queue.enqueueMany([{ task: 't', payload: { n: 'waitable many' }, waitable: true }])),
     ];
     const client = await queue.pool!.connect();
     try {
@@ -312,6 +315,8 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       'rescued',
       'sql',
       'sql keyed',
+      'waitable',
+      'waitable many',
     ]);
   });
 

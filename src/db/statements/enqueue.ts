@@ -7,17 +7,23 @@ import { perSchema } from './per-schema.js';
  * COMMIT, waitFor's watch, and getJob. Values are always `$n` parameters; the
  * schema is the only text spliced in, quoted once.
  */
-export interface EnqueueStatements {
+export interface EnqueueStatements extends InsertStatements {
   readonly schema: string;
-  readonly enqueue: string;
-  readonly enqueueDeferred: string;
+  /** The inserts of jobs flagged for waitFor() (JobOptions.waitable). */
+  readonly waitable: InsertStatements;
   readonly wake: string;
-  readonly enqueueMany: string;
-  readonly enqueueManyUniform: string;
   readonly enqueueKeyed: string;
   readonly enqueueManyKeyed: string;
   readonly watchJob: string;
   readonly getJob: string;
+}
+
+/** The plain INSERTs of jobs without a key, each in one form per InsertStatements object. */
+interface InsertStatements {
+  readonly enqueue: string;
+  readonly enqueueDeferred: string;
+  readonly enqueueMany: string;
+  readonly enqueueManyUniform: string;
 }
 
 const ENQUEUE_COLUMNS = 'queue, task, payload, run_at, max_attempts, priority, group_key, trace_context';
@@ -29,33 +35,41 @@ const ENQUEUE_VALUES = `$1::text, $2::text, $3::text::jsonb,
 /** The statements of a Queue for one schema, built once per schema. */
 export const enqueueStatements = perSchema((schema: string): EnqueueStatements => {
   const s = quoteSchema(schema);
-  const jobs = `${s}.jobs`;
+  return {
+    schema,
+    ...insertStatements(`${s}.jobs`, false),
+    waitable: insertStatements(`${s}.jobs`, true),
+    ...otherStatements(schema),
+  };
+});
+
+/**
+ * The plain INSERTs into `jobs`. `waitable`: the form that also writes
+ * notify_on_finish, true for a batch's waitable jobs; the usual form leaves the
+ * column out, so a role whose column grants predate it (roles.sql before
+ * migration 0045) still enqueues.
+ */
+function insertStatements(jobs: string, waitable: boolean): InsertStatements {
+  const columns = waitable ? `${ENQUEUE_COLUMNS}, notify_on_finish` : ENQUEUE_COLUMNS;
+  const values = waitable ? `${ENQUEUE_VALUES}, true` : ENQUEUE_VALUES;
   // JSON parameters of the enqueue statements are cast from text ($n::text::jsonb):
   // they can run on a caller's postgres.js connection (a transaction adapter),
   // which would otherwise JSON.stringify the already-encoded text a second time.
   return {
-    schema,
-
     // A plain INSERT: the cheapest possible enqueue (the statement trigger adds one
     // NOTIFY per statement). run_at is computed by the server so client clocks do
     // not matter for delays.
     // $9: the enqueuing span's trace context (migration 0005), NULL without tracing.
-    enqueue: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS}) VALUES (${ENQUEUE_VALUES})
+    enqueue: `INSERT INTO ${jobs} (${columns}) VALUES (${values})
       RETURNING id::text AS id`,
 
     // The same INSERT with the trigger's NOTIFY turned off for this statement only
     // (set_config(..., true) lasts until the end of the implicit transaction); the
     // Queue sends the wake-up after the COMMIT instead (see migration 0004 and
     // src/wake-ups.ts). Only for statements that are their own transaction.
-    enqueueDeferred: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS})
-      SELECT ${ENQUEUE_VALUES} FROM (SELECT set_config('sluice.wake', 'deferred', true)) AS deferred
+    enqueueDeferred: `INSERT INTO ${jobs} (${columns})
+      SELECT ${values} FROM (SELECT set_config('sluice.wake', 'deferred', true)) AS deferred
       RETURNING id::text AS id, floor(extract(epoch FROM run_at) * 1000)::float8 AS run_at_ms`,
-
-    // Wake-ups sent after the COMMIT of deferred enqueues: the payload the trigger
-    // would have sent (wake_payload(), migration 0009), one per queue; $3: the
-    // earliest run_at of each. This statement writes nothing.
-    wake: `SELECT pg_notify($1, ${s}.wake_payload(w.q, w.t))
-      FROM unnest($2::text[], $3::timestamptz[]) AS w(q, t)`,
 
     // Many jobs in one statement and one round trip: the rows travel as one JSON
     // array, so 10,000 jobs are a single parameter. One statement also means one
@@ -65,13 +79,13 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // enqueue (~19 vs ~11 µs per job in batches of 1,000, measured back to back).
     // Each payload still becomes jsonb as it is stored.
     // A payload that is JSON null comes out of json_to_recordset as SQL NULL: put back.
-    enqueueMany: `INSERT INTO ${jobs} (queue, task, payload, run_at, max_attempts, priority, group_key, trace_context)
+    enqueueMany: `INSERT INTO ${jobs} (${columns})
       SELECT j.queue, j.task, coalesce(j.payload, 'null'::jsonb),
              coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
-             j.max_attempts, j.priority, j.group_key, $2::text::jsonb
+             j.max_attempts, j.priority, j.group_key, $2::text::jsonb${waitable ? ', coalesce(j.waitable, false)' : ''}
       FROM ROWS FROM (json_to_recordset($1::text::json) AS (queue text, task text, payload jsonb,
-             run_at timestamptz, delay_ms float8, max_attempts int, priority int, group_key text))
-        WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority, group_key, ord)
+             run_at timestamptz, delay_ms float8, max_attempts int, priority int, group_key text, waitable bool))
+        WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority, group_key, waitable, ord)
       ORDER BY j.ord
       RETURNING id::text AS id`,
 
@@ -86,12 +100,25 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
     // rate to 92%, measured batch by batch as npm run bench:bulk does. Text
     // parameters only, so a caller's transaction (any driver or query builder)
     // takes this form too.
-    enqueueManyUniform: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS})
-      SELECT $1::text, j.task, j.payload, clock_timestamp(), $4::int, $5::int, $6::text, $7::text::jsonb
+    enqueueManyUniform: `INSERT INTO ${jobs} (${columns})
+      SELECT $1::text, j.task, j.payload, clock_timestamp(), $4::int, $5::int, $6::text, $7::text::jsonb${waitable ? ', true' : ''}
       FROM ROWS FROM (jsonb_array_elements_text($2::text::jsonb), jsonb_array_elements($3::text::jsonb))
         WITH ORDINALITY AS j(task, payload, ord)
       ORDER BY j.ord
       RETURNING id::text AS id`,
+  };
+}
+
+/** The statements other than the plain INSERTs: wake-ups, keyed enqueues, waitFor's. */
+function otherStatements(schema: string): Omit<EnqueueStatements, 'schema' | 'waitable' | keyof InsertStatements> {
+  const s = quoteSchema(schema);
+  const jobs = `${s}.jobs`;
+  return {
+    // Wake-ups sent after the COMMIT of deferred enqueues: the payload the trigger
+    // would have sent (wake_payload(), migration 0009), one per queue; $3: the
+    // earliest run_at of each. This statement writes nothing.
+    wake: `SELECT pg_notify($1, ${s}.wake_payload(w.q, w.t))
+      FROM unnest($2::text[], $3::timestamptz[]) AS w(q, t)`,
 
     // With a job key the insert goes through enqueue_job() (migration 0002), which
     // does the INSERT ... ON CONFLICT on jobs_job_key_idx and the keep / replace /
@@ -148,4 +175,4 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
 
     getJob: findJobStatement(schema),
   };
-});
+}
