@@ -193,8 +193,12 @@ export class WaitTimeoutError extends SluiceError {
 
 /** No job has that id (or it was deleted). */
 export class JobNotFoundError extends SluiceError {
-  constructor(readonly jobId: string) {
-    super('JOB_NOT_FOUND', `no job with id ${jobId}`);
+  /** `why`: what may have become of it, where the caller knows more than "no such job". */
+  constructor(
+    readonly jobId: string,
+    why?: string,
+  ) {
+    super('JOB_NOT_FOUND', `no job with id ${jobId}${why ? ` (${why})` : ''}`);
   }
 }
 

@@ -71,7 +71,14 @@ export async function waitForJob<P, R>(jobId: string, plan: WaitPlan): Promise<J
     if (closing.aborted) throw closed();
     for (;;) {
       const job = withJobDates((await rows<JobRow<P, R>>(db, queries.getJob, [jobId]))[0]);
-      if (!job) throw new JobNotFoundError(jobId);
+      if (!job) {
+        // The same error for an id that never existed: say what else it may be (outside review 219).
+        throw new JobNotFoundError(
+          jobId,
+          "never enqueued, or gone: a worker with completedJobs 'delete' deletes a completed job not flagged for " +
+            'waitFor (enqueue it with waitable: true), and the history drops jobs past its retention',
+        );
+      }
       if (isFinished(job.status)) return job;
       const left = deadline - Date.now();
       if (left <= 0)
