@@ -1,7 +1,14 @@
 import { createServer, type IncomingMessage, type RequestListener, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
-import type { FastifyError, FastifyInstance, FastifyReply, FastifyServerFactory, FastifyServerOptions } from 'fastify';
+import type {
+  FastifyError,
+  FastifyInstance,
+  FastifyReply,
+  FastifyRequest,
+  FastifyServerFactory,
+  FastifyServerOptions,
+} from 'fastify';
 import { ConfigError } from '../errors.js';
 import { checkListenHost, listenError } from '../listen-error.js';
 import { importPeer } from '../optional-peer.js';
@@ -69,6 +76,9 @@ async function dashboardApp(
   const answer = (reply: FastifyReply, status: number, code: string, message: string) =>
     void reply.code(status).header('x-content-type-options', 'nosniff').send({ error: { code, message } });
   const app = Fastify({
+    // An HTTP/1.1 request without a Host header: refused below in the API's shape, where
+    // Node's own refusal was a 400 with an empty body (outside review 218).
+    http: { requireHostHeader: false },
     ...fastifyOptions,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     // A path Fastify cannot decode (/api/%zz) never reaches a route or an error handler.
@@ -76,12 +86,20 @@ async function dashboardApp(
     frameworkErrors: (err, _req, reply) => answer(reply, 400, 'BAD_REQUEST', clipped(err.message)),
     clientErrorHandler: refuseMalformed,
   });
-  app.setNotFoundHandler((req, reply) =>
-    answer(reply, 404, 'NOT_FOUND', `no such route: ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`),
-  );
-  // Errors outside the dashboard's routes (a bad JSON body sent to a path it does not
-  // have); its own routes have their handler (api.ts).
-  app.setErrorHandler((err: FastifyError, _req, reply) => {
+  app.addHook('onRequest', async (req, reply) => {
+    if (req.raw.httpVersion === '1.1' && req.headers.host === undefined) {
+      answer(reply, 400, 'BAD_REQUEST', 'the request has no Host header, which HTTP/1.1 requires');
+      return reply;
+    }
+  });
+  const notFound = (req: FastifyRequest, reply: FastifyReply) =>
+    answer(reply, 404, 'NOT_FOUND', `no such route: ${req.method} ${req.url.split('?')[0]!.slice(0, 200)}`);
+  app.setNotFoundHandler(notFound);
+  // Errors outside the dashboard's routes; its own routes have their handler (api.ts).
+  // A body refused on its way to a path the dashboard does not have is still a 404:
+  // an empty JSON body there read "the body is empty" (outside review 218).
+  app.setErrorHandler((err: FastifyError, req, reply) => {
+    if (req.is404) return notFound(req, reply);
     const { status, code, message } = requestError(err);
     answer(reply, status, code, message);
   });
