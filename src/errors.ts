@@ -35,6 +35,7 @@ export class SluiceError extends Error {
 
 /** An option passed to a constructor or function is missing, unknown or out of range. */
 export class ConfigError extends SluiceError {
+  declare readonly code: 'CONFIG';
   constructor(message: string, options?: { cause?: unknown }) {
     super('CONFIG', message, options);
   }
@@ -42,6 +43,7 @@ export class ConfigError extends SluiceError {
 
 /** A job (task name, payload, queue, schedule) is not acceptable; nothing was inserted. */
 export class ValidationError extends SluiceError {
+  declare readonly code: 'VALIDATION';
   constructor(message: string, options?: { cause?: unknown }) {
     super('VALIDATION', message, options);
   }
@@ -49,6 +51,7 @@ export class ValidationError extends SluiceError {
 
 /** Postgres could not be reached or the connection dropped. Usually worth retrying. */
 export class ConnectionError extends SluiceError {
+  declare readonly code: 'CONNECTION';
   constructor(message: string, options?: { cause?: unknown }) {
     super('CONNECTION', message, options);
   }
@@ -108,6 +111,7 @@ export function neverSent(err: unknown): boolean {
 
 /** Postgres answered with an error (constraint, permission, syntax ...). */
 export class DatabaseError extends SluiceError {
+  declare readonly code: 'DATABASE';
   /** The SQLSTATE Postgres returned, e.g. `23505`. */
   readonly sqlState: string | undefined;
   constructor(message: string, sqlState: string | undefined, options?: { cause?: unknown }) {
@@ -117,6 +121,7 @@ export class DatabaseError extends SluiceError {
 }
 
 export class MigrationError extends SluiceError {
+  declare readonly code: 'MIGRATION';
   constructor(message: string, options?: { cause?: unknown }) {
     super('MIGRATION', message, options);
   }
@@ -149,6 +154,7 @@ export function isInsufficientPrivilege(err: unknown): boolean {
 
 /** A handler ran longer than its task's timeout; the job is retried. */
 export class JobTimeoutError extends SluiceError {
+  declare readonly code: 'JOB_TIMEOUT';
   constructor(message: string) {
     super('JOB_TIMEOUT', message);
   }
@@ -159,6 +165,7 @@ export class JobTimeoutError extends SluiceError {
  * (bad input that no retry will fix).
  */
 export class PermanentFailure extends SluiceError {
+  declare readonly code: 'PERMANENT_FAILURE';
   constructor(message: string, options?: { cause?: unknown }) {
     super('PERMANENT_FAILURE', message, options);
   }
@@ -170,6 +177,7 @@ export class PermanentFailure extends SluiceError {
  * SQL error does: use a savepoint if you want to carry on.)
  */
 export class DuplicateJobError extends SluiceError {
+  declare readonly code: 'DUPLICATE_JOB';
   constructor(
     message: string,
     /** The job that holds the key. */
@@ -183,6 +191,7 @@ export class DuplicateJobError extends SluiceError {
 
 /** Queue.waitFor() gave up before the job finished; the job itself is untouched. */
 export class WaitTimeoutError extends SluiceError {
+  declare readonly code: 'WAIT_TIMEOUT';
   constructor(
     message: string,
     readonly jobId: string,
@@ -193,6 +202,7 @@ export class WaitTimeoutError extends SluiceError {
 
 /** No job has that id (or it was deleted). */
 export class JobNotFoundError extends SluiceError {
+  declare readonly code: 'JOB_NOT_FOUND';
   /** `why`: what may have become of it, where the caller knows more than "no such job". */
   constructor(
     readonly jobId: string,
@@ -204,6 +214,7 @@ export class JobNotFoundError extends SluiceError {
 
 /** The reason a handler's AbortSignal carries when its job was cancelled (queue.cancel). */
 export class JobCancelledError extends SluiceError {
+  declare readonly code: 'CANCELLED';
   constructor(message: string) {
     super('CANCELLED', message);
   }
@@ -215,6 +226,7 @@ export class JobCancelledError extends SluiceError {
  * not hand back on the way out.
  */
 export class WorkerStoppingError extends SluiceError {
+  declare readonly code: 'SHUTDOWN';
   constructor(message: string, options?: { cause?: unknown }) {
     super('SHUTDOWN', message, options);
   }
@@ -227,6 +239,7 @@ export class WorkerStoppingError extends SluiceError {
  * stands. `event` names the event whose listener failed; `cause` is what it threw.
  */
 export class ListenerError extends SluiceError {
+  declare readonly code: 'LISTENER';
   readonly event: string;
   constructor(event: string, cause: unknown) {
     // What cannot be made text (Object.create(null), a revoked Proxy) must not throw here (outside review 157).
@@ -246,6 +259,7 @@ export class ListenerError extends SluiceError {
  *   throw new Snooze(new Date('2030-01-01T09:00:00Z'));               // again at that time
  */
 export class Snooze extends SluiceError {
+  declare readonly code: 'SNOOZE';
   /** When the job runs again: a Date, or null when `delayMs` counts from the write (server clock). */
   readonly runAt: Date | null;
   readonly delayMs: number;

@@ -580,6 +580,14 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
           `role "${leaderless}" lacks SELECT on cron_schedules, INSERT on cron_schedules, UPDATE on cron_schedules in schema`,
         );
         expect(await refusedFor({ maintenance: false })).toBe('started');
+        // sluice_worker may not delete jobs (outside review 220: started, every result write refused, each job run again).
+        expect(await refusedFor({ maintenance: false, completedJobs: 'delete' })).toBe(
+          `role "${leaderless}" lacks DELETE on jobs in schema "${db.schema}": completedJobs 'delete' deletes completed ` +
+            `jobs' rows, which sluice_worker may not: GRANT DELETE ON ${db.s}.jobs TO "${leaderless}", or keep completed ` +
+            'jobs (the default)',
+        );
+        await db.pool.query(`GRANT DELETE ON ${db.s}.jobs TO ${leaderless}`);
+        expect(await refusedFor({ maintenance: false, completedJobs: 'delete' })).toBe('started');
       } finally {
         await db.pool.query(`GRANT SELECT, INSERT, UPDATE, DELETE ON ${db.s}.leader TO ${groups.worker}`);
         await db.pool.query(`GRANT SELECT, INSERT, UPDATE ON ${db.s}.cron_schedules TO ${groups.worker}`);

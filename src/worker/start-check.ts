@@ -1,6 +1,6 @@
 import { loginProblem } from '../db/connection.js';
 import type { Driver } from '../db/driver.js';
-import { quoteSchema } from '../db/identifiers.js';
+import { quoteIdent, quoteSchema } from '../db/identifiers.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import { ConfigError, isInsufficientPrivilege, isNotMigrated, MigrationError } from '../errors.js';
 import { newestMigration } from '../migrate.js';
@@ -20,7 +20,7 @@ export async function whyNoJobCanRun(
   db: Driver,
   schema: string,
   url: string | undefined,
-  uses: { maintenance: boolean; schedules: boolean },
+  uses: { maintenance: boolean; schedules: boolean; deleting: boolean },
 ): Promise<Error | undefined> {
   let answer: { role: string; missing: string };
   try {
@@ -28,6 +28,7 @@ export async function whyNoJobCanRun(
       quoteSchema(schema),
       uses.maintenance,
       uses.schedules,
+      uses.deleting,
     ]);
     answer = rows[0]!;
   } catch (err) {
@@ -39,7 +40,14 @@ export async function whyNoJobCanRun(
   const behind = await migrationsBehind(db, schema);
   if (behind) return behind;
   if (answer.missing === '') return undefined;
-  return new ConfigError('role "' + answer.role + '" lacks ' + answer.missing + ' in schema "' + schema + '": ' + GRANT);
+  // sluice_worker has no DELETE on jobs: completedJobs 'delete' needs it granted apart
+  // (outside review 220: the worker started, every result write was refused, and each job ran again).
+  const lacks = 'role "' + answer.role + '" lacks ' + answer.missing + ' in schema "' + schema + '"';
+  if (!/\bDELETE on jobs\b/.test(answer.missing)) return new ConfigError(lacks + ': ' + GRANT);
+  const deleting =
+    `completedJobs 'delete' deletes completed jobs' rows, which sluice_worker may not: ` +
+    `GRANT DELETE ON ${quoteSchema(schema)}.jobs TO ${quoteIdent(answer.role)}, or keep completed jobs (the default)`;
+  return new ConfigError(lacks + ': ' + (answer.missing === 'DELETE on jobs' ? deleting : `${GRANT}; ${deleting}`));
 }
 
 /**

@@ -296,6 +296,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
       refusal = await whyNoJobCanRun(db, this.config.schema, this.options.connectionString, {
         maintenance: this.config.maintenance !== undefined,
         schedules: this.config.schedules.length > 0,
+        deleting: this.config.completedJobs === 'delete',
       });
     } catch (err) {
       // Cut by a stop() while starting: the stop's own error says why, not "cannot reach".

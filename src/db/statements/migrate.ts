@@ -69,6 +69,7 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
                            (9, 'jobs', 'updated_at', 'UPDATE', 'always'), (10, 'jobs', 'last_error', 'UPDATE', 'always'),
                            (11, 'jobs', 'errors', 'UPDATE', 'always'), (12, 'jobs', 'result', 'UPDATE', 'always'),
                            (13, 'jobs', 'progress', 'UPDATE', 'always'), (14, 'jobs', 'key_scope', 'UPDATE', 'always'),
+                           (15, 'jobs', NULL, 'DELETE', 'deleting'),
                            (20, 'queues', NULL, 'SELECT', 'always'), (21, 'queues', 'updated_at', 'UPDATE', 'always'),
                            (22, 'queues', 'group_cursor', 'UPDATE', 'always'), (23, 'queues', 'group_turn_taken', 'UPDATE', 'always'),
                            (24, 'queues', 'tokens', 'UPDATE', 'always'), (25, 'queues', 'tokens_at', 'UPDATE', 'always'),
@@ -88,7 +89,8 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
                            (63, 'enqueue_job(text, jsonb, timestamptz, integer, text, integer, text, text, boolean, text)', NULL,
                             'EXECUTE', 'schedules')) AS need (n, object, col, priv, used)
               CROSS JOIN LATERAL (SELECT to_regclass($1 || '.' || object) AS rel, to_regprocedure($1 || '.' || object) AS fn) found
-              WHERE (used = 'always' OR (used = 'maintenance' AND $2) OR (used = 'schedules' AND $3)) AND NOT CASE
+              WHERE (used = 'always' OR (used = 'maintenance' AND $2) OR (used = 'schedules' AND $3)
+                     OR (used = 'deleting' AND $4)) AND NOT CASE
                 WHEN priv = 'EXECUTE' THEN fn IS NULL OR has_function_privilege(fn, priv)
                 WHEN rel IS NULL THEN true
                 WHEN col IS NULL THEN has_table_privilege(rel, priv)
