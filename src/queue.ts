@@ -15,7 +15,7 @@ import { callerTransaction, rows, type Queryable } from './db/executor.js';
 import { afterCommitError, enqueueError } from './enqueue-errors.js';
 import { ConfigError, ValidationError, wrapDatabaseError } from './errors.js';
 import { type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
-import { resolveSchemas, validateBatchPayloads, validatePayload } from './task-schemas.js';
+import { resolveSchemas, validateAsStored, validateBatchPayloads } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
 import { waitForJob } from './wait-for.js';
@@ -118,7 +118,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
   async enqueue<K extends keyof T & string>(task: K, ...[payload, options = {}]: TaskArgs<T, K>): Promise<string> {
     // Checked, and stored as given: the worker parses it (see validateBatchPayloads).
-    if (this.schemas.size > 0) await validatePayload(this.schemas, task, payload);
+    if (this.schemas.size > 0) await validateAsStored(this.schemas, task, payload, this.maxPayloadBytes);
     const v = readInput('enqueue', () => {
       input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
       return toJobValues({ ...options, task, payload }, this.maxPayloadBytes);
@@ -170,7 +170,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async enqueueMany(jobs: TaskSpec<T>[], options: { tx?: Queryable } = {}): Promise<string[]> {
     if (!readInput('enqueueMany', () => Array.isArray(jobs))) throw new ValidationError('enqueueMany: jobs must be an array');
-    if (this.schemas.size > 0) jobs = await validateBatchPayloads(this.schemas, jobs);
+    if (this.schemas.size > 0) jobs = await validateBatchPayloads(this.schemas, jobs, this.maxPayloadBytes);
     readInput('enqueueMany', () => input.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany'));
     const values = readInput('enqueueMany', () =>
       Array.from(jobs, (spec, i) => {
@@ -281,7 +281,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
         }
         const spec = readInput('enqueueAfterCommit', () => ({ ...options, task, payload }) as JobSpec);
         // Everything enqueueMany would check, now, while the caller can still roll back.
-        if (this.schemas.size > 0) await validatePayload(this.schemas, task, payload);
+        if (this.schemas.size > 0) await validateAsStored(this.schemas, task, payload, this.maxPayloadBytes);
         const key = readInput('enqueueAfterCommit', () => {
           input.rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
           return toJobValues(spec, this.maxPayloadBytes).job_key;

@@ -198,6 +198,47 @@ describe('typed tasks with Standard Schema validation', () => {
     }
   });
 
+  it('checks the payload as the worker will read it, its JSON, so a schema only the value before JSON fits is refused (outside review 221)', async () => {
+    const strict = new Queue({
+      pool: db.pool,
+      schema: db.schema,
+      schemas: {
+        dated: z.object({ at: z.date() }),
+        empty: z.undefined(),
+        coerced: z.object({ at: z.coerce.date() }),
+        thrower: {
+          '~standard': {
+            version: 1,
+            vendor: 'test',
+            validate: () => {
+              throw new Error('schema exploded');
+            },
+          },
+        } as never,
+      },
+    });
+    const q = { queue: 'typed-as-stored' };
+    // Fit as given: a Date, a payload left out. Stored as a string and {}: every job failed for good.
+    const asStored = /\(the payload fits the schema as given, not as stored: the worker checks its JSON/;
+    await expect(strict.enqueue('dated', { at: new Date() }, q)).rejects.toThrow(asStored);
+    await expect(strict.enqueue('empty', undefined, q)).rejects.toThrow(asStored);
+    await expect(strict.enqueueMany([{ task: 'dated', payload: { at: new Date() }, ...q }])).rejects.toThrow(
+      /^enqueueMany: job 0: payload of task "dated" is invalid: at: .*not as stored/,
+    );
+    await expect(strict.enqueueAfterCommit(async (jobs) => jobs.enqueue('empty', undefined, q))).rejects.toThrow(asStored);
+    // A payload that fits neither way is told as before, without the note.
+    const plain = await strict.enqueue('dated', { at: 5 } as never, q).catch((err: Error) => err);
+    expect(plain).toBeInstanceOf(ValidationError);
+    expect((plain as Error).message).not.toMatch(/as stored/);
+    // A schema that throws is a ValidationError too, nothing inserted.
+    const threw = await strict.enqueue('thrower', {}, q).catch((err: unknown) => err);
+    expect(threw).toBeInstanceOf(ValidationError);
+    expect((threw as Error).message).toBe('payload of task "thrower" could not be checked: its schema threw: schema exploded');
+    // What takes the JSON form is taken.
+    const id = await strict.enqueue('coerced', { at: new Date('2026-12-06T00:00:00Z') }, q);
+    expect((await jobsOf('typed-as-stored')).map((j) => j.id)).toEqual([id]);
+  });
+
   it('rejects schemas that are not Standard Schemas', () => {
     expect(() => new Queue({ schemas: { a: {} as never } })).toThrow(ConfigError);
     expect(
