@@ -38,6 +38,11 @@ export function addBatchKey(keys: Set<string>, key: string | null, what: string,
 export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
   const keys = new Set<string>();
   for (const v of values) addBatchKey(keys, v.job_key, 'enqueueMany', 'appears twice in the batch');
+  refuseWaitableBesideKeys(
+    values.some((v) => v.waitable),
+    keys.size > 0,
+    'enqueueMany',
+  );
   const first = values[0]!;
   let units = 0;
   const uniform =
@@ -68,6 +73,19 @@ export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
   return keys.size > 0
     ? { statement: 'enqueueManyKeyed', waitable: false, params: () => [body] }
     : { statement: 'enqueueMany', waitable: values.some((v) => v.waitable), params: (traceContext) => [body, traceContext] };
+}
+
+/**
+ * A batch with keyed jobs goes through enqueue_job(), which inserts no job flagged
+ * for waitFor: a waitable job beside a keyed one was inserted unflagged, without a
+ * word (outside review 220). Refused before anything is sent.
+ */
+export function refuseWaitableBesideKeys(waitable: boolean, keyed: boolean, what: string): void {
+  if (!waitable || !keyed) return;
+  throw new ValidationError(
+    `${what}: a waitable job cannot be in one batch with keyed jobs (a keyed batch is inserted by enqueue_job(), ` +
+      'which cannot flag it): enqueue the waitable jobs in a batch of their own',
+  );
 }
 
 /**

@@ -88,7 +88,10 @@ export function toJobValues(spec: JobSpec, maxPayloadBytes: number): JobValues {
   if (typeof waitable !== 'boolean') throw new ValidationError(`waitable must be a boolean, got ${shown(waitable)}`);
   // A key's holder may be another caller's job, found (not inserted) by enqueue_job().
   if (waitable && jobKey !== null) {
-    throw new ValidationError('waitable cannot be combined with jobKey: call waitFor() right after the enqueue instead');
+    throw new ValidationError(
+      "waitable cannot be combined with jobKey (the key's holder may be another caller's job): to wait for keyed jobs, " +
+        "run their workers with completedJobs 'keep' (the default)",
+    );
   }
   return {
     queue,

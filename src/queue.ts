@@ -22,7 +22,7 @@ import { waitForJob } from './wait-for.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { jobIdOf, jobIdsOf, readInput, toJobValues, withJobDates } from './job-values.js';
-import { addBatchKey, enqueueBatch } from './enqueue-batch.js';
+import { addBatchKey, enqueueBatch, refuseWaitableBesideKeys } from './enqueue-batch.js';
 import {
   ENQUEUE_KEYS,
   QUEUE_KEYS,
@@ -270,6 +270,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
     if (typeof work !== 'function') throw new ValidationError('enqueueAfterCommit: work must be a function'); // review 179
     const specs: JobSpec[] = [];
     const keys = new Set<string>();
+    let waitable = false;
     let collecting = true;
     const jobs: AfterCommitJobs<T> = {
       enqueue: async (task, ...[payload, options = {}]) => {
@@ -282,12 +283,14 @@ export class Queue<T extends TaskMap = AnyTasks> {
         const spec = readInput('enqueueAfterCommit', () => ({ ...options, task, payload }) as JobSpec);
         // Everything enqueueMany would check, now, while the caller can still roll back.
         if (this.schemas.size > 0) await validateAsStored(this.schemas, task, payload, this.maxPayloadBytes);
-        const key = readInput('enqueueAfterCommit', () => {
+        const v = readInput('enqueueAfterCommit', () => {
           input.rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
-          return toJobValues(spec, this.maxPayloadBytes).job_key;
+          return toJobValues(spec, this.maxPayloadBytes);
         });
         // A key twice, refused now while the caller can roll back: after its commit it lost every job (outside review 177).
-        addBatchKey(keys, key, 'enqueueAfterCommit', "is already among this call's jobs; a batch holds each key once");
+        addBatchKey(keys, v.job_key, 'enqueueAfterCommit', "is already among this call's jobs; a batch holds each key once");
+        refuseWaitableBesideKeys(waitable || v.waitable, keys.size > 0, 'enqueueAfterCommit');
+        waitable ||= v.waitable;
         specs.push(spec);
       },
     };

@@ -121,10 +121,31 @@ describe("completedJobs: 'delete'", () => {
     }
   });
 
-  it('refuses waitable with a jobKey, or not a boolean, before anything is sent', async () => {
-    await expect(fx.queue.enqueue('double', {}, { waitable: true, jobKey: 'k' })).rejects.toThrow(
-      /waitable cannot be combined with jobKey/,
+  it('refuses waitable with a jobKey, beside keyed jobs in a batch, or not a boolean, before anything is sent', async () => {
+    const q = { queue: 'waitable-refused' };
+    await expect(fx.queue.enqueue('double', {}, { ...q, waitable: true, jobKey: 'k' })).rejects.toThrow(
+      /waitable cannot be combined with jobKey .*run their workers with completedJobs 'keep'/,
     );
+    // A keyed batch goes through enqueue_job(), which inserted the waitable job unflagged (outside review 220).
+    const beside = /a waitable job cannot be in one batch with keyed jobs/;
+    await expect(
+      fx.queue.enqueueMany([
+        { task: 'double', payload: { n: 1 }, ...q, waitable: true },
+        { task: 'double', payload: { n: 2 }, ...q, jobKey: 'k1' },
+      ]),
+    ).rejects.toThrow(beside);
+    for (const order of [
+      [{ waitable: true }, { jobKey: 'k2' }],
+      [{ jobKey: 'k3' }, { waitable: true }],
+    ]) {
+      await expect(
+        fx.queue.enqueueAfterCommit(async (jobs) => {
+          for (const options of order) await jobs.enqueue('double', { n: 3 }, { ...q, ...options });
+        }),
+      ).rejects.toThrow(beside);
+    }
+    const { rows } = await fx.db.pool.query(`SELECT count(*)::int AS n FROM ${fx.db.s}.jobs WHERE queue = $1`, [q.queue]);
+    expect(rows[0].n).toBe(0);
     await expect(fx.queue.enqueueMany([{ task: 'double', waitable: 'yes' as unknown as boolean }])).rejects.toThrow(
       /job 0: waitable must be a boolean, got "yes"/,
     );
