@@ -77,6 +77,19 @@ const NEVER_CONNECTED = new Set([
   'CONNECTION_ENDED',
 ]);
 
+/**
+ * Errors a driver saw while opening a connection for a statement (the statement
+ * was queued behind it, not sent), whatever their code: a connection reset or
+ * closed during Postgres's startup said the job might exist (outside review 222).
+ */
+const failedToConnect = new WeakSet<object>();
+
+/** Marks `err` as a failure to open the connection a statement was waiting for (see neverSent). */
+export function markNeverConnected(err: unknown): unknown {
+  if (err && typeof err === 'object') failedToConnect.add(err);
+  return err;
+}
+
 /** `err` and the errors it wraps (`cause`), at most five deep: whoever wrapped a driver's error, it is found. */
 export function* causeChain(err: unknown): Generator<object> {
   for (let e = err, depth = 0; e && typeof e === 'object' && depth < 5; e = (e as { cause?: unknown }).cause, depth++) {
@@ -87,7 +100,9 @@ export function* causeChain(err: unknown): Generator<object> {
 /** True when `err` (or what it wraps) says the statement was never sent. */
 export function neverSent(err: unknown): boolean {
   for (const e of causeChain(err)) {
-    if (e instanceof NotSentError) return true;
+    if (e instanceof NotSentError || failedToConnect.has(e)) return true;
+    // A socket error before its TCP connection was made ("connect ECONNRESET"), on any driver.
+    if ((e as { syscall?: unknown }).syscall === 'connect') return true;
     const code = (e as { code?: unknown }).code;
     if (typeof code === 'string' && NEVER_CONNECTED.has(code)) return true;
     // pg's words for a pool's and a client's connect timeout, and for a client (a caller's

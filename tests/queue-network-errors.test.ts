@@ -3,6 +3,7 @@
  * callers can branch on) when Postgres stops answering or cannot be reached, not
  * with the driver's own error (outside review 87: getJob threw pg's bare Error).
  */
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, ConnectionError, NotSentError, Queue } from '../src/index.js';
@@ -325,6 +326,47 @@ describe.each(['pg', 'postgres.js'] as const)('an enqueue whose reply is lost, o
     } finally {
       await client.end().catch(() => {});
       await queue.close();
+    }
+  });
+});
+
+describe('a server that drops the connection during its startup', () => {
+  // Accepted, then reset or closed before Postgres's startup reply: no statement can
+  // have gone out. Told "the job exists all the same" (outside review 222).
+  // postgres.js: only the reset is told apart (an error of the TCP connect itself).
+  const reset = (s: Socket) => s.resetAndDestroy();
+  const closed = (s: Socket) => s.end();
+  it.each([
+    ['reset', 'pg', reset],
+    ['closed', 'pg', closed],
+    ['reset', 'postgres.js', reset],
+  ] as const)('%s, on %s: an enqueue is a NotSentError, with or without a statement limit', async (_how, driver, drop) => {
+    const sockets = new Set<Socket>();
+    const server = createServer((socket) => {
+      sockets.add(socket);
+      drop(socket);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const url = `postgres://postgres@127.0.0.1:${(server.address() as AddressInfo).port}/postgres`;
+    try {
+      for (const limit of [{}, { statementTimeoutMs: 3_000 }]) {
+        const queue = new Queue({ connectionString: url, schema: db.schema, driver, ...limit });
+        try {
+          for (const call of [() => queue.enqueue('quiet', {}), () => queue.enqueueMany([{ task: 'quiet' }])]) {
+            const error = await call().then(
+              () => undefined,
+              (e: unknown) => e,
+            );
+            expect(error, JSON.stringify(limit)).toBeInstanceOf(NotSentError);
+            expect((error as Error).message).toMatch(/nothing was sent, so the jobs? (was|were) not enqueued$/);
+          }
+        } finally {
+          await queue.close();
+        }
+      }
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => server.close(resolve));
     }
   });
 });

@@ -3,7 +3,7 @@ import { destroyConnection, openPool, type PgClient, type PgPool, type PgPoolCli
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, STATEMENT_HINT, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
-import { ConnectionError, NotSentError } from '../../errors.js';
+import { ConnectionError, markNeverConnected, NotSentError } from '../../errors.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { shorterLimit, timeLimit } from '../../lifecycle/time-limit.js';
 import { cancelThenDrop } from './cancel.js';
@@ -141,7 +141,8 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
         (err: unknown) => {
           clearTimeout(timer);
           waiting.delete(reject);
-          reject(err as Error);
+          // No connection: whatever waited for it was never sent.
+          reject(markNeverConnected(err) as Error);
         },
       );
     });
@@ -216,7 +217,7 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
     if (name) config.name = name;
     if (aborted) throw aborted;
     const own = shorterLimit(limit, limitMs);
-    if (own === undefined) return pool.query(config) as Promise<{ rows: any[] }>;
+    if (own === undefined) return poolQuery(config);
     const client = await takeReady();
     let cancelling: Promise<void> | undefined;
     try {
@@ -245,6 +246,24 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
         give(client, err as Error);
       }
       throw aborted ?? err;
+    }
+  }
+
+  /**
+   * pool.query(), with the connection taken by take(): a failure to connect is
+   * then told apart (markNeverConnected), where pool.query gave it as any other.
+   * As pool.query does, a connection whose statement failed is dropped.
+   */
+  async function poolQuery(config: PgQueryConfig): Promise<{ rows: any[] }> {
+    const client = await take();
+    try {
+      const result = await client.query(config);
+      client.removeListener('error', ignoreError);
+      give(client);
+      return result;
+    } catch (err) {
+      give(client, err as Error);
+      throw err;
     }
   }
 
