@@ -47,7 +47,7 @@ export async function whyNoJobCanRun(
   const deleting =
     `completedJobs 'delete' deletes completed jobs' rows, which sluice_worker may not: ` +
     `GRANT DELETE ON ${quoteSchema(schema)}.jobs TO ${quoteIdent(answer.role)}, or keep completed jobs (the default)`;
-  return new ConfigError(lacks + ': ' + (answer.missing === 'DELETE on jobs' ? deleting : `${GRANT}; ${deleting}`));
+  return new ConfigError(lacks + ': ' + (answer.missing === 'DELETE on jobs' ? deleting : GRANT + '; ' + deleting));
 }
 
 /**

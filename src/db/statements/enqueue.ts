@@ -37,21 +37,31 @@ export const enqueueStatements = perSchema((schema: string): EnqueueStatements =
   const s = quoteSchema(schema);
   return {
     schema,
-    ...insertStatements(`${s}.jobs`, false),
-    waitable: insertStatements(`${s}.jobs`, true),
+    ...insertStatements(schema, 'plain'),
+    waitable: insertStatements(schema, 'waitable'),
     ...otherStatements(schema),
   };
 });
 
+// What the waitable form adds: the column, and its value for every row or per row of a batch.
+const FLAG_COLUMN = ', notify_on_finish';
+const FLAG_SET = ', true';
+const FLAG_OF_ROW = ', coalesce(j.waitable, false)';
+
+/** `fragment` in the waitable form of a statement, nothing in the plain one. */
+function flagged(kind: 'plain' | 'waitable', fragment: string): string {
+  return kind === 'waitable' ? fragment : '';
+}
+
 /**
- * The plain INSERTs into `jobs`. `waitable`: the form that also writes
+ * The plain INSERTs into `jobs`. 'waitable': the form that also writes
  * notify_on_finish, true for a batch's waitable jobs; the usual form leaves the
  * column out, so a role whose column grants predate it (roles.sql before
  * migration 0045) still enqueues.
  */
-function insertStatements(jobs: string, waitable: boolean): InsertStatements {
-  const columns = waitable ? `${ENQUEUE_COLUMNS}, notify_on_finish` : ENQUEUE_COLUMNS;
-  const values = waitable ? `${ENQUEUE_VALUES}, true` : ENQUEUE_VALUES;
+function insertStatements(schema: string, kind: 'plain' | 'waitable'): InsertStatements {
+  const s = quoteSchema(schema);
+  const jobs = `${s}.jobs`;
   // JSON parameters of the enqueue statements are cast from text ($n::text::jsonb):
   // they can run on a caller's postgres.js connection (a transaction adapter),
   // which would otherwise JSON.stringify the already-encoded text a second time.
@@ -60,15 +70,15 @@ function insertStatements(jobs: string, waitable: boolean): InsertStatements {
     // NOTIFY per statement). run_at is computed by the server so client clocks do
     // not matter for delays.
     // $9: the enqueuing span's trace context (migration 0005), NULL without tracing.
-    enqueue: `INSERT INTO ${jobs} (${columns}) VALUES (${values})
+    enqueue: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS}${flagged(kind, FLAG_COLUMN)}) VALUES (${ENQUEUE_VALUES}${flagged(kind, FLAG_SET)})
       RETURNING id::text AS id`,
 
     // The same INSERT with the trigger's NOTIFY turned off for this statement only
     // (set_config(..., true) lasts until the end of the implicit transaction); the
     // Queue sends the wake-up after the COMMIT instead (see migration 0004 and
     // src/wake-ups.ts). Only for statements that are their own transaction.
-    enqueueDeferred: `INSERT INTO ${jobs} (${columns})
-      SELECT ${values} FROM (SELECT set_config('sluice.wake', 'deferred', true)) AS deferred
+    enqueueDeferred: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS}${flagged(kind, FLAG_COLUMN)})
+      SELECT ${ENQUEUE_VALUES}${flagged(kind, FLAG_SET)} FROM (SELECT set_config('sluice.wake', 'deferred', true)) AS deferred
       RETURNING id::text AS id, floor(extract(epoch FROM run_at) * 1000)::float8 AS run_at_ms`,
 
     // Many jobs in one statement and one round trip: the rows travel as one JSON
@@ -79,10 +89,10 @@ function insertStatements(jobs: string, waitable: boolean): InsertStatements {
     // enqueue (~19 vs ~11 µs per job in batches of 1,000, measured back to back).
     // Each payload still becomes jsonb as it is stored.
     // A payload that is JSON null comes out of json_to_recordset as SQL NULL: put back.
-    enqueueMany: `INSERT INTO ${jobs} (${columns})
+    enqueueMany: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS}${flagged(kind, FLAG_COLUMN)})
       SELECT j.queue, j.task, coalesce(j.payload, 'null'::jsonb),
              coalesce(j.run_at, clock_timestamp()) + coalesce(j.delay_ms, 0) * interval '1 millisecond',
-             j.max_attempts, j.priority, j.group_key, $2::text::jsonb${waitable ? ', coalesce(j.waitable, false)' : ''}
+             j.max_attempts, j.priority, j.group_key, $2::text::jsonb${flagged(kind, FLAG_OF_ROW)}
       FROM ROWS FROM (json_to_recordset($1::text::json) AS (queue text, task text, payload jsonb,
              run_at timestamptz, delay_ms float8, max_attempts int, priority int, group_key text, waitable bool))
         WITH ORDINALITY AS j(queue, task, payload, run_at, delay_ms, max_attempts, priority, group_key, waitable, ord)
@@ -100,8 +110,8 @@ function insertStatements(jobs: string, waitable: boolean): InsertStatements {
     // rate to 92%, measured batch by batch as npm run bench:bulk does. Text
     // parameters only, so a caller's transaction (any driver or query builder)
     // takes this form too.
-    enqueueManyUniform: `INSERT INTO ${jobs} (${columns})
-      SELECT $1::text, j.task, j.payload, clock_timestamp(), $4::int, $5::int, $6::text, $7::text::jsonb${waitable ? ', true' : ''}
+    enqueueManyUniform: `INSERT INTO ${jobs} (${ENQUEUE_COLUMNS}${flagged(kind, FLAG_COLUMN)})
+      SELECT $1::text, j.task, j.payload, clock_timestamp(), $4::int, $5::int, $6::text, $7::text::jsonb${flagged(kind, FLAG_SET)}
       FROM ROWS FROM (jsonb_array_elements_text($2::text::jsonb), jsonb_array_elements($3::text::jsonb))
         WITH ORDINALITY AS j(task, payload, ord)
       ORDER BY j.ord
