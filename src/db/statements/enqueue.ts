@@ -33,15 +33,12 @@ const ENQUEUE_VALUES = `$1::text, $2::text, $3::text::jsonb,
   $9::text::jsonb`;
 
 /** The statements of a Queue for one schema, built once per schema. */
-export const enqueueStatements = perSchema((schema: string): EnqueueStatements => {
-  const s = quoteSchema(schema);
-  return {
-    schema,
-    ...insertStatements(schema, 'plain'),
-    waitable: insertStatements(schema, 'waitable'),
-    ...otherStatements(schema),
-  };
-});
+export const enqueueStatements = perSchema((schema: string): EnqueueStatements => ({
+  schema,
+  ...insertStatements(schema, 'plain'),
+  waitable: insertStatements(schema, 'waitable'),
+  ...otherStatements(schema),
+}));
 
 // What the waitable form adds: the column, and its value for every row or per row of a batch.
 const FLAG_COLUMN = ', notify_on_finish';
