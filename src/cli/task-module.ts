@@ -6,17 +6,21 @@ import { inspect } from 'node:util';
 import type { TaskList } from '../job.js';
 import { CommandFailed, UsageError } from './output.js';
 
-/** What a task module gives the worker: its handlers, and the schedules it ticks, if any. */
+/** What a task module gives the worker: its handlers, the schedules it ticks and its payload schemas, if any. */
 export interface TaskModule {
   tasks: TaskList;
   /** As the Worker's `schedules` option; the Worker checks them (a ConfigError). */
   schedules?: unknown;
+  /** As the Worker's `schemas` option; the Worker checks them (a ConfigError). */
+  schemas?: unknown;
 }
 
 /**
  * Loads the user's task module: a file whose `tasks` export, or default export,
  * maps task names to handlers, and whose `schedules` export (optional) lists
- * recurring jobs, as `new Worker({ schedules })` takes them. JavaScript loads as
+ * recurring jobs, as `new Worker({ schedules })` takes them, and whose `schemas`
+ * export (optional) validates payloads, as `new Worker({ schemas })` does (outside
+ * review 221: it was ignored, and handlers got payloads unchecked). JavaScript loads as
  * is; TypeScript needs the user's loader in this process (`node --import tsx`, or NODE_OPTIONS).
  */
 export async function loadTasks(path: string): Promise<TaskModule> {
@@ -62,8 +66,14 @@ export async function loadTasks(path: string): Promise<TaskModule> {
   if (!tasks || typeof tasks !== 'object' || Object.keys(tasks).length === 0) {
     throw new UsageError(`task module ${path} must export \`tasks\` (or a default export) mapping task names to handlers`);
   }
-  const schedules = mod.schedules ?? (fromDefault && typeof fromDefault === 'object' ? fromDefault.schedules : undefined);
-  return schedules === undefined ? { tasks: tasks as TaskList } : { tasks: tasks as TaskList, schedules };
+  const other = (name: 'schedules' | 'schemas') =>
+    mod[name] ?? (fromDefault && typeof fromDefault === 'object' ? fromDefault[name] : undefined);
+  const [schedules, schemas] = [other('schedules'), other('schemas')];
+  return {
+    tasks: tasks as TaskList,
+    ...(schedules === undefined ? {} : { schedules }),
+    ...(schemas === undefined ? {} : { schemas }),
+  };
 }
 
 /**
@@ -136,12 +146,12 @@ function esModuleDefault(value: unknown): unknown {
 }
 
 /**
- * A CommonJS module's exports taken as the task map: without its `schedules`, which
- * is no task (outside review 206: a scheduler-only module was told its task
- * "schedules" must be a function, not that it exports no tasks).
+ * A CommonJS module's exports taken as the task map: without its `schedules` and
+ * `schemas`, which are no tasks (outside review 206: a scheduler-only module was
+ * told its task "schedules" must be a function, not that it exports no tasks).
  */
 function withoutSchedules(exported: Record<string, unknown> | undefined): Record<string, unknown> | undefined {
-  if (!exported || typeof exported !== 'object' || !('schedules' in exported)) return exported;
-  const { schedules: _schedules, ...tasks } = exported;
+  if (!exported || typeof exported !== 'object' || !('schedules' in exported || 'schemas' in exported)) return exported;
+  const { schedules: _schedules, schemas: _schemas, ...tasks } = exported;
   return tasks;
 }

@@ -139,7 +139,7 @@ Examples:
       process.on('uncaughtException', uncaughtBeforeWorker);
       // bin/sluice.js's handler for the signals that come while the CLI loads leaves them to these now.
       (globalThis as Record<symbol, unknown>)[Symbol.for('sluice.cli.signalsTaken')] = true;
-      const { tasks, schedules } = await loadTasks(flags.tasks);
+      const { tasks, schedules, schemas } = await loadTasks(flags.tasks);
       await withDatabaseUntilStopped(
         command,
         async ({ url, schema }) => {
@@ -152,6 +152,8 @@ Examples:
             tasks,
             // The module's `schedules` export: recurring jobs this worker ticks (checked by the Worker).
             ...(schedules === undefined ? {} : { schedules: schedules as WorkerOptions['schedules'] }),
+            // Its `schemas` export: payloads checked before each handler runs (checked by the Worker).
+            ...(schemas === undefined ? {} : { schemas: schemas as WorkerOptions['schemas'] }),
             queues: flags.queue,
             concurrency: flags.concurrency,
             shutdownTimeoutMs: flags.shutdownTimeout,
