@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import {
   ConfigError,
@@ -10,7 +11,8 @@ import {
   type CronTick,
 } from '../src/index.js';
 import { runDoctor } from '../src/doctor/run-doctor.js';
-import { dueTicks, parseCron } from '../src/maintenance/cron-schedule.js';
+import { dueTicks, nextTick, parseCron } from '../src/maintenance/cron-schedule.js';
+import { CRON_IDLE_LIMIT, cronStatements } from '../src/db/statements/cron.js';
 import { waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
 import { runCli } from './helpers/cli.js';
@@ -258,9 +260,54 @@ describe('recurring jobs', () => {
       expect(() => new Worker({ ...base, schedules: schedules as CronSchedule[] })).toThrow(ConfigError);
   });
 
+  it('says a date that never comes never fires, also where croner overflows its stack looking for it (outside review 217)', () => {
+    for (const cron of ['0 0 30 2 *', '0 0 31 4,6,9,11 *', '0 0 31 2,4,6,9,11 *'])
+      expect(() => parseCron('s', cron, 'UTC'), cron).toThrow(`schedule "s": cron ${JSON.stringify(cron)} never fires`);
+  });
+
   it('names the field counts it takes when a cron has too few fields, not the seven croner offers (outside review 192)', () => {
     for (const cron of ['bad', '* * *', '0 0 0 1 1 * 2099'])
       expect(() => parseCron('s', cron, 'UTC')).toThrow(/fields; 5, or 6 with seconds first$/);
+  });
+
+  it('nextTick is after the time asked from inside an hour that repeats (outside review 217: croner answered the past, and workers looked every 20 ms)', () => {
+    const nightly = parseCron('n', '30 1 * * *', 'America/New_York');
+    // 1 November 2026: 01:00-02:00 EDT (05:00-06:00Z), then 01:00-02:00 EST (06:00-07:00Z).
+    for (const at of ['2026-11-01T06:29:00Z', '2026-11-01T06:45:00Z', '2026-11-01T05:45:00Z'])
+      expect(nextTick(nightly, new Date(at))!.toISOString(), at).toBe('2026-11-02T06:30:00.000Z');
+    expect(nextTick(nightly, new Date('2026-11-01T05:20:00Z'))!.toISOString()).toBe('2026-11-01T05:30:00.000Z');
+    // Inside the repeated hour, the first tick after it, not one a step jumped over.
+    const quarterly = parseCron('q', '*/15 * * * *', 'America/New_York');
+    for (let m = 0; m < 60; m += 7) {
+      const at = new Date(Date.parse('2026-11-01T06:00:00Z') + m * 60_000);
+      expect(nextTick(quarterly, at)!.toISOString(), at.toISOString()).toBe('2026-11-01T07:00:00.000Z');
+    }
+  });
+
+  it("a schedule's transaction left idle (a frozen worker) ends after CRON_IDLE_LIMIT and frees the row (outside review 217)", async () => {
+    const name = 'frozen-holder';
+    await fx.db.pool.query(
+      `INSERT INTO ${fx.db.s}.cron_schedules (name, cron, timezone, task, queue, last_tick) VALUES ($1, '* * * * *', 'UTC', 't', 'default', now())`,
+      [name],
+    );
+    const frozen = new pg.Client({ connectionString: fx.db.url });
+    frozen.on('error', () => {});
+    await frozen.connect();
+    const pid = (await frozen.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+    await frozen.query('BEGIN');
+    const lock = cronStatements(fx.db.schema).lockSchedule;
+    expect((await frozen.query(lock, [name])).rows[0].last_tick).not.toBeNull();
+    // Held: a look from elsewhere skips it.
+    expect((await fx.db.pool.query(lock, [name])).rows[0].last_tick).toBeNull();
+    // The frozen session sends nothing more; Postgres ends it, and the row is free.
+    await waitFor(
+      async () => (await fx.db.pool.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).rowCount === 0,
+      `the idle session ended (${CRON_IDLE_LIMIT})`,
+      30_000,
+    );
+    expect((await fx.db.pool.query(lock, [name])).rows[0].last_tick).not.toBeNull();
+    await frozen.end().catch(() => {});
+    await fx.db.pool.query(`DELETE FROM ${fx.db.s}.cron_schedules WHERE name = $1`, [name]);
   });
 
   it('dueTicks keeps the newest 1 + backfill ticks after the last one, across a DST change', () => {

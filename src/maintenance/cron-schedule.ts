@@ -79,8 +79,17 @@ export function parseCron(name: string, cron: unknown, timezone: unknown): Cron 
     throw new ConfigError(`schedule "${name}": invalid cron ${JSON.stringify(cron)}: ${(err as Error).message}`, { cause: err });
   }
   // A date that does not exist ('0 0 30 2 *'): croner parses it, and its search for
-  // earlier ticks then threw at every maintenance round (outside review 75).
-  if (pattern.nextRun() === null) throw new ConfigError(`schedule "${name}": cron ${JSON.stringify(cron)} never fires`);
+  // earlier ticks then threw at every maintenance round (outside review 75). Some such
+  // dates ('0 0 31 4,6,9,11 *') overflow croner's stack instead: said the same way, not as
+  // "the input cannot be read (Maximum call stack size exceeded)" (outside review 217).
+  let next: Date | null;
+  try {
+    next = pattern.nextRun();
+  } catch (err) {
+    if (!(err instanceof RangeError)) throw err;
+    next = null;
+  }
+  if (next === null) throw new ConfigError(`schedule "${name}": cron ${JSON.stringify(cron)} never fires`);
   return pattern;
 }
 
@@ -196,7 +205,23 @@ function forwardTicks(pattern: Cron, after: Date, now: Date, wanted: number): Da
   return ticks.reverse();
 }
 
-/** The first tick strictly after `after`, or null when the pattern has no more. */
+/** When croner answers the past: asked again from each minute after, for up to three hours. */
+const PAST_ANSWER_STEP_MS = 60_000;
+const PAST_ANSWER_STEPS = 180;
+
+/**
+ * The first tick strictly after `after`, or null when the pattern has no more.
+ * Inside an hour that repeats (clocks going back), croner answers the tick of the
+ * hour's first pass, before `after` (06:29Z in New York on 1 November 2026 gave
+ * 05:30Z for 30 1 * * *): the worker then looked again every 20 ms for up to an hour
+ * (outside review 217). croner is asked again from each minute after, so the first
+ * tick once the hour has passed is found, not one an hour's step would jump over;
+ * the repeated hour stays silent, as documented. Past the steps, a look a minute on.
+ */
 export function nextTick(pattern: Cron, after: Date): Date | null {
-  return pattern.nextRun(after);
+  let t = pattern.nextRun(after);
+  for (let k = 1; t !== null && t.getTime() <= after.getTime() && k <= PAST_ANSWER_STEPS; k++) {
+    t = pattern.nextRun(new Date(after.getTime() + k * PAST_ANSWER_STEP_MS));
+  }
+  return t !== null && t.getTime() <= after.getTime() ? new Date(after.getTime() + PAST_ANSWER_STEP_MS) : t;
 }

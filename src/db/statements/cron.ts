@@ -14,6 +14,9 @@ export interface CronStatements {
   readonly now: string;
 }
 
+/** Longest a worker's schedule transaction may sit idle holding its row (see lockSchedule). */
+export const CRON_IDLE_LIMIT = '5s';
+
 /** The cron statements for one schema, built once per schema. */
 export const cronStatements = perSchema((schema: string): CronStatements => {
   const s = quoteSchema(schema);
@@ -37,11 +40,15 @@ export const cronStatements = perSchema((schema: string): CronStatements => {
     // next look enqueues the tick instead: exactly once either way. Waited for, a
     // row an admin's session held locked stopped every schedule of every worker
     // behind it, with no error, and held up their stop (outside review 200).
+    // The row lock lasts at most CRON_IDLE_LIMIT idle in the transaction: a worker frozen
+    // (SIGSTOP, a silent network) inside it held the schedule from every worker until its
+    // TCP keepalive gave up, hours later (outside review 217); Postgres ends its session.
     lockSchedule: `WITH locked AS (
         SELECT last_tick FROM ${s}.cron_schedules WHERE name = $1 FOR UPDATE SKIP LOCKED
       )
       SELECT (SELECT last_tick FROM locked) AS last_tick, clock_timestamp() AS now,
-        EXISTS (SELECT 1 FROM ${s}.cron_schedules WHERE name = $1) AS present`,
+        EXISTS (SELECT 1 FROM ${s}.cron_schedules WHERE name = $1) AS present,
+        set_config('idle_in_transaction_session_timeout', '${CRON_IDLE_LIMIT}', true) AS idle_limit`,
 
     // One job per tick, keyed 'cron:<name>:<tick ISO>' so a tick's job can be found.
     // $7: the ticks as ISO strings; each job's run_at is its tick. $8: the group, or null.
