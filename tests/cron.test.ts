@@ -2,6 +2,7 @@ import pg from 'pg';
 import { describe, expect, it } from 'vitest';
 import {
   ConfigError,
+  DatabaseError,
   deleteSchedule,
   listSchedules,
   runScheduleNow,
@@ -258,6 +259,12 @@ describe('recurring jobs', () => {
     ];
     for (const schedules of bad)
       expect(() => new Worker({ ...base, schedules: schedules as CronSchedule[] })).toThrow(ConfigError);
+  });
+
+  it("listSchedules on a schema that was never migrated is a DatabaseError saying so (outside review 217: pg's bare error)", async () => {
+    const error = await listSchedules(fx.db.pool, 'no_such_schema_here').catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(DatabaseError);
+    expect((error as Error).message).toMatch(/^listSchedules failed: .*run `sluice migrate`/);
   });
 
   it('says a date that never comes never fires, also where croner overflows its stack looking for it (outside review 217)', () => {

@@ -1,6 +1,7 @@
 import type { Driver } from '../db/driver.js';
 import { cronStatements, type CronStatements } from '../db/statements/cron.js';
 import { rows, type Queryable } from '../db/executor.js';
+import { wrapDatabaseError } from '../errors.js';
 import { dueTicks, nextTick, parseCron, type ResolvedSchedule } from './cron-schedule.js';
 import type { MaintenanceService } from './runner.js';
 
@@ -173,8 +174,15 @@ const OVERDUE_AFTER_MS = 60_000;
  */
 export async function listSchedules(db: Queryable, schema: string): Promise<ScheduleInfo[]> {
   const q = cronStatements(schema);
-  const [{ now }] = (await rows<{ now: Date }>(db, q.now)) as [{ now: Date }];
-  const list = await rows<ScheduleRow>(db, q.list);
+  let now: Date;
+  let list: ScheduleRow[];
+  try {
+    [{ now }] = (await rows<{ now: Date }>(db, q.now)) as [{ now: Date }];
+    list = await rows<ScheduleRow>(db, q.list);
+  } catch (err) {
+    // As deleteSchedule and runScheduleNow say it (outside review 217: pg's bare 42P01).
+    throw wrapDatabaseError(err, 'listSchedules failed');
+  }
   return list.map((r) => {
     let next: Date | null = null;
     let overdueSince: Date | null = null;
