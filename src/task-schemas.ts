@@ -87,6 +87,25 @@ export async function validateAsStored(
 }
 
 /**
+ * Checks each schedule's payload (JSON text, as its ticks store it) against its
+ * task's schema: one it refuses is a ConfigError naming the schedule, at start,
+ * where every tick would otherwise fail for good.
+ */
+export async function checkSchedulePayloads(
+  schemas: ReadonlyMap<string, StandardSchemaV1>,
+  schedules: readonly { name: string; task: string; payload: string }[],
+): Promise<void> {
+  for (const s of schedules) {
+    if (!schemas.has(s.task)) continue;
+    try {
+      await validatePayload(schemas, s.task, JSON.parse(s.payload));
+    } catch (err) {
+      throw new ConfigError(`schedule "${s.name}": ${(err as Error).message}`, { cause: err });
+    }
+  }
+}
+
+/**
  * validatePayload for each job of an enqueueMany batch that has a schema; the
  * error names the job's place in the batch. Array.from, not map: a hole in the
  * array is a job too (undefined, refused by the caller). The jobs keep their

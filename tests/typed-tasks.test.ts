@@ -239,6 +239,30 @@ describe('typed tasks with Standard Schema validation', () => {
     expect((await jobsOf('typed-as-stored')).map((j) => j.id)).toEqual([id]);
   });
 
+  it("refuses at start a schedule whose payload its task's schema refuses (outside review 221: a dead letter every tick)", async () => {
+    const schemas = { rep: z.object({ kind: z.enum(['daily']) }) };
+    const tasks = { rep: async () => {} };
+    const schedule = { name: 'typed-report', cron: '0 3 * * *', task: 'rep' };
+    const bad = new Worker({
+      connectionString: db.url,
+      schema: db.schema,
+      schemas,
+      tasks,
+      schedules: [{ ...schedule, payload: { kind: 'weekly' } }],
+    });
+    await expect(bad.start()).rejects.toThrow(/^schedule "typed-report": payload of task "rep" is invalid: kind: /);
+    const good = new Worker({
+      connectionString: db.url,
+      schema: db.schema,
+      schemas,
+      tasks,
+      queues: ['typed-none'],
+      schedules: [{ ...schedule, payload: { kind: 'daily' } }],
+    });
+    await good.start();
+    await good.stop();
+  });
+
   it('rejects schemas that are not Standard Schemas', () => {
     expect(() => new Queue({ schemas: { a: {} as never } })).toThrow(ConfigError);
     expect(

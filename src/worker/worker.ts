@@ -9,7 +9,7 @@ import { PgWorkerStore } from '../db/store.js';
 import type { WorkerStore } from '../db/worker-store.js';
 import { ConfigError, isConnectionFailure, ConnectionError, wrapDatabaseError, connectionErrorIn } from '../errors.js';
 import type { AnyTasks, TaskMap } from '../job.js';
-import { resolveSchemas } from '../task-schemas.js';
+import { checkSchedulePayloads, resolveSchemas } from '../task-schemas.js';
 import { readOrFail, snapshotOptions } from '../validate.js';
 import type { Emit, WorkerEvents } from './events.js';
 import type { FetchLoopStats } from './cycle-stats.js';
@@ -145,6 +145,8 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
     const config = this.config;
     let db: Driver;
     try {
+      // A schedule whose payload its task's schema refuses made a dead letter every tick (outside review 221).
+      await checkSchedulePayloads(resolveSchemas(this.options.schemas, 'Worker'), config.schedules);
       db = await openDriver(
         config.driver,
         {
