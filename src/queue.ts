@@ -15,7 +15,7 @@ import { callerTransaction, rows, type Queryable } from './db/executor.js';
 import { afterCommitError, enqueueError } from './enqueue-errors.js';
 import { ConfigError, ValidationError, wrapDatabaseError } from './errors.js';
 import { type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
-import { resolveSchemas, validateAsStored, validateBatchPayloads } from './task-schemas.js';
+import { resolveSchemas, validateStored, validateStoredBatch } from './task-schemas.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
 import { waitForJob } from './wait-for.js';
@@ -117,12 +117,14 @@ export class Queue<T extends TaskMap = AnyTasks> {
 
   /** Adds one job and returns its id. Throws ValidationError (nothing inserted) on bad input. */
   async enqueue<K extends keyof T & string>(task: K, ...[payload, options = {}]: TaskArgs<T, K>): Promise<string> {
-    // Checked, and stored as given: the worker parses it (see validateBatchPayloads).
-    if (this.schemas.size > 0) await validateAsStored(this.schemas, task, payload, this.maxPayloadBytes);
+    // The payload becomes its JSON text now, before any await: that text is checked
+    // and inserted, whatever the caller does to the object meanwhile (outside review 223).
     const v = readInput('enqueue', () => {
       input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
       return toJobValues({ ...options, task, payload }, this.maxPayloadBytes);
     });
+    // Checked, and stored as given: the worker parses it (see validateStoredBatch).
+    if (this.schemas.size > 0) await validateStored(this.schemas, v.task, v.payload, payload);
     const db = this.executor(options.tx, true);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority, v.group_key];
     // Concurrent enqueues on our own pool defer their wake-up past the COMMIT, so
@@ -170,7 +172,6 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async enqueueMany(jobs: TaskSpec<T>[], options: { tx?: Queryable } = {}): Promise<string[]> {
     if (!readInput('enqueueMany', () => Array.isArray(jobs))) throw new ValidationError('enqueueMany: jobs must be an array');
-    if (this.schemas.size > 0) jobs = await validateBatchPayloads(this.schemas, jobs, this.maxPayloadBytes);
     readInput('enqueueMany', () => input.rejectUnknownKeys(options, new Set(['tx']), 'enqueueMany'));
     const values = readInput('enqueueMany', () =>
       Array.from(jobs, (spec, i) => {
@@ -187,6 +188,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       }),
     );
     if (values.length === 0) return [];
+    if (this.schemas.size > 0) await validateStoredBatch(this.schemas, values, jobs);
     const db = this.executor(options.tx, true);
     const batch = enqueueBatch(values);
     const first = values[0]!;
@@ -281,12 +283,15 @@ export class Queue<T extends TaskMap = AnyTasks> {
           );
         }
         const spec = readInput('enqueueAfterCommit', () => ({ ...options, task, payload }) as JobSpec);
-        // Everything enqueueMany would check, now, while the caller can still roll back.
-        if (this.schemas.size > 0) await validateAsStored(this.schemas, task, payload, this.maxPayloadBytes);
+        // Everything enqueueMany would check, now, while the caller can still roll back;
+        // and the payload as it is now, kept as its JSON: read when the batch went out, an
+        // object reused for each job gave every job the last one's (outside review 223).
         const v = readInput('enqueueAfterCommit', () => {
           input.rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
           return toJobValues(spec, this.maxPayloadBytes);
         });
+        spec.payload = JSON.parse(v.payload) as unknown;
+        if (this.schemas.size > 0) await validateStored(this.schemas, task, v.payload, payload);
         // A key twice, refused now while the caller can roll back: after its commit it lost every job (outside review 177).
         addBatchKey(keys, v.job_key, 'enqueueAfterCommit', "is already among this call's jobs; a batch holds each key once");
         refuseWaitableBesideKeys(waitable || v.waitable, keys.size > 0, 'enqueueAfterCommit');

@@ -1,6 +1,5 @@
 import { ConfigError, PermanentFailure, ValidationError } from './errors.js';
 import type { TaskHandler, TaskMap } from './job.js';
-import { serializePayload } from './payload.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 
 /**
@@ -56,24 +55,25 @@ export async function validatePayload(
 
 /**
  * The Queue's check: validatePayload of the payload as the worker will read it,
- * its JSON (what is stored), parsed. Checked as given, a schema that only the
- * value before JSON fits (z.date(): a Date is stored as a string; z.undefined(): a
- * payload left out is stored as {}) passed at enqueue and failed every job for good
- * (outside review 221). `maxBytes`: the Queue's payload limit.
+ * `stored`, the JSON text the Queue made of it when it was called (and inserts).
+ * Checked as given, a schema that only the value before JSON fits (z.date(): a
+ * Date is stored as a string; z.undefined(): a payload left out is stored as {})
+ * passed at enqueue and failed every job for good (outside review 221); and a
+ * payload changed while the check was awaited was stored unchecked (outside review
+ * 223). `given`: the payload as passed, read again only to word the error.
  */
-export async function validateAsStored(
+export async function validateStored(
   schemas: ReadonlyMap<string, StandardSchemaV1>,
   task: string,
-  payload: unknown,
-  maxBytes: number,
+  stored: string,
+  given: unknown,
 ): Promise<void> {
   if (!schemas.has(task)) return;
-  const stored: unknown = JSON.parse(serializePayload(payload, maxBytes));
   try {
-    await validatePayload(schemas, task, stored);
+    await validatePayload(schemas, task, JSON.parse(stored));
   } catch (err) {
     // Said apart when the payload as given fits, the only case the issues cannot explain.
-    const fitsAsGiven = await validatePayload(schemas, task, payload).then(
+    const fitsAsGiven = await validatePayload(schemas, task, given).then(
       () => true,
       () => false,
     );
@@ -106,24 +106,22 @@ export async function checkSchedulePayloads(
 }
 
 /**
- * validatePayload for each job of an enqueueMany batch that has a schema; the
- * error names the job's place in the batch. Array.from, not map: a hole in the
- * array is a job too (undefined, refused by the caller). The jobs keep their
- * payloads as given, the schema's input: the worker parses every payload, so one
- * stored as the schema's output was parsed twice, and a schema whose output is not
- * valid input (a transform) failed every job (outside review 179).
+ * validateStored for each job of an enqueueMany batch that has a schema, from the
+ * text each job's payload was made into; the error names the job's place in the
+ * batch. The jobs keep their payloads as given, the schema's input: the worker
+ * parses every payload, so one stored as the schema's output was parsed twice, and
+ * a schema whose output is not valid input (a transform) failed every job
+ * (outside review 179).
  */
-export async function validateBatchPayloads<S extends { task: string; payload?: unknown }>(
+export async function validateStoredBatch(
   schemas: ReadonlyMap<string, StandardSchemaV1>,
-  jobs: readonly S[],
-  maxBytes: number,
-): Promise<S[]> {
-  return Promise.all(
-    Array.from(jobs, async (spec, i) => {
-      if (!spec || typeof spec !== 'object' || !schemas.has(spec.task)) return spec;
+  jobs: readonly { task: string; payload: string }[],
+  given: readonly { payload?: unknown }[],
+): Promise<void> {
+  await Promise.all(
+    jobs.map(async (job, i) => {
       try {
-        await validateAsStored(schemas, spec.task, spec.payload, maxBytes);
-        return spec;
+        await validateStored(schemas, job.task, job.payload, given[i]?.payload);
       } catch (err) {
         throw new ValidationError(`enqueueMany: job ${i}: ${(err as Error).message}`, { cause: err });
       }

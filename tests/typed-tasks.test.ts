@@ -239,6 +239,36 @@ describe('typed tasks with Standard Schema validation', () => {
     expect((await jobsOf('typed-as-stored')).map((j) => j.id)).toEqual([id]);
   });
 
+  it('stores the payload as it was when enqueue was called, the one it checked, whatever the caller changes meanwhile (outside review 223)', async () => {
+    const q = { queue: 'typed-snapshot' };
+    const p = { userId: 1 };
+    const one = queue.enqueue('send_welcome', p, q);
+    p.userId = 'not a number' as never;
+    const many = queue.enqueueMany([{ task: 'send_welcome', payload: p, ...q }]);
+    p.userId = 3;
+    await expect(many).rejects.toThrow(/^enqueueMany: job 0: payload of task "send_welcome" is invalid: userId:/);
+    const ids = [await one];
+    // Promise.all over one reused object: each job as it was at its call.
+    const reused = { userId: 0 };
+    ids.push(
+      ...(await Promise.all(
+        [4, 5].map((n) => {
+          reused.userId = n;
+          return queue.enqueue('send_welcome', reused, q);
+        }),
+      )),
+    );
+    const { jobIds } = await queue.enqueueAfterCommit(async (jobs) => {
+      for (const n of [6, 7]) {
+        reused.userId = n;
+        await jobs.enqueue('send_welcome', reused, q);
+      }
+    });
+    ids.push(...jobIds);
+    const stored = await jobsOf('typed-snapshot');
+    expect(ids.map((id) => stored.find((j) => j.id === id)!.payload)).toEqual([1, 4, 5, 6, 7].map((userId) => ({ userId })));
+  });
+
   it("refuses at start a schedule whose payload its task's schema refuses (outside review 221: a dead letter every tick)", async () => {
     const schemas = { rep: z.object({ kind: z.enum(['daily']) }) };
     const tasks = { rep: async () => {} };
