@@ -106,31 +106,22 @@ export function txOption(options: { tx?: Queryable } | undefined, what: string):
   return knownOptions(options ?? {}, TX_KEYS, what)?.tx;
 }
 
-const KEY_OPTIONS = ['jobKey', 'jobKeyMode', 'jobKeyWhileProcessing'];
+/** The options of one job (JobOptions), as enqueue and a batch's jobs take them. */
+const JOB_OPTIONS = [
+  'queue',
+  'runAt',
+  'delayMs',
+  'maxAttempts',
+  'priority',
+  'group',
+  'waitable',
+  'jobKey',
+  'jobKeyMode',
+  'jobKeyWhileProcessing',
+];
 /** The option names each takes: others are refused. */
-export const ENQUEUE_KEYS = new Set([
-  'queue',
-  'runAt',
-  'delayMs',
-  'maxAttempts',
-  'priority',
-  'group',
-  'waitable',
-  'tx',
-  ...KEY_OPTIONS,
-]);
-export const SPEC_KEYS = new Set([
-  'task',
-  'payload',
-  'queue',
-  'runAt',
-  'delayMs',
-  'maxAttempts',
-  'priority',
-  'group',
-  'waitable',
-  ...KEY_OPTIONS,
-]);
+export const ENQUEUE_KEYS = new Set([...JOB_OPTIONS, 'tx']);
+export const SPEC_KEYS = new Set(['task', 'payload', ...JOB_OPTIONS]);
 
 export const QUEUE_KEYS = new Set([
   'connectionString',
