@@ -21,7 +21,7 @@ import { OutcomeListener } from './outcome-listener.js';
 import { waitForJob } from './wait-for.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
-import { jobIdOf, jobIdsOf, readInput, toJobValues, withJobDates } from './job-values.js';
+import { jobIdOf, jobIdsOf, readInput, toJobValues, withJobDates, type JobValues } from './job-values.js';
 import { addBatchKey, enqueueBatch, refuseWaitableBesideKeys } from './enqueue-batch.js';
 import {
   ENQUEUE_KEYS,
@@ -123,15 +123,18 @@ export class Queue<T extends TaskMap = AnyTasks> {
       input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
       return toJobValues({ ...options, task, payload }, this.maxPayloadBytes);
     });
+    // Its transaction too, as at the call: read after the check, an options object the
+    // caller changed meanwhile decided where the job went (outside review 225).
+    const tx = options.tx;
+    const db = this.executor(tx, true);
     // Checked, and stored as given: the worker parses it (see validateStoredBatch).
     if (this.schemas.size > 0) await validateStored(this.schemas, v.task, v.payload, payload);
-    const db = this.executor(options.tx, true);
     const values = [v.queue, v.task, v.payload, v.run_at, v.delay_ms, v.max_attempts, v.priority, v.group_key];
     // Concurrent enqueues on our own pool defer their wake-up past the COMMIT, so
     // their commits are not serialised by NOTIFY (migration 0004). A lone enqueue
     // keeps the trigger's NOTIFY, which reaches workers a round trip sooner.
-    const deferWakeUp = !options.tx && v.job_key === null && this.ownInFlight > 0;
-    if (!options.tx) this.ownInFlight++;
+    const deferWakeUp = !tx && v.job_key === null && this.ownInFlight > 0;
+    if (!tx) this.ownInFlight++;
     try {
       // Keyed jobs go through enqueue_job(), which carries no trace context.
       const id = await traceEnqueue(v.queue, v.task, 1, async (traceContext) => {
@@ -159,9 +162,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
       this.metrics?.enqueued.inc({ queue: v.queue, task: v.task });
       return id;
     } catch (err) {
-      throw enqueueError(err, 'enqueue failed', options.tx ? 'caller' : 'own');
+      throw enqueueError(err, 'enqueue failed', tx ? 'caller' : 'own');
     } finally {
-      if (!options.tx) this.ownInFlight--;
+      if (!tx) this.ownInFlight--;
     }
   }
 
@@ -180,7 +183,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
           // Named here: through rejectUnknownKeys it read "job 0: job: unknown option" (outside review 208).
           const unknown = Object.keys(spec).find((key) => !SPEC_KEYS.has(key));
           if (unknown !== undefined) throw new ValidationError(`unknown option "${unknown}"`);
-          return toJobValues(spec, this.maxPayloadBytes);
+          // A copy: each option read once (outside review 225: a getter gave the check one
+          // delayMs and the insert another).
+          return toJobValues({ ...spec }, this.maxPayloadBytes);
         } catch (err) {
           const why = err instanceof ValidationError ? err.message : unreadable(err);
           throw new ValidationError(`enqueueMany: job ${i}: ${why}`, { cause: err });
@@ -188,8 +193,14 @@ export class Queue<T extends TaskMap = AnyTasks> {
       }),
     );
     if (values.length === 0) return [];
+    const tx = options.tx;
+    const db = this.executor(tx, true);
     if (this.schemas.size > 0) await validateStoredBatch(this.schemas, values, jobs);
-    const db = this.executor(options.tx, true);
+    return this.insertBatch(values, db, tx ? 'caller' : 'own');
+  }
+
+  /** Inserts checked jobs in one statement; their ids in order. `committed`: whose commit it is (see enqueueError). */
+  private async insertBatch(values: readonly JobValues[], db: Queryable, committed: 'caller' | 'own'): Promise<string[]> {
     const batch = enqueueBatch(values);
     const first = values[0]!;
     const task = values.every((v) => v.task === first.task) ? first.task : 'batch';
@@ -203,7 +214,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
       return ids;
     } catch (err) {
-      throw enqueueError(err, 'enqueueMany failed', options.tx ? 'caller' : 'own', true);
+      throw enqueueError(err, 'enqueueMany failed', committed, true);
     }
   }
 
@@ -270,7 +281,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async enqueueAfterCommit<R>(work: (jobs: AfterCommitJobs<T>) => Promise<R>): Promise<{ result: R; jobIds: string[] }> {
     if (typeof work !== 'function') throw new ValidationError('enqueueAfterCommit: work must be a function'); // review 179
-    const specs: JobSpec[] = [];
+    // Each job as it was at its call (its values made then), and whether its schema refused it.
+    const collected: { values: JobValues; refused?: true }[] = [];
+    const checks: Promise<void>[] = [];
     const keys = new Set<string>();
     let waitable = false;
     let collecting = true;
@@ -282,29 +295,43 @@ export class Queue<T extends TaskMap = AnyTasks> {
             'enqueueAfterCommit: jobs.enqueue() was called after work() settled; its job would never be inserted (await it inside work)',
           );
         }
-        const spec = readInput('enqueueAfterCommit', () => ({ ...options, task, payload }) as JobSpec);
         // Everything enqueueMany would check, now, while the caller can still roll back;
-        // and the payload as it is now, kept as its JSON: read when the batch went out, an
-        // object reused for each job gave every job the last one's (outside review 223).
+        // and the job as it is now: read when the batch went out, an object reused for
+        // each job gave every job the last one's payload (outside review 223), a Date
+        // changed after the call its runAt (outside review 225).
         const v = readInput('enqueueAfterCommit', () => {
+          const spec = { ...options, task, payload } as JobSpec;
           input.rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
           return toJobValues(spec, this.maxPayloadBytes);
         });
-        spec.payload = JSON.parse(v.payload) as unknown;
-        if (this.schemas.size > 0) await validateStored(this.schemas, task, v.payload, payload);
         // A key twice, refused now while the caller can roll back: after its commit it lost every job (outside review 177).
         addBatchKey(keys, v.job_key, 'enqueueAfterCommit', "is already among this call's jobs; a batch holds each key once");
         refuseWaitableBesideKeys(waitable || v.waitable, keys.size > 0, 'enqueueAfterCommit');
         waitable ||= v.waitable;
-        specs.push(spec);
+        // Collected before its schema is awaited: a jobs.enqueue() not awaited, whose
+        // check outlasted work(), resolved and its job was never inserted (outside review 225).
+        const job: (typeof collected)[number] = { values: v };
+        collected.push(job);
+        if (this.schemas.size === 0) return;
+        const check = validateStored(this.schemas, task, v.payload, payload).catch((err: unknown) => {
+          job.refused = true;
+          if (v.job_key !== null) keys.delete(v.job_key);
+          throw err;
+        });
+        checks.push(check.catch(() => {}));
+        await check;
       },
     };
     // Inside an async function: a work() that throws before its first await ends collecting too.
     const result = await (async () => work(jobs))().finally(() => (collecting = false));
+    // Checks still running (a jobs.enqueue() not awaited): a refused job is left out,
+    // as one refused while awaited is; its own call rejects.
+    await Promise.all(checks);
+    const values = collected.filter((job) => !job.refused).map((job) => job.values);
     try {
-      return { result, jobIds: await this.enqueueMany(specs as TaskSpec<T>[]) };
+      return { result, jobIds: values.length === 0 ? [] : await this.insertBatch(values, this.ownDriver(), 'own') };
     } catch (err) {
-      throw afterCommitError(err, specs.length);
+      throw afterCommitError(err, values.length);
     }
   }
 

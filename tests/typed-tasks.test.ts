@@ -1,3 +1,4 @@
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, expectTypeOf, it } from 'vitest';
 import { z } from 'zod';
 import { ConfigError, DuplicateJobError, Queue, ValidationError, Worker, type JobRow, type TaskInputsOf } from '../src/index.js';
@@ -267,6 +268,63 @@ describe('typed tasks with Standard Schema validation', () => {
     ids.push(...jobIds);
     const stored = await jobsOf('typed-snapshot');
     expect(ids.map((id) => stored.find((j) => j.id === id)!.payload)).toEqual([1, 4, 5, 6, 7].map((userId) => ({ userId })));
+  });
+
+  it('takes each call as it was: its tx, its runAt, its options read once, its job collected before a slow schema settles (outside review 225)', async () => {
+    const slow = new Queue({
+      pool: db.pool,
+      schema: db.schema,
+      schemas: {
+        n: z.object({ n: z.number() }).refine(async () => {
+          await new Promise((resolve) => setTimeout(resolve, 30));
+          return true;
+        }),
+      },
+    });
+    const q = { queue: 'typed-at-call' };
+    // The tx in effect at the call, whatever the options object says after it.
+    const client = await db.pool.connect();
+    try {
+      await client.query('BEGIN');
+      const o: { tx?: pg.PoolClient; queue: string } = { tx: client, ...q };
+      const inTx = slow.enqueue('n', { n: 1 }, o);
+      delete o.tx;
+      await inTx;
+      await client.query('ROLLBACK');
+    } finally {
+      client.release();
+    }
+    // A jobs.enqueue() not awaited is inserted; a runAt Date changed after the call is not.
+    const when = new Date('2030-01-01T00:00:00Z');
+    const { jobIds } = await slow.enqueueAfterCommit(async (jobs) => {
+      void jobs.enqueue('n', { n: 2 }, q);
+      await jobs.enqueue('n', { n: 3 }, { ...q, runAt: when });
+      when.setTime(Date.parse('2099-12-31T00:00:00Z'));
+      void jobs.enqueue('n', { n: 4 }, q);
+    });
+    expect(jobIds).toHaveLength(3);
+    // A batch job's delayMs getter is read once (a second read slipped past the check).
+    let reads = 0;
+    const sneaky = {
+      task: 'n',
+      payload: { n: 5 },
+      ...q,
+      get delayMs() {
+        return reads++ === 0 ? -5_000_000 : undefined;
+      },
+    };
+    await expect(slow.enqueueMany([sneaky as never])).rejects.toThrow(/delayMs must be a finite number >= 0/);
+    const stored = await jobsOf('typed-at-call');
+    expect(stored.map((j) => (j.payload as { n: number }).n).sort()).toEqual([2, 3, 4]);
+    const third = stored.find((j) => (j.payload as { n: number }).n === 3)!;
+    expect((await slow.getJob(third.id))!.run_at.toISOString()).toBe('2030-01-01T00:00:00.000Z');
+    // A payload fixed after the call is not told it failed for its JSON form.
+    const p = { n: 'x' as unknown };
+    const fixed = slow.enqueue('n', p as never, q);
+    p.n = 1;
+    const error = await fixed.catch((err: Error) => err);
+    expect(error).toBeInstanceOf(ValidationError);
+    expect((error as Error).message).not.toMatch(/not as stored/);
   });
 
   it("refuses at start a schedule whose payload its task's schema refuses (outside review 221: a dead letter every tick)", async () => {
