@@ -14,15 +14,16 @@ import { WakeUps } from './wake-ups.js';
 import { callerTransaction, rows, type Queryable } from './db/executor.js';
 import { afterCommitError, enqueueError } from './enqueue-errors.js';
 import { ConfigError, ValidationError, wrapDatabaseError } from './errors.js';
-import { type AnyTasks, type JobRow, type JobSpec, type TaskMap, type TaskSpec } from './job.js';
+import { type AnyTasks, type JobRow, type TaskMap, type TaskSpec } from './job.js';
 import { resolveSchemas, validateStored, validateStoredBatch } from './task-schemas.js';
+import { AfterCommitCollector } from './after-commit.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
 import { OutcomeListener } from './outcome-listener.js';
 import { waitForJob } from './wait-for.js';
 import { channelFor, preparedName } from './db/identifiers.js';
 import { DEFAULT_MAX_PAYLOAD_BYTES } from './payload.js';
 import { jobIdOf, jobIdsOf, readInput, toJobValues, withJobDates, type JobValues } from './job-values.js';
-import { addBatchKey, enqueueBatch, refuseWaitableBesideKeys } from './enqueue-batch.js';
+import { enqueueBatch } from './enqueue-batch.js';
 import {
   ENQUEUE_KEYS,
   QUEUE_KEYS,
@@ -119,13 +120,15 @@ export class Queue<T extends TaskMap = AnyTasks> {
   async enqueue<K extends keyof T & string>(task: K, ...[payload, options = {}]: TaskArgs<T, K>): Promise<string> {
     // The payload becomes its JSON text now, before any await: that text is checked
     // and inserted, whatever the caller does to the object meanwhile (outside review 223).
-    const v = readInput('enqueue', () => {
+    // Each option read once, from one copy: its transaction too, as at the call (outside
+    // reviews 225, 226: read again after the check, a changed options object or a getter
+    // decided where the job went).
+    const given = readInput('enqueue', () => {
       input.rejectUnknownKeys(options, ENQUEUE_KEYS, 'enqueue');
-      return toJobValues({ ...options, task, payload }, this.maxPayloadBytes);
+      return { ...options };
     });
-    // Its transaction too, as at the call: read after the check, an options object the
-    // caller changed meanwhile decided where the job went (outside review 225).
-    const tx = options.tx;
+    const v = readInput('enqueue', () => toJobValues({ ...given, task, payload }, this.maxPayloadBytes));
+    const tx = given.tx;
     const db = this.executor(tx, true);
     // Checked, and stored as given: the worker parses it (see validateStoredBatch).
     if (this.schemas.size > 0) await validateStored(this.schemas, v.task, v.payload, payload);
@@ -281,53 +284,10 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async enqueueAfterCommit<R>(work: (jobs: AfterCommitJobs<T>) => Promise<R>): Promise<{ result: R; jobIds: string[] }> {
     if (typeof work !== 'function') throw new ValidationError('enqueueAfterCommit: work must be a function'); // review 179
-    // Each job as it was at its call (its values made then), and whether its schema refused it.
-    const collected: { values: JobValues; refused?: true }[] = [];
-    const checks: Promise<void>[] = [];
-    const keys = new Set<string>();
-    let waitable = false;
-    let collecting = true;
-    const jobs: AfterCommitJobs<T> = {
-      enqueue: async (task, ...[payload, options = {}]) => {
-        // A call after `work` settled would be collected by no one: a silent loss (outside review 43).
-        if (!collecting) {
-          throw new ValidationError(
-            'enqueueAfterCommit: jobs.enqueue() was called after work() settled; its job would never be inserted (await it inside work)',
-          );
-        }
-        // Everything enqueueMany would check, now, while the caller can still roll back;
-        // and the job as it is now: read when the batch went out, an object reused for
-        // each job gave every job the last one's payload (outside review 223), a Date
-        // changed after the call its runAt (outside review 225).
-        const v = readInput('enqueueAfterCommit', () => {
-          const spec = { ...options, task, payload } as JobSpec;
-          input.rejectUnknownKeys(spec, SPEC_KEYS, 'enqueueAfterCommit');
-          return toJobValues(spec, this.maxPayloadBytes);
-        });
-        // A key twice, refused now while the caller can roll back: after its commit it lost every job (outside review 177).
-        addBatchKey(keys, v.job_key, 'enqueueAfterCommit', "is already among this call's jobs; a batch holds each key once");
-        refuseWaitableBesideKeys(waitable || v.waitable, keys.size > 0, 'enqueueAfterCommit');
-        waitable ||= v.waitable;
-        // Collected before its schema is awaited: a jobs.enqueue() not awaited, whose
-        // check outlasted work(), resolved and its job was never inserted (outside review 225).
-        const job: (typeof collected)[number] = { values: v };
-        collected.push(job);
-        if (this.schemas.size === 0) return;
-        const check = validateStored(this.schemas, task, v.payload, payload).catch((err: unknown) => {
-          job.refused = true;
-          if (v.job_key !== null) keys.delete(v.job_key);
-          throw err;
-        });
-        checks.push(check.catch(() => {}));
-        await check;
-      },
-    };
+    const collector = new AfterCommitCollector<T>(this.schemas, this.maxPayloadBytes);
     // Inside an async function: a work() that throws before its first await ends collecting too.
-    const result = await (async () => work(jobs))().finally(() => (collecting = false));
-    // Checks still running (a jobs.enqueue() not awaited): a refused job is left out,
-    // as one refused while awaited is; its own call rejects.
-    await Promise.all(checks);
-    const values = collected.filter((job) => !job.refused).map((job) => job.values);
+    const result = await (async () => work(collector.jobs))().finally(() => collector.stop());
+    const values = await collector.collected();
     try {
       return { result, jobIds: values.length === 0 ? [] : await this.insertBatch(values, this.ownDriver(), 'own') };
     } catch (err) {

@@ -290,6 +290,16 @@ describe('typed tasks with Standard Schema validation', () => {
       const inTx = slow.enqueue('n', { n: 1 }, o);
       delete o.tx;
       await inTx;
+      // A getter is read once (outside review 226: its second read picked the Queue's own pool).
+      let txReads = 0;
+      const getter = {
+        ...q,
+        get tx() {
+          return txReads++ === 0 ? client : undefined;
+        },
+      };
+      await slow.enqueue('n', { n: 1 }, getter as never);
+      expect(txReads).toBe(1);
       await client.query('ROLLBACK');
     } finally {
       client.release();
