@@ -38,11 +38,8 @@ export function addBatchKey(keys: Set<string>, key: string | null, what: string,
 export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
   const keys = new Set<string>();
   for (const v of values) addBatchKey(keys, v.job_key, 'enqueueMany', 'appears twice in the batch');
-  refuseWaitableBesideKeys(
-    values.some((v) => v.waitable),
-    keys.size > 0,
-    'enqueueMany',
-  );
+  const waitable = values.some((v) => v.waitable);
+  refuseWaitableBesideKeys(waitable, keys.size > 0, 'enqueueMany');
   const first = values[0]!;
   let units = 0;
   const uniform =
@@ -72,7 +69,7 @@ export function enqueueBatch(values: readonly JobValues[]): EnqueueBatch {
   const body = sized(() => jsonBody(values));
   return keys.size > 0
     ? { statement: 'enqueueManyKeyed', waitable: false, params: () => [body] }
-    : { statement: 'enqueueMany', waitable: values.some((v) => v.waitable), params: (traceContext) => [body, traceContext] };
+    : { statement: 'enqueueMany', waitable, params: (traceContext) => [body, traceContext] };
 }
 
 /**

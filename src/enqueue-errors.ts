@@ -1,12 +1,5 @@
-import {
-  ConnectionError,
-  DuplicateJobError,
-  neverSent,
-  NotSentError,
-  SluiceError,
-  ValidationError,
-  wrapDatabaseError,
-} from './errors.js';
+import { ConnectionError, DuplicateJobError, NotSentError, SluiceError, ValidationError, wrapDatabaseError } from './errors.js';
+import { neverSent } from './never-sent.js';
 
 // What a failed enqueue is told as: whether the job may exist, and why.
 

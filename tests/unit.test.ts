@@ -7,15 +7,8 @@ import type { JobRow } from '../src/job.js';
 import { runInNewContext } from 'node:vm';
 import { describeTarget, loginProblem } from '../src/db/connection.js';
 import { quoteSchema } from '../src/db/identifiers.js';
-import {
-  ValidationError,
-  ConfigError,
-  isConnectionFailure,
-  isServerDown,
-  neverSent,
-  PermanentFailure,
-  Snooze,
-} from '../src/errors.js';
+import { ValidationError, ConfigError, isConnectionFailure, isServerDown, PermanentFailure, Snooze } from '../src/errors.js';
+import { neverSent } from '../src/never-sent.js';
 
 describe('retryDelayMs', () => {
   const opts = { baseMs: 1_000, maxMs: 60_000 };

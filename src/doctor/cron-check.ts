@@ -1,6 +1,5 @@
-import { rows, type Queryable } from '../db/executor.js';
-import { cronStatements } from '../db/statements/cron.js';
-import { listSchedules } from '../maintenance/cron.js';
+import type { Queryable } from '../db/executor.js';
+import { schedulesNow } from '../maintenance/cron.js';
 import { level, result, worst, type CheckResult, type DoctorThresholds } from './findings.js';
 import { firstFew, formatMs } from './format.js';
 
@@ -12,10 +11,9 @@ import { firstFew, formatMs } from './format.js';
  * (outside review 182).
  */
 export async function checkCron(db: Queryable, schema: string, t: DoctorThresholds): Promise<CheckResult> {
-  const schedules = await listSchedules(db, schema);
   // On the database clock, as overdueSince is: on the doctor's own, a client clock off by
   // days made a schedule two minutes overdue 'critical', or an hour's one 'ok' (outside review 224).
-  const [{ now }] = (await rows<{ now: Date }>(db, cronStatements(schema).now)) as [{ now: Date }];
+  const { now, schedules } = await schedulesNow(db, schema);
   const details = schedules
     .filter((s) => s.overdueSince !== null)
     .map((s) => {

@@ -173,6 +173,11 @@ const OVERDUE_AFTER_MS = 60_000;
  *   for (const s of await listSchedules(pool, 'sluice')) console.log(s.name, s.nextRun);
  */
 export async function listSchedules(db: Queryable, schema: string): Promise<ScheduleInfo[]> {
+  return (await schedulesNow(db, schema)).schedules;
+}
+
+/** listSchedules, with the database time they were read at (`sluice doctor` measures overdue ones on it). */
+export async function schedulesNow(db: Queryable, schema: string): Promise<{ now: Date; schedules: ScheduleInfo[] }> {
   const q = cronStatements(schema);
   let now: Date;
   let list: ScheduleRow[];
@@ -183,7 +188,7 @@ export async function listSchedules(db: Queryable, schema: string): Promise<Sche
     // As deleteSchedule and runScheduleNow say it (outside review 217: pg's bare 42P01).
     throw wrapDatabaseError(err, 'listSchedules failed');
   }
-  return list.map((r) => {
+  const schedules = list.map((r): ScheduleInfo => {
     let next: Date | null = null;
     let overdueSince: Date | null = null;
     try {
@@ -211,4 +216,5 @@ export async function listSchedules(db: Queryable, schema: string): Promise<Sche
       updatedAt: r.updated_at,
     };
   });
+  return { now, schedules };
 }

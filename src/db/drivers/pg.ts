@@ -3,7 +3,8 @@ import { destroyConnection, openPool, type PgClient, type PgPool, type PgPoolCli
 import { quoteIdent } from '../identifiers.js';
 import { LISTEN_APPLICATION_NAME, STATEMENT_HINT, type Driver, type ListenHandlers, type Listening } from '../driver.js';
 import type { Queryable } from '../executor.js';
-import { ConnectionError, markNeverConnected, NotSentError } from '../../errors.js';
+import { ConnectionError, NotSentError } from '../../errors.js';
+import { markNeverConnected } from '../../never-sent.js';
 import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { shorterLimit, timeLimit } from '../../lifecycle/time-limit.js';
 import { cancelThenDrop } from './cancel.js';
