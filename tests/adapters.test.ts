@@ -414,9 +414,10 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
     expect(await jobsIn('ended')).toEqual([]);
   });
 
-  it('Kysely and Knex: a trx kept past its commit or rollback is a ConfigError, as nothing was sent (outside review 212)', async () => {
+  it('Kysely, Knex and Prisma: a trx kept past its commit or rollback is a ConfigError, as nothing was sent (outside review 212)', async () => {
     const kysely = new Kysely<any>({ dialect: new PostgresDialect({ pool: db.pool }) });
     const k = knex({ client: 'pg', connection: db.url, pool: { min: 0, max: 1 } });
+    const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: db.url, max: 1 }, { schema: db.schema }) });
     try {
       let committed: Parameters<typeof kyselyAdapter>[0] | undefined;
       await kysely.transaction().execute(async (trx) => {
@@ -429,10 +430,15 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
           throw new Error('changed my mind');
         }),
       ).rejects.toThrow('changed my mind');
+      let prismaCommitted: Parameters<typeof prismaAdapter>[0] | undefined;
+      await prisma.$transaction(async (tx) => {
+        prismaCommitted = tx;
+      });
       const id = await queue.enqueue('t', {}, { queue: 'ended-cancel', delayMs: 3_600_000 });
       const cases: [Queryable, RegExp][] = [
         [kyselyAdapter(committed!), /^tx: kyselyAdapter: the transaction \(trx\) is already committed/],
         [knexAdapter(rolledBack!), /^tx: knexAdapter: the transaction \(trx\) has ended/],
+        [prismaAdapter(prismaCommitted!), /^tx: prismaAdapter: the transaction \(tx\) has ended: .*committed transaction/],
       ];
       for (const [tx, message] of cases) {
         const refused = await queue.enqueue('t', {}, { queue: 'ended', tx }).catch((err: unknown) => err);
@@ -442,7 +448,7 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
       }
       expect((await queue.getJob(id))?.status).toBe('pending');
     } finally {
-      await k.destroy();
+      await Promise.all([k.destroy(), prisma.$disconnect()]);
     }
     expect(await jobsIn('ended')).toEqual([]);
   });
