@@ -1,4 +1,13 @@
-import { ConnectionError, DuplicateJobError, NotSentError, SluiceError, ValidationError, wrapDatabaseError } from './errors.js';
+import {
+  ConnectionError,
+  DatabaseError,
+  DuplicateJobError,
+  NotSentError,
+  SluiceError,
+  ValidationError,
+  isInsufficientPrivilege,
+  wrapDatabaseError,
+} from './errors.js';
 import { neverSent } from './never-sent.js';
 
 // What a failed enqueue is told as: whether the job may exist, and why.
@@ -10,7 +19,7 @@ import { neverSent } from './never-sent.js';
  * (no `tx`), a lost connection leaves the caller unsure whether the job exists,
  * and the message says so (outside review 87).
  */
-export function enqueueError(err: unknown, context: string, committed: 'own' | 'caller', batch = false): Error {
+export function enqueueError(err: unknown, context: string, committed: 'own' | 'caller', batch = false, waitable = false): Error {
   // pg calls the violated index `constraint`, postgres.js `constraint_name`.
   const e = err as { code?: string; constraint?: string; constraint_name?: string; detail?: string; message?: string } | null;
   if (e?.code === '23505' && (e.constraint ?? e.constraint_name) === 'jobs_job_key_idx') {
@@ -20,6 +29,9 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
   }
   // enqueue_job()'s own checks (a key's holder of another task in 'replace' mode).
   if (e?.code === '22023') return new ValidationError(`${context}: ${e.message}`, { cause: err });
+  // A role granted before migration 0045 may insert jobs but not their flag.
+  if (waitable && isInsufficientPrivilege(err))
+    return new DatabaseError(`${context}: ${e?.message}${WAITABLE_REFUSED}`, '42501', { cause: err });
   const wrapped = wrapDatabaseError(err, context);
   if (!(wrapped instanceof ConnectionError)) return wrapped;
   const message = err instanceof SluiceError ? `${context}: ${wrapped.message}` : wrapped.message;
@@ -37,6 +49,10 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
     { cause: err },
   );
 }
+
+const WAITABLE_REFUSED =
+  ' (a waitable job is inserted with notify_on_finish set, a column whose privilege roles.sql grants ' +
+  'since migration 0045: re-apply roles.sql of this version, or enqueue without waitable)';
 
 /**
  * A failed insert of enqueueAfterCommit's `jobs` jobs, after the caller's work

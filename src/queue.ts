@@ -165,7 +165,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       this.metrics?.enqueued.inc({ queue: v.queue, task: v.task });
       return id;
     } catch (err) {
-      throw enqueueError(err, 'enqueue failed', tx ? 'caller' : 'own');
+      throw enqueueError(err, 'enqueue failed', tx ? 'caller' : 'own', false, v.waitable);
     } finally {
       if (!tx) this.ownInFlight--;
     }
@@ -217,7 +217,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
       return ids;
     } catch (err) {
-      throw enqueueError(err, 'enqueueMany failed', committed, true);
+      throw enqueueError(err, 'enqueueMany failed', committed, true, batch.waitable);
     }
   }
 

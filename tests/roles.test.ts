@@ -334,6 +334,28 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     expect(rows[0].ungrouped_none_at).toBeInstanceOf(Date);
   });
 
+  it('a role granted by a roles.sql older than 0045 is told why a waitable job is refused; plain jobs still go in', async () => {
+    const queue = new Queue({ connectionString: urlAs(logins.enqueue), schema: db.schema });
+    cleanup.push(() => queue.close());
+    await db.pool.query(`REVOKE INSERT (notify_on_finish) ON ${db.s}.jobs FROM ${groups.enqueue}`);
+    try {
+      for (const enqueue of [
+        () => queue.enqueue('t', { n: 'stale grant' }, { queue: 'stale-grant', waitable: true }),
+        () => queue.enqueueMany([{ task: 't', payload: { n: 'stale grant' }, queue: 'stale-grant', waitable: true }]),
+      ]) {
+        const refused = await enqueue().catch((err: unknown) => err);
+        expect(refused).toBeInstanceOf(DatabaseError);
+        expect(refused).toMatchObject({ sqlState: '42501' });
+        expect((refused as Error).message).toMatch(/permission denied .*notify_on_finish.*re-apply roles\.sql/);
+      }
+      await queue.enqueue('t', { n: 'plain' }, { queue: 'stale-grant' });
+    } finally {
+      await db.pool.query(`GRANT INSERT (notify_on_finish) ON ${db.s}.jobs TO ${groups.enqueue}`);
+    }
+    const { rows } = await db.pool.query(`SELECT payload->>'n' AS n FROM ${db.s}.jobs WHERE queue = 'stale-grant'`);
+    expect(rows).toEqual([{ n: 'plain' }]);
+  });
+
   it('the enqueue role cannot change, forge, lock, read or delete jobs, nor skip the payload limit', async () => {
     const pool = pools.enqueue;
     const completed = await ownerInsert({ task: 't', status: 'completed', result: { real: true }, finished_at: new Date() });
