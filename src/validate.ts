@@ -9,7 +9,7 @@
  *   rejectUnknownKeys(options, KEYS, 'Worker');
  *   const concurrency = intOption('concurrency', options.concurrency, 10, 1, 10_000);
  */
-import { inspect } from 'node:util';
+import { inspect, types } from 'node:util';
 
 /** An error class the checks can throw: SluiceError subclasses such as ConfigError or ValidationError. */
 export type ErrorClass = new (message: string, options?: { cause?: unknown }) => Error;
@@ -193,6 +193,9 @@ function errorMessage(err: unknown): unknown {
  * 100,000-character message.
  */
 export function shown(value: unknown): string {
+  // A boxed primitive (new Boolean(true)) printed as its value read "must be a boolean, got true".
+  const boxed = boxedKind(value);
+  if (boxed) return `a ${boxed} object (${shown((value as { valueOf(): unknown }).valueOf())})`;
   if (typeof value !== 'string') {
     if (typeof value === 'number' || typeof value === 'boolean') return String(value);
     try {
@@ -205,6 +208,13 @@ export function shown(value: unknown): string {
   const chars = [...value];
   if (chars.length <= 60) return JSON.stringify(value);
   return `${JSON.stringify(chars.slice(0, 40).join(''))}… (${chars.length} characters)`;
+}
+
+function boxedKind(value: unknown): string | undefined {
+  if (types.isBooleanObject(value)) return 'Boolean';
+  if (types.isNumberObject(value)) return 'Number';
+  if (types.isStringObject(value)) return 'String';
+  return undefined;
 }
 
 /**
