@@ -284,6 +284,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
    */
   async enqueueAfterCommit<R>(work: (jobs: AfterCommitJobs<T>) => Promise<R>): Promise<{ result: R; jobIds: string[] }> {
     if (typeof work !== 'function') throw new ValidationError('enqueueAfterCommit: work must be a function'); // review 179
+    // Before work() commits anything: a Queue without a connection (or closed) can never insert
+    // the jobs, and after the caller's commit it lost them every time (outside review 227).
+    this.ownDriver();
     const collector = new AfterCommitCollector<T>(this.schemas, this.maxPayloadBytes);
     // Inside an async function: a work() that throws before its first await ends collecting too.
     const result = await (async () => work(collector.jobs))().finally(() => collector.stop());

@@ -490,6 +490,26 @@ describe('enqueue', () => {
     }
   });
 
+  it('enqueueAfterCommit on a Queue without a connection, or closed, is refused before work() runs (outside review 227)', async () => {
+    const closed = new Queue({ pool: db.pool, schema: db.schema });
+    await closed.close();
+    for (const [q, message] of [
+      [new Queue({ schema: db.schema }), /this Queue has no connection/],
+      [closed, /this Queue is closed/],
+    ] as const) {
+      let ran = false;
+      const refused = await q
+        .enqueueAfterCommit(async (jobs) => {
+          ran = true;
+          await jobs.enqueue('never', {});
+        })
+        .catch((err: unknown) => err);
+      expect(refused).toBeInstanceOf(ConfigError);
+      expect((refused as Error).message).toMatch(message);
+      expect(ran).toBe(false);
+    }
+  });
+
   it('a tx whose query() resolves to the rows, not { rows }: a ConfigError saying the statement ran in the transaction (outside review 202)', async () => {
     const client = await db.pool.connect();
     try {
