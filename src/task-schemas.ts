@@ -1,6 +1,7 @@
 import { ConfigError, PermanentFailure, ValidationError } from './errors.js';
 import type { TaskHandler, TaskMap } from './job.js';
 import type { StandardSchemaV1 } from './standard-schema.js';
+import { shown } from './validate.js';
 
 /**
  * A Standard Schema per task (zod 3.24+, valibot, arktype ...), validating
@@ -49,7 +50,16 @@ export async function validatePayload(
     const message = err instanceof Error ? err.message : String(err);
     throw new ValidationError(`payload of task "${task}" could not be checked: its schema threw: ${message}`, { cause: err });
   }
-  if (result.issues) throw new ValidationError(`payload of task "${task}" is invalid: ${describeIssues(result.issues)}`);
+  // A hand-made schema may answer anything: null was a TypeError, 42 a payload of undefined (outside review 227).
+  if (typeof result !== 'object' || result === null || (result.issues === undefined && !('value' in result))) {
+    throw new ValidationError(
+      `payload of task "${task}" could not be checked: its schema returned ${shown(result)}, ` +
+        'not a Standard Schema result ({ value } or { issues })',
+    );
+  }
+  if (result.issues !== undefined) {
+    throw new ValidationError(`payload of task "${task}" is invalid: ${describeIssues(result.issues)}`);
+  }
   return result.value;
 }
 
@@ -168,11 +178,16 @@ export function withPayloadSchema(
   };
 }
 
-function describeIssues(issues: ReadonlyArray<StandardSchemaV1.Issue>): string {
-  return issues
-    .map((issue) => {
-      const path = (issue.path ?? []).map((p) => String(typeof p === 'object' ? p.key : p)).join('.');
-      return path ? `${path}: ${issue.message}` : issue.message;
-    })
-    .join('; ');
+function describeIssues(issues: unknown): string {
+  try {
+    const said = (issues as ReadonlyArray<StandardSchemaV1.Issue>)
+      .map((issue) => {
+        const path = (issue.path ?? []).map((p) => String(typeof p === 'object' ? p.key : p)).join('.');
+        return path ? `${path}: ${issue.message}` : issue.message;
+      })
+      .join('; ');
+    return said || 'its schema failed it without saying why (no issues listed)';
+  } catch {
+    return `its schema failed it with issues that cannot be read: ${shown(issues)}`;
+  }
 }
