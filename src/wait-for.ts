@@ -2,7 +2,15 @@ import type { Queryable } from './db/executor.js';
 import { rows } from './db/executor.js';
 import { channelFor } from './db/identifiers.js';
 import type { EnqueueStatements } from './db/statements/enqueue.js';
-import { ConfigError, isLockTimeout, JobNotFoundError, WaitTimeoutError, wrapDatabaseError } from './errors.js';
+import {
+  ConfigError,
+  DatabaseError,
+  isInsufficientPrivilege,
+  isLockTimeout,
+  JobNotFoundError,
+  WaitTimeoutError,
+  wrapDatabaseError,
+} from './errors.js';
 import { isFinished, type JobRow } from './job.js';
 import { withJobDates } from './job-values.js';
 import type { OutcomeListener } from './outcome-listener.js';
@@ -17,7 +25,7 @@ export interface WaitPlan {
   /** On the Queue's own connection; `listening` settles once its LISTEN is set up. */
   outcomes: OutcomeListener;
   listening: Promise<void>;
-  queries: Pick<EnqueueStatements, 'schema' | 'watchJob' | 'getJob'>;
+  queries: Pick<EnqueueStatements, 'schema' | 'watchJob' | 'jobWatched' | 'getJob'>;
   timeoutMs: number;
   pollIntervalMs: number;
   /** Aborted when the Queue is closed: the wait ends at once. */
@@ -57,6 +65,7 @@ export async function waitForJob<P, R>(jobId: string, plan: WaitPlan): Promise<J
       return (await rows(db, queries.watchJob, [jobId, channelFor(queries.schema), String(lockWaitMs)])).length > 0;
     } catch (err) {
       if (isLockTimeout(err)) return false;
+      if (isInsufficientPrivilege(err)) return flaggedAlready(db, queries, jobId, err);
       throw err;
     }
   };
@@ -103,4 +112,28 @@ export async function waitForJob<P, R>(jobId: string, plan: WaitPlan): Promise<J
   } finally {
     unsubscribe();
   }
+}
+
+/**
+ * For a role that may not flag a job (only the schema's owner may, under
+ * roles.sql): a job enqueued with `waitable: true` is flagged already, and is
+ * waited for with reads alone (outside review 227: a least-privilege role could
+ * enqueue waitable jobs and never wait for them). A job that is not flagged is
+ * refused, saying why; one that is gone is left to the read that follows.
+ */
+async function flaggedAlready(
+  db: Queryable,
+  queries: Pick<EnqueueStatements, 'jobWatched'>,
+  jobId: string,
+  refused: unknown,
+): Promise<true> {
+  const [row] = await rows<{ watched: boolean }>(db, queries.jobWatched, [jobId]);
+  if (!row || row.watched) return true;
+  throw new DatabaseError(
+    `waitFor failed: ${(refused as Error).message} (waitFor flags a job for the notification of its outcome, ` +
+      "which only the schema's owner may do; enqueue the job with waitable: true, and a role that may read " +
+      'the jobs waits for it)',
+    '42501',
+    { cause: refused },
+  );
 }

@@ -356,6 +356,29 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
     expect(rows).toEqual([{ n: 'plain' }]);
   });
 
+  it('a role that may read jobs but not flag them waits for a waitable job; for another, waitFor says why it cannot (outside review 227)', async () => {
+    const queue = new Queue({ connectionString: urlAs(logins.enqueue), schema: db.schema });
+    cleanup.push(() => queue.close());
+    await db.pool.query(`GRANT SELECT ON ${db.s}.jobs, ${db.s}.jobs_history TO ${logins.enqueue}`);
+    const worker = new Worker({ connectionString: db.url, schema: db.schema, queues: ['read-wait'], tasks: { t: () => 'done' } });
+    try {
+      const waitable = await queue.enqueue('t', {}, { queue: 'read-wait', waitable: true });
+      const plain = await queue.enqueue('t', {}, { queue: 'read-wait', delayMs: 3_600_000 });
+      const waiting = queue.waitFor(waitable, { timeoutMs: 20_000 });
+      await worker.start();
+      expect(await waiting).toMatchObject({ status: 'completed', result: 'done' });
+      const refused = await queue.waitFor(plain, { timeoutMs: 5_000 }).catch((err: unknown) => err);
+      expect(refused).toBeInstanceOf(DatabaseError);
+      expect(refused).toMatchObject({ sqlState: '42501' });
+      expect((refused as Error).message).toMatch(
+        /^waitFor failed: .*only the schema's owner may do; enqueue the job with waitable: true/,
+      );
+    } finally {
+      await worker.stop();
+      await db.pool.query(`REVOKE SELECT ON ${db.s}.jobs, ${db.s}.jobs_history FROM ${logins.enqueue}`);
+    }
+  });
+
   it('the enqueue role cannot change, forge, lock, read or delete jobs, nor skip the payload limit', async () => {
     const pool = pools.enqueue;
     const completed = await ownerInsert({ task: 't', status: 'completed', result: { real: true }, finished_at: new Date() });

@@ -15,6 +15,7 @@ export interface EnqueueStatements extends InsertStatements {
   readonly enqueueKeyed: string;
   readonly enqueueManyKeyed: string;
   readonly watchJob: string;
+  readonly jobWatched: string;
   readonly getJob: string;
 }
 
@@ -179,6 +180,10 @@ function otherStatements(schema: string): Omit<EnqueueStatements, 'schema' | 'wa
       )
       SELECT id::text AS id, CASE WHEN status = 'pending' THEN pg_notify($2, ${s}.wake_payload(queue, run_at)) END AS woke
       FROM watched`,
+
+    // Whether a job is flagged already (enqueued waitable): for a role that may not
+    // flag it (watchJob), which then needs only to read it.
+    jobWatched: `SELECT notify_on_finish AS watched FROM ${jobs} WHERE id = $1`,
 
     getJob: findJobStatement(schema),
   };
