@@ -1409,8 +1409,9 @@ describe('relay: outside review 96', () => {
     const d = freshDestination();
     const broker = new MemoryBroker();
     const events: string[] = [];
-    const a = startRelay(broker, [d], { leaseMs: 1_000, relayId: 'relay-a' });
-    const b = startRelay(broker, [d], { leaseMs: 1_000, relayId: 'relay-b' });
+    // A lease of 2 s, not 1: on a loaded machine a renewal's round trips took longer than a 1 s lease allows.
+    const a = startRelay(broker, [d], { leaseMs: 2_000, relayId: 'relay-a' });
+    const b = startRelay(broker, [d], { leaseMs: 2_000, relayId: 'relay-b' });
     for (const [name, relay] of [
       ['a', a],
       ['b', b],
@@ -1426,7 +1427,7 @@ describe('relay: outside review 96', () => {
     try {
       // Longer than the lease: renewals and takeovers wait behind it, their statements started long ago.
       await locker.query(`BEGIN; LOCK TABLE ${db.s}.outbox_relays IN ACCESS EXCLUSIVE MODE`);
-      await new Promise((resolve) => setTimeout(resolve, 3_000));
+      await new Promise((resolve) => setTimeout(resolve, 4_500));
       events.push('released');
       await locker.query('COMMIT');
     } finally {
