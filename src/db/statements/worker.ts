@@ -182,7 +182,8 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
         -- Not "the worker died": a live one leaves a job whose handler ignored its
         -- abort to the rescuer too (outside review 108).
         SELECT r.id, r.refund, r.unstarted, 'lock expired: worker ' || coalesce(r.locked_by, '?') || ' stopped heartbeating'
-            || CASE WHEN NOT r.refund THEN ' it (the worker died, hung or was cut off, or left the job to the rescuer)'
+            || CASE WHEN NOT r.refund THEN ' it (the worker died, hung or was cut off, or left the job to the rescuer; its handler may have '
+                    || 'finished, its result not written)'
                     WHEN r.unstarted THEN ' before the job started (attempt not counted)'
                     ELSE ' while another session held the job''s row (attempt not counted)' END AS message
         FROM (
