@@ -23,8 +23,10 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
   // pg calls the violated index `constraint`, postgres.js `constraint_name`.
   const e = err as { code?: string; constraint?: string; constraint_name?: string; detail?: string; message?: string } | null;
   if (e?.code === '23505' && (e.constraint ?? e.constraint_name) === 'jobs_job_key_idx') {
-    const existing = /existing job id: (\d+)/.exec(e.detail ?? '')?.[1];
-    const key = /holds key (.*)$/.exec(e.message ?? '')?.[1];
+    // The DETAIL, or the message where a driver kept none (Prisma): "job 5 already holds key k".
+    const existing = (/existing job id: (\d+)/.exec(e.detail ?? '') ?? /job (\d+) already holds key/.exec(e.message ?? ''))?.[1];
+    // MikroORM adds the DETAIL as a line of the message: " - detail: existing job id: 5".
+    const key = /holds key (.*?)(?:\n - detail: [^\n]*)?$/s.exec(e.message ?? '')?.[1];
     return new DuplicateJobError(`${context}: ${e.message}`, existing, key, { cause: err });
   }
   // enqueue_job()'s own checks (a key's holder of another task in 'replace' mode).

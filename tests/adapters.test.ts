@@ -276,6 +276,27 @@ describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libNam
     expect(seen.sort()).toEqual([name, `${name}/a`, `${name}/b`]);
   });
 
+  it("a held key in mode 'error' is a DuplicateJobError naming the holder, one at a time or in a batch (outside review 229: through Prisma a DatabaseError)", async () => {
+    const key = `held-${libName}`;
+    const holder = await queue.enqueue('welcome', { name: 'holder' }, { queue: `${q}-keys`, jobKey: key });
+    for (const enqueue of [
+      (tx: Queryable) =>
+        queue.enqueue('welcome', { name: 'again' }, { queue: `${q}-keys`, jobKey: key, jobKeyMode: 'error', tx }),
+      (tx: Queryable) =>
+        queue.enqueueMany(
+          [{ task: 'welcome', payload: { name: 'again' }, queue: `${q}-keys`, jobKey: key, jobKeyMode: 'error' }],
+          {
+            tx,
+          },
+        ),
+    ]) {
+      const err = await lib.transaction(async ({ tx }) => enqueue(tx)).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(DuplicateJobError);
+      expect(err).toMatchObject({ existingId: holder, jobKey: key });
+    }
+    expect(await jobsIn(`${q}-keys`)).toHaveLength(1);
+  });
+
   it('passes parameters by number (reused, next to a literal ?) and returns rows as objects', async () => {
     let rows: unknown[] = [];
     await lib.transaction(async ({ tx }) => {
@@ -434,11 +455,22 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
       await prisma.$transaction(async (tx) => {
         prismaCommitted = tx;
       });
+      let prismaExpired: Parameters<typeof prismaAdapter>[0] | undefined;
+      await prisma
+        .$transaction(
+          async (tx) => {
+            prismaExpired = tx;
+            await new Promise((resolve) => setTimeout(resolve, 300));
+          },
+          { timeout: 50 },
+        )
+        .catch(() => {});
       const id = await queue.enqueue('t', {}, { queue: 'ended-cancel', delayMs: 3_600_000 });
       const cases: [Queryable, RegExp][] = [
         [kyselyAdapter(committed!), /^tx: kyselyAdapter: the transaction \(trx\) is already committed/],
         [knexAdapter(rolledBack!), /^tx: knexAdapter: the transaction \(trx\) has ended/],
         [prismaAdapter(prismaCommitted!), /^tx: prismaAdapter: the transaction \(tx\) has ended: .*committed transaction/],
+        [prismaAdapter(prismaExpired!), /^tx: prismaAdapter: the transaction \(tx\) has ended: .*expired transaction/],
       ];
       for (const [tx, message] of cases) {
         const refused = await queue.enqueue('t', {}, { queue: 'ended', tx }).catch((err: unknown) => err);
