@@ -290,7 +290,11 @@ describe.each(Object.keys(LIBRARIES))('enqueue inside a %s transaction', (libNam
           },
         ),
     ]) {
-      const err = await lib.transaction(async ({ tx }) => enqueue(tx)).catch((e: unknown) => e);
+      const err = await lib
+        .transaction(async ({ tx }) => {
+          await enqueue(tx);
+        })
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(DuplicateJobError);
       expect(err).toMatchObject({ existingId: holder, jobKey: key });
     }
@@ -431,6 +435,37 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
     } finally {
       await runner.release();
       await ds.destroy();
+    }
+    expect(await jobsIn('ended')).toEqual([]);
+  });
+
+  it('postgres.js 4, alone and under Drizzle: a tx kept past its end is a ConfigError naming the adapter (outside review 229)', async (ctx) => {
+    const sql = postgres(db.url, { max: 1, onnotice: () => {} });
+    try {
+      let kept: Parameters<typeof postgresJsAdapter>[0] | undefined;
+      await sql.begin(async (tx) => {
+        kept = tx;
+      });
+      let keptDrizzle: Parameters<typeof drizzleAdapter>[0] | undefined;
+      await drizzlePostgresJs(sql).transaction(async (tx) => {
+        keptDrizzle = tx;
+      });
+      // postgres.js 3 runs such a statement on its own (see the README): only 4 refuses it.
+      const refusedByLibrary = await Promise.resolve(kept!.unsafe('SELECT 1')).then(
+        () => false,
+        (err: { code?: string }) => err.code === 'UNSAFE_TRANSACTION',
+      );
+      if (!refusedByLibrary) ctx.skip();
+      for (const [tx, message] of [
+        [postgresJsAdapter(kept!), /^tx: postgresJsAdapter: the transaction \(tx\) has ended .*sql\.begin\(\)/],
+        [drizzleAdapter(keptDrizzle!), /^tx: drizzleAdapter: the transaction \(tx\) has ended .*db\.transaction\(\)/],
+      ] as const) {
+        const refused = await queue.enqueue('t', {}, { queue: 'ended', tx }).catch((err: unknown) => err);
+        expect(refused).toBeInstanceOf(ConfigError);
+        expect((refused as Error).message).toMatch(message);
+      }
+    } finally {
+      await sql.end();
     }
     expect(await jobsIn('ended')).toEqual([]);
   });

@@ -1,6 +1,7 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
 import { asText } from './parameters.js';
+import { endedTransaction } from './postgres-js.js';
 
 /** A Drizzle database or transaction, on node-postgres or postgres.js. */
 export interface DrizzleLike {
@@ -44,7 +45,10 @@ export function drizzleAdapter(db: DrizzleLike): Queryable {
           // it as `cause`: without its code, a connection killed mid-enqueue was told as
           // a DatabaseError, not a ConnectionError (outside review 187).
           const cause = (err as { cause?: unknown } | null)?.cause;
-          throw typeof (cause as { code?: unknown } | null)?.code === 'string' ? cause : err;
+          throw (
+            endedTransaction(cause, 'drizzleAdapter', 'db.transaction()') ??
+            (typeof (cause as { code?: unknown } | null)?.code === 'string' ? cause : err)
+          );
         }
         // node-postgres returns a QueryResult, postgres.js an array of rows.
         return { rows: Array.isArray(result) ? [...result] : (result as { rows: any[] }).rows };

@@ -1,3 +1,4 @@
+import { ConfigError } from '../../errors.js';
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
 import { asText } from './parameters.js';
 
@@ -23,7 +24,11 @@ export function postgresJsAdapter(sql: PostgresJsLike): Queryable {
   return outsideTransaction(
     {
       async query(text, values = []) {
-        return { rows: [...(await sql.unsafe(text, params(sql, values)))] };
+        try {
+          return { rows: [...(await sql.unsafe(text, params(sql, values)))] };
+        } catch (err) {
+          throw endedTransaction(err, 'postgresJsAdapter', 'sql.begin()') ?? err;
+        }
       },
     },
     global ? globalObjectReason('postgresJsAdapter', 'sql', 'tx in sql.begin') : undefined,
@@ -40,4 +45,24 @@ function params(sql: PostgresJsLike, values: readonly unknown[]): any[] {
   const typed = (sql as { typed?: (value: unknown, type: number) => unknown }).typed;
   if (typeof typed !== 'function') return asText(values);
   return values.map((v) => (Array.isArray(v) ? typed.call(sql, v, 0) : v));
+}
+
+/**
+ * postgres.js 4's refusal of a transaction's tx used after it committed or rolled
+ * back (UNSAFE_TRANSACTION, "The transaction has ended"), made before anything is
+ * sent: a ConfigError naming the adapter, as for Kysely, Knex and Prisma, not a
+ * DatabaseError (outside review 229). postgres.js 3 runs such a statement on its own.
+ */
+export function endedTransaction(
+  err: unknown,
+  adapter: 'postgresJsAdapter' | 'drizzleAdapter',
+  inside: 'sql.begin()' | 'db.transaction()',
+): ConfigError | undefined {
+  const e = err as { code?: unknown; message?: unknown } | null;
+  if (e?.code !== 'UNSAFE_TRANSACTION' || typeof e.message !== 'string' || !/transaction has ended/i.test(e.message)) {
+    return undefined;
+  }
+  return new ConfigError(`tx: ${adapter}: the transaction (tx) has ended (committed or rolled back): enqueue inside ${inside}`, {
+    cause: err,
+  });
 }
