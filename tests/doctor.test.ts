@@ -207,6 +207,60 @@ describe('doctor', () => {
     }
   });
 
+  it('a LOCK TABLE queued behind a long transaction: the doctor names both and answers, the checks it held up critical (outside review 230: it hung)', async () => {
+    const holder = new pg.Client({ connectionString: db.url, application_name: 'long-report' });
+    const locker = new pg.Client({ connectionString: db.url, application_name: 'migration' });
+    await Promise.all([holder.connect(), locker.connect()]);
+    holder.on('error', () => {});
+    locker.on('error', () => {});
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`SELECT count(*) FROM ${db.s}.jobs`);
+      const holderPid = (await holder.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid;
+      await locker.query('BEGIN');
+      const queued = locker.query(`LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`).catch(() => {});
+      const lockerPid = (
+        await db.pool.query<{ pid: number }>(
+          `SELECT pid FROM pg_stat_activity WHERE application_name = 'migration' AND datname = current_database()`,
+        )
+      ).rows[0]?.pid;
+      await waitFor(async () => {
+        const { rows } = await db.pool.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'`, [
+          lockerPid,
+        ]);
+        return rows.length > 0;
+      }, 'the LOCK TABLE to queue');
+      const report = await runDoctor({
+        connectionString: db.url,
+        schema: db.schema,
+        checkTimeoutMs: 1_000,
+        thresholds: { lockWaitMs: [1, 3_600_000] },
+      });
+      const locks = check(report, 'lock_waits');
+      expect(locks.status).toBe('warn');
+      expect(
+        (locks.details as { pid: number; blocked_by: { pid: number }[] }[]).find((w) => w.pid === lockerPid)?.blocked_by,
+      ).toEqual([expect.objectContaining({ pid: holderPid, application: 'long-report' })]);
+      expect(locks.summary).toMatch(/held up by pid \d+ \(long-report, idle in transaction/);
+      expect(check(report, 'tables')).toMatchObject({ status: 'critical', title: 'tables: not checked' });
+      expect(check(report, 'backlog')).toMatchObject({ status: 'critical', title: 'backlog: not checked' });
+      // Checks of the server alone still ran.
+      expect(check(report, 'idle_in_transaction').details).toEqual(
+        expect.arrayContaining([expect.objectContaining({ pid: holderPid })]),
+      );
+      expect(report.status).toBe('critical');
+      await holder.query('ROLLBACK');
+      await queued;
+      await locker.query('ROLLBACK');
+      // Nothing held up: every check ran.
+      const after = await runDoctor({ connectionString: db.url, schema: db.schema, checkTimeoutMs: 1_000 });
+      expect(after.checks.filter((c) => c.title.endsWith('not checked'))).toEqual([]);
+      expect(check(after, 'lock_waits').status).toBe('ok');
+    } finally {
+      await Promise.all([holder.end(), locker.end()]);
+    }
+  });
+
   it('reports stuck processing jobs and an old backlog per queue, with no leader running', async () => {
     await db.pool.query(
       `INSERT INTO ${db.s}.jobs (queue, task, status, attempts, locked_at, locked_by)

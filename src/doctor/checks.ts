@@ -13,6 +13,44 @@ export interface SessionRow {
   query?: string;
 }
 
+export interface LockWaitRow {
+  pid: number;
+  user: string;
+  application: string;
+  waiting_ms: number | null;
+  query: string;
+  blocked_by: { pid: number; user: string; application: string; state: string; transaction_ms: number | null; query: string }[];
+}
+
+/**
+ * Sessions held up by a lock on the schema's tables or rows, and who holds them
+ * up: a long transaction with a LOCK TABLE or ALTER queued behind it freezes the
+ * whole queue, and every other check then waits too (outside review 230).
+ */
+export function checkLockWaits(rows: LockWaitRow[], t: DoctorThresholds): CheckResult {
+  const status = worst(rows.map((r) => level(r.waiting_ms ?? 0, t.lockWaitMs)));
+  const longest = rows[0];
+  const blocker = longest?.blocked_by[0];
+  const by = blocker
+    ? `, held up by pid ${blocker.pid} (${blocker.application || blocker.user}, ${blocker.state}` +
+      `${blocker.transaction_ms === null ? '' : `, transaction open ${formatMs(blocker.transaction_ms)}`}): ${blocker.query}`
+    : '';
+  const summary =
+    rows.length === 0
+      ? "no session waits for a lock on the schema's tables"
+      : `${rows.length} session(s) wait for a lock on the schema's tables; longest: pid ${longest!.pid} ` +
+        `(${longest!.application || longest!.user}) waiting ${formatMs(longest!.waiting_ms ?? 0)}${by}`;
+  return result(
+    'lock_waits',
+    "sessions waiting for locks on the schema's tables",
+    status,
+    summary,
+    'Workers, enqueues and these checks wait behind the same lock. End what holds it (pid above): ' +
+      'COMMIT or ROLLBACK the open transaction, or pg_terminate_backend(pid); run ALTER or VACUUM FULL with lock_timeout.',
+    rows,
+  );
+}
+
 export function checkIdleInTransaction(rows: SessionRow[], t: DoctorThresholds): CheckResult {
   const status = worst(rows.map((r) => level(r.idle_ms ?? 0, t.idleInTransactionMs)));
   const longest = rows[0];

@@ -27,6 +27,8 @@ export interface DoctorThresholds {
    * that just drained a burst is all dead tuples until autovacuum's next pass.
    */
   vacuumWaitMs: number;
+  /** A session waiting this long for a lock on one of the schema's tables or rows. */
+  lockWaitMs: [number, number];
   idleInTransactionMs: [number, number];
   snapshotAgeMs: [number, number];
   /** Age in transactions of a replication slot's xmin. */
@@ -49,6 +51,7 @@ export const DEFAULT_THRESHOLDS: DoctorThresholds = {
   deadTupleRatio: [0.2, 0.5],
   deadTupleMin: 10_000,
   vacuumWaitMs: 600_000,
+  lockWaitMs: [5_000, 30_000],
   idleInTransactionMs: [60_000, 600_000],
   snapshotAgeMs: [300_000, 1_800_000],
   slotXminAge: [10_000_000, 100_000_000],

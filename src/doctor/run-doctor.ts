@@ -2,7 +2,7 @@ import { checkConnection, resolveDriverName, type DriverConnectionOptions } from
 import { openDriver } from '../db/drivers/open.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
-import { ConfigError, wrapDatabaseError } from '../errors.js';
+import { ConfigError, ConnectionError, wrapDatabaseError } from '../errors.js';
 import * as checks from './checks.js';
 import * as vacuum from './vacuum-checks.js';
 import { checkCron } from './cron-check.js';
@@ -19,6 +19,11 @@ export interface DoctorOptions extends DriverConnectionOptions {
   db?: Queryable;
   /** Override where warn/critical begin. */
   thresholds?: Partial<DoctorThresholds>;
+  /**
+   * How long a check's statement may wait on the doctor's own connection (not `db`),
+   * default 10,000 ms: one held up by a lock on the schema is then reported as such.
+   */
+  checkTimeoutMs?: number;
 }
 
 export interface DoctorReport {
@@ -29,7 +34,7 @@ export interface DoctorReport {
   checks: CheckResult[];
 }
 
-const OPTION_KEYS = new Set(['connectionString', 'pool', 'sql', 'driver', 'schema', 'db', 'thresholds']);
+const OPTION_KEYS = new Set(['connectionString', 'pool', 'sql', 'driver', 'schema', 'db', 'thresholds', 'checkTimeoutMs']);
 
 /**
  * Inspects the live database the way `sluice doctor` does and returns every
@@ -44,13 +49,18 @@ export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
   rejectUnknownKeys(options, OPTION_KEYS, 'runDoctor');
   const schema = schemaOption(options.schema);
   const thresholds = resolveThresholds(options.thresholds);
+  const limitMs = options.checkTimeoutMs ?? CHECK_LIMIT_MS;
+  if (!Number.isInteger(limitMs) || limitMs < 1) throw new ConfigError('checkTimeoutMs must be an integer ≥ 1 (ms)');
   if (options.db) return inspect(options.db, schema, thresholds);
   const driverName = resolveDriverName(options, 'runDoctor');
   if (!options.sql) checkConnection(options, 'runDoctor');
   const { connectionString, pool, sql } = options;
   const driver = await openDriver(driverName, { connectionString, pool, sql }, 1, 'sluice-doctor');
+  // Each statement within the limit (cancelled past it), so that a check held up by
+  // a lock says so instead of holding the doctor (see inspect).
+  const limited: Queryable = { query: (text, values) => driver.query(text, values, undefined, limitMs) };
   try {
-    return await inspect(driver, schema, thresholds);
+    return await inspect(limited, schema, thresholds);
   } catch (err) {
     throw wrapDatabaseError(err, 'doctor');
   } finally {
@@ -83,31 +93,74 @@ function checkThreshold(key: keyof DoctorThresholds, value: unknown): void {
   }
 }
 
+/**
+ * How long one check's statement may take on a connection the doctor opened
+ * (checkTimeoutMs). A LOCK TABLE or ALTER queued behind a long transaction held the
+ * doctor, silent, for as long as the lock did (outside review 230: 12 minutes, in
+ * the very incident it is for).
+ */
+const CHECK_LIMIT_MS = 10_000;
+
 async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Promise<DoctorReport> {
   const q = doctorStatements(schema);
   const results: CheckResult[] = [];
   const [found] = await rows<{ installed: boolean }>(db, q.installed, [`${quoteSchema(schema)}.jobs`]);
   const installed = found?.installed === true;
+  // First, and from the catalogs alone: what the checks below may wait behind.
+  const locks = checks.checkLockWaits(await rows(db, q.lockWaits, [schema]), t);
+  results.push(locks);
+  // A check whose statement ran out of time while sessions wait for locks on the
+  // schema is one that waited behind them too: said so, and the rest go on. Without
+  // such waits the time-out is a network's or a server's, and ends the run.
+  // Once one has, the checks left that read the schema's tables are not run: each
+  // would wait as long.
+  let heldUp = false;
+  const attempt = async (id: string, check: () => Promise<CheckResult | CheckResult[]>): Promise<void> => {
+    if (!heldUp) {
+      try {
+        const done = await check();
+        results.push(...(Array.isArray(done) ? done : [done]));
+        return;
+      } catch (err) {
+        if (locks.details.length === 0 || !isTimeLimit(err)) throw err;
+        heldUp = true;
+      }
+    }
+    results.push({
+      id,
+      title: `${id}: not checked`,
+      status: 'critical',
+      summary: "not read: statements on the schema's tables wait behind the locks above",
+      advice: 'See the lock check: once what holds the lock ends, run the doctor again.',
+      details: [],
+    });
+  };
 
-  const tables = await rows<vacuum.TableStats>(db, q.tables, [schema]);
-  const [server] = await rows<Omit<vacuum.AutovacuumRow, 'disabled_tables'>>(db, q.autovacuum);
-  results.push(vacuum.checkTables(tables, t, server!.autovacuum && server!.track_counts));
-  // One rule for "turned off" (autovacuumOff), over the rows the tables check read.
-  const disabled = tables.filter((r) => vacuum.autovacuumOff(r.reloptions)).map((r) => r.table);
-  results.push(vacuum.checkAutovacuum({ ...server!, disabled_tables: disabled }));
+  await attempt('tables', async () => {
+    const tables = await rows<vacuum.TableStats>(db, q.tables, [schema]);
+    const [server] = await rows<Omit<vacuum.AutovacuumRow, 'disabled_tables'>>(db, q.autovacuum);
+    // One rule for "turned off" (autovacuumOff), over the rows the tables check read.
+    const disabled = tables.filter((r) => vacuum.autovacuumOff(r.reloptions)).map((r) => r.table);
+    return [
+      vacuum.checkTables(tables, t, server!.autovacuum && server!.track_counts),
+      vacuum.checkAutovacuum({ ...server!, disabled_tables: disabled }),
+    ];
+  });
   results.push(checks.checkIdleInTransaction(await rows(db, q.idleInTransaction), t));
   results.push(checks.checkSnapshots(await rows(db, q.oldestSnapshots), await rows(db, q.preparedTransactions), t));
   results.push(checks.checkReplicationSlots(await rows(db, q.replicationSlots), t));
   results.push(checks.checkNotifyQueue((await rows<{ usage: number }>(db, q.notifyQueue))[0]!.usage, t));
   results.push(checks.checkConnections((await rows<checks.ConnectionRow>(db, q.connections))[0]!, t));
-  results.push(checks.checkIndexBloat(await rows(db, q.indexes, [schema]), t));
+  await attempt('index_bloat', async () => checks.checkIndexBloat(await rows(db, q.indexes, [schema]), t));
   if (installed) {
-    results.push(checks.checkBacklog(await rows(db, q.backlog), t));
-    results.push(checks.checkStuck(await rows(db, q.stuck, [t.stuckMs[0]]), t));
-    results.push(checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance))[0]!, t));
-    results.push(await checkUnknownTasks(db, schema, t));
-    results.push(await checkCron(db, schema, t));
-    results.push(await checkOutbox(db, schema));
+    await attempt('backlog', async () => checks.checkBacklog(await rows(db, q.backlog), t));
+    await attempt('stuck', async () => checks.checkStuck(await rows(db, q.stuck, [t.stuckMs[0]]), t));
+    await attempt('maintenance', async () =>
+      checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance))[0]!, t),
+    );
+    await attempt('unknown_tasks', () => checkUnknownTasks(db, schema, t));
+    await attempt('cron', () => checkCron(db, schema, t));
+    await attempt('outbox_lag', () => checkOutbox(db, schema));
   } else {
     results.push({
       id: 'schema',
@@ -119,4 +172,9 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
     });
   }
   return { status: worst(results.map((r) => r.status)), schema, checkedAt: new Date().toISOString(), checks: results };
+}
+
+/** A statement that ran out of its time limit (the driver cancelled it and dropped its connection). */
+function isTimeLimit(err: unknown): boolean {
+  return err instanceof ConnectionError && /no answer from Postgres within \d+ ms/.test(err.message);
 }

@@ -10,6 +10,7 @@ export interface DoctorStatements {
   /** Whether the schema has Sluice's jobs table ($1: the quoted schema + '.jobs'). */
   readonly installed: string;
   readonly tables: string;
+  readonly lockWaits: string;
   readonly idleInTransaction: string;
   readonly oldestSnapshots: string;
   readonly oldestWriteTransaction: string;
@@ -44,6 +45,23 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
       LEFT JOIN pg_stat_all_tables st ON st.relid = c.oid
       WHERE n.nspname = $1 AND c.relkind = 'r'
       ORDER BY c.relname`,
+
+    // Sessions waiting for a lock on one of the schema's tables or rows, and who
+    // holds them up (pg_blocking_pids): read from the catalogs and pg_locks, which
+    // take no lock on those tables, so it answers while every other check would wait.
+    lockWaits: `SELECT w.pid, w.usename AS user, w.application_name AS application,
+        ${MS('now() - w.state_change')} AS waiting_ms, left(w.query, 200) AS query,
+        coalesce((SELECT jsonb_agg(jsonb_build_object('pid', b.pid, 'user', b.usename,
+            'application', b.application_name, 'state', b.state,
+            'transaction_ms', ${MS('now() - b.xact_start')}, 'query', left(b.query, 200)) ORDER BY b.pid)
+          FROM pg_stat_activity b WHERE b.pid = ANY(pg_blocking_pids(w.pid))), '[]') AS blocked_by
+      FROM pg_stat_activity w
+      WHERE w.wait_event_type = 'Lock' AND w.datname = current_database()
+        -- Held or awaited: a session waiting for a row first holds the row's tuple lock.
+        AND EXISTS (SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+                      JOIN pg_namespace n ON n.oid = c.relnamespace
+                    WHERE l.pid = w.pid AND n.nspname = $1)
+      ORDER BY w.state_change`,
 
     idleInTransaction: `SELECT pid, usename AS user, application_name AS application, state,
         ${MS('now() - state_change')} AS idle_ms, ${MS('now() - xact_start')} AS transaction_ms,
