@@ -209,6 +209,12 @@ describe('ports in use', () => {
     );
   });
 
+  it('sluice dashboard --user without a password is refused (outside review 230: it started with no auth at all); --listen-url is checked as a URL', async () => {
+    const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
+    expectOneLine(await runSluice(['dashboard', '--user', 'bob', '--port', '0'], env), 2, /--user needs --password/);
+    expectOneLine(await runSluice(['dashboard', '--listen-url', 'not a url', '--port', '0'], env), 2, /--listen-url <url>/);
+  });
+
   it('sluice dashboard --refresh takes a duration with a unit; --refresh-ms stays, not both', async () => {
     const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
     const refused: [string[], RegExp][] = [

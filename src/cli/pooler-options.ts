@@ -13,13 +13,23 @@ export interface PoolerFlags {
  * (outside review 129: the worker had neither, and failed behind PgBouncer 1.18).
  */
 export function addPoolerOptions(command: Command): Command {
-  return command
-    .option(
-      '--listen-url <url>',
-      'LISTEN on this direct connection (when the database URL is a transaction-mode PgBouncer)',
-      listenUrl,
-    )
-    .option('--no-prepared-statements', 'no named prepared statements (PgBouncer before 1.21 in transaction mode)');
+  return addListenUrlOption(command).option(
+    '--no-prepared-statements',
+    'no named prepared statements (PgBouncer before 1.21 in transaction mode)',
+  );
+}
+
+/**
+ * --listen-url alone, for a command whose statements are all unnamed (the
+ * dashboard: outside review 230 found it without live updates behind PgBouncer,
+ * and no flag to give it a direct connection).
+ */
+export function addListenUrlOption(command: Command): Command {
+  return command.option(
+    '--listen-url <url>',
+    'LISTEN on this direct connection (when the database URL is a transaction-mode PgBouncer)',
+    listenUrl,
+  );
 }
 
 /** Checked as a flag: the Worker's message named listenConnectionString and "the database URL" (outside review 130). */

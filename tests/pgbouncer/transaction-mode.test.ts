@@ -4,6 +4,7 @@ import { Queue, Worker, type WorkerOptions } from '../../src/index.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from '../helpers/database.js';
 import { startPgBouncer, type PgBouncer } from '../helpers/pgbouncer.js';
 import { FIXTURES, runCli, spawnCli } from '../helpers/cli.js';
+import { openEventStream } from '../helpers/sse.js';
 
 // Run by `npm run test:pgbouncer` (needs the Debian package pgbouncer), not by `npm test`.
 let db: TestDatabase;
@@ -121,6 +122,35 @@ describe(`PgBouncer in transaction mode`, () => {
       // 'prepared statement "sluice-cycle-..." already exists' and the like, had they been named.
       expect(result.stderr).toBe('');
     }
+  });
+
+  it('sluice dashboard behind PgBouncer with --listen-url: its live feed hears an enqueue (outside review 230: no flag, no live updates)', async () => {
+    const env = { DATABASE_URL: bouncer.url, SLUICE_SCHEMA: db.schema };
+    const dashboard = spawnCli(['dashboard', '--port', '0', '--listen-url', db.url, '--refresh', '1h'], env);
+    try {
+      await waitFor(() => /sluice dashboard on (http:\S+)/.test(dashboard.stdout()), 'the dashboard to start', 30_000);
+      const url = /sluice dashboard on (http:\S+)/.exec(dashboard.stdout())![1]!;
+      const stream = await openEventStream(new URL('api/events', url).href);
+      try {
+        const heard = stream.next('jobs', (d: { queue?: string }) => d.queue === 'dash-live');
+        // Enqueued until heard: the stream's LISTEN may still be being set up when the first goes in.
+        let done = false;
+        void heard.then(() => (done = true));
+        await waitFor(
+          async () => {
+            if (!done) await queue.enqueue('hello', {}, { queue: 'dash-live' });
+            return done;
+          },
+          'a jobs event from the live feed',
+          20_000,
+        );
+      } finally {
+        stream.close();
+      }
+    } finally {
+      dashboard.child.kill('SIGTERM');
+    }
+    expect((await dashboard.exited).code).toBe(0);
   });
 
   it('a worker whose LISTEN goes through the pooler says so through its logger; one with LISTEN direct hears its probe (outside reviews 129, 131)', async () => {

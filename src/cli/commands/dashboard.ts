@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import { globalOptions, requireDatabaseUrl } from '../database.js';
 import { UsageError } from '../output.js';
 import { durationWithin } from '../parse.js';
+import { addListenUrlOption } from '../pooler-options.js';
 
 interface DashboardFlags {
   port: string;
@@ -11,13 +12,14 @@ interface DashboardFlags {
   password?: string;
   refresh?: number;
   refreshMs?: string;
+  listenUrl?: string;
 }
 
 const MIN_REFRESH_MS = 100;
 const MAX_REFRESH_MS = 3_600_000;
 
 export function registerDashboard(program: Command): void {
-  program
+  const cli = program
     .command('dashboard')
     .description('serve the web dashboard: queues, jobs, live updates, retry/cancel/delete')
     .option('--port <n>', 'port to listen on (0: any free port)', '4000')
@@ -31,39 +33,44 @@ export function registerDashboard(program: Command): void {
       'while a browser watches, re-read the statistics this often (500ms, 5s, 1m; default 5s)',
       durationWithin(MIN_REFRESH_MS, MAX_REFRESH_MS),
     )
-    .option('--refresh-ms <n>', 'the same in milliseconds (kept for scripts that use it)')
-    .action(async (flags: DashboardFlags, command: Command) => {
-      const global = globalOptions(command);
-      const port = Number(flags.port);
-      if (!/^\d+$/.test(flags.port) || port > 65_535) throw new UsageError('--port must be an integer from 0 to 65535');
-      const refreshMs = refreshOf(flags);
-      const token = flags.token ?? (process.env.SLUICE_DASHBOARD_TOKEN || undefined);
-      const password = flags.password ?? (process.env.SLUICE_DASHBOARD_PASSWORD || undefined);
-      // Loaded here, not at the top: other commands should not pay for loading a web server.
-      const { startDashboard } = await import('../../dashboard/server.js');
-      const dashboard = await startDashboard({
-        connectionString: requireDatabaseUrl(global),
-        schema: global.schema,
-        host: flags.host,
-        port,
-        refreshMs,
-        token,
-        basicAuth: password === undefined ? undefined : { username: flags.user, password },
-        onError: (err) => process.stderr.write(`sluice dashboard: ${err instanceof Error ? err.message : String(err)}\n`),
-      });
-      const how = token ? ` (open it once with ?token=<your token>)` : password ? ` (user "${flags.user}")` : '';
-      process.stdout.write(`sluice dashboard on ${dashboard.url}${how}\n`);
-      await new Promise<void>((resolve) => {
-        const stop = () => {
-          process.off('SIGINT', stop);
-          process.off('SIGTERM', stop);
-          resolve();
-        };
-        process.on('SIGINT', stop);
-        process.on('SIGTERM', stop);
-      });
-      await dashboard.close();
+    .option('--refresh-ms <n>', 'the same in milliseconds (kept for scripts that use it)');
+  addListenUrlOption(cli).action(async (flags: DashboardFlags, command: Command) => {
+    const global = globalOptions(command);
+    const port = Number(flags.port);
+    if (!/^\d+$/.test(flags.port) || port > 65_535) throw new UsageError('--port must be an integer from 0 to 65535');
+    const refreshMs = refreshOf(flags);
+    const token = flags.token ?? (process.env.SLUICE_DASHBOARD_TOKEN || undefined);
+    const password = flags.password ?? (process.env.SLUICE_DASHBOARD_PASSWORD || undefined);
+    // A user name without a password asked for basic auth and started without any (outside review 230).
+    if (password === undefined && command.getOptionValueSource('user') === 'cli') {
+      throw new UsageError('--user needs --password (or SLUICE_DASHBOARD_PASSWORD): without one there is no basic auth');
+    }
+    // Loaded here, not at the top: other commands should not pay for loading a web server.
+    const { startDashboard } = await import('../../dashboard/server.js');
+    const dashboard = await startDashboard({
+      connectionString: requireDatabaseUrl(global),
+      ...(flags.listenUrl === undefined ? {} : { listenConnectionString: flags.listenUrl }),
+      schema: global.schema,
+      host: flags.host,
+      port,
+      refreshMs,
+      token,
+      basicAuth: password === undefined ? undefined : { username: flags.user, password },
+      onError: (err) => process.stderr.write(`sluice dashboard: ${err instanceof Error ? err.message : String(err)}\n`),
     });
+    const how = token ? ` (open it once with ?token=<your token>)` : password ? ` (user "${flags.user}")` : '';
+    process.stdout.write(`sluice dashboard on ${dashboard.url}${how}\n`);
+    await new Promise<void>((resolve) => {
+      const stop = () => {
+        process.off('SIGINT', stop);
+        process.off('SIGTERM', stop);
+        resolve();
+      };
+      process.on('SIGINT', stop);
+      process.on('SIGTERM', stop);
+    });
+    await dashboard.close();
+  });
 }
 
 /** How often the live feed re-reads, from --refresh or --refresh-ms (not both). */
