@@ -3,6 +3,7 @@ import { deleteSchedule } from '../../admin/schedules.js';
 import { listSchedules } from '../../maintenance/cron.js';
 import { withDatabase } from '../database.js';
 import { CommandFailed, formatTime, printJson, printTable, UsageError } from '../output.js';
+import { CLI_ACTOR } from '../actor.js';
 
 /** `sluice cron list`: the recurring schedules workers registered, with their next run. */
 export function registerCron(program: Command): void {
@@ -41,7 +42,7 @@ export function registerCron(program: Command): void {
     .exitOverride()
     .action(async (name: string, _opts: object, command: Command) => {
       if (name === '') throw new UsageError('<name> must not be empty');
-      const deleted = await withDatabase(command, ({ pool, schema }) => deleteSchedule(pool, schema, name, { actor: 'cli' }));
+      const deleted = await withDatabase(command, ({ pool, schema }) => deleteSchedule(pool, schema, name, { actor: CLI_ACTOR }));
       if (!deleted) throw new CommandFailed(`no schedule named ${JSON.stringify(name)}`);
       process.stdout.write(`deleted schedule ${name}\n`);
     });

@@ -5,6 +5,7 @@ import { requireKnownQueue } from '../known-queue.js';
 import { withDatabase } from '../database.js';
 import { ExitStatus, formatTime, printJson, printTable, UsageError } from '../output.js';
 import { integer } from '../parse.js';
+import { CLI_ACTOR } from '../actor.js';
 
 interface ListFlags {
   queue?: string;
@@ -99,7 +100,7 @@ export function registerDeadLetters(program: Command): void {
           pool,
           schema,
           flags.all ? { all: true, ...(flags.queue === undefined ? {} : { queue: flags.queue }) } : { ids },
-          { actor: 'cli' },
+          { actor: CLI_ACTOR },
         );
       });
       if (flags.json) return printJson(result);

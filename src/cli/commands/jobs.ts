@@ -18,9 +18,9 @@ import { withDatabase } from '../database.js';
 import { requireKnownQueue } from '../known-queue.js';
 import { CommandFailed, firstLine, formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
 import { collect, duration, integer } from '../parse.js';
+import { CLI_ACTOR } from '../actor.js';
 
 /** Who the audit log says took an action (migration 0007). */
-const ACTOR = 'cli';
 
 interface ListFlags {
   status?: string[];
@@ -110,19 +110,19 @@ export function registerJobs(program: Command): void {
           if (flags.queue !== undefined) await requireKnownQueue(pool, schema, flags.queue);
           const result = await retryFailed(pool, schema, {
             ...(flags.queue === undefined ? {} : { queue: flags.queue }),
-            actor: ACTOR,
+            actor: CLI_ACTOR,
           });
           if (flags.json) return printJson(result);
           process.stdout.write(`retried ${result.retried} failed job${result.retried === 1 ? '' : 's'}\n`);
           for (const [queue, n] of Object.entries(result.queues)) process.stdout.write(`  ${queue}: ${n}\n`);
           return;
         }
-        report(await retryJob(pool, schema, id!, { actor: ACTOR }), id!, 'retried', RETRYABLE, flags.json);
+        report(await retryJob(pool, schema, id!, { actor: CLI_ACTOR }), id!, 'retried', RETRYABLE, flags.json);
       });
     });
 
   oneJobAction(jobs, 'cancel', 'cancel a job: a pending one never runs, a running one is aborted', (pool, schema, id) =>
-    cancelJob(pool, schema, id, { actor: ACTOR }).then((result) => ({
+    cancelJob(pool, schema, id, { actor: CLI_ACTOR }).then((result) => ({
       result,
       done: 'cancelled',
       allowed: CANCELLABLE,
@@ -134,7 +134,7 @@ export function registerJobs(program: Command): void {
   );
 
   oneJobAction(jobs, 'run-now', 'make a delayed or retrying job due now: it runs at the next claim', (pool, schema, id) =>
-    runJobNow(pool, schema, id, { actor: ACTOR }).then((result) => ({
+    runJobNow(pool, schema, id, { actor: CLI_ACTOR }).then((result) => ({
       result,
       done: 'run now',
       allowed: ['pending'],
@@ -161,7 +161,7 @@ export function registerJobs(program: Command): void {
         throw new UsageError('bulk delete needs --older-than and at least one of --completed, --failed, --cancelled');
       }
       await withDatabase(command, async ({ pool, schema }) => {
-        if (!bulk) return report(await deleteJob(pool, schema, id!, { actor: ACTOR }), id!, 'deleted', DELETABLE, flags.json);
+        if (!bulk) return report(await deleteJob(pool, schema, id!, { actor: CLI_ACTOR }), id!, 'deleted', DELETABLE, flags.json);
         const result = await deleteFinished(pool, schema, { olderThanMs: flags.olderThan!, statuses });
         if (flags.json) return printJson(result);
         process.stdout.write(

@@ -17,6 +17,7 @@ import { requireKnownQueue } from '../known-queue.js';
 import { durationWithin, integer } from '../parse.js';
 import { printable, printJson, printTable, UsageError } from '../output.js';
 import { checks } from '../../validate.js';
+import { CLI_ACTOR } from '../actor.js';
 
 // A queue name typed on the command line: invalid ('' or too long) is a usage error, as for enqueue --queue.
 const { checkName } = checks(UsageError);
@@ -179,7 +180,7 @@ export function registerQueues(program: Command): void {
       .action(async (name: string, flags: { json?: boolean; create?: boolean }, command: Command) => {
         print(
           await changeQueue(command, name, flags.create, (pool, schema) =>
-            setQueuePaused(pool, controlStatements(schema), name, paused, { actor: 'cli' }),
+            setQueuePaused(pool, controlStatements(schema), name, paused, { actor: CLI_ACTOR }),
           ),
           flags.json,
         );
@@ -196,7 +197,7 @@ export function registerQueues(program: Command): void {
       const limit = limitOrNone('the limit', n, MAX_CONCURRENCY);
       print(
         await changeQueue(command, name, flags.create, (pool, schema) =>
-          setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit, { actor: 'cli' }),
+          setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit, { actor: CLI_ACTOR }),
         ),
         flags.json,
       );
@@ -214,7 +215,7 @@ export function registerQueues(program: Command): void {
       const rate = rateOf('the rate', n, flags);
       printLimits(
         await changeQueue(command, name, flags.create, (pool, schema) =>
-          setQueueRateLimit(pool, schema, name, rate, { actor: 'cli' }),
+          setQueueRateLimit(pool, schema, name, rate, { actor: CLI_ACTOR }),
         ),
         flags.json,
       );
@@ -246,7 +247,7 @@ export function registerQueues(program: Command): void {
         };
         printLimits(
           await changeQueue(command, name, flags.create, (pool, schema) =>
-            setQueueGroups(pool, schema, name, settings, { actor: 'cli' }),
+            setQueueGroups(pool, schema, name, settings, { actor: CLI_ACTOR }),
           ),
           flags.json,
         );
@@ -290,7 +291,7 @@ export function registerQueues(program: Command): void {
         };
         printGroup(
           await changeQueue(command, name, flags.create, (pool, schema) =>
-            setGroupSettings(pool, schema, name, group === '-' && !flags.literal ? null : group, settings, { actor: 'cli' }),
+            setGroupSettings(pool, schema, name, group === '-' && !flags.literal ? null : group, settings, { actor: CLI_ACTOR }),
           ),
           flags.json,
         );
