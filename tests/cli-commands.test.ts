@@ -169,6 +169,12 @@ describe('usage errors exit 2 with one line', () => {
     ['retry with an id and --failed', ['jobs', 'retry', '5', '--failed'], /give a job id or --failed, not both/],
     ['bulk delete without --older-than', ['jobs', 'delete', '--completed'], /needs --older-than/],
     ['delete id and bulk', ['jobs', 'delete', '5', '--completed', '--older-than', '1d'], /give a job id, or/],
+    // Outside review 230: refused by deleteFinished, naming its olderThanMs.
+    [
+      'an age past the year 1',
+      ['jobs', 'delete', '--completed', '--older-than', '99999999999999d'],
+      /--older-than <duration>.*reaches back past the year 1/,
+    ],
     ['worker without --tasks', ['worker'], /required option '--tasks <module>'/],
     ['worker with a missing module', ['worker', '--tasks', './no/such/tasks.js'], /task module not found/],
     ['worker with a directory as its module', ['worker', '--tasks', './tests'], /task module is a directory/],

@@ -1,4 +1,4 @@
-import { Option, type Command } from 'commander';
+import { InvalidArgumentError, Option, type Command } from 'commander';
 import {
   cancelJob,
   checkStatus,
@@ -19,6 +19,7 @@ import { requireKnownQueue } from '../known-queue.js';
 import { CommandFailed, firstLine, formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
 import { collect, duration, integer } from '../parse.js';
 import { CLI_ACTOR } from '../actor.js';
+import { storableAge } from '../../time-range.js';
 
 /** Who the audit log says took an action (migration 0007). */
 
@@ -149,7 +150,7 @@ export function registerJobs(program: Command): void {
     .option('--completed', 'delete completed jobs (with --older-than)')
     .option('--failed', 'delete failed jobs (with --older-than)')
     .option('--cancelled', 'delete cancelled jobs (with --older-than)')
-    .option('--older-than <duration>', 'only jobs that finished longer ago than this (7d, 12h)', duration)
+    .option('--older-than <duration>', 'only jobs that finished longer ago than this (7d, 12h)', olderThan)
     .option('--json', 'print the result as JSON')
     .addHelpText('after', '\nExamples:\n  sluice jobs delete 42\n  sluice jobs delete --completed --older-than 7d')
     .action(async (id: string | undefined, flags: DeleteFlags, command: Command) => {
@@ -277,4 +278,14 @@ function indent(text: string): string {
 /** "a", "a or b", "a, b or c". */
 function orList(items: readonly string[]): string {
   return items.length < 2 ? items.join('') : `${items.slice(0, -1).join(', ')} or ${items.at(-1)}`;
+}
+
+/**
+ * --older-than as a duration that reaches back no further than the year 1: past it,
+ * the refusal was deleteFinished's, naming its olderThanMs (outside review 230).
+ */
+function olderThan(value: string): number {
+  const ms = duration(value);
+  if (!storableAge(ms)) throw new InvalidArgumentError('reaches back past the year 1: give a shorter duration');
+  return ms;
 }
