@@ -418,6 +418,22 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
     expect(await jobsIn('ended-ok')).toHaveLength(1);
   });
 
+  it('TypeORM: a manager kept past its dataSource.transaction() callback is refused, saying so (outside review 229: told to call startTransaction())', async () => {
+    const ds = await typeormDataSource();
+    try {
+      let kept: Parameters<typeof typeormAdapter>[0] | undefined;
+      await ds.transaction(async (manager) => {
+        kept = manager;
+      });
+      await expect(queue.enqueue('t', {}, { queue: 'ended', tx: typeormAdapter(kept!) })).rejects.toThrow(
+        /^tx: typeormAdapter: .*a manager kept past its dataSource\.transaction\(\) callback/,
+      );
+    } finally {
+      await ds.destroy();
+    }
+    expect(await jobsIn('ended')).toEqual([]);
+  });
+
   it('TypeORM: a QueryRunner adapted in its transaction and used after rollbackTransaction() is refused', async () => {
     const ds = await typeormDataSource();
     const runner = ds.createQueryRunner();

@@ -58,6 +58,10 @@ function whyOutside(manager: TypeOrmLike): string | undefined {
   if (typeof m.getRepository === 'function' && !m.queryRunner)
     return "pass the transaction's EntityManager (dataSource.transaction(async (manager) => ...)), not dataSource.manager, which runs outside it";
   if (typeof m.getRepository === 'function' && m.queryRunner?.isTransactionActive !== true)
-    return "the EntityManager's QueryRunner has no transaction: call startTransaction() first";
+    return (
+      "the EntityManager's QueryRunner has no transaction: a manager kept past its dataSource.transaction() " +
+      'callback (enqueue inside it), or a QueryRunner whose startTransaction() was not called or whose ' +
+      'transaction ended (outside review 229)'
+    );
   return undefined;
 }
