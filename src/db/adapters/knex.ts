@@ -1,6 +1,12 @@
 import { ConfigError } from '../../errors.js';
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
 import { toQuestionMarks } from './placeholders.js';
+import { withoutStatement } from './statement-prefix.js';
+
+/** A Knex raw statement, as it reads back the SQL it sends. */
+interface NativeSql {
+  toSQL(): { toNative(): { sql: string } };
+}
 
 /** A Knex instance or transaction (`trx`) on the pg client. */
 export interface KnexLike {
@@ -28,8 +34,13 @@ export function knexAdapter(knex: KnexLike): Queryable {
     {
       async query(text, values) {
         const q = toQuestionMarks(text, values);
-        const result = (await knex.raw(q.text, q.values)) as { rows: any[] };
-        return { rows: result.rows };
+        try {
+          const result = (await knex.raw(q.text, q.values)) as { rows: any[] };
+          return { rows: result.rows };
+        } catch (err) {
+          // Knex prints the statement as it sent it (its $n placeholders).
+          throw withoutStatement(err, () => (knex.raw(q.text, q.values) as unknown as NativeSql).toSQL().toNative().sql);
+        }
       },
     },
     global

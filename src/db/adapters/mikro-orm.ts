@@ -1,6 +1,7 @@
 import { outsideTransaction, type Queryable } from '../executor.js';
 import { asText } from './parameters.js';
 import { toQuestionMarks } from './placeholders.js';
+import { withoutStatement } from './statement-prefix.js';
 
 /** A MikroORM SqlEntityManager (`@mikro-orm/postgresql`), e.g. the one `em.transactional` passes. */
 export interface MikroOrmLike {
@@ -24,7 +25,14 @@ export function mikroOrmAdapter(em: MikroOrmLike): Queryable {
     {
       async query(text, values = []) {
         const q = toQuestionMarks(text, asText(values));
-        const rows: unknown = await em.execute(q.text, q.values, 'all');
+        let rows: unknown;
+        try {
+          rows = await em.execute(q.text, q.values, 'all');
+        } catch (err) {
+          // MikroORM prints the statement with its parameters written in (formatQuery).
+          const platform = (em as { getPlatform?: () => { formatQuery(sql: string, params: unknown[]): string } }).getPlatform;
+          throw withoutStatement(err, () => platform?.call(em).formatQuery(q.text, q.values));
+        }
         return { rows: Array.isArray(rows) ? rows : [] };
       },
     },

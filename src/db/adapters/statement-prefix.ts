@@ -1,0 +1,20 @@
+/**
+ * Knex and MikroORM put the statement before Postgres's message (`<statement> -
+ * <message>`), MikroORM with its parameters written in, and so a job's payload:
+ * in every log line of a failed enqueue, and before the cause (outside review
+ * 229). Given the statement as the library printed it, the message keeps only
+ * Postgres's words; MikroORM's " - detail: ..." lines go too (the error keeps its
+ * `detail`), as the pg driver's own message has none.
+ */
+export function withoutStatement(err: unknown, printed: () => string | undefined): unknown {
+  if (!(err instanceof Error) || typeof (err as { code?: unknown }).code !== 'string') return err;
+  let statement: string | undefined;
+  try {
+    statement = printed();
+  } catch {
+    return err;
+  }
+  if (statement === undefined || !err.message.startsWith(`${statement} - `)) return err;
+  err.message = err.message.slice(statement.length + 3).replace(/\n - (?:detail|hint): [\s\S]*$/, '');
+  return err;
+}
