@@ -1418,6 +1418,7 @@ describe('relay: outside review 96', () => {
     ] as const) {
       relay.events.on('acquired', () => events.push(`${name} acquired`));
       relay.events.on('lost', (p) => events.push(`${name} lost ${p.reason}`));
+      relay.events.on('error', (e) => events.push(`${name} error ${String(e)}`));
     }
     await a.start();
     await waitFor(() => events.includes('a acquired'), 'relay a to hold the partition');
@@ -1433,7 +1434,12 @@ describe('relay: outside review 96', () => {
     } finally {
       await locker.end();
     }
-    await waitFor(() => events.slice(events.indexOf('released')).some((e) => e.endsWith('acquired')), 'a relay to hold it again');
+    await waitFor(
+      () => events.slice(events.indexOf('released')).some((e) => e.endsWith('acquired')),
+      'a relay to hold it again',
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; events: ${events.join(', ')}`);
+    });
     await new Promise((resolve) => setTimeout(resolve, 500));
     const after = events.slice(events.indexOf('released') + 1);
     // Dated from the statements' start, the lease was born expired: "acquired" then

@@ -42,7 +42,7 @@ export class RelayPublishError extends Error {
 export class PartitionRelay {
   private heldUntil = 0;
   /** Fires when the lease runs out unrenewed: 'lost' is said then, as `held` turns false (see checkExpiry). */
-  private readonly expiry = new OneShotTimer(() => this.checkExpiry(), true);
+  private readonly expiry = new OneShotTimer(() => this.expiryDue(), true);
   /** An acquire is in flight: counts against maxPartitions like a held lease. */
   acquiring = false;
   private watermark: Position = START;
@@ -309,6 +309,18 @@ export class PartitionRelay {
    */
   checkExpiry(): void {
     if (this.heldUntil > 0 && !this.held) this.lost('expired');
+  }
+
+  /**
+   * The expiry timer: Node counts a timer from the event loop's cached time, which
+   * on a busy loop is behind Date.now() when the timer is armed, so it may fire
+   * before the lease has run out by the clock `held` reads. Armed again for what is
+   * left: fired early and dropped, the lease was never said lost while a renewal
+   * waited behind a lock, and the relay went on as if it held it (its test, under load).
+   */
+  private expiryDue(): void {
+    if (this.heldUntil > 0 && this.held) this.expiry.arm(this.heldUntil - Date.now() + 1);
+    else this.checkExpiry();
   }
 
   /**
