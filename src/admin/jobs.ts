@@ -174,6 +174,9 @@ export async function getJob(db: Queryable, schema: string, id: string | number)
 
 export type JobAction = 'retry' | 'cancel' | 'delete';
 
+/** How many times an action is tried while the job keeps changing under it (see act). */
+const ACTION_TRIES = 3;
+
 const ACTION_STATUSES: Record<JobAction, readonly JobStatus[]> = { retry: RETRYABLE, cancel: CANCELLABLE, delete: DELETABLE };
 
 /**
@@ -300,9 +303,17 @@ async function act<R extends JobRow = JobRow>(
   const admin = adminStatements(schema);
   const jobIdText = jobId(id);
   options = knownOptions(options, ACTION_KEYS, action);
-  const job = withJobDates((await query<R>(db, admin[action], [jobIdText, allowed, actorOf(options), ...extra], action))[0]);
-  if (job) return { ok: true, job };
-  const [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], action);
+  const values = [jobIdText, allowed, actorOf(options), ...extra];
+  let current: { status: JobStatus } | undefined;
+  for (let tries = 1; ; tries++) {
+    const job = withJobDates((await query<R>(db, admin[action], values, action))[0]);
+    if (job) return { ok: true, job };
+    [current] = await query<{ status: JobStatus }>(db, admin.statusOf, [jobIdText], action);
+    // Between the two statements the job reached a status the action takes (a running
+    // job failed as it was retried): refused "cannot retry a job that is failed"
+    // (outside review 230). Tried again, a few times at most.
+    if (!current || !allowed.includes(current.status) || tries === ACTION_TRIES) break;
+  }
   if (current) return { ok: false, reason: 'wrong_status', status: current.status };
   // Not in the jobs table: gone, or archived by the pruner (found, but read-only).
   const [archived] = await query<JobRow>(db, admin.getJob, [jobIdText], action);
