@@ -47,21 +47,30 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
       ORDER BY c.relname`,
 
     // Sessions waiting for a lock on one of the schema's tables or rows, and who
-    // holds them up (pg_blocking_pids): read from the catalogs and pg_locks, which
-    // take no lock on those tables, so it answers while every other check would wait.
-    lockWaits: `SELECT w.pid, w.usename AS user, w.application_name AS application,
-        ${MS('now() - w.state_change')} AS waiting_ms, left(w.query, 200) AS query,
+    // holds them up (pg_blocking_pids), and sessions holding one of its tables in
+    // ACCESS EXCLUSIVE mode (a VACUUM FULL, an ALTER, a LOCK TABLE), which every
+    // reader waits for even when no one waits yet. Read from the catalogs and
+    // pg_locks, which take no lock on those tables, so it answers while every other
+    // check would wait. Not the doctor's own session.
+    lockWaits: `SELECT w.pid, w.usename AS user, w.application_name AS application, w.state,
+        CASE WHEN w.wait_event_type = 'Lock' THEN ${MS('now() - w.state_change')} END AS waiting_ms,
+        ${MS('now() - w.xact_start')} AS transaction_ms,
+        (SELECT string_agg(DISTINCT c.relname, ', ') FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+           JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE l.pid = w.pid AND l.granted AND l.mode = 'AccessExclusiveLock' AND n.nspname = $1) AS holds_exclusive,
+        left(w.query, 200) AS query,
         coalesce((SELECT jsonb_agg(jsonb_build_object('pid', b.pid, 'user', b.usename,
             'application', b.application_name, 'state', b.state,
             'transaction_ms', ${MS('now() - b.xact_start')}, 'query', left(b.query, 200)) ORDER BY b.pid)
           FROM pg_stat_activity b WHERE b.pid = ANY(pg_blocking_pids(w.pid))), '[]') AS blocked_by
       FROM pg_stat_activity w
-      WHERE w.wait_event_type = 'Lock' AND w.datname = current_database()
-        -- Held or awaited: a session waiting for a row first holds the row's tuple lock.
+      WHERE w.datname = current_database() AND w.pid <> pg_backend_pid()
+        -- A waiter holds or awaits a lock there (one waiting for a row first holds the row's tuple lock).
         AND EXISTS (SELECT FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
                       JOIN pg_namespace n ON n.oid = c.relnamespace
-                    WHERE l.pid = w.pid AND n.nspname = $1)
-      ORDER BY w.state_change`,
+                    WHERE l.pid = w.pid AND n.nspname = $1
+                      AND (w.wait_event_type = 'Lock' OR (l.granted AND l.mode = 'AccessExclusiveLock')))
+      ORDER BY waiting_ms DESC NULLS LAST, transaction_ms DESC NULLS LAST`,
 
     idleInTransaction: `SELECT pid, usename AS user, application_name AS application, state,
         ${MS('now() - state_change')} AS idle_ms, ${MS('now() - xact_start')} AS transaction_ms,
