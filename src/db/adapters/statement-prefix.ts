@@ -16,5 +16,11 @@ export function withoutStatement(err: unknown, printed: () => string | undefined
   }
   if (statement === undefined || !err.message.startsWith(`${statement} - `)) return err;
   err.message = err.message.slice(statement.length + 3).replace(/\n - (?:detail|hint): [\s\S]*$/, '');
+  // The stack was made with the old message, and MikroORM appends the stack of the
+  // error it wraps, the statement in it again (outside review 231): the frames alone stay.
+  if (typeof err.stack === 'string') {
+    const frames = err.stack.split('\n').filter((line) => /^\s+at /.test(line));
+    err.stack = [`${err.name}: ${err.message}`, ...frames].join('\n');
+  }
   return err;
 }

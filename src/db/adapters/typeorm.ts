@@ -26,8 +26,16 @@ export function typeormAdapter(manager: TypeOrmLike): Queryable {
   return outsideTransaction(
     {
       async query(text, values) {
-        // On Postgres, query() resolves to the rows (of a SELECT, or of an INSERT ... RETURNING).
-        const rows: unknown = await manager.query(text, values);
+        let rows: unknown;
+        try {
+          // On Postgres, query() resolves to the rows (of a SELECT, or of an INSERT ... RETURNING).
+          rows = await manager.query(text, values);
+        } catch (err) {
+          // The driver's own error: TypeORM's QueryFailedError carries the statement and its
+          // parameters, the job's payload among them, into every log line (outside review 231).
+          const driverError = (err as { driverError?: unknown } | null)?.driverError;
+          throw driverError instanceof Error ? driverError : err;
+        }
         return { rows: Array.isArray(rows) ? rows : [] };
       },
     },
