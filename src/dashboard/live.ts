@@ -68,12 +68,24 @@ export class LiveFeed {
   private listening = false;
   private refreshing: Promise<void> | undefined;
   private closed = false;
+  /** The LISTEN connection's last error, told once until it listens again. */
+  private listenError: string | undefined;
 
   constructor(private readonly options: LiveFeedOptions) {
     options.notifier.on('wake', (hint: WakeHint) => this.changed(hint.queue));
     // After a reconnect, notifications sent meanwhile are lost: refresh now.
-    options.notifier.on('listening', () => this.changed(''));
-    options.notifier.on('connectionError', (err) => options.onError(err));
+    options.notifier.on('listening', () => {
+      this.listenError = undefined;
+      this.changed('');
+    });
+    // Once per outage and cause: a listen URL whose login fails was told about once a
+    // second for as long as the dashboard ran (outside review 231).
+    options.notifier.on('connectionError', (err) => {
+      const said = err instanceof Error ? err.message : String(err);
+      if (said === this.listenError) return;
+      this.listenError = said;
+      options.onError(err);
+    });
   }
 
   get watchers(): number {

@@ -112,3 +112,23 @@ describe('LiveFeed', () => {
     await live.close();
   });
 });
+
+describe("the LISTEN connection's errors (outside review 231)", () => {
+  it('are told once per outage and cause, not at every reconnect attempt; again after it listened', () => {
+    const notifier = Object.assign(new EventEmitter(), { start: () => {}, stop: async () => {} });
+    const told: string[] = [];
+    const live = new LiveFeed({
+      load: async () => ({ queues: [] }),
+      notifier: notifier as unknown as Notifier,
+      refreshMs: 60_000,
+      onError: (err) => told.push((err as Error).message),
+    });
+    for (let i = 0; i < 5; i++) notifier.emit('connectionError', new Error('role "nouser" does not exist'));
+    notifier.emit('connectionError', new Error('connect ECONNREFUSED'));
+    expect(told).toEqual(['role "nouser" does not exist', 'connect ECONNREFUSED']);
+    notifier.emit('listening');
+    notifier.emit('connectionError', new Error('connect ECONNREFUSED'));
+    expect(told).toHaveLength(3);
+    live.close();
+  });
+});
