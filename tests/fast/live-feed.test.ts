@@ -114,7 +114,7 @@ describe('LiveFeed', () => {
 });
 
 describe("the LISTEN connection's errors (outside review 231)", () => {
-  it('are told once per outage and cause, not at every reconnect attempt; again after it listened', () => {
+  it('are told once per outage and cause, not at every reconnect attempt; again after it listened', async () => {
     const notifier = Object.assign(new EventEmitter(), { start: () => {}, stop: async () => {} });
     const told: string[] = [];
     const live = new LiveFeed({
@@ -129,6 +129,6 @@ describe("the LISTEN connection's errors (outside review 231)", () => {
     notifier.emit('listening');
     notifier.emit('connectionError', new Error('connect ECONNREFUSED'));
     expect(told).toHaveLength(3);
-    live.close();
+    await live.close();
   });
 });
