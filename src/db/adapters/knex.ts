@@ -49,7 +49,7 @@ export function knexAdapter(knex: KnexLike): Queryable {
         // DatabaseError, though nothing was sent (outside review 212).
         () =>
           typeof k.isCompleted === 'function' && k.isCompleted()
-            ? 'knexAdapter: the transaction (trx) has ended (committed or rolled back): enqueue inside knex.transaction()'
+            ? 'knexAdapter: the transaction (trx) has ended (committed or rolled back): call Sluice inside knex.transaction()'
             : undefined,
   );
 }

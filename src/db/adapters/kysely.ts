@@ -42,7 +42,7 @@ function endedTransaction(err: unknown): ConfigError | undefined {
   const message = err instanceof Error && !('code' in err) ? err.message : '';
   if (!/^Transaction is already (committed|rolled back)$/.test(message)) return undefined;
   return new ConfigError(
-    `tx: kyselyAdapter: ${message.toLowerCase().replace('transaction', 'the transaction (trx)')}: enqueue inside db.transaction().execute()`,
+    `tx: kyselyAdapter: ${message.toLowerCase().replace('transaction', 'the transaction (trx)')}: call Sluice inside db.transaction().execute()`,
     { cause: err },
   );
 }

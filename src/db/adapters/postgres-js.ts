@@ -62,7 +62,10 @@ export function endedTransaction(
   if (e?.code !== 'UNSAFE_TRANSACTION' || typeof e.message !== 'string' || !/transaction has ended/i.test(e.message)) {
     return undefined;
   }
-  return new ConfigError(`tx: ${adapter}: the transaction (tx) has ended (committed or rolled back): enqueue inside ${inside}`, {
-    cause: err,
-  });
+  return new ConfigError(
+    `tx: ${adapter}: the transaction (tx) has ended (committed or rolled back): call Sluice inside ${inside}`,
+    {
+      cause: err,
+    },
+  );
 }

@@ -47,7 +47,7 @@ function closedTransaction(err: unknown): ConfigError | undefined {
     .at(-1)!
     .replace(/^Transaction API error: (Transaction already closed: )?/, '');
   return new ConfigError(
-    `tx: prismaAdapter: the transaction (tx) has ended: ${why}; enqueue inside prisma.$transaction(async (tx) => ...)`,
+    `tx: prismaAdapter: the transaction (tx) has ended: ${why}; call Sluice inside prisma.$transaction(async (tx) => ...)`,
     { cause: err },
   );
 }

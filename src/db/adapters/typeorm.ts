@@ -68,7 +68,7 @@ function whyOutside(manager: TypeOrmLike): string | undefined {
   if (typeof m.getRepository === 'function' && m.queryRunner?.isTransactionActive !== true)
     return (
       "the EntityManager's QueryRunner has no transaction: a manager kept past its dataSource.transaction() " +
-      'callback (enqueue inside it), or a QueryRunner whose startTransaction() was not called or whose ' +
+      'callback (call Sluice inside it), or a QueryRunner whose startTransaction() was not called or whose ' +
       'transaction ended (outside review 229)'
     );
   return undefined;
