@@ -213,6 +213,14 @@ describe('ports in use', () => {
     const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
     expectOneLine(await runSluice(['dashboard', '--user', 'bob', '--port', '0'], env), 2, /--user needs --password/);
     expectOneLine(await runSluice(['dashboard', '--listen-url', 'not a url', '--port', '0'], env), 2, /--listen-url <url>/);
+    // A listen URL whose login is refused: not started (outside review 231: a log line a second, no live feed).
+    const noUser = new URL(db.url);
+    noUser.username = 'no_such_role_here';
+    expectOneLine(
+      await runSluice(['dashboard', '--listen-url', noUser.href, '--port', '0'], env),
+      2,
+      /listenConnectionString: Postgres at .*role "no_such_role_here" does not exist/,
+    );
   });
 
   it('sluice dashboard --refresh takes a duration with a unit; --refresh-ms stays, not both', async () => {
