@@ -14,7 +14,8 @@ export interface SessionRow {
 }
 
 export interface LockWaitRow {
-  pid: number;
+  /** null for a prepared transaction (application: 'prepared transaction <gid>'). */
+  pid: number | null;
   user: string;
   application: string;
   state: string | null;
@@ -29,9 +30,10 @@ export interface LockWaitRow {
 
 type Session = Pick<LockWaitRow, 'pid' | 'user' | 'application' | 'state' | 'transaction_ms' | 'query'>;
 
-/** "pid 7 (app, idle in transaction, transaction open 3 min): query". */
+/** "pid 7 (app, idle in transaction, transaction open 3 min): query"; a prepared transaction by its name. */
 function describeSession(s: Session): string {
   const open = s.transaction_ms === null ? '' : `, transaction open ${formatMs(s.transaction_ms)}`;
+  if (s.pid === null) return `${s.application} (owner ${s.user}${open})`;
   return `pid ${s.pid} (${s.application || s.user}, ${s.state ?? 'no state'}${open}): ${s.query}`;
 }
 
@@ -61,6 +63,10 @@ export function checkLockWaits(rows: LockWaitRow[], t: DoctorThresholds, heldUpM
         (blocker ? `, held up by ${describeSession(blocker)}` : ''),
     );
   }
+  // Named once: a holder that is also the longest waiter's blocker is said as holding.
+  const blockerPid = longest?.blocked_by[0]?.pid;
+  if (blockerPid !== undefined && holders.some((h) => h.pid === blockerPid))
+    said[0] = said[0]!.replace(/, held up by .*$/s, `, held up by pid ${blockerPid}`);
   for (const h of holders.slice(0, 3)) said.push(`${describeSession(h)} holds ${h.holds_exclusive} exclusively`);
   if (heldUpMs !== undefined) said.push(`checks of this run waited ${formatMs(heldUpMs)} and gave up`);
   return result(

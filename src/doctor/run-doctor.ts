@@ -50,17 +50,21 @@ export async function runDoctor(options: DoctorOptions): Promise<DoctorReport> {
   const schema = schemaOption(options.schema);
   const thresholds = resolveThresholds(options.thresholds);
   const limitMs = options.checkTimeoutMs ?? CHECK_LIMIT_MS;
-  if (!Number.isInteger(limitMs) || limitMs < 1) throw new ConfigError('checkTimeoutMs must be an integer ≥ 1 (ms)');
+  // A timer's longest: past it Node fires at once (outside review 233: 1e12 became 1 ms).
+  if (!Number.isInteger(limitMs) || limitMs < 1 || limitMs > MAX_TIMER_MS) {
+    throw new ConfigError(`checkTimeoutMs must be an integer from 1 to ${MAX_TIMER_MS} (ms)`);
+  }
   if (options.db) return inspect(options.db, schema, thresholds);
   const driverName = resolveDriverName(options, 'runDoctor');
   if (!options.sql) checkConnection(options, 'runDoctor');
   const { connectionString, pool, sql } = options;
-  const driver = await openDriver(driverName, { connectionString, pool, sql }, 1, 'sluice-doctor');
-  // Each statement within the limit (cancelled past it), so that a check held up by
-  // a lock says so instead of holding the doctor (see inspect).
-  const limited: Queryable = { query: (text, values) => driver.query(text, values, undefined, limitMs) };
+  // Each statement within the limit (cancelled past it), so that a check held up by a
+  // lock says so instead of holding the doctor (see inspect); and each connection it
+  // opens: a server that accepts and never answers, or a pooler queueing for a
+  // stopped Postgres, held it without a word (outside review 233).
+  const driver = await openDriver(driverName, { connectionString, pool, sql, statementTimeoutMs: limitMs }, 1, 'sluice-doctor');
   try {
-    return await inspect(limited, schema, thresholds);
+    return await inspect(driver, schema, thresholds);
   } catch (err) {
     throw wrapDatabaseError(err, 'doctor');
   } finally {
@@ -100,6 +104,7 @@ function checkThreshold(key: keyof DoctorThresholds, value: unknown): void {
  * the very incident it is for).
  */
 const CHECK_LIMIT_MS = 10_000;
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Promise<DoctorReport> {
   const q = doctorStatements(schema);
@@ -137,7 +142,7 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
         id,
         title: `${id}: not checked`,
         status: 'critical',
-        summary: "not read: statements on the schema's tables wait behind the locks above",
+        summary: "its statements on the schema's tables wait behind the locks above",
         advice: 'See the lock check: once what holds the lock ends, run the doctor again.',
         details: [],
       });

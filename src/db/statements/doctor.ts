@@ -70,6 +70,18 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
                       JOIN pg_namespace n ON n.oid = c.relnamespace
                     WHERE l.pid = w.pid AND n.nspname = $1
                       AND (w.wait_event_type = 'Lock' OR (l.granted AND l.mode = 'AccessExclusiveLock')))
+      UNION ALL
+      -- A prepared transaction holds its locks with no session (pid NULL in pg_locks):
+      -- left behind, it never lets go by itself (outside review 233).
+      SELECT NULL, p.owner, 'prepared transaction ' || p.gid, 'prepared', NULL, ${MS('now() - p.prepared')},
+        string_agg(DISTINCT c.relname, ', '), '', '[]'::jsonb
+      FROM pg_prepared_xacts p
+        -- Its locks share the virtual transaction of the lock on its own xid.
+        JOIN pg_locks x ON x.locktype = 'transactionid' AND x.transactionid = p.transaction AND x.pid IS NULL
+        JOIN pg_locks l ON l.virtualtransaction = x.virtualtransaction AND l.pid IS NULL
+        JOIN pg_class c ON c.oid = l.relation JOIN pg_namespace n ON n.oid = c.relnamespace
+      WHERE p.database = current_database() AND l.granted AND l.mode = 'AccessExclusiveLock' AND n.nspname = $1
+      GROUP BY p.gid, p.owner, p.prepared
       ORDER BY waiting_ms DESC NULLS LAST, transaction_ms DESC NULLS LAST`,
 
     idleInTransaction: `SELECT pid, usename AS user, application_name AS application, state,
