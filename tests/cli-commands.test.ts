@@ -169,6 +169,7 @@ describe('usage errors exit 2 with one line', () => {
     ['retry with an id and --failed', ['jobs', 'retry', '5', '--failed'], /give a job id or --failed, not both/],
     ['bulk delete without --older-than', ['jobs', 'delete', '--completed'], /needs --older-than/],
     ['delete id and bulk', ['jobs', 'delete', '5', '--completed', '--older-than', '1d'], /give a job id, or/],
+    ['doctor --check-timeout without a unit', ['doctor', '--check-timeout', '5'], /--check-timeout <duration>.*needs a unit/],
     // Outside review 230: refused by deleteFinished, naming its olderThanMs.
     [
       'an age past the year 1',

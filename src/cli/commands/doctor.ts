@@ -5,6 +5,7 @@ import { isConnectionFailure, isInsufficientPrivilege } from '../../errors.js';
 import type { CheckResult } from '../../doctor/findings.js';
 import { globalOptions, requireDatabaseUrl } from '../database.js';
 import { ExitStatus, printJson } from '../output.js';
+import { durationWithin } from '../parse.js';
 
 const EXIT_BY_STATUS = { ok: 0, warn: 1, critical: 2 } as const;
 const MARK = { ok: 'ok  ', warn: 'WARN', critical: 'CRIT' } as const;
@@ -35,12 +36,21 @@ export function registerDoctor(program: Command): void {
     .command('doctor')
     .description('inspect the database for what slows a Postgres queue down (exit 0 ok, 1 warn, 2 critical)')
     .option('--json', 'print the full report as JSON')
-    .action(async (opts: { json?: boolean }, command: Command) => {
+    .option(
+      '--check-timeout <duration>',
+      "how long each check's statement may wait (a lock, a huge table) before it is reported as held up (default 10s)",
+      durationWithin(1, 2 ** 31 - 1),
+    )
+    .action(async (opts: { json?: boolean; checkTimeout?: number }, command: Command) => {
       const global = globalOptions(command);
       const url = requireDatabaseUrl(global);
       let report: DoctorReport;
       try {
-        report = await runDoctor({ connectionString: url, schema: global.schema });
+        report = await runDoctor({
+          connectionString: url,
+          schema: global.schema,
+          ...(opts.checkTimeout === undefined ? {} : { checkTimeoutMs: opts.checkTimeout }),
+        });
       } catch (err) {
         // Critical, not a warning: the checks could not run. It exited 1, which a
         // monitor reading exit codes took for a warning: the database out of reach
