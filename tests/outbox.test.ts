@@ -1450,6 +1450,30 @@ describe('relay: outside review 96', () => {
     await waitFor(() => broker.ofKey('k').length === 1, 'the message relayed');
   });
 
+  it('stop() behind a lock on the outbox tables ends within its grace, without taking a lease (outside review 234: as long as the lock)', async () => {
+    const d = freshDestination();
+    const events: string[] = [];
+    const relay = startRelay(new MemoryBroker(), [d], { leaseMs: 2_000 });
+    relay.events.on('acquired', () => events.push('acquired'));
+    relay.events.on('lost', (p) => events.push(`lost ${p.reason}`));
+    relay.events.on('error', () => {});
+    await relay.start();
+    await waitFor(() => events.includes('acquired'), 'the relay to hold its partition');
+    const locker = new pg.Client({ connectionString: db.url });
+    await locker.connect();
+    try {
+      await locker.query(`BEGIN; LOCK TABLE ${db.s}.outbox_relays, ${db.s}.outbox IN ACCESS EXCLUSIVE MODE`);
+      // Its renewal and window reads queue behind the lock.
+      await new Promise((resolve) => setTimeout(resolve, 2_500));
+      // The lock is released only once stop() has returned: waiting for it, stop() never would.
+      await relay.stop();
+      expect(events.filter((e) => e === 'acquired')).toHaveLength(1);
+    } finally {
+      await locker.query('ROLLBACK').catch(() => {});
+      await locker.end();
+    }
+  });
+
   it('keeps its lease while it retries a refused message: the backoff stays under a third of the lease (review 100)', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();

@@ -13,6 +13,8 @@ import { RelayEvents, type PartitionInfo } from './relay-events.js';
 import { resolveRelayOptions, type OutboxRelayOptions, type ResolvedRelayOptions } from './relay-options.js';
 import { RelayStore } from './relay-store.js';
 
+/** How long stop() lets statements in flight finish before it cuts them (see stop). */
+const STOP_GRACE_MS = 5_000;
 /** The channel the outbox trigger (migration 0015) notifies, with the destination as payload. */
 export function outboxChannelFor(schema: string): string {
   return `${channelFor(schema)}:out`;
@@ -180,11 +182,22 @@ export class OutboxRelay {
   async stop(): Promise<void> {
     this.stopped = true;
     clearInterval(this.keepAlive);
-    await Promise.all(this.cleanups.map((c) => c.loop.stop()));
-    await Promise.all(this.relays.map((r) => r.stop()));
-    await this.notifier?.stop();
-    await this.publisher.close();
-    await this.driver?.end();
+    // Statements still waiting STOP_GRACE_MS in are cut: behind a lock on the outbox
+    // tables (a VACUUM FULL, a migration) stop() waited as long as the lock, a SIGTERM
+    // with it, and then took a lease it gave up at once (outside review 234). As after
+    // a crash, what the broker took and no watermark recorded is sent again by the
+    // next holder, and the broker's de-duplication drops it.
+    const driver = this.driver;
+    const cut = setTimeout(() => driver?.abort(new Error('OutboxRelay: stopped')), STOP_GRACE_MS);
+    try {
+      await Promise.all(this.cleanups.map((c) => c.loop.stop()));
+      await Promise.all(this.relays.map((r) => r.stop()));
+      await this.notifier?.stop();
+      await this.publisher.close();
+      await driver?.end();
+    } finally {
+      clearTimeout(cut);
+    }
     this.relays = [];
     this.cleanups = [];
     this.driver = undefined;
