@@ -2,7 +2,8 @@ import { checkConnection, resolveDriverName, type DriverConnectionOptions } from
 import { openDriver } from '../db/drivers/open.js';
 import { rows, type Queryable } from '../db/executor.js';
 import { quoteSchema } from '../db/identifiers.js';
-import { ConfigError, ConnectionError, wrapDatabaseError } from '../errors.js';
+import { ConfigError, wrapDatabaseError } from '../errors.js';
+import { isOutOfTime } from '../lifecycle/time-limit.js';
 import * as checks from './checks.js';
 import * as vacuum from './vacuum-checks.js';
 import { checkCron } from './cron-check.js';
@@ -20,8 +21,9 @@ export interface DoctorOptions extends DriverConnectionOptions {
   /** Override where warn/critical begin. */
   thresholds?: Partial<DoctorThresholds>;
   /**
-   * How long a check's statement may wait on the doctor's own connection (not `db`),
-   * default 10,000 ms: one held up by a lock on the schema is then reported as such.
+   * How long each statement, and each connection, of the doctor's own may take (not
+   * `db`'s), default 10,000 ms: a check held up by a lock on the schema is then
+   * reported as such, and a server that does not answer is a ConnectionError.
    */
   checkTimeoutMs?: number;
 }
@@ -128,7 +130,7 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
         results.push(...(Array.isArray(done) ? done : [done]));
         return;
       } catch (err) {
-        if (!isTimeLimit(err)) throw err;
+        if (!isOutOfTime(err)) throw err;
         // Read again: the session that waited may have been this one alone (outside review 231:
         // an ALTER holding the table, no one else queued, was told as Postgres out of reach).
         const now = await lockRows();
@@ -185,9 +187,4 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
     });
   }
   return { status: worst(results.map((r) => r.status)), schema, checkedAt: new Date().toISOString(), checks: results };
-}
-
-/** A statement that ran out of its time limit (the driver cancelled it and dropped its connection). */
-function isTimeLimit(err: unknown): boolean {
-  return err instanceof ConnectionError && /no answer from Postgres within \d+ ms/.test(err.message);
 }

@@ -31,7 +31,9 @@ export function timeLimit<T>(
         if (settled) return;
         onTimeout();
         const why = hint ? ` (${hint})` : '';
-        reject(new ConnectionError(`${what}: no answer from ${from} within ${ms} ms${why}; the connection was dropped`));
+        const err = new ConnectionError(`${what}: no answer from ${from} within ${ms} ms${why}; the connection was dropped`);
+        outOfTime.add(err);
+        reject(err);
       });
     }, ms);
   });
@@ -42,4 +44,12 @@ export function timeLimit<T>(
 export function shorterLimit(a: number | undefined, b: number | undefined): number | undefined {
   if (a === undefined) return b;
   return b === undefined ? a : Math.min(a, b);
+}
+
+/** The errors timeLimit() rejected with. */
+const outOfTime = new WeakSet<object>();
+
+/** True when `err` is timeLimit()'s: the work had no answer within its limit. */
+export function isOutOfTime(err: unknown): boolean {
+  return typeof err === 'object' && err !== null && outOfTime.has(err);
 }
