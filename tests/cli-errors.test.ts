@@ -11,8 +11,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError } from '../src/errors.js';
 import { SluiceMetrics } from '../src/index.js';
 import { serveMetrics } from '../src/metrics/server.js';
-import { createTestSchema, type TestDatabase } from './helpers/database.js';
-import { FIXTURES, runSluice, type CliResult } from './helpers/cli.js';
+import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { FIXTURES, runSluice, spawnCli, type CliResult } from './helpers/cli.js';
 
 let db: TestDatabase;
 let dir: string;
@@ -221,6 +221,25 @@ describe('ports in use', () => {
       2,
       /listenConnectionString: Postgres at .*role "no_such_role_here" does not exist/,
     );
+  });
+
+  it('sluice dashboard --listen-url at a server that accepts and never answers: starts and serves, the LISTEN left to retry (outside review 235: it exited)', async () => {
+    const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
+    const held: import('node:net').Socket[] = [];
+    const silent = createServer((socket) => void held.push(socket));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as import('node:net').AddressInfo;
+    const dashboard = spawnCli(['dashboard', '--port', '0', '--listen-url', `postgres://postgres@127.0.0.1:${port}/x`], env);
+    try {
+      await waitFor(() => /sluice dashboard on (http:\S+)/.test(dashboard.stdout()), 'the dashboard to start', 30_000);
+      const url = /sluice dashboard on (http:\S+)/.exec(dashboard.stdout())![1]!;
+      expect((await fetch(new URL('api/status', url))).status).toBe(200);
+    } finally {
+      dashboard.child.kill('SIGTERM');
+      for (const s of held) s.destroy();
+      silent.close();
+    }
+    expect((await dashboard.exited).code).toBe(0);
   });
 
   it('sluice dashboard --refresh takes a duration with a unit; --refresh-ms stays, not both', async () => {

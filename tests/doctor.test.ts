@@ -301,7 +301,7 @@ describe('doctor', () => {
       const locks = check(report, 'lock_waits');
       expect(locks.status).toBe('critical');
       expect(locks.summary).toMatch(
-        new RegExp(`prepared transaction ${gid} \\(owner \\w+, transaction open [^)]*\\) holds jobs exclusively`),
+        new RegExp(`prepared transaction '${gid}' \\(owner \\w+, transaction open [^)]*\\) holds jobs exclusively`),
       );
       expect(check(report, 'tables').title).toBe('tables: not checked');
     } finally {

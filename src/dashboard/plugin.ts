@@ -164,8 +164,18 @@ function startSession(req: FastifyRequest, reply: FastifyReply, session: string,
  * feed's reconnects.
  */
 async function checkListenLogin(db: Driver, schema: string, url: string): Promise<void> {
+  const opening = db.listen(channelFor(schema), { notification: () => {}, lost: () => {} });
+  // Not answered in time: left to the feed's reconnects. Waited for without a bound, a
+  // server that never answers held the plugin past Fastify's start-up limit, and the
+  // dashboard exited (outside review 235).
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), LISTEN_CHECK_MS)));
   try {
-    const probe = await db.listen(channelFor(schema), { notification: () => {}, lost: () => {} });
+    const probe = await Promise.race([opening, late]);
+    if (probe === 'late') {
+      opening.then((l) => l.close()).catch(() => {});
+      return;
+    }
     await probe.close();
   } catch (err) {
     const refused = loginProblem(err, url);
@@ -174,5 +184,10 @@ async function checkListenLogin(db: Driver, schema: string, url: string): Promis
     await db.end();
     // No cause: the CLI would tell it by the refusal found there, as the database URL's own.
     throw new ConfigError(`listenConnectionString: ${refused}`);
+  } finally {
+    clearTimeout(timer);
   }
 }
+
+/** How long the start waits for the listen URL's login (see checkListenLogin). */
+const LISTEN_CHECK_MS = 3_000;

@@ -75,7 +75,8 @@ export function checkLockWaits(rows: LockWaitRow[], t: DoctorThresholds, heldUpM
     status,
     said.length === 0 ? "no session waits for a lock on the schema's tables" : said.join('; '),
     'Workers, enqueues and these checks wait behind the same lock. End what holds it (pid above): ' +
-      'COMMIT or ROLLBACK the open transaction, or pg_terminate_backend(pid); run ALTER or VACUUM FULL with lock_timeout.',
+      'COMMIT or ROLLBACK the open transaction, or pg_terminate_backend(pid); a prepared transaction with ' +
+      "COMMIT PREPARED or ROLLBACK PREPARED '<gid>'; run ALTER or VACUUM FULL with lock_timeout.",
     rows,
   );
 }

@@ -73,7 +73,7 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
       UNION ALL
       -- A prepared transaction holds its locks with no session (pid NULL in pg_locks):
       -- left behind, it never lets go by itself (outside review 233).
-      SELECT NULL, p.owner, 'prepared transaction ' || p.gid, 'prepared', NULL, ${MS('now() - p.prepared')},
+      SELECT NULL, p.owner, 'prepared transaction ' || quote_literal(p.gid), 'prepared', NULL, ${MS('now() - p.prepared')},
         string_agg(DISTINCT c.relname, ', '), '', '[]'::jsonb
       FROM pg_prepared_xacts p
         -- Its locks share the virtual transaction of the lock on its own xid.
