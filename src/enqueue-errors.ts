@@ -25,8 +25,7 @@ export function enqueueError(err: unknown, context: string, committed: 'own' | '
   if (e?.code === '23505' && (e.constraint ?? e.constraint_name) === 'jobs_job_key_idx') {
     // The DETAIL, or the message where a driver kept none (Prisma): "job 5 already holds key k".
     const existing = (/existing job id: (\d+)/.exec(e.detail ?? '') ?? /job (\d+) already holds key/.exec(e.message ?? ''))?.[1];
-    // MikroORM adds the DETAIL as a line of the message: " - detail: existing job id: 5".
-    const key = /holds key (.*?)(?:\n - detail: [^\n]*)?$/s.exec(e.message ?? '')?.[1];
+    const key = /holds key (.*)$/.exec(e.message ?? '')?.[1];
     return new DuplicateJobError(`${context}: ${e.message}`, existing, key, { cause: err });
   }
   // enqueue_job()'s own checks (a key's holder of another task in 'replace' mode).

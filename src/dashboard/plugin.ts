@@ -4,6 +4,7 @@ import { openDriver } from '../db/drivers/open.js';
 import type { Driver } from '../db/driver.js';
 import { loginProblem } from '../db/connection.js';
 import { ConfigError } from '../errors.js';
+import { isOutOfTime, timeLimit } from '../lifecycle/time-limit.js';
 import { Notifier } from '../notify/listener.js';
 import { loadAssets, renderIndex } from './assets.js';
 import { Authenticator, describeActor, SESSION_COOKIE } from './auth.js';
@@ -165,27 +166,20 @@ function startSession(req: FastifyRequest, reply: FastifyReply, session: string,
  */
 async function checkListenLogin(db: Driver, schema: string, url: string): Promise<void> {
   const opening = db.listen(channelFor(schema), { notification: () => {}, lost: () => {} });
-  // Not answered in time: left to the feed's reconnects. Waited for without a bound, a
-  // server that never answers held the plugin past Fastify's start-up limit, and the
-  // dashboard exited (outside review 235).
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<'late'>((resolve) => (timer = setTimeout(() => resolve('late'), LISTEN_CHECK_MS)));
   try {
-    const probe = await Promise.race([opening, late]);
-    if (probe === 'late') {
-      opening.then((l) => l.close()).catch(() => {});
-      return;
-    }
-    await probe.close();
+    // Not answered in time: left to the feed's reconnects. Waited for without a bound, a
+    // server that never answers held the plugin past Fastify's start-up limit, and the
+    // dashboard exited (outside review 235).
+    const late = () => void opening.then((l) => l.close()).catch(() => {});
+    await (await timeLimit(opening, LISTEN_CHECK_MS, late, 'listen check')).close();
   } catch (err) {
+    if (isOutOfTime(err)) return;
     const refused = loginProblem(err, url);
     if (refused === undefined) return;
     db.abort(new Error('sluice dashboard: not started'));
     await db.end();
     // No cause: the CLI would tell it by the refusal found there, as the database URL's own.
     throw new ConfigError(`listenConnectionString: ${refused}`);
-  } finally {
-    clearTimeout(timer);
   }
 }
 
