@@ -17,7 +17,8 @@ export default defineConfig({
   test: {
     // Files mostly wait (on Postgres, timers, worker processes): on 2 cores vitest's
     // default of one file at a time took 11.4 min of 3.7 min of CPU; three at a time 4.5 min.
-    maxWorkers: Math.max(3, availableParallelism() - 1),
+    // The suite grew: three at a time took 7-8 min of the CI's 10-11, five 4.6 min.
+    maxWorkers: Math.max(5, availableParallelism() - 1),
     reporters: ['default', './tests/helpers/summary-reporter.ts'],
     projects: [
       { test: { ...shared, name: 'pg', include: ['tests/**/*.test.ts'], exclude: [...shared.exclude, 'tests/fast/**'] } },

@@ -147,7 +147,7 @@ describe('worker', () => {
 
 describe('demo', () => {
   it('stops at the first Ctrl-C on a DATABASE_URL, with exit 130 (outside review 174: it went on)', async () => {
-    const demo = spawnCli(['demo', '--jobs', '200000', '--workers', '1', '--concurrency', '1'], { DATABASE_URL: fx.db.url });
+    const demo = spawnCli(['demo', '--jobs', '40000', '--workers', '1', '--concurrency', '1'], { DATABASE_URL: fx.db.url });
     try {
       await waitFor(() => demo.stdout().includes('started 1 workers'), 'the demo to run its workers', 60_000);
       demo.child.kill('SIGINT');

@@ -494,6 +494,53 @@ describe('groups: limits', () => {
     expect(groupsOf((await claim('gfull', 10, 'w2')).jobs).filter((g) => g === 'wide')).toEqual([]);
   });
 
+  /** `n` groups of `queue` with one job running (as another worker's) and one pending each. */
+  async function fullGroups(queue: string, prefix: string, n: number): Promise<void> {
+    await t.queue.enqueueMany(
+      Array.from({ length: 2 * n }, (_, i) => ({
+        task: 't',
+        queue,
+        group: `${prefix}${String(i % n).padStart(4, '0')}`,
+      })),
+    );
+    await t.db.pool.query(
+      `UPDATE ${t.db.s}.jobs SET status = 'processing', locked_by = 'other', locked_at = now(), attempts = 1
+       WHERE id IN (SELECT min(id) FROM ${t.db.s}.jobs WHERE queue = $1 GROUP BY group_key)`,
+      [queue],
+    );
+  }
+
+  it('passes any number of groups at their limit, each a visit of the bound, and wraps around to an open group', async () => {
+    await setQueueGroups(t.db.pool, t.db.schema, 'walk', { groupConcurrency: 1 });
+    await fullGroups('walk', 'f', 1_100);
+    await t.queue.enqueue('t', {}, { queue: 'walk', group: 'zz-open' });
+    // 1,100 full groups before the open one: the first claim stops at the bound of
+    // 1,024 visits with nothing, the next goes on from there.
+    expect((await claim('walk', 1, 'w1', t.db.pool, 1)).jobs).toEqual([]);
+    const { rows } = await t.db.pool.query<{ group_cursor: string }>(
+      `SELECT group_cursor FROM ${t.db.s}.queues WHERE name = 'walk'`,
+    );
+    expect(rows[0]!.group_cursor).toBe('f1023');
+    expect(groupsOf((await claim('walk', 1, 'w1', t.db.pool, 1)).jobs)).toEqual(['zz-open']);
+    // Every group full now: nothing, at once.
+    await t.queue.enqueue('t', {}, { queue: 'walk', group: 'zz-open' });
+    expect((await claim('walk', 1, 'w1', t.db.pool, 1)).jobs).toEqual([]);
+
+    // An open group before the cursor: found past the end, wrapping around.
+    await setQueueGroups(t.db.pool, t.db.schema, 'wrap', { groupConcurrency: 1 });
+    await fullGroups('wrap', 'm', 30);
+    await t.queue.enqueue('t', {}, { queue: 'wrap', group: 'a-open' });
+    await t.db.pool.query(`UPDATE ${t.db.s}.queues SET group_cursor = 'm0010' WHERE name = 'wrap'`);
+    expect(groupsOf((await claim('wrap', 1, 'w1', t.db.pool, 1)).jobs)).toEqual(['a-open']);
+    // A group freed among the full ones is found from anywhere.
+    await t.db.pool.query(
+      `UPDATE ${t.db.s}.jobs SET status = 'completed', finished_at = now()
+       WHERE queue = 'wrap' AND group_key = 'm0005' AND status = 'processing'`,
+    );
+    expect(groupsOf((await claim('wrap', 1, 'w1', t.db.pool, 1)).jobs)).toEqual(['m0005']);
+    expect((await claim('wrap', 1, 'w1', t.db.pool, 1)).jobs).toEqual([]);
+  });
+
   it('keeps the queue-wide concurrency limit on a grouped queue', async () => {
     await t.queue.setQueueConcurrency('gglobal', 3);
     await t.queue.enqueueMany(Array.from({ length: 10 }, (_, i) => ({ task: 't', queue: 'gglobal', group: `g${i}` })));
