@@ -213,13 +213,20 @@ describe('ports in use', () => {
     const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
     expectOneLine(await runSluice(['dashboard', '--user', 'bob', '--port', '0'], env), 2, /--user needs --password/);
     expectOneLine(await runSluice(['dashboard', '--listen-url', 'not a url', '--port', '0'], env), 2, /--listen-url <url>/);
-    // A listen URL whose login is refused: not started (outside review 231: a log line a second, no live feed).
+    // A listen URL whose login is refused: not started (outside review 231: a log line a second, no live feed),
+    // the flag named, not the library's option (outside review 235).
     const noUser = new URL(db.url);
     noUser.username = 'no_such_role_here';
     expectOneLine(
       await runSluice(['dashboard', '--listen-url', noUser.href, '--port', '0'], env),
       2,
-      /listenConnectionString: Postgres at .*role "no_such_role_here" does not exist/,
+      /^sluice: --listen-url: Postgres at .*role "no_such_role_here" does not exist/,
+    );
+    // The worker's was told as the database URL's own refusal (exit 1).
+    expectOneLine(
+      await runSluice(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--listen-url', noUser.href], env),
+      2,
+      /^sluice: --listen-url: Postgres at .*role "no_such_role_here" does not exist/,
     );
   });
 

@@ -2,7 +2,7 @@
 import '../db/drivers/load-pg.js';
 import { createRequire } from 'node:module';
 import { Command, CommanderError } from 'commander';
-import { isInsufficientPrivilege, SluiceError } from '../errors.js';
+import { ConfigError, isInsufficientPrivilege, SluiceError } from '../errors.js';
 import { registerDashboard } from './commands/dashboard.js';
 import { registerDemo } from './commands/demo.js';
 import { registerMigrate } from './commands/migrate.js';
@@ -15,7 +15,7 @@ import { registerQueues } from './commands/queues.js';
 import { registerRelay } from './commands/relay.js';
 import { registerStats } from './commands/stats.js';
 import { registerWorker } from './commands/worker.js';
-import { loginProblem } from '../db/connection.js';
+import { LISTEN_REFUSED, loginProblem } from '../db/connection.js';
 import { CommandFailed, ExitStatus, UsageError } from './output.js';
 import { ROLE_HINT } from './database.js';
 
@@ -78,6 +78,12 @@ export async function main(argv: string[]): Promise<number> {
     if (err instanceof CommandFailed) {
       process.stderr.write(`sluice: ${err.message}\n`);
       return EXIT_FAILURE;
+    }
+    if (err instanceof ConfigError && err.message.startsWith(LISTEN_REFUSED)) {
+      // Set here by --listen-url alone: the flag named, and not told as the database URL's
+      // refusal (its cause is a refused login too; outside review 235).
+      process.stderr.write(`sluice: --listen-url: ${err.message.slice(LISTEN_REFUSED.length)}\n`);
+      return EXIT_USAGE;
     }
     const refused = loginProblem(err, program.opts<{ databaseUrl?: string }>().databaseUrl ?? process.env.DATABASE_URL);
     if (refused) {

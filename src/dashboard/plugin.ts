@@ -2,8 +2,7 @@ import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest 
 import { channelFor } from '../db/identifiers.js';
 import { openDriver } from '../db/drivers/open.js';
 import type { Driver } from '../db/driver.js';
-import { loginProblem } from '../db/connection.js';
-import { ConfigError } from '../errors.js';
+import { listenLoginRefused } from '../db/connection.js';
 import { isOutOfTime, timeLimit } from '../lifecycle/time-limit.js';
 import { Notifier } from '../notify/listener.js';
 import { loadAssets, renderIndex } from './assets.js';
@@ -174,12 +173,11 @@ async function checkListenLogin(db: Driver, schema: string, url: string): Promis
     await (await timeLimit(opening, LISTEN_CHECK_MS, late, 'listen check')).close();
   } catch (err) {
     if (isOutOfTime(err)) return;
-    const refused = loginProblem(err, url);
+    const refused = listenLoginRefused(err, url);
     if (refused === undefined) return;
     db.abort(new Error('sluice dashboard: not started'));
     await db.end();
-    // No cause: the CLI would tell it by the refusal found there, as the database URL's own.
-    throw new ConfigError(`listenConnectionString: ${refused}`);
+    throw refused;
   }
 }
 

@@ -279,6 +279,15 @@ const LOGIN_REFUSED: Record<string, string> = {
   '3D000': 'create it, or fix the database name in the URL', // invalid_catalog_name
 };
 
+/** Begins the message of a login refused on a listenConnectionString of its own (the CLI names its flag instead). */
+export const LISTEN_REFUSED = 'listenConnectionString: ';
+
+/** A login that Postgres refused on a listenConnectionString of its own, as a ConfigError; undefined for other errors. */
+export function listenLoginRefused(err: unknown, url: string): ConfigError | undefined {
+  const refused = loginProblem(err, url);
+  return refused === undefined ? undefined : new ConfigError(`${LISTEN_REFUSED}${refused}`, { cause: err });
+}
+
 /**
  * An error whose cause is that the server answered and refused the login or has
  * no such database (not that it could not be reached), worded as what it is; or

@@ -1,6 +1,6 @@
-import { loginProblem } from '../db/connection.js';
+import { listenLoginRefused } from '../db/connection.js';
 import type { Driver } from '../db/driver.js';
-import { ConfigError, JobCancelledError } from '../errors.js';
+import { JobCancelledError } from '../errors.js';
 import type { ControlMessage } from '../notify/codec.js';
 import { ListenProbe, PROBE_WAIT_MS } from './listen-probe.js';
 import type { ResolvedWorkerConfig } from './options.js';
@@ -67,8 +67,8 @@ export async function listenFor(parts: Parts, host: ListenHost): Promise<void> {
   let refuse: ((err: Error) => void) | undefined;
   notifier.on('connectionError', (err) => {
     probe?.cancel();
-    const refused = refuse && url ? loginProblem(err, url) : undefined;
-    if (refused) refuse!(new ConfigError(`listenConnectionString: ${refused}`, { cause: err }));
+    const refused = refuse && url ? listenLoginRefused(err, url) : undefined;
+    if (refused) refuse!(refused);
     else host.reportError(err, 'listen');
   });
   const ready = new Promise<void>((resolve, reject) => {
