@@ -6,7 +6,7 @@
  * (node bin/sluice.js), real Postgres, this file's own schema.
  */
 import { describe, expect, it } from 'vitest';
-import { buildMaintenanceQueries, prune, resolvePrunerConfig } from '../src/index.js';
+import { buildMaintenanceQueries, prune, resolvePrunerConfig, runJobNow } from '../src/index.js';
 import { waitFor } from './helpers/database.js';
 import { cliSchema, FIXTURES, ISO_UTC, runSluice, spawnCli, type CliResult } from './helpers/cli.js';
 
@@ -74,7 +74,7 @@ describe('archived jobs', () => {
     expect(pause.stdout).toBe('only-archived: paused, no limit\n');
   });
 
-  it('retry, cancel and delete say archived and read-only (exit 1); show says archived; bulk delete says what it skips', async () => {
+  it('retry, cancel, delete and run-now say archived and read-only (exit 1); show says archived; bulk delete says what it skips', async () => {
     // The pruner archives completed and cancelled jobs (failed ones stay until their retention ends).
     const [done, cancelled] = await fx.queue.enqueueMany([{ task: 'x' }, { task: 'x' }]);
     await fx.db.pool.query(
@@ -95,9 +95,17 @@ describe('archived jobs', () => {
       ['cancel', cancelled],
       ['delete', cancelled],
       ['delete', done],
+      // It said "not found" (outside review 238).
+      ['run-now', done],
     ] as const) {
       expectOneLineError(await sluice('jobs', verb, id!), 1, new RegExp(`job ${id} is archived .*read-only`));
     }
+    expect(await runJobNow(fx.db.pool, fx.db.schema, done!)).toEqual({
+      ok: false,
+      reason: 'wrong_status',
+      status: 'completed',
+      archived: true,
+    });
     // A job in the jobs table still shows no such note; one that never existed is still "not found".
     const live = await fx.queue.enqueue('x', {});
     expect((await sluice('jobs', 'show', live)).stdout).not.toMatch(/archived/);

@@ -282,7 +282,7 @@ export async function runJobNow(
     return { ok: true, job };
   }
   const [current] = await query<{ status: JobStatus }>(db, adminStatements(schema).statusOf, [jobIdText], 'runJobNow');
-  return current ? { ok: false, reason: 'wrong_status', status: current.status } : { ok: false, reason: 'not_found' };
+  return refusal(db, schema, jobIdText, current, 'runJobNow');
 }
 
 type ActionQuery = 'retry' | 'cancel' | 'deleteJob';
@@ -314,9 +314,23 @@ async function act<R extends JobRow = JobRow>(
     // (outside review 230). Tried again, a few times at most.
     if (!current || !allowed.includes(current.status) || tries === ACTION_TRIES) break;
   }
+  return refusal(db, schema, jobIdText, current, action);
+}
+
+/**
+ * Why an action changed nothing, `current` being the job's row in the jobs table if
+ * any. Not there: gone, or archived by the pruner (found, but read-only; runJobNow
+ * said "not found" for it, outside review 238).
+ */
+async function refusal(
+  db: Queryable,
+  schema: string,
+  jobIdText: string,
+  current: { status: JobStatus } | undefined,
+  label: string,
+): Promise<Exclude<JobActionResult, { ok: true }>> {
   if (current) return { ok: false, reason: 'wrong_status', status: current.status };
-  // Not in the jobs table: gone, or archived by the pruner (found, but read-only).
-  const [archived] = await query<JobRow>(db, admin.getJob, [jobIdText], action);
+  const [archived] = await query<JobRow>(db, adminStatements(schema).getJob, [jobIdText], label);
   return archived
     ? { ok: false, reason: 'wrong_status', status: archived.status, archived: true }
     : { ok: false, reason: 'not_found' };
