@@ -110,6 +110,39 @@ describe('cancellation', () => {
     expect(await job(id)).toMatchObject({ status: 'cancelled', attempts: 1, last_error: null });
   });
 
+  it('without LISTEN the heartbeat tells a running job it was cancelled: JobCancelledError and job:cancel, not a lost lock (outside review 238)', async () => {
+    const reasons: unknown[] = [];
+    const started = deferred();
+    // Due before the worker starts: its first claim takes it (no LISTEN, no poll to wait for).
+    const id = await suite.queue.enqueue('wait', {}, { queue: 'c-nolisten' });
+    const [worker] = await startWorkers(1, {
+      queues: ['c-nolisten'],
+      listen: false,
+      pollIntervalMs: 3_600_000,
+      heartbeatIntervalMs: 200,
+      tasks: {
+        wait: (_p, { signal }) =>
+          new Promise((_, reject) => {
+            signal.addEventListener('abort', () => {
+              reasons.push(signal.reason);
+              reject(signal.reason as Error);
+            });
+            started.resolve();
+          }),
+      },
+    });
+    const lockLost: string[] = [];
+    worker!.on('job:lock-lost', (j: JobRow) => lockLost.push(j.id));
+    const cancelledEvent = nextEvent<[JobRow]>(worker!, 'job:cancel');
+    await started.promise;
+    expect((await suite.queue.cancel(id)).ok).toBe(true);
+    expect((await cancelledEvent)[0].id).toBe(id);
+    expect(reasons).toHaveLength(1);
+    expect(reasons[0]).toBeInstanceOf(JobCancelledError);
+    expect(lockLost).toEqual([]);
+    expect(await job(id)).toMatchObject({ status: 'cancelled', attempts: 1 });
+  });
+
   it('the slot a cancelled job frees claims the next due job at once, not at the next poll (outside review 207)', async () => {
     const started: string[] = [];
     await startWorkers(1, {

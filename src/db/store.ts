@@ -2,6 +2,7 @@ import type { JobRow } from '../job.js';
 import type {
   CycleRequest,
   CycleResult,
+  HeartbeatAnswer,
   LockedWrite,
   QueueStateRow,
   LimitedClaim,
@@ -147,14 +148,15 @@ export class PgWorkerStore implements WorkerStore {
     return rows[0]!.due;
   }
 
-  async heartbeat(ids: readonly string[], limitMs?: number): Promise<LockedWrite> {
-    const { rows } = await this.db.query<{ id: string; renewed: boolean }>(
+  async heartbeat(ids: readonly string[], limitMs?: number): Promise<HeartbeatAnswer> {
+    const { rows } = await this.db.query<{ id: string; renewed: boolean | null }>(
       this.queries.heartbeat,
       [this.workerId, ids],
       this.name('heartbeat'),
       limitMs,
     );
-    return lockedWrite(rows.map((r) => ({ id: r.id, done: r.renewed })));
+    const cancelled = new Set(rows.filter((r) => r.renewed === null).map((r) => r.id));
+    return { ...lockedWrite(rows.filter((r) => r.renewed !== null).map((r) => ({ id: r.id, done: r.renewed! }))), cancelled };
   }
 
   async release(ids: readonly string[]): Promise<LockedWrite> {

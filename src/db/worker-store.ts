@@ -68,6 +68,11 @@ export interface LockedWrite {
   skipped: Set<string>;
 }
 
+/** What a heartbeat found: the renewed and the skipped, and the jobs cancelled meanwhile. */
+export interface HeartbeatAnswer extends LockedWrite {
+  cancelled: Set<string>;
+}
+
 /** A queue's row, for the claim plan: only queues that are paused or limited have one that matters. */
 export interface QueueStateRow {
   name: string;
@@ -115,7 +120,7 @@ export interface WorkerStore {
   /** Whether any of `queues` has a due pending job of `tasks`, claimable or held back by a limit. */
   hasDueJobs(queues: readonly string[], tasks: readonly string[]): Promise<boolean>;
   /** Renews the locks of `ids` (done); ids in neither set are no longer this worker's. */
-  heartbeat(ids: readonly string[], limitMs?: number): Promise<LockedWrite>;
+  heartbeat(ids: readonly string[], limitMs?: number): Promise<HeartbeatAnswer>;
   /** Back to pending without spending the attempt (done); wakes their queues. */
   release(ids: readonly string[]): Promise<LockedWrite>;
   /**

@@ -16,8 +16,10 @@ export interface HeartbeatSignals {
   held(): string[];
   /** Of those, the ones a beat asks about now (not, say, results being written). */
   renewable(held: string[]): string[];
-  /** These were taken away (rescued, cancelled): stop their handlers. */
+  /** These were taken away (rescued, finished elsewhere): stop their handlers. */
   lost(ids: string[]): void;
+  /** These were cancelled: stop their handlers, as the cancel's NOTIFY would have. */
+  cancelled(ids: string[]): void;
   /**
    * These could not be renewed for renewalTimeoutMs (the database unreachable, or
    * their rows locked by another session): abort their handlers now, before the
@@ -136,7 +138,7 @@ export class Heartbeat {
     this.asking = new Set(ids);
     const limitMs = beatLimitMs(this.config);
     try {
-      const { done, skipped } = await this.store.heartbeat(ids, limitMs).catch((err: unknown) => {
+      const { done, skipped, cancelled } = await this.store.heartbeat(ids, limitMs).catch((err: unknown) => {
         // Past its limit, its connection was dropped (gone silent, most likely): the
         // next beat goes out at once, on another, not an interval later.
         if (performance.now() - sentAt >= limitMs) this.beats.runSoon(0);
@@ -168,7 +170,9 @@ export class Heartbeat {
       // told lost by the claim itself). CI: the new attempt was told lost and dropped.
       const still = new Set(this.signals.held());
       const gone = ids.filter((id) => !done.has(id) && !skipped.has(id) && still.has(id) && !this.claimedMeanwhile.has(id));
-      if (gone.length > 0) this.signals.lost(gone);
+      const cancels = gone.filter((id) => cancelled.has(id));
+      if (cancels.length > 0) this.signals.cancelled(cancels);
+      if (cancels.length < gone.length) this.signals.lost(gone.filter((id) => !cancelled.has(id)));
       return skipped.size > 0;
     } finally {
       this.asking = undefined;

@@ -16,6 +16,7 @@ let db: MemoryDatabase;
 let store: MemoryStore;
 let held: string[];
 let lost: string[][];
+let cancelled: string[][];
 let unrenewed: { ids: string[]; at: number; rowHeld: string[]; unanswered: string[] }[];
 let errors: unknown[];
 let rowsHeldTold: number;
@@ -51,6 +52,7 @@ beforeEach(() => {
   store = db.store('w1');
   held = [];
   lost = [];
+  cancelled = [];
   unrenewed = [];
   errors = [];
   rowsHeldTold = 0;
@@ -62,6 +64,7 @@ beforeEach(() => {
       held: () => [...held],
       renewable: (ids) => ids,
       lost: (ids) => void lost.push(ids),
+      cancelled: (ids) => void cancelled.push(ids),
       unrenewed: (ids, rowHeld, unanswered) =>
         void unrenewed.push({ ids, at: Date.now(), rowHeld: [...rowHeld], unanswered: [...unanswered] }),
       rowHeldChanged: () => void rowsHeldTold++,
@@ -104,6 +107,15 @@ describe('Heartbeat', () => {
     await heartbeat.beat();
     expect(lost).toEqual([[stale]]);
     expect(db.job(stale!).locked_by).toBe('w2');
+  });
+
+  it('tells a job cancelled while it ran as cancelled, not as taken away (outside review 238: without LISTEN)', async () => {
+    db.addMany(2, 't');
+    held = await claim(2);
+    db.job(held[0]!).status = 'cancelled';
+    await heartbeat.beat();
+    expect(cancelled).toEqual([[held[0]]]);
+    expect(lost).toEqual([]);
   });
 
   it('does not report a job that finished while the statement ran', async () => {

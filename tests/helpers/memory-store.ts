@@ -12,6 +12,7 @@ import { MAX_ERROR_HISTORY } from '../../src/db/statements/job-columns.js';
 import type {
   CycleRequest,
   CycleResult,
+  HeartbeatAnswer,
   LockedWrite,
   QueueStateRow,
   RestartVerdict,
@@ -366,9 +367,10 @@ export class MemoryStore implements WorkerStore {
 
   async heartbeat(ids: readonly string[]) {
     await this.db.enter('heartbeat', this.workerId);
-    const result: LockedWrite = { done: new Set(), skipped: new Set() };
+    const result: HeartbeatAnswer = { done: new Set(), skipped: new Set(), cancelled: new Set() };
     for (const id of ids) {
       const job = this.db.jobs.get(id);
+      if (job?.status === 'cancelled') result.cancelled.add(id);
       if (!mine(job, this.workerId)) continue;
       if (this.db.isLocked(id)) {
         result.skipped.add(id);

@@ -62,8 +62,10 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
     // start). Rows another session holds locked are skipped, never waited for: a
     // wait would delay the renewal of all the others past their visibility
     // timeout. They come back with renewed = false (still this worker's in the
-    // snapshot, not renewed); ids not returned at all were taken away (rescued,
-    // cancelled, finished): their handlers are told to stop.
+    // snapshot, not renewed), cancelled ones with renewed NULL (the handler is told
+    // the job was cancelled, as by the cancel's NOTIFY, which a worker without
+    // LISTEN never hears: outside review 238); ids not returned at all were taken
+    // away (rescued, finished): their handlers are told to stop.
     heartbeat: `WITH mine AS (
         SELECT id FROM ${jobs}
         WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1
@@ -74,7 +76,9 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
       SELECT id::text AS id, true AS renewed FROM renewed
       UNION ALL
       SELECT id::text, false FROM ${jobs}
-      WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1 AND id NOT IN (SELECT id FROM mine)`,
+      WHERE id = ANY($2::bigint[]) AND status = 'processing' AND locked_by = $1 AND id NOT IN (SELECT id FROM mine)
+      UNION ALL
+      SELECT id::text, NULL FROM ${jobs} WHERE id = ANY($2::bigint[]) AND status = 'cancelled'`,
 
     // On stop, jobs that did not finish go back to pending without spending the
     // attempt the claim took: the worker, not the job, gave up. run_at is kept:
