@@ -201,3 +201,32 @@ describe('outbox roles (sql/roles.sql)', () => {
     expect(refused.stderr).toMatch(/permission denied for table outbox_relays .*sluice_outbox_relay for relay/);
   });
 });
+
+describe("the outbox's commit-order functions (migration 0046)", () => {
+  it('are not PUBLIC: a role with USAGE on the schema alone cannot lock messages or set settings as the owner (outside review 239)', async () => {
+    // A schema as migrated, without the file's REVOKE of every function above.
+    const fresh = await createTestSchema('outbox_public');
+    const role = `outbox_public_${tag}`;
+    await fresh.pool.query(`CREATE ROLE ${role} LOGIN PASSWORD '${PASSWORD}'`);
+    const pool = new pg.Pool({ connectionString: urlAs(role), max: 1 });
+    try {
+      await fresh.pool.query(`GRANT USAGE ON SCHEMA ${fresh.s} TO ${role}`);
+      await fresh.pool.query(`SELECT ${fresh.s}.publish('d', '{}'::jsonb, 'k')`);
+      const { rows } = await fresh.pool.query<{ txid: string; id: string }>(`SELECT txid::text, id::text FROM ${fresh.s}.outbox`);
+      const [message] = rows;
+      await expectRefused(pool, [
+        `SELECT ${fresh.s}.queue_outbox_commit_order('d', '${message!.txid}'::xid8, ${message!.id}, 'sluice.outbox_ordered_1')`,
+        `SELECT ${fresh.s}.order_outbox_commit()`,
+      ]);
+      // The owner still may, and only for the settings the order keeps.
+      await expect(
+        fresh.pool.query(`SELECT ${fresh.s}.queue_outbox_commit_order('d', '1'::xid8, 1, 'work_mem')`),
+      ).rejects.toMatchObject({ code: '22023', message: /work_mem is not a setting of the outbox's commit order/ });
+    } finally {
+      await pool.end();
+      await fresh.pool.query(`DROP OWNED BY ${role}`);
+      await fresh.pool.query(`DROP ROLE ${role}`);
+      await fresh.drop();
+    }
+  });
+});
