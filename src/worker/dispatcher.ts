@@ -1,4 +1,4 @@
-import { SluiceError } from '../errors.js';
+import { JobCancelledError, SluiceError } from '../errors.js';
 import type { JobRow } from '../job.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
@@ -170,8 +170,8 @@ export class Dispatcher {
     };
   }
 
-  /** The job was cancelled: a waiting job never starts, a running one is aborted. */
-  cancel(id: string, reason: Error): void {
+  /** The job was cancelled: a waiting job never starts, a running one is aborted (with `reason`). */
+  cancel(id: string, reason: Error = new JobCancelledError(`job ${id} was cancelled`)): void {
     this.slots.dropWaiting(id);
     this.slots.runOf(id)?.abort('cancelled', reason);
   }

@@ -1,6 +1,5 @@
 import { listenLoginRefused } from '../db/connection.js';
 import type { Driver } from '../db/driver.js';
-import { JobCancelledError } from '../errors.js';
 import type { ControlMessage } from '../notify/codec.js';
 import { ListenProbe, PROBE_WAIT_MS } from './listen-probe.js';
 import type { ResolvedWorkerConfig } from './options.js';
@@ -120,6 +119,6 @@ function control(parts: Parts, message: Exclude<ControlMessage, { c: 'probe' }>)
     const timer = setTimeout(release, MAX_START_HOLD_MS).unref();
     void queueState.refresh().then(release);
   } else {
-    dispatcher.cancel(message.id, new JobCancelledError(`job ${message.id} was cancelled`));
+    dispatcher.cancel(message.id);
   }
 }

@@ -1,4 +1,4 @@
-import { isServerDown, JobCancelledError } from '../errors.js';
+import { isServerDown } from '../errors.js';
 import type { Driver } from '../db/driver.js';
 import { channelFor } from '../db/identifiers.js';
 import { workerStatements } from '../db/statements/worker.js';
@@ -159,9 +159,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     held,
     renewable: (ids) => completer.renewable(ids),
     lost: (ids) => dispatcher.lockLost(ids),
-    cancelled: (ids) => {
-      for (const id of ids) dispatcher.cancel(id, new JobCancelledError(`job ${id} was cancelled`));
-    },
+    cancelled: (ids) => ids.forEach((id) => dispatcher.cancel(id)),
     unrenewed: (ids, rowHeld, unanswered) => dispatcher.unrenewed(ids, config.lockRenewalTimeoutMs, rowHeld, unanswered),
     rowHeldChanged: () => registry.refresh(),
     answered: () => loop.answered(),

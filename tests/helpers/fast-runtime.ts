@@ -7,7 +7,7 @@
  */
 import type { BackoffOptions } from '../../src/worker/backoff.js';
 import type { JobRow, TaskHandler } from '../../src/job.js';
-import { JobCancelledError, WorkerStoppingError } from '../../src/errors.js';
+import { WorkerStoppingError } from '../../src/errors.js';
 import { Completer } from '../../src/worker/completer.js';
 import { Dispatcher } from '../../src/worker/dispatcher.js';
 import type { WorkerEvents } from '../../src/worker/events.js';
@@ -131,7 +131,7 @@ export class FastWorker {
         held,
         renewable: (ids) => completer.renewable(ids),
         lost: (ids) => dispatcher.lockLost(ids),
-        cancelled: (ids) => ids.forEach((id) => dispatcher.cancel(id, new JobCancelledError(`job ${id} was cancelled`))),
+        cancelled: (ids) => ids.forEach((id) => dispatcher.cancel(id)),
         unrenewed: (ids) => dispatcher.unrenewed(ids, renewalTimeoutMs),
         rowHeldChanged: () => {},
         answered: () => loop.answered(),
