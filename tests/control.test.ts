@@ -185,8 +185,10 @@ describe('cancellation', () => {
         },
       },
     });
-    const lost: string[] = [];
-    worker!.on('job:lock-lost', (j) => lost.push(j.id));
+    // Told as cancelled, not as lost locks (outside review 240: job:lock-lost).
+    const told: string[] = [];
+    worker!.on('job:lock-lost', (j) => told.push(`lock-lost ${j.id}`));
+    worker!.on('job:cancel', (j) => told.push(`cancel ${j.id}`));
     const ok = await suite.queue.enqueue('late', { fail: false }, { queue: 'c-late' });
     const bad = await suite.queue.enqueue('late', { fail: true }, { queue: 'c-late' });
     await waitFor(() => release.has(ok) && release.has(bad), 'both jobs to start');
@@ -194,7 +196,8 @@ describe('cancellation', () => {
     await suite.queue.cancel(bad);
     release.get(ok)!();
     release.get(bad)!();
-    await waitFor(() => lost.length === 2, 'both results to be rejected');
+    await waitFor(() => told.length === 2, 'both results to be rejected');
+    expect(told.sort()).toEqual([`cancel ${bad}`, `cancel ${ok}`].sort());
     expect(await job(ok)).toMatchObject({ status: 'cancelled', attempts: 1 });
     expect(await job(bad)).toMatchObject({ status: 'cancelled', attempts: 1, last_error: null });
   });

@@ -272,20 +272,20 @@ export class Completer implements ResultSource {
     for (const result of [...batch.completed, ...batch.failed] as Recorded[]) {
       if (skipped.has(result.id)) this.refusals.skipped(result, othersBack);
     }
-    const unsure = { completed: [] as Completion[], failed: [] as Failure[] };
+    // Not written: no longer this worker's. Read why (rare: a rescue, a cancel, or a
+    // statement whose reply was lost after it committed some of them).
+    const unwritten = { completed: [] as Completion[], failed: [] as Failure[] };
     for (const c of batch.completed as Completion[]) {
       if (skipped.has(c.id)) continue;
       if (completed.has(c.id)) this.completedEvent(c);
-      else if (c.unsure) unsure.completed.push(c);
-      else emit('job:lock-lost', c.job);
+      else unwritten.completed.push(c);
     }
     for (const f of batch.failed as Failure[]) {
       if (skipped.has(f.id)) continue;
       if (failed.has(f.id)) this.failedEvent(f);
-      else if (f.unsure) unsure.failed.push(f);
-      else emit('job:lock-lost', f.job);
+      else unwritten.failed.push(f);
     }
-    if (unsure.completed.length + unsure.failed.length > 0) this.confirm(unsure.completed, unsure.failed);
+    if (unwritten.completed.length + unwritten.failed.length > 0) this.confirm(unwritten.completed, unwritten.failed);
   }
 
   private completedEvent(c: Completion): void {
@@ -307,18 +307,21 @@ export class Completer implements ResultSource {
   }
 
   /**
-   * Outcomes sent before in a statement that failed, and now found no longer this
-   * worker's: that statement may have committed them, its reply lost. The rows
-   * say which: finished by this worker at that attempt, the outcome's events fire;
-   * otherwise the lock was lost. Rare (a crash, a cut connection), so a statement
-   * of its own rather than a column of every cycle.
+   * Outcomes found no longer this worker's. One sent before in a statement that
+   * failed may have been committed by it, its reply lost: finished by this worker at
+   * that attempt, the outcome's events fire. A job cancelled while it ran, its
+   * cancel's NOTIFY missed (listen: false, LISTEN down) and its result written before
+   * the next heartbeat, is told as cancelled (outside review 240: job:lock-lost).
+   * Otherwise the lock was lost. Rare, so a statement of its own rather than a
+   * column of every cycle.
    */
   private confirm(completed: readonly Completion[], failed: readonly Failure[]): void {
-    const lost = (r: Recorded) => this.signals.emit('job:lock-lost', r.job);
     const check = this.store.writtenByMe([...completed, ...failed].map((r) => r.id)).then(
       (rows) => {
         const wrote = (r: Recorded, status: string) =>
-          rows.get(r.id)?.status === status && rows.get(r.id)?.attempts === r.attempt;
+          r.unsure === true && rows.get(r.id)?.status === status && rows.get(r.id)?.attempts === r.attempt;
+        const lost = (r: Recorded) =>
+          this.signals.emit(rows.get(r.id)?.status === 'cancelled' ? 'job:cancel' : 'job:lock-lost', r.job);
         for (const c of completed) {
           if (wrote(c, 'completed')) this.completedEvent(c);
           else lost(c);
@@ -330,7 +333,7 @@ export class Completer implements ResultSource {
       },
       (err: unknown) => {
         this.signals.error(err);
-        [...completed, ...failed].forEach(lost);
+        for (const r of [...completed, ...failed]) this.signals.emit('job:lock-lost', r.job);
       },
     );
     this.writes.add(check);

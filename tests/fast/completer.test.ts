@@ -168,9 +168,21 @@ describe('Completer: completions', () => {
     db.rescue(5_000);
     await db.store('w2').claim(1);
     await write();
+    await completer.settled(); // why it was not written is read apart
     expect(db.job(run.job.id)).toMatchObject({ status: 'processing', locked_by: 'w2', attempts: 2 });
     expect(named('job:lock-lost').map((e) => e.job.id)).toEqual([run.job.id]);
     expect(named('job:complete')).toEqual([]);
+  });
+  it('reports job:cancel, and writes nothing, for a job cancelled meanwhile (its NOTIFY missed; outside review 240)', async () => {
+    const run = await claimed();
+    completer.record(run, { kind: 'completed', value: 1 }, 1);
+    db.job(run.job.id).status = 'cancelled'; // as the cancel leaves it: still locked_by this worker
+    await write();
+    await completer.settled();
+    expect(db.job(run.job.id)).toMatchObject({ status: 'cancelled', attempts: 1 });
+    expect(named('job:complete')).toEqual([]);
+    expect(named('job:cancel').map((e) => e.job.id)).toEqual([run.job.id]);
+    expect(named('job:lock-lost')).toEqual([]);
   });
 });
 
@@ -267,6 +279,7 @@ describe('Completer: the buffer', () => {
     const twice = await store.write(batch);
     completer.applied(batch, once);
     completer.applied(batch, twice);
+    await completer.settled();
     expect(events.map((e) => e.event)).toEqual(['job:complete', 'job:lock-lost']);
     expect(db.job(run.job.id).status).toBe('completed');
   });
