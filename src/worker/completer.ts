@@ -267,7 +267,6 @@ export class Completer implements ResultSource {
   applied(batch: ResultBatch, written: AppliedResults, othersBack?: Promise<void>): void {
     this.sending.delete(batch);
     this.landed(batch);
-    const { emit } = this.signals;
     const { completed, failed, skipped } = written;
     for (const result of [...batch.completed, ...batch.failed] as Recorded[]) {
       if (skipped.has(result.id)) this.refusals.skipped(result, othersBack);
