@@ -34,12 +34,15 @@ async function transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<
     await tx.query('BEGIN');
     const result = await work(tx);
     await tx.query('COMMIT');
+    tx.release();
     return result;
   } catch (err) {
-    await tx.query('ROLLBACK').catch(() => {}); // a lost connection rolled back already
+    // Dropped, not pooled, when the ROLLBACK fails (see signUp above).
+    await tx.query('ROLLBACK').then(
+      () => tx.release(),
+      () => tx.release(true),
+    );
     throw err;
-  } finally {
-    tx.release();
   }
 }
 

@@ -37,12 +37,17 @@ async function signUp(email: string): Promise<string> {
     const { rows } = await client.query('INSERT INTO users (email) VALUES ($1) RETURNING id', [email]);
     const jobId = await queue.enqueue('send_welcome', { userId: rows[0].id }, { tx: client });
     await client.query('COMMIT'); // the user and the job exist from here on, together
+    client.release();
     return jobId;
   } catch (err) {
-    await client.query('ROLLBACK').catch(() => {}); // neither the user nor the job (a lost connection rolled back)
+    // Neither the user nor the job. A connection whose ROLLBACK fails is dropped, not
+    // pooled: a statement pg's query_timeout gave up on may still run there, in a
+    // transaction the next request on it would commit.
+    await client.query('ROLLBACK').then(
+      () => client.release(),
+      () => client.release(true),
+    );
     throw err;
-  } finally {
-    client.release();
   }
 }
 // #endregion

@@ -202,6 +202,12 @@ describe("an enqueue in the caller's transaction that gets no reply in time", ()
       );
       expect(error).toBeInstanceOf(ConnectionError);
       expect((error as Error).message).toMatch(/Query read timeout/);
+      // The insert was cancelled, not left waiting: once the lock goes, a COMMIT on this
+      // client (a request that got it back from the pool) commits no job (outside review 241).
+      await blocker.query('ROLLBACK');
+      await tx.query('COMMIT');
+      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'no_reply'`);
+      expect(rows[0].n).toBe(0);
     } finally {
       await blocker.query('ROLLBACK');
       blocker.release();

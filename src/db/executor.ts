@@ -1,4 +1,5 @@
 import { ConfigError } from '../errors.js';
+import { cancelStatement } from './cancel-request.js';
 
 /**
  * The one interface Sluice needs from a database connection: run a parameterised
@@ -9,9 +10,26 @@ export interface Queryable {
   query(text: string, values?: unknown[]): Promise<{ rows: any[] }>;
 }
 
+/** How long the cancel of a statement that a caller's pg client gave up on may take to reach Postgres. */
+const GIVEN_UP_CANCEL_MS = 2_000;
+
 /** Runs a statement and returns its rows, typed by the caller. */
 export async function rows<T>(db: Queryable, text: string, values?: unknown[]): Promise<T[]> {
-  const result = await db.query(text, values);
+  let result: unknown;
+  try {
+    result = await db.query(text, values);
+  } catch (err) {
+    // pg's query_timeout rejects the call and leaves the statement running in the
+    // caller's transaction (behind a lock, say). A client put back in its pool then
+    // carried it into the next request's transaction, whose COMMIT committed the
+    // failed request's job and data (outside review 241). Cancelled, it fails, and
+    // that transaction can only roll back. A client without a session key (not pg's)
+    // is left alone.
+    if (err instanceof Error && /Query read timeout/.test(err.message)) {
+      await cancelStatement(db, GIVEN_UP_CANCEL_MS);
+    }
+    throw err;
+  }
   const list = (result as { rows?: unknown } | null | undefined)?.rows;
   // A wrapper of yours that resolves to the rows themselves (or nothing): the
   // statement ran, in your transaction. "(intermediate value) is not iterable",
