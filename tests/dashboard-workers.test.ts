@@ -286,6 +286,13 @@ describe('search', () => {
 
     expect(await api('api/jobs?field=a..b&value=1')).toMatchObject({ status: 400, body: { error: { code: 'VALIDATION' } } });
     expect((await api('api/jobs?field=user.id&value=1&from=2026-01-01T00:00:00Z')).status).toBe(400);
+    // A NUL in the field or the value: refused as such, not a 500 from Postgres (outside review 242).
+    for (const query of ['field=user.id&value=a%00', 'field=a%00b&value=1']) {
+      expect(await api(`api/jobs?${query}`)).toMatchObject({
+        status: 400,
+        body: { error: { code: 'VALIDATION', message: expect.stringMatching(/contains a NUL character/) as unknown } },
+      });
+    }
   });
 });
 

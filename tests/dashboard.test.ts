@@ -715,6 +715,22 @@ describe('mounted in an existing Node server', () => {
     expect(login.headers.get('set-cookie')).toContain('Path=/admin/sluice/');
   });
 
+  it('a ?token login at the base path without its slash goes to the slash first, then signs in (outside review 242)', async () => {
+    const first = await fetch(`${base}/admin/sluice?token=${TOKEN}`, { redirect: 'manual' });
+    expect(first.status).toBe(308);
+    expect(first.headers.get('location')).toBe(`/admin/sluice/?token=${TOKEN}`);
+    const login = await fetch(`${base}${first.headers.get('location')}`, { redirect: 'manual' });
+    expect(login.status).toBe(303);
+    const cookie = login.headers.get('set-cookie')!.split(';')[0]!;
+    expect(login.headers.get('location')).toBe('/admin/sluice/');
+    // With the cookie, the path without its slash leads to the page, not a 401.
+    const later = await fetch(`${base}/admin/sluice`, { headers: { cookie }, redirect: 'manual' });
+    expect(later.status).toBe(308);
+    const page = await fetch(`${base}/admin/sluice/`, { headers: { cookie } });
+    expect(page.status).toBe(200);
+    expect(await page.text()).toContain('assets/app.js');
+  });
+
   it('never serves files outside its asset list', async () => {
     const port = Number(new URL(base).port);
     for (const path of [

@@ -2,7 +2,7 @@ import type { Queryable } from '../db/executor.js';
 import { searchStatements } from '../db/statements/search.js';
 import { ValidationError } from '../errors.js';
 import type { JobStatus } from '../job.js';
-import { checks } from '../validate.js';
+import { checks, unstorableText } from '../validate.js';
 import { checkStatus, jobId, knownOptions, listOf, listedRows, payloadCharsLimit, query } from './input.js';
 import { DEFAULT_LIST_LIMIT, MAX_LIST_LIMIT, type JobPage } from './jobs.js';
 
@@ -46,6 +46,14 @@ export async function searchJobs(db: Queryable, schema: string, options: SearchJ
   const path = fieldPath(options.field);
   if (typeof options.value !== 'string' || options.value.length > MAX_SEARCH_VALUE) {
     throw new ValidationError(`searchJobs: value must be a string of at most ${MAX_SEARCH_VALUE} characters`);
+  }
+  // Postgres refused them as a DatabaseError, a 500 on the dashboard (outside review 242).
+  for (const [name, text] of [
+    ['field', options.field],
+    ['value', options.value],
+  ] as const) {
+    const unstorable = unstorableText(text);
+    if (unstorable) throw new ValidationError(`searchJobs: ${name} contains ${unstorable}`);
   }
   const values = [
     listOf('searchJobs', 'status', options.status, checkStatus),

@@ -82,6 +82,11 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
       scope.removeContentTypeParser('text/plain');
       scope.addHook('onRequest', async (req, reply) => {
         reply.headers(SECURITY_HEADERS);
+        // The base path without its slash, first, query kept: the session cookie's path
+        // ends in '/', so a ?token login there was refused, and so was every later visit
+        // (outside review 242). The redirect says nothing an unknown caller may not know.
+        const [path, query] = splitAtQuery(req.url);
+        if (config.basePath !== '' && path === config.basePath) return reply.redirect(`${path}/${query}`, 308);
         const decision = auth.check({
           headers: req.headers,
           remoteAddress: req.socket.remoteAddress,
@@ -142,6 +147,12 @@ function refuse(req: FastifyRequest, reply: FastifyReply, status: 401 | 403, rea
     .send(
       `<!doctype html><html lang="en"><meta charset="utf-8"><title>Sluice dashboard</title><h1>Sluice dashboard: ${reason}</h1>${hint}</html>`,
     );
+}
+
+/** A request's path, and its query with the '?' (or ''). */
+function splitAtQuery(url: string): [string, string] {
+  const at = url.indexOf('?');
+  return at === -1 ? [url, ''] : [url.slice(0, at), url.slice(at)];
 }
 
 /**

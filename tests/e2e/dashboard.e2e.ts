@@ -150,6 +150,23 @@ describe('dashboard in Chromium', () => {
     }
   });
 
+  it('keeps a name with a right-to-left override from turning the text after it around (outside review 242)', async () => {
+    const id = await queue.enqueue('rlo\u202etask', {}, { queue: 'bidi' });
+    const page = await browser.context.newPage();
+    try {
+      await page.goto(`${dashboard.url}#/jobs?queue=bidi`);
+      const row = await page.waitForSelector(`tr[data-job-id="${id}"]`);
+      // Isolated (FSI … PDI): the override ends with the name.
+      expect(await row.textContent()).toContain('\u2068rlo\u202etask\u2069');
+      // Names without direction controls are shown exactly as they are.
+      expect(await row.textContent()).toContain('bidi');
+      expect(await row.textContent()).not.toContain('\u2068bidi');
+    } finally {
+      await page.close();
+      await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    }
+  });
+
   it('shows a job live after an enqueue, without reloading the page', async () => {
     const page = await browser.context.newPage();
     await page.goto(`${dashboard.url}#/jobs`);
