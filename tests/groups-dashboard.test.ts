@@ -105,6 +105,10 @@ describe('dashboard JSON API: groups and limits', () => {
     const zero = await api('/api/queues/dq/groups?top=0');
     expect(zero.status).toBe(400);
     expect(zero.body.error.message).toMatch(/^\?top= /);
+    // A misspelt parameter: refused, not answered with the default top 20 (outside review 242).
+    const misspelt = await api('/api/queues/dq/groups?tpo=5');
+    expect(misspelt.status).toBe(400);
+    expect(misspelt.body.error.message).toBe('unknown parameter "tpo" (it takes top)');
   });
 
   it('serves the routes of a queue whose name has 128 characters, percent-encoded to 1,536', async () => {

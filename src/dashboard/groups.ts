@@ -3,6 +3,7 @@ import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { getGroupStats } from '../admin/groups.js';
 import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
+import { refuseUnknownQuery } from './request-errors.js';
 import { createFlag, forKnownQueue, requireKnownQueue } from './known-queue.js';
 import {
   listGroupSettings,
@@ -32,6 +33,9 @@ export interface GroupsApiContext {
  * registerApi, whose error handler (a ValidationError is a 400) and CSRF guard
  * apply here too.
  */
+/** What GET api/queues/:queue/groups takes. */
+const GROUPS_QUERY: ReadonlySet<string> = new Set(['top']);
+
 export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): void {
   const { db, schema } = ctx;
 
@@ -41,6 +45,7 @@ export function registerGroupsApi(app: FastifyInstance, ctx: GroupsApiContext): 
 
   app.get('/api/queues/:queue/groups', async (req, reply) => {
     const queue = String((req.params as { queue: string }).queue);
+    refuseUnknownQuery(req.query as object, GROUPS_QUERY, 'parameter');
     const top = (req.query as { top?: string }).top;
     // Only digits become a number: getGroupStats then quotes what was given ("abc", "1e3"), not NaN (review 62).
     const limit = top !== undefined && /^\d{1,9}$/.test(top) ? Number(top) : (top as unknown as number | undefined);

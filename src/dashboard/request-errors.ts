@@ -1,4 +1,5 @@
 import type { FastifyError } from 'fastify';
+import { ValidationError } from '../errors.js';
 
 /**
  * Fastify's own refusals of a request, in the API's terms: its `FST_` codes and
@@ -21,4 +22,16 @@ export function requestError(err: FastifyError): { status: number; code: string;
   if (status === 500) return { status, code: 'INTERNAL', message: err.message };
   const known = err.code === undefined ? undefined : KNOWN[err.code];
   return { status, code: known?.code ?? 'BAD_REQUEST', message: known?.message ?? err.message };
+}
+
+/**
+ * A ValidationError for a query parameter a route does not take: a misspelt one was
+ * ignored, and the route answered as if it had not been given (outside reviews 127,
+ * 242: ?staus=failed listed every job, ?tpo=5 the default top 20 groups).
+ */
+export function refuseUnknownQuery(query: object, takes: ReadonlySet<string>, what = 'filter'): void {
+  const unknown = Object.keys(query).find((name) => !takes.has(name));
+  if (unknown !== undefined) {
+    throw new ValidationError(`unknown ${what} ${JSON.stringify(unknown)} (it takes ${[...takes].join(', ') || 'none'})`);
+  }
 }
