@@ -185,6 +185,34 @@ describe('a login the server turns away for now', () => {
   });
 });
 
+describe("enqueues that find every connection of the Queue's own pool busy", () => {
+  it('are NotSentErrors that say so, not "timeout exceeded when trying to connect" (outside review 241), and none exists', async () => {
+    const queue = new Queue({ connectionString: db.url, schema: db.schema, statementTimeoutMs: 1_000 });
+    const blocker = await db.pool.connect();
+    try {
+      await queue.enqueue('warm', {}); // its pool open
+      await blocker.query('BEGIN');
+      await blocker.query(`LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      // 10 connections, all behind the lock: the rest wait for one of them.
+      const settled = await Promise.allSettled(Array.from({ length: 16 }, () => queue.enqueue('busy_pool', {})));
+      await blocker.query('ROLLBACK');
+      const errors = settled.map((r) => (r.status === 'rejected' ? (r.reason as Error) : undefined));
+      const notSent = errors.filter((e) => e instanceof NotSentError);
+      expect(notSent.length).toBeGreaterThan(0);
+      for (const e of notSent)
+        expect(e!.message).toMatch(
+          /^enqueue failed: no free connection of its own pool within 1000 ms \(max 10, 10 open, 0 idle, \d+ waiting\)/,
+        );
+      expect(errors.some((e) => /timeout exceeded when trying to connect/.test(String(e?.message)))).toBe(false);
+      const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'busy_pool'`);
+      expect(rows[0].n).toBeLessThanOrEqual(16 - notSent.length);
+    } finally {
+      blocker.release();
+      await queue.close();
+    }
+  });
+});
+
 describe("an enqueue in the caller's transaction that gets no reply in time", () => {
   it("is a ConnectionError when the caller's pool gives up on it (pg's query_timeout; outside review 118)", async () => {
     const pool = new pg.Pool({ connectionString: db.url, query_timeout: 300 });

@@ -142,6 +142,17 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
         (err: unknown) => {
           clearTimeout(timer);
           waiting.delete(reject);
+          // Every connection of a pool of Sluice's in use till the limit: pg-pool says
+          // "timeout exceeded when trying to connect", though nothing was connecting (outside review 241).
+          if (
+            handle.owned &&
+            limit !== undefined &&
+            poolFull(pool) &&
+            /timeout exceeded when trying to connect/.test(String(err))
+          ) {
+            reject(poolExhausted(pool, limit, 'own'));
+            return;
+          }
           // No connection: whatever waited for it was never sent.
           reject(markNeverConnected(err) as Error);
         },
@@ -383,18 +394,32 @@ function withSluiceTypes(text: string, values: unknown[] | undefined): PgQueryCo
   return config;
 }
 
-/** A checkout from a pool of yours that waited `ms` in vain: nothing was sent. */
-function poolExhausted(pool: PgPool, ms: number): NotSentError {
-  const { totalCount, idleCount, waitingCount, options } = pool as {
-    totalCount?: number;
-    idleCount?: number;
-    waitingCount?: number;
-    options?: { max?: number };
-  };
+/** What pg-pool tells of its connections. */
+interface PoolCounts {
+  totalCount?: number;
+  idleCount?: number;
+  waitingCount?: number;
+  options?: { max?: number };
+}
+
+/** Every connection the pool may open is open and none is idle. */
+function poolFull(pool: PgPool): boolean {
+  const { totalCount, idleCount, options } = pool as PoolCounts;
+  return totalCount !== undefined && options?.max !== undefined && totalCount >= options.max && idleCount === 0;
+}
+
+/** A checkout from a pool (yours, or Sluice's `own`) that waited `ms` in vain: nothing was sent. */
+function poolExhausted(pool: PgPool, ms: number, whose: 'yours' | 'own' = 'yours'): NotSentError {
+  const { totalCount, idleCount, waitingCount, options } = pool as PoolCounts;
   const state =
     totalCount === undefined
       ? ''
       : ` (max ${options?.max ?? '?'}, ${totalCount} open, ${idleCount} idle, ${waitingCount} waiting)`;
+  if (whose === 'own') {
+    return new NotSentError(
+      `no free connection of its own pool within ${ms} ms${state}: every one was busy with other calls ` + '(behind a lock, say)',
+    );
+  }
   // The LISTEN words stay out of the template: tests/hostile-input reads templates with SQL words as SQL.
   return new NotSentError(
     `no connection from your pool within ${ms} ms${state}: ` +
