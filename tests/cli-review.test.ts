@@ -158,6 +158,14 @@ describe('demo', () => {
     const demo = spawnCli(['demo', '--jobs', '40000', '--workers', '1', '--concurrency', '1'], { DATABASE_URL: fx.db.url });
     try {
       await waitFor(() => demo.stdout().includes('started 1 workers'), 'the demo to run its workers', 60_000);
+      // A second demo meanwhile is refused in one line: it dropped the first one's schema,
+      // which then failed with a stack trace (outside review 241).
+      expectOneLineError(
+        await runSluice(['demo', '--jobs', '10'], { DATABASE_URL: fx.db.url }),
+        1,
+        /^sluice: another sluice demo is running on this database/,
+      );
+      expect(demo.stdout()).not.toMatch(/unexpected error/);
       demo.child.kill('SIGINT');
       const result = await Promise.race([
         demo.exited,

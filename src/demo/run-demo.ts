@@ -23,6 +23,9 @@ export interface DemoResult {
 
 export const DEMO_SCHEMA = 'sluice_demo';
 
+/** Another `sluice demo` runs on the database: this one would drop its schema under it. */
+export class DemoRunningError extends Error {}
+
 /**
  * The quick-start demo: jobs enqueued in the same transaction as the rows they
  * are about, a rolled-back transaction that leaves no job behind, and several
@@ -31,11 +34,19 @@ export const DEMO_SCHEMA = 'sluice_demo';
 export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const { out } = options;
   const sql = demoStatements(DEMO_SCHEMA);
-  const pool = new pg.Pool({ connectionString: options.connectionString, max: 4 });
+  const pool = new pg.Pool({ connectionString: options.connectionString, max: 5 });
   pool.on('error', () => {});
   const queue = new Queue({ pool, schema: DEMO_SCHEMA });
   const workers: Worker[] = [];
+  // Held until the end, on a connection of its own: a second demo dropped the first's
+  // schema and tables, which then failed with a stack trace (outside review 241).
+  const lock = await pool.connect();
   try {
+    if (!(await lock.query<{ ok: boolean }>(sql.lockDemo)).rows[0]!.ok) {
+      throw new DemoRunningError(
+        `another sluice demo is running on this database (the demo drops and rebuilds the "${DEMO_SCHEMA}" schema): wait for it to finish`,
+      );
+    }
     await pool.query(sql.dropSchema);
     await migrate({ connectionString: options.connectionString, schema: DEMO_SCHEMA });
     await pool.query(sql.createUsers);
@@ -116,6 +127,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     return result;
   } finally {
     await Promise.all(workers.map((w) => w.stop()));
+    lock.release(true); // the session, and with it the lock, ends
     await pool.end();
   }
 }

@@ -1,8 +1,8 @@
 import type { Command } from 'commander';
-import { DEMO_SCHEMA, runDemo } from '../../demo/run-demo.js';
+import { DEMO_SCHEMA, DemoRunningError, runDemo } from '../../demo/run-demo.js';
 import { startEmbeddedPostgres } from '../../dev/embedded-postgres.js';
 import { globalOptions, DEMO_DATA_DIR } from '../database.js';
-import { printJson, UsageError } from '../output.js';
+import { CommandFailed, printJson, UsageError } from '../output.js';
 import { integer } from '../parse.js';
 
 interface DemoFlags {
@@ -47,7 +47,9 @@ export function registerDemo(program: Command): void {
       process.once('SIGINT', interrupted);
       process.once('SIGTERM', interrupted);
       try {
-        const result = await runDemo({ connectionString: databaseUrl, jobs, workers, concurrency, out });
+        const result = await runDemo({ connectionString: databaseUrl, jobs, workers, concurrency, out }).catch((err: unknown) => {
+          throw err instanceof DemoRunningError ? new CommandFailed(err.message) : err;
+        });
         if (flags.json) printJson(result);
         if (!result.ranExactlyOnce) process.exitCode = 1;
       } finally {

@@ -7,6 +7,8 @@ import { perSchema } from './per-schema.js';
  * the counts that check every job ran exactly once.
  */
 export interface DemoStatements {
+  /** One demo at a time per database: it drops and rebuilds its schema (held by the session). */
+  readonly lockDemo: string;
   readonly dropSchema: string;
   readonly createUsers: string;
   readonly createRuns: string;
@@ -26,6 +28,7 @@ export interface DemoStatements {
 export const demoStatements = perSchema((schema: string): DemoStatements => {
   const s = quoteSchema(schema);
   return {
+    lockDemo: `SELECT pg_try_advisory_lock(hashtext('sluice demo'), hashtext(current_database())) AS ok`,
     dropSchema: `DROP SCHEMA IF EXISTS ${s} CASCADE`,
     createUsers: `CREATE TABLE ${s}.users (id serial PRIMARY KEY, email text NOT NULL)`,
     createRuns: `CREATE TABLE ${s}.runs (job_id bigint PRIMARY KEY, worker text NOT NULL)`,
