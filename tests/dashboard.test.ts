@@ -729,6 +729,12 @@ describe('mounted in an existing Node server', () => {
     const page = await fetch(`${base}/admin/sluice/`, { headers: { cookie } });
     expect(page.status).toBe(200);
     expect(await page.text()).toContain('assets/app.js');
+    // The token given twice, even right: no session, and a 401, not a 500 (outside review 243).
+    for (const path of ['/admin/sluice/', '/admin/sluice/api/status']) {
+      const twice = await fetch(`${base}${path}?token=${TOKEN}&token=${TOKEN}`, { redirect: 'manual' });
+      expect(twice.status, path).toBe(401);
+      expect(twice.headers.get('set-cookie')).toBeNull();
+    }
   });
 
   it('never serves files outside its asset list', async () => {

@@ -90,7 +90,9 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
         const decision = auth.check({
           headers: req.headers,
           remoteAddress: req.socket.remoteAddress,
-          queryToken: (req.query as { token?: string } | undefined)?.token,
+          // Given twice (?token=a&token=b) it is an array: a 500 from the comparison, before
+          // any check (outside review 243). Taken as no token at all.
+          queryToken: onlyString((req.query as { token?: unknown } | undefined)?.token),
         });
         if (!decision.ok) return refuse(req, reply, decision.status, decision.reason, auth.usesBasicAuth);
         if (decision.via === 'query-token') return startSession(req, reply, auth.session!, `${config.basePath}/`);
@@ -147,6 +149,11 @@ function refuse(req: FastifyRequest, reply: FastifyReply, status: 401 | 403, rea
     .send(
       `<!doctype html><html lang="en"><meta charset="utf-8"><title>Sluice dashboard</title><h1>Sluice dashboard: ${reason}</h1>${hint}</html>`,
     );
+}
+
+/** `value` when it is a string, else undefined. */
+function onlyString(value: unknown): string | undefined {
+  return typeof value === 'string' ? value : undefined;
 }
 
 /** A request's path, and its query with the '?' (or ''). */

@@ -4,7 +4,7 @@
 // reaches its database: an open event stream alone would say "live" while
 // every panel fails.
 import { get } from './api.js';
-import { h, replace } from './dom.js';
+import { escapedBidi, h, replace } from './dom.js';
 import { time } from './format.js';
 import { startLive } from './live.js';
 import { cronView } from './views/cron.js';
@@ -54,7 +54,7 @@ function route() {
   } else if (path === '/groups') {
     section = 'groups';
     view = groupsView(main, { params, overview });
-    document.title = params.get('queue') ? `Groups of ${params.get('queue')} · Sluice` : 'Groups · Sluice';
+    document.title = params.get('queue') ? `Groups of ${escapedBidi(params.get('queue') ?? '')} · Sluice` : 'Groups · Sluice';
   } else if (path === '/cron') {
     section = 'cron';
     view = cronView(main, { navigate });

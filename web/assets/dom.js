@@ -19,18 +19,20 @@ export function h(tag, attrs, ...children) {
   return el;
 }
 
-/** Characters that set or override the direction of the text after them (bidi controls). */
-const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
+/** Bidi controls that embed, override or isolate: they reorder the text after them. */
+const BIDI_CONTROLS = /[\u202a-\u202e\u2066-\u2069]/g;
 
 /**
- * `text` as it reads, kept from reordering what follows it: one holding bidi controls
- * is isolated (FSI … PDI). A name with a right-to-left override turned the names after
- * it around ("plain" read "nialp"), so a queue or task could disguise its neighbours
- * (outside review 242). Text without them is left exactly as it is.
+ * `text` with each embedding, override or isolate control shown as its code
+ * (`\u202e`), as the CLI shows them. A name with a right-to-left override turned
+ * the names and the sentence after it around ("plain" read "nialp", a Retry dialog
+ * read backwards; outside review 242), and one that closed an isolation itself
+ * (U+2069) undid the wrapping tried first (review 243). Text without them is left
+ * exactly as it is; the marks that only hint a direction (U+200E, U+200F) stay.
  * @param {string} text
  */
-export function isolated(text) {
-  return BIDI_CONTROLS.test(text) ? `\u2068${text}\u2069` : text;
+export function escapedBidi(text) {
+  return text.replace(BIDI_CONTROLS, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
 }
 
 /** @param {Node} parent @param {unknown[]} children */
@@ -38,7 +40,7 @@ function append(parent, children) {
   for (const child of children) {
     if (child === undefined || child === null || child === false) continue;
     if (Array.isArray(child)) append(parent, child);
-    else parent.appendChild(child instanceof Node ? child : document.createTextNode(isolated(String(child))));
+    else parent.appendChild(child instanceof Node ? child : document.createTextNode(escapedBidi(String(child))));
   }
 }
 
