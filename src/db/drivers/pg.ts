@@ -9,6 +9,7 @@ import { encodeArrays, SLUICE_TYPES } from './pg-encoding.js';
 import { shorterLimit, timeLimit } from '../../lifecycle/time-limit.js';
 import { cancelThenDrop } from './cancel.js';
 import { withUnnamedFallback } from './unnamed-fallback.js';
+import { poolExhausted, poolFull } from './pool-exhausted.js';
 import { checkClientConnection } from '../statements/session.js';
 
 /** Longest wait for Postgres to take the cancel of a statement that went past its limit. */
@@ -392,39 +393,4 @@ export function pgDriver(options: PgDriverOptions): PgDriver {
 function withSluiceTypes(text: string, values: unknown[] | undefined): PgQueryConfig {
   const config: PgQueryConfig & { types: typeof SLUICE_TYPES } = { text, values, types: SLUICE_TYPES };
   return config;
-}
-
-/** What pg-pool tells of its connections. */
-interface PoolCounts {
-  totalCount?: number;
-  idleCount?: number;
-  waitingCount?: number;
-  options?: { max?: number };
-}
-
-/** Every connection the pool may open is open and none is idle. */
-function poolFull(pool: PgPool): boolean {
-  const { totalCount, idleCount, options } = pool as PoolCounts;
-  return totalCount !== undefined && options?.max !== undefined && totalCount >= options.max && idleCount === 0;
-}
-
-/** A checkout from a pool (yours, or Sluice's `own`) that waited `ms` in vain: nothing was sent. */
-function poolExhausted(pool: PgPool, ms: number, whose: 'yours' | 'own' = 'yours'): NotSentError {
-  const { totalCount, idleCount, waitingCount, options } = pool as PoolCounts;
-  const state =
-    totalCount === undefined
-      ? ''
-      : ` (max ${options?.max ?? '?'}, ${totalCount} open, ${idleCount} idle, ${waitingCount} waiting)`;
-  if (whose === 'own') {
-    return new NotSentError(
-      `no free connection of its own pool within ${ms} ms${state}: every one was busy with other calls ` + '(behind a lock, say)',
-    );
-  }
-  // The LISTEN words stay out of the template: tests/hostile-input reads templates with SQL words as SQL.
-  return new NotSentError(
-    `no connection from your pool within ${ms} ms${state}: ` +
-      "its clients were all in use (a worker's LISTEN keeps one for good, and a Queue's waitFor another, " +
-      'unless they have a connectionString or listenConnectionString of their own: give the pool more), ' +
-      'or a new connection did not open in time',
-  );
 }
