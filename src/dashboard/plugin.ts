@@ -105,7 +105,7 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
 
       scope.get('/', async (req, reply) => {
         // The page uses relative URLs, so it must be served from a path ending in '/'.
-        const path = req.url.split('?')[0]!;
+        const [path] = splitAtQuery(req.url);
         if (!path.endsWith('/')) return reply.redirect(`${path}/`, 308);
         return reply.type('text/html; charset=utf-8').header('cache-control', 'no-store').send(renderIndex(index, csrf.token));
       });

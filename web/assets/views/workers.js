@@ -1,7 +1,7 @@
 // The workers view: every worker in the registry (alive ones first), its
 // queues and tasks, and what it runs now, since when, with progress bars.
 import { get } from '../api.js';
-import { h, escapedBidi, replace } from '../dom.js';
+import { h, replace } from '../dom.js';
 import { count, relative, time } from '../format.js';
 import { progressBar } from '../progress.js';
 import { keepFocus } from '../ui.js';
@@ -50,7 +50,7 @@ function workerList(workers) {
           h('td', { 'data-label': 'State' }, h('span', { class: `badge ${w.alive ? 'state-running' : 'state-dead'}` }, w.alive ? 'alive' : w.stoppedAt ? 'stopped' : 'not heard from')),
           h('td', { 'data-label': 'Queues' }, w.queues.map((/** @type {string} */ q, /** @type {number} */ i) =>
             [i ? ', ' : '', h('a', { href: `#/jobs?queue=${encodeURIComponent(q)}` }, q)])),
-          h('td', { 'data-label': 'Tasks' }, w.tasks.map(escapedBidi).join(', ')),
+          h('td', { 'data-label': 'Tasks' }, w.tasks.join(', ')),
           h('td', { 'data-label': 'Running', class: 'num' }, `${count(w.runningCount)} / ${count(w.concurrency)}`),
           h('td', { 'data-label': 'Started' }, h('time', { datetime: w.startedAt, title: time(w.startedAt) }, relative(w.startedAt))),
           h('td', { 'data-label': 'Last seen' }, h('time', { datetime: w.lastSeenAt, title: time(w.lastSeenAt) }, relative(w.lastSeenAt))),
