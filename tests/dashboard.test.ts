@@ -219,6 +219,8 @@ describe('API', () => {
       ['task=a&task=b', 'task must be given once'],
       ['field=&value=1', 'value: give the payload field to search (field=...)'],
       ['value=1', 'value: give the payload field to search (field=...)'],
+      ['field=i&value=', 'field: give the value it should equal (value=...)'],
+      ['field=i', 'field: give the value it should equal (value=...)'],
       ['staus=failed', 'unknown filter "staus" (it takes status, queue, task, before, after, limit, from, until, field, value)'],
     ]) {
       const refused = await api(`api/jobs?${qs}`);

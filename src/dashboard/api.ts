@@ -117,6 +117,9 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     if (repeated) throw new ValidationError(`${repeated[0]} must be given once`);
     refuseUnknownQuery(q, JOBS_FILTERS);
     if (q.value !== undefined && !q.field) throw new ValidationError('value: give the payload field to search (field=...)');
+    // A field with its box left empty searched for "" and listed nothing, without a
+    // word (outside review 243); an empty value is no filter, as everywhere here.
+    if (q.field && !q.value) throw new ValidationError('field: give the value it should equal (value=...)');
     if (q.field) return searchByField(q);
     return listJobs(db, schema, {
       status: q.status ? checkStatus(q.status) : undefined,
@@ -147,7 +150,7 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     if (q.from || q.until || q.after) throw new ValidationError('a payload search takes status, queue, task, before and limit');
     return searchJobs(db, schema, {
       field: q.field!,
-      value: q.value ?? '',
+      value: q.value!,
       status: q.status ? checkStatus(q.status) : undefined,
       queue: q.queue || undefined,
       task: q.task || undefined,
