@@ -109,6 +109,10 @@ describe('dashboard JSON API: groups and limits', () => {
     const misspelt = await api('/api/queues/dq/groups?tpo=5');
     expect(misspelt.status).toBe(400);
     expect(misspelt.body.error.message).toBe('unknown parameter "tpo" (it takes top)');
+    // Given twice: one message, not the array quoted back as the limit (outside review 243).
+    const twice = await api('/api/queues/dq/groups?top=3&top=4');
+    expect(twice.status).toBe(400);
+    expect(twice.body.error.message).toBe('top must be given once');
   });
 
   it('serves the routes of a queue whose name has 128 characters, percent-encoded to 1,536', async () => {

@@ -25,11 +25,15 @@ export function requestError(err: FastifyError): { status: number; code: string;
 }
 
 /**
- * A ValidationError for a query parameter a route does not take: a misspelt one was
- * ignored, and the route answered as if it had not been given (outside reviews 127,
- * 242: ?staus=failed listed every job, ?tpo=5 the default top 20 groups).
+ * A ValidationError for a query parameter given twice, or one a route does not take:
+ * a repeated one reached the route as an array (?queue=a&queue=b listed nothing,
+ * outside review 125), and a misspelt one was ignored, the route answering as if it
+ * had not been given (outside reviews 127, 242: ?staus=failed listed every job,
+ * ?tpo=5 the default top 20 groups).
  */
 export function refuseUnknownQuery(query: object, takes: ReadonlySet<string>, what = 'filter'): void {
+  const repeated = Object.entries(query).find(([, value]) => Array.isArray(value));
+  if (repeated) throw new ValidationError(`${repeated[0]} must be given once`);
   const unknown = Object.keys(query).find((name) => !takes.has(name));
   if (unknown !== undefined) {
     throw new ValidationError(`unknown ${what} ${JSON.stringify(unknown)} (it takes ${[...takes].join(', ') || 'none'})`);
