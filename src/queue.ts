@@ -162,7 +162,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
               ]);
         return jobIdOf(row);
       });
-      this.metrics?.enqueued.inc({ queue: v.queue, task: v.task });
+      this.metrics?.enqueued.inc({ schema: this.schema, queue: v.queue, task: v.task });
       return id;
     } catch (err) {
       throw enqueueError(err, 'enqueue failed', tx ? 'caller' : 'own', false, v.waitable);
@@ -214,7 +214,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
           : this.insert<{ id: string }>(db, batch.statement, batch.params(traceContext), batch.waitable),
       );
       const ids = jobIdsOf(result, values.length);
-      if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ queue: v.queue, task: v.task });
+      if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ schema: this.schema, queue: v.queue, task: v.task });
       return ids;
     } catch (err) {
       throw enqueueError(err, 'enqueueMany failed', committed, true, batch.waitable);

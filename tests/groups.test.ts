@@ -1212,5 +1212,10 @@ describe('groups: metrics', () => {
     const text = await metrics.text();
     expect(text).toContain('sluice_group_stats_up{schema="not_installed_here"} 0');
     expect(text).not.toMatch(/^sluice_queue_groups\{/m);
+    // A second schema in the same registry: both reported (it was prom-client's "already registered", outside review 245).
+    watchGroups(metrics, t.db.schema, t.db.pool);
+    const both = await metrics.text();
+    expect(both).toContain('sluice_group_stats_up{schema="not_installed_here"} 0');
+    expect(both).toContain(`sluice_group_stats_up{schema="${t.db.schema}"} 1`);
   });
 });

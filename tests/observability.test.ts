@@ -144,6 +144,84 @@ describe('metrics', () => {
     await queue.close();
   });
 
+  it('keeps the schemas of Queues and Workers sharing one collector apart, and adds up their running jobs (outside review 245)', async () => {
+    const other = await createTestSchema('obs_other');
+    const metrics = new SluiceMetrics();
+    const queues = [db, other].map((d) => new Queue({ pool: d.pool, schema: d.schema, metrics }));
+    const release: (() => void)[] = [];
+    const started: string[] = [];
+    const tasks = {
+      holds: async (payload: { n: string }) => {
+        started.push(payload.n);
+        await new Promise<void>((resolve) => release.push(resolve));
+      },
+    };
+    const workers = [db, other, db].map(
+      (d) =>
+        new Worker({
+          connectionString: d.url,
+          schema: d.schema,
+          queues: ['shared-metrics'],
+          tasks,
+          metrics: { collector: metrics },
+        }),
+    );
+    try {
+      for (const w of workers) {
+        w.on('error', () => {});
+        await w.start();
+      }
+      const opts = { queue: 'shared-metrics' };
+      // Job ids are per schema: the payloads tell the five jobs apart.
+      const ids = ['a', 'b', 'c', 'd', 'e'];
+      await queues[0]!.enqueueMany(ids.slice(0, 3).map((n) => ({ task: 'holds', payload: { n }, ...opts })));
+      await queues[1]!.enqueueMany(ids.slice(3).map((n) => ({ task: 'holds', payload: { n }, ...opts })));
+      await waitFor(() => ids.every((id) => started.includes(id)), 'all five jobs to start');
+      const text = await metrics.text();
+      const mine = { schema: db.schema, queue: 'shared-metrics', task: 'holds' };
+      const theirs = { schema: other.schema, queue: 'shared-metrics', task: 'holds' };
+      expect(sample(text, 'sluice_jobs_enqueued_total', mine)).toBe(3);
+      expect(sample(text, 'sluice_jobs_enqueued_total', theirs)).toBe(2);
+      // Two workers of db.schema hold its three jobs between them: their counts add up.
+      expect(sample(text, 'sluice_jobs_running', { schema: db.schema })).toBe(3);
+      expect(sample(text, 'sluice_jobs_running', { schema: other.schema })).toBe(2);
+      for (const done of release) done();
+      await waitFor(
+        async () => sample(await metrics.text(), 'sluice_jobs_running', { schema: db.schema }) === 0,
+        'the jobs to end',
+      );
+      await waitFor(
+        async () => sample(await metrics.text(), 'sluice_jobs_completed_total', theirs) === 2,
+        "the other schema's completions",
+      );
+      // One worker of a schema stopping leaves the depth of the other worker's schema reported.
+      await workers[2]!.stop();
+      expect(sample(await metrics.text(), 'sluice_queue_depth_up', { schema: db.schema })).toBe(1);
+    } finally {
+      for (const w of workers) await w.stop();
+      for (const q of queues) await q.close();
+      await other.drop();
+    }
+  });
+
+  it('refuses a registry that is not one, or that has its metrics already, with a ConfigError (outside review 245)', async () => {
+    const { Registry } = await import('prom-client');
+    expect(() => new SluiceMetrics({ registry: {} as never })).toThrow(
+      new ConfigError('SluiceMetrics: registry must be a prom-client Registry'),
+    );
+    const registry = new Registry();
+    const first = new SluiceMetrics({ registry });
+    const names = (await registry.getMetricsAsJSON()).map((m) => m.name);
+    expect(() => new SluiceMetrics({ registry })).toThrow(ConfigError);
+    expect(() => new SluiceMetrics({ registry })).toThrow(/already been registered in this registry/);
+    // The refused one left nothing behind, and the first one still counts.
+    expect((await registry.getMetricsAsJSON()).map((m) => m.name)).toEqual(names);
+    first.enqueued.inc({ schema: 's', queue: 'q', task: 't' });
+    expect(sample(await registry.metrics(), 'sluice_jobs_enqueued_total', { schema: 's' })).toBe(1);
+    // Another prefix is another set of names: accepted.
+    expect(() => new SluiceMetrics({ registry, prefix: 'other_' })).not.toThrow();
+  });
+
   it('says when it could not read queue depth: behind a lock, within 5 s, and when the database is away (outside review 83)', async () => {
     const metrics = new SluiceMetrics();
     const locker = await db.pool.connect();

@@ -201,6 +201,10 @@ describe('publish', () => {
 
   it('counts a relay observed twice once, and checks the option names of metrics and destinations (outside review 173)', async () => {
     expect(() => new RelayMetrics({ regsitry: 1 } as never)).toThrow('RelayMetrics: unknown option "regsitry"');
+    // Twice on one registry, or no registry at all: a ConfigError, not prom-client's Error or a TypeError (outside review 245).
+    const shared = new RelayMetrics();
+    expect(() => new RelayMetrics({ registry: shared.registry })).toThrow(ConfigError);
+    expect(() => new RelayMetrics({ registry: 5 as never })).toThrow('RelayMetrics: registry must be a prom-client Registry');
     expect(() => new SluiceMetrics({ regsitry: 1 } as never)).toThrow('SluiceMetrics: unknown option "regsitry"');
     expect(() => startRelay(new MemoryBroker(), [{ name: 'a', partitons: 2 } as never])).toThrow(
       'OutboxRelay: destination: unknown option "partitons"',

@@ -6,6 +6,7 @@ import { requirePeer } from '../optional-peer.js';
 import { checks } from '../validate.js';
 import type { SluiceMetrics } from './metrics.js';
 import { metricPrefix } from './metric-prefix.js';
+import { registerAll } from './registry.js';
 
 const { checkSchemaName, intOption, rejectUnknownKeys } = checks(ConfigError);
 
@@ -31,6 +32,9 @@ export interface GroupMetricsOptions {
  * One scrape reads each grouped queue's pending jobs once (see getGroupStats).
  * Options are checked here, not at the first scrape: a bad one used to fail every
  * read, and the read's failure only left the series out (outside review 181).
+ * Several schemas may be watched into one registry (a second call with another
+ * schema was prom-client's "already registered", outside review 245); a schema
+ * watched again takes the newer `db` and `top`.
  *
  * @example
  *   const metrics = new SluiceMetrics();
@@ -42,13 +46,44 @@ export function watchGroups(metrics: SluiceMetrics, schema: string, db: Queryabl
   const p = metricPrefix(options.prefix, 'watchGroups');
   const top = intOption('top', options.top, 20, 1, 10_000);
   const client = requirePeer<typeof PromClient>('prom-client', 'watchGroups');
-  const registers = [metrics.registry as PromClient.Registry];
-  // The gauges are collected in one scrape: they share one read, forgotten on the
-  // next turn of the event loop so the following scrape reads afresh. Undefined:
-  // the read failed.
-  let pending: Promise<QueueGroupStats[] | undefined> | undefined;
-  const read = () => (pending ??= readGroups(db, schema, top).finally(() => setTimeout(() => (pending = undefined), 0)));
-  const gauge = (name: string, help: string, labelNames: string[], fill: (g: PromClient.Gauge, s: QueueGroupStats) => void) =>
+  const registry = metrics.registry as PromClient.Registry;
+  let byPrefix = watched.get(registry);
+  if (!byPrefix) watched.set(registry, (byPrefix = new Map()));
+  let sources = byPrefix.get(p);
+  if (!sources) {
+    const fresh = new Map<string, GroupSource>();
+    registerAll(registry, 'watchGroups', () => groupGauges(client, [registry], p, fresh));
+    byPrefix.set(p, (sources = fresh));
+  }
+  sources.set(schema, { db, top });
+}
+
+interface GroupSource {
+  db: Queryable;
+  top: number;
+}
+
+/** The schemas whose groups each registry reports, per metric prefix. */
+const watched = new WeakMap<PromClient.Registry, Map<string, Map<string, GroupSource>>>();
+
+function groupGauges(client: typeof PromClient, registers: PromClient.Registry[], p: string, sources: Map<string, GroupSource>) {
+  // The gauges are collected in one scrape: they share one read, forgotten once it
+  // settles so the following scrape reads afresh (see depthGauges). Undefined
+  // for a schema: its read failed.
+  let pending: Promise<Map<string, QueueGroupStats[] | undefined>> | undefined;
+  const readAll = async () => {
+    const read = await Promise.all(
+      [...sources].map(async ([schema, { db, top }]) => [schema, await readGroups(db, schema, top)] as const),
+    );
+    return new Map(read);
+  };
+  const read = () => (pending ??= readAll().finally(() => (pending = undefined)));
+  const gauge = (
+    name: string,
+    help: string,
+    labelNames: string[],
+    fill: (g: PromClient.Gauge, schema: string, s: QueueGroupStats) => void,
+  ) =>
     new client.Gauge({
       name,
       help,
@@ -56,17 +91,20 @@ export function watchGroups(metrics: SluiceMetrics, schema: string, db: Queryabl
       registers,
       async collect() {
         this.reset();
-        for (const stats of (await read()) ?? []) fill(this, stats);
+        for (const [schema, stats] of await read()) for (const queue of stats ?? []) fill(this, schema, queue);
       },
     });
-  gauge(`${p}queue_groups`, 'Groups of a queue with pending or running jobs', [], (g, s) =>
+  gauge(`${p}queue_groups`, 'Groups of a queue with pending or running jobs', [], (g, schema, s) =>
     g.set({ schema, queue: s.queue }, s.groups),
   );
-  gauge(`${p}queue_groups_throttled`, 'Groups whose due jobs their concurrency or rate limit holds back', [], (g, s) =>
+  gauge(`${p}queue_groups_throttled`, 'Groups whose due jobs their concurrency or rate limit holds back', [], (g, schema, s) =>
     g.set({ schema, queue: s.queue }, s.throttled),
   );
-  gauge(`${p}queue_throttled`, "1 when the queue's own concurrency or rate limit holds every due job back now", [], (g, s) =>
-    g.set({ schema, queue: s.queue }, s.queueThrottled ? 1 : 0),
+  gauge(
+    `${p}queue_throttled`,
+    "1 when the queue's own concurrency or rate limit holds every due job back now",
+    [],
+    (g, schema, s) => g.set({ schema, queue: s.queue }, s.queueThrottled ? 1 : 0),
   );
   new client.Gauge({
     name: `${p}group_stats_up`,
@@ -74,10 +112,11 @@ export function watchGroups(metrics: SluiceMetrics, schema: string, db: Queryabl
     labelNames: ['schema'],
     registers,
     async collect() {
-      this.set({ schema }, (await read()) ? 1 : 0);
+      this.reset();
+      for (const [schema, stats] of await read()) this.set({ schema }, stats ? 1 : 0);
     },
   });
-  gauge(`${p}group_jobs`, 'Due and running jobs of the busiest groups of a queue', ['group', 'state'], (g, s) => {
+  gauge(`${p}group_jobs`, 'Due and running jobs of the busiest groups of a queue', ['group', 'state'], (g, schema, s) => {
     for (const group of s.top) {
       g.set({ schema, queue: s.queue, group: group.group ?? '', state: 'due' }, group.due);
       g.set({ schema, queue: s.queue, group: group.group ?? '', state: 'running' }, group.running);

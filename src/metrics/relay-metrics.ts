@@ -6,6 +6,7 @@ import { ConfigError } from '../errors.js';
 import { checks } from '../validate.js';
 import type { MetricsRegistry } from './metrics.js';
 import { metricPrefix } from './metric-prefix.js';
+import { metricsRegistry, registerAll } from './registry.js';
 
 const { rejectUnknownKeys } = checks(ConfigError);
 
@@ -46,54 +47,13 @@ export class RelayMetrics {
     rejectUnknownKeys(options, new Set(['registry', 'prefix']), 'RelayMetrics');
     const client = requirePeer<typeof PromClient>('prom-client', 'RelayMetrics');
     const p = metricPrefix(options.prefix, 'RelayMetrics');
-    const registry = (options.registry as PromClient.Registry | undefined) ?? new client.Registry();
+    const registry = metricsRegistry(client, options.registry, 'RelayMetrics');
     this.registry = registry;
-    const registers = [registry];
-    this.published = new client.Counter({
-      name: `${p}outbox_published_total`,
-      help: 'Messages this process published (acked by the broker)',
-      labelNames: ['destination'],
-      registers,
-    });
-    this.failures = new client.Counter({
-      name: `${p}outbox_failures_total`,
-      help: 'Failed publishes: kind="transient" (broker unreachable) or "refused" (counted against the message)',
-      labelNames: ['destination', 'kind'],
-      registers,
-    });
-    this.deadLetters = new client.Counter({
-      name: `${p}outbox_dead_letters_total`,
-      help: 'Messages this process moved to the dead letters',
-      labelNames: ['destination'],
-      registers,
-    });
-    this.latency = new client.Histogram({
-      name: `${p}outbox_publish_latency_seconds`,
-      help: 'From the message row being written (created_at, the database clock) to the broker ack',
-      labelNames: ['destination'],
-      registers,
-      buckets: [0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
-    });
-    const relays = this.relays;
-    let pending: Promise<OutboxLag[]> | undefined;
-    // Both gauges come from one read per scrape.
-    const read = () =>
-      (pending ??= Promise.all([...relays].map((r) => r.lag().catch(() => [])))
-        .then((all) => [...new Map(all.flat().map((l) => [l.destination, l])).values()])
-        .finally(() => setTimeout(() => (pending = undefined), 0)));
-    const lagGauge = (name: string, help: string, pick: (l: OutboxLag) => number) =>
-      new client.Gauge({
-        name,
-        help,
-        labelNames: ['destination'],
-        registers,
-        async collect() {
-          this.reset();
-          for (const l of await read()) this.set({ destination: l.destination }, pick(l));
-        },
-      });
-    lagGauge(`${p}outbox_lag_messages`, 'Messages committed and not yet published, per destination', (l) => l.waiting);
-    lagGauge(`${p}outbox_lag_seconds`, 'Age of the oldest message not yet published, per destination', (l) => l.oldestSeconds);
+    const made = registerAll(registry, 'RelayMetrics', () => relayMetrics(client, [registry], p, this.relays));
+    this.published = made.published;
+    this.failures = made.failures;
+    this.deadLetters = made.deadLetters;
+    this.latency = made.latency;
   }
 
   /** Counts this relay's events and reports its destinations' lag at scrape time. */
@@ -111,4 +71,55 @@ export class RelayMetrics {
     );
     relay.events.on('deadLetter', ({ destination }) => this.deadLetters.inc({ destination }));
   }
+}
+
+/** The relay's series, registered in `registers`; the lag gauges read `relays` at scrape time. */
+function relayMetrics(client: typeof PromClient, registers: PromClient.Registry[], p: string, relays: Set<ObservedRelay>) {
+  const made = {
+    published: new client.Counter({
+      name: `${p}outbox_published_total`,
+      help: 'Messages this process published (acked by the broker)',
+      labelNames: ['destination'] as const,
+      registers,
+    }),
+    failures: new client.Counter({
+      name: `${p}outbox_failures_total`,
+      help: 'Failed publishes: kind="transient" (broker unreachable) or "refused" (counted against the message)',
+      labelNames: ['destination', 'kind'] as const,
+      registers,
+    }),
+    deadLetters: new client.Counter({
+      name: `${p}outbox_dead_letters_total`,
+      help: 'Messages this process moved to the dead letters',
+      labelNames: ['destination'] as const,
+      registers,
+    }),
+    latency: new client.Histogram({
+      name: `${p}outbox_publish_latency_seconds`,
+      help: 'From the message row being written (created_at, the database clock) to the broker ack',
+      labelNames: ['destination'] as const,
+      registers,
+      buckets: [0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300],
+    }),
+  };
+  let pending: Promise<OutboxLag[]> | undefined;
+  // Both gauges come from one read per scrape.
+  const read = () =>
+    (pending ??= Promise.all([...relays].map((r) => r.lag().catch(() => [])))
+      .then((all) => [...new Map(all.flat().map((l) => [l.destination, l])).values()])
+      .finally(() => (pending = undefined)));
+  const lagGauge = (name: string, help: string, pick: (l: OutboxLag) => number) =>
+    new client.Gauge({
+      name,
+      help,
+      labelNames: ['destination'],
+      registers,
+      async collect() {
+        this.reset();
+        for (const l of await read()) this.set({ destination: l.destination }, pick(l));
+      },
+    });
+  lagGauge(`${p}outbox_lag_messages`, 'Messages committed and not yet published, per destination', (l) => l.waiting);
+  lagGauge(`${p}outbox_lag_seconds`, 'Age of the oldest message not yet published, per destination', (l) => l.oldestSeconds);
+  return made;
 }

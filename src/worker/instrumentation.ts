@@ -30,9 +30,9 @@ export async function instrumentWorker(
       import('../metrics/observe-worker.js'),
     ]);
     const metrics = config.metrics.collector ?? new SluiceMetrics();
-    detach.push(observeWorker(worker, metrics));
+    detach.push(observeWorker(worker, config.schema, metrics));
     metrics.watchSchema(config.schema, db, config.queues);
-    detach.push(() => metrics.unwatchSchema(config.schema));
+    detach.push(() => metrics.unwatchSchema(config.schema, db));
     if (config.metrics.port !== undefined) {
       const { serveMetrics } = await import('../metrics/server.js');
       const server = await serveMetrics(metrics, config.metrics.port, config.metrics.host);
