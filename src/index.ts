@@ -131,6 +131,7 @@ export {
   type BrokerPublisher,
   type RelayMessage,
   type PublishResult,
+  type PublishBatchOptions,
   type NatsPublisherOptions,
   type RabbitMqPublisherOptions,
   type RelayEventMap,

@@ -10,6 +10,36 @@ import { messageIdOf, useOutboxSchema } from './helpers/outbox.js';
 import { spawnCli } from './helpers/cli.js';
 
 const natsUp = await brokerAvailable('NATS', NATS_URL);
+
+/** A message as the relay hands it to a publisher, for publishers called directly. */
+const message = (id: number, destination: string): RelayMessage => ({
+  id: String(id),
+  destination,
+  key: null,
+  headers: null,
+  payload: Buffer.from(String(id)),
+  createdAt: new Date(),
+  messageId: `t:${tag}:${id}`,
+});
+
+/** `held` for a batch whose relay loses its lease after `n` messages were sent. */
+const heldFor = (n: number) => {
+  let asked = 0;
+  return { held: () => asked++ < n };
+};
+
+/** The answers to a batch cut by heldFor: `sent` acked, the rest not sent and transient. */
+const cutAfter = (sent: number, total: number) =>
+  Array.from({ length: total }, (_, i) =>
+    i < sent
+      ? expect.objectContaining({ ok: true })
+      : {
+          ok: false,
+          transient: true,
+          error: expect.objectContaining({ message: expect.stringMatching(/lease on the partition ran out/) }),
+        },
+  );
+
 const rabbitUp = await brokerAvailable('RabbitMQ', AMQP_URL);
 
 const schema = useOutboxSchema('outbox_brokers');
@@ -307,15 +337,6 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
   });
 
   it('a destination that is no NATS subject is refused and dead-lettered; one no stream captures waits, named', async () => {
-    const message = (id: number, destination: string): RelayMessage => ({
-      id: String(id),
-      destination,
-      key: null,
-      headers: null,
-      payload: Buffer.from('x'),
-      createdAt: new Date(),
-      messageId: `t:${id}`,
-    });
     const publisher = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
     const uncaptured = natsPublisher({ servers: NATS_URL, subjectPrefix: `nostream${tag}.`, ackTimeoutMs: 1_000 });
     try {
@@ -331,6 +352,19 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
       expect((result as { error: Error }).error.message).toMatch(/no JetStream stream captures subject|timeout/i);
     } finally {
       await Promise.all([publisher.close(), uncaptured.close()]);
+    }
+  });
+
+  it('sends no more of a batch once the relay says its lease ran out (outside review 247)', async () => {
+    const publisher = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
+    try {
+      const batch = [1, 2, 3, 4, 5].map((id) => message(1_000 + id, 'cut'));
+      const results = await publisher.publish(batch, heldFor(2));
+      expect(results).toEqual(cutAfter(2, 5));
+      const stored = (await readStream(stream.nc, stream.name)).filter((m) => m.subject === `${prefix}.cut`);
+      expect(stored.map((m) => m.payload)).toEqual(['1001', '1002']);
+    } finally {
+      await publisher.close();
     }
   });
 });
@@ -351,6 +385,24 @@ async function rabbitRelay(queue: string, options: Partial<OutboxRelayOptions> =
 }
 
 describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
+  it('sends no more of a batch once the relay says its lease ran out (outside review 247)', async () => {
+    const queue = `sluice-cut-${tag}`;
+    const { conn, ch } = await rabbitRelay(queue);
+    const publisher = rabbitMqPublisher({ url: AMQP_URL });
+    try {
+      const batch = [1, 2, 3, 4, 5].map((id) => message(id, queue));
+      expect(await publisher.publish(batch, heldFor(3))).toEqual(cutAfter(3, 5));
+      const got: string[] = [];
+      for (let m = await ch.get(queue, { noAck: true }); m; m = await ch.get(queue, { noAck: true }))
+        got.push(m.content.toString());
+      expect(got).toEqual(['1', '2', '3']);
+    } finally {
+      await publisher.close();
+      await ch.deleteQueue(queue).catch(() => {});
+      await conn.close();
+    }
+  });
+
   it('publishes with publisher confirms, in order per key, with the stable message_id and the key header', async () => {
     const queue = `sluice-t-${tag}`;
     const { conn, ch, relay } = await rabbitRelay(queue, { batchSize: 64 });

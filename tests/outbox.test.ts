@@ -1409,6 +1409,32 @@ describe('relay: outside review 96', () => {
     expect(broker.duplicates).toBe(2);
   });
 
+  it('a relay stalled past its lease mid-batch sends no more of it when it resumes (outside review 247)', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const sentAfterStall: string[] = [];
+    let stalled = false;
+    // The event loop blocked past the lease between two messages, as a frozen VM or
+    // SIGSTOP does: Date.now() moves on, no timer runs, no renewal goes out.
+    broker.beforeSend = (m) => {
+      if (stalled) sentAfterStall.push(m.payload.toString());
+      if (m.payload.toString() === '3' && !stalled) {
+        stalled = true;
+        const until = Date.now() + 1_600;
+        while (Date.now() < until);
+      }
+    };
+    await outbox.publishMany(Array.from({ length: 10 }, (_, i) => ({ destination: d, payload: String(i), key: 'k' })));
+    const relay = startRelay(broker, [d], { leaseMs: 1_000, batchSize: 100 });
+    await relay.start();
+    await waitFor(() => broker.ofKey('k').length === 10, 'every message in the broker');
+    await relay.stop();
+    // The stalled batch stopped at the stall: what came after went out only in a later
+    // batch, once the lease was held again, so the key's order held.
+    expect(broker.notHeld).toBeGreaterThanOrEqual(6);
+    expect(broker.ofKey('k')).toEqual(Array.from({ length: 10 }, (_, i) => String(i)));
+  });
+
   it('a lease taken behind a lock on the relays table counts from its write: not born expired, not taken twice (outside review 210)', async () => {
     const d = freshDestination();
     const broker = new MemoryBroker();

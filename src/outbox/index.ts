@@ -12,6 +12,6 @@ export {
   type OutboxDeadLetter,
   type OutboxDeadLetterTarget,
 } from './dead-letters.js';
-export type { BrokerPublisher, RelayMessage, PublishResult } from './publishers/publisher.js';
+export type { BrokerPublisher, PublishBatchOptions, RelayMessage, PublishResult } from './publishers/publisher.js';
 export { natsPublisher, type NatsPublisherOptions } from './publishers/nats.js';
 export { rabbitMqPublisher, type RabbitMqPublisherOptions } from './publishers/rabbitmq.js';

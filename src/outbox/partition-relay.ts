@@ -156,12 +156,13 @@ export class PartitionRelay {
    * with each further refusal).
    */
   private async publishNew(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
-    if (this.ahead.size === 0) return this.publisher.publish(messages);
+    const options = { held: () => this.held };
+    if (this.ahead.size === 0) return this.publisher.publish(messages, options);
     // Read before the publish: a lease lost meanwhile clears `ahead`, and the results
     // matched to the messages by it were shifted (outside review 152: a TypeError).
     const had = messages.map((m) => this.ahead.has(m.id));
     const fresh = messages.filter((_, i) => !had[i]);
-    const sent = fresh.length > 0 ? await this.publisher.publish(fresh) : [];
+    const sent = fresh.length > 0 ? await this.publisher.publish(fresh, options) : [];
     let next = 0;
     return messages.map((_, i): PublishResult => (had[i] ? { ok: true } : sent[next++]!));
   }

@@ -1,5 +1,11 @@
 import { afterAll, beforeAll } from 'vitest';
-import { Outbox, type BrokerPublisher, type PublishResult, type RelayMessage } from '../../src/index.js';
+import {
+  Outbox,
+  type BrokerPublisher,
+  type PublishBatchOptions,
+  type PublishResult,
+  type RelayMessage,
+} from '../../src/index.js';
 import { createTestSchema, type TestDatabase } from './database.js';
 
 /**
@@ -17,11 +23,20 @@ export class MemoryBroker implements BrokerPublisher {
   refuse: (m: RelayMessage) => boolean = () => false;
   /** Asked once per batch: an unreachable broker fails the whole batch. */
   down: () => boolean = () => false;
+  /** Called before each message is sent (a stall can be put here). */
+  beforeSend: (m: RelayMessage) => void = () => {};
+  /** Messages not sent because the relay's lease had run out (PublishBatchOptions.held). */
+  notHeld = 0;
 
-  async publish(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
+  async publish(messages: readonly RelayMessage[], options?: PublishBatchOptions): Promise<PublishResult[]> {
     await Promise.resolve();
     const down = this.down();
     return messages.map((m) => {
+      this.beforeSend(m);
+      if (options && !options.held()) {
+        this.notHeld++;
+        return { ok: false, error: new Error('not held'), transient: true };
+      }
       this.attempts.set(m.messageId, (this.attempts.get(m.messageId) ?? 0) + 1);
       if (down) return { ok: false, error: new Error('broker unreachable'), transient: true };
       if (this.refuse(m)) return { ok: false, error: new Error(`refused ${m.messageId}`), transient: false };

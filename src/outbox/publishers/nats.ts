@@ -9,8 +9,11 @@ import {
   CLOSE_TIMEOUT_MS,
   openedBy,
   publisherOptions,
+  mayPublish,
+  notHeld,
   unreachable,
   type BrokerPublisher,
+  type PublishBatchOptions,
   type PublishResult,
   type RelayMessage,
 } from './publisher.js';
@@ -194,7 +197,7 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
       const bad = badSubject(prefix + destination);
       return bad && `"${prefix + destination}" is not a NATS subject: ${bad}`;
     },
-    async publish(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
+    async publish(messages: readonly RelayMessage[], batch?: PublishBatchOptions): Promise<PublishResult[]> {
       let c: Connected;
       try {
         c = await connect();
@@ -235,7 +238,7 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
         // held it ~30 s, every ack's timer ran out before its ack was read, and the
         // batch was sent again and again, never recorded (outside review 186).
         if (sent.length > 0 && sent.length % PUBLISH_SLICE === 0) await new Promise((resolve) => setImmediate(resolve));
-        sent.push(publishOne(m));
+        sent.push(mayPublish(batch) ? publishOne(m) : Promise.resolve(notHeld()));
       }
       const results = await Promise.all(sent);
       // Acks that time out while the connection still looks open: it may have gone

@@ -40,6 +40,20 @@ export type PublishResult =
       unsendable?: boolean;
     };
 
+/** What the relay tells a publisher with each batch. */
+export interface PublishBatchOptions {
+  /**
+   * Whether the relay still holds the batch's partition. Checked before each
+   * message is sent: once false, the rest of the batch is not sent, and answered
+   * with a transient failure (see notHeld). A relay stalled past its lease (a
+   * frozen VM or container, SIGSTOP) went on sending its batch when it resumed,
+   * after the relay that took the partition over had sent it and newer messages
+   * of its keys, so a broker past its de-duplication window stored them again,
+   * out of order (outside review 247).
+   */
+  held(): boolean;
+}
+
 /**
  * What the relay needs from a broker client: publish a batch in order and say,
  * per message, whether the broker has it. Publish asynchronously and wait for all
@@ -48,7 +62,8 @@ export type PublishResult =
 export interface BrokerPublisher {
   /** For logs and metrics: 'nats', 'rabbitmq', ... */
   readonly name: string;
-  publish(messages: readonly RelayMessage[]): Promise<PublishResult[]>;
+  /** `options.held()` going false mid-batch: send no more of it (a publisher that ignores it sends the rest). */
+  publish(messages: readonly RelayMessage[], options?: PublishBatchOptions): Promise<PublishResult[]>;
   close(): Promise<void>;
   /** Why no message for `destination` can ever be published, or undefined: the relay refuses such a destination at once. */
   refuses?(destination: string): string | undefined;
@@ -67,6 +82,20 @@ export interface BrokerPublisher {
    * is shorter than a takeover stores a dead relay's last batch twice.
    */
   inspect?(destination: string, leaseMs: number): Promise<string | undefined>;
+}
+
+/** The answer for a message not sent because the relay's lease ran out first (PublishBatchOptions.held). */
+export function notHeld(): PublishResult {
+  return {
+    ok: false,
+    error: new Error("not sent: this relay's lease on the partition ran out while it published (stalled past it)"),
+    transient: true,
+  };
+}
+
+/** Whether a message may still be sent: the relay holds its partition, or said nothing. */
+export function mayPublish(options: PublishBatchOptions | undefined): boolean {
+  return options === undefined || options.held();
 }
 
 const checked = checks(ConfigError);

@@ -10,8 +10,11 @@ import {
   CLOSE_TIMEOUT_MS,
   openedBy,
   publisherOptions,
+  mayPublish,
+  notHeld,
   unreachable,
   type BrokerPublisher,
+  type PublishBatchOptions,
   type PublishResult,
   type RelayMessage,
 } from './publisher.js';
@@ -270,6 +273,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     messages: readonly RelayMessage[],
     waiting: () => void,
     confirmed: () => void,
+    options: PublishBatchOptions | undefined,
   ): Promise<PublishResult[]> => {
     const results: PublishResult[] = [];
     for (const [i, m] of messages.entries()) {
@@ -277,9 +281,13 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       // The one refused is named: the rest go on, on a new channel if it closed this
       // one, and the relay records them behind it as in a batch sent at once. Left
       // unsent, the next was reported as a transient failure (outside review 189).
-      if (last && !last.ok && !last.transient) return [...results, ...(await publishBatch(messages.slice(i)))];
+      if (last && !last.ok && !last.transient) return [...results, ...(await publishBatch(messages.slice(i), options))];
       if (last && !last.ok) {
         results.push({ ok: false, error: new Error('not sent: a message before it failed'), transient: true });
+        continue;
+      }
+      if (!mayPublish(options)) {
+        results.push(notHeld());
         continue;
       }
       // The confirm timeout is each message's here.
@@ -290,7 +298,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
   };
 
   /** One try at the batch on the current connection: at once, or one by one while suspects are in it. */
-  const publishBatch = async (messages: readonly RelayMessage[]): Promise<PublishResult[]> => {
+  const publishBatch = async (messages: readonly RelayMessage[], options?: PublishBatchOptions): Promise<PublishResult[]> => {
     let conn: Connection;
     let ch: Channel;
     try {
@@ -312,8 +320,8 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     const confirmed = () => (since = conn.lastConfirm = Date.now());
     try {
       if (!messages.some((m) => suspects.has(m.messageId)))
-        return await Promise.all(messages.map((m) => publishOne(ch, m, confirmed)));
-      return await oneByOne(ch, messages, () => (since = Date.now()), confirmed);
+        return await Promise.all(messages.map((m) => (mayPublish(options) ? publishOne(ch, m, confirmed) : notHeld())));
+      return await oneByOne(ch, messages, () => (since = Date.now()), confirmed, options);
     } finally {
       watch.stop();
       if (!ch.closed && !conn.closed) conn.idle.push(ch);
@@ -325,15 +333,18 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     async prepare(): Promise<void> {
       await load();
     },
-    async publish(messages: readonly RelayMessage[]): Promise<PublishResult[]> {
-      const results = await publishBatch(messages);
+    async publish(messages: readonly RelayMessage[], options?: PublishBatchOptions): Promise<PublishResult[]> {
+      const results = await publishBatch(messages, options);
       // The channel closed over one of several messages awaiting their confirms (406):
       // which one is found now, one at a time on a new channel, so the batch's failure
       // is that message's. Left to the next try, the first failure reported named an
       // innocent message, as a transient one (outside review 189).
       const suspected = results.flatMap((r, i) => (!r.ok && suspects.has(messages[i]!.messageId) ? [i] : []));
       if (suspected.length === 0) return results;
-      const again = await publishBatch(suspected.map((i) => messages[i]!));
+      const again = await publishBatch(
+        suspected.map((i) => messages[i]!),
+        options,
+      );
       suspected.forEach((i, n) => (results[i] = again[n]!));
       return results;
     },
