@@ -320,7 +320,9 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
     const confirmed = () => (since = conn.lastConfirm = Date.now());
     try {
       if (!messages.some((m) => suspects.has(m.messageId)))
-        return await Promise.all(messages.map((m) => (mayPublish(options) ? publishOne(ch, m, confirmed) : notHeld())));
+        return await Promise.all(
+          messages.map((m) => (mayPublish(options) ? publishOne(ch, m, confirmed) : Promise.resolve(notHeld()))),
+        );
       return await oneByOne(ch, messages, () => (since = Date.now()), confirmed, options);
     } finally {
       watch.stop();
