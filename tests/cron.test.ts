@@ -1,5 +1,5 @@
 import pg from 'pg';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import {
   ConfigError,
   DatabaseError,
@@ -12,7 +12,7 @@ import {
   type CronTick,
 } from '../src/index.js';
 import { runDoctor } from '../src/doctor/run-doctor.js';
-import { dueTicks, nextTick, parseCron } from '../src/maintenance/cron-schedule.js';
+import { dueTicks, nextTick, parseCron, resolveSchedules } from '../src/maintenance/cron-schedule.js';
 import { CRON_IDLE_LIMIT, cronStatements } from '../src/db/statements/cron.js';
 import { waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
@@ -359,6 +359,47 @@ describe('recurring jobs', () => {
     expect(
       dueTicks(fifthFriday, new Date('2020-01-01T00:00:00Z'), new Date('2040-01-01T00:00:00Z'), 0).map((t) => t.toISOString()),
     ).toEqual(['2036-02-29T00:00:00.000Z']);
+  });
+
+  it('dueTicks walks no further back than the ticks due, whatever the backfill (outside review 244)', () => {
+    const nightly = parseCron('n', '0 3 * * *', 'UTC');
+    const back = vi.spyOn(nightly, 'previousRuns');
+    // Nothing due, then one tick due: the 1,000 ticks a backfill may take are not looked for.
+    expect(dueTicks(nightly, new Date('2026-12-07T03:00:00Z'), new Date('2026-12-07T12:00:00Z'), 1_000)).toEqual([]);
+    expect(
+      dueTicks(nightly, new Date('2026-12-07T03:00:00Z'), new Date('2026-12-08T03:00:01Z'), 1_000).map((t) => t.toISOString()),
+    ).toEqual(['2026-12-08T03:00:00.000Z']);
+    expect(back).not.toHaveBeenCalled();
+    // More missed than the backfill keeps: the newest 1 + backfill, found walking back.
+    const missed = dueTicks(nightly, new Date('2026-01-01T03:00:00Z'), new Date('2026-12-08T04:00:00Z'), 2);
+    expect(missed.map((t) => t.toISOString())).toEqual([
+      '2026-12-06T03:00:00.000Z',
+      '2026-12-07T03:00:00.000Z',
+      '2026-12-08T03:00:00.000Z',
+    ]);
+    expect(back).toHaveBeenCalled();
+  });
+
+  it('counts the characters of names, tasks and queues as enqueue does: code points (outside review 244)', () => {
+    const emoji = '\u{1F600}';
+    const [ok] = resolveSchedules([
+      { name: emoji.repeat(128), cron: '* * * * *', task: emoji.repeat(128), queue: emoji.repeat(128) },
+    ]);
+    expect(ok!.task).toBe(emoji.repeat(128));
+    for (const bad of [
+      { name: emoji.repeat(129), cron: '* * * * *', task: 't' },
+      { name: 'n', cron: '* * * * *', task: emoji.repeat(129) },
+      { name: 'n', cron: '* * * * *', task: 't', queue: 'a\u0000b' },
+    ]) {
+      expect(() => resolveSchedules([bad])).toThrow(ConfigError);
+    }
+  });
+
+  it('dueTicks runs a tick of a repeated hour once (clocks going back)', () => {
+    const early = parseCron('e', '30 1 * * *', 'America/New_York');
+    // 1 November 2026: 01:30 local comes twice, at 05:30Z and 06:30Z.
+    const ticks = dueTicks(early, new Date('2026-10-31T12:00:00Z'), new Date('2026-11-02T12:00:00Z'), 5);
+    expect(ticks.map((t) => t.toISOString())).toEqual(['2026-11-01T05:30:00.000Z', '2026-11-02T06:30:00.000Z']);
   });
 
   it('dueTicks lists a tick once where a DST change moves a skipped one onto it (outside review 75)', () => {
