@@ -355,6 +355,21 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
     }
   });
 
+  it('a tls:// URL asks for TLS: a server without it is refused, not spoken to in clear (outside review 247)', async () => {
+    const publisher = natsPublisher({ servers: NATS_URL.replace(/^nats:/, 'tls:'), subjectPrefix: `${prefix}.` });
+    try {
+      const [result] = await publisher.publish([message(2_001, 'clear')]);
+      expect(result).toMatchObject({ ok: false, transient: true });
+      expect((result as { error: Error }).error.message).toMatch(
+        /: the server offers no TLS, and a tls:\/\/ URL .* asks for it$/,
+      );
+      const stored = (await readStream(stream.nc, stream.name)).filter((m) => m.subject === `${prefix}.clear`);
+      expect(stored).toEqual([]);
+    } finally {
+      await publisher.close();
+    }
+  });
+
   it('sends no more of a batch once the relay says its lease ran out (outside review 247)', async () => {
     const publisher = natsPublisher({ servers: NATS_URL, subjectPrefix: `${prefix}.` });
     try {

@@ -809,6 +809,22 @@ describe('relay: outside review 74', () => {
     expect(() => natsPublisher({ ackTimeoutMs: -1 })).toThrow(ConfigError);
     expect(() => natsPublisher({ servers: 5 } as never)).toThrow(ConfigError);
     expect(() => natsPublisher({ servers: [] })).toThrow(ConfigError);
+    // Never connectable: refused at once, not retried as an outage for ever (outside review 247).
+    expect(() => natsPublisher({ servers: 'http://[bad' })).toThrow(
+      'natsPublisher: servers: "http://[bad" is not a NATS URL: the scheme must be nats:// or tls://',
+    );
+    expect(() => natsPublisher({ servers: ['nats://127.0.0.1:4222', 'nats://127.0.0.1:notaport'] })).toThrow(
+      'natsPublisher: servers: "nats://127.0.0.1:notaport" is not a URL',
+    );
+    for (const good of [
+      '127.0.0.1:4222',
+      'localhost',
+      'tls://nats.example:4443',
+      'nats://u:p@[::1]:4222',
+      'nats://nosuchhost.invalid:4222',
+    ]) {
+      expect(() => natsPublisher({ servers: good })).not.toThrow();
+    }
     expect(() => natsPublisher({ servers: '' })).toThrow(ConfigError);
     expect(() => natsPublisher({ servers: ['  '] })).toThrow(ConfigError);
     expect(() => rabbitMqPublisher({ urll: 'amqp://x' } as never)).toThrow(/rabbitMqPublisher: unknown option "urll"/);

@@ -140,6 +140,13 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
   ) {
     throw new ConfigError('natsPublisher: servers must be a URL or an array of URLs');
   }
+  for (const server of servers === undefined ? [] : [servers].flat()) {
+    const bad = badServer(server);
+    if (bad) throw new ConfigError(`natsPublisher: servers: ${JSON.stringify(server)} ${bad}`);
+  }
+  // tls:// asks for TLS: nats.js took it as a plain URL and connected in clear to a
+  // server without TLS (outside review 247).
+  const tls = [servers ?? []].flat().some((server) => /^tls:\/\//i.test(server.trim())) ? { tls: {} } : {};
   const prefix = options.subjectPrefix ?? '';
   const keyHeader = options.keyHeader === undefined ? 'Sluice-Key' : options.keyHeader;
   let connecting: Promise<Connected> | undefined;
@@ -160,6 +167,7 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
         // 4 minutes): ~10-15 s here, then nats.js reconnects by itself.
         pingInterval: 5_000,
         maxPingOut: 2,
+        ...tls,
         ...options.connectOptions,
       });
       // A connection closed for good is replaced on the next batch.
@@ -203,7 +211,9 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
         c = await connect();
       } catch (err) {
         // Whatever stops a connect (a refusal, a reset, bad credentials) is no message's fault.
-        return allFailed(messages.length, unreachable('NATS', err, options.servers ?? 'nats://127.0.0.1:4222'));
+        const said =
+          (err as { code?: unknown }).code === 'SERVER_OPT_NA' && /tls/i.test(asError(err).message) ? withoutTls(err) : err;
+        return allFailed(messages.length, unreachable('NATS', said, options.servers ?? 'nats://127.0.0.1:4222'));
       }
       const publishOne = (m: RelayMessage): Promise<PublishResult> => {
         const subject = prefix + m.destination;
@@ -263,6 +273,30 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
       );
     },
   };
+}
+
+/**
+ * Why a server URL can never be connected to, or undefined. An unparseable one
+ * (`http://[bad`, a port that is no number) was tried as an outage, for ever, and
+ * its relay kept its partitions from relays that could publish (outside review
+ * 247). A host that does not resolve is left to retries: DNS may answer later.
+ */
+export function badServer(server: string): string | undefined {
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(server.trim())?.[1]?.toLowerCase();
+  if (scheme !== undefined && scheme !== 'nats' && scheme !== 'tls')
+    return `is not a NATS URL: the scheme must be nats:// or tls://`;
+  try {
+    const url = new URL(`nats://${server.trim().replace(/^[a-z]+:\/\//i, '')}`);
+    if (url.hostname === '') return 'is not a NATS URL: it names no host';
+  } catch {
+    return 'is not a URL';
+  }
+  return undefined;
+}
+
+/** nats.js says only "tls" when the server offers no TLS and the client asked for it (a tls:// URL). */
+function withoutTls(err: unknown): Error {
+  return new Error('the server offers no TLS, and a tls:// URL (or connectOptions.tls) asks for it', { cause: err });
 }
 
 /** The NATS headers of a message: its own and its key's; undefined when it has none. Throws what NATS refuses. */
