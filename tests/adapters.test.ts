@@ -461,6 +461,15 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
     expect(await jobsIn('ended')).toEqual([]);
   });
 
+  it('postgresJsAdapter refuses what is no postgres.js sql at once (outside review 245)', () => {
+    for (const bad of [undefined, null, 42, {}]) {
+      expect(() => postgresJsAdapter(bad as never)).toThrow(ConfigError);
+    }
+    expect(() => postgresJsAdapter(undefined as never)).toThrow(
+      'postgresJsAdapter: give it the tx of sql.begin() (postgres.js), got undefined',
+    );
+  });
+
   it('postgres.js 4, alone and under Drizzle: a tx kept past its end is a ConfigError naming the adapter (outside review 229)', async (ctx) => {
     const sql = postgres(db.url, { max: 1, onnotice: () => {} });
     try {

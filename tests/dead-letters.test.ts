@@ -1,5 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { getJob, getJobAudit, listDeadLetters, redriveDeadLetters, ValidationError } from '../src/index.js';
+import {
+  ConfigError,
+  getJob,
+  getJobAudit,
+  getStats,
+  listDeadLetters,
+  listJobs,
+  redriveDeadLetters,
+  ValidationError,
+} from '../src/index.js';
 import { statusCounts, waitFor } from './helpers/database.js';
 import { useWorkers } from './helpers/workers.js';
 import { runCli } from './helpers/cli.js';
@@ -67,6 +76,17 @@ describe('dead letters', () => {
   });
 
   it('refuses unclear requests', async () => {
+    // Rejected, not thrown at the call, and a ValidationError, not a TypeError for null (outside review 245).
+    const listed = listDeadLetters(fx.db.pool, fx.db.schema, null as never);
+    await expect(listed).rejects.toThrow(new ValidationError('listDeadLetters: options must be an object'));
+    await expect(listDeadLetters(fx.db.pool, fx.db.schema, { status: 'failed' } as never)).rejects.toBeInstanceOf(
+      ValidationError,
+    );
+    // A db that is none is a ConfigError, not a DatabaseError that looks like an outage.
+    for (const db of [undefined, null, {}, 5]) {
+      await expect(listJobs(db as never, fx.db.schema)).rejects.toThrow(ConfigError);
+      await expect(getStats(db as never, fx.db.schema)).rejects.toThrow(/^db must be a pg Pool or client/);
+    }
     await expect(redriveDeadLetters(fx.db.pool, fx.db.schema, { ids: [] })).rejects.toBeInstanceOf(ValidationError);
     // Both: refused, not every dead letter redriven (outside review 69).
     const failedBefore = (await statusCounts(fx.db)).failed ?? 0;

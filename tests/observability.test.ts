@@ -282,6 +282,11 @@ describe('metrics', () => {
     expect(() => new Worker({ ...base, metrics: { prot: 1 } as never })).toThrow(/unknown option "prot"/);
     expect(() => new Worker({ ...base, logger: console.log as never })).toThrow(/logger must have/);
     expect(() => new Queue({ metrics: {} as never })).toThrow(ConfigError);
+    // Neither a port nor a collector: refused, not taken as "metrics on" (outside review 245).
+    expect(() => new Worker({ ...base, metrics: {} })).toThrow(
+      'metrics: give a port to serve them, or a collector to record into',
+    );
+    expect(() => new Worker({ ...base, metrics: { port: undefined, host: '0.0.0.0' } })).toThrow(ConfigError);
   });
 
   it('on a wildcard host (0.0.0.0, ::) the scrape URL names this machine, not the wildcard', async () => {

@@ -84,6 +84,21 @@ console.log(one);
 new Worker({ pool: { query: 1 }, tasks: {} });
 `;
 
+/** The dashboard mounted as the README shows, its options from env vars (string | undefined). */
+const DASHBOARD = `
+import { createServer } from 'node:http';
+import { createDashboardHandler } from 'sluice/dashboard';
+
+// Outside review 245: token was a TS2379 under exactOptionalPropertyTypes.
+const handler = await createDashboardHandler({
+  connectionString: process.env.DATABASE_URL,
+  basePath: process.env.SLUICE_BASE_PATH,
+  token: process.env.SLUICE_DASHBOARD_TOKEN,
+  listenConnectionString: process.env.SLUICE_LISTEN_URL,
+});
+createServer((req, res) => void handler.handle(req, res)).listen(3000);
+`;
+
 let work: string;
 let tarball: string;
 
@@ -131,6 +146,11 @@ describe('the published declarations, with skipLibCheck off', () => {
     const dir = await app('no-types-pg', RUNTIME, WITHOUT_PG);
     const declarations = await readFile(join(dir, 'node_modules', 'sluice', 'dist', 'db', 'connection.d.ts'), 'utf8');
     expect(declarations).not.toMatch(/from 'pg'/);
+    expect(await typecheck(dir)).toEqual({ code: 0, output: '' });
+  }, 180_000);
+
+  it('take the dashboard options from env vars, under exactOptionalPropertyTypes', async () => {
+    const dir = await app('dashboard', [...RUNTIME, 'fastify'], DASHBOARD);
     expect(await typecheck(dir)).toEqual({ code: 0, output: '' });
   }, 180_000);
 

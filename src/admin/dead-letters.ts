@@ -12,7 +12,13 @@ import { listJobs, retryJob, type ActionOptions, type JobActionResult, type JobP
  */
 
 /** Failed jobs, newest first, keyset-paged like listJobs. */
-export function listDeadLetters(db: Queryable, schema: string, options: Omit<ListJobsOptions, 'status'> = {}): Promise<JobPage> {
+export async function listDeadLetters(
+  db: Queryable,
+  schema: string,
+  options: Omit<ListJobsOptions, 'status'> = {},
+): Promise<JobPage> {
+  // A rejection, as from every admin call (it threw at the call, and a TypeError for null; outside review 245).
+  if (options === null || typeof options !== 'object') throw new ValidationError('listDeadLetters: options must be an object');
   if ('status' in options) throw new ValidationError('listDeadLetters: dead letters are the failed jobs; do not pass status');
   return listJobs(db, schema, { ...options, status: 'failed' });
 }

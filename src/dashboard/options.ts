@@ -8,7 +8,7 @@ const { intOption, rejectUnknownKeys, schemaOption } = checks(ConfigError);
 /** Who may use the dashboard. With neither, only loopback clients are served. */
 export interface DashboardAuthOptions {
   /** A shared secret: `Authorization: Bearer <token>`, or `?token=` once in the browser (then a cookie). */
-  token?: string;
+  token?: string | undefined;
   /** HTTP basic auth: the browser asks for a user name and password. */
   basicAuth?: { username: string; password: string };
 }
@@ -18,7 +18,7 @@ export interface DashboardOptions extends DriverConnectionOptions, DashboardAuth
    * URL path the dashboard is mounted at when it shares a server, e.g. '/sluice'.
    * Default '' (the root).
    */
-  basePath?: string;
+  basePath?: string | undefined;
   /**
    * While at least one browser watches, how often the server re-reads the
    * statistics to push changes that no NOTIFY announces (completions, failures).
@@ -28,7 +28,7 @@ export interface DashboardOptions extends DriverConnectionOptions, DashboardAuth
   /** Database trouble in the background (the live feed's queries, the LISTEN connection). Default: Fastify's log. */
   onError?: (err: unknown) => void;
   /** Connection for LISTEN when `connectionString`/`pool` go through a transaction-mode pooler. */
-  listenConnectionString?: string;
+  listenConnectionString?: string | undefined;
 }
 
 export interface ResolvedDashboardOptions {

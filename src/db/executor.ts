@@ -15,6 +15,14 @@ const GIVEN_UP_CANCEL_MS = 2_000;
 
 /** Runs a statement and returns its rows, typed by the caller. */
 export async function rows<T>(db: Queryable, text: string, values?: unknown[]): Promise<T[]> {
+  // A ConfigError, before anything is sent: the TypeError it made was wrapped as a
+  // DatabaseError, and retry or alerting on database errors took a programming
+  // mistake for an outage (outside review 245: listJobs(undefined, ...)).
+  if (typeof (db as Partial<Queryable> | null | undefined)?.query !== 'function') {
+    throw new ConfigError(
+      `db must be a pg Pool or client (anything with query(text, values)), got ${db === null ? 'null' : typeof db}`,
+    );
+  }
   let result: unknown;
   try {
     result = await db.query(text, values);

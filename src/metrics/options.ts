@@ -24,6 +24,10 @@ export function resolveMetricsOptions(options: WorkerMetricsOptions | undefined)
   if (options === undefined) return undefined;
   if (typeof options !== 'object' || options === null) throw new ConfigError('metrics must be an object');
   rejectUnknownKeys(options, new Set(['port', 'host', 'collector']), 'metrics');
+  // `metrics: {}` (or a port left undefined) read as "metrics on" and served nothing (outside review 245).
+  if (options.port === undefined && options.collector === undefined) {
+    throw new ConfigError('metrics: give a port to serve them, or a collector to record into (neither turns nothing on)');
+  }
   if (options.host !== undefined && (typeof options.host !== 'string' || options.host === '')) {
     throw new ConfigError('metrics.host must be a non-empty string');
   }

@@ -17,6 +17,13 @@ export interface PostgresJsLike {
  *   });
  */
 export function postgresJsAdapter(sql: PostgresJsLike): Queryable {
+  // Checked here: undefined was a TypeError about `savepoint`, and 42 was called a
+  // global sql at the enqueue (outside review 245).
+  if (typeof (sql as Partial<PostgresJsLike> | null | undefined)?.unsafe !== 'function') {
+    throw new ConfigError(
+      `postgresJsAdapter: give it the tx of sql.begin() (postgres.js), got ${sql === null ? 'null' : typeof sql}`,
+    );
+  }
   // A transaction's tx has savepoint() and a reserved connection release(); the
   // global sql has neither (postgres.js 3 and 4).
   const s = sql as { savepoint?: unknown; release?: unknown };
