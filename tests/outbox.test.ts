@@ -684,6 +684,16 @@ describe('relay', () => {
       expect(wrong.code).toBe(2);
       expect(wrong.stderr).toContain(`${flag} is not for --broker ${broker}`);
     }
+    // What only relaying uses, given to an action: refused, not ignored with exit 0 (outside review 247).
+    for (const [action, extra] of [
+      ['--status', ['--partitions', '3']],
+      ['--dead-letters', ['--batch-size', '5']],
+      ['--redrive', ['--broker', 'rabbitmq']],
+    ] as const) {
+      const ignored = await runCli(db.url, db.schema, ['relay', action, '--destination', d, ...extra]);
+      expect(ignored.code, ignored.stderr).toBe(2);
+      expect(ignored.stderr).toContain(`${extra[0]} is not for ${action}`);
+    }
     // A schema no relay has started on says so rather than printing nothing.
     const empty = await createTestSchema('relaynone');
     try {

@@ -42,6 +42,21 @@ const ACTIONS = [
   ['dropDeadLetters', '--drop-dead-letters'],
 ] as const satisfies readonly (readonly [keyof RelayFlags, string])[];
 
+/** What only relaying uses: refused with an action, which would ignore it. */
+const RELAYING_ONLY = [
+  'broker',
+  'natsUrl',
+  'subjectPrefix',
+  'amqpUrl',
+  'exchange',
+  'partitions',
+  'maxPartitions',
+  'batchSize',
+  'maxAttempts',
+  'metricsPort',
+  'metricsHost',
+];
+
 export function registerRelay(program: Command): void {
   const command = program
     .command('relay')
@@ -92,14 +107,20 @@ Examples:
       // One action per run: `--redrive --drop-dead-letters` redrove and silently dropped nothing (review 62).
       const actions = ACTIONS.filter(([flag]) => flags[flag]).map(([, name]) => name);
       if (actions.length > 1) throw new UsageError(`${actions.join(' and ')} are separate actions: give one of them`);
-      // The other broker's options were taken without a word (outside review 166: --subject-prefix with rabbitmq).
       const given = (name: string) => command.getOptionValueSource(name) === 'cli';
-      const otherBroker = flags.broker === 'nats' ? ['amqpUrl', 'exchange'] : ['natsUrl', 'subjectPrefix'];
-      const misplaced = otherBroker.filter(given);
-      if (misplaced.length > 0) {
-        const names = misplaced.map((n) => `--${n.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(' and ');
-        throw new UsageError(`${names} ${misplaced.length > 1 ? 'are' : 'is'} not for --broker ${flags.broker}`);
-      }
+      const refuse = (names: string[], what: string) => {
+        if (names.length === 0) return;
+        const flagNames = names.map((n) => `--${n.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`).join(' and ');
+        throw new UsageError(`${flagNames} ${names.length > 1 ? 'are' : 'is'} not for ${what}`);
+      };
+      // Options of relaying given to an action that ignores them: `--status --partitions 3`
+      // exited 0 as if they had been used (outside review 247).
+      if (actions.length > 0) refuse(RELAYING_ONLY.filter(given), actions[0]!);
+      // The other broker's options were taken without a word (outside review 166: --subject-prefix with rabbitmq).
+      refuse(
+        (flags.broker === 'nats' ? ['amqpUrl', 'exchange'] : ['natsUrl', 'subjectPrefix']).filter(given),
+        `--broker ${flags.broker}`,
+      );
       // Relaying: its broker's client library first, before any wait for Postgres (outside
       // review 167: a relay without nats waited for a Postgres that was down, then exited 2).
       const publisher =
