@@ -45,4 +45,14 @@ describe('outboxResult', () => {
     expect(outboxResult([lag(180)]).summary).toMatch(/; no write transaction open that this role can see$/);
     expect(outboxResult([lag(5)]).summary).not.toMatch(/write transaction/);
   });
+
+  it('points at the named writer only where it named one (outside review 247)', () => {
+    const writer = { pid: 42, prepared: null, database: 'other', user: 'app', application: 'report', transaction_ms: 70_000 };
+    expect(outboxResult([lag(70)], writer).advice).toMatch(/\(the oldest is named above;/);
+    // Warned for a dead letter alone, with a message younger than a minute: nothing named above.
+    const deadLetter = outboxResult([{ ...lag(58), deadLetters: 1 }]);
+    expect(deadLetter.status).toBe('warn');
+    expect(deadLetter.advice).not.toMatch(/named above/);
+    expect(deadLetter.advice).toMatch(/\(the oldest is named once a message has waited 60 s;/);
+  });
 });
