@@ -117,6 +117,8 @@ export {
   natsPublisher,
   rabbitMqPublisher,
   outboxLag,
+  forgetOutboxDestination,
+  type ForgetDestinationResult,
   listOutboxDeadLetters,
   redriveOutboxDeadLetters,
   dropOutboxDeadLetters,
