@@ -182,8 +182,8 @@ describe.skipIf(!natsUp)('relay to NATS JetStream', () => {
     const url = /started .*metrics=(http:\/\/\S+)/.exec(cli.stdout())?.[1];
     expect(url, cli.stdout()).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/);
     const scraped = await (await fetch(url!)).text();
-    expect(scraped).toContain('sluice_outbox_published_total{destination="cli"} 10');
-    expect(scraped).toContain('sluice_outbox_lag_messages{destination="cli"} 0');
+    expect(scraped).toContain(`sluice_outbox_published_total{schema="${schema.db.schema}",destination="cli"} 10`);
+    expect(scraped).toContain(`sluice_outbox_lag_messages{schema="${schema.db.schema}",destination="cli"} 0`);
     cli.child.kill('SIGTERM');
     const result = await cli.exited;
     expect(result.code).toBe(0);

@@ -220,10 +220,49 @@ describe('publish', () => {
     await outbox.publishMany([1, 2, 3].map((n) => ({ destination: d, payload: { n } })));
     await waitFor(() => broker.stored.length === 3, 'the messages published');
     await waitFor(
-      async () => (await metrics.registry.metrics()).includes(`sluice_outbox_published_total{destination="${d}"} 3`),
+      async () =>
+        (await metrics.registry.metrics()).includes(`sluice_outbox_published_total{schema="${db.schema}",destination="${d}"} 3`),
       'the three counted once each',
     );
-    expect(await metrics.registry.metrics()).toContain(`sluice_outbox_publish_latency_seconds_count{destination="${d}"} 3`);
+    expect(await metrics.registry.metrics()).toContain(
+      `sluice_outbox_publish_latency_seconds_count{schema="${db.schema}",destination="${d}"} 3`,
+    );
+  });
+
+  it('keeps the relays of two schemas apart in one RelayMetrics: counts and lag (outside review 248)', async () => {
+    const other = await createTestSchema('outbox_other');
+    const otherOutbox = new Outbox({ pool: other.pool, schema: other.schema });
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const mine = startRelay(broker, [d]);
+    const relayOf = (destination: string) =>
+      new OutboxRelay({ pool: other.pool, schema: other.schema, publisher: new MemoryBroker(), destinations: [destination] });
+    // The other schema's relay of d ran once and stopped: what is published there next waits.
+    const gone = relayOf(d);
+    await gone.start();
+    await gone.stop();
+    const theirs = relayOf(`${d}.elsewhere`);
+    const metrics = new RelayMetrics();
+    metrics.observe(mine);
+    metrics.observe(theirs);
+    try {
+      await mine.start();
+      await theirs.start();
+      await outbox.publishMany([1, 2].map((n) => ({ destination: d, payload: { n } })));
+      await otherOutbox.publishMany([1, 2, 3].map((n) => ({ destination: d, payload: { n } })));
+      await waitFor(() => broker.stored.filter((m) => m.destination === d).length === 2, 'the first schema relayed');
+      const text = await metrics.registry.metrics();
+      expect(text).toContain(`sluice_outbox_published_total{schema="${db.schema}",destination="${d}"} 2`);
+      expect(text).not.toContain(`sluice_outbox_published_total{schema="${other.schema}",destination="${d}"}`);
+      // Each schema's own lag: with one series per destination, the one read last stood for both.
+      expect(text).toContain(`sluice_outbox_lag_messages{schema="${db.schema}",destination="${d}"} 0`);
+      expect(text).toContain(`sluice_outbox_lag_messages{schema="${other.schema}",destination="${d}"} 3`);
+    } finally {
+      await mine.stop();
+      await theirs.stop();
+      await otherOutbox.close();
+      await other.drop();
+    }
   });
 
   // Outside review 166: a relay without its broker's client library took the

@@ -172,6 +172,11 @@ export class OutboxRelay {
     for (const c of this.cleanups) c.loop.start();
   }
 
+  /** The schema whose outbox it relays. */
+  get schema(): string {
+    return this.options.schema;
+  }
+
   /** How far behind every destination is (read from Postgres). */
   async lag(): Promise<OutboxLag[]> {
     if (!this.driver) throw new ConfigError('OutboxRelay: start() first');
