@@ -250,9 +250,10 @@ describe('publish', () => {
       await theirs.start();
       await outbox.publishMany([1, 2].map((n) => ({ destination: d, payload: { n } })));
       await otherOutbox.publishMany([1, 2, 3].map((n) => ({ destination: d, payload: { n } })));
-      await waitFor(() => broker.stored.filter((m) => m.destination === d).length === 2, 'the first schema relayed');
+      const counted = `sluice_outbox_published_total{schema="${db.schema}",destination="${d}"} 2`;
+      // Counted when the batch is recorded, after the broker has it.
+      await waitFor(async () => (await metrics.registry.metrics()).includes(counted), 'the first schema relayed and counted');
       const text = await metrics.registry.metrics();
-      expect(text).toContain(`sluice_outbox_published_total{schema="${db.schema}",destination="${d}"} 2`);
       expect(text).not.toContain(`sluice_outbox_published_total{schema="${other.schema}",destination="${d}"}`);
       // Each schema's own lag: with one series per destination, the one read last stood for both.
       expect(text).toContain(`sluice_outbox_lag_messages{schema="${db.schema}",destination="${d}"} 0`);
@@ -724,6 +725,15 @@ describe('relay', () => {
       expect(wrong.code).toBe(2);
       expect(wrong.stderr).toContain(`${flag} is not for --broker ${broker}`);
     }
+    // Every --nats-url counts, and a comma-separated list too: a repeated one kept only the last (outside review 248).
+    for (const urls of [
+      ['--nats-url', 'http://x', '--nats-url', 'nats://127.0.0.1:4222'],
+      ['--nats-url', 'nats://127.0.0.1:4222,http://x'],
+    ]) {
+      const listed = await runCli(db.url, db.schema, ['relay', '--destination', d, ...urls]);
+      expect(listed.code, listed.stderr).toBe(2);
+      expect(listed.stderr).toContain('"http://x" is not a NATS URL');
+    }
     // What only relaying uses, given to an action: refused, not ignored with exit 0 (outside review 247).
     for (const [action, extra] of [
       ['--status', ['--partitions', '3']],
@@ -866,6 +876,11 @@ describe('relay: outside review 74', () => {
     expect(() => natsPublisher({ servers: ['nats://127.0.0.1:4222', 'nats://127.0.0.1:notaport'] })).toThrow(
       'natsPublisher: servers: "nats://127.0.0.1:notaport" is not a URL',
     );
+    // Never reachable, or dropped by nats.js without a word (outside review 248).
+    expect(() => natsPublisher({ servers: 'nats://127.0.0.1:0' })).toThrow(/port 0 is no port to connect to/);
+    for (const dropped of ['nats://h:4222/path', 'nats://h:4222?x=1', 'nats://h:4222#f']) {
+      expect(() => natsPublisher({ servers: dropped })).toThrow(/has a path, query or fragment/);
+    }
     for (const good of [
       '127.0.0.1:4222',
       'localhost',

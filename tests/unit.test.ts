@@ -5,7 +5,7 @@ import { describeError, Run } from '../src/worker/run.js';
 import { toJobValues } from '../src/job-values.js';
 import type { JobRow } from '../src/job.js';
 import { runInNewContext } from 'node:vm';
-import { describeTarget, loginProblem } from '../src/db/connection.js';
+import { connectionError, describeTarget, loginProblem } from '../src/db/connection.js';
 import { quoteSchema } from '../src/db/identifiers.js';
 import { ValidationError, ConfigError, isConnectionFailure, isServerDown, PermanentFailure, Snooze } from '../src/errors.js';
 import { neverSent } from '../src/never-sent.js';
@@ -223,6 +223,15 @@ describe('Snooze and runAt: times Postgres can store', () => {
 describe('connection helpers', () => {
   it('never shows the password', () => {
     expect(describeTarget('postgres://me:secret@db.example:6543/app')).toBe('db.example:6543/app');
+  });
+  it("names PgBouncer's refusals as the pooler's, not as Postgres unreachable (outside review 250)", () => {
+    const url = 'postgres://me:secret@127.0.0.1:6432/app';
+    expect(connectionError(new Error('no more connections allowed (max_client_conn)'), url).message).toBe(
+      'the pooler at 127.0.0.1:6432/app refused the connection: no more connections allowed (max_client_conn) (raise PgBouncer\'s max_client_conn to cover every process\'s connections; see "Behind PgBouncer" in the README)',
+    );
+    expect(connectionError(new Error('connect ECONNREFUSED 127.0.0.1:6432'), url).message).toBe(
+      'cannot reach Postgres at 127.0.0.1:6432/app: connect ECONNREFUSED 127.0.0.1:6432',
+    );
   });
   it('recognises connection failures', () => {
     expect(isConnectionFailure(Object.assign(new Error('x'), { code: 'ECONNREFUSED' }))).toBe(true);

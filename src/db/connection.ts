@@ -269,8 +269,27 @@ export function describeTarget(connectionString: string | undefined): string {
 /** A ConnectionError that names host, port and database but never the password. */
 export function connectionError(err: unknown, connectionString: string | undefined): ConnectionError {
   const reason = err instanceof Error ? err.message : String(err);
+  // PgBouncer's own refusals: the address and the limit are the pooler's, and saying
+  // "Postgres" sent people to the wrong server (outside review 250).
+  const pooler = POOLER_LIMITS.find(([pattern]) => pattern.test(reason));
+  if (pooler) {
+    return new ConnectionError(
+      `the pooler at ${describeTarget(connectionString)} refused the connection: ${reason} (${pooler[1]}; see "Behind PgBouncer" in the README)`,
+      { cause: err },
+    );
+  }
   return new ConnectionError(`cannot reach Postgres at ${describeTarget(connectionString)}: ${reason}`, { cause: err });
 }
+
+/** PgBouncer's refusals at connect time, and what to raise. */
+const POOLER_LIMITS: readonly (readonly [RegExp, string])[] = [
+  [/\(max_client_conn\)/, "raise PgBouncer's max_client_conn to cover every process's connections"],
+  [/max_db_connections|max_user_connections/, "raise PgBouncer's max_db_connections or max_user_connections"],
+  [
+    /^(pgbouncer cannot connect to server|server login has been failing)/,
+    'PgBouncer cannot log in to Postgres itself: see its log',
+  ],
+];
 
 // SQLSTATEs of a server that answered but would not let us in, and what to do.
 const LOGIN_REFUSED: Record<string, string> = {

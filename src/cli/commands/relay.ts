@@ -20,7 +20,7 @@ import { addPoolerOptions, type PoolerFlags } from '../pooler-options.js';
 interface RelayFlags extends MetricsFlags, PoolerFlags {
   broker: 'nats' | 'rabbitmq';
   destination?: string[];
-  natsUrl: string;
+  natsUrl?: string[];
   subjectPrefix: string;
   amqpUrl: string;
   exchange: string;
@@ -52,6 +52,18 @@ const FORGET_REFUSALS: Record<'unknown' | 'held' | 'waiting', (r: ForgetDestinat
   waiting: (r) => `${r.waiting} of its messages are not published yet`,
 };
 
+/**
+ * The NATS servers: every --nats-url, each split at commas (a repeated one kept only
+ * the last, and a list was refused: no cluster could be given, outside review 248),
+ * else SLUICE_NATS_URL when it is not empty (as compose files leave an unset one),
+ * else the local default.
+ */
+function natsServers(given: string[] | undefined): string[] {
+  const env = process.env.SLUICE_NATS_URL?.trim();
+  const urls = given ?? [env ? env : 'nats://127.0.0.1:4222'];
+  return urls.flatMap((url) => url.split(',')).map((url) => url.trim());
+}
+
 /** What only relaying uses: refused with an action, which would ignore it. */
 const RELAYING_ONLY = [
   'broker',
@@ -73,7 +85,7 @@ export function registerRelay(program: Command): void {
     .description('publish committed outbox messages to NATS JetStream or RabbitMQ until SIGINT/SIGTERM')
     .addOption(new Option('--broker <name>', 'where messages go').choices(['nats', 'rabbitmq']).default('nats'))
     .option('--destination <name>', 'destination to relay (repeatable; required unless --status)', collect)
-    .option('--nats-url <url>', 'NATS server (env: SLUICE_NATS_URL)', process.env.SLUICE_NATS_URL ?? 'nats://127.0.0.1:4222')
+    .option('--nats-url <url>', 'NATS server; repeat it, or separate with commas, for a cluster (env: SLUICE_NATS_URL)', collect)
     .option('--subject-prefix <prefix>', 'NATS: prepended to the destination to make the subject', '')
     .option(
       '--amqp-url <url>',
@@ -139,7 +151,7 @@ Examples:
         actions.length > 0
           ? undefined
           : flags.broker === 'nats'
-            ? natsPublisher({ servers: flags.natsUrl, subjectPrefix: flags.subjectPrefix })
+            ? natsPublisher({ servers: natsServers(flags.natsUrl), subjectPrefix: flags.subjectPrefix })
             : rabbitMqPublisher({ url: flags.amqpUrl, exchange: flags.exchange });
       await publisher?.prepare?.();
       await withDatabaseUntilStopped(

@@ -285,11 +285,17 @@ export function badServer(server: string): string | undefined {
   const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(server.trim())?.[1]?.toLowerCase();
   if (scheme !== undefined && scheme !== 'nats' && scheme !== 'tls')
     return `is not a NATS URL: the scheme must be nats:// or tls://`;
+  let url: URL;
   try {
-    const url = new URL(`nats://${server.trim().replace(/^[a-z]+:\/\//i, '')}`);
-    if (url.hostname === '') return 'is not a NATS URL: it names no host';
+    url = new URL(`nats://${server.trim().replace(/^[a-z]+:\/\//i, '')}`);
   } catch {
     return 'is not a URL';
+  }
+  if (url.hostname === '') return 'is not a NATS URL: it names no host';
+  // Never reachable, or silently dropped by nats.js (outside review 248).
+  if (url.port === '0') return 'is not a NATS URL: port 0 is no port to connect to';
+  if ((url.pathname !== '' && url.pathname !== '/') || url.search !== '' || url.hash !== '') {
+    return 'is not a NATS URL: it has a path, query or fragment, which NATS does not use';
   }
   return undefined;
 }
