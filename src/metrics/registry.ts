@@ -35,10 +35,10 @@ export function registerAll<T>(registry: PromClient.Registry, owner: string, bui
     for (const metric of registry.getMetricsAsArray()) {
       if (!before.has(metric.name)) registry.removeSingleMetric(metric.name);
     }
-    const message = err instanceof Error ? err.message : String(err);
-    throw new ConfigError(
-      `${owner}: ${message.replace(/\.$/, '')} in this registry (one ${owner} per registry and prefix: reuse it, or give another a prefix of its own)`,
-      { cause: err },
-    );
+    const message = (err instanceof Error ? err.message : String(err)).replace(/\.$/, '');
+    const taken = /already been registered/.test(message)
+      ? ` in this registry (one ${owner} per registry and prefix: reuse it, or give another a prefix of its own)`
+      : '';
+    throw new ConfigError(`${owner}: ${message}${taken}`, { cause: err });
   }
 }
