@@ -117,8 +117,6 @@ export {
   natsPublisher,
   rabbitMqPublisher,
   outboxLag,
-  forgetOutboxDestination,
-  type ForgetDestinationResult,
   listOutboxDeadLetters,
   redriveOutboxDeadLetters,
   dropOutboxDeadLetters,

@@ -7,7 +7,6 @@ import {
   ConfigError,
   ConnectionError,
   outboxLag,
-  forgetOutboxDestination,
   runDoctor,
   listOutboxDeadLetters,
   redriveOutboxDeadLetters,
@@ -1488,46 +1487,6 @@ describe('relay: outside review 96', () => {
     expect(broker.ofKey('k')).toEqual(['a', 'b', 'poison']);
     // The relay that took the lease back sent what was not recorded again, as after any lost lease.
     expect(broker.duplicates).toBe(2);
-  });
-
-  it('forgets a destination that no relay holds and nothing waits for, by API and CLI (outside review 247)', async () => {
-    const d = freshDestination();
-    const broker = new MemoryBroker();
-    const relayed = async (n: number) => {
-      const relay = startRelay(broker, [d]);
-      await relay.start();
-      await waitFor(() => broker.stored.filter((m) => m.destination === d).length === n, `${n} relayed`);
-      return relay;
-    };
-    await outbox.publish(d, 'one');
-    const running = await relayed(1);
-    expect(await forgetOutboxDestination(db.pool, db.schema, d)).toEqual({
-      forgotten: false,
-      reason: 'held',
-      held: 1,
-      waiting: 0,
-    });
-    await running.stop();
-    await outbox.publish(d, 'two');
-    expect(await forgetOutboxDestination(db.pool, db.schema, d)).toEqual({
-      forgotten: false,
-      reason: 'waiting',
-      held: 0,
-      waiting: 1,
-    });
-    const held = await runCli(db.url, db.schema, ['relay', '--forget', '--destination', d]);
-    expect(held.code).toBe(1);
-    expect(held.stderr).toContain('1 of its messages are not published yet');
-    await (await relayed(2)).stop();
-    const forgotten = await runCli(db.url, db.schema, ['relay', '--forget', '--destination', d]);
-    expect(forgotten.code, forgotten.stderr).toBe(0);
-    expect(forgotten.stdout).toMatch(new RegExp(`forgotten destination=${d} partitions=1`));
-    expect((await outboxLag(db.pool, db.schema)).map((l) => l.destination)).not.toContain(d);
-    const again = await runCli(db.url, db.schema, ['relay', '--forget', '--destination', d]);
-    expect(again.code).toBe(1);
-    expect(again.stderr).toContain('no relay has ever run it');
-    expect(await forgetOutboxDestination(db.pool, db.schema, d)).toMatchObject({ forgotten: false, reason: 'unknown' });
-    await expect(forgetOutboxDestination(db.pool, db.schema, '')).rejects.toThrow(ValidationError);
   });
 
   it('a relay stalled past its lease mid-batch sends no more of it when it resumes (outside review 247)', async () => {

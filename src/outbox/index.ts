@@ -5,7 +5,6 @@ export { OutboxRelay } from './relay.js';
 export type { OutboxRelayOptions, DestinationOption } from './relay-options.js';
 export type { RelayEventMap } from './relay-events.js';
 export { outboxLag, type OutboxLag } from './lag.js';
-export { forgetOutboxDestination, type ForgetDestinationResult } from './destinations.js';
 export {
   listOutboxDeadLetters,
   redriveOutboxDeadLetters,

@@ -2,7 +2,6 @@ import type { Command } from 'commander';
 import { Option } from 'commander';
 import { OutboxRelay } from '../../outbox/relay.js';
 import { outboxLag } from '../../outbox/lag.js';
-import { forgetOutboxDestination, type ForgetDestinationResult } from '../../outbox/destinations.js';
 import { dropOutboxDeadLetters, listOutboxDeadLetters, redriveOutboxDeadLetters } from '../../outbox/dead-letters.js';
 import { natsPublisher } from '../../outbox/publishers/nats.js';
 import { rabbitMqPublisher } from '../../outbox/publishers/rabbitmq.js';
@@ -32,7 +31,6 @@ interface RelayFlags extends MetricsFlags, PoolerFlags {
   deadLetters?: boolean;
   redrive?: boolean;
   dropDeadLetters?: boolean;
-  forget?: boolean;
   json?: boolean;
 }
 
@@ -42,15 +40,7 @@ const ACTIONS = [
   ['deadLetters', '--dead-letters'],
   ['redrive', '--redrive'],
   ['dropDeadLetters', '--drop-dead-letters'],
-  ['forget', '--forget'],
 ] as const satisfies readonly (readonly [keyof RelayFlags, string])[];
-
-/** Why a destination was not forgotten, as `--forget` says it. */
-const FORGET_REFUSALS: Record<'unknown' | 'held' | 'waiting', (r: ForgetDestinationResult & { forgotten: false }) => string> = {
-  unknown: () => 'no relay has ever run it (sluice relay --status lists them)',
-  held: (r) => `a relay holds ${r.held} of its partitions: stop its relays first`,
-  waiting: (r) => `${r.waiting} of its messages are not published yet`,
-};
 
 /**
  * The NATS servers: every --nats-url, each split at commas (a repeated one kept only
@@ -102,7 +92,6 @@ export function registerRelay(program: Command): void {
     .option('--dead-letters', 'print the dead letters (of the --destination(s), or all) and exit')
     .option('--redrive', "put the --destination(s)' dead letters back into the outbox as new messages, and exit")
     .option('--drop-dead-letters', "delete the --destination(s)' dead letters for good, and exit")
-    .option('--forget', 'forget the --destination(s) (no relay holding them, nothing waiting), and exit')
     .option('--json', 'JSON lines instead of text')
     .addHelpText(
       'after',
@@ -117,8 +106,7 @@ Examples:
   sluice relay --destination orders.paid --metrics-port 9465
   sluice relay --status --json
   sluice relay --dead-letters --destination orders.paid
-  sluice relay --redrive --destination orders.paid
-  sluice relay --forget --destination ordres.paid`,
+  sluice relay --redrive --destination orders.paid`,
     )
     .action(async (flags: RelayFlags, command: Command) => {
       const log = (event: string, fields: Record<string, unknown> = {}, stream: NodeJS.WritableStream = process.stdout) => {
@@ -187,20 +175,6 @@ Examples:
             const target = { destinations: flags.destination };
             if (flags.redrive) log('redriven', { count: await redriveOutboxDeadLetters(pool, schema, target) });
             else log('dropped', { count: await dropOutboxDeadLetters(pool, schema, target) });
-            return;
-          }
-          if (flags.forget) {
-            if (!flags.destination?.length) throw new UsageError('give the --destination(s) to forget');
-            let refused = 0;
-            for (const destination of flags.destination) {
-              const done = await forgetOutboxDestination(pool, schema, destination);
-              if (done.forgotten) log('forgotten', { destination, partitions: done.partitions });
-              else {
-                refused++;
-                log('not-forgotten', { destination, reason: FORGET_REFUSALS[done.reason](done) }, process.stderr);
-              }
-            }
-            if (refused > 0) throw new ExitStatus(1);
             return;
           }
           if (!flags.destination?.length) throw new UsageError('give at least one --destination (or --status)');
@@ -273,7 +247,7 @@ Examples:
         },
         // Serving (not a one-off action), it waits for a Postgres it cannot reach yet, as `sluice worker` does.
         {
-          waitForPostgres: actions.length === 0,
+          waitForPostgres: !flags.status && !flags.deadLetters && !flags.redrive && !flags.dropDeadLetters,
           ...(flags.json && { notice: loggedWaitNotice(log) }),
           // What the relay's role (sluice_outbox_relay) may read: not the jobs table.
           probe: (q) => q.outboxProbe,

@@ -42,13 +42,6 @@ export interface OutboxStatements {
   /** Deletes a destination's partition rows ($1 destination), in the transaction of repartitionCheck. */
   readonly dropPartitions: string;
   /**
-   * Forgets a destination ($1): deletes its partition rows when no relay holds one
-   * and none of its messages waits, checked and done in one statement under the
-   * rows' locks. One row: its partition count (0: unknown), leases held, messages
-   * waiting, and whether it was forgotten.
-   */
-  readonly forgetDestination: string;
-  /**
    * Creates a destination's partition rows at a watermark ($1 destination, $2
    * partitions, $3 txid, $4 id), partition 0 carrying the old rows' published
    * count and time ($5, $6) so the destination's totals go on.
@@ -154,16 +147,6 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
         (SELECT coalesce(sum(published), 0)::text FROM old) AS published,
         (SELECT max(published_at) FROM old) AS published_at`,
     dropPartitions: `DELETE FROM ${relays} WHERE destination = $1`,
-    forgetDestination: `WITH old AS (
-        SELECT partition, partitions, txid, id, holder, expires_at FROM ${relays} WHERE destination = $1 FOR UPDATE
-      ), state AS MATERIALIZED (
-        SELECT (SELECT count(*)::int FROM old) AS partitions, ${held}, ${waiting}
-      ), gone AS (
-        DELETE FROM ${relays} r USING state
-        WHERE r.destination = $1 AND state.held = 0 AND state.waiting = 0
-        RETURNING 1
-      )
-      SELECT partitions, held, waiting, EXISTS (SELECT 1 FROM gone) AS forgotten FROM state`,
     createPartitionsAt: `INSERT INTO ${relays} (destination, partition, partitions, txid, id, published, published_at)
       SELECT $1, p, $2, $3::xid8, $4, CASE WHEN p = 0 THEN $5::bigint ELSE 0 END, CASE WHEN p = 0 THEN $6::timestamptz END
       FROM generate_series(0, $2::int - 1) p`,
