@@ -168,6 +168,24 @@ describe('dashboard in Chromium', () => {
     }
   });
 
+  it('escapes bidi controls in the confirmation dialog and the toast too (outside review 252)', async () => {
+    const name = 'ab\u202eplain';
+    const id = await queue.enqueue('t', {}, { queue: name, delayMs: 3_600_000 });
+    const page = await browser.context.newPage();
+    try {
+      await page.goto(`${dashboard.url}#/`);
+      await page.click(`button[data-focus-key="pause:${name}"]`);
+      // Set straight into the dialog, the name read the title backwards: "Pause ab?nialp".
+      expect(await page.textContent('#confirm-title')).toBe('Pause ab\\u202eplain?');
+      await page.click('#confirm-ok');
+      await expect.poll(() => page.textContent('#toast')).toBe('ab\\u202eplain paused');
+    } finally {
+      await page.close();
+      await queue.resumeQueue(name);
+      await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE id = $1`, [id]);
+    }
+  });
+
   it('shows a job live after an enqueue, without reloading the page', async () => {
     const page = await browser.context.newPage();
     await page.goto(`${dashboard.url}#/jobs`);

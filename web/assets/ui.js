@@ -1,6 +1,6 @@
 // Small shared pieces of the page: the confirmation dialog, the status toast,
 // status badges, and keeping keyboard focus across live re-renders.
-import { h } from './dom.js';
+import { escapedBidi, h } from './dom.js';
 
 /**
  * Asks before an action. Resolves true only on "Confirm". The dialog is modal
@@ -12,9 +12,11 @@ export function confirmAction(title, text, okLabel = 'Confirm') {
   const dialog = /** @type {HTMLDialogElement} */ (document.getElementById('confirm'));
   const ok = /** @type {HTMLButtonElement} */ (document.getElementById('confirm-ok'));
   const cancel = /** @type {HTMLButtonElement} */ (document.getElementById('confirm-cancel'));
-  /** @type {HTMLElement} */ (document.getElementById('confirm-title')).textContent = title;
-  /** @type {HTMLElement} */ (document.getElementById('confirm-text')).textContent = text;
-  ok.textContent = okLabel;
+  // Set here, not through h(): escaped as every text node h() makes is, or a name's
+  // bidi override read the dialog backwards (outside review 252: "Resume ab?nialp").
+  /** @type {HTMLElement} */ (document.getElementById('confirm-title')).textContent = escapedBidi(title);
+  /** @type {HTMLElement} */ (document.getElementById('confirm-text')).textContent = escapedBidi(text);
+  ok.textContent = escapedBidi(okLabel);
   const previous = /** @type {HTMLElement | null} */ (document.activeElement);
   return new Promise((resolve) => {
     const done = (/** @type {boolean} */ answer) => {
@@ -47,7 +49,7 @@ let toastTimer;
 /** Shows a short message, read out by screen readers. @param {string} text @param {'ok' | 'error'} [kind] */
 export function toast(text, kind = 'ok') {
   const el = /** @type {HTMLElement} */ (document.getElementById('toast'));
-  el.textContent = text;
+  el.textContent = escapedBidi(text); // names in it, as in confirmAction
   el.className = `toast visible ${kind}`;
   clearTimeout(toastTimer);
   toastTimer = setTimeout(() => (el.className = 'toast'), kind === 'error' ? 8000 : 4000);
