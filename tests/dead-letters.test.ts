@@ -110,6 +110,13 @@ describe('dead letters', () => {
     expect(await getJobAudit(fx.db.pool, fx.db.schema, dead)).toEqual([]);
     const both = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '1', '--all']);
     expect(both.code).toBe(2);
+    // An id skipped is exit 1 with --json too (outside review 252: it was 0).
+    for (const json of [[], ['--json']]) {
+      const skipped = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '99999999', ...json]);
+      expect(skipped.code, json.join()).toBe(1);
+    }
+    const skippedJson = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive', '99999999', '--json']);
+    expect(JSON.parse(skippedJson.stdout)).toEqual({ redriven: 0, skipped: [{ id: '99999999', reason: 'not found' }] });
     expect(both.stderr).toContain('give job ids or --all, not both');
     const neither = await runCli(fx.db.url, fx.db.schema, ['dead-letters', 'redrive']);
     expect(neither.code).toBe(2);
