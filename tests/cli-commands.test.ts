@@ -291,6 +291,12 @@ describe('jobs', () => {
     const failed = JSON.parse((await sluice('jobs', 'list', '--status', 'failed', '--json')).stdout);
     expect(failed.jobs.map((j: { id: string }) => j.id)).toEqual([ids[0]]);
 
+    // Names shown as the list shows them: a line break or a bidi override broke the field (outside review 252).
+    const odd = await queue.enqueue('rlo\u202etask', {}, { queue: 'tab\there\nnewline' });
+    const oddShown = await sluice('jobs', 'show', odd);
+    expect(oddShown.stdout).toMatch(/^task: +"rlo\\u202etask"$/m);
+    expect(oddShown.stdout).toMatch(/^queue: +"tab\\there\\nnewline"$/m);
+
     const show = await sluice('jobs', 'show', ids[0]!);
     expect(show.code).toBe(0);
     expect(show.stdout).toMatch(/^status: +failed$/m);

@@ -3,7 +3,7 @@ import { listDeadLetters, redriveDeadLetters } from '../../admin/dead-letters.js
 import { getJob } from '../../admin/jobs.js';
 import { requireKnownQueue } from '../known-queue.js';
 import { withDatabase } from '../database.js';
-import { ExitStatus, formatTime, printJson, printTable, UsageError } from '../output.js';
+import { ExitStatus, formatTime, printable, printJson, printTable, UsageError } from '../output.js';
 import { integer } from '../parse.js';
 import { CLI_ACTOR } from '../actor.js';
 
@@ -75,7 +75,7 @@ export function registerDeadLetters(program: Command): void {
       }
       if (flags.json) return printJson(job);
       process.stdout.write(
-        `job ${job.id}  ${job.queue}/${job.task}  ${job.status}  attempts ${job.attempts}/${job.max_attempts}\n`,
+        `job ${job.id}  ${printable(job.queue)}/${printable(job.task)}  ${job.status}  attempts ${job.attempts}/${job.max_attempts}\n`,
       );
       process.stdout.write(`payload ${JSON.stringify(job.payload)}\n`);
       for (const e of job.errors ?? []) {

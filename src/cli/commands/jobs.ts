@@ -16,7 +16,16 @@ import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatu
 import type { PgPool } from '../../db/connection.js';
 import { withDatabase } from '../database.js';
 import { requireKnownQueue } from '../known-queue.js';
-import { CommandFailed, firstLine, formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
+import {
+  CommandFailed,
+  firstLine,
+  formatDuration,
+  formatTable,
+  formatTime,
+  printable,
+  printJson,
+  UsageError,
+} from '../output.js';
 import { collect, duration, integer } from '../parse.js';
 import { CLI_ACTOR } from '../actor.js';
 import { storableAge } from '../../time-range.js';
@@ -129,7 +138,7 @@ export function registerJobs(program: Command): void {
       allowed: CANCELLABLE,
       // Whether a handler was running (its worker told to abort it) or the job had not started (review 109).
       line: (job: JobRow) =>
-        `cancelled job ${job.id} (${job.task} on queue ${job.queue}; ` +
+        `cancelled job ${job.id} (${printable(job.task)} on queue ${printable(job.queue)}; ` +
         `${result.ok && result.previousStatus === 'processing' ? 'was running: its worker aborts the handler' : 'had not started'})`,
     })),
   );
@@ -139,7 +148,7 @@ export function registerJobs(program: Command): void {
       result,
       done: 'run now',
       allowed: ['pending'],
-      line: (job: JobRow) => `job ${job.id} (${job.task} on queue ${job.queue}) is due now`,
+      line: (job: JobRow) => `job ${job.id} (${printable(job.task)} on queue ${printable(job.queue)}) is due now`,
     })),
   );
 
@@ -218,7 +227,7 @@ function report(
   done: string,
   allowed: readonly JobStatus[],
   json?: boolean,
-  line = (job: JobRow) => `${done} job ${job.id} (${job.task} on queue ${job.queue})`,
+  line = (job: JobRow) => `${done} job ${job.id} (${printable(job.task)} on queue ${printable(job.queue)})`,
 ): void {
   if (!result.ok) {
     // The id as it was read (" 012" is job 12), as the action itself has checked it.
@@ -245,8 +254,10 @@ function lastWorker(job: JobRow): string | undefined {
 function describeJob(job: JobRow, archived: boolean): string {
   const lines = [
     `id:           ${job.id}`,
-    `task:         ${job.task}`,
-    `queue:        ${job.queue}`,
+    // Names as the list commands show them: a tab, a line break or a bidi override in
+    // one broke the field across lines or turned it around (outside review 252).
+    `task:         ${printable(job.task)}`,
+    `queue:        ${printable(job.queue)}`,
     `status:       ${job.status}${archived ? ' (archived: moved to the history by the pruner, read-only)' : ''}`,
     `priority:     ${job.priority}`,
     `attempts:     ${job.attempts} of ${job.max_attempts}`,
@@ -258,11 +269,11 @@ function describeJob(job: JobRow, archived: boolean): string {
     // Held only while processing: a job waiting for its retry keeps the name of the
     // worker that ran it last, which "locked by" misread as a holder (outside review 85).
     job.status === 'processing'
-      ? `locked by:    ${job.locked_by ?? '-'}${job.locked_at ? ` (heartbeat ${formatTime(job.locked_at)})` : ''}`
-      : `last run by:  ${job.locked_by ?? lastWorker(job) ?? '-'}`,
+      ? `locked by:    ${job.locked_by === null ? '-' : printable(job.locked_by)}${job.locked_at ? ` (heartbeat ${formatTime(job.locked_at)})` : ''}`
+      : `last run by:  ${printable(job.locked_by ?? lastWorker(job) ?? '-')}`,
     `payload:      ${indent(JSON.stringify(job.payload, null, 2))}`,
   ];
-  if (job.job_key) lines.push(`key:          ${job.job_key}`);
+  if (job.job_key) lines.push(`key:          ${printable(job.job_key)}`);
   if (job.progress !== undefined && job.progress !== null) lines.push(`progress:     ${JSON.stringify(job.progress)}`);
   if (job.result !== undefined && job.result !== null) lines.push(`result:       ${indent(JSON.stringify(job.result, null, 2))}`);
   for (const e of job.errors ?? []) lines.push(`error #${String(e.attempt).padEnd(6)}${formatTime(e.at)}  ${e.message}`);
