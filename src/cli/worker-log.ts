@@ -3,7 +3,7 @@ import type { JobRow } from '../job.js';
 import type { Logger } from '../logger.js';
 import { ErrorLines } from './error-lines.js';
 import { describeError } from '../worker/run.js';
-import { firstLine } from './output.js';
+import { firstLine, printable } from './output.js';
 
 type Fields = Record<string, string | number | boolean | null>;
 
@@ -96,13 +96,20 @@ export class WorkerLog {
     out.write(`${time} ${event}${text ? ` ${text}` : ''}\n`);
   }
 
+  /** Names for a line, comma-separated: escaped in text lines, where a line break in one forged a line (outside review 252). */
+  names(names: readonly string[]): string {
+    return (this.json ? names : names.map(printable)).join(',');
+  }
+
   private job(event: string, job: JobRow, durationMs: number | null, extra: Fields = {}): void {
     const ms = durationMs === null ? null : Math.round(durationMs);
     const fields: Fields = this.json
       ? { id: job.id, task: job.task, queue: job.queue, attempt: job.attempts, durationMs: ms, ...extra }
       : {
-          job: `${job.task} #${job.id}`,
-          queue: job.queue,
+          // Quoted and escaped as the CLI's lists show names: a line break in a task
+          // name forged a log line of its own (outside review 252).
+          job: `${printable(job.task)} #${job.id}`,
+          queue: printable(job.queue),
           attempt: job.attempts,
           ...(ms === null ? {} : { took: `${ms}ms` }),
           ...extra,

@@ -55,4 +55,17 @@ describe('WorkerLog', () => {
     expect(lines[0]).toContain('error: non-Error thrown: {"code":42}');
     expect(lines[1]).toContain('error: declined');
   });
+
+  it('escapes names in text lines, so a line break in one forges no line; JSON lines keep them (outside review 252)', () => {
+    const lines = captured();
+    const worker = new EventEmitter();
+    const forged = 'x\n2026-01-01T00:00:00.000Z completed fake #1 queue=default';
+    new WorkerLog(false).follow(worker as unknown as Worker);
+    worker.emit('job:complete', { id: '5', task: forged, queue: 'ab\u202eq', attempts: 1 }, { durationMs: 2 });
+    expect(lines).toEqual([
+      'completed "x\\n2026-01-01T00:00:00.000Z completed fake #1 queue=default" #5 queue="ab\\u202eq" attempt=1 took=2ms',
+    ]);
+    expect(new WorkerLog(false).names(['a', 'b\nc'])).toBe('a,"b\\nc"');
+    expect(new WorkerLog(true).names(['a', 'b\nc'])).toBe('a,b\nc');
+  });
 });

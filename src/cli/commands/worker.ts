@@ -174,8 +174,8 @@ Examples:
           await worker.start();
           log.line('started', {
             worker: worker.config.workerId,
-            queues: worker.config.queues.join(','),
-            tasks: [...worker.config.tasks.keys()].join(','),
+            queues: log.names(worker.config.queues),
+            tasks: log.names([...worker.config.tasks.keys()]),
             concurrency: worker.config.concurrency,
             completed: worker.config.completedJobs,
             ...(flags.pruner ? {} : { pruner: 'off' }),
