@@ -709,6 +709,10 @@ describe('relay', () => {
     ).toEqual([d]);
     const unknownStatus = await runCli(db.url, db.schema, ['relay', '--status', '--destination', `${d}-typo`]);
     expect(unknownStatus.stdout).toContain(`no relay has started on destination ${d}-typo yet`);
+    // Beside a known one, the unknown one is named too, not left out (outside review 251).
+    const mixed = await runCli(db.url, db.schema, ['relay', '--status', '--destination', d, '--destination', `${d}-typo`]);
+    expect(mixed.stdout).toContain(`destination=${d} `);
+    expect(mixed.stdout).toContain(`no relay has started on destination ${d}-typo yet`);
     for (const action of ['--redrive', '--drop-dead-letters']) {
       const typo = await runCli(db.url, db.schema, ['relay', action, '--destination', `${d}-typo`]);
       expect(typo.code).toBe(2);

@@ -151,9 +151,12 @@ Examples:
               (l) => !flags.destination || flags.destination.includes(l.destination),
             );
             for (const lag of lags) log('lag', { ...lag });
-            // Silence would read as "nothing to report" and "not set up" alike.
-            if (lags.length === 0) {
-              const where = flags.destination ? `destination ${flags.destination.join(', ')}` : 'any destination of this schema';
+            // Silence would read as "nothing to report" and "not set up" alike; so would
+            // leaving out the unknown ones of several --destination(s) (outside review 251).
+            const shown = new Set(lags.map((l) => l.destination));
+            const unknown = flags.destination?.filter((d) => !shown.has(d)) ?? [];
+            if (lags.length === 0 || unknown.length > 0) {
+              const where = unknown.length > 0 ? `destination ${unknown.join(', ')}` : 'any destination of this schema';
               log('no-destinations', { note: `no relay has started on ${where} yet` });
             }
             return;
