@@ -111,11 +111,11 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
 
   app.get('/api/jobs', async (req) => {
     const q = req.query as JobsQuery;
-    // A value only with its field: ?field=&value=1 listed every job, without a word (outside review 125).
     refuseUnknownQuery(q, JOBS_FILTERS);
+    // A value only with its field, and a field only with its value: ?field=&value=1
+    // listed every job (outside review 125), and a field with its box left empty
+    // searched for "" and listed nothing (243), both without a word.
     if (q.value !== undefined && !q.field) throw new ValidationError('value: give the payload field to search (field=...)');
-    // A field with its box left empty searched for "" and listed nothing, without a
-    // word (outside review 243); an empty value is no filter, as everywhere here.
     if (q.field && !q.value) throw new ValidationError('field: give the value it should equal (value=...)');
     if (q.field) return searchByField(q);
     return listJobs(db, schema, {
