@@ -73,18 +73,27 @@ export function outboxResult(lags: OutboxLag[], writer?: OldestWriter): CheckRes
       : bad.length > 0
         ? bad.map(describe).join('; ') + holder
         : `${judged.length} destination(s) relayed, none behind: ${judged.map(describe).join('; ')}`;
-  // "Named above" only where it is: the holder is looked for once a message is a minute
-  // old, and a warning for dead letters alone pointed at a name it did not print (outside review 247).
+  // Advice only for what was found: an outbox warned for one dead letter was told
+  // of writers and relays it did not have, and one behind of dead letters it did not have (outside review 251).
+  const found = (test: (j: (typeof judged)[number]) => boolean) => bad.some(test);
+  // "Named above" only where it is: the holder is looked for once a message is a minute old (outside review 247).
   const named = writer ? 'the oldest is named above' : `the oldest is named once a message has waited ${warnAt} s`;
-  const advice =
-    'A destination with messages waiting and no partition held has no relay running: start `sluice relay`. ' +
-    'Old messages with relays running: the broker is down, refusing (see the relay log and outbox_failures) or ' +
-    'not taking them (a full RabbitMQ queue or JetStream stream: they wait, counting no try, so the relay log ' +
-    'alone says so, as its `failure` lines), ' +
-    'or a long write transaction anywhere on the server, in any database, holds the relay back, a prepared one ' +
-    `included (${named}; a role without pg_read_all_stats sees only its own sessions; the relay ` +
-    'publishes only what every older transaction has finished around). ' +
-    'Dead letters are in outbox_dead_letters with the broker error.';
+  const advice = [
+    found((j) => j.waiting > 0 && j.relaysHolding === 0) &&
+      'A destination with messages waiting and no partition held has no relay running: start `sluice relay`.',
+    found((j) => j.oldestSeconds >= warnAt && j.relaysHolding > 0) &&
+      'Old messages with relays running: the broker is down, refusing (see the relay log and outbox_failures) or ' +
+        'not taking them (a full RabbitMQ queue or JetStream stream: they wait, counting no try, so the relay log ' +
+        'alone says so, as its `failure` lines), ' +
+        'or a long write transaction anywhere on the server, in any database, holds the relay back, a prepared one ' +
+        `included (${named}; a role without pg_read_all_stats sees only its own sessions; the relay ` +
+        'publishes only what every older transaction has finished around).',
+    found((j) => j.failing > 0) &&
+      'Messages the broker refused are retried until maxAttempts refusals, with the last error in outbox_failures.',
+    found((j) => j.deadLetters > 0) && 'Dead letters are in outbox_dead_letters with the broker error.',
+  ]
+    .filter(Boolean)
+    .join(' ');
   return status === 'ok'
     ? { id: ID, title: TITLE, status, summary, details: judged }
     : { id: ID, title: TITLE, status, summary, advice, details: judged };

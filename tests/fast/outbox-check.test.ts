@@ -49,10 +49,33 @@ describe('outboxResult', () => {
   it('points at the named writer only where it named one (outside review 247)', () => {
     const writer = { pid: 42, prepared: null, database: 'other', user: 'app', application: 'report', transaction_ms: 70_000 };
     expect(outboxResult([lag(70)], writer).advice).toMatch(/\(the oldest is named above;/);
-    // Warned for a dead letter alone, with a message younger than a minute: nothing named above.
+    expect(outboxResult([lag(70)]).advice).toMatch(/\(the oldest is named once a message has waited 60 s;/);
+  });
+
+  it('advises only on what it found (outside review 251)', () => {
+    // A dead letter alone, with a message younger than a minute: nothing about writers or relays.
     const deadLetter = outboxResult([{ ...lag(58), deadLetters: 1 }]);
     expect(deadLetter.status).toBe('warn');
-    expect(deadLetter.advice).not.toMatch(/named above/);
-    expect(deadLetter.advice).toMatch(/\(the oldest is named once a message has waited 60 s;/);
+    expect(deadLetter.advice).toBe('Dead letters are in outbox_dead_letters with the broker error.');
+    // Behind, with relays running, no dead letters and nothing failing.
+    const behind = outboxResult([lag(180)]).advice!;
+    expect(behind).toMatch(/^Old messages with relays running: /);
+    expect(behind).not.toMatch(/dead letter|no relay running|outbox_failures with the last/i);
+    // Waiting with no relay: start one; not a word of dead letters.
+    const unattended = outboxResult([{ ...lag(5), relaysHolding: 0 }]);
+    expect(unattended.status).toBe('critical');
+    expect(unattended.advice).toBe(
+      'A destination with messages waiting and no partition held has no relay running: start `sluice relay`.',
+    );
+    const failing = outboxResult([{ ...lag(5), failing: 2, deadLetters: 1 }]).advice!;
+    expect(failing).toMatch(/^Messages the broker refused are retried .* Dead letters are in outbox_dead_letters/);
+    // Each finding on its own destination: all three pieces, in order.
+    const all = outboxResult([
+      { ...lag(200), destination: 'a', relaysHolding: 0 },
+      { ...lag(200), destination: 'b' },
+      { ...lag(0), destination: 'c', deadLetters: 3 },
+    ]).advice!;
+    expect(all).toMatch(/^A destination with messages waiting .* Old messages with relays running: .* Dead letters are in/);
+    expect(outboxResult([lag(5)]).advice).toBeUndefined();
   });
 });
