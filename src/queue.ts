@@ -103,9 +103,9 @@ export class Queue<T extends TaskMap = AnyTasks> {
     this.prepared = config.boolOption('preparedStatements', options.preparedStatements, true);
     this.schemas = resolveSchemas(options.schemas, 'Queue');
     const statementTimeoutMs = config.intOption('statementTimeoutMs', options.statementTimeoutMs, 30_000, 100, 86_400_000);
-    this.db = hasConnection(options)
-      ? openQueueDriver(resolveDriverName(options, 'Queue'), options, statementTimeoutMs)
-      : undefined;
+    // Checked with no connection too: a tx-only Queue took driver: 'mysql' without a word (outside review 254).
+    const driver = resolveDriverName(options, 'Queue');
+    this.db = hasConnection(options) ? openQueueDriver(driver, options, statementTimeoutMs) : undefined;
     this.wakeUps = this.db && new WakeUps(this.db, this.queries.wake, channelFor(this.schema));
     this.listenStarvesPool = poolTooSmallToListen(options) !== undefined;
     preloadTracing();

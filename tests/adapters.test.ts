@@ -461,9 +461,27 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
     expect(await jobsIn('ended')).toEqual([]);
   });
 
-  it('postgresJsAdapter refuses what is no postgres.js sql at once (outside review 245)', () => {
-    for (const bad of [undefined, null, 42, {}]) {
-      expect(() => postgresJsAdapter(bad as never)).toThrow(ConfigError);
+  it('every adapter refuses what cannot send its statements at once, a ConfigError naming it (outside reviews 245, 254)', () => {
+    const adapters: [string, (bad: never) => unknown][] = [
+      ['postgresJsAdapter', postgresJsAdapter],
+      ['kyselyAdapter', kyselyAdapter],
+      ['drizzleAdapter', drizzleAdapter],
+      ['knexAdapter', knexAdapter],
+      ['typeormAdapter', typeormAdapter],
+      ['mikroOrmAdapter', mikroOrmAdapter],
+      ['prismaAdapter', prismaAdapter],
+    ];
+    for (const [name, adapter] of adapters) {
+      for (const [bad, got] of [
+        [undefined, 'undefined'],
+        [null, 'null'],
+        [42, 'number'],
+        [{}, 'an object without'],
+      ] as const) {
+        // Kysely and Drizzle threw a TypeError for undefined; 42 reached the enqueue as a DatabaseError.
+        expect(() => adapter(bad as never), `${name}(${String(bad)})`).toThrow(ConfigError);
+        expect(() => adapter(bad as never)).toThrow(new RegExp(`^${name}: give it .*, got ${got}`));
+      }
     }
     expect(() => postgresJsAdapter(undefined as never)).toThrow(
       'postgresJsAdapter: give it the tx of sql.begin() (postgres.js), got undefined',

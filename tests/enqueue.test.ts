@@ -466,6 +466,11 @@ describe('enqueue', () => {
     it('bad Queue options', () => {
       expect(() => new Queue({ schema: '' })).toThrow(ConfigError);
       expect(() => new Queue({ conectionString: 'x' } as never)).toThrow(ConfigError);
+      // Outside review 254: a Queue with no connection (tx only) took any driver.
+      for (const driver of ['mysql', 5]) {
+        expect(() => new Queue({ driver } as never)).toThrow(/^Queue: driver must be 'pg' or 'postgres.js', got /);
+      }
+      expect(() => new Queue({ driver: 'postgres.js' })).not.toThrow();
     });
 
     it('a Queue without a connection needs tx', async () => {

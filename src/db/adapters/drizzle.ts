@@ -1,5 +1,6 @@
 import { sql, type SQL } from 'drizzle-orm';
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
+import { requireMethod } from './given.js';
 import { asText } from './parameters.js';
 import { endedTransaction } from './postgres-js.js';
 
@@ -32,6 +33,7 @@ function toSql(text: string, values: readonly unknown[]): SQL {
  *   });
  */
 export function drizzleAdapter(db: DrizzleLike): Queryable {
+  requireMethod(db, 'execute', 'drizzleAdapter', 'the tx of db.transaction() (Drizzle)');
   // Drizzle's transactions (PgTransaction) have rollback(); the database object has not.
   const global = typeof (db as { rollback?: unknown }).rollback !== 'function';
   return outsideTransaction(

@@ -1,5 +1,5 @@
-import { ConfigError } from '../../errors.js';
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
+import { requireMethod } from './given.js';
 import { toQuestionMarks } from './placeholders.js';
 import { withoutStatement } from './statement-prefix.js';
 
@@ -25,9 +25,7 @@ export interface KnexLike {
 export function knexAdapter(knex: KnexLike): Queryable {
   // The knex instance (not a trx: isTransaction unset) runs outside your transaction.
   // A query builder (knex('users')) has no raw(): found at the first statement, it was a DatabaseError.
-  if (typeof (knex as { raw?: unknown } | null)?.raw !== 'function') {
-    throw new ConfigError('knexAdapter needs the knex instance or a transaction (trx), not a query builder');
-  }
+  requireMethod(knex, 'raw', 'knexAdapter', 'the trx of knex.transaction(), not a query builder');
   const k = knex as KnexLike & { isTransaction?: unknown; transaction?: unknown; isCompleted?: () => boolean };
   const global = k.isTransaction !== true && typeof k.transaction === 'function';
   return outsideTransaction(

@@ -1,6 +1,7 @@
 import { CompiledQuery, type Kysely } from 'kysely';
 import { ConfigError } from '../../errors.js';
 import { outsideTransaction, type Queryable } from '../executor.js';
+import { requireMethod } from './given.js';
 
 /**
  * Enqueue inside a Kysely transaction (any Postgres dialect: pg, postgres.js).
@@ -12,6 +13,7 @@ import { outsideTransaction, type Queryable } from '../executor.js';
  *   });
  */
 export function kyselyAdapter(db: Pick<Kysely<any>, 'executeQuery'>): Queryable {
+  requireMethod(db, 'executeQuery', 'kyselyAdapter', 'the trx of db.transaction() (Kysely)');
   // The Kysely instance runs each statement on a free connection, outside your transaction.
   const global = (db as { isTransaction?: unknown }).isTransaction === false;
   return outsideTransaction(

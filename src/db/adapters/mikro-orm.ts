@@ -1,4 +1,5 @@
 import { outsideTransaction, type Queryable } from '../executor.js';
+import { requireMethod } from './given.js';
 import { asText } from './parameters.js';
 import { toQuestionMarks } from './placeholders.js';
 import { withoutStatement } from './statement-prefix.js';
@@ -20,6 +21,7 @@ export interface MikroOrmLike {
  *   });
  */
 export function mikroOrmAdapter(em: MikroOrmLike): Queryable {
+  requireMethod(em, 'execute', 'mikroOrmAdapter', 'the em of em.transactional() (MikroORM)');
   const m = em as { isInTransaction?: () => boolean };
   return outsideTransaction(
     {

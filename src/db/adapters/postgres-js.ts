@@ -1,5 +1,6 @@
 import { ConfigError } from '../../errors.js';
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
+import { requireMethod } from './given.js';
 import { asText } from './parameters.js';
 
 /** The part of postgres.js's `sql` (or a transaction's `tx`) Sluice uses. */
@@ -17,13 +18,7 @@ export interface PostgresJsLike {
  *   });
  */
 export function postgresJsAdapter(sql: PostgresJsLike): Queryable {
-  // Checked here: undefined was a TypeError about `savepoint`, and 42 was called a
-  // global sql at the enqueue (outside review 245).
-  if (typeof (sql as Partial<PostgresJsLike> | null | undefined)?.unsafe !== 'function') {
-    throw new ConfigError(
-      `postgresJsAdapter: give it the tx of sql.begin() (postgres.js), got ${sql === null ? 'null' : typeof sql}`,
-    );
-  }
+  requireMethod(sql, 'unsafe', 'postgresJsAdapter', 'the tx of sql.begin() (postgres.js)');
   // A transaction's tx has savepoint() and a reserved connection release(); the
   // global sql has neither (postgres.js 3 and 4).
   const s = sql as { savepoint?: unknown; release?: unknown };

@@ -1,5 +1,6 @@
 import { ConfigError } from '../../errors.js';
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
+import { requireMethod } from './given.js';
 
 /** A Prisma client or interactive-transaction client (`tx` in `$transaction(async (tx) => ...)`). */
 export interface PrismaLike {
@@ -16,6 +17,7 @@ export interface PrismaLike {
  *   });
  */
 export function prismaAdapter(prisma: PrismaLike): Queryable {
+  requireMethod(prisma, '$queryRawUnsafe', 'prismaAdapter', 'the tx of prisma.$transaction() (Prisma)');
   // The client has $disconnect; an interactive transaction's tx has not (Prisma denies it there).
   const global = typeof (prisma as { $disconnect?: unknown }).$disconnect === 'function';
   return outsideTransaction(

@@ -1,4 +1,5 @@
 import { outsideTransaction, type Queryable } from '../executor.js';
+import { requireMethod } from './given.js';
 
 /** A TypeORM EntityManager (e.g. the one `dataSource.transaction` passes) or QueryRunner. */
 export interface TypeOrmLike {
@@ -17,6 +18,7 @@ export interface TypeOrmLike {
  *   });
  */
 export function typeormAdapter(manager: TypeOrmLike): Queryable {
+  requireMethod(manager, 'query', 'typeormAdapter', 'the EntityManager of dataSource.transaction() or a QueryRunner (TypeORM)');
   // Asked at each write, not only now: a QueryRunner adapted inside its transaction
   // and used after rollbackTransaction() committed the job on its own (outside review 212).
   const why = () => {
