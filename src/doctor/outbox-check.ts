@@ -84,10 +84,12 @@ export function outboxResult(lags: OutboxLag[], writer?: OldestWriter): CheckRes
     found((j) => j.oldestSeconds >= warnAt && j.relaysHolding > 0) &&
       'Old messages with relays running: the broker is down, refusing (see the relay log and outbox_failures) or ' +
         'not taking them (a full RabbitMQ queue or JetStream stream: they wait, counting no try, so the relay log ' +
-        'alone says so, as its `failure` lines), ' +
-        'or a long write transaction anywhere on the server, in any database, holds the relay back, a prepared one ' +
-        `included (${named}; a role without pg_read_all_stats sees only its own sessions; the relay ` +
-        'publishes only what every older transaction has finished around).',
+        'alone says so, as its `failure` lines).',
+    // Wherever the summary names the oldest writer: a started relay waits for it too.
+    found((j) => j.oldestSeconds >= warnAt) &&
+      'A long write transaction anywhere on the server, in any database, a prepared one included, holds relays ' +
+        `back: a relay publishes only what every older transaction has finished around (${named}; a role without ` +
+        'pg_read_all_stats sees only its own sessions).',
     found((j) => j.failing > 0) &&
       'Messages the broker refused are retried until maxAttempts refusals, with the last error in outbox_failures.',
     found((j) => j.deadLetters > 0) && 'Dead letters are in outbox_dead_letters with the broker error.',

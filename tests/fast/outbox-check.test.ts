@@ -67,6 +67,12 @@ describe('outboxResult', () => {
     expect(unattended.advice).toBe(
       'A destination with messages waiting and no partition held has no relay running: start `sluice relay`.',
     );
+    // Behind with no relay: start one, and the named writer would hold it back too (CI on 1257f44).
+    const strandedLate = outboxResult([{ ...lag(120), relaysHolding: 0 }]).advice!;
+    expect(strandedLate).toMatch(
+      /^A destination with messages waiting .* A long write transaction anywhere on the server, in any database/,
+    );
+    expect(strandedLate).not.toMatch(/Old messages with relays running/);
     const failing = outboxResult([{ ...lag(5), failing: 2, deadLetters: 1 }]).advice!;
     expect(failing).toMatch(/^Messages the broker refused are retried .* Dead letters are in outbox_dead_letters/);
     // Each finding on its own destination: all three pieces, in order.
