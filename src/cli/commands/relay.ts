@@ -250,7 +250,7 @@ Examples:
         },
         // Serving (not a one-off action), it waits for a Postgres it cannot reach yet, as `sluice worker` does.
         {
-          waitForPostgres: !flags.status && !flags.deadLetters && !flags.redrive && !flags.dropDeadLetters,
+          waitForPostgres: actions.length === 0,
           ...(flags.json && { notice: loggedWaitNotice(log) }),
           // What the relay's role (sluice_outbox_relay) may read: not the jobs table.
           probe: (q) => q.outboxProbe,

@@ -111,11 +111,6 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
   // that, every message committed while a DELETE of published rows ran waited for
   // it (a few ms every second at 1,000 messages/s; hundreds of ms under load).
   // With no $7 this is pg_snapshot_xmin(): the lowest running txid, else xmax.
-  // Of a destination's partition rows `old` (locked by the statement): leases held
-  // now, and messages not yet published, each past its own partition's watermark.
-  const held = `(SELECT count(*)::int FROM old WHERE holder IS NOT NULL AND expires_at > now()) AS held`;
-  const waiting = `(SELECT count(*)::int FROM ${outbox} o JOIN old r ON r.partition = ${partitionOf('o', 'r.partitions')}
-          WHERE o.destination = $1 AND (o.txid, o.id) > (r.txid, r.id)) AS waiting`;
   const horizon = `(SELECT least(pg_snapshot_xmax(s),
       (SELECT min(x) FROM pg_snapshot_xip(s) x WHERE x IS DISTINCT FROM $7::xid8)) FROM pg_current_snapshot() s)`;
   return {
@@ -141,7 +136,9 @@ export const outboxStatements = perSchema((schema: string): OutboxStatements => 
         SELECT partition, partitions, txid, id, holder, expires_at, published, published_at
         FROM ${relays} WHERE destination = $1 FOR UPDATE
       )
-      SELECT ${held}, ${waiting},
+      SELECT (SELECT count(*)::int FROM old WHERE holder IS NOT NULL AND expires_at > now()) AS held,
+        (SELECT count(*)::int FROM ${outbox} o JOIN old r ON r.partition = ${partitionOf('o', 'r.partitions')}
+          WHERE o.destination = $1 AND (o.txid, o.id) > (r.txid, r.id)) AS waiting,
         (SELECT txid::text FROM old ORDER BY txid DESC, id DESC LIMIT 1) AS txid,
         (SELECT id FROM old ORDER BY txid DESC, id DESC LIMIT 1) AS id,
         (SELECT coalesce(sum(published), 0)::text FROM old) AS published,
