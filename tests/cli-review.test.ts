@@ -71,7 +71,7 @@ describe('archived jobs', () => {
     expect(rows[0].n).toBe(0);
     const pause = await sluice('queues', 'pause', 'only-archived');
     expect(pause.code, pause.stderr).toBe(0);
-    expect(pause.stdout).toBe('only-archived: paused, no limit\n');
+    expect(pause.stdout).toBe('only-archived: paused, no limit, not grouped, no group limit, rate -, group rate -\n');
   });
 
   it('retry, cancel, delete and run-now say archived and read-only (exit 1); show says archived; bulk delete says what it skips', async () => {

@@ -478,18 +478,27 @@ describe('pause and resume', () => {
       pollIntervalMs: 3_600_000,
       tasks: { t: async (_p, { job: j }) => void ran.push(j.queue) },
     });
-    expect(await cli('pause', 'cli-q', '--create')).toMatchObject({ code: 0, stdout: 'cli-q: paused, no limit\n' });
+    expect(await cli('pause', 'cli-q', '--create')).toMatchObject({
+      code: 0,
+      stdout: 'cli-q: paused, no limit, not grouped, no group limit, rate -, group rate -\n',
+    });
     const id = await suite.queue.enqueue('t', {}, { queue: 'cli-q' });
     await waitForStatus(await suite.queue.enqueue('t', {}, { queue: 'cli-other' }), 'completed');
     expect((await job(id)).status).toBe('pending');
-    expect((await cli('limit', 'cli-q', '1')).stdout).toBe('cli-q: paused, limit 1\n');
+    expect((await cli('limit', 'cli-q', '1')).stdout).toBe(
+      'cli-q: paused, limit 1, not grouped, no group limit, rate -, group rate -\n',
+    );
     const listed = await cli('list', '--json');
     expect(JSON.parse(listed.stdout)).toContainEqual(
       expect.objectContaining({ name: 'cli-q', paused: true, concurrencyLimit: 1 }),
     );
-    expect((await cli('resume', 'cli-q')).stdout).toBe('cli-q: running, limit 1\n');
+    expect((await cli('resume', 'cli-q')).stdout).toBe(
+      'cli-q: running, limit 1, not grouped, no group limit, rate -, group rate -\n',
+    );
     await waitForStatus(id, 'completed');
-    expect((await cli('limit', 'cli-q', 'none')).stdout).toBe('cli-q: running, no limit\n');
+    expect((await cli('limit', 'cli-q', 'none')).stdout).toBe(
+      'cli-q: running, no limit, not grouped, no group limit, rate -, group rate -\n',
+    );
     expect((await cli('limit', 'cli-q', 'lots')).code).toBe(2);
     expect((await cli('limit', 'cli-q', '0')).code).toBe(2);
   });

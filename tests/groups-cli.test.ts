@@ -28,9 +28,15 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     expect(typo.stderr).toContain('--create');
     expect((await listQueueLimits(db.pool, db.schema)).map((q) => q.name)).not.toContain('emials');
 
-    expect(await cli('pause', 'later', '--create')).toMatchObject({ code: 0, stdout: 'later: paused, no limit\n' });
+    expect(await cli('pause', 'later', '--create')).toMatchObject({
+      code: 0,
+      stdout: 'later: paused, no limit, not grouped, no group limit, rate -, group rate -\n',
+    });
     await queue.enqueue('t', {}, { queue: 'emails' });
-    expect(await cli('pause', 'emails')).toMatchObject({ code: 0, stdout: 'emails: paused, no limit\n' });
+    expect(await cli('pause', 'emails')).toMatchObject({
+      code: 0,
+      stdout: 'emails: paused, no limit, not grouped, no group limit, rate -, group rate -\n',
+    });
     // Known by its settings now, even without jobs.
     expect((await cli('resume', 'later')).code).toBe(0);
     // Recorded as the CLI's, like the rate and group commands (they were 'api').
@@ -47,11 +53,16 @@ describe('sluice queues: unknown queues, groups and rate limits', () => {
     expect(await cli('rate', 'api', '100', '--per', '1s', '--burst', '5')).toMatchObject({
       code: 0,
       // Grouped jobs, but no worker has claimed one yet (migration 0021): not flagged.
-      stdout: 'api: not grouped, no group limit, rate 100/1s burst 5, group rate -\n',
+      stdout: 'api: running, no limit, not grouped, no group limit, rate 100/1s burst 5, group rate -\n',
     });
     expect((await cli('groups', 'api', '--limit', '2', '--rate', '10', '--per', '1m')).stdout).toBe(
-      'api: grouped, group limit 2, rate 100/1s burst 5, group rate 10/1m burst 1\n',
+      'api: running, no limit, grouped, group limit 2, rate 100/1s burst 5, group rate 10/1m burst 1\n',
     );
+    // Each setting command prints all of them (outside review 246: `limit` and `pause` left the rates out).
+    expect((await cli('limit', 'api', '3')).stdout).toBe(
+      'api: running, limit 3, grouped, group limit 2, rate 100/1s burst 5, group rate 10/1m burst 1\n',
+    );
+    expect((await cli('limit', 'api', 'none')).code).toBe(0);
     // The queue's group rate (10 per minute) still holds a group without a rate of its own (outside review 86: "rate -").
     expect((await cli('group', 'api', 'a', '--weight', '3', '--limit', '5')).stdout).toBe(
       'api / a: weight 3, limit 5, rate queue default\n',

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { getGroupStats } from '../../admin/groups.js';
-import { setQueueConcurrencyLimit, setQueuePaused, type QueueSettings } from '../../control.js';
+import { setQueueConcurrencyLimit, setQueuePaused } from '../../control.js';
 import type { Queryable } from '../../db/executor.js';
 import { controlStatements } from '../../db/statements/control.js';
 import {
@@ -15,18 +15,12 @@ import {
 import { withDatabase } from '../database.js';
 import { requireKnownQueue } from '../known-queue.js';
 import { durationWithin, integer } from '../parse.js';
-import { printable, printJson, printTable, UsageError } from '../output.js';
+import { CommandFailed, printable, printJson, printTable, UsageError } from '../output.js';
 import { checks } from '../../validate.js';
 import { CLI_ACTOR } from '../actor.js';
 
 // A queue name typed on the command line: invalid ('' or too long) is a usage error, as for enqueue --queue.
 const { checkName } = checks(UsageError);
-
-function print(settings: QueueSettings, json: boolean | undefined): void {
-  if (json) return printJson(settings);
-  const limit = settings.concurrencyLimit === null ? 'no limit' : `limit ${settings.concurrencyLimit}`;
-  process.stdout.write(`${printable(settings.name)}: ${settings.paused ? 'paused' : 'running'}, ${limit}\n`);
-}
 
 function rateText(rate: Required<RateLimit> | null): string {
   return rate === null ? '-' : `${rate.limit}/${exactDuration(rate.intervalMs)} burst ${rate.burst}`;
@@ -45,13 +39,27 @@ function exactDuration(ms: number): string {
   return `${ms}ms`;
 }
 
+/**
+ * Every setting of the queue, whichever one was changed: after `rate` the operator
+ * is still told that the queue is paused (outside review 246: each command printed
+ * only its own half).
+ */
 function printLimits(limits: QueueLimits, json: boolean | undefined): void {
   if (json) return printJson(limits);
+  const limit = limits.concurrencyLimit === null ? 'no limit' : `limit ${limits.concurrencyLimit}`;
   const groups = limits.groupConcurrency === null ? 'no group limit' : `group limit ${limits.groupConcurrency}`;
   process.stdout.write(
-    `${printable(limits.name)}: ${limits.grouped ? 'grouped' : 'not grouped'}, ${groups}, rate ${rateText(limits.rateLimit)}, ` +
-      `group rate ${rateText(limits.groupRateLimit)}\n`,
+    `${printable(limits.name)}: ${limits.paused ? 'paused' : 'running'}, ${limit}, ${limits.grouped ? 'grouped' : 'not grouped'}, ` +
+      `${groups}, rate ${rateText(limits.rateLimit)}, group rate ${rateText(limits.groupRateLimit)}\n`,
   );
+}
+
+/** The settings of one queue, after a change that returned only its own (pause, limit). */
+async function limitsOf(db: Queryable, schema: string, name: string): Promise<QueueLimits> {
+  const limits = (await listQueueLimits(db, schema)).find((q) => q.name === name);
+  // The change just wrote the queue's row; only a concurrent delete of it could get here.
+  if (!limits) throw new CommandFailed(`queue ${printable(name)} has no settings any more`);
+  return limits;
 }
 
 function printGroup(group: GroupSettings, json: boolean | undefined): void {
@@ -178,10 +186,11 @@ export function registerQueues(program: Command): void {
       .option('--json', 'print the settings as JSON')
       .exitOverride()
       .action(async (name: string, flags: { json?: boolean; create?: boolean }, command: Command) => {
-        print(
-          await changeQueue(command, name, flags.create, (pool, schema) =>
-            setQueuePaused(pool, controlStatements(schema), name, paused, { actor: CLI_ACTOR }),
-          ),
+        printLimits(
+          await changeQueue(command, name, flags.create, async (pool, schema) => {
+            await setQueuePaused(pool, controlStatements(schema), name, paused, { actor: CLI_ACTOR });
+            return limitsOf(pool, schema, name);
+          }),
           flags.json,
         );
       });
@@ -195,10 +204,11 @@ export function registerQueues(program: Command): void {
     .exitOverride()
     .action(async (name: string, n: string, flags: { json?: boolean; create?: boolean }, command: Command) => {
       const limit = limitOrNone('the limit', n, MAX_CONCURRENCY);
-      print(
-        await changeQueue(command, name, flags.create, (pool, schema) =>
-          setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit, { actor: CLI_ACTOR }),
-        ),
+      printLimits(
+        await changeQueue(command, name, flags.create, async (pool, schema) => {
+          await setQueueConcurrencyLimit(pool, controlStatements(schema), name, limit, { actor: CLI_ACTOR });
+          return limitsOf(pool, schema, name);
+        }),
         flags.json,
       );
     });
