@@ -82,6 +82,10 @@ describe('dead letters', () => {
     await expect(listDeadLetters(fx.db.pool, fx.db.schema, { status: 'failed' } as never)).rejects.toBeInstanceOf(
       ValidationError,
     );
+    // In its own name, not listJobs' (outside review 248).
+    await expect(listDeadLetters(fx.db.pool, fx.db.schema, { queu: 'x' } as never)).rejects.toThrow(
+      /^listDeadLetters: unknown option "queu"/,
+    );
     // A db that is none is a ConfigError, not a DatabaseError that looks like an outage.
     for (const db of [undefined, null, {}, 5]) {
       await expect(listJobs(db as never, fx.db.schema)).rejects.toThrow(ConfigError);

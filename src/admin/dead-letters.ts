@@ -2,7 +2,15 @@ import type { Queryable } from '../db/executor.js';
 import { ValidationError } from '../errors.js';
 import { retryFailed } from './bulk.js';
 import { jobId, knownOptions, refuseUndefinedFilter } from './input.js';
-import { listJobs, retryJob, type ActionOptions, type JobActionResult, type JobPage, type ListJobsOptions } from './jobs.js';
+import {
+  LIST_KEYS,
+  listJobs,
+  retryJob,
+  type ActionOptions,
+  type JobActionResult,
+  type JobPage,
+  type ListJobsOptions,
+} from './jobs.js';
 
 /**
  * Dead letters: jobs that are 'failed' for good (attempts spent, or PermanentFailure),
@@ -11,7 +19,10 @@ import { listJobs, retryJob, type ActionOptions, type JobActionResult, type JobP
  * with getJob (it returns `errors`).
  */
 
-/** Failed jobs, newest first, keyset-paged like listJobs. */
+/** listJobs' options but status, which is 'failed' here. */
+const DEAD_LETTER_KEYS = new Set([...LIST_KEYS].filter((key) => key !== 'status'));
+
+/** Failed jobs, newest job first (by id, as listJobs pages them), keyset-paged like listJobs. */
 export async function listDeadLetters(
   db: Queryable,
   schema: string,
@@ -20,7 +31,8 @@ export async function listDeadLetters(
   // A rejection, as from every admin call (it threw at the call, and a TypeError for null; outside review 245).
   if (options === null || typeof options !== 'object') throw new ValidationError('listDeadLetters: options must be an object');
   if ('status' in options) throw new ValidationError('listDeadLetters: dead letters are the failed jobs; do not pass status');
-  return listJobs(db, schema, { ...options, status: 'failed' });
+  // Checked here too, so that a misspelt key is refused in this function's name (outside review 248: "listJobs: ...").
+  return listJobs(db, schema, { ...knownOptions(options, DEAD_LETTER_KEYS, 'listDeadLetters'), status: 'failed' });
 }
 
 export type RedriveTarget =

@@ -67,7 +67,7 @@ export type JobActionResult =
   | { ok: false; reason: 'wrong_status'; status: JobStatus; archived?: true };
 
 /** The option names each admin function takes (see knownOptions). */
-const LIST_KEYS = new Set([
+export const LIST_KEYS: ReadonlySet<string> = new Set([
   'status',
   'queue',
   'task',
