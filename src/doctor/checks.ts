@@ -321,7 +321,9 @@ export function checkStuck(rows: StuckRow[], t: DoctorThresholds): CheckResult {
   const details = rows.map((r) => ({ ...r, status: level(r.oldest_ms, t.stuckMs) }));
   const summary =
     rows.length === 0
-      ? 'no processing job without a heartbeat'
+      ? // Only jobs past the warning threshold are read: younger ones are a crash the rescuer has yet to see
+        // (outside review 248: "no processing job without a heartbeat" while one had none for 35 s).
+        `no processing job without a heartbeat for ${formatMs(t.stuckMs[0])} or more`
       : details
           .map(
             (d) =>

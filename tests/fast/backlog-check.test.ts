@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { checkBacklog, type BacklogRow } from '../../src/doctor/checks.js';
+import { checkBacklog, checkStuck, type BacklogRow } from '../../src/doctor/checks.js';
 import { DEFAULT_THRESHOLDS } from '../../src/doctor/findings.js';
 
 const queue = (name: string, oldestMs: number, paused = false): BacklogRow => ({
@@ -26,5 +26,13 @@ describe('checkBacklog', () => {
     const result = checkBacklog(rows, DEFAULT_THRESHOLDS);
     expect(result.summary).toMatch(/^q2999: 3 due, oldest waiting [^;]+; q2998: .*; q2995: [^;]+; and 2995 more queues$/);
     expect(result.details).toHaveLength(3_000);
+  });
+});
+
+describe('checkStuck', () => {
+  it('says what it looked for when it found none: jobs past the warning threshold (outside review 248)', () => {
+    const result = checkStuck([], { ...DEFAULT_THRESHOLDS, stuckMs: [300_000, 3_600_000] });
+    expect(result.status).toBe('ok');
+    expect(result.summary).toBe('no processing job without a heartbeat for 5 min or more');
   });
 });
