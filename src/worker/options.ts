@@ -88,7 +88,9 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * failover that blackholes): it is dropped, the statement fails with a
    * ConnectionError (an 'error' event) and is retried on a new connection.
    * Default 30 s. On a `pool` you pass it bounds the wait for a free client too
-   * (NotSentError), not the opening of connections, which is the pool's.
+   * (NotSentError), not the opening of connections, which is the pool's. Keep it
+   * at most visibilityTimeoutMs (a process warning, SLUICE_STATEMENT_TIMEOUT, says when
+   * it is above).
    */
   statementTimeoutMs?: number;
   /**
@@ -360,4 +362,27 @@ export function resolveStopOptions(options: { exiting?: boolean; failRunning?: E
   if (failRunning && !exiting)
     throw new ConfigError('stop: failRunning is for a process that exits right after: give exiting: true too');
   return { exiting, failRunning };
+}
+
+let warnedStatementTimeout = false;
+
+/**
+ * Says, once per process, when a statement may wait longer than a lock lasts: a
+ * network gone silent for a few seconds then holds the worker's claims and result
+ * writes past the visibility timeout, the rescuer takes their jobs, and finished
+ * results are dropped (outside review 247: visibilityTimeoutMs 6000 with the default
+ * 30 s limit, a 5 s drop idled the worker for 40 s and ran 10 finished jobs again).
+ * A warning, not an error: the README's advice, and earlier releases took it.
+ */
+export function warnIfStatementOutlastsLock(
+  config: Pick<ResolvedWorkerConfig, 'statementTimeoutMs' | 'visibilityTimeoutMs'>,
+): void {
+  if (warnedStatementTimeout || config.statementTimeoutMs <= config.visibilityTimeoutMs) return;
+  warnedStatementTimeout = true;
+  process.emitWarning(
+    `Worker: statementTimeoutMs (${config.statementTimeoutMs}) is above visibilityTimeoutMs ` +
+      `(${config.visibilityTimeoutMs}): a statement held by a silent network can outlast its jobs' locks, and the ` +
+      'rescuer take them while their results wait. Give statementTimeoutMs a value below visibilityTimeoutMs',
+    { code: 'SLUICE_STATEMENT_TIMEOUT' },
+  );
 }

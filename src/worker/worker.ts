@@ -1,5 +1,11 @@
 import { ListenerSafeEmitter } from '../lifecycle/listener-safe-emitter.js';
-import { resolveStopOptions, resolveWorkerConfig, type ResolvedWorkerConfig, type WorkerOptions } from './options.js';
+import {
+  resolveStopOptions,
+  resolveWorkerConfig,
+  warnIfStatementOutlastsLock,
+  type ResolvedWorkerConfig,
+  type WorkerOptions,
+} from './options.js';
 import type { Driver } from '../db/driver.js';
 import { openDriver } from '../db/drivers/open.js';
 import { connectionError, warnIfPoolShared } from '../db/connection.js';
@@ -92,6 +98,7 @@ export class Worker<T extends TaskMap = AnyTasks> extends ListenerSafeEmitter<Wo
     readOrFail(ConfigError, 'Worker', () => resolveSchemas(options.schemas, 'Worker'));
     checkConnectionUrls(options as WorkerOptions);
     warnIfPoolShared(options as WorkerOptions, this.config.concurrency);
+    warnIfStatementOutlastsLock(this.config);
     this.options = options as WorkerOptions;
     this.slots = new Slots({
       concurrency: this.config.concurrency,

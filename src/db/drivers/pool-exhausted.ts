@@ -24,7 +24,10 @@ export function poolExhausted(pool: PgPool, ms: number, whose: 'yours' | 'own' =
       : ` (max ${options?.max ?? '?'}, ${totalCount} open, ${idleCount} idle, ${waitingCount} waiting)`;
   if (whose === 'own') {
     return new NotSentError(
-      `no free connection of its own pool within ${ms} ms${state}: every one was busy with other calls ` + '(behind a lock, say)',
+      // A silent network holds every connection until its statement timeout, as a lock does (outside
+      // review 247: after a 5 s drop this named only the lock, and no lock existed).
+      `no free connection of its own pool within ${ms} ms${state}: every one was busy with other calls ` +
+        '(waiting behind a lock, or for an answer over a network gone silent)',
     );
   }
   // The LISTEN words stay out of the template: tests/hostile-input reads templates with SQL words as SQL.
