@@ -219,6 +219,33 @@ describe('recurring jobs', () => {
     expect(deleted).toMatchObject({ code: 0, stdout: 'deleted schedule again\n' });
   });
 
+  it('a last tick ahead of the database clock is shown, with the next run after it, and the doctor warns (outside review 248)', async () => {
+    const { workers } = await startReplicas(
+      1,
+      [{ name: 'ahead', cron: '*/10 * * * *', task: 'old', queue: 'cron-ahead' }],
+      'cron-ahead',
+    );
+    await workers[0]!.stop();
+    const find = async () => (await listSchedules(fx.db.pool, fx.db.schema)).find((s) => s.name === 'ahead')!;
+    expect((await find()).aheadOfClock).toBeNull();
+    // A clock stepped back two hours, or the row edited: the workers enqueue nothing until then.
+    const { rows } = await fx.db.pool.query(
+      `UPDATE ${fx.db.s}.cron_schedules SET last_tick = date_trunc('hour', now()) + interval '2 hours' WHERE name = 'ahead' RETURNING last_tick`,
+    );
+    const lastTick = rows[0].last_tick as Date;
+    const ahead = await find();
+    expect(ahead.aheadOfClock).toEqual(lastTick);
+    // Not the next tick after now, which never fires.
+    expect(ahead.nextRun).toEqual(new Date(lastTick.getTime() + 10 * 60_000));
+    const report = await runDoctor({ db: fx.db.pool, schema: fx.db.schema });
+    const check = report.checks.find((c) => c.id === 'cron')!;
+    // Other tests' schedules share the schema: this one's entry and sentence.
+    expect(check.details).toContainEqual(expect.objectContaining({ name: 'ahead', status: 'critical' }));
+    expect(check.summary).toMatch(/ahead \(\*\/10 \* \* \* \*\): last tick [\d.]+ (min|h) ahead of the database clock/);
+    expect(check.advice).toMatch(/A last tick ahead of the database clock .*sluice cron delete/);
+    expect(await deleteSchedule(fx.db.pool, fx.db.schema, 'ahead')).toBe(true);
+  });
+
   it("puts a schedule's jobs in its group, ticks and Run now alike (outside review 169)", async () => {
     const schedule: CronSchedule = {
       name: 'tenant-sync',

@@ -14,36 +14,55 @@ export async function checkCron(db: Queryable, schema: string, t: DoctorThreshol
   // On the database clock, as overdueSince is: on the doctor's own, a client clock off by
   // days made a schedule two minutes overdue 'critical', or an hour's one 'ok' (outside review 224).
   const { now, schedules } = await schedulesNow(db, schema);
-  const details = schedules
+  const overdue = schedules
     .filter((s) => s.overdueSince !== null)
     .map((s) => {
       const overdueMs = Math.max(0, now.getTime() - s.overdueSince!.getTime());
-      return {
-        name: s.name,
-        cron: s.cron,
-        timezone: s.timezone,
-        overdue_since: s.overdueSince,
-        overdue_ms: overdueMs,
-        status: level(overdueMs, t.cronOverdueMs),
-      };
-    })
-    .sort((a, b) => b.overdue_ms - a.overdue_ms);
+      return { name: s.name, cron: s.cron, timezone: s.timezone, overdue_since: s.overdueSince, overdue_ms: overdueMs };
+    });
+  // Held by a last tick ahead of the clock: as long a wait as an overdue one, and no worker can end it.
+  const ahead = schedules
+    .filter((s) => s.aheadOfClock !== null)
+    .map((s) => ({
+      name: s.name,
+      cron: s.cron,
+      timezone: s.timezone,
+      last_tick_ahead_ms: s.aheadOfClock!.getTime() - now.getTime(),
+    }))
+    .filter((d) => level(d.last_tick_ahead_ms, t.cronOverdueMs) !== 'ok');
+  const details = [
+    ...overdue.map((d) => ({ ...d, late_ms: d.overdue_ms, status: level(d.overdue_ms, t.cronOverdueMs) })),
+    ...ahead.map((d) => ({ ...d, late_ms: d.last_tick_ahead_ms, status: level(d.last_tick_ahead_ms, t.cronOverdueMs) })),
+  ].sort((a, b) => b.late_ms - a.late_ms);
   const summary =
     details.length === 0
       ? `${schedules.length} schedule(s), none overdue`
       : firstFew(
-          details.map((d) => `${d.name} (${d.cron}): overdue ${formatMs(d.overdue_ms)}`),
+          details.map((d) =>
+            'overdue_ms' in d
+              ? `${d.name} (${d.cron}): overdue ${formatMs(d.overdue_ms)}`
+              : `${d.name} (${d.cron}): last tick ${formatMs(d.last_tick_ahead_ms)} ahead of the database clock`,
+          ),
           'schedules',
           5,
           '; ',
         );
+  const advice = [
+    overdue.length > 0
+      ? 'No worker is enqueuing the overdue ticks: start a worker whose `schedules` include them (every worker with ' +
+        'schedules ticks them). A schedule taken out of the code stays until deleted: `sluice cron delete <name>`.'
+      : '',
+    ahead.length > 0
+      ? 'A last tick ahead of the database clock (the clock stepped back, or the row was edited) holds its schedule ' +
+        'until the clock passes it: `sluice cron delete <name>`, and a worker that defines it registers it again, from now.'
+      : '',
+  ];
   return result(
     'cron',
     'recurring schedules ticking',
     worst(details.map((d) => d.status)),
     summary,
-    'No worker is enqueuing these ticks: start a worker whose `schedules` include them (every worker with ' +
-      'schedules ticks them). A schedule taken out of the code stays until deleted: `sluice cron delete <name>`.',
+    advice.filter((a) => a !== '').join(' '),
     details,
   );
 }

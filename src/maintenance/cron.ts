@@ -142,6 +142,12 @@ export interface ScheduleInfo {
    * deleteSchedule removes a schedule for good.
    */
   overdueSince: Date | null;
+  /**
+   * The last tick enqueued when it is ahead of the database clock (the clock stepped
+   * back, or the row was edited): no tick is enqueued until the clock passes it, and
+   * `nextRun` is the tick after it. Null otherwise.
+   */
+  aheadOfClock: Date | null;
   /** When a worker last published this definition. */
   updatedAt: Date;
 }
@@ -191,9 +197,12 @@ export async function schedulesNow(db: Queryable, schema: string): Promise<{ now
   const schedules = list.map((r): ScheduleInfo => {
     let next: Date | null = null;
     let overdueSince: Date | null = null;
+    // Workers enqueue only ticks after last_tick: one ahead of the clock holds the schedule till
+    // then (outside review 248: a last_tick of 9999 stopped it, and NEXT RUN showed a time that never came).
+    const aheadOfClock = r.counted_from.getTime() > now.getTime() ? r.counted_from : null;
     try {
       const pattern = parseCron(r.name, r.cron, r.timezone);
-      next = nextTick(pattern, now);
+      next = nextTick(pattern, aheadOfClock ?? now);
       const due = nextTick(pattern, r.counted_from);
       if (due && now.getTime() - due.getTime() > OVERDUE_AFTER_MS) overdueSince = due;
     } catch {
@@ -213,6 +222,7 @@ export async function schedulesNow(db: Queryable, schema: string): Promise<{ now
       lastTick: r.last_tick,
       nextRun: next,
       overdueSince,
+      aheadOfClock,
       updatedAt: r.updated_at,
     };
   });
