@@ -246,6 +246,31 @@ describe('recurring jobs', () => {
     expect(await deleteSchedule(fx.db.pool, fx.db.schema, 'ahead')).toBe(true);
   });
 
+  it("a tick that fails is reported as that schedule's, and the schedule ticks once the cause is gone (outside review 248)", async () => {
+    // Postgres refuses the tick's job (a trigger of the test's own) until the trigger is dropped.
+    await fx.db.pool.query(`
+      CREATE FUNCTION ${fx.db.s}.refuse_ticks() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN RAISE EXCEPTION 'no ticks today'; END $$;
+      CREATE TRIGGER refuse_ticks BEFORE INSERT ON ${fx.db.s}.jobs FOR EACH ROW
+        WHEN (NEW.job_key LIKE 'cron:refused:%') EXECUTE FUNCTION ${fx.db.s}.refuse_ticks();`);
+    const errors: string[] = [];
+    await fx.start(
+      {
+        queues: ['cron-refused'],
+        schedules: [{ name: 'refused', cron: '* * * * * *', task: 'r', queue: 'cron-refused' }],
+        tasks: { r: async () => {} },
+      },
+      (w) => w.on('error', (err) => errors.push(err.message)),
+    );
+    try {
+      await waitFor(() => errors.length > 0, 'a refused tick');
+      expect(errors[0]).toMatch(/^worker cron: schedule "refused": .*no ticks today/);
+    } finally {
+      await fx.db.pool.query(`DROP TRIGGER refuse_ticks ON ${fx.db.s}.jobs; DROP FUNCTION ${fx.db.s}.refuse_ticks()`);
+    }
+    await waitFor(async () => (await tickJobs('refused')).length > 0, 'a tick once the trigger is gone');
+  });
+
   it("puts a schedule's jobs in its group, ticks and Run now alike (outside review 169)", async () => {
     const schedule: CronSchedule = {
       name: 'tenant-sync',

@@ -33,7 +33,7 @@ export function cronTask(
   queries: CronStatements,
   schedules: readonly ResolvedSchedule[],
   enqueued: (ticks: CronTick[]) => void,
-  error: (err: unknown) => void,
+  error: (err: unknown, schedule: string) => void,
 ): MaintenanceService<number> {
   /** Database clock minus local clock, learnt on every run. */
   let skewMs = 0;
@@ -110,7 +110,7 @@ export function cronTask(
         } catch (err) {
           // Try this schedule again soon; the others are unaffected.
           next = Math.min(next, dbNow() + RETRY_MS);
-          error(err);
+          error(err, schedule.name);
         }
       }
       return Math.min(MAX_SLEEP_MS, Math.max(MIN_SLEEP_MS, next - dbNow()));

@@ -62,9 +62,11 @@ export function createMaintenance(
   config: ResolvedWorkerConfig,
   rescuer: PeriodicTask,
   sink: MaintenanceSink,
-  error: (err: unknown) => void,
+  /** Reports an error of one part ('maintenance', or a schedule's ticks). */
+  errorIn: (part: string) => (err: unknown) => void,
 ): WorkerMaintenance | undefined {
   const maintenance = config.maintenance;
+  const error = errorIn('maintenance');
   let leader: MaintenanceRunner | undefined;
   let pruner: MaintenanceRunner | undefined;
   if (maintenance) {
@@ -100,8 +102,15 @@ export function createMaintenance(
       ? []
       : [
           new ServiceRunner(
-            cronTask(db, cronStatements(config.schema), config.schedules, (ticks) => sink.emit('cron:enqueued', ticks), error),
-            error,
+            cronTask(
+              db,
+              cronStatements(config.schema),
+              config.schedules,
+              (ticks) => sink.emit('cron:enqueued', ticks),
+              // Which schedule's tick failed (outside review 248: "worker maintenance: Client has encountered a connection error").
+              (err, schedule) => errorIn(`cron: schedule ${JSON.stringify(schedule)}`)(err),
+            ),
+            errorIn('cron'),
           ),
         ];
   return leader || everyWorker.length > 0 ? new WorkerMaintenance(leader, pruner, everyWorker) : undefined;

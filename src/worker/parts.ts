@@ -233,7 +233,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
     heartbeat,
     progress,
     dispatcher,
-    maintenance: createMaintenance(db, config, rescuer, owner.events, errorIn('maintenance')),
+    maintenance: createMaintenance(db, config, rescuer, owner.events, errorIn),
     notifier,
     instrumentation: await instrumentWorker(owner.events, config, db),
     registry,
