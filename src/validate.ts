@@ -65,6 +65,10 @@ export function checks(ErrorClass: ErrorClass): OptionChecks {
     if (Buffer.byteLength(schema) > MAX_SCHEMA_LENGTH) fail(`schema name is longer than ${MAX_SCHEMA_LENGTH} bytes: ${schema}`);
     if (schema.startsWith('pg_'))
       fail(`schema name ${JSON.stringify(schema)} starts with pg_, which Postgres reserves for system schemas`);
+    // The SQL standard's views, which every role reads: a superuser's migrate put Sluice's tables
+    // among them (outside review 248).
+    if (schema === 'information_schema')
+      fail('schema name "information_schema" is the SQL standard\'s system schema: choose another');
     const tag = DOLLAR_QUOTE_TAG.exec(schema);
     if (tag) {
       fail(

@@ -447,6 +447,18 @@ describe('recurring jobs', () => {
     }
   });
 
+  it('stores a time zone in its own spelling when only its case differs, an alias as given (outside review 248)', () => {
+    const zones = resolveSchedules(
+      ['europe/berlin', 'utc', 'AMERICA/NEW_YORK', 'US/Eastern', 'Europe/Berlin'].map((timezone, i) => ({
+        name: `z${i}`,
+        cron: '0 3 * * *',
+        timezone,
+        task: 't',
+      })),
+    ).map((s) => s.timezone);
+    expect(zones).toEqual(['Europe/Berlin', 'UTC', 'America/New_York', 'US/Eastern', 'Europe/Berlin']);
+  });
+
   it('dueTicks runs a tick of a repeated hour once (clocks going back)', () => {
     const early = parseCron('e', '30 1 * * *', 'America/New_York');
     // 1 November 2026: 01:30 local comes twice, at 05:30Z and 06:30Z.

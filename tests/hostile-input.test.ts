@@ -154,6 +154,8 @@ describe('hostile names and payloads', () => {
   it('schema names that cannot work are refused up front', () => {
     // Reserved by Postgres for system schemas.
     expect(() => new Queue({ schema: 'pg_sluice' })).toThrow(/Postgres reserves/);
+    // And the SQL standard's (outside review 248: migrate put the tables there).
+    expect(() => new Queue({ schema: 'information_schema' })).toThrow(/system schema/);
     // A lone surrogate has no UTF-8 form: two such names would share one schema.
     expect(() => new Queue({ schema: 'a\ud800b' })).toThrow(/surrogate/);
     expect(() => new Queue({ schema: 'x'.repeat(51) })).toThrow(ConfigError);

@@ -54,6 +54,18 @@ export interface ResolvedSchedule {
 
 const KEYS = new Set(['name', 'cron', 'timezone', 'task', 'payload', 'queue', 'priority', 'maxAttempts', 'backfill', 'group']);
 
+/**
+ * A valid zone in its own spelling: Intl takes 'europe/berlin' for Europe/Berlin, and a
+ * schedule stored so differed from the same schedule spelt right (outside review 248).
+ * Only the case changes: an alias (US/Eastern) stays the name it was given.
+ */
+function zoneSpelling(timezone: string): string {
+  const lower = timezone.toLowerCase();
+  const resolved = new Intl.DateTimeFormat('en-US', { timeZone: timezone }).resolvedOptions().timeZone;
+  if (resolved.toLowerCase() === lower) return resolved;
+  return Intl.supportedValuesOf('timeZone').find((zone) => zone.toLowerCase() === lower) ?? timezone;
+}
+
 /** Parses a cron expression in a time zone; ConfigError naming the schedule when it is not valid. */
 export function parseCron(name: string, cron: unknown, timezone: unknown): Cron {
   if (typeof cron !== 'string' || cron.trim() === '')
@@ -118,8 +130,8 @@ export function resolveSchedules(list: unknown): ResolvedSchedule[] {
     rejectUnknownKeys(entry, KEYS, `schedule "${name}"`);
     if (seen.has(name)) throw new ConfigError(`schedules: name "${name}" is used twice`);
     seen.add(name);
-    const timezone = entry.timezone ?? 'UTC';
-    const pattern = parseCron(name, entry.cron, timezone);
+    const pattern = parseCron(name, entry.cron, entry.timezone ?? 'UTC');
+    const timezone = zoneSpelling(entry.timezone ?? 'UTC');
     // Checked as enqueue checks them: a task enqueue takes, a schedule takes (outside
     // review 244: 65 emoji were 130 UTF-16 units here, and refused).
     const task = checkName(`schedule "${name}": task`, entry.task);
