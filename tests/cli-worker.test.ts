@@ -167,7 +167,8 @@ describe('sluice worker', () => {
     );
     running.push(worker);
     try {
-      await waitFor(async () => (await status(id)) === 'processing', 'the job to start');
+      // A CLI under tsx, through the gate: on a loaded machine (CI beside other suites) its start took over 20 s.
+      await waitFor(async () => (await status(id)) === 'processing', 'the job to start', 45_000);
       gate.down();
       worker.child.kill('SIGTERM');
       const result = await worker.exited;
