@@ -361,6 +361,18 @@ describe('attempts of a job that failed for good', () => {
 });
 
 describe('database down', () => {
+  it('a lock on the jobs table is not a database down: api/status stays ok (outside review 249)', async () => {
+    const holder = await fx.db.pool.connect();
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`LOCK TABLE ${fx.db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      expect((await api('api/status')).body).toMatchObject({ database: 'ok' });
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+    }
+  });
+
   it('on a silent network (no refusal, no reset) api/status says unreachable within its 5 s, not a minute later (outside review 84)', async () => {
     const proxy = await startTcpProxy(fx.db.url);
     const behind = await startDashboard({ connectionString: proxy.url, schema: fx.db.schema, token: TOKEN, port: 0 });

@@ -8,6 +8,8 @@ import { describeFailure, type DatabaseStatus, type LiveFeed } from './live.js';
 import { iso } from './time.js';
 import { actionInput } from './body.js';
 import { timeLimit } from '../lifecycle/time-limit.js';
+import { quoteSchema } from '../db/identifiers.js';
+import { DatabaseError } from '../errors.js';
 
 export interface WorkersApiContext {
   db: Queryable;
@@ -47,13 +49,20 @@ export function registerWorkersApi(app: FastifyInstance, ctx: WorkersApiContext)
 
   // Asked by the page when its own requests fail, and while it polls instead of
   // streaming: one cheap round trip says which of server and database is down.
-  const { probe } = migrateStatements(schema);
+  const { catalogProbe } = migrateStatements(schema);
+  const jobsTable = `${quoteSchema(schema)}.jobs`;
+  const probe = async (): Promise<void> => {
+    const { rows } = await db.query(catalogProbe, [jobsTable]);
+    if ((rows[0] as { migrated: boolean } | undefined)?.migrated !== true) {
+      throw new DatabaseError(`relation ${jobsTable} does not exist: run sluice migrate`, '42P01');
+    }
+  };
   app.get('/api/status', async (_req, reply) => {
     let found: Omit<DatabaseStatus, 'since'>;
     try {
       // Bounded: on a silent network (no refusal, no reset) the probe waited about a
       // minute, and the page said "live" meanwhile (outside review 84).
-      await timeLimit(db.query(probe), STATUS_PROBE_LIMIT_MS, () => {}, 'status probe');
+      await timeLimit(probe(), STATUS_PROBE_LIMIT_MS, () => {}, 'status probe');
       found = { database: 'ok' };
     } catch (err) {
       found = describeFailure(err);

@@ -24,6 +24,11 @@ export interface MigrateStatements {
   readonly recordVersion: string;
   /** Fails (42P01 or 3F000) unless the schema has been migrated; reads no rows. */
   readonly probe: string;
+  /**
+   * $1 the schema's quoted name with `.jobs`: whether the jobs table exists, from the
+   * catalog, taking no lock on it (see the dashboard's status).
+   */
+  readonly catalogProbe: string;
   /** `probe` on the outbox, which the relay's role may read (it may not read jobs). */
   readonly outboxProbe: string;
   /**
@@ -58,6 +63,9 @@ export const migrateStatements = perSchema((schema: string): MigrateStatements =
     newestApplied: `SELECT max(version) AS version FROM ${s}.migrations`,
     recordVersion: `INSERT INTO ${s}.migrations (version, name) VALUES ($1, $2)`,
     probe: `SELECT 1 FROM ${s}.jobs LIMIT 0`,
+    // A lock on the jobs table (ALTER, VACUUM FULL, LOCK TABLE) holds up a read of it, not this:
+    // the dashboard's status said "database unreachable" behind one (outside review 249).
+    catalogProbe: 'SELECT to_regclass($1) IS NOT NULL AS migrated',
     outboxProbe: `SELECT 1 FROM ${s}.outbox LIMIT 0`,
     workerPrivileges: `SELECT current_user AS role, coalesce((
         SELECT string_agg(priv || coalesce(' (' || cols || ')', '') || ' on ' || object, ', ' ORDER BY n)
