@@ -206,7 +206,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
   private async insertBatch(values: readonly JobValues[], db: Queryable, committed: 'caller' | 'own'): Promise<string[]> {
     const batch = enqueueBatch(values);
     const first = values[0]!;
-    const task = values.every((v) => v.task === first.task) ? first.task : 'batch';
+    const task = values.every((v) => v.task === first.task) ? first.task : undefined;
     try {
       const result = await traceEnqueue(first.queue, task, values.length, (traceContext) =>
         batch.statement === 'enqueueManyKeyed'

@@ -344,6 +344,16 @@ describe('tracing', () => {
           expect(consumer.parentSpanContext?.spanId).toBe(producer.spanContext().spanId);
           expect(consumer.attributes).toMatchObject({ 'messaging.destination.name': 'traced', 'sluice.attempt': 1 });
         }
+        // A batch of several tasks names none (outside review 249: "sluice enqueue batch", as if a task were so named).
+        exporter.reset();
+        await queue.enqueueMany([
+          { task: 'fine', queue: 'traced' },
+          { task: 'broken', queue: 'traced' },
+        ]);
+        const mixed = exporter.getFinishedSpans().find((s) => s.kind === SpanKind.PRODUCER)!;
+        expect(mixed.name).toBe('sluice enqueue');
+        expect(mixed.attributes['sluice.task']).toBeUndefined();
+        expect(mixed.attributes['messaging.batch.message_count']).toBe(2);
         const failed = spans.find((s) => s.name === 'sluice process broken')!;
         expect(failed.status).toMatchObject({ code: SpanStatusCode.ERROR, message: 'broken on purpose' });
         expect(spans.find((s) => s.name === 'sluice process fine')!.status.code).not.toBe(SpanStatusCode.ERROR);
