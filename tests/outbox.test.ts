@@ -298,6 +298,13 @@ describe('publish', () => {
     }
   });
 
+  it('publish refuses a header named __proto__, which JavaScript consumers lose (outside review 250)', async () => {
+    const headers = JSON.parse('{"__proto__":"x","y":"1"}') as Record<string, string>;
+    await expect(outbox.publish(freshDestination(), 'x', { headers })).rejects.toThrow(
+      /^publish: header __proto__ is reserved \(.*__proto__ is lost by JavaScript consumers\)/,
+    );
+  });
+
   it('the SQL publish() refuses the headers Outbox.publish refuses, naming the fault (22023), and writes nothing', async () => {
     const d = freshDestination();
     // Review 62: stored, and then the NATS relay failed on them at every try.

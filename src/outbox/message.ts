@@ -81,15 +81,21 @@ export function reservedHeader(name: string): boolean {
   return natsReservedHeader(name) || lower === 'cc' || lower === 'bcc';
 }
 
-/** The reserved names a row relayed to NATS must not carry: the key header and JetStream's controls. */
+/**
+ * The reserved names a row relayed to NATS must not carry: the key header, JetStream's
+ * controls, and __proto__, which JavaScript consumers read into an object as its
+ * prototype, not as a header: the message arrived without it, and nothing said so
+ * (outside review 250). From SQL it becomes a dead letter at either relay.
+ */
 export function natsReservedHeader(name: string): boolean {
   const lower = name.toLowerCase();
-  return lower === 'sluice-key' || lower.startsWith('nats-');
+  return lower === 'sluice-key' || lower.startsWith('nats-') || lower === '__proto__';
 }
 
 /** Why a reserved header name is, for the messages that refuse it. */
 export const RESERVED_HEADERS =
-  "Nats-* headers are JetStream's controls, CC and BCC route RabbitMQ messages, Sluice-Key carries the key";
+  "Nats-* headers are JetStream's controls, CC and BCC route RabbitMQ messages, Sluice-Key carries the key, " +
+  '__proto__ is lost by JavaScript consumers';
 
 /**
  * Checks a message and turns it into the row the outbox stores. Bad input throws
