@@ -30,10 +30,11 @@ export async function checkCron(db: Queryable, schema: string, t: DoctorThreshol
       last_tick_ahead_ms: s.aheadOfClock!.getTime() - now.getTime(),
     }))
     .filter((d) => level(d.last_tick_ahead_ms, t.cronOverdueMs) !== 'ok');
-  const details = [
-    ...overdue.map((d) => ({ ...d, late_ms: d.overdue_ms, status: level(d.overdue_ms, t.cronOverdueMs) })),
-    ...ahead.map((d) => ({ ...d, late_ms: d.last_tick_ahead_ms, status: level(d.last_tick_ahead_ms, t.cronOverdueMs) })),
-  ].sort((a, b) => b.late_ms - a.late_ms);
+  const lateMs = (d: (typeof overdue)[number] | (typeof ahead)[number]) =>
+    'overdue_ms' in d ? d.overdue_ms : d.last_tick_ahead_ms;
+  const details = [...overdue, ...ahead]
+    .map((d) => ({ ...d, status: level(lateMs(d), t.cronOverdueMs) }))
+    .sort((a, b) => lateMs(b) - lateMs(a));
   const summary =
     details.length === 0
       ? `${schedules.length} schedule(s), none overdue`
