@@ -46,7 +46,8 @@ async function transaction<T>(work: (tx: pg.PoolClient) => Promise<T>): Promise<
   }
 }
 
-const app = Fastify();
+// Without coerceTypes: false, Fastify's Ajv stored the number 12345 as the email "12345" (outside review 251).
+const app = Fastify({ ajv: { customOptions: { coerceTypes: false } } });
 // Fastify checks the body first: a missing or non-string email is a 400, not a 500 or a stored '{"a":1}'.
 const body = { type: 'object', required: ['email'], properties: { email: { type: 'string', minLength: 3 } } };
 app.post<{ Body: { email: string } }>('/signup', { schema: { body } }, async (request, reply) => {
@@ -78,6 +79,11 @@ const signUp = (email: string) =>
 const first = await signUp('grace@example.com');
 const user = (await first.json()) as { id: number };
 const second = await signUp('grace@example.com');
+const numeric = await fetch(`${url}/signup`, {
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ email: 12345 }),
+});
 const [job] = (await pool.query<{ id: string }>(`SELECT id FROM ${pg.escapeIdentifier(schema)}.jobs`)).rows;
 const outcome = job ? await queue.waitFor(job.id, { timeoutMs: 10_000 }) : undefined;
 const jobs = (await pool.query(`SELECT 1 FROM ${pg.escapeIdentifier(schema)}.jobs`)).rowCount;
@@ -88,10 +94,12 @@ await queue.close();
 await pool.end();
 
 console.log(`POST /signup → ${first.status} ${JSON.stringify(user)}; again → ${second.status} ${await second.text()}`);
+console.log(`POST /signup with a number for the email → ${numeric.status}`);
 console.log(`jobs: ${jobs}, ${outcome?.status ?? 'none'}; welcomed user ids: ${welcomed.join(', ')}`);
 const ok =
   first.status === 201 &&
   second.status === 409 &&
+  numeric.status === 400 &&
   jobs === 1 &&
   outcome?.status === 'completed' &&
   welcomed.join() === String(user.id);

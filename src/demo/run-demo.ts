@@ -41,6 +41,9 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   // Held until the end, on a connection of its own: a second demo dropped the first's
   // schema and tables, which then failed with a stack trace (outside review 241).
   const lock = await pool.connect();
+  // A checked-out client has no pool listener: its connection cut (Ctrl-C stops the embedded
+  // Postgres under it) was an unhandled 'error' and a stack trace (outside review 251).
+  lock.on('error', () => {});
   try {
     if (!(await lock.query<{ ok: boolean }>(sql.lockDemo)).rows[0]!.ok) {
       throw new DemoRunningError(
@@ -56,6 +59,7 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
     // 1. Users and their welcome jobs commit together.
     let ghostId: number;
     const client = await pool.connect();
+    client.on('error', () => {}); // as the lock's: its queries fail, and say why
     try {
       await client.query('BEGIN');
       const { rows: users } = await client.query<{ id: number }>(sql.insertUsers, [options.jobs]);

@@ -1,5 +1,6 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { createServer } from 'node:net';
 import { ConfigError } from '../errors.js';
 import { isPackageMissing } from '../optional-peer.js';
@@ -17,7 +18,8 @@ import { isPackageMissing } from '../optional-peer.js';
  *   process that wants to shut down gracefully, so they are removed again here
  *   and the caller stops the server itself;
  * - a parent killed with SIGKILL leaves the server running and holding the data
- *   directory, so a kept directory with a live postmaster is shut down first.
+ *   directory, so a kept directory with a live postmaster is shut down first,
+ *   unless the process that started it is still running (see claimDataDir).
  */
 export interface EmbeddedPostgres {
   url: string;
@@ -88,6 +90,44 @@ export function freePort(): Promise<number> {
   });
 }
 
+/** The data directory is another live process's (a second `sluice demo` beside the first). */
+export class DataDirInUseError extends Error {}
+
+/**
+ * Makes `dataDir` this process's, in a file beside it (initdb wants the directory
+ * empty), or throws DataDirInUseError naming the live process that has it. A second
+ * demo took the first's running Postgres for one a killed run left behind and shut it
+ * down, and the first died of the cut connections (outside review 251). An owner
+ * that is gone (killed) leaves its claim to whoever comes next. Returns the release.
+ */
+function claimDataDir(dataDir: string): () => void {
+  const ownerFile = `${dataDir}.owner`;
+  mkdirSync(dirname(ownerFile), { recursive: true });
+  for (;;) {
+    try {
+      writeFileSync(ownerFile, String(process.pid), { flag: 'wx' });
+      return () => rmSync(ownerFile, { force: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+    }
+    const owner = Number(readFileSync(ownerFile, 'utf8'));
+    if (Number.isInteger(owner) && owner > 0 && owner !== process.pid && isAlive(owner)) {
+      throw new DataDirInUseError(`the embedded Postgres in ${dataDir} is in use by process ${owner}: wait for it to finish`);
+    }
+    rmSync(ownerFile, { force: true }); // its owner is gone: take it over
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // EPERM: it exists, under another user.
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
 /** Stops a postmaster left running in `dataDir` by a process that was killed. */
 async function stopLeftover(dataDir: string): Promise<void> {
   const pidFile = `${dataDir}/postmaster.pid`;
@@ -131,18 +171,28 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     onLog: log,
     onError: (e: unknown) => log(String(e)),
   });
-  await stopLeftover(options.dataDir);
-  if (!existsSync(`${options.dataDir}/PG_VERSION`)) {
-    await rm(options.dataDir, { recursive: true, force: true });
-    await pg.initialise();
+  const release = claimDataDir(options.dataDir);
+  try {
+    await stopLeftover(options.dataDir);
+    if (!existsSync(`${options.dataDir}/PG_VERSION`)) {
+      await rm(options.dataDir, { recursive: true, force: true });
+      await pg.initialise();
+    }
+    await pg.start();
+  } catch (err) {
+    release();
+    throw err;
   }
-  await pg.start();
   return {
     url: `postgres://postgres:${password}@127.0.0.1:${port}/postgres`,
     port,
     stop: async () => {
-      await pg.stop();
-      if (!options.persistent) await rm(options.dataDir, { recursive: true, force: true });
+      try {
+        await pg.stop();
+        if (!options.persistent) await rm(options.dataDir, { recursive: true, force: true });
+      } finally {
+        release();
+      }
     },
     restart: async (whileDown) => {
       await pg.stop();

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { DEMO_SCHEMA, DemoRunningError, runDemo } from '../../demo/run-demo.js';
-import { startEmbeddedPostgres } from '../../dev/embedded-postgres.js';
+import { DataDirInUseError, startEmbeddedPostgres } from '../../dev/embedded-postgres.js';
 import { globalOptions, DEMO_DATA_DIR } from '../database.js';
 import { CommandFailed, printJson, UsageError } from '../output.js';
 import { integer } from '../parse.js';
@@ -37,6 +37,9 @@ export function registerDemo(program: Command): void {
           dataDir: DEMO_DATA_DIR,
           persistent: true,
           onStarting: () => out.write(`no DATABASE_URL: starting an embedded Postgres in ${DEMO_DATA_DIR}\n`),
+        }).catch((err: unknown) => {
+          // Another demo's, as with a DATABASE_URL: exit 1 (review 251: the second shut the first's down).
+          throw err instanceof DataDirInUseError ? new CommandFailed(`another sluice demo is running: ${err.message}`) : err;
         });
         databaseUrl = embedded.url;
         stop = embedded.stop;
