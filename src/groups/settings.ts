@@ -291,13 +291,18 @@ function toGroup(row: GroupRow): GroupSettings {
   };
 }
 
+/** One queue's settings; undefined when it has none (it runs unlimited). */
+export async function queueLimitsOf(db: Queryable, schema: string, name: string): Promise<QueueLimits | undefined> {
+  return (await listQueueLimits(db, schema)).find((q) => q.name === name);
+}
+
 /**
  * Whether a queue is known: it has settings or jobs. The CLI's queue commands and
  * the dashboard refuse to change an unknown one (unless told to create it), so a
  * typo in a name creates no settings row.
  */
 export async function isKnownQueue(db: Queryable, schema: string, name: string): Promise<boolean> {
-  if ((await listQueueLimits(db, schema)).some((q) => q.name === name)) return true;
+  if (await queueLimitsOf(db, schema, name)) return true;
   const { rows } = await db.query(groupStatements(schema).queueHasJobs, [name]);
   return (rows[0] as { found: boolean }).found;
 }

@@ -5,6 +5,7 @@ import type { Queryable } from '../../db/executor.js';
 import { controlStatements } from '../../db/statements/control.js';
 import {
   listQueueLimits,
+  queueLimitsOf,
   setGroupSettings,
   setQueueGroups,
   setQueueRateLimit,
@@ -56,7 +57,7 @@ function printLimits(limits: QueueLimits, json: boolean | undefined): void {
 
 /** The settings of one queue, after a change that returned only its own (pause, limit). */
 async function limitsOf(db: Queryable, schema: string, name: string): Promise<QueueLimits> {
-  const limits = (await listQueueLimits(db, schema)).find((q) => q.name === name);
+  const limits = await queueLimitsOf(db, schema, name);
   // The change just wrote the queue's row; only a concurrent delete of it could get here.
   if (!limits) throw new CommandFailed(`queue ${printable(name)} has no settings any more`);
   return limits;
