@@ -388,10 +388,11 @@ describe('doctor', () => {
 
   it("counts other roles' connections without pg_read_all_stats (outside review 185: 5 of 291 seen)", async () => {
     const role = `t_doc_conn_${process.pid}`;
-    await db.pool.query(`CREATE ROLE ${role} LOGIN`);
+    // With a password: the embedded Postgres of a machine without DATABASE_URL asks for one (trust does not).
+    await db.pool.query(`CREATE ROLE ${role} LOGIN PASSWORD 'doc-conn-pw'`);
     const url = new URL(db.url);
     url.username = role;
-    url.password = '';
+    url.password = 'doc-conn-pw';
     const held = await Promise.all([1, 2, 3].map(() => db.pool.connect()));
     const asRole = new pg.Client({ connectionString: url.toString() });
     const listener = new pg.Client({ connectionString: db.url, application_name: 'sluice-listen' });
