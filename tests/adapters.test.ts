@@ -523,6 +523,7 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
     const kysely = new Kysely<any>({ dialect: new PostgresDialect({ pool: db.pool }) });
     const k = knex({ client: 'pg', connection: db.url, pool: { min: 0, max: 1 } });
     const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: db.url, max: 1 }, { schema: db.schema }) });
+    const outbox = new Outbox({ pool: db.pool, schema: db.schema });
     try {
       let committed: Parameters<typeof kyselyAdapter>[0] | undefined;
       await kysely.transaction().execute(async (trx) => {
@@ -561,6 +562,9 @@ describe('an adapter whose transaction ended, or that never had one (outside rev
         expect(refused).toBeInstanceOf(ConfigError);
         expect((refused as Error).message).toMatch(message);
         await expect(queue.cancel(id, { tx })).rejects.toThrow(message);
+        // A read and lockKeys alike (outside review 256: Knex's were DatabaseErrors, sent to the ended trx).
+        await expect(queue.getJob(id, { tx })).rejects.toThrow(message);
+        await expect(outbox.lockKeys('k', { tx })).rejects.toThrow(message);
       }
       expect((await queue.getJob(id))?.status).toBe('pending');
     } finally {
@@ -580,6 +584,7 @@ describe("a library's global object as tx (outside review 187)", () => {
     const kdb = new Kysely<any>({ dialect: new PostgresDialect({ pool: pgPool }) });
     const ds = await typeormDataSource();
     const prisma = new PrismaClient({ adapter: new PrismaPg({ connectionString: db.url, max: 1 }, { schema: db.schema }) });
+    const outbox = new Outbox({ pool: db.pool, schema: db.schema });
     try {
       const globals: [string, Queryable][] = [
         ['postgresJsAdapter', postgresJsAdapter(sql)],
@@ -597,6 +602,8 @@ describe("a library's global object as tx (outside review 187)", () => {
         await expect(queue.enqueue('t', {}, { queue: 'globals', tx }), name).rejects.toThrow(
           new RegExp(`^tx: ${name}(:| was given)`),
         );
+        // Its locks would end with the statement: refused as every write is (outside review 256).
+        await expect(outbox.lockKeys('k', { tx }), name).rejects.toThrow(new RegExp(`^tx: ${name}(:| was given)`));
         // Reads (the admin API, a SELECT) through them are fine.
         expect((await tx.query('SELECT 1 AS one')).rows, name).toEqual([{ one: 1 }]);
       }

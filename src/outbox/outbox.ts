@@ -128,12 +128,14 @@ export class Outbox {
     if (!options?.tx) throw new ConfigError('lockKeys: pass { tx }, your open transaction (the locks last until it ends)');
     config.rejectUnknownKeys(options, TX_KEYS, 'lockKeys');
     // A tx that is no client (true, a number) is refused as enqueue refuses it: isPgPool threw a TypeError (outside review 214).
-    const tx = this.executor(options.tx);
-    if (isPgPool(tx)) {
+    if (isPgPool(this.executor(options.tx))) {
       throw new ConfigError(
         'lockKeys: tx is a pool; pass the client of your open transaction (on a pool the locks end with the statement)',
       );
     }
+    // Refused as every write refuses it: an adapter over a library's global object
+    // or over a transaction that has ended took no lock that lasted (outside review 256).
+    const tx = this.executor(options.tx, true);
     const list = typeof keys === 'string' ? [keys] : keys;
     if (!Array.isArray(list)) throw new ValidationError('lockKeys: keys must be a string or an array of strings');
     if (list.length > MAX_LOCKED_KEYS)

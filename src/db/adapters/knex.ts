@@ -1,3 +1,4 @@
+import { ConfigError } from '../../errors.js';
 import { globalObjectReason, outsideTransaction, type Queryable } from '../executor.js';
 import { requireMethod } from './given.js';
 import { toQuestionMarks } from './placeholders.js';
@@ -25,12 +26,26 @@ export interface KnexLike {
 export function knexAdapter(knex: KnexLike): Queryable {
   // The knex instance (not a trx: isTransaction unset) runs outside your transaction.
   // A query builder (knex('users')) has no raw(): found at the first statement, it was a DatabaseError.
-  requireMethod(knex, 'raw', 'knexAdapter', 'the trx of knex.transaction(), not a query builder');
+  requireMethod(
+    knex,
+    'raw',
+    'knexAdapter',
+    "the trx of knex.transaction(), not a query builder nor another library's transaction",
+  );
   const k = knex as KnexLike & { isTransaction?: unknown; transaction?: unknown; isCompleted?: () => boolean };
   const global = k.isTransaction !== true && typeof k.transaction === 'function';
+  // A trx kept past its commit or rollback failed as a DatabaseError, though nothing
+  // was sent (outside review 212); asked at each write, and at each statement, so
+  // that reads (getJob, lockKeys before outside review 256) are refused alike.
+  const ended = () =>
+    !global && typeof k.isCompleted === 'function' && k.isCompleted()
+      ? 'knexAdapter: the transaction (trx) has ended (committed or rolled back): call Sluice inside knex.transaction()'
+      : undefined;
   return outsideTransaction(
     {
       async query(text, values) {
+        const why = ended();
+        if (why !== undefined) throw new ConfigError(`tx: ${why}`);
         const q = toQuestionMarks(text, values);
         try {
           const result = (await knex.raw(q.text, q.values)) as { rows: any[] };
@@ -41,13 +56,6 @@ export function knexAdapter(knex: KnexLike): Queryable {
         }
       },
     },
-    global
-      ? globalObjectReason('knexAdapter', 'the knex instance', 'trx')
-      : // Asked at each write: a trx kept past its commit or rollback failed as a
-        // DatabaseError, though nothing was sent (outside review 212).
-        () =>
-          typeof k.isCompleted === 'function' && k.isCompleted()
-            ? 'knexAdapter: the transaction (trx) has ended (committed or rolled back): call Sluice inside knex.transaction()'
-            : undefined,
+    global ? globalObjectReason('knexAdapter', 'the knex instance', 'trx') : ended,
   );
 }
