@@ -28,8 +28,8 @@ export function kyselyAdapter(db: Pick<Kysely<any>, 'executeQuery'>): Queryable 
       },
     },
     global
-      ? 'kyselyAdapter was given a Kysely instance, not a transaction (trx): the instance runs outside your ' +
-          'transaction, and a db.connection() that ran BEGIN cannot be told from it; use db.transaction()'
+      ? 'kyselyAdapter was given a Kysely instance or db.connection(), not a transaction (trx): the instance runs ' +
+          'outside your transaction, and a connection that ran BEGIN cannot be told from it; use db.transaction()'
       : undefined,
   );
 }
