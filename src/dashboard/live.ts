@@ -10,6 +10,14 @@ const COALESCE_MS = 150;
  * (a NOTIFY each) it is re-read at most this often.
  */
 const MIN_REFRESH_GAP_MS = 1000;
+/**
+ * ... and, after a read that took t, not before GAP_PER_READ_MS x t has passed
+ * since it ended: on a large, busy table a read took 1.4-3.9 s, and re-reads
+ * 1 s after each one began kept one running all the time, whatever refreshMs
+ * was (outside review 255). So a notification keeps the overview's share of a
+ * backend's time under a fifth.
+ */
+const GAP_PER_READ_MS = 4;
 /** A comment line now and then keeps proxies from closing an idle stream. */
 const KEEPALIVE_MS = 20_000;
 /**
@@ -63,6 +71,11 @@ export class LiveFeed {
   private coalesceTimer: NodeJS.Timeout | undefined;
   private gapTimer: NodeJS.Timeout | undefined;
   private lastRefreshAt = 0;
+  /** When the last read ended, and how long it took (ms). */
+  private lastReadEndAt = 0;
+  private lastReadMs = 0;
+  /** A re-read waits for the read in flight to end (see refreshSoon). */
+  private afterRead = false;
   private pendingQueues = new Set<string>();
   private last = '';
   private listening = false;
@@ -145,8 +158,18 @@ export class LiveFeed {
   }
 
   private refreshSoon(): void {
-    if (this.gapTimer) return;
-    const wait = this.lastRefreshAt + MIN_REFRESH_GAP_MS - Date.now();
+    if (this.gapTimer || this.afterRead || this.clients.size === 0 || this.closed) return;
+    if (this.refreshing) {
+      // A read that began before this change may not show it: the next one follows it.
+      this.afterRead = true;
+      void this.refreshing.then(() => {
+        this.afterRead = false;
+        this.refreshSoon();
+      });
+      return;
+    }
+    const notBefore = Math.max(this.lastRefreshAt + MIN_REFRESH_GAP_MS, this.lastReadEndAt + GAP_PER_READ_MS * this.lastReadMs);
+    const wait = notBefore - Date.now();
     if (wait <= 0) {
       void this.refresh();
       return;
@@ -208,6 +231,8 @@ export class LiveFeed {
         this.options.onError(err);
       } finally {
         this.refreshing = undefined;
+        this.lastReadEndAt = Date.now();
+        this.lastReadMs = this.lastReadEndAt - this.lastRefreshAt;
       }
     })();
     return this.refreshing;

@@ -33,13 +33,13 @@ class FakeResponse extends EventEmitter {
   }
 }
 
-function feed(): { live: LiveFeed; loads: () => number; notifier: EventEmitter } {
+function feed(loadMs = 20): { live: LiveFeed; loads: () => number; notifier: EventEmitter } {
   let loads = 0;
   const notifier = Object.assign(new EventEmitter(), { start: () => {}, stop: async () => {} });
   const live = new LiveFeed({
     load: async () => {
       loads++;
-      await new Promise((resolve) => setTimeout(resolve, 20));
+      await new Promise((resolve) => setTimeout(resolve, loadMs));
       return { queues: [], n: loads };
     },
     notifier: notifier as unknown as Notifier,
@@ -70,6 +70,29 @@ describe('LiveFeed', () => {
     const late = attach(live);
     expect(late.overviews()).toBe(1);
     expect(loads()).toBe(1);
+    await live.close();
+  });
+
+  it('spaces the re-reads that notifications ask for by how long a read takes (outside review 255)', async () => {
+    // A read of 2 s under a notification every 100 ms: re-read 1 s after each read
+    // began, one ran all the time (15 in 30 s). Now each waits 4 reads' time after the last.
+    const { live, loads, notifier } = feed(2_000);
+    const browser = attach(live);
+    await vi.advanceTimersByTimeAsync(2_100);
+    expect(loads()).toBe(1);
+    for (let t = 0; t < 30_000; t += 100) {
+      notifier.emit('wake', { queue: 'q' });
+      await vi.advanceTimersByTimeAsync(100);
+    }
+    expect(loads()).toBeGreaterThanOrEqual(3);
+    expect(loads()).toBeLessThanOrEqual(4);
+    // A change during a read is read once that read is done, not left to refreshMs.
+    const before = loads();
+    await vi.advanceTimersByTimeAsync(10_500);
+    expect(loads()).toBe(before + 1);
+    await vi.advanceTimersByTimeAsync(15_000); // before refreshMs (60 s) comes round
+    expect(loads()).toBe(before + 1);
+    expect(browser.overviews()).toBe(loads());
     await live.close();
   });
 
