@@ -221,6 +221,32 @@ describe('claiming', () => {
     expect(compared).toBeGreaterThan(3_000);
   });
 
+  it('claims of many queues offer the first candidates of all, and go on past them when others locked those (outside review 255)', async () => {
+    // 10 queues x 20 jobs, claims of 4: each queue offers all its 20 as candidates
+    // (up to 24), 200 in all, of which the first 24 in claim order are offered; six
+    // claims lock those, and the seventh must take the next ones from the queues' own scans.
+    const names = Array.from({ length: 10 }, (_, i) => `wide-${i}`);
+    const ids = await queue.enqueueMany(
+      Array.from({ length: 200 }, (_, i) => ({ task: 'demo', queue: names[i % 10]!, runAt: new Date(Date.now() - 300_000 + i) })),
+    );
+    const clients = await Promise.all(Array.from({ length: 7 }, () => db.pool.connect()));
+    try {
+      const claimed: string[] = [];
+      for (const [i, client] of clients.entries()) {
+        await client.query('BEGIN');
+        const { rows } = await client.query(
+          workerStatements(schemaName).cycleManyQueues,
+          claimParams(`V${i}`, names, ['demo'], 4),
+        );
+        claimed.push(...rows.filter((r) => r.id !== null).map((r) => String(r.id)));
+      }
+      expect(claimed.sort((x, y) => Number(x) - Number(y))).toEqual(ids.slice(0, 28));
+      for (const client of clients) await client.query('COMMIT');
+    } finally {
+      for (const client of clients) client.release();
+    }
+  });
+
   it('a worker of several queues claims across them in priority, then run_at, then id order', async () => {
     const past = (s: number) => new Date(Date.now() - s * 1000);
     const jobs = [
@@ -281,6 +307,44 @@ describe('claiming', () => {
       }
     } finally {
       await big.drop();
+    }
+  });
+
+  it('a claim of several queues reads only its candidates under the generic plan of a never-analysed table (outside review 255)', async () => {
+    // The generic plan of "id = ANY(offer) ... ORDER BY ... FOR UPDATE" read every
+    // pending row of jobs_dequeue_idx to find the offered ones while the table had no
+    // statistics: ~300 ms a claim behind 20,000 jobs, where a worker of one queue took a few.
+    const fresh = await createTestSchema('claimfresh');
+    try {
+      await fresh.pool.query(`INSERT INTO ${fresh.s}.jobs (queue, task, run_at)
+        SELECT 'p', 'demo', now() - i * interval '1 millisecond' FROM generate_series(1, 20000) i`);
+      const client = await fresh.pool.connect();
+      try {
+        await client.query('SET plan_cache_mode = force_generic_plan');
+        await client.query('BEGIN');
+        for (const statement of [
+          workerStatements(fresh.schema).cycleManyQueues,
+          workerStatements(fresh.schema).claimManyQueues,
+        ]) {
+          const params = statement.includes('$20')
+            ? claimParams('W', ['x', 'p'], ['demo'], 10)
+            : ['W', ['x', 'p'], ['demo'], 10, 10];
+          const { rows } = await client.query(`EXPLAIN ${statement}`, params);
+          const plan = rows.map((r) => r['QUERY PLAN']).join('\n');
+          // Every walk of the dequeue index is one queue's, stopped by its limit; the
+          // offered rows are found by primary key (before: "Index Cond: (id = ANY ($40))"
+          // on jobs_dequeue_idx, every pending row of every queue read).
+          const conditions = [...plan.matchAll(/jobs_dequeue_idx[^\n]*\n\s*Index Cond: ([^\n]*)/g)].map((m) => m[1]);
+          expect(conditions.length, plan).toBeGreaterThan(0);
+          for (const condition of conditions) expect(condition, plan).toMatch(/^\(queue = /);
+          expect(plan, plan).toMatch(/jobs_pkey[^\n]*\n\s*Index Cond: \(id = \w+\.id\)/);
+        }
+        await client.query('ROLLBACK');
+      } finally {
+        client.release();
+      }
+    } finally {
+      await fresh.drop();
     }
   });
 
