@@ -204,9 +204,11 @@ async function openFor<T>(
 
 function slowNoticeText(): string {
   return (
-    `sluice: still waiting for Postgres after ${SLOW_NOTICE_MS / 1000} s; a row or table this command needs may be ` +
-    'locked by another session (an open transaction: see `sluice doctor` or pg_stat_activity). ' +
-    'It goes on once the lock is released; Ctrl-C gives up (a statement that has not finished changes nothing)\n'
+    // Not only a lock: a read of a large table on a saturated server took 21-29 s with
+    // no lock anywhere, and was sent looking for one (outside review 255).
+    `sluice: still waiting for Postgres after ${SLOW_NOTICE_MS / 1000} s: the server may be busy, or a row or table ` +
+    'this command needs locked by another session (an open transaction: see `sluice doctor` or pg_stat_activity). ' +
+    'It goes on when it can; Ctrl-C gives up (a statement that has not finished changes nothing)\n'
   );
 }
 
