@@ -660,6 +660,10 @@ describe('relay', () => {
     const c = startRelay(broker, [d], { partitions: 4 });
     await c.start();
     await waitFor(() => broker.stored.length === 220, 'round 10 published');
+    // Recorded too: a relay stopped with a batch's acks still out leaves it unrecorded, to
+    // be sent again (as documented), and the count could not change below.
+    const publishedBy = async (relay: typeof c) => (await relay.lag()).find((l) => l.destination === d)?.published;
+    await waitFor(async () => (await publishedBy(c)) === 220, 'round 10 recorded');
     await c.stop();
     const three = startRelay(broker, [d], { partitions: 3 });
     await three.start();
@@ -670,9 +674,8 @@ describe('relay', () => {
     expect(broker.duplicates).toBe(0);
     // The destination's count goes on across the change (review 48: it started over). It is
     // recorded after the broker's acks, so a moment after the last message arrives.
-    const lagOf = async () => (await three.lag()).find((l) => l.destination === d);
-    await waitFor(async () => (await lagOf())?.published === 260, 'the last batch recorded');
-    expect(await lagOf()).toMatchObject({ published: 260, partitions: 3 });
+    await waitFor(async () => (await publishedBy(three)) === 260, 'the last batch recorded');
+    expect((await three.lag()).find((l) => l.destination === d)).toMatchObject({ published: 260, partitions: 3 });
   });
 
   it('reports a schema without the outbox as a ConfigError', async () => {
