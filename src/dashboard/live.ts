@@ -11,13 +11,13 @@ const COALESCE_MS = 150;
  */
 const MIN_REFRESH_GAP_MS = 1000;
 /**
- * ... and, after a read that took t, not before GAP_PER_READ_MS x t has passed
+ * ... and, after a read that took t, not before REREAD_GAP_IN_READS times t has passed
  * since it ended: on a large, busy table a read took 1.4-3.9 s, and re-reads
  * 1 s after each one began kept one running all the time, whatever refreshMs
  * was (outside review 255). So a notification keeps the overview's share of a
  * backend's time under a fifth.
  */
-const GAP_PER_READ_MS = 4;
+const REREAD_GAP_IN_READS = 4;
 /** A comment line now and then keeps proxies from closing an idle stream. */
 const KEEPALIVE_MS = 20_000;
 /**
@@ -168,7 +168,10 @@ export class LiveFeed {
       });
       return;
     }
-    const notBefore = Math.max(this.lastRefreshAt + MIN_REFRESH_GAP_MS, this.lastReadEndAt + GAP_PER_READ_MS * this.lastReadMs);
+    const notBefore = Math.max(
+      this.lastRefreshAt + MIN_REFRESH_GAP_MS,
+      this.lastReadEndAt + REREAD_GAP_IN_READS * this.lastReadMs,
+    );
     const wait = notBefore - Date.now();
     if (wait <= 0) {
       void this.refresh();
