@@ -341,7 +341,9 @@ describe('claiming', () => {
         }
         await client.query('ROLLBACK');
       } finally {
-        client.release();
+        // Closed, not put back: a failed assertion leaves its transaction open, and the
+        // schema's DROP waited on its locks.
+        client.release(true);
       }
     } finally {
       await fresh.drop();
