@@ -71,9 +71,8 @@ export class LiveFeed {
   private coalesceTimer: NodeJS.Timeout | undefined;
   private gapTimer: NodeJS.Timeout | undefined;
   private lastRefreshAt = 0;
-  /** When the last read ended, and how long it took (ms). */
+  /** When the last read ended (it began at lastRefreshAt: no read starts while refreshSoon waits). */
   private lastReadEndAt = 0;
-  private lastReadMs = 0;
   /** A re-read waits for the read in flight to end (see refreshSoon). */
   private afterRead = false;
   private pendingQueues = new Set<string>();
@@ -170,7 +169,7 @@ export class LiveFeed {
     }
     const notBefore = Math.max(
       this.lastRefreshAt + MIN_REFRESH_GAP_MS,
-      this.lastReadEndAt + REREAD_GAP_IN_READS * this.lastReadMs,
+      this.lastReadEndAt + REREAD_GAP_IN_READS * (this.lastReadEndAt - this.lastRefreshAt),
     );
     const wait = notBefore - Date.now();
     if (wait <= 0) {
@@ -235,7 +234,6 @@ export class LiveFeed {
       } finally {
         this.refreshing = undefined;
         this.lastReadEndAt = Date.now();
-        this.lastReadMs = this.lastReadEndAt - this.lastRefreshAt;
       }
     })();
     return this.refreshing;
