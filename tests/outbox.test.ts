@@ -1644,6 +1644,36 @@ describe('relay: outside review 96', () => {
     expect(broker.ofKey('k')).toEqual(['1', '2', '3']);
   });
 
+  it('stop() waits a moment for the acks of the batch out and records it: the relay that goes on sends nothing again', async () => {
+    const d = freshDestination();
+    const broker = new MemoryBroker();
+    const publish = broker.publish.bind(broker);
+    let ack!: () => void;
+    const acks = new Promise<void>((resolve) => (ack = resolve));
+    let out = 0;
+    broker.publish = async (messages) => {
+      out++;
+      await acks;
+      return publish(messages); // the broker has them, whether or not the relay still waits
+    };
+    await outbox.publish(d, 'one', { key: 'k' });
+    const a = startRelay(broker, [d]);
+    await a.start();
+    await waitFor(() => out === 1, 'the batch out');
+    const stopped = a.stop();
+    // The acks come once the stop has reached the partition, well within its grace.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    ack();
+    await stopped;
+    const b = startRelay(broker, [d]);
+    await b.start();
+    await outbox.publish(d, 'two', { key: 'k' });
+    await waitFor(() => broker.ofKey('k').length === 2, 'the next message relayed');
+    // Given up at once, the batch stayed unrecorded and the relay that went on sent it again.
+    expect(broker.duplicates).toBe(0);
+    expect([...broker.attempts.values()]).toEqual([1, 1]);
+  });
+
   it('stop() while start() is still under way: start() settles quietly and nothing is left running (review 100)', async () => {
     for (const delayMs of [0, 2, 5, 10, 15, 20]) {
       // Its own pool, which stop() ends: the errors came from using it after that.

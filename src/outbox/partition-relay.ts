@@ -22,6 +22,13 @@ export type LeaseRoom = 'free' | 'full' | 'settling';
 /** The wait before a partition looks again for room that acquires in flight may leave. */
 const SETTLING_MS = 100;
 
+/**
+ * How long a stop waits for the acks of the batch out before giving it up. Given up
+ * at once, every stop under load (a rolling deploy) sent a batch again: JetStream
+ * drops it, RabbitMQ consumers got it twice.
+ */
+const ACK_GRACE_MS = 2_000;
+
 /** A message refused by the broker, or a broker that cannot be reached: the pass fails and the loop backs off. */
 export class RelayPublishError extends Error {
   constructor(
@@ -130,11 +137,11 @@ export class PartitionRelay {
       const end = window.end;
       const next = this.fetch(end);
       next.catch(() => {});
-      const results =
-        window.messages.length > 0 ? await unlessStopped(this.keepingLease(this.publishNew(window.messages)), signal) : [];
-      // Stopped with acks still out (a silent broker would hold stop() for the ack
-      // timeout): the batch stays unrecorded, to be published again by whichever
-      // relay goes on (JetStream drops it as a duplicate).
+      const sent = window.messages.length > 0 ? this.keepingLease(this.publishNew(window.messages)) : Promise.resolve([]);
+      const results = await unlessStopped(sent, signal, ACK_GRACE_MS);
+      // Stopped with acks still out after the grace (a silent broker would hold stop()
+      // for the ack timeout): the batch stays unrecorded, to be published again by
+      // whichever relay goes on (JetStream drops it as a duplicate).
       if (!results) return 'idle';
       if (!(await this.record(window, results, end))) return 'standby';
       if (this.ahead.size > 0) for (const m of window.messages) this.ahead.delete(m.id);
