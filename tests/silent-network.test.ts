@@ -112,6 +112,48 @@ describe('a silent pool connection', () => {
   });
 });
 
+describe('a cancel heard while the claim of its job is on its way', () => {
+  it('does not start the job (outside review 259: a handler began 43 ms after its cancel had returned)', async () => {
+    const started: string[] = [];
+    const claimed: string[] = [];
+    await t.start(
+      {
+        // The claim through the proxy, which holds its reply; the cancel's NOTIFY straight from Postgres.
+        connectionString: proxy.url,
+        listenConnectionString: t.db.url,
+        pollIntervalMs: NO_POLL,
+        maintenance: false,
+        tasks: { job: (_p: unknown, { job }) => void started.push(job.id) },
+      },
+      (w) => w.on('jobs:claimed', (jobs) => claimed.push(...jobs.map((j) => j.id))),
+    );
+    // Once the worker's start-up statements are answered and a job went round: its
+    // connections are open, and the next claim goes out on one.
+    await t.queue.enqueue('job', {});
+    await waitFor(async () => (await statusCounts(t.db)).completed === 1, 'a first job run and written');
+    started.length = 0;
+    proxy.holdReplies();
+    const id = await t.queue.enqueue('job', {});
+    await waitFor(
+      async () =>
+        (await t.db.pool.query(`SELECT status FROM ${t.db.s}.jobs WHERE id = $1`, [id])).rows[0].status === 'processing',
+      'the claim committed, its reply held',
+    );
+    expect(await t.queue.cancel(id)).toMatchObject({ ok: true, previousStatus: 'processing' });
+    // Time for the NOTIFY to reach the worker before the claim's reply does.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    proxy.restore();
+    await waitFor(() => claimed.includes(id), "the claim's reply");
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(started).toEqual([]);
+    expect((await t.db.pool.query(`SELECT status FROM ${t.db.s}.jobs WHERE id = $1`, [id])).rows[0].status).toBe('cancelled');
+    // Its slot was not kept: the next job runs.
+    const next = await t.queue.enqueue('job', {});
+    await waitFor(() => started.includes(next), 'the next job to run');
+    expect(started).toEqual([next]);
+  });
+});
+
 describe('a claim sent into a stalled network and answered when it carries again', () => {
   it('starts none of the jobs it took too late to renew: they go back unspent and run once (outside review 118)', async () => {
     const handedBack: { ids: string[]; reason: string }[] = [];

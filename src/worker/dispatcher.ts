@@ -3,6 +3,7 @@ import type { JobRow } from '../job.js';
 import { Backoff } from '../lifecycle/backoff.js';
 import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
 import { serializePayload } from '../payload.js';
+import { CancelsHeard } from './cancels-heard.js';
 import type { Completer } from './completer.js';
 import type { Emit, HandBackReason } from './events.js';
 import type { ResolvedTask } from './task-options.js';
@@ -45,6 +46,19 @@ export interface DispatcherSignals {
   error(err: unknown): void;
 }
 
+const TAKEN = 'aborted before the visibility timeout lets another worker take it';
+
+/** Why a run's lock could not be renewed (Dispatcher.unrenewed), after `ms` of trying. */
+const UNRENEWED = {
+  'row-held': (ms: number) =>
+    `another session held its row locked for ${ms} ms, so its lock could not be renewed; ${TAKEN}, and handed back ` +
+    'without spending the attempt',
+  unanswered: (ms: number) =>
+    `Postgres did not answer its worker's heartbeats for ${ms} ms (a lock on the jobs table, an outage), so its lock ` +
+    `could not be renewed; ${TAKEN}`,
+  unrenewed: (ms: number) => `its lock could not be renewed for ${ms} ms; ${TAKEN}`,
+} satisfies Partial<Record<AbortCause, (ms: number) => string>>;
+
 /**
  * Starts claimed jobs as slots free, and ends runs the worker must give up: a
  * lost lock, a cancel, a lock it could not renew, or a job claimed ahead that
@@ -60,6 +74,7 @@ export class Dispatcher {
   private readonly unsureRetry = new Backoff({ minMs: 250, maxMs: 5_000 });
   /** See settlingIds(). */
   private readonly settling = new Set<string>();
+  private readonly cancelsHeard: CancelsHeard;
 
   constructor(
     private readonly slots: Slots,
@@ -67,7 +82,9 @@ export class Dispatcher {
     private readonly progress: ProgressWriter,
     private readonly config: DispatcherConfig,
     private readonly signals: DispatcherSignals,
-  ) {}
+  ) {
+    this.cancelsHeard = new CancelsHeard(config.lateClaimMs);
+  }
 
   /**
    * Claimed jobs: they start at once where slots are free, the rest wait. The
@@ -103,7 +120,7 @@ export class Dispatcher {
     // worker heard of it and handed back what it held there: those jobs go back too.
     const stale = new Map<HandBackReason, Set<string>>();
     for (const job of jobs) {
-      const reason = late ? 'late-claim' : this.signals.stale?.(job);
+      const reason = late ? 'late-claim' : this.cancelsHeard.take(job.id, roundTripMs) ? 'cancelled' : this.signals.stale?.(job);
       if (!reason) continue;
       const ids = stale.get(reason) ?? new Set<string>();
       stale.set(reason, ids.add(job.id));
@@ -170,10 +187,14 @@ export class Dispatcher {
     };
   }
 
-  /** The job was cancelled: a waiting job never starts, a running one is aborted (with `reason`). */
+  /**
+   * The job was cancelled: a waiting job never starts, a running one is aborted
+   * (with `reason`), and one a claim still out brings is not started (CancelsHeard).
+   */
   cancel(id: string, reason: Error = new JobCancelledError(`job ${id} was cancelled`)): void {
-    this.slots.dropWaiting(id);
-    this.slots.runOf(id)?.abort('cancelled', reason);
+    const run = this.slots.runOf(id);
+    run?.abort('cancelled', reason);
+    if (!this.slots.dropWaiting(id) && !run) this.cancelsHeard.add(id);
   }
 
   /** The heartbeat found these taken away: their runs' results must not count. */
@@ -222,40 +243,14 @@ export class Dispatcher {
       this.slots.expireReleasing(id);
       const run = this.slots.runOf(id);
       if (!run) continue;
-      if (rowHeld.has(id)) {
-        this.abort(
-          run,
-          'row-held',
-          `job ${id}: another session held its row locked for ${renewalTimeoutMs} ms, so its lock could not be ` +
-            'renewed; aborted before the visibility timeout lets another worker take it, and handed back ' +
-            'without spending the attempt',
-        );
-      } else if (unanswered.has(id)) {
-        this.abort(
-          run,
-          'unanswered',
-          `job ${id}: Postgres did not answer its worker's heartbeats for ${renewalTimeoutMs} ms (a lock on the ` +
-            'jobs table, an outage), so its lock could not be renewed; aborted before the visibility timeout lets ' +
-            'another worker take it',
-        );
-      } else {
-        this.abort(
-          run,
-          'unrenewed',
-          `job ${id}: its lock could not be renewed for ${renewalTimeoutMs} ms; ` +
-            'aborted before the visibility timeout lets another worker take it',
-        );
-      }
+      const cause = rowHeld.has(id) ? 'row-held' : unanswered.has(id) ? 'unanswered' : 'unrenewed';
+      run.abort(cause, new SluiceError('LOCK_LOST', `job ${id}: ${UNRENEWED[cause](renewalTimeoutMs)}`));
     }
     if (waiting.length === 0) return;
     for (const job of waiting) this.signals.emit('job:lock-lost', job);
     // Never started: hand them back if the database answers, else the rescuer does
     // (without counting the attempt, as they never started).
     void this.completer.release(waiting).catch((err: unknown) => this.signals.error(err));
-  }
-
-  private abort(run: Run, cause: AbortCause, message: string): void {
-    run.abort(cause, new SluiceError('LOCK_LOST', message));
   }
 
   private run(job: JobRow): void {

@@ -69,7 +69,7 @@ export type WorkerEmitter = EventEmitter<WorkerEvents>;
 
 /** Why jobs claimed ahead were handed back (see 'jobs:handed-back'). */
 export type HandBackReason =
-  'overdue' | 'grouped' | 'queue-changed' | 'late-claim' | 'stopping' | 'row-held' | 'restart' | 'unanswered';
+  'overdue' | 'grouped' | 'queue-changed' | 'late-claim' | 'cancelled' | 'stopping' | 'row-held' | 'restart' | 'unanswered';
 
 /** Emits one worker event; the roles get this instead of the whole Worker. */
 export type Emit = <K extends keyof WorkerEvents>(event: K, ...args: WorkerEvents[K]) => void;

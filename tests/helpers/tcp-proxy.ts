@@ -21,6 +21,11 @@ export interface TcpProxy {
   drop(): void;
   restore(): void;
   /**
+   * Statements still reach Postgres, which runs and commits them, but no reply
+   * comes back until restore() (a network slow in one direction).
+   */
+  holdReplies(): void;
+  /**
    * Every connection open now stops carrying bytes for good, without a close (a
    * dropped NAT entry, a failover): only a client that gives it up and connects
    * again gets through. New connections work.
@@ -83,6 +88,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
   const port = Number(upstream.port || 5432);
   let cut = false;
   let dropping = false;
+  let repliesHeld = false;
   const held: (() => void)[] = [];
   const sockets = new Set<net.Socket>();
   const upstreams = new Set<net.Socket>();
@@ -113,7 +119,7 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
         pair.doomed = true;
         return;
       }
-      if (!cut) {
+      if (!cut && !(repliesHeld && !fromClient)) {
         to.write(chunk);
         return;
       }
@@ -167,9 +173,13 @@ export async function startTcpProxy(upstreamUrl: string): Promise<TcpProxy> {
     drop: () => {
       dropping = true;
     },
+    holdReplies: () => {
+      repliesHeld = true;
+    },
     restore: () => {
       cut = false;
       dropping = false;
+      repliesHeld = false;
       for (const send of held.splice(0)) send();
     },
     upstreamPorts: () => [...upstreams].flatMap((socket) => (socket.localPort === undefined ? [] : [socket.localPort])),
