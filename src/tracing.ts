@@ -1,4 +1,5 @@
 import type * as OtelApi from '@opentelemetry/api';
+import { JobCancelledError, Snooze, WorkerStoppingError } from './errors.js';
 import type { JobRow, TaskHandler } from './job.js';
 
 /**
@@ -133,8 +134,7 @@ export async function traceHandler(task: string, handler: TaskHandler): Promise<
       parent,
     );
     const failed = (err: unknown) => {
-      fail(api, span, err);
-      span.end();
+      ended(api, span, ctx.signal, { error: err });
       throw err;
     };
     // context.with calls the handler itself (no closure of ours, no startActiveSpan):
@@ -146,10 +146,32 @@ export async function traceHandler(task: string, handler: TaskHandler): Promise<
       return failed(err);
     }
     return Promise.resolve(running).then((result) => {
-      span.end();
+      ended(api, span, ctx.signal);
       return result;
     }, failed);
   };
+}
+
+/**
+ * Ends a run's span with the job's outcome: the worker's abort when there was one
+ * (a timeout fails the job even when its handler ignored the signal and returned:
+ * outside review 258 saw that span end OK), else what the handler threw, if it
+ * did. A snooze, a cancel and a stop's abort are no failures (no attempt spent):
+ * they are told by `sluice.outcome`, not as an error.
+ */
+function ended(api: Api, span: OtelApi.Span, signal: AbortSignal, thrown?: { error: unknown }): void {
+  const error: unknown = signal.aborted ? signal.reason : thrown?.error;
+  const outcome =
+    error instanceof Snooze
+      ? 'snoozed'
+      : error instanceof JobCancelledError
+        ? 'cancelled'
+        : error instanceof WorkerStoppingError
+          ? 'released'
+          : undefined;
+  if (outcome) span.setAttribute('sluice.outcome', outcome);
+  else if (signal.aborted || thrown) fail(api, span, error);
+  span.end();
 }
 
 function fail(api: Api, span: OtelApi.Span, err: unknown): void {

@@ -370,6 +370,61 @@ describe('tracing', () => {
   });
 });
 
+describe("tracing: a run's span ends with its job's outcome (outside review 258)", () => {
+  it('a timeout is an error also when the handler ignores its signal; a snooze, a cancel are not', async () => {
+    exporter.reset();
+    const queue = new Queue({ pool: db.pool, schema: db.schema });
+    let snoozed = false;
+    let cancelMe!: () => void;
+    const running = new Promise<void>((resolve) => (cancelMe = resolve));
+    await withWorker(
+      {
+        queues: ['outcomes'],
+        tasks: {
+          // Returns normally after its timeout: the job fails all the same.
+          deaf: { timeoutMs: 100, maxAttempts: 1, handler: () => new Promise((resolve) => setTimeout(resolve, 400)) },
+          sleepy: () => {
+            if (snoozed) return;
+            snoozed = true;
+            throw new Snooze(10);
+          },
+          // Cancelled while it runs; returns once aborted, as a handler honouring its signal does.
+          doomed: (_p: unknown, { signal }) => {
+            cancelMe();
+            return new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+          },
+        },
+      },
+      async () => {
+        const deaf = await queue.enqueue('deaf', {}, { queue: 'outcomes' });
+        const sleepy = await queue.enqueue('sleepy', {}, { queue: 'outcomes' });
+        const doomed = await queue.enqueue('doomed', {}, { queue: 'outcomes' });
+        await running;
+        await queue.cancel(doomed);
+        const spansOf = (id: string) =>
+          exporter.getFinishedSpans().filter((s) => s.kind === SpanKind.CONSUMER && s.attributes['messaging.message.id'] === id);
+        await waitFor(
+          () => spansOf(deaf).length === 1 && spansOf(sleepy).length === 2 && spansOf(doomed).length === 1,
+          'the spans of every run',
+        );
+        expect(await waitFor(async () => (await queue.getJob(deaf))?.status === 'failed', 'the timed-out job failed')).toBe(true);
+        expect(spansOf(deaf)[0]!.status).toMatchObject({
+          code: SpanStatusCode.ERROR,
+          message: 'task "deaf" timed out after 100 ms',
+        });
+        const [snooze, run] = spansOf(sleepy);
+        expect(snooze!.status.code).not.toBe(SpanStatusCode.ERROR);
+        expect(snooze!.attributes['sluice.outcome']).toBe('snoozed');
+        expect(run!.status.code).not.toBe(SpanStatusCode.ERROR);
+        expect(run!.attributes['sluice.outcome']).toBeUndefined();
+        expect(spansOf(doomed)[0]!.status.code).not.toBe(SpanStatusCode.ERROR);
+        expect(spansOf(doomed)[0]!.attributes['sluice.outcome']).toBe('cancelled');
+      },
+    );
+    await queue.close();
+  });
+});
+
 describe('logging', () => {
   it('writes structured lines through a pluggable logger; a pino logger fits as is', async () => {
     const lines: Record<string, unknown>[] = [];
@@ -390,9 +445,16 @@ describe('logging', () => {
           flaky: async () => {
             throw new Error('flaky failed');
           },
+          // Cancelled while it runs (outside review 258: no line said so).
+          held: (_p: unknown, { signal }) => new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true })),
         },
       },
       async () => {
+        const held = await queue.enqueue('held', {}, { queue: 'logged' });
+        await waitFor(() => lines.some((l) => l.msg === 'job started' && l.jobId === held), 'the held job started');
+        await queue.cancel(held);
+        await waitFor(() => lines.some((l) => l.msg === 'job cancelled while it ran' && l.jobId === held), 'the cancel logged');
+        expect(lines.find((l) => l.msg === 'job cancelled while it ran')).toMatchObject({ level: 30, task: 'held' });
         const id = await queue.enqueue('flaky', {}, { queue: 'logged', maxAttempts: 1 });
         await waitFor(() => lines.some((l) => l.msg === 'job failed' && l.jobId === id), 'the failure to be logged');
         const failure = lines.find((l) => l.msg === 'job failed')!;

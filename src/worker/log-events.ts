@@ -1,10 +1,10 @@
 import { errorFields, type Logger } from '../logger.js';
 import type { JobRow } from '../job.js';
-import type { WorkerEmitter } from './events.js';
+import type { HandBackReason, WorkerEmitter } from './events.js';
 
 /**
- * Writes a worker's events to a structured logger: lifecycle and maintenance at
- * info, each job at debug, failures at warn, database trouble at error.
+ * Writes a worker's events to a structured logger: lifecycle, maintenance, cancels
+ * and hand-backs at info, each job at debug, failures at warn, database trouble at error.
  * Returns a function that detaches it.
  */
 export function logWorkerEvents(worker: WorkerEmitter, workerId: string, logger: Logger): () => void {
@@ -19,6 +19,14 @@ export function logWorkerEvents(worker: WorkerEmitter, workerId: string, logger:
         info.willRetry ? 'job failed, will retry' : 'job failed',
       ),
     'job:lock-lost': (j: JobRow) => logger.warn(job(j), 'job lock lost; its result was dropped'),
+    'job:cancel': (j: JobRow) => logger.info(job(j), 'job cancelled while it ran'),
+    'job:snooze': (j: JobRow, info: { runAt: Date }) => logger.debug({ ...job(j), runAt: info.runAt }, 'job snoozed'),
+    // 'overdue' (claimed ahead, no slot came within 0.5 s) is routine on a busy worker: debug.
+    'jobs:handed-back': (jobs: JobRow[], info: { reason: HandBackReason }) =>
+      logger[info.reason === 'overdue' ? 'debug' : 'info'](
+        { ...base, count: jobs.length, reason: info.reason, jobIds: jobs.slice(0, 20).map((j) => j.id) },
+        'jobs handed back to pending, attempts not spent',
+      ),
     'jobs:rescued': (jobs: { id: string; status: string }[]) =>
       logger.info(
         { ...base, count: jobs.length, failed: jobs.filter((r) => r.status === 'failed').length },

@@ -215,7 +215,9 @@ export class MemoryDatabase {
       const failed = started && job.attempts >= job.max_attempts;
       const message =
         `lock expired: worker ${job.locked_by ?? '?'} stopped heartbeating` +
-        (started ? '' : ' before the job started (attempt not counted)');
+        (started
+          ? ''
+          : " before the job's start was recorded (attempt not counted; a job claimed ahead may have started, its start not yet written)");
       Object.assign(job, {
         status: failed ? 'failed' : 'pending',
         attempts: started ? job.attempts : job.attempts - 1,

@@ -188,7 +188,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
         SELECT r.id, r.refund, r.unstarted, 'lock expired: worker ' || coalesce(r.locked_by, '?') || ' stopped heartbeating'
             || CASE WHEN NOT r.refund THEN ' it (the worker died, hung or was cut off, or left the job to the rescuer; its handler may have '
                     || 'finished, its result not written)'
-                    WHEN r.unstarted THEN ' before the job started (attempt not counted)'
+                    WHEN r.unstarted THEN ' before the job''s start was recorded (attempt not counted; a job claimed ahead may have started, its start not yet written)'
                     ELSE ' while another session held the job''s row (attempt not counted)' END AS message
         FROM (
           -- refund: the handler never started (started_at NULL), or its worker left
