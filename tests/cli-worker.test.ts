@@ -217,6 +217,26 @@ describe('sluice worker', () => {
     }
   });
 
+  it('says why its start waits behind a lock on the jobs table, and starts once the lock goes (outside review 260: silent for 19 s)', async () => {
+    const holder = await db.pool.connect();
+    try {
+      await holder.query(`BEGIN; LOCK TABLE ${db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--json']);
+      await waitFor(() => worker.stderr().includes('"still-waiting"'), 'the notice', 20_000);
+      const notice = jsonLines(worker.stderr()).find((l) => l.event === 'still-waiting') as { note?: string } | undefined;
+      expect(notice?.note).toMatch(/^still waiting for Postgres after 5 s: .*locked by another session/);
+      expect(worker.stdout()).not.toContain('"started"');
+      await holder.query('COMMIT');
+      await waitFor(() => worker.stdout().includes('"started"'), 'the worker to start');
+      worker.child.kill('SIGTERM');
+      const result = await worker.exited;
+      expect(result.code, result.stderr).toBe(0);
+    } finally {
+      await holder.query('ROLLBACK').catch(() => {});
+      holder.release();
+    }
+  }, 40_000);
+
   it('serves Prometheus metrics with --metrics-port, as sluice relay does (outside review 126)', async () => {
     const [id] = await queue.enqueueMany([{ task: 'hello', payload: { to: 'metrics' } }]);
     const worker = start(['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`, '--metrics-port', '0', '--json']);

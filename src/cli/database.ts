@@ -48,6 +48,11 @@ export interface CommandDatabase {
   pool: PgPool;
   url: string;
   schema: string;
+  /**
+   * The command is up (a worker or relay started, a watch began): from now on a
+   * long run is no sign of a lock wait, and the slow notice is not said.
+   */
+  started(): void;
 }
 
 /**
@@ -66,12 +71,14 @@ const SLOW_NOTICE_MS = 5_000;
  * become one line: where the database is (never the password), and what to do.
  */
 export function withDatabase<T>(command: Command, fn: (db: CommandDatabase) => Promise<T>): Promise<T> {
-  return openFor(command, fn, { slowNotice: true });
+  return openFor(command, fn, {});
 }
 
 /**
- * withDatabase for a command that serves until a signal (worker, relay): a long run
- * is no sign of a lock wait. With `waitForPostgres`, a Postgres that cannot be
+ * withDatabase for a command that serves until a signal (worker, relay), which
+ * calls `started()` once it is up: a long run is no sign of a lock wait, a long
+ * start is (outside review 260: a worker started behind a LOCK TABLE said nothing
+ * for 19 s). With `waitForPostgres`, a Postgres that cannot be
  * reached yet (down, restarting, starting up) is waited for, as a Worker's start()
  * does: a worker started during a restart or failover exited 1, and under systemd
  * or Kubernetes that is a crash loop (outside review 102). A refused login, a
@@ -80,15 +87,13 @@ export function withDatabase<T>(command: Command, fn: (db: CommandDatabase) => P
 export function withDatabaseUntilStopped<T>(
   command: Command,
   fn: (db: CommandDatabase) => Promise<T>,
-  options: Omit<OpenOptions, 'slowNotice'> = {},
+  options: OpenOptions = {},
 ): Promise<T> {
-  return openFor(command, fn, { ...options, slowNotice: false });
+  return openFor(command, fn, options);
 }
 
 /** How a command opens its database (see withDatabase and withDatabaseUntilStopped). */
 interface OpenOptions {
-  /** Say so after a few seconds without an answer (a lock wait, most likely). */
-  slowNotice?: boolean;
   /** Wait for a Postgres that cannot be reached yet, saying so through `notice`. */
   waitForPostgres?: boolean;
   notice?: WaitNotice;
@@ -101,27 +106,35 @@ interface OpenOptions {
 }
 
 /**
- * How a wait for Postgres is said: 'waiting' (with the reason) and 'reached' (with
- * the seconds it took). By default a `sluice: …` line on stderr; a command with
+ * How a wait for Postgres is said: 'waiting' (with the reason), 'reached' (with
+ * the seconds it took) and 'slow' (no answer for a few seconds: see
+ * slowNoticeText). By default a `sluice: …` line on stderr; a command with
  * --json says it as a JSON line (outside review 204: plain text among the JSON).
  */
-export type WaitNotice = (event: 'waiting' | 'reached', fields: { error?: string; afterS?: number }) => void;
+export type WaitNotice = (
+  event: 'waiting' | 'reached' | 'slow',
+  fields: { error?: string; afterS?: number; note?: string },
+) => void;
 
 /** A WaitNotice said through a command's own log (`line`: its JSON lines under --json), on stderr. */
 export function loggedWaitNotice(
   line: (event: string, fields: Record<string, string | number>, to: NodeJS.WritableStream) => void,
 ): WaitNotice {
-  return (event, { error, afterS }) =>
+  return (event, { error, afterS, note }) =>
     event === 'waiting'
       ? line('waiting-for-postgres', { error: error ?? '' }, process.stderr)
-      : line('reached-postgres', { afterS: afterS ?? 0 }, process.stderr);
+      : event === 'reached'
+        ? line('reached-postgres', { afterS: afterS ?? 0 }, process.stderr)
+        : line('still-waiting', { note: note ?? '' }, process.stderr);
 }
 
 const plainNotice: WaitNotice = (event, fields) =>
   process.stderr.write(
     event === 'waiting'
       ? `sluice: ${fields.error}; waiting for it (Ctrl-C gives up)\n`
-      : `sluice: reached Postgres after ${fields.afterS} s\n`,
+      : event === 'reached'
+        ? `sluice: reached Postgres after ${fields.afterS} s\n`
+        : `sluice: ${fields.note}\n`,
   );
 
 /** Tries to connect again this often while Postgres cannot be reached, and says so again this often. */
@@ -130,7 +143,9 @@ const REPEAT_NOTICE_MS = 60_000;
 
 /** Resolves once `pool` hands out a connection; waits for Postgres while `wait` and it cannot be reached. */
 async function reach(pool: PgPool, url: string, wait: boolean, notice: WaitNotice): Promise<void> {
-  let since: number | undefined;
+  // From the first try: a silent network's first failure comes after the connect timeout (outside review 260).
+  const since = Date.now();
+  let waited = false;
   let noticed = -Infinity;
   for (;;) {
     try {
@@ -144,13 +159,13 @@ async function reach(pool: PgPool, url: string, wait: boolean, notice: WaitNotic
       } finally {
         client.release();
       }
-      if (since !== undefined) notice('reached', { afterS: Math.round((Date.now() - since) / 1000) });
+      if (waited) notice('reached', { afterS: Math.round((Date.now() - since) / 1000) });
       return;
     } catch (err) {
       const failure = connectionError(err, url);
       // A pooler's refusal of the login comes as a connection error (08P01): not waited for.
       if (!wait || !isConnectionFailure(err) || loginProblem(err, url)) throw failure;
-      since ??= Date.now();
+      waited = true;
       if (Date.now() - noticed >= REPEAT_NOTICE_MS) {
         noticed = Date.now();
         notice('waiting', { error: failure.message });
@@ -163,7 +178,7 @@ async function reach(pool: PgPool, url: string, wait: boolean, notice: WaitNotic
 async function openFor<T>(
   command: Command,
   fn: (db: CommandDatabase) => Promise<T>,
-  { slowNotice = false, waitForPostgres = false, notice = plainNotice, probe: probeOf = (q) => q.probe }: OpenOptions,
+  { waitForPostgres = false, notice = plainNotice, probe: probeOf = (q) => q.probe }: OpenOptions,
 ): Promise<T> {
   const global = globalOptions(command);
   const url = requireDatabaseUrl(global);
@@ -181,10 +196,21 @@ async function openFor<T>(
   pool.on('error', () => {});
   // A client's lost connection, reported before the command's statement hears of it, must not end the process.
   pool.on('connect', (client) => client.on('error', () => {}));
-  const slow = slowNotice ? setTimeout(() => process.stderr.write(slowNoticeText()), SLOW_NOTICE_MS) : undefined;
-  slow?.unref();
+  // Said until the command is up, but not while a wait for Postgres says why itself.
+  let slow: NodeJS.Timeout | undefined;
+  const started = () => clearTimeout(slow);
+  const armSlow = () => {
+    started();
+    slow = setTimeout(() => notice('slow', { note: slowNoticeText() }), SLOW_NOTICE_MS).unref();
+  };
+  const say: WaitNotice = (event, fields) => {
+    if (event === 'waiting') started();
+    if (event === 'reached') armSlow();
+    notice(event, fields);
+  };
+  armSlow();
   try {
-    await reach(pool, url, waitForPostgres, notice);
+    await reach(pool, url, waitForPostgres, say);
     try {
       await pool.query(probe).catch((err: unknown) => {
         // A role that may not even read the schema: every command would fail, and the
@@ -192,12 +218,12 @@ async function openFor<T>(
         if (!isInsufficientPrivilege(err)) throw err;
         throw new ConfigError(`${(err as Error).message}: grant the role ${ROLE_HINT}`, { cause: err });
       });
-      return await fn({ pool, url, schema: global.schema });
+      return await fn({ pool, url, schema: global.schema, started });
     } catch (err) {
       throw explain(err, global.schema, url);
     }
   } finally {
-    clearTimeout(slow);
+    started();
     await pool.end();
   }
 }
@@ -206,9 +232,9 @@ function slowNoticeText(): string {
   return (
     // Not only a lock: a read of a large table on a saturated server took 21-29 s with
     // no lock anywhere, and was sent looking for one (outside review 255).
-    `sluice: still waiting for Postgres after ${SLOW_NOTICE_MS / 1000} s: the server may be busy, or a row or table ` +
+    `still waiting for Postgres after ${SLOW_NOTICE_MS / 1000} s: the server may be busy, or a row or table ` +
     'this command needs locked by another session (an open transaction: see `sluice doctor` or pg_stat_activity). ' +
-    'It goes on when it can; Ctrl-C gives up (a statement that has not finished changes nothing)\n'
+    'It goes on when it can; Ctrl-C gives up (a statement that has not finished changes nothing)'
   );
 }
 

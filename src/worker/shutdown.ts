@@ -115,7 +115,7 @@ async function stopParts(parts: Parts, worker: Stopping, stopAt: number, deadlin
       new WorkerStoppingError(
         `the result(s) or hand-back(s) of job(s) ${unwritten.join(', ')} could not be written on stop (another ` +
           'session holds their rows locked, Postgres is unreachable, or the statement failed: see the errors ' +
-          'before this one); they run again: ' +
+          'before this one); they run again if they have attempts left: ' +
           ROW_HELD_LEFT,
       ),
     );
@@ -257,7 +257,7 @@ async function untilCutOff<T>(write: () => Promise<T>, cutOff: CutOff): Promise<
 const ROW_HELD_LEFT =
   "left processing. Where the stop could list them in this worker's registry row (Postgres reachable), the " +
   'rescuer returns them after the visibility timeout, once their rows are free, without counting their attempt; otherwise (Postgres ' +
-  'unreachable, or the registry not writable) after the visibility timeout, counting it';
+  'unreachable, or the registry not writable) after the visibility timeout, counting it (a job on its last attempt fails)';
 
 /**
  * The rescuer of another worker returns them after the visibility timeout. Named,

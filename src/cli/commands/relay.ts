@@ -144,7 +144,7 @@ Examples:
       await publisher?.prepare?.();
       await withDatabaseUntilStopped(
         command,
-        async ({ pool, url, schema }) => {
+        async ({ pool, url, schema, started }) => {
           if (flags.status) {
             // Only the --destination(s) when given (outside review 166: the filter was ignored).
             const lags = (await outboxLag(pool, schema)).filter(
@@ -232,6 +232,7 @@ Examples:
           let outputClosed: boolean;
           try {
             await relay.start();
+            started();
             log('started', {
               relay: relay.options.relayId,
               broker: flags.broker,

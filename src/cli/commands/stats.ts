@@ -44,9 +44,10 @@ export function registerStats(program: Command): void {
       // after 5 s while it refreshed (outside review 183).
       // It waits for a Postgres it cannot reach yet as it does for one lost later
       // (outside review 209: it exited 1 when started during a restart).
-      const run = async ({ pool, schema, url }: CommandDatabase) => {
+      const run = async ({ pool, schema, url, started }: CommandDatabase) => {
         const read = () => getStats(pool, schema, { groups: true });
         if (!flags.watch) return print(await read(), flags.json);
+        started();
         await watch(flags, url, read);
       };
       if (!flags.watch) await withDatabase(command, run);

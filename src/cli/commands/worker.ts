@@ -142,7 +142,7 @@ Examples:
       const { tasks, schedules, schemas } = await loadTasks(flags.tasks);
       await withDatabaseUntilStopped(
         command,
-        async ({ url, schema }) => {
+        async ({ url, schema, started }) => {
           process.off('SIGINT', beforeWorker);
           process.off('SIGTERM', beforeWorker);
           process.off('uncaughtException', uncaughtBeforeWorker);
@@ -172,6 +172,7 @@ Examples:
           log.follow(worker);
           const stopped = untilStopped(worker, log);
           await worker.start();
+          started();
           log.line('started', {
             worker: worker.config.workerId,
             queues: log.names(worker.config.queues),

@@ -189,7 +189,7 @@ export const workerStatements = perSchema((schema: string): WorkerStatements => 
             || CASE WHEN NOT r.refund THEN ' it (the worker died, hung or was cut off, or left the job to the rescuer; its handler may have '
                     || 'finished, its result not written)'
                     WHEN r.unstarted THEN ' before the job''s start was recorded (attempt not counted; a job claimed ahead may have started, its start not yet written)'
-                    ELSE ' while another session held the job''s row (attempt not counted)' END AS message
+                    ELSE ' while another session held the job''s row or its table locked (attempt not counted)' END AS message
         FROM (
           -- refund: the handler never started (started_at NULL), or its worker left
           -- the job while another session held the row, and the previous rescue was
