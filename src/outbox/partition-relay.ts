@@ -1,6 +1,6 @@
 import { ConfigError } from '../errors.js';
 import { Loop } from '../lifecycle/loop.js';
-import { OneShotTimer } from '../lifecycle/one-shot-timer.js';
+import { PartitionLease } from './partition-lease.js';
 import type { BrokerPublisher, PublishResult, RelayMessage } from './publishers/publisher.js';
 import type { ResolvedRelayOptions } from './relay-options.js';
 import type { RelayEvents } from './relay-events.js';
@@ -47,9 +47,7 @@ export class RelayPublishError extends Error {
  * per batch. The next window is read while the broker acks the current one.
  */
 export class PartitionRelay {
-  private heldUntil = 0;
-  /** Fires when the lease runs out unrenewed: 'lost' is said then, as `held` turns false (see checkExpiry). */
-  private readonly expiry = new OneShotTimer(() => this.expiryDue(), true);
+  private readonly lease: PartitionLease;
   /** An acquire is in flight: counts against maxPartitions like a held lease. */
   acquiring = false;
   private watermark: Position = START;
@@ -77,6 +75,8 @@ export class PartitionRelay {
     /** Whether this process may take one more partition (maxPartitions). */
     private readonly room: () => LeaseRoom,
   ) {
+    // Whoever holds the lease next sends what is ahead again (as after a crash).
+    this.lease = new PartitionLease(destination, partition, events, () => this.ahead.clear());
     this.loop = new Loop<PassOutcome>({
       pass: (signal) => this.pass(signal),
       intervalMs: (outcome) => this.delayAfter(outcome),
@@ -88,7 +88,12 @@ export class PartitionRelay {
 
   /** True while the lease is held (by the time of its last renewal). */
   get held(): boolean {
-    return Date.now() < this.heldUntil;
+    return this.lease.held;
+  }
+
+  /** See PartitionLease.checkExpiry. */
+  checkExpiry(): void {
+    this.lease.checkExpiry();
   }
 
   start(): void {
@@ -108,9 +113,9 @@ export class PartitionRelay {
   /** Stops after the batch in flight; gives the lease up so another relay takes over at once. */
   async stop(): Promise<void> {
     await this.loop.stop();
-    if (this.heldUntil > 0) {
+    if (this.lease.taken) {
       // Said, so that `holding` and the events agree to the end (outside review 99).
-      this.lost('stopped');
+      this.lease.lost('stopped');
       await this.store.resign(this.destination, this.partition, this.options.relayId).catch(() => {});
     }
   }
@@ -189,7 +194,7 @@ export class PartitionRelay {
     // lease with half left at the pass's start ran out before the first renewal
     // (outside review 197: lost under a throttled broker, one relay alone).
     const renew = () => {
-      if (this.heldUntil - Date.now() < (2 * leaseMs) / 3) renewal ??= this.renewWhileOut().finally(() => (renewal = undefined));
+      if (this.lease.leftMs < (2 * leaseMs) / 3) renewal ??= this.renewWhileOut().finally(() => (renewal = undefined));
     };
     renew();
     const timer = setInterval(renew, leaseMs / 6);
@@ -209,8 +214,8 @@ export class PartitionRelay {
     const sentAt = Date.now();
     try {
       const { watermark, heldMs } = await this.store.acquire(this.destination, this.partition, this.partitions, relayId, leaseMs);
-      if (!watermark || watermark.txid !== this.watermark.txid || watermark.id !== this.watermark.id) this.lost('taken');
-      else if (this.heldUntil > 0) this.renewed(sentAt, heldMs);
+      if (!watermark || watermark.txid !== this.watermark.txid || watermark.id !== this.watermark.id) this.lease.lost('taken');
+      else if (this.lease.taken) this.lease.renewed(sentAt, heldMs);
     } catch {
       // Postgres unreachable: the lease is said lost when it runs out (checkExpiry), as between batches.
     }
@@ -224,8 +229,8 @@ export class PartitionRelay {
   /** Takes or renews the lease when it is not fresh; 'standby' when another relay holds it or there is no room. */
   private async holdLease(): Promise<'held' | 'standby' | 'settling'> {
     const { leaseMs, relayId } = this.options;
-    if (Date.now() < this.heldUntil - leaseMs / 2) return 'held';
-    this.checkExpiry();
+    if (this.lease.leftMs > leaseMs / 2) return 'held';
+    this.lease.checkExpiry();
     if (!this.held) {
       const room = this.room();
       if (room !== 'free') return room === 'full' ? 'standby' : 'settling';
@@ -237,29 +242,14 @@ export class PartitionRelay {
       .finally(() => (this.acquiring = false));
     this.reportLayout(other);
     if (!watermark) {
-      this.lost('taken');
+      this.lease.lost('taken');
       return 'standby';
     }
-    this.renewed(sentAt, heldMs);
+    this.lease.renewed(sentAt, heldMs);
     // Only the holder moves the watermark, so the row's is the truth: equal to
     // ours while we held it throughout, newer when another relay held it meanwhile.
     this.watermark = watermark;
     return 'held';
-  }
-
-  /**
-   * The lease is this relay's until `sentAt` (when the statement that took or
-   * renewed it was sent) plus `heldMs` (leaseMs, and what the statement waited
-   * before it wrote the lease: Postgres counts the lease from the write, and the
-   * statement's transaction began no earlier than it was sent); 'acquired' when it was not held
-   * (or was said lost while the statement was out).
-   */
-  private renewed(sentAt: number, heldMs: number): void {
-    const wasHeld = this.heldUntil > 0;
-    this.heldUntil = sentAt + heldMs;
-    this.expiry.clear();
-    this.expiry.arm(Math.max(0, this.heldUntil - Date.now()) + 1);
-    if (!wasHeld) this.events.emit('acquired', { destination: this.destination, partition: this.partition });
   }
 
   private async advance(to: Position, published: number): Promise<boolean> {
@@ -273,10 +263,10 @@ export class PartitionRelay {
       this.options.leaseMs,
     );
     if (heldMs === undefined) {
-      this.lost('taken');
+      this.lease.lost('taken');
       return false;
     }
-    this.renewed(sentAt, heldMs);
+    this.lease.renewed(sentAt, heldMs);
     this.watermark = to;
     return true;
   }
@@ -297,38 +287,6 @@ export class PartitionRelay {
       );
     }
     this.reportedLayout = other;
-  }
-
-  /** Said once per lease held: not again when its expiry was said while a renewal was out. */
-  private lost(reason: 'taken' | 'expired' | 'stopped'): void {
-    if (this.heldUntil === 0) return;
-    this.heldUntil = 0;
-    // Whoever holds the lease next sends them again (as after a crash).
-    this.ahead.clear();
-    this.expiry.clear();
-    this.events.emit('lost', { destination: this.destination, partition: this.partition, reason });
-  }
-
-  /**
-   * A lease that ran out before this relay could renew it (Postgres unreachable
-   * longer than leaseMs, the process stalled) is lost, and said so at once, so
-   * that `holding` and the events agree: another relay may take it. Taken again,
-   * it is 'acquired' again (outside reviews 96 and 98).
-   */
-  checkExpiry(): void {
-    if (this.heldUntil > 0 && !this.held) this.lost('expired');
-  }
-
-  /**
-   * The expiry timer: Node counts a timer from the event loop's cached time, which
-   * on a busy loop is behind Date.now() when the timer is armed, so it may fire
-   * before the lease has run out by the clock `held` reads. Armed again for what is
-   * left: fired early and dropped, the lease was never said lost while a renewal
-   * waited behind a lock, and the relay went on as if it held it (its test, under load).
-   */
-  private expiryDue(): void {
-    if (this.heldUntil > 0 && this.held) this.expiry.arm(this.heldUntil - Date.now() + 1);
-    else this.checkExpiry();
   }
 
   /**
@@ -393,10 +351,10 @@ export class PartitionRelay {
     const { relayId, leaseMs } = this.options;
     const heldMs = await this.store.deadLetter(this.destination, this.partition, relayId, at, 0, leaseMs);
     if (heldMs === undefined) {
-      this.lost('taken');
+      this.lease.lost('taken');
       return false;
     }
-    this.renewed(sentAt, heldMs);
+    this.lease.renewed(sentAt, heldMs);
     this.watermark = at;
     this.failing.delete(message.id);
     this.events.emit('deadLetter', { ...info, attempts });
@@ -411,7 +369,7 @@ export class PartitionRelay {
   }
 
   private failed(err: unknown): void {
-    this.checkExpiry();
+    this.lease.checkExpiry();
     // A refused message was already reported as a 'failure' event.
     if (err instanceof RelayPublishError) return;
     this.events.reportError(err);
