@@ -9,8 +9,18 @@ import { ConfigError } from './errors.js';
  * missing the error says in one line what to install.
  */
 
-/** Package names are the peers in package.json; `feature` starts the message ("the dashboard needs ..."). */
-export async function importPeer<T>(name: string, feature: string, load: () => Promise<T>): Promise<T> {
+/**
+ * Package names are the peers in package.json; `feature` starts the message ("the
+ * dashboard needs ..."). Imported by a name in a variable, not a literal: a bundler
+ * (esbuild) fails the build on a literal import() of a package that is not
+ * installed, and an application that bundles Sluice without the relay's broker
+ * libraries could not be built (outside review 262).
+ */
+export async function importPeer<T>(
+  name: string,
+  feature: string,
+  load: () => Promise<T> = () => import(name) as Promise<T>,
+): Promise<T> {
   try {
     return await load();
   } catch (err) {

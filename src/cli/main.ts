@@ -1,6 +1,6 @@
 // First, so that pg loads without Node's fetch (see load-pg.ts), as through src/index.ts.
 import '../db/drivers/load-pg.js';
-import { createRequire } from 'node:module';
+import { VERSION } from '../version.js';
 import { Command, CommanderError } from 'commander';
 import { ConfigError, isInsufficientPrivilege, SluiceError } from '../errors.js';
 import { registerDashboard } from './commands/dashboard.js';
@@ -23,9 +23,6 @@ import { ROLE_HINT } from './database.js';
 export const EXIT_OK = 0;
 export const EXIT_FAILURE = 1;
 export const EXIT_USAGE = 2;
-
-/** The installed package's version (dist/cli/ and src/cli/ are both two levels down). */
-export const VERSION = (createRequire(import.meta.url)('../../package.json') as { version: string }).version;
 
 export function buildProgram(): Command {
   const program = new Command('sluice')

@@ -25,7 +25,7 @@ import { requestError } from './request-errors.js';
 const MAX_PARAM_LENGTH = 1_536;
 
 async function loadFastify() {
-  return (await importPeer('fastify', 'the dashboard', () => import('fastify'))).default;
+  return (await importPeer<typeof import('fastify')>('fastify', 'the dashboard')).default;
 }
 
 export interface DashboardHandler {

@@ -1,4 +1,4 @@
-import { createRequire } from 'node:module';
+import { VERSION } from '../version.js';
 import { hostname } from 'node:os';
 import type { Queryable } from '../db/executor.js';
 import { workerRegistryStatements } from '../db/statements/workers.js';
@@ -16,8 +16,6 @@ import { Loop } from '../lifecycle/loop.js';
 export const MISSED_INTERVALS_DEAD = 3;
 /** ... and is deleted by the maintenance leader after this many. */
 export const MISSED_INTERVALS_PRUNED = 20;
-
-const VERSION = (createRequire(import.meta.url)('../../package.json') as { version: string }).version;
 
 /** What a worker publishes about itself. */
 export interface RegistryEntry {

@@ -151,7 +151,7 @@ export function natsPublisher(options: NatsPublisherOptions = {}): BrokerPublish
   const keyHeader = options.keyHeader === undefined ? 'Sluice-Key' : options.keyHeader;
   let connecting: Promise<Connected> | undefined;
 
-  const load = () => importPeer('nats', 'The NATS relay', () => import('nats'));
+  const load = () => importPeer<typeof import('nats')>('nats', 'The NATS relay');
   const connect = (): Promise<Connected> =>
     (connecting ??= (async () => {
       const nats = await load();

@@ -98,7 +98,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
   /** Message ids of a channel closed over one of them (see openChannel), sent alone until confirmed. */
   const suspects = new Set<string>();
 
-  const load = () => importPeer('amqplib', 'The RabbitMQ relay', () => import('amqplib'));
+  const load = () => importPeer<typeof import('amqplib')>('amqplib', 'The RabbitMQ relay');
   const connect = (): Promise<Connection> =>
     (connecting ??= (async () => {
       const amqp = await load();
