@@ -49,6 +49,11 @@ describe('database URL', () => {
     ['not-a-url', /^sluice: the database URL is not a URL; it should look like postgres:\/\/user:password@host:5432\/database$/],
     ['mysql://root:secret@db/app', /^sluice: the database URL must be a postgres:\/\/ or postgresql:\/\/ URL, not mysql:$/],
     ['postgres://u:p@[bad/db', /^sluice: the database URL is not a valid URL; .*percent-encoded\)$/],
+    // Outside review 262: "not localhost:", as if localhost were a scheme.
+    [
+      'localhost:5432',
+      /^sluice: the database URL has no scheme; it should look like postgres:\/\/user:password@host:5432\/database$/,
+    ],
   ])('%s is a usage error that says what a URL looks like, never echoing it', async (url, pattern) => {
     for (const command of [['stats'], ['migrate']]) {
       const result = await runSluice(command, { DATABASE_URL: url });
@@ -138,6 +143,15 @@ describe('task module', () => {
     const file = join(dir, 'schedules-only.cjs');
     await writeFile(file, "exports.schedules = [{ name: 's', cron: '* * * * * *', task: 'elsewhere' }];\n");
     expectOneLine(await worker(file), 2, /^sluice: task module .*schedules-only\.cjs must export `tasks`/);
+  });
+
+  it('a CommonJS module compiled from named exports, none of them `tasks`, is told so, not that an export is no function (outside review 262)', async () => {
+    const file = join(dir, 'misnamed.cjs');
+    await writeFile(
+      file,
+      '"use strict";\nObject.defineProperty(exports, "__esModule", { value: true });\nexports.handlers = { a: async () => 1 };\n',
+    );
+    expectOneLine(await worker(file), 2, /^sluice: task module .*misnamed\.cjs must export `tasks`/);
   });
 
   it('an error thrown while it loads names the line that threw', async () => {

@@ -136,13 +136,17 @@ function failedAt(err: unknown, file: string): string | undefined {
   return line ? showLocation(LOCATION.exec(line.trim())!) : undefined;
 }
 
-/** `exports` of a CommonJS module compiled from ES syntax (__esModule set): its default export, when it has one. */
+/**
+ * `exports` of a CommonJS module compiled from ES syntax (__esModule set): its
+ * default export, when it has one; none when it has neither that nor `tasks` (its
+ * named exports are not a task map, as an ES module's are not: outside review 262
+ * got 'task "handlers" must be a function' for `export const handlers`).
+ */
 function esModuleDefault(value: unknown): unknown {
   if (value === null || typeof value !== 'object') return value;
   const compiled = value as { __esModule?: unknown; default?: unknown; tasks?: unknown };
-  return compiled.__esModule === true && compiled.default !== undefined && compiled.tasks === undefined
-    ? compiled.default
-    : value;
+  if (compiled.__esModule !== true || compiled.tasks !== undefined) return value;
+  return compiled.default;
 }
 
 /**

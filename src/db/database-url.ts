@@ -21,6 +21,8 @@ export function databaseUrlProblem(url: string): string | undefined {
       : `the database URL is not a valid URL; it should look like ${shape} (special characters in the password percent-encoded)`;
   }
   if (scheme === 'socket' || url.startsWith('/')) return undefined; // a Unix socket, as pg also accepts
+  // "localhost:5432" reads as the scheme "localhost": not named as one (outside review 262: "not localhost:").
+  if (scheme && /^[a-z][a-z0-9+.-]*:\d/i.test(url)) return `the database URL has no scheme; it should look like ${shape}`;
   return scheme
     ? `the database URL must be a postgres:// or postgresql:// URL, not ${scheme}:`
     : `the database URL is not a URL; it should look like ${shape}`;
