@@ -156,8 +156,8 @@ export async function traceHandler(task: string, handler: TaskHandler): Promise<
  * Ends a run's span with the job's outcome: the worker's abort when there was one
  * (a timeout fails the job even when its handler ignored the signal and returned:
  * outside review 258 saw that span end OK), else what the handler threw, if it
- * did. A snooze, a cancel and a stop's abort are no failures (no attempt spent):
- * they are told by `sluice.outcome`, not as an error.
+ * did. A snooze, a cancel and a stop's abort are not the job's failures: they are
+ * told by `sluice.outcome`, not as an error.
  */
 function ended(api: Api, span: OtelApi.Span, signal: AbortSignal, thrown?: { error: unknown }): void {
   const error: unknown = signal.aborted ? signal.reason : thrown?.error;
@@ -167,7 +167,7 @@ function ended(api: Api, span: OtelApi.Span, signal: AbortSignal, thrown?: { err
       : error instanceof JobCancelledError
         ? 'cancelled'
         : error instanceof WorkerStoppingError
-          ? 'released'
+          ? 'stopped'
           : undefined;
   if (outcome) span.setAttribute('sluice.outcome', outcome);
   else if (signal.aborted || thrown) fail(api, span, error);

@@ -3,6 +3,7 @@ import {
   Snooze,
   getJobAudit,
   JobCancelledError,
+  retryJob,
   ValidationError,
   ConfigError,
   Queue,
@@ -10,6 +11,7 @@ import {
   type JobRow,
   type WorkerOptions,
 } from '../src/index.js';
+import { channelFor } from '../src/db/identifiers.js';
 import { nextEvent, waitFor } from './helpers/database.js';
 import { deferred, useWorkers } from './helpers/workers.js';
 import { runCli } from './helpers/cli.js';
@@ -225,6 +227,53 @@ describe('cancellation', () => {
     await waitFor(() => events.length > 0, 'the cancel event');
     await new Promise((resolve) => setTimeout(resolve, 300));
     expect(events).toEqual([`cancel ${id}`]);
+  });
+
+  it("a cancel's notification that reaches a worker after the job was retried leaves the new attempt alone (outside review 261)", async () => {
+    const release = deferred();
+    const aborted: number[] = [];
+    const started: number[] = [];
+    await startWorkers(1, {
+      queues: ['c-late'],
+      tasks: {
+        held: (_p, { signal, attempt }) =>
+          new Promise<void>((resolve, reject) => {
+            started.push(attempt);
+            signal.addEventListener('abort', () => {
+              aborted.push(attempt);
+              reject(signal.reason as Error);
+            });
+            void release.promise.then(() => resolve());
+          }),
+      },
+    });
+    const listener = await suite.db.pool.connect();
+    const payloads: string[] = [];
+    listener.on('notification', (n) => {
+      if (n.payload?.includes('"cancel"')) payloads.push(n.payload);
+    });
+    try {
+      await listener.query(`LISTEN "${channelFor(suite.db.schema)}"`);
+      const id = await suite.queue.enqueue('held', {}, { queue: 'c-late', maxAttempts: 5 });
+      await waitFor(() => started.length === 1, 'the first attempt to start');
+      expect((await suite.queue.cancel(id)).ok).toBe(true);
+      await waitFor(() => aborted.length === 1 && payloads.length === 1, 'the first attempt aborted');
+      expect(JSON.parse(payloads[0]!)).toEqual({ c: 'cancel', id, attempt: 1 });
+      expect((await retryJob(suite.db.pool, suite.db.schema, id)).ok).toBe(true);
+      await waitFor(() => started.length === 2, 'the retry to start');
+      // The same notification once more, as one delivered late would arrive: attempt 2 is not the one it cancelled.
+      await suite.db.pool.query('SELECT pg_notify($1, $2)', [channelFor(suite.db.schema), payloads[0]]);
+      await waitFor(() => payloads.length === 2, 'the late copy delivered');
+      // Time for the worker's own LISTEN to deliver it too, while attempt 2 still runs.
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      release.resolve();
+      await waitForStatus(id, 'completed');
+      expect(aborted).toEqual([1]);
+      expect(started).toEqual([1, 2]);
+    } finally {
+      await listener.query('UNLISTEN *').catch(() => {});
+      listener.release();
+    }
   });
 
   it('finished or unknown jobs cannot be cancelled; a bad id is a ValidationError', async () => {

@@ -16,11 +16,12 @@ export interface WakeHint {
 }
 
 /**
- * A control message: `cancel` names a job to abort wherever it runs; `queues`
+ * A control message: `cancel` names a job to abort wherever it runs, and the
+ * attempt it cancelled (absent from senders before it was added); `queues`
  * means the queues table changed (pause, limits); `probe` is a worker's check that
  * its LISTEN hears what its pool sends (see ListenProbe), for that worker alone.
  */
-export type ControlMessage = { c: 'cancel'; id: string } | { c: 'queues' } | { c: 'probe'; id: string };
+export type ControlMessage = { c: 'cancel'; id: string; attempt?: number } | { c: 'queues' } | { c: 'probe'; id: string };
 
 /** The payload of a control message, as the statements that send it take it (a `$n` parameter). */
 export function encodeControl(message: ControlMessage): string {
@@ -30,8 +31,11 @@ export function encodeControl(message: ControlMessage): string {
 /** Wake-up hints (no `c` field) and control messages share the schema's channel. */
 export function decodeMessage(payload: string | undefined): WakeHint | ControlMessage {
   try {
-    const parsed = JSON.parse(payload ?? '') as { q?: unknown; t?: unknown; c?: unknown; id?: unknown };
-    if (parsed.c === 'cancel') return { c: 'cancel', id: String(parsed.id) };
+    const parsed = JSON.parse(payload ?? '') as { q?: unknown; t?: unknown; c?: unknown; id?: unknown; attempt?: unknown };
+    if (parsed.c === 'cancel') {
+      const { attempt } = parsed;
+      return { c: 'cancel', id: String(parsed.id), ...(Number.isSafeInteger(attempt) && { attempt: attempt as number }) };
+    }
     if (parsed.c === 'queues') return { c: 'queues' };
     if (parsed.c === 'probe') return { c: 'probe', id: String(parsed.id) };
     return { queue: String(parsed.q ?? ''), runAt: Number(parsed.t ?? 0) };

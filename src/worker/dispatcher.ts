@@ -120,7 +120,7 @@ export class Dispatcher {
     // worker heard of it and handed back what it held there: those jobs go back too.
     const stale = new Map<HandBackReason, Set<string>>();
     for (const job of jobs) {
-      const reason = late ? 'late-claim' : this.cancelsHeard.take(job.id, roundTripMs) ? 'cancelled' : this.signals.stale?.(job);
+      const reason = late ? 'late-claim' : this.cancelsHeard.take(job, roundTripMs) ? 'cancelled' : this.signals.stale?.(job);
       if (!reason) continue;
       const ids = stale.get(reason) ?? new Set<string>();
       stale.set(reason, ids.add(job.id));
@@ -188,13 +188,19 @@ export class Dispatcher {
   }
 
   /**
-   * The job was cancelled: a waiting job never starts, a running one is aborted
-   * (with `reason`), and one a claim still out brings is not started (CancelsHeard).
+   * Attempt `attempt` of the job was cancelled (undefined: the one held here, as
+   * the heartbeat found it): a waiting job never starts, a running one is aborted,
+   * and one a claim still out brings is not started (CancelsHeard). Another
+   * attempt, the job retried since, is left alone (outside review 261: a late
+   * notification aborted it, and it stayed processing until the rescuer came).
    */
-  cancel(id: string, reason: Error = new JobCancelledError(`job ${id} was cancelled`)): void {
+  cancel(id: string, attempt?: number): void {
+    const cancels = (job: JobRow) => attempt === undefined || job.attempts === attempt;
     const run = this.slots.runOf(id);
-    run?.abort('cancelled', reason);
-    if (!this.slots.dropWaiting(id) && !run) this.cancelsHeard.add(id);
+    if (run && cancels(run.job)) run.abort('cancelled', new JobCancelledError(`job ${id} was cancelled`));
+    const waiting = this.slots.waitingJob(id);
+    if (waiting && cancels(waiting)) this.slots.dropWaiting(id);
+    if (!run && !waiting) this.cancelsHeard.add(id, attempt);
   }
 
   /** The heartbeat found these taken away: their runs' results must not count. */

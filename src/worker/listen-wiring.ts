@@ -119,6 +119,6 @@ function control(parts: Parts, message: Exclude<ControlMessage, { c: 'probe' }>)
     const timer = setTimeout(release, MAX_START_HOLD_MS).unref();
     void queueState.refresh().then(release);
   } else {
-    dispatcher.cancel(message.id);
+    dispatcher.cancel(message.id, message.attempt);
   }
 }

@@ -328,6 +328,11 @@ export class Slots {
   }
 
   /** Removes one waiting job (its lock was lost). */
+  /** The job waiting for a slot under `id`, if any. */
+  waitingJob(id: string): JobRow | undefined {
+    return this.waiting.get(id)?.job;
+  }
+
   dropWaiting(id: string): JobRow | undefined {
     const w = this.waiting.get(id);
     this.waiting.delete(id);

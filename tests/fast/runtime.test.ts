@@ -414,7 +414,7 @@ describe('runtime: locks', () => {
     });
     await vi.advanceTimersByTimeAsync(10);
     Object.assign(db.job(cancelled!), { status: 'cancelled', finished_at: new Date() }); // what cancel() writes
-    w.dispatcher.cancel(cancelled!, new Error('cancelled'));
+    w.dispatcher.cancel(cancelled!, db.job(cancelled!).attempts);
     w.loop.wake();
     await vi.advanceTimersByTimeAsync(100);
     expect(signal!.aborted).toBe(true);

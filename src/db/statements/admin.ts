@@ -122,7 +122,9 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
 
     // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/job.ts),
     // $4: the schema's channel, $5: its outcome channel, $6: the control message
-    // ({"c":"cancel","id":…}, src/notify/codec.ts). A job that was
+    // ({"c":"cancel","id":…}, src/notify/codec.ts), sent with the attempt it
+    // cancelled: a notification that reaches a worker late must not abort a later
+    // attempt of the job, retried since (outside review 261). A job that was
     // 'processing' gets that NOTIFY in the same statement, so
     // the worker running it aborts its handler when this commits (never for a
     // rolled-back cancel); Queue.waitFor() callers are woken as for any outcome.
@@ -139,7 +141,7 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
         WHERE j.id = t.id
         RETURNING j.*, t.status AS previous_status,
           (CASE WHEN t.status = 'processing'
-                THEN pg_notify($4, $6) END) IS NULL AS told_worker,
+                THEN pg_notify($4, ($6::jsonb || jsonb_build_object('attempt', j.attempts))::text) END) IS NULL AS told_worker,
           (CASE WHEN j.notify_on_finish THEN pg_notify($5, j.id::text) END) IS NULL AS told_waiters
       ), ${audited('cancel', ', changed.previous_status')}`,
 
