@@ -327,12 +327,12 @@ export class Slots {
     return this.waiting.values().next().value?.since;
   }
 
-  /** Removes one waiting job (its lock was lost). */
   /** The job waiting for a slot under `id`, if any. */
   waitingJob(id: string): JobRow | undefined {
     return this.waiting.get(id)?.job;
   }
 
+  /** Removes one waiting job (its lock was lost, or it was cancelled). */
   dropWaiting(id: string): JobRow | undefined {
     const w = this.waiting.get(id);
     this.waiting.delete(id);

@@ -423,6 +423,35 @@ describe('runtime: locks', () => {
     expect(db.job(next!).status).toBe('completed');
   });
 
+  it('a cancel of a job claimed ahead drops it unstarted; one of another attempt leaves it alone (outside reviews 261, 263)', async () => {
+    const first = db.addMany(5, 't'); // a backlog: the claims that follow take jobs ahead
+    const running = db.add('t');
+    const [ahead, other] = db.addMany(2, 't');
+    const started: string[] = [];
+    const w = await start('A', {
+      concurrency: 1,
+      prefetch: 10,
+      pollIntervalMs: NO_POLL,
+      tasks: {
+        t: async (_p: unknown, ctx: JobContext) => {
+          started.push(ctx.job.id);
+          await abortable(ctx.job.id === running ? 300 : 1, ctx.signal);
+        },
+      },
+    });
+    await vi.advanceTimersByTimeAsync(100);
+    expect(started).toEqual([...first, running]);
+    expect([ahead, other].every((id) => db.job(id!).locked_by === 'A')).toBe(true); // claimed ahead, waiting
+    Object.assign(db.job(ahead!), { status: 'cancelled', finished_at: new Date() }); // what cancel() writes
+    w.dispatcher.cancel(ahead!, db.job(ahead!).attempts);
+    // A late notification of an earlier attempt of `other` (retried since).
+    w.dispatcher.cancel(other!, db.job(other!).attempts - 1);
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(started).toEqual([...first, running, other]);
+    expect(db.job(ahead!).status).toBe('cancelled');
+    expect(db.job(other!).status).toBe('completed');
+  });
+
   it("writes a handler's progress to its job", async () => {
     const id = db.add('t');
     await start('A', {
