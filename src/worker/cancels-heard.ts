@@ -11,12 +11,11 @@ import type { JobRow } from '../job.js';
  * (Dispatcher.claimed), so older ones are forgotten.
  */
 export class CancelsHeard {
-  private readonly heard = new Map<string, { at: number; attempt: number | undefined }>();
+  private readonly heard = new Map<string, { at: number; attempt: number }>();
 
   constructor(private readonly keepMs: number) {}
 
-  /** `attempt` undefined: a sender that did not say which (before it did), taken as any. */
-  add(id: string, attempt: number | undefined): void {
+  add(id: string, attempt: number): void {
     const now = performance.now();
     // In the order heard: the oldest first.
     for (const [old, { at }] of this.heard) {
@@ -33,6 +32,6 @@ export class CancelsHeard {
     const cancel = this.heard.get(job.id);
     if (cancel === undefined) return false;
     this.heard.delete(job.id);
-    return performance.now() - cancel.at <= withinMs && (cancel.attempt === undefined || cancel.attempt === job.attempts);
+    return performance.now() - cancel.at <= withinMs && cancel.attempt === job.attempts;
   }
 }

@@ -200,7 +200,10 @@ export class Dispatcher {
     if (run && cancels(run.job)) run.abort('cancelled', new JobCancelledError(`job ${id} was cancelled`));
     const waiting = this.slots.waitingJob(id);
     if (waiting && cancels(waiting)) this.slots.dropWaiting(id);
-    if (!run && !waiting) this.cancelsHeard.add(id, attempt);
+    // Only with the attempt a notification named: the heartbeat's cancels (none named)
+    // are of jobs held here, and one kept for any attempt marked the retry claimed
+    // next (outside review 263: handed back as 'cancelled').
+    if (!run && !waiting && attempt !== undefined) this.cancelsHeard.add(id, attempt);
   }
 
   /** The heartbeat found these taken away: their runs' results must not count. */

@@ -91,6 +91,27 @@ describe('Dispatcher: held starts', () => {
   });
 });
 
+describe('Dispatcher: cancels of jobs it does not hold', () => {
+  it("a claim brings a job whose cancel of that attempt was heard meanwhile: handed back unstarted; a heartbeat's cancel is not kept (outside review 263)", async () => {
+    events = [];
+    const started: string[] = [];
+    const { db, store, dispatcher } = setup(started);
+    const [heard, beaten] = db.addMany(2, 't');
+    const jobs = await store.claim(2);
+    const attemptOf = (id: string) => jobs.find((j) => j.id === id)!.attempts;
+    Object.assign(db.job(heard!), { status: 'cancelled', finished_at: new Date() }); // what cancel() writes
+    dispatcher.cancel(heard!, attemptOf(heard!)); // a notification, the claim's reply still out
+    dispatcher.cancel(beaten!); // a heartbeat's, naming no attempt: of a job held here, not this claim's
+    dispatcher.claimed(jobs, 1_000);
+    await settle();
+    expect(started).toEqual([beaten]);
+    // Its row cancelled, the hand-back changes nothing and tells nothing.
+    await settle();
+    expect(db.job(heard!).status).toBe('cancelled');
+    expect(events.some((e) => e[0] === 'jobs:handed-back')).toBe(false);
+  });
+});
+
 describe('Dispatcher: lost locks', () => {
   afterEach(() => void vi.useRealTimers());
 
