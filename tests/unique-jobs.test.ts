@@ -401,6 +401,8 @@ describe('unique jobs', () => {
         },
       },
     });
+    const handedBack: { ids: string[]; reason: string }[] = [];
+    worker.on('jobs:handed-back', (jobs, { reason }) => handedBack.push({ ids: jobs.map((j) => j.id), reason }));
     // Teach the worker that `quick` is quick, so it claims ahead of its one slot.
     await fx.queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'quick', queue: 'stop-keys' })));
     await waitFor(() => ran.length === 30, 'the warm-up jobs');
@@ -418,15 +420,16 @@ describe('unique jobs', () => {
       'a keyed job claimed ahead',
     );
     expect(Object.values(await scopes(...keys)).filter((s) => s.startsWith('processing'))).not.toContain('processing/released');
-    const handedBack: { ids: string[]; reason: string }[] = [];
-    worker.on('jobs:handed-back', (jobs, { reason }) => handedBack.push({ ids: jobs.map((j) => j.id), reason }));
     const stopped = worker.stop();
     await waitFor(async () => Object.values(await scopes(...keys)).every((s) => s === 'pending/pending'), 'the hand-back');
     gate.resolve();
     await stopped;
-    // The stop's hand-back is announced like the others.
-    expect(handedBack.filter((e) => e.reason === 'stopping').flatMap((e) => e.ids).length).toBeGreaterThan(0);
-    expect(ids).toEqual(expect.arrayContaining(handedBack.flatMap((e) => e.ids)));
+    // The stop's hand-back is announced like the others. On a loaded machine the keyed jobs
+    // claimed ahead may have waited out their 0.5 s for the gated slot first ('overdue': a CI run).
+    const keyed = handedBack.filter((e) => e.ids.some((id) => ids.includes(id)));
+    expect(keyed.length).toBeGreaterThan(0);
+    expect(keyed.every((e) => e.reason === 'stopping' || e.reason === 'overdue')).toBe(true);
+    expect(ids).toEqual(expect.arrayContaining(keyed.flatMap((e) => e.ids)));
     // Every key still names its job: enqueueing them again adds nothing.
     expect(await fx.queue.enqueueMany(keys.map((jobKey) => ({ task: 'quick', queue: 'stop-keys', jobKey })))).toEqual(ids);
   });
