@@ -425,10 +425,12 @@ describe('unique jobs', () => {
     gate.resolve();
     await stopped;
     // The stop's hand-back is announced like the others. On a loaded machine the keyed jobs
-    // claimed ahead may have waited out their 0.5 s for the gated slot first ('overdue': a CI run).
+    // claimed ahead may have gone back before the stop: their 0.5 s for the gated slot waited
+    // out ('overdue': a CI run), or claimed before the worker's re-read after the resume had
+    // landed ('queue-changed': an embedded-Postgres run).
     const keyed = handedBack.filter((e) => e.ids.some((id) => ids.includes(id)));
     expect(keyed.length).toBeGreaterThan(0);
-    expect(keyed.every((e) => e.reason === 'stopping' || e.reason === 'overdue')).toBe(true);
+    expect(keyed.map((e) => e.reason).filter((r) => !['stopping', 'overdue', 'queue-changed'].includes(r))).toEqual([]);
     expect(ids).toEqual(expect.arrayContaining(keyed.flatMap((e) => e.ids)));
     // Every key still names its job: enqueueing them again adds nothing.
     expect(await fx.queue.enqueueMany(keys.map((jobKey) => ({ task: 'quick', queue: 'stop-keys', jobKey })))).toEqual(ids);
