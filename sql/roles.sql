@@ -80,9 +80,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON :SCHEMA.leader TO sluice_worker;
 -- updated_at. Grouped and rate-limited queues (0016): claim_queue() moves the
 -- round-robin cursor (and the turn at it, 0022, and when it last found no job
 -- without a group, 0041) and spends the token buckets of the queue and of its groups.
--- Pausing, resuming, limits and group settings stay the admin's.
+-- Pausing, resuming, limits and group settings stay the admin's: a claim adds a
+-- group's row with its name alone (outside review 266: a worker login inserted one
+-- with a limit of one job a day for a tenant).
 GRANT SELECT, UPDATE (updated_at, group_cursor, group_turn_taken, tokens, tokens_at, ungrouped_none_at) ON :SCHEMA.queues TO sluice_worker;
-GRANT SELECT, INSERT, UPDATE (tokens, tokens_at) ON :SCHEMA.job_groups TO sluice_worker;
+GRANT SELECT, INSERT (queue, group_key), UPDATE (tokens, tokens_at) ON :SCHEMA.job_groups TO sluice_worker;
 -- Workers given `schedules` write their definitions and ticks here and enqueue
 -- the ticks through enqueue_job().
 GRANT SELECT, INSERT, UPDATE ON :SCHEMA.cron_schedules TO sluice_worker;

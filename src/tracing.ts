@@ -80,7 +80,7 @@ async function traced<T>(
   const carrier: TraceCarrier = {};
   api.propagation.inject(api.trace.setSpan(api.context.active(), span), carrier);
   try {
-    const result = await insert(Object.keys(carrier).length > 0 ? JSON.stringify(carrier) : null);
+    const result = await insert(carrierText(carrier));
     if (count === 1 && typeof result === 'string') span.setAttribute('messaging.message.id', result);
     return result;
   } catch (err) {
@@ -89,6 +89,25 @@ async function traced<T>(
   } finally {
     span.end();
   }
+}
+
+/**
+ * The most a job's trace_context may hold, as JSON (migration 0047): traceparent,
+ * tracestate (512 bytes) and baggage (8 KiB) fit with room to spare.
+ */
+const MAX_TRACE_CONTEXT_BYTES = 16_384;
+
+/**
+ * The carrier as stored, or null when empty. One past the column's limit (baggage a
+ * propagator filled beyond its own limit) keeps only the link to the parent span:
+ * the enqueue goes through, where the whole carrier would have been refused.
+ */
+function carrierText(carrier: TraceCarrier): string | null {
+  if (Object.keys(carrier).length === 0) return null;
+  const text = JSON.stringify(carrier);
+  if (Buffer.byteLength(text) <= MAX_TRACE_CONTEXT_BYTES) return text;
+  const link = carrier.traceparent === undefined ? null : JSON.stringify({ traceparent: carrier.traceparent });
+  return link !== null && Buffer.byteLength(link) <= MAX_TRACE_CONTEXT_BYTES ? link : null;
 }
 
 /**

@@ -59,6 +59,27 @@ describe('times in --json', () => {
   });
 });
 
+describe('text written by jobs', () => {
+  it('jobs show and dead-letters show escape control codes and bidi overrides of payloads and errors (outside review 265)', async () => {
+    const id = await failedJob();
+    const hostile = 'before\x1b[2J\x1b]0;PWNED\x07\rafter\u202e';
+    await fx.db.pool.query(
+      `UPDATE ${fx.db.s}.jobs SET payload = jsonb_build_object('msg', $2::text), last_error = $2,
+         errors = jsonb_set(errors, '{0,message}', to_jsonb($2::text)) WHERE id = $1`,
+      [id, hostile],
+    );
+    for (const command of [
+      ['jobs', 'show'],
+      ['dead-letters', 'show'],
+    ]) {
+      const result = await sluice(...command, id);
+      expect(result.code, result.stderr).toBe(0);
+      expect(result.stdout).toContain('before\\u001b[2J\\u001b]0;PWNED\\u0007\\u000dafter\\u202e');
+      expect(result.stdout).not.toMatch(/[\x00-\x08\x0b-\x1f\u202e]/);
+    }
+  });
+});
+
 describe('archived jobs', () => {
   it('a queue whose jobs are all archived is known to `queues pause` (outside review 85: "has no jobs")', async () => {
     const [id] = await fx.queue.enqueueMany([{ task: 'x', queue: 'only-archived' }]);

@@ -9,6 +9,7 @@ import { checkAutovacuum, checkTables } from '../src/doctor/vacuum-checks.js';
 import { DEFAULT_THRESHOLDS } from '../src/doctor/findings.js';
 import { doctorStatements } from '../src/db/statements/doctor.js';
 import { ConfigError, ConnectionError } from '../src/errors.js';
+import { Worker } from '../src/worker/worker.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { runCli } from './helpers/cli.js';
 
@@ -64,6 +65,38 @@ describe('doctor', () => {
       const withCompleted = check(await runDoctor({ db: own.pool, schema: own.schema }), 'maintenance');
       expect(withCompleted.status).toBe('critical');
       expect(withCompleted.summary).toMatch(/oldest completed or cancelled 2(\.0)? ?d/);
+    } finally {
+      await own.drop();
+    }
+  });
+
+  it('warns of a lease no live worker holds, and refuses one reaching past the hour (outside review 266: a hand-written lease held for ever)', async () => {
+    const own = await createTestSchema('doctor_ghost');
+    try {
+      await expect(
+        own.pool.query(`INSERT INTO ${own.s}.leader VALUES ('maintenance', 'ghost', now(), now() + interval '100 years')`),
+      ).rejects.toMatchObject({ code: '23514', message: expect.stringMatching(/at most an hour ahead/) });
+      await own.pool.query(`INSERT INTO ${own.s}.leader VALUES ('maintenance', 'ghost', now(), now() + interval '50 minutes')`);
+      await expect(
+        own.pool.query(`UPDATE ${own.s}.leader SET expires_at = now() + interval '2 hours' WHERE role = 'maintenance'`),
+      ).rejects.toMatchObject({ code: '23514' });
+      const ghost = check(await runDoctor({ db: own.pool, schema: own.schema }), 'maintenance');
+      expect(ghost.status).toBe('warn');
+      expect(ghost.summary).toContain('leader: ghost; pruner: none; held by no live worker: maintenance: ghost;');
+      // Held by a live worker: no warning.
+      const worker = new Worker({ pool: own.pool, schema: own.schema, tasks: { t: async () => {} }, pollIntervalMs: 50 });
+      await own.pool.query(`DELETE FROM ${own.s}.leader`);
+      await worker.start();
+      try {
+        const led = await waitFor(async () => {
+          const c = check(await runDoctor({ db: own.pool, schema: own.schema }), 'maintenance');
+          return /leader: (?!none)/.test(c.summary) && /pruner: (?!none)/.test(c.summary) ? c : undefined;
+        }, 'a leader');
+        expect(led.status).toBe('ok');
+        expect(led.summary).not.toContain('held by no live worker');
+      } finally {
+        await worker.stop();
+      }
     } finally {
       await own.drop();
     }

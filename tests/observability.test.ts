@@ -1,7 +1,7 @@
 import { hostname } from 'node:os';
 import { Writable } from 'node:stream';
-import { context, propagation, trace, SpanKind, SpanStatusCode } from '@opentelemetry/api';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { context, propagation, trace, SpanKind, SpanStatusCode, type TextMapPropagator } from '@opentelemetry/api';
+import { CompositePropagator, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import pg from 'pg';
 import { pino } from 'pino';
@@ -367,6 +367,33 @@ describe('tracing', () => {
       },
     );
     await queue.close();
+  });
+});
+
+describe('tracing: the stored trace context is bounded (migration 0047, outside review 266)', () => {
+  it('a carrier past 16 KiB keeps only its traceparent; the table refuses a bigger one written by hand', async () => {
+    const huge: TextMapPropagator = {
+      inject: (_context, carrier, setter) => setter.set(carrier, 'baggage', `k=${'x'.repeat(20_000)}`),
+      extract: (ctx) => ctx,
+      fields: () => ['baggage'],
+    };
+    propagation.disable();
+    propagation.setGlobalPropagator(new CompositePropagator({ propagators: [new W3CTraceContextPropagator(), huge] }));
+    const queue = new Queue({ pool: db.pool, schema: db.schema });
+    try {
+      const id = await queue.enqueue('fine', {}, { queue: 'bounded' });
+      const { rows } = await db.pool.query(`SELECT trace_context FROM ${db.s}.jobs WHERE id = $1`, [id]);
+      expect(Object.keys(rows[0].trace_context)).toEqual(['traceparent']);
+      await expect(
+        db.pool.query(
+          `INSERT INTO ${db.s}.jobs (queue, task, trace_context) VALUES ('bounded', 't', jsonb_build_object('traceparent', repeat('x', 20000)))`,
+        ),
+      ).rejects.toMatchObject({ code: '23514', constraint: 'jobs_trace_context_size' });
+    } finally {
+      await queue.close();
+      propagation.disable();
+      propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+    }
   });
 });
 

@@ -480,6 +480,9 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       `UPDATE ${db.s}.queues SET concurrency_limit = NULL WHERE name = 'held'`,
       `INSERT INTO ${db.s}.queues (name, paused) VALUES ('other', true)`,
       `DELETE FROM ${db.s}.queues`,
+      // Group settings too: a claim adds a group's row by name alone (outside review 266).
+      `INSERT INTO ${db.s}.job_groups (queue, group_key, concurrency_limit) VALUES ('held', 'tenant', 1)`,
+      `INSERT INTO ${db.s}.job_groups (queue, group_key, weight) VALUES ('held', 'tenant', 1000)`,
       [`UPDATE ${db.s}.jobs SET task = 'other' WHERE id = $1`, [pending]],
       [`UPDATE ${db.s}.jobs SET payload = '{"forged":true}' WHERE id = $1`, [running]],
       [`UPDATE ${db.s}.jobs SET queue = 'default', priority = 100 WHERE id = $1`, [pending]],
@@ -640,7 +643,7 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       const half = new Worker({ connectionString: urlAs(partial), schema: db.schema, tasks: { t: () => {} } });
       await expect(half.start()).rejects.toThrow(
         `role "${partial}" lacks UPDATE (finished_at, last_error, errors, result, progress, key_scope) on jobs, UPDATE (updated_at, ` +
-          'group_cursor, group_turn_taken, tokens, tokens_at) on queues, SELECT on job_groups, INSERT on job_groups, UPDATE (tokens, ' +
+          'group_cursor, group_turn_taken, tokens, tokens_at) on queues, SELECT on job_groups, INSERT (queue, group_key) on job_groups, UPDATE (tokens, ' +
           'tokens_at) on job_groups, EXECUTE on mark_queue_grouped(text, text), EXECUTE on claim_limited(text, text, text[], ' +
           'integer, bigint[]), EXECUTE on claim_queue(text, text, text[], integer, integer, integer, bigint[]), EXECUTE on ' +
           'running_jobs(text, text, text, bigint[]), EXECUTE on refill_tokens(double precision, timestamptz, integer, integer, ' +

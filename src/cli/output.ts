@@ -67,9 +67,7 @@ export function printTable(header: string[], rows: string[][]): void {
  */
 export function printable(text: string): string {
   if (!HIDDEN.test(text) && text === text.trim()) return text;
-  return JSON.stringify(text).replace(HIDDEN_ALL, (c) =>
-    [...Array(c.length).keys()].map((i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, '0')}`).join(''),
-  );
+  return JSON.stringify(text).replace(HIDDEN_ALL, unicodeEscape);
 }
 
 /**
@@ -80,6 +78,25 @@ export function printable(text: string): string {
  */
 const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/u;
 const HIDDEN_ALL = /[\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
+
+/**
+ * Free text from a job (an error message, its stack, a payload) as a terminal
+ * should show it: every control and invisible character as its \\u escape, line
+ * breaks kept where `keepLines` (and tabs). An error message with escape codes cleared
+ * the operator's screen and printed fake lines over real ones (outside reviews 265
+ * and 266); names go through printable().
+ */
+export function terminalText(text: string, keepLines = true): string {
+  return text.replace(keepLines ? HIDDEN_BUT_LINES : HIDDEN_EVERY, unicodeEscape);
+}
+
+/** A character as \\u escapes (two for one beyond the BMP). */
+function unicodeEscape(c: string): string {
+  return [...Array(c.length).keys()].map((i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, '0')}`).join('');
+}
+
+const HIDDEN_EVERY = new RegExp(HIDDEN.source, 'gu');
+const HIDDEN_BUT_LINES = /(?![\n\t])[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
 
 /** Left-aligned columns separated by two spaces: readable, and easy to cut/awk. Cells as printable() shows them. */
 export function formatTable(header: string[], rawRows: string[][]): string {

@@ -3,7 +3,7 @@ import type { JobRow } from '../job.js';
 import type { Logger } from '../logger.js';
 import { ErrorLines } from './error-lines.js';
 import { describeError } from '../worker/run.js';
-import { firstLine, printable } from './output.js';
+import { firstLine, printable, terminalText } from './output.js';
 
 type Fields = Record<string, string | number | boolean | null>;
 
@@ -92,6 +92,9 @@ export class WorkerLog {
       .map(([k, v]) =>
         k === 'job' || k === 'message' || (k === 'error' && event === 'error') ? v : k === 'error' ? `error: ${v}` : `${k}=${v}`,
       )
+      // A task name or an error message with a line break or escape codes forged lines
+      // of its own or cleared the terminal (outside reviews 265 and 266).
+      .map((text) => terminalText(String(text), false))
       .join(' ');
     out.write(`${time} ${event}${text ? ` ${text}` : ''}\n`);
   }

@@ -345,6 +345,8 @@ export interface MaintenanceRow {
   leader: string | null;
   /** The worker holding the pruner's lease: one whose pruner is on. */
   pruner: string | null;
+  /** Live leases ("role: holder") whose holder is no live registered worker. */
+  not_live: string[] | null;
   finished: number;
   /** Failed jobs among `finished`: kept for their retention, not the pruner's lag. */
   dead_letters: number;
@@ -364,8 +366,12 @@ export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): Chec
   // default delay many times over: no worker that may prune is running (outside
   // review 190: "all checks passed" with only --no-pruner workers left).
   if (!row.pruner && lag >= NO_PRUNER_WARN_MS && status === 'ok') status = 'warn';
+  const notLive = row.not_live ?? [];
+  if (notLive.length > 0 && status === 'ok') status = 'warn';
   const summary =
-    `leader: ${row.leader ?? 'none'}; pruner: ${row.pruner ?? 'none'}; ${row.finished} finished jobs in the hot table` +
+    `leader: ${row.leader ?? 'none'}; pruner: ${row.pruner ?? 'none'}; ` +
+    (notLive.length > 0 ? `held by no live worker: ${notLive.join(', ')}; ` : '') +
+    `${row.finished} finished jobs in the hot table` +
     (row.dead_letters > 0 ? ` (${row.dead_letters} failed, kept as dead letters)` : '') +
     (row.oldest_finished_ms !== null ? `, oldest completed or cancelled ${formatMs(lag)} ago` : '');
   return result(
@@ -377,7 +383,9 @@ export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): Chec
       'No leader: no worker of this schema is running (or all run with maintenance: false). No pruner: every ' +
       'worker runs with pruner: false (--no-pruner); run one as the schema owner with the pruner on. A pruner but ' +
       "old completed or cancelled jobs: it is failing, see the worker's error events; or it runs in mode 'delete', " +
-      'which keeps completed jobs for their retention: give unprunedMs above it.',
+      'which keeps completed jobs for their retention: give unprunedMs above it. A lease held by no live worker: ' +
+      'its worker died and the lease runs out within maintenance.leaseMs, or the row was written by hand (sluice.leader): ' +
+      'delete it.',
     [row],
   );
 }

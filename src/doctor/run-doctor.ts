@@ -12,6 +12,7 @@ import { doctorStatements } from '../db/statements/doctor.js';
 import { checkUnknownTasks } from './unknown-tasks-check.js';
 import { checkOutbox } from './outbox-check.js';
 import { checks as optionChecks } from '../validate.js';
+import { MISSED_INTERVALS_DEAD } from '../worker/registry.js';
 
 const { rejectUnknownKeys, schemaOption } = optionChecks(ConfigError);
 
@@ -171,7 +172,7 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
     await attempt(['backlog'], async () => checks.checkBacklog(await rows(db, q.backlog), t));
     await attempt(['stuck'], async () => checks.checkStuck(await rows(db, q.stuck, [t.stuckMs[0]]), t));
     await attempt(['maintenance'], async () =>
-      checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance))[0]!, t),
+      checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance, [MISSED_INTERVALS_DEAD]))[0]!, t),
     );
     await attempt(['unknown_tasks'], () => checkUnknownTasks(db, schema, t));
     await attempt(['cron'], () => checkCron(db, schema, t));

@@ -69,3 +69,20 @@ describe('WorkerLog', () => {
     expect(new WorkerLog(true).names(['a', 'b\nc'])).toBe('a,b\nc');
   });
 });
+
+describe('WorkerLog with hostile text', () => {
+  it('escapes control codes of error messages and of the logger lines, so none reaches the terminal (outside reviews 265 and 266)', () => {
+    const lines = captured();
+    const worker = new EventEmitter();
+    const log = new WorkerLog(false);
+    log.follow(worker as unknown as Worker);
+    const job = { id: '6', task: 'fail', queue: 'default', attempts: 1 };
+    worker.emit('job:fail', job, { error: new Error('before\x1b[2J\x1b]0;PWNED\x07\rafter\u202e'), willRetry: false, durationMs: 1 });
+    log.logger().warn({ queue: 'default' }, '1 due jobs of task "evil\ncompleted send_welcome #999" wait');
+    expect(lines).toEqual([
+      'failed fail #6 queue=default attempt=1 took=1ms error: before\\u001b[2J\\u001b]0;PWNED\\u0007\\u000dafter\\u202e',
+      'warn 1 due jobs of task "evil\\u000acompleted send_welcome #999" wait',
+    ]);
+    expect(lines.join('')).not.toMatch(/[\x00-\x1f\u202e]/);
+  });
+});

@@ -3,7 +3,7 @@ import { listDeadLetters, redriveDeadLetters } from '../../admin/dead-letters.js
 import { getJob } from '../../admin/jobs.js';
 import { requireKnownQueue } from '../known-queue.js';
 import { withDatabase } from '../database.js';
-import { ExitStatus, formatTime, printable, printJson, printTable, UsageError } from '../output.js';
+import { ExitStatus, formatTime, printable, printJson, printTable, terminalText, UsageError } from '../output.js';
 import { integer } from '../parse.js';
 import { CLI_ACTOR } from '../actor.js';
 
@@ -77,10 +77,11 @@ export function registerDeadLetters(program: Command): void {
       process.stdout.write(
         `job ${job.id}  ${printable(job.queue)}/${printable(job.task)}  ${job.status}  attempts ${job.attempts}/${job.max_attempts}\n`,
       );
-      process.stdout.write(`payload ${JSON.stringify(job.payload)}\n`);
+      // Payload and errors as written by the job: escape codes there printed raw (outside review 265).
+      process.stdout.write(terminalText(`payload ${JSON.stringify(job.payload)}\n`));
       for (const e of job.errors ?? []) {
-        process.stdout.write(`\nattempt ${e.attempt} at ${formatTime(e.at)}: ${e.message}\n`);
-        if (e.stack && e.stack !== e.message) process.stdout.write(`${e.stack.split('\n').slice(1).join('\n')}\n`);
+        process.stdout.write(terminalText(`\nattempt ${e.attempt} at ${formatTime(e.at)}: ${e.message}\n`));
+        if (e.stack && e.stack !== e.message) process.stdout.write(terminalText(`${e.stack.split('\n').slice(1).join('\n')}\n`));
       }
     });
 

@@ -4,15 +4,16 @@ import { runDoctor, type DoctorReport } from '../../doctor/run-doctor.js';
 import { isConnectionFailure, isInsufficientPrivilege } from '../../errors.js';
 import type { CheckResult } from '../../doctor/findings.js';
 import { globalOptions, requireDatabaseUrl } from '../database.js';
-import { ExitStatus, printJson } from '../output.js';
+import { ExitStatus, printJson, terminalText } from '../output.js';
 import { durationWithin } from '../parse.js';
 
 const EXIT_BY_STATUS = { ok: 0, warn: 1, critical: 2 } as const;
 const MARK = { ok: 'ok  ', warn: 'WARN', critical: 'CRIT' } as const;
 
 function printCheck(check: CheckResult): void {
-  process.stdout.write(`[${MARK[check.status]}] ${check.title}: ${check.summary}\n`);
-  if (check.advice) process.stdout.write(`       -> ${check.advice}\n`);
+  // Summaries name queues and tasks, which may hold escape codes (outside review 266).
+  process.stdout.write(terminalText(`[${MARK[check.status]}] ${check.title}: ${check.summary}\n`));
+  if (check.advice) process.stdout.write(terminalText(`       -> ${check.advice}\n`));
 }
 
 /** Why the checks could not run, in a line. */

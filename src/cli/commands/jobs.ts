@@ -24,6 +24,7 @@ import {
   formatTime,
   printable,
   printJson,
+  terminalText,
   UsageError,
 } from '../output.js';
 import { collect, duration, integer } from '../parse.js';
@@ -278,7 +279,9 @@ function describeJob(job: JobRow, archived: boolean): string {
   if (job.result !== undefined && job.result !== null) lines.push(`result:       ${indent(JSON.stringify(job.result, null, 2))}`);
   for (const e of job.errors ?? []) lines.push(`error #${String(e.attempt).padEnd(6)}${formatTime(e.at)}  ${e.message}`);
   lines.push(`last error:   ${job.last_error ? indent(job.last_error) : '-'}`);
-  return `${lines.join('\n')}\n`;
+  // Payloads and errors as written by the job: escape codes or a bidi override there
+  // printed raw (outside review 265).
+  return terminalText(`${lines.join('\n')}\n`);
 }
 
 /** Continues a multi-line value under the column where it started. */

@@ -1,5 +1,6 @@
 import { quoteSchema } from '../identifiers.js';
 import { perSchema } from './per-schema.js';
+import { alive } from './workers.js';
 
 /**
  * What `sluice doctor` reads. Catalog and statistics views take the schema as a
@@ -183,8 +184,14 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
     // the completed and cancelled jobs it moves out: failed ones stay as dead letters
     // for their retention by design (outside review 178: one of them, an hour old,
     // was a warning that the pruner was failing).
+    // $1: missed intervals after which a registered worker counts as dead. A lease
+    // whose holder is no live worker was written by hand, or its worker is gone
+    // and its lease not yet run out (outside review 266: a 'ghost' lease was "ok").
     maintenance: `SELECT (SELECT holder FROM ${s}.leader WHERE role = 'maintenance' AND expires_at > now()) AS leader,
         (SELECT holder FROM ${s}.leader WHERE role = 'pruner' AND expires_at > now()) AS pruner,
+        (SELECT array_agg(l.role || ': ' || l.holder ORDER BY l.role) FROM ${s}.leader l
+          WHERE l.expires_at > now()
+            AND NOT EXISTS (SELECT FROM ${s}.workers w WHERE w.id = l.holder AND ${alive('w', '$1')})) AS not_live,
         (SELECT count(*) FROM ${s}.jobs WHERE status IN ('completed', 'failed', 'cancelled'))::int AS finished,
         (SELECT count(*) FROM ${s}.jobs WHERE status = 'failed')::int AS dead_letters,
         (SELECT ${MS('now() - min(coalesce(finished_at, updated_at))')} FROM ${s}.jobs

@@ -34,7 +34,7 @@ const refreshedWithin = (row: string, factor: string): string =>
   `${row}.last_seen_at > now() - ${factor}::float8 * ${row}.interval_ms * interval '1 millisecond'`;
 
 /** SQL: ... and its worker has not stopped: it counts as alive. */
-const alive = (row: string, factor: string): string => `(${refreshedWithin(row, factor)} AND ${row}.stopped_at IS NULL)`;
+export const alive = (row: string, factor: string): string => `(${refreshedWithin(row, factor)} AND ${row}.stopped_at IS NULL)`;
 
 export const workerRegistryStatements = perSchema((schema: string): WorkerRegistryStatements => {
   const s = quoteSchema(schema);
