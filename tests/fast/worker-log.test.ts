@@ -77,7 +77,11 @@ describe('WorkerLog with hostile text', () => {
     const log = new WorkerLog(false);
     log.follow(worker as unknown as Worker);
     const job = { id: '6', task: 'fail', queue: 'default', attempts: 1 };
-    worker.emit('job:fail', job, { error: new Error('before\x1b[2J\x1b]0;PWNED\x07\rafter\u202e'), willRetry: false, durationMs: 1 });
+    worker.emit('job:fail', job, {
+      error: new Error('before\x1b[2J\x1b]0;PWNED\x07\rafter\u202e'),
+      willRetry: false,
+      durationMs: 1,
+    });
     log.logger().warn({ queue: 'default' }, '1 due jobs of task "evil\ncompleted send_welcome #999" wait');
     expect(lines).toEqual([
       'failed fail #6 queue=default attempt=1 took=1ms error: before\\u001b[2J\\u001b]0;PWNED\\u0007\\u000dafter\\u202e',
