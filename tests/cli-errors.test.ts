@@ -82,6 +82,17 @@ describe('database URL', () => {
   });
 });
 
+describe('demo', () => {
+  it('a Postgres it cannot reach is one line, no stack (outside review 266)', async () => {
+    const away = urlWith((u) => (u.port = '1'));
+    expectOneLine(
+      await runSluice(['demo', '--jobs', '5'], { DATABASE_URL: away }),
+      1,
+      /^sluice: cannot reach Postgres at 127\.0\.0\.1:1\//,
+    );
+  });
+});
+
 describe('task module', () => {
   const worker = (file: string) => runSluice(['worker', '--tasks', file], { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema });
 

@@ -332,6 +332,20 @@ describe('recurring jobs', () => {
       expect(() => parseCron('s', cron, 'UTC'), cron).toThrow(`schedule "s": cron ${JSON.stringify(cron)} never fires`);
   });
 
+  it('reads `?` in a day field as `*`: a weekly or monthly pattern in Quartz style does not fire daily (outside review 264)', () => {
+    const monday = new Date('2026-12-07T12:00:00Z');
+    for (const [quartz, plain] of [
+      ['0 3 ? * FRI', '0 3 * * FRI'],
+      ['0 3 15 * ?', '0 3 15 * *'],
+      ['0 0 3 ? * 1', '0 0 3 * * 1'],
+      ['0 3 ? * 5#3', '0 3 * * 5#3'],
+    ]) {
+      const next = nextTick(parseCron('q', quartz, 'UTC'), monday);
+      expect(next?.toISOString(), quartz).toBe(nextTick(parseCron('p', plain, 'UTC'), monday)?.toISOString());
+      expect(next!.getUTCDate(), quartz).not.toBe(8);
+    }
+  });
+
   it('names the field counts it takes when a cron has too few fields, not the seven croner offers (outside review 192)', () => {
     for (const cron of ['bad', '* * *', '0 0 0 1 1 * 2099'])
       expect(() => parseCron('s', cron, 'UTC')).toThrow(/fields; 5, or 6 with seconds first$/);

@@ -671,6 +671,12 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       const none = await runCli(urlAs(logins.none), db.schema, ['worker', '--tasks', `${FIXTURES}cli-tasks.mjs`]);
       expect(none.code).toBe(2);
       expect(none.stderr).toMatch(/^sluice: permission denied for schema .*: grant the role what its commands need/);
+      // migrate too (outside review 266: it exited 1).
+      const migrateNone = await runCli(urlAs(logins.none), db.schema, ['migrate']);
+      expect(migrateNone.code, migrateNone.stderr).toBe(2);
+      expect(migrateNone.stderr).toMatch(
+        /^sluice: migration setup failed: permission denied for schema .*\(migrate runs as the schema's owner/,
+      );
     });
 
     it("a sluice_worker role's worker left with the pruner on says what to do, and leaves the pruning to one that may (outside reviews 157, 185)", async () => {

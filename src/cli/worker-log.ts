@@ -88,13 +88,19 @@ export class WorkerLog {
       return;
     }
     const text = Object.entries(fields)
-      // An 'error' line's error is its text: "error error: worker: ..." said it twice (outside review 97).
-      .map(([k, v]) =>
-        k === 'job' || k === 'message' || (k === 'error' && event === 'error') ? v : k === 'error' ? `error: ${v}` : `${k}=${v}`,
-      )
-      // A task name or an error message with a line break or escape codes forged lines
-      // of its own or cleared the terminal (outside reviews 265 and 266).
-      .map((text) => terminalText(String(text), false))
+      .map(([k, v]) => {
+        // An 'error' line's error is its text: "error error: worker: ..." said it twice (outside review 97).
+        const said =
+          k === 'job' || k === 'message' || (k === 'error' && event === 'error')
+            ? v
+            : k === 'error'
+              ? `error: ${v}`
+              : `${k}=${v}`;
+        // A task name or an error message with a line break or escape codes forged lines
+        // of its own or cleared the terminal (outside reviews 265 and 266). A stack keeps
+        // its lines, each indented, so none reads as a line of the log.
+        return k === 'stack' ? terminalText(String(said)).replace(/\n(?![ \t])/g, '\n    ') : terminalText(String(said), false);
+      })
       .join(' ');
     out.write(`${time} ${event}${text ? ` ${text}` : ''}\n`);
   }

@@ -3,6 +3,8 @@ import { Queue } from '../queue.js';
 import { Worker } from '../worker/worker.js';
 import { migrate } from '../migrate.js';
 import { demoStatements } from '../db/statements/demo.js';
+import { connectionError } from '../db/connection.js';
+import { isConnectionFailure } from '../errors.js';
 
 export interface DemoOptions {
   connectionString: string;
@@ -40,7 +42,11 @@ export async function runDemo(options: DemoOptions): Promise<DemoResult> {
   const workers: Worker[] = [];
   // Held until the end, on a connection of its own: a second demo dropped the first's
   // schema and tables, which then failed with a stack trace (outside review 241).
-  const lock = await pool.connect();
+  const lock = await pool.connect().catch(async (err: unknown) => {
+    await pool.end();
+    // "cannot reach Postgres at …", not pg's own error and its stack (outside review 266).
+    throw isConnectionFailure(err) ? connectionError(err, options.connectionString) : err;
+  });
   // A checked-out client has no pool listener: its connection cut (Ctrl-C stops the embedded
   // Postgres under it) was an unhandled 'error' and a stack trace (outside review 251).
   lock.on('error', () => {});

@@ -84,9 +84,19 @@ export function parseCron(name: string, cron: unknown, timezone: unknown): Cron 
     // Before croner, whose message offers seven fields (outside review 192).
     throw new ConfigError(`schedule "${name}": cron ${JSON.stringify(cron)} has ${fields} fields; 5, or 6 with seconds first`);
   }
+  // `?` (Quartz's "no specific value") as `*` before croner sees it: croner replaces it
+  // itself, but after deciding the day fields are not wildcards, and then fires on
+  // any day of the month OR the weekday: '0 3 ? * FRI' ran daily (outside review 264).
+  const croned = cron.trim().startsWith('@')
+    ? cron
+    : cron
+        .trim()
+        .split(/\s+/)
+        .map((f) => f.replaceAll('?', '*'))
+        .join(' ');
   let pattern: Cron;
   try {
-    pattern = new Cron(cron, { timezone, paused: true });
+    pattern = new Cron(croned, { timezone, paused: true });
   } catch (err) {
     throw new ConfigError(`schedule "${name}": invalid cron ${JSON.stringify(cron)}: ${(err as Error).message}`, { cause: err });
   }

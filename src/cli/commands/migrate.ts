@@ -1,7 +1,8 @@
 import type { Command } from 'commander';
 import { migrate } from '../../migrate.js';
 import { globalOptions, requireDatabaseUrl } from '../database.js';
-import { printJson } from '../output.js';
+import { MigrationError, isInsufficientPrivilege } from '../../errors.js';
+import { printJson, UsageError } from '../output.js';
 
 export function registerMigrate(program: Command): void {
   program
@@ -10,7 +11,15 @@ export function registerMigrate(program: Command): void {
     .option('--json', 'print the result as JSON')
     .action(async (opts: { json?: boolean }, command: Command) => {
       const global = globalOptions(command);
-      const result = await migrate({ connectionString: requireDatabaseUrl(global), schema: global.schema });
+      const result = await migrate({ connectionString: requireDatabaseUrl(global), schema: global.schema }).catch(
+        (err: unknown) => {
+          // A role that may not use the schema (or create it) at all exits 2, as every
+          // other command's start check does (outside review 266: migrate exited 1).
+          if (!(err instanceof MigrationError && err.message.startsWith('migration setup') && isInsufficientPrivilege(err.cause)))
+            throw err;
+          throw new UsageError(err.message);
+        },
+      );
       if (opts.json) return printJson(result);
       if (result.applied.length === 0) {
         process.stdout.write(`schema "${result.schema}" is up to date (version ${result.version})\n`);
