@@ -220,6 +220,30 @@ describe('ports in use', () => {
     }
   });
 
+  it('sluice dashboard with a refused login or an unmigrated schema exits 1, not started; one out of reach starts (outside review 265)', async () => {
+    const noUser = urlWith((u) => (u.username = 'no_such_role_here'));
+    expectOneLine(
+      await runSluice(['dashboard', '--port', '0'], { DATABASE_URL: noUser, SLUICE_SCHEMA: db.schema }),
+      1,
+      /^sluice: Postgres at .*(role "no_such_role_here" does not exist|password authentication failed for user "no_such_role_here")/,
+    );
+    expectOneLine(
+      await runSluice(['dashboard', '--port', '0'], { DATABASE_URL: db.url, SLUICE_SCHEMA: 'never_migrated_here' }),
+      1,
+      /^sluice: no Sluice tables in schema "never_migrated_here" at .*: run `sluice migrate` first$/,
+    );
+    const away = spawnCli(['dashboard', '--port', '0'], {
+      DATABASE_URL: urlWith((u) => (u.port = '1')),
+      SLUICE_SCHEMA: db.schema,
+    });
+    try {
+      await waitFor(() => away.stdout().includes('sluice dashboard on http://127.0.0.1:'), 'the dashboard serving');
+    } finally {
+      away.child.kill();
+      await away.exited;
+    }
+  });
+
   it("sluice dashboard on a host that is not this machine's, or does not resolve: one line, exit 2, no stack (outside review 201)", async () => {
     const env = { DATABASE_URL: db.url, SLUICE_SCHEMA: db.schema };
     for (const host of ['192.0.2.1', 'no-such-host.invalid']) {

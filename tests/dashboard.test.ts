@@ -227,6 +227,14 @@ describe('API', () => {
       expect(refused.status, qs).toBe(400);
       expect(refused.body.error.message, qs).toBe(message);
     }
+    // Neither box filled is no filter, as the form sends it (outside review 265: a 400).
+    const unfiltered = await api('api/jobs?field=&value=&queue=paging&limit=100');
+    expect(unfiltered.status).toBe(200);
+    expect(unfiltered.body.jobs.length).toBeGreaterThan(0);
+    // The job's own route takes no parameter either (outside review 265: ignored).
+    const withParameter = await api(`api/jobs/${big}?x=1`);
+    expect(withParameter.status).toBe(400);
+    expect(withParameter.body.error.message).toBe('unknown parameter "x" (it takes none)');
   });
 
   it('filters by creation time', async () => {
@@ -361,6 +369,9 @@ describe('API', () => {
     expect(body.actions).toEqual(['retry', 'delete']);
     const pending = await queue.enqueue('later', {}, { queue: 'detail', delayMs: 60_000 });
     expect((await api(`api/jobs/${pending}`)).body.actions).toEqual(['cancel', 'delete', 'run-now']);
+    // Run-now only for a job waiting for a later time: one already due is not offered it (outside review 265).
+    const due = await queue.enqueue('now', {}, { queue: 'detail' });
+    expect((await api(`api/jobs/${due}`)).body.actions).toEqual(['cancel', 'delete']);
   });
 
   it('retries, cancels and deletes, and says 409 when the status does not allow it', async () => {

@@ -51,6 +51,7 @@ export interface ApiContext {
 /** Query string of GET api/jobs. Every filter is optional; one value each. */
 /** The filters GET api/jobs takes. */
 const JOBS_FILTERS = new Set(['status', 'queue', 'task', 'before', 'after', 'limit', 'from', 'until', 'field', 'value']);
+const NO_PARAMETERS: ReadonlySet<string> = new Set();
 
 interface JobsQuery {
   status?: string;
@@ -114,8 +115,9 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     refuseUnknownQuery(q, JOBS_FILTERS);
     // A value only with its field, and a field only with its value: ?field=&value=1
     // listed every job (outside review 125), and a field with its box left empty
-    // searched for "" and listed nothing (243), both without a word.
-    if (q.value !== undefined && !q.field) throw new ValidationError('value: give the payload field to search (field=...)');
+    // searched for "" and listed nothing (243), both without a word. Both empty is the
+    // form sent with neither box filled: no filter (outside review 265).
+    if (q.value && !q.field) throw new ValidationError('value: give the payload field to search (field=...)');
     if (q.field && !q.value) throw new ValidationError('field: give the value it should equal (value=...)');
     if (q.field) return searchByField(q);
     return listJobs(db, schema, {
@@ -132,6 +134,8 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   });
 
   app.get('/api/jobs/:id', async (req, reply) => {
+    // As api/jobs: a parameter it does not take is a 400, not ignored (outside review 265).
+    refuseUnknownQuery(req.query as object, NO_PARAMETERS, 'parameter');
     const id = jobId(param(req.params, 'id'));
     const [job, audit, actions] = await Promise.all([
       getJob(db, schema, id),
@@ -139,8 +143,11 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
       allowedActions(db, schema, id),
     ]);
     if (!job) return reply.code(404).send({ error: { code: 'NOT_FOUND', message: 'no such job' }, audit });
-    // The page offers exactly the actions the admin API would accept now.
-    return { job, audit, actions: job.status === 'pending' ? [...actions, 'run-now'] : actions, attempts: attemptsOf(job) };
+    // The actions the admin API would accept now; run-now only where it changes
+    // something, a job waiting for a later time (the page's "Run now"): for one already
+    // due it was listed and not offered (outside review 265).
+    const runNow = job.status === 'pending' && job.run_at.getTime() > Date.now();
+    return { job, audit, actions: runNow ? [...actions, 'run-now'] : actions, attempts: attemptsOf(job) };
   });
 
   const searchByField = (q: JobsQuery) => {

@@ -1,5 +1,7 @@
 import type { Command } from 'commander';
-import { globalOptions, requireDatabaseUrl } from '../database.js';
+import { loginProblem } from '../../db/connection.js';
+import { isConnectionFailure } from '../../errors.js';
+import { globalOptions, requireDatabaseUrl, withDatabase } from '../database.js';
 import { UsageError } from '../output.js';
 import { durationWithin } from '../parse.js';
 import { addListenUrlOption } from '../pooler-options.js';
@@ -45,10 +47,17 @@ export function registerDashboard(program: Command): void {
     if (password === undefined && command.getOptionValueSource('user') === 'cli') {
       throw new UsageError('--user needs --password (or SLUICE_DASHBOARD_PASSWORD): without one there is no basic auth');
     }
+    const url = requireDatabaseUrl(global);
+    // A refused login, a missing database or schema end the start, as they end a
+    // worker's (outside review 265: it served their errors); a Postgres out of reach now
+    // may come back, and the page says "unreachable" until it does.
+    await withDatabase(command, async () => {}).catch((err: unknown) => {
+      if (!isConnectionFailure(err) || loginProblem(err, url) !== undefined) throw err;
+    });
     // Loaded here, not at the top: other commands should not pay for loading a web server.
     const { startDashboard } = await import('../../dashboard/server.js');
     const dashboard = await startDashboard({
-      connectionString: requireDatabaseUrl(global),
+      connectionString: url,
       ...(flags.listenUrl === undefined ? {} : { listenConnectionString: flags.listenUrl }),
       schema: global.schema,
       host: flags.host,
