@@ -191,6 +191,13 @@ describe('help and notes', () => {
     expect(held.stderr).toBe('note: queue "held" is paused: no worker takes the job until `sluice queues resume held`\n');
     const running = await runSluice(['enqueue', 'x', '--queue', 'free'], env);
     expect(running).toMatchObject({ code: 0, stderr: '' });
+    // A name with escape codes and a space: escaped for the terminal, quoted for the shell (outside review 267).
+    const odd = "it's\x1b[2J\u009b x";
+    expect((await runSluice(['queues', 'pause', odd, '--create'], env)).code).toBe(0);
+    const oddNote = await runSluice(['enqueue', 'x', '--queue', odd], env);
+    expect(oddNote.stderr).toBe(
+      `note: queue "it's\\u001b[2J\\u009b x" is paused: no worker takes the job until \`sluice queues resume 'it'\\''s\\u001b[2J\\u009b x'\`\n`,
+    );
   });
 });
 

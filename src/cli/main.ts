@@ -16,7 +16,7 @@ import { registerRelay } from './commands/relay.js';
 import { registerStats } from './commands/stats.js';
 import { registerWorker } from './commands/worker.js';
 import { LISTEN_REFUSED, loginProblem } from '../db/connection.js';
-import { CommandFailed, ExitStatus, UsageError } from './output.js';
+import { CommandFailed, ExitStatus, terminalText, UsageError } from './output.js';
 import { ROLE_HINT } from './database.js';
 
 /** Exit codes: 0 success, 1 runtime failure, 2 usage error. */
@@ -59,6 +59,9 @@ export function buildProgram(): Command {
  */
 export async function main(argv: string[]): Promise<number> {
   const program = buildProgram();
+  // Messages name what was given or stored (a queue, a schedule, a croner message
+  // quoting the pattern): escape codes there reached the terminal (outside review 267).
+  const say = (text: string) => process.stderr.write(`${terminalText(`sluice: ${text}`)}\n`);
   try {
     await program.parseAsync(argv);
     return EXIT_OK;
@@ -69,32 +72,32 @@ export async function main(argv: string[]): Promise<number> {
       return err.exitCode === 0 ? EXIT_OK : EXIT_USAGE;
     }
     if (err instanceof UsageError) {
-      process.stderr.write(`sluice: ${err.message}\n`);
+      say(err.message);
       return EXIT_USAGE;
     }
     if (err instanceof CommandFailed) {
-      process.stderr.write(`sluice: ${err.message}\n`);
+      say(err.message);
       return EXIT_FAILURE;
     }
     if (err instanceof ConfigError && err.message.startsWith(LISTEN_REFUSED)) {
       // Set here by --listen-url alone: the flag named, and not told as the database URL's
       // refusal (its cause is a refused login too; outside review 235).
-      process.stderr.write(`sluice: --listen-url: ${err.message.slice(LISTEN_REFUSED.length)}\n`);
+      say(`--listen-url: ${err.message.slice(LISTEN_REFUSED.length)}`);
       return EXIT_USAGE;
     }
     const refused = loginProblem(err, program.opts<{ databaseUrl?: string }>().databaseUrl ?? process.env.DATABASE_URL);
     if (refused) {
-      process.stderr.write(`sluice: ${refused}\n`);
+      say(refused);
       return EXIT_FAILURE;
     }
     if (err instanceof SluiceError) {
       // The table a refusal names may be one the command reads on the way (outside review 156:
       // a pause refused for jobs_history); what to do about it is the same for all.
       const hint = isInsufficientPrivilege(err) ? ` (the role lacks a privilege for this: grant it ${ROLE_HINT})` : '';
-      process.stderr.write(`sluice: ${err.message}${hint}\n`);
+      say(`${err.message}${hint}`);
       return err.code === 'CONFIG' || err.code === 'VALIDATION' ? EXIT_USAGE : EXIT_FAILURE;
     }
-    process.stderr.write(`sluice: unexpected error: ${err instanceof Error ? err.stack : String(err)}\n`);
+    say(`unexpected error: ${err instanceof Error ? err.stack : String(err)}`);
     return EXIT_FAILURE;
   }
 }

@@ -74,10 +74,11 @@ export function printable(text: string): string {
  * Characters a terminal does not show as themselves: controls, format characters
  * (zero-width spaces, joiners, direction marks) and spaces other than ' '. A group
  * named '\u200b' printed as a blank name (outside review 181); JSON.stringify
- * escapes only the controls, so the rest are escaped here.
+ * escapes only the controls below U+0020, so the rest (DEL and the C1 controls,
+ * U+0080-009F, which terminals act on too: outside review 267) are escaped here.
  */
 const HIDDEN = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/u;
-const HIDDEN_ALL = /[\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
+const HIDDEN_ALL = new RegExp(HIDDEN.source, 'gu');
 
 /**
  * Free text from a job (an error message, its stack, a payload) as a terminal
@@ -87,7 +88,7 @@ const HIDDEN_ALL = /[\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
  * and 266); names go through printable().
  */
 export function terminalText(text: string, keepLines = true): string {
-  return text.replace(keepLines ? HIDDEN_BUT_LINES : HIDDEN_EVERY, unicodeEscape);
+  return text.replace(keepLines ? HIDDEN_BUT_LINES : HIDDEN_ALL, unicodeEscape);
 }
 
 /** A character as \\u escapes (two for one beyond the BMP). */
@@ -95,7 +96,6 @@ function unicodeEscape(c: string): string {
   return [...Array(c.length).keys()].map((i) => `\\u${c.charCodeAt(i).toString(16).padStart(4, '0')}`).join('');
 }
 
-const HIDDEN_EVERY = new RegExp(HIDDEN.source, 'gu');
 const HIDDEN_BUT_LINES = /(?![\n\t])[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]|(?! )\p{Zs}/gu;
 
 /** Left-aligned columns separated by two spaces: readable, and easy to cut/awk. Cells as printable() shows them. */

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { deleteSchedule } from '../../admin/schedules.js';
 import { listSchedules } from '../../maintenance/cron.js';
 import { withDatabase } from '../database.js';
-import { CommandFailed, formatTime, printJson, printTable, UsageError } from '../output.js';
+import { CommandFailed, formatTime, printable, printJson, printTable, UsageError } from '../output.js';
 import { CLI_ACTOR } from '../actor.js';
 
 /** `sluice cron list`: the recurring schedules workers registered, with their next run. */
@@ -44,6 +44,6 @@ export function registerCron(program: Command): void {
       if (name === '') throw new UsageError('<name> must not be empty');
       const deleted = await withDatabase(command, ({ pool, schema }) => deleteSchedule(pool, schema, name, { actor: CLI_ACTOR }));
       if (!deleted) throw new CommandFailed(`no schedule named ${JSON.stringify(name)}`);
-      process.stdout.write(`deleted schedule ${name}\n`);
+      process.stdout.write(`deleted schedule ${printable(name)}\n`);
     });
 }

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { loginProblem } from '../../db/connection.js';
 import { isConnectionFailure } from '../../errors.js';
 import { globalOptions, requireDatabaseUrl, withDatabase } from '../database.js';
-import { UsageError } from '../output.js';
+import { terminalText, UsageError } from '../output.js';
 import { durationWithin } from '../parse.js';
 import { addListenUrlOption } from '../pooler-options.js';
 
@@ -65,7 +65,8 @@ export function registerDashboard(program: Command): void {
       refreshMs,
       token,
       basicAuth: password === undefined ? undefined : { username: flags.user, password },
-      onError: (err) => process.stderr.write(`sluice dashboard: ${err instanceof Error ? err.message : String(err)}\n`),
+      onError: (err) =>
+        process.stderr.write(`${terminalText(`sluice dashboard: ${err instanceof Error ? err.message : String(err)}`)}\n`),
     });
     const how = token ? ` (open it once with ?token=<your token>)` : password ? ` (user "${flags.user}")` : '';
     process.stdout.write(`sluice dashboard on ${dashboard.url}${how}\n`);

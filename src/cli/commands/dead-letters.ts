@@ -65,12 +65,12 @@ export function registerDeadLetters(program: Command): void {
     .action(async (id: string, flags: { json?: boolean }, command: Command) => {
       const job = await withDatabase(command, ({ pool, schema }) => getJob(pool, schema, id));
       if (!job) {
-        process.stderr.write(`sluice: no job with id ${id}\n`);
+        process.stderr.write(`sluice: no job with id ${printable(id)}\n`);
         throw new ExitStatus(1);
       }
       // Outside review 109: a cancelled job was shown as if it were a dead letter.
       if (job.status !== 'failed') {
-        process.stderr.write(`sluice: job ${id} is ${job.status}, not a dead letter: see sluice jobs show ${id}\n`);
+        process.stderr.write(`sluice: job ${job.id} is ${job.status}, not a dead letter: see sluice jobs show ${job.id}\n`);
         throw new ExitStatus(1);
       }
       if (flags.json) return printJson(job);

@@ -1,7 +1,7 @@
 import type { Command } from 'commander';
 import { DEMO_SCHEMA, DemoRunningError, runDemo } from '../../demo/run-demo.js';
 import { DataDirInUseError, startEmbeddedPostgres } from '../../dev/embedded-postgres.js';
-import { globalOptions, DEMO_DATA_DIR } from '../database.js';
+import { checkDatabaseUrl, globalOptions, DEMO_DATA_DIR } from '../database.js';
 import { CommandFailed, printJson, UsageError } from '../output.js';
 import { integer } from '../parse.js';
 
@@ -30,6 +30,9 @@ export function registerDemo(program: Command): void {
           `the demo drops and recreates its own schema, so it only ever uses "${DEMO_SCHEMA}", not "${schema}" (drop --schema / SLUICE_SCHEMA)`,
         );
       }
+      // A URL that is none is a usage error, as for every other command (outside review
+      // 267: "cannot reach Postgres at the configured database: getaddrinfo ENOTFOUND base").
+      if (databaseUrl) checkDatabaseUrl(databaseUrl);
       let stop: (() => Promise<void>) | undefined;
       const out = flags.json ? process.stderr : process.stdout;
       if (!databaseUrl) {

@@ -57,7 +57,7 @@ export function registerDoctor(program: Command): void {
         // monitor reading exit codes took for a warning: the database out of reach
         // (outside review 126), a database or role that does not exist, a refused
         // login (outside review 127), a role that may not read the schema (review 156).
-        process.stderr.write(`sluice: doctor: ${whyNoReport(err, url)}\n`);
+        process.stderr.write(`${terminalText(`sluice: doctor: ${whyNoReport(err, url)}`)}\n`);
         throw new ExitStatus(2);
       }
       if (opts.json) printJson(report);

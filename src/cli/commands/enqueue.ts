@@ -5,7 +5,7 @@ import { isInsufficientPrivilege } from '../../errors.js';
 import { controlStatements } from '../../db/statements/control.js';
 import { Queue } from '../../queue.js';
 import { withDatabase } from '../database.js';
-import { printJson, UsageError } from '../output.js';
+import { printable, printJson, terminalText, UsageError } from '../output.js';
 import { dateTime, duration, integer } from '../parse.js';
 
 interface EnqueueFlags {
@@ -34,7 +34,9 @@ async function pausedNoteSettings(pool: Queryable, schema: string, name: string)
     return (await listQueueSettings(pool, controlStatements(schema))).find((q) => q.name === name);
   } catch (err) {
     if (!isInsufficientPrivilege(err)) {
-      process.stderr.write(`note: could not check whether queue "${name}" is paused: ${(err as Error).message}\n`);
+      process.stderr.write(
+        terminalText(`note: could not check whether queue ${printable(name)} is paused: ${(err as Error).message}\n`),
+      );
     }
     return undefined;
   }
@@ -85,10 +87,20 @@ Examples:
         // 156: a role with only sluice_enqueue may not read the queues table).
         const settings = await pausedNoteSettings(pool, schema, flags.queue ?? 'default');
         if (settings?.paused) {
+          // Quoted for the shell, escaped for the terminal: a name with escape codes or
+          // spaces printed raw, as a command that would not run (outside review 267).
           process.stderr.write(
-            `note: queue "${settings.name}" is paused: no worker takes the job until \`sluice queues resume ${settings.name}\`\n`,
+            terminalText(
+              `note: queue ${JSON.stringify(settings.name)} is paused: no worker takes the job until ` +
+                `\`sluice queues resume ${shellWord(settings.name)}\`\n`,
+            ),
           );
         }
       });
     });
+}
+
+/** A word as a POSIX shell reads it back: as is when plain, else single-quoted. */
+function shellWord(word: string): string {
+  return /^[\w.:@/+-]+$/.test(word) ? word : `'${word.replaceAll("'", `'\\''`)}'`;
 }

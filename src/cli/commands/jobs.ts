@@ -125,7 +125,7 @@ export function registerJobs(program: Command): void {
           });
           if (flags.json) return printJson(result);
           process.stdout.write(`retried ${result.retried} failed job${result.retried === 1 ? '' : 's'}\n`);
-          for (const [queue, n] of Object.entries(result.queues)) process.stdout.write(`  ${queue}: ${n}\n`);
+          for (const [queue, n] of Object.entries(result.queues)) process.stdout.write(`  ${printable(queue)}: ${n}\n`);
           return;
         }
         report(await retryJob(pool, schema, id!, { actor: CLI_ACTOR }), id!, 'retried', RETRYABLE, flags.json);

@@ -4,7 +4,7 @@ import { getStats, type Stats } from '../../admin/stats.js';
 import { connectionError } from '../../db/connection.js';
 import { isConnectionFailure } from '../../errors.js';
 import { loggedWaitNotice, withDatabase, withDatabaseUntilStopped, type CommandDatabase } from '../database.js';
-import { formatDuration, formatTable, formatTime, printJson, UsageError } from '../output.js';
+import { formatDuration, formatTable, formatTime, printable, printJson, terminalText, UsageError } from '../output.js';
 import { durationOption } from '../parse.js';
 
 /** Below this, --watch would run the stats query back to back. */
@@ -78,7 +78,7 @@ async function watch(flags: StatsFlags, url: string, read: () => Promise<Stats>)
   const say = (event: string, text: string) =>
     flags.json
       ? printJson({ time: new Date(), event, ...(event === 'waiting-for-postgres' && { error: text }) }, process.stderr)
-      : process.stderr.write(`sluice: stats: ${text}\n`);
+      : process.stderr.write(`${terminalText(`sluice: stats: ${text}`)}\n`);
   try {
     while (!stop.signal.aborted) {
       let stats: Stats;
@@ -148,7 +148,7 @@ function renderQueues(stats: Stats): string {
       `FAILED (${window})`,
     ],
     stats.queues.map((q) => [
-      q.paused ? `${q.queue} (paused)` : q.queue,
+      q.paused ? `${printable(q.queue)} (paused)` : q.queue,
       String(q.pending),
       String(q.scheduled),
       String(q.processing),
