@@ -145,6 +145,12 @@ describe('outbox roles (sql/roles.sql)', () => {
       `UPDATE ${db.s}.outbox_relays SET partitions = 2`,
       `DELETE FROM ${db.s}.outbox_dead_letters`,
     ]);
+    // Nor hold a partition for good (migration 0048, outside review 267: a lease to 'infinity').
+    await expect(
+      poolAs('relay').query(`UPDATE ${db.s}.outbox_relays SET holder = 'ghost', expires_at = 'infinity' WHERE destination = $1`, [
+        d,
+      ]),
+    ).rejects.toMatchObject({ code: '23514', constraint: 'outbox_relays_lease_bound' });
   });
 
   it('a poison message goes to the dead letters under the relay role', async () => {

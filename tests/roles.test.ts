@@ -502,6 +502,22 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       [`UPDATE ${db.s}.jobs SET status = 'cancelled' WHERE id = $1`, [running]],
       [`UPDATE ${db.s}.jobs SET key_scope = 'active' WHERE id = $1`, [running]],
     ]);
+    // Times past what Sluice writes (migration 0048, outside review 267): a lock, a token
+    // bucket, a registry row far ahead froze what they guard.
+    await db.pool.query(`INSERT INTO ${db.s}.job_groups (queue, group_key) VALUES ('held', 'tenant')`);
+    await expectRefused(pool, '23514', [
+      [`UPDATE ${db.s}.jobs SET locked_at = 'infinity' WHERE id = $1`, [running]],
+      [`UPDATE ${db.s}.jobs SET locked_at = now() + interval '100 years' WHERE id = $1`, [running]],
+      `UPDATE ${db.s}.queues SET tokens = -1e9 WHERE name = 'held'`,
+      `UPDATE ${db.s}.queues SET tokens = 0, tokens_at = now() + interval '100 years' WHERE name = 'held'`,
+      `UPDATE ${db.s}.job_groups SET tokens = -1e300 WHERE queue = 'held'`,
+      `UPDATE ${db.s}.job_groups SET tokens_at = now() + interval '1 day' WHERE queue = 'held'`,
+      `INSERT INTO ${db.s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms)
+        VALUES ('ghost', 'h', 1, '{}', '{}', 1, 'x', 2147483647)`,
+      `INSERT INTO ${db.s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms, last_seen_at)
+        VALUES ('ghost', 'h', 1, '{}', '{}', 1, 'x', 1000, now() + interval '100 years')`,
+    ]);
+    await db.pool.query(`DELETE FROM ${db.s}.job_groups WHERE queue = 'held'`);
     expect(await snapshot()).toEqual(before);
 
     // What it may do to a processing job is what a run does: here, finish it.
