@@ -75,7 +75,7 @@ export {
   type ActionOptions,
   type AuditEntry,
 } from './admin/jobs.js';
-export { retryFailed, deleteFinished, type DeleteFinishedOptions } from './admin/bulk.js';
+export { cancelJobs, retryFailed, deleteFinished, type CancelJobsOptions, type DeleteFinishedOptions } from './admin/bulk.js';
 export { searchJobs, type SearchJobsOptions } from './admin/search.js';
 export { type ListedJobRow } from './admin/input.js';
 export { listDeadLetters, redriveDeadLetters, type RedriveTarget, type RedriveResult } from './admin/dead-letters.js';

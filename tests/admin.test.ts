@@ -6,6 +6,7 @@ import {
   allowedActions,
   buildMaintenanceQueries,
   cancelJob,
+  cancelJobs,
   deleteFinished,
   deleteJob,
   getJob,
@@ -301,6 +302,48 @@ describe('bulk actions', () => {
     expect(await statusCounts(db)).toEqual({ pending: 3, failed: 1 });
     expect(await retryFailed(db.pool, db.schema)).toEqual({ retried: 1, queues: { b: 1 } });
     expect(await retryFailed(db.pool, db.schema)).toEqual({ retried: 0, queues: {} });
+  });
+
+  it('cancelJobs cancels the pending and processing jobs of a queue or task, in one statement, telling the workers of running ones', async () => {
+    const ids = await queue.enqueueMany([
+      ...Array.from({ length: 8 }, () => ({ task: 'x', queue: 'a' })),
+      { task: 'y', queue: 'a' },
+      { task: 'x', queue: 'b' },
+    ]);
+    await setStatus(ids.slice(0, 3), 'processing', ', attempts = 2');
+    await setStatus([ids[3]!], 'failed');
+    const listener = new pg.Client({ connectionString: db.url });
+    await listener.connect();
+    const heard: unknown[] = [];
+    listener.on('notification', (n) => heard.push(JSON.parse(n.payload!)));
+    await listener.query(`LISTEN "${channelFor(db.schema)}"`);
+    try {
+      // Only pending ones first: the processing ones stay.
+      expect(await cancelJobs(db.pool, db.schema, { queue: 'a', task: 'x', statuses: ['pending'] })).toEqual({
+        cancelled: 4,
+        pending: 4,
+        processing: 0,
+      });
+      expect(await cancelJobs(db.pool, db.schema, { queue: 'a' })).toEqual({ cancelled: 4, pending: 1, processing: 3 });
+      await waitFor(() => heard.length === 3, 'a notification per processing job');
+      expect(heard).toEqual(ids.slice(0, 3).map((id) => ({ c: 'cancel', id, attempt: 2 })));
+    } finally {
+      await listener.end();
+    }
+    expect(await statusCounts(db)).toEqual({ cancelled: 8, failed: 1, pending: 1 });
+    expect(await cancelJobs(db.pool, db.schema, { task: 'x' })).toEqual({ cancelled: 1, pending: 1, processing: 0 });
+    const { rows } = await db.pool.query(
+      `SELECT count(*)::int AS n FROM ${db.s}.audit_log WHERE action = 'cancel' AND actor = 'api' AND job_id = ANY($1::bigint[])`,
+      [ids],
+    );
+    expect(rows[0].n).toBe(9);
+    // Never every job of the schema by a missing filter; bad options are refused before any change.
+    await expect(cancelJobs(db.pool, db.schema, {})).rejects.toThrow(/give \{ queue \} or \{ task \}/);
+    await expect(cancelJobs(db.pool, db.schema, { queue: undefined })).rejects.toThrow(/queue is undefined/);
+    await expect(cancelJobs(db.pool, db.schema, { queue: 'a', statuses: ['failed' as never] })).rejects.toThrow(
+      /can only cancel/,
+    );
+    await expect(cancelJobs(db.pool, db.schema, { queue: 'a', qeue: 'b' } as never)).rejects.toThrow(/unknown option "qeue"/);
   });
 
   it('deleteFinished deletes only old jobs of the given statuses, across several batches', async () => {

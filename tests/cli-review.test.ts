@@ -80,6 +80,39 @@ describe('text written by jobs', () => {
   });
 });
 
+describe('bulk cancel', () => {
+  it('jobs cancel --queue [--task] [--status] cancels every unfinished job there; an id or filters, not both', async () => {
+    await fx.queue.enqueueMany([
+      { task: 'a', queue: 'bulk-cancel' },
+      { task: 'a', queue: 'bulk-cancel' },
+      { task: 'b', queue: 'bulk-cancel' },
+      { task: 'a', queue: 'bulk-keep' },
+    ]);
+    const byTask = await sluice('jobs', 'cancel', '--queue', 'bulk-cancel', '--task', 'a', '--status', 'pending');
+    expect(byTask.code, byTask.stderr).toBe(0);
+    expect(byTask.stdout).toBe('cancelled 2 jobs (2 pending; 0 running or claimed: their workers abort the handlers)\n');
+    const rest = await sluice('jobs', 'cancel', '--queue', 'bulk-cancel', '--json');
+    expect(JSON.parse(rest.stdout)).toEqual({ cancelled: 1, pending: 1, processing: 0 });
+    const { rows } = await fx.db.pool.query(`SELECT queue, status FROM ${fx.db.s}.jobs WHERE queue LIKE 'bulk-%' ORDER BY id`);
+    expect(rows.map((r) => `${r.queue}:${r.status}`)).toEqual([
+      'bulk-cancel:cancelled',
+      'bulk-cancel:cancelled',
+      'bulk-cancel:cancelled',
+      'bulk-keep:pending',
+    ]);
+    for (const [args, message] of [
+      [[], /give a job id, or --queue and\/or --task/],
+      [['7', '--queue', 'bulk-cancel'], /not both/],
+      [['--queue', 'bulk-cancel', '--status', 'failed'], /--status must be pending or processing/],
+      [['7', '--status', 'pending'], /--status goes with --queue or --task/],
+    ] as const) {
+      const refused = await sluice('jobs', 'cancel', ...args);
+      expect(refused.code).toBe(2);
+      expect(refused.stderr).toMatch(message);
+    }
+  });
+});
+
 describe('archived jobs', () => {
   it('a queue whose jobs are all archived is known to `queues pause` (outside review 85: "has no jobs")', async () => {
     const [id] = await fx.queue.enqueueMany([{ task: 'x', queue: 'only-archived' }]);

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import {
   Snooze,
+  cancelJobs,
   getJobAudit,
   JobCancelledError,
   retryJob,
@@ -110,6 +111,52 @@ describe('cancellation', () => {
     const later = await suite.queue.enqueueMany(Array.from({ length: 30 }, () => ({ task: 'quick', queue: 'c-running' })));
     await Promise.all(later.map((l) => waitForStatus(l, 'completed')));
     expect(await job(id)).toMatchObject({ status: 'cancelled', attempts: 1, last_error: null });
+  });
+
+  it("cancelJobs cancels a queue's jobs at once: running handlers on several workers are aborted, waiting ones never start", async () => {
+    const aborted: string[] = [];
+    const ran: string[] = [];
+    const list = await startWorkers(2, {
+      queues: ['c-bulk'],
+      concurrency: 2,
+      pollIntervalMs: 3_600_000, // only NOTIFY can tell the workers
+      heartbeatIntervalMs: 10_000,
+      tasks: {
+        wait: (_p, { signal, job: j }) =>
+          new Promise((_, reject) => {
+            ran.push(j.id);
+            signal.addEventListener('abort', () => {
+              aborted.push(j.id);
+              reject(signal.reason);
+            });
+          }),
+      },
+    });
+    const ids = await suite.queue.enqueueMany(
+      Array.from({ length: 30 }, () => ({ task: 'wait', queue: 'c-bulk', maxAttempts: 5 })),
+    );
+    const other = await suite.queue.enqueue('wait', {}, { queue: 'c-bulk-other' });
+    // Every slot of both workers busy (and more claimed ahead), the rest pending.
+    await waitFor(() => ran.length === 4, 'four handlers running');
+    const running = [...ran];
+    const cancels = Promise.all(list.map((w) => nextEvent(w, 'job:cancel')));
+    const result = await cancelJobs(suite.db.pool, suite.db.schema, { queue: 'c-bulk', actor: 'ops' });
+    expect(result.cancelled).toBe(30);
+    expect(result.processing).toBeGreaterThanOrEqual(4);
+    expect(result.pending + result.processing).toBe(30);
+    await cancels;
+    await waitFor(() => aborted.length === 4, 'the four handlers aborted').catch((err: unknown) => {
+      throw new Error(
+        `${String(err)}; ran ${JSON.stringify(ran)} aborted ${JSON.stringify(aborted)} result ${JSON.stringify(result)}`,
+      );
+    });
+    expect(aborted.sort()).toEqual(running.sort());
+    const rows = await Promise.all(ids.map(job));
+    expect(rows.every((r) => r.status === 'cancelled')).toBe(true);
+    expect(await job(other)).toMatchObject({ status: 'pending' });
+    expect((await getJobAudit(suite.db.pool, suite.db.schema, ids[29]!))[0]).toMatchObject({ action: 'cancel', actor: 'ops' });
+    // No handler started after the cancel, and none ran twice.
+    expect(ran.sort()).toEqual(running.sort());
   });
 
   it('without LISTEN the heartbeat tells a running job it was cancelled: JobCancelledError and job:cancel, not a lost lock (outside review 238)', async () => {

@@ -1,7 +1,8 @@
 import type { Queryable } from '../db/executor.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { ValidationError } from '../errors.js';
-import { FINISHED, isFinished, type JobStatus } from '../job.js';
+import { channelFor, doneChannelFor } from '../db/identifiers.js';
+import { CANCELLABLE, FINISHED, isFinished, type JobStatus, type UnfinishedStatus } from '../job.js';
 import { wakeQueues } from '../notify/wake-queues.js';
 import { storableAge } from '../time-range.js';
 import { checks } from '../validate.js';
@@ -13,6 +14,7 @@ import { actorOf, type ActionOptions } from './jobs.js';
 const { checkName, intOption } = checks(ValidationError);
 
 const RETRY_FAILED_KEYS = new Set(['queue', 'actor']);
+const CANCEL_JOBS_KEYS = new Set(['queue', 'task', 'statuses', 'actor']);
 const DELETE_FINISHED_KEYS = new Set(['olderThanMs', 'statuses', 'batchSize']);
 
 /** Retries every failed job (of one queue, or all). Returns how many, per queue. */
@@ -39,6 +41,59 @@ export async function retryFailed(
     retried: counts.reduce((sum, c) => sum + c.count, 0),
     queues: Object.fromEntries(counts.map((c) => [c.queue, c.count])),
   };
+}
+
+export interface CancelJobsOptions extends ActionOptions {
+  /** The queue whose jobs to cancel. A queue, a task or both must be given. */
+  queue?: string;
+  /** Only jobs of this task. */
+  task?: string;
+  /** Which unfinished statuses to cancel. Default both, ['pending', 'processing']. */
+  statuses?: readonly UnfinishedStatus[];
+}
+
+/**
+ * Cancels the unfinished jobs of a queue and/or a task, as cancelJob does one:
+ * a pending job never runs, a processing one's handler is aborted (its worker is
+ * told in the same statement), waiters are woken, each is recorded in the audit
+ * log. One statement: none of the jobs it cancels starts after it commits (a
+ * handler started just before may end before its worker hears of the cancel, as
+ * for cancelJob), and jobs enqueued after it are left. Returns how many, by the
+ * status they had.
+ */
+export async function cancelJobs(
+  db: Queryable,
+  schema: string,
+  options: CancelJobsOptions,
+): Promise<{ cancelled: number; pending: number; processing: number }> {
+  options = knownOptions(options, CANCEL_JOBS_KEYS, 'cancelJobs');
+  if (!options || typeof options !== 'object') throw new ValidationError('cancelJobs: give { queue } or { task } (or both)');
+  refuseUndefinedFilter(options, 'queue', 'cancelJobs');
+  refuseUndefinedFilter(options, 'task', 'cancelJobs');
+  // Never the whole schema by a missing filter: a typo in a variable name cancelled everything.
+  if (options.queue === undefined && options.task === undefined) {
+    throw new ValidationError('cancelJobs: give { queue } or { task } (or both): it does not cancel every job of the schema');
+  }
+  const queue = options.queue === undefined ? null : checkName('queue', options.queue);
+  const task = options.task === undefined ? null : checkName('task', options.task);
+  if (options.statuses !== undefined && !Array.isArray(options.statuses)) {
+    throw new ValidationError('cancelJobs: statuses must be an array, e.g. ["pending"]');
+  }
+  const statuses = [...(options.statuses ?? CANCELLABLE)];
+  if (statuses.length === 0) throw new ValidationError('cancelJobs: statuses is empty');
+  for (const status of statuses) {
+    if (!CANCELLABLE.includes(status)) {
+      throw new ValidationError(`cancelJobs: can only cancel ${CANCELLABLE.join(' and ')} jobs, not ${JSON.stringify(status)}`);
+    }
+  }
+  const [counts] = await query<{ pending: number; processing: number }>(
+    db,
+    adminStatements(schema).cancelMany,
+    [queue, statuses, actorOf(options), channelFor(schema), doneChannelFor(schema), task],
+    'cancelJobs',
+  );
+  const { pending, processing } = counts!;
+  return { cancelled: pending + processing, pending, processing };
 }
 
 export interface DeleteFinishedOptions {

@@ -10,9 +10,9 @@ import {
   runJobNow,
   type JobActionResult,
 } from '../../admin/jobs.js';
-import { deleteFinished, retryFailed } from '../../admin/bulk.js';
+import { cancelJobs, deleteFinished, retryFailed } from '../../admin/bulk.js';
 import { jobId } from '../../admin/input.js';
-import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus } from '../../job.js';
+import { CANCELLABLE, DELETABLE, FINISHED, RETRYABLE, type JobRow, type JobStatus, type UnfinishedStatus } from '../../job.js';
 import type { PgPool } from '../../db/connection.js';
 import { withDatabase } from '../database.js';
 import { requireKnownQueue } from '../known-queue.js';
@@ -132,17 +132,45 @@ export function registerJobs(program: Command): void {
       });
     });
 
-  oneJobAction(jobs, 'cancel', 'cancel a job: a pending one never runs, a running one is aborted', (pool, schema, id) =>
-    cancelJob(pool, schema, id, { actor: CLI_ACTOR }).then((result) => ({
-      result,
-      done: 'cancelled',
-      allowed: CANCELLABLE,
-      // Whether a handler was running (its worker told to abort it) or the job had not started (review 109).
-      line: (job: JobRow) =>
-        `cancelled job ${job.id} (${printable(job.task)} on queue ${printable(job.queue)}; ` +
-        `${result.ok && result.previousStatus === 'processing' ? 'was running: its worker aborts the handler' : 'had not started'})`,
-    })),
-  );
+  jobs
+    .command('cancel')
+    .description('cancel a job, or every unfinished job of a queue or task: a pending one never runs, a running one is aborted')
+    .argument('[id]', 'job id')
+    .option('--queue <name>', 'every pending and running job of this queue')
+    .option('--task <name>', 'every pending and running job of this task (with --queue: of both)')
+    .option('--status <status>', 'with --queue/--task: only pending or only processing jobs')
+    .option('--json', 'print the result as JSON')
+    .addHelpText('after', '\nExamples:\n  sluice jobs cancel 42\n  sluice jobs cancel --queue imports --status pending')
+    .action(async (id: string | undefined, flags: CancelFlags, command: Command) => {
+      const many = flags.queue !== undefined || flags.task !== undefined;
+      if (id === undefined && !many) throw new UsageError('give a job id, or --queue and/or --task');
+      if (id !== undefined && many) throw new UsageError('give a job id or --queue/--task, not both');
+      if (flags.status !== undefined && !many) throw new UsageError('--status goes with --queue or --task');
+      if (flags.status !== undefined && !(CANCELLABLE as readonly string[]).includes(flags.status))
+        throw new UsageError(`--status must be ${orList(CANCELLABLE)}`);
+      await withDatabase(command, async ({ pool, schema }) => {
+        if (!many) {
+          const result = await cancelJob(pool, schema, id!, { actor: CLI_ACTOR });
+          // Whether a handler was running (its worker told to abort it) or the job had not started (review 109).
+          const line = (job: JobRow) =>
+            `cancelled job ${job.id} (${printable(job.task)} on queue ${printable(job.queue)}; ` +
+            `${result.ok && result.previousStatus === 'processing' ? 'was running: its worker aborts the handler' : 'had not started'})`;
+          return report(result, id!, 'cancelled', CANCELLABLE, flags.json, line);
+        }
+        if (flags.queue !== undefined) await requireKnownQueue(pool, schema, flags.queue);
+        const result = await cancelJobs(pool, schema, {
+          ...(flags.queue === undefined ? {} : { queue: flags.queue }),
+          ...(flags.task === undefined ? {} : { task: flags.task }),
+          ...(flags.status === undefined ? {} : { statuses: [flags.status as UnfinishedStatus] }),
+          actor: CLI_ACTOR,
+        });
+        if (flags.json) return printJson(result);
+        process.stdout.write(
+          `cancelled ${result.cancelled} job${result.cancelled === 1 ? '' : 's'} (${result.pending} pending; ` +
+            `${result.processing} running or claimed: their workers abort the handlers)\n`,
+        );
+      });
+    });
 
   oneJobAction(jobs, 'run-now', 'make a delayed or retrying job due now: it runs at the next claim', (pool, schema, id) =>
     runJobNow(pool, schema, id, { actor: CLI_ACTOR }).then((result) => ({
@@ -202,6 +230,13 @@ interface Reported {
 }
 
 /** `sluice jobs <name> <id> [--json]`: runs `act` on the job and reports it. */
+interface CancelFlags {
+  queue?: string;
+  task?: string;
+  status?: string;
+  json?: boolean;
+}
+
 function oneJobAction(
   jobs: Command,
   name: string,

@@ -21,6 +21,8 @@ export interface AdminStatements {
   readonly retry: string;
   readonly retryFailed: string;
   readonly cancel: string;
+  /** cancelJobs: $1 queue or NULL, $2 statuses, $3 actor, $4 channel, $5 outcome channel, $6 task or NULL. */
+  readonly cancelMany: string;
   readonly deleteJob: string;
   readonly deleteFinishedBatch: string;
   readonly stats: string;
@@ -83,6 +85,17 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
       )
       SELECT ${jobColumns('changed')}${extraColumns} FROM changed`;
 
+  // Cancels the rows of CTE "target" (id, status): the status, and in the same
+  // statement the NOTIFY `message` (a jsonb expression of j) for the worker of each
+  // processing one, and one on $5 for the waiters of each flagged one. $4: channel.
+  const cancelTargets = (message: string) => `UPDATE ${jobs} j
+        SET status = 'cancelled', finished_at = now(), locked_at = NULL, updated_at = now()
+        FROM target t
+        WHERE j.id = t.id
+        RETURNING j.*, t.status AS previous_status,
+          (CASE WHEN t.status = 'processing' THEN pg_notify($4, (${message})::text) END) IS NULL AS told_worker,
+          (CASE WHEN j.notify_on_finish THEN pg_notify($5, j.id::text) END) IS NULL AS told_waiters`;
+
   // "Within the last $n ms", and the first of the last $1 minutes.
   const since = (ms: string) => `now() - ${ms}::float8 * interval '1 millisecond'`;
   const minutesBack = `date_trunc('minute', now()) - ($1::int - 1) * interval '1 minute'`;
@@ -135,15 +148,28 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
     cancel: `WITH target AS (
         SELECT id, status FROM ${jobs} WHERE id = $1::bigint AND status = ANY($2::text[]) FOR UPDATE
       ), changed AS (
-        UPDATE ${jobs} j
-        SET status = 'cancelled', finished_at = now(), locked_at = NULL, updated_at = now()
-        FROM target t
-        WHERE j.id = t.id
-        RETURNING j.*, t.status AS previous_status,
-          (CASE WHEN t.status = 'processing'
-                THEN pg_notify($4, ($6::jsonb || jsonb_build_object('attempt', j.attempts))::text) END) IS NULL AS told_worker,
-          (CASE WHEN j.notify_on_finish THEN pg_notify($5, j.id::text) END) IS NULL AS told_waiters
+        ${cancelTargets("$6::jsonb || jsonb_build_object('attempt', j.attempts)")}
       ), ${audited('cancel', ', changed.previous_status')}`,
+
+    // The same for every job of a queue and/or task, in one statement: its row locks
+    // keep the claims (SKIP LOCKED) off all of them at once. Cancelled a batch at a
+    // time, the slots the first batch's aborted handlers freed claimed jobs of the
+    // next, which started and were aborted in turn: 14 handlers began for 4 running.
+    // A row claimed meanwhile is waited for and seen 'processing', as by a single
+    // cancel. Counted by the status each job had.
+    cancelMany: `WITH target AS (
+        SELECT id, status FROM ${jobs}
+        WHERE status = ANY($2::text[]) AND ($1::text IS NULL OR queue = $1::text) AND ($6::text IS NULL OR task = $6::text)
+        FOR UPDATE
+      ), changed AS (
+        ${cancelTargets("jsonb_build_object('c', 'cancel', 'id', j.id::text, 'attempt', j.attempts)")}
+      ), logged AS (
+        INSERT INTO ${s}.audit_log (job_id, queue, action, actor)
+        SELECT id, queue, 'cancel', $3::text FROM changed
+      )
+      SELECT count(*) FILTER (WHERE previous_status = 'pending')::int AS pending,
+        count(*) FILTER (WHERE previous_status = 'processing')::int AS processing
+      FROM changed`,
 
     // $2: the statuses a job may be deleted in (never while a worker runs it).
     deleteJob: `WITH changed AS (
