@@ -52,17 +52,19 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
     // ACCESS EXCLUSIVE mode (a VACUUM FULL, an ALTER, a LOCK TABLE), which every
     // reader waits for even when no one waits yet. Read from the catalogs and
     // pg_locks, which take no lock on those tables, so it answers while every other
-    // check would wait. Not the doctor's own session.
+    // check would wait. Not the doctor's own session. Durations on clock_timestamp():
+    // a wait that began after this statement's transaction read as "-10 ms" against
+    // now() (outside review 268).
     lockWaits: `SELECT w.pid, w.usename AS user, w.application_name AS application, w.state,
-        CASE WHEN w.wait_event_type = 'Lock' THEN ${MS('now() - w.state_change')} END AS waiting_ms,
-        ${MS('now() - w.xact_start')} AS transaction_ms,
+        CASE WHEN w.wait_event_type = 'Lock' THEN ${MS('clock_timestamp() - w.state_change')} END AS waiting_ms,
+        ${MS('clock_timestamp() - w.xact_start')} AS transaction_ms,
         (SELECT string_agg(DISTINCT c.relname, ', ') FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
            JOIN pg_namespace n ON n.oid = c.relnamespace
          WHERE l.pid = w.pid AND l.granted AND l.mode = 'AccessExclusiveLock' AND n.nspname = $1) AS holds_exclusive,
         left(w.query, 200) AS query,
         coalesce((SELECT jsonb_agg(jsonb_build_object('pid', b.pid, 'user', b.usename,
             'application', b.application_name, 'state', b.state,
-            'transaction_ms', ${MS('now() - b.xact_start')}, 'query', left(b.query, 200)) ORDER BY b.pid)
+            'transaction_ms', ${MS('clock_timestamp() - b.xact_start')}, 'query', left(b.query, 200)) ORDER BY b.pid)
           FROM pg_stat_activity b WHERE b.pid = ANY(pg_blocking_pids(w.pid))), '[]') AS blocked_by
       FROM pg_stat_activity w
       WHERE w.datname = current_database() AND w.pid <> pg_backend_pid()
