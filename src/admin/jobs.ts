@@ -6,7 +6,6 @@ import { checkStatus, jobId, knownOptions, listOf, listedRows, payloadCharsLimit
 import { channelFor, doneChannelFor } from '../db/identifiers.js';
 import { adminStatements } from '../db/statements/admin.js';
 import { runNowStatements } from '../db/statements/run-now.js';
-import { encodeControl } from '../notify/codec.js';
 import { withJobDates } from '../job-values.js';
 import { wakeQueues } from '../notify/wake-queues.js';
 
@@ -241,7 +240,6 @@ export async function cancelJob(
   const result = await act<JobRow & { previous_status: UnfinishedStatus }>(db, schema, 'cancel', id, CANCELLABLE, options, [
     channelFor(schema),
     doneChannelFor(schema),
-    encodeControl({ c: 'cancel', id: jobId(id) }),
   ]);
   if (!result.ok) return result;
   const { previous_status: previousStatus, ...job } = result.job;

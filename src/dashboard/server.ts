@@ -12,7 +12,7 @@ import type {
 import { ConfigError } from '../errors.js';
 import { checkListenHost, listenError } from '../listen-error.js';
 import { importPeer } from '../optional-peer.js';
-import { checkBindSafety, type DashboardOptions } from './options.js';
+import { checkBindSafety, resolveDashboardOptions, type DashboardOptions } from './options.js';
 import { dashboardPlugin } from './plugin.js';
 import { requestError } from './request-errors.js';
 
@@ -145,13 +145,24 @@ export interface RunningDashboard {
   close(): Promise<void>;
 }
 
-/** Runs the dashboard on its own HTTP server (what `sluice dashboard` does). */
-export async function startDashboard(options: StartDashboardOptions): Promise<RunningDashboard> {
+/**
+ * The checks startDashboard makes of where it listens and who may in, before it
+ * connects: `sluice dashboard` makes them before its check of the database, so a
+ * bind refused is told as such whatever the database says.
+ */
+export function checkStartOptions(options: StartDashboardOptions): void {
   const { host = '127.0.0.1', port = 4000, ...dashboardOptions } = options;
   if (!Number.isInteger(port) || port < 0 || port > 65_535)
     throw new ConfigError(`dashboard: port must be 0 to 65535, got ${port}`);
   checkListenHost('dashboard', host);
   checkBindSafety(host, dashboardOptions);
+  resolveDashboardOptions(dashboardOptions);
+}
+
+/** Runs the dashboard on its own HTTP server (what `sluice dashboard` does). */
+export async function startDashboard(options: StartDashboardOptions): Promise<RunningDashboard> {
+  checkStartOptions(options);
+  const { host = '127.0.0.1', port = 4000, ...dashboardOptions } = options;
   const app = await dashboardApp(dashboardOptions, { forceCloseConnections: true });
   try {
     await app.listen({ host, port });

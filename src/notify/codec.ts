@@ -5,7 +5,8 @@
  *   SQL function wake_payload() (migration 0009): the insert trigger,
  *   enqueue_job() and the wake, notify and watchJob statements all call it;
  * - control messages, {"c": ...}, written by encodeControl() below and sent by
- *   the statements of src/db/statements/control.ts and admin.ts.
+ *   the statements of src/db/statements/control.ts, except cancels, which the
+ *   cancel statements of admin.ts build per row in SQL (cancelTargets).
  * decodeMessage() reads both.
  */
 

@@ -48,15 +48,9 @@ export function registerDashboard(program: Command): void {
       throw new UsageError('--user needs --password (or SLUICE_DASHBOARD_PASSWORD): without one there is no basic auth');
     }
     const url = requireDatabaseUrl(global);
-    // A refused login, a missing database or schema end the start, as they end a
-    // worker's (outside review 265: it served their errors); a Postgres out of reach now
-    // may come back, and the page says "unreachable" until it does.
-    await withDatabase(command, async () => {}).catch((err: unknown) => {
-      if (!isConnectionFailure(err) || loginProblem(err, url) !== undefined) throw err;
-    });
     // Loaded here, not at the top: other commands should not pay for loading a web server.
-    const { startDashboard } = await import('../../dashboard/server.js');
-    const dashboard = await startDashboard({
+    const { checkStartOptions, startDashboard } = await import('../../dashboard/server.js');
+    const options = {
       connectionString: url,
       ...(flags.listenUrl === undefined ? {} : { listenConnectionString: flags.listenUrl }),
       schema: global.schema,
@@ -65,9 +59,17 @@ export function registerDashboard(program: Command): void {
       refreshMs,
       token,
       basicAuth: password === undefined ? undefined : { username: flags.user, password },
-      onError: (err) =>
+      onError: (err: unknown) =>
         process.stderr.write(`${terminalText(`sluice dashboard: ${err instanceof Error ? err.message : String(err)}`)}\n`),
+    };
+    checkStartOptions(options);
+    // A refused login, a missing database or schema end the start, as they end a
+    // worker's (outside review 265: it served their errors); a Postgres out of reach now
+    // may come back, and the page says "unreachable" until it does.
+    await withDatabase(command, async () => {}).catch((err: unknown) => {
+      if (!isConnectionFailure(err) || loginProblem(err, url) !== undefined) throw err;
     });
+    const dashboard = await startDashboard(options);
     const how = token ? ` (open it once with ?token=<your token>)` : password ? ` (user "${flags.user}")` : '';
     process.stdout.write(`sluice dashboard on ${dashboard.url}${how}\n`);
     await new Promise<void>((resolve) => {

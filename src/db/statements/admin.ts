@@ -86,14 +86,17 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
       SELECT ${jobColumns('changed')}${extraColumns} FROM changed`;
 
   // Cancels the rows of CTE "target" (id, status): the status, and in the same
-  // statement the NOTIFY `message` (a jsonb expression of j) for the worker of each
-  // processing one, and one on $5 for the waiters of each flagged one. $4: channel.
-  const cancelTargets = (message: string) => `UPDATE ${jobs} j
+  // statement the control message for the worker of each processing one
+  // ({"c":"cancel","id":…,"attempt":n}, src/notify/codec.ts) on $4, and one on $5
+  // for the waiters of each flagged one.
+  const cancelTargets = `UPDATE ${jobs} j
         SET status = 'cancelled', finished_at = now(), locked_at = NULL, updated_at = now()
         FROM target t
         WHERE j.id = t.id
         RETURNING j.*, t.status AS previous_status,
-          (CASE WHEN t.status = 'processing' THEN pg_notify($4, (${message})::text) END) IS NULL AS told_worker,
+          (CASE WHEN t.status = 'processing'
+                THEN pg_notify($4, jsonb_build_object('c', 'cancel', 'id', j.id::text, 'attempt', j.attempts)::text) END) IS NULL
+            AS told_worker,
           (CASE WHEN j.notify_on_finish THEN pg_notify($5, j.id::text) END) IS NULL AS told_waiters`;
 
   // "Within the last $n ms", and the first of the last $1 minutes.
@@ -134,9 +137,8 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
       SELECT queue, count(*)::int AS count FROM retried GROUP BY queue ORDER BY queue`,
 
     // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/job.ts),
-    // $4: the schema's channel, $5: its outcome channel, $6: the control message
-    // ({"c":"cancel","id":…}, src/notify/codec.ts), sent with the attempt it
-    // cancelled: a notification that reaches a worker late must not abort a later
+    // $4: the schema's channel, $5: its outcome channel. The control message
+    // (cancelTargets) names the attempt it cancelled: a notification that reaches a worker late must not abort a later
     // attempt of the job, retried since (outside review 261). A job that was
     // 'processing' gets that NOTIFY in the same statement, so
     // the worker running it aborts its handler when this commits (never for a
@@ -148,7 +150,7 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
     cancel: `WITH target AS (
         SELECT id, status FROM ${jobs} WHERE id = $1::bigint AND status = ANY($2::text[]) FOR UPDATE
       ), changed AS (
-        ${cancelTargets("$6::jsonb || jsonb_build_object('attempt', j.attempts)")}
+        ${cancelTargets}
       ), ${audited('cancel', ', changed.previous_status')}`,
 
     // The same for every job of a queue and/or task, in one statement: its row locks
@@ -162,7 +164,7 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
         WHERE status = ANY($2::text[]) AND ($1::text IS NULL OR queue = $1::text) AND ($6::text IS NULL OR task = $6::text)
         FOR UPDATE
       ), changed AS (
-        ${cancelTargets("jsonb_build_object('c', 'cancel', 'id', j.id::text, 'attempt', j.attempts)")}
+        ${cancelTargets}
       ), logged AS (
         INSERT INTO ${s}.audit_log (job_id, queue, action, actor)
         SELECT id, queue, 'cancel', $3::text FROM changed
