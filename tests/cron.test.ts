@@ -365,6 +365,23 @@ describe('recurring jobs', () => {
     }
   });
 
+  it('doctor and listSchedules name a stored pattern this version cannot read (outside review 267: never ticked, never flagged)', async () => {
+    await fx.db.pool.query(
+      `INSERT INTO ${fx.db.s}.cron_schedules (name, cron, timezone, task, queue, last_tick)
+       VALUES ('unreadable', '61 * * * *', 'UTC', 't', 'default', now() - interval '2 hours')`,
+    );
+    try {
+      const listed = (await listSchedules(fx.db.pool, fx.db.schema)).find((s) => s.name === 'unreadable')!;
+      expect(listed.nextRun).toBeNull();
+      expect(listed.patternError).toMatch(/schedule "unreadable": invalid cron "61 \* \* \* \*"/);
+      const cron = (await runDoctor({ db: fx.db.pool, schema: fx.db.schema })).checks.find((c) => c.id === 'cron')!;
+      expect(cron.status).not.toBe('ok');
+      expect(cron.summary).toMatch(/unreadable \(61 \* \* \* \*\): cannot be read \(schedule "unreadable": invalid cron/);
+    } finally {
+      await fx.db.pool.query(`DELETE FROM ${fx.db.s}.cron_schedules WHERE name = 'unreadable'`);
+    }
+  });
+
   it("a schedule's transaction left idle (a frozen worker) ends after CRON_IDLE_LIMIT and frees the row (outside review 217)", async () => {
     const name = 'frozen-holder';
     await fx.db.pool.query(

@@ -32,23 +32,37 @@ export async function checkCron(db: Queryable, schema: string, t: DoctorThreshol
     .filter((d) => level(d.last_tick_ahead_ms, t.cronOverdueMs) !== 'ok');
   const lateMs = (d: (typeof overdue)[number] | (typeof ahead)[number]) =>
     'overdue_ms' in d ? d.overdue_ms : d.last_tick_ahead_ms;
-  const details = [...overdue, ...ahead]
-    .map((d) => ({ ...d, status: level(lateMs(d), t.cronOverdueMs) }))
-    .sort((a, b) => lateMs(b) - lateMs(a));
+  // A pattern no worker of this version can read ticks never, and is neither overdue
+  // nor ahead: it went unflagged (outside review 267).
+  const unreadable = schedules
+    .filter((s) => s.patternError !== null)
+    .map((s) => ({ name: s.name, cron: s.cron, timezone: s.timezone, pattern_error: s.patternError!, status: 'warn' as const }));
+  const details = [
+    ...unreadable,
+    ...[...overdue, ...ahead]
+      .map((d) => ({ ...d, status: level(lateMs(d), t.cronOverdueMs) }))
+      .sort((a, b) => lateMs(b) - lateMs(a)),
+  ];
   const summary =
     details.length === 0
       ? `${schedules.length} schedule(s), none overdue`
       : firstFew(
           details.map((d) =>
-            'overdue_ms' in d
-              ? `${d.name} (${d.cron}): overdue ${formatMs(d.overdue_ms)}`
-              : `${d.name} (${d.cron}): last tick ${formatMs(d.last_tick_ahead_ms)} ahead of the database clock`,
+            'pattern_error' in d
+              ? `${d.name} (${d.cron}): cannot be read (${d.pattern_error})`
+              : 'overdue_ms' in d
+                ? `${d.name} (${d.cron}): overdue ${formatMs(d.overdue_ms)}`
+                : `${d.name} (${d.cron}): last tick ${formatMs(d.last_tick_ahead_ms)} ahead of the database clock`,
           ),
           'schedules',
           5,
           '; ',
         );
   const advice = [
+    unreadable.length > 0
+      ? 'A pattern or time zone this version cannot read is never ticked: a worker that defines the schedule writes ' +
+        'its definition again at start; one nobody defines any more: `sluice cron delete <name>`.'
+      : '',
     overdue.length > 0
       ? 'No worker is enqueuing the overdue ticks: start a worker whose `schedules` include them (every worker with ' +
         'schedules ticks them). A schedule taken out of the code stays until deleted: `sluice cron delete <name>`.'

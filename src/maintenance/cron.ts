@@ -148,6 +148,11 @@ export interface ScheduleInfo {
    * `nextRun` is the tick after it. Null otherwise.
    */
   aheadOfClock: Date | null;
+  /**
+   * Why the stored pattern or time zone cannot be read (written by another version
+   * of Sluice, or by hand), so no worker of this one ticks it; null when it can.
+   */
+  patternError: string | null;
   /** When a worker last published this definition. */
   updatedAt: Date;
 }
@@ -197,6 +202,7 @@ export async function schedulesNow(db: Queryable, schema: string): Promise<{ now
   const schedules = list.map((r): ScheduleInfo => {
     let next: Date | null = null;
     let overdueSince: Date | null = null;
+    let patternError: string | null = null;
     // Workers enqueue only ticks after last_tick: one ahead of the clock holds the schedule till
     // then (outside review 248: a last_tick of 9999 stopped it, and NEXT RUN showed a time that never came).
     const aheadOfClock = r.counted_from.getTime() > now.getTime() ? r.counted_from : null;
@@ -205,8 +211,9 @@ export async function schedulesNow(db: Queryable, schema: string): Promise<{ now
       next = nextTick(pattern, aheadOfClock ?? now);
       const due = nextTick(pattern, r.counted_from);
       if (due && now.getTime() - due.getTime() > OVERDUE_AFTER_MS) overdueSince = due;
-    } catch {
-      // Written by a newer or older Sluice with a pattern this one cannot read.
+    } catch (err) {
+      // Written by a newer or older Sluice with a pattern this one cannot read, or by hand.
+      patternError = err instanceof Error ? err.message : String(err);
     }
     return {
       name: r.name,
@@ -223,6 +230,7 @@ export async function schedulesNow(db: Queryable, schema: string): Promise<{ now
       nextRun: next,
       overdueSince,
       aheadOfClock,
+      patternError,
       updatedAt: r.updated_at,
     };
   });
