@@ -512,6 +512,11 @@ describe('least-privilege roles (sql/roles.sql and migration 0011)', () => {
       `UPDATE ${db.s}.queues SET tokens = 0, tokens_at = now() + interval '100 years' WHERE name = 'held'`,
       `UPDATE ${db.s}.job_groups SET tokens = -1e300 WHERE queue = 'held'`,
       `UPDATE ${db.s}.job_groups SET tokens_at = now() + interval '1 day' WHERE queue = 'held'`,
+      // Nor infinite, nor NaN (outside review 269: '-infinity' failed every claim of the queue).
+      `UPDATE ${db.s}.queues SET tokens = 1, tokens_at = '-infinity' WHERE name = 'held'`,
+      `UPDATE ${db.s}.job_groups SET tokens = 'NaN' WHERE queue = 'held'`,
+      `INSERT INTO ${db.s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms, visibility_timeout_ms)
+        VALUES ('ghost', 'h', 1, '{}', '{}', 1, 'x', 1000, 2000000000)`,
       `INSERT INTO ${db.s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms)
         VALUES ('ghost', 'h', 1, '{}', '{}', 1, 'x', 2147483647)`,
       `INSERT INTO ${db.s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms, last_seen_at)

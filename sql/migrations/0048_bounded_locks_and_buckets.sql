@@ -23,14 +23,22 @@
 ALTER TABLE :SCHEMA.jobs ADD CONSTRAINT jobs_locked_at_bound
   CHECK (locked_at IS NULL OR locked_at <= clock_timestamp() + interval '1 minute') NOT VALID;
 
+-- Finite too: tokens_at '-infinity' failed every claim of the queue ("cannot subtract
+-- infinite timestamps"), and NaN compares above every number (outside review 269).
 ALTER TABLE :SCHEMA.queues ADD CONSTRAINT queues_tokens_bound
-  CHECK ((tokens IS NULL OR tokens >= 0) AND (tokens_at IS NULL OR tokens_at <= clock_timestamp() + interval '1 minute')) NOT VALID;
+  CHECK ((tokens IS NULL OR (tokens >= 0 AND tokens < 'Infinity'))
+    AND (tokens_at IS NULL OR (isfinite(tokens_at) AND tokens_at <= clock_timestamp() + interval '1 minute'))) NOT VALID;
 
 ALTER TABLE :SCHEMA.job_groups ADD CONSTRAINT job_groups_tokens_bound
-  CHECK ((tokens IS NULL OR tokens >= 0) AND (tokens_at IS NULL OR tokens_at <= clock_timestamp() + interval '1 minute')) NOT VALID;
+  CHECK ((tokens IS NULL OR (tokens >= 0 AND tokens < 'Infinity'))
+    AND (tokens_at IS NULL OR (isfinite(tokens_at) AND tokens_at <= clock_timestamp() + interval '1 minute'))) NOT VALID;
 
+-- visibility_timeout_ms: the rescuer waits a worker's own visibility timeout before
+-- taking its jobs, so a row with a huge one would keep them from rescue; at most the
+-- option's 24 h.
 ALTER TABLE :SCHEMA.workers ADD CONSTRAINT workers_liveness_bound
-  CHECK (interval_ms <= 3600000 AND last_seen_at <= clock_timestamp() + interval '1 minute') NOT VALID;
+  CHECK (interval_ms <= 3600000 AND last_seen_at <= clock_timestamp() + interval '1 minute'
+    AND (visibility_timeout_ms IS NULL OR visibility_timeout_ms <= 86400000)) NOT VALID;
 
 ALTER TABLE :SCHEMA.outbox_relays ADD CONSTRAINT outbox_relays_lease_bound
   CHECK (expires_at IS NULL OR expires_at <= clock_timestamp() + interval '1 hour 1 minute') NOT VALID;
@@ -39,10 +47,11 @@ ALTER TABLE :SCHEMA.outbox_relays ADD CONSTRAINT outbox_relays_lease_bound
 UPDATE :SCHEMA.jobs SET locked_at = clock_timestamp()
   WHERE status = 'processing' AND locked_at > clock_timestamp() + interval '1 minute';
 UPDATE :SCHEMA.queues SET tokens = NULL, tokens_at = NULL
-  WHERE tokens < 0 OR tokens_at > clock_timestamp() + interval '1 minute';
+  WHERE tokens < 0 OR tokens >= 'Infinity' OR NOT isfinite(tokens_at) OR tokens_at > clock_timestamp() + interval '1 minute';
 UPDATE :SCHEMA.job_groups SET tokens = NULL, tokens_at = NULL
-  WHERE tokens < 0 OR tokens_at > clock_timestamp() + interval '1 minute';
+  WHERE tokens < 0 OR tokens >= 'Infinity' OR NOT isfinite(tokens_at) OR tokens_at > clock_timestamp() + interval '1 minute';
 DELETE FROM :SCHEMA.workers
-  WHERE interval_ms > 3600000 OR last_seen_at > clock_timestamp() + interval '1 minute';
+  WHERE interval_ms > 3600000 OR last_seen_at > clock_timestamp() + interval '1 minute'
+    OR visibility_timeout_ms > 86400000;
 UPDATE :SCHEMA.outbox_relays SET expires_at = clock_timestamp() + interval '1 hour'
   WHERE expires_at > clock_timestamp() + interval '1 hour 1 minute';

@@ -43,7 +43,17 @@ function isoTimeFields(entry: object): object {
 
 /** Prints a value as one line of JSON (for --json output). */
 export function printJson(value: unknown, out: NodeJS.WritableStream = process.stdout): void {
-  out.write(`${JSON.stringify(value, isoErrorTimes)}\n`);
+  out.write(`${jsonText(value, isoErrorTimes)}\n`);
+}
+
+/**
+ * JSON.stringify, with the characters a terminal acts on that it leaves as they
+ * are (DEL, the C1 controls, bidi overrides: outside review 269, `--json` printed
+ * them raw) written as \\u escapes: the same JSON once parsed.
+ */
+export function jsonText(value: unknown, replacer?: (this: unknown, key: string, value: unknown) => unknown): string {
+  const text = JSON.stringify(value, replacer) as string | undefined;
+  return text === undefined ? 'null' : text.replace(HIDDEN_BUT_LINES, unicodeEscape);
 }
 
 /** A command that did its work but reports a result through a non-zero exit code (doctor: 1 warn, 2 critical). */

@@ -3,7 +3,7 @@ import type { JobRow } from '../job.js';
 import type { Logger } from '../logger.js';
 import { ErrorLines } from './error-lines.js';
 import { describeError } from '../worker/run.js';
-import { firstLine, printable, terminalText } from './output.js';
+import { firstLine, jsonText, printable, terminalText } from './output.js';
 
 type Fields = Record<string, string | number | boolean | null>;
 
@@ -84,7 +84,7 @@ export class WorkerLog {
     const out = this.stdoutClosed && to === process.stdout ? process.stderr : to;
     const time = new Date().toISOString();
     if (this.json) {
-      out.write(`${JSON.stringify({ time, event, ...fields })}\n`);
+      out.write(`${jsonText({ time, event, ...fields })}\n`);
       return;
     }
     const text = Object.entries(fields)

@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import { migrate } from '../../migrate.js';
 import { globalOptions, requireDatabaseUrl } from '../database.js';
 import { MigrationError, isInsufficientPrivilege } from '../../errors.js';
-import { printJson, UsageError } from '../output.js';
+import { printJson, terminalText, UsageError } from '../output.js';
 
 export function registerMigrate(program: Command): void {
   program
@@ -22,7 +22,7 @@ export function registerMigrate(program: Command): void {
       );
       if (opts.json) return printJson(result);
       if (result.applied.length === 0) {
-        process.stdout.write(`schema ${JSON.stringify(result.schema)} is up to date (version ${result.version})\n`);
+        process.stdout.write(terminalText(`schema ${JSON.stringify(result.schema)} is up to date (version ${result.version})\n`));
       }
       for (const m of result.applied) process.stdout.write(`applied ${String(m.version).padStart(4, '0')}_${m.name}\n`);
     });
