@@ -56,10 +56,10 @@ export interface CancelJobsOptions extends ActionOptions {
  * Cancels the unfinished jobs of a queue and/or a task, as cancelJob does one:
  * a pending job never runs, a processing one's handler is aborted (its worker is
  * told in the same statement), waiters are woken, each is recorded in the audit
- * log. One statement: none of the jobs it cancels starts after it commits (a
- * handler started just before may end before its worker hears of the cancel, as
- * for cancelJob), and jobs enqueued after it are left. Returns how many, by the
- * status they had.
+ * log. One statement: none of the jobs it cancels is claimed after it commits,
+ * though a worker may start jobs it claimed ahead until the cancel's notification
+ * reaches it (then aborts them), as for cancelJob; jobs enqueued after it are
+ * left. Returns how many, by the status they had.
  */
 export async function cancelJobs(
   db: Queryable,

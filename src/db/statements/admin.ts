@@ -138,11 +138,12 @@ export const adminStatements = perSchema((schema: string): AdminStatements => {
 
     // $2: the statuses a job may be cancelled from (see CANCELLABLE in src/job.ts),
     // $4: the schema's channel, $5: its outcome channel. The control message
-    // (cancelTargets) names the attempt it cancelled: a notification that reaches a worker late must not abort a later
-    // attempt of the job, retried since (outside review 261). A job that was
-    // 'processing' gets that NOTIFY in the same statement, so
-    // the worker running it aborts its handler when this commits (never for a
-    // rolled-back cancel); Queue.waitFor() callers are woken as for any outcome.
+    // (cancelTargets) names the attempt it cancelled: a notification that reaches
+    // a worker late must not abort a later attempt of the job, retried since
+    // (outside review 261). A job that was 'processing' gets that NOTIFY in the
+    // same statement, so the worker running it aborts its handler when this
+    // commits (never for a rolled-back cancel); Queue.waitFor() callers are woken
+    // as for any outcome.
     // The NOTIFYs sit in RETURNING, which is computed for every changed row.
     // FOR UPDATE makes a cancel that races a claim wait for it and then see
     // 'processing'. The worker's late result cannot undo the cancel: results are
