@@ -407,6 +407,42 @@ describe('API', () => {
     expect(gone.body.audit.map((a: any) => a.action)).toEqual(['retry', 'cancel', 'delete']);
   });
 
+  it('cancels the jobs of one queue or task in bulk, never every job by a missing filter', async () => {
+    const later = { delayMs: 3_600_000 };
+    const [a, b] = [
+      await queue.enqueue('bulk_a', {}, { queue: 'cancel-me', ...later }),
+      await queue.enqueue('bulk_b', {}, { queue: 'cancel-me', ...later }),
+    ];
+    const keep = await queue.enqueue('bulk_a', {}, { queue: 'cancel-keep', ...later });
+    // No filter, a misspelt one, a wrong type, an unknown status: refused, nothing changed.
+    for (const body of [
+      {},
+      { queu: 'cancel-me' },
+      { queue: 42 },
+      { queue: 'cancel-me', statuses: ['failed'] },
+      { task: ['bulk_a'] },
+    ]) {
+      const refused = await post('api/jobs/cancel', body);
+      expect(refused.status, JSON.stringify(body)).toBe(400);
+    }
+    expect((await post('api/jobs/cancel', { queue: 'cancel-mee' })).status).toBe(404);
+    expect((await post('api/jobs/cancel?queue=cancel-me', {})).status).toBe(400);
+    expect(await Promise.all([a, b, keep].map(statusOf))).toEqual(['pending', 'pending', 'pending']);
+
+    const byTask = await post('api/jobs/cancel', { queue: 'cancel-me', task: 'bulk_b', statuses: ['pending'] });
+    expect(byTask.body).toEqual({ cancelled: 1, pending: 1, processing: 0 });
+    expect(await Promise.all([a, b, keep].map(statusOf))).toEqual(['pending', 'cancelled', 'pending']);
+    const byQueue = await post('api/jobs/cancel', { queue: 'cancel-me' });
+    expect(byQueue.body).toEqual({ cancelled: 1, pending: 1, processing: 0 });
+    expect(await Promise.all([a, b, keep].map(statusOf))).toEqual(['cancelled', 'cancelled', 'pending']);
+    const { rows } = await db.pool.query(
+      `SELECT job_id::text, action, actor FROM ${db.s}.audit_log WHERE queue = 'cancel-me' ORDER BY job_id`,
+    );
+    expect(rows).toEqual(
+      [a, b].map((id) => ({ job_id: id, action: 'cancel', actor: expect.stringMatching(/^dashboard token from /) })),
+    );
+  });
+
   it('retries every failed job of one queue in bulk', async () => {
     const mine = [await failedJob('bulk'), await failedJob('bulk')];
     const other = await failedJob('bulk-other');

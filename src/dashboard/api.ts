@@ -12,13 +12,14 @@ import {
   runJobNow,
   type JobActionResult,
 } from '../admin/jobs.js';
-import { retryFailed } from '../admin/bulk.js';
+import { cancelJobs, retryFailed } from '../admin/bulk.js';
 import { searchJobs } from '../admin/search.js';
 import { setQueuePaused } from '../control.js';
 import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
 import { DatabaseError, isConnectionFailure, SluiceError, ValidationError } from '../errors.js';
 import { parseIsoDateTime } from '../iso-date-time.js';
+import type { UnfinishedStatus } from '../job.js';
 import { checks } from '../validate.js';
 import { attemptsOf } from './attempts.js';
 import { actionInput } from './body.js';
@@ -203,6 +204,26 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
     const filter = body.queue === undefined ? {} : { queue: body.queue };
     const result = await retryFailed(db, schema, { ...filter, actor: ctx.actor(req) });
     feed.changed(body.queue ?? '');
+    return result;
+  });
+
+  // As `sluice jobs cancel --queue/--task`: one statement (no job it cancels is claimed
+  // after it), and never every job of the schema: a queue or a task is required.
+  app.post('/api/jobs/cancel', async (req) => {
+    const body = actionInput(req, ['queue', 'task', 'statuses'], 'cancel') as Record<string, unknown>;
+    for (const name of ['queue', 'task'] as const) {
+      if (body[name] !== undefined && typeof body[name] !== 'string') throw new ValidationError(`${name} must be a string`);
+    }
+    const queue = body.queue as string | undefined;
+    const task = body.task as string | undefined;
+    if (queue !== undefined) await requireKnownQueue(db, schema, checkName('queue', queue));
+    const result = await cancelJobs(db, schema, {
+      ...(queue === undefined ? {} : { queue }),
+      ...(task === undefined ? {} : { task }),
+      ...(body.statuses === undefined ? {} : { statuses: body.statuses as UnfinishedStatus[] }),
+      actor: ctx.actor(req),
+    });
+    feed.changed(queue ?? '');
     return result;
   });
 }

@@ -186,6 +186,28 @@ describe('dashboard in Chromium', () => {
     }
   });
 
+  it('cancels the pending jobs of one queue from the overview, after confirming', async () => {
+    const mine = await queue.enqueueMany(
+      Array.from({ length: 3 }, (_, i) => ({ task: 'resize_image', queue: 'backlog', payload: { i }, delayMs: 3_600_000 })),
+    );
+    const other = await queue.enqueue('resize_image', {}, { queue: 'backlog-other', delayMs: 3_600_000 });
+    const page = await browser.context.newPage();
+    try {
+      await page.goto(`${dashboard.url}#/`);
+      await page.click('button[data-focus-key="cancel-pending:backlog"]');
+      expect(await page.textContent('#confirm-text')).toContain('Its 3 pending jobs');
+      await page.click('#confirm-ok');
+      await expect.poll(() => page.textContent('#toast')).toBe('3 pending jobs of backlog cancelled');
+      const { rows } = await db.pool.query(`SELECT id::text, status FROM ${db.s}.jobs WHERE queue LIKE 'backlog%' ORDER BY id`);
+      expect(rows).toEqual([...mine.map((id) => ({ id, status: 'cancelled' })), { id: other, status: 'pending' }]);
+      // Nothing pending is left in it, so the button is gone.
+      await page.waitForSelector('button[data-focus-key="cancel-pending:backlog"]', { state: 'detached' });
+    } finally {
+      await page.close();
+      await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE queue LIKE 'backlog%'`);
+    }
+  });
+
   it('shows a job live after an enqueue, without reloading the page', async () => {
     const page = await browser.context.newPage();
     await page.goto(`${dashboard.url}#/jobs`);

@@ -77,6 +77,38 @@ function pauseButton(q, ctx) {
   }, q.paused ? 'Resume' : 'Pause');
 }
 
+/** @param {any} q @param {{ refresh: () => void }} ctx */
+function retryFailedButton(q, ctx) {
+  return h('button', {
+    type: 'button',
+    class: 'small',
+    'data-focus-key': `retry-failed:${q.queue}`,
+    onclick: () => confirmed({
+      title: `Retry failed jobs of ${q.queue}?`,
+      text: `${count(q.failed)} failed jobs go back to pending and run again.`,
+      ok: 'Retry all',
+      run: () => post('jobs/retry-failed', { queue: q.queue }),
+      done: (r) => `${count(r.retried)} jobs of ${q.queue} queued again`,
+    }).then(ctx.refresh),
+  }, 'Retry failed');
+}
+
+/** @param {any} q @param {{ refresh: () => void }} ctx */
+function cancelPendingButton(q, ctx) {
+  return h('button', {
+    type: 'button',
+    class: 'small secondary',
+    'data-focus-key': `cancel-pending:${q.queue}`,
+    onclick: () => confirmed({
+      title: `Cancel pending jobs of ${q.queue}?`,
+      text: `Its ${count(q.pending)} pending jobs, due now or later, are cancelled and never run (those enqueued after this are not). Running jobs go on.`,
+      ok: 'Cancel pending',
+      run: () => post('jobs/cancel', { queue: q.queue, statuses: ['pending'] }),
+      done: (r) => `${count(r.cancelled)} pending jobs of ${q.queue} cancelled`,
+    }).then(ctx.refresh),
+  }, 'Cancel pending');
+}
+
 /**
  * The `sluice doctor` report: problems first, each with its numbers and advice;
  * the checks that passed folded away.
@@ -127,20 +159,8 @@ function queueTable(overview, ctx) {
       h('td', { 'data-label': 'State', 'data-state': q.paused ? 'paused' : 'running' },
         h('span', { class: `badge ${q.paused ? 'state-paused' : 'state-running'}` }, q.paused ? 'paused' : 'running'),
         q.concurrencyLimit !== null ? h('small', null, ` (max ${count(q.concurrencyLimit)} at once)`) : null),
-      h('td', { 'data-label': 'Actions' }, h('div', { class: 'actions-cell' }, pauseButton(q, ctx), q.failed > 0
-        ? h('button', {
-            type: 'button',
-            class: 'small',
-            'data-focus-key': `retry-failed:${q.queue}`,
-            onclick: () => confirmed({
-              title: `Retry failed jobs of ${q.queue}?`,
-              text: `${count(q.failed)} failed jobs go back to pending and run again.`,
-              ok: 'Retry all',
-              run: () => post('jobs/retry-failed', { queue: q.queue }),
-              done: (r) => `${count(r.retried)} jobs of ${q.queue} queued again`,
-            }).then(ctx.refresh),
-          }, 'Retry failed')
-        : null)),
+      h('td', { 'data-label': 'Actions' }, h('div', { class: 'actions-cell' },
+        pauseButton(q, ctx), q.failed > 0 ? retryFailedButton(q, ctx) : null, q.pending > 0 ? cancelPendingButton(q, ctx) : null)),
     ))),
   );
 }
