@@ -58,55 +58,62 @@ export function overviewView(main, ctx) {
 
 const HEALTH_MS = 30_000;
 
-/** Pause or resume, confirmed. @param {any} q @param {{ refresh: () => void }} ctx */
-function pauseButton(q, ctx) {
-  const action = q.paused ? 'resume' : 'pause';
+/**
+ * A queue's action button, run after confirmation (see ui.js's confirmed).
+ * @param {any} q @param {{ refresh: () => void }} ctx
+ * @param {{ key: string, label: string, primary?: boolean } & Parameters<typeof confirmed>[0]} action
+ */
+function queueButton(q, ctx, { key, label, primary, ...confirm }) {
   return h('button', {
     type: 'button',
-    class: 'small secondary',
-    'data-focus-key': `${action}:${q.queue}`,
-    onclick: () => confirmed({
-      title: q.paused ? `Resume ${q.queue}?` : `Pause ${q.queue}?`,
-      text: q.paused
-        ? 'Workers start claiming its jobs again.'
-        : 'No worker claims its jobs until it is resumed; running jobs finish and new jobs still enqueue.',
-      ok: q.paused ? 'Resume' : 'Pause',
-      run: () => post(`queues/${encodeURIComponent(q.queue)}/${action}`),
-      done: `${q.queue} ${q.paused ? 'resumed' : 'paused'}`,
-    }).then(ctx.refresh),
-  }, q.paused ? 'Resume' : 'Pause');
+    class: primary ? 'small' : 'small secondary',
+    'data-focus-key': `${key}:${q.queue}`,
+    onclick: () => confirmed(confirm).then(ctx.refresh),
+  }, label);
+}
+
+/** Pause or resume. @param {any} q @param {{ refresh: () => void }} ctx */
+function pauseButton(q, ctx) {
+  const action = q.paused ? 'resume' : 'pause';
+  const label = q.paused ? 'Resume' : 'Pause';
+  return queueButton(q, ctx, {
+    key: action,
+    label,
+    title: `${label} ${q.queue}?`,
+    text: q.paused
+      ? 'Workers start claiming its jobs again.'
+      : 'No worker claims its jobs until it is resumed; running jobs finish and new jobs still enqueue.',
+    ok: label,
+    run: () => post(`queues/${encodeURIComponent(q.queue)}/${action}`),
+    done: `${q.queue} ${q.paused ? 'resumed' : 'paused'}`,
+  });
 }
 
 /** @param {any} q @param {{ refresh: () => void }} ctx */
 function retryFailedButton(q, ctx) {
-  return h('button', {
-    type: 'button',
-    class: 'small',
-    'data-focus-key': `retry-failed:${q.queue}`,
-    onclick: () => confirmed({
-      title: `Retry failed jobs of ${q.queue}?`,
-      text: `${count(q.failed)} failed jobs go back to pending and run again.`,
-      ok: 'Retry all',
-      run: () => post('jobs/retry-failed', { queue: q.queue }),
-      done: (r) => `${count(r.retried)} jobs of ${q.queue} queued again`,
-    }).then(ctx.refresh),
-  }, 'Retry failed');
+  return queueButton(q, ctx, {
+    key: 'retry-failed',
+    label: 'Retry failed',
+    primary: true,
+    title: `Retry failed jobs of ${q.queue}?`,
+    text: `${count(q.failed)} failed jobs go back to pending and run again.`,
+    ok: 'Retry all',
+    run: () => post('jobs/retry-failed', { queue: q.queue }),
+    done: (r) => `${count(r.retried)} jobs of ${q.queue} queued again`,
+  });
 }
 
 /** @param {any} q @param {{ refresh: () => void }} ctx */
 function cancelPendingButton(q, ctx) {
-  return h('button', {
-    type: 'button',
-    class: 'small secondary',
-    'data-focus-key': `cancel-pending:${q.queue}`,
-    onclick: () => confirmed({
-      title: `Cancel pending jobs of ${q.queue}?`,
-      text: `Its ${count(q.pending)} pending jobs, due now or later, are cancelled and never run (those enqueued after this are not). Running jobs go on.`,
-      ok: 'Cancel pending',
-      run: () => post('jobs/cancel', { queue: q.queue, statuses: ['pending'] }),
-      done: (r) => `${count(r.cancelled)} pending jobs of ${q.queue} cancelled`,
-    }).then(ctx.refresh),
-  }, 'Cancel pending');
+  return queueButton(q, ctx, {
+    key: 'cancel-pending',
+    label: 'Cancel pending',
+    title: `Cancel pending jobs of ${q.queue}?`,
+    text: `Its ${count(q.pending)} pending jobs, due now or later, are cancelled and never run (those enqueued after this are not). Running jobs go on.`,
+    ok: 'Cancel pending',
+    run: () => post('jobs/cancel', { queue: q.queue, statuses: ['pending'] }),
+    done: (r) => `${count(r.cancelled)} pending jobs of ${q.queue} cancelled`,
+  });
 }
 
 /**
