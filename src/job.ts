@@ -40,37 +40,37 @@ export type JobKeyMode = 'keep' | 'replace' | 'error';
 /** How one job is enqueued: everything but its task and payload. */
 export interface JobOptions {
   /** Queue name. Default 'default'. */
-  queue?: string;
+  queue?: string | undefined;
   /** Run no earlier than this time. */
-  runAt?: Date;
+  runAt?: Date | undefined;
   /** Run no earlier than this many ms from now (server clock). */
-  delayMs?: number;
+  delayMs?: number | undefined;
   /** Attempts before the job is marked failed. Default 5. */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
   /** Higher runs first among due jobs. Default 0. */
-  priority?: number;
+  priority?: number | undefined;
   /**
    * Group key (1–128 characters): a tenant, a customer, an API account. Workers
    * take the jobs of a queue with groups round-robin across its groups, and
    * group concurrency and rate limits apply per group (see setGroupSettings).
    * null, like leaving it out, means no group.
    */
-  group?: string | null;
+  group?: string | null | undefined;
   /**
    * Deduplication key (1–512 characters, one namespace for all queues and tasks).
    * While a job with this key is pending (or also running, with
    * `jobKeyWhileProcessing`), enqueueing again does not add a second job:
    * see `jobKeyMode`. Race-free: concurrent enqueues meet in a unique index.
    */
-  jobKey?: string;
+  jobKey?: string | undefined;
   /**
    * 'keep' (default): leave the existing job, return its id. 'replace': give the
    * existing job this payload and run time if it has not started (a running one is
    * kept), return its id. 'error': throw DuplicateJobError.
    */
-  jobKeyMode?: JobKeyMode;
+  jobKeyMode?: JobKeyMode | undefined;
   /** Also hold the key while the job runs and between its retries. Default false. */
-  jobKeyWhileProcessing?: boolean;
+  jobKeyWhileProcessing?: boolean | undefined;
   /**
    * Flag the job for `waitFor()` as it is inserted: its outcome is announced, and
    * its row kept when it completes, whatever the worker's `completedJobs`. Without
@@ -78,7 +78,7 @@ export interface JobOptions {
    * before a `waitFor()` called right after the enqueue flags it (JobNotFoundError).
    * Default false. Not with `jobKey` (a ValidationError).
    */
-  waitable?: boolean;
+  waitable?: boolean | undefined;
 }
 
 /** One job to enqueue (enqueueMany, enqueueAfterCommit). */

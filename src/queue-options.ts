@@ -49,20 +49,21 @@ export interface AfterCommitJobs<T extends TaskMap = AnyTasks> {
 export interface QueueOptions<T extends TaskMap = AnyTasks> extends DriverConnectionOptions {
   /**
    * Standard Schemas (zod 3.24+, valibot ...) by task: enqueue validates the
-   * payload and stores the schema's output; an invalid one is a ValidationError
-   * and nothing is inserted. `T` is inferred from them.
+   * payload and stores it as given (its input, not the schema's output: the
+   * worker parses it again before the handler runs); an invalid one is a
+   * ValidationError and nothing is inserted. `T` is inferred from them.
    */
-  schemas?: QueueSchemas<T>;
+  schemas?: QueueSchemas<T> | undefined;
   /** Largest payload accepted, in bytes of JSON. Default 1 MiB. */
-  maxPayloadBytes?: number;
+  maxPayloadBytes?: number | undefined;
   /** Count enqueued jobs into these Prometheus metrics (see SluiceMetrics). */
-  metrics?: SluiceMetrics;
+  metrics?: SluiceMetrics | undefined;
   /**
    * Default true: enqueues on the Queue's own pool are named prepared statements.
    * `false` behind a transaction-mode pooler that does not keep them (PgBouncer
    * before 1.21, or `max_prepared_statements = 0`). Calls with `tx` never use them.
    */
-  preparedStatements?: boolean;
+  preparedStatements?: boolean | undefined;
   /**
    * waitFor()'s LISTEN connection goes here instead of `connectionString`: a direct
    * connection to Postgres when `connectionString` points at a transaction-mode
@@ -76,14 +77,14 @@ export interface QueueOptions<T extends TaskMap = AnyTasks> extends DriverConnec
    * otherwise held an enqueue, and close(), for as long as TCP kept the
    * connection (review 64). Default 30 s.
    */
-  statementTimeoutMs?: number;
+  statementTimeoutMs?: number | undefined;
 }
 
 export interface WaitOptions {
   /** Give up after this many ms with a WaitTimeoutError. Default 60000. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /** Re-read the job this often in case a notification was missed. Default 2000 ms. */
-  pollIntervalMs?: number;
+  pollIntervalMs?: number | undefined;
 }
 
 /** Options of the Queue's queue settings: the caller's transaction, and who acts (audit log; default 'api'). */

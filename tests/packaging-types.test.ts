@@ -57,6 +57,17 @@ const worker = new Worker({
 await worker.start();
 await worker.stop();
 console.log(id, worker.metricsUrl, (await queue.pool?.query('SELECT 1'))?.rows);
+// Options passed through as string | undefined or number | undefined, as the runtime
+// takes them (left out): TS2379 under exactOptionalPropertyTypes (outside review 273).
+const maybe = <V>(v: V): V | undefined => v;
+await queue.enqueue('send', { to: 'b@example.com' }, { queue: process.env.QUEUE, delayMs: maybe(5), priority: undefined, jobKey: undefined });
+await queue.enqueueMany([{ task: 'send', payload: { to: 'c@example.com' }, maxAttempts: maybe(3) }]);
+// Except tx: a variable that should hold your client and does not would enqueue outside your transaction.
+// @ts-expect-error tx must be a client when given
+await queue.enqueue('send', { to: 'd@example.com' }, { tx: maybe(undefined) });
+await queue.waitFor(id, { timeoutMs: maybe(1_000), pollIntervalMs: undefined });
+new Worker({ connectionString, concurrency: maybe(4), logger: undefined, queues: undefined, backoff: undefined, tasks: {} });
+new Queue({ connectionString, maxPayloadBytes: maybe(1_000), schemas: undefined, driver: undefined });
 // The declarations are real types, not any: a number is no pool.
 // @ts-expect-error pool must be a pg Pool
 new Queue({ pool: 42 });

@@ -1,7 +1,7 @@
 /** What Worker.start() says when it cannot work: once, clearly, with what to do. */
 import { describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { ConfigError, MigrationError, Worker, type SluiceError } from '../src/index.js';
+import { ConfigError, MigrationError, Queue, Worker, type SluiceError } from '../src/index.js';
 import { loadMigrations } from '../src/migrate.js';
 import { createTestSchema, databaseUrl, waitFor } from './helpers/database.js';
 import { TEST_DRIVER } from './helpers/driver.js';
@@ -244,6 +244,90 @@ describe('stop() while start() is still running', () => {
         expect(rows[0].n, `stop() ${delayMs} ms after start()`).toBe(0);
       }
     } finally {
+      await queue.close();
+      await db.drop();
+    }
+  });
+});
+
+describe('options given as undefined', () => {
+  it('are taken as left out, by the Worker, the Queue and enqueue (outside review 273: the types now say so too)', async () => {
+    const db = await createTestSchema('undef_opts');
+    const keys = [
+      'driver',
+      'sql',
+      'schemas',
+      'queues',
+      'concurrency',
+      'queueConcurrency',
+      'batchSize',
+      'prefetch',
+      'completionFlushMs',
+      'pollIntervalMs',
+      'wakeCooldownMs',
+      'visibilityTimeoutMs',
+      'heartbeatIntervalMs',
+      'lockRenewalTimeoutMs',
+      'rescueIntervalMs',
+      'statementTimeoutMs',
+      'listenCheckIntervalMs',
+      'shutdownTimeoutMs',
+      'backoff',
+      'workerId',
+      'listenConnectionString',
+      'listen',
+      'preparedStatements',
+      'maintenance',
+      'logger',
+      'metrics',
+      'tracing',
+      'progressIntervalMs',
+      'completedJobs',
+      'maxResultBytes',
+      'schedules',
+      'registryIntervalMs',
+    ];
+    const left = Object.fromEntries(keys.map((k) => [k, undefined]));
+    const ran: unknown[] = [];
+    const worker = new Worker({
+      ...left,
+      connectionString: db.url,
+      schema: db.schema,
+      tasks: { t: async (p) => void ran.push(p) },
+    });
+    const queue = new Queue({
+      connectionString: db.url,
+      schema: db.schema,
+      driver: undefined,
+      sql: undefined,
+      schemas: undefined,
+      maxPayloadBytes: undefined,
+      metrics: undefined,
+      preparedStatements: undefined,
+      statementTimeoutMs: undefined,
+    });
+    try {
+      await worker.start();
+      const jobLeft = {
+        queue: undefined,
+        runAt: undefined,
+        delayMs: undefined,
+        maxAttempts: undefined,
+        priority: undefined,
+        group: undefined,
+        jobKey: undefined,
+        jobKeyMode: undefined,
+        jobKeyWhileProcessing: undefined,
+        waitable: undefined,
+      };
+      const id = await queue.enqueue('t', { n: 1 }, jobLeft);
+      await queue.enqueueMany([{ task: 't', payload: { n: 2 }, ...jobLeft }]);
+      const job = await queue.waitFor(id, { timeoutMs: undefined, pollIntervalMs: undefined });
+      expect(job).toMatchObject({ status: 'completed', queue: 'default', max_attempts: 5, priority: 0 });
+      await waitFor(() => ran.length === 2, 'both jobs to run');
+      expect(ran).toEqual(expect.arrayContaining([{ n: 1 }, { n: 2 }]));
+    } finally {
+      await worker.stop();
       await queue.close();
       await db.drop();
     }

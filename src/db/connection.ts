@@ -126,12 +126,12 @@ export interface DriverConnectionOptions extends ConnectionOptions {
    * 'pg' (node-postgres, the default) or 'postgres.js' (needs the optional
    * `postgres` package). Implied by `pool` (pg) or `sql` (postgres.js).
    */
-  driver?: DriverName;
+  driver?: DriverName | undefined;
   /**
    * A postgres.js instance, `postgres(url, options)`, instead of `connectionString`:
    * Sluice opens its own connections with the same settings and never ends yours.
    */
-  sql?: PostgresJsSql;
+  sql?: PostgresJsSql | undefined;
 }
 
 /**

@@ -22,12 +22,12 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * 'pg' (node-postgres, the default) or 'postgres.js' (needs the optional
    * `postgres` package). Implied by `pool` (pg) or `sql` (postgres.js).
    */
-  driver?: DriverName;
+  driver?: DriverName | undefined;
   /**
    * A postgres.js instance, `postgres(url, options)`, instead of `connectionString`:
    * the worker opens its own connections with the same settings and never ends yours.
    */
-  sql?: PostgresJsSql;
+  sql?: PostgresJsSql | undefined;
   /** Task name → handler (or { handler, timeoutMs }). Only these tasks are claimed. */
   tasks: TaskList<NoInfer<T>>;
   /**
@@ -35,19 +35,19 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * before its handler runs, which receives the schema's output. A payload that
    * does not fit fails the job at once (PermanentFailure). `T` is inferred from them.
    */
-  schemas?: WorkerSchemas<T>;
+  schemas?: WorkerSchemas<T> | undefined;
   /** Queues to take jobs from. Default ['default']. */
-  queues?: string[];
+  queues?: string[] | undefined;
   /** Jobs run at once by this worker. Default 10. */
-  concurrency?: number;
+  concurrency?: number | undefined;
   /**
    * Per-queue limits local to this worker: `{ reports: 2 }` runs at most 2 jobs of
    * 'reports' at once here, whatever `concurrency` is. For a limit across all
    * workers, use queue.setQueueConcurrency().
    */
-  queueConcurrency?: Record<string, number>;
+  queueConcurrency?: Record<string, number> | undefined;
   /** Most jobs claimed by one statement. Default 200. */
-  batchSize?: number;
+  batchSize?: number | undefined;
   /**
    * Most jobs claimed ahead of free slots, held (locked and heartbeated) until a
    * slot frees, so fast jobs cost fewer round trips. How many a claim takes ahead
@@ -55,11 +55,11 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * (see Slots), so slow jobs are never held back from idle workers. 0 turns it
    * off. Default: twice batchSize (two cycles in flight, see MAX_CYCLES_IN_FLIGHT).
    */
-  prefetch?: number;
+  prefetch?: number | undefined;
   /** Results of finished jobs wait at most this long to be written in a batch. Default 10 ms. */
-  completionFlushMs?: number;
+  completionFlushMs?: number | undefined;
   /** Fallback poll when no notification arrives. Jittered ±25%. Default 2000 ms. */
-  pollIntervalMs?: number;
+  pollIntervalMs?: number | undefined;
   /**
    * After two claims in a row that came back empty, notifications wait this long (doubled
    * with each further empty claim, up to 16×) and are
@@ -67,11 +67,11 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * (see WakeCooldown). A worker that just claimed something answers at once.
    * 0 turns it off. Default 25 ms.
    */
-  wakeCooldownMs?: number;
+  wakeCooldownMs?: number | undefined;
   /** A job whose heartbeat is older than this is taken back from its worker. Default 30 s. */
-  visibilityTimeoutMs?: number;
+  visibilityTimeoutMs?: number | undefined;
   /** How often running jobs' locks are refreshed. Default visibilityTimeoutMs / 6. */
-  heartbeatIntervalMs?: number;
+  heartbeatIntervalMs?: number | undefined;
   /**
    * A job whose lock this worker could not renew for this long (Postgres
    * unreachable, a network partition, its row locked by another session) has its
@@ -79,9 +79,9 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * the visibility timeout lets another worker take it. Default 0.75 ×
    * visibilityTimeoutMs; above heartbeatIntervalMs, below visibilityTimeoutMs.
    */
-  lockRenewalTimeoutMs?: number;
+  lockRenewalTimeoutMs?: number | undefined;
   /** How often the maintenance leader looks for jobs with expired locks. Default visibilityTimeoutMs / 2. */
-  rescueIntervalMs?: number;
+  rescueIntervalMs?: number | undefined;
   /**
    * Most time one of the worker's statements, or opening one of its connections,
    * may take. Past it the connection counts as silent (a dropped NAT entry, a
@@ -92,23 +92,23 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * at most visibilityTimeoutMs (a process warning, SLUICE_STATEMENT_TIMEOUT, says when
    * it is above).
    */
-  statementTimeoutMs?: number;
+  statementTimeoutMs?: number | undefined;
   /**
    * How often the LISTEN connection is checked with a round trip; one not answered
    * within the same time is replaced (an 'error' event). So a LISTEN connection
    * that went silent is replaced within twice this. Default 10 s.
    */
-  listenCheckIntervalMs?: number;
+  listenCheckIntervalMs?: number | undefined;
   /** On stop(), how long running jobs may finish before they are aborted. Default 10 s. */
-  shutdownTimeoutMs?: number;
+  shutdownTimeoutMs?: number | undefined;
   /** Retry delay policy. Default: 1 s doubling (exponential), capped at 1 h, with jitter. A task's own `backoff` wins. */
-  backoff?: BackoffOptions;
+  backoff?: BackoffOptions | undefined;
   /** Name of this worker instance, stored in locked_by. Default host:pid:random. */
-  workerId?: string;
+  workerId?: string | undefined;
   /** Connection for LISTEN when `connectionString`/`pool` go through a transaction-mode pooler. */
   listenConnectionString?: string | undefined;
   /** false: never LISTEN, rely on polling alone (e.g. behind PgBouncer). Default true. */
-  listen?: boolean;
+  listen?: boolean | undefined;
   /**
    * false: send the hot statements (claim cycle, heartbeat) unnamed instead of as
    * named prepared statements. Needed behind a transaction-mode pooler that does
@@ -116,21 +116,21 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * there the next transaction may land on a server connection that never saw the
    * PREPARE. Default true (saves planning on every cycle).
    */
-  preparedStatements?: boolean;
+  preparedStatements?: boolean | undefined;
   /**
    * Cluster-wide maintenance (rescue of expired locks, pruning of finished jobs,
    * extra periodic tasks), run by one elected worker per schema. false: this
    * worker never takes part (run it elsewhere).
    */
-  maintenance?: false | MaintenanceOptions;
+  maintenance?: false | MaintenanceOptions | undefined;
   /** Structured logs of lifecycle, maintenance, failures (jobs at debug). A pino logger fits. Default: silent. */
-  logger?: Logger;
+  logger?: Logger | undefined;
   /** Prometheus metrics, opt-in: `{ port }` serves GET /metrics; `{ collector }` records into yours. */
-  metrics?: WorkerMetricsOptions;
+  metrics?: WorkerMetricsOptions | undefined;
   /** OpenTelemetry spans around handlers when @opentelemetry/api is installed. Default true. */
-  tracing?: boolean;
+  tracing?: boolean | undefined;
   /** Handlers' ctx.progress() reports are written at most this often. Default 1000 ms. */
-  progressIntervalMs?: number;
+  progressIntervalMs?: number | undefined;
   /**
    * 'delete': a completed job's row is deleted by the statement that records its
    * completion, as graphile-worker does, instead of marked completed (and archived
@@ -139,13 +139,13 @@ export interface WorkerOptions<T extends TaskMap = AnyTasks> extends ConnectionO
    * counts of completed jobs), except for jobs that `queue.waitFor()` is watching,
    * which are kept as today. Failed and cancelled jobs are kept either way. Default 'keep'.
    */
-  completedJobs?: 'keep' | 'delete';
+  completedJobs?: 'keep' | 'delete' | undefined;
   /** Largest handler result stored, in bytes of JSON; a larger one fails the job. Default 1 MiB. */
-  maxResultBytes?: number;
+  maxResultBytes?: number | undefined;
   /** Recurring jobs this worker enqueues (see CronSchedule). Default none. */
-  schedules?: CronSchedule[];
+  schedules?: CronSchedule[] | undefined;
   /** How often this worker refreshes its row in the workers registry (the dashboard's workers view). Default 15 s. */
-  registryIntervalMs?: number;
+  registryIntervalMs?: number | undefined;
 }
 
 /**

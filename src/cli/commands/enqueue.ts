@@ -49,7 +49,7 @@ export function registerEnqueue(program: Command): void {
     .argument('<task>', 'task name')
     .argument('[payload]', 'JSON payload, e.g. \'{"userId":42}\' (default {})')
     .option('--queue <name>', 'queue', 'default')
-    .option('--run-at <time>', 'run no earlier than this time (ISO 8601)', dateTime)
+    .option('--run-at <time>', 'run no earlier than this time (ISO 8601 with a zone: Z or +02:00)', dateTime)
     .option('--delay <duration>', 'run no earlier than this long from now (30s, 5m, 2h)', duration)
     .option('--max-attempts <n>', 'attempts before the job fails for good (default 5)', integer(1, 1000))
     .option('--priority <n>', 'higher runs first (default 0)', integer(-32768, 32767))
