@@ -402,6 +402,28 @@ async function rabbitRelay(queue: string, options: Partial<OutboxRelayOptions> =
 }
 
 describe.skipIf(!rabbitUp)('relay to RabbitMQ', () => {
+  it('names a vhost that does not exist, and waits for it as for an outage (outside review 271)', async () => {
+    const url = new URL(AMQP_URL);
+    url.pathname = `/sluice-no-vhost-${tag}`;
+    const publisher = rabbitMqPublisher({ url: url.toString() });
+    try {
+      const [result] = await publisher.publish([message(1, 'q')]);
+      expect(result).toEqual({
+        ok: false,
+        transient: true,
+        error: expect.objectContaining({
+          message: expect.stringMatching(
+            new RegExp(
+              `^cannot reach RabbitMQ at .*: RabbitMQ closed the connection as it opened: the vhost "sluice-no-vhost-${tag}" does not exist, or the user may not use it`,
+            ),
+          ),
+        }),
+      });
+    } finally {
+      await publisher.close();
+    }
+  });
+
   it('sends no more of a batch once the relay says its lease ran out (outside review 247)', async () => {
     const queue = `sluice-cut-${tag}`;
     const { conn, ch } = await rabbitRelay(queue);

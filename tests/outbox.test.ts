@@ -290,6 +290,17 @@ describe('publish', () => {
     expect(() => rabbitMqPublisher({ url: 'http://user:secret@host' })).toThrow(/got "http:\/\/host"/);
   });
 
+  it('a RabbitMQ relay refuses a destination longer than a routing key in bytes, though publish() took it (outside review 271)', () => {
+    // 255 characters, 505 bytes: every message for it was a dead letter, "the wrong type" said amqplib.
+    const destination = `d.${'é'.repeat(253)}`;
+    const relay = (d: string) =>
+      new OutboxRelay({ pool: db.pool, schema: db.schema, publisher: rabbitMqPublisher(), destinations: [d] });
+    expect(() => relay(destination)).toThrow(
+      `OutboxRelay: destination ${destination} cannot be published: a RabbitMQ routing key is at most 255 bytes, and it is 508 (in UTF-8)`,
+    );
+    expect(() => relay('d.' + 'e'.repeat(253))).not.toThrow();
+  });
+
   it('publish refuses the CC and BCC headers RabbitMQ routes by (outside review 184)', async () => {
     for (const name of ['CC', 'BCC', 'cc']) {
       await expect(outbox.publish(freshDestination(), 'x', { headers: { [name]: 'q' } })).rejects.toThrow(

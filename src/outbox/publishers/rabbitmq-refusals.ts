@@ -29,3 +29,28 @@ export function unroutable(exchange: string, routingKey: string): Error {
     exchange === '' ? `no queue named "${routingKey}"` : `no queue bound to exchange "${exchange}" for "${routingKey}"`;
   return new Error(`RabbitMQ returned the message as unroutable: ${where}`);
 }
+
+/**
+ * Why `destination` can be no routing key, or undefined. AMQP carries it as a short
+ * string, at most 255 bytes: publish() counts 255 characters, and a longer key in
+ * bytes (accented, CJK) made every message a dead letter, named by amqplib as "the
+ * wrong type" (outside review 271).
+ */
+export function routingKeyProblem(destination: string): string | undefined {
+  const bytes = Buffer.byteLength(destination);
+  return bytes > 255 ? `a RabbitMQ routing key is at most 255 bytes, and it is ${bytes} (in UTF-8)` : undefined;
+}
+
+/**
+ * A connect the broker closed while opening it, said with its likely reason: amqplib
+ * says only "Expected ConnectionOpenOk; got <ConnectionClose channel:0>" for a vhost
+ * that does not exist or that the user may not use (outside review 271).
+ */
+export function openingRefused(err: unknown, url: string): unknown {
+  if (!(err instanceof Error) || !err.message.startsWith('Expected ConnectionOpenOk; got <ConnectionClose')) return err;
+  const vhost = decodeURIComponent(new URL(url).pathname.slice(1)) || '/';
+  return new Error(
+    `RabbitMQ closed the connection as it opened: the vhost ${JSON.stringify(vhost)} does not exist, or the user may not use it (${err.message})`,
+    { cause: err },
+  );
+}

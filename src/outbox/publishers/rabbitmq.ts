@@ -1,7 +1,7 @@
 import type * as Amqp from 'amqplib';
 import { importPeer } from '../../optional-peer.js';
 import { headersProblem } from '../message.js';
-import { headerValueProblem, refusedMessage, unroutable } from './rabbitmq-refusals.js';
+import { headerValueProblem, openingRefused, refusedMessage, routingKeyProblem, unroutable } from './rabbitmq-refusals.js';
 import { ConfigError } from '../../errors.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import {
@@ -305,7 +305,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       conn = await connect();
       ch = await openChannel(conn);
     } catch (err) {
-      return allFailed(messages.length, unreachable('RabbitMQ', err, url));
+      return allFailed(messages.length, unreachable('RabbitMQ', openingRefused(err, url), url));
     }
     // No confirm within the timeout: the connection is silent (a network
     // blackhole sends neither an error nor a close), so it is given up, its
@@ -332,6 +332,7 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
 
   return {
     name: 'rabbitmq',
+    refuses: routingKeyProblem,
     async prepare(): Promise<void> {
       await load();
     },
