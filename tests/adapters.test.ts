@@ -12,7 +12,17 @@ import { DataSource, EntitySchema as TypeOrmEntity } from 'typeorm';
 import { MikroORM, EntitySchema as MikroEntity } from '@mikro-orm/postgresql';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from './prisma/generated/client.js';
-import { ConfigError, DuplicateJobError, Outbox, Queue, Worker, retryJob, runJobNow, type Queryable } from '../src/index.js';
+import {
+  ConfigError,
+  ConnectionError,
+  DuplicateJobError,
+  Outbox,
+  Queue,
+  Worker,
+  retryJob,
+  runJobNow,
+  type Queryable,
+} from '../src/index.js';
 import { channelFor } from '../src/db/identifiers.js';
 import { postgresJsAdapter } from '../src/db/adapters/postgres-js.js';
 import { kyselyAdapter } from '../src/db/adapters/kysely.js';
@@ -23,6 +33,7 @@ import { mikroOrmAdapter } from '../src/db/adapters/mikro-orm.js';
 import { prismaAdapter } from '../src/db/adapters/prisma.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
 import { TEST_DRIVER } from './helpers/driver.js';
+import { startGate } from './helpers/tcp-gate.js';
 
 /** What a test does inside the library's transaction. */
 interface InTransaction {
@@ -617,6 +628,32 @@ describe("a library's global object as tx (outside review 187)", () => {
     } finally {
       await Promise.all([sql.end(), k.destroy(), kdb.destroy(), ds.destroy(), prisma.$disconnect()]);
     }
+  });
+});
+
+describe('a connection lost inside a Knex transaction', () => {
+  it("is a ConnectionError in Postgres's or the driver's words, without the statement and its payload (outside review 270)", async () => {
+    const gate = await startGate(new URL(db.url));
+    const k = knex({ client: 'pg', connection: gate.url, pool: { min: 0, max: 1 } });
+    let failure: unknown;
+    try {
+      await k
+        .transaction(async (trx) => {
+          await trx.raw('SELECT 1');
+          gate.down();
+          failure = await queue
+            .enqueue('welcome', { name: 'payload-270' }, { queue: 'lib-cut', tx: knexAdapter(trx) })
+            .catch((e: unknown) => e);
+        })
+        .catch(() => {});
+    } finally {
+      await k.destroy();
+      await gate.close();
+    }
+    expect(failure).toBeInstanceOf(ConnectionError);
+    const message = (failure as Error).message;
+    expect(message).not.toMatch(/payload-270|insert|select/i);
+    expect(message).toMatch(/Connection terminated|not queryable/);
   });
 });
 

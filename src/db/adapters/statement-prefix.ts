@@ -3,11 +3,12 @@
  * <message>`), MikroORM with its parameters written in, and so a job's payload:
  * in every log line of a failed enqueue, and before the cause (outside review
  * 229). Given the statement as the library printed it, the message keeps only
- * Postgres's words; MikroORM's " - detail: ..." lines go too (the error keeps its
+ * Postgres's (or the driver's) words; MikroORM's " - detail: ..." lines go too (the error keeps its
  * `detail`), as the pg driver's own message has none.
  */
 export function withoutStatement(err: unknown, printed: () => string | undefined): unknown {
-  if (!(err instanceof Error) || typeof (err as { code?: unknown }).code !== 'string') return err;
+  // Not only Postgres's errors: a lost connection ("Connection terminated", no code) too (outside review 270).
+  if (!(err instanceof Error)) return err;
   let statement: string | undefined;
   try {
     statement = printed();
