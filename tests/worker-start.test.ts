@@ -5,6 +5,7 @@ import { ConfigError, MigrationError, Queue, Worker, type SluiceError } from '..
 import { loadMigrations } from '../src/migrate.js';
 import { createTestSchema, databaseUrl, waitFor } from './helpers/database.js';
 import { TEST_DRIVER } from './helpers/driver.js';
+import { WORKER_KEYS } from '../src/worker/options.js';
 
 describe('Worker.start()', () => {
   it('rejects with the migrate hint when the schema was never migrated', async () => {
@@ -253,40 +254,8 @@ describe('stop() while start() is still running', () => {
 describe('options given as undefined', () => {
   it('are taken as left out, by the Worker, the Queue and enqueue (outside review 273: the types now say so too)', async () => {
     const db = await createTestSchema('undef_opts');
-    const keys = [
-      'driver',
-      'sql',
-      'schemas',
-      'queues',
-      'concurrency',
-      'queueConcurrency',
-      'batchSize',
-      'prefetch',
-      'completionFlushMs',
-      'pollIntervalMs',
-      'wakeCooldownMs',
-      'visibilityTimeoutMs',
-      'heartbeatIntervalMs',
-      'lockRenewalTimeoutMs',
-      'rescueIntervalMs',
-      'statementTimeoutMs',
-      'listenCheckIntervalMs',
-      'shutdownTimeoutMs',
-      'backoff',
-      'workerId',
-      'listenConnectionString',
-      'listen',
-      'preparedStatements',
-      'maintenance',
-      'logger',
-      'metrics',
-      'tracing',
-      'progressIntervalMs',
-      'completedJobs',
-      'maxResultBytes',
-      'schedules',
-      'registryIntervalMs',
-    ];
+    // Every option the Worker takes, each given as undefined (but where to connect and the tasks).
+    const keys = [...WORKER_KEYS].filter((k) => !['connectionString', 'schema', 'tasks'].includes(k));
     const left = Object.fromEntries(keys.map((k) => [k, undefined]));
     const ran: unknown[] = [];
     const worker = new Worker({

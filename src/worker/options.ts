@@ -189,7 +189,7 @@ export interface ResolvedWorkerConfig {
   readonly registryIntervalMs: number;
 }
 
-const WORKER_KEYS = new Set([
+export const WORKER_KEYS: ReadonlySet<string> = new Set([
   'connectionString',
   'pool',
   'sql',
