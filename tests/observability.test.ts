@@ -452,6 +452,21 @@ describe("tracing: a run's span ends with its job's outcome (outside review 258)
   });
 });
 
+describe('events', () => {
+  it("the leader tells 'tasks:unhandled' of due jobs no live worker handles, with no logger (outside review 273)", async () => {
+    const queue = new Queue({ pool: db.pool, schema: db.schema });
+    await queue.enqueue('mispelt', {}, { queue: 'unhandled-q' });
+    await queue.enqueue('mispelt', {}, { queue: 'unhandled-q' });
+    const told: unknown[] = [];
+    await withWorker({ queues: ['unhandled-q'], tasks: { misspelt: async () => {} } }, async (worker) => {
+      worker.on('tasks:unhandled', (tasks) => told.push(...tasks));
+      await waitFor(() => told.length > 0, "the leader's report", 30_000);
+    });
+    expect(told).toEqual([{ queue: 'unhandled-q', task: 'mispelt', jobs: 2, oldestMs: expect.any(Number) }]);
+    await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE queue = 'unhandled-q'`);
+  });
+});
+
 describe('logging', () => {
   it('writes structured lines through a pluggable logger; a pino logger fits as is', async () => {
     const lines: Record<string, unknown>[] = [];

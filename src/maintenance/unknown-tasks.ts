@@ -1,4 +1,4 @@
-import { findUnknownTasks } from '../admin/workers.js';
+import { findUnknownTasks, type UnknownTask } from '../admin/workers.js';
 import type { Queryable } from '../db/executor.js';
 import { workerRegistryStatements } from '../db/statements/workers.js';
 import type { Logger } from '../logger.js';
@@ -26,6 +26,8 @@ export function unknownTasksTask(
   schema: string,
   logger: Logger | undefined,
   options: UnknownTasksOptions = {},
+  /** Told the ones warned about in a pass (the worker's 'tasks:unhandled' event): a worker with no logger said nothing (outside review 273). */
+  warn: (tasks: UnknownTask[]) => void = () => {},
 ): PeriodicTask {
   const repeatMs = options.repeatMs ?? 600_000;
   const now = options.now ?? Date.now;
@@ -39,17 +41,20 @@ export function unknownTasksTask(
       const unknown = await findUnknownTasks(db, schema);
       const at = now();
       const current = new Set<string>();
+      const told: UnknownTask[] = [];
       for (const u of unknown) {
         const key = `${u.queue}\0${u.task}`;
         current.add(key);
         const last = warned.get(key);
         if (last !== undefined && at - last < repeatMs) continue;
         warned.set(key, at);
+        told.push(u);
         logger?.warn(
           { queue: u.queue, task: u.task, jobs: u.jobs, oldestMs: u.oldestMs },
           `sluice: ${u.jobs} due jobs of task "${u.task}" on queue "${u.queue}" wait: no live worker of that queue handles the task`,
         );
       }
+      if (told.length > 0) warn(told);
       // Solved ones are forgotten, so a recurrence is reported at once.
       for (const key of warned.keys()) if (!current.has(key)) warned.delete(key);
     },

@@ -9,12 +9,14 @@ import { maintenanceStatements } from '../db/statements/maintenance.js';
 import { MaintenanceRunner, ServiceRunner, type MaintenanceService, type PeriodicTask } from './runner.js';
 import { unknownTasksTask } from './unknown-tasks.js';
 import { groupedQueuesTask } from './grouped-queues.js';
+import type { UnknownTask } from '../admin/workers.js';
 
 /** What maintenance reports back to its worker. */
 interface MaintenanceSink {
   emit(event: 'leader:elected' | 'leader:lost'): boolean;
   emit(event: 'jobs:pruned', result: PruneResult): boolean;
   emit(event: 'cron:enqueued', ticks: CronTick[]): boolean;
+  emit(event: 'tasks:unhandled', tasks: UnknownTask[]): boolean;
 }
 
 /** The pruner's own lease: only workers with the pruner on compete for it. */
@@ -73,7 +75,7 @@ export function createMaintenance(
     const queries = maintenanceStatements(config.schema);
     const services: MaintenanceService<any>[] = [
       rescuer,
-      unknownTasksTask(db, config.schema, config.logger),
+      unknownTasksTask(db, config.schema, config.logger, {}, (tasks) => sink.emit('tasks:unhandled', tasks)),
       groupedQueuesTask(db, config.schema),
       ...maintenance.tasks,
     ];

@@ -4,6 +4,7 @@ import type { JobRow } from '../job.js';
 import type { RescuedJob } from '../maintenance/rescuer.js';
 import type { PruneResult } from '../maintenance/pruner.js';
 import type { CronTick } from '../maintenance/cron.js';
+import type { UnknownTask } from '../admin/workers.js';
 
 /**
  * What a worker reports, for logging and metrics. Every job event's first argument
@@ -54,6 +55,12 @@ export interface WorkerEvents {
   'jobs:pruned': [PruneResult];
   /** A recurring schedule's ticks were enqueued by this worker. */
   'cron:enqueued': [CronTick[]];
+  /**
+   * Emitted by the maintenance leader only: due jobs wait whose task no live worker of
+   * their queue handles (a misspelt task, a worker not deployed), by queue and task,
+   * each told again at most every 10 minutes while it lasts (as the logger's warning).
+   */
+  'tasks:unhandled': [UnknownTask[]];
   /** A database or connection problem the worker is riding out (it keeps going). */
   error: [SluiceError];
   /**
