@@ -194,14 +194,14 @@ export type TaskHandler<P = any> = (payload: P, ctx: JobContext<P>) => unknown |
 export interface TaskDefinition<P = any> {
   handler: TaskHandler<P>;
   /** Abort the handler and fail the attempt after this many ms. Default: none. */
-  timeoutMs?: number;
+  timeoutMs?: number | undefined;
   /**
    * Attempts before a job of this task is marked failed, overriding the job's own
    * max_attempts (set at enqueue) for failures its handler reports. 1–1000.
    */
-  maxAttempts?: number;
+  maxAttempts?: number | undefined;
   /** Retry delays for this task (shape, base, cap), overriding the worker's `backoff`. */
-  backoff?: BackoffOptions;
+  backoff?: BackoffOptions | undefined;
 }
 
 /**

@@ -159,6 +159,12 @@ describe('usage errors exit 2 with one line', () => {
     ],
     // Outside review 97: told it needed a unit.
     ['negative duration', ['enqueue', 't', '--delay', '-5s'], /argument '-5s' is invalid\. must not be negative/],
+    // Outside review 276: refused by enqueue, naming its delayMs and a count of milliseconds.
+    [
+      'a delay past the years',
+      ['enqueue', 't', '--delay', '10000y'],
+      /--delay <duration>.*whole number of milliseconds from 0ms to 36525d/,
+    ],
     ['bad date', ['enqueue', 't', '--run-at', 'tomorrowish'], /must be an ISO 8601 date/],
     // JavaScript's Date took these (as 2001-12-01, and 2 March): outside review 69.
     ['a bare number as a date', ['enqueue', 't', '--run-at', '12'], /must be an ISO 8601 date/],

@@ -67,6 +67,15 @@ await queue.enqueueMany([{ task: 'send', payload: { to: 'c@example.com' }, maxAt
 await queue.enqueue('send', { to: 'd@example.com' }, { tx: maybe(undefined) });
 await queue.waitFor(id, { timeoutMs: maybe(1_000), pollIntervalMs: undefined });
 new Worker({ connectionString, concurrency: maybe(4), logger: undefined, queues: undefined, backoff: undefined, tasks: {} });
+// Nested options too (outside review 276).
+new Worker({
+  connectionString,
+  tasks: { t: { handler: async () => {}, timeoutMs: maybe(1_000), maxAttempts: maybe(2), backoff: { baseMs: maybe(10), maxMs: undefined } } },
+  backoff: { baseMs: maybe(100), shape: undefined },
+  maintenance: { leaseMs: maybe(10_000), pruner: { delayMs: maybe(1), mode: undefined } },
+  metrics: { port: maybe(9464), host: process.env.HOST },
+  schedules: [{ name: 'n', cron: '* * * * *', task: 't', timezone: process.env.TZ, queue: process.env.QUEUE, backfill: maybe(1) }],
+});
 new Queue({ connectionString, maxPayloadBytes: maybe(1_000), schemas: undefined, driver: undefined });
 // The declarations are real types, not any: a number is no pool.
 // @ts-expect-error pool must be a pg Pool

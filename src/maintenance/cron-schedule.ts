@@ -22,19 +22,19 @@ export interface CronSchedule {
   /** Cron syntax: 5 fields (minute precision) or 6 (with seconds first). */
   cron: string;
   /** IANA time zone the cron fields are read in. Default 'UTC'. */
-  timezone?: string;
+  timezone?: string | undefined;
   task: string;
-  payload?: unknown;
-  queue?: string;
-  priority?: number;
-  maxAttempts?: number;
+  payload?: unknown | undefined;
+  queue?: string | undefined;
+  priority?: number | undefined;
+  maxAttempts?: number | undefined;
   /**
    * After downtime, besides the newest missed tick (always enqueued once), also
    * enqueue up to this many older missed ticks, oldest first. Default 0, at most 1000.
    */
-  backfill?: number;
+  backfill?: number | undefined;
   /** The group of its jobs (1 to 128 characters), as enqueue's `group`; default none. */
-  group?: string | null;
+  group?: string | null | undefined;
 }
 
 export interface ResolvedSchedule {

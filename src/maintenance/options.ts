@@ -11,26 +11,26 @@ const MAX_RETENTION_MS = 3650 * DAY_MS;
 
 export interface PrunerOptions {
   /** 'archive' (default): move to jobs_history, whose daily partitions are dropped whole. 'delete': delete. */
-  mode?: 'archive' | 'delete';
+  mode?: 'archive' | 'delete' | undefined;
   /** Finished jobs stay in the hot table at least this long. Default 60 s. */
-  delayMs?: number;
+  delayMs?: number | undefined;
   /** How often the leader prunes. Default 10 s. */
-  intervalMs?: number;
+  intervalMs?: number | undefined;
   /** Rows moved per statement. Default 5000. */
-  batchSize?: number;
+  batchSize?: number | undefined;
   /** Default retention by status, ms. Default: completed 1 day, failed 30 days, cancelled 7 days. */
-  retention?: Retention;
+  retention?: Retention | undefined;
   /** Retention of particular queues, overriding the defaults status by status. */
-  queues?: Record<string, Retention>;
+  queues?: Record<string, Retention> | undefined;
 }
 
 export interface MaintenanceOptions {
   /** Lease of the elected maintenance leader. Default min(visibilityTimeoutMs, 15 s). */
-  leaseMs?: number;
+  leaseMs?: number | undefined;
   /** Pruning of finished jobs; false: keep them in the jobs table. */
-  pruner?: false | PrunerOptions;
+  pruner?: false | PrunerOptions | undefined;
   /** More periodic tasks to run on the leader only (cron ticks, custom clean-ups). */
-  tasks?: PeriodicTask[];
+  tasks?: PeriodicTask[] | undefined;
 }
 
 export interface ResolvedMaintenanceConfig {

@@ -7,11 +7,11 @@ const { intOption, rejectUnknownKeys } = checks(ConfigError);
 /** The worker's `metrics` option. Nothing is loaded or served unless it is given. */
 export interface WorkerMetricsOptions {
   /** Serve GET /metrics on this port (0: any free port; see `worker.metricsUrl`). Omit to serve nothing. */
-  port?: number;
+  port?: number | undefined;
   /** Interface to listen on. Default '127.0.0.1'; '0.0.0.0' to be scraped from other hosts. */
-  host?: string;
+  host?: string | undefined;
   /** Record into this SluiceMetrics (share one with your Queue, or serve its registry yourself). */
-  collector?: SluiceMetrics;
+  collector?: SluiceMetrics | undefined;
 }
 
 export interface ResolvedMetricsOptions {

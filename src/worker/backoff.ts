@@ -5,11 +5,11 @@ export type BackoffShape = 'exponential' | 'linear' | 'fixed';
 
 export interface BackoffOptions {
   /** Delay before the first retry. */
-  baseMs?: number;
+  baseMs?: number | undefined;
   /** Upper bound of any delay. */
-  maxMs?: number;
+  maxMs?: number | undefined;
   /** exponential: base·2^(n−1) (default); linear: base·n; fixed: base every time. */
-  shape?: BackoffShape;
+  shape?: BackoffShape | undefined;
 }
 
 export const BACKOFF_SHAPES: readonly BackoffShape[] = ['exponential', 'linear', 'fixed'];

@@ -6,7 +6,10 @@ import { controlStatements } from '../../db/statements/control.js';
 import { Queue } from '../../queue.js';
 import { withDatabase } from '../database.js';
 import { printable, printJson, terminalText, UsageError } from '../output.js';
-import { dateTime, duration, integer } from '../parse.js';
+import { dateTime, durationWithin, integer } from '../parse.js';
+
+/** The longest --delay: 100 years (36525d). */
+const MAX_DELAY_MS = 36_525 * 86_400_000;
 
 interface EnqueueFlags {
   queue?: string;
@@ -49,8 +52,13 @@ export function registerEnqueue(program: Command): void {
     .argument('<task>', 'task name')
     .argument('[payload]', 'JSON payload, e.g. \'{"userId":42}\' (default {})')
     .option('--queue <name>', 'queue', 'default')
-    .option('--run-at <time>', 'run no earlier than this time (ISO 8601 with a zone: Z or +02:00)', dateTime)
-    .option('--delay <duration>', 'run no earlier than this long from now (30s, 5m, 2h)', duration)
+    .option(
+      '--run-at <time>',
+      'run no earlier than this time (ISO 8601: a date, midnight UTC, or a date and time with its zone, Z or +02:00)',
+      dateTime,
+    )
+    // Checked here, in the flag's words: 10000y was told "delayMs must be ... got 315576000000000" (outside review 276).
+    .option('--delay <duration>', 'run no earlier than this long from now (30s, 5m, 2h)', durationWithin(0, MAX_DELAY_MS))
     .option('--max-attempts <n>', 'attempts before the job fails for good (default 5)', integer(1, 1000))
     .option('--priority <n>', 'higher runs first (default 0)', integer(-32768, 32767))
     .option('--group <key>', 'its group: a tenant, a customer (1-128 characters)')
