@@ -373,6 +373,28 @@ describe('database down', () => {
     }
   });
 
+  it('a pool busy with page requests is not a database down either: api/status stays ok (outside review 274)', async () => {
+    // An open page streams its events: the dashboard LISTENs then, on a connection of its own.
+    const stream = await openEventStream(new URL('api/events', dash.url).toString(), auth);
+    await stream.next('status');
+    const holder = await fx.db.pool.connect();
+    const pages: Promise<unknown>[] = [];
+    try {
+      await holder.query('BEGIN');
+      await holder.query(`LOCK TABLE ${fx.db.s}.jobs IN ACCESS EXCLUSIVE MODE`);
+      // More requests that read the jobs table than the dashboard's pool has connections:
+      // each waits on the lock holding one, and the status probe waits for a connection.
+      for (let i = 0; i < 6; i++) pages.push(api('api/jobs?limit=1'));
+      const status = await api('api/status');
+      expect(status.body).toMatchObject({ database: 'ok' });
+    } finally {
+      await holder.query('ROLLBACK');
+      holder.release();
+      await Promise.all(pages);
+      stream.close();
+    }
+  });
+
   it('on a silent network (no refusal, no reset) api/status says unreachable within its 5 s, not a minute later (outside review 84)', async () => {
     const proxy = await startTcpProxy(fx.db.url);
     const behind = await startDashboard({ connectionString: proxy.url, schema: fx.db.schema, token: TOKEN, port: 0 });
@@ -417,6 +439,22 @@ describe('database down', () => {
       expect(await api('api/overview', {}, behind)).toMatchObject({ status: 503, body: { error: { code: 'CONNECTION' } } });
       // The health checks too (outside review 83: a 500 with the socket's error code).
       expect(await api('api/health', {}, behind)).toMatchObject({ status: 503, body: { error: { code: 'CONNECTION' } } });
+      // A change is told that it may have been made, unless nothing was sent (outside review 274: "failed" read as
+      // nothing done, where the cancel had committed); a read is not.
+      const change = await api(
+        'api/jobs/cancel',
+        {
+          method: 'POST',
+          body: JSON.stringify({ task: 'nothing-here' }),
+          headers: { 'content-type': 'application/json', 'x-sluice-csrf': await csrfOf(behind).catch(() => csrf) },
+        },
+        behind,
+      );
+      expect(change).toMatchObject({ status: 503, body: { error: { code: 'CONNECTION' } } });
+      expect(change.body.error.message).toMatch(
+        /\(the change may have been made before the connection failed: check before sending it again\)$/,
+      );
+      expect((await api('api/overview', {}, behind)).body.error.message).not.toMatch(/may have been made/);
 
       gate.up();
       const back = await stream.next('status', (s) => s.database === 'ok');

@@ -17,7 +17,7 @@ import { searchJobs } from '../admin/search.js';
 import { setQueuePaused } from '../control.js';
 import { controlStatements } from '../db/statements/control.js';
 import type { Queryable } from '../db/executor.js';
-import { DatabaseError, isConnectionFailure, SluiceError, ValidationError } from '../errors.js';
+import { DatabaseError, isConnectionFailure, NotSentError, SluiceError, ValidationError } from '../errors.js';
 import { parseIsoDateTime } from '../iso-date-time.js';
 import type { UnfinishedStatus } from '../job.js';
 import { checks } from '../validate.js';
@@ -74,8 +74,9 @@ const UNDEFINED_TABLE = '42P01';
 const HTTP_STATUS: Partial<Record<SluiceError['code'], number>> = {
   VALIDATION: 400,
   CONFIG: 400,
-  CONNECTION: 503,
 };
+
+const MAYBE_APPLIED = ' (the change may have been made before the connection failed: check before sending it again)';
 
 /**
  * The JSON API the page uses. Reads are GET; every change is a POST with a JSON
@@ -85,7 +86,7 @@ const HTTP_STATUS: Partial<Record<SluiceError['code'], number>> = {
 export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
   const { db, schema, feed } = ctx;
 
-  app.setErrorHandler((err: FastifyError | SluiceError, _req, reply) => {
+  app.setErrorHandler((err: FastifyError | SluiceError, req, reply) => {
     if (err instanceof UnknownQueueError) {
       return reply.code(404).send({ error: { code: 'NOT_FOUND', message: err.message, queue: err.queue } });
     }
@@ -93,12 +94,21 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
       const message = `no Sluice tables in schema "${schema}": run \`sluice migrate\` (or pick the schema with --schema)`;
       return reply.code(503).send({ error: { code: 'NOT_MIGRATED', message } });
     }
+    // A change whose statement was sent may have committed before the connection failed:
+    // "failed" read as nothing done, and 50 jobs were cancelled (outside review 274).
+    const connection = (message: string) => ({
+      error: {
+        code: 'CONNECTION',
+        message: req.method === 'POST' && !(err instanceof NotSentError) ? `${message}${MAYBE_APPLIED}` : message,
+      },
+    });
     if (err instanceof SluiceError) {
+      if (err.code === 'CONNECTION') return reply.code(503).send(connection(err.message));
       const status = HTTP_STATUS[err.code] ?? 500;
       return reply.code(status).send({ error: { code: err.code, message: err.message } });
     }
     // A database that cannot be reached is a 503 on every route (api/health gave a 500, outside review 83).
-    if (isConnectionFailure(err)) return reply.code(503).send({ error: { code: 'CONNECTION', message: err.message } });
+    if (isConnectionFailure(err)) return reply.code(503).send(connection(err.message));
     const { status, code, message } = requestError(err);
     return reply.code(status).send({ error: { code, message } });
   });

@@ -130,7 +130,13 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
         health: new HealthReports(db, config.schema),
         actor: (req) => actors.get(req) ?? 'dashboard',
       });
-      registerWorkersApi(scope, { db, schema: config.schema, feed, actor: (req) => actors.get(req) ?? 'dashboard' });
+      registerWorkersApi(scope, {
+        db,
+        schema: config.schema,
+        feed,
+        actor: (req) => actors.get(req) ?? 'dashboard',
+        listenCheck: (ms) => notifier.check(ms),
+      });
       registerGroupsApi(scope, { db, schema: config.schema, actor: (req) => actors.get(req) ?? 'dashboard' });
     },
     { prefix: config.basePath },

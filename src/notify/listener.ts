@@ -81,6 +81,16 @@ export class Notifier extends EventEmitter<NotifierEvents> {
     await held?.close();
   }
 
+  /**
+   * One round trip on the LISTEN connection, which waits for no pool: rejects when
+   * none is open or it does not answer within `timeoutMs` (then it is dropped, and
+   * opened again).
+   */
+  async check(timeoutMs: number): Promise<void> {
+    if (!this.held) throw new Error('no LISTEN connection is open');
+    await this.held.check(timeoutMs);
+  }
+
   private async open(): Promise<void> {
     if (this.stopped) return;
     // Declared first: the driver may report the connection lost before listen() resolves.

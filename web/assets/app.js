@@ -60,7 +60,9 @@ function route() {
     view = cronView(main, { navigate });
     document.title = 'Cron · Sluice';
   } else if (path === '/' || path === '') {
-    view = overviewView(main, { overview, refresh: () => void refresh() });
+    // After an action: a failure (the database gone meanwhile) is the banner's to show,
+    // not an uncaught rejection in the console (outside review 274).
+    view = overviewView(main, { overview, refresh: () => void refresh().catch(() => {}) });
     document.title = 'Sluice dashboard';
   } else {
     // An address that names no page (#/jobs/-1, a mistyped link) says so: it showed the

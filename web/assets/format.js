@@ -7,6 +7,11 @@ export function count(n) {
   return n === null || n === undefined ? '–' : numberFormat.format(n);
 }
 
+/** "1 job", "2 jobs": `n` counted, with the noun in the number it takes. @param {number} n @param {string} noun */
+export function counted(n, noun) {
+  return `${count(n)} ${n === 1 ? noun : `${noun}s`}`;
+}
+
 /** A duration in ms as "850 ms", "12 s", "3 min", "2 h 5 min", "3 d". @param {number | null | undefined} ms */
 export function duration(ms) {
   if (ms === null || ms === undefined) return '–';

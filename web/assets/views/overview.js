@@ -3,7 +3,7 @@
 import { get, post } from '../api.js';
 import { throughputChart } from '../chart.js';
 import { h, replace } from '../dom.js';
-import { count, duration, percent } from '../format.js';
+import { count, counted, duration, percent } from '../format.js';
 import { confirmed, keepFocus } from '../ui.js';
 
 // [status, field of the queue's stats, column label]. Waiting and running jobs
@@ -99,7 +99,7 @@ function retryFailedButton(q, ctx) {
     text: `${count(q.failed)} failed jobs go back to pending and run again.`,
     ok: 'Retry all',
     run: () => post('jobs/retry-failed', { queue: q.queue }),
-    done: (r) => `${count(r.retried)} jobs of ${q.queue} queued again`,
+    done: (r) => `${counted(r.retried, 'job')} of ${q.queue} queued again`,
   });
 }
 
@@ -109,10 +109,12 @@ function cancelPendingButton(q, ctx) {
     key: 'cancel-pending',
     label: 'Cancel pending',
     title: `Cancel pending jobs of ${q.queue}?`,
-    text: `Its ${count(q.pending)} pending jobs, due now or later, are cancelled and never run (those enqueued after this are not). Running jobs go on.`,
+    // What is pending when the cancel runs, not the count shown (outside review 274: 10
+    // jobs enqueued while the dialog was open were cancelled too, the text said "not").
+    text: `Every job of it still pending when you confirm (${count(q.pending)} a moment ago), due now or later, is cancelled and never runs; jobs enqueued after that are not. Running jobs go on.`,
     ok: 'Cancel pending',
     run: () => post('jobs/cancel', { queue: q.queue, statuses: ['pending'] }),
-    done: (r) => `${count(r.cancelled)} pending jobs of ${q.queue} cancelled`,
+    done: (r) => `${counted(r.cancelled, 'pending job')} of ${q.queue} cancelled`,
   });
 }
 
