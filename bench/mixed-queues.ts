@@ -16,6 +16,10 @@
  *   133, 134): 20,000 no-op jobs in P (BACKLOG=n for more), drained by a worker of [P],
  *   one of [G, P] with G under a queue limit of 2 and no job, and one of [X, P] with X
  *   unlimited and empty, concurrency 10. Jobs/s of each.
+ * - idle-limited: a queue L limited to 7 with 50 ms jobs (at most 140 starts/s), drained
+ *   by a worker (concurrency 20) of [L] alone, then of [L] and seven empty queues each
+ *   under a limit of 3 (outside review 275: each limited queue a worker serves is one
+ *   more statement in its claim rounds). L's starts/s in each.
  * Each run in a fresh schema, dropped after.
  */
 import { migratedSchema, type ScratchSchema } from './lib/database.js';
@@ -122,7 +126,23 @@ async function empty(): Promise<void> {
   }
 }
 
+async function idleLimited(): Promise<void> {
+  const empties = Array.from({ length: 7 }, (_, i) => `E${i}`);
+  for (const queues of [['L'], ['L', ...empties]]) {
+    await inSchema('mixed_idle', async (db, queue) => {
+      await queue.setQueueConcurrency('L', 7);
+      for (const e of empties) await queue.setQueueConcurrency(e, 3);
+      await queue.enqueueMany(Array.from({ length: 3_000 }, () => ({ task: 't', queue: 'L' })));
+      const starts = await run(db, queues, 20, 50);
+      console.log(
+        `worker of ${queues.length} limited queues: L ${(starts.get('L')!.length / seconds).toFixed(1)} starts/s (limit 7 x 50 ms: 140)`,
+      );
+    });
+  }
+}
+
 if (part === 'three') await three();
+else if (part === 'idle-limited') await idleLimited();
 else if (part === 'empty') await empty();
 else if (part === 'long') await long();
 else for (const limit of ['group', 'queue', 'rate'] as const) await one(limit);

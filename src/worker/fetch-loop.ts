@@ -139,6 +139,12 @@ export class FetchLoop {
     return plan.limited.length === 0 || this.limitedQuiet;
   }
 
+  /** A slot of the limited queue `queue` opened here: claim, stirring that queue alone. */
+  wakeFor(queue: string): void {
+    this.limited.stir(queue);
+    this.rouse();
+  }
+
   /** A wake that leaves quiet limited queues quiet (a plain queue's notification). */
   private rouse(): void {
     this.mayHaveWork = true;
@@ -161,7 +167,7 @@ export class FetchLoop {
    */
   notified(runAt: number, queue = ''): void {
     if (this.stopping) return;
-    if (!this.plan().plain.includes(queue)) this.limited.stir();
+    if (!this.plan().plain.includes(queue)) this.limited.stir(queue === '' ? undefined : queue);
     this.cooldown.notified(runAt);
   }
 

@@ -37,6 +37,20 @@ export class LimitedClaims {
   quiet = false;
   /** Bumped by stir(): a round that started before one cannot say the queues are quiet. */
   private stirs = 0;
+  /** Bumped by a stir of every queue (stir() without one). */
+  private allStirs = 0;
+  /** Stirs of one queue (stir(queue)), by queue. */
+  private readonly queueStirs = new Map<string, number>();
+  /**
+   * Queues whose last claim found nothing (no job, no retry time) with nothing
+   * stirred for them since, by when to ask them again all the same (ms since epoch).
+   * A round asks its queues one after another: beside one busy limited queue, seven
+   * empty ones asked at each round kept the busy one's slots idle half the time
+   * (outside review 275). Asked again early when stirred: a notification for the
+   * queue, one of its jobs ending here, or a wake for every queue (a poll tick, a due
+   * time, a look at limits holding jobs back).
+   */
+  private readonly idle = new Map<string, number>();
   /** The stir after which the limited queues were last checked for due jobs (see settle()). */
   private checked = -1;
   /** Where the next round starts in the list of queues (see claim()). */
@@ -121,11 +135,16 @@ export class LimitedClaims {
         empty = false;
         continue;
       }
+      if ((this.idle.get(queue) ?? 0) > this.now()) continue;
       const startNow = Math.min(max, Math.max(0, this.target.free() - (requested.starts - ownStarts)));
+      const marks = [this.allStirs, this.queueStirs.get(queue) ?? 0];
       try {
         const sentAt = performance.now();
         const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow, finished);
         perStatement.push(jobs.length);
+        const unstirred = this.allStirs === marks[0] && (this.queueStirs.get(queue) ?? 0) === marks[1];
+        if (jobs.length === 0 && retryAt === null && unstirred) this.idle.set(queue, this.now() + IDLE_MS);
+        else this.idle.delete(queue);
         if (jobs.length > 0 || retryAt !== null) empty = false;
         if (jobs.length > 0 && !moved) {
           moved = true;
@@ -173,10 +192,20 @@ export class LimitedClaims {
     }
   }
 
-  /** Something may be due in a limited queue (a wake other than a plain queue's notification): not quiet. */
-  stir(): void {
+  /**
+   * Something may be due in `queue`, or in any limited queue when none is named (a
+   * wake other than a plain queue's notification): not quiet.
+   */
+  stir(queue?: string): void {
     this.quiet = false;
     this.stirs++;
+    if (queue === undefined) {
+      this.allStirs++;
+      this.idle.clear();
+    } else {
+      this.queueStirs.set(queue, (this.queueStirs.get(queue) ?? 0) + 1);
+      this.idle.delete(queue);
+    }
   }
 
   /**
@@ -209,6 +238,9 @@ export class LimitedClaims {
     return Math.max(retryAt, now + backoff.next());
   }
 }
+
+/** How long a limited queue whose claim found nothing is left out of the rounds, unless stirred (see idle). */
+const IDLE_MS = 250;
 
 /** What claim_queue() answers when another session holds what it needs: come back in 5 ms. */
 const HELD_RETRY_MS = 5;

@@ -191,7 +191,7 @@ export async function assembleParts(db: Driver, owner: Owner): Promise<Parts> {
       finished: (job) => {
         // A slot of a limited queue opened: claim it (beside the write of this
         // result, which the claim counts as finished; see FetchLoop.cycle).
-        if (config.queueConcurrency.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wake();
+        if (config.queueConcurrency.has(job.queue) || queueState.claimPlan.limited.includes(job.queue)) loop.wakeFor(job.queue);
         if (slots.runningCount === 0) owner.drained();
       },
       error: errorIn('hand-back'),

@@ -33,7 +33,9 @@ describe('LimitedClaims', () => {
         return Promise.resolve({ jobs: giving ? [{ id: `${asked.length}`, queue }] : [], retryAt: null });
       },
     } as unknown as Partial<WorkerStore>);
+    // Each round follows a wake for every queue (a round unstirred leaves out the queues found empty: see below).
     const round = async (queues: string[]) => {
+      claims.stir();
       asked.length = 0;
       await claims.claim(queues, 1, 1, []);
       return asked[0];
@@ -49,6 +51,58 @@ describe('LimitedClaims', () => {
       if (giving) firsts.push(first);
     }
     expect(firsts).toEqual(['b', 'a', 'b']);
+  });
+
+  it('leaves a queue found empty out of the rounds for 250 ms, unless stirred for it or for all (outside review 275)', async () => {
+    const asked: string[] = [];
+    let now = 1_000_000;
+    const busy = new Set(['busy']);
+    const claims = limitedClaims(
+      {
+        claimLimited: (queue: string) => {
+          asked.push(queue);
+          return Promise.resolve({ jobs: busy.has(queue) ? [{ id: '1', queue }] : [], retryAt: null });
+        },
+        hasDueJobs: () => Promise.resolve(true),
+      } as unknown as Partial<WorkerStore>,
+      () => {},
+      () => now,
+    );
+    const round = async () => {
+      asked.length = 0;
+      await claims.claim(['busy', 'e1', 'e2'], 1, 1, []);
+      return [...asked].sort();
+    };
+    expect(await round()).toEqual(['busy', 'e1', 'e2']);
+    // Found empty, and nothing stirred for them: only the busy queue is asked.
+    expect(await round()).toEqual(['busy']);
+    now += 100;
+    expect(await round()).toEqual(['busy']);
+    // A stir for one queue (its notification, its job ending here) brings it back alone.
+    claims.stir('e1');
+    expect(await round()).toEqual(['busy', 'e1']);
+    expect(await round()).toEqual(['busy']);
+    // A stir for all (a poll tick, a due time) brings them all back.
+    claims.stir();
+    expect(await round()).toEqual(['busy', 'e1', 'e2']);
+    // And 250 ms after it was found empty, a queue is asked again unstirred.
+    now += 249;
+    expect(await round()).toEqual(['busy']);
+    now += 1;
+    expect(await round()).toEqual(['busy', 'e1', 'e2']);
+    // A stir during its claim keeps the queue in: what woke it may have come after the claim read.
+    const claimsStirred = limitedClaims({
+      claimLimited: (queue: string) => {
+        asked.push(queue);
+        if (queue === 'e1') claimsStirred.stir('e1');
+        return Promise.resolve({ jobs: [], retryAt: null });
+      },
+      hasDueJobs: () => Promise.resolve(true),
+    } as unknown as Partial<WorkerStore>);
+    await claimsStirred.claim(['e1', 'e2'], 1, 1, []);
+    asked.length = 0;
+    await claimsStirred.claim(['e1', 'e2'], 1, 1, []);
+    expect(asked).toEqual(['e1']);
   });
 
   it('looks again within 25-1000 ms while limits hold due jobs back, one look at a time; quiet when none are due (issue 16, outside review 143)', async () => {
