@@ -410,6 +410,34 @@ describe('database down', () => {
     }
   });
 
+  it('on a silent network an open page is told within a few seconds, not at the 30 s statement bound, and again when it is back (outside review 277)', async () => {
+    const proxy = await startTcpProxy(fx.db.url);
+    const behind = await startDashboard({ connectionString: proxy.url, schema: fx.db.schema, token: TOKEN, port: 0 });
+    const stream = await openEventStream(new URL('api/events', behind.url).toString(), auth);
+    try {
+      await stream.next('status', (s) => s.database === 'ok');
+      // The page's stream has the dashboard LISTEN, through the proxy.
+      await waitFor(async () => {
+        const { rows } = await fx.db.pool.query(
+          `SELECT 1 FROM pg_stat_activity WHERE client_port = ANY($1::int[]) AND query LIKE 'LISTEN%'`,
+          [proxy.upstreamPorts()],
+        );
+        return rows.length > 0;
+      }, 'the LISTEN through the proxy');
+      proxy.cut();
+      // Found by the LISTEN connection's round trip (every 5 s, 5 s to answer): before,
+      // only a refresh's statement bound (30 s) told the page, beyond this test's limit.
+      const down = await stream.next('status', (s) => s.database === 'unreachable');
+      expect(down.message).toMatch(/listen connection silent|LISTEN/i);
+      proxy.restore();
+      await stream.next('status', (s) => s.database === 'ok');
+    } finally {
+      stream.close();
+      await behind.close();
+      await proxy.close();
+    }
+  }, 25_000);
+
   it('says so in the event stream and the status endpoint, and recovers', async () => {
     const gate = await startGate(new URL(fx.db.url));
     const behind = await startDashboard({

@@ -88,11 +88,19 @@ export class LiveFeed {
     // After a reconnect, notifications sent meanwhile are lost: refresh now.
     options.notifier.on('listening', () => {
       this.listenError = undefined;
+      // LISTEN took: Postgres answers. A read still out on a connection the outage
+      // silenced holds the next refresh until its 30 s bound: the page said
+      // "unreachable" that long after the database came back (outside review 277).
+      if (this.database.database === 'unreachable') this.setDatabase({ database: 'ok' });
       this.changed('');
     });
     // Once per outage and cause: a listen URL whose login fails was told about once a
     // second for as long as the dashboard ran (outside review 231).
     options.notifier.on('connectionError', (err) => {
+      // The LISTEN connection checked silent, lost or refused: the database is out of reach
+      // now, where a refresh waiting on a silent network learns it only at its 30 s bound,
+      // and the page said "live" that long (outside review 277).
+      if (isConnectionFailure(err)) this.setDatabase(describeFailure(err));
       const said = err instanceof Error ? err.message : String(err);
       if (said === this.listenError) return;
       this.listenError = said;

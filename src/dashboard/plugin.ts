@@ -20,6 +20,8 @@ import { loadOverview } from './overview.js';
 /** Most time a dashboard statement may take, as the Worker's and Queue's default. */
 const STATEMENT_TIMEOUT_MS = 30_000;
 const POOL_SIZE = 4;
+/** How often the LISTEN connection is checked with a round trip, and how long the check may take. */
+const LISTEN_ROUND_TRIP_MS = 5_000;
 
 // The page loads only its own scripts and styles; nothing may frame it (the
 // actions are one click away, so clickjacking matters); no referrer leaks a URL.
@@ -55,7 +57,8 @@ export const dashboardPlugin: FastifyPluginAsync<DashboardOptions> = async (app,
   );
   if (listenConnectionString !== undefined) await checkListenLogin(db, config.schema, listenConnectionString);
   const onError = options.onError ?? ((err: unknown) => app.log.warn({ err }, 'sluice dashboard: live feed error'));
-  const notifier = new Notifier(db, channelFor(config.schema));
+  // Checked with a round trip every few seconds: a silent network is found then (see LiveFeed).
+  const notifier = new Notifier(db, channelFor(config.schema), LISTEN_ROUND_TRIP_MS);
   const feed = new LiveFeed({ load: () => loadOverview(db, config.schema), notifier, refreshMs: config.refreshMs, onError });
   const auth = new Authenticator(config);
   const csrf = new CsrfGuard();
