@@ -24,7 +24,7 @@ export interface CronSchedule {
   /** IANA time zone the cron fields are read in. Default 'UTC'. */
   timezone?: string | undefined;
   task: string;
-  payload?: unknown | undefined;
+  payload?: unknown;
   queue?: string | undefined;
   priority?: number | undefined;
   maxAttempts?: number | undefined;

@@ -48,7 +48,14 @@ export function routingKeyProblem(destination: string): string | undefined {
  */
 export function openingRefused(err: unknown, url: string): unknown {
   if (!(err instanceof Error) || !err.message.startsWith('Expected ConnectionOpenOk; got <ConnectionClose')) return err;
-  const vhost = decodeURIComponent(new URL(url).pathname.slice(1)) || '/';
+  const path = new URL(url).pathname.slice(1);
+  let vhost = path;
+  try {
+    vhost = decodeURIComponent(path);
+  } catch {
+    // A malformed escape is named as written.
+  }
+  vhost ||= '/';
   return new Error(
     `RabbitMQ closed the connection as it opened: the vhost ${JSON.stringify(vhost)} does not exist, or the user may not use it (${err.message})`,
     { cause: err },
