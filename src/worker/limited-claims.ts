@@ -37,10 +37,13 @@ export class LimitedClaims {
   quiet = false;
   /** Bumped by stir(): a round that started before one cannot say the queues are quiet. */
   private stirs = 0;
-  /** Bumped by a stir of every queue (stir() without one). */
-  private allStirs = 0;
-  /** Stirs of one queue (stir(queue)), by queue. */
-  private readonly queueStirs = new Map<string, number>();
+  /**
+   * While a round runs, the queues stirred since it began ('' for all): a queue
+   * stirred during its own claim may have been woken by what that claim did not see.
+   * None between rounds, so a stream of notifications for queues this worker does
+   * not serve keeps nothing.
+   */
+  private stirredInRound: Set<string> | undefined;
   /**
    * Queues whose last claim found nothing (no job, no retry time) with nothing
    * stirred for them since, by when to ask them again all the same (ms since epoch).
@@ -127,6 +130,7 @@ export class LimitedClaims {
     // ran (outside review 133).
     const first = this.next % Math.max(1, queues.length);
     let moved = false;
+    this.stirredInRound = new Set();
     for (const queue of [...queues.slice(first), ...queues.slice(0, first)]) {
       const requested = this.requested();
       const othersAsked = Math.max(0, requested.jobs - ownLimit);
@@ -137,12 +141,11 @@ export class LimitedClaims {
       }
       if ((this.idle.get(queue) ?? 0) > this.now()) continue;
       const startNow = Math.min(max, Math.max(0, this.target.free() - (requested.starts - ownStarts)));
-      const marks = [this.allStirs, this.queueStirs.get(queue) ?? 0];
       try {
         const sentAt = performance.now();
         const { jobs, retryAt } = await this.store.claimLimited(queue, this.config.tasks, max, startNow, finished);
         perStatement.push(jobs.length);
-        const unstirred = this.allStirs === marks[0] && (this.queueStirs.get(queue) ?? 0) === marks[1];
+        const unstirred = !this.stirredInRound?.has('') && !this.stirredInRound?.has(queue);
         if (jobs.length === 0 && retryAt === null && unstirred) this.idle.set(queue, this.now() + IDLE_MS);
         else this.idle.delete(queue);
         if (jobs.length > 0 || retryAt !== null) empty = false;
@@ -170,6 +173,7 @@ export class LimitedClaims {
         this.onError(err);
       }
     }
+    this.stirredInRound = undefined;
     if (empty && this.stirs === stirsBefore && this.checked !== this.stirs) await this.settle(queues, stirsBefore);
     return { more, perStatement };
   }
@@ -199,13 +203,9 @@ export class LimitedClaims {
   stir(queue?: string): void {
     this.quiet = false;
     this.stirs++;
-    if (queue === undefined) {
-      this.allStirs++;
-      this.idle.clear();
-    } else {
-      this.queueStirs.set(queue, (this.queueStirs.get(queue) ?? 0) + 1);
-      this.idle.delete(queue);
-    }
+    this.stirredInRound?.add(queue ?? '');
+    if (queue === undefined) this.idle.clear();
+    else this.idle.delete(queue);
   }
 
   /**
