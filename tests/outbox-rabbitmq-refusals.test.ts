@@ -133,7 +133,7 @@ describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its siz
       Array.from({ length: 40_000 }, (_, i) => ({ destination: queue, key: `k${i % 64}`, payload: String(i) })),
     );
     const relay = relayTo(queue, {
-      publisher: rabbitMqPublisher({ url: broker!.url, confirmTimeoutMs: 3_000 }),
+      publisher: rabbitMqPublisher({ url: broker!.url, confirmTimeoutMs: 4_000 }),
       // Four batches out at once, each on a channel of its own, on one connection.
       partitions: 4,
       batchSize: 20_000,
@@ -145,13 +145,14 @@ describe.skipIf(missing)('relay to a RabbitMQ that refuses messages over its siz
     const beam = Number(JSON.parse(await broker!.ctl('eval', 'os:getpid().')));
     await relay.start();
     try {
-      // Frozen for 1 s at a time, well within the 3 s confirm timeout, the batch as a
-      // whole past it: timed over the batch, it was given up and sent again.
+      // Frozen for 1 s at a time, well within the 4 s confirm timeout, the batch as a
+      // whole past it: timed over the batch, it was given up and sent again. The thaws
+      // are long enough for a loaded machine's broker to confirm something in each.
       for (let i = 0; i < 8 && published < 40_000; i++) {
         process.kill(beam, 'SIGSTOP');
         await new Promise((resolve) => setTimeout(resolve, 1_000));
         process.kill(beam, 'SIGCONT');
-        await new Promise((resolve) => setTimeout(resolve, 300));
+        await new Promise((resolve) => setTimeout(resolve, 400));
       }
       await waitFor(() => published === 40_000, 'all 40,000 confirmed', 30_000);
       expect(failures).toEqual([]);

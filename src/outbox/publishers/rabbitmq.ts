@@ -140,22 +140,36 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
    */
   const watchSilence = (conn: Connection, since: () => number, what: string) => {
     let timer: NodeJS.Timeout | undefined;
+    let stopped = false;
     let giveUp: (err: Error) => void = () => {};
     const gaveUp = new Promise<never>((_, reject) => (giveUp = reject));
     gaveUp.catch(() => {});
+    const quiet = () => Date.now() - Math.max(since(), conn.lastConfirm);
     const check = () => {
-      const quiet = Date.now() - Math.max(since(), conn.lastConfirm);
-      if (quiet < confirmTimeoutMs) return arm(confirmTimeoutMs - quiet);
-      const err = new Error(`RabbitMQ ${what} for ${confirmTimeoutMs} ms: connection given up`);
-      conn.drop(err);
-      giveUp(err);
+      if (quiet() < confirmTimeoutMs) return arm(confirmTimeoutMs - quiet());
+      // Timers run before the loop reads its sockets: after the process was busy or
+      // starved, confirms already received are still unread. Judged again once they
+      // are (in CI, a loaded machine gave up four healthy channels at once).
+      setImmediate(() => {
+        if (stopped) return;
+        if (quiet() < confirmTimeoutMs) return arm(confirmTimeoutMs - quiet());
+        const err = new Error(`RabbitMQ ${what} for ${confirmTimeoutMs} ms: connection given up`);
+        conn.drop(err);
+        giveUp(err);
+      }).unref();
     };
     const arm = (ms: number) => {
       timer = setTimeout(check, ms);
       timer.unref();
     };
     arm(confirmTimeoutMs);
-    return { gaveUp, stop: () => clearTimeout(timer) };
+    return {
+      gaveUp,
+      stop: () => {
+        stopped = true;
+        clearTimeout(timer);
+      },
+    };
   };
 
   /**
