@@ -1,7 +1,9 @@
-import { afterAll, beforeAll } from 'vitest';
+import { afterAll, afterEach, beforeAll } from 'vitest';
 import {
   Outbox,
+  OutboxRelay,
   type BrokerPublisher,
+  type OutboxRelayOptions,
   type PublishBatchOptions,
   type PublishResult,
   type RelayMessage,
@@ -92,6 +94,47 @@ export function useOutboxSchema(prefix: string): { readonly db: TestDatabase; re
     },
     get outbox() {
       return get().outbox;
+    },
+  };
+}
+
+/**
+ * The relay tests' set-up: useOutboxSchema, relays that poll and retry fast, stopped
+ * after each test, and a destination of its own per test, so that tests never see
+ * each other's messages.
+ */
+export function useMemoryRelays(prefix: string) {
+  const schema = useOutboxSchema(prefix);
+  const relays: OutboxRelay[] = [];
+  afterEach(async () => {
+    await Promise.all(relays.splice(0).map((r) => r.stop()));
+  });
+  let destinationSeq = 0;
+  return {
+    schema,
+    relays,
+    freshDestination: () => `test.d${++destinationSeq}`,
+    startRelay(publisher: BrokerPublisher, destinations: string[], extra: Partial<OutboxRelayOptions> = {}): OutboxRelay {
+      const relay = new OutboxRelay({
+        pool: schema.db.pool,
+        schema: schema.db.schema,
+        publisher,
+        destinations,
+        pollIntervalMs: 50,
+        retry: { minMs: 5, maxMs: 20 },
+        cleanupIntervalMs: 50,
+        ...extra,
+      });
+      relays.push(relay);
+      return relay;
+    },
+    /** Rows of `table` (outbox, outbox_failures, ...) for `destination`. */
+    count: async (table: string, destination: string): Promise<number> => {
+      const { db } = schema;
+      const { rows } = await db.pool.query<{ n: string }>(`SELECT count(*) AS n FROM ${db.s}.${table} WHERE destination = $1`, [
+        destination,
+      ]);
+      return Number(rows[0]!.n);
     },
   };
 }
