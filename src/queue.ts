@@ -12,6 +12,7 @@ import { cancelJob, type CancelJobResult } from './admin/jobs.js';
 import { jobId as checkJobId } from './admin/input.js';
 import { WakeUps } from './wake-ups.js';
 import { callerTransaction, rows, type Queryable } from './db/executor.js';
+import { warnIfAutocommitted } from './db/transaction-status.js';
 import { afterCommitError, enqueueError } from './enqueue-errors.js';
 import { ConfigError, ValidationError, wrapDatabaseError } from './errors.js';
 import { type AnyTasks, type JobRow, type TaskMap, type TaskSpec } from './job.js';
@@ -162,6 +163,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
               ]);
         return jobIdOf(row);
       });
+      if (tx) warnIfAutocommitted(tx, 'enqueue: the job was inserted');
       this.metrics?.enqueued.inc({ schema: this.schema, queue: v.queue, task: v.task });
       return id;
     } catch (err) {
@@ -214,6 +216,7 @@ export class Queue<T extends TaskMap = AnyTasks> {
           : this.insert<{ id: string }>(db, batch.statement, batch.params(traceContext), batch.waitable),
       );
       const ids = jobIdsOf(result, values.length);
+      if (committed === 'caller') warnIfAutocommitted(db, 'enqueueMany: the jobs were inserted');
       if (this.metrics) for (const v of values) this.metrics.enqueued.inc({ schema: this.schema, queue: v.queue, task: v.task });
       return ids;
     } catch (err) {

@@ -4,6 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { Queue, ValidationError, ConfigError, migrate } from '../src/index.js';
 import { channelFor } from '../src/db/identifiers.js';
+import { captureWarnings } from './helpers/warnings.js';
 import { createTestSchema, statusCounts, waitFor, type TestDatabase } from './helpers/database.js';
 
 let db: TestDatabase;
@@ -590,6 +591,43 @@ describe('enqueue', () => {
     await expect(queue.enqueue('falsy_tx', {}, { tx: null } as never)).rejects.toThrow(/^tx is null:/);
     const { rows } = await db.pool.query(`SELECT count(*)::int AS n FROM ${db.s}.jobs WHERE task = 'falsy_tx'`);
     expect(rows[0].n).toBe(0);
+  });
+
+  it('warns once per pg client when a write through it committed on its own (no BEGIN): the job is made all the same', async () => {
+    const warnings = captureWarnings('SLUICE_TX_AUTOCOMMIT');
+    const [inTx, bare, other] = [new pg.Client(db.url), new pg.Client(db.url), new pg.Client(db.url)];
+    await Promise.all([inTx, bare, other].map((c) => c.connect()));
+    try {
+      await inTx.query('BEGIN');
+      await queue.enqueue('autocommit_tx', { n: 1 }, { tx: inTx });
+      await queue.enqueueMany([{ task: 'autocommit_tx', payload: { n: 2 } }], { tx: inTx });
+      await inTx.query('ROLLBACK');
+      // Reads are not writes: a job read through a client after its COMMIT says nothing.
+      await inTx.query('BEGIN');
+      const kept = await queue.enqueue('autocommit_tx', { n: 3 }, { tx: inTx });
+      await inTx.query('COMMIT');
+      expect(await queue.getJob(kept, { tx: inTx })).toMatchObject({ payload: { n: 3 } });
+      expect(await warnings.settled()).toEqual([]);
+
+      const alone = await queue.enqueue('autocommit_tx', { n: 4 }, { tx: bare });
+      await queue.enqueueMany([{ task: 'autocommit_tx', payload: { n: 5 } }], { tx: bare });
+      await queue.enqueueMany([{ task: 'autocommit_tx', payload: { n: 6 } }], { tx: other });
+      expect(await warnings.settled()).toEqual([
+        expect.stringMatching(
+          /^enqueue: the job was inserted through a pg client that is in no transaction .*Run BEGIN on the client first, or leave tx out$/,
+        ),
+        expect.stringMatching(/^enqueueMany: the jobs were inserted through a pg client that is in no transaction/),
+      ]);
+      // Committed at once: seen from another connection while `bare` is still open.
+      expect(await queue.getJob(alone)).toMatchObject({ status: 'pending', payload: { n: 4 } });
+      const { rows } = await db.pool.query(
+        `SELECT payload->>'n' AS n FROM ${db.s}.jobs WHERE task = 'autocommit_tx' ORDER BY id`,
+      );
+      expect(rows.map((r) => Number(r.n))).toEqual([3, 4, 5, 6]);
+    } finally {
+      warnings.stop();
+      await Promise.all([inTx, bare, other].map((c) => c.end()));
+    }
   });
 
   it('refuses a pg Pool as tx for a write: it would run outside your transaction (outside review 158)', async () => {

@@ -10,6 +10,7 @@ import {
   SluiceMetrics,
 } from '../src/index.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { captureWarnings } from './helpers/warnings.js';
 import { MemoryBroker, useMemoryRelays } from './helpers/outbox.js';
 
 const { schema, startRelay, count, freshDestination } = useMemoryRelays('outbox_publish');
@@ -39,6 +40,30 @@ describe('publish', () => {
       expect(rows).toEqual([{ id, key: 'k', headers: { 'x-a': 'b' }, body: '{"n":2}' }]);
     } finally {
       client.release();
+    }
+  });
+
+  it('warns when a publish through a pg client committed on its own (no BEGIN), once per client', async () => {
+    const d = freshDestination();
+    const warnings = captureWarnings('SLUICE_TX_AUTOCOMMIT');
+    const [one, two] = [await db.pool.connect(), await db.pool.connect()];
+    try {
+      await one.query('BEGIN');
+      await outbox.publish(d, 'in a transaction', { tx: one });
+      await one.query('COMMIT');
+      expect(await warnings.settled()).toEqual([]);
+      await outbox.publish(d, 'alone', { tx: one });
+      await outbox.publish(d, 'alone again', { tx: one });
+      await outbox.publishMany([{ destination: d, payload: 'many alone' }], { tx: two });
+      expect(await warnings.settled()).toEqual([
+        expect.stringMatching(/^publish: the message was written through a pg client that is in no transaction/),
+        expect.stringMatching(/^publishMany: the messages were written through a pg client that is in no transaction/),
+      ]);
+      expect(await count('outbox', d)).toBe(4);
+    } finally {
+      warnings.stop();
+      one.release();
+      two.release();
     }
   });
 

@@ -1,5 +1,6 @@
 import { ConfigError } from '../errors.js';
 import { cancelStatement } from './cancel-request.js';
+import { watchTransactionStatus } from './transaction-status.js';
 
 /**
  * The one interface Sluice needs from a database connection: run a parameterised
@@ -113,6 +114,8 @@ export function callerTransaction(tx: Queryable, write: boolean): Queryable {
         '(const client = await pool.connect()), or leave tx out',
     );
   }
+  // A pg client that ran no BEGIN cannot be told before the write: after it, see warnIfAutocommitted.
+  if (write) watchTransactionStatus(tx);
   return tx;
 }
 

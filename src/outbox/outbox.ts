@@ -2,6 +2,7 @@ import { hasConnection, resolveDriverName, type DriverConnectionOptions } from '
 import type { Driver } from '../db/driver.js';
 import { lazyDriver, openDriver } from '../db/drivers/open.js';
 import { callerTransaction, isPgPool, rows, type Queryable } from '../db/executor.js';
+import { warnIfAutocommitted } from '../db/transaction-status.js';
 import { outboxStatements, type OutboxStatements } from '../db/statements/outbox.js';
 import { ConfigError, ValidationError, wrapDatabaseError } from '../errors.js';
 import { checks } from '../validate.js';
@@ -75,6 +76,7 @@ export class Outbox {
       // under Drizzle's serialisers as an object it could not send (outside review 212).
       const headers = m.headers ? JSON.stringify(m.headers) : null;
       const [row] = await rows<{ id: string }>(db, this.queries.publishOne, [m.destination, m.key, headers, m.payload]);
+      if (options.tx) warnIfAutocommitted(options.tx, 'publish: the message was written');
       return String(row!.id);
     } catch (err) {
       throw wrapDatabaseError(err, 'publish');
@@ -108,6 +110,7 @@ export class Outbox {
         encoded.map((m) => (m.headers ? JSON.stringify(m.headers) : null)),
         encoded.map((m) => m.payload),
       ]);
+      if (options.tx) warnIfAutocommitted(options.tx, 'publishMany: the messages were written');
       return ids.map((r) => String(r.id));
     } catch (err) {
       throw wrapDatabaseError(err, 'publishMany');
