@@ -204,6 +204,24 @@ describe('metrics', () => {
     }
   });
 
+  it("a worker that cannot start (its metrics port in use) leaves a shared collector as it was: the other's depth stays up (outside review 279)", async () => {
+    const metrics = new SluiceMetrics();
+    await withWorker({ tasks: { t: () => {} }, metrics: { port: 0, collector: metrics } }, async (first) => {
+      const port = Number(new URL(first.metricsUrl!).port);
+      const second = new Worker({
+        connectionString: db.url,
+        schema: db.schema,
+        tasks: { t: () => {} },
+        metrics: { port, collector: metrics },
+      });
+      second.on('error', () => {});
+      await expect(second.start()).rejects.toThrow(/already in use/);
+      expect(sample(await metrics.text(), 'sluice_queue_depth_up', { schema: db.schema })).toBe(1);
+      const served = await (await fetch(first.metricsUrl!)).text();
+      expect(sample(served, 'sluice_queue_depth_up', { schema: db.schema })).toBe(1);
+    });
+  });
+
   it('refuses a registry that is not one, or that has its metrics already, with a ConfigError (outside review 245)', async () => {
     const { Registry } = await import('prom-client');
     expect(() => new SluiceMetrics({ registry: {} as never })).toThrow(
