@@ -21,6 +21,31 @@ export function isLogger(value: unknown): value is Logger {
   );
 }
 
+/**
+ * `logger` with each call kept from throwing into Sluice: a logger that fails (its
+ * transport gone, a bug of its own) said so from inside a LISTEN notification as an
+ * uncaught exception, which ended the process and its running jobs (outside review
+ * 279). A throw becomes a process warning (SLUICE_LOGGER), once per level.
+ */
+export function safeLogger(logger: Logger): Logger {
+  const warned = new Set<string>();
+  const call =
+    (level: (typeof LEVELS)[number]) =>
+    (fields: object, message?: string): void => {
+      try {
+        // Called on the logger: pino's methods need their `this`.
+        logger[level](fields, message);
+      } catch (err) {
+        if (warned.has(level)) return;
+        warned.add(level);
+        process.emitWarning(`sluice: the logger's ${level}() threw (said once per level): ${errorFields(err).message}`, {
+          code: 'SLUICE_LOGGER',
+        });
+      }
+    };
+  return { debug: call('debug'), info: call('info'), warn: call('warn'), error: call('error') };
+}
+
 /** An error as log fields: message, code and stack, never the whole object graph. */
 export function errorFields(err: unknown): { message: string; code?: string; stack?: string } {
   try {

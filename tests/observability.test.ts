@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ConfigError, PermanentFailure, Queue, SluiceMetrics, Snooze, Worker, type WorkerOptions } from '../src/index.js';
 import { metricsUrl } from '../src/metrics/server.js';
 import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { captureWarnings } from './helpers/warnings.js';
 
 let db: TestDatabase;
 const exporter = new InMemorySpanExporter();
@@ -486,6 +487,28 @@ describe('events', () => {
 });
 
 describe('logging', () => {
+  it('a logger that throws is contained: its jobs run, and a warning per level says so (outside review 279: an uncaught exception)', async () => {
+    const warnings = captureWarnings('SLUICE_LOGGER');
+    const broken = () => {
+      throw new Error('transport gone');
+    };
+    const logger = { debug: broken, info: broken, warn: broken, error: broken };
+    const queue = new Queue({ pool: db.pool, schema: db.schema });
+    const ran: number[] = [];
+    try {
+      await withWorker({ queues: ['badly-logged'], logger, tasks: { t: (p: { n: number }) => void ran.push(p.n) } }, async () => {
+        for (const n of [1, 2, 3]) await queue.enqueue('t', { n }, { queue: 'badly-logged' });
+        await waitFor(() => ran.length === 3, 'the three jobs to run');
+      });
+      const said = await warnings.settled();
+      expect(said).toContain("sluice: the logger's debug() threw (said once per level): transport gone");
+      expect(said).toContain("sluice: the logger's info() threw (said once per level): transport gone");
+      expect(new Set(said).size).toBe(said.length);
+    } finally {
+      warnings.stop();
+    }
+  });
+
   it('writes structured lines through a pluggable logger; a pino logger fits as is', async () => {
     const lines: Record<string, unknown>[] = [];
     const sink = new Writable({

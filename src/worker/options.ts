@@ -5,7 +5,7 @@ import type { DriverName } from '../db/driver.js';
 import type { PostgresJsSql } from '../db/drivers/postgres-js.js';
 import { ConfigError } from '../errors.js';
 import { DEFAULT_QUEUE, type AnyTasks, type TaskList, type TaskMap } from '../job.js';
-import { isLogger, type Logger } from '../logger.js';
+import { isLogger, safeLogger, type Logger } from '../logger.js';
 import { resolveSchedules, type CronSchedule, type ResolvedSchedule } from '../maintenance/cron-schedule.js';
 import { resolveMaintenanceConfig, type MaintenanceOptions, type ResolvedMaintenanceConfig } from '../maintenance/options.js';
 import { resolveMetricsOptions, type ResolvedMetricsOptions, type WorkerMetricsOptions } from '../metrics/options.js';
@@ -341,7 +341,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
 function resolveLogger(logger: unknown): Logger | undefined {
   if (logger === undefined) return undefined;
   if (!isLogger(logger)) throw new ConfigError('logger must have debug, info, warn and error methods (a pino logger fits)');
-  return logger;
+  return safeLogger(logger);
 }
 
 const STOP_KEYS = new Set(['exiting', 'failRunning']);
