@@ -7,8 +7,13 @@
 // worker then started and ran on). Once the worker command has its own handlers
 // (they set the flag), this one leaves the signal to them.
 const TAKEN = Symbol.for('sluice.cli.signalsTaken');
+const args = process.argv.slice(2);
+// `sluice stats --watch` too, until it refreshes: stopped while it waited for a Postgres
+// it could not reach yet, it exited 130 or 143 (outside review 279). It prints no line.
+const watching = args.includes('stats') && args.includes('--watch');
 const early = (signal) => {
   if (globalThis[TAKEN]) return;
+  if (watching) process.exit(0);
   const json = process.argv.includes('--json');
   process.stdout.write(
     json
@@ -18,7 +23,7 @@ const early = (signal) => {
   process.exit(0);
 };
 // `sluice relay` too, until its own handlers are in place (outside review 206: 143, no word).
-if (process.argv.slice(2).some((arg) => arg === 'worker' || arg === 'relay')) {
+if (watching || args.some((arg) => arg === 'worker' || arg === 'relay')) {
   process.on('SIGINT', early);
   process.on('SIGTERM', early);
 }

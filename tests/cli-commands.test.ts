@@ -518,6 +518,26 @@ describe('stats', () => {
     }
   });
 
+  it('--watch stopped while it waits for Postgres exits 0, on SIGINT as on SIGTERM (outside review 279: 130, 143)', async () => {
+    const gate = await startGate(new URL(db.url));
+    gate.down();
+    try {
+      for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+        const cli = spawnCli(['stats', '--watch', '--json', '--interval', '100ms'], { ...env, DATABASE_URL: gate.url });
+        try {
+          await waitFor(() => cli.stderr().includes('"waiting-for-postgres"'), 'the wait said');
+          cli.child.kill(signal);
+          const result = await cli.exited;
+          expect({ signal, code: result.code, stdout: result.stdout }).toEqual({ signal, code: 0, stdout: '' });
+        } finally {
+          cli.child.kill('SIGKILL');
+        }
+      }
+    } finally {
+      await gate.close();
+    }
+  });
+
   it('--watch into a pipe that closes (| head -1) exits 0 quietly, not with an unhandled EPIPE', async () => {
     const cli = spawnCli(['stats', '--watch', '--interval', '100ms'], env);
     await new Promise((resolve) => cli.child.stdout!.once('data', resolve));

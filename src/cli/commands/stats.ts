@@ -71,6 +71,8 @@ async function watch(flags: StatsFlags, url: string, read: () => Promise<Stats>)
   const onSignal = () => stop.abort();
   process.once('SIGINT', onSignal);
   process.once('SIGTERM', onSignal);
+  // bin/sluice.js's handler (exit 0 while it waited for Postgres) leaves them to these now.
+  (globalThis as Record<symbol, unknown>)[Symbol.for('sluice.cli.signalsTaken')] = true;
   const inPlace = process.stdout.isTTY && !flags.json;
   let previousLines = 0;
   let failing = false;
