@@ -73,7 +73,7 @@ async function upsertQueue(
     const [row] = await rows<QueueRow>(db, text, [name, value, channel, actor, encodeControl({ c: 'queues' })]);
     return toSettings(row!);
   } catch (err) {
-    throw wrapDatabaseError(err, `updating queue "${name}" failed`);
+    throw wrapDatabaseError(err, `updating queue ${JSON.stringify(name)} failed`);
   }
 }
 

@@ -127,7 +127,7 @@ async function migrateWith(tx: Queryable, schema: string, migrations: Migration[
     const unknown = [...done].filter((v) => v > newest);
     if (unknown.length > 0) {
       throw new MigrationError(
-        `schema "${schema}" has migration ${Math.max(...unknown)}, newer than this version of Sluice knows (${newest}); upgrade Sluice`,
+        `schema ${JSON.stringify(schema)} has migration ${Math.max(...unknown)}, newer than this version of Sluice knows (${newest}); upgrade Sluice`,
       );
     }
     for (const migration of migrations) {
@@ -151,7 +151,7 @@ async function migrateWith(tx: Queryable, schema: string, migrations: Migration[
         ? ' (migrate runs as the role that will own the schema, which needs CREATE on the database)'
         : ` (migrate runs as the schema's owner, role ${JSON.stringify(owner)})`
       : clashes(err, current)
-        ? ` (schema "${schema}" holds tables of another tool: give Sluice a schema of its own, --schema or the schema option)`
+        ? ` (schema ${JSON.stringify(schema)} holds tables of another tool: give Sluice a schema of its own, --schema or the schema option)`
         : '';
     throw new MigrationError(`${where} failed: ${(err as Error).message}${hint}`, { cause: err });
   }

@@ -48,17 +48,19 @@ export async function validatePayload(
   } catch (err) {
     // A schema that throws (a refinement's bug): still a ValidationError, nothing inserted (outside review 221).
     const message = err instanceof Error ? err.message : String(err);
-    throw new ValidationError(`payload of task "${task}" could not be checked: its schema threw: ${message}`, { cause: err });
+    throw new ValidationError(`payload of task ${JSON.stringify(task)} could not be checked: its schema threw: ${message}`, {
+      cause: err,
+    });
   }
   // A hand-made schema may answer anything: null was a TypeError, 42 a payload of undefined (outside review 227).
   if (typeof result !== 'object' || result === null || (result.issues === undefined && !('value' in result))) {
     throw new ValidationError(
-      `payload of task "${task}" could not be checked: its schema returned ${shown(result)}, ` +
+      `payload of task ${JSON.stringify(task)} could not be checked: its schema returned ${shown(result)}, ` +
         'not a Standard Schema result ({ value } or { issues })',
     );
   }
   if (result.issues !== undefined) {
-    throw new ValidationError(`payload of task "${task}" is invalid: ${describeIssues(result.issues)}`);
+    throw new ValidationError(`payload of task ${JSON.stringify(task)} is invalid: ${describeIssues(result.issues)}`);
   }
   return result.value;
 }

@@ -239,6 +239,12 @@ describe('ports in use', () => {
       1,
       /^sluice: no Sluice tables in schema "never_migrated_here" at .*: run `sluice migrate` first$/,
     );
+    // Quoted as JSON: a quote in the name is escaped, not taken for the end (outside review 279).
+    expectOneLine(
+      await runSluice(['stats', '--schema', 'a"b'], { DATABASE_URL: db.url }),
+      1,
+      /^sluice: no Sluice tables in schema "a\\"b" at .*: run `sluice migrate` first$/,
+    );
     const away = spawnCli(['dashboard', '--port', '0'], {
       DATABASE_URL: urlWith((u) => (u.port = '1')),
       SLUICE_SCHEMA: db.schema,

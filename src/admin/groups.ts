@@ -73,7 +73,7 @@ export async function getGroupStats(
   try {
     found = await rows<Row>(db, groupStatements(schema).groupStats, [name, limit]);
   } catch (err) {
-    throw wrapDatabaseError(err, `group stats of queue "${name}" failed`);
+    throw wrapDatabaseError(err, `group stats of queue ${JSON.stringify(name)} failed`);
   }
   const first = found[0];
   return {

@@ -250,7 +250,9 @@ function explain(err: unknown, schema: string, url: string): unknown {
   const fromDriver = !(err instanceof SluiceError) && typeof (err as { code?: unknown } | null)?.code === 'string';
   const wrapped = fromDriver ? wrapDatabaseError(err, 'query failed') : err;
   if (isNotMigrated(err)) {
-    return new CommandFailed(`no Sluice tables in schema "${schema}" at ${describeTarget(url)}: run \`sluice migrate\` first`);
+    return new CommandFailed(
+      `no Sluice tables in schema ${JSON.stringify(schema)} at ${describeTarget(url)}: run \`sluice migrate\` first`,
+    );
   }
   return wrapped;
 }

@@ -9,5 +9,7 @@ import { UsageError } from './output.js';
  */
 export async function requireKnownQueue(db: Queryable, schema: string, name: string, orElse = ''): Promise<void> {
   if (await isKnownQueue(db, schema, name)) return;
-  throw new UsageError(`queue "${name}" has no jobs and no settings: check the name (sluice queues list, sluice stats)${orElse}`);
+  throw new UsageError(
+    `queue ${JSON.stringify(name)} has no jobs and no settings: check the name (sluice queues list, sluice stats)${orElse}`,
+  );
 }

@@ -91,7 +91,7 @@ export function registerApi(app: FastifyInstance, ctx: ApiContext): void {
       return reply.code(404).send({ error: { code: 'NOT_FOUND', message: err.message, queue: err.queue } });
     }
     if (err instanceof DatabaseError && err.sqlState === UNDEFINED_TABLE) {
-      const message = `no Sluice tables in schema "${schema}": run \`sluice migrate\` (or pick the schema with --schema)`;
+      const message = `no Sluice tables in schema ${JSON.stringify(schema)}: run \`sluice migrate\` (or pick the schema with --schema)`;
       return reply.code(503).send({ error: { code: 'NOT_MIGRATED', message } });
     }
     // A change whose statement was sent may have committed before the connection failed:

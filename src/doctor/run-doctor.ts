@@ -183,7 +183,7 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
       title: 'Sluice schema',
       status: 'critical',
       details: [],
-      summary: `schema "${schema}" has no Sluice jobs table`,
+      summary: `schema ${JSON.stringify(schema)} has no Sluice jobs table`,
       advice: 'Run `sluice migrate` (or migrate()) against this database and schema, or pass the right --schema.',
     });
   }

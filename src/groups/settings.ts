@@ -249,7 +249,7 @@ export async function listGroupSettings(db: Queryable, schema: string, queue: st
   try {
     return (await rows<GroupRow>(db, groupStatements(schema).listGroupSettings, [name])).map(toGroup);
   } catch (err) {
-    throw wrapDatabaseError(err, `listing the groups of queue "${name}" failed`);
+    throw wrapDatabaseError(err, `listing the groups of queue ${JSON.stringify(name)} failed`);
   }
 }
 
@@ -259,7 +259,7 @@ async function write<R>(db: Queryable, text: string, queue: string, values: unkn
     const [row] = await rows<R>(db, text, [name, ...values]);
     return row!;
   } catch (err) {
-    throw wrapDatabaseError(err, `updating queue "${name}" failed`);
+    throw wrapDatabaseError(err, `updating queue ${JSON.stringify(name)} failed`);
   }
 }
 

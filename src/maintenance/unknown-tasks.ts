@@ -51,7 +51,7 @@ export function unknownTasksTask(
         told.push(u);
         logger?.warn(
           { queue: u.queue, task: u.task, jobs: u.jobs, oldestMs: u.oldestMs },
-          `sluice: ${u.jobs} due jobs of task "${u.task}" on queue "${u.queue}" wait: no live worker of that queue handles the task`,
+          `sluice: ${u.jobs} due jobs of task ${JSON.stringify(u.task)} on queue ${JSON.stringify(u.queue)} wait: no live worker of that queue handles the task`,
         );
       }
       if (told.length > 0) warn(told);

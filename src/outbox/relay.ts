@@ -142,7 +142,9 @@ export class OutboxRelay {
       if (this.stopped) return;
       await this.stop();
       if (isNotMigrated(err))
-        throw new ConfigError(`OutboxRelay: schema "${o.schema}" has no outbox; run sluice migrate`, { cause: err });
+        throw new ConfigError(`OutboxRelay: schema ${JSON.stringify(o.schema)} has no outbox; run sluice migrate`, {
+          cause: err,
+        });
       throw wrapDatabaseError(err, 'OutboxRelay');
     }
     if (this.stopped) return; // stop() came while the destinations were registered

@@ -140,14 +140,14 @@ export class WorkerRegistry {
 function unusable(err: unknown, schema: string): SluiceError | undefined {
   if (isNotMigrated(err)) {
     return new MigrationError(
-      `schema "${schema}" has no workers table (migration 0017): run \`sluice migrate\`; ` +
+      `schema ${JSON.stringify(schema)} has no workers table (migration 0017): run \`sluice migrate\`; ` +
         'until then this worker runs jobs but is missing from the dashboard and from the unknown-tasks check',
       { cause: err },
     );
   }
   if (isBehindMigrations(err)) {
     return new MigrationError(
-      `schema "${schema}" was migrated by an older version of Sluice (its workers table lacks a column of migration 0034 or 0036): ` +
+      `schema ${JSON.stringify(schema)} was migrated by an older version of Sluice (its workers table lacks a column of migration 0034 or 0036): ` +
         'run `sluice migrate`; until then this worker runs jobs but is missing from the dashboard, and its jobs are ' +
         "rescued after the maintenance leader's visibility timeout, not its own, even while another session holds their rows",
       { cause: err },

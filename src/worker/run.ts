@@ -147,7 +147,7 @@ export class Run {
     if (this.task.timeoutMs !== undefined) {
       const ms = this.task.timeoutMs;
       timer = setTimeout(
-        () => this.abort('timeout', new JobTimeoutError(`task "${this.job.task}" timed out after ${ms} ms`)),
+        () => this.abort('timeout', new JobTimeoutError(`task ${JSON.stringify(this.job.task)} timed out after ${ms} ms`)),
         ms,
       );
     }

@@ -68,7 +68,7 @@ async function migrationsBehind(db: Driver, schema: string): Promise<MigrationEr
   const needed = await newestMigration();
   if (applied >= needed) return undefined;
   return new MigrationError(
-    `schema "${schema}" is at migration ${applied}, and this version of Sluice needs ${needed}: ` +
+    `schema ${JSON.stringify(schema)} is at migration ${applied}, and this version of Sluice needs ${needed}: ` +
       'run `sluice migrate` (or call migrate()) against this database first',
   );
 }

@@ -41,7 +41,7 @@ export function resolveTasks(tasks: unknown): Map<string, ResolvedTask> {
         }),
       );
     } else {
-      throw new ConfigError(`Worker: task "${name}" must be a function or { handler }`);
+      throw new ConfigError(`Worker: task ${JSON.stringify(name)} must be a function or { handler }`);
     }
   }
   if (resolved.size === 0) throw new ConfigError('Worker: tasks is empty; give at least one handler');
