@@ -237,6 +237,8 @@ describe('recurring jobs', () => {
     expect(ahead.aheadOfClock).toEqual(lastTick);
     // Not the next tick after now, which never fires.
     expect(ahead.nextRun).toEqual(new Date(lastTick.getTime() + 10 * 60_000));
+    // The table says why too, not only --json (outside review 279).
+    expect((await cli(['cron', 'list'])).stdout).toMatch(/\nahead\s.*\(held: its last tick is ahead of the clock\)\n/);
     const report = await runDoctor({ db: fx.db.pool, schema: fx.db.schema });
     const check = report.checks.find((c) => c.id === 'cron')!;
     // Other tests' schedules share the schema: this one's entry and sentence.
@@ -374,6 +376,7 @@ describe('recurring jobs', () => {
       const listed = (await listSchedules(fx.db.pool, fx.db.schema)).find((s) => s.name === 'unreadable')!;
       expect(listed.nextRun).toBeNull();
       expect(listed.patternError).toMatch(/schedule "unreadable": invalid cron "61 \* \* \* \*"/);
+      expect((await cli(['cron', 'list'])).stdout).toMatch(/\nunreadable\s.*none: its stored pattern cannot be read/);
       const cron = (await runDoctor({ db: fx.db.pool, schema: fx.db.schema })).checks.find((c) => c.id === 'cron')!;
       expect(cron.status).not.toBe('ok');
       expect(cron.summary).toMatch(/unreadable \(61 \* \* \* \*\): cannot be read \(schedule "unreadable": invalid cron/);

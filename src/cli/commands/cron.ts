@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { deleteSchedule } from '../../admin/schedules.js';
-import { listSchedules } from '../../maintenance/cron.js';
+import { listSchedules, type ScheduleInfo } from '../../maintenance/cron.js';
 import { withDatabase } from '../database.js';
 import { CommandFailed, formatTime, printable, printJson, printTable, UsageError } from '../output.js';
 import { CLI_ACTOR } from '../actor.js';
@@ -28,8 +28,7 @@ export function registerCron(program: Command): void {
           s.timezone,
           `${s.queue}/${s.task}${s.group === null ? '' : ` (group ${s.group})`}`,
           formatTime(s.lastTick),
-          // No worker ticks it: "next run" would be a promise nobody keeps.
-          s.overdueSince ? `overdue since ${formatTime(s.overdueSince)}` : formatTime(s.nextRun),
+          nextRunCell(s),
         ]),
       );
     });
@@ -46,4 +45,18 @@ export function registerCron(program: Command): void {
       if (!deleted) throw new CommandFailed(`no schedule named ${JSON.stringify(name)}`);
       process.stdout.write(`deleted schedule ${printable(name)}\n`);
     });
+}
+
+/**
+ * The NEXT RUN column, with why there is none: a bare "-" stood for a pattern this
+ * version cannot read, a last tick ahead of the clock and a pattern with no more
+ * runs alike, the reason only in --json (outside review 279).
+ */
+function nextRunCell(s: ScheduleInfo): string {
+  if (s.patternError !== null) return 'none: its stored pattern cannot be read (see --json or sluice doctor)';
+  // No worker ticks it: "next run" would be a promise nobody keeps.
+  if (s.overdueSince) return `overdue since ${formatTime(s.overdueSince)}`;
+  if (s.aheadOfClock && s.nextRun === null) return `none: its last tick (${formatTime(s.aheadOfClock)}) is ahead of the clock`;
+  if (s.nextRun === null) return 'none: the pattern has no more runs';
+  return s.aheadOfClock ? `${formatTime(s.nextRun)} (held: its last tick is ahead of the clock)` : formatTime(s.nextRun);
 }
