@@ -170,6 +170,8 @@ describe('a claim sent into a stalled network and answered when it carries again
         // Renewal timeout 3 s, beats every 0.5 s: a claim answered after 2.5 s is late.
         visibilityTimeoutMs: 4_000,
         heartbeatIntervalMs: 500,
+        // Above the stall, so that the claim is answered late rather than given up.
+        statementTimeoutMs: 30_000,
         tasks: { job: (_p: unknown, { job }) => void runs.set(job.id, (runs.get(job.id) ?? 0) + 1) },
       },
       (w) => {

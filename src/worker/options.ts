@@ -310,7 +310,15 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     visibilityTimeoutMs,
     heartbeatIntervalMs,
     lockRenewalTimeoutMs,
-    statementTimeoutMs: intOption('statementTimeoutMs', options.statementTimeoutMs, 30_000, 100, 86_400_000),
+    // Left out, kept within the visibility timeout (see warnIfStatementOutlastsLock): a
+    // worker given only a short visibility timeout warned at every start (outside review 279).
+    statementTimeoutMs: intOption(
+      'statementTimeoutMs',
+      options.statementTimeoutMs,
+      Math.min(30_000, visibilityTimeoutMs),
+      100,
+      86_400_000,
+    ),
     listenCheckIntervalMs: intOption('listenCheckIntervalMs', options.listenCheckIntervalMs, 10_000, 100, 3_600_000),
     rescueIntervalMs: intOption(
       'rescueIntervalMs',
