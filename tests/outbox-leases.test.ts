@@ -1,18 +1,13 @@
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { ConnectionError, type Outbox } from '../src/index.js';
-import { waitFor, type TestDatabase } from './helpers/database.js';
+import { ConnectionError } from '../src/index.js';
+import { waitFor } from './helpers/database.js';
 import { MemoryBroker, messageIdOf, useMemoryRelays } from './helpers/outbox.js';
 import { spawnCli } from './helpers/cli.js';
 import { startGate } from './helpers/tcp-gate.js';
 import { outboxStatements } from '../src/db/statements/outbox.js';
 
-const { schema, startRelay, count, freshDestination } = useMemoryRelays('outbox_leases');
-let db: TestDatabase;
-let outbox: Outbox;
-beforeAll(() => {
-  ({ db, outbox } = schema);
-});
+const { db, outbox, startRelay, count, freshDestination } = useMemoryRelays('outbox_leases');
 
 describe('relay: leases, outages and stopping', () => {
   it('records the messages the broker took behind a dead letter instead of sending them again, and counts them as published', async () => {

@@ -1,14 +1,9 @@
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Outbox, ValidationError, ConfigError } from '../src/index.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { createTestSchema, waitFor } from './helpers/database.js';
 import { MemoryBroker, useMemoryRelays } from './helpers/outbox.js';
 
-const { schema, startRelay, count, freshDestination } = useMemoryRelays('outbox_order');
-let db: TestDatabase;
-let outbox: Outbox;
-beforeAll(() => {
-  ({ db, outbox } = schema);
-});
+const { db, outbox, startRelay, count, freshDestination } = useMemoryRelays('outbox_order');
 
 describe('relay: commit order per key', () => {
   /** Relays destination d into a broker of its own until it holds `count` messages; key's payloads in the order relayed. */

@@ -1,4 +1,4 @@
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   Outbox,
   OutboxRelay,
@@ -9,16 +9,11 @@ import {
   RelayMetrics,
   SluiceMetrics,
 } from '../src/index.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { createTestSchema, waitFor } from './helpers/database.js';
 import { captureWarnings } from './helpers/warnings.js';
 import { MemoryBroker, useMemoryRelays } from './helpers/outbox.js';
 
-const { schema, startRelay, count, freshDestination } = useMemoryRelays('outbox_publish');
-let db: TestDatabase;
-let outbox: Outbox;
-beforeAll(() => {
-  ({ db, outbox } = schema);
-});
+const { db, outbox, startRelay, count, freshDestination } = useMemoryRelays('outbox_publish');
 
 describe('publish', () => {
   it('commits and rolls back with the caller transaction', async () => {

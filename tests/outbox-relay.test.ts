@@ -1,4 +1,4 @@
-import { beforeAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import pg from 'pg';
 import {
   Outbox,
@@ -14,16 +14,11 @@ import {
   rabbitMqPublisher,
   type RelayEventMap,
 } from '../src/index.js';
-import { createTestSchema, waitFor, type TestDatabase } from './helpers/database.js';
+import { createTestSchema, waitFor } from './helpers/database.js';
 import { MemoryBroker, messageIdOf, relayMessage, useMemoryRelays } from './helpers/outbox.js';
 import { runCli } from './helpers/cli.js';
 
-const { schema, startRelay, count, freshDestination, relays } = useMemoryRelays('outbox_relay');
-let db: TestDatabase;
-let outbox: Outbox;
-beforeAll(() => {
-  ({ db, outbox } = schema);
-});
+const { db, outbox, startRelay, count, freshDestination, relays } = useMemoryRelays('outbox_relay');
 
 describe('relay', () => {
   it('publishes every committed message once, in order per key, and deletes what it published', async () => {

@@ -111,7 +111,9 @@ export function useMemoryRelays(prefix: string) {
   });
   let destinationSeq = 0;
   return {
-    schema,
+    /** The file's schema and Outbox, usable at module level: each access reaches the ones beforeAll made. */
+    db: late(() => schema.db),
+    outbox: late(() => schema.outbox),
     relays,
     freshDestination: () => `test.d${++destinationSeq}`,
     startRelay(publisher: BrokerPublisher, destinations: string[], extra: Partial<OutboxRelayOptions> = {}): OutboxRelay {
@@ -137,6 +139,17 @@ export function useMemoryRelays(prefix: string) {
       return Number(rows[0]!.n);
     },
   };
+}
+
+/** An object that stands for what `get` returns once it can (made in beforeAll), its methods bound to it. */
+function late<T extends object>(get: () => T): T {
+  return new Proxy({} as T, {
+    get(_, key) {
+      const target = get();
+      const value: unknown = Reflect.get(target, key);
+      return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value;
+    },
+  });
 }
 
 /** The id the relay gives outbox row `id` of this schema: `<schema>:<outbox identity>:<id>` (migration 0031). */
