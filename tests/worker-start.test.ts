@@ -191,7 +191,7 @@ describe('Worker.start() failing after it connected', () => {
       await expect(worker.start()).rejects.toThrow();
       await worker.stop();
       expect(opened).toBeGreaterThan(0); // it had connected (the schema probe) before it failed
-      await waitFor(() => open === 0, 'the worker to close every connection', 3_000);
+      await waitFor(() => open === 0, 'the worker to close every connection', 10_000);
     } finally {
       taken.close();
       proxy.close();
