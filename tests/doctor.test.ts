@@ -362,6 +362,28 @@ describe('doctor', () => {
     }
   });
 
+  it("measures a stuck job past its worker's visibility timeout: a 1-day worker's job 70 min without a heartbeat is not stuck (outside review 281)", async () => {
+    // The registry row of a live worker with a 1-day visibility timeout (it beats every 4 h).
+    await db.pool.query(
+      `INSERT INTO ${db.s}.workers (id, host, pid, queues, tasks, concurrency, version, interval_ms, visibility_timeout_ms)
+       VALUES ('long-lease', 'h', 1, '{long}', '{t}', 1, 'x', 3600000, 86400000)`,
+    );
+    await db.pool.query(
+      `INSERT INTO ${db.s}.jobs (queue, task, status, attempts, locked_at, locked_by) VALUES
+         ('long', 't', 'processing', 1, now() - interval '70 minutes', 'long-lease'),
+         ('long', 't', 'processing', 1, now() - interval '1 day 2 hours', 'long-lease')`,
+    );
+    try {
+      const stuck = check(await runDoctor({ db: db.pool, schema: db.schema }), 'stuck');
+      // Only the job a day and two hours without a heartbeat: two hours past its timeout.
+      expect(stuck).toMatchObject({ status: 'critical', details: [expect.objectContaining({ queue: 'long', jobs: 1 })] });
+      expect(stuck.summary).toMatch(/long: 1 processing without heartbeat for 26\.0 h, 2\.0 h past the visibility timeout/);
+    } finally {
+      await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE queue = 'long'`);
+      await db.pool.query(`DELETE FROM ${db.s}.workers WHERE id = 'long-lease'`);
+    }
+  });
+
   it('reports stuck processing jobs and an old backlog per queue, with no leader running', async () => {
     await db.pool.query(
       `INSERT INTO ${db.s}.jobs (queue, task, status, attempts, locked_at, locked_by)
@@ -372,7 +394,9 @@ describe('doctor', () => {
     );
     const report = await runDoctor({ db: db.pool, schema: db.schema });
     expect(check(report, 'stuck')).toMatchObject({ status: 'critical' });
-    expect(check(report, 'stuck').summary).toMatch(/mail: 1 processing without heartbeat for 2\.0 h/);
+    expect(check(report, 'stuck').summary).toMatch(
+      /mail: 1 processing without heartbeat for 2\.0 h, 2\.0 h past the visibility timeout/,
+    );
     expect(check(report, 'backlog')).toMatchObject({ status: 'warn' });
     expect(check(report, 'backlog').summary).toMatch(/reports: 1 due, oldest waiting 10 min/);
     expect(check(report, 'maintenance').summary).toMatch(/leader: none/);
@@ -491,6 +515,10 @@ describe('doctor', () => {
 
   it('rejects unknown options and thresholds', async () => {
     await expect(runDoctor({ db: db.pool, schema: db.schema, thresholds: { nope: 1 } as never })).rejects.toThrow(ConfigError);
+    // With every valid name (outside review 281: found by guessing).
+    await expect(runDoctor({ db: db.pool, schema: db.schema, thresholds: { stuck: 1 } as never })).rejects.toThrow(
+      /^thresholds: unknown threshold "stuck"; the thresholds are deadTupleRatio, .*stuckMs.*cronOverdueMs$/,
+    );
     // Shapes: a value that compared as NaN turned its check off without a word.
     for (const bad of [
       { backlogAgeMs: 5 },

@@ -313,21 +313,25 @@ export function checkBacklog(rows: BacklogRow[], t: DoctorThresholds): CheckResu
 export interface StuckRow {
   queue: string;
   jobs: number;
+  /** The oldest heartbeat's age. */
   oldest_ms: number;
+  /** How long past its worker's visibility timeout the most overdue job is: what the thresholds measure. */
+  overdue_ms: number;
   sample_ids: string[];
 }
 
 export function checkStuck(rows: StuckRow[], t: DoctorThresholds): CheckResult {
-  const details = rows.map((r) => ({ ...r, status: level(r.oldest_ms, t.stuckMs) }));
+  const details = rows.map((r) => ({ ...r, status: level(r.overdue_ms, t.stuckMs) }));
   const summary =
     rows.length === 0
       ? // Only jobs past the warning threshold are read: younger ones are a crash the rescuer has yet to see
         // (outside review 248: "no processing job without a heartbeat" while one had none for 35 s).
-        `no processing job without a heartbeat for ${formatMs(t.stuckMs[0])} or more`
+        `no processing job without a heartbeat for ${formatMs(t.stuckMs[0])} or more past its worker's visibility timeout`
       : details
           .map(
             (d) =>
-              `${d.queue}: ${d.jobs} processing without heartbeat for ${formatMs(d.oldest_ms)} (ids ${d.sample_ids.join(', ')})`,
+              `${d.queue}: ${d.jobs} processing without heartbeat for ${formatMs(d.oldest_ms)}, ` +
+              `${formatMs(d.overdue_ms)} past the visibility timeout (ids ${d.sample_ids.join(', ')})`,
           )
           .join('; ');
   return result(

@@ -33,6 +33,6 @@ describe('checkStuck', () => {
   it('says what it looked for when it found none: jobs past the warning threshold (outside review 248)', () => {
     const result = checkStuck([], { ...DEFAULT_THRESHOLDS, stuckMs: [300_000, 3_600_000] });
     expect(result.status).toBe('ok');
-    expect(result.summary).toBe('no processing job without a heartbeat for 5 min or more');
+    expect(result.summary).toBe("no processing job without a heartbeat for 5 min or more past its worker's visibility timeout");
   });
 });
