@@ -29,18 +29,25 @@ export function isLogger(value: unknown): value is Logger {
  */
 export function safeLogger(logger: Logger): Logger {
   const warned = new Set<string>();
+  const warn = (level: string, err: unknown) => {
+    if (warned.has(level)) return;
+    warned.add(level);
+    process.emitWarning(`sluice: the logger's ${level}() threw (said once per level): ${errorFields(err).message}`, {
+      code: 'SLUICE_LOGGER',
+    });
+  };
   const call =
     (level: (typeof LEVELS)[number]) =>
     (fields: object, message?: string): void => {
       try {
         // Called on the logger: pino's methods need their `this`.
-        logger[level](fields, message);
+        const returned: unknown = logger[level](fields, message);
+        // An async method's rejection, unhandled, ended the process as a throw did (outside review 280).
+        if (typeof (returned as PromiseLike<unknown> | null)?.then === 'function') {
+          (returned as PromiseLike<unknown>).then(undefined, (err: unknown) => warn(level, err));
+        }
       } catch (err) {
-        if (warned.has(level)) return;
-        warned.add(level);
-        process.emitWarning(`sluice: the logger's ${level}() threw (said once per level): ${errorFields(err).message}`, {
-          code: 'SLUICE_LOGGER',
-        });
+        warn(level, err);
       }
     };
   return { debug: call('debug'), info: call('info'), warn: call('warn'), error: call('error') };

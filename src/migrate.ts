@@ -41,6 +41,26 @@ export function newestMigration(): Promise<number> {
   return newest;
 }
 
+/**
+ * "schema … is at migration A, and this version of Sluice needs N" when the schema
+ * lacks migrations this version has; undefined when it has them all (or more: a
+ * rolling upgrade migrates before the last old workers stop), and for a role that
+ * may not read the migrations table (sql/roles.sql revokes it, outside review 172).
+ */
+export async function migrationLag(db: Queryable, schema: string): Promise<string | undefined> {
+  let applied: number;
+  try {
+    const [row] = await rows<{ version: number | null }>(db, migrateStatements(schema).newestApplied);
+    applied = row?.version ?? 0;
+  } catch (err) {
+    if (isInsufficientPrivilege(err)) return undefined;
+    throw err;
+  }
+  const needed = await newestMigration();
+  if (applied >= needed) return undefined;
+  return `schema ${JSON.stringify(schema)} is at migration ${applied}, and this version of Sluice needs ${needed}`;
+}
+
 /** Reads sql/migrations/NNNN_name.sql in version order. */
 export async function loadMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]> {
   const files = (await readdir(dir)).filter((f) => MIGRATION_FILE.test(f)).sort();

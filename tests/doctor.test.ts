@@ -513,6 +513,27 @@ describe('doctor', () => {
     expect(checkAutovacuum({ autovacuum: true, track_counts: true, naptime: '1min', disabled_tables: [] }).status).toBe('ok');
   });
 
+  it('says a schema lacks migrations, instead of failing on a column they add (outside review 281)', async () => {
+    const old = await createTestSchema('doctor_old');
+    try {
+      // As a schema last migrated by an older Sluice: the registry lacks a column its checks read.
+      await old.pool.query(`DELETE FROM ${old.s}.migrations WHERE version > 17`);
+      await old.pool.query(`ALTER TABLE ${old.s}.workers DROP COLUMN stopped_at`);
+      const report = await runDoctor({ db: old.pool, schema: old.schema });
+      expect(check(report, 'schema')).toMatchObject({
+        status: 'critical',
+        summary: expect.stringMatching(/^schema "t_doctor_old_\w+" is at migration 17, and this version of Sluice needs \d+$/),
+        advice: expect.stringMatching(/^Run `sluice migrate`/),
+      });
+      expect(report.checks.map((c) => c.id)).not.toContain('stuck');
+      const { code, stdout } = await cli(['doctor', '--schema', old.schema]);
+      expect(code).toBe(2);
+      expect(stdout).toMatch(/is at migration 17, and this version of Sluice needs/);
+    } finally {
+      await old.drop();
+    }
+  });
+
   it('rejects unknown options and thresholds', async () => {
     await expect(runDoctor({ db: db.pool, schema: db.schema, thresholds: { nope: 1 } as never })).rejects.toThrow(ConfigError);
     // With every valid name (outside review 281: found by guessing).

@@ -492,7 +492,9 @@ describe('logging', () => {
     const broken = () => {
       throw new Error('transport gone');
     };
-    const logger = { debug: broken, info: broken, warn: broken, error: broken };
+    // An async method's rejection too (outside review 280).
+    const rejects = async () => Promise.reject(new Error('transport gone'));
+    const logger = { debug: rejects, info: broken, warn: broken, error: broken };
     const queue = new Queue({ pool: db.pool, schema: db.schema });
     const ran: number[] = [];
     try {

@@ -3,7 +3,7 @@ import type { Driver } from '../db/driver.js';
 import { quoteIdent, quoteSchema } from '../db/identifiers.js';
 import { migrateStatements } from '../db/statements/migrate.js';
 import { ConfigError, isInsufficientPrivilege, isNotMigrated, MigrationError } from '../errors.js';
-import { newestMigration } from '../migrate.js';
+import { migrationLag } from '../migrate.js';
 
 /**
  * Why a worker could never run a job here, found at start: a server that refused
@@ -50,27 +50,12 @@ export async function whyNoJobCanRun(
   return new ConfigError(lacks + ': ' + (answer.missing === 'DELETE on jobs' ? deleting : GRANT + '; ' + deleting));
 }
 
-/**
- * A MigrationError when the schema lacks migrations this version of Sluice has.
- * A schema ahead of it passes (a rolling upgrade migrates before the last old
- * workers stop). A role that may not read the migrations table (sql/roles.sql
- * before outside review 172 revoked it) is not asked.
- */
+/** A MigrationError when the schema lacks migrations this version of Sluice has (see migrationLag). */
 async function migrationsBehind(db: Driver, schema: string): Promise<MigrationError | undefined> {
-  let applied: number;
-  try {
-    const { rows } = await db.query<{ version: number | null }>(migrateStatements(schema).newestApplied);
-    applied = rows[0]?.version ?? 0;
-  } catch (err) {
-    if (isInsufficientPrivilege(err)) return undefined;
-    throw err;
-  }
-  const needed = await newestMigration();
-  if (applied >= needed) return undefined;
-  return new MigrationError(
-    `schema ${JSON.stringify(schema)} is at migration ${applied}, and this version of Sluice needs ${needed}: ` +
-      'run `sluice migrate` (or call migrate()) against this database first',
-  );
+  const lag = await migrationLag(db, schema);
+  return lag === undefined
+    ? undefined
+    : new MigrationError(`${lag}: run \`sluice migrate\` (or call migrate()) against this database first`);
 }
 
 const GRANT = "grant it sluice_worker (sql/roles.sql), or run the worker as the schema's owner";
