@@ -1,3 +1,4 @@
+import { quoteSchema } from '../db/identifiers.js';
 import { firstFew, formatBytes, formatMs, percent } from './format.js';
 import { level, result, worst, type CheckResult, type DoctorThresholds, type Severity } from './findings.js';
 
@@ -362,7 +363,7 @@ export interface MaintenanceRow {
 /** Finished jobs this old with no pruner-lease holder are a warning (the pruner's default delay is 1 min). */
 const NO_PRUNER_WARN_MS = 600_000;
 
-export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): CheckResult {
+export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds, schema: string): CheckResult {
   const lag = row.oldest_finished_ms ?? 0;
   let status = level(lag, t.unprunedMs);
   if (!row.leader && row.active > 0 && status === 'ok') status = 'warn';
@@ -388,7 +389,7 @@ export function checkMaintenance(row: MaintenanceRow, t: DoctorThresholds): Chec
       'worker runs with pruner: false (--no-pruner); run one as the schema owner with the pruner on. A pruner but ' +
       "old completed or cancelled jobs: it is failing, see the worker's error events; or it runs in mode 'delete', " +
       'which keeps completed jobs for their retention: give unprunedMs above it. A lease held by no live worker: ' +
-      'its worker died and the lease runs out within maintenance.leaseMs, or the row was written by hand (sluice.leader): ' +
+      `its worker died and the lease runs out within maintenance.leaseMs, or the row was written by hand (${quoteSchema(schema)}.leader): ` +
       'delete it.',
     [row],
   );

@@ -181,7 +181,7 @@ async function inspect(db: Queryable, schema: string, t: DoctorThresholds): Prom
     await attempt(['backlog'], async () => checks.checkBacklog(await rows(db, q.backlog), t));
     await attempt(['stuck'], async () => checks.checkStuck(await rows(db, q.stuck, [t.stuckMs[0]]), t));
     await attempt(['maintenance'], async () =>
-      checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance, [MISSED_INTERVALS_DEAD]))[0]!, t),
+      checks.checkMaintenance((await rows<checks.MaintenanceRow>(db, q.maintenance, [MISSED_INTERVALS_DEAD]))[0]!, t, schema),
     );
     await attempt(['unknown_tasks'], () => checkUnknownTasks(db, schema, t));
     await attempt(['cron'], () => checkCron(db, schema, t));

@@ -53,7 +53,8 @@ export function registerCron(program: Command): void {
  * runs alike, the reason only in --json (outside review 279).
  */
 function nextRunCell(s: ScheduleInfo): string {
-  if (s.patternError !== null) return 'none: its stored pattern cannot be read (see --json or sluice doctor)';
+  // The reason itself: an unknown time zone and a pattern that never fires read alike (outside review 280).
+  if (s.patternError !== null) return `none: ${s.patternError}`;
   // No worker ticks it: "next run" would be a promise nobody keeps.
   if (s.overdueSince) return `overdue since ${formatTime(s.overdueSince)}`;
   if (s.aheadOfClock && s.nextRun === null) return `none: its last tick (${formatTime(s.aheadOfClock)}) is ahead of the clock`;
