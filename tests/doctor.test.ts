@@ -378,7 +378,20 @@ describe('doctor', () => {
       // Only the job a day and two hours without a heartbeat: two hours past its timeout.
       expect(stuck).toMatchObject({ status: 'critical', details: [expect.objectContaining({ queue: 'long', jobs: 1 })] });
       expect(stuck.summary).toMatch(/long: 1 processing without heartbeat for 26\.0 h, 2\.0 h past the visibility timeout/);
+      expect(stuck.advice).toMatch(/With a leader, its rescuer is failing/);
+      // A worker the registry lacks gets the live leader's timeout, as from the rescuer (outside review 282).
+      await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE queue = 'long'`);
+      await db.pool.query(
+        `INSERT INTO ${db.s}.jobs (queue, task, status, attempts, locked_at, locked_by)
+         VALUES ('long', 't', 'processing', 1, now() - interval '70 minutes', 'unregistered')`,
+      );
+      expect(check(await runDoctor({ db: db.pool, schema: db.schema }), 'stuck').status).toBe('critical');
+      await db.pool.query(
+        `INSERT INTO ${db.s}.leader (role, holder, elected_at, expires_at) VALUES ('maintenance', 'long-lease', now(), now() + interval '1 minute')`,
+      );
+      expect(check(await runDoctor({ db: db.pool, schema: db.schema }), 'stuck').status).toBe('ok');
     } finally {
+      await db.pool.query(`DELETE FROM ${db.s}.leader WHERE holder = 'long-lease'`);
       await db.pool.query(`DELETE FROM ${db.s}.jobs WHERE queue = 'long'`);
       await db.pool.query(`DELETE FROM ${db.s}.workers WHERE id = 'long-lease'`);
     }

@@ -340,8 +340,9 @@ export function checkStuck(rows: StuckRow[], t: DoctorThresholds): CheckResult {
     'stuck processing jobs',
     worst(details.map((d) => d.status)),
     summary,
-    'Their workers died and nothing rescued them: no worker is running maintenance (the leader runs the rescuer). ' +
-      'Start a worker on this schema; it takes the lease and returns them to pending.',
+    'Their workers died and nothing rescued them. With no leader (see the maintenance check), no worker runs ' +
+      'the rescuer: start one on this schema; it takes the lease and returns them to pending. With a leader, its ' +
+      "rescuer is failing: see that worker's error events and log.",
     details,
   );
 }

@@ -136,12 +136,21 @@ export class WorkerRegistry {
   }
 }
 
+/**
+ * What a worker the registry lacks risks: the rescuer knows its visibility timeout
+ * from there alone (outside review 282: a 1-day worker's healthy job rescued every
+ * 30 s, a dead letter in 3.5 min, and the message did not say so).
+ */
+const RESCUED_EARLY =
+  ", and its jobs are rescued after the maintenance leader's visibility timeout, not its own: with a longer one, " +
+  'they are taken from it while they run';
+
 /** The errors that retrying will not fix, as the one report the worker gives; undefined for the others. */
 function unusable(err: unknown, schema: string): SluiceError | undefined {
   if (isNotMigrated(err)) {
     return new MigrationError(
       `schema ${JSON.stringify(schema)} has no workers table (migration 0017): run \`sluice migrate\`; ` +
-        'until then this worker runs jobs but is missing from the dashboard and from the unknown-tasks check',
+        `until then this worker runs jobs but is missing from the dashboard and from the unknown-tasks check${RESCUED_EARLY}`,
       { cause: err },
     );
   }
@@ -156,7 +165,7 @@ function unusable(err: unknown, schema: string): SluiceError | undefined {
   if (isInsufficientPrivilege(err)) {
     return new ConfigError(
       `this worker's role may not write ${schema}.workers: grant it select, insert, update and delete on that table ` +
-        '(sql/roles.sql); until then it runs jobs but is missing from the dashboard and from the unknown-tasks check',
+        `(sql/roles.sql); until then it runs jobs but is missing from the dashboard and from the unknown-tasks check${RESCUED_EARLY}`,
       { cause: err },
     );
   }

@@ -169,17 +169,20 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
         LEFT JOIN ${s}.queues q ON q.name = b.queue
       ORDER BY b.queue`,
 
-    // Processing jobs whose heartbeat stopped longer ago than their worker's
-    // visibility timeout (as the registry holds it; none for a worker gone from it)
-    // plus $1 ms: no worker holds them and no rescuer has taken them back. Measured
-    // past that timeout: a worker of a 1-day timeout beats every 4 h, and its healthy
-    // jobs were reported stuck, critical after an hour (outside review 281).
+    // Processing jobs whose heartbeat stopped longer ago than the visibility timeout
+    // the rescuer gives them plus $1 ms: no worker holds them and no rescuer has
+    // taken them back. That timeout is their worker's, as the registry holds it, or
+    // for a worker it lacks the live leader's own, as the rescuer does (none without
+    // a leader). Measured past it: a worker of a 1-day timeout beats every 4 h, and
+    // its healthy jobs were reported stuck, critical after an hour (outside reviews 281, 282).
     stuck: `SELECT j.queue, count(*)::int AS jobs, ${MS('now() - min(j.locked_at)')} AS oldest_ms,
-        ${MS("max(now() - j.locked_at - coalesce(w.visibility_timeout_ms, 0) * interval '1 millisecond')")} AS overdue_ms,
+        ${MS("max(now() - j.locked_at - t.ms * interval '1 millisecond')")} AS overdue_ms,
         (array_agg(j.id::text ORDER BY j.locked_at))[1:5] AS sample_ids
       FROM ${s}.jobs j LEFT JOIN ${s}.workers w ON w.id = j.locked_by
-      WHERE j.status = 'processing'
-        AND j.locked_at < now() - (coalesce(w.visibility_timeout_ms, 0) + $1::float8) * interval '1 millisecond'
+        CROSS JOIN LATERAL (SELECT coalesce(w.visibility_timeout_ms,
+          (SELECT lw.visibility_timeout_ms FROM ${s}.leader l JOIN ${s}.workers lw ON lw.id = l.holder
+           WHERE l.role = 'maintenance' AND l.expires_at > now()), 0)::float8 AS ms) t
+      WHERE j.status = 'processing' AND j.locked_at < now() - (t.ms + $1::float8) * interval '1 millisecond'
       GROUP BY j.queue ORDER BY j.queue`,
 
     // Server-wide switches without which no dead tuple is ever removed (the
