@@ -411,7 +411,7 @@ describe('unique jobs', () => {
     // claimed ahead only if their claim came within a few milliseconds of the gated
     // job's start (a loaded machine missed it).
     await fx.queue.pauseQueue('stop-keys');
-    await fx.queue.enqueue('quick', { gate: true }, { queue: 'stop-keys', priority: 10 });
+    const gated = await fx.queue.enqueue('quick', { gate: true }, { queue: 'stop-keys', priority: 10 });
     const keys = Array.from({ length: 20 }, (_, i) => `stop-${i}`);
     const ids = await fx.queue.enqueueMany(keys.map((jobKey) => ({ task: 'quick', queue: 'stop-keys', jobKey })));
     await fx.queue.resumeQueue('stop-keys');
@@ -431,7 +431,8 @@ describe('unique jobs', () => {
     const keyed = handedBack.filter((e) => e.ids.some((id) => ids.includes(id)));
     expect(keyed.length).toBeGreaterThan(0);
     expect(keyed.map((e) => e.reason).filter((r) => !['stopping', 'overdue', 'queue-changed'].includes(r))).toEqual([]);
-    expect(ids).toEqual(expect.arrayContaining(keyed.flatMap((e) => e.ids)));
+    // The gated job may be in one of them, handed back before its start on a loaded machine (an embedded-Postgres run).
+    expect(ids).toEqual(expect.arrayContaining(keyed.flatMap((e) => e.ids).filter((id) => id !== gated)));
     // Every key still names its job: enqueueing them again adds nothing.
     expect(await fx.queue.enqueueMany(keys.map((jobKey) => ({ task: 'quick', queue: 'stop-keys', jobKey })))).toEqual(ids);
   });

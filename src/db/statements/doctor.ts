@@ -176,13 +176,13 @@ export const doctorStatements = perSchema((schema: string): DoctorStatements => 
     // a leader). Measured past it: a worker of a 1-day timeout beats every 4 h, and
     // its healthy jobs were reported stuck, critical after an hour (outside reviews 281, 282).
     stuck: `SELECT j.queue, count(*)::int AS jobs, ${MS('now() - min(j.locked_at)')} AS oldest_ms,
-        ${MS("max(now() - j.locked_at - t.ms * interval '1 millisecond')")} AS overdue_ms,
+        ${MS('max(now() - j.locked_at - t.timeout)')} AS overdue_ms,
         (array_agg(j.id::text ORDER BY j.locked_at))[1:5] AS sample_ids
       FROM ${s}.jobs j LEFT JOIN ${s}.workers w ON w.id = j.locked_by
         CROSS JOIN LATERAL (SELECT coalesce(w.visibility_timeout_ms,
           (SELECT lw.visibility_timeout_ms FROM ${s}.leader l JOIN ${s}.workers lw ON lw.id = l.holder
-           WHERE l.role = 'maintenance' AND l.expires_at > now()), 0)::float8 AS ms) t
-      WHERE j.status = 'processing' AND j.locked_at < now() - (t.ms + $1::float8) * interval '1 millisecond'
+           WHERE l.role = 'maintenance' AND l.expires_at > now()), 0)::float8 * interval '1 millisecond' AS timeout) t
+      WHERE j.status = 'processing' AND j.locked_at < now() - t.timeout - $1::float8 * interval '1 millisecond'
       GROUP BY j.queue ORDER BY j.queue`,
 
     // Server-wide switches without which no dead tuple is ever removed (the
