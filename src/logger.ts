@@ -32,7 +32,7 @@ export function safeLogger(logger: Logger): Logger {
   const warn = (level: string, err: unknown) => {
     if (warned.has(level)) return;
     warned.add(level);
-    process.emitWarning(`sluice: the logger's ${level}() threw (said once per level): ${errorFields(err).message}`, {
+    process.emitWarning(`sluice: the logger's ${level}() threw or rejected (said once per level): ${errorFields(err).message}`, {
       code: 'SLUICE_LOGGER',
     });
   };
