@@ -2,6 +2,7 @@ import type * as Amqp from 'amqplib';
 import { importPeer } from '../../optional-peer.js';
 import { headersProblem } from '../message.js';
 import { headerValueProblem, openingRefused, refusedMessage, routingKeyProblem, unroutable } from './rabbitmq-refusals.js';
+import { watchConfirmSilence } from './confirm-silence.js';
 import { ConfigError } from '../../errors.js';
 import { timeLimit } from '../../lifecycle/time-limit.js';
 import {
@@ -133,44 +134,9 @@ export function rabbitMqPublisher(options: RabbitMqPublisherOptions = {}): Broke
       throw err;
     }));
 
-  /**
-   * Gives `conn` up once nothing was confirmed on it, by any batch, for
-   * confirmTimeoutMs since `since()`: the network went silent (a blackhole sends
-   * neither an error nor a close). `gaveUp` rejects then.
-   */
-  const watchSilence = (conn: Connection, since: () => number, what: string) => {
-    let timer: NodeJS.Timeout | undefined;
-    let stopped = false;
-    let giveUp: (err: Error) => void = () => {};
-    const gaveUp = new Promise<never>((_, reject) => (giveUp = reject));
-    gaveUp.catch(() => {});
-    const quiet = () => Date.now() - Math.max(since(), conn.lastConfirm);
-    const check = () => {
-      if (quiet() < confirmTimeoutMs) return arm(confirmTimeoutMs - quiet());
-      // Timers run before the loop reads its sockets: after the process was busy or
-      // starved, confirms already received are still unread. Judged again once they
-      // are (in CI, a loaded machine gave up four healthy channels at once).
-      setImmediate(() => {
-        if (stopped) return;
-        if (quiet() < confirmTimeoutMs) return arm(confirmTimeoutMs - quiet());
-        const err = new Error(`RabbitMQ ${what} for ${confirmTimeoutMs} ms: connection given up`);
-        conn.drop(err);
-        giveUp(err);
-      }).unref();
-    };
-    const arm = (ms: number) => {
-      timer = setTimeout(check, ms);
-      timer.unref();
-    };
-    arm(confirmTimeoutMs);
-    return {
-      gaveUp,
-      stop: () => {
-        stopped = true;
-        clearTimeout(timer);
-      },
-    };
-  };
+  /** See watchConfirmSilence: `what` names what the connection did not do. */
+  const watchSilence = (conn: Connection, since: () => number, what: string) =>
+    watchConfirmSilence(conn, since, confirmTimeoutMs, (ms) => `RabbitMQ ${what} for ${ms} ms: connection given up`);
 
   /**
    * A channel of the batch's own. RabbitMQ refuses a message by closing its
