@@ -311,11 +311,13 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     heartbeatIntervalMs,
     lockRenewalTimeoutMs,
     // Left out, kept within the visibility timeout (see warnIfStatementOutlastsLock): a
-    // worker given only a short visibility timeout warned at every start (outside review 279).
+    // worker given only a short visibility timeout warned at every start (outside review
+    // 279). Not under 5 s: a loaded server's statements take seconds, and cut at 1 s
+    // they were cancelled and their connections dropped over and over.
     statementTimeoutMs: intOption(
       'statementTimeoutMs',
       options.statementTimeoutMs,
-      Math.min(30_000, visibilityTimeoutMs),
+      Math.min(30_000, Math.max(visibilityTimeoutMs, MIN_DEFAULT_STATEMENT_TIMEOUT_MS)),
       100,
       86_400_000,
     ),
@@ -371,6 +373,9 @@ export function resolveStopOptions(options: { exiting?: boolean; failRunning?: E
     throw new ConfigError('stop: failRunning is for a process that exits right after: give exiting: true too');
   return { exiting, failRunning };
 }
+
+/** The least statementTimeoutMs a short visibility timeout makes the default (see resolveWorkerConfig). */
+const MIN_DEFAULT_STATEMENT_TIMEOUT_MS = 5_000;
 
 let warnedStatementTimeout = false;
 

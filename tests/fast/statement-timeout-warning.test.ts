@@ -32,12 +32,14 @@ describe('SLUICE_STATEMENT_TIMEOUT', () => {
     ]);
   });
 
-  it('defaults the statement timeout to 30 s, or to the visibility timeout when that is shorter', () => {
+  it('defaults the statement timeout to 30 s, or to the visibility timeout when that is shorter, not under 5 s', () => {
     const resolved = (options: { visibilityTimeoutMs?: number; statementTimeoutMs?: number }) =>
       resolveWorkerConfig({ connectionString: 'postgres://nobody@127.0.0.1:1/none', tasks: { t: async () => {} }, ...options })
         .statementTimeoutMs;
     expect(resolved({})).toBe(30_000);
     expect(resolved({ visibilityTimeoutMs: 6_000 })).toBe(6_000);
+    // Not under 5 s (then the warning says so).
+    expect(resolved({ visibilityTimeoutMs: 1_000 })).toBe(5_000);
     expect(resolved({ visibilityTimeoutMs: 120_000 })).toBe(30_000);
     expect(resolved({ visibilityTimeoutMs: 6_000, statementTimeoutMs: 20_000 })).toBe(20_000);
   });

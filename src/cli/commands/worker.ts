@@ -72,7 +72,7 @@ export function registerWorker(program: Command): void {
     .option(
       '--statement-timeout <duration>',
       'time limit on each statement of the worker, past which it is cancelled and retried; keep it below ' +
-        '--visibility-timeout (default 30s, or the visibility timeout when that is shorter)',
+        '--visibility-timeout (default 30s, or the visibility timeout when that is shorter, not under 5s)',
       durationWithin(100, DAY_MS),
     )
     // Outside review 188: the README's advice for poll-only workers behind PgBouncer
