@@ -497,14 +497,24 @@ describe('logging', () => {
     const logger = { debug: rejects, info: broken, warn: broken, error: broken };
     const queue = new Queue({ pool: db.pool, schema: db.schema });
     const ran: number[] = [];
+    const tasks = {
+      t: (p: { n: number }) => void ran.push(p.n),
+      fails: () => {
+        throw new Error('fails');
+      },
+    };
     try {
-      await withWorker({ queues: ['badly-logged'], logger, tasks: { t: (p: { n: number }) => void ran.push(p.n) } }, async () => {
+      await withWorker({ queues: ['badly-logged'], logger, tasks }, async () => {
         for (const n of [1, 2, 3]) await queue.enqueue('t', { n }, { queue: 'badly-logged' });
+        // Its failure is logged at warn, which throws: the async debug() and a throwing method both met.
+        const failing = await queue.enqueue('fails', {}, { queue: 'badly-logged', maxAttempts: 1 });
         await waitFor(() => ran.length === 3, 'the three jobs to run');
+        await waitFor(async () => (await queue.getJob(failing))?.status === 'failed', 'the failing job to fail');
       });
       const said = await warnings.settled();
+      // Logged at debug: each job's start and end; at warn: the failure.
       expect(said).toContain("sluice: the logger's debug() threw or rejected (said once per level): transport gone");
-      expect(said).toContain("sluice: the logger's info() threw or rejected (said once per level): transport gone");
+      expect(said).toContain("sluice: the logger's warn() threw or rejected (said once per level): transport gone");
       expect(new Set(said).size).toBe(said.length);
     } finally {
       warnings.stop();
