@@ -317,7 +317,7 @@ export function resolveWorkerConfig(options: WorkerOptions): ResolvedWorkerConfi
     statementTimeoutMs: intOption(
       'statementTimeoutMs',
       options.statementTimeoutMs,
-      Math.min(30_000, Math.max(visibilityTimeoutMs, MIN_DEFAULT_STATEMENT_TIMEOUT_MS)),
+      Math.min(30_000, Math.max(visibilityTimeoutMs, 5_000)),
       100,
       86_400_000,
     ),
@@ -373,9 +373,6 @@ export function resolveStopOptions(options: { exiting?: boolean; failRunning?: E
     throw new ConfigError('stop: failRunning is for a process that exits right after: give exiting: true too');
   return { exiting, failRunning };
 }
-
-/** The least statementTimeoutMs a short visibility timeout makes the default (see resolveWorkerConfig). */
-const MIN_DEFAULT_STATEMENT_TIMEOUT_MS = 5_000;
 
 let warnedStatementTimeout = false;
 
